@@ -1,0 +1,5 @@
+import sys
+
+from jaxrules.cli import main
+
+sys.exit(main())

@@ -1,0 +1,72 @@
+"""Argument checks shared by the public functions: bad input raises ``TypeError`` or
+``ValueError`` naming the op and the argument, before any tracing work."""
+
+from __future__ import annotations
+
+import operator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def array(op: str, name: str, x, *, inexact: bool = True):
+    """``x`` as a JAX array; integer and boolean input is promoted to the default float dtype
+    when ``inexact`` (as ``jax.numpy`` does for these ops)."""
+    if isinstance(x, str | bytes) or x is None:
+        raise TypeError(f"{op}: argument {name!r} must be an array, got {type(x).__name__}")
+    if not isinstance(x, jax.Array | np.ndarray | np.generic | int | float | complex | bool):
+        try:
+            x = np.asarray(x)
+        except Exception as err:  # ragged lists and the like
+            raise TypeError(f"{op}: argument {name!r} is not array-like ({err})") from None
+        if not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
+            raise TypeError(f"{op}: argument {name!r} must be numeric, got dtype {x.dtype}")
+    x = jnp.asarray(x)
+    if inexact and not jnp.issubdtype(x.dtype, jnp.inexact):
+        x = x.astype(jnp.result_type(float))
+    return x
+
+
+def axes(op: str, ndim: int, axis, name: str = "axis") -> tuple[int, ...]:
+    """Normalize ``axis`` (None, an int or a sequence of ints) to a sorted tuple."""
+    if axis is None:
+        return tuple(range(ndim))
+    items = axis if isinstance(axis, tuple | list) else (axis,)
+    out = []
+    for a in items:
+        try:
+            a = operator.index(a)
+        except TypeError:
+            raise TypeError(f"{op}: {name} must be an int or a tuple of ints, got {axis!r}") from None
+        if not -ndim <= a < max(ndim, 1) or (ndim == 0 and a not in (0, -1)):
+            raise ValueError(f"{op}: {name}={axis!r} is out of range for an array of rank {ndim}")
+        out.append(a % ndim if ndim else 0)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{op}: {name}={axis!r} repeats an axis")
+    return tuple(sorted(out)) if ndim else ()
+
+
+def single_axis(op: str, ndim: int, axis, name: str = "axis") -> int:
+    """Normalize one axis (an int) for an array of rank ``ndim`` (>= 1)."""
+    if isinstance(axis, tuple | list) or axis is None:
+        raise TypeError(f"{op}: {name} must be a single int, got {axis!r}")
+    if ndim == 0:
+        raise ValueError(f"{op}: needs an array of rank >= 1, got a scalar")
+    return axes(op, ndim, axis, name)[0]
+
+
+def broadcast(op: str, **arrays) -> tuple[int, ...]:
+    """The broadcast shape of the named arrays; ``ValueError`` naming them if there is none."""
+    try:
+        return jnp.broadcast_shapes(*(jnp.shape(a) for a in arrays.values()))
+    except ValueError:
+        shapes = ", ".join(f"{k}: {jnp.shape(v)}" for k, v in arrays.items())
+        raise ValueError(f"{op}: shapes do not broadcast ({shapes})") from None
+
+
+def unsupported(op: str, **options) -> None:
+    """``TypeError`` for a jax.numpy option this op does not implement, if it was given."""
+    for name, value in options.items():
+        if value is not None:
+            raise TypeError(f"{op}: argument {name!r} is not supported by jaxrules (got {value!r})")

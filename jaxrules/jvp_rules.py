@@ -1,0 +1,257 @@
+"""JVP formulas (forward mode), one per op, mirroring FunctionsManual.cpp.
+
+Signature: ``name_jvp(residuals, *tangents, **static) -> output tangent``. A tangent is ``None``
+where it is zero. Each formula is linear in the tangents. The partial derivatives they apply
+live in ``partials`` and are shared with the VJP formulas in ``vjp_rules``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+
+from jaxrules import partials as P
+from jaxrules.partials import real_inner
+
+
+def _terms(*terms):
+    """Sum of the non-``None`` terms (a zero tangent contributes nothing, not ``0 * inf``)."""
+    present = [t for t in terms if t is not None]
+    out = present[0]
+    for t in present[1:]:
+        out = out + t
+    return out
+
+
+def _times(factor, t):
+    return None if t is None else factor * t
+
+
+# ----------------------------------------------------------------------------------------------
+# Elementwise
+
+
+def abs_jvp(x, t, **_):
+    """``Re(conj(sgn x) t)``; 0 at x = 0 (seed ``abs_backward`` via ``sgn``)."""
+    return real_inner(P.sgn(x), t, (), False)
+
+
+def sign_jvp(x, t, **_):
+    """Real: 0. Complex: ``(t - sgn(x)^2 conj(t)) / (2|x|)``, 0 at x = 0 (seed ``sgn_backward``,
+    which torch uses for both directions)."""
+    if not jnp.iscomplexobj(x):
+        return jnp.zeros_like(t)
+    s, inv = P.sgn_parts(x)
+    return (t - s * s * jnp.conj(t)) * inv
+
+
+def angle_jvp(x, t, **_):
+    """Real: 0. Complex: ``Im(conj(x) t) / |x|^2``, 0 at x = 0 (seed ``angle_backward``)."""
+    if not jnp.iscomplexobj(x):
+        return jnp.zeros_like(t)
+    return (jnp.conj(x) * t).imag * P.abs2_reciprocal(x)
+
+
+def arctan2_jvp(res, ty, tx, **_):
+    """``(x ty - y tx) / (x^2 + y^2)``; 0 at (0, 0) (seed ``atan2_backward``, guarded)."""
+    dy_factor, dx_factor = P.arctan2_factors(*res)
+    return _terms(_times(dy_factor, ty), _times(dx_factor, tx))
+
+
+def power_scalar_exponent_jvp(x, t, *, exponent, **_):
+    """``e x^(e-1) t``, 0 when e = 0 (seed ``pow_backward``)."""
+    return P.pow_scalar_exponent_factor(x, exponent) * t
+
+
+def power_jvp(res, tx, ty, **_):
+    """``y x^(y-1) tx + x^y log(x) ty`` with the seed's zero cases (``pow_backward_self``,
+    ``pow_backward_exponent``)."""
+    x, y, out = res
+    dx = None if tx is None else P.pow_base_factor(x, y) * tx
+    dy = None if ty is None else P.pow_exponent_factor(x, y, out) * ty
+    return _terms(dx, dy)
+
+
+def power_scalar_base_jvp(res, t, *, base, **_):
+    """``b^y log(b) t``, 0 where b = 0 and y >= 0 (seed ``pow_backward_exponent``, Scalar base)."""
+    y, out = res
+    return P.pow_exponent_factor(jnp.asarray(base, out.dtype), y, out) * t
+
+
+def copysign_jvp(res, tx, ty, **_):
+    """``(result / x) tx``, 0 at x = 0; nothing from the sign source (seed
+    ``copysign_tensor_self_backward``)."""
+    x, y = res
+    if tx is None:
+        return jnp.zeros(jnp.broadcast_shapes(x.shape, y.shape), x.dtype)
+    return P.copysign_factor(x, y) * tx
+
+
+def sinc_jvp(x, t, **_):
+    """``(cos(pi x) - sinc(x)) / x``, its Taylor series near 0 (value 0 at 0)."""
+    return P.sinc_derivative(x) * t
+
+
+def log1p_jvp(x, t, **_):
+    """``t / (1 + x)`` (seed ``log1p_backward``)."""
+    return t / (1 + x)
+
+
+def deg2rad_jvp(res, t, **_):
+    """``t pi / 180`` (seed ``deg2rad_backward``)."""
+    return t * (math.pi / 180)
+
+
+def rad2deg_jvp(res, t, **_):
+    """``t 180 / pi`` (seed ``rad2deg_backward``)."""
+    return t * (180 / math.pi)
+
+
+def clip_jvp(res, tx, tlo, thi, **_):
+    """Seed ``clamp_jvp``: ``where(lo > hi, hi_t, where(x < lo, lo_t, where(x > hi, hi_t, x_t)))``."""
+    pick_x, pick_lo, pick_hi = P.clip_masks(*res)
+    return _terms(
+        None if tx is None else jnp.where(pick_x, tx, 0),
+        None if tlo is None else jnp.where(pick_lo, tlo, 0),
+        None if thi is None else jnp.where(pick_hi, thi, 0),
+    )
+
+
+def logit_jvp(x, t, *, eps, **_):
+    """``t / (x (1 - x))`` inside ``[eps, 1 - eps]``, 0 outside; without eps, NaN outside
+    ``[0, 1]`` (seed ``infinitely_differentiable_logit_backward``)."""
+    return P.logit_factor(x, eps) * t
+
+
+def i1_jvp(res, t, **_):
+    """``i0(x) - i1(x)/x``, 1/2 at 0 (torch ``i1_backward``)."""
+    return P.i1_factor(*res) * t
+
+
+def i1e_jvp(res, t, **_):
+    """``i0e(x) - i1e(x) (sign(x) + 1/x)``, 1/2 at 0 (torch ``i1e_backward``)."""
+    return P.i1e_factor(*res) * t
+
+
+def multigammaln_jvp(a, t, *, d, **_):
+    """``sum_{i<d} digamma(a - i/2) t`` (seed ``mvlgamma_backward``)."""
+    return P.multigammaln_factor(a, d) * t
+
+
+def xlogy_jvp(res, tx, ty, **_):
+    """``xlogy(x != 0, y) tx + (x / y) ty``; both 0 where x = 0 (torch gives NaN for the y
+    derivative at x = y = 0)."""
+    x, y = res
+    dx_factor, dy_factor = P.xlogy_factors(x, y)
+    return _terms(_times(dx_factor, tx), _times(dy_factor, ty))
+
+
+# ----------------------------------------------------------------------------------------------
+# Reductions
+
+
+def sum_jvp(res, t, *, axis, keepdims, **_):
+    """``sum(t)`` (seed ``sum_backward``'s forward counterpart)."""
+    return jnp.sum(t, axis=axis, keepdims=keepdims)
+
+
+def mean_jvp(res, t, *, axis, keepdims, **_):
+    """``mean(t)`` (seed ``mean_backward``)."""
+    return jnp.mean(t, axis=axis, keepdims=keepdims)
+
+
+def nansum_jvp(x, t, *, axis, keepdims, **_):
+    """``sum(t where x is not NaN)`` (seed ``nansum_backward``)."""
+    return jnp.sum(jnp.where(jnp.isnan(x), 0, t), axis=axis, keepdims=keepdims)
+
+
+def prod_jvp(x, t, *, axis, keepdims, **_):
+    """``sum(prod_{j != i} x_j t_i)``, zero-safe (seed ``prod_safe_zeros_backward``)."""
+    return jnp.sum(P.prod_of_others(x, axis) * t, axis=axis, keepdims=keepdims)
+
+
+def cumsum_jvp(res, t, *, axis, **_):
+    """``cumsum(t)`` (seed ``cumsum_backward``)."""
+    return jnp.cumsum(t, axis=axis)
+
+
+def cumprod_jvp(x, t, *, axis, **_):
+    """``h_k = x_k h_{k-1} + (prod_{i<k} x_i) t_k``: a linear recurrence, no division, so
+    zeros are exact (torch's ``cumprod_backward`` divides and special-cases the first zero)."""
+    return P.linear_recurrence(x, P.exclusive_cumprod(x, axis) * t, axis)
+
+
+def var_jvp(res, t, *, axis, keepdims, correction, **_):
+    """``2/(N - c) Re sum(conj(x - mean) t)`` (seed ``var_backward``'s forward counterpart)."""
+    centered, _ = res
+    scale = P.var_scale(centered, axis, correction)
+    return scale * real_inner(centered, t, axis, keepdims)
+
+
+def std_jvp(res, t, *, axis, keepdims, correction, **_):
+    """``var_jvp / (2 std)``, 0 where std = 0 (seed ``std_backward``)."""
+    centered, std = res
+    scale = P.var_scale(centered, axis, correction)
+    return scale * real_inner(centered, t, axis, keepdims) * P.half_reciprocal(std)
+
+
+def var_mean_jvp(res, t, *, axis, keepdims, correction, **_):
+    """``(var_jvp, mean_jvp)`` (seed ``var_mean_backward``)."""
+    return (
+        var_jvp(res, t, axis=axis, keepdims=keepdims, correction=correction),
+        jnp.mean(t, axis=axis, keepdims=keepdims),
+    )
+
+
+def std_mean_jvp(res, t, *, axis, keepdims, correction, **_):
+    """``(std_jvp, mean_jvp)`` (seed ``std_mean_backward``)."""
+    return (
+        std_jvp(res, t, axis=axis, keepdims=keepdims, correction=correction),
+        jnp.mean(t, axis=axis, keepdims=keepdims),
+    )
+
+
+def selection_jvp(res, t, *, axis, keepdims, **_):
+    """``sum(mask t) / count`` over the selected entries (seed ``evenly_read_jvp``, with the NaN
+    handling of ``evenly_distribute_backward`` that the seed's JVP lacks). amax and amin."""
+    x, out = res
+    return jnp.sum(P.even_weights(x, out, axis, keepdims) * t, axis=axis, keepdims=keepdims)
+
+
+def median_jvp(x, t, *, axis, keepdims, **_):
+    """``sum(w t)`` with ``w`` the even split over the middle value(s) (seed
+    ``evenly_read_jvp``)."""
+    return jnp.sum(P.median_weights(x, axis, keepdims) * t, axis=axis, keepdims=keepdims)
+
+
+def logsumexp_jvp(res, t, *, axis, keepdims, **_):
+    """``sum(exp(x - out) t)``; the softmax's limit at infinite ``out`` (see
+    ``partials.logsumexp_weights``)."""
+    x, out = res
+    return jnp.sum(P.logsumexp_weights(x, out, axis, keepdims) * t, axis=axis, keepdims=keepdims)
+
+
+def logcumsumexp_jvp(res, t, *, axis, **_):
+    """``dy_k = exp(y_{k-1} - y_k) dy_{k-1} + exp(x_k - y_k) t_k``: coefficients in [0, 1], so
+    exact where the seed's ``logcumsumexp_jvp`` (global max + 1e-13) loses precision, and finite
+    after leading -inf (see ``partials.logcumsumexp_coefficients``)."""
+    a, b = P.logcumsumexp_coefficients(*res, axis)
+    return P.linear_recurrence(a, b * t, axis)
+
+
+def vector_norm_jvp(res, t, *, ord, axis, keepdims, **_):
+    """``Re sum(conj(w) t)`` with ``w`` the norm's direction (seed ``norm_jvp``)."""
+    x, norm = res
+    w = P.vector_norm_direction(x, norm, ord, axis, keepdims)
+    return real_inner(w, t, axis, keepdims)
+
+
+def renorm_jvp(res, t, *, p, axis, maxnorm, **_):
+    """Seed ``renorm_jvp``: ``where(norm > maxnorm, s t - x maxnorm/(norm+1e-7)^2 dnorm, t)``
+    with ``s = maxnorm/(norm + 1e-7)``."""
+    x, norm = res
+    w = P.vector_norm_direction(x, norm, p, axis, True)
+    scale, dscale, over = P.renorm_scale(norm, maxnorm)
+    dnorm = real_inner(w, t, axis, True)
+    return jnp.where(over, scale * t + x * (dscale * dnorm), t)

@@ -1,0 +1,350 @@
+"""The rule mechanism: (forward, JVP formula, VJP formula) -> a JAX op.
+
+This is the only module that touches JAX internals (``jax.extend`` and ``jax.interpreters``
+carry no compatibility guarantee); a JAX upgrade should touch this file alone.
+
+How an op works (``../shared/DESIGN.md`` §2):
+
+* The op is a ``jax.custom_jvp`` function. Its JVP rule computes the primal output and the
+  *residuals* (``save``: exactly what reverse mode keeps, as a ``custom_vjp`` fwd would), and
+  emits the output tangent through one generic *linear* primitive,
+  ``jaxrules_rule``, bound on ``(residuals, tangents)``.
+* The primitive's impl and lowering are the op's **JVP formula**; its transpose rule is the
+  op's **VJP formula**; its own JVP rule is the primitive again on the new tangents plus JAX's
+  derivative of the JVP formula with respect to the residuals (the formula is linear in the
+  tangents); its batching rule binds the same primitive with a batched rule (the formulas under
+  ``jax.vmap``; cotangents of unbatched tangents are summed over the batch, as functorch's
+  ``reductify`` does).
+
+Hence ``jax.jvp``/``jacfwd``/``linearize`` run the JVP formula and ``jax.grad``/``vjp``/
+``jacrev`` run the VJP formula, and both compose with jit, vmap, hessian, checkpoint and scan.
+
+Formula signatures (``static`` are the op's non-array keyword arguments):
+
+* ``primal(*arrays, **static) -> out``, an array or a tuple of arrays of inexact dtype;
+* ``save(out, *arrays, **static) -> residuals``, any pytree of arrays (what reverse mode keeps);
+* ``jvp(residuals, *tangents, **static) -> out_tangent``; a tangent is ``None`` where it is
+  zero (an input that is not being differentiated);
+* ``vjp(residuals, out_cotangent, **static) -> tuple`` with one cotangent (or ``None`` for
+  zero) per array argument, in JAX's complex convention (the conjugate of torch's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.custom_derivatives import SymbolicZero
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+__all__ = ["Op", "define_op", "formula_spy"]
+
+# ----------------------------------------------------------------------------------------------
+# Formula spy: records which formula ran (used by tests and by ``jaxrules.testing``).
+
+_SPIES: list[list[tuple[str, str]]] = []
+
+
+@contextlib.contextmanager
+def formula_spy():
+    """Record ``(kind, op_name)`` for every formula evaluation inside the block.
+
+    ``kind`` is ``"jvp"`` when the JVP formula is evaluated (eagerly or lowered for XLA) and
+    ``"vjp"`` when the VJP formula is (transposition). Abstract evaluation is not recorded.
+    JAX caches compiled functions: spy on a function that has not been traced before, or call
+    ``jax.clear_caches()`` first.
+    """
+    calls: list[tuple[str, str]] = []
+    _SPIES.append(calls)
+    try:
+        yield calls
+    finally:
+        _SPIES.remove(calls)
+
+
+def _record(kind: str, name: str) -> None:
+    for calls in _SPIES:
+        calls.append((kind, name))
+
+
+# ----------------------------------------------------------------------------------------------
+# The linear primitive and the rule it carries.
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearRule:
+    """Everything the linear primitive needs; hashable, so jit caches hit.
+
+    ``tangent_mask[i]`` says whether array argument ``i`` has a (nonzero) tangent bound to the
+    primitive. ``batch_dims`` is ``None`` for the op's own formulas, or the vmap dimensions of
+    ``(residual leaves..., tangents...)`` for a batched rule derived from ``parent``.
+    """
+
+    name: str
+    jvp: Callable
+    vjp: Callable
+    static: tuple
+    res_tree: Any
+    out_tree: Any
+    tangent_mask: tuple
+    out_avals: tuple  # ((shape, dtype), ...) of the output tangents, per example
+    parent: LinearRule | None = None
+    batch_dims: tuple | None = None
+
+    def __repr__(self) -> str:  # shown in jaxprs
+        batched = "" if self.batch_dims is None else ", batched"
+        return f"{self.name}{batched}"
+
+    @property
+    def n_res(self) -> int:
+        return self.res_tree.num_leaves
+
+    def _tangents_all(self, tangents):
+        it = iter(tangents)
+        return tuple(next(it) if present else None for present in self.tangent_mask)
+
+    def apply_jvp(self, res_leaves, tangents):
+        """Output tangent leaves from residual leaves and the present tangents."""
+        if self.batch_dims is not None:
+            return self._batched_jvp(res_leaves, tangents)
+        res = jax.tree_util.tree_unflatten(self.res_tree, res_leaves)
+        out = self.jvp(res, *self._tangents_all(tangents), **dict(self.static))
+        leaves = self.out_tree.flatten_up_to(out)
+        return [jnp.broadcast_to(t, shape).astype(dtype) for t, (shape, dtype) in zip(leaves, self.out_avals)]
+
+    def apply_vjp(self, res_leaves, ct_leaves, tangent_avals):
+        """Cotangents of the present tangents, cast and shaped like ``tangent_avals``."""
+        if self.batch_dims is not None:
+            return self._batched_vjp(res_leaves, ct_leaves, tangent_avals)
+        res = jax.tree_util.tree_unflatten(self.res_tree, res_leaves)
+        ct = jax.tree_util.tree_unflatten(self.out_tree, ct_leaves)
+        in_cts = tuple(self.vjp(res, ct, **dict(self.static)))
+        if len(in_cts) != len(self.tangent_mask):
+            raise TypeError(
+                f"{self.name}: VJP formula returned {len(in_cts)} cotangents for "
+                f"{len(self.tangent_mask)} array arguments"
+            )
+        present = [c for c, m in zip(in_cts, self.tangent_mask) if m]
+        return [_fit_cotangent(c, a, self.name) for c, a in zip(present, tangent_avals)]
+
+    def _split_dims(self):
+        return self.batch_dims[: self.parent.n_res], self.batch_dims[self.parent.n_res :]
+
+    def _batched_jvp(self, res_leaves, tangents):
+        res_dims, t_dims = self._split_dims()
+        return jax.vmap(self.parent.apply_jvp, in_axes=(list(res_dims), list(t_dims)))(
+            list(res_leaves), list(tangents)
+        )
+
+    def _batched_vjp(self, res_leaves, ct_leaves, tangent_avals):
+        res_dims, t_dims = self._split_dims()
+        example_avals = [
+            a if d is None else jax.core.ShapedArray(a.shape[1:], a.dtype)
+            for a, d in zip(tangent_avals, t_dims)
+        ]
+
+        def vjp_one(r, c):
+            return self.parent.apply_vjp(r, c, example_avals)
+
+        # Every cotangent comes out with the batch at 0; a tangent that was not batched gets
+        # the batch summed out (functorch's reductify).
+        in_cts = jax.vmap(vjp_one, in_axes=(list(res_dims), 0))(list(res_leaves), list(ct_leaves))
+        return [c if d is not None else c.sum(0) for c, d in zip(in_cts, t_dims)]
+
+
+rule_p = Primitive("jaxrules_rule")
+rule_p.multiple_results = True
+
+
+def _bind(res_leaves, tangents, rule: LinearRule):
+    return rule_p.bind(*res_leaves, *tangents, rule=rule)
+
+
+def _split(args, rule):
+    return list(args[: rule.n_res]), list(args[rule.n_res :])
+
+
+def _impl(*args, rule):
+    res, tangents = _split(args, rule)
+    _record("jvp", rule.name)
+    return rule.apply_jvp(res, tangents)
+
+
+def _abstract_eval(*avals, rule):
+    """The output tangents are shaped like the op's outputs (plus the batch, if batched); no
+    formula runs."""
+    batch = ()
+    while rule.batch_dims is not None:
+        size = next(a.shape[0] for a, d in zip(avals, rule.batch_dims) if d is not None)
+        batch += (size,)
+        avals = [a if d is None else jax.core.ShapedArray(a.shape[1:], a.dtype) for a, d in zip(avals, rule.batch_dims)]
+        rule = rule.parent
+    return [jax.core.ShapedArray(batch + tuple(shape), dtype) for shape, dtype in rule.out_avals]
+
+
+def _transpose(cts, *args, rule):
+    res, tangents = _split(args, rule)
+    if any(ad.is_undefined_primal(r) for r in res):
+        raise TypeError(f"{rule.name}: the rule is linear in its tangents only")
+    out_avals = _abstract_eval(*(_aval(a) for a in args), rule=rule)
+    cts = [
+        jnp.zeros(a.shape, a.dtype) if type(c) is ad.Zero else c for c, a in zip(cts, out_avals)
+    ]
+    _record("vjp", rule.name)
+    in_cts = rule.apply_vjp(res, cts, [_aval(t) for t in tangents])
+    result = [ct if ad.is_undefined_primal(t) else None for ct, t in zip(in_cts, tangents)]
+    return [None] * len(res) + result
+
+
+def _aval(x):
+    return x.aval if ad.is_undefined_primal(x) else jax.typeof(x)
+
+
+def _fit_cotangent(ct, aval, name):
+    """Zero for ``None``; real part for a real primal (torch's ``handle_r_to_c``); summed over
+    broadcast dimensions (torch's ``sum_to``) when the argument was broadcast."""
+    if ct is None:
+        return jnp.zeros(aval.shape, aval.dtype)
+    ct = jnp.asarray(ct)
+    if jnp.iscomplexobj(ct) and not jnp.issubdtype(aval.dtype, jnp.complexfloating):
+        ct = ct.real
+    if ct.shape != aval.shape:
+        ct = _sum_to_shape(ct, aval.shape, name)
+    return ct.astype(aval.dtype)
+
+
+def _sum_to_shape(ct, shape, name):
+    lead = ct.ndim - len(shape)
+    if lead < 0 or jnp.broadcast_shapes(ct.shape, shape) != ct.shape:
+        raise ValueError(f"{name}: VJP formula gave shape {ct.shape}, expected {shape}")
+    summed = tuple(range(lead)) + tuple(
+        lead + i for i, (n, m) in enumerate(zip(shape, ct.shape[lead:])) if n == 1 and m != 1
+    )
+    return jnp.sum(ct, axis=summed).reshape(shape)
+
+
+def _prim_jvp(primals, tangents, *, rule):
+    res, ts = _split(primals, rule)
+    dres, dts = _split(tangents, rule)
+    out = _bind(res, ts, rule)
+    terms = []
+    if any(type(d) is not ad.Zero for d in dts):
+        terms.append(_bind(res, [ad.instantiate_zeros(d) for d in dts], rule))
+    if any(type(d) is not ad.Zero for d in dres):
+        dres = [ad.instantiate_zeros(d) for d in dres]
+        _, d_out = jax.jvp(lambda r: rule.apply_jvp(r, ts), (res,), (dres,))
+        terms.append(d_out)
+    if not terms:
+        return out, [ad.Zero.from_primal_value(o) for o in out]
+    return out, [functools.reduce(jnp.add, parts) for parts in zip(*terms)]
+
+
+def _batch(args, dims, *, rule):
+    args = [jnp.moveaxis(a, d, 0) if d is not None else a for a, d in zip(args, dims)]
+    dims = tuple(None if d is None else 0 for d in dims)
+    batched = _batched_rule(rule, dims)
+    return _bind(*_split(args, rule), batched), [0] * rule.out_tree.num_leaves
+
+
+@functools.lru_cache(maxsize=4096)
+def _batched_rule(rule: LinearRule, dims: tuple) -> LinearRule:
+    return dataclasses.replace(rule, parent=rule, batch_dims=dims)
+
+
+rule_p.def_impl(_impl)
+rule_p.def_abstract_eval(_abstract_eval)
+mlir.register_lowering(rule_p, mlir.lower_fun(_impl, multiple_results=True))
+ad.primitive_jvps[rule_p] = _prim_jvp
+ad.primitive_transposes[rule_p] = _transpose
+batching.primitive_batchers[rule_p] = _batch
+
+
+# ----------------------------------------------------------------------------------------------
+# Ops.
+
+
+def _freeze(value):
+    """Make a static argument hashable (lists become tuples)."""
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return tuple(value.tolist())
+    return value
+
+
+def _save_arguments(out, *arrays, **static):
+    """Default residuals: the array argument (one) or the tuple of them (several)."""
+    return arrays[0] if len(arrays) == 1 else arrays
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Op:
+    """An op with hand-written derivative formulas. Call it with arrays and static keywords.
+
+    ``primal(*arrays, **static)`` computes the output; ``save(out, *arrays, **static)`` picks
+    the residuals (default: the array argument, or the tuple of them), as torch's ``derivatives.yaml`` names what a
+    formula reads (``self``, ``result``, ...). ``out`` handed to ``save`` is the op's own output,
+    so a second derivative through a saved output goes through this op's rule again.
+    """
+
+    name: str
+    primal: Callable
+    jvp: Callable
+    vjp: Callable
+    save: Callable = _save_arguments
+
+    def __call__(self, *arrays, **static):
+        static_items = tuple(sorted((k, _freeze(v)) for k, v in static.items()))
+        return _custom_jvp_function(self, static_items)(*arrays)
+
+    def __repr__(self) -> str:
+        return f"<jaxrules op {self.name}>"
+
+
+def define_op(
+    name: str, primal: Callable, jvp: Callable, vjp: Callable, save: Callable | None = None
+) -> Op:
+    """Turn a primal, a JVP formula and a VJP formula (and what to save) into an op."""
+    return Op(name, primal, jvp, vjp, save or _save_arguments)
+
+
+@functools.lru_cache(maxsize=4096)
+def _custom_jvp_function(op: Op, static_items: tuple):
+    static = dict(static_items)
+
+    def primal(*arrays):
+        return op.primal(*arrays, **static)
+
+    def jvp_rule(primals, tangents):
+        # Calling ``fn`` (not ``primal``) keeps the output differentiable by this rule at the
+        # next order up: under nested transforms it is bound at the outer trace.
+        out = fn(*primals)
+        mask = tuple(not isinstance(t, SymbolicZero) for t in tangents)
+        if not any(mask):
+            return out, jax.tree_util.tree_map(jnp.zeros_like, out)
+        res = op.save(out, *primals, **static)
+        res_leaves, res_tree = jax.tree_util.tree_flatten(res)
+        out_leaves, out_tree = jax.tree_util.tree_flatten(out)
+        out_avals = tuple((o.shape, jnp.result_type(o)) for o in out_leaves)
+        rule = _linear_rule(op, static_items, res_tree, out_tree, mask, out_avals)
+        present = [t for t, m in zip(tangents, mask) if m]
+        out_tangents = _bind(res_leaves, present, rule)
+        return out, jax.tree_util.tree_unflatten(out_tree, out_tangents)
+
+    fn = jax.custom_jvp(primal)
+    fn.defjvp(jvp_rule, symbolic_zeros=True)
+    functools.update_wrapper(fn, primal)
+    fn.__name__ = op.name
+    return fn
+
+
+@functools.lru_cache(maxsize=4096)
+def _linear_rule(op: Op, static_items, res_tree, out_tree, mask, out_avals) -> LinearRule:
+    return LinearRule(op.name, op.jvp, op.vjp, static_items, res_tree, out_tree, mask, out_avals)

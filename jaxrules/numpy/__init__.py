@@ -1,0 +1,46 @@
+"""Drop-in replacements for ``jax.numpy`` functions, with hand-written derivative rules:
+``import jaxrules.numpy as jnp``. Also ``var_mean``, ``std_mean`` and ``logcumsumexp``
+(torch's names), which ``jax.numpy`` lacks."""
+
+from jaxrules.numpy import linalg
+from jaxrules.ops.elementwise import (
+    abs,
+    absolute,
+    angle,
+    arctan2,
+    clip,
+    copysign,
+    deg2rad,
+    degrees,
+    log1p,
+    power,
+    rad2deg,
+    radians,
+    sign,
+    sinc,
+)
+from jaxrules.ops.reductions import (
+    amax,
+    amin,
+    cumprod,
+    cumsum,
+    logcumsumexp,
+    max,
+    mean,
+    median,
+    min,
+    nansum,
+    prod,
+    std,
+    std_mean,
+    sum,
+    var,
+    var_mean,
+)
+
+__all__ = [
+    "abs", "absolute", "amax", "amin", "angle", "arctan2", "clip", "copysign", "cumprod", "cumsum",
+    "deg2rad", "degrees", "linalg", "log1p", "logcumsumexp", "max", "mean", "median", "min",
+    "nansum", "power", "prod", "rad2deg", "radians", "sign", "sinc", "std", "std_mean", "sum",
+    "var", "var_mean",
+]

@@ -1,0 +1,6 @@
+"""The ops: each module defines its ops (primal + residuals), their public functions and their
+registry records. Importing this package registers every op."""
+
+from jaxrules.ops import elementwise, norms, reductions
+
+__all__ = ["elementwise", "norms", "reductions"]

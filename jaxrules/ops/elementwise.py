@@ -1,0 +1,415 @@
+"""Elementwise ops: primal, residuals and record of each; the formulas are in ``jvp_rules`` and
+``vjp_rules``. Public through ``jaxrules.numpy`` and ``jaxrules.scipy.special``."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy import special as jsp_special
+
+from jaxrules import _validate as V
+from jaxrules import jvp_rules as J
+from jaxrules import vjp_rules as R
+from jaxrules.mechanism import define_op
+from jaxrules.ops._sampling import away_from_zero, f64, normal, uniform
+from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+
+
+def _unary(name: str, primal, save=None):
+    """A one-argument op whose formulas are ``jvp_rules.<name>_jvp`` / ``vjp_rules.<name>_vjp``."""
+    return define_op(name, primal, getattr(J, f"{name}_jvp"), getattr(R, f"{name}_vjp"), save)
+
+
+def _save_x_and_out(out, x, **_):
+    return x, out
+
+
+# ----------------------------------------------------------------------------------------------
+# Ops
+
+abs_op = _unary("abs", lambda x: jnp.abs(x))
+sign_op = _unary("sign", lambda x: jnp.sign(x))
+angle_op = _unary("angle", lambda x: jnp.angle(x))
+arctan2_op = define_op("arctan2", jnp.arctan2, J.arctan2_jvp, R.arctan2_vjp)
+power_op = define_op("power", jnp.power, J.power_jvp, R.power_vjp, lambda out, x, y: (x, y, out))
+power_scalar_exponent_op = _unary(
+    "power_scalar_exponent", lambda x, *, exponent: jnp.power(x, exponent)
+)
+power_scalar_base_op = _unary(
+    "power_scalar_base",
+    lambda y, *, base: jnp.power(jnp.asarray(base, y.dtype), y),
+    lambda out, y, **_: (y, out),
+)
+copysign_op = define_op("copysign", jnp.copysign, J.copysign_jvp, R.copysign_vjp)
+sinc_op = _unary("sinc", jnp.sinc)
+log1p_op = _unary("log1p", jnp.log1p)
+deg2rad_op = _unary("deg2rad", jnp.deg2rad, lambda out, x: ())
+rad2deg_op = _unary("rad2deg", jnp.rad2deg, lambda out, x: ())
+clip_op = define_op(
+    "clip", lambda x, lo, hi: jnp.minimum(jnp.maximum(x, lo), hi), J.clip_jvp, R.clip_vjp
+)
+logit_op = _unary(
+    "logit",
+    lambda x, *, eps: jsp_special.logit(x if eps is None else jnp.clip(x, eps, 1 - eps)),
+)
+i1_op = _unary("i1", jsp_special.i1, _save_x_and_out)
+i1e_op = _unary("i1e", jsp_special.i1e, _save_x_and_out)
+multigammaln_op = _unary("multigammaln", lambda a, *, d: jsp_special.multigammaln(a, d))
+xlogy_op = define_op("xlogy", jsp_special.xlogy, J.xlogy_jvp, R.xlogy_vjp)
+
+
+# ----------------------------------------------------------------------------------------------
+# Public functions (jax.numpy / jax.scipy.special signatures)
+
+
+def abs(x, /):  # noqa: A001 - mirrors jax.numpy.abs
+    """``|x|`` for real and complex x; derivative ``sgn(x)``, 0 at 0 (seed ``abs_backward``)."""
+    x = V.array("abs", "x", x, inexact=False)
+    return abs_op(x) if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.abs(x)
+
+
+absolute = abs
+
+
+def sign(x, /):
+    """``sign(x)``; complex: ``x/|x|`` (torch.sgn) with the derivative of seed ``sgn_backward``
+    (JAX's own derivative of complex sign is wrongly 0). Real: derivative 0."""
+    x = V.array("sign", "x", x, inexact=False)
+    return sign_op(x) if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.sign(x)
+
+
+def angle(z, deg: bool = False):
+    """Argument of ``z``; derivative ``Im(dz / z)`` (0 at z = 0 and for real z; seed
+    ``angle_backward``)."""
+    out = angle_op(V.array("angle", "z", z))
+    return rad2deg(out) if deg else out
+
+
+def arctan2(x1, x2, /):
+    """``atan2(x1, x2)``; derivative ``(x2, -x1)/(x1^2 + x2^2)``, 0 at (0, 0) (seed
+    ``atan2_backward``, which is NaN there)."""
+    x1, x2 = V.array("arctan2", "x1", x1), V.array("arctan2", "x2", x2)
+    V.broadcast("arctan2", x1=x1, x2=x2)
+    return arctan2_op(x1, x2)
+
+
+def _is_python_scalar(v) -> bool:
+    return isinstance(v, numbers.Number) and not isinstance(v, bool)
+
+
+def power(x1, x2, /):
+    """``x1 ** x2`` with torch's zero cases (seed ``pow_backward``, ``pow_backward_self``,
+    ``pow_backward_exponent``): ``x**0`` has derivative 0 at x = 0 (JAX: NaN) and
+    ``d/dy 0**y`` is 0 for y >= 0. A Python-number exponent or base is held fixed."""
+    if _is_python_scalar(x2) and not _is_python_scalar(x1):
+        x1 = V.array("power", "x1", x1, inexact=False)
+        if not jnp.issubdtype(x1.dtype, jnp.inexact):
+            return jnp.power(x1, x2)
+        return power_scalar_exponent_op(x1, exponent=x2)
+    if _is_python_scalar(x1) and not _is_python_scalar(x2):
+        x2 = V.array("power", "x2", x2)
+        return power_scalar_base_op(x2, base=x1)
+    x1, x2 = V.array("power", "x1", x1), V.array("power", "x2", x2)
+    V.broadcast("power", x1=x1, x2=x2)
+    dtype = jnp.result_type(x1, x2)
+    return power_op(x1.astype(dtype), x2.astype(dtype))
+
+
+def copysign(x1, x2, /):
+    """``|x1|`` with the sign of ``x2``; derivative ``result/x1``, 0 at x1 = 0 (seed
+    ``copysign_tensor_self_backward``; JAX gives +-1 there), none to ``x2``."""
+    x1, x2 = V.array("copysign", "x1", x1), V.array("copysign", "x2", x2)
+    V.broadcast("copysign", x1=x1, x2=x2)
+    return copysign_op(x1, x2)
+
+
+def sinc(x, /):
+    """``sin(pi x)/(pi x)``; derivative by its Taylor series near 0 (exact 0 at 0)."""
+    return sinc_op(V.array("sinc", "x", x))
+
+
+def log1p(x, /):
+    """``log(1 + x)``; derivative ``1/(1 + x)`` (seed ``log1p_backward``)."""
+    return log1p_op(V.array("log1p", "x", x))
+
+
+def deg2rad(x, /):
+    """Degrees to radians (seed ``deg2rad_backward``)."""
+    return deg2rad_op(V.array("deg2rad", "x", x))
+
+
+def rad2deg(x, /):
+    """Radians to degrees (seed ``rad2deg_backward``)."""
+    return rad2deg_op(V.array("rad2deg", "x", x))
+
+
+radians = deg2rad
+degrees = rad2deg
+
+
+def clip(arr, /, min=None, max=None):  # noqa: A002 - mirrors jax.numpy.clip
+    """``minimum(maximum(arr, min), max)`` with torch's derivative: the full gradient to
+    ``arr`` on the closed interval (JAX splits it in half at the bounds), to ``min``/``max``
+    where they are active, to ``max`` when min > max (seed ``clamp_backward``,
+    ``clamp_backward_min_max``, ``clamp_jvp``)."""
+    x = V.array("clip", "arr", arr, inexact=False)
+    if min is None and max is None:
+        raise ValueError("clip: at least one of 'min' and 'max' must be given")
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        return jnp.clip(x, min, max)
+    lo = jnp.asarray(-jnp.inf, x.dtype) if min is None else V.array("clip", "min", min)
+    hi = jnp.asarray(jnp.inf, x.dtype) if max is None else V.array("clip", "max", max)
+    V.broadcast("clip", arr=x, min=lo, max=hi)
+    return clip_op(x, lo, hi)
+
+
+def logit(x, eps: float | None = None):
+    """``log(x/(1 - x))``; with ``eps`` (torch's argument) x is first clamped to
+    ``[eps, 1 - eps]`` and the derivative ``1/(x(1 - x))`` is kept on the closed window (seed
+    ``infinitely_differentiable_logit_backward``); without eps, NaN outside [0, 1]."""
+    if eps is not None and not (isinstance(eps, numbers.Real) and 0 <= eps <= 0.5):
+        raise ValueError(f"logit: eps must be a number in [0, 0.5], got {eps!r}")
+    return logit_op(V.array("logit", "x", x), eps=None if eps is None else float(eps))
+
+
+def i1(x):
+    """Modified Bessel function of order 1; derivative ``i0(x) - i1(x)/x`` (1/2 at 0)."""
+    return i1_op(V.array("i1", "x", x))
+
+
+def i1e(x):
+    """Exponentially scaled ``i1``; derivative ``i0e(x) - i1e(x)(sign(x) + 1/x)`` (1/2 at 0)."""
+    return i1e_op(V.array("i1e", "x", x))
+
+
+def multigammaln(a, d):
+    """Log of the multivariate gamma function of dimension ``d``; derivative
+    ``sum_{i<d} digamma(a - i/2)`` (seed ``mvlgamma_backward``)."""
+    if not isinstance(d, numbers.Integral) or d < 1:
+        raise ValueError(f"multigammaln: d must be a positive int, got {d!r}")
+    return multigammaln_op(V.array("multigammaln", "a", a), d=int(d))
+
+
+def xlogy(x, y):
+    """``x log(y)``, 0 where x = 0; derivatives ``xlogy(x != 0, y)`` and ``x/y``, both 0 where
+    x = 0 (torch's ``x/y`` is NaN at x = y = 0, where x log y is identically 0 in y)."""
+    x, y = V.array("xlogy", "x", x), V.array("xlogy", "y", y)
+    V.broadcast("xlogy", x=x, y=y)
+    return xlogy_op(x, y)
+
+
+# ----------------------------------------------------------------------------------------------
+# Records
+
+
+def _record(name, fn, public, seed, samples, torch_fn, torch_name, **kw):
+    formula_ops = kw.pop("formula_ops", (name,))
+    return register(
+        OpRecord(name, fn, public, formula_ops, seed, samples, torch_fn, torch_name, **kw)
+    )
+
+
+_NP = "jaxrules.numpy."
+_SP = "jaxrules.scipy.special."
+
+_record(
+    "abs", abs, (_NP + "abs", _NP + "absolute"), ("abs_backward", "sgn"),
+    lambda rng, dt: [Sample((away_from_zero(rng, dt, 3, 4),)), Sample((away_from_zero(rng, dt),))],
+    lambda torch, x: torch.abs(x), "torch.abs",
+    dtypes=("float64", "complex128"), low_precision=("float32", "bfloat16"),
+    singular=(
+        SingularPoint("zero and signed zero", (f64(0.0, -0.0, 2.0),), (f64(0, 0, 1),)),
+        SingularPoint("complex zero", (np.array([0j, 3 + 4j]),), (np.array([0, 0.6 - 0.8j]),)),
+    ),
+)
+_record(
+    "sign", sign, (_NP + "sign",), ("sgn_backward",),
+    lambda rng, dt: [Sample((away_from_zero(rng, dt, 3, 4),))],
+    lambda torch, x: torch.sgn(x), "torch.sgn / torch.sign",
+    dtypes=("float64", "complex128"),
+    singular=(
+        SingularPoint("complex zero", (np.array([0j, 1j]),), (np.array([0, 1 + 0j]),)),
+        SingularPoint("real zero", (f64(0.0, -1.0),), (f64(0, 0),)),
+    ),
+    deviations="Complex sign has the derivative of torch.sgn (JAX's is identically 0).",
+)
+_record(
+    "angle", angle, (_NP + "angle",), ("angle_backward",),
+    lambda rng, dt: [Sample((away_from_zero(rng, dt, 3, 4),)), Sample((away_from_zero(rng, dt, 5),), {"deg": True})],
+    lambda torch, x, deg=False: torch.rad2deg(torch.angle(x)) if deg else torch.angle(x), "torch.angle",
+    dtypes=("float64", "complex128"),
+    formula_ops=("angle",),
+    singular=(
+        SingularPoint("real input", (f64(-1.0, 0.0, 2.0),), (f64(0, 0, 0),)),
+        SingularPoint("complex zero", (np.array([0j, 1 + 1j]),), (np.array([0, -0.5 - 0.5j]),)),
+    ),
+)
+_record(
+    "arctan2", arctan2, (_NP + "arctan2",), ("atan2_backward",),
+    lambda rng, dt: [
+        Sample((away_from_zero(rng, dt, 3, 4), away_from_zero(rng, dt, 3, 4))),
+        Sample((away_from_zero(rng, dt, 3, 1), away_from_zero(rng, dt, 4))),
+    ],
+    lambda torch, y, x: torch.atan2(y, x), "torch.atan2",
+    singular=(SingularPoint("origin", (f64(0.0, 1.0), f64(0.0, 0.0)), (f64(0, 0), f64(0, -1))),),
+    deviations="At (0, 0) both formulas give 0 (the seed's formula is NaN; torch 2.13's VJP "
+    "gives 0 and its JVP NaN).",
+)
+_record(
+    "power", power, (_NP + "power",), ("pow_backward_self", "pow_backward_exponent"),
+    lambda rng, dt: [
+        Sample((uniform(rng, dt, 0.5, 2.0, 3, 4), normal(rng, dt, 3, 4))),
+        Sample((uniform(rng, dt, 0.5, 2.0, 3, 1), normal(rng, dt, 4))),
+    ] if not np.issubdtype(dt, np.complexfloating) else [
+        Sample((normal(rng, dt, 3, 4) + 2, normal(rng, dt, 3, 4))),
+    ],
+    lambda torch, x, y: torch.pow(x, y), "torch.pow(Tensor, Tensor)",
+    dtypes=("float64", "complex128"),
+    singular=(
+        SingularPoint("zero base, exponents 0 and 2", (f64(0.0, 0.0), f64(0.0, 2.0)), (f64(0, 0), f64(0, 0))),
+        SingularPoint(
+            "zero base, negative exponent", (f64(0.0, 2.0), f64(-1.0, 0.0)),
+            (f64(-np.inf, 0), f64(-np.inf, math.log(2))), finite_second=False,
+        ),
+    ),
+    deviations="",
+)
+_record(
+    "power_scalar_exponent", lambda x, e: power(x, e), (_NP + "power",), ("pow_backward",),
+    lambda rng, dt: [
+        Sample((uniform(rng, dt, 0.5, 2.0, 3, 4), 2.5)),
+        Sample((normal(rng, dt, 3, 4), 3)),
+        Sample((uniform(rng, dt, 0.5, 2.0, 4), -1.5)),
+    ] if not np.issubdtype(dt, np.complexfloating) else [
+        Sample((normal(rng, dt, 3, 4), 2)), Sample((normal(rng, dt, 4) + 3, 0.5)),
+    ],
+    lambda torch, x, e: torch.pow(x, e), "torch.pow(Tensor, Scalar)",
+    dtypes=("float64", "complex128"), low_precision=("float32", "bfloat16"),
+    singular=(
+        SingularPoint("0 ** 0.0", (f64(0.0), 0.0), (f64(0),)),
+        SingularPoint("0 ** 1.0", (f64(0.0), 1.0), (f64(1),)),
+        SingularPoint("0 ** 2", (f64(0.0), 2), (f64(0),)),
+        SingularPoint("0 ** 0.5", (f64(0.0), 0.5), (f64(np.inf),), finite_second=False),
+    ),
+)
+_record(
+    "power_scalar_base", lambda b, y: power(b, y), (_NP + "power",), ("pow_backward_exponent",),
+    lambda rng, dt: [Sample((2.0, normal(rng, dt, 3, 4))), Sample((0.5, normal(rng, dt, 4)))],
+    lambda torch, b, y: torch.pow(b, y), "torch.pow(Scalar, Tensor)",
+    dtypes=("float64", "complex128"),
+    singular=(
+        SingularPoint("zero base", (0.0, f64(0.0, 2.0)), (f64(0, 0),)),
+        SingularPoint("zero base, negative exponent", (0.0, f64(-1.0)), (f64(-np.inf),), finite_second=False),
+    ),
+)
+_record(
+    "copysign", copysign, (_NP + "copysign",), ("copysign_tensor_self_backward",),
+    lambda rng, dt: [Sample((away_from_zero(rng, dt, 3, 4), away_from_zero(rng, dt, 4)))],
+    lambda torch, x, y: torch.copysign(x, y), "torch.copysign",
+    singular=(
+        SingularPoint(
+            "zero magnitude", (f64(0.0, -0.0, 2.0, -3.0), f64(-1.0, 1.0, -1.0, 1.0)),
+            (f64(0, 0, -1, -1), f64(0, 0, 0, 0)),
+        ),
+    ),
+    deviations="",
+)
+_record(
+    "sinc", sinc, (_NP + "sinc",), ("sinc_backward (derivatives.yaml)",),
+    lambda rng, dt: [Sample((normal(rng, dt, 3, 4),)), Sample((f64(1e-4, -3e-3, 0.02).astype(dt),))],
+    lambda torch, x: torch.sinc(x), "torch.sinc",
+    singular=(SingularPoint("zero", (f64(0.0),), (f64(0),)),),
+)
+_record(
+    "log1p", log1p, (_NP + "log1p",), ("log1p_backward",),
+    lambda rng, dt: [Sample((uniform(rng, dt, -0.5, 2.0, 3, 4),))]
+    if not np.issubdtype(dt, np.complexfloating) else [Sample((0.5 * normal(rng, dt, 3, 4),))],
+    lambda torch, x: torch.log1p(x), "torch.log1p",
+    dtypes=("float64", "complex128"), low_precision=("float32", "bfloat16"),
+)
+_record(
+    "deg2rad", deg2rad, (_NP + "deg2rad", _NP + "radians"), ("deg2rad_backward",),
+    lambda rng, dt: [Sample((normal(rng, dt, 3, 4),))],
+    lambda torch, x: torch.deg2rad(x), "torch.deg2rad",
+)
+_record(
+    "rad2deg", rad2deg, (_NP + "rad2deg", _NP + "degrees"), ("rad2deg_backward",),
+    lambda rng, dt: [Sample((normal(rng, dt, 3, 4),))],
+    lambda torch, x: torch.rad2deg(x), "torch.rad2deg",
+)
+_record(
+    "clip", clip, (_NP + "clip",), ("clamp_backward", "clamp_backward_min_max", "clamp_jvp"),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 3, 4), normal(rng, dt, 4) - 1, normal(rng, dt, 4) + 1)),
+        Sample((normal(rng, dt, 3, 4), -0.5, 0.5)),
+        Sample((normal(rng, dt, 3, 4), normal(rng, dt, 3, 1), normal(rng, dt, 4) - 2)),
+    ],
+    lambda torch, x, lo, hi: torch.clamp(x, lo, hi), "torch.clamp",
+    low_precision=("float32", "bfloat16"),
+    singular=(
+        SingularPoint("ties with scalar bounds", (f64(1.0, 2.0, 3.0, 4.0), 2.0, 3.0), (f64(0, 1, 1, 0),)),
+        SingularPoint(
+            "ties with array bounds", (f64(1.0, 2.0, 3.0, 4.0), f64(2, 2, 2, 2), f64(3, 3, 3, 3)),
+            (f64(0, 1, 1, 0), f64(1, 0, 0, 0), f64(0, 0, 0, 1)),
+        ),
+        SingularPoint("min > max", (f64(1.0, 5.0), f64(3, 3), f64(2, 2)), (f64(0, 0), f64(0, 0), f64(1, 1))),
+        SingularPoint(
+            "min == max, x below", (f64(1.0), f64(2.0), f64(2.0)), (f64(0), f64(1), f64(0)),
+            torch_differs="torch's clamp_backward_min_max gives no gradient to min or max here "
+            "while its clamp_jvp gives min's tangent; jaxrules keeps the JVP and makes the VJP its "
+            "transpose (min gets the gradient).",
+        ),
+    ),
+    deviations="At min == max with x < min, the gradient goes to min (the transpose of torch's "
+    "own clamp_jvp); torch's backward drops it.",
+)
+_record(
+    "logit", logit, (_SP + "logit",), ("infinitely_differentiable_logit_backward",),
+    lambda rng, dt: [
+        Sample((uniform(rng, dt, 0.1, 0.9, 3, 4),)),
+        Sample((uniform(rng, dt, 0.1, 0.9, 5),), {"eps": 0.05}),
+    ],
+    lambda torch, x, eps=None: torch.logit(x, eps), "torch.logit",
+    singular=(
+        SingularPoint("at eps", (f64(0.1),), (f64(1 / 0.09),), {"eps": 0.1}),
+        SingularPoint("below eps", (f64(0.05),), (f64(0),), {"eps": 0.1}),
+        SingularPoint("outside [0, 1] without eps", (f64(1.2),), (f64(np.nan),), finite_second=False),
+    ),
+)
+_record(
+    "i1", i1, (_SP + "i1",), ("i1_backward (derivatives.yaml)",),
+    lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4),))],
+    lambda torch, x: torch.special.i1(x), "torch.special.i1",
+    singular=(SingularPoint("zero", (f64(0.0),), (f64(0.5),)),),
+)
+_record(
+    "i1e", i1e, (_SP + "i1e",), ("i1e_backward (derivatives.yaml)",),
+    lambda rng, dt: [Sample((2 * away_from_zero(rng, dt, 3, 4),))],
+    lambda torch, x: torch.special.i1e(x), "torch.special.i1e",
+    singular=(SingularPoint("zero", (f64(0.0),), (f64(0.5),)),),
+)
+_record(
+    "multigammaln", multigammaln, (_SP + "multigammaln",), ("mvlgamma_backward",),
+    lambda rng, dt: [Sample((uniform(rng, dt, 2.0, 4.0, 3, 4), 3)), Sample((uniform(rng, dt, 1.0, 3.0, 5), 1))],
+    lambda torch, a, d: torch.special.multigammaln(a, d), "torch.special.multigammaln",
+)
+_record(
+    "xlogy", xlogy, (_SP + "xlogy",), ("special_xlogy (derivatives.yaml)",),
+    lambda rng, dt: [
+        Sample((away_from_zero(rng, dt, 3, 4), uniform(rng, dt, 0.5, 2.0, 3, 4))),
+        Sample((away_from_zero(rng, dt, 4), uniform(rng, dt, 0.5, 2.0, 3, 1))),
+    ],
+    lambda torch, x, y: torch.special.xlogy(x, y), "torch.special.xlogy",
+    singular=(
+        SingularPoint("x = 0, y = 1", (f64(0.0), f64(1.0)), (f64(0), f64(0))),
+        SingularPoint(
+            "x = 0, y = 0", (f64(0.0), f64(0.0)), (f64(0), f64(0)),
+            torch_differs="torch's y-derivative x/y is NaN at x = y = 0; x log y is identically 0 "
+            "along x = 0, so jaxrules gives 0.",
+        ),
+    ),
+    deviations="d/dy at x = y = 0 is 0 (torch: NaN).",
+)

@@ -1,0 +1,495 @@
+"""Reductions and scans: primal, residuals and record of each; the formulas are in
+``jvp_rules`` and ``vjp_rules``. Public through ``jaxrules.numpy``, ``jaxrules.nn`` and
+``jaxrules.scipy.special``."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.scipy import special as jsp_special
+
+from jaxrules import _validate as V
+from jaxrules import jvp_rules as J
+from jaxrules import vjp_rules as R
+from jaxrules.mechanism import define_op
+from jaxrules.ops._sampling import distinct, f64, normal, uniform
+from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+
+
+def _op(name: str, primal, save=None, formulas: str | None = None):
+    """An op whose formulas are ``jvp_rules.<formulas>_jvp`` / ``vjp_rules.<formulas>_vjp``."""
+    formulas = formulas or name
+    return define_op(name, primal, getattr(J, f"{formulas}_jvp"), getattr(R, f"{formulas}_vjp"), save)
+
+
+def _save_nothing(out, x, **_):
+    return ()
+
+
+def _save_x_and_out(out, x, **_):
+    return x, out
+
+
+def _save_centered(out, x, *, axis, **_):
+    """``x - mean`` (what ``var_backward`` reads) and the first output (var or std)."""
+    first = out[0] if isinstance(out, tuple) else out
+    return x - jnp.mean(x, axis=axis, keepdims=True), first
+
+
+def _moments(x, axis, keepdims, correction):
+    mean = jnp.mean(x, axis=axis, keepdims=True)
+    centered = x - mean
+    sq = (centered * jnp.conj(centered)).real if jnp.iscomplexobj(x) else centered * centered
+    var = jnp.sum(sq, axis=axis, keepdims=keepdims) / (math.prod(x.shape[a] for a in axis) - correction)
+    return var, mean if keepdims else jnp.squeeze(mean, axis)
+
+
+sum_op = _op("sum", lambda x, *, axis, keepdims, shape: jnp.sum(x, axis, keepdims=keepdims), _save_nothing)
+mean_op = _op("mean", lambda x, *, axis, keepdims, shape: jnp.mean(x, axis, keepdims=keepdims), _save_nothing)
+nansum_op = _op("nansum", lambda x, *, axis, keepdims: jnp.nansum(x, axis, keepdims=keepdims))
+prod_op = _op("prod", lambda x, *, axis, keepdims: jnp.prod(x, axis, keepdims=keepdims))
+cumsum_op = _op("cumsum", lambda x, *, axis: jnp.cumsum(x, axis), lambda out, x, **_: ())
+cumprod_op = _op("cumprod", lambda x, *, axis: jnp.cumprod(x, axis))
+var_op = _op(
+    "var", lambda x, *, axis, keepdims, correction: _moments(x, axis, keepdims, correction)[0], _save_centered
+)
+std_op = _op(
+    "std",
+    lambda x, *, axis, keepdims, correction: jnp.sqrt(_moments(x, axis, keepdims, correction)[0]),
+    _save_centered,
+)
+var_mean_op = _op(
+    "var_mean", lambda x, *, axis, keepdims, correction: _moments(x, axis, keepdims, correction), _save_centered
+)
+std_mean_op = _op(
+    "std_mean",
+    lambda x, *, axis, keepdims, correction: (
+        lambda var, mean: (jnp.sqrt(var), mean)
+    )(*_moments(x, axis, keepdims, correction)),
+    _save_centered,
+)
+amax_op = _op("amax", lambda x, *, axis, keepdims: jnp.max(x, axis, keepdims=keepdims), _save_x_and_out, "selection")
+amin_op = _op("amin", lambda x, *, axis, keepdims: jnp.min(x, axis, keepdims=keepdims), _save_x_and_out, "selection")
+median_op = _op("median", lambda x, *, axis, keepdims: jnp.median(x, axis, keepdims=keepdims))
+logsumexp_op = _op(
+    "logsumexp", lambda x, *, axis, keepdims: jsp_special.logsumexp(x, axis, keepdims=keepdims), _save_x_and_out
+)
+logcumsumexp_op = _op("logcumsumexp", lambda x, *, axis: lax.cumlogsumexp(x, axis), _save_x_and_out)
+
+
+# ----------------------------------------------------------------------------------------------
+# Public functions
+
+
+def _prepare(op, a, axis, dtype=None, out=None, **unsupported):
+    """Validate a reduction's arguments: (array, normalized axes)."""
+    V.unsupported(op, out=out, **unsupported)
+    x = V.array(op, "a", a, inexact=False)
+    if dtype is not None:
+        x = x.astype(dtype)
+    return x, V.axes(op, x.ndim, axis)
+
+
+def _is_exact(x) -> bool:
+    return not jnp.issubdtype(x.dtype, jnp.inexact)
+
+
+def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None, promote_integers=True):  # noqa: A001
+    """Sum over ``axis``; VJP expands the cotangent (seed ``sum_backward``)."""
+    x, ax = _prepare("sum", a, axis, dtype, out, initial=initial, where=where)
+    if _is_exact(x):
+        return jnp.sum(x, ax, keepdims=keepdims, promote_integers=promote_integers)
+    return sum_op(x, axis=ax, keepdims=bool(keepdims), shape=x.shape)
+
+
+def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
+    """Mean over ``axis``; VJP ``expand(ct)/N`` (seed ``mean_backward``)."""
+    x, ax = _prepare("mean", a, axis, dtype, out, where=where)
+    x = V.array("mean", "a", x)
+    return mean_op(x, axis=ax, keepdims=bool(keepdims), shape=x.shape)
+
+
+def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+    """Sum ignoring NaNs; VJP zero at the NaNs (seed ``nansum_backward``)."""
+    x, ax = _prepare("nansum", a, axis, dtype, out, initial=initial, where=where)
+    if _is_exact(x):
+        return jnp.sum(x, ax, keepdims=keepdims)
+    return nansum_op(x, axis=ax, keepdims=bool(keepdims))
+
+
+def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None, promote_integers=True):
+    """Product over ``axis``; derivative the product of the other entries, exact with zeros and
+    branch-free (seed ``prod_backward`` / ``prod_safe_zeros_backward``)."""
+    x, ax = _prepare("prod", a, axis, dtype, out, initial=initial, where=where)
+    if _is_exact(x):
+        return jnp.prod(x, ax, keepdims=keepdims, promote_integers=promote_integers)
+    return prod_op(x, axis=ax, keepdims=bool(keepdims))
+
+
+def _scan_input(op, a, axis, dtype, out):
+    V.unsupported(op, out=out)
+    x = V.array(op, "a", a, inexact=False)
+    if dtype is not None:
+        x = x.astype(dtype)
+    if axis is None:
+        return x.ravel(), 0
+    return x, V.single_axis(op, x.ndim, axis)
+
+
+def cumsum(a, axis=None, dtype=None, out=None):
+    """Cumulative sum (flattened when ``axis`` is None); VJP the reversed cumsum (seed
+    ``cumsum_backward``)."""
+    x, ax = _scan_input("cumsum", a, axis, dtype, out)
+    return jnp.cumsum(x, ax) if _is_exact(x) else cumsum_op(x, axis=ax)
+
+
+def cumprod(a, axis=None, dtype=None, out=None):
+    """Cumulative product; both derivatives are linear recurrences solved by associative scans,
+    exact with zeros and branch-free (torch's ``cumprod_backward`` divides by the input and
+    special-cases the first zero with data-dependent branches)."""
+    x, ax = _scan_input("cumprod", a, axis, dtype, out)
+    return jnp.cumprod(x, ax) if _is_exact(x) else cumprod_op(x, axis=ax)
+
+
+def _correction(op, ddof, correction):
+    if correction is None:
+        correction = ddof
+    elif ddof != 0:
+        raise ValueError(f"{op}: give 'ddof' or 'correction', not both")
+    if not isinstance(correction, numbers.Real):
+        raise TypeError(f"{op}: correction must be a number, got {correction!r}")
+    return correction
+
+
+def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
+    """Variance with ``N - correction`` degrees of freedom; VJP ``2/(N-c) ct (x - mean)``
+    (seed ``var_backward``)."""
+    x, ax = _prepare("var", a, axis, dtype, out, where=where, mean=mean)
+    return var_op(V.array("var", "a", x), axis=ax, keepdims=bool(keepdims), correction=_correction("var", ddof, correction))
+
+
+def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
+    """Standard deviation; VJP ``var_backward(ct/(2 std))`` with 0 where std = 0, so a constant
+    input has gradient 0 at first and second order (seed ``std_backward``; JAX gives NaN)."""
+    x, ax = _prepare("std", a, axis, dtype, out, where=where, mean=mean)
+    return std_op(V.array("std", "a", x), axis=ax, keepdims=bool(keepdims), correction=_correction("std", ddof, correction))
+
+
+def var_mean(x, axis=None, *, correction=1, keepdims=False):
+    """``(var, mean)`` in one pass, torch.var_mean's defaults (``correction=1``); VJP seed
+    ``var_mean_backward``."""
+    x, ax = _prepare("var_mean", x, axis)
+    return var_mean_op(V.array("var_mean", "x", x), axis=ax, keepdims=bool(keepdims), correction=_correction("var_mean", 0, correction))
+
+
+def std_mean(x, axis=None, *, correction=1, keepdims=False):
+    """``(std, mean)`` in one pass, torch.std_mean's defaults; VJP seed ``std_mean_backward``."""
+    x, ax = _prepare("std_mean", x, axis)
+    return std_mean_op(V.array("std_mean", "x", x), axis=ax, keepdims=bool(keepdims), correction=_correction("std_mean", 0, correction))
+
+
+def _selection(op_name, op, fallback, a, axis, out, keepdims, initial, where):
+    x, ax = _prepare(op_name, a, axis, None, out, initial=initial, where=where)
+    if _is_exact(x):
+        return fallback(x, ax, keepdims=keepdims)
+    if x.size == 0:
+        raise ValueError(f"{op_name}: zero-size array has no {op_name}")
+    return op(x, axis=ax, keepdims=bool(keepdims))
+
+
+def amax(a, axis=None, out=None, keepdims=False, initial=None, where=None):
+    """Maximum; the derivative spreads evenly over ties and NaN counts as the maximum (seed
+    ``evenly_distribute_backward``, ``scale_grad_by_count``, ``evenly_read_jvp``)."""
+    return _selection("amax", amax_op, jnp.max, a, axis, out, keepdims, initial, where)
+
+
+def amin(a, axis=None, out=None, keepdims=False, initial=None, where=None):
+    """Minimum; ties share the derivative evenly, NaN counts as the minimum."""
+    return _selection("amin", amin_op, jnp.min, a, axis, out, keepdims, initial, where)
+
+
+max = amax  # noqa: A001
+min = amin  # noqa: A001
+
+
+def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    """numpy's median (mean of the two middle values for an even count); each middle value's
+    derivative spreads evenly over its ties (seed ``evenly_distribute_backward``)."""
+    x, ax = _prepare("median", a, axis, None, out)
+    x = V.array("median", "a", x)
+    if x.size == 0:
+        raise ValueError("median: zero-size array has no median")
+    return median_op(x, axis=ax, keepdims=bool(keepdims))
+
+
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, where=None):
+    """``log(sum(exp(a)))``; derivative ``exp(a - out)`` (seed ``logsumexp_backward``, in JAX's
+    complex convention), with the softmax's limit where the result is infinite: even weights
+    over the -inf entries when all are -inf, over the +inf entries when one is (torch and JAX:
+    NaN)."""
+    V.unsupported("logsumexp", b=b, where=where)
+    if return_sign:
+        raise TypeError("logsumexp: argument 'return_sign' is not supported by jaxrules (got True)")
+    x, ax = _prepare("logsumexp", a, axis)
+    return logsumexp_op(V.array("logsumexp", "a", x), axis=ax, keepdims=bool(keepdims))
+
+
+def logcumsumexp(x, axis):
+    """torch.logcumsumexp: ``log(cumsum(exp(x)))`` along ``axis``. Both derivatives solve the
+    recurrence ``dy_k = exp(y_{k-1} - y_k) dy_{k-1} + exp(x_k - y_k) t_k``: exact where the
+    seed's ``logcumsumexp_jvp`` loses precision, finite after leading -inf (seed and JAX: NaN)."""
+    x = V.array("logcumsumexp", "x", x)
+    if jnp.iscomplexobj(x):
+        raise TypeError("logcumsumexp: argument 'x' must be real (complex is not supported yet)")
+    return logcumsumexp_op(x, axis=V.single_axis("logcumsumexp", x.ndim, axis))
+
+
+# ----------------------------------------------------------------------------------------------
+# Records
+
+_NP = "jaxrules.numpy."
+_CPLX = ("float64", "complex128")
+
+
+def _record(name, fn, public, seed, samples, torch_fn, torch_name, **kw):
+    formula_ops = kw.pop("formula_ops", (name,))
+    return register(OpRecord(name, fn, public, formula_ops, seed, samples, torch_fn, torch_name, **kw))
+
+
+def _axis_samples(make):
+    """Samples over the usual axis choices; ``make(rng, dtype, *shape)`` draws the input."""
+
+    def samples(rng, dt):
+        return [
+            Sample((make(rng, dt, 3, 4),)),
+            Sample((make(rng, dt, 3, 4),), {"axis": 1}),
+            Sample((make(rng, dt, 2, 3, 4),), {"axis": (0, 2), "keepdims": True}),
+            Sample((make(rng, dt, 2, 3),), {"axis": -2}),
+        ]
+
+    return samples
+
+
+def _torch_dim(axis):
+    return () if axis is None else axis
+
+
+_record(
+    "sum", sum, (_NP + "sum",), ("sum_backward",), _axis_samples(normal),
+    lambda torch, x, axis=None, keepdims=False: torch.sum(x, dim=_torch_dim(axis), keepdim=keepdims), "torch.sum",
+    dtypes=_CPLX, low_precision=("float32", "bfloat16"),
+)
+_record(
+    "mean", mean, (_NP + "mean",), ("mean_backward",), _axis_samples(normal),
+    lambda torch, x, axis=None, keepdims=False: torch.mean(x, dim=_torch_dim(axis), keepdim=keepdims), "torch.mean",
+    dtypes=_CPLX, low_precision=("float32", "bfloat16"),
+)
+_record(
+    "nansum", nansum, (_NP + "nansum",), ("nansum_backward",),
+    lambda rng, dt: [
+        Sample((np.where(rng.uniform(size=(3, 4)) < 0.3, np.nan, normal(rng, dt, 3, 4)).astype(dt),)),
+        Sample((normal(rng, dt, 3, 4),), {"axis": 0, "keepdims": True}),
+    ],
+    lambda torch, x, axis=None, keepdims=False: torch.nansum(x, dim=_torch_dim(axis), keepdim=keepdims), "torch.nansum",
+    singular=(SingularPoint("NaN entry", (f64(1.0, np.nan, 2.0),), (f64(1, 0, 1),)),),
+)
+_record(
+    "prod", prod, (_NP + "prod",), ("prod_backward", "prod_safe_zeros_backward"),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 3, 4),)),
+        Sample((normal(rng, dt, 3, 4),), {"axis": 1}),
+        Sample((normal(rng, dt, 2, 3, 4),), {"axis": -1, "keepdims": True}),
+    ],
+    lambda torch, x, axis=None, keepdims=False: torch.prod(x) if axis is None else torch.prod(x, dim=axis, keepdim=keepdims),
+    "torch.prod", dtypes=_CPLX,
+    singular=(
+        SingularPoint("one zero", (f64(2.0, 0.0, 3.0),), (f64(0, 6, 0),)),
+        SingularPoint("two zeros", (f64(0.0, 0.0, 3.0),), (f64(0, 0, 0),)),
+        SingularPoint("zero in a row", (np.array([[2.0, 0.0], [3.0, 4.0]]),), (np.array([[0.0, 2.0], [4.0, 3.0]]),), {"axis": 1}),
+    ),
+)
+_record(
+    "cumsum", cumsum, (_NP + "cumsum",), ("cumsum_backward",),
+    lambda rng, dt: [Sample((normal(rng, dt, 3, 4),), {"axis": 1}), Sample((normal(rng, dt, 3, 4),))],
+    lambda torch, x, axis=None: torch.cumsum(x.reshape(-1) if axis is None else x, dim=0 if axis is None else axis),
+    "torch.cumsum", dtypes=_CPLX,
+)
+_record(
+    "cumprod", cumprod, (_NP + "cumprod",), ("cumprod_backward (derivatives.yaml)",),
+    lambda rng, dt: [Sample((normal(rng, dt, 3, 4),), {"axis": 1}), Sample((normal(rng, dt, 2, 3),), {"axis": 0})],
+    lambda torch, x, axis=None: torch.cumprod(x.reshape(-1) if axis is None else x, dim=0 if axis is None else axis),
+    "torch.cumprod", dtypes=_CPLX,
+    singular=(
+        SingularPoint("one zero", (f64(2.0, 0.0, 3.0),), (f64(1, 8, 0),), {"axis": 0}),
+        SingularPoint("two zeros", (f64(0.0, 0.0, 3.0),), (f64(1, 0, 0),), {"axis": 0}),
+    ),
+)
+
+
+def _var_samples(rng, dt):
+    return [
+        Sample((normal(rng, dt, 3, 4),)),
+        Sample((normal(rng, dt, 3, 4),), {"axis": 1, "ddof": 1}),
+        Sample((normal(rng, dt, 2, 3, 4),), {"axis": (0, 2), "keepdims": True}),
+    ]
+
+
+def _torch_var(name):
+    def call(torch, x, axis=None, ddof=0, keepdims=False):
+        return getattr(torch, name)(x, dim=axis, correction=ddof, keepdim=keepdims)
+
+    return call
+
+
+_record(
+    "var", var, (_NP + "var",), ("var_backward",), _var_samples, _torch_var("var"), "torch.var",
+    dtypes=_CPLX, low_precision=("float32", "bfloat16"),
+    singular=(
+        SingularPoint("constant input", (f64(2.0, 2.0, 2.0),), (f64(0, 0, 0),), {"ddof": 1}),
+        SingularPoint(
+            "N - correction = 0", (f64(1.0, 3.0),), (f64(-np.inf, np.inf),), {"ddof": 2}, finite_second=False,
+            torch_differs="torch's var_backward gives +inf at both entries; the derivative "
+            "2(x - mean)/0 has the sign of x - mean.",
+        ),
+    ),
+    deviations="With N - correction <= 0 the gradient is +-inf with the sign of x - mean "
+    "(torch: +inf everywhere).",
+)
+_record(
+    "std", std, (_NP + "std",), ("std_backward",), _var_samples, _torch_var("std"), "torch.std",
+    dtypes=_CPLX, low_precision=("float32", "bfloat16"),
+    singular=(
+        SingularPoint("constant input", (f64(2.0, 2.0, 2.0),), (f64(0, 0, 0),), {"ddof": 1}),
+        SingularPoint("constant rows", (np.full((2, 3), 5.0),), (np.zeros((2, 3)),), {"axis": 1}),
+    ),
+)
+
+
+def _torch_moments(name):
+    def call(torch, x, axis=None, correction=1, keepdims=False):
+        return getattr(torch, name)(x, dim=axis, correction=correction, keepdim=keepdims)
+
+    return call
+
+
+def _moment_samples(rng, dt):
+    return [
+        Sample((normal(rng, dt, 3, 4),)),
+        Sample((normal(rng, dt, 3, 4),), {"axis": 0, "correction": 0, "keepdims": True}),
+    ]
+
+
+_record(
+    "var_mean", var_mean, (_NP + "var_mean",), ("var_mean_backward",), _moment_samples,
+    _torch_moments("var_mean"), "torch.var_mean", dtypes=_CPLX,
+)
+_record(
+    "std_mean", std_mean, (_NP + "std_mean",), ("std_mean_backward",), _moment_samples,
+    _torch_moments("std_mean"), "torch.std_mean", dtypes=_CPLX,
+    singular=(SingularPoint("constant input", (f64(2.0, 2.0, 2.0),), (f64(1, 1, 1) / 3,)),),
+)
+
+
+def _torch_extremum(full, along):
+    """torch.max()/min() for a full reduction (NaN-aware evenly_distribute_backward), torch.amax/
+    amin along axes."""
+
+    def call(torch, x, axis=None, keepdims=False):
+        if axis is None and not keepdims:
+            return getattr(torch, full)(x)
+        return getattr(torch, along)(x, dim=_torch_dim(axis), keepdim=keepdims)
+
+    return call
+
+
+def _selection_singular(sign):
+    return (
+        SingularPoint("ties", (sign * f64(1.0, 3.0, 3.0),), (f64(0, 0.5, 0.5),)),
+        SingularPoint("NaN", (sign * f64(1.0, np.nan, 2.0),), (f64(0, 1, 0),)),
+        SingularPoint("two NaNs", (sign * f64(1.0, np.nan, np.nan),), (f64(0, 0.5, 0.5),)),
+        SingularPoint("ties along an axis", (sign * np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]]),),
+                      (np.array([[0, 0.5, 0.5], [0.5, 0.5, 0]]),), {"axis": 1}),
+    )
+
+
+_record(
+    "amax", amax, (_NP + "max", _NP + "amax"), ("evenly_distribute_backward", "scale_grad_by_count", "evenly_read_jvp"),
+    _axis_samples(distinct), _torch_extremum("max", "amax"), "torch.max() / torch.amax",
+    low_precision=("float32", "bfloat16"), singular=_selection_singular(1.0),
+    deviations="The JVP handles NaN like the VJP (the seed's evenly_read_jvp ignores NaN).",
+)
+_record(
+    "amin", amin, (_NP + "min", _NP + "amin"), ("evenly_distribute_backward", "scale_grad_by_count", "evenly_read_jvp"),
+    _axis_samples(distinct), _torch_extremum("min", "amin"), "torch.min() / torch.amin",
+    singular=_selection_singular(-1.0),
+)
+
+
+def _torch_median(torch, x, axis=None, keepdims=False):
+    """numpy's median from torch's lower median: (lower(x) + upper(x))/2 with
+    upper(x) = -lower(-x); a full reduction uses torch.median()'s evenly_distribute_backward."""
+    if axis is None:
+        return 0.5 * (torch.median(x) - torch.median(-x))
+    lower = torch.median(x, dim=axis, keepdim=keepdims).values
+    return 0.5 * (lower - torch.median(-x, dim=axis, keepdim=keepdims).values)
+
+
+_record(
+    "median", median, (_NP + "median",), ("evenly_distribute_backward", "evenly_read_jvp"),
+    lambda rng, dt: [
+        Sample((distinct(rng, dt, 3, 5),)),
+        Sample((distinct(rng, dt, 3, 4),)),
+        Sample((distinct(rng, dt, 3, 5),), {"axis": 1}),
+        Sample((distinct(rng, dt, 4, 3),), {"axis": 0, "keepdims": True}),
+    ],
+    _torch_median, "torch.median (numpy's even-count convention)",
+    singular=(
+        SingularPoint("ties", (f64(1.0, 3.0, 3.0),), (f64(0, 0.5, 0.5),)),
+        SingularPoint("even count", (f64(4.0, 1.0, 3.0, 2.0),), (f64(0, 0, 0.5, 0.5),)),
+    ),
+    deviations="Follows numpy: the median of an even count is the mean of the two middle values "
+    "(torch.median returns the lower one).",
+)
+_record(
+    "logsumexp", logsumexp, ("jaxrules.nn.logsumexp", "jaxrules.scipy.special.logsumexp"), ("logsumexp_backward",),
+    _axis_samples(normal),
+    lambda torch, x, axis=None, keepdims=False: torch.logsumexp(x, dim=tuple(range(x.ndim)) if axis is None else axis, keepdim=keepdims),
+    "torch.logsumexp", dtypes=_CPLX, low_precision=("float32", "bfloat16"),
+    singular=(
+        SingularPoint("one -inf", (f64(-np.inf, 0.0),), (f64(0, 1),)),
+        SingularPoint("all -inf", (f64(-np.inf, -np.inf),), (f64(0.5, 0.5),),
+                      torch_differs="torch gives NaN; jaxrules gives the softmax's limit (even weights)."),
+        SingularPoint("+inf entry", (f64(np.inf, 1.0),), (f64(1, 0),),
+                      torch_differs="torch gives [NaN, 0]; jaxrules gives the softmax's limit."),
+    ),
+    deviations="All -inf and +inf inputs get the softmax's limit (even weights over the "
+    "entries equal to the result) instead of NaN. Complex gradients follow JAX's convention "
+    "(the seed's formula lacks torch's later .conj()).",
+)
+_record(
+    "logcumsumexp", logcumsumexp, (_NP + "logcumsumexp",), ("logcumsumexp_backward", "logcumsumexp_jvp"),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 3, 5),), {"axis": 1}),
+        Sample((normal(rng, dt, 4, 2),), {"axis": 0}),
+        Sample((3 * normal(rng, dt, 6),), {"axis": -1}),
+    ],
+    lambda torch, x, axis: torch.logcumsumexp(x, dim=axis), "torch.logcumsumexp",
+    singular=(
+        SingularPoint(
+            "leading -inf", (f64(-np.inf, -np.inf, 0.0),), (f64(1.5, 0.5, 1),), {"axis": 0},
+            jvp=f64(1, 1, 1),
+            torch_differs="torch's backward is NaN after leading -inf; jaxrules gives the limit "
+            "(y_0 = x_0 exactly; even weights while all entries are -inf).",
+        ),
+        SingularPoint(
+            "precision", (f64(-40.0, 0.0),), (f64(1, 1),), {"axis": 0}, jvp=f64(1, 1),
+            torch_differs="torch's JVP gives 4.2e-5 for the first entry (exact: 1).",
+        ),
+    ),
+    deviations="JVP exact (torch's loses precision: x=[-40, 0] gives 4.2e-5 instead of 1); both "
+    "formulas finite after leading -inf (torch: NaN). Real input only.",
+)

@@ -1,0 +1,337 @@
+"""Partial derivatives shared by the JVP formulas (``jvp_rules``) and the VJP formulas
+(``vjp_rules``): each helper computes, from the residuals, the factor that both formulas apply
+(one to a tangent, the other to a cotangent), so the two formulas cannot drift apart.
+
+Every helper is branch-free (masks, not ``if``) so it works under jit and vmap, and uses the
+double-``where`` guard so that JAX's derivative of the helper (second order) has no NaN at the
+masked points.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+from jax import lax
+
+# ----------------------------------------------------------------------------------------------
+# Small guards.
+
+
+def safe_reciprocal(x, zero_at):
+    """``1/x`` where ``zero_at`` is false, exactly 0 where it is true (double-where guard)."""
+    return jnp.where(zero_at, 0, 1 / jnp.where(zero_at, 1, x))
+
+
+def sgn(x):
+    """torch.sgn: ``x/|x|`` (complex) or ``sign(x)`` (real); 0 at 0."""
+    if not jnp.iscomplexobj(x):
+        return jnp.sign(x)
+    mag = jnp.abs(x)
+    return x * safe_reciprocal(mag, mag == 0)
+
+
+def expand_reduced(g, shape, axis, keepdims):
+    """Broadcast a reduction's output-shaped array back to the input ``shape`` (torch's
+    ``unsqueeze_multiple`` + ``expand``, seed ``sum_backward``). ``axis`` is a normalized tuple."""
+    if not keepdims:
+        g = jnp.expand_dims(g, axis)
+    return jnp.broadcast_to(g, shape)
+
+
+def reduced_size(shape, axis):
+    """Number of elements folded into each output element (seed ``_safe_size``)."""
+    return math.prod(shape[a] for a in axis)
+
+
+# ----------------------------------------------------------------------------------------------
+# Linear recurrences h_k = a_k h_{k-1} + b_k (h_{-1} = 0), used by cumprod and logcumsumexp.
+
+
+def _compose(left, right):
+    a1, b1 = left
+    a2, b2 = right
+    return a1 * a2, a2 * b1 + b2
+
+
+def linear_recurrence(a, b, axis):
+    """Solve ``h_k = a_k h_{k-1} + b_k`` along ``axis`` with an associative scan (no division,
+    so zeros in ``a`` are exact)."""
+    return lax.associative_scan(_compose, (a, b), axis=axis)[1]
+
+
+def linear_recurrence_transpose(a, ct, axis):
+    """Transpose of ``b -> linear_recurrence(a, b)``: ``s_k = ct_k + a_{k+1} s_{k+1}``."""
+    n = a.shape[axis]
+    shifted = jnp.concatenate(
+        [lax.slice_in_dim(a, 1, n, axis=axis), jnp.zeros_like(lax.slice_in_dim(a, 0, 1, axis=axis))],
+        axis=axis,
+    )
+    return lax.associative_scan(_compose, (shifted, ct), axis=axis, reverse=True)[1]
+
+
+def exclusive_cumprod(x, axis):
+    """``prod_{i<k} x_i`` along ``axis`` (1 for k = 0), without division."""
+    n = x.shape[axis]
+    ones = jnp.ones_like(lax.slice_in_dim(x, 0, 1, axis=axis))
+    shifted = jnp.concatenate([ones, lax.slice_in_dim(x, 0, n - 1, axis=axis)], axis=axis)
+    return jnp.cumprod(shifted, axis=axis)
+
+
+def prod_of_others(x, axis):
+    """``prod_{j != i} x_j`` over the reduced ``axis`` (a tuple), zero-safe and branch-free
+    (seed ``prod_safe_zeros_backward``: exclusive cumprod forward times exclusive cumprod
+    reversed)."""
+    if not axis:
+        return jnp.ones_like(x)
+    moved = jnp.moveaxis(x, axis, tuple(range(x.ndim - len(axis), x.ndim)))
+    flat = moved.reshape(moved.shape[: x.ndim - len(axis)] + (-1,))
+    before = exclusive_cumprod(flat, -1)
+    after = jnp.flip(exclusive_cumprod(jnp.flip(flat, -1), -1), -1)
+    others = (before * after).reshape(moved.shape)
+    return jnp.moveaxis(others, tuple(range(x.ndim - len(axis), x.ndim)), axis)
+
+
+# ----------------------------------------------------------------------------------------------
+# Mask-based (evenly distributed) derivatives: max/min/median/inf-norm/logsumexp at infinity.
+
+
+def even_weights(x, value, axis, keepdims):
+    """``mask / count`` with ``mask = (x == value) | (isnan(x) & isnan(value))``: the derivative
+    of a selection that spreads evenly over ties (seed ``evenly_distribute_backward`` and
+    ``scale_grad_by_count``; NaN counts as the selected value, as the seed's VJP does)."""
+    v = expand_reduced(value, x.shape, axis, keepdims)
+    mask = (x == v) | (jnp.isnan(x) & jnp.isnan(v))
+    count = jnp.sum(mask, axis=axis, keepdims=True)
+    return mask / jnp.where(count == 0, 1, count)
+
+
+def logsumexp_weights(x, out, axis, keepdims):
+    """``d logsumexp / dx``: ``exp(x - out)`` (softmax) where ``out`` is finite; where ``out`` is
+    ``+inf`` (some entry is +inf) or ``-inf`` (all entries are), the limit of the softmax: even
+    weights over the entries equal to ``out`` (torch and JAX give NaN there)."""
+    o = expand_reduced(out, x.shape, axis, keepdims)
+    finite = jnp.isfinite(o.real) if jnp.iscomplexobj(o) else jnp.isfinite(o)
+    soft = jnp.exp(jnp.where(finite, x - jnp.where(finite, o, 0), -jnp.inf))
+    return jnp.where(finite, soft, even_weights(x, out, axis, keepdims).astype(soft.dtype))
+
+
+def median_weights(x, axis, keepdims):
+    """``d median / dx`` for numpy's median (mean of the two middle values when the count is
+    even): each middle value's weight 1/2 (1 when odd) spread evenly over its ties."""
+    n = reduced_size(x.shape, axis)
+    moved = jnp.moveaxis(x, axis, tuple(range(x.ndim - len(axis), x.ndim)))
+    flat = moved.reshape(moved.shape[: x.ndim - len(axis)] + (n,))
+    ordered = jnp.sort(flat, axis=-1)  # NaNs sort last
+    has_nan = jnp.isnan(flat).any(-1)
+    lower = jnp.where(has_nan, jnp.nan, ordered[..., (n - 1) // 2])
+    upper = jnp.where(has_nan, jnp.nan, ordered[..., n // 2])
+    weights = 0.5 * (even_weights(flat, lower, (-1,), False) + even_weights(flat, upper, (-1,), False))
+    weights = jnp.moveaxis(weights.reshape(moved.shape), tuple(range(x.ndim - len(axis), x.ndim)), axis)
+    return weights
+
+
+# ----------------------------------------------------------------------------------------------
+# Norms (seed ``norm_backward`` / ``norm_jvp``).
+
+
+def vector_norm_direction(x, norm, ord, axis, keepdims):
+    """``w`` with ``d norm = Re sum(conj(w) dx)`` (torch's gradient of the p-norm).
+
+    ord 0: 0. ord 1: sgn(x). ord 2: x/norm. ord +-inf: sgn(x)*mask/count over the entries of
+    largest (smallest) magnitude, NaN counting as selected. Other p:
+    sgn(x)|x|^(p-1) / norm^(p-1). Every case is 0 where x == 0 (where norm == 0 for ord 2) —
+    the zero subgradient — and stays finite under another derivative.
+    """
+    n = expand_reduced(norm, x.shape, axis, keepdims)
+    if ord == 0:
+        return jnp.zeros_like(x)
+    if ord == 1:
+        return sgn(x)
+    if ord == 2:
+        return x * safe_reciprocal(n, n == 0)
+    mag = jnp.abs(x)
+    if ord in (math.inf, -math.inf):
+        return sgn(x) * even_weights(mag, norm, axis, keepdims)
+    zero = mag == 0
+    safe_mag = jnp.where(zero, 1, mag)
+    safe_n = jnp.where(n == 0, 1, n)
+    scale = jnp.where(zero | (n == 0), 0, (safe_mag / safe_n) ** (ord - 1))
+    return sgn(x) * scale
+
+
+def real_inner(w, t, axis, keepdims):
+    """``Re sum(conj(w) t)`` over ``axis``."""
+    prod = jnp.conj(w) * t if jnp.iscomplexobj(w) else w * t
+    return jnp.sum(prod.real if jnp.iscomplexobj(prod) else prod, axis=axis, keepdims=keepdims)
+
+
+# ----------------------------------------------------------------------------------------------
+# Elementwise factors.
+
+
+def _ops():
+    """The elementwise ops, for factors whose own derivative must follow jaxrules' conventions
+    (imported late: the ops import this module)."""
+    from jaxrules.ops import elementwise
+
+    return elementwise
+
+
+def sgn_parts(x):
+    """``(sgn(x), 1/(2|x|))`` with both 0 at x = 0 (complex ``sgn_backward``)."""
+    mag = jnp.abs(x)
+    return x * safe_reciprocal(mag, mag == 0), 0.5 * safe_reciprocal(mag, mag == 0)
+
+
+def abs2_reciprocal(x):
+    """``1/|x|^2``, 0 at x = 0."""
+    mag2 = (x * jnp.conj(x)).real
+    return safe_reciprocal(mag2, mag2 == 0)
+
+
+def arctan2_factors(y, x):
+    """``(x, -y) / (x^2 + y^2)``, both 0 at (0, 0) (the zero subgradient; the seed's
+    ``atan2_backward`` gives NaN there, torch 2.13's VJP 0 and its JVP NaN)."""
+    d = x * x + y * y
+    inv = safe_reciprocal(d, d == 0)
+    return x * inv, -y * inv
+
+
+def pow_scalar_exponent_factor(x, exponent):
+    """``e x^(e-1)``, exactly 0 when e = 0 (seed ``pow_backward``: avoids ``0 * inf``)."""
+    if exponent == 0:
+        return jnp.zeros_like(x)
+    return exponent * _ops().power(x, exponent - 1)
+
+
+def pow_base_factor(x, y):
+    """``y x^(y-1)``, 0 where y = 0 (seed ``pow_backward_self``)."""
+    zero = y == 0
+    y_safe = jnp.where(zero, 1, y)
+    return jnp.where(zero, 0, y_safe * _ops().power(x, y_safe - 1))
+
+
+def pow_exponent_factor(x, y, out):
+    """``x^y log(x)``, 0 where x = 0 and y >= 0 (real part of y for complex y with zero imaginary
+    part; seed ``pow_backward_exponent``)."""
+    if jnp.iscomplexobj(y):
+        nonneg = (y.imag == 0) & (y.real >= 0)
+    else:
+        nonneg = y >= 0
+    mask = (x == 0) & nonneg
+    x_safe = jnp.where(mask, 1, x)
+    log_x = jnp.log(x_safe.astype(out.dtype) if jnp.iscomplexobj(out) else x_safe)
+    return jnp.where(mask, 0, out * log_x)
+
+
+def copysign_factor(x, y):
+    """``copysign(x, y) / x``: +-1, 0 where x = 0 (seed ``copysign_tensor_self_backward``)."""
+    same = jnp.signbit(x) == jnp.signbit(y)
+    return jnp.where(x == 0, 0, jnp.where(same, 1.0, -1.0)).astype(jnp.result_type(x, y))
+
+
+def sinc_derivative(x):
+    """``d sinc / dx = (cos(pi x) - sinc(x)) / x``; the Taylor series
+    ``-pi^2 x/3 + pi^4 x^3/30`` for ``|pi x| < 1e-2`` (no cancellation; 0 at 0)."""
+    small = jnp.abs(math.pi * x) < 1e-2
+    x_safe = jnp.where(small, 1, x)
+    exact = (jnp.cos(math.pi * x_safe) - jnp.sinc(x_safe)) / x_safe
+    series = -(math.pi**2) * x / 3 + math.pi**4 * x**3 / 30
+    return jnp.where(small, series, exact)
+
+
+def clip_masks(x, lo, hi):
+    """Which of ``x, lo, hi`` the output follows (seed ``clamp_jvp``'s selection): ``hi`` when
+    lo > hi, else ``lo`` when x < lo, ``hi`` when x > hi, else ``x`` (ties go to x)."""
+    crossed = lo > hi
+    below = ~crossed & (x < lo)
+    above = crossed | (x > hi)
+    return ~(below | above), below, above & ~below
+
+
+def logit_factor(x, eps):
+    """``1/(x(1 - x))`` inside ``[eps, 1 - eps]`` (0 outside); with ``eps=None`` inside
+    ``[0, 1]`` (NaN outside) — seed ``infinitely_differentiable_logit_backward``."""
+    lo, hi, outside = (0.0, 1.0, jnp.nan) if eps is None else (eps, 1 - eps, 0.0)
+    inside = (x >= lo) & (x <= hi)
+    x_safe = jnp.where(inside, x, 0.5)
+    return jnp.where(inside, 1 / (x_safe * (1 - x_safe)), outside)
+
+
+def _bessel_ratio(x, i1x):
+    """``i1(x)/x`` (or ``i1e(x)/x``) with its limit 1/2 at 0."""
+    zero = x == 0
+    return jnp.where(zero, 0.5, i1x / jnp.where(zero, 1, x))
+
+
+def i1_factor(x, out):
+    """``i0(x) - i1(x)/x``; 1/2 at 0 (torch ``i1_backward``)."""
+    from jax.scipy import special
+
+    return special.i0(x) - _bessel_ratio(x, out)
+
+
+def i1e_factor(x, out):
+    """``i0e(x) - i1e(x) (sign(x) + 1/x)``; 1/2 at 0 (torch ``i1e_backward``)."""
+    from jax.scipy import special
+
+    return special.i0e(x) - jnp.sign(x) * out - _bessel_ratio(x, out)
+
+
+def multigammaln_factor(a, d):
+    """``sum_{i<d} digamma(a - i/2)`` (seed ``mvlgamma_backward``)."""
+    from jax.scipy import special
+
+    return sum(special.digamma(a - i / 2) for i in range(d))
+
+
+def xlogy_factors(x, y):
+    """``(xlogy(x != 0, y), x / y)``, both 0 where x = 0 (x log y is identically 0 there)."""
+    zero = x == 0
+    y_safe = jnp.where(zero, 1, y)
+    return jnp.where(zero, 0, jnp.log(y_safe)), jnp.where(zero, 0, x / y_safe)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reduction factors.
+
+
+def var_scale(centered, axis, correction):
+    """``2 / (N - c)``; ``N - c <= 0`` gives inf (torch's ``var_backward`` gives
+    ``where(x == mean, NaN, inf)``, which the product with ``x - mean`` reproduces)."""
+    dof = reduced_size(centered.shape, axis) - correction
+    return 2.0 / dof if dof > 0 else math.inf
+
+
+def half_reciprocal(std):
+    """``1/(2 std)``, 0 where std = 0 (seed ``std_backward``'s masked_fill)."""
+    return 0.5 * safe_reciprocal(std, std == 0)
+
+
+def logcumsumexp_coefficients(x, y, axis):
+    """Coefficients of ``dy_k = a_k dy_{k-1} + b_k t_k``: ``a_k = exp(y_{k-1} - y_k)``,
+    ``b_k = exp(x_k - y_k)``, both in [0, 1]. Where ``y_k`` is infinite (all entries so far are
+    -inf, or one is +inf) the softmax's limit: even weights over the entries equal to ``y_k``,
+    so ``a_k = c_{k-1}/c_k`` and ``b_k = [x_k = y_k]/c_k`` with ``c`` the running count."""
+    n = x.shape[axis]
+    first = lax.slice_in_dim(y, 0, 1, axis=axis)
+    y_prev = jnp.concatenate([jnp.full_like(first, -jnp.inf), lax.slice_in_dim(y, 0, n - 1, axis=axis)], axis)
+    finite = jnp.isfinite(y)
+    y_safe = jnp.where(finite, y, 0)
+    a_soft = jnp.exp(jnp.where(finite, y_prev - y_safe, -jnp.inf))
+    b_soft = jnp.exp(jnp.where(finite, x - y_safe, -jnp.inf))
+    hits = x == jnp.where(y > 0, jnp.inf, -jnp.inf)
+    count = jnp.cumsum(hits, axis=axis)
+    count_prev = count - hits
+    safe_count = jnp.where(count == 0, 1, count)
+    a_inf = jnp.where(y_prev == y, count_prev / safe_count, 0)
+    b_inf = hits / safe_count
+    return jnp.where(finite, a_soft, a_inf), jnp.where(finite, b_soft, b_inf)
+
+
+def renorm_scale(norm, maxnorm):
+    """``(s, ds/dnorm, norm > maxnorm)`` with ``s = maxnorm / (norm + 1e-7)`` (seed
+    ``renorm_backward``)."""
+    inv = 1 / (norm + 1e-7)
+    return maxnorm * inv, -maxnorm * inv * inv, norm > maxnorm

@@ -1,0 +1,129 @@
+"""The op registry: one record per public op (PyTorch's OpInfo is the model).
+
+The tests, ``python -m jaxrules check``, ``python -m jaxrules list`` (and ``COVERAGE.md``) and
+the benchmarks all read these records; adding an op means one primal, two formulas and one
+record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Sample", "SingularPoint", "OpRecord", "register", "records", "get"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One call: ``fn(*args, **kwargs)``. NumPy arrays of inexact dtype are the differentiable
+    arguments; everything else (Python scalars, integer arrays, keywords) is held fixed."""
+
+    args: tuple
+    kwargs: dict = dataclasses.field(default_factory=dict)
+
+    def diff_argnums(self) -> tuple[int, ...]:
+        return tuple(
+            i
+            for i, a in enumerate(self.args)
+            if isinstance(a, np.ndarray) and np.issubdtype(a.dtype, np.inexact)
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class SingularPoint:
+    """A point where the derivative needs a convention.
+
+    ``grad`` is the expected gradient of ``sum(real(fn(*args)))`` with respect to each
+    differentiable argument (a tuple, one entry per argument; an entry may be ``None`` to check
+    finiteness only); ``jvp``, if given, the expected output tangent for all-ones tangents.
+    ``finite_second`` asks that second derivatives (forward-over-reverse and
+    reverse-over-reverse) be finite. ``torch_differs`` is empty when torch (2.13) gives the same
+    first derivative, else the reason jaxrules deliberately differs.
+    """
+
+    label: str
+    args: tuple
+    grad: tuple | None = None
+    kwargs: dict = dataclasses.field(default_factory=dict)
+    finite_second: bool = True
+    torch_differs: str = ""
+    jvp: Any = None
+
+    def sample(self) -> Sample:
+        return Sample(self.args, self.kwargs)
+
+
+SampleFn = Callable[[np.random.Generator, np.dtype], list[Sample]]
+
+
+@dataclasses.dataclass(frozen=True)
+class OpRecord:
+    """Everything the harness, the CLI and the coverage table need to know about an op.
+
+    * ``fn``: the public function; ``public``: its public names.
+    * ``formula_ops``: names of the mechanism ops whose formulas carry its derivatives (the op
+      itself, or the ops it is composed of).
+    * ``seed``: the seed functions it mirrors.
+    * ``samples(rng, dtype)``: sample inputs of that dtype, away from singular points.
+    * ``torch_fn(torch, *args, **kwargs)``: the same computation in torch (``None``: no torch
+      equivalent); ``torch_name`` for the table.
+    * ``dtypes``: float64 and, where torch supports it, complex128; ``low_precision``: dtypes
+      checked against the float64 result.
+    * ``deviations``: where and why jaxrules deliberately differs from torch (COVERAGE.md).
+    """
+
+    name: str
+    fn: Callable
+    public: tuple[str, ...]
+    formula_ops: tuple[str, ...]
+    seed: tuple[str, ...]
+    samples: SampleFn
+    torch_fn: Callable | None
+    torch_name: str
+    dtypes: tuple[str, ...] = ("float64",)
+    low_precision: tuple[str, ...] = ("float32",)
+    singular: tuple[SingularPoint, ...] = ()
+    deviations: str = ""
+    tolerance: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def complex_support(self) -> bool:
+        return any(d.startswith("complex") for d in self.dtypes)
+
+
+_REGISTRY: dict[str, OpRecord] = {}
+
+
+def register(record: OpRecord) -> OpRecord:
+    """Add ``record`` to the registry (names are unique)."""
+    if record.name in _REGISTRY:
+        raise ValueError(f"register: an op named {record.name!r} is already registered")
+    _REGISTRY[record.name] = record
+    return record
+
+
+def _load_all() -> None:
+    from jaxrules import ops  # noqa: F401  (registers every op)
+
+
+def records(pattern: str | None = None) -> list[OpRecord]:
+    """Registered records, sorted by name; ``pattern`` is a shell-style glob or a substring."""
+    _load_all()
+    out = sorted(_REGISTRY.values(), key=lambda r: r.name)
+    if pattern:
+        glob = pattern if any(c in pattern for c in "*?[") else f"*{pattern}*"
+        out = [r for r in out if fnmatch.fnmatch(r.name, glob)]
+    return out
+
+
+def get(name: str) -> OpRecord:
+    """The record named ``name``."""
+    _load_all()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"get: no op named {name!r} is registered") from None

@@ -1,0 +1,471 @@
+"""The verification harness: the testing contract of ``../shared/DESIGN.md`` §5, run from an
+op's record. Usable on your own ops: build an ``OpRecord`` and call ``check_op(record)``.
+
+Checks (names used by the CLI, the tests and the JSON report):
+
+* ``gradients``   ``jax.test_util.check_grads(order=2, modes=("fwd", "rev"))`` on every sample;
+* ``jvp_vjp``     the two formulas agree: ``Re<ct, jvp(t)> == Re<vjp(ct), t>``;
+* ``formulas``    ``jax.jvp`` ran a JVP formula and no VJP formula; ``jax.vjp`` the converse;
+* ``vmap``        every subset of arguments batched, a batch axis other than 0, nested vmap,
+  vmap of grad, grad of vmap, vmap of jvp — each equal to a Python loop;
+* ``jit``         jit of the value, the gradient and the JVP equal eager;
+* ``torch``       values, gradients (conjugated for complex) and JVPs against torch;
+* ``singular``    the record's expected derivatives at its singular points, finite second
+  derivatives (forward-over-reverse, reverse-over-reverse, forward-over-forward);
+* ``low_precision`` float32/bfloat16 values and gradients against float64.
+
+Everything runs in float64: enable it first (``jax.config.update("jax_enable_x64", True)``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import traceback
+import zlib
+from collections.abc import Callable, Iterable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.test_util import check_grads
+
+from jaxrules.mechanism import formula_spy
+from jaxrules.registry import OpRecord, Sample
+
+__all__ = ["CHECKS", "CheckResult", "check_op", "run_check"]
+
+CHECKS = ("gradients", "jvp_vjp", "formulas", "vmap", "jit", "torch", "singular", "low_precision")
+
+_TOL = {"float64": 1e-9, "complex128": 1e-9, "float32": 2e-4, "complex64": 2e-4, "bfloat16": 6e-2}
+
+
+@dataclasses.dataclass
+class CheckResult:
+    """One check of one op: ``passed``, the largest error seen (relative where it makes sense),
+    and a one-line ``detail`` (the first failure, or what was skipped)."""
+
+    op: str
+    check: str
+    passed: bool
+    max_error: float | None = None
+    detail: str = ""
+    skipped: bool = False
+
+
+class CheckFailure(AssertionError):
+    """A check found a wrong result."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _rng(record: OpRecord, salt: str) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(f"{record.name}/{salt}".encode()))
+
+
+def _samples(record: OpRecord, dtype: str) -> list[Sample]:
+    return record.samples(_rng(record, dtype), np.dtype(dtype))
+
+
+def _closure(record: OpRecord, sample: Sample) -> tuple[Callable, list]:
+    """``f(*diff_args)`` with the other arguments fixed, and the differentiable arguments."""
+    idx = sample.diff_argnums()
+
+    def f(*diff):
+        args = list(sample.args)
+        for i, d in zip(idx, diff):
+            args[i] = d
+        return record.fn(*args, **sample.kwargs)
+
+    return f, [jnp.asarray(sample.args[i]) for i in idx]
+
+
+def _like(rng: np.random.Generator, x) -> jax.Array:
+    """A random array shaped and typed like ``x``."""
+    shape, dtype = np.shape(x), np.dtype(x.dtype)
+    values = rng.standard_normal(shape)
+    if np.issubdtype(dtype, np.complexfloating):
+        values = values + 1j * rng.standard_normal(shape)
+    return jnp.asarray(values.astype(dtype))
+
+
+def _real_pairing(a_tree, b_tree) -> jax.Array:
+    """``sum Re(a * b)`` over matching pytrees (the pairing under which JAX's VJP is the
+    transpose of its JVP, complex included)."""
+    terms = [jnp.sum((a * b).real) for a, b in zip(jax.tree.leaves(a_tree), jax.tree.leaves(b_tree))]
+    return sum(terms[1:], terms[0])
+
+
+def _loss(f: Callable, ct) -> Callable:
+    """``L(*args) = sum Re(conj(ct) f(*args))``: a real scalar whose JAX gradient is the
+    conjugate of torch's."""
+    return lambda *args: _real_pairing(jax.tree.map(jnp.conj, ct), f(*args))
+
+
+def _error(actual, expected) -> float:
+    """Largest ``|a - e| / max(1, |e|)``; matching infinities and NaNs count as equal."""
+    worst = 0.0
+    for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
+        a = np.asarray(a, dtype=np.complex128 if np.iscomplexobj(a) or np.iscomplexobj(e) else np.float64)
+        e = np.asarray(e, dtype=a.dtype)
+        if a.shape != e.shape:
+            return float("inf")
+        same = (a == e) | (np.isnan(a) & np.isnan(e))
+        with np.errstate(invalid="ignore"):
+            diff = np.where(same, 0.0, np.abs(a - e) / np.maximum(1.0, np.abs(e)))
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        worst = max(worst, float(diff.max(initial=0.0)))
+    return worst
+
+
+def _expect_close(what: str, actual, expected, tol: float) -> float:
+    err = _error(actual, expected)
+    if not err <= tol:
+        raise CheckFailure(f"{what}: error {err:.3g} > {tol:.1g}")
+    return err
+
+
+def _finite(tree) -> bool:
+    return all(bool(np.all(np.isfinite(np.asarray(x)))) for x in jax.tree.leaves(tree))
+
+
+def _tol(record: OpRecord, key: str, default: float) -> float:
+    return float(record.tolerance.get(key, default))
+
+
+def _each_sample(record: OpRecord, dtypes: Iterable[str] | None = None):
+    for dtype in dtypes or record.dtypes:
+        for k, sample in enumerate(_samples(record, dtype)):
+            if sample.diff_argnums():
+                yield f"{dtype} sample {k}", sample
+
+
+# ----------------------------------------------------------------------------------------------
+# The checks. Each raises CheckFailure (or any exception) on failure and returns the max error.
+
+
+def _check_gradients(record: OpRecord) -> float:
+    for label, sample in _each_sample(record):
+        f, args = _closure(record, sample)
+        try:
+            check_grads(f, args, order=2, modes=("fwd", "rev"), **record.tolerance.get("check_grads", {}))
+        except AssertionError as err:
+            raise CheckFailure(f"{label} {sample.kwargs}: {str(err).strip().splitlines()[0]}") from None
+    return 0.0
+
+
+def _check_jvp_vjp(record: OpRecord) -> float:
+    worst = 0.0
+    rng = _rng(record, "jvp_vjp")
+    for label, sample in _each_sample(record):
+        f, args = _closure(record, sample)
+        tangents = [_like(rng, a) for a in args]
+        out, out_t = jax.jvp(f, args, tangents)
+        ct = jax.tree.map(lambda o: _like(rng, o), out)
+        in_ct = jax.vjp(f, *args)[1](ct)
+        lhs, rhs = _real_pairing(ct, out_t), _real_pairing(in_ct, tangents)
+        err = abs(float(lhs - rhs)) / max(1.0, abs(float(lhs)))
+        if not err <= _tol(record, "jvp_vjp", 1e-10):
+            raise CheckFailure(f"{label}: <ct, jvp(t)> = {float(lhs):.12g} but <vjp(ct), t> = {float(rhs):.12g}")
+        worst = max(worst, err)
+    return worst
+
+
+def _ran(calls, kind: str, names) -> bool:
+    return any(k == kind and n in names for k, n in calls)
+
+
+def _check_formulas(record: OpRecord) -> float:
+    rng = _rng(record, "formulas")
+    for label, sample in _each_sample(record):
+        f, args = _closure(record, sample)
+        with formula_spy() as calls:
+            jax.jvp(f, args, [_like(rng, a) for a in args])
+        if not _ran(calls, "jvp", record.formula_ops) or any(k == "vjp" for k, _ in calls):
+            raise CheckFailure(f"{label}: jax.jvp ran {calls}, expected JVP formulas of {record.formula_ops}")
+        out, pullback = jax.vjp(f, *args)
+        with formula_spy() as calls:
+            pullback(jax.tree.map(lambda o: _like(rng, o), out))
+        if not _ran(calls, "vjp", record.formula_ops) or any(k == "jvp" for k, _ in calls):
+            raise CheckFailure(f"{label}: the pullback ran {calls}, expected VJP formulas of {record.formula_ops}")
+    return 0.0
+
+
+_SCALES = (1.0, 0.97, 0.94)
+
+
+def _batch(x, axis: int = 0, scales=_SCALES):
+    return jnp.stack([x * s for s in scales], axis=axis)
+
+
+def _loop(f, batched_args, in_axes, n):
+    outs = [f(*[a if d is None else jnp.take(a, k, axis=d) for a, d in zip(batched_args, in_axes)]) for k in range(n)]
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
+
+
+def _check_vmap(record: OpRecord) -> float:
+    tol = _tol(record, "vmap", 1e-10)
+    worst = 0.0
+    rng = _rng(record, "vmap")
+    n = len(_SCALES)
+    for label, sample in _each_sample(record):
+        f, args = _closure(record, sample)
+
+        def compare(what, actual, expected):
+            nonlocal worst
+            worst = max(worst, _expect_close(f"{label}: {what}", actual, expected, tol))
+
+        # Every non-empty subset of the arguments batched at axis 0.
+        for r in range(1, len(args) + 1):
+            for subset in itertools.combinations(range(len(args)), r):
+                in_axes = [0 if i in subset else None for i in range(len(args))]
+                batched = [_batch(a) if d == 0 else a for a, d in zip(args, in_axes)]
+                compare(f"vmap in_axes={in_axes}", jax.vmap(f, in_axes=in_axes)(*batched), _loop(f, batched, in_axes, n))
+        # A batch axis other than 0 (the last), on the first argument.
+        last = args[0].ndim
+        in_axes = [last] + [None] * (len(args) - 1)
+        batched = [_batch(args[0], last)] + args[1:]
+        compare(f"vmap in_axes={in_axes}", jax.vmap(f, in_axes=in_axes)(*batched), _loop(f, batched, in_axes, n))
+        # Nested vmap over a (2, 3) batch of the first argument.
+        nested = jnp.stack([_batch(args[0]), _batch(args[0], scales=(0.99, 0.96, 0.93))])
+        rest = lambda b: f(b, *args[1:])  # noqa: E731
+        looped = _loop(lambda row: _loop(rest, [row], [0], n), [nested], [0], 2)
+        compare("nested vmap", jax.vmap(jax.vmap(rest))(nested), looped)
+        # vmap of grad, grad of vmap (the last argument unbatched when there are several), vmap of jvp.
+        out = f(*args)
+        ct = jax.tree.map(lambda o: _like(rng, o), out)
+        loss = _loss(f, ct)
+        grad = jax.grad(loss, argnums=tuple(range(len(args))))
+        batched = [_batch(a) for a in args]
+        in_axes = [0] * len(args)
+        compare("vmap of grad", jax.vmap(grad)(*batched), _loop(grad, batched, in_axes, n))
+        in_axes = [0] * (len(args) - 1) + [None] if len(args) > 1 else [0]
+        batched = [_batch(a) if d == 0 else a for a, d in zip(args, in_axes)]
+        summed = lambda *a: jnp.sum(jax.vmap(loss, in_axes=in_axes)(*a))  # noqa: E731
+        looped = [grad(*[a if d is None else a[k] for a, d in zip(batched, in_axes)]) for k in range(n)]
+        expected = [
+            jnp.stack([g[i] for g in looped]) if d == 0 else sum(g[i] for g in looped)
+            for i, d in enumerate(in_axes)
+        ]
+        compare("grad of vmap", jax.grad(summed, argnums=tuple(range(len(args))))(*batched), expected)
+        tangents = [_batch(_like(rng, a)) for a in args]
+        jvp = lambda *at: jax.jvp(f, at[: len(args)], at[len(args) :])  # noqa: E731
+        both = [_batch(a) for a in args] + tangents
+        compare("vmap of jvp", jax.vmap(jvp)(*both), _loop(jvp, both, [0] * len(both), n))
+    return worst
+
+
+def _check_jit(record: OpRecord) -> float:
+    tol = _tol(record, "jit", 1e-10)
+    worst = 0.0
+    rng = _rng(record, "jit")
+    for label, sample in _each_sample(record):
+        f, args = _closure(record, sample)
+        out = f(*args)
+        loss = _loss(f, jax.tree.map(lambda o: _like(rng, o), out))
+        grad = jax.grad(loss, argnums=tuple(range(len(args))))
+        tangents = tuple(_like(rng, a) for a in args)
+        jvp = lambda *a: jax.jvp(f, a, tangents)  # noqa: E731
+        for what, fn in (("value", f), ("grad", grad), ("jvp", jvp)):
+            worst = max(worst, _expect_close(f"{label}: jit {what}", jax.jit(fn)(*args), fn(*args), tol))
+    return worst
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _to_torch(torch, sample: Sample, requires_grad: bool):
+    idx = set(sample.diff_argnums())
+    return [
+        torch.tensor(np.asarray(a), requires_grad=requires_grad and i in idx) if isinstance(a, np.ndarray) else a
+        for i, a in enumerate(sample.args)
+    ]
+
+
+def _from_torch(value):
+    if isinstance(value, tuple | list):
+        return tuple(_from_torch(v) for v in value)
+    return value.numpy(force=True)
+
+
+def _torch_grads(torch, record, sample, ct):
+    """torch's value and gradient of ``sum Re(conj(ct) f)``; gradients conjugated to JAX's
+    convention (``None`` where torch gives none)."""
+    targs = _to_torch(torch, sample, True)
+    out = record.torch_fn(torch, *targs, **sample.kwargs)
+    outs = out if isinstance(out, tuple | list) else (out,)
+    cts = jax.tree.leaves(ct)
+    loss = sum((torch.conj(torch.tensor(np.asarray(c))) * o).real.sum() for c, o in zip(cts, outs))
+    diff = [targs[i] for i in sample.diff_argnums()]
+    grads = torch.autograd.grad(loss, diff, allow_unused=True)
+    grads = [None if g is None else np.conj(g.numpy(force=True)) for g in grads]
+    return _from_torch(out), grads
+
+
+def _torch_jvp(torch, record, sample, tangents):
+    targs = _to_torch(torch, sample, False)
+    idx = sample.diff_argnums()
+
+    def fn(*diff):
+        args = list(targs)
+        for i, d in zip(idx, diff):
+            args[i] = d
+        return record.torch_fn(torch, *args, **sample.kwargs)
+
+    primals = tuple(targs[i] for i in idx)
+    tans = tuple(torch.tensor(np.asarray(t)) for t in tangents)
+    return _from_torch(torch.func.jvp(fn, primals, tans)[1])
+
+
+def _check_torch(record: OpRecord) -> float | str:
+    torch = _torch()
+    if torch is None:
+        return "skipped: torch is not installed"
+    if record.torch_fn is None:
+        return "skipped: no torch equivalent"
+    tol = _tol(record, "torch", 1e-9)
+    worst = 0.0
+    notes = []
+    rng = _rng(record, "torch")
+    points = list(_each_sample(record)) + [
+        (f"singular point {p.label!r}", p.sample()) for p in record.singular if not p.torch_differs
+    ]
+    for label, sample in points:
+        f, args = _closure(record, sample)
+        out = f(*args)
+        ct = jax.tree.map(lambda o: _like(rng, o), out)
+        t_out, t_grads = _torch_grads(torch, record, sample, ct)
+        worst = max(worst, _expect_close(f"{label}: value vs torch", out, t_out, tol))
+        grads = jax.grad(_loss(f, ct), argnums=tuple(range(len(args))))(*args)
+        for i, (g, tg) in enumerate(zip(grads, t_grads)):
+            expected = np.zeros_like(np.asarray(g)) if tg is None else tg
+            worst = max(worst, _expect_close(f"{label}: gradient {i} vs torch", g, expected, tol))
+        if label.startswith("singular"):
+            continue
+        tangents = [_like(rng, a) for a in args]
+        try:
+            t_jvp = _torch_jvp(torch, record, sample, tangents)
+        except (NotImplementedError, RuntimeError) as err:
+            notes.append(f"torch has no forward AD here ({type(err).__name__})")
+            continue
+        worst = max(worst, _expect_close(f"{label}: jvp vs torch", jax.jvp(f, args, tangents)[1], t_jvp, tol))
+    return worst if not notes else (worst, "; ".join(sorted(set(notes))))
+
+
+def _check_singular(record: OpRecord) -> float | str:
+    if not record.singular:
+        return "skipped: the record lists no singular points"
+    worst = 0.0
+    tol = _tol(record, "singular", 1e-9)
+    for point in record.singular:
+        label = f"{point.label!r} {point.kwargs}"
+        f, args = _closure(record, point.sample())
+        argnums = tuple(range(len(args)))
+        loss = lambda *a: _real_pairing(jax.tree.map(jnp.ones_like, f(*a)), f(*a))  # noqa: E731
+        grads = jax.grad(loss, argnums=argnums)(*args)
+        if point.grad is not None:
+            for i, (g, e) in enumerate(zip(grads, point.grad)):
+                if e is not None:
+                    worst = max(worst, _expect_close(f"{label}: gradient {i}", g, e, tol))
+        ones = [jnp.ones_like(a) for a in args]
+        out_t = jax.jvp(f, args, ones)[1]
+        if point.jvp is not None:
+            worst = max(worst, _expect_close(f"{label}: jvp", out_t, point.jvp, tol))
+        if _finite(grads) and _finite(out_t):
+            lhs = _real_pairing(jax.tree.map(jnp.ones_like, out_t), out_t)
+            rhs = _real_pairing(grads, ones)
+            worst = max(worst, _expect_close(f"{label}: <1, jvp(1)> vs <grad, 1>", lhs, rhs, tol))
+        if point.finite_second:
+            real_loss, real_args = _as_real(loss, args)
+            argnums = tuple(range(len(real_args)))
+            for how, hess in (
+                ("fwd-over-rev", jax.jacfwd(jax.grad(real_loss, argnums=argnums), argnums=argnums)),
+                ("rev-over-rev", jax.jacrev(jax.grad(real_loss, argnums=argnums), argnums=argnums)),
+                ("fwd-over-fwd", jax.jacfwd(jax.jacfwd(real_loss, argnums=argnums), argnums=argnums)),
+            ):
+                if not _finite(hess(*real_args)):
+                    raise CheckFailure(f"{label}: {how} second derivative is not finite: {hess(*real_args)}")
+    return worst
+
+
+def _as_real(loss, args):
+    """``loss`` as a function of real arrays (complex arguments split into real and imaginary
+    parts), so that ``jacfwd``/``jacrev`` apply."""
+    split = [jnp.iscomplexobj(a) for a in args]
+    real_args = []
+    for a, c in zip(args, split):
+        real_args += [a.real, a.imag] if c else [a]
+
+    def real_loss(*parts):
+        it = iter(parts)
+        rebuilt = [next(it) + 1j * next(it) if c else next(it) for c in split]
+        return loss(*rebuilt)
+
+    return real_loss, real_args
+
+
+def _check_low_precision(record: OpRecord) -> float | str:
+    if not record.low_precision:
+        return "skipped: no low-precision dtypes listed"
+    worst = 0.0
+    rng = _rng(record, "low_precision")
+    for label, sample in _each_sample(record, ("float64",)):
+        f, args = _closure(record, sample)
+        out = f(*args)
+        ct = jax.tree.map(lambda o: _like(rng, o), out)
+        grads = jax.vjp(f, *args)[1](ct)
+        for dtype in record.low_precision:
+            low = [a.astype(dtype) for a in args]
+            low_out, pullback = jax.vjp(f, *low)
+            low_grads = pullback(jax.tree.map(lambda c, o: c.astype(o.dtype), ct, low_out))
+            if any(o.dtype != jnp.dtype(dtype) for o in jax.tree.leaves(low_out)):
+                raise CheckFailure(f"{label}: {dtype} input gave {[o.dtype for o in jax.tree.leaves(low_out)]}")
+            tol = _tol(record, dtype, _TOL[dtype])
+            worst = max(worst, _expect_close(f"{label}: {dtype} value", low_out, out, tol))
+            worst = max(worst, _expect_close(f"{label}: {dtype} gradient", low_grads, grads, tol))
+    return worst
+
+
+_RUNNERS = {
+    "gradients": _check_gradients,
+    "jvp_vjp": _check_jvp_vjp,
+    "formulas": _check_formulas,
+    "vmap": _check_vmap,
+    "jit": _check_jit,
+    "torch": _check_torch,
+    "singular": _check_singular,
+    "low_precision": _check_low_precision,
+}
+
+
+def run_check(record: OpRecord, check: str) -> CheckResult:
+    """Run one check on one record; failures come back as a result, never raise."""
+    if check not in _RUNNERS:
+        raise ValueError(f"run_check: unknown check {check!r}; choose from {CHECKS}")
+    if not jax.config.jax_enable_x64:
+        raise RuntimeError('run_check: enable float64 first: jax.config.update("jax_enable_x64", True)')
+    try:
+        outcome = _RUNNERS[check](record)
+    except CheckFailure as err:
+        return CheckResult(record.name, check, False, None, str(err))
+    except Exception as err:  # a crash is a failure too, reported with where it happened
+        where = traceback.extract_tb(err.__traceback__)[-1]
+        detail = f"{type(err).__name__}: {err} ({where.filename.split('/')[-1]}:{where.lineno})"
+        return CheckResult(record.name, check, False, None, detail.replace("\n", " ")[:500])
+    if isinstance(outcome, str):
+        return CheckResult(record.name, check, True, None, outcome, skipped=True)
+    if isinstance(outcome, tuple):
+        return CheckResult(record.name, check, True, outcome[0], outcome[1])
+    return CheckResult(record.name, check, True, outcome)
+
+
+def check_op(record: OpRecord, checks: Iterable[str] = CHECKS) -> list[CheckResult]:
+    """Run ``checks`` (all by default) on ``record``."""
+    return [run_check(record, c) for c in checks]
