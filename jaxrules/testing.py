@@ -222,7 +222,8 @@ def _check_vmap(record: OpRecord) -> float:
             for subset in itertools.combinations(range(len(args)), r):
                 in_axes = [0 if i in subset else None for i in range(len(args))]
                 batched = [_batch(a) if d == 0 else a for a, d in zip(args, in_axes)]
-                compare(f"vmap in_axes={in_axes}", jax.vmap(f, in_axes=in_axes)(*batched), _loop(f, batched, in_axes, n))
+                expected = _loop(f, batched, in_axes, n)
+                compare(f"vmap in_axes={in_axes}", jax.vmap(f, in_axes=in_axes)(*batched), expected)
         # A batch axis other than 0 (the last), on the first argument.
         last = args[0].ndim
         in_axes = [last] + [None] * (len(args) - 1)
@@ -230,7 +231,7 @@ def _check_vmap(record: OpRecord) -> float:
         compare(f"vmap in_axes={in_axes}", jax.vmap(f, in_axes=in_axes)(*batched), _loop(f, batched, in_axes, n))
         # Nested vmap over a (2, 3) batch of the first argument.
         nested = jnp.stack([_batch(args[0]), _batch(args[0], scales=(0.99, 0.96, 0.93))])
-        rest = lambda b: f(b, *args[1:])  # noqa: E731
+        rest = lambda b: f(b, *args[1:])
         looped = _loop(lambda row: _loop(rest, [row], [0], n), [nested], [0], 2)
         compare("nested vmap", jax.vmap(jax.vmap(rest))(nested), looped)
         # vmap of grad, grad of vmap (the last argument unbatched when there are several), vmap of jvp.
@@ -243,7 +244,7 @@ def _check_vmap(record: OpRecord) -> float:
         compare("vmap of grad", jax.vmap(grad)(*batched), _loop(grad, batched, in_axes, n))
         in_axes = [0] * (len(args) - 1) + [None] if len(args) > 1 else [0]
         batched = [_batch(a) if d == 0 else a for a, d in zip(args, in_axes)]
-        summed = lambda *a: jnp.sum(jax.vmap(loss, in_axes=in_axes)(*a))  # noqa: E731
+        summed = lambda *a: jnp.sum(jax.vmap(loss, in_axes=in_axes)(*a))
         looped = [grad(*[a if d is None else a[k] for a, d in zip(batched, in_axes)]) for k in range(n)]
         expected = [
             jnp.stack([g[i] for g in looped]) if d == 0 else sum(g[i] for g in looped)
@@ -251,7 +252,7 @@ def _check_vmap(record: OpRecord) -> float:
         ]
         compare("grad of vmap", jax.grad(summed, argnums=tuple(range(len(args))))(*batched), expected)
         tangents = [_batch(_like(rng, a)) for a in args]
-        jvp = lambda *at: jax.jvp(f, at[: len(args)], at[len(args) :])  # noqa: E731
+        jvp = lambda *at: jax.jvp(f, at[: len(args)], at[len(args) :])
         both = [_batch(a) for a in args] + tangents
         compare("vmap of jvp", jax.vmap(jvp)(*both), _loop(jvp, both, [0] * len(both), n))
     return worst
@@ -267,7 +268,7 @@ def _check_jit(record: OpRecord) -> float:
         loss = _loss(f, jax.tree.map(lambda o: _like(rng, o), out))
         grad = jax.grad(loss, argnums=tuple(range(len(args))))
         tangents = tuple(_like(rng, a) for a in args)
-        jvp = lambda *a: jax.jvp(f, a, tangents)  # noqa: E731
+        jvp = lambda *a: jax.jvp(f, a, tangents)
         for what, fn in (("value", f), ("grad", grad), ("jvp", jvp)):
             worst = max(worst, _expect_close(f"{label}: jit {what}", jax.jit(fn)(*args), fn(*args), tol))
     return worst
@@ -368,7 +369,7 @@ def _check_singular(record: OpRecord) -> float | str:
         label = f"{point.label!r} {point.kwargs}"
         f, args = _closure(record, point.sample())
         argnums = tuple(range(len(args)))
-        loss = lambda *a: _real_pairing(jax.tree.map(jnp.ones_like, f(*a)), f(*a))  # noqa: E731
+        loss = lambda *a: _real_pairing(jax.tree.map(jnp.ones_like, f(*a)), f(*a))
         grads = jax.grad(loss, argnums=argnums)(*args)
         if point.grad is not None:
             for i, (g, e) in enumerate(zip(grads, point.grad)):

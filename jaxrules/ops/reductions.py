@@ -16,7 +16,7 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import vjp_rules as R
 from jaxrules.mechanism import define_op
-from jaxrules.ops._sampling import distinct, f64, normal, uniform
+from jaxrules.ops._sampling import distinct, f64, normal
 from jaxrules.registry import OpRecord, Sample, SingularPoint, register
 
 

@@ -1,0 +1,71 @@
+"""Bad input gets a clear error naming the op and the argument, before any tracing work."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrules.linalg as jrl
+import jaxrules.numpy as rnp
+import jaxrules.scipy.special as rsp
+
+X = np.ones((2, 3))
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda: rnp.sum(X, axis=2), ValueError, ["sum", "axis=2"]),
+        (lambda: rnp.var(X, axis=(0, 0)), ValueError, ["var", "repeats"]),
+        (lambda: rnp.amax(X, axis=1.5), TypeError, ["amax", "axis"]),
+        (lambda: rnp.cumsum(X, axis=(0, 1)), TypeError, ["cumsum", "axis"]),
+        (lambda: rnp.logcumsumexp(X, axis=-3), ValueError, ["logcumsumexp", "axis"]),
+        (lambda: rnp.linalg.vector_norm(X, ord="fro"), ValueError, ["vector_norm", "ord"]),
+        (lambda: rnp.linalg.vector_norm(X, ord=float("nan")), ValueError, ["vector_norm", "ord"]),
+        (lambda: rnp.linalg.norm(X, ord="bogus"), ValueError, ["norm", "ord"]),
+        (lambda: jrl.renorm(X, 0, 0, 1.0), ValueError, ["renorm", "p"]),
+        (lambda: jrl.renorm(X, 2, 0, -1.0), ValueError, ["renorm", "maxnorm"]),
+        (lambda: jrl.renorm(X, 2, 5, 1.0), ValueError, ["renorm", "dim"]),
+        (lambda: rnp.arctan2(np.ones(3), np.ones(4)), ValueError, ["arctan2", "x1", "x2"]),
+        (lambda: rnp.power(np.ones(3), np.ones((2, 2))), ValueError, ["power", "x1", "x2"]),
+        (lambda: rnp.clip(np.ones(3), np.zeros(2), 1.0), ValueError, ["clip", "min"]),
+        (lambda: rnp.clip(np.ones(3)), ValueError, ["clip", "min", "max"]),
+        (lambda: jrl.cdist(np.ones((2, 3)), np.ones((2, 4))), ValueError, ["cdist", "x1", "x2"]),
+        (lambda: jrl.cdist(np.ones(3), np.ones((2, 3))), ValueError, ["cdist", "rank"]),
+        (lambda: jrl.dist(np.ones(3), np.ones(2)), ValueError, ["dist", "input", "other"]),
+        (lambda: rsp.logit(X, eps=0.7), ValueError, ["logit", "eps"]),
+        (lambda: rsp.multigammaln(X, 0), ValueError, ["multigammaln", "d"]),
+        (lambda: rnp.abs("abc"), TypeError, ["abs", "'x'"]),
+        (lambda: rnp.sum(None), TypeError, ["sum", "'a'"]),
+        (lambda: rnp.mean([[1.0, 2.0], [3.0]]), TypeError, ["mean", "'a'"]),
+        (lambda: rnp.sum(X, where=X > 0), TypeError, ["sum", "where"]),
+        (lambda: rnp.var(X, ddof=1, correction=1), ValueError, ["var", "ddof", "correction"]),
+        (lambda: rnp.amax(np.ones((0, 2))), ValueError, ["amax", "zero-size"]),
+        (lambda: rnp.logcumsumexp(np.ones(3) + 0j, 0), TypeError, ["logcumsumexp", "complex"]),
+    ],
+)
+def test_bad_input_names_op_and_argument(call, error, words):
+    with pytest.raises(error) as info:
+        call()
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_errors_come_before_tracing():
+    """The check runs on static information, so it fires under jit too, with the same message."""
+    with pytest.raises(ValueError, match="sum: axis=2"):
+        jax.jit(lambda x: rnp.sum(x, axis=2))(X)
+
+
+def test_gradient_with_respect_to_integers_is_refused():
+    with pytest.raises(TypeError, match="grad requires real- or complex-valued inputs"):
+        jax.grad(lambda x: rnp.sum(x))(jnp.arange(3))
+
+
+def test_integer_input_follows_jax_numpy():
+    """Integer arrays keep jax.numpy's result types (no derivative is involved)."""
+    ints = jnp.arange(4)
+    assert rnp.sum(ints).dtype == jnp.sum(ints).dtype
+    assert rnp.cumprod(ints + 1).tolist() == [1, 2, 6, 24]
+    assert rnp.mean(ints).dtype == jnp.mean(ints).dtype
+    assert rnp.abs(-ints).tolist() == [0, 1, 2, 3]

@@ -1,0 +1,137 @@
+"""The harness itself: it passes a correct op, and each check fails the op it is meant to catch
+(so no check is one that cannot fail). Also the CLI and COVERAGE.md."""
+
+import dataclasses
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrules
+from jaxrules import OpRecord, Sample, SingularPoint, define_op
+from jaxrules.cli import coverage_markdown, main
+from jaxrules.testing import CHECKS, check_op, run_check
+
+
+def _square_jvp(x, t):
+    return 2 * x * t
+
+
+def _square_vjp(x, ct):
+    return (2 * x * ct,)
+
+
+def _record(name, jvp=_square_jvp, vjp=_square_vjp, fn=None, **kw):
+    op = define_op(name, lambda x: x * x, jvp, vjp)
+    kw.setdefault("singular", (SingularPoint("zero", (np.zeros(2),), (np.zeros(2),)),))
+    return OpRecord(
+        name=name,
+        fn=fn or op,
+        public=(name,),
+        formula_ops=(name,),
+        seed=("none",),
+        samples=lambda rng, dt: [Sample((rng.standard_normal((2, 3)).astype(dt),))],
+        torch_fn=lambda torch, x: x * x,
+        torch_name="x * x",
+        **kw,
+    )
+
+
+GOOD = _record("test_square")
+
+
+@jax.custom_batching.custom_vmap
+def _wrong_batching(x):
+    return x * x
+
+
+@_wrong_batching.def_vmap
+def _wrong_batching_rule(axis_size, in_batched, x):
+    return x * x + 1.0, in_batched[0]
+
+
+def test_a_correct_op_passes_every_check():
+    results = check_op(GOOD)
+    assert [r.check for r in results] == list(CHECKS)
+    assert all(r.passed for r in results), [r for r in results if not r.passed]
+
+
+@pytest.mark.parametrize(
+    "broken, failing",
+    [
+        # A wrong VJP formula: finite differences and the JVP/VJP identity both see it.
+        (_record("test_bad_vjp", vjp=lambda x, ct: (3 * x * ct,)), {"gradients", "jvp_vjp", "torch"}),
+        # A wrong JVP formula.
+        (_record("test_bad_jvp", jvp=lambda x, t: -2 * x * t), {"gradients", "jvp_vjp", "torch"}),
+        # A function whose batching rule is wrong.
+        (_record("test_bad_batching", fn=lambda x: _wrong_batching(x)), {"vmap"}),
+        # The public function bypasses the rule: the formula spy notices.
+        (_record("test_bypass", fn=lambda x: x * x), {"formulas"}),
+        # A wrong expected value at a singular point.
+        (_record("test_bad_singular", singular=(SingularPoint("zero", (np.zeros(2),), (np.ones(2),)),)), {"singular"}),
+        # A non-finite second derivative at a singular point.
+        (
+            _record("test_infinite_second", jvp=lambda x, t: t * jnp.sqrt(jnp.abs(x)),
+                    vjp=lambda x, ct: (ct * jnp.sqrt(jnp.abs(x)),), fn=None,
+                    singular=(SingularPoint("zero", (np.zeros(2),), (np.zeros(2),)),)),
+            {"singular"},
+        ),
+        # A torch reference that disagrees.
+        (dataclasses.replace(GOOD, name="test_bad_torch", torch_fn=lambda torch, x: x * x * 1.5), {"torch"}),
+    ],
+    ids=lambda v: v.name if isinstance(v, OpRecord) else "",
+)
+def test_each_check_catches_its_failure(broken, failing):
+    results = {r.check: r for r in check_op(broken, sorted(failing))}
+    for check in failing:
+        assert not results[check].passed, f"{check} did not catch {broken.name}"
+
+
+def test_low_precision_checks_dtype_and_values():
+    # The output comes back in float64 whatever the input: the float32 check must fail.
+    upcast = _record("test_upcast", fn=lambda x: define_op("test_up", lambda x: (x * x).astype(jnp.float64),
+                                                           _square_jvp, _square_vjp)(x))
+    assert not run_check(upcast, "low_precision").passed
+
+
+def test_unknown_check_is_refused():
+    with pytest.raises(ValueError, match="unknown check"):
+        run_check(GOOD, "bogus")
+
+
+def test_cli_check_passes_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "report.json"
+    code = main(["check", "--ops", "deg2rad", "--checks", "jit,formulas", "--json", str(out), "--quiet"])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "deg2rad" in text and "2 passed, 0 failed" in text
+    report = json.loads(out.read_text())
+    assert {r["check"] for r in report["results"]} == {"jit", "formulas"}
+    assert report["backend"] == "cpu"
+
+
+def test_cli_check_fails_on_a_failing_op(monkeypatch, capsys):
+    broken = _record("test_cli_broken", vjp=lambda x, ct: (3 * x * ct,))
+    monkeypatch.setattr(jaxrules, "records", lambda pattern=None: [broken])
+    assert main(["check", "--checks", "jvp_vjp", "--quiet"]) == 1
+    assert "FAIL test_cli_broken / jvp_vjp" in capsys.readouterr().out
+
+
+def test_cli_check_rejects_unknown_ops_and_checks(capsys):
+    assert main(["check", "--ops", "no_such_op", "--quiet"]) == 2
+    assert main(["check", "--checks", "bogus", "--quiet"]) == 2
+
+
+def test_cli_list_covers_every_op(capsys):
+    assert main(["list"]) == 0
+    text = capsys.readouterr().out
+    for record in jaxrules.records():
+        assert record.name in text
+
+
+def test_coverage_md_is_current():
+    path = pathlib.Path(__file__).resolve().parents[1] / "COVERAGE.md"
+    assert path.read_text() == coverage_markdown(), "regenerate: python -m jaxrules list --markdown > COVERAGE.md"
