@@ -57,7 +57,8 @@ def _compose(left, right):
 def linear_recurrence(a, b, axis):
     """Solve ``h_k = a_k h_{k-1} + b_k`` along ``axis`` with an associative scan (no division,
     so zeros in ``a`` are exact)."""
-    return lax.associative_scan(_compose, (a, b), axis=axis)[1]
+    dtype = jnp.result_type(a, b)
+    return lax.associative_scan(_compose, (a.astype(dtype), b.astype(dtype)), axis=axis)[1]
 
 
 def linear_recurrence_transpose(a, ct, axis):
@@ -67,7 +68,8 @@ def linear_recurrence_transpose(a, ct, axis):
         [lax.slice_in_dim(a, 1, n, axis=axis), jnp.zeros_like(lax.slice_in_dim(a, 0, 1, axis=axis))],
         axis=axis,
     )
-    return lax.associative_scan(_compose, (shifted, ct), axis=axis, reverse=True)[1]
+    dtype = jnp.result_type(a, ct)
+    return lax.associative_scan(_compose, (shifted.astype(dtype), ct.astype(dtype)), axis=axis, reverse=True)[1]
 
 
 def exclusive_cumprod(x, axis):
@@ -325,8 +327,8 @@ def logcumsumexp_coefficients(x, y, axis):
     count = jnp.cumsum(hits, axis=axis)
     count_prev = count - hits
     safe_count = jnp.where(count == 0, 1, count)
-    a_inf = jnp.where(y_prev == y, count_prev / safe_count, 0)
-    b_inf = hits / safe_count
+    a_inf = jnp.where(y_prev == y, count_prev / safe_count, 0).astype(x.dtype)
+    b_inf = (hits / safe_count).astype(x.dtype)
     return jnp.where(finite, a_soft, a_inf), jnp.where(finite, b_soft, b_inf)
 
 
