@@ -24,6 +24,9 @@ def _check(args) -> int:
         print(f"check: unknown checks {sorted(unknown)}; choose from {', '.join(CHECKS)}", file=sys.stderr)
         return 2
     selected = records(args.ops)
+    if args.shard:
+        index, count = (int(v) for v in args.shard.split("/"))
+        selected = selected[index::count]
     if not selected:
         print(f"check: no registered op matches {args.ops!r}", file=sys.stderr)
         return 2
@@ -136,6 +139,7 @@ def main(argv=None) -> int:
     check.add_argument("--ops", help="only ops whose name matches this glob or substring")
     check.add_argument("--checks", help="comma-separated subset of the checks")
     check.add_argument("--json", help="also write the results to this JSON file")
+    check.add_argument("--shard", help="K/N: only every N-th op starting at K (to run N processes in parallel)")
     check.add_argument("--quiet", action="store_true", help="no progress bar")
     check.set_defaults(run=_check)
     listing = sub.add_parser("list", help="print the coverage table")

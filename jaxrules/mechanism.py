@@ -289,9 +289,15 @@ class Op:
     """An op with hand-written derivative formulas. Call it with arrays and static keywords.
 
     ``primal(*arrays, **static)`` computes the output; ``save(out, *arrays, **static)`` picks
-    the residuals (default: the array argument, or the tuple of them), as torch's ``derivatives.yaml`` names what a
-    formula reads (``self``, ``result``, ...). ``out`` handed to ``save`` is the op's own output,
-    so a second derivative through a saved output goes through this op's rule again.
+    the residuals (default: the array argument, or the tuple of them), as torch's
+    ``derivatives.yaml`` names what a formula reads (``self``, ``result``, ...). ``out`` handed
+    to ``save`` is the op's own output, so a second derivative through a saved output goes
+    through this op's rule again.
+
+    ``batch`` (optional) is the primal's vmap rule, as functorch's batch rules are:
+    ``batch(args, dims, **static) -> (out, out_dims)`` with ``dims[i]`` the batch axis of
+    ``args[i]`` (``None``: not batched). Without it the primal is batched by ``jax.vmap``. The
+    formulas are always batched by ``jax.vmap`` (see ``LinearRule``).
     """
 
     name: str
@@ -299,6 +305,7 @@ class Op:
     jvp: Callable
     vjp: Callable
     save: Callable = _save_arguments
+    batch: Callable | None = None
 
     def __call__(self, *arrays, **static):
         static_items = tuple(sorted((k, _freeze(v)) for k, v in static.items()))
@@ -309,10 +316,52 @@ class Op:
 
 
 def define_op(
-    name: str, primal: Callable, jvp: Callable, vjp: Callable, save: Callable | None = None
+    name: str,
+    primal: Callable,
+    jvp: Callable,
+    vjp: Callable,
+    save: Callable | None = None,
+    batch: Callable | None = None,
 ) -> Op:
-    """Turn a primal, a JVP formula and a VJP formula (and what to save) into an op."""
-    return Op(name, primal, jvp, vjp, save or _save_arguments)
+    """Turn a primal, a JVP formula and a VJP formula (and what to save, and optionally the
+    primal's vmap rule) into an op."""
+    return Op(name, primal, jvp, vjp, save or _save_arguments, batch)
+
+
+# The primal of an op with its own vmap rule is bound through this primitive, whose batching
+# rule is the op's. It is never differentiated: the op's custom_jvp rule stands in front of it.
+primal_p = Primitive("jaxrules_primal")
+primal_p.multiple_results = True
+
+
+def _primal_call(op: Op, static_items, out_tree, arrays):
+    return out_tree.flatten_up_to(op.primal(*arrays, **dict(static_items)))
+
+
+def _primal_impl(*arrays, op, static_items, out_tree):
+    return _primal_call(op, static_items, out_tree, arrays)
+
+
+def _primal_abstract_eval(*avals, op, static_items, out_tree):
+    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
+    outs = jax.eval_shape(lambda *a: _primal_call(op, static_items, out_tree, a), *shapes)
+    return [jax.core.ShapedArray(o.shape, o.dtype) for o in outs]
+
+
+def _primal_batch(args, dims, *, op, static_items, out_tree):
+    out, out_dims = op.batch(list(args), tuple(dims), **dict(static_items))
+    return out_tree.flatten_up_to(out), out_tree.flatten_up_to(out_dims)
+
+
+def _primal_jvp(primals, tangents, *, op, **_):
+    raise TypeError(f"{op.name}: the primal was differentiated directly; call the op, not its primal")
+
+
+primal_p.def_impl(_primal_impl)
+primal_p.def_abstract_eval(_primal_abstract_eval)
+mlir.register_lowering(primal_p, mlir.lower_fun(_primal_impl, multiple_results=True))
+batching.primitive_batchers[primal_p] = _primal_batch
+ad.primitive_jvps[primal_p] = _primal_jvp
 
 
 @functools.lru_cache(maxsize=4096)
@@ -320,7 +369,12 @@ def _custom_jvp_function(op: Op, static_items: tuple):
     static = dict(static_items)
 
     def primal(*arrays):
-        return op.primal(*arrays, **static)
+        if op.batch is None:
+            return op.primal(*arrays, **static)
+        shapes = [jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)) for a in arrays]
+        out_tree = jax.tree_util.tree_structure(jax.eval_shape(lambda *a: op.primal(*a, **static), *shapes))
+        outs = primal_p.bind(*arrays, op=op, static_items=static_items, out_tree=out_tree)
+        return jax.tree_util.tree_unflatten(out_tree, outs)
 
     def jvp_rule(primals, tangents):
         # Calling ``fn`` (not ``primal``) keeps the output differentiable by this rule at the

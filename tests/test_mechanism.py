@@ -131,3 +131,52 @@ def test_only_the_mechanism_imports_jax_internals():
     internal = re.compile(r"^\s*(from|import)\s+jax\.(_src|interpreters|extend)\b", re.M)
     offenders = [p.name for p in root.rglob("*.py") if internal.search(p.read_text()) and p.name != "mechanism.py"]
     assert offenders == []
+
+
+# An op with its own vmap rule for the primal (functorch-style): the batch is folded into the
+# leading axis, so the batched primal is one call of the unbatched one.
+BATCH_RULE_CALLS = []
+
+
+def _rows_batch(args, dims):
+    (x,), (d,) = args, dims
+    BATCH_RULE_CALLS.append(d)
+    x = jnp.moveaxis(x, d, 0)
+    folded = x.reshape((-1,) + x.shape[2:])  # (B * rows, cols): one call of the primal
+    return _rows_primal(folded).reshape(x.shape), 0
+
+
+def _rows_primal(x):
+    return x / jnp.sum(x * x, axis=-1, keepdims=True)
+
+
+def _rows_jvp(x, t):
+    s = jnp.sum(x * x, axis=-1, keepdims=True)
+    return t / s - 2 * x * jnp.sum(x * t, axis=-1, keepdims=True) / s**2
+
+
+def _rows_vjp(x, ct):
+    s = jnp.sum(x * x, axis=-1, keepdims=True)
+    return (ct / s - 2 * x * jnp.sum(x * ct, axis=-1, keepdims=True) / s**2,)
+
+
+rows = define_op("test_rows", _rows_primal, _rows_jvp, _rows_vjp, batch=_rows_batch)
+M = jnp.array([[1.0, 2.0, -1.0], [0.5, -0.3, 2.0]])
+MB = jnp.stack([M, 2 * M, -M])
+
+BATCHED = {
+    "vmap": lambda f: jax.vmap(f)(MB),
+    "vmap_axis_2": lambda f: jax.vmap(f, in_axes=2, out_axes=2)(jnp.moveaxis(MB, 0, 2)),
+    "vmap_of_grad": lambda f: jax.vmap(jax.grad(lambda m: jnp.sum(f(m) ** 2)))(MB),
+    "grad_of_vmap": lambda f: jax.grad(lambda m: jnp.sum(jax.vmap(f)(m) ** 2))(MB),
+    "vmap_of_jvp": lambda f: jax.vmap(lambda m: jax.jvp(f, (m,), (m + 1,)))(MB),
+    "jit_vmap_hessian": lambda f: jax.jit(jax.vmap(jax.hessian(lambda m: jnp.sum(f(m) ** 3))))(MB),
+    "nested_vmap": lambda f: jax.vmap(jax.vmap(f))(jnp.stack([MB, MB / 2])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BATCHED))
+def test_custom_batching_rule_is_used_and_composes(name):
+    BATCH_RULE_CALLS.clear()
+    _close(BATCHED[name](rows), BATCHED[name](_rows_primal))
+    assert BATCH_RULE_CALLS, "the op's vmap rule did not run"
