@@ -329,6 +329,7 @@ _record(
     if not np.issubdtype(dt, np.complexfloating) else [Sample((0.5 * normal(rng, dt, 3, 4),))],
     lambda torch, x: torch.log1p(x), "torch.log1p",
     dtypes=("float64", "complex128"), low_precision=("float32", "bfloat16"),
+    singular=(SingularPoint("pole at -1", (f64(-1.0, 0.0),), (f64(np.inf, 1),), finite_second=False),),
 )
 _record(
     "deg2rad", deg2rad, (_NP + "deg2rad", _NP + "radians"), ("deg2rad_backward",),

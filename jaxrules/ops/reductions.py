@@ -386,6 +386,7 @@ def _moment_samples(rng, dt):
 _record(
     "var_mean", var_mean, (_NP + "var_mean",), ("var_mean_backward",), _moment_samples,
     _torch_moments("var_mean"), "torch.var_mean", dtypes=_CPLX,
+    singular=(SingularPoint("constant input", (f64(2.0, 2.0, 2.0),), (f64(1, 1, 1) / 3,)),),
 )
 _record(
     "std_mean", std_mean, (_NP + "std_mean",), ("std_mean_backward",), _moment_samples,
