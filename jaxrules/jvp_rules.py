@@ -255,3 +255,37 @@ def renorm_jvp(res, t, *, p, axis, maxnorm, **_):
     scale, dscale, over = P.renorm_scale(norm, maxnorm)
     dnorm = real_inner(w, t, axis, True)
     return jnp.where(over, scale * t + x * (dscale * dnorm), t)
+
+
+# ----------------------------------------------------------------------------------------------
+# Normalization (the kernel x -> x_hat; weight and bias are applied outside, as functorch's
+# BatchRulesNorm.cpp applies them outside the native kernels)
+
+
+def normalize_jvp(res, t, *, axes, eps, axis_name):
+    """``dx_hat = (t - mean(t)) rstd + (x - mean) drstd``, ``drstd = -rstd^3 mean((t - mean t)(x -
+    mean))`` (seed ``_norm_jvp`` / ``_invstd_jvp``; batch/layer/group norm JVPs before
+    ``_affine_jvp``)."""
+    x, mean, rstd = res
+    return P.norm_projection(x, mean, rstd, t, axes, axis_name)
+
+
+def normalize_backward_jvp(res, tx, tg, *, axes, eps, axis_name):
+    """JVP of the backward ``gx = B(g)``: ``B(dg) - rstd (E[dx x_hat] gx + E[g x_hat] B(dx) +
+    x_hat E[gx dx])`` — the forward-mode counterpart of the seed's double backward
+    (``layer_norm_double_backward`` / ``batchnorm_double_backward`` with weight 1)."""
+    x, g = res
+    mean, rstd = P.norm_stats(x, axes, eps, axis_name)
+    gx = P.norm_projection(x, mean, rstd, g, axes, axis_name)
+    out = None if tg is None else P.norm_projection(x, mean, rstd, tg, axes, axis_name)
+    if tx is not None:
+        xhat = (x.astype(rstd.dtype) - mean) * rstd
+        tx = tx.astype(rstd.dtype)
+        mean_ = lambda v: P.group_mean(v, axes, axis_name)  # noqa: E731
+        dx_term = -rstd * (
+            mean_(tx * xhat) * gx
+            + mean_(g.astype(rstd.dtype) * xhat) * P.norm_projection(x, mean, rstd, tx, axes, axis_name)
+            + xhat * mean_(gx * tx)
+        )
+        out = dx_term if out is None else out + dx_term
+    return out

@@ -41,7 +41,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
-from jax.extend.core import Primitive
+from jax.extend.core import Primitive, mapped_aval, unmapped_aval
+from jax._src import api_util
+from jax._src.interpreters import partial_eval as pe
 from jax.interpreters import ad, batching, mlir
 
 __all__ = ["Op", "define_op", "formula_spy"]
@@ -94,9 +96,10 @@ class LinearRule:
     res_tree: Any
     out_tree: Any
     tangent_mask: tuple
-    out_avals: tuple  # ((shape, dtype), ...) of the output tangents, per example
+    out_avals: tuple  # avals of the output tangents (the op's outputs), per example
     parent: LinearRule | None = None
     batch_dims: tuple | None = None
+    batch_axis_name: Any = None  # the vmap axis's name, so collectives in the formulas see it
 
     def __repr__(self) -> str:  # shown in jaxprs
         batched = "" if self.batch_dims is None else ", batched"
@@ -117,7 +120,7 @@ class LinearRule:
         res = jax.tree_util.tree_unflatten(self.res_tree, res_leaves)
         out = self.jvp(res, *self._tangents_all(tangents), **dict(self.static))
         leaves = self.out_tree.flatten_up_to(out)
-        return [jnp.broadcast_to(t, shape).astype(dtype) for t, (shape, dtype) in zip(leaves, self.out_avals)]
+        return [jnp.broadcast_to(t, a.shape).astype(a.dtype) for t, a in zip(leaves, self.out_avals)]
 
     def apply_vjp(self, res_leaves, ct_leaves, tangent_avals):
         """Cotangents of the present tangents, cast and shaped like ``tangent_avals``."""
@@ -139,9 +142,8 @@ class LinearRule:
 
     def _batched_jvp(self, res_leaves, tangents):
         res_dims, t_dims = self._split_dims()
-        return jax.vmap(self.parent.apply_jvp, in_axes=(list(res_dims), list(t_dims)))(
-            list(res_leaves), list(tangents)
-        )
+        vmapped = jax.vmap(self.parent.apply_jvp, in_axes=(list(res_dims), list(t_dims)), axis_name=self.batch_axis_name)
+        return vmapped(list(res_leaves), list(tangents))
 
     def _batched_vjp(self, res_leaves, ct_leaves, tangent_avals):
         res_dims, t_dims = self._split_dims()
@@ -155,7 +157,8 @@ class LinearRule:
 
         # Every cotangent comes out with the batch at 0; a tangent that was not batched gets
         # the batch summed out (functorch's reductify).
-        in_cts = jax.vmap(vjp_one, in_axes=(list(res_dims), 0))(list(res_leaves), list(ct_leaves))
+        vmapped = jax.vmap(vjp_one, in_axes=(list(res_dims), 0), axis_name=self.batch_axis_name)
+        in_cts = vmapped(list(res_leaves), list(ct_leaves))
         return [c if d is not None else c.sum(0) for c, d in zip(in_cts, t_dims)]
 
 
@@ -180,13 +183,11 @@ def _impl(*args, rule):
 def _abstract_eval(*avals, rule):
     """The output tangents are shaped like the op's outputs (plus the batch, if batched); no
     formula runs."""
-    batch = ()
-    while rule.batch_dims is not None:
-        size = next(a.shape[0] for a, d in zip(avals, rule.batch_dims) if d is not None)
-        batch += (size,)
-        avals = [a if d is None else jax.core.ShapedArray(a.shape[1:], a.dtype) for a, d in zip(avals, rule.batch_dims)]
-        rule = rule.parent
-    return [jax.core.ShapedArray(batch + tuple(shape), dtype) for shape, dtype in rule.out_avals]
+    if rule.batch_dims is None:
+        return list(rule.out_avals)
+    size = next(a.shape[0] for a, d in zip(avals, rule.batch_dims) if d is not None)
+    example = [a if d is None else mapped_aval(size, 0, a) for a, d in zip(avals, rule.batch_dims)]
+    return [unmapped_aval(size, 0, a) for a in _abstract_eval(*example, rule=rule.parent)]
 
 
 def _transpose(cts, *args, rule):
@@ -246,16 +247,18 @@ def _prim_jvp(primals, tangents, *, rule):
     return out, [functools.reduce(jnp.add, parts) for parts in zip(*terms)]
 
 
-def _batch(args, dims, *, rule):
+def _batch(axis_data, args, dims, *, rule):
+    if all(d is None for d in dims):
+        return _bind(*_split(args, rule), rule), [None] * rule.out_tree.num_leaves
     args = [jnp.moveaxis(a, d, 0) if d is not None else a for a, d in zip(args, dims)]
     dims = tuple(None if d is None else 0 for d in dims)
-    batched = _batched_rule(rule, dims)
+    batched = _batched_rule(rule, dims, axis_data.name)
     return _bind(*_split(args, rule), batched), [0] * rule.out_tree.num_leaves
 
 
 @functools.lru_cache(maxsize=4096)
-def _batched_rule(rule: LinearRule, dims: tuple) -> LinearRule:
-    return dataclasses.replace(rule, parent=rule, batch_dims=dims)
+def _batched_rule(rule: LinearRule, dims: tuple, axis_name) -> LinearRule:
+    return dataclasses.replace(rule, parent=rule, batch_dims=dims, batch_axis_name=axis_name)
 
 
 rule_p.def_impl(_impl)
@@ -263,7 +266,7 @@ rule_p.def_abstract_eval(_abstract_eval)
 mlir.register_lowering(rule_p, mlir.lower_fun(_impl, multiple_results=True))
 ad.primitive_jvps[rule_p] = _prim_jvp
 ad.primitive_transposes[rule_p] = _transpose
-batching.primitive_batchers[rule_p] = _batch
+batching.fancy_primitive_batchers[rule_p] = _batch
 
 
 # ----------------------------------------------------------------------------------------------
@@ -295,8 +298,9 @@ class Op:
     through this op's rule again.
 
     ``batch`` (optional) is the primal's vmap rule, as functorch's batch rules are:
-    ``batch(args, dims, **static) -> (out, out_dims)`` with ``dims[i]`` the batch axis of
-    ``args[i]`` (``None``: not batched). Without it the primal is batched by ``jax.vmap``. The
+    ``batch(args, dims, *, vmap_axis_name, **static) -> (out, out_dims)`` with ``dims[i]`` the
+    batch axis of ``args[i]`` (``None``: not batched) and ``vmap_axis_name`` the name of the
+    axis being vmapped (for rules whose collectives may name it). Without it the primal is batched by ``jax.vmap``. The
     formulas are always batched by ``jax.vmap`` (see ``LinearRule``).
     """
 
@@ -343,13 +347,16 @@ def _primal_impl(*arrays, op, static_items, out_tree):
 
 
 def _primal_abstract_eval(*avals, op, static_items, out_tree):
-    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
-    outs = jax.eval_shape(lambda *a: _primal_call(op, static_items, out_tree, a), *shapes)
-    return [jax.core.ShapedArray(o.shape, o.dtype) for o in outs]
+    # Traced with the avals themselves, so types beyond shape and dtype (shard_map's varying
+    # manual axes) propagate as they would through the primal.
+    fun = lambda *a: _primal_call(op, static_items, out_tree, a)  # noqa: E731
+    return pe.abstract_eval_fun(fun, *avals, debug_info=api_util.debug_info(op.name, fun, avals, {}))
 
 
-def _primal_batch(args, dims, *, op, static_items, out_tree):
-    out, out_dims = op.batch(list(args), tuple(dims), **dict(static_items))
+def _primal_batch(axis_data, args, dims, *, op, static_items, out_tree):
+    if all(d is None for d in dims):
+        return primal_p.bind(*args, op=op, static_items=static_items, out_tree=out_tree), [None] * out_tree.num_leaves
+    out, out_dims = op.batch(list(args), tuple(dims), vmap_axis_name=axis_data.name, **dict(static_items))
     return out_tree.flatten_up_to(out), out_tree.flatten_up_to(out_dims)
 
 
@@ -360,7 +367,7 @@ def _primal_jvp(primals, tangents, *, op, **_):
 primal_p.def_impl(_primal_impl)
 primal_p.def_abstract_eval(_primal_abstract_eval)
 mlir.register_lowering(primal_p, mlir.lower_fun(_primal_impl, multiple_results=True))
-batching.primitive_batchers[primal_p] = _primal_batch
+batching.fancy_primitive_batchers[primal_p] = _primal_batch
 ad.primitive_jvps[primal_p] = _primal_jvp
 
 
@@ -386,7 +393,7 @@ def _custom_jvp_function(op: Op, static_items: tuple):
         res = op.save(out, *primals, **static)
         res_leaves, res_tree = jax.tree_util.tree_flatten(res)
         out_leaves, out_tree = jax.tree_util.tree_flatten(out)
-        out_avals = tuple((o.shape, jnp.result_type(o)) for o in out_leaves)
+        out_avals = tuple(jax.typeof(o) for o in out_leaves)
         rule = _linear_rule(op, static_items, res_tree, out_tree, mask, out_avals)
         present = [t for t, m in zip(tangents, mask) if m]
         out_tangents = _bind(res_leaves, present, rule)

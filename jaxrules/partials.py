@@ -337,3 +337,36 @@ def renorm_scale(norm, maxnorm):
     ``renorm_backward``)."""
     inv = 1 / (norm + 1e-7)
     return maxnorm * inv, -maxnorm * inv * inv, norm > maxnorm
+
+
+# ----------------------------------------------------------------------------------------------
+# Normalization: x_hat = (x - mean) * rstd over ``axes`` (and over the devices of ``axis_name``).
+# Statistics are computed in float32 for half-precision input, as torch does.
+
+
+def stat_dtype(dtype):
+    """float32 for float16/bfloat16, else the dtype itself."""
+    return jnp.float32 if jnp.dtype(dtype).itemsize < 4 else dtype
+
+
+def group_mean(v, axes, axis_name):
+    """Mean over ``axes`` (kept), and over the devices of ``axis_name`` when given."""
+    m = jnp.mean(v, axis=axes, keepdims=True)
+    return m if axis_name is None else lax.pmean(m, axis_name)
+
+
+def norm_stats(x, axes, eps, axis_name):
+    """``(mean, rstd)`` with the biased variance (torch's saved statistics), in ``stat_dtype``."""
+    xf = x.astype(stat_dtype(x.dtype))
+    mean = group_mean(xf, axes, axis_name)
+    var = group_mean(jnp.square(xf - mean), axes, axis_name)
+    return mean, lax.rsqrt(var + eps)
+
+
+def norm_projection(x, mean, rstd, v, axes, axis_name):
+    """``rstd (v - E[v] - x_hat E[v x_hat])``: both the JVP of x -> x_hat (seed ``_norm_jvp`` with
+    ``_invstd_jvp``) and its transpose (the native backward without weight), since the operator
+    is symmetric. Computed in the statistics' dtype."""
+    v = v.astype(rstd.dtype)
+    xhat = (x.astype(rstd.dtype) - mean) * rstd
+    return rstd * (v - group_mean(v, axes, axis_name) - xhat * group_mean(v * xhat, axes, axis_name))

@@ -236,3 +236,34 @@ def renorm_vjp(res, ct, *, p, axis, maxnorm, **_):
     inner = jnp.sum(x * ct, axis=axis, keepdims=True)
     inner = inner.real if jnp.iscomplexobj(inner) else inner
     return (jnp.where(over, scale * ct + jnp.conj(w) * (dscale * inner), ct),)
+
+
+# ----------------------------------------------------------------------------------------------
+# Normalization
+
+
+def normalize_vjp(res, ct, *, axes, eps, axis_name):
+    """The native backward without weight: ``rstd (g - mean(g) - x_hat mean(g x_hat))`` (seed
+    ``native_layer_norm_backward`` / ``batch_norm_backward`` / ``native_group_norm_backward``'s
+    grad_input). Computed by the ``normalize_backward`` op, so that its own VJP — the seed's
+    double backward — runs under a second reverse pass."""
+    from jaxrules.ops.normalization import normalize_backward
+
+    x, _, _ = res
+    return (normalize_backward(x, ct, axes=axes, eps=eps, axis_name=axis_name),)
+
+
+def normalize_backward_vjp(res, ct, *, axes, eps, axis_name):
+    """The seed's double backward (``layer_norm_double_backward`` / ``batchnorm_double_backward``
+    with weight 1; the weight's terms come from the product rule outside the kernel), given
+    ``h = ggI``: ``g_x = -rstd (x_hat E[h gx] + E[g x_hat] B(h) + E[h x_hat] gx)`` and
+    ``g_gO = B(h)``."""
+    x, g = res
+    mean, rstd = P.norm_stats(x, axes, eps, axis_name)
+    h = ct.astype(rstd.dtype)
+    gx = P.norm_projection(x, mean, rstd, g, axes, axis_name)
+    bh = P.norm_projection(x, mean, rstd, h, axes, axis_name)
+    xhat = (x.astype(rstd.dtype) - mean) * rstd
+    mean_ = lambda v: P.group_mean(v, axes, axis_name)  # noqa: E731
+    g_x = -rstd * (xhat * mean_(h * gx) + mean_(g.astype(rstd.dtype) * xhat) * bh + mean_(h * xhat) * gx)
+    return g_x, bh

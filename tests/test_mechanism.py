@@ -138,7 +138,7 @@ def test_only_the_mechanism_imports_jax_internals():
 BATCH_RULE_CALLS = []
 
 
-def _rows_batch(args, dims):
+def _rows_batch(args, dims, *, vmap_axis_name):
     (x,), (d,) = args, dims
     BATCH_RULE_CALLS.append(d)
     x = jnp.moveaxis(x, d, 0)

@@ -1,0 +1,230 @@
+"""Normalization: ``batch_norm``, ``layer_norm``, ``group_norm`` (torch.nn.functional's
+semantics, channels at axis 1).
+
+All three run one kernel, ``normalize``: ``x_hat = (x - mean) * rstd`` over the reduced axes
+(and over the devices of ``axis_name``), which saves what torch saves (input, mean, rstd — not a
+normalized copy). Its VJP is the native backward without weight, computed by the op
+``normalize_backward``, whose own formulas are the seed's double backward, so Hessian-vector
+products run them. Weight and bias are applied after the kernel by broadcasting, as functorch's
+batch rules do; the kernel's vmap rule folds the vmap dimension into a kept axis
+(``jaxrules/batching.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxrules import _validate as V
+from jaxrules import jvp_rules as J
+from jaxrules import partials as P
+from jaxrules import vjp_rules as R
+from jaxrules.batching import fold_into_kept_axis
+from jaxrules.mechanism import define_op
+from jaxrules.ops._sampling import normal
+from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+
+
+def _normalize_primal(x, *, axes, eps, axis_name):
+    mean, rstd = P.norm_stats(x, axes, eps, axis_name)
+    return ((x.astype(rstd.dtype) - mean) * rstd).astype(x.dtype)
+
+
+def _save_stats(out, x, *, axes, eps, axis_name):
+    return (x, *P.norm_stats(x, axes, eps, axis_name))
+
+
+def _normalize_backward_primal(x, g, *, axes, eps, axis_name):
+    mean, rstd = P.norm_stats(x, axes, eps, axis_name)
+    return P.norm_projection(x, mean, rstd, g, axes, axis_name).astype(g.dtype)
+
+
+_fold = fold_into_kept_axis(_normalize_primal)
+
+
+def _normalize_batch(args, dims, *, vmap_axis_name, axes, eps, axis_name):
+    """Fold the vmap dimension into a kept axis (functorch), unless the statistics are shared
+    across this very vmap axis (``axis_name``): then they must include it, and the primal is
+    vmapped with that name so its collectives see the batch."""
+    if axis_name is not None and axis_name == vmap_axis_name:
+        import jax
+
+        (x,), (d,) = args, dims
+        fn = lambda v: _normalize_primal(v, axes=axes, eps=eps, axis_name=axis_name)  # noqa: E731
+        return jax.vmap(fn, in_axes=d, axis_name=vmap_axis_name)(x), 0
+    return _fold(args, dims, axes=axes, eps=eps, axis_name=axis_name)
+
+
+normalize_op = define_op("normalize", _normalize_primal, J.normalize_jvp, R.normalize_vjp, _save_stats, _normalize_batch)
+normalize_backward_op = define_op(
+    "normalize_backward", _normalize_backward_primal, J.normalize_backward_jvp, R.normalize_backward_vjp
+)
+
+
+def normalize_backward(x, g, *, axes, eps, axis_name):
+    """``rstd (g - mean(g) - x_hat mean(g x_hat))``: the normalization kernel's VJP."""
+    return normalize_backward_op(x, g, axes=axes, eps=eps, axis_name=axis_name)
+
+
+# ----------------------------------------------------------------------------------------------
+# Public functions (torch.nn.functional semantics)
+
+
+def _check_eps(op, eps):
+    if not isinstance(eps, numbers.Real) or eps < 0:
+        raise ValueError(f"{op}: eps must be a non-negative number, got {eps!r}")
+    return float(eps)
+
+
+def _affine(op, y, weight, bias, channel_shape, channel_axis):
+    """``y * weight + bias`` with ``weight``/``bias`` of ``channel_shape`` placed at
+    ``channel_axis`` (torch's padRight)."""
+    trailing = y.ndim - channel_axis - len(channel_shape)
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is None:
+            continue
+        p = V.array(op, name, p)
+        if p.shape != tuple(channel_shape):
+            raise ValueError(f"{op}: {name} must have shape {tuple(channel_shape)}, got {p.shape}")
+        p = p.reshape(p.shape + (1,) * trailing)
+        y = y * p if name == "weight" else y + p
+    return y
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """torch.nn.functional.layer_norm: normalize over the trailing ``normalized_shape`` axes,
+    then ``* weight + bias``. JVP seed ``layer_norm_jvp``; VJP the native backward; double
+    backward seed ``layer_norm_double_backward``; vmap folds B0 into the leading axis."""
+    x = V.array("layer_norm", "x", x)
+    shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
+    k = len(shape)
+    if k == 0 or x.ndim < k or tuple(x.shape[x.ndim - k :]) != shape:
+        raise ValueError(f"layer_norm: normalized_shape {shape} does not match the trailing axes of x {x.shape}")
+    axes = tuple(range(x.ndim - k, x.ndim))
+    y = normalize_op(x, axes=axes, eps=_check_eps("layer_norm", eps), axis_name=None)
+    return _affine("layer_norm", y, weight, bias, shape, x.ndim - k)
+
+
+def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
+    """torch.nn.functional.group_norm: ``x`` of shape (N, C, *) viewed as (N, G, C/G * prod(*)),
+    normalized over the last axis, then per-channel ``* weight + bias``. JVP seed
+    ``group_norm_jvp``; VJP the native backward; vmap folds B0 into N."""
+    x = V.array("group_norm", "x", x)
+    if x.ndim < 2:
+        raise ValueError(f"group_norm: x must have shape (N, C, *), got {x.shape}")
+    if not isinstance(num_groups, numbers.Integral) or num_groups < 1 or x.shape[1] % num_groups:
+        raise ValueError(f"group_norm: num_groups={num_groups!r} must be a positive divisor of C={x.shape[1]}")
+    grouped = x.reshape(x.shape[0], num_groups, -1)
+    y = normalize_op(grouped, axes=(2,), eps=_check_eps("group_norm", eps), axis_name=None).reshape(x.shape)
+    return _affine("group_norm", y, weight, bias, (x.shape[1],), 1)
+
+
+def batch_norm(
+    x, running_mean, running_var, weight=None, bias=None, *, training=False, momentum=0.1, eps=1e-5, axis_name=None
+):
+    """torch.nn.functional.batch_norm, functional: returns ``(y, new_running_mean,
+    new_running_var)`` (``None`` where the running statistic is ``None``).
+
+    Training: statistics over every axis but the channel axis 1 (and over the devices of
+    ``axis_name`` — under ``shard_map``, ``pmap`` or ``vmap(axis_name=...)`` — for a global
+    batch); running statistics updated with torch's momentum convention and the unbiased batch
+    variance; they carry no gradient (torch updates them in place under no_grad). Eval:
+    ``(x - running_mean) / sqrt(running_var + eps)``. Seed ``batch_norm_jvp``, the native
+    backward and ``batchnorm_double_backward``; vmap folds B0 into the channels.
+    """
+    x = V.array("batch_norm", "x", x)
+    if x.ndim < 2:
+        raise ValueError(f"batch_norm: x must have shape (N, C, *), got {x.shape}")
+    eps = _check_eps("batch_norm", eps)
+    channels = x.shape[1]
+    stats = []
+    for name, s in (("running_mean", running_mean), ("running_var", running_var)):
+        if s is not None:
+            s = V.array("batch_norm", name, s)
+            if s.shape != (channels,):
+                raise ValueError(f"batch_norm: {name} must have shape ({channels},), got {s.shape}")
+        stats.append(s)
+    running_mean, running_var = stats
+    channel_view = (1, channels) + (1,) * (x.ndim - 2)
+    if not training:
+        if running_mean is None or running_var is None:
+            raise ValueError("batch_norm: running_mean and running_var are required when training=False")
+        y = (x - running_mean.reshape(channel_view)) * lax.rsqrt(running_var.reshape(channel_view) + eps)
+        return _affine("batch_norm", y.astype(x.dtype), weight, bias, (channels,), 1), running_mean, running_var
+    axes = (0,) + tuple(range(2, x.ndim))
+    count = math.prod(x.shape[a] for a in axes) * (1 if axis_name is None else lax.psum(1, axis_name))
+    if isinstance(count, int) and count <= 1:
+        raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got input {x.shape}")
+    y = normalize_op(x, axes=axes, eps=eps, axis_name=axis_name)
+    y = _affine("batch_norm", y, weight, bias, (channels,), 1)
+    new_mean, new_var = _updated_running_stats(x, axes, axis_name, count, running_mean, running_var, momentum)
+    return y, new_mean, new_var
+
+
+def _updated_running_stats(x, axes, axis_name, count, running_mean, running_var, momentum):
+    if running_mean is None and running_var is None:
+        return None, None
+    xs = lax.stop_gradient(x).astype(P.stat_dtype(x.dtype))
+    mean = P.group_mean(xs, axes, axis_name)
+    var = P.group_mean(jnp.square(xs - mean), axes, axis_name) * (count / (count - 1))
+    new = []
+    for s, batch in ((running_mean, mean), (running_var, var)):
+        new.append(None if s is None else ((1 - momentum) * s + momentum * batch.reshape(-1)).astype(s.dtype))
+    return tuple(new)
+
+
+# ----------------------------------------------------------------------------------------------
+# Records
+
+_NN = "jaxrules.nn."
+_SEED_SHARED = ("_norm_jvp", "_invstd_jvp", "_affine_jvp")
+_FORMULAS = ("normalize", "normalize_backward")
+
+
+register(OpRecord(
+    "layer_norm", layer_norm, (_NN + "layer_norm",), _FORMULAS,
+    ("layer_norm_jvp", "layer_norm_double_backward", *_SEED_SHARED),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 4, 3, 5), (5,), normal(rng, dt, 5) + 1, normal(rng, dt, 5))),
+        Sample((normal(rng, dt, 2, 3, 4), (3, 4))),
+        Sample((normal(rng, dt, 6), 6, normal(rng, dt, 6)), {"eps": 1e-3}),
+    ],
+    lambda torch, x, shape, w=None, b=None, eps=1e-5: torch.nn.functional.layer_norm(
+        x, (shape,) if isinstance(shape, int) else shape, w, b, eps),
+    "torch.nn.functional.layer_norm", low_precision=("float32", "bfloat16"),
+    singular=(SingularPoint("constant rows", (np.full((2, 3), 4.0), (3,)), (np.zeros((2, 3)),)),),
+))
+register(OpRecord(
+    "group_norm", group_norm, (_NN + "group_norm",), _FORMULAS,
+    ("group_norm_jvp", "infinitely_differentiable_native_group_norm_backward", *_SEED_SHARED),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 2, 6, 3, 2), 3, normal(rng, dt, 6) + 1, normal(rng, dt, 6))),
+        Sample((normal(rng, dt, 3, 4, 5), 2)),
+        Sample((normal(rng, dt, 2, 4), 4, normal(rng, dt, 4) + 1)),
+    ],
+    lambda torch, x, g, w=None, b=None, eps=1e-5: torch.nn.functional.group_norm(x, g, w, b, eps),
+    "torch.nn.functional.group_norm", low_precision=("float32", "bfloat16"),
+    singular=(SingularPoint("constant groups", (np.full((2, 4, 3), 1.5), 2), (np.zeros((2, 4, 3)),)),),
+))
+
+
+def _batch_norm_train(x, weight=None, bias=None, eps=1e-5):
+    return batch_norm(x, None, None, weight, bias, training=True, eps=eps)[0]
+
+
+register(OpRecord(
+    "batch_norm", _batch_norm_train, (_NN + "batch_norm",), _FORMULAS,
+    ("batch_norm_jvp", "batchnorm_double_backward", *_SEED_SHARED),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 4, 3, 5), normal(rng, dt, 3) + 1, normal(rng, dt, 3))),
+        Sample((normal(rng, dt, 3, 2, 2, 3),)),
+        Sample((normal(rng, dt, 5, 4), normal(rng, dt, 4) + 1), {"eps": 1e-3}),
+    ],
+    lambda torch, x, w=None, b=None, eps=1e-5: torch.nn.functional.batch_norm(x, None, None, w, b, training=True, eps=eps),
+    "torch.nn.functional.batch_norm (training)", low_precision=("float32", "bfloat16"),
+    singular=(SingularPoint("constant channels", (np.full((3, 2, 2), -1.0),), (np.zeros((3, 2, 2)),)),),
+))
