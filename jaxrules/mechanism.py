@@ -40,10 +40,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.custom_derivatives import SymbolicZero
-from jax.extend.core import Primitive, mapped_aval, unmapped_aval
 from jax._src import api_util
 from jax._src.interpreters import partial_eval as pe
+from jax.custom_derivatives import SymbolicZero
+from jax.extend.core import Primitive, mapped_aval, unmapped_aval
 from jax.interpreters import ad, batching, mlir
 
 __all__ = ["Op", "define_op", "formula_spy"]
@@ -142,7 +142,8 @@ class LinearRule:
 
     def _batched_jvp(self, res_leaves, tangents):
         res_dims, t_dims = self._split_dims()
-        vmapped = jax.vmap(self.parent.apply_jvp, in_axes=(list(res_dims), list(t_dims)), axis_name=self.batch_axis_name)
+        in_axes = (list(res_dims), list(t_dims))
+        vmapped = jax.vmap(self.parent.apply_jvp, in_axes=in_axes, axis_name=self.batch_axis_name)
         return vmapped(list(res_leaves), list(tangents))
 
     def _batched_vjp(self, res_leaves, ct_leaves, tangent_avals):
