@@ -1,0 +1,196 @@
+"""Normalization beyond the registry harness: double backward (spy + torch), functorch's
+batching logic (every batched/unbatched combination, against a loop and torch.func.vmap),
+running statistics, eval mode, cross-device statistics, bad input."""
+
+import itertools
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import jaxrules.ops.normalization as norm_module
+from jaxrules import formula_spy
+from jaxrules.nn import batch_norm, group_norm, layer_norm
+
+RNG = np.random.default_rng(7)
+X4 = RNG.standard_normal((4, 6, 3, 2))  # (N, C, H, W)
+W6, B6 = RNG.standard_normal(6) + 1, RNG.standard_normal(6)
+CT4 = RNG.standard_normal(X4.shape)
+V4 = RNG.standard_normal(X4.shape)
+
+OPS = {
+    "layer_norm": (lambda x, w, b: layer_norm(x, (3, 2), w, b), lambda x, w, b: F.layer_norm(x, (3, 2), w, b),
+                   (3, 2)),
+    "group_norm": (lambda x, w, b: group_norm(x, 3, w, b), lambda x, w, b: F.group_norm(x, 3, w, b), (6,)),
+    "batch_norm": (lambda x, w, b: batch_norm(x, None, None, w, b, training=True)[0],
+                   lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), (6,)),
+}
+
+
+def _params(shape):
+    return RNG.standard_normal(shape) + 1, RNG.standard_normal(shape)
+
+
+def _close(a, b, tol=1e-10):
+    for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=tol, atol=tol)
+
+
+# ----------------------------------------------------------------------------------------------
+# Double backward
+
+
+def _hvp_jax(f, args, v, mode):
+    loss = lambda *a: jnp.sum(f(*a) * CT4)  # noqa: E731
+    grad = jax.grad(loss, argnums=(0, 1, 2))
+    if mode == "rev-over-rev":
+        return jax.grad(lambda *a: sum(jnp.vdot(g, t) for g, t in zip(grad(*a), v)), argnums=(0, 1, 2))(*args)
+    return jax.jvp(grad, args, v)[1]
+
+
+def _hvp_torch(f, args, v):
+    targs = [torch.tensor(a, requires_grad=True) for a in args]
+    grads = torch.autograd.grad((f(*targs) * torch.tensor(CT4)).sum(), targs, create_graph=True)
+    inner = sum((g * torch.tensor(t)).sum() for g, t in zip(grads, v))
+    second = torch.autograd.grad(inner, targs, allow_unused=True)
+    return [np.zeros(a.shape) if g is None else g.detach().numpy() for g, a in zip(second, args)]
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+@pytest.mark.parametrize("mode", ["rev-over-rev", "fwd-over-rev"])
+def test_hessian_vector_products_run_the_double_backward_formulas_and_match_torch(name, mode):
+    ours, theirs, shape = OPS[name]
+    w, b = _params(shape)
+    args = (jnp.asarray(X4), jnp.asarray(w), jnp.asarray(b))
+    v = (jnp.asarray(V4), jnp.asarray(RNG.standard_normal(shape)), jnp.asarray(RNG.standard_normal(shape)))
+    with formula_spy() as calls:
+        hvp = _hvp_jax(ours, args, v, mode)
+    kind = "vjp" if mode == "rev-over-rev" else "jvp"
+    assert (kind, "normalize_backward") in calls, calls
+    _close(hvp, _hvp_torch(theirs, [np.asarray(a) for a in args], [np.asarray(t) for t in v]), 1e-9)
+
+
+# ----------------------------------------------------------------------------------------------
+# Batching (BatchRulesNorm.cpp)
+
+B0 = 3
+
+
+def _batched(a):
+    return np.stack([a * (1 + 0.1 * k) + 0.05 * k for k in range(B0)])
+
+
+def _loop(f, args, in_axes):
+    outs = [f(*[a if d is None else a[k] for a, d in zip(args, in_axes)]) for k in range(B0)]
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+@pytest.mark.parametrize("in_axes", [d for d in itertools.product([0, None], repeat=3) if any(a == 0 for a in d)])
+def test_vmap_matches_loop_and_torch_func_vmap(name, in_axes, monkeypatch):
+    ours, theirs, shape = OPS[name]
+    w, b = _params(shape)
+    args = [_batched(a) if d == 0 else a for a, d in zip((X4, w, b), in_axes)]
+    folds = []
+    fold = norm_module._fold
+    monkeypatch.setattr(norm_module, "_fold", lambda *a, **k: folds.append(1) or fold(*a, **k))
+    got = jax.vmap(ours, in_axes=in_axes)(*map(jnp.asarray, args))
+    _close(got, _loop(ours, list(map(jnp.asarray, args)), in_axes))
+    expected = torch.func.vmap(theirs, in_dims=in_axes)(*map(torch.tensor, args))
+    _close(got, expected.numpy())
+    assert bool(folds) == (in_axes[0] == 0), "the fold rule runs exactly when the input is batched"
+    # Gradients under vmap: per-example gradients of every argument.
+    loss = lambda *a: jnp.sum(ours(*a) ** 2)  # noqa: E731
+    grads = jax.vmap(jax.grad(loss, argnums=(0, 1, 2)), in_axes=in_axes)(*map(jnp.asarray, args))
+    _close(grads, _loop(jax.grad(loss, argnums=(0, 1, 2)), list(map(jnp.asarray, args)), in_axes))
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("stats_batched", [True, False])
+def test_batch_norm_running_stats_under_vmap(training, stats_batched):
+    """functorch refuses a batched input with unbatched running stats in training (they are
+    updated in place). Functionally the new statistics are outputs, so the case is well defined:
+    they come back batched, one per example, equal to a loop."""
+    rm, rv = RNG.standard_normal(6), RNG.uniform(0.5, 2, 6)
+    stats = (_batched(rm), _batched(rv)) if stats_batched else (rm, rv)
+    axes = (0, 0 if stats_batched else None, 0 if stats_batched else None, None, None)
+    f = lambda x, m, v, w, b: batch_norm(x, m, v, w, b, training=training, momentum=0.3)  # noqa: E731
+    args = [jnp.asarray(a) for a in (_batched(X4), *stats, W6, B6)]
+    got = jax.vmap(f, in_axes=axes)(*args)
+    _close(got, _loop(f, args, axes))
+    if stats_batched or not training:
+        tf = lambda x, m, v, w, b: F.batch_norm(x, m, v, w, b, training=training, momentum=0.3)  # noqa: E731
+        expected = torch.func.vmap(tf, in_dims=axes)(*(torch.tensor(np.asarray(a)) for a in args))
+        _close(got[0], expected.numpy())
+
+
+def test_running_stats_follow_torch():
+    rm, rv = RNG.standard_normal(6), RNG.uniform(0.5, 2, 6)
+    y, new_m, new_v = batch_norm(X4, rm, rv, W6, B6, training=True, momentum=0.2, eps=1e-3)
+    tm, tv = torch.tensor(rm), torch.tensor(rv)
+    ty = F.batch_norm(torch.tensor(X4), tm, tv, torch.tensor(W6), torch.tensor(B6), training=True, momentum=0.2,
+                      eps=1e-3)
+    _close((y, new_m, new_v), (ty.numpy(), tm.numpy(), tv.numpy()))
+    # The running statistics carry no gradient (torch updates them under no_grad).
+    g = jax.grad(lambda x: jnp.sum(batch_norm(x, rm, rv, training=True)[1]))(jnp.asarray(X4))
+    assert not np.any(np.asarray(g))
+
+
+def test_eval_mode_matches_torch():
+    rm, rv = RNG.standard_normal(6), RNG.uniform(0.5, 2, 6)
+    args = [X4, rm, rv, W6, B6]
+    f = lambda *a: jnp.sum(batch_norm(*a, training=False)[0] * CT4)  # noqa: E731
+    grads = jax.grad(f, argnums=(0, 3, 4))(*map(jnp.asarray, args))
+    targs = [torch.tensor(a, requires_grad=i in (0, 3, 4)) for i, a in enumerate(args)]
+    tloss = (F.batch_norm(*targs, training=False) * torch.tensor(CT4)).sum()
+    tgrads = torch.autograd.grad(tloss, [targs[0], targs[3], targs[4]])
+    _close(grads, [g.numpy() for g in tgrads])
+    _close(f(*map(jnp.asarray, args)), tloss.detach().numpy())
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_accumulates_statistics_in_float32(dtype):
+    """A large common offset: statistics accumulated in half precision would be far off (the sum
+    of 64 values near 1000 has a bf16 step of 512); torch accumulates in float32, as we do."""
+    x = (1000.0 + 4 * RNG.standard_normal((8, 64))).astype(np.float32)
+    tx = torch.tensor(x).to(getattr(torch, dtype))
+    y = layer_norm(jnp.asarray(tx.float().numpy(), dtype), 64)
+    assert y.dtype == jnp.dtype(dtype)
+    expected = F.layer_norm(tx, (64,)).float().numpy()
+    _close(np.asarray(y, np.float32), expected, 2e-2)
+
+
+def test_cross_device_statistics_match_the_global_batch():
+    script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "cross_device_batch_norm.py"
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+               PYTHONPATH=str(script.parents[1]))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert '"devices": 8' in done.stdout
+
+
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda: layer_norm(X4, (3, 3)), ["layer_norm", "normalized_shape"]),
+        (lambda: layer_norm(X4, (2,), np.ones(3)), ["layer_norm", "weight"]),
+        (lambda: group_norm(X4, 4), ["group_norm", "num_groups"]),
+        (lambda: group_norm(X4, 3, None, np.ones(5)), ["group_norm", "bias"]),
+        (lambda: batch_norm(X4, np.zeros(5), np.ones(6), training=True), ["batch_norm", "running_mean"]),
+        (lambda: batch_norm(X4, None, None), ["batch_norm", "training=False"]),
+        (lambda: batch_norm(np.ones((1, 3)), None, None, training=True), ["batch_norm", "more than 1 value"]),
+        (lambda: batch_norm(X4, None, None, training=True, eps=-1), ["batch_norm", "eps"]),
+    ],
+)
+def test_bad_input(call, words):
+    with pytest.raises(ValueError) as info:
+        call()
+    for word in words:
+        assert word in str(info.value)
