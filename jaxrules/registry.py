@@ -74,6 +74,8 @@ class OpRecord:
     * ``dtypes``: float64 and, where torch supports it, complex128; ``low_precision``: dtypes
       checked against the float64 result.
     * ``deviations``: where and why jaxrules deliberately differs from torch (COVERAGE.md).
+    * ``batching`` / ``double_backward``: how vmap and second-order reverse mode are handled
+      (for the coverage table).
     """
 
     name: str
@@ -89,6 +91,8 @@ class OpRecord:
     singular: tuple[SingularPoint, ...] = ()
     deviations: str = ""
     tolerance: dict[str, Any] = dataclasses.field(default_factory=dict)
+    batching: str = "vmapped formulas"
+    double_backward: str = "JAX's derivative of the VJP formula"
 
     @property
     def complex_support(self) -> bool:

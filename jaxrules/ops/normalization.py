@@ -135,6 +135,10 @@ def batch_norm(
     variance; they carry no gradient (torch updates them in place under no_grad). Eval:
     ``(x - running_mean) / sqrt(running_var + eps)``. Seed ``batch_norm_jvp``, the native
     backward and ``batchnorm_double_backward``; vmap folds B0 into the channels.
+
+    Under ``jax.vmap`` with a batched input and unbatched running statistics in training,
+    functorch raises (it would update the statistics in place); here the new statistics are
+    outputs, so the case is well defined: they come back batched, one per example.
     """
     x = V.array("batch_norm", "x", x)
     if x.ndim < 2:
@@ -196,6 +200,8 @@ register(OpRecord(
     lambda torch, x, shape, w=None, b=None, eps=1e-5: torch.nn.functional.layer_norm(
         x, (shape,) if isinstance(shape, int) else shape, w, b, eps),
     "torch.nn.functional.layer_norm", low_precision=("float32", "bfloat16"),
+    batching="kernel vmap rule: B0 folded into the leading axis (native_layer_norm_batch_rule); affine after",
+    double_backward="normalize_backward op: seed layer_norm_double_backward (weight terms by the product rule)",
     singular=(SingularPoint("constant rows", (np.full((2, 3), 4.0), (3,)), (np.zeros((2, 3)),)),),
 ))
 register(OpRecord(
@@ -208,6 +214,9 @@ register(OpRecord(
     ],
     lambda torch, x, g, w=None, b=None, eps=1e-5: torch.nn.functional.group_norm(x, g, w, b, eps),
     "torch.nn.functional.group_norm", low_precision=("float32", "bfloat16"),
+    batching="kernel vmap rule: B0 folded into N (native_group_norm_plumbing); affine after",
+    double_backward="normalize_backward op: the seed's group-norm double backward "
+    "(infinitely_differentiable_native_group_norm_backward's math, weight by the product rule)",
     singular=(SingularPoint("constant groups", (np.full((2, 4, 3), 1.5), 2), (np.zeros((2, 4, 3)),)),),
 ))
 
@@ -226,5 +235,8 @@ register(OpRecord(
     ],
     lambda torch, x, w=None, b=None, eps=1e-5: torch.nn.functional.batch_norm(x, None, None, w, b, training=True, eps=eps),
     "torch.nn.functional.batch_norm (training)", low_precision=("float32", "bfloat16"),
+    batching="kernel vmap rule: B0 folded into the channels (batch_norm_batch_rule); affine after; "
+    "batched input with unbatched running stats allowed (new stats come back batched)",
+    double_backward="normalize_backward op: seed batchnorm_double_backward (weight terms by the product rule)",
     singular=(SingularPoint("constant channels", (np.full((3, 2, 2), -1.0),), (np.zeros((3, 2, 2)),)),),
 ))
