@@ -7,12 +7,14 @@ Namespaces: ``jaxrules.numpy`` (and ``.linalg``), ``jaxrules.scipy.special``, ``
 """
 
 from jaxrules import linalg, nn, numpy, scipy
+from jaxrules.function import Function, FunctionCtx, VmapInfo
 from jaxrules.mechanism import Op, define_op, formula_spy
 from jaxrules.registry import OpRecord, Sample, SingularPoint, records
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Op", "OpRecord", "Sample", "SingularPoint", "define_op", "formula_spy", "linalg", "nn",
+    "Function", "FunctionCtx", "Op", "OpRecord", "Sample", "SingularPoint", "VmapInfo", "define_op",
+    "formula_spy", "linalg", "nn",
     "numpy", "records", "scipy",
 ]

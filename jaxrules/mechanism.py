@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -96,7 +97,8 @@ class LinearRule:
     res_tree: Any
     out_tree: Any
     tangent_mask: tuple
-    out_avals: tuple  # avals of the output tangents (the op's outputs), per example
+    out_avals: tuple  # avals of the output tangents (the op's inexact outputs), per example
+    diff_outputs: tuple  # which output leaves are inexact (integer outputs get no tangent)
     parent: LinearRule | None = None
     batch_dims: tuple | None = None
     batch_axis_name: Any = None  # the vmap axis's name, so collectives in the formulas see it
@@ -119,7 +121,7 @@ class LinearRule:
             return self._batched_jvp(res_leaves, tangents)
         res = jax.tree_util.tree_unflatten(self.res_tree, res_leaves)
         out = self.jvp(res, *self._tangents_all(tangents), **dict(self.static))
-        leaves = self.out_tree.flatten_up_to(out)
+        leaves = [t for t, d in zip(self.out_tree.flatten_up_to(out), self.diff_outputs) if d]
         return [jnp.broadcast_to(t, a.shape).astype(a.dtype) for t, a in zip(leaves, self.out_avals)]
 
     def apply_vjp(self, res_leaves, ct_leaves, tangent_avals):
@@ -127,7 +129,8 @@ class LinearRule:
         if self.batch_dims is not None:
             return self._batched_vjp(res_leaves, ct_leaves, tangent_avals)
         res = jax.tree_util.tree_unflatten(self.res_tree, res_leaves)
-        ct = jax.tree_util.tree_unflatten(self.out_tree, ct_leaves)
+        it = iter(ct_leaves)
+        ct = jax.tree_util.tree_unflatten(self.out_tree, [next(it) if d else None for d in self.diff_outputs])
         in_cts = tuple(self.vjp(res, ct, **dict(self.static)))
         if len(in_cts) != len(self.tangent_mask):
             raise TypeError(
@@ -250,11 +253,11 @@ def _prim_jvp(primals, tangents, *, rule):
 
 def _batch(axis_data, args, dims, *, rule):
     if all(d is None for d in dims):
-        return _bind(*_split(args, rule), rule), [None] * rule.out_tree.num_leaves
+        return _bind(*_split(args, rule), rule), [None] * len(rule.out_avals)
     args = [jnp.moveaxis(a, d, 0) if d is not None else a for a, d in zip(args, dims)]
     dims = tuple(None if d is None else 0 for d in dims)
     batched = _batched_rule(rule, dims, axis_data.name)
-    return _bind(*_split(args, rule), batched), [0] * rule.out_tree.num_leaves
+    return _bind(*_split(args, rule), batched), [0] * len(rule.out_avals)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -311,6 +314,11 @@ class Op:
     vjp: Callable
     save: Callable = _save_arguments
     batch: Callable | None = None
+
+    @functools.cached_property
+    def save_wants_mask(self) -> bool:
+        """Whether ``save`` takes ``needs_input_grad`` (which arrays carry a tangent)."""
+        return "needs_input_grad" in inspect.signature(self.save).parameters
 
     def __call__(self, *arrays, **static):
         static_items = tuple(sorted((k, _freeze(v)) for k, v in static.items()))
@@ -390,14 +398,17 @@ def _custom_jvp_function(op: Op, static_items: tuple):
         out = fn(*primals)
         mask = tuple(not isinstance(t, SymbolicZero) for t in tangents)
         if not any(mask):
-            return out, jax.tree_util.tree_map(jnp.zeros_like, out)
-        res = op.save(out, *primals, **static)
+            return out, jax.tree_util.tree_map(_zero_tangent, out)
+        extra = {"needs_input_grad": mask} if op.save_wants_mask else {}
+        res = op.save(out, *primals, **static, **extra)
         res_leaves, res_tree = jax.tree_util.tree_flatten(res)
         out_leaves, out_tree = jax.tree_util.tree_flatten(out)
-        out_avals = tuple(jax.typeof(o) for o in out_leaves)
-        rule = _linear_rule(op, static_items, res_tree, out_tree, mask, out_avals)
+        diff = tuple(bool(jnp.issubdtype(jnp.result_type(o), jnp.inexact)) for o in out_leaves)
+        out_avals = tuple(jax.typeof(o) for o, d in zip(out_leaves, diff) if d)
+        rule = _linear_rule(op, static_items, res_tree, out_tree, mask, out_avals, diff)
         present = [t for t, m in zip(tangents, mask) if m]
-        out_tangents = _bind(res_leaves, present, rule)
+        it = iter(_bind(res_leaves, present, rule))
+        out_tangents = [next(it) if d else _zero_tangent(o) for o, d in zip(out_leaves, diff)]
         return out, jax.tree_util.tree_unflatten(out_tree, out_tangents)
 
     fn = jax.custom_jvp(primal)
@@ -407,6 +418,12 @@ def _custom_jvp_function(op: Op, static_items: tuple):
     return fn
 
 
+def _zero_tangent(x):
+    if jnp.issubdtype(jnp.result_type(x), jnp.inexact):
+        return jnp.zeros_like(x)
+    return np.zeros(jnp.shape(x), jax.dtypes.float0)
+
+
 @functools.lru_cache(maxsize=4096)
-def _linear_rule(op: Op, static_items, res_tree, out_tree, mask, out_avals) -> LinearRule:
-    return LinearRule(op.name, op.jvp, op.vjp, static_items, res_tree, out_tree, mask, out_avals)
+def _linear_rule(op: Op, static_items, res_tree, out_tree, mask, out_avals, diff) -> LinearRule:
+    return LinearRule(op.name, op.jvp, op.vjp, static_items, res_tree, out_tree, mask, out_avals, diff)

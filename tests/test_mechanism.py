@@ -180,3 +180,37 @@ def test_custom_batching_rule_is_used_and_composes(name):
     BATCH_RULE_CALLS.clear()
     _close(BATCHED[name](rows), BATCHED[name](_rows_primal))
     assert BATCH_RULE_CALLS, "the op's vmap rule did not run"
+
+
+# An op with an integer output (indices) beside its float output, and a ``save`` that reads
+# ``needs_input_grad``.
+SAVE_MASKS = []
+
+
+def _sort_save(out, x, *, needs_input_grad):
+    SAVE_MASKS.append(needs_input_grad)
+    return out[1]
+
+
+def _sort_jvp(idx, t):
+    return jnp.take_along_axis(t, idx, -1), None
+
+
+def _sort_vjp(idx, ct):
+    values_ct, _ = ct
+    return (jnp.zeros_like(values_ct).at[..., idx].set(values_ct) if idx.ndim == 1 else None,)
+
+
+sort_with_indices = define_op(
+    "test_sort", lambda x: (jnp.sort(x), jnp.argsort(x)), _sort_jvp, _sort_vjp, _sort_save
+)
+
+
+def test_integer_outputs_get_no_tangent():
+    x = jnp.array([3.0, 1.0, 2.0])
+    (values, idx), (dv, didx) = jax.jvp(sort_with_indices, (x,), (jnp.array([10.0, 20.0, 30.0]),))
+    assert idx.tolist() == [1, 2, 0] and dv.tolist() == [20.0, 30.0, 10.0]
+    assert didx.dtype == jax.dtypes.float0
+    g = jax.grad(lambda x: jnp.sum(sort_with_indices(x)[0] * jnp.arange(3.0)))(x)
+    assert g.tolist() == [2.0, 0.0, 1.0]
+    assert SAVE_MASKS[-1] == (True,)
