@@ -7,6 +7,7 @@ Namespaces: ``jaxrules.numpy`` (and ``.linalg``), ``jaxrules.scipy.special``, ``
 """
 
 from jaxrules import linalg, nn, numpy, scipy
+from jaxrules.differentiate import differentiate
 from jaxrules.function import Function, FunctionCtx, VmapInfo
 from jaxrules.mechanism import Op, define_op, formula_spy
 from jaxrules.registry import OpRecord, Sample, SingularPoint, records
@@ -15,6 +16,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Function", "FunctionCtx", "Op", "OpRecord", "Sample", "SingularPoint", "VmapInfo", "define_op",
-    "formula_spy", "linalg", "nn",
+    "differentiate", "formula_spy", "linalg", "nn",
     "numpy", "records", "scipy",
 ]

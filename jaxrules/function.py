@@ -185,7 +185,7 @@ def _overrides(cls, name) -> bool:
     return getattr(cls, name) is not getattr(Function, name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _op_for(cls):
     name = cls.__name__
 

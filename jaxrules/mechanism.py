@@ -427,3 +427,33 @@ def _zero_tangent(x):
 @functools.lru_cache(maxsize=4096)
 def _linear_rule(op: Op, static_items, res_tree, out_tree, mask, out_avals, diff) -> LinearRule:
     return LinearRule(op.name, op.jvp, op.vjp, static_items, res_tree, out_tree, mask, out_avals, diff)
+
+
+# ----------------------------------------------------------------------------------------------
+# Jaxpr inspection (for ``jaxrules.differentiate``), kept here with the other JAX internals.
+
+
+def describe_equation(eqn) -> str:
+    """``"<primitive> from <file>:<line> (<function>)"`` for a jaxpr equation."""
+    from jax._src import source_info_util
+
+    return f"{eqn.primitive.name} from {source_info_util.summarize(eqn.source_info)}"
+
+
+def is_jaxpr_var(x) -> bool:
+    """Whether ``x`` is a jaxpr variable (not a literal)."""
+    from jax.extend.core import Var
+
+    return isinstance(x, Var)
+
+
+def has_jvp_rule(primitive) -> bool:
+    """Whether JAX can differentiate ``primitive`` in forward mode (so in reverse mode too)."""
+    return primitive in ad.primitive_jvps
+
+
+def sub_jaxprs(eqn) -> list:
+    """The jaxprs inside an equation's parameters (jit, scan, cond, custom_jvp_call, ...)."""
+    from jax.extend.core import jaxprs_in_params
+
+    return list(jaxprs_in_params(eqn.params))
