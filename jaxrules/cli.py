@@ -1,5 +1,6 @@
 """``python -m jaxrules``: ``check`` runs the harness on every registered op; ``list`` prints
-the coverage table (``list --markdown`` writes COVERAGE.md's content)."""
+the coverage table (``list --markdown`` writes COVERAGE.md's content); ``bench`` times
+forward+backward against JAX's own autodiff and torch."""
 
 from __future__ import annotations
 
@@ -137,6 +138,23 @@ def _list(args) -> int:
     return 0
 
 
+def _bench(args) -> int:
+    from jaxrules import bench
+
+    rows, meta = bench.run(repeats=args.repeats, pattern=args.ops, with_torch=not args.no_torch)
+    if not rows:
+        print(f"bench: no benchmark matches {args.ops!r}", file=sys.stderr)
+        return 2
+    text = bench.markdown(rows, meta)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text)
+    if args.plot:
+        bench.plot(rows, meta, args.plot)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxrules", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -151,6 +169,13 @@ def main(argv=None) -> int:
     listing.add_argument("--ops", help="only ops whose name matches this glob or substring")
     listing.add_argument("--markdown", action="store_true", help="print COVERAGE.md")
     listing.set_defaults(run=_list)
+    bench = sub.add_parser("bench", help="forward+backward timings against JAX autodiff and torch")
+    bench.add_argument("--ops", help="only benchmarks whose name contains this (comma-separated: any of them)")
+    bench.add_argument("--repeats", type=int, default=30, help="timed runs per measurement (median)")
+    bench.add_argument("--out", help="write the Markdown table here")
+    bench.add_argument("--plot", help="write a PNG plot here")
+    bench.add_argument("--no-torch", action="store_true", help="skip torch eager and torch.compile")
+    bench.set_defaults(run=_bench)
     args = parser.parse_args(argv)
     return args.run(args)
 

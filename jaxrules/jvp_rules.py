@@ -32,9 +32,9 @@ def _times(factor, t):
 # Elementwise
 
 
-def abs_jvp(x, t, **_):
+def abs_jvp(sign, t, **_):
     """``Re(conj(sgn x) t)``; 0 at x = 0 (seed ``abs_backward`` via ``sgn``)."""
-    return real_inner(P.sgn(x), t, (), False)
+    return real_inner(sign.astype(jnp.result_type(sign, t)), t, (), False)
 
 
 def sign_jvp(x, t, **_):
@@ -225,11 +225,10 @@ def median_jvp(x, t, *, axis, keepdims, **_):
     return jnp.sum(P.median_weights(x, axis, keepdims) * t, axis=axis, keepdims=keepdims)
 
 
-def logsumexp_jvp(res, t, *, axis, keepdims, **_):
-    """``sum(exp(x - out) t)``; the softmax's limit at infinite ``out`` (see
-    ``partials.logsumexp_weights``)."""
-    x, out = res
-    return jnp.sum(P.logsumexp_weights(x, out, axis, keepdims) * t, axis=axis, keepdims=keepdims)
+def logsumexp_jvp(weights, t, *, axis, keepdims, **_):
+    """``sum(exp(x - out) t)`` with the saved weights ``exp(x - out)`` (the softmax's limit at
+    infinite ``out``; see ``partials.logsumexp_weights``)."""
+    return jnp.sum(weights * t, axis=axis, keepdims=keepdims)
 
 
 def logcumsumexp_jvp(res, t, *, axis, **_):

@@ -108,14 +108,32 @@ def even_weights(x, value, axis, keepdims):
     return mask / jnp.where(count == 0, 1, count)
 
 
+def logsumexp_parts(x, axis):
+    """``(m, e, s)``: the shift ``m = max(x)`` (0 where it is infinite), ``e = exp(x - m)`` and
+    ``s = sum(e)`` (kept axes). The primal and the saved weights both use these, so under jit the
+    exponentials are computed once."""
+    m = jnp.max(x.real if jnp.iscomplexobj(x) else x, axis=axis, keepdims=True)
+    m = lax.stop_gradient(jnp.where(jnp.isfinite(m), m, 0))
+    e = jnp.exp(x - m)
+    return m, e, jnp.sum(e, axis=axis, keepdims=True)
+
+
 def logsumexp_weights(x, out, axis, keepdims):
     """``d logsumexp / dx``: ``exp(x - out)`` (softmax) where ``out`` is finite; where ``out`` is
     ``+inf`` (some entry is +inf) or ``-inf`` (all entries are), the limit of the softmax: even
     weights over the entries equal to ``out`` (torch and JAX give NaN there)."""
     o = expand_reduced(out, x.shape, axis, keepdims)
-    finite = jnp.isfinite(o.real) if jnp.iscomplexobj(o) else jnp.isfinite(o)
-    soft = jnp.exp(jnp.where(finite, x - jnp.where(finite, o, 0), -jnp.inf))
-    return jnp.where(finite, soft, even_weights(x, out, axis, keepdims).astype(soft.dtype))
+    _, e, total = logsumexp_parts(x, axis)
+    soft = e / total
+
+    def with_limits(soft):
+        finite = jnp.isfinite(o.real) if jnp.iscomplexobj(o) else jnp.isfinite(o)
+        return jnp.where(finite, soft, even_weights(x, out, axis, keepdims).astype(soft.dtype))
+
+    # The limits cost an extra reduction: take them only when some result is infinite (under
+    # vmap the cond becomes a select and both run, which is still right).
+    all_finite = jnp.all(jnp.isfinite(out.real if jnp.iscomplexobj(out) else out))
+    return lax.cond(all_finite, lambda soft: soft, with_limits, soft)
 
 
 def median_weights(x, axis, keepdims):

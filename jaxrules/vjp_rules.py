@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+from jax import lax
 
 from jaxrules import partials as P
 from jaxrules.partials import expand_reduced, reduced_size
@@ -20,9 +21,10 @@ from jaxrules.partials import expand_reduced, reduced_size
 # Elementwise
 
 
-def abs_vjp(x, ct, **_):
-    """``conj(sgn x) ct`` (seed ``abs_backward``; JAX convention)."""
-    return (jnp.conj(P.sgn(x)) * ct,)
+def abs_vjp(sign, ct, **_):
+    """``conj(sgn x) ct`` (seed ``abs_backward``; JAX convention). ``sign`` is the saved
+    ``sgn(x)`` (int8 for real x: a quarter of the memory of x)."""
+    return (jnp.conj(sign.astype(jnp.result_type(sign, ct))) * ct,)
 
 
 def sign_vjp(x, ct, **_):
@@ -152,8 +154,8 @@ def prod_vjp(x, ct, *, axis, keepdims, **_):
 
 
 def cumsum_vjp(res, ct, *, axis, **_):
-    """``flip(cumsum(flip(ct)))`` (seed ``cumsum_backward``)."""
-    return (jnp.flip(jnp.cumsum(jnp.flip(ct, axis), axis=axis), axis),)
+    """``flip(cumsum(flip(ct)))`` (seed ``cumsum_backward``), as one reversed cumsum."""
+    return (lax.cumsum(ct, axis=axis, reverse=True),)
 
 
 def cumprod_vjp(x, ct, *, axis, **_):
@@ -206,11 +208,11 @@ def median_vjp(x, ct, *, axis, keepdims, **_):
     return (expand_reduced(ct, x.shape, axis, keepdims) * P.median_weights(x, axis, keepdims),)
 
 
-def logsumexp_vjp(res, ct, *, axis, keepdims, **_):
-    """``expand(ct) exp(x - out)`` (seed ``logsumexp_backward``; holomorphic, so no conjugate in
-    JAX's convention — torch 2.13 conjugates, the seed forgot to)."""
-    x, out = res
-    return (expand_reduced(ct, x.shape, axis, keepdims) * P.logsumexp_weights(x, out, axis, keepdims),)
+def logsumexp_vjp(weights, ct, *, axis, keepdims, **_):
+    """``expand(ct) exp(x - out)`` with the saved weights (seed ``logsumexp_backward``;
+    holomorphic, so no conjugate in JAX's convention — torch 2.13 conjugates, the seed forgot
+    to)."""
+    return (expand_reduced(ct, weights.shape, axis, keepdims) * weights,)
 
 
 def logcumsumexp_vjp(res, ct, *, axis, **_):

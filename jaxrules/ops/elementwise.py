@@ -12,6 +12,7 @@ from jax.scipy import special as jsp_special
 
 from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
+from jaxrules import partials as P
 from jaxrules import vjp_rules as R
 from jaxrules.mechanism import define_op
 from jaxrules.ops._sampling import away_from_zero, f64, normal, uniform
@@ -30,7 +31,12 @@ def _save_x_and_out(out, x, **_):
 # ----------------------------------------------------------------------------------------------
 # Ops
 
-abs_op = _unary("abs", lambda x: jnp.abs(x))
+def _save_sign(out, x):
+    """``sgn(x)``: int8 for real x (all the backward needs), complex for complex x."""
+    return P.sgn(x) if jnp.iscomplexobj(x) else jnp.sign(x).astype(jnp.int8)
+
+
+abs_op = _unary("abs", lambda x: jnp.abs(x), _save_sign)
 sign_op = _unary("sign", lambda x: jnp.sign(x))
 angle_op = _unary("angle", lambda x: jnp.angle(x))
 arctan2_op = define_op("arctan2", jnp.arctan2, J.arctan2_jvp, R.arctan2_vjp)

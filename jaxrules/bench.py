@@ -1,0 +1,231 @@
+"""``python -m jaxrules bench``: forward+backward (``jit`` of ``vjp``) of jaxrules ops against
+JAX's own autodiff of the same math, torch eager and ``torch.compile`` (when torch is importable),
+in one process on one device; median of repeats after warm-up; achieved GB/s (bytes of the inputs,
+the output cotangent and the gradients, each read or written once) and its ratio to the device's
+measured copy bandwidth; bytes of the residuals kept between forward and backward (from
+``jaxrules.differentiate``). Writes a Markdown table and a PNG plot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxrules.numpy as rnp
+from jaxrules.differentiate import differentiate
+from jaxrules.nn import batch_norm, group_norm, layer_norm, logsumexp
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One benchmark: the jaxrules function, the same math in plain JAX, the same in torch, and
+    the input shapes (per device kind). Every function takes the same positional arrays."""
+
+    name: str
+    ours: Callable
+    plain_jax: Callable
+    torch_fn: Callable | None
+    shapes: dict  # "gpu"/"cpu" -> list of input shapes
+    dtype: str = "float32"
+
+
+def _jax_layer_norm(x, w, b, eps=1e-5):
+    mean = jnp.mean(x, -1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), -1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + eps) * w + b
+
+
+def _jax_batch_norm(x, w, b, eps=1e-5):
+    axes = (0, 2, 3)
+    mean = jnp.mean(x, axes, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axes, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + eps) * w[:, None, None] + b[:, None, None]
+
+
+def _jax_group_norm(x, w, b, groups=32, eps=1e-5):
+    g = x.reshape(x.shape[0], groups, -1)
+    mean = jnp.mean(g, -1, keepdims=True)
+    var = jnp.mean(jnp.square(g - mean), -1, keepdims=True)
+    y = ((g - mean) * jax.lax.rsqrt(var + eps)).reshape(x.shape)
+    return y * w[:, None, None] + b[:, None, None]
+
+
+_LN = {"gpu": [(16384, 4096), (4096,), (4096,)], "cpu": [(2048, 1024), (1024,), (1024,)]}
+_BN = {"gpu": [(64, 256, 56, 56), (256,), (256,)], "cpu": [(16, 64, 28, 28), (64,), (64,)]}
+_MAT = {"gpu": [(16384, 4096)], "cpu": [(2048, 1024)]}
+
+CASES = [
+    Case("layer_norm", lambda x, w, b: layer_norm(x, x.shape[-1], w, b), _jax_layer_norm,
+         lambda t, x, w, b: t.nn.functional.layer_norm(x, x.shape[-1:], w, b), _LN),
+    Case("layer_norm_bf16", lambda x, w, b: layer_norm(x, x.shape[-1], w, b), _jax_layer_norm,
+         lambda t, x, w, b: t.nn.functional.layer_norm(x, x.shape[-1:], w, b), _LN, "bfloat16"),
+    Case("batch_norm", lambda x, w, b: batch_norm(x, None, None, w, b, training=True)[0], _jax_batch_norm,
+         lambda t, x, w, b: t.nn.functional.batch_norm(x, None, None, w, b, training=True), _BN),
+    Case("group_norm", lambda x, w, b: group_norm(x, 32, w, b), _jax_group_norm,
+         lambda t, x, w, b: t.nn.functional.group_norm(x, 32, w, b), _BN),
+    Case("logsumexp", lambda x: logsumexp(x, axis=-1), lambda x: jax.nn.logsumexp(x, axis=-1),
+         lambda t, x: t.logsumexp(x, -1), _MAT),
+    Case("vector_norm", lambda x: rnp.linalg.vector_norm(x, axis=-1), lambda x: jnp.linalg.vector_norm(x, axis=-1),
+         lambda t, x: t.linalg.vector_norm(x, dim=-1), _MAT),
+    Case("std", lambda x: rnp.std(x, axis=-1), lambda x: jnp.std(x, axis=-1), lambda t, x: t.std(x, -1, correction=0),
+         _MAT),
+    Case("abs", rnp.abs, jnp.abs, lambda t, x: t.abs(x), _MAT),
+    Case("clip", lambda x: rnp.clip(x, -0.5, 0.5), lambda x: jnp.clip(x, -0.5, 0.5), lambda t, x: t.clamp(x, -0.5, 0.5),
+         _MAT),
+    Case("prod", lambda x: rnp.prod(x, axis=-1), lambda x: jnp.prod(x, axis=-1), lambda t, x: t.prod(x, -1), _MAT),
+    Case("cumsum", lambda x: rnp.cumsum(x, axis=-1), lambda x: jnp.cumsum(x, axis=-1), lambda t, x: t.cumsum(x, -1),
+         _MAT),
+]
+
+
+def _median_ms(run: Callable, repeats: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def _fwd_bwd(fn: Callable):
+    """``jit`` of forward + backward: the gradients of ``sum(fn(*args) * ct)``."""
+    return jax.jit(lambda ct, *args: jax.vjp(fn, *args)[1](ct))
+
+
+def copy_bandwidth(platform: str, repeats: int = 20) -> float:
+    """Device-to-device copy bandwidth in GB/s (bytes read plus bytes written)."""
+    n = (256 if platform == "gpu" else 32) * 2**20
+    x = jnp.ones(n, jnp.float32)
+    copy = jax.jit(lambda v: v + 1.0)
+    ms = _median_ms(lambda: copy(x).block_until_ready(), repeats)
+    return 2 * x.nbytes / (ms * 1e-3) / 1e9
+
+
+def _inputs(case: Case, platform: str, rng: np.random.Generator):
+    shapes = case.shapes[platform]
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    if len(arrays) > 1:  # weight near 1
+        arrays[1] = arrays[1] + 1
+    return [jnp.asarray(a, case.dtype) for a in arrays]
+
+
+def _torch_times(torch, case, arrays, ct, repeats):
+    """(eager ms, compiled ms or None) of forward + backward in torch on the same device."""
+    device = "cuda" if jax.default_backend() == "gpu" and torch.cuda.is_available() else "cpu"
+    dtype = getattr(torch, case.dtype)
+    targs = [torch.tensor(np.asarray(a, np.float32), device=device, dtype=dtype, requires_grad=True) for a in arrays]
+    tct = torch.tensor(np.asarray(ct, np.float32), device=device, dtype=dtype)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def step(fn):
+        def run():
+            out = fn(torch, *targs)
+            torch.autograd.grad(out, targs, tct)
+            sync()
+
+        return run
+
+    eager = _median_ms(step(case.torch_fn), repeats)
+    try:
+        compiled_fn = torch.compile(case.torch_fn)
+        compiled = _median_ms(step(compiled_fn), repeats, warmup=3)
+    except Exception as err:  # torch.compile needs a working compiler toolchain
+        print(f"  torch.compile failed for {case.name}: {type(err).__name__}: {err}", file=sys.stderr)
+        compiled = None
+    return eager, compiled
+
+
+def run(cases=CASES, repeats: int = 30, pattern: str | None = None, with_torch: bool = True):
+    """Benchmark ``cases`` (those whose name contains ``pattern``, or one of its comma-separated
+    parts) on the default device: ``(rows, meta)``."""
+    platform = "gpu" if jax.default_backend() == "gpu" else "cpu"
+    bandwidth = copy_bandwidth(platform)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    rows = []
+    rng = np.random.default_rng(0)
+    wanted = pattern.split(",") if pattern else None
+    for case in cases:
+        if wanted and not any(w in case.name for w in wanted):
+            continue
+        arrays = _inputs(case, platform, rng)
+        ct = jnp.asarray(rng.standard_normal(jax.eval_shape(case.ours, *arrays).shape), case.dtype)
+        timings = {}
+        for label, fn in (("jaxrules", case.ours), ("jax", case.plain_jax)):
+            step = _fwd_bwd(fn)
+            timings[label] = _median_ms(lambda step=step: jax.block_until_ready(step(ct, *arrays)), repeats)
+        residuals = {label: differentiate(fn, *arrays).residual_bytes for label, fn in
+                     (("jaxrules", case.ours), ("jax", case.plain_jax))}
+        eager = compiled = None
+        if with_torch and torch is not None and case.torch_fn is not None:
+            eager, compiled = _torch_times(torch, case, arrays, ct, repeats)
+        moved = 2 * sum(a.nbytes for a in arrays) + ct.nbytes  # read inputs and ct, write gradients
+        gbps = moved / (timings["jaxrules"] * 1e-3) / 1e9
+        rows.append({
+            "op": case.name, "dtype": case.dtype, "shape": "x".join(map(str, arrays[0].shape)),
+            "jaxrules_ms": timings["jaxrules"], "jax_ms": timings["jax"], "torch_ms": eager, "compile_ms": compiled,
+            "gbps": gbps, "bandwidth_fraction": gbps / bandwidth,
+            "residual_bytes": residuals["jaxrules"], "jax_residual_bytes": residuals["jax"],
+        })
+        print(f"  {case.name}: jaxrules {timings['jaxrules']:.3f} ms, jax {timings['jax']:.3f} ms", file=sys.stderr)
+    return rows, {"platform": platform, "device": jax.devices()[0].device_kind, "jax": jax.__version__,
+                  "torch": getattr(torch, "__version__", None), "copy_gbps": bandwidth, "repeats": repeats}
+
+
+def _fmt(v, digits=3):
+    return "—" if v is None else f"{v:.{digits}f}"
+
+
+def markdown(rows, meta) -> str:
+    """The results as a Markdown section (ratios > 1 mean jaxrules is faster)."""
+    lines = [
+        f"Device: {meta['device']} ({meta['platform']}), jax {meta['jax']}, torch {meta['torch']}; "
+        f"median of {meta['repeats']} runs after warm-up; measured copy bandwidth {meta['copy_gbps']:.0f} GB/s.",
+        "",
+        "| op | dtype | shape | jaxrules ms | JAX autodiff ms | torch eager ms | torch.compile ms | "
+        "vs JAX | vs eager | vs compile | GB/s | of copy bw | residual MB (jaxrules / JAX) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        ratio = lambda other: None if other is None else other / r["jaxrules_ms"]  # noqa: E731
+        lines.append(
+            f"| {r['op']} | {r['dtype']} | {r['shape']} | {_fmt(r['jaxrules_ms'])} | {_fmt(r['jax_ms'])} | "
+            f"{_fmt(r['torch_ms'])} | {_fmt(r['compile_ms'])} | {_fmt(ratio(r['jax_ms']), 2)} | "
+            f"{_fmt(ratio(r['torch_ms']), 2)} | {_fmt(ratio(r['compile_ms']), 2)} | {r['gbps']:.0f} | "
+            f"{r['bandwidth_fraction']:.0%} | {r['residual_bytes'] / 1e6:.1f} / {r['jax_residual_bytes'] / 1e6:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows, meta, path: str) -> None:
+    """Bar chart of the time of each op, relative to jaxrules (higher = slower than jaxrules)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [r["op"] for r in rows]
+    series = [("JAX autodiff", "jax_ms"), ("torch eager", "torch_ms"), ("torch.compile", "compile_ms")]
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.9), 3.5))
+    for k, (label, key) in enumerate(series):
+        values = [math.nan if r[key] is None else r[key] / r["jaxrules_ms"] for r in rows]
+        ax.bar(np.arange(len(rows)) + k * width, values, width, label=label)
+    ax.axhline(1.0, color="k", lw=1)
+    ax.set_xticks(np.arange(len(rows)) + width, labels, rotation=30, ha="right")
+    ax.set(ylabel="time / jaxrules time", title=f"forward+backward on {meta['device']}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
