@@ -77,8 +77,9 @@ amin_op = _op("amin", lambda x, *, axis, keepdims: jnp.min(x, axis, keepdims=kee
 median_op = _op("median", lambda x, *, axis, keepdims: jnp.median(x, axis, keepdims=keepdims))
 def _save_softmax(out, x, *, axis, keepdims):
     """``exp(x - out)`` (with its limits at infinite ``out``): what both formulas multiply by,
-    the same bytes as ``x``, so the backward is one product instead of an exp."""
-    return P.logsumexp_weights(x, out, axis, keepdims)
+    the same bytes as ``x``, so the backward is one product instead of an exp (under jit the
+    exponential is shared with the primal)."""
+    return P.logsumexp_weights(x, axis)
 
 
 def _logsumexp_primal(x, *, axis, keepdims):
