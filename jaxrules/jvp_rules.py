@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 
 from jaxrules import partials as P
@@ -288,3 +289,40 @@ def normalize_backward_jvp(res, tx, tg, *, axes, eps, axis_name):
         )
         out = dx_term if out is None else out + dx_term
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Pointwise ops whose derivative is one factor per input (activations, losses): the factors come
+# from ``partials`` (``derivative(*inputs, **params)``), shared with ``vjp_rules``.
+
+
+def pointwise_jvp(res, *tangents, derivative, **params):
+    """``sum_i (d f / d x_i) t_i``."""
+    inputs = res if isinstance(res, tuple) else (res,)
+    factors = derivative(*inputs, **params)
+    factors = factors if isinstance(factors, tuple) else (factors,)
+    return _terms(*(_times(f, t) for f, t in zip(factors, tangents)))
+
+
+def softmax_jvp(y, t, *, axis, **_):
+    """``y (t - sum(y t))`` (the transpose of ``_softmax_backward_data``)."""
+    return y * (t - jnp.sum(y * t, axis=axis, keepdims=True))
+
+
+def log_softmax_jvp(out, t, *, axis, **_):
+    """``t - sum(softmax t)``, ``softmax = exp(out)`` (0 at -inf logits)."""
+    return t - jnp.sum(jnp.exp(out) * t, axis=axis, keepdims=True)
+
+
+def glu_jvp(x, t, *, axis, **_):
+    """``glu(x) = a sigmoid(b)``: ``sigmoid(b) t_a + a sigmoid(b)(1 - sigmoid(b)) t_b`` (the
+    forward counterpart of torch's ``glu_backward``)."""
+    a, b = jnp.split(x, 2, axis=axis)
+    ta, tb = jnp.split(t, 2, axis=axis)
+    s = jax.nn.sigmoid(b)
+    return s * ta + a * s * (1 - s) * tb
+
+
+def dropout_jvp(mask, tx, tmask, *, scale, **_):
+    """``t mask scale`` (seed ``infinitely_differentiable_native_dropout_backward``)."""
+    return tx * mask * scale

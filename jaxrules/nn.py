@@ -1,7 +1,35 @@
 """Drop-in replacements for ``jax.nn`` functions, plus torch.nn.functional ops JAX lacks
-(normalization with torch's signatures, channels at axis 1)."""
+(normalization and losses with torch's signatures, channels at axis 1; softplus with torch's
+``beta`` and ``threshold``; dropout with an explicit key)."""
 
+from jaxrules.ops.activations import (
+    celu,
+    dropout,
+    elu,
+    gelu,
+    glu,
+    log_sigmoid,
+    log_softmax,
+    mish,
+    selu,
+    silu,
+    softmax,
+    softplus,
+    swish,
+)
+from jaxrules.ops.losses import (
+    binary_cross_entropy,
+    binary_cross_entropy_with_logits,
+    huber_loss,
+    mse_loss,
+    smooth_l1_loss,
+    soft_margin_loss,
+)
 from jaxrules.ops.normalization import batch_norm, group_norm, layer_norm
 from jaxrules.ops.reductions import logsumexp
 
-__all__ = ["batch_norm", "group_norm", "layer_norm", "logsumexp"]
+__all__ = [
+    "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu", "dropout", "elu", "gelu",
+    "glu", "group_norm", "huber_loss", "layer_norm", "log_sigmoid", "log_softmax", "logsumexp", "mish",
+    "mse_loss", "selu", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softplus", "swish",
+]

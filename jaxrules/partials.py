@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -381,3 +382,121 @@ def norm_projection(x, mean, rstd, v, axes, axis_name):
     v = v.astype(rstd.dtype)
     xhat = (x.astype(rstd.dtype) - mean) * rstd
     return rstd * (v - group_mean(v, axes, axis_name) - xhat * group_mean(v * xhat, axes, axis_name))
+
+
+# ----------------------------------------------------------------------------------------------
+# Activations: d f / dx from the saved input (seed ``infinitely_differentiable_*_backward``).
+# Where torch's double backward uses a strict mask that its first derivative does not (elu
+# family and softplus at their kinks), the value at the kink is wrapped in ``stop_gradient`` so
+# that the second derivative there is torch's 0.
+
+
+def _kink(x, at, value_below, value_above, value_at):
+    """``value_below`` for x < at, ``value_above`` for x > at, ``value_at`` (with zero derivative)
+    at x == at."""
+    return jnp.where(x < at, value_below, jnp.where(x == at, lax.stop_gradient(value_at), value_above))
+
+
+def silu_derivative(x):
+    """``s (1 + x (1 - s))``, ``s = sigmoid(x)`` (seed ``infinitely_differentiable_silu_backward``)."""
+    s = jax.nn.sigmoid(x)
+    return s * (1 + x * (1 - s))
+
+
+def mish_derivative(x):
+    """``tanh(sp) + x sigmoid(x) (1 - tanh(sp)^2)``, ``sp = softplus(x)`` computed stably, so the
+    second derivative is finite at large x (torch: NaN at 800; seed
+    ``infinitely_differentiable_mish_backward``)."""
+    tsp = jnp.tanh(jax.nn.softplus(x))
+    return tsp + x * jax.nn.sigmoid(x) * (1 - tsp * tsp)
+
+
+def gelu_derivative(x, approximate):
+    """Exact: ``Phi(x) + x phi(x)``. Tanh: ``0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u'``,
+    ``u = sqrt(2/pi)(x + 0.044715 x^3)`` (torch ``gelu_backward``; its double backward is
+    ``gelu_double_backward``)."""
+    if approximate:
+        k = math.sqrt(2 / math.pi)
+        u = k * (x + 0.044715 * x**3)
+        th = jnp.tanh(u)
+        return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k * (1 + 3 * 0.044715 * x * x)
+    cdf = 0.5 * (1 + lax.erf(x / math.sqrt(2)))
+    pdf = jnp.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    return cdf + x * pdf
+
+
+def elu_derivative(x, alpha, scale, input_scale):
+    """``scale`` for x > 0, ``scale alpha input_scale exp(x input_scale)`` for x <= 0 (torch's
+    ``elu_backward``: the alpha branch at 0), with torch's second derivative 0 at 0 (seed
+    ``elu_double_backward``'s strict mask). elu, selu and celu."""
+    neg = scale * alpha * input_scale * jnp.exp(jnp.minimum(x, 0) * input_scale)
+    return _kink(x, 0.0, neg, scale, scale * alpha * input_scale)
+
+
+def softplus_derivative(x, beta, threshold):
+    """``sigmoid(beta x)`` where ``beta x <= threshold``, 1 above (torch ``softplus_backward``),
+    second derivative 0 at the threshold (seed ``softplus_double_backward``'s strict mask)."""
+    bx = x * beta
+    s = jax.nn.sigmoid(bx)
+    return _kink(bx, threshold, s, jnp.ones_like(s), s)
+
+
+def log_sigmoid_derivative(x):
+    """``sigmoid(-x)`` (stable at +-800; seed ``log_sigmoid_double_backward``)."""
+    return jax.nn.sigmoid(-x)
+
+
+# ----------------------------------------------------------------------------------------------
+# Pointwise losses: the partial derivatives with respect to each input.
+
+_LOG_FLOOR = -100.0  # torch clamps the logs of binary_cross_entropy at -100
+
+
+def bce_derivatives(x, y):
+    """Of ``-(y max(log x, -100) + (1 - y) max(log(1 - x), -100))``, consistent with the clamped
+    forward: where a log is clamped it is locally constant, so its term contributes nothing
+    (torch's input gradient is ``(x - y)/max(x(1 - x), 1e-12)``, its target gradient ``-logit(x)``
+    — infinite at x in {0, 1} although the forward is finite there)."""
+    log_x, log_1mx = jnp.log(x), jnp.log1p(-x)
+    live_x, live_1mx = log_x > _LOG_FLOOR, log_1mx > _LOG_FLOOR
+    dx = -(y * safe_reciprocal(x, ~live_x) - (1 - y) * safe_reciprocal(1 - x, ~live_1mx))
+    dy = -(jnp.maximum(log_x, _LOG_FLOOR) - jnp.maximum(log_1mx, _LOG_FLOOR))
+    return dx, dy
+
+
+def bce_with_logits_derivatives(x, y, pos_weight):
+    """Of ``-(p y logsigmoid(x) + (1 - y) logsigmoid(-x))`` (seed
+    ``binary_cross_entropy_with_logits_backward`` and ``..._target_backward``):
+    ``((p y + 1 - y) sigmoid(x) - p y, logsigmoid(-x) - p logsigmoid(x), -y logsigmoid(x))``."""
+    dx = (pos_weight * y + 1 - y) * jax.nn.sigmoid(x) - pos_weight * y
+    dy = jax.nn.log_sigmoid(-x) - pos_weight * jax.nn.log_sigmoid(x)
+    return dx, dy, -y * jax.nn.log_sigmoid(x)
+
+
+def mse_derivatives(x, y):
+    """Of ``(x - y)^2`` (seed ``mse_loss_double_backward``: second derivative 2)."""
+    d = 2 * (x - y)
+    return d, -d
+
+
+def huber_derivatives(x, y, delta):
+    """Of torch's huber loss: ``d`` inside ``|d| < delta``, ``delta sign(d)`` outside; second
+    derivative ``[|d| < delta]`` (seed ``huber_loss_double_backward``: 0 on the boundary)."""
+    d = x - y
+    g = jnp.where(jnp.abs(d) < delta, d, delta * jnp.sign(d))
+    return g, -g
+
+
+def smooth_l1_derivatives(x, y, beta):
+    """Of torch's smooth L1 loss: ``d/beta`` inside ``|d| < beta``, ``sign(d)`` outside; beta = 0
+    is the L1 loss (seed ``smooth_l1_loss_double_backward``)."""
+    d = x - y
+    g = jnp.sign(d) if beta == 0 else jnp.where(jnp.abs(d) < beta, d / beta, jnp.sign(d))
+    return g, -g
+
+
+def soft_margin_derivatives(x, y):
+    """Of ``softplus(-y x)``: ``(-y sigmoid(-y x), -x sigmoid(-y x))`` — stable at |x| = 800,
+    where torch's ``soft_margin_loss_backward`` overflows to NaN."""
+    s = jax.nn.sigmoid(-y * x)
+    return -y * s, -x * s

@@ -269,3 +269,40 @@ def normalize_backward_vjp(res, ct, *, axes, eps, axis_name):
     mean_ = lambda v: P.group_mean(v, axes, axis_name)  # noqa: E731
     g_x = -rstd * (xhat * mean_(h * gx) + mean_(g.astype(rstd.dtype) * xhat) * bh + mean_(h * xhat) * gx)
     return g_x, bh
+
+
+# ----------------------------------------------------------------------------------------------
+# Pointwise ops whose derivative is one factor per input (activations, losses).
+
+
+def pointwise_vjp(res, ct, *, derivative, **params):
+    """``(d f / d x_i) ct`` for each input (broadcast inputs are summed back by the mechanism)."""
+    inputs = res if isinstance(res, tuple) else (res,)
+    factors = derivative(*inputs, **params)
+    factors = factors if isinstance(factors, tuple) else (factors,)
+    return tuple(f * ct for f in factors)
+
+
+def softmax_vjp(y, ct, *, axis, **_):
+    """``y (ct - sum(ct y))`` (torch ``_softmax_backward_data``; its double backward, seed
+    ``softmax_double_backward``, is the derivative of this through the saved output)."""
+    return (y * (ct - jnp.sum(ct * y, axis=axis, keepdims=True)),)
+
+
+def log_softmax_vjp(out, ct, *, axis, **_):
+    """``ct - softmax sum(ct)`` (torch ``_log_softmax_backward_data``)."""
+    return (ct - jnp.exp(out) * jnp.sum(ct, axis=axis, keepdims=True),)
+
+
+def glu_vjp(x, ct, *, axis, **_):
+    """torch ``glu_backward``: ``(sigmoid(b) ct, a sigmoid(b)(1 - sigmoid(b)) ct)`` concatenated."""
+    import jax
+
+    a, b = jnp.split(x, 2, axis=axis)
+    s = jax.nn.sigmoid(b)
+    return (jnp.concatenate([s * ct, a * s * (1 - s) * ct], axis=axis),)
+
+
+def dropout_vjp(mask, ct, *, scale, **_):
+    """``ct mask scale``; the mask gets nothing (seed ``infinitely_differentiable_native_dropout_backward``)."""
+    return ct * mask * scale, None

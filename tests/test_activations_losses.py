@@ -1,0 +1,105 @@
+"""Activations and losses beyond the registry harness: second derivatives against torch's double
+backward (including torch's conventions at kinks), dropout's semantics, bad input."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import jaxrules.nn as rnn
+
+POINTS = np.array([-800.0, -3.0, -0.5, 0.0, 0.7, 3.0, 20.0])
+
+CASES = {
+    "silu": (rnn.silu, F.silu),
+    "gelu_tanh": (rnn.gelu, lambda x: F.gelu(x, approximate="tanh")),
+    "gelu_exact": (lambda x: rnn.gelu(x, approximate=False), F.gelu),
+    "elu": (lambda x: rnn.elu(x, 1.5), lambda x: F.elu(x, 1.5)),
+    "selu": (rnn.selu, F.selu),
+    "celu": (lambda x: rnn.celu(x, 2.0), lambda x: F.celu(x, 2.0)),
+    "softplus_threshold": (lambda x: rnn.softplus(x, 2, 6), lambda x: F.softplus(x, 2, 6)),
+    "log_sigmoid": (rnn.log_sigmoid, F.logsigmoid),
+}
+
+
+def _torch_second(fn, x):
+    t = torch.tensor(x, requires_grad=True)
+    (g,) = torch.autograd.grad(fn(t).sum(), t, create_graph=True)
+    (h,) = torch.autograd.grad(g.sum(), t)
+    return g.detach().numpy(), h.numpy()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_first_and_second_derivatives_match_torch(name):
+    ours, theirs = CASES[name]
+    x = np.concatenate([POINTS, [3.0]])  # 3.0 = the softplus threshold/beta point
+    grad = jax.grad(lambda v: jnp.sum(ours(v)))
+    second = jax.grad(lambda v: jnp.sum(grad(v)))(jnp.asarray(x))
+    t_grad, t_second = _torch_second(theirs, x)
+    np.testing.assert_allclose(grad(jnp.asarray(x)), t_grad, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(second, t_second, rtol=1e-9, atol=1e-12)
+
+
+def test_mish_second_derivative_is_finite_where_torch_is_not():
+    x = np.array([800.0, -800.0])
+    second = jax.grad(lambda v: jnp.sum(jax.grad(lambda u: jnp.sum(rnn.mish(u)))(v)))(jnp.asarray(x))
+    assert np.all(np.isfinite(second))
+    assert np.isnan(_torch_second(F.mish, x)[1][0])
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "glu"])
+def test_double_backward_matches_torch(name):
+    ours = {"softmax": rnn.softmax, "log_softmax": rnn.log_softmax, "glu": rnn.glu}[name]
+    theirs = {"softmax": lambda x: F.softmax(x, -1), "log_softmax": lambda x: F.log_softmax(x, -1),
+              "glu": lambda x: F.glu(x, -1)}[name]
+    rng = np.random.default_rng(5)
+    x, w, v = rng.standard_normal((3, 4)), rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    w = w[:, :2] if name == "glu" else w
+    grad = jax.grad(lambda a: jnp.sum(ours(a) * w))
+    hvp = jax.grad(lambda a: jnp.vdot(grad(a), v))(jnp.asarray(x))
+    t = torch.tensor(x, requires_grad=True)
+    (g,) = torch.autograd.grad((theirs(t) * torch.tensor(w)).sum(), t, create_graph=True)
+    (t_hvp,) = torch.autograd.grad((g * torch.tensor(v)).sum(), t)
+    np.testing.assert_allclose(hvp, t_hvp.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_dropout_semantics():
+    x = jnp.arange(1.0, 1001.0)
+    key = jax.random.key(0)
+    y = rnn.dropout(x, 0.25, key=key)
+    kept = y != 0
+    np.testing.assert_allclose(y[kept], x[kept] / 0.75)
+    assert 0.65 < float(kept.mean()) < 0.85
+    np.testing.assert_array_equal(rnn.dropout(x, 0.25, training=False), x)
+    np.testing.assert_array_equal(rnn.dropout(x, 1.0, key=key), jnp.zeros_like(x))
+    g = jax.grad(lambda v: jnp.sum(rnn.dropout(v, 0.25, key=key)))(x)
+    np.testing.assert_allclose(g, kept / 0.75)
+    # The same key gives the same mask under jit and vmap over another argument.
+    np.testing.assert_array_equal(jax.jit(lambda v: rnn.dropout(v, 0.25, key=key))(x), y)
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda: rnn.dropout(jnp.ones(3), 0.5), ValueError, ["dropout", "key"]),
+        (lambda: rnn.dropout(jnp.ones(3), 1.5, key=jax.random.key(0)), ValueError, ["dropout", "p"]),
+        (lambda: rnn.softplus(jnp.ones(3), beta=0), ValueError, ["softplus", "beta"]),
+        (lambda: rnn.celu(jnp.ones(3), alpha=-1), ValueError, ["celu", "alpha"]),
+        (lambda: rnn.glu(jnp.ones((2, 3))), ValueError, ["glu", "even"]),
+        (lambda: rnn.softmax(jnp.ones((2, 3)), axis=(0, 1)), TypeError, ["softmax", "axis"]),
+        (lambda: rnn.silu(jnp.ones(3) * 1j), TypeError, ["silu", "real"]),
+        (lambda: rnn.mse_loss(jnp.ones(3), jnp.ones(4)), ValueError, ["mse_loss", "input", "target"]),
+        (lambda: rnn.mse_loss(jnp.ones(3), jnp.ones(3), reduction="avg"), ValueError, ["mse_loss", "reduction"]),
+        (lambda: rnn.huber_loss(jnp.ones(3), jnp.ones(3), delta=0), ValueError, ["huber_loss", "delta"]),
+        (lambda: rnn.smooth_l1_loss(jnp.ones(3), jnp.ones(3), beta=-1), ValueError, ["smooth_l1_loss", "beta"]),
+        (lambda: rnn.binary_cross_entropy(jnp.ones(3) / 2, jnp.ones(3), weight=jnp.ones(2)), ValueError,
+         ["binary_cross_entropy", "weight"]),
+    ],
+)
+def test_bad_input(call, error, words):
+    with pytest.raises(error) as info:
+        call()
+    for word in words:
+        assert word in str(info.value)
