@@ -457,11 +457,12 @@ def bce_derivatives(x, y):
     forward: where a log is clamped it is locally constant, so its term contributes nothing
     (torch's input gradient is ``(x - y)/max(x(1 - x), 1e-12)``, its target gradient ``-logit(x)``
     — infinite at x in {0, 1} although the forward is finite there)."""
-    log_x, log_1mx = jnp.log(x), jnp.log1p(-x)
-    live_x, live_1mx = log_x > _LOG_FLOOR, log_1mx > _LOG_FLOOR
+    floor = math.exp(_LOG_FLOOR)
+    live_x, live_1mx = x > floor, 1 - x > floor  # where the logs are not clamped
+    log_x = jnp.where(live_x, jnp.log(jnp.where(live_x, x, 1)), _LOG_FLOOR)
+    log_1mx = jnp.where(live_1mx, jnp.log1p(-jnp.where(live_1mx, x, 0)), _LOG_FLOOR)
     dx = -(y * safe_reciprocal(x, ~live_x) - (1 - y) * safe_reciprocal(1 - x, ~live_1mx))
-    dy = -(jnp.maximum(log_x, _LOG_FLOOR) - jnp.maximum(log_1mx, _LOG_FLOOR))
-    return dx, dy
+    return dx, -(log_x - log_1mx)
 
 
 def bce_with_logits_derivatives(x, y, pos_weight):

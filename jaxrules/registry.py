@@ -91,6 +91,7 @@ class OpRecord:
     singular: tuple[SingularPoint, ...] = ()
     deviations: str = ""
     tolerance: dict[str, Any] = dataclasses.field(default_factory=dict)
+    torch_no_grad_args: tuple[int, ...] = ()  # argument positions torch cannot differentiate
     batching: str = "vmapped formulas"
     double_backward: str = "JAX's derivative of the VJP formula"
 

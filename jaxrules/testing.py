@@ -282,8 +282,8 @@ def _torch():
     return torch
 
 
-def _to_torch(torch, sample: Sample, requires_grad: bool):
-    idx = set(sample.diff_argnums())
+def _to_torch(torch, sample: Sample, requires_grad: bool, no_grad=()):
+    idx = set(sample.diff_argnums()) - set(no_grad)
     return [
         torch.tensor(np.asarray(a), requires_grad=requires_grad and i in idx) if isinstance(a, np.ndarray) else a
         for i, a in enumerate(sample.args)
@@ -299,14 +299,16 @@ def _from_torch(value):
 def _torch_grads(torch, record, sample, ct):
     """torch's value and gradient of ``sum Re(conj(ct) f)``; gradients conjugated to JAX's
     convention (``None`` where torch gives none)."""
-    targs = _to_torch(torch, sample, True)
+    targs = _to_torch(torch, sample, True, record.torch_no_grad_args)
     out = record.torch_fn(torch, *targs, **sample.kwargs)
     outs = out if isinstance(out, tuple | list) else (out,)
     cts = jax.tree.leaves(ct)
     loss = sum((torch.conj(torch.tensor(np.asarray(c))) * o).real.sum() for c, o in zip(cts, outs))
-    diff = [targs[i] for i in sample.diff_argnums()]
-    grads = torch.autograd.grad(loss, diff, allow_unused=True)
-    grads = [None if g is None else np.conj(g.numpy(force=True)) for g in grads]
+    diff = [targs[i] for i in sample.diff_argnums() if i not in record.torch_no_grad_args]
+    grads = iter(torch.autograd.grad(loss, diff, allow_unused=True))
+    # ``False`` marks an argument torch cannot differentiate: not compared.
+    grads = [False if i in record.torch_no_grad_args else next(grads) for i in sample.diff_argnums()]
+    grads = [g if g is None or g is False else np.conj(g.numpy(force=True)) for g in grads]
     return _from_torch(out), grads
 
 
@@ -346,6 +348,8 @@ def _check_torch(record: OpRecord) -> float | str:
         worst = max(worst, _expect_close(f"{label}: value vs torch", out, t_out, tol))
         grads = jax.grad(_loss(f, ct), argnums=tuple(range(len(args))))(*args)
         for i, (g, tg) in enumerate(zip(grads, t_grads)):
+            if tg is False:
+                continue
             expected = np.zeros_like(np.asarray(g)) if tg is None else tg
             worst = max(worst, _expect_close(f"{label}: gradient {i} vs torch", g, expected, tol))
         if label.startswith("singular"):

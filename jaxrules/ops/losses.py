@@ -167,7 +167,8 @@ _record("binary_cross_entropy", binary_cross_entropy, "bce",
             torch_differs="torch's target gradient is -logit(0) = +inf and its input gradient divides by "
             "1e-12; the clamped forward is locally constant in the clamped log, so jaxrules gives its "
             "exact derivative (target: 100, input: the unclamped term only)."),),
-        deviations="Both derivatives are those of the clamped forward at x in {0, 1} (torch: inf and 1e12-scale).")
+        deviations="Both derivatives are those of the clamped forward at x in {0, 1} (torch: inf and 1e12-scale).",
+        torch_no_grad_args=(2,))
 _record("binary_cross_entropy_with_logits", binary_cross_entropy_with_logits, "bce_with_logits",
         ("binary_cross_entropy_with_logits_backward", "binary_cross_entropy_with_logits_target_backward"),
         lambda rng, dt: [
@@ -177,7 +178,8 @@ _record("binary_cross_entropy_with_logits", binary_cross_entropy_with_logits, "b
         ],
         lambda t, x, y, w=None, pw=None, reduction="mean": t.nn.functional.binary_cross_entropy_with_logits(
             x, y, w, pos_weight=pw, reduction=reduction),
-        singular=(SingularPoint("saturation", (f64(-800.0, 800.0), f64(1.0, 0.0)), (f64(-0.5, 0.5), f64(400.0, -400.0))),))
+        singular=(SingularPoint("saturation", (f64(-800.0, 800.0), f64(1.0, 0.0)), (f64(-0.5, 0.5), f64(400.0, -400.0))),),
+        torch_no_grad_args=(2, 3))
 _record("mse_loss", mse_loss, "mse", ("mse_loss_double_backward",),
         _reductions(lambda rng, dt: (normal(rng, dt, 3, 4), normal(rng, dt, 3, 4))),
         lambda t, x, y, reduction="mean": t.nn.functional.mse_loss(x, y, reduction=reduction))
@@ -201,5 +203,6 @@ _record("soft_margin_loss", soft_margin_loss, "soft_margin",
             "|x| = 800", (f64(-800.0, 800.0), f64(1.0, 1.0)), (f64(-0.5, 0.0), f64(400.0, 0.0)),
             torch_differs="torch's backward overflows to NaN at x = -800; softplus(-y x) has derivative -y "
             "sigmoid(-y x) = -1 there."),),
-        deviations="Finite derivatives at |x| = 800 (torch: NaN).")
+        deviations="Finite derivatives at |x| = 800 (torch: NaN).",
+        torch_no_grad_args=(1,))
 
