@@ -112,23 +112,34 @@ def test_vmap_matches_loop_and_torch_func_vmap(name, in_axes, monkeypatch):
     _close(grads, _loop(jax.grad(loss, argnums=(0, 1, 2)), list(map(jnp.asarray, args)), in_axes))
 
 
+_BN_AXES = [d for d in itertools.product([0, None], repeat=5) if any(a == 0 for a in d) and d[1] == d[2]]
+
+
 @pytest.mark.parametrize("training", [True, False])
-@pytest.mark.parametrize("stats_batched", [True, False])
-def test_batch_norm_running_stats_under_vmap(training, stats_batched):
-    """functorch refuses a batched input with unbatched running stats in training (they are
-    updated in place). Functionally the new statistics are outputs, so the case is well defined:
-    they come back batched, one per example, equal to a loop."""
+@pytest.mark.parametrize("in_axes", _BN_AXES, ids=str)
+def test_batch_norm_every_batched_combination(training, in_axes):
+    """Input, running stats (together), weight and bias each batched or not, in training and
+    eval, against a loop and torch.func.vmap. functorch refuses a batched input with unbatched
+    running stats in training (it would update them in place); functionally the new statistics
+    are outputs, so the case is well defined: they come back batched, one per example."""
     rm, rv = RNG.standard_normal(6), RNG.uniform(0.5, 2, 6)
-    stats = (_batched(rm), _batched(rv)) if stats_batched else (rm, rv)
-    axes = (0, 0 if stats_batched else None, 0 if stats_batched else None, None, None)
+    plain = (X4, rm, rv, W6, B6)
+    args = [jnp.asarray(_batched(a) if d == 0 else a) for a, d in zip(plain, in_axes)]
     f = lambda x, m, v, w, b: batch_norm(x, m, v, w, b, training=training, momentum=0.3)  # noqa: E731
-    args = [jnp.asarray(a) for a in (_batched(X4), *stats, W6, B6)]
-    got = jax.vmap(f, in_axes=axes)(*args)
-    _close(got, _loop(f, args, axes))
-    if stats_batched or not training:
-        tf = lambda x, m, v, w, b: F.batch_norm(x, m, v, w, b, training=training, momentum=0.3)  # noqa: E731
-        expected = torch.func.vmap(tf, in_dims=axes)(*(torch.tensor(np.asarray(a)) for a in args))
-        _close(got[0], expected.numpy())
+    got = jax.vmap(f, in_axes=in_axes)(*args)
+    _close(got, _loop(f, args, in_axes))
+    tf = lambda x, m, v, w, b: F.batch_norm(x, m, v, w, b, training=training, momentum=0.3)  # noqa: E731
+    targs = [torch.tensor(np.asarray(a)) for a in args]
+    if training and in_axes[0] == 0 and in_axes[1] is None:
+        with pytest.raises(RuntimeError, match="running_mean or running_var, which will be updated in place"):
+            torch.func.vmap(tf, in_dims=in_axes)(*targs)
+        assert got[1].shape == (B0, 6) and got[2].shape == (B0, 6)
+        return
+    expected = torch.func.vmap(tf, in_dims=in_axes)(*targs)
+    _close(got[0], expected.numpy())
+    if training:  # torch updated its running stats in place (once, when they are unbatched)
+        for ours, theirs in zip(got[1:], (targs[1], targs[2])):
+            _close(ours, np.broadcast_to(theirs.numpy(), ours.shape))
 
 
 def test_running_stats_follow_torch():
