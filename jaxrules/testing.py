@@ -150,7 +150,9 @@ def _check_gradients(record: OpRecord) -> float:
     for label, sample in _each_sample(record):
         f, args = _closure(record, sample)
         try:
-            check_grads(f, args, order=2, modes=("fwd", "rev"), **record.tolerance.get("check_grads", {}))
+            # jit: check_grads evaluates many derivatives of f; eager dispatch dominates otherwise
+            # (jit itself is checked against eager by the ``jit`` check).
+            check_grads(jax.jit(f), args, order=2, modes=("fwd", "rev"), **record.tolerance.get("check_grads", {}))
         except AssertionError as err:
             raise CheckFailure(f"{label} {sample.kwargs}: {str(err).strip().splitlines()[0]}") from None
     return 0.0
@@ -212,6 +214,7 @@ def _check_vmap(record: OpRecord) -> float:
     n = len(_SCALES)
     for label, sample in _each_sample(record):
         f, args = _closure(record, sample)
+        f = jax.jit(f)  # compiled once, evaluated many times (jit vs eager is the ``jit`` check)
 
         def compare(what, actual, expected):
             nonlocal worst
