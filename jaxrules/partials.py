@@ -258,10 +258,12 @@ def sinc_derivative(x):
 def clip_masks(x, lo, hi):
     """Which of ``x, lo, hi`` the output follows (seed ``clamp_jvp``'s selection): ``hi`` when
     lo > hi, else ``lo`` when x < lo, ``hi`` when x > hi, else ``x`` (ties go to x)."""
-    crossed = lo > hi
-    below = ~crossed & (x < lo)
-    above = crossed | (x > hi)
-    return ~(below | above), below, above & ~below
+    # jnp's logical ops, not ``~``/``&``: under jit a scalar bound may be a Python bool here,
+    # and ``~False == -1``.
+    crossed = jnp.greater(lo, hi)
+    below = jnp.logical_and(jnp.logical_not(crossed), jnp.less(x, lo))
+    above = jnp.logical_or(crossed, jnp.greater(x, hi))
+    return jnp.logical_not(jnp.logical_or(below, above)), below, jnp.logical_and(above, jnp.logical_not(below))
 
 
 def logit_factor(x, eps):
@@ -461,7 +463,8 @@ def bce_derivatives(x, y):
     live_x, live_1mx = x > floor, 1 - x > floor  # where the logs are not clamped
     log_x = jnp.where(live_x, jnp.log(jnp.where(live_x, x, 1)), _LOG_FLOOR)
     log_1mx = jnp.where(live_1mx, jnp.log1p(-jnp.where(live_1mx, x, 0)), _LOG_FLOOR)
-    dx = -(y * safe_reciprocal(x, ~live_x) - (1 - y) * safe_reciprocal(1 - x, ~live_1mx))
+    clamped_x, clamped_1mx = jnp.logical_not(live_x), jnp.logical_not(live_1mx)
+    dx = -(y * safe_reciprocal(x, clamped_x) - (1 - y) * safe_reciprocal(1 - x, clamped_1mx))
     return dx, -(log_x - log_1mx)
 
 

@@ -268,12 +268,17 @@ def _check_jit(record: OpRecord) -> float:
     for label, sample in _each_sample(record):
         f, args = _closure(record, sample)
         out = f(*args)
-        loss = _loss(f, jax.tree.map(lambda o: _like(rng, o), out))
-        grad = jax.grad(loss, argnums=tuple(range(len(args))))
+        ct = jax.tree.map(lambda o: _like(rng, o), out)
+        argnums = tuple(range(len(args)))
+        grad = jax.grad(_loss(f, ct), argnums=argnums)
         tangents = tuple(_like(rng, a) for a in args)
         jvp = lambda *a: jax.jvp(f, a, tangents)
         for what, fn in (("value", f), ("grad", grad), ("jvp", jvp)):
             worst = max(worst, _expect_close(f"{label}: jit {what}", jax.jit(fn)(*args), fn(*args), tol))
+        # Differentiating a jitted function (partial evaluation of the jaxpr, where the fixed
+        # arguments become literals) must agree too.
+        grad_of_jit = jax.grad(_loss(jax.jit(f), ct), argnums=argnums)(*args)
+        worst = max(worst, _expect_close(f"{label}: grad of jit", grad_of_jit, grad(*args), tol))
     return worst
 
 

@@ -88,6 +88,8 @@ def test_formula_spy_records_op_names():
 TRANSFORMS = {
     "jit": lambda f: jax.jit(f)(X, Y),
     "jit_grad": lambda f: jax.jit(jax.grad(lambda x, y: f(x, y).sum(), (0, 1)))(X, Y),
+    "grad_of_jit": lambda f: jax.grad(jax.jit(lambda x, y: f(x, y).sum()), (0, 1))(X, Y),
+    "grad_of_jit_constant_arg": lambda f: jax.grad(jax.jit(lambda x: f(x, 0.5).sum()))(X),
     "hessian": lambda f: jax.hessian(lambda x, y: f(x, y).sum(), (0, 1))(X, Y),
     "rev_over_rev": lambda f: jax.jacrev(jax.jacrev(lambda x, y: f(x, y).sum(), (0, 1)), (0, 1))(X, Y),
     "fwd_over_fwd": lambda f: jax.jacfwd(jax.jacfwd(lambda x: f(x, Y).sum()))(X),
