@@ -104,6 +104,9 @@ def even_weights(x, value, axis, keepdims):
     """``mask / count`` with ``mask = (x == value) | (isnan(x) & isnan(value))``: the derivative
     of a selection that spreads evenly over ties (seed ``evenly_distribute_backward`` and
     ``scale_grad_by_count``; NaN counts as the selected value, as the seed's VJP does)."""
+    # The mask compares x with its own maximum (minimum, ...): both must be the very same
+    # materialized values, not recomputations that XLA may fuse (and round) differently.
+    x, value = lax.optimization_barrier((x, value))
     v = expand_reduced(value, x.shape, axis, keepdims)
     mask = (x == v) | (jnp.isnan(x) & jnp.isnan(v))
     count = jnp.sum(mask, axis=axis, keepdims=True)
