@@ -157,11 +157,13 @@ class Function:
 
     @staticmethod
     def jvp(ctx, *tangents):
-        raise NotImplementedError
+        """Optional (forward mode). Never called unless a subclass overrides it."""
+        raise NotImplementedError("Function subclasses define jvp for forward mode")
 
     @staticmethod
     def vmap(info, in_dims, *args):
-        raise NotImplementedError
+        """Optional (a vmap rule). Never called unless a subclass overrides it."""
+        raise NotImplementedError("Function subclasses define vmap, or set generate_vmap_rule = True")
 
     @classmethod
     def apply(cls, *args):
