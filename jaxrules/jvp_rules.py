@@ -326,3 +326,229 @@ def glu_jvp(x, t, *, axis, **_):
 def dropout_jvp(mask, tx, tmask, *, scale, **_):
     """``t mask scale`` (seed ``infinitely_differentiable_native_dropout_backward``)."""
     return tx * mask * scale
+
+
+# ----------------------------------------------------------------------------------------------
+# Linear algebra (batched over leading dims; shapes in comments are per matrix).
+
+_mT, _mH, _herm, _diag, _embed = P.mT, P.mH, P.herm, P.diagonal, P.diag_embed
+
+
+def matmul_jvp(res, ta, tb, **_):
+    """``dA B + A dB`` (seed ``mm_mat1_backward`` / ``mm_mat2_backward``, forward)."""
+    a, b = res
+    return _terms(None if ta is None else ta @ b, None if tb is None else a @ tb)
+
+
+def linear_jvp(res, tx, tw, tb, **_):
+    """``dx W^T + x dW^T + db`` (torch ``linear``)."""
+    x, w = res
+    return _terms(
+        None if tx is None else tx @ _mT(w), None if tw is None else x @ _mT(tw), tb
+    )
+
+
+def inv_jvp(x, ta, **_):
+    """``dX = -X dA X`` (X = A^{-1}; derivatives.yaml ``linalg_inv_ex``)."""
+    return -(x @ ta @ x)
+
+
+def adjugate_jvp(res, ta, **_):
+    """``d adj(A)[E] = c V (diag(Q diag(E~)) - Q o E~) U^H`` with ``A = U S V^H``,
+    ``E~ = U^H E V``, ``c = det(U) det(V^H)`` and ``Q`` the pair products of ``S``
+    (``partials.pair_products``): exact at every rank (adj(A U S V^H) factors through the SVD
+    with U, V held fixed), so det's second derivative is finite at singular matrices."""
+    u, s, vh, c = res
+    e = _mH(u) @ ta @ _mH(vh)
+    q = P.pair_products(s).astype(e.dtype)
+    m = _embed(jnp.einsum("...ik,...k->...i", q, _diag(e))) - q * e
+    return c[..., None, None] * (_mH(vh) @ m @ _mH(u))
+
+
+def det_jvp(adj, ta, **_):
+    """``d det = tr(adj(A) dA)`` (seed ``linalg_det_jvp``; the adjugate instead of
+    ``det A^{-1}``, exact at singular A)."""
+    return jnp.einsum("...ij,...ji->...", adj, ta)
+
+
+def slogdet_jvp(ainv, ta, **_):
+    """``d logabs = Re tr(A^{-1} dA)``, ``d sign = i sign Im tr(A^{-1} dA)`` (0 for real A)
+    (seed ``slogdet_jvp``). Residuals: ``A^{-1}`` and the sign."""
+    ainv, sign = ainv
+    tr = jnp.einsum("...ij,...ji->...", ainv, ta)
+    dsign = 1j * sign * tr.imag if jnp.iscomplexobj(tr) else jnp.zeros_like(sign)
+    return dsign, tr.real
+
+
+def solve_jvp(res, ta, tb, *, left, **_):
+    """Left: ``dX = A^{-1}(dB - dA X)``; right (``X A = B``): ``dX = (dB - X dA) A^{-1}``
+    (seed ``linalg_solve_jvp`` / ``generic_solve_jvp``). Residuals: the LU factors of A and X."""
+    lu, piv, x = res
+    if left:
+        rhs = _terms(tb, None if ta is None else -(ta @ x))
+        return P.lu_solve(lu, piv, rhs, trans=0)
+    rhs = _terms(tb, None if ta is None else -(x @ ta))
+    return _mT(P.lu_solve(lu, piv, _mT(rhs), trans=1))
+
+
+def solve_triangular_jvp(res, ta, tb, *, lower, unit, transpose, conjugate, left):
+    """``dX = M^{-1}(dB - dM X)`` (``left``) or ``(dB - X dM) M^{-1}`` with ``M = op(A)`` and
+    ``dM = op(P(dA))``, ``P`` the projection on the triangle read (strict if ``unit``) (seed
+    ``linalg_solve_triangular_forward_AD``)."""
+    a, x = res
+    dm = None
+    if ta is not None:
+        dm = P.band(ta, lower, unit)
+        dm = _mT(dm) if transpose else dm
+        dm = jnp.conj(dm) if conjugate else dm
+    rhs = _terms(tb, None if dm is None else -(dm @ x if left else x @ dm))
+    return P.tri_solve(a, rhs, lower=lower, left=left, transpose=transpose, conjugate=conjugate, unit=unit)
+
+
+def cholesky_jvp(factor, ta, **_):
+    """``dL = L Phi(L^{-1} herm(dA) L^{-H})``, ``Phi(X) = tril(X) - diag(X)/2`` (seed
+    ``cholesky_jvp``; the tangent is symmetrized as the primal is, jnp's convention)."""
+    y = P.tri_solve(factor, _herm(ta), lower=True)
+    y = P.tri_solve(factor, y, lower=True, left=False, transpose=True, conjugate=True)
+    return factor @ (jnp.tril(y) - _embed(_diag(y)) / 2)
+
+
+def cho_solve_jvp(res, tc, tb, *, lower):
+    """``dA = dK + dK^H`` with ``dK = dL L^H`` (lower) or ``dU^H U`` (upper), then
+    ``dX = A^{-1}(dB - dA X)`` (seed ``cholesky_solve_jvp``: the factor's tangent is used whole,
+    torch's convention)."""
+    c, x = res
+    da = None
+    if tc is not None:
+        dk = tc @ _mH(c) if lower else _mH(tc) @ c
+        da = dk + _mH(dk)
+    rhs = _terms(tb, None if da is None else -(da @ x))
+    return P.cho_solve(c, lower, rhs)
+
+
+def cholesky_inverse_jvp(res, tc, *, lower):
+    """``dX = K + K^H`` with ``K = -X dL L^H X`` (lower) or ``-X U^H dU X`` (upper). The seed's
+    ``cholesky_inverse_jvp`` uses ``K = -X dL X L^H``, which is wrong (it assumes
+    ``L^{-H} L^{-1} = L^{-1} L^{-H}``; torch 2.13 fails its own forward-AD gradcheck)."""
+    c, x = res
+    k = -(x @ tc @ _mH(c) @ x) if lower else -(x @ _mH(c) @ tc @ x)
+    return k + _mH(k)
+
+
+def eigh_jvp(res, ta, **_):
+    """``dP = V^H herm(dA) V``, ``dw = Re diag(dP)``, ``dV = V (F o dP)`` with
+    ``F_ij = 1/(w_j - w_i)`` (0 for degenerate pairs, ``partials.gap_reciprocal``) (seed
+    ``linalg_eig_jvp``, hermitian branch)."""
+    w, v = res
+    dp = _mH(v) @ _herm(ta) @ v
+    return _diag(dp).real, v @ (P.gap_reciprocal(w).astype(dp.dtype) * dp)
+
+
+def eigvalsh_jvp(v, ta, **_):
+    """``dw = Re diag(V^H dA V)``."""
+    return _diag(_mH(v) @ ta @ v).real
+
+
+def _pad(x, size, axis):
+    """Zero-pad ``x`` along ``axis`` (-1 or -2) to ``size``."""
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, size - x.shape[axis])
+    return jnp.pad(x, widths)
+
+
+def complement_tangent(q, dq_head):
+    """Tangent of the extra (complement) columns ``Q_e`` of a complete orthonormal basis
+    ``[Q_k, Q_e]`` given ``dQ_k``: ``dQ_e = -Q_k dQ_k^H Q_e`` (the rotation that keeps the basis
+    orthonormal and does not mix the complement with itself). torch pads zeros here (then
+    ``d(Q_e Q_e^H) = 0``, which is wrong); this gauge gets every invariant of ``Q_e`` right."""
+    k = dq_head.shape[-1]
+    q_head, q_extra = q[..., :k], q[..., k:]
+    return jnp.concatenate([dq_head, -(q_head @ (_mH(dq_head) @ q_extra))], axis=-1)
+
+
+def svd_jvp(res, ta, *, full_matrices):
+    """Seed ``linalg_svd_jvp``: ``dP = U^H dA V``, ``dS = Re diag dP``,
+    ``dU = U(sym(dP S) o F + i Im diag(dP)/(2S)) (+ (I - UU^H) dA V S^{-1})``, ``dV^H``
+    likewise, ``F_ij = 1/(S_j^2 - S_i^2)`` (0 for degenerate pairs), ``1/S`` taken as 0 at
+    ``S = 0``. ``full_matrices``: the extra columns get ``complement_tangent`` (torch: zeros)."""
+    u, s, vh = res
+    m, n = ta.shape[-2:]
+    k = s.shape[-1]
+    uk, vhk = u[..., :k], vh[..., :k, :]
+    vk = _mH(vhk)
+    dp = _mH(uk) @ ta @ vk
+    ds = _diag(dp).real
+    dp = dp - _embed(ds.astype(dp.dtype))
+    f = P.gap_reciprocal(s, squared=True).astype(dp.dtype)
+    sinv = P.safe_reciprocal(s, s == 0)
+    sym = lambda x: x + _mH(x)  # noqa: E731
+    du = sym(dp * s[..., None, :]) * f
+    dvh = sym(dp * -s[..., :, None]) * f
+    if jnp.iscomplexobj(dp):
+        half = _embed(_diag(dp) * (sinv / 2))
+        du, dvh = du + half, dvh + half
+    du, dvh = uk @ du, dvh @ vhk
+    if m > k:
+        x = ta @ (vk * sinv[..., None, :])
+        du = du + x - uk @ (_mH(uk) @ x)
+    if n > k:
+        x = (_mH(uk) * sinv[..., :, None]) @ ta
+        dvh = dvh + x - (x @ vk) @ vhk
+    if full_matrices and m > k:
+        du = complement_tangent(u, du)
+    if full_matrices and n > k:
+        dvh = _mH(complement_tangent(_mH(vh), _mH(dvh)))
+    return du, ds, dvh
+
+
+def svdvals_jvp(res, ta, **_):
+    """``dS = Re diag(U^H dA V)`` (seed ``linalg_svd_jvp``, values only)."""
+    u, vh = res
+    return _diag(_mH(u) @ ta @ _mH(vh)).real
+
+
+def _triu_half_diag(x):
+    return jnp.triu(x) - _embed(_diag(x)) / 2
+
+
+def _half_diag(x):
+    return x - _embed(_diag(x)) / 2
+
+
+def qr_jvp(res, ta, *, complete):
+    """Seed ``linalg_qr_jvp``. m >= n: ``dR' = syminv(sym(Q^H dA R^{-1}))``,
+    ``dQ = dA R^{-1} - Q dR'``, ``dR = dR' R``; m < n: the ``trilim``/``triliminv`` branch.
+    ``complete`` with m > n (torch raises): the extra columns get ``complement_tangent``."""
+    q, r = res
+    m, n = ta.shape[-2:]
+    if m >= n:
+        qn, rn = q[..., :n], r[..., :n, :]
+        da_rinv = P.tri_solve(rn, ta, lower=False, left=False)
+        x = _mH(qn) @ da_rinv
+        dr = _triu_half_diag(x + _mH(x))
+        dq = da_rinv - qn @ dr
+        dr = dr @ rn
+        if complete and m > n:
+            dq, dr = complement_tangent(q, dq), _pad(dr, m, -2)
+        return dq, dr
+    qh_da = _mH(q) @ ta
+    x = P.tri_solve(r[..., :m], qh_da[..., :m], lower=False, left=False)
+    d = _diag(x)
+    trilim = jnp.tril(x, -1) + _embed(d - d.real)
+    dq = _half_diag(trilim - _mH(trilim))
+    return q @ dq, qh_da - dq @ r
+
+
+def eig_jvp(res, ta, **_):
+    """Seed ``linalg_eig_jvp``: ``dP = V^{-1} dA V``, ``dw = diag dP``,
+    ``dX = V (F o dP)`` (``F_ij = 1/(w_j - w_i)``, 0 for degenerate pairs),
+    ``dV = dX - V Re diag(V^H dX)`` (unit-norm eigenvectors)."""
+    w, v = res
+    dp = jnp.linalg.solve(v, ta.astype(v.dtype) @ v)
+    dx = v @ (P.gap_reciprocal(w) * dp)
+    return _diag(dp), dx - v * _diag(_mH(v) @ dx).real[..., None, :]
+
+
+def eigvals_jvp(v, ta, **_):
+    """``dw = diag(V^{-1} dA V)``."""
+    return _diag(jnp.linalg.solve(v, ta.astype(v.dtype) @ v))

@@ -17,6 +17,7 @@ from jaxrules.ops.activations import (
     softplus,
     swish,
 )
+from jaxrules.ops.linalg import linear
 from jaxrules.ops.losses import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
@@ -30,6 +31,6 @@ from jaxrules.ops.reductions import logsumexp
 
 __all__ = [
     "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu", "dropout", "elu", "gelu",
-    "glu", "group_norm", "huber_loss", "layer_norm", "log_sigmoid", "log_softmax", "logsumexp", "mish",
+    "glu", "group_norm", "huber_loss", "layer_norm", "linear", "log_sigmoid", "log_softmax", "logsumexp", "mish",
     "mse_loss", "selu", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softplus", "swish",
 ]

@@ -9,6 +9,7 @@ masked points.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -507,3 +508,115 @@ def soft_margin_derivatives(x, y):
     where torch's ``soft_margin_loss_backward`` overflows to NaN."""
     s = jax.nn.sigmoid(-y * x)
     return -y * s, -x * s
+
+
+# ----------------------------------------------------------------------------------------------
+# Linear algebra: matrix helpers shared by the JVP and VJP formulas (batched over leading dims).
+
+
+def mT(x):
+    """Transpose of the last two axes."""
+    return jnp.swapaxes(x, -1, -2)
+
+
+def mH(x):
+    """Conjugate transpose of the last two axes."""
+    return jnp.conj(mT(x))
+
+
+def herm(x):
+    """Hermitian part ``(X + X^H) / 2``."""
+    return (x + mH(x)) / 2
+
+
+def diagonal(x):
+    """The main diagonal of each matrix, shape ``(..., min(m, n))``."""
+    return jnp.diagonal(x, axis1=-2, axis2=-1)
+
+
+def diag_embed(d):
+    """Square matrices with ``d`` on the diagonal (torch's ``diag_embed``)."""
+    return d[..., :, None] * jnp.eye(d.shape[-1], dtype=d.dtype)
+
+
+def band(x, lower, strict=False):
+    """``tril(x)`` or ``triu(x)``; strictly below (above) the diagonal when ``strict``."""
+    if lower:
+        return jnp.tril(x, -1 if strict else 0)
+    return jnp.triu(x, 1 if strict else 0)
+
+
+def tri_solve(a, b, *, lower, left=True, transpose=False, conjugate=False, unit=False):
+    """``op(A)^{-1} B`` (``left``) or ``B op(A)^{-1}``, ``op(A)`` = ``A`` transposed and/or
+    conjugated; only the ``lower`` (or upper) triangle of ``A`` is read."""
+    return lax.linalg.triangular_solve(
+        a, b, left_side=left, lower=lower, transpose_a=transpose, conjugate_a=conjugate, unit_diagonal=unit
+    )
+
+
+def gap_reciprocal(values, squared=False):
+    """``F[..., i, j] = 1 / (w_j - w_i)`` (``w = values**2`` when ``squared``), exactly 0 on the
+    diagonal and for *degenerate* pairs, ``|w_j - w_i| <= n eps max|w|``.
+
+    The torch formulas divide by these gaps (``E`` in seed ``linalg_eig_backward`` and
+    ``svd_backward``) and give inf/NaN at repeated values. Zeroing the degenerate pairs is the
+    derivative in the gauge that does not rotate a degenerate subspace: a loss that depends only
+    on the values, or only on well-separated subspaces, gets its exact (finite) derivative.
+    """
+    w = values * values if squared else values
+    diff = w[..., None, :] - w[..., :, None]
+    n = w.shape[-1]
+    scale = jnp.max(jnp.abs(w), axis=-1, keepdims=True)[..., None]
+    tiny = n * jnp.finfo(diff.dtype).eps * scale
+    return safe_reciprocal(diff, jnp.abs(diff) <= tiny)
+
+
+def pair_products(s):
+    """``Q[..., i, k] = prod_{j not in {i, k}} s_j`` for ``i != k`` and 0 on the diagonal,
+    zero-safe (exclusive products, no division): the second-order cofactors of ``diag(s)``."""
+    n = s.shape[-1]
+    eye = jnp.eye(n, dtype=bool)
+    without_i = jnp.where(eye, jnp.ones_like(s)[..., None, :], s[..., None, :])
+    return jnp.where(eye, 0, prod_of_others(without_i, (without_i.ndim - 1,)))
+
+
+def _raise_gauge(bad, message):
+    import numpy as np
+
+    if np.any(bad):
+        raise ValueError(message)
+
+
+def check_gauge(im_diag, op):
+    """torch's gauge check for complex eigen/singular vectors: the loss must not depend on
+    their phases, i.e. ``Im diag(V^H gV)`` must vanish (``allclose(., 0, 1e-2, 1e-2)``).
+    jaxrules raises the same error from a host callback, so it also fires under jit (as an
+    XLA runtime error carrying this message)."""
+    bad = jnp.any(jnp.abs(im_diag) > 1e-2)
+    message = (
+        f"{op}: the eigenvectors/singular vectors in the complex case are specified up to "
+        "multiplication by e^{i phi}; the loss depends on this phase, so its gradient is "
+        "ill-defined (make the loss invariant, e.g. use abs(V) or V @ V^H)."
+    )
+    jax.debug.callback(functools.partial(_raise_gauge, message=message), bad)
+
+
+def lu_solve(lu, piv, b, trans=0):
+    """``A^{-1} B`` (``trans`` 0), ``A^{-T} B`` (1) or ``A^{-H} B`` (2) from ``lu_factor(A)``."""
+    from jax.scipy.linalg import lu_solve as _lu_solve
+
+    return _lu_solve((lu, piv), b, trans=trans)
+
+
+def lu_factor(a):
+    """``(lu, piv)`` of ``A`` (LAPACK's packed LU with partial pivoting)."""
+    from jax.scipy.linalg import lu_factor as _lu_factor
+
+    return _lu_factor(a)
+
+
+def cho_solve(c, lower, b):
+    """``(L L^H)^{-1} B`` (``lower``) or ``(U^H U)^{-1} B`` from the triangle of ``c``."""
+    from jax.scipy.linalg import cho_solve as _cho_solve
+
+    return _cho_solve((c, lower), b)

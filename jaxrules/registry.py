@@ -92,6 +92,7 @@ class OpRecord:
     deviations: str = ""
     tolerance: dict[str, Any] = dataclasses.field(default_factory=dict)
     torch_no_grad_args: tuple[int, ...] = ()  # argument positions torch cannot differentiate
+    torch_jvp_differs: str = ""  # non-empty: torch's forward AD is wrong here, not compared
     batching: str = "vmapped formulas"
     double_backward: str = "JAX's derivative of the VJP formula"
 

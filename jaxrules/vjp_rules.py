@@ -9,8 +9,10 @@ cotangents of the broadcast shape; the mechanism sums them back to the argument'
 
 from __future__ import annotations
 
+import functools
 import math
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -306,3 +308,239 @@ def glu_vjp(x, ct, *, axis, **_):
 def dropout_vjp(mask, ct, *, scale, **_):
     """``ct mask scale``; the mask gets nothing (seed ``infinitely_differentiable_native_dropout_backward``)."""
     return ct * mask * scale, None
+
+
+# ----------------------------------------------------------------------------------------------
+# Linear algebra. Holomorphic maps are transposed directly (JAX's convention); the formulas with
+# real parts, conjugates or Hermitian projections are written as torch writes them (the Hermitian
+# adjoint) and wrapped by ``_torch_convention`` (conjugate in, conjugate out).
+
+_mT, _mH, _herm, _diag, _embed = P.mT, P.mH, P.herm, P.diagonal, P.diag_embed
+
+
+def _torch_convention(backward):
+    """JAX's VJP from a torch backward formula: ``conj(backward(conj(ct)))``."""
+
+    @functools.wraps(backward)
+    def vjp(res, ct, **static):
+        cts = backward(res, jax.tree.map(jnp.conj, ct), **static)
+        return tuple(None if c is None else jnp.conj(c) for c in cts)
+
+    return vjp
+
+
+def matmul_vjp(res, ct, **_):
+    """``(ct B^T, A^T ct)`` (seed ``mm_mat1_backward`` / ``mm_mat2_backward``, JAX convention);
+    broadcast batch dims are summed by the mechanism."""
+    a, b = res
+    return ct @ _mT(b), _mT(a) @ ct
+
+
+def linear_vjp(res, ct, **_):
+    """``gx = ct W``, ``gW = ct^T x`` (summed over leading dims), ``gb = ct`` (summed by the
+    mechanism). Its derivative (bilinear in ct and the inputs) is seed
+    ``linear_double_backward``."""
+    x, w = res
+    gw = jnp.einsum("...o,...i->oi", ct, x)
+    return ct @ w, gw, ct
+
+
+def inv_vjp(x, ct, **_):
+    """``-X^T ct X^T`` (X = A^{-1})."""
+    return (-(_mT(x) @ ct @ _mT(x)),)
+
+
+@_torch_convention
+def adjugate_vjp(res, g, **_):
+    """Adjoint of ``jvp_rules.adjugate_jvp``: ``U M(conj(c) V^H G U) V^H`` (``M`` is
+    self-adjoint)."""
+    u, s, vh, c = res
+    e = jnp.conj(c)[..., None, None] * (vh @ g @ u)
+    q = P.pair_products(s).astype(e.dtype)
+    m = _embed(jnp.einsum("...ik,...k->...i", q, _diag(e))) - q * e
+    return (u @ m @ vh,)
+
+
+def det_vjp(adj, ct, **_):
+    """``ct adj(A)^T`` (seed ``linalg_det_backward``): the adjugate, exact at singular A where
+    torch's default (no create_graph) path returns 0."""
+    return (ct[..., None, None] * _mT(adj),)
+
+
+def slogdet_vjp(res, ct, **_):
+    """``(g_logabs + i Im(g_sign sign)) A^{-T}`` (seed ``slogdet_backward``, JAX convention);
+    real A: ``g_logabs A^{-T}``."""
+    ainv, sign = res
+    g_sign, g_logabs = ct
+    scale = g_logabs.astype(ainv.dtype)
+    if jnp.iscomplexobj(ainv):
+        scale = scale + 1j * (g_sign * sign).imag
+    return (scale[..., None, None] * _mT(ainv),)
+
+
+def solve_vjp(res, ct, *, left, **_):
+    """Left: ``gB = A^{-T} ct``, ``gA = -gB X^T``; right: ``gB = ct A^{-T}``, ``gA = -X^T gB``
+    (seed ``linalg_solve_backward``, JAX convention; the LU factors are reused)."""
+    lu, piv, x = res
+    if left:
+        gb = P.lu_solve(lu, piv, ct, trans=1)
+        return -(gb @ _mT(x)), gb
+    gb = _mT(P.lu_solve(lu, piv, _mT(ct), trans=0))
+    return -(_mT(x) @ gb), gb
+
+
+def solve_triangular_vjp(res, ct, *, lower, unit, transpose, conjugate, left):
+    """``gB = M^{-T} ct`` (left) or ``ct M^{-T}``, ``gM = -gB X^T`` or ``-X^T gB``, and
+    ``gA = P(op(gM))`` (seed ``linalg_solve_triangular_backward``; the transpose of a
+    conjugation is a conjugation in JAX's convention)."""
+    a, x = res
+    gb = P.tri_solve(a, ct, lower=lower, left=left, transpose=not transpose, conjugate=conjugate, unit=unit)
+    gm = -(gb @ _mT(x) if left else _mT(x) @ gb)
+    gm = _mT(gm) if transpose else gm
+    gm = jnp.conj(gm) if conjugate else gm
+    return P.band(gm, lower, unit), gb
+
+
+@_torch_convention
+def cholesky_vjp(factor, g, **_):
+    """``gA = herm(L^{-H} Phi(L^H gL) L^{-1})``, ``Phi(X) = tril(X) - diag(X)/2`` (seed
+    ``cholesky_backward``)."""
+    y = _mH(factor) @ g
+    y = jnp.tril(y) - _embed(_diag(y)) / 2
+    y = P.tri_solve(factor, y, lower=True, transpose=True, conjugate=True)
+    y = P.tri_solve(factor, y, lower=True, left=False)
+    return (_herm(y),)
+
+
+@_torch_convention
+def cho_solve_vjp(res, g, *, lower):
+    """``gB = A^{-1} g``, ``C = gB X^H``, factor gradient ``-(C + C^H) L`` (lower) or
+    ``-U (C + C^H)`` (upper), not projected on the triangle (seed
+    ``cholesky_solve_backward``: torch's convention)."""
+    c, x = res
+    gb = P.cho_solve(c, lower, g)
+    cc = gb @ _mH(x)
+    cc = cc + _mH(cc)
+    return -(cc @ c if lower else c @ cc), gb
+
+
+@_torch_convention
+def cholesky_inverse_vjp(res, g, *, lower):
+    """``-X (G + G^H) X L`` (lower) or ``-U X (G + G^H) X`` (upper) (seed
+    ``cholesky_inverse_backward``; the factor is treated as dense, as torch does)."""
+    c, x = res
+    m = x @ (g + _mH(g)) @ x
+    return (-(m @ c) if lower else -(c @ m),)
+
+
+@_torch_convention
+def eigh_vjp(res, g, **_):
+    """Seed ``linalg_eig_backward`` (hermitian): ``gA = herm(V (diag gw + F o V^H gV) V^H)``,
+    ``F_ij = 1/(w_j - w_i)`` (0 for degenerate pairs), with torch's gauge check (complex)."""
+    w, v = res
+    gw, gv = g
+    vhgv = _mH(v) @ gv
+    if jnp.iscomplexobj(vhgv):
+        P.check_gauge(_diag(vhgv).imag, "eigh")
+    inner = _embed(gw.astype(vhgv.dtype)) + P.gap_reciprocal(w).astype(vhgv.dtype) * vhgv
+    return (_herm(v @ inner @ _mH(v)),)
+
+
+@_torch_convention
+def eigvalsh_vjp(v, g, **_):
+    """``V diag(gw) V^H`` (seed ``linalg_eig_backward``, values only)."""
+    return ((v * g.astype(v.dtype)[..., None, :]) @ _mH(v),)
+
+
+@_torch_convention
+def svd_vjp(res, g, *, full_matrices):
+    """Seed ``svd_backward``: ``gA = U[(skew(U^H gU) S + S skew(V^H gV)) o F + diag gS
+    + i Im diag(U^H gU)/S] V^H`` plus the ``(I - UU^H) gU S^{-1} V^H`` (m > n) or
+    ``U S^{-1} gV^H (I - VV^H)`` (m < n) terms; ``F_ij = 1/(S_j^2 - S_i^2)`` (0 for degenerate
+    pairs), ``1/S`` taken as 0 at ``S = 0``; torch's gauge check (complex). ``full_matrices``:
+    the extra columns' cotangent enters through ``complement_tangent``'s adjoint."""
+    u, s, vh = res
+    gu, gs, gvh = g
+    m, n = u.shape[-2], vh.shape[-1]
+    k = s.shape[-1]
+    uk, vhk = u[..., :k], vh[..., :k, :]
+    gu = complement_adjoint(u, gu, k) if full_matrices and m > k else gu[..., :k]
+    gvh = _mH(complement_adjoint(_mH(vh), _mH(gvh), k)) if full_matrices and n > k else gvh[..., :k, :]
+    skew = lambda x: x - _mH(x)  # noqa: E731
+    uhgu, vhgv = skew(_mH(uk) @ gu), skew(vhk @ _mH(gvh))
+    if jnp.iscomplexobj(uhgu):
+        P.check_gauge(_diag(uhgu).imag + _diag(vhgv).imag, "svd")
+    f = P.gap_reciprocal(s, squared=True).astype(uhgu.dtype)
+    sinv = P.safe_reciprocal(s, s == 0)
+    ret = (uhgu * s[..., None, :] + s[..., :, None] * vhgv) * f + _embed(gs.astype(uhgu.dtype))
+    if jnp.iscomplexobj(ret):
+        ret = ret + _embed(_diag(uhgu) * (sinv / 2))
+    if m > k:
+        x = gu * sinv[..., None, :]
+        return ((uk @ ret + x - uk @ (_mH(uk) @ x)) @ vhk,)
+    if n > k:
+        x = gvh * sinv[..., :, None]
+        return (uk @ (ret @ vhk + x - (x @ _mH(vhk)) @ vhk),)
+    return (uk @ ret @ vhk,)
+
+
+def complement_adjoint(q, g, k):
+    """Adjoint of ``jvp_rules.complement_tangent`` (torch's Hermitian convention) for a complete
+    basis ``q`` whose first ``k`` columns are the head: the head's cotangent becomes
+    ``g_k - Q_e g_e^H Q_k``; returns the head's cotangent only."""
+    q_head, q_extra = q[..., :k], q[..., k:]
+    return g[..., :k] - q_extra @ (_mH(g[..., k:]) @ q_head)
+
+
+@_torch_convention
+def svdvals_vjp(res, g, **_):
+    """``U diag(gS) V^H`` (seed ``svd_backward``'s svdvals fast path)."""
+    u, vh = res
+    return (u @ (g.astype(u.dtype)[..., :, None] * vh),)
+
+
+@_torch_convention
+def qr_vjp(res, g, *, complete):
+    """Seed ``linalg_qr_backward`` with ``M = gR R^H - Q^H gQ``. m >= n:
+    ``gA = (Q syminvadj(triu M) + gQ) R^{-H}``; m < n: ``gA = [Q trilImInvAdjSkew(-M) R_1^{-H}, 0]
+    + Q gR``. ``complete`` with m > n: the extra columns' cotangent enters through
+    ``complement_tangent``'s adjoint (torch raises)."""
+    q, r = res
+    gq, gr = g
+    m, n = q.shape[-2], r.shape[-1]
+    if m >= n:
+        if complete and m > n:
+            gq, gr, q, r = complement_adjoint(q, gq, n), gr[..., :n, :], q[..., :n], r[..., :n, :]
+        mm = gr @ _mH(r) - _mH(q) @ gq
+        y = jnp.triu(mm)
+        ga = q @ _half_diag(y + _mH(y)) + gq
+        return (P.tri_solve(r, ga, lower=False, left=False, transpose=True, conjugate=True),)
+    mm = gr @ _mH(r) - _mH(q) @ gq
+    y = _half_diag(jnp.tril(-mm - _mH(-mm)))
+    ga = P.tri_solve(r[..., :m], q @ y, lower=False, left=False, transpose=True, conjugate=True)
+    return (jnp.concatenate([ga, jnp.zeros(ga.shape[:-1] + (n - m,), ga.dtype)], axis=-1) + q @ gr,)
+
+
+def _half_diag(x):
+    return x - _embed(_diag(x)) / 2
+
+
+@_torch_convention
+def eig_vjp(res, g, **_):
+    """Seed ``linalg_eig_backward``: ``gA = V^{-H} (diag gw + (V^H gV - V^H V Re diag(V^H gV))
+    o conj(F)) V^H`` with ``F_ij = 1/(w_j - w_i)`` (0 for degenerate pairs) and torch's gauge
+    check."""
+    w, v = res
+    gw, gv = g
+    vhgv = _mH(v) @ gv
+    d = _diag(vhgv)
+    P.check_gauge(d.imag, "eig")
+    vhgv = vhgv - _mH(v) @ (v * d.real[..., None, :])
+    inner = vhgv * jnp.conj(P.gap_reciprocal(w)) + _embed(gw)
+    return (jnp.linalg.solve(_mH(v), inner @ _mH(v)),)
+
+
+@_torch_convention
+def eigvals_vjp(v, g, **_):
+    """``V^{-H} diag(gw) V^H`` (seed ``linalg_eig_backward``, values only)."""
+    return (jnp.linalg.solve(_mH(v), g[..., :, None] * _mH(v)),)

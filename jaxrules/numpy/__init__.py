@@ -19,6 +19,7 @@ from jaxrules.ops.elementwise import (
     sign,
     sinc,
 )
+from jaxrules.ops.linalg import matmul
 from jaxrules.ops.reductions import (
     amax,
     amin,
@@ -40,7 +41,7 @@ from jaxrules.ops.reductions import (
 
 __all__ = [
     "abs", "absolute", "amax", "amin", "angle", "arctan2", "clip", "copysign", "cumprod", "cumsum",
-    "deg2rad", "degrees", "linalg", "log1p", "logcumsumexp", "max", "mean", "median", "min",
+    "deg2rad", "degrees", "linalg", "log1p", "logcumsumexp", "matmul", "max", "mean", "median", "min",
     "nansum", "power", "prod", "rad2deg", "radians", "sign", "sinc", "std", "std_mean", "sum",
     "var", "var_mean",
 ]

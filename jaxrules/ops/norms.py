@@ -62,8 +62,9 @@ def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
 
 def norm(x, ord=None, axis=None, keepdims=False):
     """``jax.numpy.linalg.norm``: vector norms (through ``vector_norm``) and the matrix norms
-    'fro', 1, -1, inf, -inf (compositions of ``vector_norm``, ``abs``, ``sum``, ``amax``/``amin``).
-    The spectral and nuclear norms need the SVD rules of the linear-algebra issue."""
+    'fro', 1, -1, inf, -inf (compositions of ``vector_norm``, ``abs``, ``sum``, ``amax``/``amin``),
+    2, -2 and 'nuc' (``svdvals`` then ``amax``/``amin``/``sum``: ties of the spectral norm share
+    the gradient)."""
     x = V.array("norm", "x", x)
     if axis is None:
         axis = tuple(range(x.ndim)) if x.ndim <= 2 else None
@@ -87,10 +88,12 @@ def norm(x, ord=None, axis=None, keepdims=False):
         out = pick(sums, axis=pick_axis, keepdims=True)
         return out if keepdims else jnp.squeeze(out, axes)
     if ord in (2, -2, "nuc"):
-        raise NotImplementedError(
-            f"norm: matrix ord={ord!r} needs the SVD rules (linear-algebra issue); "
-            "use jax.numpy.linalg.norm meanwhile"
-        )
+        from jaxrules.ops import linalg
+
+        moved = jnp.moveaxis(x, axes, (-2, -1))
+        values = linalg.svdvals(moved)
+        out = reductions.sum(values, axis=-1) if ord == "nuc" else (reductions.amax if ord == 2 else reductions.amin)(values, axis=-1)
+        return jnp.expand_dims(out, axes) if keepdims else out
     raise ValueError(f"norm: invalid ord {ord!r} for a matrix norm")
 
 
@@ -178,7 +181,7 @@ def _torch_norm(torch, x, ord=None, axis=None, keepdims=False):
 
 
 register(OpRecord(
-    "norm", norm, ("jaxrules.numpy.linalg.norm",), ("vector_norm", "abs", "sum", "amax", "amin"), ("norm_backward", "norm_jvp"),
+    "norm", norm, ("jaxrules.numpy.linalg.norm",), ("vector_norm", "abs", "sum", "amax", "amin", "svdvals"), ("norm_backward", "norm_jvp"),
     lambda rng, dt: [
         Sample((away_from_zero(rng, dt, 4),)),
         Sample((away_from_zero(rng, dt, 3, 4),)),
@@ -186,7 +189,8 @@ register(OpRecord(
         Sample((away_from_zero(rng, dt, 2, 3, 4),), {"ord": "fro", "axis": (0, 2)}),
     ] + ([] if np.issubdtype(dt, np.complexfloating) else [
         Sample((away_from_zero(rng, dt, 3, 4),), {"ord": o}) for o in (1, -1, math.inf, -math.inf)
-    ]),
+    ]) + [Sample((normal(rng, dt, 3, 4),), {"ord": o}) for o in (2, -2, "nuc")]
+    + [Sample((normal(rng, dt, 2, 3, 4),), {"ord": "nuc", "axis": (0, 2), "keepdims": True})],
     _torch_norm, "torch.linalg.norm", dtypes=("float64", "complex128"),
     singular=(SingularPoint("zero matrix", (np.zeros((2, 2)),), (np.zeros((2, 2)),)),),
 ))

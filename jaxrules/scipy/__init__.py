@@ -1,5 +1,5 @@
 """Drop-in replacements for ``jax.scipy`` functions."""
 
-from jaxrules.scipy import special
+from jaxrules.scipy import linalg, special
 
-__all__ = ["special"]
+__all__ = ["linalg", "special"]

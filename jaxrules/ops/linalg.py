@@ -1,0 +1,780 @@
+"""Linear algebra: primal, residuals and record of each op; the formulas are in ``jvp_rules``
+and ``vjp_rules`` (section "Linear algebra"). Public through ``jaxrules.numpy`` (``matmul``),
+``jaxrules.numpy.linalg``, ``jaxrules.scipy.linalg``, ``jaxrules.linalg`` (torch-only ops and
+torch's signatures) and ``jaxrules.nn`` (``linear``).
+
+Every op takes batched input (leading dims). Decompositions whose vectors are defined only up
+to a sign or phase (svd, eig, eigh, qr's extra columns) follow torch's gauge; their records
+check gauge-invariant functions of the outputs, which is all a finite difference can see.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxrules import _validate as V
+from jaxrules import jvp_rules as J
+from jaxrules import partials as P
+from jaxrules import vjp_rules as R
+from jaxrules.mechanism import define_op
+from jaxrules.ops._sampling import normal
+from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+
+
+def _op(name: str, primal, save=None):
+    """An op whose formulas are ``jvp_rules.<name>_jvp`` / ``vjp_rules.<name>_vjp``."""
+    return define_op(name, primal, getattr(J, f"{name}_jvp"), getattr(R, f"{name}_vjp"), save)
+
+
+def _matrix(op: str, name: str, x, *, square=False, min_ndim=2):
+    x = V.array(op, name, x)
+    if x.ndim < min_ndim:
+        raise ValueError(f"{op}: {name} must have rank >= {min_ndim}, got shape {x.shape}")
+    if square and x.shape[-1] != x.shape[-2]:
+        raise ValueError(f"{op}: {name} must be square in its last two axes, got shape {x.shape}")
+    return x
+
+
+def _broadcast_batch(op: str, a, b, b_core: int):
+    """``a`` (..., m, n) and ``b`` (..., *core) broadcast to a common batch shape."""
+    try:
+        batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[: b.ndim - b_core])
+    except ValueError:
+        raise ValueError(f"{op}: batch dimensions do not broadcast ({a.shape} and {b.shape})") from None
+    return jnp.broadcast_to(a, batch + a.shape[-2:]), jnp.broadcast_to(b, batch + b.shape[b.ndim - b_core :])
+
+
+def _same_dtype(*arrays):
+    dtype = jnp.result_type(*arrays)
+    return [x.astype(dtype) for x in arrays]
+
+
+# ----------------------------------------------------------------------------------------------
+# Products
+
+
+matmul_op = _op("matmul", lambda a, b: a @ b)
+linear_op = define_op(
+    "linear",
+    lambda x, w, b: x @ P.mT(w) + b,
+    J.linear_jvp,
+    R.linear_vjp,
+    lambda out, x, w, b: (x, w),
+)
+
+
+def matmul(a, b):
+    """``jax.numpy.matmul`` (1-D operands promoted as NumPy does, batch dims broadcast), with
+    seed ``mm_mat1_backward`` / ``mm_mat2_backward`` (complex included)."""
+    a, b = _same_dtype(V.array("matmul", "a", a), V.array("matmul", "b", b))
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("matmul: operands must not be scalars (use multiply)")
+    a2 = a[None, :] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise ValueError(f"matmul: contracting dimensions differ ({a.shape} @ {b.shape})")
+    V.broadcast("matmul", a=a2[..., :1, :1], b=b2[..., :1, :1])
+    out = matmul_op(a2, b2)
+    if b.ndim == 1:
+        out = out[..., 0]
+    if a.ndim == 1:
+        out = out[..., 0, :] if b.ndim > 1 else out[..., 0]
+    return out
+
+
+def linear(input, weight, bias=None):  # noqa: A002 - torch's argument name
+    """torch.nn.functional.linear: ``input @ weight^T + bias`` with ``weight`` of shape
+    (out, in). Its double backward (JAX's derivative of the bilinear VJP formula) is seed
+    ``linear_double_backward``."""
+    x, w = V.array("linear", "input", input), _matrix("linear", "weight", weight)
+    if w.ndim != 2:
+        raise ValueError(f"linear: weight must have shape (out_features, in_features), got {w.shape}")
+    if x.ndim == 0 or x.shape[-1] != w.shape[1]:
+        raise ValueError(f"linear: input's last dimension must be in_features={w.shape[1]}, got {x.shape}")
+    b = jnp.zeros(w.shape[0], w.dtype) if bias is None else V.array("linear", "bias", bias)
+    if b.shape != (w.shape[0],):
+        raise ValueError(f"linear: bias must have shape ({w.shape[0]},), got {b.shape}")
+    x, w, b = _same_dtype(x, w, b)
+    return linear_op(x, w, b)
+
+
+# ----------------------------------------------------------------------------------------------
+# Inverse, determinants
+
+
+inv_op = _op("inv", jnp.linalg.inv, lambda out, a: out)
+
+
+def _adjugate_by_svd(a):
+    u, s, vh = jnp.linalg.svd(a)
+    c = jnp.linalg.det(u) * jnp.linalg.det(vh)
+    return c[..., None, None] * ((P.mH(vh) * P.prod_of_others(s, (s.ndim - 1,))[..., None, :]) @ P.mH(u))
+
+
+def _adjugate_primal(a):
+    """``det(A) A^{-1}`` from the LU factors when no pivot is (relatively) zero, else through the
+    SVD (``c V diag(prod of the other singular values) U^H``, exact at every rank). The SVD
+    branch runs only when some matrix of the batch needs it."""
+    lu, _, perm = lax.linalg.lu(a)
+    pivots = jnp.abs(P.diagonal(lu))
+    n = a.shape[-1]
+    regular = jnp.all(jnp.isfinite(lu), axis=(-2, -1)) & (
+        jnp.min(pivots, -1) > n * jnp.finfo(pivots.dtype).eps * jnp.max(pivots, -1)
+    )
+
+    def by_lu():
+        return jnp.linalg.det(a)[..., None, None] * jnp.linalg.inv(a)
+
+    def mixed():
+        return jnp.where(regular[..., None, None], by_lu(), _adjugate_by_svd(a))
+
+    return lax.cond(jnp.all(regular), by_lu, mixed)
+
+
+def _save_adjugate(out, a):
+    u, s, vh = jnp.linalg.svd(a)
+    return u, s, vh, jnp.linalg.det(u) * jnp.linalg.det(vh)
+
+
+adjugate_op = _op("adjugate", _adjugate_primal, _save_adjugate)
+det_op = _op("det", jnp.linalg.det, lambda out, a: adjugate_op(a))
+slogdet_op = _op("slogdet", lambda a: tuple(jnp.linalg.slogdet(a)), lambda out, a: (inv_op(a), out[0]))
+
+
+def inv(a):
+    """``jax.numpy.linalg.inv``: ``dX = -X dA X``, ``gA = -X^T g X^T``."""
+    return inv_op(_matrix("inv", "a", a, square=True))
+
+
+def adjugate(a):
+    """The adjugate ``adj(A)`` (``det(A) A^{-1}`` when A is invertible), defined and
+    differentiable at every rank: derivatives through the SVD with the singular vectors held
+    fixed (``jvp_rules.adjugate_jvp``), finite at singular matrices."""
+    return adjugate_op(_matrix("adjugate", "a", a, square=True))
+
+
+def det(a):
+    """``jax.numpy.linalg.det`` with seed ``linalg_det_jvp`` / ``linalg_det_backward``:
+    ``d det = tr(adj(A) dA)``. At singular A the gradient is the adjugate (torch's default path
+    returns 0) and second derivatives are finite (through ``adjugate``'s rule; JAX gives NaN
+    in 10-35% of random singular cases)."""
+    return det_op(_matrix("det", "a", a, square=True))
+
+
+def slogdet(a):
+    """``jax.numpy.linalg.slogdet`` -> ``(sign, logabsdet)`` with seed ``slogdet_jvp`` /
+    ``slogdet_backward`` (complex sign gradient included)."""
+    sign, logabsdet = slogdet_op(_matrix("slogdet", "a", a, square=True))
+    from jax.numpy.linalg import slogdet as _jnp_slogdet
+
+    return type(_jnp_slogdet(jnp.eye(1)))(sign, logabsdet)
+
+
+# ----------------------------------------------------------------------------------------------
+# Solves
+
+
+def _solve_primal(a, b, *, left):
+    lu, piv = P.lu_factor(a)
+    if left:
+        return P.lu_solve(lu, piv, b)
+    return P.mT(P.lu_solve(lu, piv, P.mT(b), trans=1))
+
+
+solve_op = _op("solve", _solve_primal, lambda out, a, b, **_: (*P.lu_factor(a), out))
+
+
+def _solve(op, a, b, left):
+    a = _matrix(op, "a", a, square=True)
+    b = V.array(op, "b", b)
+    a, b = _same_dtype(a, b)
+    vector = b.ndim == 1
+    b2 = b[:, None] if vector and left else (b[None, :] if vector else b)
+    axis = -2 if left else -1
+    if b2.ndim < 2 or b2.shape[axis] != a.shape[-1]:
+        raise ValueError(f"{op}: b of shape {b.shape} does not match a of shape {a.shape}")
+    a, b2 = _broadcast_batch(op, a, b2, 2)
+    x = solve_op(a, b2, left=left)
+    return x[..., 0] if vector and left else (x[..., 0, :] if vector else x)
+
+
+def solve(a, b):
+    """``jax.numpy.linalg.solve`` (``b`` is a vector when it is 1-D, as NumPy 2): seed
+    ``linalg_solve_jvp`` / ``linalg_solve_backward``, reusing the LU factors of the forward."""
+    return _solve("solve", a, b, True)
+
+
+def torch_solve(A, B, *, left=True):  # noqa: N803 - torch's argument names
+    """torch.linalg.solve: ``A X = B`` (``left``) or ``X A = B``."""
+    return _solve("solve", A, B, bool(left))
+
+
+def _tri_flags(op, trans):
+    codes = {0: (False, False), "N": (False, False), 1: (True, False), "T": (True, False), 2: (True, True), "C": (True, True)}
+    if isinstance(trans, bool) or trans not in codes:
+        raise ValueError(f"{op}: trans must be 0/'N', 1/'T' or 2/'C', got {trans!r}")
+    return codes[trans]
+
+
+solve_triangular_op = _op(
+    "solve_triangular",
+    lambda a, b, *, lower, unit, transpose, conjugate, left: P.tri_solve(
+        a, b, lower=lower, left=left, transpose=transpose, conjugate=conjugate, unit=unit
+    ),
+    lambda out, a, b, **_: (a, out),
+)
+
+
+def _solve_triangular(op, a, b, *, lower, unit, trans, left):
+    a = _matrix(op, "a", a, square=True)
+    b = V.array(op, "b", b)
+    a, b = _same_dtype(a, b)
+    transpose, conjugate = _tri_flags(op, trans)
+    vector = b.ndim == 1
+    b2 = b[:, None] if vector and left else (b[None, :] if vector else b)
+    axis = -2 if left else -1
+    if b2.ndim < 2 or b2.shape[axis] != a.shape[-1]:
+        raise ValueError(f"{op}: b of shape {b.shape} does not match a of shape {a.shape}")
+    a, b2 = _broadcast_batch(op, a, b2, 2)
+    x = solve_triangular_op(a, b2, lower=bool(lower), unit=bool(unit), transpose=transpose, conjugate=conjugate, left=left)
+    return x[..., 0] if vector and left else (x[..., 0, :] if vector else x)
+
+
+def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False, debug=None, check_finite=True):
+    """``jax.scipy.linalg.solve_triangular``: ``op(A) X = B`` reading one triangle of A, with
+    seed ``linalg_solve_triangular_forward_AD`` / ``linalg_solve_triangular_backward`` (the
+    gradient of A lies in that triangle, strictly when ``unit_diagonal``)."""
+    del overwrite_b, debug, check_finite
+    return _solve_triangular("solve_triangular", a, b, lower=lower, unit=unit_diagonal, trans=trans, left=True)
+
+
+def torch_solve_triangular(A, B, *, upper, left=True, unitriangular=False):  # noqa: N803
+    """torch.linalg.solve_triangular: ``A X = B`` (``left``) or ``X A = B``."""
+    return _solve_triangular("solve_triangular", A, B, lower=not upper, unit=unitriangular, trans=0, left=bool(left))
+
+
+# ----------------------------------------------------------------------------------------------
+# Cholesky
+
+
+cholesky_op = _op("cholesky", lambda a: jnp.linalg.cholesky(a), lambda out, a: out)
+
+
+def cholesky(a, *, upper=False, symmetrize_input=True):
+    """``jax.numpy.linalg.cholesky`` of ``(A + A^H)/2`` (jnp's convention; the tangent is
+    symmetrized too, where torch's ``cholesky_jvp`` assumes a Hermitian tangent) with seed
+    ``cholesky_jvp`` / ``cholesky_backward``."""
+    if not symmetrize_input:
+        raise TypeError("cholesky: symmetrize_input=False is not supported by jaxrules (the rules assume it)")
+    factor = cholesky_op(_matrix("cholesky", "a", a, square=True))
+    return P.mH(factor) if upper else factor
+
+
+cho_solve_op = _op(
+    "cho_solve", lambda c, b, *, lower: P.cho_solve(c, lower, b), lambda out, c, b, **_: (c, out)
+)
+
+
+def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
+    """``jax.scipy.linalg.cho_solve``: ``X = (L L^H)^{-1} B`` from one triangle of the factor.
+    The factor's gradient follows torch's ``cholesky_solve`` convention: ``-(C + C^H) L`` with
+    ``C = gB X^H``, *not* projected on the triangle (the entries the forward ignores get torch's
+    nonzero gradient; project with ``jnp.tril`` if you need the other convention)."""
+    del overwrite_b, check_finite
+    try:
+        c, lower = c_and_lower
+    except (TypeError, ValueError):
+        raise TypeError("cho_solve: c_and_lower must be a pair (c, lower)") from None
+    c = _matrix("cho_solve", "c", c, square=True)
+    b = V.array("cho_solve", "b", b)
+    c, b = _same_dtype(c, b)
+    vector = b.ndim == 1
+    b2 = b[:, None] if vector else b
+    if b2.shape[-2] != c.shape[-1]:
+        raise ValueError(f"cho_solve: b of shape {b.shape} does not match c of shape {c.shape}")
+    c, b2 = _broadcast_batch("cho_solve", c, b2, 2)
+    x = cho_solve_op(c, b2, lower=bool(lower))
+    return x[..., 0] if vector else x
+
+
+def torch_cholesky_solve(B, L, upper=False):  # noqa: N803 - torch's argument names
+    """torch.cholesky_solve(B, L, upper)."""
+    return cho_solve((L, not upper), B)
+
+
+cholesky_inverse_op = _op(
+    "cholesky_inverse",
+    lambda c, *, lower: P.cho_solve(c, lower, jnp.broadcast_to(jnp.eye(c.shape[-1], dtype=c.dtype), c.shape)),
+    lambda out, c, **_: (c, out),
+)
+
+
+def cholesky_inverse(L, upper=False):  # noqa: N803 - torch's argument name
+    """torch.cholesky_inverse: ``(L L^H)^{-1}`` (or ``(U^H U)^{-1}``) from a Cholesky factor,
+    with seed ``cholesky_inverse_backward`` (dense factor gradient, as torch) and a corrected
+    ``cholesky_inverse_jvp``: the seed's ``K = -X dL X L^H`` is wrong; the derivative is
+    ``K = -X dL L^H X`` (torch 2.13 fails its own forward-AD gradcheck here)."""
+    return cholesky_inverse_op(_matrix("cholesky_inverse", "L", L, square=True), lower=not upper)
+
+
+# ----------------------------------------------------------------------------------------------
+# Sample inputs
+
+
+def well_conditioned(rng, dt, *shape):
+    """``normal + 2 sqrt(n) I``: eigenvalues away from 0 (well-conditioned, invertible)."""
+    n = shape[-1]
+    return (normal(rng, dt, *shape) + 2 * np.sqrt(n) * np.eye(n)).astype(dt)
+
+
+def positive_definite(rng, dt, *shape):
+    """``X X^H / n + I``."""
+    x = normal(rng, dt, *shape)
+    return (x @ np.conj(np.swapaxes(x, -1, -2)) / shape[-1] + np.eye(shape[-1])).astype(dt)
+
+
+def _lower_factor(rng, dt, *shape):
+    """A Cholesky factor: lower triangular with a positive diagonal."""
+    return np.linalg.cholesky(positive_definite(rng, dt, *shape)).astype(dt)
+
+
+_C = ("float64", "complex128")
+
+
+# ----------------------------------------------------------------------------------------------
+# Records
+
+
+register(OpRecord(
+    "matmul", matmul, ("jaxrules.numpy.matmul",), ("matmul",), ("mm_mat1_backward", "mm_mat2_backward"),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 3, 4), normal(rng, dt, 4, 2))),
+        Sample((normal(rng, dt, 2, 3, 4), normal(rng, dt, 4, 5))),
+        Sample((normal(rng, dt, 4), normal(rng, dt, 2, 4, 3))),
+        Sample((normal(rng, dt, 3, 4), normal(rng, dt, 4))),
+    ],
+    lambda torch, a, b: torch.matmul(a, b), "torch.matmul", dtypes=_C,
+))
+register(OpRecord(
+    "linear", linear, ("jaxrules.nn.linear",), ("linear",), ("linear_double_backward",),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 5, 3), normal(rng, dt, 4, 3), normal(rng, dt, 4))),
+        Sample((normal(rng, dt, 2, 5, 3), normal(rng, dt, 4, 3))),
+        Sample((normal(rng, dt, 3), normal(rng, dt, 4, 3), normal(rng, dt, 4))),
+    ],
+    lambda torch, x, w, b=None: torch.nn.functional.linear(x, w, b), "torch.nn.functional.linear", dtypes=_C,
+))
+register(OpRecord(
+    "inv", inv, ("jaxrules.numpy.linalg.inv",), ("inv",), ("linalg_inv_ex (derivatives.yaml)",),
+    lambda rng, dt: [Sample((well_conditioned(rng, dt, 3, 3),)), Sample((well_conditioned(rng, dt, 2, 4, 4),))],
+    lambda torch, a: torch.linalg.inv(a), "torch.linalg.inv", dtypes=_C,
+))
+
+_SINGULAR = (
+    ("rank 2 of 3", np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])),
+    ("rank 1 of 3", np.outer([1.0, -2.0, 0.5], [3.0, 1.0, -1.0])),
+    ("zero matrix", np.zeros((3, 3))),
+    ("rank 2 of 4", np.array([[2.0, 0, 0, 1], [0, 1, 0, 0], [4.0, 0, 0, 2], [0, 0, 0, 0]])),
+)
+
+
+def _adjugate_np(a):
+    """The adjugate by cofactors (NumPy, exact for these small integer-like matrices)."""
+    n = a.shape[-1]
+    out = np.empty_like(a)
+    for i in range(n):
+        for j in range(n):
+            minor = np.delete(np.delete(a, j, 0), i, 1)
+            out[i, j] = (-1) ** (i + j) * np.linalg.det(minor)
+    return out
+
+
+register(OpRecord(
+    "det", det, ("jaxrules.numpy.linalg.det",), ("det", "adjugate"), ("linalg_det_jvp", "linalg_det_backward"),
+    lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((normal(rng, dt, 2, 4, 4),))],
+    lambda torch, a: torch.linalg.det(a), "torch.linalg.det", dtypes=_C,
+    singular=tuple(
+        SingularPoint(
+            label, (a,), (_adjugate_np(a).T,),
+            torch_differs="torch's default backward (no create_graph) returns 0 at exactly singular "
+            "matrices; the gradient is the adjugate (torch's create_graph path agrees)." if label != "zero matrix" else "",
+        )
+        for label, a in _SINGULAR
+    ),
+    deviations="At singular matrices the gradient is the adjugate (torch's default path gives 0) "
+    "and second derivatives are finite (JAX: NaN in 10-35% of random singular cases).",
+    double_backward="adjugate op's rules (SVD with fixed singular vectors; finite at every rank)",
+))
+register(OpRecord(
+    "adjugate", adjugate, ("jaxrules.linalg.adjugate",), ("adjugate",), ("linalg_det_backward (SVD branch)",),
+    lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((normal(rng, dt, 2, 4, 4),))],
+    None, "", dtypes=_C,
+    singular=tuple(SingularPoint(label, (a,), finite_second=label != "zero matrix") for label, a in _SINGULAR),
+    deviations="Second derivatives (det's third) at matrices with repeated zero singular values, "
+    "such as the zero matrix, are NaN: they go through JAX's SVD derivative.",
+))
+register(OpRecord(
+    "slogdet", slogdet, ("jaxrules.numpy.linalg.slogdet",), ("slogdet",), ("slogdet_jvp", "slogdet_backward"),
+    lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((well_conditioned(rng, dt, 2, 4, 4),))],
+    lambda torch, a: tuple(torch.linalg.slogdet(a)), "torch.linalg.slogdet", dtypes=_C,
+    double_backward="inv op's rules (the saved A^{-1} is computed by the inv op)",
+))
+
+
+def _torch_solve(torch, a, b, left=True):
+    if b.ndim == 1 and not left:  # torch takes a vector right-hand side only for left=True
+        return torch.linalg.solve(a, b[None, :], left=False)[0]
+    return torch.linalg.solve(a, b, left=left)
+
+
+register(OpRecord(
+    "solve", torch_solve, ("jaxrules.numpy.linalg.solve", "jaxrules.linalg.solve"), ("solve",),
+    ("linalg_solve_jvp", "linalg_solve_backward"),
+    lambda rng, dt: [
+        Sample((well_conditioned(rng, dt, 3, 3), normal(rng, dt, 3, 2))),
+        Sample((well_conditioned(rng, dt, 3, 3), normal(rng, dt, 3))),
+        Sample((well_conditioned(rng, dt, 2, 3, 3), normal(rng, dt, 3, 4))),
+        Sample((well_conditioned(rng, dt, 3, 3), normal(rng, dt, 2, 3)), {"left": False}),
+        Sample((well_conditioned(rng, dt, 3, 3), normal(rng, dt, 3)), {"left": False}),
+    ],
+    _torch_solve, "torch.linalg.solve", dtypes=_C,
+))
+
+
+def _triangular_samples(rng, dt):
+    a = well_conditioned(rng, dt, 4, 4)
+    return [
+        Sample((a, normal(rng, dt, 4, 2)), {"upper": False}),
+        Sample((a, normal(rng, dt, 4, 3)), {"upper": True}),
+        Sample((a, normal(rng, dt, 2, 4)), {"upper": True, "left": False}),
+        Sample((a, normal(rng, dt, 4, 2)), {"upper": False, "unitriangular": True}),
+        Sample((well_conditioned(rng, dt, 2, 3, 3), normal(rng, dt, 3, 2)), {"upper": False}),
+    ]
+
+
+def _torch_solve_triangular(torch, a, b, **kw):
+    return torch.linalg.solve_triangular(a, b, **kw)
+
+
+register(OpRecord(
+    "solve_triangular", torch_solve_triangular,
+    ("jaxrules.scipy.linalg.solve_triangular", "jaxrules.linalg.solve_triangular"), ("solve_triangular",),
+    ("linalg_solve_triangular_forward_AD", "linalg_solve_triangular_backward"),
+    _triangular_samples, _torch_solve_triangular, "torch.linalg.solve_triangular", dtypes=_C,
+))
+
+
+def _hermitian(x):
+    return (x + np.conj(np.swapaxes(x, -1, -2))) / 2
+
+
+register(OpRecord(
+    "cholesky", cholesky, ("jaxrules.numpy.linalg.cholesky",), ("cholesky",), ("cholesky_jvp", "cholesky_backward"),
+    lambda rng, dt: [Sample((positive_definite(rng, dt, 3, 3),)), Sample((positive_definite(rng, dt, 2, 4, 4),))],
+    lambda torch, a: torch.linalg.cholesky((a + a.mH) / 2), "torch.linalg.cholesky", dtypes=_C,
+    deviations="The input and its tangent are symmetrized, (A + A^H)/2, as jax.numpy does; torch "
+    "reads the lower triangle and its JVP assumes a Hermitian tangent (equal for Hermitian tangents).",
+))
+
+
+def _torch_cholesky_solve(torch, c, b, lower=True):
+    factor = torch.tril(c) if lower else torch.triu(c)
+    if b.ndim == 1:
+        return torch.cholesky_solve(b[..., None], factor, upper=not lower)[..., 0]
+    return torch.cholesky_solve(b, factor, upper=not lower)
+
+
+def _cho_solve_tril(c, b, lower=True):
+    """cho_solve with the factor's unused triangle zeroed (the records' function: the factor's
+    dense gradient, torch's convention, then agrees with finite differences)."""
+    return cho_solve((P.band(c, lower), lower), b)
+
+
+register(OpRecord(
+    "cho_solve", _cho_solve_tril, ("jaxrules.scipy.linalg.cho_solve", "jaxrules.linalg.cholesky_solve"), ("cho_solve",),
+    ("cholesky_solve_backward", "cholesky_solve_jvp"),
+    lambda rng, dt: [
+        Sample((_lower_factor(rng, dt, 3, 3), normal(rng, dt, 3, 2))),
+        Sample((np.conj(np.swapaxes(_lower_factor(rng, dt, 3, 3), -1, -2)), normal(rng, dt, 3)), {"lower": False}),
+        Sample((_lower_factor(rng, dt, 2, 4, 4), normal(rng, dt, 4, 2))),
+    ],
+    _torch_cholesky_solve,
+    "torch.cholesky_solve", dtypes=_C,
+    deviations="The factor's gradient is torch's (not projected on the triangle the forward reads); "
+    "the harness checks cho_solve of tril(L), and tests/test_linalg.py pins the dense gradient.",
+))
+
+
+def _cholesky_inverse_tril(c, upper=False):
+    return cholesky_inverse(P.band(c, not upper), upper)
+
+
+register(OpRecord(
+    "cholesky_inverse", _cholesky_inverse_tril, ("jaxrules.linalg.cholesky_inverse",), ("cholesky_inverse",),
+    ("cholesky_inverse_backward", "cholesky_inverse_jvp (corrected)"),
+    lambda rng, dt: [
+        Sample((_lower_factor(rng, dt, 3, 3),)),
+        Sample((np.conj(np.swapaxes(_lower_factor(rng, dt, 3, 3), -1, -2)), True)),
+        Sample((_lower_factor(rng, dt, 2, 4, 4),)),
+    ],
+    lambda torch, c, upper=False: torch.cholesky_inverse(torch.triu(c) if upper else torch.tril(c), upper=upper),
+    "torch.cholesky_inverse", dtypes=_C,
+    torch_jvp_differs="torch's cholesky_inverse_jvp is wrong (the seed's formula)",
+    deviations="JVP: the seed's (and torch 2.13's) cholesky_inverse_jvp is wrong (K = -X dL X L^H "
+    "instead of -X dL L^H X; error 0.016-0.02 against finite differences); jaxrules uses the "
+    "correct one, so `torch` JVP parity is not expected for this op.",
+))
+
+
+# ----------------------------------------------------------------------------------------------
+# Eigen, singular value and QR decompositions
+
+
+EighResult = collections.namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
+SVDResult = collections.namedtuple("SVDResult", ["U", "S", "Vh"])
+QRResult = collections.namedtuple("QRResult", ["Q", "R"])
+EigResult = collections.namedtuple("EigResult", ["eigenvalues", "eigenvectors"])
+
+
+def _eigh_primal(a):
+    w, v = jnp.linalg.eigh(a)
+    return w, v
+
+
+eigh_op = _op("eigh", _eigh_primal, lambda out, a: out)
+# The values-only ops save vectors computed by the full op, so their second derivatives go through
+# the full op's rules (finite at repeated values).
+eigvalsh_op = _op("eigvalsh", lambda a: jnp.linalg.eigh(a)[0], lambda out, a: eigh_op(a)[1])
+svd_op = _op("svd", lambda a, *, full_matrices: tuple(jnp.linalg.svd(a, full_matrices=full_matrices)), lambda out, a, **_: out)
+svdvals_op = _op(
+    "svdvals", lambda a: jnp.linalg.svd(a, compute_uv=False), lambda out, a: svd_op(a, full_matrices=False)[::2]
+)
+qr_op = _op("qr", lambda a, *, complete: tuple(jnp.linalg.qr(a, "complete" if complete else "reduced")), lambda out, a, **_: out)
+eig_op = _op("eig", lambda a: tuple(jnp.linalg.eig(a)), lambda out, a: out)
+eigvals_op = _op("eigvals", lambda a: jnp.linalg.eig(a)[0], lambda out, a: eig_op(a)[1])
+
+
+def _hermitian_input(op, a, UPLO, symmetrize_input):
+    if UPLO not in (None, "L", "U"):
+        raise ValueError(f"{op}: UPLO must be 'L' or 'U', got {UPLO!r}")
+    if not symmetrize_input:
+        raise TypeError(f"{op}: symmetrize_input=False is not supported by jaxrules (the rules assume it)")
+    return _matrix(op, "a", a, square=True)
+
+
+def eigh(a, UPLO=None, symmetrize_input=True):  # noqa: N803 - jax.numpy's argument name
+    """``jax.numpy.linalg.eigh`` of ``(A + A^H)/2`` -> ``(eigenvalues, eigenvectors)`` with seed
+    ``linalg_eig_jvp`` / ``linalg_eig_backward`` (hermitian). Repeated eigenvalues: the
+    degenerate pairs' terms are dropped (``partials.gap_reciprocal``), so losses of the
+    eigenvalues or of well-separated eigenspaces have finite, exact derivatives (torch and JAX:
+    NaN). Complex: a loss that depends on the eigenvectors' phases raises (torch's check)."""
+    return EighResult(*eigh_op(_hermitian_input("eigh", a, UPLO, symmetrize_input)))
+
+
+def eigvalsh(a, UPLO=None, symmetrize_input=True):  # noqa: N803
+    """``jax.numpy.linalg.eigvalsh``: ``dw = Re diag(V^H dA V)``, ``gA = V diag(gw) V^H``
+    (finite at repeated eigenvalues)."""
+    return eigvalsh_op(_hermitian_input("eigvalsh", a, UPLO, symmetrize_input))
+
+
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index=None):
+    """``jax.numpy.linalg.svd`` -> ``(U, S, Vh)`` with seed ``linalg_svd_jvp`` / ``svd_backward``,
+    ``full_matrices`` included (JAX raises there). The extra columns of a full U (or rows of Vh)
+    get the tangent that keeps the basis orthonormal without rotating the complement (torch: 0,
+    which makes ``d(U_e U_e^H)`` wrong). Repeated singular values: degenerate pairs dropped (as
+    ``eigh``); ``1/S`` is taken as 0 at ``S = 0``. ``hermitian`` is accepted (the general SVD is
+    used). Complex: a phase-dependent loss raises (torch's check)."""
+    a = _matrix("svd", "a", a)
+    V.unsupported("svd", subset_by_index=subset_by_index)
+    del hermitian
+    if not compute_uv:
+        return svdvals_op(a)
+    return SVDResult(*svd_op(a, full_matrices=bool(full_matrices)))
+
+
+def svdvals(x):
+    """``jax.numpy.linalg.svdvals``: ``dS = Re diag(U^H dA V)``, ``gA = U diag(gS) V^H``."""
+    return svdvals_op(_matrix("svdvals", "x", x))
+
+
+def qr(a, mode="reduced"):
+    """``jax.numpy.linalg.qr`` (modes 'reduced', 'complete', 'r') with seed ``linalg_qr_jvp`` /
+    ``linalg_qr_backward``. 'complete' with more rows than columns (torch raises): the extra
+    columns get the tangent that keeps Q orthonormal without rotating the complement."""
+    a = _matrix("qr", "a", a)
+    if mode not in ("reduced", "complete", "r"):
+        raise ValueError(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}")
+    q, r = qr_op(a, complete=mode == "complete")
+    return r if mode == "r" else QRResult(q, r)
+
+
+def eig(a):
+    """``jax.numpy.linalg.eig`` -> ``(eigenvalues, eigenvectors)`` (complex), differentiable
+    (JAX raises), with seed ``linalg_eig_jvp`` / ``linalg_eig_backward``: unit-norm
+    eigenvectors in torch's gauge, torch's phase check (a loss that depends on the phases
+    raises), degenerate pairs dropped."""
+    return EigResult(*eig_op(_matrix("eig", "a", a, square=True)))
+
+
+def eigvals(a):
+    """``jax.numpy.linalg.eigvals``: ``dw = diag(V^{-1} dA V)``, ``gA = V^{-H} diag(gw) V^H``."""
+    return eigvals_op(_matrix("eigvals", "a", a, square=True))
+
+
+def _abs2(x):
+    return (x * jnp.conj(x)).real
+
+
+def _eigh_invariants(a):
+    """What a finite difference can see of ``eigh``: the eigenvalues and ``|V|^2``."""
+    w, v = eigh(a)
+    return w, _abs2(v)
+
+
+def _svd_invariants(a, full_matrices=False):
+    """What a finite difference can see of ``svd``: ``|U_k|^2``, ``S``, ``|V_k^H|^2``, the
+    polar factor ``U_k V_k^H`` and, when full, the projectors on the complements."""
+    u, s, vh = svd(a, full_matrices=full_matrices)
+    k = s.shape[-1]
+    out = [_abs2(u[..., :k]), s, _abs2(vh[..., :k, :]), u[..., :k] @ vh[..., :k, :]]
+    if full_matrices:
+        out += [u[..., k:] @ P.mH(u[..., k:]), P.mH(vh[..., k:, :]) @ vh[..., k:, :]]
+    return tuple(out)
+
+
+def _torch_svd_invariants(torch, a, full_matrices=False):
+    u, s, vh = torch.linalg.svd(a, full_matrices=False)
+    out = [(u * u.conj()).real, s, (vh * vh.conj()).real, u @ vh]
+    if full_matrices:  # torch gives the complement a zero tangent: use its closed form
+        eye = lambda n: torch.eye(n, dtype=a.dtype)  # noqa: E731
+        out += [eye(a.shape[-2]) - u @ u.mH, eye(a.shape[-1]) - vh.mH @ vh]
+    return tuple(out)
+
+
+def _qr_invariants(a, mode="reduced"):
+    """``Q_k``, ``R`` and, for a complete tall Q, the projector on the complement."""
+    q, r = qr(a, mode)
+    k = min(a.shape[-2:])
+    if mode == "complete" and a.shape[-2] > a.shape[-1]:
+        return q[..., :k], r, q[..., k:] @ P.mH(q[..., k:])
+    return q, r
+
+
+def _torch_qr_invariants(torch, a, mode="reduced"):
+    q, r = torch.linalg.qr(a, mode="reduced")
+    if mode == "complete" and a.shape[-2] > a.shape[-1]:
+        n = a.shape[-1]
+        return q, torch.cat([r, torch.zeros(a.shape[-2] - n, n, dtype=a.dtype)], -2), torch.eye(a.shape[-2], dtype=a.dtype) - q @ q.mH
+    return q, r
+
+
+def _eig_invariants(a):
+    """Eigenvalues and ``|V|^2``, ordered by the eigenvalues (LAPACK's order is not stable across
+    precisions)."""
+    w, v = eig(a)
+    order = jnp.lexsort((w.imag, w.real))
+    return jnp.take_along_axis(w, order, -1), jnp.take_along_axis(_abs2(v), order[..., None, :], -1)
+
+
+def _torch_eig_invariants(torch, a):
+    w, v = torch.linalg.eig(a)
+    order = torch.from_numpy(np.lexsort((w.imag.detach().numpy(), w.real.detach().numpy()), axis=-1))
+    return w.gather(-1, order), (v * v.conj()).real.gather(-1, order[..., None, :].expand(v.shape))
+
+
+def _spectral(rng, dt, values, *batch):
+    """``Q diag(values) Q^H`` with a random unitary Q."""
+    n = len(values)
+    q, _ = np.linalg.qr(normal(rng, dt, *batch, n, n))
+    return (q * np.asarray(values)) @ np.conj(np.swapaxes(q, -1, -2))
+
+
+register(OpRecord(
+    "eigh", _eigh_invariants, ("jaxrules.numpy.linalg.eigh",), ("eigh",), ("linalg_eig_jvp", "linalg_eig_backward"),
+    lambda rng, dt: [
+        Sample((_spectral(rng, dt, [-1.0, 0.5, 2.0]),)),
+        Sample((_spectral(rng, dt, [-2.0, -0.5, 1.0, 3.0], 2),)),
+    ],
+    lambda torch, a: (lambda w, v: (w, (v * v.conj()).real))(*torch.linalg.eigh((a + a.mH) / 2)),
+    "torch.linalg.eigh", dtypes=_C,
+    singular=(SingularPoint(
+        "repeated eigenvalue", (np.diag([1.0, 1.0, 2.0]),), (np.eye(3),),
+        torch_differs="torch gives NaN at repeated eigenvalues (the loss sum(w) + sum|V|^2 = tr A + n "
+        "does not depend on the degenerate eigenvectors).",
+    ),),
+    deviations="Repeated eigenvalues: the degenerate pairs' terms are dropped (torch and JAX: NaN), "
+    "so eigenvalue-only and separated-subspace losses have finite exact gradients.",
+))
+register(OpRecord(
+    "eigvalsh", eigvalsh, ("jaxrules.numpy.linalg.eigvalsh",), ("eigvalsh",), ("linalg_eig_backward",),
+    lambda rng, dt: [Sample((_spectral(rng, dt, [-1.0, 0.5, 2.0]),)), Sample((_spectral(rng, dt, [1.0, 2.0, 3.0, 4.0], 2),))],
+    lambda torch, a: torch.linalg.eigvalsh((a + a.mH) / 2), "torch.linalg.eigvalsh", dtypes=_C,
+    singular=(SingularPoint("identity (all repeated)", (np.eye(3),), (np.eye(3),)),),
+))
+
+
+def _svd_samples(rng, dt):
+    return [
+        Sample((normal(rng, dt, 3, 3),)),
+        Sample((normal(rng, dt, 4, 2),)),
+        Sample((normal(rng, dt, 2, 4),)),
+        Sample((normal(rng, dt, 2, 3, 3),)),
+        Sample((normal(rng, dt, 4, 2),), {"full_matrices": True}),
+        Sample((normal(rng, dt, 2, 3),), {"full_matrices": True}),
+    ]
+
+
+register(OpRecord(
+    "svd", _svd_invariants, ("jaxrules.numpy.linalg.svd",), ("svd",), ("linalg_svd_jvp", "svd_backward"),
+    _svd_samples, _torch_svd_invariants, "torch.linalg.svd", dtypes=_C,
+    deviations="full_matrices=True is differentiable (JAX raises): the extra columns get the tangent "
+    "that keeps the basis orthonormal (torch: zero, which makes d(U_e U_e^H) wrong). Repeated "
+    "singular values: degenerate pairs dropped (torch, JAX: NaN); 1/S is 0 at S = 0.",
+))
+register(OpRecord(
+    "svdvals", svdvals, ("jaxrules.numpy.linalg.svdvals",), ("svdvals",), ("svd_backward (svdvals path)",),
+    lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((normal(rng, dt, 2, 4, 2),))],
+    lambda torch, a: torch.linalg.svdvals(a), "torch.linalg.svdvals", dtypes=_C,
+    singular=(SingularPoint("identity (all repeated)", (np.eye(3),), (np.eye(3),)),),
+))
+register(OpRecord(
+    "qr", _qr_invariants, ("jaxrules.numpy.linalg.qr",), ("qr",), ("linalg_qr_jvp", "linalg_qr_backward"),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 3, 3),)),
+        Sample((normal(rng, dt, 4, 2),)),
+        Sample((normal(rng, dt, 2, 4),)),
+        Sample((normal(rng, dt, 2, 4, 3),)),
+        Sample((normal(rng, dt, 4, 2), "complete")),
+        Sample((normal(rng, dt, 2, 4), "complete")),
+    ],
+    _torch_qr_invariants, "torch.linalg.qr", dtypes=_C,
+    deviations="mode='complete' with more rows than columns is differentiable (torch raises): the "
+    "extra columns get the tangent that keeps Q orthonormal.",
+))
+
+
+def _eig_samples(rng, dt):
+    def diagonalizable(values, *batch):
+        n = len(values)
+        p = np.eye(n) + 0.3 * normal(rng, dt, *batch, n, n)
+        return ((p * np.asarray(values)) @ np.linalg.inv(p)).astype(dt)
+
+    return [Sample((diagonalizable([-1.0, 0.5, 2.0]),)), Sample((diagonalizable([-2.0, -0.5, 1.0, 3.0], 2),)),
+            Sample((normal(rng, dt, 3, 3),))]
+
+
+register(OpRecord(
+    "eig", _eig_invariants, ("jaxrules.numpy.linalg.eig",), ("eig",), ("linalg_eig_jvp", "linalg_eig_backward"),
+    _eig_samples, _torch_eig_invariants, "torch.linalg.eig",
+    dtypes=_C,
+    deviations="Differentiable (jnp.linalg.eig raises even for eigenvalue-only losses); repeated "
+    "eigenvalues: degenerate pairs dropped (torch: NaN).",
+))
+register(OpRecord(
+    "eigvals", eigvals, ("jaxrules.numpy.linalg.eigvals",), ("eigvals",), ("linalg_eig_backward",),
+    _eig_samples, lambda torch, a: torch.linalg.eigvals(a), "torch.linalg.eigvals", dtypes=_C,
+))

@@ -1,0 +1,227 @@
+"""Linear algebra beyond the registry harness: torch's gauge check, det at singular matrices
+(first and second order), degenerate spectra, the conventions that differ from torch or JAX
+(pinned against torch and finite differences), bad input."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import jaxrules.linalg as jrl
+import jaxrules.numpy as rnp
+import jaxrules.scipy.linalg as rsl
+from jaxrules import formula_spy
+
+RNG = np.random.default_rng(11)
+
+
+def _complex(*shape):
+    return RNG.standard_normal(shape) + 1j * RNG.standard_normal(shape)
+
+
+def _central_jvp(f, x, t, h=1e-6):
+    return (f(x + h * t) - f(x - h * t)) / (2 * h)
+
+
+# ----------------------------------------------------------------------------------------------
+# Gauge: a loss that depends on the phase of complex vectors raises, an invariant one does not.
+
+
+@pytest.mark.parametrize(
+    "decompose",
+    [
+        lambda a: rnp.linalg.svd(a, full_matrices=False).U,
+        lambda a: rnp.linalg.eig(a).eigenvectors,
+        lambda a: rnp.linalg.eigh(a).eigenvectors,
+    ],
+    ids=["svd", "eig", "eigh"],
+)
+def test_phase_dependent_loss_raises(decompose):
+    a = _complex(3, 3)
+    phase_dependent = lambda a: jnp.real((1 + 2j) * decompose(a)[0, 1])  # noqa: E731
+    with pytest.raises(Exception, match="phase"):
+        jax.block_until_ready(jax.grad(phase_dependent)(a))
+    with pytest.raises(Exception, match="phase"):
+        jax.block_until_ready(jax.jit(jax.grad(phase_dependent))(a))
+    invariant = lambda a: jnp.sum(jnp.abs(decompose(a)) ** 2 * jnp.arange(3.0))  # noqa: E731
+    assert np.all(np.isfinite(jax.grad(invariant)(a)))
+
+
+def test_gauge_invariant_loss_matches_torch_complex_eig():
+    a = _complex(4, 4)
+    weights = RNG.standard_normal((4, 4))
+    ours = jax.grad(lambda a: jnp.sum(weights * jnp.abs(rnp.linalg.eig(a)[1]) ** 2))(a)
+    ta = torch.tensor(a, requires_grad=True)
+    (torch.tensor(weights) * torch.linalg.eig(ta)[1].abs() ** 2).sum().backward()
+    np.testing.assert_allclose(ours, np.conj(ta.grad.numpy()), atol=1e-10)
+
+
+# ----------------------------------------------------------------------------------------------
+# det at singular matrices.
+
+
+def _random_singular(n, rank):
+    return RNG.standard_normal((n, rank)) @ RNG.standard_normal((rank, n))
+
+
+@pytest.mark.parametrize("n, rank", [(3, 2), (4, 3), (4, 2), (4, 1), (3, 0)])
+def test_det_singular_gradient_is_adjugate_and_hessian_finite(n, rank):
+    a = _random_singular(n, rank)
+    g = jax.grad(rnp.linalg.det)(a)
+    # adj(A)^T from cofactors, through torch's create_graph path (the SVD branch), which is exact.
+    ta = torch.tensor(a, requires_grad=True)
+    (tg,) = torch.autograd.grad(torch.linalg.det(ta), ta, create_graph=True)
+    np.testing.assert_allclose(g, tg.detach().numpy(), atol=1e-9)
+    v = RNG.standard_normal((n, n))
+    hvp_fwd = jax.jvp(jax.grad(rnp.linalg.det), (a,), (v,))[1]
+    hvp_rev = jax.grad(lambda a: jnp.sum(jax.grad(rnp.linalg.det)(a) * v))(a)
+    assert np.all(np.isfinite(hvp_fwd)) and np.all(np.isfinite(hvp_rev))
+    np.testing.assert_allclose(hvp_fwd, hvp_rev, atol=1e-9)
+    # The Hessian of the polynomial det, by central differences of the (exact) gradient.
+    fd = _central_jvp(jax.grad(rnp.linalg.det), a, v)
+    np.testing.assert_allclose(hvp_fwd, fd, rtol=1e-4, atol=1e-5)
+
+
+def test_torch_default_det_backward_is_zero_at_singular_matrix_ours_is_not():
+    a = np.array([[1.0, 2.0], [2.0, 4.0]])
+    ta = torch.tensor(a, requires_grad=True)
+    torch.linalg.det(ta).backward()
+    ours = jax.grad(rnp.linalg.det)(a)
+    np.testing.assert_allclose(ours, [[4.0, -2.0], [-2.0, 1.0]], atol=1e-12)  # adj(A)^T
+    assert not np.allclose(ta.grad.numpy(), ours)  # what this pins: torch 2.13 differs here
+
+
+# ----------------------------------------------------------------------------------------------
+# Degenerate spectra.
+
+
+def test_eigh_separated_subspace_loss_is_finite_and_exact_at_repeated_eigenvalues():
+    q, _ = np.linalg.qr(RNG.standard_normal((4, 4)))
+    a = (q * np.array([1.0, 1.0, 3.0, 5.0])) @ q.T  # a repeated pair, well separated from the rest
+
+    def projector_loss(a):  # depends on the eigenspace of the repeated pair only
+        v = rnp.linalg.eigh(a)[1][:, :2]
+        return jnp.sum((v @ v.T) * weights)
+
+    weights = RNG.standard_normal((4, 4))
+    g = jax.grad(projector_loss)(a)
+    assert np.all(np.isfinite(g))
+    t = RNG.standard_normal((4, 4))
+    t = t + t.T
+    np.testing.assert_allclose(np.sum(g * t), _central_jvp(projector_loss, a, t), rtol=1e-6)
+
+
+def test_svdvals_and_eigvals_of_identity_have_finite_second_derivatives():
+    for f in (lambda a: jnp.sum(rnp.linalg.svdvals(a) ** 2), lambda a: jnp.sum(rnp.linalg.eigvalsh(a) ** 2)):
+        h = jax.hessian(f)(np.eye(3))
+        assert np.all(np.isfinite(h))
+
+
+# ----------------------------------------------------------------------------------------------
+# Conventions that differ from torch or JAX.
+
+
+def test_cho_solve_factor_gradient_is_torchs_dense_one():
+    x = RNG.standard_normal((3, 3))
+    factor = np.linalg.cholesky(x @ x.T + 3 * np.eye(3))
+    b = RNG.standard_normal((3, 2))
+    ct = RNG.standard_normal((3, 2))
+    ours = jax.grad(lambda c: jnp.sum(ct * rsl.cho_solve((c, True), b)))(factor)
+    tl = torch.tensor(factor, requires_grad=True)
+    (torch.tensor(ct) * torch.cholesky_solve(torch.tensor(b), tl)).sum().backward()
+    np.testing.assert_allclose(ours, tl.grad.numpy(), atol=1e-12)
+    assert np.abs(np.triu(ours, 1)).max() > 1e-3  # dense: torch's convention, documented
+
+
+def test_cholesky_inverse_jvp_is_the_correct_one_not_the_seeds():
+    x = RNG.standard_normal((3, 3))
+    factor = np.linalg.cholesky(x @ x.T + 3 * np.eye(3))
+    dl = np.tril(RNG.standard_normal((3, 3)))
+    ours = jax.jvp(jrl.cholesky_inverse, (factor,), (dl,))[1]
+    np.testing.assert_allclose(ours, _central_jvp(lambda c: np.linalg.inv(c @ c.T), factor, dl), atol=1e-7)
+    x = np.linalg.inv(factor @ factor.T)
+    seed_k = -x @ dl @ x @ factor.T  # the seed's cholesky_inverse_jvp
+    assert not np.allclose(seed_k + seed_k.T, ours, atol=1e-4)
+
+
+def test_svd_full_matrices_is_differentiable_and_consistent():
+    a = RNG.standard_normal((4, 2))
+    t = RNG.standard_normal((4, 2))
+
+    def complement_projector(a):
+        u = rnp.linalg.svd(a, full_matrices=True)[0]
+        return u[:, 2:] @ u[:, 2:].T
+
+    ours = jax.jvp(complement_projector, (a,), (t,))[1]
+    def numpy_projector(a):
+        u = np.linalg.svd(a, full_matrices=False)[0]
+        return np.eye(4) - u @ u.T
+
+    np.testing.assert_allclose(ours, _central_jvp(numpy_projector, a, t), atol=1e-7)
+    with pytest.raises(NotImplementedError):
+        jax.jvp(lambda a: jnp.linalg.svd(a, full_matrices=True)[0], (a,), (t,))
+
+
+def test_linear_double_backward_matches_torch():
+    x, w, b = RNG.standard_normal((5, 3)), RNG.standard_normal((4, 3)), RNG.standard_normal(4)
+    ct = RNG.standard_normal((5, 4))
+    v = [RNG.standard_normal(s) for s in ((5, 3), (4, 3), (4,))]
+
+    def grad_dot_v(x, w, b):
+        def loss(*args):
+            y = jrl_linear(*args)
+            return jnp.sum(ct * rnp.linalg.norm(y, axis=1)[:, None] * y)
+
+        gs = jax.grad(loss, argnums=(0, 1, 2))(x, w, b)
+        return sum(jnp.sum(g * vi) for g, vi in zip(gs, v))
+
+    ours = jax.grad(grad_dot_v, argnums=(0, 1, 2))(x, w, b)
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    y = torch.nn.functional.linear(tx, tw, tb)
+    loss = (torch.tensor(ct) * torch.linalg.vector_norm(y, dim=1)[:, None] * y).sum()
+    gs = torch.autograd.grad(loss, (tx, tw, tb), create_graph=True)
+    second = torch.autograd.grad(sum((g * torch.tensor(vi)).sum() for g, vi in zip(gs, v)), (tx, tw, tb))
+    for o, t in zip(ours, second):
+        np.testing.assert_allclose(o, t.numpy(), atol=1e-10)
+
+
+def jrl_linear(x, w, b):
+    from jaxrules.nn import linear
+
+    return linear(x, w, b)
+
+
+def test_det_hessian_runs_the_adjugate_rules():
+    a = _random_singular(3, 2)
+    with formula_spy() as calls:
+        jax.jvp(jax.grad(rnp.linalg.det), (a,), (np.ones((3, 3)),))
+    assert ("jvp", "adjugate") in calls
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad input.
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda: rnp.linalg.det(np.ones((2, 3))), ValueError, ["det", "square"]),
+        (lambda: rnp.linalg.inv(np.ones(3)), ValueError, ["inv", "rank"]),
+        (lambda: rnp.linalg.solve(np.eye(3), np.ones(4)), ValueError, ["solve", "b"]),
+        (lambda: rnp.linalg.solve(np.ones((2, 3, 3)), np.ones((4, 3, 1))), ValueError, ["solve", "batch"]),
+        (lambda: rsl.solve_triangular(np.eye(3), np.ones(3), trans=3), ValueError, ["solve_triangular", "trans"]),
+        (lambda: rsl.cho_solve(np.eye(3), np.ones(3)), TypeError, ["cho_solve", "c_and_lower"]),
+        (lambda: rnp.linalg.qr(np.eye(3), mode="raw"), ValueError, ["qr", "mode"]),
+        (lambda: rnp.linalg.eigh(np.eye(3), UPLO="X"), ValueError, ["eigh", "UPLO"]),
+        (lambda: rnp.linalg.cholesky(np.eye(3), symmetrize_input=False), TypeError, ["cholesky", "symmetrize_input"]),
+        (lambda: rnp.matmul(np.ones((2, 3)), np.ones((2, 3))), ValueError, ["matmul", "contracting"]),
+        (lambda: jrl_linear(np.ones((2, 3)), np.ones((4, 2)), None), ValueError, ["linear", "in_features"]),
+        (lambda: rnp.linalg.svd("abc"), TypeError, ["svd", "'a'"]),
+    ],
+)
+def test_bad_input(call, error, words):
+    with pytest.raises(error) as info:
+        call()
+    for word in words:
+        assert word in str(info.value)
