@@ -552,3 +552,115 @@ def eig_jvp(res, ta, **_):
 def eigvals_jvp(v, ta, **_):
     """``dw = diag(V^{-1} dA V)``."""
     return _diag(jnp.linalg.solve(v, ta.astype(v.dtype) @ v))
+
+
+def pinv_jvp(res, ta, **_):
+    """Seed ``pinv_jvp`` (``partials.pinv_tangent``; valid where the rank is locally constant)."""
+    a, x = res
+    return P.pinv_tangent(a, x, ta)
+
+
+def lstsq_jvp(res, ta, tb, **_):
+    """``dX = d(A^+) B + A^+ dB`` (seed ``linalg_lstsq_jvp``)."""
+    a, x, b = res
+    return _terms(None if ta is None else P.pinv_tangent(a, x, ta) @ b, None if tb is None else x @ tb)
+
+
+def _lu_tangent(res, ta):
+    lu, perm = res
+    lower, upper = P.lu_parts(lu)
+    return P.lu_tangent(lower, upper, P.permute_rows(ta, perm))
+
+
+def lu_jvp(res, ta, **_):
+    """``(dP, dL, dU) = (0, ...)`` of ``A = P L U`` (seed ``linalg_lu_jvp``)."""
+    dl, du = _lu_tangent(res, ta)
+    return jnp.zeros(ta.shape[:-1] + (ta.shape[-2],), ta.dtype), dl, du
+
+
+def lu_factor_jvp(res, ta, **_):
+    """The packed ``tril(dL, -1) + triu(dU)`` (seed ``lu_factor_ex_jvp``); pivots: no tangent."""
+    return P.pack_lu(*_lu_tangent(res, ta)), None
+
+
+def _lu_matrix_tangent(lu, tlu):
+    """``dA' = dL U + L dU`` (``A' = P^T A = L U``) from a tangent of the packed factors."""
+    lower, upper = P.lu_parts(lu)
+    k = lower.shape[-1]
+    return jnp.tril(tlu[..., :, :k], -1) @ upper + lower @ jnp.triu(tlu[..., :k, :])
+
+
+def lu_solve_jvp(res, tlu, tpiv, tb, *, trans):
+    """``X = op(A)^{-1} B`` with ``A = P L U``: ``dX = op(A)^{-1}(dB - op(dA) X)``,
+    ``dA = P (dL U + L dU)`` (seed ``linalg_lu_solve_jvp``)."""
+    lu, piv, perm, x = res
+    dop = None
+    if tlu is not None:
+        da = P.unpermute_rows(_lu_matrix_tangent(lu, tlu), perm)
+        dop = da if trans == 0 else (_mT(da) if trans == 1 else _mH(da))
+    rhs = _terms(tb, None if dop is None else -(dop @ x))
+    return P.lu_solve(lu, piv, rhs, trans=trans)
+
+
+def lu_unpack_jvp(res, tlu, tpiv, *, k):
+    """``(0, tril(dLU, -1), triu(dLU))`` restricted to L's and U's shapes (the unpacking is
+    linear)."""
+    m, n = tlu.shape[-2:]
+    return jnp.zeros(tlu.shape[:-2] + (m, m), tlu.dtype), jnp.tril(tlu[..., :, :k], -1), jnp.triu(tlu[..., :k, :])
+
+
+def _block_exp_corner(a, e):
+    """``expm([[A, E], [0, A]])[:n, n:]``: the Frechet derivative of expm at A along E (seed
+    ``differential_analytic_matrix_function``)."""
+    from jax.scipy.linalg import expm
+
+    n = a.shape[-1]
+    top = jnp.concatenate([a, e], axis=-1)
+    bottom = jnp.concatenate([jnp.zeros_like(a), a], axis=-1)
+    return expm(jnp.concatenate([top, bottom], axis=-2))[..., :n, n:]
+
+
+def expm_jvp(a, ta, **_):
+    """``expm([[A, dA], [0, A]])_12`` (seed ``linalg_matrix_exp_differential``)."""
+    return _block_exp_corner(a, ta)
+
+
+def _reflector_jvp(a, tau, c, ta, ttau, tc, steps):
+    """Product rule along the reflector sequence: ``Y <- S Y``, ``dY <- dS Y + S dY`` with
+    ``S = I - t v v^H``, ``dS = -dt v v^H - t (dv v^H + v dv^H)``."""
+    y, dy = c, tc
+    for j, conjugate in steps:
+        v = P.reflector(a, j)
+        t = jnp.conj(tau[..., j]) if conjugate else tau[..., j]
+        new_y = P.apply_reflector(t, v, y)
+        terms = [] if dy is None else [P.apply_reflector(t, v, dy)]
+        vh_y = jnp.conj(v)[..., None, :] @ y
+        if ttau is not None:
+            dt = jnp.conj(ttau[..., j]) if conjugate else ttau[..., j]
+            terms.append(-dt[..., None, None] * (v[..., :, None] * vh_y))
+        if ta is not None:
+            dv = P.reflector(ta, j) - jnp.where(jnp.arange(v.shape[-1]) == j, 1, 0).astype(v.dtype)
+            dvh_y = jnp.conj(dv)[..., None, :] @ y
+            terms.append(-t[..., None, None] * (dv[..., :, None] * vh_y + v[..., :, None] * dvh_y))
+        y, dy = new_y, (_terms(*terms) if terms else None)
+    return dy
+
+
+def householder_product_jvp(res, ta, ttau, **_):
+    """Seed ``householder_product_jvp``: ``dQ = sum_i H_1..H_{i-1} dH_i H_{i+1}..H_k`` (first n
+    columns), by the product rule along ``Q = H_1 (H_2 (... (H_k I_{m x n})))``."""
+    a, tau, _ = res
+    m, n = a.shape[-2:]
+    eye = jnp.broadcast_to(jnp.eye(m, n, dtype=a.dtype), a.shape)
+    return _reflector_jvp(a, tau, eye, ta, ttau, None, P.reflector_sequence(a, tau, adjoint=False, reverse=True))
+
+
+def ormqr_jvp(res, ta, ttau, tc, *, left, transpose):
+    """``d(op(Q) C)`` (seed: the derivative ``ormqr_backward`` transposes): the product rule
+    along the reflectors applied to C; ``C op(Q) = (op(Q)^H C^H)^H``."""
+    a, tau, c, _ = res
+    if left:
+        steps = P.reflector_sequence(a, tau, adjoint=transpose, reverse=not transpose)
+        return _reflector_jvp(a, tau, c, ta, ttau, tc, steps)
+    steps = P.reflector_sequence(a, tau, adjoint=not transpose, reverse=transpose)
+    return _mH(_reflector_jvp(a, tau, _mH(c), ta, ttau, None if tc is None else _mH(tc), steps))

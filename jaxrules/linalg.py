@@ -11,7 +11,14 @@ from jaxrules.ops.linalg import (
     eigh,
     eigvals,
     eigvalsh,
+    householder_product,
     inv,
+    lstsq,
+    lu_factor,
+    lu_unpack,
+    matrix_exp,
+    ormqr,
+    pinv,
     qr,
     slogdet,
     svd,
@@ -24,6 +31,7 @@ from jaxrules.ops.norms import cdist, dist, renorm, vector_norm
 
 __all__ = [
     "adjugate", "cdist", "cholesky", "cholesky_inverse", "cholesky_solve", "det", "dist", "eig", "eigh",
-    "eigvals", "eigvalsh", "inv", "qr", "renorm", "slogdet", "solve", "solve_triangular", "svd", "svdvals",
+    "eigvals", "eigvalsh", "householder_product", "inv", "lstsq", "lu_factor", "lu_unpack", "matrix_exp",
+    "ormqr", "pinv", "qr", "renorm", "slogdet", "solve", "solve_triangular", "svd", "svdvals",
     "vector_norm",
 ]

@@ -620,3 +620,126 @@ def cho_solve(c, lower, b):
     from jax.scipy.linalg import cho_solve as _cho_solve
 
     return _cho_solve((c, lower), b)
+
+
+# Moore-Penrose pseudo-inverse (shared by pinv and lstsq).
+
+
+def pinv_tangent(a, x, da):
+    """``dX = -X dA X + (I - XA) dA^H X^H X + X X^H dA^H (I - AX)`` for ``X = A^+`` of locally
+    constant rank (Golub-Pereyra; seed ``pinv_jvp``)."""
+    dah = mH(da)
+    return -(x @ da @ x) + (dah @ (mH(x) @ x) - x @ (a @ (dah @ (mH(x) @ x)))) + (
+        (x @ mH(x)) @ dah - ((x @ mH(x)) @ dah @ a) @ x
+    )
+
+
+def pinv_adjoint(a, x, g):
+    """Hermitian adjoint of ``pinv_tangent`` (seed ``pinv_backward``, torch's convention):
+    ``-X^H G X^H + X^H X G^H (I - XA) + (I - AX) G^H X X^H``."""
+    gh = mH(g)
+    xhx, xxh = mH(x) @ x, x @ mH(x)
+    return -(mH(x) @ g @ mH(x)) + (xhx @ gh - ((xhx @ gh) @ x) @ a) + (gh @ xxh - a @ (x @ (gh @ xxh)))
+
+
+# LU factorization with partial pivoting: ``A[perm] = L U`` (``lax.linalg.lu``), L unit lower
+# (m x k), U upper (k x n), k = min(m, n).
+
+
+def lu_parts(lu):
+    """``(L, U)`` from the packed factors."""
+    m, n = lu.shape[-2:]
+    k = min(m, n)
+    lower = jnp.tril(lu[..., :, :k], -1) + jnp.eye(m, k, dtype=lu.dtype)
+    return lower, jnp.triu(lu[..., :k, :])
+
+
+def permute_rows(x, perm):
+    """``x[perm]`` (row permutation, batched): ``P^T X``."""
+    return jnp.take_along_axis(x, perm[..., :, None], axis=-2)
+
+
+def unpermute_rows(x, perm):
+    """``P X``: the inverse of ``permute_rows``."""
+    return jnp.take_along_axis(x, jnp.argsort(perm, axis=-1)[..., :, None], axis=-2)
+
+
+def lu_tangent(lower, upper, da_perm):
+    """``(dL, dU)`` from ``P^T dA`` (seed ``linalg_lu_jvp``): ``dK = L1^{-1} dA1 U1^{-1}``,
+    ``dL1 = L1 tril(dK, -1)``, ``dU1 = triu(dK) U1``; wide: ``dU2 = L1^{-1} dA2 - tril(dK, -1) U2``;
+    tall: ``dL2 = dA2 U1^{-1} - L2 triu(dK)``."""
+    m, n = da_perm.shape[-2:]
+    k = min(m, n)
+    l1, u1 = lower[..., :k, :], upper[..., :, :k]
+    dk = tri_solve(l1, da_perm[..., :k, :k], lower=True, unit=True)
+    dk = tri_solve(u1, dk, lower=False, left=False)
+    strict, upper_part = jnp.tril(dk, -1), jnp.triu(dk)
+    dl, du = l1 @ strict, upper_part @ u1
+    if n > k:
+        du2 = tri_solve(l1, da_perm[..., :, k:], lower=True, unit=True) - strict @ upper[..., :, k:]
+        du = jnp.concatenate([du, du2], axis=-1)
+    if m > k:
+        dl2 = tri_solve(u1, da_perm[..., k:, :], lower=False, left=False) - lower[..., k:, :] @ upper_part
+        dl = jnp.concatenate([dl, dl2], axis=-2)
+    return dl, du
+
+
+def lu_adjoint(lower, upper, gl, gu):
+    """Hermitian adjoint of ``lu_tangent``: ``P^T``-side cotangent of A from ``(gL, gU)`` (seed
+    ``linalg_lu_backward``)."""
+    m, k = lower.shape[-2:]
+    n = upper.shape[-1]
+    l1, u1 = lower[..., :k, :], upper[..., :, :k]
+    gk = jnp.tril(mH(l1) @ gl[..., :k, :], -1) + jnp.triu(gu[..., :, :k] @ mH(u1))
+    if n > k:
+        gk = gk - jnp.tril(gu[..., :, k:] @ mH(upper[..., :, k:]), -1)
+    if m > k:
+        gk = gk - jnp.triu(mH(lower[..., k:, :]) @ gl[..., k:, :])
+    ga1 = tri_solve(l1, gk, lower=True, unit=True, transpose=True, conjugate=True)
+    ga1 = tri_solve(u1, ga1, lower=False, left=False, transpose=True, conjugate=True)
+    if n > k:
+        ga2 = tri_solve(l1, gu[..., :, k:], lower=True, unit=True, transpose=True, conjugate=True)
+        return jnp.concatenate([ga1, ga2], axis=-1)
+    if m > k:
+        ga2 = tri_solve(u1, gl[..., k:, :], lower=False, left=False, transpose=True, conjugate=True)
+        return jnp.concatenate([ga1, ga2], axis=-2)
+    return ga1
+
+
+def pack_lu(dl, du):
+    """Packed ``tril(dL, -1) + triu(dU)`` in the shape of ``lu`` (seed ``lu_factor_ex_jvp``)."""
+    m, k = dl.shape[-2:]
+    n = du.shape[-1]
+    out = jnp.zeros(dl.shape[:-2] + (m, n), jnp.result_type(dl, du))
+    out = out.at[..., :, :k].add(jnp.tril(dl, -1))
+    return out.at[..., :k, :].add(jnp.triu(du))
+
+
+def unpack_lu(g, k):
+    """Cotangents ``(gL, gU)`` of the packed factors' cotangent ``g`` (seed
+    ``lu_factor_ex_backward``)."""
+    return jnp.tril(g[..., :, :k], -1), jnp.triu(g[..., :k, :])
+
+
+# Householder reflectors ``H_j = I - tau_j v_j v_j^H`` with ``v_j = [0, ..., 0, 1, A[j+1:, j]]``.
+
+
+def reflector(a, j):
+    """``v_j`` from column ``j`` of the packed reflectors ``a``."""
+    m = a.shape[-2]
+    rows = jnp.arange(m)
+    return jnp.where(rows == j, jnp.ones((), a.dtype), jnp.where(rows > j, a[..., :, j], 0))
+
+
+def apply_reflector(tau, v, y):
+    """``(I - tau v v^H) Y``."""
+    return y - tau[..., None, None] * (v[..., :, None] * (jnp.conj(v)[..., None, :] @ y))
+
+
+def reflector_sequence(a, tau, *, adjoint, reverse):
+    """``[(j, conjugate)]`` in the order the reflectors are applied to the right-hand side:
+    ``H_1 H_2 ... H_k C`` applies ``H_k`` first (``reverse``); ``Q^H C`` applies ``H_1^H``
+    first."""
+    k = tau.shape[-1]
+    order = range(k - 1, -1, -1) if reverse else range(k)
+    return [(j, adjoint) for j in order]

@@ -544,3 +544,118 @@ def eig_vjp(res, g, **_):
 def eigvals_vjp(v, g, **_):
     """``V^{-H} diag(gw) V^H`` (seed ``linalg_eig_backward``, values only)."""
     return (jnp.linalg.solve(_mH(v), g[..., :, None] * _mH(v)),)
+
+
+@_torch_convention
+def pinv_vjp(res, g, **_):
+    """Seed ``pinv_backward`` (``partials.pinv_adjoint``)."""
+    a, x = res
+    return (P.pinv_adjoint(a, x, g),)
+
+
+@_torch_convention
+def lstsq_vjp(res, g, **_):
+    """``gA = pinv_backward(gX B^H)``, ``gB = A^{+H} gX`` (seed ``linalg_lstsq_backward``, whose
+    translated gB line is damaged; this is upstream's)."""
+    a, x, b = res
+    return P.pinv_adjoint(a, x, g @ _mH(b)), _mH(x) @ g
+
+
+def _lu_cotangent(res, gl, gu):
+    lu, perm = res
+    lower, upper = P.lu_parts(lu)
+    return P.unpermute_rows(P.lu_adjoint(lower, upper, gl, gu), perm)
+
+
+@_torch_convention
+def lu_vjp(res, g, **_):
+    """Seed ``linalg_lu_backward`` (square, wide and tall); P has no derivative."""
+    _, gl, gu = g
+    return (_lu_cotangent(res, gl, gu),)
+
+
+@_torch_convention
+def lu_factor_vjp(res, g, **_):
+    """Seed ``lu_factor_ex_backward``: unpack, then ``linalg_lu_backward``."""
+    glu, _ = g
+    k = min(glu.shape[-2:])
+    return (_lu_cotangent(res, *P.unpack_lu(glu, k)),)
+
+
+@_torch_convention
+def lu_solve_vjp(res, g, *, trans):
+    """Seed ``linalg_lu_solve_LU``: ``gB = op(A)^{-H} g``, ``gA = op*(-gB X^H)``, then the
+    packed factors' cotangent ``tril(gA' U^H, -1) + triu(L^H gA')`` with ``gA' = P^T gA``
+    (the seed's translated adjoint branch is truncated; this is upstream's math)."""
+    lu, piv, perm, x = res
+    gb = P.lu_solve(lu, piv, g, trans=2) if trans == 0 else (
+        jnp.conj(P.lu_solve(lu, piv, jnp.conj(g), trans=0)) if trans == 1 else P.lu_solve(lu, piv, g, trans=0)
+    )
+    gm = -(gb @ _mH(x))
+    ga = P.permute_rows(gm if trans == 0 else (_mT(gm) if trans == 1 else _mH(gm)), perm)
+    lower, upper = P.lu_parts(lu)
+    k = lower.shape[-1]
+    glu = jnp.zeros(lu.shape, ga.dtype)
+    glu = glu.at[..., :, :k].add(jnp.tril(ga @ _mH(upper), -1))
+    glu = glu.at[..., :k, :].add(jnp.triu(_mH(lower) @ ga))
+    return glu, None, gb
+
+
+def lu_unpack_vjp(res, g, *, k):
+    """``tril(gL, -1) + triu(gU)`` packed (seed ``lu_unpack_backward``)."""
+    _, gl, gu = g
+    return P.pack_lu(gl, gu), None
+
+
+def expm_vjp(a, ct, **_):
+    """``expm([[A^T, ct], [0, A^T]])_12`` (seed ``linalg_matrix_exp_differential`` with
+    ``adjoint=True``, JAX convention: transpose, not conjugate transpose)."""
+    from jaxrules.jvp_rules import _block_exp_corner
+
+    return (_block_exp_corner(_mT(a), ct),)
+
+
+def _reflector_adjoint(a, tau, out, g, steps):
+    """Reverse pass along the reflector sequence without stored states (seed
+    ``householder_product_backward``): ``Y_before = S^{-1} Y_after`` with
+    ``S^{-1} = I - s v v^H``, ``s = t / (t |v|^2 - 1)``; ``gS = gY Y_before^H`` gives
+    ``gt = -v^H gS v`` and ``gv = -conj(t) gS v - t gS^H v``; ``gY <- S^H gY``. Torch's
+    (Hermitian) convention."""
+    y, gy = out, g
+    ga = jnp.zeros(a.shape, jnp.result_type(a, g))
+    gtau = jnp.zeros(tau.shape, jnp.result_type(tau, g))
+    rows = jnp.arange(a.shape[-2])
+    for j, conjugate in reversed(steps):
+        v = P.reflector(a, j)
+        t = jnp.conj(tau[..., j]) if conjugate else tau[..., j]
+        norm2 = jnp.sum((v * jnp.conj(v)).real, axis=-1)
+        y = P.apply_reflector(t / (t * norm2 - 1), v, y)
+        gs = gy @ _mH(y)
+        gs_v = (gs @ v[..., :, None])[..., 0]
+        gt = -jnp.sum(jnp.conj(v) * gs_v, axis=-1)
+        gv = -(jnp.conj(t)[..., None] * gs_v) - t[..., None] * (_mH(gs) @ v[..., :, None])[..., 0]
+        ga = ga.at[..., :, j].add(jnp.where(rows > j, gv, 0))
+        gtau = gtau.at[..., j].add(jnp.conj(gt) if conjugate else gt)
+        gy = P.apply_reflector(jnp.conj(t), v, gy)
+    return ga, gtau, gy
+
+
+@_torch_convention
+def householder_product_vjp(res, g, **_):
+    """Seed ``householder_product_backward``, starting from the saved output."""
+    a, tau, q = res
+    ga, gtau, _ = _reflector_adjoint(a, tau, q, g, P.reflector_sequence(a, tau, adjoint=False, reverse=True))
+    return ga, gtau
+
+
+@_torch_convention
+def ormqr_vjp(res, g, *, left, transpose):
+    """Seed ``ormqr_backward``: the reverse pass along the reflectors applied to C (``gC`` is
+    ``op(Q)^H g``, i.e. ormqr with the opposite ``transpose``)."""
+    a, tau, c, out = res
+    if left:
+        steps = P.reflector_sequence(a, tau, adjoint=transpose, reverse=not transpose)
+        return _reflector_adjoint(a, tau, out, g, steps)
+    steps = P.reflector_sequence(a, tau, adjoint=not transpose, reverse=transpose)
+    ga, gtau, gc = _reflector_adjoint(a, tau, _mH(out), _mH(g), steps)
+    return ga, gtau, _mH(gc)

@@ -200,6 +200,66 @@ def test_det_hessian_runs_the_adjugate_rules():
 
 
 # ----------------------------------------------------------------------------------------------
+# Rank-deficient least squares and pseudo-inverse; LU pivots.
+
+
+def test_pinv_and_lstsq_rank_deficient_along_constant_rank_perturbations():
+    x, y = RNG.standard_normal((5, 2)), RNG.standard_normal((2, 3))
+    dx, dy = RNG.standard_normal((5, 2)), RNG.standard_normal((2, 3))
+    b = RNG.standard_normal((5, 2))
+    curve = lambda t: (x + t * dx) @ (y + t * dy)  # noqa: E731  (rank 2 for every t)
+    a, da = curve(0.0), dx @ y + x @ dy
+    ours = jax.jvp(rnp.linalg.pinv, (a,), (da,))[1]
+    h = 1e-6
+    fd = (np.linalg.pinv(curve(h)) - np.linalg.pinv(curve(-h))) / (2 * h)
+    np.testing.assert_allclose(ours, fd, atol=1e-6)
+    solution = lambda a, b: rnp.linalg.lstsq(a, b)[0]  # noqa: E731
+    ct = RNG.standard_normal((3, 2))
+    ga, gb = jax.grad(lambda a, b: jnp.sum(ct * solution(a, b)), argnums=(0, 1))(a, b)
+    ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    (torch.tensor(ct) * (torch.linalg.pinv(ta) @ tb)).sum().backward()
+    np.testing.assert_allclose(ga, ta.grad.numpy(), atol=1e-9)
+    np.testing.assert_allclose(gb, tb.grad.numpy(), atol=1e-9)
+    loss_along_curve = lambda t: np.sum(ct * (np.linalg.pinv(curve(t)) @ b))  # noqa: E731
+    np.testing.assert_allclose(np.sum(ga * da), _central_jvp(loss_along_curve, 0.0, 1.0), atol=1e-6)
+
+
+def test_lstsq_outputs_match_jax_numpy():
+    a, b = RNG.standard_normal((6, 3)), RNG.standard_normal((6, 2))
+    for ours, theirs in zip(rnp.linalg.lstsq(a, b), jnp.linalg.lstsq(a, b)):
+        np.testing.assert_allclose(ours, theirs, atol=1e-10)
+
+
+def test_lu_factor_pivots_match_torch_and_lu_reconstructs():
+    a = RNG.standard_normal((2, 4, 4))
+    lu, piv = rsl.lu_factor(a)
+    t_lu, t_piv = torch.linalg.lu_factor(torch.tensor(a))
+    np.testing.assert_array_equal(piv, t_piv.numpy() - 1)
+    np.testing.assert_allclose(lu, t_lu.numpy(), atol=1e-12)
+    for shape in ((4, 4), (3, 5), (5, 3)):
+        a = RNG.standard_normal(shape)
+        p, lower, upper = rsl.lu(a)
+        np.testing.assert_allclose(p @ lower @ upper, a, atol=1e-12)
+        p2, lower2, upper2 = jrl.lu_unpack(*rsl.lu_factor(a))
+        for x, y in ((p, p2), (lower, lower2), (upper, upper2)):
+            np.testing.assert_allclose(x, y, atol=1e-12)
+
+
+def test_expm_frechet_matches_jax_scipy():
+    a, e = RNG.standard_normal((4, 4)), RNG.standard_normal((4, 4))
+    ours = jax.jvp(rsl.expm, (a,), (e,))[1]
+    np.testing.assert_allclose(ours, jax.scipy.linalg.expm_frechet(a, e, compute_expm=False), atol=1e-10)
+
+
+def test_householder_product_matches_qr_q():
+    a = RNG.standard_normal((5, 3))
+    h, tau = np.linalg.qr(a, mode="raw")
+    q = jrl.householder_product(h.T, tau)
+    np.testing.assert_allclose(q, np.linalg.qr(a)[0], atol=1e-12)
+    assert np.all(np.isfinite(jax.grad(lambda h: jnp.sum(jrl.householder_product(h, tau) ** 3))(h.T)))
+
+
+# ----------------------------------------------------------------------------------------------
 # Bad input.
 
 
@@ -218,6 +278,12 @@ def test_det_hessian_runs_the_adjugate_rules():
         (lambda: rnp.matmul(np.ones((2, 3)), np.ones((2, 3))), ValueError, ["matmul", "contracting"]),
         (lambda: jrl_linear(np.ones((2, 3)), np.ones((4, 2)), None), ValueError, ["linear", "in_features"]),
         (lambda: rnp.linalg.svd("abc"), TypeError, ["svd", "'a'"]),
+        (lambda: rsl.lu_solve(np.eye(3), np.ones(3)), TypeError, ["lu_solve", "lu_and_piv"]),
+        (lambda: rsl.lu_solve((np.eye(3), np.zeros(3)), np.ones(3)), TypeError, ["lu_solve", "piv"]),
+        (lambda: jrl.householder_product(np.ones((2, 3)), np.ones(2)), ValueError, ["householder_product", "m >= n"]),
+        (lambda: jrl.ormqr(np.ones((4, 3)), np.ones(3), np.ones((3, 2))), ValueError, ["ormqr", "other"]),
+        (lambda: rnp.linalg.pinv(np.eye(3), rtol=-1.0), ValueError, ["pinv", "rtol"]),
+        (lambda: rnp.linalg.lstsq(np.eye(3), np.ones(4)), ValueError, ["lstsq", "b"]),
     ],
 )
 def test_bad_input(call, error, words):

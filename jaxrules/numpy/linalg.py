@@ -8,6 +8,8 @@ from jaxrules.ops.linalg import (
     eigvals,
     eigvalsh,
     inv,
+    lstsq,
+    pinv,
     qr,
     slogdet,
     solve,
@@ -17,6 +19,6 @@ from jaxrules.ops.linalg import (
 from jaxrules.ops.norms import norm, vector_norm
 
 __all__ = [
-    "cholesky", "det", "eig", "eigh", "eigvals", "eigvalsh", "inv", "norm", "qr", "slogdet", "solve",
+    "cholesky", "det", "eig", "eigh", "eigvals", "eigvalsh", "inv", "lstsq", "norm", "pinv", "qr", "slogdet", "solve",
     "svd", "svdvals", "vector_norm",
 ]

@@ -778,3 +778,347 @@ register(OpRecord(
     "eigvals", eigvals, ("jaxrules.numpy.linalg.eigvals",), ("eigvals",), ("linalg_eig_backward",),
     _eig_samples, lambda torch, a: torch.linalg.eigvals(a), "torch.linalg.eigvals", dtypes=_C,
 ))
+
+
+# ----------------------------------------------------------------------------------------------
+# Pseudo-inverse and least squares
+
+
+pinv_op = _op("pinv", lambda a, *, rtol: jnp.linalg.pinv(a, rtol=rtol), lambda out, a, **_: (a, out))
+lstsq_op = _op(
+    "lstsq",
+    lambda a, b, *, rtol: jnp.linalg.pinv(a, rtol=rtol) @ b,
+    lambda out, a, b, *, rtol: (a, pinv_op(a, rtol=rtol), b),
+)
+
+
+def _rtol(op, value):
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{op}: rtol/rcond must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+def pinv(a, rtol=None, hermitian=False, *, rcond=None):
+    """``jax.numpy.linalg.pinv`` with seed ``pinv_jvp`` / ``pinv_backward`` (Golub-Pereyra;
+    the derivative exists where the rank is locally constant). ``hermitian`` is accepted (the
+    general SVD is used)."""
+    del hermitian
+    if rtol is not None and rcond is not None:
+        raise ValueError("pinv: give rtol or rcond, not both")
+    return pinv_op(_matrix("pinv", "a", a), rtol=_rtol("pinv", rtol if rcond is None else rcond))
+
+
+def lstsq(a, b, rcond=None, *, numpy_resid=False):
+    """``jax.numpy.linalg.lstsq`` -> ``(x, residuals, rank, singular_values)``; ``x = A^+ B`` with
+    seed ``linalg_lstsq_jvp`` / ``linalg_lstsq_backward`` (full rank and rank-deficient: the
+    minimum-norm solution). The residuals are ``|B - A x|^2`` summed over rows (when m > rank,
+    else empty, as jax.numpy), the singular values come from ``svdvals``."""
+    a = _matrix("lstsq", "a", a)
+    b = V.array("lstsq", "b", b)
+    a, b = _same_dtype(a, b)
+    if a.ndim != 2 or b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
+        raise ValueError(f"lstsq: a must be (M, N) and b (M,) or (M, K), got {a.shape} and {b.shape}")
+    del numpy_resid
+    vector = b.ndim == 1
+    b2 = b[:, None] if vector else b
+    x = lstsq_op(a, b2, rtol=_rtol("lstsq", rcond))
+    s = svdvals(a)
+    tol = (max(a.shape) * jnp.finfo(s.dtype).eps if rcond is None else rcond) * s[0]
+    rank = jnp.sum(s > tol).astype(jnp.int32)
+    r = b2 - a @ x
+    resid = jnp.sum((r * jnp.conj(r)).real, axis=0)
+    resid = jnp.where((rank == a.shape[1]) & (a.shape[0] > a.shape[1]), resid, jnp.zeros_like(resid))
+    if a.shape[0] <= a.shape[1]:
+        resid = jnp.zeros((0,), resid.dtype)
+    return (x[:, 0] if vector else x), (resid[0:1] if vector and resid.size else resid), rank, s
+
+
+# ----------------------------------------------------------------------------------------------
+# LU
+
+
+def _save_lu(out, a, **_):
+    lu, _, perm = lax.linalg.lu(a)
+    return lu, perm
+
+
+def _permutation_matrix(perm, dtype):
+    """``P`` with ``P^T A = A[perm]``."""
+    return P.mT(jnp.eye(perm.shape[-1], dtype=dtype)[perm])
+
+
+def _lu_primal(a):
+    lu_, _, perm = lax.linalg.lu(a)
+    return (_permutation_matrix(perm, a.dtype), *P.lu_parts(lu_))
+
+
+lu_op = _op("lu", _lu_primal, _save_lu)
+lu_factor_op = _op("lu_factor", lambda a: tuple(P.lu_factor(a)), _save_lu)
+
+
+def _save_lu_solve(out, lu, piv, b, **_):
+    return lu, piv, lax.linalg.lu_pivots_to_permutation(piv, lu.shape[-2]), out
+
+
+lu_solve_op = _op("lu_solve", lambda lu, piv, b, *, trans: P.lu_solve(lu, piv, b, trans), _save_lu_solve)
+
+
+def _lu_unpack_primal(lu, piv, *, k):
+    perm = lax.linalg.lu_pivots_to_permutation(piv, lu.shape[-2])
+    return (_permutation_matrix(perm, lu.dtype), *P.lu_parts(lu))
+
+
+lu_unpack_op = _op("lu_unpack", _lu_unpack_primal, lambda out, lu, piv, **_: ())
+
+
+def lu(a, permute_l=False, overwrite_a=False, check_finite=True):
+    """``jax.scipy.linalg.lu`` -> ``(P, L, U)`` with ``A = P L U`` (or ``(P L, U)`` when
+    ``permute_l``), square, wide and tall; seed ``linalg_lu_jvp`` (its translated tall branch is
+    damaged; this is upstream's math) / ``linalg_lu_backward``. P has a zero derivative."""
+    del overwrite_a, check_finite
+    p, lower, upper = lu_op(_matrix("lu", "a", a))
+    return (p @ lower, upper) if permute_l else (p, lower, upper)
+
+
+def lu_factor(a, overwrite_a=False, check_finite=True):
+    """``jax.scipy.linalg.lu_factor`` -> ``(lu, piv)`` (0-based pivots) with seed
+    ``lu_factor_ex_jvp`` / ``lu_factor_ex_backward``."""
+    del overwrite_a, check_finite
+    return lu_factor_op(_matrix("lu_factor", "a", a))
+
+
+def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
+    """``jax.scipy.linalg.lu_solve``: ``op(A) X = B`` from ``lu_factor(A)``, differentiable in
+    the packed factors (seed ``linalg_lu_solve_LU``) and in B (seed ``linalg_lu_solve_jvp``)."""
+    del overwrite_b, check_finite
+    try:
+        lu_, piv = lu_and_piv
+    except (TypeError, ValueError):
+        raise TypeError("lu_solve: lu_and_piv must be a pair (lu, piv) from lu_factor") from None
+    lu_ = _matrix("lu_solve", "lu", lu_, square=True)
+    piv = jnp.asarray(piv)
+    if not jnp.issubdtype(piv.dtype, jnp.integer) or piv.shape != lu_.shape[:-1]:
+        raise TypeError(f"lu_solve: piv must be integer pivots of shape {lu_.shape[:-1]}, got {piv.dtype} {piv.shape}")
+    if trans not in (0, 1, 2) or isinstance(trans, bool):
+        raise ValueError(f"lu_solve: trans must be 0, 1 or 2, got {trans!r}")
+    b = V.array("lu_solve", "b", b)
+    lu_, b = _same_dtype(lu_, b)
+    vector = b.ndim == lu_.ndim - 1
+    b2 = b[..., None] if vector else b
+    if b2.shape[-2] != lu_.shape[-1] or b2.shape[:-2] != lu_.shape[:-2]:
+        raise ValueError(f"lu_solve: b of shape {b.shape} does not match lu of shape {lu_.shape}")
+    x = lu_solve_op(lu_, piv.astype(jnp.int32), b2, trans=int(trans))
+    return x[..., 0] if vector else x
+
+
+def lu_unpack(LU, pivots):  # noqa: N803 - torch's argument name
+    """torch.lu_unpack -> ``(P, L, U)`` from ``lu_factor``'s output (0-based pivots, as
+    ``jaxrules.scipy.linalg.lu_factor`` returns; torch's are 1-based), with seed
+    ``lu_unpack_backward``."""
+    lu_ = _matrix("lu_unpack", "LU", LU)
+    piv = jnp.asarray(pivots)
+    if not jnp.issubdtype(piv.dtype, jnp.integer):
+        raise TypeError(f"lu_unpack: pivots must be integers, got {piv.dtype}")
+    return lu_unpack_op(lu_, piv.astype(jnp.int32), k=min(lu_.shape[-2:]))
+
+
+# ----------------------------------------------------------------------------------------------
+# Matrix exponential, Householder products
+
+
+def _expm_primal(a):
+    from jax.scipy.linalg import expm as _expm
+
+    return _expm(a)
+
+
+expm_op = _op("expm", _expm_primal)
+
+
+def expm(A, *, upper_triangular=False, max_squarings=16):  # noqa: N803 - jax.scipy's argument name
+    """``jax.scipy.linalg.expm`` with the derivative ``expm([[A, E], [0, A]])_12`` (seed
+    ``linalg_matrix_exp_differential`` / ``differential_analytic_matrix_function``)."""
+    del upper_triangular, max_squarings
+    return expm_op(_matrix("expm", "A", A, square=True))
+
+
+def matrix_exp(A):  # noqa: N803 - torch's argument name
+    """torch.linalg.matrix_exp (= ``expm``)."""
+    return expm(A)
+
+
+def _householder_primal(a, tau):
+    return lax.linalg.householder_product(a, tau)
+
+
+householder_product_op = _op("householder_product", _householder_primal, lambda out, a, tau: (a, tau, out))
+
+
+def _ormqr_primal(a, tau, c, *, left, transpose):
+    return lax.linalg.ormqr(a, tau, c, left=left, transpose=transpose)
+
+
+ormqr_op = _op("ormqr", _ormqr_primal, lambda out, a, tau, c, **_: (a, tau, c, out))
+
+
+def _reflectors(op, a, tau):
+    a = _matrix(op, "input", a)
+    tau = V.array(op, "tau", tau)
+    a, tau = _same_dtype(a, tau)
+    m, n = a.shape[-2:]
+    if m < n or tau.shape != a.shape[:-2] + (tau.shape[-1],) or tau.shape[-1] > n:
+        raise ValueError(f"{op}: input must be (..., m, n) with m >= n and tau (..., k) with k <= n, got {a.shape} and {tau.shape}")
+    return a, tau
+
+
+def householder_product(input, tau):  # noqa: A002 - torch's argument name
+    """torch.linalg.householder_product (LAPACK orgqr): the first n columns of
+    ``H_1 ... H_k``, ``H_i = I - tau_i v_i v_i^H``; differentiable (JAX has no rule) with seed
+    ``householder_product_jvp`` / ``householder_product_backward`` (assumes
+    ``tau_i |v_i|^2 != 1``, true for geqrf's output)."""
+    return householder_product_op(*_reflectors("householder_product", input, tau))
+
+
+def ormqr(input, tau, other, left=True, transpose=False):  # noqa: A002 - torch's argument names
+    """torch.ormqr: ``op(Q) C`` (``left``) or ``C op(Q)``, ``op`` the conjugate transpose when
+    ``transpose``, with Q the full product of the reflectors; differentiable in all three
+    arguments (JAX has no rule; seed ``ormqr_backward``)."""
+    a, tau = _reflectors("ormqr", input, tau)
+    c = V.array("ormqr", "other", other)
+    a, tau, c = _same_dtype(a, tau, c)
+    if c.shape[-2 if left else -1] != a.shape[-2]:
+        raise ValueError(f"ormqr: other of shape {c.shape} does not match input of shape {a.shape}")
+    return ormqr_op(a, tau, c, left=bool(left), transpose=bool(transpose))
+
+
+# ----------------------------------------------------------------------------------------------
+# Records (pseudo-inverse, least squares, LU, expm, Householder)
+
+
+register(OpRecord(
+    "pinv", pinv, ("jaxrules.numpy.linalg.pinv",), ("pinv",), ("pinv_jvp", "pinv_backward"),
+    lambda rng, dt: [Sample((normal(rng, dt, 3, 5),)), Sample((normal(rng, dt, 5, 3),)), Sample((normal(rng, dt, 2, 3, 3),))],
+    lambda torch, a: torch.linalg.pinv(a), "torch.linalg.pinv", dtypes=_C,
+    deviations="Rank-deficient inputs: the constant-rank derivative (as torch); tests/test_linalg.py "
+    "checks it along perturbations that keep the rank.",
+))
+
+
+def _lstsq_solution(a, b, rcond=None):
+    return lstsq(a, b, rcond)[0]
+
+
+register(OpRecord(
+    "lstsq", _lstsq_solution, ("jaxrules.numpy.linalg.lstsq",), ("lstsq",), ("linalg_lstsq_jvp", "linalg_lstsq_backward"),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 5, 3), normal(rng, dt, 5, 2))),
+        Sample((normal(rng, dt, 5, 3), normal(rng, dt, 5))),
+        Sample((normal(rng, dt, 2, 4), normal(rng, dt, 2, 3))),
+    ],
+    lambda torch, a, b, rcond=None: torch.linalg.lstsq(a, b, driver="gelsd").solution, "torch.linalg.lstsq", dtypes=_C,
+))
+
+
+def _lu_samples(rng, dt):
+    return [Sample((normal(rng, dt, 4, 4),)), Sample((normal(rng, dt, 3, 5),)), Sample((normal(rng, dt, 5, 3),)),
+            Sample((normal(rng, dt, 2, 3, 3),))]
+
+
+register(OpRecord(
+    "lu", lu, ("jaxrules.scipy.linalg.lu",), ("lu",), ("linalg_lu_jvp", "linalg_lu_backward"),
+    _lu_samples, lambda torch, a: tuple(torch.linalg.lu(a)), "torch.linalg.lu", dtypes=_C,
+))
+def _packed_factors(a):
+    """lu_factor's differentiable output (the pivots are integers; tests/test_linalg.py compares
+    them with torch's)."""
+    return lu_factor(a)[0]
+
+
+register(OpRecord(
+    "lu_factor", _packed_factors, ("jaxrules.scipy.linalg.lu_factor", "jaxrules.linalg.lu_factor"), ("lu_factor",),
+    ("lu_factor_ex_jvp", "lu_factor_ex_backward"),
+    _lu_samples, lambda torch, a: torch.linalg.lu_factor(a)[0], "torch.linalg.lu_factor",
+    dtypes=_C, deviations="Pivots are 0-based (jax.scipy's convention; torch's are 1-based).",
+))
+
+
+def _factored(rng, dt, *shape):
+    lu_, piv = P.lu_factor(well_conditioned(rng, dt, *shape))
+    return np.asarray(lu_), np.asarray(piv)
+
+
+def _lu_solve_samples(rng, dt):
+    out = []
+    for trans, shape, rhs in ((0, (3, 3), (3, 2)), (1, (3, 3), (3,)), (2, (4, 4), (4, 3)), (0, (2, 3, 3), (2, 3, 2))):
+        lu_, piv = _factored(rng, dt, *shape)
+        out.append(Sample((lu_, piv, normal(rng, dt, *rhs)), {"trans": trans}))
+    return out
+
+
+def _lu_solve_unpacked(lu_, piv, b, trans=0):
+    return lu_solve((lu_, piv), b, trans)
+
+
+def _torch_lu_solve(torch, lu_, piv, b, trans=0):
+    vector = b.ndim == lu_.ndim - 1
+    b = b[..., None] if vector else b
+    piv = piv.to(torch.int32) + 1
+    if trans == 1:  # A^T X = B  <=>  A^H conj(X) = conj(B)
+        x = torch.linalg.lu_solve(lu_, piv, b.conj(), adjoint=True).conj()
+    else:
+        x = torch.linalg.lu_solve(lu_, piv, b, adjoint=trans == 2)
+    return x[..., 0] if vector else x
+
+
+register(OpRecord(
+    "lu_solve", _lu_solve_unpacked, ("jaxrules.scipy.linalg.lu_solve",), ("lu_solve",),
+    ("linalg_lu_solve_LU", "linalg_lu_solve_jvp"),
+    _lu_solve_samples, _torch_lu_solve, "torch.linalg.lu_solve", dtypes=_C, torch_no_grad_args=(1,),
+))
+register(OpRecord(
+    "lu_unpack", lu_unpack, ("jaxrules.linalg.lu_unpack",), ("lu_unpack",), ("lu_unpack_backward",),
+    lambda rng, dt: [Sample(_factored(rng, dt, 4, 4)), Sample(_factored(rng, dt, 2, 3, 3))]
+    + [Sample(tuple(np.asarray(x) for x in P.lu_factor(normal(rng, dt, *s)))) for s in ((3, 5), (5, 3))],
+    lambda torch, lu_, piv: tuple(torch.lu_unpack(lu_, piv.to(torch.int32) + 1)), "torch.lu_unpack", dtypes=_C,
+    deviations="Pivots are 0-based, as lu_factor returns them.",
+))
+register(OpRecord(
+    "expm", expm, ("jaxrules.scipy.linalg.expm", "jaxrules.linalg.matrix_exp"), ("expm",),
+    ("linalg_matrix_exp_differential", "differential_analytic_matrix_function"),
+    lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((0.5 * normal(rng, dt, 2, 4, 4),))],
+    lambda torch, a: torch.linalg.matrix_exp(a), "torch.linalg.matrix_exp", dtypes=_C,
+))
+
+
+def _geqrf(rng, dt, *shape):
+    """LAPACK geqrf's packed reflectors and taus (NumPy's ``qr(mode='raw')`` returns them
+    transposed)."""
+    h, tau = np.linalg.qr(normal(rng, dt, *shape), mode="raw")
+    return np.swapaxes(h, -1, -2).astype(dt), tau.astype(dt)
+
+
+register(OpRecord(
+    "householder_product", householder_product, ("jaxrules.linalg.householder_product",), ("householder_product",),
+    ("householder_product_jvp", "householder_product_backward"),
+    lambda rng, dt: [Sample(_geqrf(rng, dt, 4, 4)), Sample(_geqrf(rng, dt, 5, 3)), Sample(_geqrf(rng, dt, 2, 4, 2))],
+    lambda torch, a, tau: torch.linalg.householder_product(a, tau), "torch.linalg.householder_product", dtypes=_C,
+    deviations="Differentiable (JAX: NotImplementedError).",
+))
+
+
+def _ormqr_samples(rng, dt):
+    out = []
+    for left, transpose in ((True, False), (True, True), (False, False), (False, True)):
+        a, tau = _geqrf(rng, dt, 4, 3)
+        c = normal(rng, dt, 4, 2) if left else normal(rng, dt, 2, 4)
+        out.append(Sample((a, tau, c), {"left": left, "transpose": transpose}))
+    return out
+
+
+register(OpRecord(
+    "ormqr", ormqr, ("jaxrules.linalg.ormqr",), ("ormqr",), ("ormqr_backward",),
+    _ormqr_samples, lambda torch, a, tau, c, left=True, transpose=False: torch.ormqr(a, tau, c, left, transpose),
+    "torch.ormqr", dtypes=_C, deviations="Differentiable (JAX: NotImplementedError).",
+))
