@@ -35,6 +35,8 @@ class Case:
     torch_fn: Callable | None
     shapes: dict  # "gpu"/"cpu" -> list of input shapes
     dtype: str = "float32"
+    prepare: Callable | None = None  # NumPy arrays -> the op's inputs (e.g. make them SPD)
+    compile: bool = True  # also time torch.compile
 
 
 def _jax_layer_norm(x, w, b, eps=1e-5):
@@ -86,6 +88,106 @@ CASES = [
 ]
 
 
+# Linear algebra (issue 3): jit(grad) on a batch of 8192 32x32 matrices (256 on CPU), float32.
+
+_B = {"gpu": 8192, "cpu": 256}
+_N = 32
+
+
+def _batch(*tail):
+    return {k: [(b, *t) for t in tail] for k, b in _B.items()}
+
+
+def _well_conditioned(a, *rest):
+    return (a / np.sqrt(_N) + 2 * np.eye(_N), *rest)
+
+
+def _spd(a, *rest):
+    return (a @ np.swapaxes(a, -1, -2) / _N + np.eye(_N), *rest)
+
+
+def _factor(a, *rest):
+    return (np.linalg.cholesky(_spd(a)[0]), *rest)
+
+
+def _reflectors(a, *rest):
+    h, tau = np.linalg.qr(a, mode="raw")
+    return (np.swapaxes(h, -1, -2), tau, *rest)
+
+
+def _torch_cholesky_inverse(t, factor):
+    return t.cholesky_inverse(factor)
+
+
+def _linalg_cases():
+    import jax.scipy.linalg as jsl
+
+    import jaxrules.linalg as rl
+    import jaxrules.scipy.linalg as rsl
+    from jaxrules.nn import linear
+
+    la = jnp.linalg
+    sq, sq_rhs = _batch((_N, _N)), _batch((_N, _N), (_N, 4))
+    case = lambda *a, **k: Case(*a, compile=False, **k)  # noqa: E731 - torch eager only
+    return [
+        case("matmul", rnp.matmul, jnp.matmul, lambda t, a, b: a @ b, _batch((_N, _N), (_N, _N))),
+        case("linear", linear, lambda x, w, b: x @ w.T + b, lambda t, x, w, b: t.nn.functional.linear(x, w, b),
+             {"gpu": [(65536, 512), (512, 512), (512,)], "cpu": [(4096, 256), (256, 256), (256,)]}),
+        case("inv", rnp.linalg.inv, la.inv, lambda t, a: t.linalg.inv(a), sq, prepare=_well_conditioned),
+        case("det", rnp.linalg.det, la.det, lambda t, a: t.linalg.det(a), sq, prepare=_well_conditioned),
+        case("slogdet", lambda a: rnp.linalg.slogdet(a)[1], lambda a: la.slogdet(a)[1],
+             lambda t, a: t.linalg.slogdet(a)[1], sq, prepare=_well_conditioned),
+        case("solve", rnp.linalg.solve, la.solve, lambda t, a, b: t.linalg.solve(a, b), sq_rhs,
+             prepare=_well_conditioned),
+        case("solve_triangular", lambda a, b: rsl.solve_triangular(a, b, lower=True),
+             lambda a, b: jsl.solve_triangular(a, b, lower=True),
+             lambda t, a, b: t.linalg.solve_triangular(a, b, upper=False), sq_rhs, prepare=_well_conditioned),
+        case("cholesky", rnp.linalg.cholesky, la.cholesky, lambda t, a: t.linalg.cholesky(a), sq, prepare=_spd),
+        case("cho_solve", lambda c, b: rsl.cho_solve((c, True), b), lambda c, b: jsl.cho_solve((c, True), b),
+             lambda t, c, b: t.cholesky_solve(b, c), sq_rhs, prepare=_factor),
+        case("cholesky_inverse", rl.cholesky_inverse,
+             lambda c: jsl.cho_solve((c, True), jnp.broadcast_to(jnp.eye(_N, dtype=c.dtype), c.shape)),
+             _torch_cholesky_inverse, sq, prepare=_factor),
+        case("eigh", lambda a: rnp.linalg.eigh(a)[1], lambda a: la.eigh(a)[1], lambda t, a: t.linalg.eigh(a)[1], sq,
+             prepare=lambda a: ((a + np.swapaxes(a, -1, -2)) / 2,)),
+        case("eigvalsh", rnp.linalg.eigvalsh, la.eigvalsh, lambda t, a: t.linalg.eigvalsh(a), sq,
+             prepare=lambda a: ((a + np.swapaxes(a, -1, -2)) / 2,)),
+        case("svd", lambda a: rnp.linalg.svd(a, full_matrices=False)[0], lambda a: la.svd(a, full_matrices=False)[0],
+             lambda t, a: t.linalg.svd(a, full_matrices=False)[0], sq),
+        case("svdvals", rnp.linalg.svdvals, la.svdvals, lambda t, a: t.linalg.svdvals(a), sq),
+        case("qr", lambda a: rnp.linalg.qr(a)[0], lambda a: la.qr(a)[0], lambda t, a: t.linalg.qr(a)[0], sq),
+        case("eigvals", lambda a: rnp.linalg.eigvals(a).real, lambda a: la.eigvals(a).real,
+             lambda t, a: t.linalg.eigvals(a).real, sq),
+        case("eig", lambda a: jnp.abs(rnp.linalg.eig(a)[1]) ** 2, None, lambda t, a: t.linalg.eig(a)[1].abs() ** 2, sq),
+        case("pinv", rnp.linalg.pinv, la.pinv, lambda t, a: t.linalg.pinv(a), sq),
+        case("lstsq", lambda a, b: rnp.linalg.lstsq(a, b)[0], jax.vmap(lambda a, b: la.lstsq(a, b)[0]),
+             lambda t, a, b: t.linalg.lstsq(a, b).solution, sq_rhs, prepare=_well_conditioned),
+        case("lu", lambda a: rsl.lu(a)[1], jax.vmap(lambda a: jsl.lu(a)[1]), lambda t, a: t.linalg.lu(a)[1], sq),
+        case("lu_factor", lambda a: rsl.lu_factor(a)[0], lambda a: jsl.lu_factor(a)[0],
+             lambda t, a: t.linalg.lu_factor(a)[0], sq),
+        case("lu_solve", lambda a, b: rsl.lu_solve(rsl.lu_factor(a), b), lambda a, b: jsl.lu_solve(jsl.lu_factor(a), b),
+             lambda t, a, b: t.linalg.lu_solve(*t.linalg.lu_factor(a), b), sq_rhs, prepare=_well_conditioned),
+        case("expm", rsl.expm, jsl.expm, lambda t, a: t.linalg.matrix_exp(a), sq,
+             prepare=lambda a: (a / np.sqrt(_N),)),
+        case("householder_product", rl.householder_product, None,
+             lambda t, a, tau: t.linalg.householder_product(a, tau), _batch((_N, _N)), prepare=_reflectors),
+        case("ormqr", rl.ormqr, None, lambda t, a, tau, c: t.ormqr(a, tau, c), _batch((_N, _N), (_N, 4)),
+             prepare=lambda a, c: (*_reflectors(a), c)),
+    ]
+
+
+def suite(name: str):
+    """The benchmark cases of a suite: ``default`` (normalization and elementwise/reduction ops),
+    ``linalg`` (issue 3's batch of 32x32 matrices) or ``all``."""
+    if name == "default":
+        return CASES
+    if name == "linalg":
+        return _linalg_cases()
+    if name == "all":
+        return CASES + _linalg_cases()
+    raise ValueError(f"bench: unknown suite {name!r}; choose default, linalg or all")
+
+
 def _median_ms(run: Callable, repeats: int, warmup: int = 3) -> float:
     for _ in range(warmup):
         run()
@@ -114,7 +216,9 @@ def copy_bandwidth(platform: str, repeats: int = 20) -> float:
 def _inputs(case: Case, platform: str, rng: np.random.Generator):
     shapes = case.shapes[platform]
     arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-    if len(arrays) > 1:  # weight near 1
+    if case.prepare is not None:
+        arrays = [np.asarray(a, np.float32) for a in case.prepare(*arrays)]
+    elif len(arrays) > 1:  # weight near 1
         arrays[1] = arrays[1] + 1
     return [jnp.asarray(a, case.dtype) for a in arrays]
 
@@ -136,6 +240,8 @@ def _torch_times(torch, case, arrays, ct, repeats):
         return run
 
     eager = _median_ms(step(case.torch_fn), repeats)
+    if not case.compile:
+        return eager, None
     try:
         compiled_fn = torch.compile(case.torch_fn)
         compiled = _median_ms(step(compiled_fn), repeats, warmup=3)
@@ -147,7 +253,8 @@ def _torch_times(torch, case, arrays, ct, repeats):
 
 def run(cases=CASES, repeats: int = 30, pattern: str | None = None, with_torch: bool = True):
     """Benchmark ``cases`` (those whose name contains ``pattern``, or one of its comma-separated
-    parts) on the default device: ``(rows, meta)``."""
+    parts) on the default device: ``(rows, meta)``. A case that fails (e.g. an op the device's
+    JAX or torch lacks) is reported on stderr and left out."""
     platform = "gpu" if jax.default_backend() == "gpu" else "cpu"
     bandwidth = copy_bandwidth(platform)
     try:
@@ -160,28 +267,38 @@ def run(cases=CASES, repeats: int = 30, pattern: str | None = None, with_torch: 
     for case in cases:
         if wanted and not any(w in case.name for w in wanted):
             continue
-        arrays = _inputs(case, platform, rng)
-        ct = jnp.asarray(rng.standard_normal(jax.eval_shape(case.ours, *arrays).shape), case.dtype)
-        timings = {}
-        for label, fn in (("jaxrules", case.ours), ("jax", case.plain_jax)):
-            step = _fwd_bwd(fn)
-            timings[label] = _median_ms(lambda step=step: jax.block_until_ready(step(ct, *arrays)), repeats)
-        residuals = {label: differentiate(fn, *arrays).residual_bytes for label, fn in
-                     (("jaxrules", case.ours), ("jax", case.plain_jax))}
-        eager = compiled = None
-        if with_torch and torch is not None and case.torch_fn is not None:
-            eager, compiled = _torch_times(torch, case, arrays, ct, repeats)
-        moved = 2 * sum(a.nbytes for a in arrays) + ct.nbytes  # read inputs and ct, write gradients
-        gbps = moved / (timings["jaxrules"] * 1e-3) / 1e9
-        rows.append({
-            "op": case.name, "dtype": case.dtype, "shape": "x".join(map(str, arrays[0].shape)),
-            "jaxrules_ms": timings["jaxrules"], "jax_ms": timings["jax"], "torch_ms": eager, "compile_ms": compiled,
-            "gbps": gbps, "bandwidth_fraction": gbps / bandwidth,
-            "residual_bytes": residuals["jaxrules"], "jax_residual_bytes": residuals["jax"],
-        })
-        print(f"  {case.name}: jaxrules {timings['jaxrules']:.3f} ms, jax {timings['jax']:.3f} ms", file=sys.stderr)
+        try:
+            rows.append(_run_case(case, platform, rng, repeats, bandwidth, torch if with_torch else None))
+        except Exception as err:  # noqa: BLE001 - one broken case must not lose the others
+            print(f"  {case.name}: failed: {type(err).__name__}: {str(err)[:300]}", file=sys.stderr)
     return rows, {"platform": platform, "device": jax.devices()[0].device_kind, "jax": jax.__version__,
                   "torch": getattr(torch, "__version__", None), "copy_gbps": bandwidth, "repeats": repeats}
+
+
+def _run_case(case, platform, rng, repeats, bandwidth, torch):
+    arrays = _inputs(case, platform, rng)
+    ct = jnp.asarray(rng.standard_normal(jax.eval_shape(case.ours, *arrays).shape), case.dtype)
+    timings = {}
+    for label, fn in (("jaxrules", case.ours), ("jax", case.plain_jax)):
+        if fn is None:  # JAX cannot differentiate this op
+            timings[label] = None
+            continue
+        step = _fwd_bwd(fn)
+        timings[label] = _median_ms(lambda step=step: jax.block_until_ready(step(ct, *arrays)), repeats)
+    residuals = {label: None if fn is None else differentiate(fn, *arrays).residual_bytes for label, fn in
+                 (("jaxrules", case.ours), ("jax", case.plain_jax))}
+    eager = compiled = None
+    if torch is not None and case.torch_fn is not None:
+        eager, compiled = _torch_times(torch, case, arrays, ct, repeats)
+    moved = 2 * sum(a.nbytes for a in arrays) + ct.nbytes  # read inputs and ct, write gradients
+    gbps = moved / (timings["jaxrules"] * 1e-3) / 1e9
+    print(f"  {case.name}: jaxrules {timings['jaxrules']:.3f} ms, jax {_fmt(timings['jax'])} ms", file=sys.stderr)
+    return {
+        "op": case.name, "dtype": case.dtype, "shape": "x".join(map(str, arrays[0].shape)),
+        "jaxrules_ms": timings["jaxrules"], "jax_ms": timings["jax"], "torch_ms": eager, "compile_ms": compiled,
+        "gbps": gbps, "bandwidth_fraction": gbps / bandwidth,
+        "residual_bytes": residuals["jaxrules"], "jax_residual_bytes": residuals["jax"],
+    }
 
 
 def _fmt(v, digits=3):
@@ -204,7 +321,8 @@ def markdown(rows, meta) -> str:
             f"| {r['op']} | {r['dtype']} | {r['shape']} | {_fmt(r['jaxrules_ms'])} | {_fmt(r['jax_ms'])} | "
             f"{_fmt(r['torch_ms'])} | {_fmt(r['compile_ms'])} | {_fmt(ratio(r['jax_ms']), 2)} | "
             f"{_fmt(ratio(r['torch_ms']), 2)} | {_fmt(ratio(r['compile_ms']), 2)} | {r['gbps']:.0f} | "
-            f"{r['bandwidth_fraction']:.0%} | {r['residual_bytes'] / 1e6:.1f} / {r['jax_residual_bytes'] / 1e6:.1f} |"
+            f"{r['bandwidth_fraction']:.0%} | {_fmt(r['residual_bytes'] / 1e6, 1)} / "
+            f"{_fmt(None if r['jax_residual_bytes'] is None else r['jax_residual_bytes'] / 1e6, 1)} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -141,7 +141,8 @@ def _list(args) -> int:
 def _bench(args) -> int:
     from jaxrules import bench
 
-    rows, meta = bench.run(repeats=args.repeats, pattern=args.ops, with_torch=not args.no_torch)
+    cases = bench.suite(args.suite)
+    rows, meta = bench.run(cases, repeats=args.repeats, pattern=args.ops, with_torch=not args.no_torch)
     if not rows:
         print(f"bench: no benchmark matches {args.ops!r}", file=sys.stderr)
         return 2
@@ -171,6 +172,8 @@ def main(argv=None) -> int:
     listing.set_defaults(run=_list)
     bench = sub.add_parser("bench", help="forward+backward timings against JAX autodiff and torch")
     bench.add_argument("--ops", help="only benchmarks whose name contains this (comma-separated: any of them)")
+    bench.add_argument("--suite", default="default", choices=("default", "linalg", "all"),
+                       help="default: normalization and elementwise ops; linalg: 8192 32x32 matrices")
     bench.add_argument("--repeats", type=int, default=30, help="timed runs per measurement (median)")
     bench.add_argument("--out", help="write the Markdown table here")
     bench.add_argument("--plot", help="write a PNG plot here")

@@ -284,6 +284,7 @@ def test_householder_product_matches_qr_q():
         (lambda: jrl.ormqr(np.ones((4, 3)), np.ones(3), np.ones((3, 2))), ValueError, ["ormqr", "other"]),
         (lambda: rnp.linalg.pinv(np.eye(3), rtol=-1.0), ValueError, ["pinv", "rtol"]),
         (lambda: rnp.linalg.lstsq(np.eye(3), np.ones(4)), ValueError, ["lstsq", "b"]),
+        (lambda: rnp.linalg.lstsq(np.ones((2, 3, 3)), np.ones((4, 3, 1))), ValueError, ["lstsq", "batch"]),
     ],
 )
 def test_bad_input(call, error, words):

@@ -116,18 +116,24 @@ def _adjugate_by_svd(a):
 
 
 def _adjugate_primal(a):
-    """``det(A) A^{-1}`` from the LU factors when no pivot is (relatively) zero, else through the
-    SVD (``c V diag(prod of the other singular values) U^H``, exact at every rank). The SVD
-    branch runs only when some matrix of the batch needs it."""
-    lu, _, perm = lax.linalg.lu(a)
-    pivots = jnp.abs(P.diagonal(lu))
+    """``det(A) A^{-1}`` from one LU factorization when no pivot is (relatively) zero, else
+    through the SVD (``c V diag(prod of the other singular values) U^H``, exact at every rank).
+    The SVD branch runs only when some matrix of the batch needs it."""
+    lu_, pivots, perm = lax.linalg.lu(a)
+    diag = P.diagonal(lu_)
     n = a.shape[-1]
-    regular = jnp.all(jnp.isfinite(lu), axis=(-2, -1)) & (
-        jnp.min(pivots, -1) > n * jnp.finfo(pivots.dtype).eps * jnp.max(pivots, -1)
+    swaps = jnp.sum(pivots != jnp.arange(n, dtype=pivots.dtype), axis=-1)
+    det = jnp.prod(diag, axis=-1) * jnp.where(swaps % 2 == 1, -1, 1).astype(a.dtype)
+    magnitude = jnp.abs(diag)
+    regular = jnp.all(jnp.isfinite(lu_), axis=(-2, -1)) & (
+        jnp.min(magnitude, -1) > n * jnp.finfo(magnitude.dtype).eps * jnp.max(magnitude, -1)
     )
 
     def by_lu():
-        return jnp.linalg.det(a)[..., None, None] * jnp.linalg.inv(a)
+        lower, upper = P.lu_parts(lu_)
+        p_transpose = jnp.eye(n, dtype=a.dtype)[perm]
+        inverse = P.tri_solve(upper, P.tri_solve(lower, p_transpose, lower=True, unit=True), lower=False)
+        return det[..., None, None] * inverse
 
     def mixed():
         return jnp.where(regular[..., None, None], by_lu(), _adjugate_by_svd(a))
@@ -550,8 +556,8 @@ eigh_op = _op("eigh", _eigh_primal, lambda out, a: out)
 # the full op's rules (finite at repeated values).
 eigvalsh_op = _op("eigvalsh", lambda a: jnp.linalg.eigh(a)[0], lambda out, a: eigh_op(a)[1])
 svd_op = _op("svd", lambda a, *, full_matrices: tuple(jnp.linalg.svd(a, full_matrices=full_matrices)), lambda out, a, **_: out)
-svdvals_op = _op(
-    "svdvals", lambda a: jnp.linalg.svd(a, compute_uv=False), lambda out, a: svd_op(a, full_matrices=False)[::2]
+svdvals_op = _op(  # the primal is the full SVD's, so under jit XLA computes one SVD for both
+    "svdvals", lambda a: jnp.linalg.svd(a, full_matrices=False)[1], lambda out, a: svd_op(a, full_matrices=False)[::2]
 )
 qr_op = _op("qr", lambda a, *, complete: tuple(jnp.linalg.qr(a, "complete" if complete else "reduced")), lambda out, a, **_: out)
 eig_op = _op("eig", lambda a: tuple(jnp.linalg.eig(a)), lambda out, a: out)
@@ -811,28 +817,33 @@ def pinv(a, rtol=None, hermitian=False, *, rcond=None):
 
 
 def lstsq(a, b, rcond=None, *, numpy_resid=False):
-    """``jax.numpy.linalg.lstsq`` -> ``(x, residuals, rank, singular_values)``; ``x = A^+ B`` with
-    seed ``linalg_lstsq_jvp`` / ``linalg_lstsq_backward`` (full rank and rank-deficient: the
-    minimum-norm solution). The residuals are ``|B - A x|^2`` summed over rows (when m > rank,
-    else empty, as jax.numpy), the singular values come from ``svdvals``."""
+    """``jax.numpy.linalg.lstsq`` -> ``(x, residuals, rank, singular_values)`` (batched over
+    leading dims; ``b`` is a vector when it is 1-D); ``x = A^+ B`` with seed
+    ``linalg_lstsq_jvp`` / ``linalg_lstsq_backward`` (full rank and rank-deficient: the
+    minimum-norm solution). The residuals are ``|B - A x|^2`` summed over rows when A has full
+    column rank and more rows than columns (else zeros; empty when m <= n, as jax.numpy); the
+    singular values come from ``svdvals``."""
+    del numpy_resid
     a = _matrix("lstsq", "a", a)
     b = V.array("lstsq", "b", b)
     a, b = _same_dtype(a, b)
-    if a.ndim != 2 or b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
-        raise ValueError(f"lstsq: a must be (M, N) and b (M,) or (M, K), got {a.shape} and {b.shape}")
-    del numpy_resid
     vector = b.ndim == 1
     b2 = b[:, None] if vector else b
+    if b2.ndim < 2 or b2.shape[-2] != a.shape[-2]:
+        raise ValueError(f"lstsq: b of shape {b.shape} does not match a of shape {a.shape}")
+    a, b2 = _broadcast_batch("lstsq", a, b2, 2)
     x = lstsq_op(a, b2, rtol=_rtol("lstsq", rcond))
     s = svdvals(a)
-    tol = (max(a.shape) * jnp.finfo(s.dtype).eps if rcond is None else rcond) * s[0]
-    rank = jnp.sum(s > tol).astype(jnp.int32)
+    m, n = a.shape[-2:]
+    tol = (max(m, n) * jnp.finfo(s.dtype).eps if rcond is None else rcond) * s[..., :1]
+    rank = jnp.sum(s > tol, axis=-1).astype(jnp.int32)
     r = b2 - a @ x
-    resid = jnp.sum((r * jnp.conj(r)).real, axis=0)
-    resid = jnp.where((rank == a.shape[1]) & (a.shape[0] > a.shape[1]), resid, jnp.zeros_like(resid))
-    if a.shape[0] <= a.shape[1]:
-        resid = jnp.zeros((0,), resid.dtype)
-    return (x[:, 0] if vector else x), (resid[0:1] if vector and resid.size else resid), rank, s
+    resid = jnp.sum((r * jnp.conj(r)).real, axis=-2)
+    if m <= n:
+        resid = jnp.zeros(resid.shape[:-1] + (0,), resid.dtype)
+    else:
+        resid = jnp.where((rank == n)[..., None], resid, jnp.zeros_like(resid))
+    return (x[..., 0] if vector else x), resid, rank, s
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1016,8 +1027,10 @@ register(OpRecord(
         Sample((normal(rng, dt, 5, 3), normal(rng, dt, 5, 2))),
         Sample((normal(rng, dt, 5, 3), normal(rng, dt, 5))),
         Sample((normal(rng, dt, 2, 4), normal(rng, dt, 2, 3))),
+        Sample((normal(rng, dt, 2, 4, 3), normal(rng, dt, 4, 2))),
     ],
-    lambda torch, a, b, rcond=None: torch.linalg.lstsq(a, b, driver="gelsd").solution, "torch.linalg.lstsq", dtypes=_C,
+    lambda torch, a, b, rcond=None: torch.linalg.lstsq(a, b.expand(a.shape[:-2] + b.shape), driver="gelsd").solution,
+    "torch.linalg.lstsq", dtypes=_C,
 ))
 
 
