@@ -251,10 +251,11 @@ def _torch_times(torch, case, arrays, ct, repeats):
     return eager, compiled
 
 
-def run(cases=CASES, repeats: int = 30, pattern: str | None = None, with_torch: bool = True):
+def run(cases=CASES, repeats: int = 30, pattern: str | None = None, with_torch: bool = True, on_row=None):
     """Benchmark ``cases`` (those whose name contains ``pattern``, or one of its comma-separated
     parts) on the default device: ``(rows, meta)``. A case that fails (e.g. an op the device's
-    JAX or torch lacks) is reported on stderr and left out."""
+    JAX or torch lacks) is reported on stderr and left out. ``on_row(rows, meta)`` is called after
+    each case (so a run cut short still leaves its results)."""
     platform = "gpu" if jax.default_backend() == "gpu" else "cpu"
     bandwidth = copy_bandwidth(platform)
     try:
@@ -262,6 +263,8 @@ def run(cases=CASES, repeats: int = 30, pattern: str | None = None, with_torch: 
     except ImportError:
         torch = None
     rows = []
+    meta = {"platform": platform, "device": jax.devices()[0].device_kind, "jax": jax.__version__,
+            "torch": getattr(torch, "__version__", None), "copy_gbps": bandwidth, "repeats": repeats}
     rng = np.random.default_rng(0)
     wanted = pattern.split(",") if pattern else None
     for case in cases:
@@ -271,8 +274,10 @@ def run(cases=CASES, repeats: int = 30, pattern: str | None = None, with_torch: 
             rows.append(_run_case(case, platform, rng, repeats, bandwidth, torch if with_torch else None))
         except Exception as err:  # noqa: BLE001 - one broken case must not lose the others
             print(f"  {case.name}: failed: {type(err).__name__}: {str(err)[:300]}", file=sys.stderr)
-    return rows, {"platform": platform, "device": jax.devices()[0].device_kind, "jax": jax.__version__,
-                  "torch": getattr(torch, "__version__", None), "copy_gbps": bandwidth, "repeats": repeats}
+            continue
+        if on_row is not None:
+            on_row(rows, meta)
+    return rows, meta
 
 
 def _run_case(case, platform, rng, repeats, bandwidth, torch):

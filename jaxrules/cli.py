@@ -141,16 +141,17 @@ def _list(args) -> int:
 def _bench(args) -> int:
     from jaxrules import bench
 
+    def write(rows, meta):  # after every case, so a run cut short keeps what it measured
+        if args.out:
+            with open(args.out, "w") as fh:
+                fh.write(bench.markdown(rows, meta))
+
     cases = bench.suite(args.suite)
-    rows, meta = bench.run(cases, repeats=args.repeats, pattern=args.ops, with_torch=not args.no_torch)
+    rows, meta = bench.run(cases, repeats=args.repeats, pattern=args.ops, with_torch=not args.no_torch, on_row=write)
     if not rows:
         print(f"bench: no benchmark matches {args.ops!r}", file=sys.stderr)
         return 2
-    text = bench.markdown(rows, meta)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(text)
+    print(bench.markdown(rows, meta))
     if args.plot:
         bench.plot(rows, meta, args.plot)
     return 0

@@ -337,15 +337,14 @@ _mT, _mH, _herm, _diag, _embed = P.mT, P.mH, P.herm, P.diagonal, P.diag_embed
 def matmul_jvp(res, ta, tb, **_):
     """``dA B + A dB`` (seed ``mm_mat1_backward`` / ``mm_mat2_backward``, forward)."""
     a, b = res
-    return _terms(None if ta is None else ta @ b, None if tb is None else a @ tb)
+    return _terms(None if ta is None else P.matmul(ta, b), None if tb is None else P.matmul(a, tb))
 
 
 def linear_jvp(res, tx, tw, tb, **_):
     """``dx W^T + x dW^T + db`` (torch ``linear``)."""
     x, w = res
-    return _terms(
-        None if tx is None else tx @ _mT(w), None if tw is None else x @ _mT(tw), tb
-    )
+    product = lambda u, v: jnp.einsum("...i,oi->...o", u, v)  # noqa: E731 - x W^T, x may be 1-D
+    return _terms(None if tx is None else product(tx, w), None if tw is None else product(x, tw), tb)
 
 
 def inv_jvp(x, ta, **_):

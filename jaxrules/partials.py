@@ -524,6 +524,21 @@ def mH(x):
     return jnp.conj(mT(x))
 
 
+def matmul(a, b):
+    """``A B`` over broadcast leading dims, as one ``dot_general`` (no transposed copies)."""
+    return jnp.einsum("...ij,...jk->...ik", a, b)
+
+
+def matmul_nt(a, b):
+    """``A B^T`` without materializing the transpose (the contraction names the axes)."""
+    return jnp.einsum("...ij,...kj->...ik", a, b)
+
+
+def matmul_tn(a, b):
+    """``A^T B`` without materializing the transpose."""
+    return jnp.einsum("...ji,...jk->...ik", a, b)
+
+
 def herm(x):
     """Hermitian part ``(X + X^H) / 2``."""
     return (x + mH(x)) / 2

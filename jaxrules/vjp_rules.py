@@ -333,7 +333,7 @@ def matmul_vjp(res, ct, **_):
     """``(ct B^T, A^T ct)`` (seed ``mm_mat1_backward`` / ``mm_mat2_backward``, JAX convention);
     broadcast batch dims are summed by the mechanism."""
     a, b = res
-    return ct @ _mT(b), _mT(a) @ ct
+    return P.matmul_nt(ct, b), P.matmul_tn(a, ct)
 
 
 def linear_vjp(res, ct, **_):
@@ -342,7 +342,7 @@ def linear_vjp(res, ct, **_):
     ``linear_double_backward``."""
     x, w = res
     gw = jnp.einsum("...o,...i->oi", ct, x)
-    return ct @ w, gw, ct
+    return jnp.einsum("...o,oi->...i", ct, w), gw, ct
 
 
 def inv_vjp(x, ct, **_):
