@@ -39,11 +39,11 @@ def _check(args) -> int:
             for check in checks:
                 bar.set_postfix_str(f"{record.name}: {check}")
                 results.append(run_check(record, check))
+                if not results[-1].passed:  # at once, so a run cut short still shows it
+                    tqdm.write(f"FAIL {record.name} / {check}: {results[-1].detail}", file=sys.stdout)
                 bar.update()
     print(_table(selected, checks, results))
     failed = [r for r in results if not r.passed]
-    for r in failed:
-        print(f"FAIL {r.op} / {r.check}: {r.detail}")
     passed = len(results) - len(failed)
     skipped = sum(r.skipped for r in results)
     print(
@@ -161,7 +161,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxrules", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="run the verification harness on the registered ops")
-    check.add_argument("--ops", help="only ops whose name matches this glob or substring")
+    check.add_argument("--ops", help="only ops whose name matches this glob or substring (comma-separated: any)")
     check.add_argument("--checks", help="comma-separated subset of the checks")
     check.add_argument("--json", help="also write the results to this JSON file")
     check.add_argument("--shard", help="K/N: only every N-th op starting at K (to run N processes in parallel)")

@@ -117,12 +117,13 @@ def _load_all() -> None:
 
 
 def records(pattern: str | None = None) -> list[OpRecord]:
-    """Registered records, sorted by name; ``pattern`` is a shell-style glob or a substring."""
+    """Registered records, sorted by name; ``pattern`` is a shell-style glob or a substring, or
+    several of them separated by commas (a record matching any is kept)."""
     _load_all()
     out = sorted(_REGISTRY.values(), key=lambda r: r.name)
     if pattern:
-        glob = pattern if any(c in pattern for c in "*?[") else f"*{pattern}*"
-        out = [r for r in out if fnmatch.fnmatch(r.name, glob)]
+        globs = [p if any(c in p for c in "*?[") else f"*{p}*" for p in pattern.split(",")]
+        out = [r for r in out if any(fnmatch.fnmatch(r.name, g) for g in globs)]
     return out
 
 
