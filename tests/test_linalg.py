@@ -259,6 +259,41 @@ def test_householder_product_matches_qr_q():
     assert np.all(np.isfinite(jax.grad(lambda h: jnp.sum(jrl.householder_product(h, tau) ** 3))(h.T)))
 
 
+def test_solve_triangular_transposes_match_jax_and_finite_differences():
+    a = np.tril(RNG.standard_normal((4, 4))) + 3 * np.eye(4) + 1j * np.tril(RNG.standard_normal((4, 4)))
+    b = _complex(4, 2)
+    ta, tb = _complex(4, 4), _complex(4, 2)
+    for trans in (0, 1, 2):
+        for unit in (False, True):
+            ours = lambda a, b: rsl.solve_triangular(a, b, trans=trans, lower=True, unit_diagonal=unit)  # noqa: E731
+            theirs = lambda a, b: jax.scipy.linalg.solve_triangular(  # noqa: E731
+                a, b, trans=trans, lower=True, unit_diagonal=unit
+            )
+            np.testing.assert_allclose(ours(a, b), theirs(a, b), atol=1e-12)
+            out, tangent = jax.jvp(ours, (a, b), (ta, tb))
+            np.testing.assert_allclose(tangent, jax.jvp(theirs, (a, b), (ta, tb))[1], atol=1e-10)
+            ct = _complex(4, 2)
+            g_ours = jax.grad(lambda a, b: jnp.real(jnp.sum(ct * ours(a, b))), argnums=(0, 1))(a, b)
+            g_theirs = jax.grad(lambda a, b: jnp.real(jnp.sum(ct * theirs(a, b))), argnums=(0, 1))(a, b)
+            for x, y in zip(g_ours, g_theirs):
+                np.testing.assert_allclose(x, y, atol=1e-10)
+
+
+def test_batched_ormqr_and_householder_product_equal_a_loop():
+    a = RNG.standard_normal((3, 5, 3))
+    h, tau = np.linalg.qr(a, mode="raw")
+    h = np.swapaxes(h, -1, -2)
+    c = RNG.standard_normal((3, 5, 2))
+    def f(h, tau, c):
+        return jnp.sum(jrl.ormqr(h, tau, c, transpose=True) ** 2) + jnp.sum(jrl.householder_product(h, tau) ** 3)
+
+    batched = jax.grad(f, argnums=(0, 1, 2))(h, tau, c)
+    for k in range(3):
+        single = jax.grad(f, argnums=(0, 1, 2))(h[k], tau[k], c[k])
+        for x, y in zip(batched, single):
+            np.testing.assert_allclose(x[k], y, atol=1e-10)
+
+
 # ----------------------------------------------------------------------------------------------
 # Bad input.
 
