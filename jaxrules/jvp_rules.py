@@ -663,3 +663,12 @@ def ormqr_jvp(res, ta, ttau, tc, *, left, transpose):
         return _reflector_jvp(a, tau, c, ta, ttau, tc, steps)
     steps = P.reflector_sequence(a, tau, adjoint=not transpose, reverse=transpose)
     return _mH(_reflector_jvp(a, tau, _mH(c), ta, ttau, None if tc is None else _mH(tc), steps))
+
+
+# ----------------------------------------------------------------------------------------------
+# FFT (linear: the tangent goes through the same transform)
+
+
+def fft_jvp(_, t, *, kind, sizes, axes, norm, shape):
+    """The transform of the tangent (seed: fft_r2c / fft_c2r / fft_c2c are linear)."""
+    return P.fft_apply(kind, t, sizes, axes, norm)

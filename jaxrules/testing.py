@@ -438,7 +438,7 @@ def _check_low_precision(record: OpRecord) -> float | str:
         ct = jax.tree.map(lambda o: _like(rng, o), out)
         grads = jax.vjp(f, *args)[1](ct)
         for dtype in record.low_precision:
-            low = [a.astype(dtype) for a in args]
+            low = [a.astype(jnp.result_type(dtype, jnp.complex64) if jnp.iscomplexobj(a) else dtype) for a in args]
             low_out, pullback = jax.vjp(f, *low)
             low_grads = pullback(jax.tree.map(lambda c, o: c.astype(o.dtype), ct, low_out))
             # Outputs keep the input's precision (complex outputs of real input, as eig's: its

@@ -659,3 +659,37 @@ def ormqr_vjp(res, g, *, left, transpose):
     steps = P.reflector_sequence(a, tau, adjoint=not transpose, reverse=transpose)
     ga, gtau, gc = _reflector_adjoint(a, tau, _mH(out), _mH(g), steps)
     return ga, gtau, _mH(gc)
+
+
+# ----------------------------------------------------------------------------------------------
+# FFT. The DFT matrix is symmetric, so in JAX's convention (transpose, no conjugate) the VJP of a
+# transform is the same transform of the cotangent, resized to the input.
+
+def _with_length(shape, axis, n):
+    shape = list(shape)
+    shape[axis] = n
+    return tuple(shape)
+
+
+_FORWARD = {"fft": "fft", "fftn": "fft", "rfft": "fft", "rfftn": "fft", "ifft": "ifft", "ifftn": "ifft",
+            "irfft": "ifft", "irfftn": "ifft"}
+
+
+def fft_vjp(_, ct, *, kind, sizes, axes, norm, shape):
+    """c2c (fft, ifft, fftn, ifftn): the same transform of ``ct``. r2c (rfft, rfftn; seed
+    ``fft_r2c_backward``): ``Re fft(zero-pad(ct))``. c2r (irfft, irfftn; seed
+    ``fft_c2r_backward``): ``w o ifft(ct)`` on the stored half, ``w_j`` = 1 for the DC and
+    Nyquist terms and 2 for the others. The result is cut or zero-padded back to the input."""
+    last = axes[-1]
+    if kind.startswith("r"):  # pad the half spectrum back to the full signal length
+        ct = P.resize(ct, _with_length(ct.shape, last, sizes[-1]), (last,))
+    out = P.fft_apply(_FORWARD[kind], ct, sizes, axes, norm)
+    if kind.startswith("r"):
+        out = out.real
+    if kind.startswith("ir"):
+        m = sizes[-1] // 2 + 1
+        weights = P.hermitian_weights(sizes[-1], m, out.real.dtype)
+        out = P.resize(out, _with_length(out.shape, last, m), (last,)) * jnp.expand_dims(
+            weights, tuple(range(1, out.ndim - last % out.ndim))
+        )
+    return (P.resize(out, shape, axes),)

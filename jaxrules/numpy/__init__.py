@@ -2,7 +2,7 @@
 ``import jaxrules.numpy as jnp``. Also ``var_mean``, ``std_mean`` and ``logcumsumexp``
 (torch's names), which ``jax.numpy`` lacks."""
 
-from jaxrules.numpy import linalg
+from jaxrules.numpy import fft, linalg
 from jaxrules.ops.elementwise import (
     abs,
     absolute,
@@ -41,7 +41,7 @@ from jaxrules.ops.reductions import (
 
 __all__ = [
     "abs", "absolute", "amax", "amin", "angle", "arctan2", "clip", "copysign", "cumprod", "cumsum",
-    "deg2rad", "degrees", "linalg", "log1p", "logcumsumexp", "matmul", "max", "mean", "median", "min",
+    "deg2rad", "degrees", "fft", "linalg", "log1p", "logcumsumexp", "matmul", "max", "mean", "median", "min",
     "nansum", "power", "prod", "rad2deg", "radians", "sign", "sinc", "std", "std_mean", "sum",
     "var", "var_mean",
 ]

@@ -1,0 +1,133 @@
+"""Discrete Fourier transforms (``jaxrules.numpy.fft``, the ``jax.numpy.fft`` signatures): one
+op per transform kind, the formulas in ``jvp_rules.fft_jvp`` / ``vjp_rules.fft_vjp`` (seed
+``fft_r2c_backward``, ``fft_c2r_backward``; c2c is its own transpose)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxrules import _validate as V
+from jaxrules import jvp_rules as J
+from jaxrules import partials as P
+from jaxrules import vjp_rules as R
+from jaxrules.mechanism import define_op
+from jaxrules.ops._sampling import normal
+from jaxrules.registry import OpRecord, Sample, register
+
+_KINDS = ("fft", "ifft", "rfft", "irfft")
+_NORMS = (None, "backward", "ortho", "forward")
+
+fft_op = define_op(
+    "fft",
+    lambda x, *, kind, sizes, axes, norm, shape: P.fft_apply(kind, x, sizes, axes, norm),
+    J.fft_jvp,
+    R.fft_vjp,
+    lambda out, x, **_: (),
+)
+
+
+def _transform(kind, a, sizes, axes, norm, name):
+    """Validate and call the op; ``sizes`` per axis (None: the input's length, or for the last
+    axis of a c2r transform ``2 (m - 1)``)."""
+    if norm not in _NORMS:
+        raise ValueError(f"{name}: norm must be None, 'backward', 'ortho' or 'forward', got {norm!r}")
+    x = V.array(name, "a", a)
+    if kind in ("irfft",) and not np.issubdtype(x.dtype, np.complexfloating):
+        x = x.astype(np.result_type(x.dtype, np.complex64))
+    if x.ndim == 0:
+        raise ValueError(f"{name}: a must have rank >= 1")
+    axes = tuple(V.single_axis(name, x.ndim, ax, "axes") for ax in axes)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"{name}: axes {axes} repeat an axis")
+    resolved = []
+    for k, (ax, n) in enumerate(zip(axes, sizes)):
+        if n is None:
+            n = 2 * (x.shape[ax] - 1) if kind == "irfft" and k == len(axes) - 1 else x.shape[ax]
+        if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"{name}: signal lengths must be positive ints, got {n!r}")
+        resolved.append(int(n))
+    return fft_op(x, kind=kind, sizes=tuple(resolved), axes=axes, norm=norm, shape=x.shape)
+
+
+def _one_axis(kind):
+    def transform(a, n=None, axis=-1, norm=None):
+        return _transform(kind, a, (n,), (axis,), norm, kind)
+
+    transform.__name__ = kind
+    transform.__doc__ = f"``jax.numpy.fft.{kind}`` with hand-written rules (``vjp_rules.fft_vjp``)."
+    return transform
+
+
+def _n_axes(kind):
+    name = kind + "n"
+
+    def transform(a, s=None, axes=None, norm=None):
+        ndim = np.ndim(a)
+        if axes is None:
+            axes = tuple(range(ndim)) if s is None else tuple(range(ndim - len(s), ndim))
+        axes = tuple(axes)
+        sizes = (None,) * len(axes) if s is None else tuple(s)
+        if len(sizes) != len(axes):
+            raise ValueError(f"{name}: s and axes must have the same length, got {s!r} and {axes!r}")
+        return _transform(kind, a, sizes, axes, norm, name)
+
+    transform.__name__ = name
+    transform.__doc__ = f"``jax.numpy.fft.{name}`` with hand-written rules (``vjp_rules.fft_vjp``)."
+    return transform
+
+
+fft, ifft, rfft, irfft = (_one_axis(k) for k in _KINDS)
+fftn, ifftn, rfftn, irfftn = (_n_axes(k) for k in _KINDS)
+
+
+# ----------------------------------------------------------------------------------------------
+# Records
+
+
+def _torch_fft(kind, n_dims):
+    def call(torch, a, *args, **kwargs):
+        if n_dims:
+            s, axes, norm = (list(args) + [None, None, None])[:3]
+            return getattr(torch.fft, kind + "n")(a, s=kwargs.get("s", s), dim=kwargs.get("axes", axes),
+                                                  norm=kwargs.get("norm", norm))
+        n, axis, norm = (list(args) + [None, -1, None])[:3]
+        return getattr(torch.fft, kind)(a, n=kwargs.get("n", n), dim=kwargs.get("axis", axis),
+                                        norm=kwargs.get("norm", norm))
+
+    return call
+
+
+def _samples(kind, n_dims):
+    complex_input = kind in ("ifft", "irfft")
+
+    def samples(rng, dt):
+        dt = np.result_type(dt, np.complex64) if complex_input else dt
+        if n_dims:
+            return [
+                Sample((normal(rng, dt, 4, 6),)),
+                Sample((normal(rng, dt, 2, 4, 5),), {"axes": (0, 2), "norm": "ortho"}),
+                Sample((normal(rng, dt, 3, 4),), {"s": (4, 6), "norm": "forward"}),
+            ]
+        return [
+            Sample((normal(rng, dt, 8),)),
+            Sample((normal(rng, dt, 3, 7),), {"norm": "ortho"}),
+            Sample((normal(rng, dt, 5, 3),), {"axis": 0, "n": 7}),
+            Sample((normal(rng, dt, 2, 6),), {"n": 4, "norm": "forward"}),
+        ]
+
+    return samples
+
+
+_SEEDS = {"fft": ("fft_c2c (self-transpose)",), "ifft": ("fft_c2c (self-transpose)",),
+          "rfft": ("fft_r2c_backward",), "irfft": ("fft_c2r_backward",)}
+
+for _kind in _KINDS:
+    for _n_dims, _fn in ((False, globals()[_kind]), (True, globals()[_kind + "n"])):
+        _name = _kind + ("n" if _n_dims else "")
+        register(OpRecord(
+            _name, _fn, (f"jaxrules.numpy.fft.{_name}",), ("fft",), _SEEDS[_kind],
+            _samples(_kind, _n_dims), _torch_fft(_kind, _n_dims), f"torch.fft.{_name}",
+            dtypes=("float64", "complex128") if _kind in ("fft",) else ("float64",),
+            low_precision=("float32",),
+            double_backward="linear: the VJP formula is the (linear) transform",
+        ))
