@@ -164,9 +164,11 @@ def _check_jvp_vjp(record: OpRecord) -> float:
     for label, sample in _each_sample(record):
         f, args = _closure(record, sample)
         tangents = [_like(rng, a) for a in args]
-        out, out_t = jax.jvp(f, args, tangents)
+        # Compiled (eager dispatch of every formula op dominates otherwise; jit vs eager is the
+        # ``jit`` check).
+        out, out_t = jax.jit(lambda a, t: jax.jvp(f, a, t))(args, tangents)
         ct = jax.tree.map(lambda o: _like(rng, o), out)
-        in_ct = jax.vjp(f, *args)[1](ct)
+        in_ct = jax.jit(lambda a, c: jax.vjp(f, *a)[1](c))(args, ct)
         lhs, rhs = _real_pairing(ct, out_t), _real_pairing(in_ct, tangents)
         err = abs(float(lhs - rhs)) / max(1.0, abs(float(lhs)))
         if not err <= _tol(record, "jvp_vjp", 1e-10):
@@ -402,12 +404,13 @@ def _check_singular(record: OpRecord) -> float | str:
             real_loss, real_args = _as_real(loss, args)
             argnums = tuple(range(len(real_args)))
             for how, hess in (
-                ("fwd-over-rev", jax.jacfwd(jax.grad(real_loss, argnums=argnums), argnums=argnums)),
-                ("rev-over-rev", jax.jacrev(jax.grad(real_loss, argnums=argnums), argnums=argnums)),
-                ("fwd-over-fwd", jax.jacfwd(jax.jacfwd(real_loss, argnums=argnums), argnums=argnums)),
+                ("fwd-over-rev", jax.jit(jax.jacfwd(jax.grad(real_loss, argnums=argnums), argnums=argnums))),
+                ("rev-over-rev", jax.jit(jax.jacrev(jax.grad(real_loss, argnums=argnums), argnums=argnums))),
+                ("fwd-over-fwd", jax.jit(jax.jacfwd(jax.jacfwd(real_loss, argnums=argnums), argnums=argnums))),
             ):
-                if not _finite(hess(*real_args)):
-                    raise CheckFailure(f"{label}: {how} second derivative is not finite: {hess(*real_args)}")
+                second = hess(*real_args)
+                if not _finite(second):
+                    raise CheckFailure(f"{label}: {how} second derivative is not finite: {second}")
     return worst
 
 
