@@ -672,3 +672,26 @@ def ormqr_jvp(res, ta, ttau, tc, *, left, transpose):
 def fft_jvp(_, t, *, kind, sizes, axes, norm, shape):
     """The transform of the tangent (seed: fft_r2c / fft_c2r / fft_c2c are linear)."""
     return P.fft_apply(kind, t, sizes, axes, norm)
+
+
+# ----------------------------------------------------------------------------------------------
+# Indexing
+
+
+def embedding_jvp(res, ti, tw, *, padding_idx, scale_grad_by_freq, num):
+    """``dW[indices]`` with the ``padding_idx`` rows zero (seed
+    ``embedding_dense_double_backward``); with ``scale_grad_by_freq`` each row is divided by
+    its index's count (the transpose of torch's scaled backward)."""
+    weights = P.embedding_row_weights(res, padding_idx, scale_grad_by_freq, num, tw.real.dtype)
+    return jnp.take(tw, res, axis=0) * weights[..., None]
+
+
+def scatter_reduce_jvp(res, tx, ti, tsrc, *, axis, reduce, include_self):
+    """Seed ``scatter_reduce_jvp`` (sum, mean: the scatter of the tangents; amax/amin: ties
+    share evenly) and, for prod (which torch leaves undefined), the product rule with zero-safe
+    products of the other members."""
+    x_weight, src_weight, coords = P.scatter_reduce_weights(res, axis=axis, reduce=reduce, include_self=include_self)
+    return _terms(
+        None if tx is None else tx * x_weight,
+        None if tsrc is None else P.scatter_add(x_weight.shape, coords, tsrc * src_weight),
+    )

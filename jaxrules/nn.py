@@ -17,6 +17,7 @@ from jaxrules.ops.activations import (
     softplus,
     swish,
 )
+from jaxrules.ops.indexing import embedding
 from jaxrules.ops.linalg import linear
 from jaxrules.ops.losses import (
     binary_cross_entropy,
@@ -30,7 +31,8 @@ from jaxrules.ops.normalization import batch_norm, group_norm, layer_norm
 from jaxrules.ops.reductions import logsumexp
 
 __all__ = [
-    "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu", "dropout", "elu", "gelu",
+    "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu", "dropout", "elu",
+    "embedding", "gelu",
     "glu", "group_norm", "huber_loss", "layer_norm", "linear", "log_sigmoid", "log_softmax", "logsumexp", "mish",
     "mse_loss", "selu", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softplus", "swish",
 ]

@@ -789,3 +789,102 @@ def hermitian_weights(n, m, dtype):
     itself and its conjugate mirror)."""
     j = jnp.arange(m)
     return jnp.where((j == 0) | ((n % 2 == 0) & (j == n // 2)), 1, 2).astype(dtype)
+
+
+# Scatter / gather along one axis (torch's ``scatter_reduce``): ``coords`` addresses, for each
+# position of ``index``, the target element (the position with its ``axis`` coordinate replaced
+# by the index).
+
+
+def scatter_coords(index, axis):
+    """The scatter target coordinates of ``index`` along ``axis``."""
+    coords = list(jnp.indices(index.shape, sparse=True))
+    coords[axis] = index
+    return tuple(coords)
+
+
+def scatter_add(shape, coords, values):
+    """``zeros(shape).at[coords].add(values)``."""
+    return jnp.zeros(shape, values.dtype).at[coords].add(values)
+
+
+def scattered_mask(shape, coords):
+    """Which target elements receive at least one scattered value."""
+    return jnp.zeros(shape, bool).at[coords].set(True)
+
+
+def _segmented_cumprod(values, starts):
+    """Inclusive cumulative products that restart where ``starts`` is true (an associative scan:
+    products only, so JAX differentiates it to any order)."""
+
+    def combine(a, b):
+        (a_value, a_start), (b_value, b_start) = a, b
+        return jnp.where(b_start, b_value, a_value * b_value), a_start | b_start
+
+    return lax.associative_scan(combine, (values, starts))[0]
+
+
+def segment_products_of_others(values, segments):
+    """``prod_{j != i, segments[j] == segments[i]} values[j]`` for each ``i`` (1-D), zero-safe
+    and division-free: exclusive segmented products forward and backward over the members
+    sorted by segment (seed ``scatter_reduce_backward``'s prod, without its single-zero special
+    case, so second and higher derivatives are exact with any number of zeros)."""
+    order = jnp.argsort(segments, stable=True)
+    v, s = values[order], segments[order]
+    boundary = s[1:] != s[:-1]
+    starts = jnp.concatenate([jnp.ones(1, bool), boundary])
+    ends = jnp.concatenate([boundary, jnp.ones(1, bool)])
+    one = jnp.ones(1, v.dtype)
+    before = jnp.where(starts, 1, jnp.concatenate([one, _segmented_cumprod(v, starts)[:-1]]))
+    after = jnp.where(ends, 1, jnp.concatenate([_segmented_cumprod(v[::-1], ends[::-1])[:-1][::-1], one]))
+    return jnp.zeros_like(values).at[order].set(before * after)
+
+
+def embedding_row_weights(indices, padding_idx, scale_grad_by_freq, num, dtype):
+    """Per looked-up row: 0 for ``padding_idx``, ``1/count(index)`` with ``scale_grad_by_freq``,
+    else 1."""
+    weights = jnp.ones(indices.shape, dtype)
+    if scale_grad_by_freq:
+        counts = jnp.zeros(num, dtype).at[indices].add(1)
+        weights = weights / counts[indices]
+    if padding_idx is not None:
+        weights = jnp.where(indices == padding_idx, 0.0, weights)
+    return weights
+
+
+def scatter_prod_weights(x, index, src, axis, include_self):
+    """``(w_x, w_src)`` of a scatter product: each member's product of the other members of its
+    slot (``segment_products_of_others``); an element not kept (``include_self=False`` and
+    scattered) has weight 0, one not scattered and not kept weight 1."""
+    coords = scatter_coords(index, axis)
+    target = jnp.ravel_multi_index(jnp.broadcast_arrays(*coords), x.shape, mode="clip").ravel()
+    own = jnp.arange(x.size)
+    if include_self:
+        others = segment_products_of_others(jnp.concatenate([x.ravel(), src.ravel()]), jnp.concatenate([own, target]))
+        return others[: x.size].reshape(x.shape), others[x.size :].reshape(src.shape)
+    others = segment_products_of_others(src.ravel(), target)
+    return jnp.where(scattered_mask(x.shape, coords), 0, 1).astype(x.dtype), others.reshape(src.shape)
+
+
+def scatter_reduce_weights(res, *, axis, reduce, include_self):
+    """``(w_x, w_src, coords)``: the derivative of each output element with respect to its own
+    ``x`` element and to each scattered ``src`` element (seed ``scatter_reduce_backward`` /
+    ``scatter_reduce_jvp``). Residuals: ``(x, index, src, out, prod_weights)`` (the last only
+    for prod)."""
+    x, index, src, out, prod_weights = res
+    coords = scatter_coords(index, axis)
+    hit = scattered_mask(x.shape, coords)
+    keeps_x = jnp.ones(x.shape, bool) if include_self else ~hit
+    if reduce == "sum":
+        return keeps_x.astype(x.dtype), jnp.ones(src.shape, src.dtype), coords
+    if reduce == "mean":
+        count = keeps_x.astype(x.real.dtype) + scatter_add(x.shape, coords, jnp.ones(src.shape, x.real.dtype))
+        inverse = 1 / jnp.maximum(count, 1)
+        return keeps_x * inverse, inverse[coords], coords
+    if reduce in ("amax", "amin"):
+        x_ties = keeps_x & (x == out)
+        src_ties = src == out[coords]
+        count = x_ties.astype(x.dtype) + scatter_add(x.shape, coords, src_ties.astype(x.dtype))
+        inverse = safe_reciprocal(count, count == 0)
+        return x_ties * inverse, src_ties * inverse[coords], coords
+    return (*prod_weights, coords)  # prod: the product of the slot's other members

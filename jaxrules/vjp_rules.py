@@ -693,3 +693,23 @@ def fft_vjp(_, ct, *, kind, sizes, axes, norm, shape):
             weights, tuple(range(1, out.ndim - last % out.ndim))
         )
     return (P.resize(out, shape, axes),)
+
+
+# ----------------------------------------------------------------------------------------------
+# Indexing
+
+
+def embedding_vjp(res, ct, *, padding_idx, scale_grad_by_freq, num):
+    """Seed ``embedding_backward``: rows of ``ct`` added into their indices' rows, none into
+    ``padding_idx``, each divided by its index's count when ``scale_grad_by_freq``."""
+    indices = res
+    rows = ct * P.embedding_row_weights(indices, padding_idx, scale_grad_by_freq, num, ct.real.dtype)[..., None]
+    return None, jnp.zeros((num, ct.shape[-1]), ct.dtype).at[indices].add(rows)
+
+
+def scatter_reduce_vjp(res, ct, *, axis, reduce, include_self):
+    """Seed ``scatter_reduce_backward``: ``gx = ct o w_x``, ``gsrc = gather(ct) o w_src`` with the
+    per-member weights of ``partials.scatter_reduce_weights`` (1 for sum, 1/count for mean,
+    1/ties for amax/amin, the product of the others for prod)."""
+    x_weight, src_weight, coords = P.scatter_reduce_weights(res, axis=axis, reduce=reduce, include_self=include_self)
+    return ct * x_weight, None, ct[coords] * src_weight

@@ -19,6 +19,7 @@ from jaxrules.ops.elementwise import (
     sign,
     sinc,
 )
+from jaxrules.ops.indexing import scatter_reduce
 from jaxrules.ops.linalg import matmul
 from jaxrules.ops.reductions import (
     amax,
@@ -42,6 +43,6 @@ from jaxrules.ops.reductions import (
 __all__ = [
     "abs", "absolute", "amax", "amin", "angle", "arctan2", "clip", "copysign", "cumprod", "cumsum",
     "deg2rad", "degrees", "fft", "linalg", "log1p", "logcumsumexp", "matmul", "max", "mean", "median", "min",
-    "nansum", "power", "prod", "rad2deg", "radians", "sign", "sinc", "std", "std_mean", "sum",
+    "nansum", "power", "prod", "rad2deg", "radians", "scatter_reduce", "sign", "sinc", "std", "std_mean", "sum",
     "var", "var_mean",
 ]

@@ -418,8 +418,12 @@ register(OpRecord(
 register(OpRecord(
     "adjugate", adjugate, ("jaxrules.linalg.adjugate",), ("adjugate",), ("linalg_det_backward (SVD branch)",),
     lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((normal(rng, dt, 2, 4, 4),))],
-    None, "", dtypes=_C,
-    singular=tuple(SingularPoint(label, (a,), finite_second=label != "zero matrix") for label, a in _SINGULAR),
+    lambda torch, a: torch.linalg.det(a)[..., None, None] * torch.linalg.inv(a), "det(A) inv(A) in torch", dtypes=_C,
+    singular=tuple(
+        SingularPoint(label, (a,), finite_second=label != "zero matrix",
+                      torch_differs="torch has no adjugate; det(A) inv(A) is undefined at singular A")
+        for label, a in _SINGULAR
+    ),
     deviations="Second derivatives (det's third) at matrices with repeated zero singular values, "
     "such as the zero matrix, are NaN: they go through JAX's SVD derivative.",
 ))
