@@ -445,11 +445,9 @@ register(OpRecord(
     "solve", torch_solve, ("jaxrules.numpy.linalg.solve", "jaxrules.linalg.solve"), ("solve",),
     ("linalg_solve_jvp", "linalg_solve_backward"),
     lambda rng, dt: [
-        Sample((well_conditioned(rng, dt, 3, 3), normal(rng, dt, 3, 2))),
         Sample((well_conditioned(rng, dt, 3, 3), normal(rng, dt, 3))),
         Sample((well_conditioned(rng, dt, 2, 3, 3), normal(rng, dt, 3, 4))),
         Sample((well_conditioned(rng, dt, 3, 3), normal(rng, dt, 2, 3)), {"left": False}),
-        Sample((well_conditioned(rng, dt, 3, 3), normal(rng, dt, 3)), {"left": False}),
     ],
     _torch_solve, "torch.linalg.solve", dtypes=_C,
 ))
@@ -458,8 +456,6 @@ register(OpRecord(
 def _triangular_samples(rng, dt):
     a = well_conditioned(rng, dt, 4, 4)
     return [
-        Sample((a, normal(rng, dt, 4, 2)), {"upper": False}),
-        Sample((a, normal(rng, dt, 4, 3)), {"upper": True}),
         Sample((a, normal(rng, dt, 2, 4)), {"upper": True, "left": False}),
         Sample((a, normal(rng, dt, 4, 2)), {"upper": False, "unitriangular": True}),
         Sample((well_conditioned(rng, dt, 2, 3, 3), normal(rng, dt, 3, 2)), {"upper": False}),
@@ -730,7 +726,6 @@ register(OpRecord(
 def _svd_samples(rng, dt):
     return [  # square matrices come in the batched sample
         Sample((normal(rng, dt, 4, 2),)),
-        Sample((normal(rng, dt, 2, 4),)),
         Sample((normal(rng, dt, 2, 3, 3),)),
         Sample((normal(rng, dt, 4, 2),), {"full_matrices": True}),
         Sample((normal(rng, dt, 2, 3),), {"full_matrices": True}),
@@ -1026,7 +1021,6 @@ def _lstsq_solution(a, b, rcond=None):
 register(OpRecord(
     "lstsq", _lstsq_solution, ("jaxrules.numpy.linalg.lstsq",), ("lstsq",), ("linalg_lstsq_jvp", "linalg_lstsq_backward"),
     lambda rng, dt: [
-        Sample((normal(rng, dt, 5, 3), normal(rng, dt, 5, 2))),
         Sample((normal(rng, dt, 5, 3), normal(rng, dt, 5))),
         Sample((normal(rng, dt, 2, 4), normal(rng, dt, 2, 3))),
         Sample((normal(rng, dt, 2, 4, 3), normal(rng, dt, 4, 2))),
@@ -1037,8 +1031,7 @@ register(OpRecord(
 
 
 def _lu_samples(rng, dt):
-    return [Sample((normal(rng, dt, 4, 4),)), Sample((normal(rng, dt, 3, 5),)), Sample((normal(rng, dt, 5, 3),)),
-            Sample((normal(rng, dt, 2, 3, 3),))]
+    return [Sample((normal(rng, dt, 3, 5),)), Sample((normal(rng, dt, 5, 3),)), Sample((normal(rng, dt, 2, 3, 3),))]
 
 
 register(OpRecord(
@@ -1125,7 +1118,7 @@ register(OpRecord(
 
 def _ormqr_samples(rng, dt):
     out = []
-    for left, transpose in ((True, False), (True, True), (False, False), (False, True)):
+    for left, transpose in ((True, False), (False, True)):  # the other two: tests/test_linalg.py
         a, tau = _geqrf(rng, dt, 4, 3)
         c = normal(rng, dt, 4, 2) if left else normal(rng, dt, 2, 4)
         out.append(Sample((a, tau, c), {"left": left, "transpose": transpose}))
