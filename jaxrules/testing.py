@@ -142,6 +142,12 @@ def _each_sample(record: OpRecord, dtypes: Iterable[str] | None = None):
                 yield f"{dtype} sample {k}", sample
 
 
+def _first_of_dtype(label: str) -> bool:
+    """Whether ``label`` names a dtype's first sample (where the checks whose outcome does not
+    depend on the values, only on shapes and code paths, run once per dtype)."""
+    return label.endswith(" sample 0")
+
+
 # ----------------------------------------------------------------------------------------------
 # The checks. Each raises CheckFailure (or any exception) on failure and returns the max error.
 
@@ -209,6 +215,21 @@ def _loop(f, batched_args, in_axes, n):
     return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
 
 
+def _vmap_axes_and_nesting(f, args, compare):
+    """A batch axis other than 0 (the last) on the first argument, and a nested vmap over a
+    (2, 3) batch of it, against loops."""
+    n = len(_SCALES)
+    last = args[0].ndim
+    in_axes = [last] + [None] * (len(args) - 1)
+    batched = [_batch(args[0], last)] + args[1:]
+    compare(f"vmap in_axes={in_axes}", jax.vmap(f, in_axes=in_axes)(*batched), _loop(f, batched, in_axes, n))
+    # Nested vmap over a (2, 3) batch of the first argument.
+    nested = jnp.stack([_batch(args[0]), _batch(args[0], scales=(0.99, 0.96, 0.93))])
+    rest = lambda b: f(b, *args[1:])
+    looped = _loop(lambda row: _loop(rest, [row], [0], n), [nested], [0], 2)
+    compare("nested vmap", jax.vmap(jax.vmap(rest))(nested), looped)
+
+
 def _check_vmap(record: OpRecord) -> float:
     tol = _tol(record, "vmap", 1e-10)
     worst = 0.0
@@ -229,21 +250,13 @@ def _check_vmap(record: OpRecord) -> float:
                 batched = [_batch(a) if d == 0 else a for a, d in zip(args, in_axes)]
                 expected = _loop(f, batched, in_axes, n)
                 compare(f"vmap in_axes={in_axes}", jax.vmap(f, in_axes=in_axes)(*batched), expected)
-        # A batch axis other than 0 (the last), on the first argument.
-        last = args[0].ndim
-        in_axes = [last] + [None] * (len(args) - 1)
-        batched = [_batch(args[0], last)] + args[1:]
-        compare(f"vmap in_axes={in_axes}", jax.vmap(f, in_axes=in_axes)(*batched), _loop(f, batched, in_axes, n))
-        # Nested vmap over a (2, 3) batch of the first argument.
-        nested = jnp.stack([_batch(args[0]), _batch(args[0], scales=(0.99, 0.96, 0.93))])
-        rest = lambda b: f(b, *args[1:])
-        looped = _loop(lambda row: _loop(rest, [row], [0], n), [nested], [0], 2)
-        compare("nested vmap", jax.vmap(jax.vmap(rest))(nested), looped)
+        if _first_of_dtype(label):
+            _vmap_axes_and_nesting(f, args, compare)
         # vmap of grad, grad of vmap (the last argument unbatched when there are several), vmap of jvp.
         out = f(*args)
         ct = jax.tree.map(lambda o: _like(rng, o), out)
         loss = _loss(f, ct)
-        grad = jax.grad(loss, argnums=tuple(range(len(args))))
+        grad = jax.jit(jax.grad(loss, argnums=tuple(range(len(args)))))  # traced once, called many times
         batched = [_batch(a) for a in args]
         in_axes = [0] * len(args)
         compare("vmap of grad", jax.vmap(grad)(*batched), _loop(grad, batched, in_axes, n))
@@ -255,9 +268,9 @@ def _check_vmap(record: OpRecord) -> float:
             jnp.stack([g[i] for g in looped]) if d == 0 else sum(g[i] for g in looped)
             for i, d in enumerate(in_axes)
         ]
-        compare("grad of vmap", jax.grad(summed, argnums=tuple(range(len(args))))(*batched), expected)
+        compare("grad of vmap", jax.jit(jax.grad(summed, argnums=tuple(range(len(args)))))(*batched), expected)
         tangents = [_batch(_like(rng, a)) for a in args]
-        jvp = lambda *at: jax.jvp(f, at[: len(args)], at[len(args) :])
+        jvp = jax.jit(lambda *at: jax.jvp(f, at[: len(args)], at[len(args) :]))
         both = [_batch(a) for a in args] + tangents
         compare("vmap of jvp", jax.vmap(jvp)(*both), _loop(jvp, both, [0] * len(both), n))
     return worst
@@ -275,12 +288,13 @@ def _check_jit(record: OpRecord) -> float:
         grad = jax.grad(_loss(f, ct), argnums=argnums)
         tangents = tuple(_like(rng, a) for a in args)
         jvp = lambda *a: jax.jvp(f, a, tangents)
-        for what, fn in (("value", f), ("grad", grad), ("jvp", jvp)):
-            worst = max(worst, _expect_close(f"{label}: jit {what}", jax.jit(fn)(*args), fn(*args), tol))
+        if _first_of_dtype(label):  # eager evaluation is slow; jit vs eager once per dtype
+            for what, fn in (("value", f), ("grad", grad), ("jvp", jvp)):
+                worst = max(worst, _expect_close(f"{label}: jit {what}", jax.jit(fn)(*args), fn(*args), tol))
         # Differentiating a jitted function (partial evaluation of the jaxpr, where the fixed
         # arguments become literals) must agree too.
         grad_of_jit = jax.grad(_loss(jax.jit(f), ct), argnums=argnums)(*args)
-        worst = max(worst, _expect_close(f"{label}: grad of jit", grad_of_jit, grad(*args), tol))
+        worst = max(worst, _expect_close(f"{label}: grad of jit", grad_of_jit, jax.jit(grad)(*args), tol))
     return worst
 
 
