@@ -695,3 +695,38 @@ def scatter_reduce_jvp(res, tx, ti, tsrc, *, axis, reduce, include_self):
         None if tx is None else tx * x_weight,
         None if tsrc is None else P.scatter_add(x_weight.shape, coords, tsrc * src_weight),
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# Shape and indexing (linear maps: the op applied to the tangents)
+
+
+def _present_dtype(tangents):
+    return next(t.dtype for t in tangents if t is not None)
+
+
+def concatenate_jvp(_, *tangents, axis, shapes):
+    """The tangents concatenated (zeros for absent ones)."""
+    dtype = _present_dtype(tangents)
+    return jnp.concatenate([jnp.zeros(s, dtype) if t is None else t for t, s in zip(tangents, shapes)], axis=axis)
+
+
+def stack_jvp(_, *tangents, axis, shape):
+    """The tangents stacked (zeros for absent ones)."""
+    dtype = _present_dtype(tangents)
+    return jnp.stack([jnp.zeros(shape, dtype) if t is None else t for t in tangents], axis=axis)
+
+
+def take_along_axis_jvp(indices, tx, _, *, axis, shape):
+    """``take_along_axis(dx, indices)``."""
+    return jnp.take_along_axis(tx, indices, axis=axis)
+
+
+def masked_fill_jvp(mask, tx, _, **__):
+    """``dx`` where the mask is false, 0 under it."""
+    return jnp.where(mask, 0, tx)
+
+
+def pad_jvp(_, tx, *, widths):
+    """``pad(dx)`` (zero fill)."""
+    return jnp.pad(tx, widths)

@@ -10,6 +10,7 @@ cotangents of the broadcast shape; the mechanism sums them back to the argument'
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 import jax
@@ -713,3 +714,35 @@ def scatter_reduce_vjp(res, ct, *, axis, reduce, include_self):
     1/ties for amax/amin, the product of the others for prod)."""
     x_weight, src_weight, coords = P.scatter_reduce_weights(res, axis=axis, reduce=reduce, include_self=include_self)
     return ct * x_weight, None, ct[coords] * src_weight
+
+
+# ----------------------------------------------------------------------------------------------
+# Shape and indexing
+
+
+def concatenate_vjp(_, ct, *, axis, shapes):
+    """Seed ``cat_tensors_backward``: ``ct`` split back into the pieces."""
+    bounds = list(itertools.accumulate(s[axis] for s in shapes))[:-1]
+    return tuple(jnp.split(ct, bounds, axis=axis))
+
+
+def stack_vjp(_, ct, *, axis, shape):
+    """Seed ``stack_tensors_backward``: ``ct`` unbound along ``axis``."""
+    return tuple(jnp.take(ct, k, axis=axis) for k in range(ct.shape[axis]))
+
+
+def take_along_axis_vjp(indices, ct, *, axis, shape):
+    """Seed ``gather_backward``: ``ct`` scatter-added at the gathered positions (duplicates
+    accumulate)."""
+    return P.scatter_add(shape, P.scatter_coords(indices, axis), ct), None
+
+
+def masked_fill_vjp(mask, ct, **_):
+    """Seed ``masked_fill`` backward: ``ct`` where the mask is false (the fill value is a
+    constant)."""
+    return jnp.where(mask, 0, ct), None
+
+
+def pad_vjp(_, ct, *, widths):
+    """Seed ``constant_pad_nd_backward``: the interior slice of ``ct``."""
+    return (ct[tuple(slice(lo, ct.shape[d] - hi) for d, (lo, hi) in enumerate(widths))],)

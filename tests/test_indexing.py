@@ -9,6 +9,7 @@ import pytest
 import torch
 from jax.test_util import check_grads
 
+import jaxrules.numpy as rnp
 from jaxrules.nn import embedding
 from jaxrules.numpy import scatter_reduce
 
@@ -68,6 +69,11 @@ def test_scatter_complex_sum_and_mean_and_src_cut_to_index():
         (lambda: scatter_reduce(np.ones((2, 3)), 1, np.zeros(2, int), np.ones(2), "sum"), ValueError,
          ["scatter_reduce", "rank"]),
         (lambda: embedding(np.zeros(3, int), np.ones(4)), ValueError, ["embedding", "weight"]),
+        (lambda: rnp.concatenate([np.ones((2, 3)), np.ones((2, 2))]), ValueError, ["concatenate", "axis"]),
+        (lambda: rnp.stack([np.ones(2), np.ones(3)]), ValueError, ["stack", "shape"]),
+        (lambda: rnp.take_along_axis(np.ones((2, 3)), np.zeros(2, int), 1), TypeError, ["take_along_axis", "indices"]),
+        (lambda: rnp.masked_fill(np.ones(3), np.ones(3), 0.0), TypeError, ["masked_fill", "mask"]),
+        (lambda: rnp.pad(np.ones(3), 1, mode="edge"), ValueError, ["pad", "mode"]),
         (lambda: embedding(np.zeros(3), np.ones((4, 2))), TypeError, ["embedding", "indices"]),
         (lambda: embedding(np.zeros(3, int), np.ones((4, 2)), padding_idx=7), ValueError, ["embedding", "padding_idx"]),
     ],

@@ -39,10 +39,11 @@ from jaxrules.ops.reductions import (
     var,
     var_mean,
 )
+from jaxrules.ops.shape import concatenate, masked_fill, pad, stack, take_along_axis
 
 __all__ = [
-    "abs", "absolute", "amax", "amin", "angle", "arctan2", "clip", "copysign", "cumprod", "cumsum",
-    "deg2rad", "degrees", "fft", "linalg", "log1p", "logcumsumexp", "matmul", "max", "mean", "median", "min",
-    "nansum", "power", "prod", "rad2deg", "radians", "scatter_reduce", "sign", "sinc", "std", "std_mean", "sum",
-    "var", "var_mean",
+    "abs", "absolute", "amax", "amin", "angle", "arctan2", "clip", "concatenate", "copysign", "cumprod",
+    "cumsum", "deg2rad", "degrees", "fft", "linalg", "log1p", "logcumsumexp", "masked_fill", "matmul", "max",
+    "mean", "median", "min", "nansum", "pad", "power", "prod", "rad2deg", "radians", "scatter_reduce",
+    "sign", "sinc", "stack", "std", "std_mean", "sum", "take_along_axis", "var", "var_mean",
 ]

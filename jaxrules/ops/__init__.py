@@ -1,6 +1,17 @@
 """The ops: each module defines its ops (primal + residuals), their public functions and their
 registry records. Importing this package registers every op."""
 
-from jaxrules.ops import activations, elementwise, fft, indexing, linalg, losses, normalization, norms, reductions
+from jaxrules.ops import (
+    activations,
+    elementwise,
+    fft,
+    indexing,
+    linalg,
+    losses,
+    normalization,
+    norms,
+    reductions,
+    shape,
+)
 
-__all__ = ["activations", "elementwise", "fft", "indexing", "linalg", "losses", "normalization", "norms", "reductions"]
+__all__ = ["activations", "elementwise", "fft", "indexing", "linalg", "losses", "normalization", "norms", "reductions", "shape"]
