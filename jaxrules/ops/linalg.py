@@ -1023,7 +1023,7 @@ register(OpRecord(
     lambda rng, dt: [
         Sample((normal(rng, dt, 5, 3), normal(rng, dt, 5))),
         Sample((normal(rng, dt, 2, 4), normal(rng, dt, 2, 3))),
-        Sample((normal(rng, dt, 2, 4, 3), normal(rng, dt, 4, 2))),
+        Sample((normal(rng, dt, 2, 4, 3) + 2 * np.eye(4, 3), normal(rng, dt, 4, 2))),  # batched, well-conditioned
     ],
     lambda torch, a, b, rcond=None: torch.linalg.lstsq(a, b.expand(a.shape[:-2] + b.shape), driver="gelsd").solution,
     "torch.linalg.lstsq", dtypes=_C,
