@@ -409,7 +409,7 @@ def cholesky_jvp(factor, ta, **_):
     ``cholesky_jvp``; the tangent is symmetrized as the primal is, jnp's convention)."""
     y = P.tri_solve(factor, _herm(ta), lower=True)
     y = P.tri_solve(factor, y, lower=True, left=False, transpose=True, conjugate=True)
-    return factor @ (jnp.tril(y) - _embed(_diag(y)) / 2)
+    return factor @ P.half_diagonal(jnp.tril(y))
 
 
 def cho_solve_jvp(res, tc, tb, *, lower):
@@ -506,12 +506,6 @@ def svdvals_jvp(res, ta, **_):
     return _diag(_mH(u) @ ta @ _mH(vh)).real
 
 
-def _triu_half_diag(x):
-    return jnp.triu(x) - _embed(_diag(x)) / 2
-
-
-def _half_diag(x):
-    return x - _embed(_diag(x)) / 2
 
 
 def qr_jvp(res, ta, *, complete):
@@ -524,7 +518,7 @@ def qr_jvp(res, ta, *, complete):
         qn, rn = q[..., :n], r[..., :n, :]
         da_rinv = P.tri_solve(rn, ta, lower=False, left=False)
         x = _mH(qn) @ da_rinv
-        dr = _triu_half_diag(x + _mH(x))
+        dr = P.half_diagonal(jnp.triu(x + _mH(x)))
         dq = da_rinv - qn @ dr
         dr = dr @ rn
         if complete and m > n:
@@ -534,7 +528,7 @@ def qr_jvp(res, ta, *, complete):
     x = P.tri_solve(r[..., :m], qh_da[..., :m], lower=False, left=False)
     d = _diag(x)
     trilim = jnp.tril(x, -1) + _embed(d - d.real)
-    dq = _half_diag(trilim - _mH(trilim))
+    dq = P.half_diagonal(trilim - _mH(trilim))
     return q @ dq, qh_da - dq @ r
 
 

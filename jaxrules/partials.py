@@ -554,6 +554,11 @@ def diag_embed(d):
     return d[..., :, None] * jnp.eye(d.shape[-1], dtype=d.dtype)
 
 
+def half_diagonal(x):
+    """``x`` with its diagonal halved (torch's ``syminv`` / ``syminvadj`` / ``triliminv``)."""
+    return x - diag_embed(diagonal(x)) / 2
+
+
 def band(x, lower, strict=False):
     """``tril(x)`` or ``triu(x)``; strictly below (above) the diagonal when ``strict``."""
     if lower:

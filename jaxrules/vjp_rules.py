@@ -407,7 +407,7 @@ def cholesky_vjp(factor, g, **_):
     """``gA = herm(L^{-H} Phi(L^H gL) L^{-1})``, ``Phi(X) = tril(X) - diag(X)/2`` (seed
     ``cholesky_backward``)."""
     y = _mH(factor) @ g
-    y = jnp.tril(y) - _embed(_diag(y)) / 2
+    y = P.half_diagonal(jnp.tril(y))
     y = P.tri_solve(factor, y, lower=True, transpose=True, conjugate=True)
     y = P.tri_solve(factor, y, lower=True, left=False)
     return (_herm(y),)
@@ -514,16 +514,12 @@ def qr_vjp(res, g, *, complete):
             gq, gr, q, r = complement_adjoint(q, gq, n), gr[..., :n, :], q[..., :n], r[..., :n, :]
         mm = gr @ _mH(r) - _mH(q) @ gq
         y = jnp.triu(mm)
-        ga = q @ _half_diag(y + _mH(y)) + gq
+        ga = q @ P.half_diagonal(y + _mH(y)) + gq
         return (P.tri_solve(r, ga, lower=False, left=False, transpose=True, conjugate=True),)
     mm = gr @ _mH(r) - _mH(q) @ gq
-    y = _half_diag(jnp.tril(-mm - _mH(-mm)))
+    y = P.half_diagonal(jnp.tril(-mm - _mH(-mm)))
     ga = P.tri_solve(r[..., :m], q @ y, lower=False, left=False, transpose=True, conjugate=True)
     return (jnp.concatenate([ga, jnp.zeros(ga.shape[:-1] + (n - m,), ga.dtype)], axis=-1) + q @ gr,)
-
-
-def _half_diag(x):
-    return x - _embed(_diag(x)) / 2
 
 
 @_torch_convention

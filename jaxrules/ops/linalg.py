@@ -194,18 +194,23 @@ def _solve_primal(a, b, *, left):
 solve_op = _op("solve", _solve_primal, lambda out, a, b, **_: (*P.lu_factor(a), out))
 
 
-def _solve(op, a, b, left):
-    a = _matrix(op, "a", a, square=True)
-    b = V.array(op, "b", b)
+def _solve_with(op_name, bound_op, a, b, left):
+    """Shared by the solves: validate, make a 1-D ``b`` a column (``left``) or row, broadcast the
+    batch dims, call ``bound_op(a, b)`` and restore the vector shape."""
+    a = _matrix(op_name, "a", a, square=True)
+    b = V.array(op_name, "b", b)
     a, b = _same_dtype(a, b)
     vector = b.ndim == 1
     b2 = b[:, None] if vector and left else (b[None, :] if vector else b)
     axis = -2 if left else -1
     if b2.ndim < 2 or b2.shape[axis] != a.shape[-1]:
-        raise ValueError(f"{op}: b of shape {b.shape} does not match a of shape {a.shape}")
-    a, b2 = _broadcast_batch(op, a, b2, 2)
-    x = solve_op(a, b2, left=left)
+        raise ValueError(f"{op_name}: b of shape {b.shape} does not match a of shape {a.shape}")
+    x = bound_op(*_broadcast_batch(op_name, a, b2, 2))
     return x[..., 0] if vector and left else (x[..., 0, :] if vector else x)
+
+
+def _solve(op, a, b, left):
+    return _solve_with(op, lambda a, b: solve_op(a, b, left=left), a, b, left)
 
 
 def solve(a, b):
@@ -236,18 +241,9 @@ solve_triangular_op = _op(
 
 
 def _solve_triangular(op, a, b, *, lower, unit, trans, left):
-    a = _matrix(op, "a", a, square=True)
-    b = V.array(op, "b", b)
-    a, b = _same_dtype(a, b)
     transpose, conjugate = _tri_flags(op, trans)
-    vector = b.ndim == 1
-    b2 = b[:, None] if vector and left else (b[None, :] if vector else b)
-    axis = -2 if left else -1
-    if b2.ndim < 2 or b2.shape[axis] != a.shape[-1]:
-        raise ValueError(f"{op}: b of shape {b.shape} does not match a of shape {a.shape}")
-    a, b2 = _broadcast_batch(op, a, b2, 2)
-    x = solve_triangular_op(a, b2, lower=bool(lower), unit=bool(unit), transpose=transpose, conjugate=conjugate, left=left)
-    return x[..., 0] if vector and left else (x[..., 0, :] if vector else x)
+    flags = dict(lower=bool(lower), unit=bool(unit), transpose=transpose, conjugate=conjugate, left=left)
+    return _solve_with(op, lambda a, b: solve_triangular_op(a, b, **flags), a, b, left)
 
 
 def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False, debug=None, check_finite=True):
@@ -472,10 +468,6 @@ register(OpRecord(
     ("linalg_solve_triangular_forward_AD", "linalg_solve_triangular_backward"),
     _triangular_samples, _torch_solve_triangular, "torch.linalg.solve_triangular", dtypes=_C,
 ))
-
-
-def _hermitian(x):
-    return (x + np.conj(np.swapaxes(x, -1, -2))) / 2
 
 
 register(OpRecord(
@@ -1112,7 +1104,7 @@ register(OpRecord(
     ("householder_product_jvp", "householder_product_backward"),
     lambda rng, dt: [Sample(_geqrf(rng, dt, 4, 4)), Sample(_geqrf(rng, dt, 5, 3)), Sample(_geqrf(rng, dt, 2, 4, 2))],
     lambda torch, a, tau: torch.linalg.householder_product(a, tau), "torch.linalg.householder_product", dtypes=_C,
-    deviations="Differentiable (JAX: NotImplementedError).",
+    deviations="Differentiable (JAX has no derivative rule for it).",
 ))
 
 
@@ -1128,5 +1120,5 @@ def _ormqr_samples(rng, dt):
 register(OpRecord(
     "ormqr", ormqr, ("jaxrules.linalg.ormqr",), ("ormqr",), ("ormqr_backward",),
     _ormqr_samples, lambda torch, a, tau, c, left=True, transpose=False: torch.ormqr(a, tau, c, left, transpose),
-    "torch.ormqr", dtypes=_C, deviations="Differentiable (JAX: NotImplementedError).",
+    "torch.ormqr", dtypes=_C, deviations="Differentiable (JAX has no derivative rule for it).",
 ))
