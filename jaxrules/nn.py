@@ -11,11 +11,13 @@ from jaxrules.ops.activations import (
     log_sigmoid,
     log_softmax,
     mish,
+    relu,
     selu,
     silu,
     softmax,
     softplus,
     swish,
+    threshold,
 )
 from jaxrules.ops.indexing import embedding
 from jaxrules.ops.linalg import linear
@@ -34,5 +36,6 @@ __all__ = [
     "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu", "dropout", "elu",
     "embedding", "gelu",
     "glu", "group_norm", "huber_loss", "layer_norm", "linear", "log_sigmoid", "log_softmax", "logsumexp", "mish",
-    "mse_loss", "selu", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softplus", "swish",
+    "mse_loss", "relu", "selu", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softplus", "swish",
+    "threshold",
 ]

@@ -409,6 +409,11 @@ def silu_derivative(x):
     return s * (1 + x * (1 - s))
 
 
+def threshold_derivative(x, threshold, value):
+    """``[x > threshold]`` (torch's ``threshold_backward``: 0 at x == threshold, so relu'(0) = 0)."""
+    return (x > threshold).astype(x.dtype)
+
+
 def mish_derivative(x):
     """``tanh(sp) + x sigmoid(x) (1 - tanh(sp)^2)``, ``sp = softplus(x)`` computed stably, so the
     second derivative is finite at large x (torch: NaN at 800; seed
@@ -600,25 +605,28 @@ def pair_products(s):
     return jnp.where(eye, 0, prod_of_others(without_i, (without_i.ndim - 1,)))
 
 
-def _raise_gauge(bad, message):
+def _raise_if(bad, message):
     import numpy as np
 
     if np.any(bad):
         raise ValueError(message)
 
 
+def runtime_check(bad, message):
+    """Raise ``ValueError(message)`` if any of ``bad`` is true, from a host callback, so the
+    check also fires under jit (as an XLA runtime error carrying the message)."""
+    jax.debug.callback(functools.partial(_raise_if, message=message), bad)
+
+
 def check_gauge(im_diag, op):
     """torch's gauge check for complex eigen/singular vectors: the loss must not depend on
-    their phases, i.e. ``Im diag(V^H gV)`` must vanish (``allclose(., 0, 1e-2, 1e-2)``).
-    jaxrules raises the same error from a host callback, so it also fires under jit (as an
-    XLA runtime error carrying this message)."""
-    bad = jnp.any(jnp.abs(im_diag) > 1e-2)
-    message = (
+    their phases, i.e. ``Im diag(V^H gV)`` must vanish (``allclose(., 0, 1e-2, 1e-2)``)."""
+    runtime_check(
+        jnp.any(jnp.abs(im_diag) > 1e-2),
         f"{op}: the eigenvectors/singular vectors in the complex case are specified up to "
         "multiplication by e^{i phi}; the loss depends on this phase, so its gradient is "
-        "ill-defined (make the loss invariant, e.g. use abs(V) or V @ V^H)."
+        "ill-defined (make the loss invariant, e.g. use abs(V) or V @ V^H).",
     )
-    jax.debug.callback(functools.partial(_raise_gauge, message=message), bad)
 
 
 def lu_solve(lu, piv, b, trans=0):

@@ -8,10 +8,11 @@ from jaxrules.ops import (
     indexing,
     linalg,
     losses,
+    nested,
     normalization,
     norms,
     reductions,
     shape,
 )
 
-__all__ = ["activations", "elementwise", "fft", "indexing", "linalg", "losses", "normalization", "norms", "reductions", "shape"]
+__all__ = ["activations", "elementwise", "fft", "indexing", "linalg", "losses", "nested", "normalization", "norms", "reductions", "shape"]

@@ -39,6 +39,7 @@ def _softplus_primal(x, *, beta, threshold, **_):
     return jnp.where(bx > threshold, x, jax.nn.softplus(jnp.minimum(bx, threshold)) / beta)
 
 
+_threshold = _pointwise("threshold", lambda x, *, threshold, value, **_: jnp.where(x > threshold, x, value).astype(x.dtype))
 _silu = _pointwise("silu", lambda x, **_: jax.nn.silu(x))
 _mish = _pointwise("mish", lambda x, **_: x * jnp.tanh(jax.nn.softplus(x)))
 _gelu = _pointwise("gelu", lambda x, *, approximate, **_: jax.nn.gelu(x, approximate=approximate))
@@ -65,6 +66,20 @@ def _positive(op, name, value):
     if not isinstance(value, numbers.Real) or value <= 0:
         raise ValueError(f"{op}: {name} must be a positive number, got {value!r}")
     return float(value)
+
+
+def threshold(x, threshold, value):
+    """torch.nn.functional.threshold: ``x`` where ``x > threshold``, else ``value``; derivative
+    ``[x > threshold]`` (torch ``threshold_backward``, 0 at the threshold)."""
+    for name, v in (("threshold", threshold), ("value", value)):
+        if not isinstance(v, numbers.Real):
+            raise TypeError(f"threshold: {name} must be a real number, got {v!r}")
+    return _threshold(_real("threshold", x), threshold=float(threshold), value=float(value))
+
+
+def relu(x):
+    """``max(x, 0)`` with derivative ``[x > 0]`` (torch's: 0 at 0, as ``jax.nn.relu``)."""
+    return _threshold(_real("relu", x), threshold=0.0, value=0.0)
 
 
 def silu(x):
@@ -174,6 +189,13 @@ _F = "torch.nn.functional."
 _record("silu", silu, ("infinitely_differentiable_silu_backward",), _samples(),
         lambda t, x: t.nn.functional.silu(x), _F + "silu", low_precision=("float32", "bfloat16"),
         singular=(SingularPoint("saturation", (f64(-800.0, 800.0),), (f64(0, 1),)),))
+_record("relu", relu, ("threshold_backward",), _samples(),
+        lambda t, x: t.relu(x), "torch.relu", formula_ops=("threshold",), low_precision=("float32", "bfloat16"),
+        singular=(SingularPoint("kink", (f64(0.0, -1.0, 2.0),), (f64(0, 0, 1),)),))
+_record("threshold", threshold, ("threshold_backward",),
+        lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4) + 0.01, 0.5, -2.0))],
+        lambda t, x, th, value: t.nn.functional.threshold(x, th, value), _F + "threshold",
+        singular=(SingularPoint("at the threshold", (f64(0.5, 1.0), 0.5, -2.0), (f64(0, 1),)),))
 _record("mish", mish, ("infinitely_differentiable_mish_backward",), _samples(),
         lambda t, x: t.nn.functional.mish(x), _F + "mish",
         singular=(SingularPoint("large x", (f64(800.0),), (f64(1),),

@@ -1,0 +1,226 @@
+"""Registry records of the NestedTensor ops (``jaxrules.nested``).
+
+Each record's function takes the packed ``values`` (and dense operands) plus the integer
+``offsets`` and returns the result's packed values (or the dense result). Its reference,
+``torch_fn``, is the same computation done per component on dense torch tensors (split by the
+lengths, the dense op on each, concatenated), so the harness checks values, gradients and JVPs
+against per-component dense math.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxrules import nested as N
+from jaxrules.ops._sampling import normal
+from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+
+_LENGTHS = ((2, 0, 3, 1), (1, 4))
+
+
+def _offsets(lengths) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+
+def _rows(lengths) -> int:
+    return int(sum(lengths))
+
+
+def _per_component(torch, offsets, fn, *packed, cat=True):
+    """``fn`` on each component of the packed torch tensors, results concatenated (or stacked
+    when ``cat`` is False)."""
+    lengths = torch.diff(offsets).tolist()
+    pieces = [fn(*parts) for parts in zip(*(torch.split(x, lengths) for x in packed))]
+    return torch.cat(pieces) if cat else torch.stack(pieces)
+
+
+def _nt(values, offsets):
+    return N.from_jagged(values, offsets)
+
+
+def _record(name, fn, seed, formula_ops, samples, torch_fn, **kw):
+    register(OpRecord(
+        f"nested.{name}", fn, (f"jaxrules.nested.{name}",), formula_ops, seed, samples, torch_fn,
+        "per component: " + kw.pop("torch_name"), **kw,
+    ))
+
+
+def _unary_samples(inner=(3,), scale=2.0):
+    return lambda rng, dt: [
+        Sample((scale * normal(rng, dt, _rows(lengths), *inner), _offsets(lengths))) for lengths in _LENGTHS
+    ]
+
+
+_record(
+    "gelu", lambda values, offsets: N.gelu(_nt(values, offsets)).values, ("gelu_backwards_nested",), ("gelu",),
+    _unary_samples(),
+    lambda t, values, offsets: _per_component(t, offsets, lambda x: t.nn.functional.gelu(x, approximate="tanh"), values),
+    torch_name="torch.nn.functional.gelu(approximate='tanh')",
+)
+_record(
+    "relu", lambda values, offsets: N.relu(_nt(values, offsets)).values, ("threshold_backwards_nested",),
+    ("threshold",), _unary_samples(), lambda t, values, offsets: _per_component(t, offsets, t.relu, values),
+    torch_name="torch.relu",
+)
+_record(
+    "silu", lambda values, offsets: N.silu(_nt(values, offsets)).values, ("silu_backward_nested",), ("silu",),
+    _unary_samples(), lambda t, values, offsets: _per_component(t, offsets, t.nn.functional.silu, values),
+    torch_name="torch.nn.functional.silu",
+)
+
+
+def _linear_samples(rng, dt):
+    return [
+        Sample((normal(rng, dt, 6, 3), normal(rng, dt, 4, 3), normal(rng, dt, 4), _offsets((2, 0, 3, 1)))),
+        Sample((normal(rng, dt, 5, 2, 3), normal(rng, dt, 2, 3), None, _offsets((1, 4)))),
+    ]
+
+
+_record(
+    "linear", lambda values, weight, bias, offsets: N.linear(_nt(values, offsets), weight, bias).values,
+    ("nested_linear_backward",), ("linear",), _linear_samples,
+    lambda t, values, weight, bias, offsets: _per_component(
+        t, offsets, lambda x: t.nn.functional.linear(x, weight, bias), values
+    ),
+    torch_name="torch.nn.functional.linear",
+    deviations="The bias gradient is defined (torch's nested linear backward leaves it unimplemented).",
+)
+
+
+def _matmul_samples(rng, dt):
+    return [
+        Sample((normal(rng, dt, 6, 3), normal(rng, dt, 3, 2), _offsets((2, 0, 3, 1))), {"nested_rhs": False}),
+        Sample((normal(rng, dt, 5, 2, 3), normal(rng, dt, 5, 3, 4), _offsets((1, 4))), {"nested_rhs": True}),
+        Sample((normal(rng, dt, 5, 2, 3), normal(rng, dt, 3, 4), _offsets((1, 4))), {"nested_rhs": False}),
+    ]
+
+
+def _matmul_fn(a, b, offsets, nested_rhs):
+    return N.matmul(_nt(a, offsets), _nt(b, offsets) if nested_rhs else b).values
+
+
+def _matmul_torch(t, a, b, offsets, nested_rhs):
+    if nested_rhs:
+        return _per_component(t, offsets, t.matmul, a, b)
+    return _per_component(t, offsets, lambda x: t.matmul(x, b), a)
+
+
+_record("matmul", _matmul_fn, ("matmul_backward_nested",), ("matmul",), _matmul_samples, _matmul_torch,
+        torch_name="torch.matmul")
+
+
+def _softmax_samples(rng, dt):
+    return [
+        Sample((normal(rng, dt, 6, 3), _offsets((2, 0, 3, 1))), {"axis": 1}),
+        Sample((normal(rng, dt, 5, 2, 3), _offsets((1, 4))), {"axis": -1}),
+        Sample((normal(rng, dt, 5, 2), _offsets((1, 4))), {"axis": 1}),
+    ]
+
+
+_record(
+    "softmax", lambda values, offsets, axis: N.softmax(_nt(values, offsets), axis).values,
+    ("nested_softmax_backward",), ("nested_ragged_softmax", "softmax"), _softmax_samples,
+    lambda t, values, offsets, axis: _per_component(t, offsets, lambda x: t.softmax(x, axis - 1 if axis > 0 else axis), values),
+    torch_name="torch.softmax",
+    singular=(SingularPoint(
+        "-inf logit in a component", (np.array([[-np.inf], [0.0], [1.0]]), _offsets((2, 1))),
+        (np.zeros((3, 1)), None), {"axis": 1},
+    ),),
+)
+
+
+def _sum_samples(rng, dt):
+    return [
+        Sample((normal(rng, dt, 6, 3), _offsets((2, 0, 3, 1))), {"axis": 1}),
+        Sample((normal(rng, dt, 5, 2, 3), _offsets((1, 4))), {"axis": -1}),
+        Sample((normal(rng, dt, 5, 2, 3), _offsets((1, 4))), {"axis": (1, 3)}),
+    ]
+
+
+def _sum_fn(values, offsets, axis):
+    out = N.sum(_nt(values, offsets), axis)
+    return out.values if isinstance(out, N.NestedTensor) else out
+
+
+def _sum_torch(t, values, offsets, axis):
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    dims = tuple(a - 1 if a > 0 else a for a in axes)
+    return _per_component(t, offsets, lambda x: x.sum(dims), values, cat=1 not in axes)
+
+
+_record("sum", _sum_fn, ("_nested_sum_backward",), ("nested_ragged_sum", "sum"), _sum_samples, _sum_torch,
+        torch_name="torch.sum")
+
+
+def _layer_norm_samples(rng, dt):
+    return [
+        Sample((normal(rng, dt, 6, 4), normal(rng, dt, 4), normal(rng, dt, 4), _offsets((2, 0, 3, 1)))),
+        Sample((normal(rng, dt, 5, 2, 3), None, None, _offsets((1, 4)))),
+    ]
+
+
+def _layer_norm_fn(values, weight, bias, offsets):
+    return N.layer_norm(_nt(values, offsets), values.shape[-1:], weight, bias).values
+
+
+_record(
+    "layer_norm", _layer_norm_fn, ("layer_norm_backward_nested",), ("normalize",), _layer_norm_samples,
+    lambda t, values, weight, bias, offsets: _per_component(
+        t, offsets, lambda x: t.nn.functional.layer_norm(x, x.shape[-1:], weight, bias), values
+    ),
+    torch_name="torch.nn.functional.layer_norm",
+    deviations="weight and bias are optional (torch's strided nested layer_norm requires both).",
+)
+
+
+def _arith_samples(rng, dt):
+    lengths = (2, 0, 3, 1)
+    return [Sample((normal(rng, dt, 6, 3), normal(rng, dt, 6, 3), normal(rng, dt, 3), normal(rng, dt, 4, 1, 3),
+                    _offsets(lengths)))]
+
+
+def _arith_fn(a, b, row, per_component, offsets):
+    x, y = _nt(a, offsets), _nt(b, offsets)
+    return ((x * y - row) / (2.0 + per_component * per_component) + x).values
+
+
+def _arith_torch(t, a, b, row, per_component, offsets):
+    lengths = t.diff(offsets).tolist()
+    expanded = t.cat([p.expand(n, -1) for p, n in zip(per_component, lengths)])
+    return _per_component(t, offsets, lambda x, y, c: (x * y - row) / (2.0 + c * c) + x, a, b, expanded)
+
+
+_record(
+    "arithmetic", _arith_fn, ("(elementwise on the packed values)",), (), _arith_samples,
+    _arith_torch, torch_name="* - / + with a row and a per-component (B, 1, *inner) dense operand",
+)
+
+
+def _attention_samples(rng, dt):
+    out = []
+    for lengths, inner in (((3, 0, 5, 1), (2, 4)), ((2, 3), (3,))):
+        n = _rows(lengths)
+        out.append(Sample(tuple(normal(rng, dt, n, *inner) for _ in range(3)) + (_offsets(lengths),)))
+    return out
+
+
+def _attention_fn(q, k, v, offsets):
+    return N.scaled_dot_product_attention(_nt(q, offsets), _nt(k, offsets), _nt(v, offsets)).values
+
+
+def _attention_torch(t, q, k, v, offsets):
+    def one(qi, ki, vi):
+        heads = qi.ndim == 3
+        qi, ki, vi = (x if heads else x[:, None] for x in (qi, ki, vi))
+        s = t.einsum("qhd,khd->hqk", qi, ki) / qi.shape[-1] ** 0.5
+        out = t.einsum("hqk,khd->qhd", t.softmax(s, -1), vi)
+        return out if heads else out[:, 0]
+
+    return _per_component(t, offsets, one, q, k, v)
+
+
+_record(
+    "scaled_dot_product_attention", _attention_fn, ("(flash attention's backward per block pair)",),
+    ("nested_attention",), _attention_samples, _attention_torch, torch_name="softmax(q k^T / sqrt(d)) v",
+    low_precision=("float32", "bfloat16"),
+)
