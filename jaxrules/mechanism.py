@@ -47,7 +47,21 @@ from jax.custom_derivatives import SymbolicZero
 from jax.extend.core import Primitive, mapped_aval, unmapped_aval
 from jax.interpreters import ad, batching, mlir
 
-__all__ = ["Op", "define_op", "formula_spy"]
+__all__ = ["Op", "concrete_value", "define_op", "formula_spy"]
+
+def concrete_value(x):
+    """The value of ``x`` as a NumPy array when it is known on the host (an array, or a tracer
+    of an eager ``grad``/``jvp`` whose primal is concrete), else ``None`` (under ``jit`` or
+    ``vmap``, or not an array)."""
+    from jax._src import core
+
+    if isinstance(x, np.ndarray | np.generic):
+        return np.asarray(x)
+    if not isinstance(x, jax.Array):
+        return None
+    value = core.to_concrete_value(x)
+    return None if value is None else np.asarray(value)
+
 
 # ----------------------------------------------------------------------------------------------
 # Formula spy: records which formula ran (used by tests and by ``jaxrules.testing``).

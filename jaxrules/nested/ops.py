@@ -41,6 +41,12 @@ def _nested(op: str, name: str, x) -> NestedTensor:
     return x
 
 
+def _map_values(op: str, x, fn) -> NestedTensor:
+    """``fn`` applied to the packed values of the NestedTensor ``x`` (same offsets)."""
+    x = _nested(op, "x", x)
+    return x.with_values(fn(x.values))
+
+
 def _logical_axis(op: str, x: NestedTensor, axis) -> int:
     if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
         raise TypeError(f"nested.{op}: axis must be an int, got {axis!r}")
@@ -59,22 +65,22 @@ def _logical_axis(op: str, x: NestedTensor, axis) -> int:
 
 def gelu(x: NestedTensor, approximate: bool = True) -> NestedTensor:
     """``jaxrules.nn.gelu`` on every row (seed ``gelu_backwards_nested``)."""
-    return x.with_values(dense_nn.gelu(_nested("gelu", "x", x).values, approximate))
+    return _map_values("gelu", x, lambda v: dense_nn.gelu(v, approximate))
 
 
 def relu(x: NestedTensor) -> NestedTensor:
     """``max(x, 0)`` on every row; derivative ``[x > 0]`` (seed ``threshold_backwards_nested``)."""
-    return x.with_values(dense_nn.relu(_nested("relu", "x", x).values))
+    return _map_values("relu", x, dense_nn.relu)
 
 
 def threshold(x: NestedTensor, threshold: float, value: float) -> NestedTensor:
     """torch's threshold on every row (seed ``threshold_backwards_nested``)."""
-    return x.with_values(dense_nn.threshold(_nested("threshold", "x", x).values, threshold, value))
+    return _map_values("threshold", x, lambda v: dense_nn.threshold(v, threshold, value))
 
 
 def silu(x: NestedTensor) -> NestedTensor:
     """``x sigmoid(x)`` on every row (seed ``silu_backward_nested``)."""
-    return x.with_values(dense_nn.silu(_nested("silu", "x", x).values))
+    return _map_values("silu", x, dense_nn.silu)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -85,7 +91,7 @@ def linear(x: NestedTensor, weight, bias=None) -> NestedTensor:
     """``x @ weight^T + bias`` on every row, torch's weight layout (out, in) (seed
     ``nested_linear_backward``: g_x = G W, g_W = G^T X, g_b = the sum of G's rows — the bias
     gradient torch leaves unimplemented for nested input)."""
-    return x.with_values(dense_nn.linear(_nested("linear", "x", x).values, weight, bias))
+    return _map_values("linear", x, lambda v: dense_nn.linear(v, weight, bias))
 
 
 def matmul(a: NestedTensor, b) -> NestedTensor:

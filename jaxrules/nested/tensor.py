@@ -29,13 +29,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrules.mechanism import concrete_value
+
 __all__ = ["NestedTensor", "from_jagged", "from_lengths", "from_padded", "nested_tensor"]
 
 _FLOAT32_EXACT = 2**24  # float32 holds every integer up to this exactly
 
 
 def _is_concrete(x) -> bool:
-    return isinstance(x, np.ndarray | np.generic) or (isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer))
+    return concrete_value(x) is not None
+
+
+def _host_array(x) -> np.ndarray:
+    """``x`` (concrete, or a list) as a NumPy array."""
+    value = concrete_value(x)
+    return np.asarray(x) if value is None else value
 
 
 def _offsets_leaf_dtype(total: int):
@@ -83,13 +91,13 @@ class NestedTensor:
     def tree_unflatten(cls, static, leaves):
         values, offsets = leaves
         host = None
-        if static.host_offsets is not None and _is_concrete(offsets) and np.shape(offsets) == static.host_offsets.shape:
-            fetched = np.asarray(offsets)
+        fetched = concrete_value(offsets) if static.host_offsets is not None else None
+        if fetched is not None and fetched.shape == static.host_offsets.shape:
             if not fetched.any() and static.host_offsets[-1] != 0:
                 # A zero cotangent (or tangent) of the offsets: the offsets are the primal's.
                 offsets = jnp.asarray(static.host_offsets, jnp.asarray(offsets).dtype)
                 fetched = static.host_offsets
-            host = fetched
+            host = fetched.astype(np.int64)
         return cls._make(values, offsets, host, static.max_seqlen)
 
     @classmethod
@@ -146,8 +154,9 @@ class NestedTensor:
         """The offsets as a NumPy array; ``ValueError`` (naming ``op``) when they are traced."""
         if self._host_offsets is not None:
             return self._host_offsets
-        if _is_concrete(self._offsets_leaf):
-            host = np.asarray(self._offsets_leaf).astype(np.int64)
+        host = concrete_value(self._offsets_leaf)
+        if host is not None:
+            host = host.astype(np.int64)
             if host[-1] != self._values.shape[0]:
                 raise ValueError(
                     f"{op}: the offsets end at {host[-1]}, not at the number of rows ({self._values.shape[0]}); "
@@ -361,7 +370,7 @@ def from_jagged(values, offsets, *, max_seqlen: int | None = None) -> NestedTens
         raise ValueError("from_jagged: values must have shape (total, *inner), got a scalar")
     total = values.shape[0]
     if _is_concrete(offsets) or isinstance(offsets, list | tuple):
-        host = np.asarray(offsets)
+        host = _host_array(offsets)
         if host.ndim != 1 or host.size < 1:
             raise ValueError(f"from_jagged: offsets must be a 1-d array of B + 1 integers, got shape {host.shape}")
         if not (np.issubdtype(host.dtype, np.integer) or np.all(np.mod(host, 1) == 0)):
@@ -391,7 +400,7 @@ def from_lengths(values, lengths, *, max_seqlen: int | None = None) -> NestedTen
     """A NestedTensor from packed ``values`` and the B ``lengths`` (non-negative, summing to
     the number of rows)."""
     if _is_concrete(lengths) or isinstance(lengths, list | tuple):
-        lengths = np.asarray(lengths)
+        lengths = _host_array(lengths)
         if lengths.ndim != 1:
             raise ValueError(f"from_lengths: lengths must be a 1-d array, got shape {lengths.shape}")
         if np.any(lengths < 0):
@@ -428,7 +437,7 @@ def from_padded(padded, lengths, *, total: int | None = None, max_seqlen: int | 
         raise ValueError(f"from_padded: padded must have shape (B, L, *inner), got {padded.shape}")
     b, length = padded.shape[:2]
     if _is_concrete(lengths) or isinstance(lengths, list | tuple):
-        host = np.asarray(lengths)
+        host = _host_array(lengths)
         if host.shape != (b,):
             raise ValueError(f"from_padded: lengths must have shape ({b},), got {host.shape}")
         if np.any(host < 0) or np.any(host > length):
