@@ -143,16 +143,22 @@ def test_attention_equals_masked_padded_attention(heads):
         out = out if heads is not None else out[:, :, 0]
         return N.from_padded(out, lengths).values
 
-    def ours(qv, kv, vv, block=None):
+    def ours(qv, kv, vv, block=None, steps=None):
         return N.scaled_dot_product_attention(
-            q.with_values(qv), k.with_values(kv), v.with_values(vv), block=block
+            q.with_values(qv), k.with_values(kv), v.with_values(vv), block=block, pairs_per_step=steps
         ).values
 
     args = (q.values, k.values, v.values)
     ct = RNG.standard_normal(q.values.shape[:-1] + (8,))
     want = jax.vjp(padded_reference, *args)
-    for block in (None, 4):  # one block per sequence, and several blocks per sequence
-        got = jax.vjp(lambda *a, block=block: ours(*a, block=block), *args)
+    # one block per sequence in one step; several blocks per sequence, the pairs in steps of 3
+    for block, steps in ((None, None), (4, 3)):
+        got = jax.vjp(lambda *a, block=block, steps=steps: ours(*a, block, steps), *args)
+        tangents = tuple(RNG.standard_normal(a.shape) for a in args)
+        np.testing.assert_allclose(
+            jax.jvp(lambda *a: ours(*a, block, steps), args, tangents)[1],
+            jax.jvp(padded_reference, args, tangents)[1], atol=1e-12,
+        )
         np.testing.assert_allclose(got[0], want[0], atol=1e-12)
         for a, b in zip(got[1](ct), want[1](ct)):
             np.testing.assert_allclose(a, b, atol=1e-12)
@@ -168,6 +174,8 @@ def test_attention_log_sum_exp_and_its_gradient():
         return jnp.sum(jnp.sin(N.scaled_dot_product_attention(q.with_values(qv), k, v, with_lse=True)[1].values))
 
     check_grads(f, (q.values,), order=2, modes=("fwd", "rev"))
+    g = lambda qv: N.scaled_dot_product_attention(q.with_values(qv), k, v, block=2, pairs_per_step=2).values  # noqa: E731
+    check_grads(g, (q.values,), order=2, modes=("fwd", "rev"))
 
 
 def test_attention_rejects_a_sequence_longer_than_max_seqlen():

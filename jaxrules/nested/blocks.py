@@ -29,20 +29,31 @@ class Plan(NamedTuple):
     pair_k: jax.Array
 
 
-def plan_sizes(total: int, batch: int, block: int, max_len: int) -> tuple[int, int]:
+def plan_sizes(total: int, batch: int, block: int, max_len: int, chunk: int) -> tuple[int, int]:
     """Static ``(num_blocks, num_pairs)`` bounds: each sequence wastes less than one block, and
     with at most ``m = ceil(max_len / block)`` blocks per sequence the pair count is largest
-    when the blocks come in runs of ``m``."""
+    when the blocks come in runs of ``m``; rounded up to whole chunks."""
     num_blocks = -(-total // block) + batch
     m = max(1, -(-max_len // block))
     by_runs = (num_blocks // m) * m * m + (num_blocks % m) ** 2
-    return num_blocks, max(1, min(batch * m * m, by_runs))
+    num_pairs = max(1, min(batch * m * m, by_runs))
+    return num_blocks, -(-num_pairs // chunk) * chunk
 
 
-def attention_plan(offsets, total: int, block: int, max_len: int) -> Plan:
+def chunk_size(num_pairs_bound: int, heads: int, block: int, budget: int = 1 << 25) -> int:
+    """Pairs per scan step: about ``budget`` scores (128 MiB of float32) per step."""
+    return int(max(1, min(num_pairs_bound, budget // (heads * block * block))))
+
+
+def chunked(pair_q, pair_k, chunk: int):
+    """The pair lists as scan inputs: (steps, chunk) each."""
+    return pair_q.reshape(-1, chunk), pair_k.reshape(-1, chunk)
+
+
+def attention_plan(offsets, total: int, block: int, max_len: int, chunk: int) -> Plan:
     """The plan for sequences ``values[offsets[i]:offsets[i + 1]]`` (traceable in ``offsets``)."""
     batch = offsets.shape[0] - 1
-    num_blocks, num_pairs = plan_sizes(total, batch, block, max_len)
+    num_blocks, num_pairs = plan_sizes(total, batch, block, max_len, chunk)
     lengths = jnp.diff(offsets)
     blocks_per_seq = (lengths + block - 1) // block
     first_block = jnp.cumsum(blocks_per_seq) - blocks_per_seq
@@ -105,8 +116,7 @@ def pair_mask(valid, pair_q, pair_k):
 
 
 def probabilities(qb, kb, lse_b, valid, pair_q, pair_k, scale):
-    """``exp(scale Q K^T - lse)`` per pair (0 outside the sequences): the softmax weights
-    recomputed from the saved log-sum-exp, as flash attention's backward does."""
+    """``exp(scale Q K^T - lse)`` per pair (0 outside the sequences)."""
     s = scale * scores(qb, kb, pair_q, pair_k)
     return jnp.where(pair_mask(valid, pair_q, pair_k), jnp.exp(s - per_pair(lse_b, pair_q)), 0)
 

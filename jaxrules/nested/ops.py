@@ -179,20 +179,24 @@ def _attention_inputs(q, k, v):
         )
 
 
+def _positive(name, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"nested.scaled_dot_product_attention: {name} must be a positive int, got {value!r}")
+    return int(value)
+
+
 def _max_len(q: NestedTensor, max_seqlen) -> int:
     if max_seqlen is not None:
-        if isinstance(max_seqlen, bool) or not isinstance(max_seqlen, numbers.Integral) or max_seqlen < 1:
-            raise ValueError(
-                f"nested.scaled_dot_product_attention: max_seqlen must be a positive int, got {max_seqlen!r}"
-            )
-        return int(max_seqlen)
+        return _positive("max_seqlen", max_seqlen)
     try:
         return max(q.max_length("scaled_dot_product_attention"), 1)
     except ValueError:
         return max(q.values.shape[0], 1)  # traced lengths and no bound: one sequence may hold every row
 
 
-def scaled_dot_product_attention(q, k, v, *, scale=None, max_seqlen=None, block=None, with_lse=False):
+def scaled_dot_product_attention(
+    q, k, v, *, scale=None, max_seqlen=None, block=None, pairs_per_step=None, with_lse=False
+):
     """``softmax(scale q_i k_i^T) v_i`` for each sequence ``i`` (no attention across sequences,
     no padding in the math). q, k, v: NestedTensors with the same offsets, of logical shape
     (B, ragged, heads, dim) or (B, ragged, dim); ``scale`` defaults to 1/sqrt(dim).
@@ -200,12 +204,13 @@ def scaled_dot_product_attention(q, k, v, *, scale=None, max_seqlen=None, block=
     Work and memory grow with sum_i ceil(n_i / block)^2 blocks of ``block`` x ``block`` scores
     (``blocks``), bounded statically through ``max_seqlen`` (the argument, else ``q.max_seqlen``,
     else the longest sequence when the offsets are concrete; under jit without a bound, every
-    row may be one sequence). A sequence longer than ``max_seqlen`` raises at run time. The
+    row may be one sequence). A sequence longer than ``max_seqlen`` raises at run time. The pairs
+    are visited ``pairs_per_step`` at a time (default: about 2**25 scores per step). The
     softmax is computed in float32 or wider; ``with_lse`` also returns each query's log-sum-exp
     (B, ragged, heads) as a NestedTensor. Formulas: flash attention's per-block backward."""
     _attention_inputs(q, k, v)
     max_len = _max_len(q, max_seqlen)
-    block = K.default_block(max_len) if block is None else int(block)
+    block = K.default_block(max_len) if block is None else _positive("block", block)
     heads_axis = len(q.inner_shape) == 2
     dim = q.inner_shape[-1]
     scale = 1.0 / math.sqrt(dim) if scale is None else float(scale)
@@ -216,10 +221,14 @@ def scaled_dot_product_attention(q, k, v, *, scale=None, max_seqlen=None, block=
         jnp.any(lengths > max_len),
         f"nested.scaled_dot_product_attention: a sequence is longer than max_seqlen={max_len}",
     )
-    plan = K.attention_plan(offsets, total, block, max_len)
+    heads = q.inner_shape[0] if heads_axis else 1
+    chunk = K.chunk_size(K.plan_sizes(total, q.batch_size, block, max_len, 1)[1], heads, block)
+    if pairs_per_step is not None:
+        chunk = _positive("pairs_per_step", pairs_per_step)
+    plan = K.attention_plan(offsets, total, block, max_len, chunk)
     work = jnp.promote_types(q.dtype, jnp.float32)
     qv, kv, vv = ((t.values if heads_axis else t.values[:, None]).astype(work) for t in (q, k, v))
-    out, lse = attention_op(qv, kv, vv, *plan, scale=scale, block=block)
+    out, lse = attention_op(qv, kv, vv, *plan, scale=scale, block=block, chunk=chunk)
     out = (out if heads_axis else out[:, 0]).astype(v.dtype)
     result = q.with_values(out)
     if with_lse:

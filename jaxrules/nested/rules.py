@@ -67,26 +67,44 @@ def ragged_softmax_vjp(res, g, *, num_segments):
 # ----------------------------------------------------------------------------------------------
 # Attention within each sequence: out = softmax(scale q k^T) v per component, plus the
 # log-sum-exp of each query's scores (an output, as flash attention's forward returns it).
-# Arrays are (total, heads, dim); see ``blocks`` for the pair layout.
+# Arrays are (total, heads, dim); see ``blocks`` for the pair layout. The pairs are visited in
+# chunks of ``chunk`` (a scan), so memory holds one chunk of scores, never all of them.
 
 
-def _blocks(x, plan_slot_token, block):
-    return K.to_blocks(x, plan_slot_token, block)
+def _layout(x, slot_token, block):
+    return K.to_blocks(x, slot_token, block)
 
 
-def attention_primal(q, k, v, token_slot, slot_token, pair_q, pair_k, *, scale, block):
+def attention_primal(q, k, v, token_slot, slot_token, pair_q, pair_k, *, scale, block, chunk):
+    """Online softmax over the key blocks of each query block (flash attention's forward)."""
     total, nb = q.shape[0], K.num_blocks_of(slot_token, block)
-    qb, kb, vb = (_blocks(x, slot_token, block) for x in (q, k, v))
+    qb, kb, vb = (_layout(x, slot_token, block) for x in (q, k, v))
     valid = K.slot_valid(slot_token, total, block)
-    s = jnp.where(K.pair_mask(valid, pair_q, pair_k), scale * K.scores(qb, kb, pair_q, pair_k), -jnp.inf)
-    m = jax.ops.segment_max(s.max(-1), pair_q, num_segments=nb)  # (nb, heads, block)
-    m = jnp.where(jnp.isfinite(m), m, 0)
-    e = jnp.exp(s - m[pair_q][..., None])
-    norm = K.combine(e.sum(-1), pair_q, nb)  # (nb, heads, block)
-    num = K.combine(jnp.einsum("phqk,pkhd->pqhd", e, vb[pair_k]), pair_q, nb)
+    heads = q.shape[1]
+
+    def step(carry, pairs):
+        m, norm, acc = carry
+        pq, pk = pairs
+        s = jnp.where(K.pair_mask(valid, pq, pk), scale * K.scores(qb, kb, pq, pk), -jnp.inf)
+        m_new = jnp.maximum(m, jax.ops.segment_max(s.max(-1), pq, num_segments=nb))
+        m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0)
+        rescale = jnp.where(jnp.isfinite(m), jnp.exp(m - m_safe), 0)
+        e = jnp.exp(s - m_safe[pq][..., None])
+        norm = norm * rescale + K.combine(e.sum(-1), pq, nb)
+        acc = acc * jnp.swapaxes(rescale, 1, 2)[..., None] + K.combine(
+            jnp.einsum("phqk,pkhd->pqhd", e, vb[pk]), pq, nb
+        )
+        return (m_new, norm, acc), None
+
+    init = (
+        jnp.full((nb, heads, block), -jnp.inf, q.dtype),
+        jnp.zeros((nb, heads, block), q.dtype),
+        jnp.zeros((nb, block, heads, v.shape[-1]), q.dtype),
+    )
+    (m, norm, acc), _ = jax.lax.scan(step, init, K.chunked(pair_q, pair_k, chunk))
     norm_t = jnp.swapaxes(norm, 1, 2)  # (nb, block, heads)
-    out_b = num / jnp.where(norm_t > 0, norm_t, 1)[..., None]
-    lse_b = jnp.swapaxes(m, 1, 2) + jnp.log(norm_t)
+    out_b = acc / jnp.where(norm_t > 0, norm_t, 1)[..., None]
+    lse_b = jnp.swapaxes(jnp.where(jnp.isfinite(m), m, 0), 1, 2) + jnp.log(norm_t)
     return K.from_blocks(out_b, token_slot), K.from_blocks(lse_b, token_slot)
 
 
@@ -95,55 +113,74 @@ def attention_save(outs, q, k, v, token_slot, slot_token, pair_q, pair_k, **_):
     return q, k, v, out, lse, token_slot, slot_token, pair_q, pair_k
 
 
-def _probabilities(res, block, scale):
-    q, k, v, out, lse, token_slot, slot_token, pair_q, pair_k = res
-    qb, kb, vb = (_blocks(x, slot_token, block) for x in (q, k, v))
-    lse_b = _blocks(lse, slot_token, block)
+def _pair_probabilities(res, pq, pk, block, scale):
+    """The softmax weights of the pairs ``(pq, pk)``, recomputed from the saved log-sum-exp as
+    flash attention's backward does, with the blocked q, k, v."""
+    q, k, v, _, lse, _, slot_token, _, _ = res
+    qb, kb, vb = (_layout(x, slot_token, block) for x in (q, k, v))
+    lse_b = _layout(jnp.where(jnp.isfinite(lse), lse, 0), slot_token, block)
     valid = K.slot_valid(slot_token, q.shape[0], block)
-    p = K.probabilities(qb, kb, jnp.where(jnp.isfinite(lse_b), lse_b, 0), valid, pair_q, pair_k, scale)
-    return p, qb, kb, vb
+    return K.probabilities(qb, kb, lse_b, valid, pq, pk, scale), qb, kb, vb
 
 
-def attention_jvp(res, tq, tk, tv, *_, scale, block):
+def attention_jvp(res, tq, tk, tv, *_, scale, block, chunk):
     """With ``P`` the softmax weights and ``dS = scale (dq k^T + q dk^T)``:
-    ``d lse = sum_k P dS`` and ``d out = sum_k P (dS - d lse) v + P dv``, summed over the key
+    ``d lse = sum_k P dS`` and ``d out = sum_k P dS v + P dv - out d lse``, summed over the key
     blocks of each query block."""
     out, token_slot, slot_token, pair_q, pair_k = res[3], res[5], res[6], res[7], res[8]
     nb = K.num_blocks_of(slot_token, block)
-    p, qb, kb, vb = _probabilities(res, block, scale)
-    ds = 0
-    if tq is not None:
-        ds = ds + K.scores(_blocks(tq, slot_token, block), kb, pair_q, pair_k)
-    if tk is not None:
-        ds = ds + K.scores(qb, _blocks(tk, slot_token, block), pair_q, pair_k)
-    p_ds = p * (scale * ds)
-    dlse_b = jnp.swapaxes(K.combine(p_ds.sum(-1), pair_q, nb), 1, 2)  # (nb, block, heads)
-    num = jnp.einsum("phqk,pkhd->pqhd", p_ds, vb[pair_k])
-    if tv is not None:
-        num = num + jnp.einsum("phqk,pkhd->pqhd", p, _blocks(tv, slot_token, block)[pair_k])
-    dout_b = K.combine(num, pair_q, nb) - _blocks(out, slot_token, block) * dlse_b[..., None]
+    tqb, tkb, tvb = (None if t is None else _layout(t, slot_token, block) for t in (tq, tk, tv))
+
+    def step(carry, pairs):
+        dlse, num = carry
+        pq, pk = pairs
+        p, qb, kb, vb = _pair_probabilities(res, pq, pk, block, scale)
+        ds = 0
+        if tqb is not None:
+            ds = ds + K.scores(tqb, kb, pq, pk)
+        if tkb is not None:
+            ds = ds + K.scores(qb, tkb, pq, pk)
+        p_ds = p * (scale * ds)
+        contribution = jnp.einsum("phqk,pkhd->pqhd", p_ds, vb[pk])
+        if tvb is not None:
+            contribution = contribution + jnp.einsum("phqk,pkhd->pqhd", p, tvb[pk])
+        return (dlse + K.combine(p_ds.sum(-1), pq, nb), num + K.combine(contribution, pq, nb)), None
+
+    heads, dim, dtype = out.shape[1], out.shape[2], out.dtype
+    init = (jnp.zeros((nb, heads, block), dtype), jnp.zeros((nb, block, heads, dim), dtype))
+    (dlse, num), _ = jax.lax.scan(step, init, K.chunked(pair_q, pair_k, chunk))
+    dlse_b = jnp.swapaxes(dlse, 1, 2)  # (nb, block, heads)
+    dout_b = num - _layout(out, slot_token, block) * dlse_b[..., None]
     return K.from_blocks(dout_b, token_slot), K.from_blocks(dlse_b, token_slot)
 
 
-def attention_vjp(res, ct, *, scale, block):
+def attention_vjp(res, ct, *, scale, block, chunk):
     """Flash attention's backward per block pair: ``dv = P^T g``, ``dS = P (g v^T - D + g_lse)``
     with ``D = rowsum(g out)``, ``dq = scale dS k``, ``dk = scale dS^T q``; contributions are
     summed into the blocks they belong to."""
-    out, token_slot, slot_token, pair_q, pair_k = res[3], res[5], res[6], res[7], res[8]
+    q, k, v, out, _, token_slot, slot_token, pair_q, pair_k = res
     g, g_lse = ct
     nb = K.num_blocks_of(slot_token, block)
-    p, qb, kb, vb = _probabilities(res, block, scale)
-    shift = 0
-    dv = None
-    if g is not None:
-        gb = _blocks(g, slot_token, block)
-        d_b = _blocks(jnp.sum(g * out, -1), slot_token, block)  # (nb, block, heads)
-        dp = jnp.einsum("pqhd,pkhd->phqk", gb[pair_q], vb[pair_k])
-        shift = dp - K.per_pair(d_b, pair_q)
-        dv = K.from_blocks(K.combine(jnp.einsum("phqk,pqhd->pkhd", p, gb[pair_q]), pair_k, nb), token_slot)
-    if g_lse is not None:
-        shift = shift + K.per_pair(_blocks(g_lse, slot_token, block), pair_q)
-    ds = scale * p * shift
-    dq = K.from_blocks(K.combine(jnp.einsum("phqk,pkhd->pqhd", ds, kb[pair_k]), pair_q, nb), token_slot)
-    dk = K.from_blocks(K.combine(jnp.einsum("phqk,pqhd->pkhd", ds, qb[pair_q]), pair_k, nb), token_slot)
-    return dq, dk, dv, None, None, None, None
+    gb = None if g is None else _layout(g, slot_token, block)
+    d_b = None if g is None else _layout(jnp.sum(g * out, -1), slot_token, block)  # (nb, block, heads)
+    g_lse_b = None if g_lse is None else _layout(g_lse, slot_token, block)
+
+    def step(carry, pairs):
+        dq, dk, dv = carry
+        pq, pk = pairs
+        p, qb, kb, vb = _pair_probabilities(res, pq, pk, block, scale)
+        shift = 0
+        if gb is not None:
+            shift = jnp.einsum("pqhd,pkhd->phqk", gb[pq], vb[pk]) - K.per_pair(d_b, pq)
+            dv = dv + K.combine(jnp.einsum("phqk,pqhd->pkhd", p, gb[pq]), pk, nb)
+        if g_lse_b is not None:
+            shift = shift + K.per_pair(g_lse_b, pq)
+        ds = scale * p * shift
+        dq = dq + K.combine(jnp.einsum("phqk,pkhd->pqhd", ds, kb[pk]), pq, nb)
+        dk = dk + K.combine(jnp.einsum("phqk,pqhd->pkhd", ds, qb[pq]), pk, nb)
+        return (dq, dk, dv), None
+
+    init = tuple(jnp.zeros((nb, block, *x.shape[1:]), x.dtype) for x in (q, k, v))
+    (dq, dk, dv), _ = jax.lax.scan(step, init, K.chunked(pair_q, pair_k, chunk))
+    dv = None if g is None else K.from_blocks(dv, token_slot)
+    return K.from_blocks(dq, token_slot), K.from_blocks(dk, token_slot), dv, None, None, None, None
