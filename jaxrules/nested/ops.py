@@ -10,12 +10,14 @@ from __future__ import annotations
 import math
 import numbers
 
+import jax
 import jax.numpy as jnp
 
 from jaxrules import nn as dense_nn
 from jaxrules import partials as P
 from jaxrules.mechanism import define_op
 from jaxrules.nested import blocks as K
+from jaxrules.nested import kernels as KN
 from jaxrules.nested import rules as R
 from jaxrules.nested.tensor import NestedTensor, same_offsets
 from jaxrules.ops.linalg import matmul as dense_matmul
@@ -31,6 +33,9 @@ ragged_sum_op = define_op("nested_ragged_sum", R.ragged_sum_primal, R.ragged_sum
 ragged_softmax_op = define_op("nested_ragged_softmax", R.ragged_softmax_primal, R.ragged_softmax_jvp,
                               R.ragged_softmax_vjp, R.ragged_softmax_save)
 attention_op = define_op("nested_attention", R.attention_primal, R.attention_jvp, R.attention_vjp, R.attention_save)
+fused_attention_op = define_op("nested_attention_fused", R.fused_attention_primal, R.fused_attention_jvp,
+                               R.fused_attention_vjp, R.fused_attention_save)
+_IMPLS = ("xla", "pallas", "pallas_interpret")
 
 
 def _nested(op: str, name: str, x) -> NestedTensor:
@@ -185,6 +190,19 @@ def _positive(name, value) -> int:
     return int(value)
 
 
+def _attention_impl(impl, dtype, dim: int, block: int) -> str:
+    if impl is not None:
+        if impl not in _IMPLS:
+            raise ValueError(f"nested.scaled_dot_product_attention: impl must be one of {_IMPLS}, got {impl!r}")
+        return impl
+    kernel_ok = (
+        jax.default_backend() == "gpu"
+        and jnp.dtype(dtype) in (jnp.float32, jnp.bfloat16, jnp.float16)
+        and dim >= 16 and dim & (dim - 1) == 0 and block >= 16
+    )
+    return "pallas" if kernel_ok else "xla"
+
+
 def _max_len(q: NestedTensor, max_seqlen) -> int:
     if max_seqlen is not None:
         return _positive("max_seqlen", max_seqlen)
@@ -195,7 +213,7 @@ def _max_len(q: NestedTensor, max_seqlen) -> int:
 
 
 def scaled_dot_product_attention(
-    q, k, v, *, scale=None, max_seqlen=None, block=None, pairs_per_step=None, with_lse=False
+    q, k, v, *, scale=None, max_seqlen=None, block=None, pairs_per_step=None, with_lse=False, impl=None
 ):
     """``softmax(scale q_i k_i^T) v_i`` for each sequence ``i`` (no attention across sequences,
     no padding in the math). q, k, v: NestedTensors with the same offsets, of logical shape
@@ -207,7 +225,12 @@ def scaled_dot_product_attention(
     row may be one sequence). A sequence longer than ``max_seqlen`` raises at run time. The pairs
     are visited ``pairs_per_step`` at a time (default: about 2**25 scores per step). The
     softmax is computed in float32 or wider; ``with_lse`` also returns each query's log-sum-exp
-    (B, ragged, heads) as a NestedTensor. Formulas: flash attention's per-block backward."""
+    (B, ragged, heads) as a NestedTensor. Formulas: flash attention's per-block backward.
+
+    ``impl``: ``"pallas"`` (fused kernels; the default on GPU for float32/bfloat16/float16 with a
+    power-of-two head dim >= 16; inputs stay in their dtype, statistics in float32), ``"xla"``
+    (the block-pair formulas in float32 or wider; the default elsewhere), or
+    ``"pallas_interpret"`` (the kernels in Pallas interpret mode, for tests on the CPU)."""
     _attention_inputs(q, k, v)
     max_len = _max_len(q, max_seqlen)
     block = K.default_block(max_len) if block is None else _positive("block", block)
@@ -226,9 +249,18 @@ def scaled_dot_product_attention(
     if pairs_per_step is not None:
         chunk = _positive("pairs_per_step", pairs_per_step)
     plan = K.attention_plan(offsets, total, block, max_len, chunk)
-    work = jnp.promote_types(q.dtype, jnp.float32)
-    qv, kv, vv = ((t.values if heads_axis else t.values[:, None]).astype(work) for t in (q, k, v))
-    out, lse = attention_op(qv, kv, vv, *plan, scale=scale, block=block, chunk=chunk)
+    impl = _attention_impl(impl, q.dtype, dim, block)
+    qv, kv, vv = ((t.values if heads_axis else t.values[:, None]) for t in (q, k, v))
+    if impl == "xla":
+        work = jnp.promote_types(q.dtype, jnp.float32)
+        out, lse = attention_op(
+            qv.astype(work), kv.astype(work), vv.astype(work), *plan, scale=scale, block=block, chunk=chunk
+        )
+    else:
+        dtype = jnp.result_type(qv, kv, vv)
+        meta = KN.block_meta(offsets, plan.token_slot, K.num_blocks_of(plan.slot_token, block) - 1, block)
+        out, lse = fused_attention_op(qv.astype(dtype), kv.astype(dtype), vv.astype(dtype), *plan, *meta, scale=scale,
+                                      block=block, chunk=chunk, interpret=impl == "pallas_interpret")
     out = (out if heads_axis else out[:, 0]).astype(v.dtype)
     result = q.with_values(out)
     if with_lse:

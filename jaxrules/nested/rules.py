@@ -7,10 +7,13 @@ tangent/cotangent slots are ``None``. ``num_segments`` is the batch size B (stat
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
 from jaxrules.nested import blocks as K
+from jaxrules.nested import kernels
 
 
 def _expand(stat, seg):
@@ -184,3 +187,71 @@ def attention_vjp(res, ct, *, scale, block, chunk):
     (dq, dk, dv), _ = jax.lax.scan(step, init, K.chunked(pair_q, pair_k, chunk))
     dv = None if g is None else K.from_blocks(dv, token_slot)
     return K.from_blocks(dq, token_slot), K.from_blocks(dk, token_slot), dv, None, None, None, None
+
+
+# ----------------------------------------------------------------------------------------------
+# The same op with fused kernels (``kernels``, Pallas): forward and VJP run the kernels; the JVP
+# is the XLA formula above (forward mode is not the training path). Extra integer arguments:
+# the per-block (first, count, length, local) of ``kernels.block_meta``.
+
+
+def _heads_first(x, slot_token, block):
+    """(total, heads, ...) -> (heads, slots, ...) in the slot layout."""
+    return jnp.moveaxis(K.to_blocks(x, slot_token, block).reshape(-1, *x.shape[1:]), 1, 0)
+
+
+def _tokens(xs, token_slot):
+    """(heads, slots, ...) -> (total, heads, ...)."""
+    return jnp.moveaxis(xs, 0, 1)[token_slot]
+
+
+def fused_attention_primal(q, k, v, token_slot, slot_token, pair_q, pair_k, *meta, scale, block, chunk, interpret):
+    qs, ks, vs = (_heads_first(x, slot_token, block) for x in (q, k, v))
+    out, lse = kernels.forward(meta, qs, ks, vs, scale=scale, block=block, interpret=interpret)
+    return _tokens(out, token_slot), _tokens(lse, token_slot)
+
+
+def fused_attention_save(outs, q, k, v, *ints, **_):
+    return (q, k, v, *outs, *ints)
+
+
+def fused_attention_jvp(res, tq, tk, tv, *_, scale, block, chunk, interpret):
+    """The XLA JVP formula (``attention_jvp``), in float32 or wider."""
+    work = jnp.promote_types(res[0].dtype, jnp.float32)
+    floats = tuple(x.astype(work) for x in res[:5])
+    tangents = (None if t is None else t.astype(work) for t in (tq, tk, tv))
+    return attention_jvp(floats + tuple(res[5:9]), *tangents, scale=scale, block=block, chunk=chunk)
+
+
+def _xla_vjp(res, ct, scale, block, chunk):
+    return attention_vjp(tuple(res[:9]), ct, scale=scale, block=block, chunk=chunk)[:3]
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4, 5))
+def _kernel_vjp(res, ct, scale, block, chunk, interpret):
+    """Flash attention's backward in two kernels (dq; dk and dv), with
+    ``delta = rowsum(g out) - g_lse``. Its own derivative (second order) is that of the XLA
+    formula ``attention_vjp``: the kernels are not differentiated."""
+    q, k, v, out, lse, token_slot, slot_token, _, _, *meta = res
+    g, g_lse = ct
+    acc = kernels.accumulator(out.dtype)
+    delta = jnp.sum(g.astype(acc) * out.astype(acc), -1) - g_lse
+    qs, ks, vs, gs = (_heads_first(x, slot_token, block) for x in (q, k, v, g.astype(q.dtype)))
+    lse_s, delta_s = (_heads_first(x, slot_token, block) for x in (lse, delta))
+    grads = kernels.backward(meta, qs, ks, vs, gs, lse_s, delta_s, scale=scale, block=block, interpret=interpret)
+    return tuple(_tokens(x, token_slot) for x in grads)
+
+
+@_kernel_vjp.defjvp
+def _kernel_vjp_jvp(scale, block, chunk, interpret, primals, tangents):
+    out = _kernel_vjp(*primals, scale, block, chunk, interpret)
+    return out, jax.jvp(lambda r, c: _xla_vjp(r, c, scale, block, chunk), primals, tangents)[1]
+
+
+def fused_attention_vjp(res, ct, *, scale, block, chunk, interpret):
+    """``_kernel_vjp`` (absent cotangents as zeros)."""
+    g, g_lse = ct
+    out, lse = res[3], res[4]
+    ct = (jnp.zeros_like(out) if g is None else g, jnp.zeros_like(lse) if g_lse is None else g_lse)
+    grads = _kernel_vjp(tuple(res), ct, scale, block, chunk, interpret)
+    return (*grads, *([None] * (len(res) - 5)))
