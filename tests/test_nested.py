@@ -241,3 +241,34 @@ def test_traced_offsets_need_static_sizes_for_host_operations():
         f(np.zeros((4, 2)), np.array([0, 1, 4]))
     g = jax.jit(lambda v, o: N.from_jagged(v, o).to_padded(max_len=3))
     np.testing.assert_array_equal(g(np.ones((4, 1)), np.array([0, 1, 4])).sum((1, 2)), [1, 3])
+
+
+def test_mismatched_offsets_under_jit_raise_at_run_time():
+    f = jax.jit(lambda a, oa, b, ob: (N.from_jagged(a, oa) + N.from_jagged(b, ob)).values)
+    values = np.ones((5, 2))
+    np.testing.assert_array_equal(f(values, np.array([0, 2, 5]), values, np.array([0, 2, 5])), 2 * values)
+    with pytest.raises(Exception, match="different offsets"):
+        jax.block_until_ready(f(values, np.array([0, 2, 5]), values, np.array([0, 3, 5])))
+
+
+def test_fused_kernels_match_the_xla_formulas_with_both_cotangents():
+    lengths = [19, 0, 3, 33, 16]
+    q, k, v = (_nt(lengths, (2, 16)) for _ in range(3))
+
+    def attend(impl):
+        def f(qv, kv, vv):
+            out, lse = N.scaled_dot_product_attention(
+                q.with_values(qv), k.with_values(kv), v.with_values(vv), impl=impl, with_lse=True
+            )
+            return out.values, lse.values
+
+        return f
+
+    args = (q.values, k.values, v.values)
+    want, pull_want = jax.vjp(attend("xla"), *args)
+    got, pull_got = jax.vjp(attend("pallas_interpret"), *args)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, atol=1e-12)
+    ct = (RNG.standard_normal(want[0].shape), RNG.standard_normal(want[1].shape))
+    for a, b in zip(pull_got(ct), pull_want(ct)):
+        np.testing.assert_allclose(a, b, atol=1e-12)

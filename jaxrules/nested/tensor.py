@@ -300,8 +300,9 @@ def _inner_axis(op: str, nt: NestedTensor, axis) -> int:
 
 
 def same_offsets(op: str, a: NestedTensor, b: NestedTensor) -> None:
-    """``ValueError`` unless ``a`` and ``b`` have the same offsets (checked on the host when both
-    are concrete; under jit, the shapes)."""
+    """``ValueError`` unless ``a`` and ``b`` have the same offsets: on the host when both are
+    concrete, else at run time (a host callback, so also under jit) unless they share the very
+    offsets array."""
     if a._offsets_leaf is b._offsets_leaf:
         return
     if np.shape(a._offsets_leaf) != np.shape(b._offsets_leaf) or a._values.shape[0] != b._values.shape[0]:
@@ -310,8 +311,13 @@ def same_offsets(op: str, a: NestedTensor, b: NestedTensor) -> None:
             f"total {a._values.shape[0]} vs {b._values.shape[0]})"
         )
     ha, hb = (x.host_offsets("same_offsets") if _is_concrete(x._offsets_leaf) else None for x in (a, b))
-    if ha is not None and hb is not None and not np.array_equal(ha, hb):
-        raise ValueError(f"{op}: the NestedTensors have different offsets: {ha.tolist()} vs {hb.tolist()}")
+    if ha is not None and hb is not None:
+        if not np.array_equal(ha, hb):
+            raise ValueError(f"{op}: the NestedTensors have different offsets: {ha.tolist()} vs {hb.tolist()}")
+        return
+    from jaxrules.partials import runtime_check
+
+    runtime_check(jnp.any(a.offsets != b.offsets), f"{op}: the NestedTensors have different offsets")
 
 
 def dense_operand(op: str, nt: NestedTensor, x) -> jax.Array:
