@@ -7,6 +7,7 @@ live in ``partials`` and are shared with the VJP formulas in ``vjp_rules``.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import jax
@@ -724,3 +725,41 @@ def masked_fill_jvp(mask, tx, _, **__):
 def pad_jvp(_, tx, *, widths):
     """``pad(dx)`` (zero fill)."""
     return jnp.pad(tx, widths)
+
+
+def split_jvp(_, tx, *, axis, sizes):
+    """The tangent split like ``x``."""
+    return tuple(jnp.split(tx, list(itertools.accumulate(sizes))[:-1], axis=axis))
+
+
+def unstack_jvp(_, tx, *, axis):
+    """The tangent unstacked along ``axis``."""
+    return tuple(jnp.moveaxis(tx, axis, 0))
+
+
+def block_diag_jvp(_, *tangents, shapes):
+    """``block_diag`` of the tangents (zero blocks for absent ones)."""
+    dtype = _present_dtype(tangents)
+    return jax.scipy.linalg.block_diag(*(jnp.zeros(s, dtype) if t is None else t for t, s in zip(tangents, shapes)))
+
+
+def tile_jvp(_, tx, *, reps, shape):
+    """``tile(dx, reps)``."""
+    return jnp.tile(tx, reps)
+
+
+def repeat_jvp(_, tx, *, counts, axis):
+    """``repeat(dx, counts, axis)``."""
+    return P.repeat_along(tx, counts, axis)
+
+
+def take_jvp(indices, tx, _, *, axis, shape):
+    """``take(dx, indices, axis)``."""
+    return jnp.take(tx, indices, axis=axis)
+
+
+def value_selection_jvp(idx, tx, *, axis, keepdims, **_):
+    """The tangent read at the selected index (seed ``value_selecting_reduction_jvp``); the
+    indices have no tangent."""
+    picked = jnp.take_along_axis(tx, idx, axis=axis)
+    return (picked if keepdims else jnp.squeeze(picked, axis)), None

@@ -14,6 +14,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 # ----------------------------------------------------------------------------------------------
@@ -819,6 +820,18 @@ def scatter_coords(index, axis):
 def scatter_add(shape, coords, values):
     """``zeros(shape).at[coords].add(values)``."""
     return jnp.zeros(shape, values.dtype).at[coords].add(values)
+
+
+def repeat_along(x, counts, axis):
+    """Entry ``i`` of ``x`` along ``axis`` repeated ``counts[i]`` times (``counts`` static)."""
+    return jnp.repeat(x, jnp.asarray(counts), axis=axis, total_repeat_length=sum(counts))
+
+
+def sum_repeats(ct, counts, axis):
+    """The transpose of ``repeat_along``: each entry's copies summed (a segment sum)."""
+    ids = np.repeat(np.arange(len(counts)), counts)
+    moved = jnp.moveaxis(ct, axis, 0)
+    return jnp.moveaxis(jax.ops.segment_sum(moved, ids, num_segments=len(counts)), 0, axis)
 
 
 def scattered_mask(shape, coords):

@@ -742,3 +742,60 @@ def masked_fill_vjp(mask, ct, **_):
 def pad_vjp(_, ct, *, widths):
     """Seed ``constant_pad_nd_backward``: the interior slice of ``ct``."""
     return (ct[tuple(slice(lo, ct.shape[d] - hi) for d, (lo, hi) in enumerate(widths))],)
+
+
+def split_vjp(_, ct, *, axis, sizes):
+    """Seed ``split_backward``: the cotangents concatenated (zeros for absent pieces)."""
+    dtype = next(c.dtype for c in ct if c is not None)
+    shape = lambda n: tuple(n if d == axis else s for d, s in enumerate(_piece_shape(ct)))  # noqa: E731
+    return (jnp.concatenate([jnp.zeros(shape(n), dtype) if c is None else c for c, n in zip(ct, sizes)], axis=axis),)
+
+
+def _piece_shape(ct):
+    return next(c.shape for c in ct if c is not None)
+
+
+def unstack_vjp(_, ct, *, axis):
+    """Seed ``unbind_backward``: the cotangents stacked (zeros for absent ones)."""
+    like = next(c for c in ct if c is not None)
+    return (jnp.stack([jnp.zeros_like(like) if c is None else c for c in ct], axis=axis),)
+
+
+def block_diag_vjp(_, ct, *, shapes):
+    """Seed ``block_diag_backward``: each input gets its diagonal block of ``ct``."""
+    out, row, col = [], 0, 0
+    for shape in shapes:
+        r, c = (1, shape[0]) if len(shape) == 1 else ((1, 1) if not shape else shape)
+        out.append(ct[row : row + r, col : col + c].reshape(shape))
+        row, col = row + r, col + c
+    return tuple(out)
+
+
+def tile_vjp(_, ct, *, reps, shape):
+    """Seed ``repeat_backward`` (torch's ``repeat`` is numpy's ``tile``): the tiled copies summed."""
+    full = (1,) * (ct.ndim - len(shape)) + tuple(shape)
+    reps = (1,) * (ct.ndim - len(reps)) + tuple(reps)
+    split = ct.reshape(tuple(v for r, s in zip(reps, full) for v in (r, s)))
+    summed = split.sum(axis=tuple(range(0, split.ndim, 2)))
+    return (summed.reshape(shape),)
+
+
+def repeat_vjp(_, ct, *, counts, axis):
+    """Seed ``repeat_interleave`` backward: each entry's copies summed."""
+    return (P.sum_repeats(ct, counts, axis),)
+
+
+def take_vjp(indices, ct, *, axis, shape):
+    """Seed ``index_select_backward`` / ``take_backward``: ``ct`` scatter-added at the taken
+    positions (duplicates accumulate)."""
+    moved = jnp.moveaxis(jnp.zeros(shape, ct.dtype), axis, 0)
+    ct_moved = jnp.moveaxis(ct, tuple(range(axis, axis + indices.ndim)), tuple(range(indices.ndim)))
+    return jnp.moveaxis(moved.at[indices].add(ct_moved), 0, axis), None
+
+
+def value_selection_vjp(idx, ct, *, axis, keepdims, shape, **_):
+    """Seed ``value_selecting_reduction_backward``: the cotangent goes to the returned index
+    only (ties do not share it)."""
+    g, _ = ct
+    g = g if keepdims else jnp.expand_dims(g, axis)
+    return (P.scatter_add(shape, P.scatter_coords(idx, axis), g),)

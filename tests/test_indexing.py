@@ -12,6 +12,7 @@ from jax.test_util import check_grads
 import jaxrules.numpy as rnp
 from jaxrules.nn import embedding
 from jaxrules.numpy import scatter_reduce
+from jaxrules.scipy.linalg import block_diag
 
 RNG = np.random.default_rng(5)
 INDICES = np.array([[0, 2, 1, 2], [2, 2, 4, 1]])
@@ -83,3 +84,65 @@ def test_bad_input(call, error, words):
         call()
     for word in words:
         assert word in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["max", "min", "median", "kthvalue"])
+def test_value_selection_indices_and_gradients_with_ties(name):
+    """max/min: torch's index (the first extreme) and torch's gradient (to that index only).
+    median/kthvalue: torch documents no tie rule for the index; ours is the stable sort's, the
+    values equal torch's and the gradient goes to the returned index only, as torch's does."""
+    x = np.array([[3.0, 1.0, 3.0, 2.0, 1.0], [2.0, 2.0, 2.0, 0.5, 7.0], [4.0, 4.0, 1.0, 1.0, 4.0]])
+    args = (3,) if name == "kthvalue" else ()
+    kwargs = {} if name == "kthvalue" else {"return_indices": True}
+    ours = getattr(rnp, name)(x, *args, axis=1, **kwargs)
+    theirs = getattr(torch, name)(torch.tensor(x), *args, dim=1)
+    np.testing.assert_array_equal(ours.values, theirs.values.numpy())
+    np.testing.assert_array_equal(np.take_along_axis(x, np.asarray(ours.indices)[:, None], 1)[:, 0], ours.values)
+    grad = jax.grad(lambda a: getattr(rnp, name)(a, *args, axis=1, **kwargs).values.sum())(x)
+    np.testing.assert_array_equal(grad, np.eye(5)[np.asarray(ours.indices)])
+    if name in ("max", "min"):
+        np.testing.assert_array_equal(ours.indices, theirs.indices.numpy())
+        tx = torch.tensor(x, requires_grad=True)
+        getattr(torch, name)(tx, dim=1).values.sum().backward()
+        np.testing.assert_array_equal(grad, tx.grad.numpy())
+    if name == "kthvalue":  # the stable sort: among the three 2s of row 1, the 3rd smallest is the 2nd of them
+        assert int(ours.indices[1]) == 1
+
+
+def test_max_with_indices_propagates_nan_like_torch():
+    x = np.array([[1.0, np.nan, 5.0], [0.0, -1.0, np.nan]])
+    for name in ("max", "min"):
+        ours = getattr(rnp, name)(x, axis=1, return_indices=True)
+        theirs = getattr(torch, name)(torch.tensor(x), dim=1)
+        np.testing.assert_array_equal(ours.indices, theirs.indices.numpy())
+        assert np.all(np.isnan(ours.values))
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: rnp.max(np.ones((2, 3)), axis=(0, 1), return_indices=True), TypeError, "single int"),
+        (lambda: rnp.max(np.ones((2, 3)), axis=1, initial=0.0, return_indices=True), ValueError, "initial"),
+        (lambda: rnp.kthvalue(np.ones((2, 3)), 4), ValueError, r"k must be an integer in \[1, 3\]"),
+        (lambda: rnp.median(np.ones((2, 0)), axis=1, return_indices=True), ValueError, "length 0"),
+        (lambda: rnp.min(np.ones(2) + 1j, axis=0, return_indices=True), TypeError, "complex"),
+        (lambda: rnp.split(np.ones(5), 2), ValueError, "equal sections"),
+        (lambda: rnp.take(np.ones((3, 2)), np.array([3]), axis=0), ValueError, r"\[-3, 3\)"),
+        (lambda: rnp.take(np.ones(3), np.array([0.5])), TypeError, "integers"),
+        (lambda: rnp.repeat(np.ones(3), [1, 2]), ValueError, "3 entries"),
+        (lambda: rnp.tile(np.ones(3), (-1,)), ValueError, "non-negative"),
+        (lambda: block_diag(np.ones((2, 2, 2))), ValueError, "rank <= 2"),
+    ],
+)
+def test_selection_and_shape_ops_reject_bad_input(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_split_pieces_that_are_unused_get_zero_gradient():
+    x = RNG.standard_normal((6, 2))
+    grad = jax.grad(lambda a: jnp.sum(rnp.split(a, 3)[1] ** 2))(x)
+    expected = np.zeros_like(x)
+    expected[2:4] = 2 * x[2:4]
+    np.testing.assert_allclose(grad, expected)
+    np.testing.assert_allclose(jax.grad(lambda a: jnp.sum(rnp.unstack(a)[4]))(x), np.eye(6)[4][:, None] * np.ones(2))

@@ -26,6 +26,7 @@ from jaxrules.ops.reductions import (
     amin,
     cumprod,
     cumsum,
+    kthvalue,
     logcumsumexp,
     max,
     mean,
@@ -39,11 +40,24 @@ from jaxrules.ops.reductions import (
     var,
     var_mean,
 )
-from jaxrules.ops.shape import concatenate, masked_fill, pad, stack, take_along_axis
+from jaxrules.ops.shape import (
+    array_split,
+    concatenate,
+    masked_fill,
+    pad,
+    repeat,
+    split,
+    stack,
+    take,
+    take_along_axis,
+    tile,
+    unstack,
+)
 
 __all__ = [
-    "abs", "absolute", "amax", "amin", "angle", "arctan2", "clip", "concatenate", "copysign", "cumprod",
-    "cumsum", "deg2rad", "degrees", "fft", "linalg", "log1p", "logcumsumexp", "masked_fill", "matmul", "max",
-    "mean", "median", "min", "nansum", "pad", "power", "prod", "rad2deg", "radians", "scatter_reduce",
-    "sign", "sinc", "stack", "std", "std_mean", "sum", "take_along_axis", "var", "var_mean",
+    "abs", "absolute", "amax", "amin", "angle", "arctan2", "array_split", "clip", "concatenate", "copysign",
+    "cumprod", "cumsum", "deg2rad", "degrees", "fft", "kthvalue", "linalg", "log1p", "logcumsumexp", "masked_fill",
+    "matmul", "max", "mean", "median", "min", "nansum", "pad", "power", "prod", "rad2deg", "radians", "repeat",
+    "scatter_reduce", "sign", "sinc", "split", "stack", "std", "std_mean", "sum", "take", "take_along_axis",
+    "tile", "unstack", "var", "var_mean",
 ]

@@ -4,9 +4,12 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
+from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -74,6 +77,31 @@ std_mean_op = _op(
 )
 amax_op = _op("amax", lambda x, *, axis, keepdims: jnp.max(x, axis, keepdims=keepdims), _save_x_and_out, "selection")
 amin_op = _op("amin", lambda x, *, axis, keepdims: jnp.min(x, axis, keepdims=keepdims), _save_x_and_out, "selection")
+def _selected_index(x, *, kind, k, axis, **_):
+    """torch's index (keepdims shape): the first maximum/minimum (NaN counts as the maximum and
+    the minimum, as in torch), or the ``k``-th smallest in a stable sort (median: the lower middle
+    one), so among equal values the earlier position comes first."""
+    if kind == "max":
+        idx = jnp.argmax(jnp.where(jnp.isnan(x), jnp.inf, x), axis=axis)
+        idx = jnp.where(jnp.any(jnp.isnan(x), axis), jnp.argmax(jnp.isnan(x), axis), idx)
+    elif kind == "min":
+        idx = jnp.argmin(jnp.where(jnp.isnan(x), -jnp.inf, x), axis=axis)
+        idx = jnp.where(jnp.any(jnp.isnan(x), axis), jnp.argmax(jnp.isnan(x), axis), idx)
+    else:
+        idx = jnp.take(jnp.argsort(x, axis=axis, stable=True), k, axis=axis)
+    return jnp.expand_dims(idx, axis)
+
+
+def _value_selection_primal(x, *, kind, k, axis, keepdims, shape):
+    idx = _selected_index(x, kind=kind, k=k, axis=axis)
+    values = jnp.take_along_axis(x, idx, axis=axis)
+    return (values, idx) if keepdims else (jnp.squeeze(values, axis), jnp.squeeze(idx, axis))
+
+
+value_selection_op = define_op(
+    "value_selection", _value_selection_primal, J.value_selection_jvp, R.value_selection_vjp,
+    lambda out, x, **static: _selected_index(x, **static),
+)
 median_op = _op("median", lambda x, *, axis, keepdims: jnp.median(x, axis, keepdims=keepdims))
 def _save_softmax(out, x, *, axis, keepdims):
     """``exp(x - out)`` (with its limits at infinite ``out``): what both formulas multiply by,
@@ -223,13 +251,70 @@ def amin(a, axis=None, out=None, keepdims=False, initial=None, where=None):
     return _selection("amin", amin_op, jnp.min, a, axis, out, keepdims, initial, where)
 
 
-max = amax  # noqa: A001
-min = amin  # noqa: A001
+class ValuesIndices(NamedTuple):
+    """torch's ``(values, indices)`` return type."""
+
+    values: jax.Array
+    indices: jax.Array
 
 
-def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+def _value_selection(op, kind, a, axis, keepdims, k=0):
+    """torch's ``max``/``min``/``median``/``kthvalue`` along one ``axis``: values and indices;
+    the derivative goes to the returned index only (seed ``value_selecting_reduction_backward``)."""
+    x = V.array(op, "a", a)
+    if jnp.iscomplexobj(x):
+        raise TypeError(f"{op}: complex input has no ordering, got {x.dtype}")
+    ax = V.single_axis(op, x.ndim or 1, axis)
+    x = x.reshape(1) if x.ndim == 0 else x
+    if x.shape[ax] == 0:
+        raise ValueError(f"{op}: axis {axis} has length 0")
+    if kind == "median":
+        k = (x.shape[ax] - 1) // 2
+    values, indices = value_selection_op(x, kind=kind, k=k, axis=ax, keepdims=bool(keepdims), shape=x.shape)
+    return ValuesIndices(values, indices)
+
+
+def max(a, axis=None, out=None, keepdims=False, initial=None, where=None, *, return_indices=False):  # noqa: A001
+    """``jax.numpy.max`` (ties share the derivative evenly, as ``amax``); with
+    ``return_indices=True``, torch's ``max(dim)``: ``(values, indices)`` along one ``axis``, the
+    first maximum's index, the derivative to that index only."""
+    if return_indices:
+        _no_extras("max", out=out, initial=initial, where=where)
+        return _value_selection("max", "max", a, axis, keepdims)
+    return amax(a, axis, out, keepdims, initial, where)
+
+
+def min(a, axis=None, out=None, keepdims=False, initial=None, where=None, *, return_indices=False):  # noqa: A001
+    """``jax.numpy.min``; with ``return_indices=True``, torch's ``min(dim)`` (see ``max``)."""
+    if return_indices:
+        _no_extras("min", out=out, initial=initial, where=where)
+        return _value_selection("min", "min", a, axis, keepdims)
+    return amin(a, axis, out, keepdims, initial, where)
+
+
+def kthvalue(a, k, axis=-1, keepdims=False):
+    """torch's ``kthvalue``: the ``k``-th smallest (1-based) along ``axis`` and its index (equal
+    values ordered by position); the derivative goes to that index only."""
+    n = np.shape(a)[axis] if np.ndim(a) else 1
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= n:
+        raise ValueError(f"kthvalue: k must be an integer in [1, {n}], got {k!r}")
+    return _value_selection("kthvalue", "kthvalue", a, axis, keepdims, int(k) - 1)
+
+
+def _no_extras(op, **extras):
+    for name, value in extras.items():
+        if value is not None:
+            raise ValueError(f"{op}: {name} is not supported with return_indices=True")
+
+
+def median(a, axis=None, out=None, overwrite_input=False, keepdims=False, *, return_indices=False):
     """numpy's median (mean of the two middle values for an even count); each middle value's
-    derivative spreads evenly over its ties (seed ``evenly_distribute_backward``)."""
+    derivative spreads evenly over its ties (seed ``evenly_distribute_backward``). With
+    ``return_indices=True``, torch's ``median(dim)``: the lower middle value and its index, the
+    derivative to that index only."""
+    if return_indices:
+        _no_extras("median", out=out)
+        return _value_selection("median", "median", a, axis, keepdims)
     x, ax = _prepare("median", a, axis, None, out)
     x = V.array("median", "a", x)
     if x.size == 0:
@@ -504,4 +589,49 @@ _record(
     ),
     deviations="JVP exact (torch's loses precision: x=[-40, 0] gives 4.2e-5 instead of 1); both "
     "formulas finite after leading -inf (torch: NaN). Real input only.",
+)
+
+
+def _torch_selection(name):
+    def fn(torch, x, *args, axis=-1, keepdims=False):
+        return getattr(torch, name)(x, *args, dim=axis, keepdim=keepdims).values
+
+    return fn
+
+
+def _values_of(fn):
+    """The record's function: the values (the indices are integers; tests/test_indexing.py
+    compares them with torch's)."""
+    return lambda x, *args, **kw: fn(x, *args, **kw).values
+
+
+def _selection_samples(rng, dt):
+    return [Sample((distinct(rng, dt, 3, 5),), {"axis": 1}), Sample((distinct(rng, dt, 4, 3),), {"axis": 0, "keepdims": True})]
+
+
+_TIE_INDEX = (
+    "Among equal values the index is the stable sort's (earlier position first); torch documents no "
+    "tie rule for median/kthvalue indices. Values and the single-index gradient agree with torch."
+)
+for _name, _fn, _point in (
+    ("max", max, (f64(3.0, 1.0, 3.0), (f64(1, 0, 0),))),
+    ("min", min, (f64(1.0, 3.0, 1.0), (f64(1, 0, 0),))),
+    ("median", median, (f64(2.0, 2.0, 1.0, 5.0), (f64(1, 0, 0, 0),))),
+):
+    _record(
+        f"{_name}_with_indices", _values_of(functools.partial(_fn, return_indices=True)),
+        (_NP + f"{_name}(..., return_indices=True)",),
+        ("value_selecting_reduction_backward", "value_selecting_reduction_jvp"), _selection_samples,
+        _torch_selection(_name), f"torch.{_name}(dim)", formula_ops=("value_selection",),
+        singular=(SingularPoint("ties: the derivative to the returned index only", (_point[0],), _point[1],
+                                {"axis": 0}),),
+        deviations=_TIE_INDEX if _name == "median" else "",
+    )
+_record(
+    "kthvalue", _values_of(kthvalue), (_NP + "kthvalue",), ("value_selecting_reduction_backward", "value_selecting_reduction_jvp"),
+    lambda rng, dt: [Sample((distinct(rng, dt, 3, 5), 2)), Sample((distinct(rng, dt, 4, 3), 4), {"axis": 0})],
+    lambda torch, x, k, axis=-1, keepdims=False: torch.kthvalue(x, k, dim=axis, keepdim=keepdims).values,
+    "torch.kthvalue", formula_ops=("value_selection",), deviations=_TIE_INDEX,
+    singular=(SingularPoint("ties: the derivative to the returned index only", (f64(2.0, 1.0, 2.0), 2), (f64(1, 0, 0),),
+                            {"axis": 0}),),
 )

@@ -4,13 +4,18 @@ the seed's backward (split, unbind, scatter-add, mask, slice)."""
 
 from __future__ import annotations
 
+import itertools
+import numbers
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
+from jaxrules import partials as P
 from jaxrules import vjp_rules as R
-from jaxrules.mechanism import define_op
+from jaxrules.mechanism import concrete_value, define_op
 from jaxrules.ops._sampling import normal
 from jaxrules.registry import OpRecord, Sample, register
 
@@ -33,6 +38,16 @@ masked_fill_op = _linear_op(
     lambda out, x, mask, **_: mask,
 )
 pad_op = _linear_op("pad", lambda x, *, widths: jnp.pad(x, widths))
+split_op = _linear_op(
+    "split", lambda x, *, axis, sizes: tuple(jnp.split(x, list(itertools.accumulate(sizes))[:-1], axis=axis))
+)
+unstack_op = _linear_op("unstack", lambda x, *, axis: tuple(jnp.moveaxis(x, axis, 0)))
+block_diag_op = _linear_op("block_diag", lambda *xs, shapes: jax.scipy.linalg.block_diag(*xs))
+tile_op = _linear_op("tile", lambda x, *, reps, shape: jnp.tile(x, reps))
+repeat_op = _linear_op("repeat", lambda x, *, counts, axis: P.repeat_along(x, counts, axis))
+take_op = _linear_op(
+    "take", lambda x, indices, *, axis, shape: jnp.take(x, indices, axis=axis), lambda out, x, indices, **_: indices
+)
 
 
 def _same_dtype_arrays(op, arrays):
@@ -99,6 +114,93 @@ def pad(array, pad_width, mode="constant", constant_values=0):
     return pad_op(x, widths=tuple(map(tuple, widths.tolist())))
 
 
+def _sections(op, n, indices_or_sections, even):
+    """The piece sizes of ``split``/``array_split`` along an axis of length ``n``."""
+    if isinstance(indices_or_sections, numbers.Integral) and not isinstance(indices_or_sections, bool):
+        k = int(indices_or_sections)
+        if k < 1:
+            raise ValueError(f"{op}: the number of sections must be >= 1, got {k}")
+        if even and n % k:
+            raise ValueError(f"{op}: an axis of length {n} does not split into {k} equal sections")
+        return tuple(n // k + (1 if i < n % k else 0) for i in range(k))
+    cuts = [min(max(int(c) + (n if c < 0 else 0), 0), n) for c in np.asarray(indices_or_sections).reshape(-1)]
+    bounds = [0, *cuts, n]
+    return tuple(max(b - a, 0) for a, b in zip(bounds[:-1], bounds[1:]))
+
+
+def split(ary, indices_or_sections, axis=0):
+    """``jax.numpy.split`` (seed ``split_backward``: the cotangents concatenated, zeros for
+    unused pieces). Returns a list, as numpy does."""
+    x = V.array("split", "ary", ary)
+    ax = V.single_axis("split", x.ndim, axis)
+    return list(split_op(x, axis=ax, sizes=_sections("split", x.shape[ax], indices_or_sections, True)))
+
+
+def array_split(ary, indices_or_sections, axis=0):
+    """``jax.numpy.array_split``: as ``split``, sections may differ in size by one."""
+    x = V.array("array_split", "ary", ary)
+    ax = V.single_axis("array_split", x.ndim, axis)
+    return list(split_op(x, axis=ax, sizes=_sections("array_split", x.shape[ax], indices_or_sections, False)))
+
+
+def unstack(x, /, *, axis=0):
+    """``jax.numpy.unstack`` (seed ``unbind_backward``: the cotangents stacked)."""
+    x = V.array("unstack", "x", x)
+    return unstack_op(x, axis=V.single_axis("unstack", x.ndim, axis))
+
+
+def block_diag(*arrays):
+    """``jax.scipy.linalg.block_diag`` of arrays of rank <= 2 (seed ``block_diag_backward``:
+    each input's diagonal block of the cotangent)."""
+    arrays = _same_dtype_arrays("block_diag", arrays)
+    for k, a in enumerate(arrays):
+        if a.ndim > 2:
+            raise ValueError(f"block_diag: arrays[{k}] must have rank <= 2, got shape {a.shape}")
+    return block_diag_op(*arrays, shapes=tuple(a.shape for a in arrays))
+
+
+def tile(A, reps):  # noqa: N803 - numpy's argument name
+    """``jax.numpy.tile`` (torch's ``repeat``; seed ``repeat_backward``: the copies summed)."""
+    x = V.array("tile", "A", A)
+    reps = (reps,) if isinstance(reps, numbers.Integral) else tuple(reps)
+    if not all(isinstance(r, numbers.Integral) and r >= 0 for r in reps):
+        raise ValueError(f"tile: reps must be non-negative integers, got {reps!r}")
+    return tile_op(x, reps=tuple(int(r) for r in reps), shape=x.shape)
+
+
+def repeat(a, repeats, axis=None):
+    """``jax.numpy.repeat`` with static ``repeats`` (an int or one count per entry; torch's
+    ``repeat_interleave``): its backward sums each entry's copies."""
+    x = V.array("repeat", "a", a)
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+    ax = V.single_axis("repeat", x.ndim, axis)
+    try:
+        counts = np.broadcast_to(np.asarray(repeats), (x.shape[ax],))
+    except ValueError:
+        raise ValueError(f"repeat: repeats must be an int or have {x.shape[ax]} entries, got {np.shape(repeats)}") from None
+    if not np.issubdtype(counts.dtype, np.integer) or np.any(counts < 0):
+        raise ValueError(f"repeat: repeats must be non-negative integers, got {repeats!r}")
+    return repeat_op(x, counts=tuple(int(c) for c in counts), axis=ax)
+
+
+def take(a, indices, axis=None):
+    """``jax.numpy.take`` with in-range indices (negative ones count from the end; torch's
+    ``index_select`` / ``take``): its backward scatter-adds (duplicates accumulate)."""
+    x = V.array("take", "a", a)
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+    ax = V.single_axis("take", x.ndim, axis)
+    indices = jnp.asarray(indices)
+    if not jnp.issubdtype(indices.dtype, jnp.integer):
+        raise TypeError(f"take: indices must be integers, got {indices.dtype}")
+    n = x.shape[ax]
+    host = concrete_value(indices)
+    if host is not None and host.size and (host.min() < -n or host.max() >= n):
+        raise ValueError(f"take: indices must lie in [-{n}, {n}), got values in [{host.min()}, {host.max()}]")
+    return take_op(x, jnp.where(indices < 0, indices + n, indices), axis=ax, shape=x.shape)
+
+
 # ----------------------------------------------------------------------------------------------
 # Records
 
@@ -136,4 +238,51 @@ register(OpRecord(
         x, tuple(v for lo_hi in reversed(np.broadcast_to(np.asarray(pad_width), (x.ndim, 2)).tolist()) for v in lo_hi)
     ),
     "torch.nn.functional.pad", dtypes=_C,
+))
+register(OpRecord(
+    "split", lambda x, sections, axis=0: split(x, sections, axis), ("jaxrules.numpy.split",), ("split",),
+    ("split_backward",),
+    lambda rng, dt: [Sample((normal(rng, dt, 6, 2), 3)), Sample((normal(rng, dt, 2, 5), [1, 3], 1))],
+    lambda torch, x, sections, axis=0: torch.tensor_split(x, sections, axis), "torch.tensor_split", dtypes=_C,
+))
+register(OpRecord(
+    "array_split", lambda x, sections, axis=0: array_split(x, sections, axis), ("jaxrules.numpy.array_split",),
+    ("split",), ("split_backward",),
+    lambda rng, dt: [Sample((normal(rng, dt, 7, 2), 3)), Sample((normal(rng, dt, 2, 4), [-1], 1))],
+    lambda torch, x, sections, axis=0: torch.tensor_split(x, sections, axis), "torch.tensor_split", dtypes=_C,
+))
+register(OpRecord(
+    "unstack", unstack, ("jaxrules.numpy.unstack",), ("unstack",), ("unbind_backward",),
+    lambda rng, dt: [Sample((normal(rng, dt, 3, 2),)), Sample((normal(rng, dt, 2, 4),), {"axis": 1})],
+    lambda torch, x, axis=0: torch.unbind(x, axis), "torch.unbind", dtypes=_C,
+))
+register(OpRecord(
+    "block_diag", block_diag, ("jaxrules.scipy.linalg.block_diag",), ("block_diag",), ("block_diag_backward",),
+    lambda rng, dt: [Sample((normal(rng, dt, 2, 3), normal(rng, dt, 1, 1), normal(rng, dt, 3), normal(rng, dt, 2, 2)))],
+    lambda torch, *xs: torch.block_diag(*xs), "torch.block_diag", dtypes=_C,
+))
+register(OpRecord(
+    "tile", tile, ("jaxrules.numpy.tile",), ("tile",), ("repeat_backward",),
+    lambda rng, dt: [Sample((normal(rng, dt, 2, 3), (2, 1, 3))), Sample((normal(rng, dt, 3), 2))],
+    lambda torch, x, reps: x.repeat(*((1,) * (x.ndim - len(np.atleast_1d(reps))) + tuple(np.atleast_1d(reps)))),
+    "torch.Tensor.repeat", dtypes=_C,
+))
+register(OpRecord(
+    "repeat", repeat, ("jaxrules.numpy.repeat",), ("repeat",), ("repeat_interleave (derivatives.yaml)",),
+    lambda rng, dt: [Sample((normal(rng, dt, 3, 2), 2), {"axis": 0}),
+                     Sample((normal(rng, dt, 2, 3), np.array([0, 2, 1])), {"axis": 1})],
+    lambda torch, x, repeats, axis=None: torch.repeat_interleave(x, torch.as_tensor(repeats), axis),
+    "torch.repeat_interleave", dtypes=_C,
+))
+register(OpRecord(
+    "take", take, ("jaxrules.numpy.take",), ("take",), ("index_select_backward", "take_backward"),
+    lambda rng, dt: [Sample((normal(rng, dt, 4, 3), np.array([3, 0, 3, -1]), 0)),
+                     Sample((normal(rng, dt, 2, 5), np.array([[1, 1], [4, 0]]), 1)),
+                     Sample((normal(rng, dt, 3, 2), np.array([5, 0, 5])))],
+    lambda torch, x, indices, axis=None: (
+        torch.take(x, torch.as_tensor(indices)) if axis is None
+        else torch.index_select(x, axis, torch.as_tensor(indices % x.shape[axis]).reshape(-1)).reshape(
+            x.shape[:axis] + indices.shape + x.shape[axis + 1:])
+    ),
+    "torch.index_select / torch.take", dtypes=_C,
 ))
