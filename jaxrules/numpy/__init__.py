@@ -19,7 +19,7 @@ from jaxrules.ops.elementwise import (
     sign,
     sinc,
 )
-from jaxrules.ops.indexing import scatter_reduce
+from jaxrules.ops.indexing import index_reduce, scatter_reduce
 from jaxrules.ops.linalg import matmul
 from jaxrules.ops.reductions import (
     amax,
@@ -56,8 +56,8 @@ from jaxrules.ops.shape import (
 
 __all__ = [
     "abs", "absolute", "amax", "amin", "angle", "arctan2", "array_split", "clip", "concatenate", "copysign",
-    "cumprod", "cumsum", "deg2rad", "degrees", "fft", "kthvalue", "linalg", "log1p", "logcumsumexp", "masked_fill",
-    "matmul", "max", "mean", "median", "min", "nansum", "pad", "power", "prod", "rad2deg", "radians", "repeat",
-    "scatter_reduce", "sign", "sinc", "split", "stack", "std", "std_mean", "sum", "take", "take_along_axis",
+    "cumprod", "cumsum", "deg2rad", "degrees", "fft", "index_reduce", "kthvalue", "linalg", "log1p", "logcumsumexp",
+    "masked_fill", "matmul", "max", "mean", "median", "min", "nansum", "pad", "power", "prod", "rad2deg", "radians",
+    "repeat", "scatter_reduce", "sign", "sinc", "split", "stack", "std", "std_mean", "sum", "take", "take_along_axis",
     "tile", "unstack", "var", "var_mean",
 ]

@@ -110,6 +110,30 @@ def scatter_reduce(x, axis, index, src, reduce, include_self=True):
     return scatter_reduce_op(x, index, src, axis=ax, reduce=reduce, include_self=bool(include_self))
 
 
+_INDEX_REDUCES = ("prod", "mean", "amax", "amin")
+
+
+def index_reduce(x, axis, index, source, reduce, include_self=True):
+    """torch's ``index_reduce`` (``x.index_reduce(dim, index, source, reduce, include_self)``):
+    slice ``k`` of ``source`` along ``axis`` is reduced into slice ``index[k]`` of ``x``. It is
+    ``scatter_reduce`` with the 1-d ``index`` broadcast over the other axes, so its derivatives
+    are the same formulas (seed ``index_reduce_backward``)."""
+    if reduce not in _INDEX_REDUCES:
+        raise ValueError(f"index_reduce: reduce must be one of {_INDEX_REDUCES}, got {reduce!r}")
+    x = V.array("index_reduce", "x", x)
+    source = V.array("index_reduce", "source", source)
+    index = _indices("index_reduce", "index", index)
+    ax = V.single_axis("index_reduce", x.ndim, axis, "axis")
+    expected = x.shape[:ax] + index.shape + x.shape[ax + 1 :]
+    if index.ndim != 1 or source.shape != expected:
+        raise ValueError(
+            f"index_reduce: index must be 1-d and source of shape {expected} (x's with axis {axis} of length "
+            f"len(index)), got index {index.shape} and source {source.shape}"
+        )
+    full = jnp.broadcast_to(index.reshape((1,) * ax + (-1,) + (1,) * (x.ndim - ax - 1)), source.shape)
+    return scatter_reduce(x, ax, full, source, reduce, include_self)
+
+
 # ----------------------------------------------------------------------------------------------
 # Records
 
@@ -169,3 +193,26 @@ for _reduce in _REDUCES:
         double_backward="JAX's derivative of the saved products of the others (segmented scans)"
         if _reduce == "prod" else "JAX's derivative of the VJP formula",
     ))
+
+
+def _index_reduce_samples(rng, dt):
+    index = np.array([2, 0, 2, 2])
+    return [
+        Sample((distinct(rng, dt, 3, 2), 0, index, distinct(rng, dt, 4, 2), reduce), {"include_self": k % 2 == 0})
+        for k, reduce in enumerate(_INDEX_REDUCES)
+    ]
+
+
+def _torch_index_reduce(torch, x, axis, index, source, reduce, include_self=True):
+    return x.index_reduce(axis, index, source, reduce, include_self=include_self)
+
+
+register(OpRecord(
+    "index_reduce", index_reduce, ("jaxrules.numpy.index_reduce",),
+    ("scatter_reduce",), ("index_reduce_backward",), _index_reduce_samples,
+    _torch_index_reduce, "torch.Tensor.index_reduce",
+    torch_jvp_differs="torch's forward AD of index_reduce(prod) is not the derivative (as scatter_reduce's)",
+    singular=(SingularPoint("prod with a zero in a slot", (np.array([[1.0, 2.0], [3.0, 4.0]]), 0, np.array([0, 0]),
+                                                          np.array([[0.0, 2.0], [5.0, 0.5]]), "prod")),),
+    deviations="prod: forward-mode and higher derivatives are defined (as scatter_reduce's).",
+))
