@@ -763,3 +763,25 @@ def value_selection_jvp(idx, tx, *, axis, keepdims, **_):
     indices have no tangent."""
     picked = jnp.take_along_axis(tx, idx, axis=axis)
     return (picked if keepdims else jnp.squeeze(picked, axis)), None
+
+
+# ----------------------------------------------------------------------------------------------
+# Convolution and pooling
+
+
+def convolution_jvp(res, tx, tw, tb, *, stride, padding, dilation, groups):
+    """Seed ``convolution_jvp``: ``conv(dx, w) + conv(x, dw) + db``."""
+    x, w = res
+    terms = []
+    if tx is not None:
+        terms.append(P.conv(tx, w, stride, padding, dilation, groups))
+    if tw is not None:
+        terms.append(P.conv(x, tw, stride, padding, dilation, groups))
+    out = _terms(*terms) if terms else 0
+    return out if tb is None else out + P.bias_view(tb, x.ndim)
+
+
+def max_pool_jvp(index, tx, *, shape, **_):
+    """The tangent read at the argmax (seed ``max_pool_double_backward``'s gather); the indices
+    have no tangent."""
+    return P.pool_flat_gather(tx, index), None

@@ -19,6 +19,7 @@ from jaxrules.ops.activations import (
     swish,
     threshold,
 )
+from jaxrules.ops.conv import conv, conv1d, conv2d, conv3d, max_pool, max_pool1d, max_pool2d, max_pool3d
 from jaxrules.ops.indexing import embedding
 from jaxrules.ops.linalg import linear
 from jaxrules.ops.losses import (
@@ -33,9 +34,11 @@ from jaxrules.ops.normalization import batch_norm, group_norm, layer_norm
 from jaxrules.ops.reductions import logsumexp
 
 __all__ = [
-    "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu", "dropout", "elu",
+    "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu", "conv", "conv1d", "conv2d",
+    "conv3d", "dropout", "elu",
     "embedding", "gelu",
-    "glu", "group_norm", "huber_loss", "layer_norm", "linear", "log_sigmoid", "log_softmax", "logsumexp", "mish",
+    "glu", "group_norm", "huber_loss", "layer_norm", "linear", "log_sigmoid", "log_softmax", "logsumexp", "max_pool",
+    "max_pool1d", "max_pool2d", "max_pool3d", "mish",
     "mse_loss", "relu", "selu", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softplus", "swish",
     "threshold",
 ]

@@ -914,3 +914,67 @@ def scatter_reduce_weights(res, *, axis, reduce, include_self):
         inverse = safe_reciprocal(count, count == 0)
         return x_ties * inverse, src_ties * inverse[coords], coords
     return (*prod_weights, coords)  # prod: the product of the slot's other members
+
+
+# ----------------------------------------------------------------------------------------------
+# Convolution (channels first: x (N, C, *spatial), weight (O, C / groups, *kernel)) and pooling
+
+
+def _conv_numbers(ndim, lhs, rhs, out):
+    return lax.ConvDimensionNumbers(lhs_spec=lhs + tuple(range(2, ndim)), rhs_spec=rhs + tuple(range(2, ndim)),
+                                    out_spec=out + tuple(range(2, ndim)))
+
+
+def conv(x, w, stride, padding, dilation, groups):
+    """torch's convolution without bias: ``padding`` is ((lo, hi), ...) per spatial axis."""
+    return lax.conv_general_dilated(
+        x, w, window_strides=stride, padding=padding, rhs_dilation=dilation, feature_group_count=groups,
+        dimension_numbers=_conv_numbers(x.ndim, (0, 1), (0, 1), (0, 1)),
+    )
+
+
+def conv_input_grad(g, w, in_spatial, stride, padding, dilation, groups):
+    """The transposed convolution (seed ``convolution_backward``'s grad_input): ``g`` (strides
+    become input dilation) against the flipped kernel with in/out channels swapped per group."""
+    o, i_g, *kernel = w.shape
+    swapped = w.reshape(groups, o // groups, i_g, *kernel).swapaxes(1, 2).reshape(groups * i_g, o // groups, *kernel)
+    flipped = jnp.flip(swapped, axis=tuple(range(2, w.ndim)))
+    pads = []
+    for n, k, s, (lo, _), d, out in zip(in_spatial, kernel, stride, padding, dilation, g.shape[2:]):
+        span = d * (k - 1) + 1
+        pads.append((span - 1 - lo, n - 1 - (out - 1) * s + lo))
+    return lax.conv_general_dilated(
+        g, flipped, window_strides=(1,) * len(kernel), padding=pads, lhs_dilation=stride, rhs_dilation=dilation,
+        feature_group_count=groups, dimension_numbers=_conv_numbers(g.ndim, (0, 1), (0, 1), (0, 1)),
+    )
+
+
+def conv_weight_grad(x, g, kernel, stride, padding, dilation, groups):
+    """seed ``convolution_backward``'s grad_weight: ``x`` (channels as the batch) correlated with
+    ``g`` (strides become kernel dilation), one group per batch group."""
+    pads = []
+    for n, k, s, (lo, _), d, out in zip(x.shape[2:], kernel, stride, padding, dilation, g.shape[2:]):
+        pads.append((lo, (k - 1) * d + (out - 1) * s + 1 - n - lo))
+    return lax.conv_general_dilated(
+        x, g, window_strides=dilation, padding=pads, rhs_dilation=stride, batch_group_count=groups,
+        dimension_numbers=_conv_numbers(x.ndim, (1, 0), (1, 0), (1, 0)),
+    )
+
+
+def bias_view(b, ndim):
+    """A per-channel vector shaped to broadcast against (N, C, *spatial)."""
+    return b.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def pool_flat_gather(x, flat_index):
+    """``x`` (N, C, *spatial) read at per-plane flat spatial indices (N, C, *out)."""
+    planes = x.reshape(x.shape[:2] + (-1,))
+    picked = jnp.take_along_axis(planes, flat_index.reshape(flat_index.shape[:2] + (-1,)), axis=2)
+    return picked.reshape(flat_index.shape)
+
+
+def pool_flat_scatter(g, flat_index, shape):
+    """The transpose of ``pool_flat_gather``: ``g`` scatter-added into zeros of ``shape``."""
+    idx = flat_index.reshape(flat_index.shape[:2] + (-1,))
+    planes = scatter_add(shape[:2] + (math.prod(shape[2:]),), scatter_coords(idx, 2), g.reshape(idx.shape))
+    return planes.reshape(shape)

@@ -799,3 +799,23 @@ def value_selection_vjp(idx, ct, *, axis, keepdims, shape, **_):
     g, _ = ct
     g = g if keepdims else jnp.expand_dims(g, axis)
     return (P.scatter_add(shape, P.scatter_coords(idx, axis), g),)
+
+
+# ----------------------------------------------------------------------------------------------
+# Convolution and pooling
+
+
+def convolution_vjp(res, ct, *, stride, padding, dilation, groups):
+    """Seed ``convolution_backward``: grad_input by the transposed convolution, grad_weight by
+    correlating the input with ``ct``, grad_bias the sum over batch and space."""
+    x, w = res
+    gx = P.conv_input_grad(ct, w, x.shape[2:], stride, padding, dilation, groups)
+    gw = P.conv_weight_grad(x, ct, w.shape[2:], stride, padding, dilation, groups)
+    gb = ct.sum(axis=(0, *range(2, ct.ndim)))
+    return gx, gw, gb
+
+
+def max_pool_vjp(index, ct, *, shape, **_):
+    """Seed ``max_pool2d_with_indices_backward``: each cotangent added at its window's argmax."""
+    g, _ = ct
+    return (P.pool_flat_scatter(g, index, shape),)

@@ -3,6 +3,7 @@ registry records. Importing this package registers every op."""
 
 from jaxrules.ops import (
     activations,
+    conv,
     elementwise,
     fft,
     indexing,
@@ -15,4 +16,4 @@ from jaxrules.ops import (
     shape,
 )
 
-__all__ = ["activations", "elementwise", "fft", "indexing", "linalg", "losses", "nested", "normalization", "norms", "reductions", "shape"]
+__all__ = ["activations", "conv", "elementwise", "fft", "indexing", "linalg", "losses", "nested", "normalization", "norms", "reductions", "shape"]
