@@ -722,7 +722,7 @@ def masked_fill_jvp(mask, tx, _, **__):
     return jnp.where(mask, 0, tx)
 
 
-def pad_jvp(_, tx, *, widths):
+def pad_jvp(_, tx, *, widths, value):
     """``pad(dx)`` (zero fill)."""
     return jnp.pad(tx, widths)
 

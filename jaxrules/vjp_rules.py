@@ -739,7 +739,7 @@ def masked_fill_vjp(mask, ct, **_):
     return jnp.where(mask, 0, ct), None
 
 
-def pad_vjp(_, ct, *, widths):
+def pad_vjp(_, ct, *, widths, value):
     """Seed ``constant_pad_nd_backward``: the interior slice of ``ct``."""
     return (ct[tuple(slice(lo, ct.shape[d] - hi) for d, (lo, hi) in enumerate(widths))],)
 

@@ -37,7 +37,7 @@ masked_fill_op = _linear_op(
     lambda x, mask, *, value: jnp.where(mask, jnp.asarray(value, x.dtype), x),
     lambda out, x, mask, **_: mask,
 )
-pad_op = _linear_op("pad", lambda x, *, widths: jnp.pad(x, widths))
+pad_op = _linear_op("pad", lambda x, *, widths, value: jnp.pad(x, widths, constant_values=jnp.asarray(value, x.dtype)))
 split_op = _linear_op(
     "split", lambda x, *, axis, sizes: tuple(jnp.split(x, list(itertools.accumulate(sizes))[:-1], axis=axis))
 )
@@ -103,15 +103,17 @@ def masked_fill(x, mask, value):
 
 
 def pad(array, pad_width, mode="constant", constant_values=0):
-    """``jax.numpy.pad`` with ``mode='constant'`` and zero fill (seed
+    """``jax.numpy.pad`` with ``mode='constant'`` (one fill value; seed
     ``constant_pad_nd_backward``: the cotangent's interior slice)."""
-    if mode != "constant" or constant_values != 0:
-        raise ValueError(f"pad: only mode='constant' with constant_values=0 is supported, got {mode!r}/{constant_values!r}")
+    if mode != "constant":
+        raise ValueError(f"pad: only mode='constant' is supported, got {mode!r}")
+    if isinstance(constant_values, bool) or not isinstance(constant_values, int | float | complex):
+        raise TypeError(f"pad: constant_values must be a Python number, got {constant_values!r}")
     x = V.array("pad", "array", array)
     widths = np.broadcast_to(np.asarray(pad_width, dtype=int), (x.ndim, 2))
     if np.any(widths < 0):
         raise ValueError(f"pad: pad_width must be non-negative, got {pad_width!r}")
-    return pad_op(x, widths=tuple(map(tuple, widths.tolist())))
+    return pad_op(x, widths=tuple(map(tuple, widths.tolist())), value=constant_values)
 
 
 def _sections(op, n, indices_or_sections, even):
@@ -233,9 +235,11 @@ register(OpRecord(
 ))
 register(OpRecord(
     "pad", pad, ("jaxrules.numpy.pad",), ("pad",), ("constant_pad_nd_backward",),
-    lambda rng, dt: [Sample((normal(rng, dt, 3, 4), ((1, 2), (0, 3)))), Sample((normal(rng, dt, 2, 3), 1))],
-    lambda torch, x, pad_width: torch.nn.functional.pad(
-        x, tuple(v for lo_hi in reversed(np.broadcast_to(np.asarray(pad_width), (x.ndim, 2)).tolist()) for v in lo_hi)
+    lambda rng, dt: [Sample((normal(rng, dt, 3, 4), ((1, 2), (0, 3)))),
+                     Sample((normal(rng, dt, 2, 3), 1), {"constant_values": 1.5})],
+    lambda torch, x, pad_width, constant_values=0: torch.nn.functional.pad(
+        x, tuple(v for lo_hi in reversed(np.broadcast_to(np.asarray(pad_width), (x.ndim, 2)).tolist()) for v in lo_hi),
+        value=constant_values,
     ),
     "torch.nn.functional.pad", dtypes=_C,
 ))
