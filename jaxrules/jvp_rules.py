@@ -785,3 +785,23 @@ def max_pool_jvp(index, tx, *, shape, **_):
     """The tangent read at the argmax (seed ``max_pool_double_backward``'s gather); the indices
     have no tangent."""
     return P.pool_flat_gather(tx, index), None
+
+
+def layer_norm_rows_jvp(res, tx, tw, tb, *, eps, interpret):
+    """Layer norm over the last axis with the affine inside (the fused kernel's op), for the
+    outputs ``(y, mean, rstd)``: ``dmean = E[dx]``, ``drstd = -rstd^2 E[x_hat dx]``,
+    ``dy = rstd (dx - dmean - x_hat E[x_hat dx]) w + x_hat dw + db`` (seed ``layer_norm_jvp``)."""
+    x, w, mean, rstd = res
+    stat = rstd.dtype
+    xhat = (x.astype(stat) - mean[:, None]) * rstd[:, None]
+    dy, dmean, drstd = [], 0, 0
+    if tx is not None:
+        t = tx.astype(stat)
+        dmean, c = t.mean(-1), (xhat * t).mean(-1)
+        dy.append(rstd[:, None] * (t - dmean[:, None] - xhat * c[:, None]) * w.astype(stat))
+        drstd = -rstd * rstd * c
+    if tw is not None:
+        dy.append(xhat * tw.astype(stat))
+    if tb is not None:
+        dy.append(jnp.broadcast_to(tb.astype(stat), x.shape))
+    return _terms(*dy), dmean, drstd

@@ -47,7 +47,7 @@ from jax.custom_derivatives import SymbolicZero
 from jax.extend.core import Primitive, mapped_aval, unmapped_aval
 from jax.interpreters import ad, batching, mlir
 
-__all__ = ["Op", "concrete_value", "define_op", "formula_spy"]
+__all__ = ["Op", "concrete_value", "define_op", "differentiated_as", "formula_spy"]
 
 def concrete_value(x):
     """The value of ``x`` as a NumPy array when it is known on the host (an array, or a tracer
@@ -61,6 +61,28 @@ def concrete_value(x):
         return None
     value = core.to_concrete_value(x)
     return None if value is None else np.asarray(value)
+
+
+def differentiated_as(reference: Callable, n_static: int = 0):
+    """Decorator: the decorated function (a fused kernel, say) computes the value, and its
+    derivatives are those of ``reference`` (same signature; the last ``n_static`` positional
+    arguments are hashable constants). Kernels are then never differentiated: a VJP formula
+    that runs a kernel gets its second derivatives from the jnp formula it implements."""
+
+    def wrap(fn):
+        n_args = len(inspect.signature(fn).parameters)
+        static = tuple(range(n_args - n_static, n_args))
+        wrapped = jax.custom_jvp(fn, nondiff_argnums=static)
+
+        @wrapped.defjvp
+        def _jvp(*args):
+            consts, (primals, tangents) = args[:n_static], args[n_static:]
+            out = wrapped(*primals, *consts)
+            return out, jax.jvp(lambda *p: reference(*p, *consts), primals, tangents)[1]
+
+        return functools.wraps(fn)(wrapped)
+
+    return wrap
 
 
 # ----------------------------------------------------------------------------------------------

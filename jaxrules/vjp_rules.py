@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxrules import partials as P
+from jaxrules.mechanism import differentiated_as
 from jaxrules.partials import expand_reduced, reduced_size
 
 # ----------------------------------------------------------------------------------------------
@@ -819,3 +820,32 @@ def max_pool_vjp(index, ct, *, shape, **_):
     """Seed ``max_pool2d_with_indices_backward``: each cotangent added at its window's argmax."""
     g, _ = ct
     return (P.pool_flat_scatter(g, index, shape),)
+
+
+def layer_norm_rows_reference_vjp(res, ct, eps, interpret):
+    """The jnp form of the fused layer-norm backward (what the kernel computes): seed
+    ``layer_norm_backward`` with weight, ``dw = sum g x_hat``, ``db = sum g``, plus the mean and
+    rstd outputs' terms ``(g_mean - g_rstd rstd^2 x_hat) / N``."""
+    x, w, mean, rstd = res
+    g, g_mean, g_rstd = ct
+    stat = rstd.dtype
+    xhat = (x.astype(stat) - mean[:, None]) * rstd[:, None]
+    g = g.astype(stat)
+    gw = g * w.astype(stat)
+    dx = rstd[:, None] * (gw - gw.mean(-1, keepdims=True) - xhat * (gw * xhat).mean(-1, keepdims=True))
+    dx = dx + (g_mean[:, None] - (g_rstd * rstd * rstd)[:, None] * xhat) / x.shape[-1]
+    return dx.astype(x.dtype), (g * xhat).sum(0).astype(w.dtype), g.sum(0).astype(w.dtype)
+
+
+@differentiated_as(layer_norm_rows_reference_vjp, n_static=2)
+def _layer_norm_rows_kernel_vjp(res, ct, eps, interpret):
+    from jaxrules import norm_kernels
+
+    x, w, mean, rstd = res
+    return norm_kernels.backward(x, ct[0], w, mean, rstd, ct[1], ct[2], interpret=interpret)
+
+
+def layer_norm_rows_vjp(res, ct, *, eps, interpret):
+    """The fused backward kernel (``norm_kernels.backward``); its own derivative is that of
+    ``layer_norm_rows_reference_vjp``."""
+    return _layer_norm_rows_kernel_vjp(res, tuple(ct), eps, interpret)

@@ -7,11 +7,10 @@ tangent/cotangent slots are ``None``. ``num_segments`` is the batch size B (stat
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
+from jaxrules.mechanism import differentiated_as
 from jaxrules.nested import blocks as K
 from jaxrules.nested import kernels
 
@@ -227,7 +226,11 @@ def _xla_vjp(res, ct, scale, block, chunk):
     return attention_vjp(tuple(res[:9]), ct, scale=scale, block=block, chunk=chunk)[:3]
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4, 5))
+def _xla_vjp_interpreted(res, ct, scale, block, chunk, interpret):
+    return _xla_vjp(res, ct, scale, block, chunk)
+
+
+@differentiated_as(_xla_vjp_interpreted, n_static=4)
 def _kernel_vjp(res, ct, scale, block, chunk, interpret):
     """Flash attention's backward in two kernels (dq; dk and dv), with
     ``delta = rowsum(g out) - g_lse``. Its own derivative (second order) is that of the XLA
@@ -240,12 +243,6 @@ def _kernel_vjp(res, ct, scale, block, chunk, interpret):
     lse_s, delta_s = (_heads_first(x, slot_token, block) for x in (lse, delta))
     grads = kernels.backward(meta, qs, ks, vs, gs, lse_s, delta_s, scale=scale, block=block, interpret=interpret)
     return tuple(_tokens(x, token_slot) for x in grads)
-
-
-@_kernel_vjp.defjvp
-def _kernel_vjp_jvp(scale, block, chunk, interpret, primals, tangents):
-    out = _kernel_vjp(*primals, scale, block, chunk, interpret)
-    return out, jax.jvp(lambda r, c: _xla_vjp(r, c, scale, block, chunk), primals, tangents)[1]
 
 
 def fused_attention_vjp(res, ct, *, scale, block, chunk, interpret):

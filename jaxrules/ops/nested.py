@@ -252,4 +252,5 @@ register(OpRecord(
     "per component: softmax(q k^T / sqrt(d)) v", low_precision=("float32", "bfloat16"),
     tolerance=_TF32,
     batching="vmapped formulas (the kernels under jax.vmap)",
+    double_backward="JAX's derivative of the XLA formula attention_vjp (the kernels are not differentiated)",
 ))

@@ -65,6 +65,33 @@ normalize_backward_op = define_op(
 )
 
 
+def _layer_norm_rows_primal(x, w, b, *, eps, interpret):
+    from jaxrules import norm_kernels
+
+    return norm_kernels.forward(x, w, b, eps=eps, interpret=interpret)
+
+
+layer_norm_rows_op = define_op(
+    "layer_norm_rows", _layer_norm_rows_primal, J.layer_norm_rows_jvp, R.layer_norm_rows_vjp,
+    lambda outs, x, w, b, **_: (x, w, outs[1], outs[2]),
+)
+_LAYER_NORM_IMPLS = ("xla", "pallas", "pallas_interpret")
+
+
+def _layer_norm_impl(impl, x, n):
+    if impl is not None:
+        if impl not in _LAYER_NORM_IMPLS:
+            raise ValueError(f"layer_norm: impl must be one of {_LAYER_NORM_IMPLS}, got {impl!r}")
+        return impl
+    import jax
+
+    kernel_ok = (
+        jax.default_backend() == "gpu" and x.dtype in (jnp.float32, jnp.bfloat16, jnp.float16)
+        and 128 <= n <= 16384 and n & (n - 1) == 0
+    )
+    return "pallas" if kernel_ok else "xla"
+
+
 def normalize_backward(x, g, *, axes, eps, axis_name):
     """``rstd (g - mean(g) - x_hat mean(g x_hat))``: the normalization kernel's VJP."""
     return normalize_backward_op(x, g, axes=axes, eps=eps, axis_name=axis_name)
@@ -95,18 +122,30 @@ def _affine(op, y, weight, bias, channel_shape, channel_axis):
     return y
 
 
-def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, impl=None):
     """torch.nn.functional.layer_norm: normalize over the trailing ``normalized_shape`` axes,
     then ``* weight + bias``. JVP seed ``layer_norm_jvp``; VJP the native backward; double
-    backward seed ``layer_norm_double_backward``; vmap folds B0 into the leading axis."""
+    backward seed ``layer_norm_double_backward``; vmap folds B0 into the leading axis.
+
+    ``impl``: ``"pallas"`` (fused kernels with the affine inside, ``norm_kernels``; the default on
+    GPU for float32/bfloat16/float16 when the normalized size is a power of two in [128, 16384]),
+    ``"xla"`` (the jnp formulas; the default elsewhere) or ``"pallas_interpret"`` (tests)."""
     x = V.array("layer_norm", "x", x)
     shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
     k = len(shape)
     if k == 0 or x.ndim < k or tuple(x.shape[x.ndim - k :]) != shape:
         raise ValueError(f"layer_norm: normalized_shape {shape} does not match the trailing axes of x {x.shape}")
     axes = tuple(range(x.ndim - k, x.ndim))
-    y = normalize_op(x, axes=axes, eps=_check_eps("layer_norm", eps), axis_name=None)
-    return _affine("layer_norm", y, weight, bias, shape, x.ndim - k)
+    eps = _check_eps("layer_norm", eps)
+    n = math.prod(shape)
+    if _layer_norm_impl(impl, x, n) == "xla":
+        y = normalize_op(x, axes=axes, eps=eps, axis_name=None)
+        return _affine("layer_norm", y, weight, bias, shape, x.ndim - k)
+    ones = _affine("layer_norm", jnp.ones(shape, x.dtype), weight, None, shape, 0)  # checks weight's shape
+    w = ones.reshape(n).astype(x.dtype)
+    b = _affine("layer_norm", jnp.zeros(shape, x.dtype), None, bias, shape, 0).reshape(n).astype(x.dtype)
+    y, _, _ = layer_norm_rows_op(x.reshape(-1, n), w, b, eps=eps, interpret=impl == "pallas_interpret")
+    return y.reshape(x.shape)
 
 
 def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
@@ -187,6 +226,25 @@ def _updated_running_stats(x, axes, axis_name, count, running_mean, running_var,
 _NN = "jaxrules.nn."
 _SEED_SHARED = ("_norm_jvp", "_invstd_jvp", "_affine_jvp")
 _FORMULAS = ("normalize", "normalize_backward")
+
+
+def _fused_layer_norm_fn(x, weight, bias):
+    """The fused kernels: compiled on a GPU (float32 and narrower), interpreted elsewhere."""
+    import jax
+
+    compiled = jax.default_backend() == "gpu" and x.dtype != np.float64
+    return layer_norm(x, x.shape[-1], weight, bias, impl="pallas" if compiled else "pallas_interpret")
+
+
+register(OpRecord(
+    "layer_norm[pallas]", _fused_layer_norm_fn, (_NN + "layer_norm(impl='pallas')",), ("layer_norm_rows",),
+    ("layer_norm_jvp", "native_layer_norm_backward", "layer_norm_double_backward"),
+    lambda rng, dt: [Sample((normal(rng, dt, 8, 128), normal(rng, dt, 128) + 1, normal(rng, dt, 128)))],
+    lambda torch, x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b), "torch.nn.functional.layer_norm",
+    low_precision=("float32", "bfloat16"),
+    double_backward="JAX's derivative of the jnp form of the kernel's backward (the kernel is not differentiated)",
+    batching="vmapped formulas (the kernels under jax.vmap)",
+))
 
 
 register(OpRecord(
