@@ -27,17 +27,22 @@ def stat_dtype(dtype):
     return jnp.promote_types(dtype, jnp.float32)
 
 
+# Launch parameters (benchmarks/layer_norm_tuning.py sweeps them on the GPU).
+TUNING = {"tile_elements": 4096, "backward_programs": 256, "num_warps": None, "num_stages": 2}
+
+
 def tile_rows(m: int, n: int) -> int:
-    """Rows per load: a power of two dividing ``m``, about 4096 elements per tile."""
-    rows = max(1, 4096 // n)
+    """Rows per load: a power of two dividing ``m``, about ``tile_elements`` per tile."""
+    rows = max(1, TUNING["tile_elements"] // n)
     while m % rows:
         rows //= 2
     return rows
 
 
-def program_groups(m: int, rows: int, target: int = 256) -> int:
-    """Programs of the backward kernel: at most ``target``, dividing the number of row tiles."""
-    return math.gcd(m // rows, target)
+def program_groups(m: int, rows: int) -> int:
+    """Programs of the backward kernel: at most ``backward_programs``, dividing the number of
+    row tiles."""
+    return math.gcd(m // rows, TUNING["backward_programs"])
 
 
 def _compiler_params(interpret, n):
@@ -45,7 +50,8 @@ def _compiler_params(interpret, n):
         return {}
     from jax.experimental.pallas import triton as plgpu
 
-    return {"compiler_params": plgpu.CompilerParams(num_warps=8 if n >= 2048 else 4, num_stages=2)}
+    warps = TUNING["num_warps"] or (8 if n >= 2048 else 4)
+    return {"compiler_params": plgpu.CompilerParams(num_warps=warps, num_stages=TUNING["num_stages"])}
 
 
 def _forward_kernel(x_ref, w_ref, b_ref, y_ref, mean_ref, rstd_ref, *, eps):
