@@ -19,7 +19,7 @@ from jaxrules.mechanism import define_op
 from jaxrules.nested import blocks as K
 from jaxrules.nested import kernels as KN
 from jaxrules.nested import rules as R
-from jaxrules.nested.tensor import NestedTensor, same_offsets
+from jaxrules.nested.tensor import NestedTensor, logical_axis, same_offsets
 from jaxrules.ops.linalg import matmul as dense_matmul
 from jaxrules.ops.reductions import sum as dense_sum
 
@@ -53,14 +53,7 @@ def _map_values(op: str, x, fn) -> NestedTensor:
 
 
 def _logical_axis(op: str, x: NestedTensor, axis) -> int:
-    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
-        raise TypeError(f"nested.{op}: axis must be an int, got {axis!r}")
-    if not -x.ndim <= axis < x.ndim:
-        raise ValueError(f"nested.{op}: axis {axis} is out of range for a NestedTensor of rank {x.ndim}")
-    axis %= x.ndim
-    if axis == 0:
-        raise ValueError(f"nested.{op}: axis 0 runs across the components (of different lengths); it is undefined")
-    return axis
+    return logical_axis(f"nested.{op}", x, axis)
 
 
 # ----------------------------------------------------------------------------------------------

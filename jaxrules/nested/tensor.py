@@ -73,6 +73,17 @@ class _Static:
         return hash(("NestedTensor", self.max_seqlen))
 
 
+def _operator(name, fn, reflected=False):
+    """A binary operator method: ``fn`` on the values (``_binary``); ``reflected`` for
+    ``other <op> self``."""
+
+    def method(self, other):
+        return _binary(name, fn, other, self) if reflected else _binary(name, fn, self, other)
+
+    method.__name__ = f"__{'r' if reflected else ''}{name}__"
+    return method
+
+
 @jax.tree_util.register_pytree_node_class
 class NestedTensor:
     """B arrays of shapes (n_i, *inner) packed as ``values`` (sum n_i, *inner) plus
@@ -244,32 +255,12 @@ class NestedTensor:
     def __neg__(self):
         return self.with_values(-self._values)
 
-    def __add__(self, other):
-        return _binary("add", jnp.add, self, other)
-
-    def __radd__(self, other):
-        return _binary("add", jnp.add, other, self)
-
-    def __sub__(self, other):
-        return _binary("subtract", jnp.subtract, self, other)
-
-    def __rsub__(self, other):
-        return _binary("subtract", jnp.subtract, other, self)
-
-    def __mul__(self, other):
-        return _binary("multiply", jnp.multiply, self, other)
-
-    def __rmul__(self, other):
-        return _binary("multiply", jnp.multiply, other, self)
-
-    def __truediv__(self, other):
-        return _binary("divide", jnp.divide, self, other)
-
-    def __rtruediv__(self, other):
-        return _binary("divide", jnp.divide, other, self)
-
-    def __pow__(self, other):
-        return _binary("power", jnp.power, self, other)
+    __add__, __radd__ = _operator("add", jnp.add), _operator("add", jnp.add, reflected=True)
+    __sub__, __rsub__ = _operator("subtract", jnp.subtract), _operator("subtract", jnp.subtract, reflected=True)
+    __mul__, __rmul__ = _operator("multiply", jnp.multiply), _operator("multiply", jnp.multiply, reflected=True)
+    __truediv__ = _operator("divide", jnp.divide)
+    __rtruediv__ = _operator("divide", jnp.divide, reflected=True)
+    __pow__ = _operator("power", jnp.power)
 
     def __matmul__(self, other):
         from jaxrules.nested.ops import matmul
@@ -287,16 +278,24 @@ def _positive_int(op, name, value, minimum=1) -> int:
     return int(value)
 
 
-def _inner_axis(op: str, nt: NestedTensor, axis) -> int:
-    """The ``values`` axis of logical inner ``axis`` (>= 2, or negative)."""
+def logical_axis(op: str, nt: NestedTensor, axis, *, ragged_ok: bool = True) -> int:
+    """``axis`` of the logical shape (B, ragged, *inner), normalized; the batch axis 0 runs
+    across components of different lengths, so no op is defined over it."""
     if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
         raise TypeError(f"{op}: axis must be an int, got {axis!r}")
     if not -nt.ndim <= axis < nt.ndim:
         raise ValueError(f"{op}: axis {axis} is out of range for a NestedTensor of rank {nt.ndim}")
     axis %= nt.ndim
-    if axis < 2:
-        raise ValueError(f"{op}: axis {axis} is the {'batch' if axis == 0 else 'ragged'} axis; an inner axis is needed")
-    return axis - 1
+    if axis == 0:
+        raise ValueError(f"{op}: axis 0 runs across the components (of different lengths); it is undefined")
+    if axis == 1 and not ragged_ok:
+        raise ValueError(f"{op}: axis 1 is the ragged axis; an inner axis is needed")
+    return axis
+
+
+def _inner_axis(op: str, nt: NestedTensor, axis) -> int:
+    """The ``values`` axis of logical inner ``axis`` (>= 2, or negative)."""
+    return logical_axis(op, nt, axis, ragged_ok=False) - 1
 
 
 def same_offsets(op: str, a: NestedTensor, b: NestedTensor) -> None:
