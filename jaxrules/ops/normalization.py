@@ -71,9 +71,26 @@ def _layer_norm_rows_primal(x, w, b, *, eps, interpret):
     return norm_kernels.forward(x, w, b, eps=eps, interpret=interpret)
 
 
+def _layer_norm_rows_batch(args, dims, *, vmap_axis_name, eps, interpret):
+    """The vmap dimension folded into the rows (one kernel launch, as functorch's
+    ``native_layer_norm_batch_rule``) when the weight and bias are shared; else the kernel under
+    ``jax.vmap``."""
+    import jax
+
+    (x, w, b), (x_dim, w_dim, b_dim) = args, dims
+    if x_dim is not None and w_dim is None and b_dim is None:
+        x = jnp.moveaxis(x, x_dim, 0)
+        batch, m, n = x.shape
+        y, mean, rstd = _layer_norm_rows_primal(x.reshape(batch * m, n), w, b, eps=eps, interpret=interpret)
+        return (y.reshape(batch, m, n), mean.reshape(batch, m), rstd.reshape(batch, m)), (0, 0, 0)
+    moved = [a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
+    fn = lambda *a: _layer_norm_rows_primal(*a, eps=eps, interpret=interpret)  # noqa: E731
+    return jax.vmap(fn, in_axes=[None if d is None else 0 for d in dims])(*moved), (0, 0, 0)
+
+
 layer_norm_rows_op = define_op(
     "layer_norm_rows", _layer_norm_rows_primal, J.layer_norm_rows_jvp, R.layer_norm_rows_vjp,
-    lambda outs, x, w, b, **_: (x, w, outs[1], outs[2]),
+    lambda outs, x, w, b, **_: (x, w, outs[1], outs[2]), _layer_norm_rows_batch,
 )
 _LAYER_NORM_IMPLS = ("xla", "pallas", "pallas_interpret")
 
@@ -243,7 +260,8 @@ register(OpRecord(
     lambda torch, x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b), "torch.nn.functional.layer_norm",
     low_precision=("float32", "bfloat16"),
     double_backward="JAX's derivative of the jnp form of the kernel's backward (the kernel is not differentiated)",
-    batching="vmapped formulas (the kernels under jax.vmap)",
+    batching="primal: vmap folded into the rows (one launch) when weight and bias are shared; formulas: "
+    "the kernels under jax.vmap",
 ))
 
 
