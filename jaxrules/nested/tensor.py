@@ -338,8 +338,10 @@ def dense_operand(op: str, nt: NestedTensor, x) -> jax.Array:
         except ValueError:
             pass
         else:
+            from jaxrules.ops.shape import take  # the gather's rule: seed index_select_backward
+
             rows = x[:, 0]
-            return rows[nt.segment_ids()] if x.shape[0] > 1 else rows
+            return take(rows, nt.segment_ids(), axis=0) if x.shape[0] > 1 else rows
     raise ValueError(
         f"{op}: a dense operand must broadcast to the inner shape {nt.inner_shape} or have shape "
         f"(B, 1, *inner) = ({nt.batch_size}, 1, ...), got {x.shape}"

@@ -40,8 +40,9 @@ def _nt(values, offsets):
 
 
 def _record(name, fn, seed, formula_ops, samples, torch_fn, **kw):
+    public = kw.pop("public", (f"jaxrules.nested.{name}",))
     register(OpRecord(
-        f"nested.{name}", fn, (f"jaxrules.nested.{name}",), formula_ops, seed, samples, torch_fn,
+        f"nested.{name}", fn, public, formula_ops, seed, samples, torch_fn,
         "per component: " + kw.pop("torch_name"), **kw,
     ))
 
@@ -192,8 +193,12 @@ def _arith_torch(t, a, b, row, per_component, offsets):
 
 
 _record(
-    "arithmetic", _arith_fn, ("(elementwise on the packed values)",), (), _arith_samples,
+    "arithmetic", _arith_fn, ("index_select_backward (the per-component operand's gather)",), ("take",),
+    _arith_samples,
     _arith_torch, torch_name="* - / + with a row and a per-component (B, 1, *inner) dense operand",
+    public=tuple(f"jaxrules.nested.NestedTensor.__{op}__" for op in ("add", "sub", "mul", "truediv", "pow")),
+    deviations="Elementwise math on the packed values uses JAX's own rules for + - * / ** (exact; the seed "
+    "has no nested arithmetic); the per-component dense operand's gather is jaxrules' take.",
 )
 
 
