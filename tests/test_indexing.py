@@ -146,3 +146,20 @@ def test_split_pieces_that_are_unused_get_zero_gradient():
     expected[2:4] = 2 * x[2:4]
     np.testing.assert_allclose(grad, expected)
     np.testing.assert_allclose(jax.grad(lambda a: jnp.sum(rnp.unstack(a)[4]))(x), np.eye(6)[4][:, None] * np.ones(2))
+
+
+@pytest.mark.parametrize("reduce", ["amax", "amin", "mean", "prod"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_index_reduce_matches_torch(reduce, include_self):
+    x = np.array([[1.0, 5.0], [2.0, -1.0], [0.5, 3.0]])
+    source = np.array([[4.0, 2.0], [1.5, -2.0], [3.0, 7.0], [0.25, 1.0]])
+    index = np.array([2, 0, 2, 2])
+    ct = RNG.standard_normal(x.shape)
+    f = lambda a, s: rnp.index_reduce(a, 0, index, s, reduce, include_self)  # noqa: E731
+    ours = jax.vjp(f, x, source)
+    tx, ts = torch.tensor(x, requires_grad=True), torch.tensor(source, requires_grad=True)
+    out = tx.index_reduce(0, torch.tensor(index), ts, reduce, include_self=include_self)
+    (out * torch.tensor(ct)).sum().backward()
+    np.testing.assert_allclose(ours[0], out.detach().numpy())
+    for a, t in zip(ours[1](ct), (tx.grad, ts.grad)):
+        np.testing.assert_allclose(a, t.numpy(), atol=1e-12)

@@ -198,8 +198,9 @@ for _reduce in _REDUCES:
 def _index_reduce_samples(rng, dt):
     index = np.array([2, 0, 2, 2])
     return [
+        # prod and mean here; amax/amin are scatter_reduce's records and tests/test_indexing.py's (CI time)
         Sample((distinct(rng, dt, 3, 2), 0, index, distinct(rng, dt, 4, 2), reduce), {"include_self": k % 2 == 0})
-        for k, reduce in enumerate(_INDEX_REDUCES)
+        for k, reduce in enumerate(("prod", "mean"))
     ]
 
 

@@ -209,7 +209,8 @@ _TF32 = {"float32": 2e-3}
 
 def _attention_samples(rng, dt):
     out = []
-    for lengths, inner in (((3, 0, 5, 1), (2, 4)), ((2, 3), (3,))):
+    # (B, ragged, heads, dim); the (B, ragged, dim) form is tests/test_nested.py's (CI time)
+    for lengths, inner in (((3, 0, 5, 1), (2, 4)),):
         n = _rows(lengths)
         out.append(Sample(tuple(normal(rng, dt, n, *inner) for _ in range(3)) + (_offsets(lengths),)))
     return out
