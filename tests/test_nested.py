@@ -173,9 +173,9 @@ def test_attention_log_sum_exp_and_its_gradient():
     def f(qv):
         return jnp.sum(jnp.sin(N.scaled_dot_product_attention(q.with_values(qv), k, v, with_lse=True)[1].values))
 
-    check_grads(f, (q.values,), order=2, modes=("fwd", "rev"))
+    check_grads(jax.jit(f), (q.values,), order=2, modes=("fwd", "rev"))  # compiled: eager dispatch is slow
     g = lambda qv: N.scaled_dot_product_attention(q.with_values(qv), k, v, block=2, pairs_per_step=2).values  # noqa: E731
-    check_grads(g, (q.values,), order=2, modes=("fwd", "rev"))
+    check_grads(jax.jit(g), (q.values,), order=2, modes=("fwd", "rev"))
 
 
 def test_attention_rejects_a_sequence_longer_than_max_seqlen():
