@@ -21,11 +21,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-
-def stat_dtype(dtype):
-    """Statistics and sums: float32, or float64 for float64 input."""
-    return jnp.promote_types(dtype, jnp.float32)
-
+from jaxrules.partials import stat_dtype
 
 # Launch parameters (benchmarks/layer_norm_tuning.py sweeps them on the GPU).
 TUNING = {"tile_elements": 4096, "backward_programs": 256, "num_warps": None, "num_stages": 2}

@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from jaxrules.partials import stat_dtype
+
 _NEG = -1e30  # masked score (finite: exp underflows to 0 without inf - inf)
 
 
@@ -42,24 +44,19 @@ def _rows(local, length, block):
     return local * block + jnp.arange(block) < length
 
 
-def accumulator(dtype):
-    """The dtype of statistics and sums: float32, or float64 for float64 input."""
-    return jnp.promote_types(dtype, jnp.float32)
-
-
 def _mm(a, b):
     """``a @ b``, accumulated in float32 or wider."""
-    return jnp.dot(a, b, preferred_element_type=accumulator(a.dtype))
+    return jnp.dot(a, b, preferred_element_type=stat_dtype(a.dtype))
 
 
 def _mm_nt(a, b):
     """``a @ b^T``, accumulated in float32 or wider."""
-    return jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=accumulator(a.dtype))
+    return jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=stat_dtype(a.dtype))
 
 
 def _mm_tn(a, b):
     """``a^T @ b``, accumulated in float32 or wider."""
-    return jax.lax.dot_general(a, b, (((0,), (0,)), ((), ())), preferred_element_type=accumulator(a.dtype))
+    return jax.lax.dot_general(a, b, (((0,), (0,)), ((), ())), preferred_element_type=stat_dtype(a.dtype))
 
 
 def _forward_kernel(first_ref, count_ref, length_ref, local_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, scale, block):
@@ -79,7 +76,7 @@ def _forward_kernel(first_ref, count_ref, length_ref, local_ref, q_ref, k_ref, v
         acc = acc * rescale[:, None] + _mm(p.astype(v_ref.dtype), v_ref[rows, :])
         return acc, m_new, norm * rescale + p.sum(-1)
 
-    acc_dtype = accumulator(q.dtype)
+    acc_dtype = stat_dtype(q.dtype)
     stats = jnp.zeros((block,), acc_dtype)
     init = (jnp.zeros((block, dim), acc_dtype), stats + _NEG, stats)
     acc, m, norm = jax.lax.fori_loop(0, count, body, init)
@@ -106,7 +103,7 @@ def _dq_kernel(first_ref, count_ref, length_ref, local_ref, q_ref, do_ref, lse_r
         ds = p * (dp - delta[:, None])
         return dq + _mm(ds.astype(k.dtype), k)
 
-    dq = jax.lax.fori_loop(0, count, body, jnp.zeros(q.shape, accumulator(q.dtype)))
+    dq = jax.lax.fori_loop(0, count, body, jnp.zeros(q.shape, stat_dtype(q.dtype)))
     dq_ref[...] = (scale * dq).astype(dq_ref.dtype)
 
 
@@ -131,7 +128,7 @@ def _dkv_kernel(first_ref, count_ref, length_ref, local_ref, k_ref, v_ref, q_ref
         dk = dk + _mm_tn(ds.astype(q.dtype), q)
         return dk, dv
 
-    zeros = jnp.zeros(k.shape, accumulator(k.dtype))
+    zeros = jnp.zeros(k.shape, stat_dtype(k.dtype))
     dk, dv = jax.lax.fori_loop(0, count, body, (zeros, zeros))
     dk_ref[...] = (scale * dk).astype(dk_ref.dtype)
     dv_ref[...] = dv.astype(dv_ref.dtype)
@@ -169,7 +166,7 @@ def forward(meta, qs, ks, vs, *, scale, block, interpret):
     heads, slots, _ = qs.shape
     outs = [
         jax.ShapeDtypeStruct(qs.shape[:2] + vs.shape[2:], vs.dtype),
-        jax.ShapeDtypeStruct((heads, slots), accumulator(qs.dtype)),
+        jax.ShapeDtypeStruct((heads, slots), stat_dtype(qs.dtype)),
     ]
     kernel = functools.partial(_forward_kernel, scale=scale, block=block)
     return _call(kernel, meta, [qs], [ks, vs], outs, block=block, interpret=interpret, name="ragged_attention_fwd")

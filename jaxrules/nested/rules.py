@@ -10,6 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxrules import partials as P
 from jaxrules.mechanism import differentiated_as
 from jaxrules.nested import blocks as K
 from jaxrules.nested import kernels
@@ -237,7 +238,7 @@ def _kernel_vjp(res, ct, scale, block, chunk, interpret):
     formula ``attention_vjp``: the kernels are not differentiated."""
     q, k, v, out, lse, token_slot, slot_token, _, _, *meta = res
     g, g_lse = ct
-    acc = kernels.accumulator(out.dtype)
+    acc = P.stat_dtype(out.dtype)
     delta = jnp.sum(g.astype(acc) * out.astype(acc), -1) - g_lse
     qs, ks, vs, gs = (_heads_first(x, slot_token, block) for x in (q, k, v, g.astype(q.dtype)))
     lse_s, delta_s = (_heads_first(x, slot_token, block) for x in (lse, delta))
