@@ -1,6 +1,7 @@
 """``python -m jaxrules bench``: forward+backward (``jit`` of ``vjp``) of jaxrules ops against
 JAX's own autodiff of the same math, torch eager and ``torch.compile`` (when torch is importable),
-in one process on one device; median of repeats after warm-up; achieved GB/s (bytes of the inputs,
+in one process on one device; time per call, median of repeated runs of ``CALLS_PER_RUN`` calls
+queued back to back, after warm-up (``median_ms``); achieved GB/s (bytes of the inputs,
 the output cotangent and the gradients, each read or written once) and its ratio to the device's
 measured copy bandwidth; bytes of the residuals kept between forward and backward (from
 ``jaxrules.differentiate``). Writes a Markdown table and a PNG plot.
@@ -71,8 +72,12 @@ CASES = [
          lambda t, x, w, b: t.nn.functional.layer_norm(x, x.shape[-1:], w, b), _LN, "bfloat16"),
     Case("batch_norm", lambda x, w, b: batch_norm(x, None, None, w, b, training=True)[0], _jax_batch_norm,
          lambda t, x, w, b: t.nn.functional.batch_norm(x, None, None, w, b, training=True), _BN),
+    Case("batch_norm_bf16", lambda x, w, b: batch_norm(x, None, None, w, b, training=True)[0], _jax_batch_norm,
+         lambda t, x, w, b: t.nn.functional.batch_norm(x, None, None, w, b, training=True), _BN, "bfloat16"),
     Case("group_norm", lambda x, w, b: group_norm(x, 32, w, b), _jax_group_norm,
          lambda t, x, w, b: t.nn.functional.group_norm(x, 32, w, b), _BN),
+    Case("group_norm_bf16", lambda x, w, b: group_norm(x, 32, w, b), _jax_group_norm,
+         lambda t, x, w, b: t.nn.functional.group_norm(x, 32, w, b), _BN, "bfloat16"),
     Case("logsumexp", lambda x: logsumexp(x, axis=-1), lambda x: jax.nn.logsumexp(x, axis=-1),
          lambda t, x: t.logsumexp(x, -1), _MAT),
     Case("vector_norm", lambda x: rnp.linalg.vector_norm(x, axis=-1), lambda x: jnp.linalg.vector_norm(x, axis=-1),
@@ -188,20 +193,36 @@ def suite(name: str):
     raise ValueError(f"bench: unknown suite {name!r}; choose default, linalg or all")
 
 
-def _median_ms(run: Callable, repeats: int, warmup: int = 3) -> float:
+CALLS_PER_RUN = 10
+
+
+def median_ms(call: Callable, repeats: int, warmup: int = 3, calls: int = CALLS_PER_RUN,
+              wait: Callable = jax.block_until_ready) -> float:
+    """Milliseconds per call: the median over ``repeats`` timed runs, a run being ``calls`` calls
+    issued back to back and one ``wait`` for the last result. That is the device time of a
+    training loop (the host queues the next step while the device runs this one), without the
+    host round trip (~0.1 ms on a GPU) that one call and a wait would add to every timing."""
     for _ in range(warmup):
-        run()
+        wait(call())
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - start) * 1e3)
+        for _ in range(calls - 1):
+            call()
+        wait(call())
+        times.append((time.perf_counter() - start) * 1e3 / calls)
     return statistics.median(times)
 
 
-def _fwd_bwd(fn: Callable):
-    """``jit`` of forward + backward: the gradients of ``sum(fn(*args) * ct)``."""
-    return jax.jit(lambda ct, *args: jax.vjp(fn, *args)[1](ct))
+def fwd_bwd(fn: Callable, with_value: bool = False):
+    """``jit`` of forward + backward: the gradients of ``sum(fn(*args) * ct)`` (and the value
+    ``fn(*args)`` with them when ``with_value``, as a training step keeps it)."""
+
+    def step(ct, *args):
+        value, pullback = jax.vjp(fn, *args)
+        return (value, pullback(ct)) if with_value else pullback(ct)
+
+    return jax.jit(step)
 
 
 def copy_bandwidth(platform: str, repeats: int = 20) -> float:
@@ -209,7 +230,7 @@ def copy_bandwidth(platform: str, repeats: int = 20) -> float:
     n = (256 if platform == "gpu" else 32) * 2**20
     x = jnp.ones(n, jnp.float32)
     copy = jax.jit(lambda v: v + 1.0)
-    ms = _median_ms(lambda: copy(x).block_until_ready(), repeats)
+    ms = median_ms(lambda: copy(x), repeats)
     return 2 * x.nbytes / (ms * 1e-3) / 1e9
 
 
@@ -232,30 +253,27 @@ def _torch_times(torch, case, arrays, ct, repeats):
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     def step(fn):
-        def run():
-            out = fn(torch, *targs)
-            torch.autograd.grad(out, targs, tct)
-            sync()
+        return lambda: torch.autograd.grad(fn(torch, *targs), targs, tct)
 
-        return run
-
-    eager = _median_ms(step(case.torch_fn), repeats)
+    eager = median_ms(step(case.torch_fn), repeats, wait=lambda _: sync())
     if not case.compile:
         return eager, None
     try:
         compiled_fn = torch.compile(case.torch_fn)
-        compiled = _median_ms(step(compiled_fn), repeats, warmup=3)
+        compiled = median_ms(step(compiled_fn), repeats, wait=lambda _: sync())
     except Exception as err:  # torch.compile needs a working compiler toolchain
         print(f"  torch.compile failed for {case.name}: {type(err).__name__}: {err}", file=sys.stderr)
         compiled = None
     return eager, compiled
 
 
-def run(cases=CASES, repeats: int = 30, pattern: str | None = None, with_torch: bool = True, on_row=None):
+def run(cases=CASES, repeats: int = 30, pattern: str | None = None, with_torch: bool = True, on_row=None,
+        with_value: bool = False):
     """Benchmark ``cases`` (those whose name contains ``pattern``, or one of its comma-separated
     parts) on the default device: ``(rows, meta)``. A case that fails (e.g. an op the device's
     JAX or torch lacks) is reported on stderr and left out. ``on_row(rows, meta)`` is called after
-    each case (so a run cut short still leaves its results)."""
+    each case (so a run cut short still leaves its results). ``with_value``: the JAX programs also
+    return the forward value (torch computes it either way)."""
     platform = "gpu" if jax.default_backend() == "gpu" else "cpu"
     bandwidth = copy_bandwidth(platform)
     try:
@@ -264,14 +282,15 @@ def run(cases=CASES, repeats: int = 30, pattern: str | None = None, with_torch: 
         torch = None
     rows = []
     meta = {"platform": platform, "device": jax.devices()[0].device_kind, "jax": jax.__version__,
-            "torch": getattr(torch, "__version__", None), "copy_gbps": bandwidth, "repeats": repeats}
+            "torch": getattr(torch, "__version__", None), "copy_gbps": bandwidth, "repeats": repeats,
+            "with_value": with_value}
     rng = np.random.default_rng(0)
     wanted = pattern.split(",") if pattern else None
     for case in cases:
         if wanted and not any(w in case.name for w in wanted):
             continue
         try:
-            rows.append(_run_case(case, platform, rng, repeats, bandwidth, torch if with_torch else None))
+            rows.append(_run_case(case, platform, rng, repeats, bandwidth, torch if with_torch else None, with_value))
         except Exception as err:  # noqa: BLE001 - one broken case must not lose the others
             print(f"  {case.name}: failed: {type(err).__name__}: {str(err)[:300]}", file=sys.stderr)
             continue
@@ -280,7 +299,7 @@ def run(cases=CASES, repeats: int = 30, pattern: str | None = None, with_torch: 
     return rows, meta
 
 
-def _run_case(case, platform, rng, repeats, bandwidth, torch):
+def _run_case(case, platform, rng, repeats, bandwidth, torch, with_value=False):
     arrays = _inputs(case, platform, rng)
     ct = jnp.asarray(rng.standard_normal(jax.eval_shape(case.ours, *arrays).shape), case.dtype)
     timings = {}
@@ -288,14 +307,16 @@ def _run_case(case, platform, rng, repeats, bandwidth, torch):
         if fn is None:  # JAX cannot differentiate this op
             timings[label] = None
             continue
-        step = _fwd_bwd(fn)
-        timings[label] = _median_ms(lambda step=step: jax.block_until_ready(step(ct, *arrays)), repeats)
+        step = fwd_bwd(fn, with_value)
+        timings[label] = median_ms(lambda step=step: step(ct, *arrays), repeats)
     residuals = {label: None if fn is None else differentiate(fn, *arrays).residual_bytes for label, fn in
                  (("jaxrules", case.ours), ("jax", case.plain_jax))}
     eager = compiled = None
     if torch is not None and case.torch_fn is not None:
         eager, compiled = _torch_times(torch, case, arrays, ct, repeats)
     moved = 2 * sum(a.nbytes for a in arrays) + ct.nbytes  # read inputs and ct, write gradients
+    if with_value:
+        moved += ct.nbytes  # write the value
     gbps = moved / (timings["jaxrules"] * 1e-3) / 1e9
     print(f"  {case.name}: jaxrules {timings['jaxrules']:.3f} ms, jax {_fmt(timings['jax'])} ms", file=sys.stderr)
     return {
@@ -314,7 +335,9 @@ def markdown(rows, meta) -> str:
     """The results as a Markdown section (ratios > 1 mean jaxrules is faster)."""
     lines = [
         f"Device: {meta['device']} ({meta['platform']}), jax {meta['jax']}, torch {meta['torch']}; "
-        f"median of {meta['repeats']} runs after warm-up; measured copy bandwidth {meta['copy_gbps']:.0f} GB/s.",
+        f"time per call, median of {meta['repeats']} runs of {CALLS_PER_RUN} back-to-back calls after warm-up; "
+        f"JAX programs return {'the value and ' if meta.get('with_value') else ''}the gradients; "
+        f"measured copy bandwidth {meta['copy_gbps']:.0f} GB/s.",
         "",
         "| op | dtype | shape | jaxrules ms | JAX autodiff ms | torch eager ms | torch.compile ms | "
         "vs JAX | vs eager | vs compile | GB/s | of copy bw | residual MB (jaxrules / JAX) |",

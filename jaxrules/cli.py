@@ -147,7 +147,8 @@ def _bench(args) -> int:
                 fh.write(bench.markdown(rows, meta))
 
     cases = bench.suite(args.suite)
-    rows, meta = bench.run(cases, repeats=args.repeats, pattern=args.ops, with_torch=not args.no_torch, on_row=write)
+    rows, meta = bench.run(cases, repeats=args.repeats, pattern=args.ops, with_torch=not args.no_torch, on_row=write,
+                           with_value=args.with_value)
     if not rows:
         print(f"bench: no benchmark matches {args.ops!r}", file=sys.stderr)
         return 2
@@ -179,6 +180,8 @@ def main(argv=None) -> int:
     bench.add_argument("--out", help="write the Markdown table here")
     bench.add_argument("--plot", help="write a PNG plot here")
     bench.add_argument("--no-torch", action="store_true", help="skip torch eager and torch.compile")
+    bench.add_argument("--with-value", action="store_true",
+                       help="the JAX programs return the forward value with the gradients (a training step)")
     bench.set_defaults(run=_bench)
     args = parser.parse_args(argv)
     return args.run(args)

@@ -124,3 +124,209 @@ def backward(x, g, w, mean, rstd, g_mean, g_rstd, *, interpret):
         interpret=interpret, name="layer_norm_bwd", **_compiler_params(interpret, n),
     )(x, g, w, mean, rstd, g_mean.astype(mean.dtype), g_rstd.astype(mean.dtype))
     return dx, dw.sum(0).astype(w.dtype), db.sum(0).astype(w.dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# Grouped statistics: batch norm and group norm on x of shape (N, C, L).
+#
+# Both normalize groups of rows ``x[n, c, :]``: group norm the ``C / G`` consecutive channels of
+# one sample (a contiguous block), batch norm one channel over every sample (rows ``C L``
+# apart). A program owns one group (its ``K`` rows of ``L``) and walks it in masked tiles of
+# ``tile_rows`` rows by ``chunk`` columns, so ``L`` need not be a power of two. Sums build up in
+# tile-shaped accumulators and are reduced across the program once per tile row, not per load.
+#
+# * statistics: per group (or per ``splits`` slice of it) sums of ``x - shift`` and its square,
+#   ``shift`` the mean of the slice's first tile (so the variance does not cancel); XLA merges
+#   the slices (Chan et al.);
+# * backward: pass 1 sums ``g`` and ``g x_hat`` per row (kept: they are the weight's and bias's
+#   gradients before the sum over samples), pass 2 writes ``dx``. (Programs looping over groups,
+#   few enough for pass 2 to find the group in L2, measured slower on the H100: the memory
+#   parallelism lost costs more than the reads saved; benchmarks/RESULTS.md.)
+#
+# Launch parameters (benchmarks/grouped_norm_tuning.py sweeps them on the GPU).
+
+GROUPED_TUNING = {"chunk": 4096, "tile_elements": 4096, "stat_programs": 1024, "num_warps": 8, "num_stages": 2}
+
+
+def _grouped_compiler_params(interpret):
+    if interpret:
+        return {}
+    from jax.experimental.pallas import triton as plgpu
+
+    return {"compiler_params": plgpu.CompilerParams(num_warps=GROUPED_TUNING["num_warps"],
+                                                    num_stages=GROUPED_TUNING["num_stages"])}
+
+
+class _Tiling:
+    """How a program walks its ``rows`` rows of ``length``: tiles of ``tile_rows`` (a power of
+    two dividing ``rows``) by ``chunk`` (a power of two) elements, ``chunks`` tiles per row, of
+    a block of (rows, length)."""
+
+    def __init__(self, rows: int, length: int):
+        self.rows, self.length = rows, length
+        self.chunk = min(GROUPED_TUNING["chunk"], pl.next_power_of_2(length))
+        self.chunks = -(-length // self.chunk)
+        tile_rows = max(1, GROUPED_TUNING["tile_elements"] // self.chunk)
+        while rows % tile_rows:
+            tile_rows //= 2
+        self.tile_rows = tile_rows
+
+    def load(self, ref, r, j, dtype):
+        """Tile ``(r, j)`` of ``ref`` (zeros past ``length``) in ``dtype``, and its mask."""
+        from jax.experimental.pallas import triton as plgpu
+
+        columns = j * self.chunk + lax.broadcasted_iota(jnp.int32, (self.tile_rows, self.chunk), 1)
+        mask = columns < self.length
+        return plgpu.load(self._tile(ref, r, j), mask=mask, other=0).astype(dtype), mask
+
+    def store(self, ref, r, j, value, mask):
+        from jax.experimental.pallas import triton as plgpu
+
+        plgpu.store(self._tile(ref, r, j), value.astype(ref.dtype), mask=mask)
+
+    def _tile(self, ref, r, j):
+        return ref.at[pl.ds(r * self.tile_rows, self.tile_rows), pl.ds(j * self.chunk, self.chunk)]
+
+    def rows_of(self, ref, r):
+        """The per-row values of ``ref`` at tile row ``r`` (tile_rows,)."""
+        return ref.at[pl.ds(r * self.tile_rows, self.tile_rows)]
+
+
+    def for_each(self, tile_row_step, carry):
+        """``carry = tile_row_step(r, carry)`` for every tile row ``r``."""
+        return lax.fori_loop(0, self.rows // self.tile_rows, tile_row_step, carry)
+
+    def sum_row(self, r, terms, n_terms, dtype):
+        """Per-row sums (tile_rows,) of ``terms(r, j)`` (a tuple of ``n_terms`` tiles) over the
+        chunks."""
+
+        def step(j, acc):
+            return tuple(a + t for a, t in zip(acc, terms(r, j)))
+
+        zeros = jnp.zeros((self.tile_rows, self.chunk), dtype)
+        acc = lax.fori_loop(0, self.chunks, step, (zeros,) * n_terms)
+        return tuple(a.sum(1) for a in acc)
+
+
+def grouped_view(x3, layout: str, groups: int):
+    """``(view, P, K)``: ``x3`` (N, C, L) as the array the kernels index, with P groups of K
+    rows. ``layout`` is ``"group"`` (P = N G, K = C / G) or ``"batch"`` (P = C, K = N)."""
+    n, c, length = x3.shape
+    if layout == "group":
+        return x3.reshape(n * groups, c // groups, length), n * groups, c // groups
+    return x3, c, n
+
+
+def _group_block(layout, rows, length, split_axis=False):
+    """BlockSpec of one group's ``rows`` rows (of one split slice when ``split_axis``)."""
+    if layout == "group":
+        return pl.BlockSpec((None, rows, length), (lambda p, s: (p, s, 0)) if split_axis else (lambda p: (p, 0, 0)))
+    return pl.BlockSpec((rows, None, length), (lambda p, s: (s, p, 0)) if split_axis else (lambda p: (0, p, 0)))
+
+
+def _stats_kernel(x_ref, mean_ref, m2_ref, *, rows, length):
+    stat = mean_ref.dtype
+    tiling = _Tiling(rows, length)
+    first, mask = tiling.load(x_ref, 0, 0, stat)
+    shift = first.sum() / jnp.sum(mask.astype(stat))
+
+    def centered(r, j):
+        x, mask = tiling.load(x_ref, r, j, stat)
+        d = jnp.where(mask, x - shift, 0)
+        return d, d * d
+
+    def tile_row(r, sums):
+        s1, s2 = tiling.sum_row(r, centered, 2, stat)
+        return sums[0] + s1.sum(), sums[1] + s2.sum()
+
+    zero = jnp.zeros((), stat)
+    s1, s2 = tiling.for_each(tile_row, (zero, zero))
+    count = rows * length
+    mean_ref[...] = shift + s1 / count
+    m2_ref[...] = s2 - s1 * s1 / count
+
+
+def grouped_stats(x3, *, layout, groups, eps, interpret):
+    """``(mean, rstd)`` of each group (shape (P,), ``stat_dtype``), biased variance."""
+    view, p, k = grouped_view(x3, layout, groups)
+    length = x3.shape[-1]
+    stat = stat_dtype(x3.dtype)
+    splits = math.gcd(k, max(1, GROUPED_TUNING["stat_programs"] // p)) if layout == "batch" else 1
+    rows = k // splits
+    out_spec = pl.BlockSpec((None, None), lambda i, s: (i, s))
+    means, m2s = pl.pallas_call(
+        functools.partial(_stats_kernel, rows=rows, length=length),
+        grid=(p, splits),
+        in_specs=[_group_block(layout, rows, length, split_axis=True)],
+        out_specs=[out_spec, out_spec],
+        out_shape=[jax.ShapeDtypeStruct((p, splits), stat)] * 2,
+        interpret=interpret, name=f"{layout}_norm_stats", **_grouped_compiler_params(interpret),
+    )(view)
+    mean = means.mean(1)  # equal counts per slice
+    m2 = m2s.sum(1) + rows * length * jnp.square(means - mean[:, None]).sum(1)
+    return mean, lax.rsqrt(m2 / (k * length) + eps)
+
+
+def _grouped_backward_kernel(x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, dx_ref, sum_g_ref,
+                             sum_gxhat_ref, *, rows, length):
+    stat = mean_ref.dtype
+    tiling = _Tiling(rows, length)
+    count = rows * length
+    mean, rstd = mean_ref[...], rstd_ref[...]
+
+    def xhat_and_g(r, j):
+        x, mask = tiling.load(x_ref, r, j, stat)
+        g, _ = tiling.load(g_ref, r, j, stat)
+        return (x - mean) * rstd, g, mask
+
+    def g_terms(r, j):
+        xhat, g, _ = xhat_and_g(r, j)
+        return g, g * xhat
+
+    def tile_row_sums(r, carry):
+        sum_g, sum_gxhat = tiling.sum_row(r, g_terms, 2, stat)
+        tiling.rows_of(sum_g_ref, r)[...] = sum_g
+        tiling.rows_of(sum_gxhat_ref, r)[...] = sum_gxhat
+        w = tiling.rows_of(w_ref, r)[...].astype(stat)
+        return carry[0] + (w * sum_g).sum(), carry[1] + (w * sum_gxhat).sum()
+
+    zero = jnp.zeros((), stat)
+    sum_gw, sum_gwxhat = tiling.for_each(tile_row_sums, (zero, zero))
+    mean_gw, mean_gwxhat = sum_gw / count, sum_gwxhat / count
+    gmean, grstd = gmean_ref[...], grstd_ref[...]
+
+    def tile_row_dx(r, carry):
+        w = tiling.rows_of(w_ref, r)[...].astype(stat)[:, None]
+
+        def chunk_dx(j, carry):
+            xhat, g, mask = xhat_and_g(r, j)
+            dx = rstd * (w * g - mean_gw - xhat * mean_gwxhat) + (gmean - grstd * rstd * rstd * xhat) / count
+            tiling.store(dx_ref, r, j, dx, mask)
+            return carry
+
+        return lax.fori_loop(0, tiling.chunks, chunk_dx, carry)
+
+    tiling.for_each(tile_row_dx, 0)
+
+
+def grouped_backward(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout, groups, interpret):
+    """``(dx, sum_g, sum_g_xhat)``: the VJP of the grouped normalization ``x_hat w + b`` (weight
+    per row, ``row_weight`` of shape (P, K)) for cotangents ``g3`` of y, ``g_mean``/``g_rstd`` of
+    the statistics; ``sum_g``/``sum_g_xhat`` (P, K) are the per-row sums that give db and dw."""
+    view, p, k = grouped_view(x3, layout, groups)
+    g_view, _, _ = grouped_view(g3, layout, groups)
+    length = x3.shape[-1]
+    stat = mean.dtype
+    block = _group_block(layout, k, length)
+    scalar = pl.BlockSpec((None,), lambda i: (i,))
+    per_row = pl.BlockSpec((None, k), lambda i: (i, 0))
+    dx, sum_g, sum_gxhat = pl.pallas_call(
+        functools.partial(_grouped_backward_kernel, rows=k, length=length),
+        grid=(p,),
+        in_specs=[block, block, per_row, scalar, scalar, scalar, scalar],
+        out_specs=[block, per_row, per_row],
+        out_shape=[jax.ShapeDtypeStruct(view.shape, x3.dtype), jax.ShapeDtypeStruct((p, k), stat),
+                   jax.ShapeDtypeStruct((p, k), stat)],
+        interpret=interpret, name=f"{layout}_norm_bwd", **_grouped_compiler_params(interpret),
+    )(view, g_view, row_weight, mean, rstd, g_mean.astype(stat), g_rstd.astype(stat))
+    return dx.reshape(x3.shape), sum_g, sum_gxhat

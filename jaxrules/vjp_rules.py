@@ -849,3 +849,44 @@ def layer_norm_rows_vjp(res, ct, *, eps, interpret):
     """The fused backward kernel (``norm_kernels.backward``); its own derivative is that of
     ``layer_norm_rows_reference_vjp``."""
     return _layer_norm_rows_kernel_vjp(res, tuple(ct), eps, interpret)
+
+
+def _grouped_affine_grads(sum_g, sum_gxhat, w, layout, n):
+    """``(dw, db)`` per channel from the per-row sums of ``g x_hat`` and ``g``."""
+    return tuple(P.rows_to_samples(s, layout, n).sum(0).astype(w.dtype) for s in (sum_gxhat, sum_g))
+
+
+def grouped_norm_reference_vjp(res, ct, layout, groups, interpret):
+    """The jnp form of the fused batch/group-norm backward (what ``norm_kernels.grouped_backward``
+    computes): per group ``dx = rstd (g w - E[g w] - x_hat E[g w x_hat]) + (g_mean - g_rstd
+    rstd^2 x_hat) / count`` (seeds ``batchnorm_backward`` / ``native_group_norm_backward`` with
+    weight, plus the statistics' cotangents), ``dw = sum g x_hat``, ``db = sum g``."""
+    x, w, mean, rstd = res
+    g, g_mean, g_rstd = ct
+    n, stat = x.shape[0], rstd.dtype
+    xhat = (P.groups_first(x, layout, groups).astype(stat) - mean[:, None, None]) * rstd[:, None, None]
+    g = P.groups_first(g, layout, groups).astype(stat)
+    gw = g * P.channel_rows(w.astype(stat), layout, groups, n)[..., None]
+    dx = rstd[:, None, None] * (gw - gw.mean((1, 2), keepdims=True) - xhat * (gw * xhat).mean((1, 2), keepdims=True))
+    count = xhat.shape[1] * xhat.shape[2]
+    dx = dx + (g_mean[:, None, None] - (g_rstd * rstd * rstd)[:, None, None] * xhat) / count
+    dw, db = _grouped_affine_grads(g.sum(2), (g * xhat).sum(2), w, layout, n)
+    return P.groups_last(dx, layout, x.shape).astype(x.dtype), dw, db
+
+
+@differentiated_as(grouped_norm_reference_vjp, n_static=3)
+def _grouped_norm_kernel_vjp(res, ct, layout, groups, interpret):
+    from jaxrules import norm_kernels
+
+    x, w, mean, rstd = res
+    n = x.shape[0]
+    row_weight = P.channel_rows(w, layout, groups, n)
+    dx, sum_g, sum_gxhat = norm_kernels.grouped_backward(
+        x, ct[0], row_weight, mean, rstd, ct[1], ct[2], layout=layout, groups=groups, interpret=interpret)
+    return (dx, *_grouped_affine_grads(sum_g, sum_gxhat, w, layout, n))
+
+
+def grouped_norm_vjp(res, ct, *, layout, groups, eps, interpret):
+    """The fused backward kernel (``norm_kernels.grouped_backward``); its own derivative is that of
+    ``grouped_norm_reference_vjp``."""
+    return _grouped_norm_kernel_vjp(res, tuple(ct), layout, groups, interpret)

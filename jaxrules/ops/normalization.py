@@ -92,21 +92,83 @@ layer_norm_rows_op = define_op(
     "layer_norm_rows", _layer_norm_rows_primal, J.layer_norm_rows_jvp, R.layer_norm_rows_vjp,
     lambda outs, x, w, b, **_: (x, w, outs[1], outs[2]), _layer_norm_rows_batch,
 )
-_LAYER_NORM_IMPLS = ("xla", "pallas", "pallas_interpret")
 
 
-def _layer_norm_impl(impl, x, n):
+def _grouped_norm_primal(x3, w, b, *, layout, groups, eps, interpret):
+    """``(y, mean, rstd)``: the statistics from the kernel (``norm_kernels.grouped_stats``), then
+    ``y = (x - mean) rstd w + b`` as one XLA elementwise fusion (dropped when y is unused)."""
+    from jaxrules import norm_kernels
+
+    mean, rstd = norm_kernels.grouped_stats(x3, layout=layout, groups=groups, eps=eps, interpret=interpret)
+    n, stat = x3.shape[0], mean.dtype
+    rows = x3.shape[1] // groups if layout == "group" else n
+
+    def per_row(v):  # per-group statistic (P,) as (N, C, 1)
+        return P.rows_to_samples(jnp.broadcast_to(v[:, None], (v.shape[0], rows)), layout, n)[..., None]
+
+    y = (x3.astype(stat) - per_row(mean)) * (per_row(rstd) * w.astype(stat)[:, None]) + b.astype(stat)[:, None]
+    return y.astype(x3.dtype), mean, rstd
+
+
+def _grouped_norm_batch(args, dims, *, vmap_axis_name, layout, groups, eps, interpret):
+    """The vmap dimension folded into the kernels' launch when weight and bias are shared: into
+    the samples for group norm (``native_group_norm_plumbing``), into the channels for batch norm
+    (``batch_norm_batch_rule``, weight and bias tiled); else the op under ``jax.vmap``."""
+    import jax
+
+    (x, w, b), (x_dim, w_dim, b_dim) = args, dims
+    params = dict(layout=layout, groups=groups, eps=eps, interpret=interpret)
+    if x_dim is not None and w_dim is None and b_dim is None:
+        x = jnp.moveaxis(x, x_dim, 0)
+        batch, n, c, length = x.shape
+        if layout == "group":
+            y, mean, rstd = _grouped_norm_primal(x.reshape(batch * n, c, length), w, b, **params)
+            return (y.reshape(x.shape), mean.reshape(batch, -1), rstd.reshape(batch, -1)), (0, 0, 0)
+        folded = jnp.swapaxes(x, 0, 1).reshape(n, batch * c, length)
+        y, mean, rstd = _grouped_norm_primal(folded, jnp.tile(w, batch), jnp.tile(b, batch), **params)
+        y = jnp.swapaxes(y.reshape(n, batch, c, length), 0, 1)
+        return (y, mean.reshape(batch, c), rstd.reshape(batch, c)), (0, 0, 0)
+    moved = [a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
+    fn = lambda *a: _grouped_norm_primal(*a, **params)  # noqa: E731
+    return jax.vmap(fn, in_axes=[None if d is None else 0 for d in dims])(*moved), (0, 0, 0)
+
+
+grouped_norm_op = define_op(
+    "grouped_norm", _grouped_norm_primal, J.grouped_norm_jvp, R.grouped_norm_vjp,
+    lambda outs, x, w, b, **_: (x, w, outs[1], outs[2]), _grouped_norm_batch,
+)
+_KERNEL_IMPLS = ("xla", "pallas", "pallas_interpret")
+_KERNEL_MIN_ROW = 32  # batch/group norm: rows x[n, c, :] shorter than this stay on XLA by default
+
+
+def _kernel_impl(op, impl, x, shape_ok):
+    """The implementation to run: ``impl`` if given (checked), else ``"pallas"`` on GPU for
+    float32/bfloat16/float16 inputs whose shape the kernels serve well (``shape_ok``), else
+    ``"xla"``."""
     if impl is not None:
-        if impl not in _LAYER_NORM_IMPLS:
-            raise ValueError(f"layer_norm: impl must be one of {_LAYER_NORM_IMPLS}, got {impl!r}")
+        if impl not in _KERNEL_IMPLS:
+            raise ValueError(f"{op}: impl must be one of {_KERNEL_IMPLS}, got {impl!r}")
         return impl
     import jax
 
-    kernel_ok = (
-        jax.default_backend() == "gpu" and x.dtype in (jnp.float32, jnp.bfloat16, jnp.float16)
-        and 128 <= n <= 16384 and n & (n - 1) == 0
-    )
+    kernel_ok = jax.default_backend() == "gpu" and x.dtype in (jnp.float32, jnp.bfloat16, jnp.float16) and shape_ok
     return "pallas" if kernel_ok else "xla"
+
+
+def _affine_vectors(op, x, channels, weight, bias):
+    """``(w, b)`` of shape ``channels`` in x's dtype, ones/zeros where not given (checked)."""
+    w = _affine(op, jnp.ones(channels, x.dtype), weight, None, channels, 0).astype(x.dtype)
+    b = _affine(op, jnp.zeros(channels, x.dtype), None, bias, channels, 0).astype(x.dtype)
+    return w, b
+
+
+def _grouped_norm(op, x, weight, bias, *, layout, groups, eps, impl):
+    """Batch/group norm through the fused kernels, x (N, C, *) as (N, C, L): ``(y, mean, rstd)``,
+    the statistics per group."""
+    w, b = _affine_vectors(op, x, (x.shape[1],), weight, bias)
+    x3 = x.reshape(x.shape[0], x.shape[1], -1)
+    y, mean, rstd = grouped_norm_op(x3, w, b, layout=layout, groups=groups, eps=eps, interpret=impl == "pallas_interpret")
+    return y.reshape(x.shape), mean, rstd
 
 
 def normalize_backward(x, g, *, axes, eps, axis_name):
@@ -155,32 +217,40 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, impl=No
     axes = tuple(range(x.ndim - k, x.ndim))
     eps = _check_eps("layer_norm", eps)
     n = math.prod(shape)
-    if _layer_norm_impl(impl, x, n) == "xla":
+    impl = _kernel_impl("layer_norm", impl, x, 128 <= n <= 16384 and n & (n - 1) == 0)
+    if impl == "xla":
         y = normalize_op(x, axes=axes, eps=eps, axis_name=None)
         return _affine("layer_norm", y, weight, bias, shape, x.ndim - k)
-    ones = _affine("layer_norm", jnp.ones(shape, x.dtype), weight, None, shape, 0)  # checks weight's shape
-    w = ones.reshape(n).astype(x.dtype)
-    b = _affine("layer_norm", jnp.zeros(shape, x.dtype), None, bias, shape, 0).reshape(n).astype(x.dtype)
-    y, _, _ = layer_norm_rows_op(x.reshape(-1, n), w, b, eps=eps, interpret=impl == "pallas_interpret")
+    w, b = _affine_vectors("layer_norm", x, shape, weight, bias)
+    y, _, _ = layer_norm_rows_op(x.reshape(-1, n), w.reshape(n), b.reshape(n), eps=eps, interpret=impl == "pallas_interpret")
     return y.reshape(x.shape)
 
 
-def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
+def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, impl=None):
     """torch.nn.functional.group_norm: ``x`` of shape (N, C, *) viewed as (N, G, C/G * prod(*)),
     normalized over the last axis, then per-channel ``* weight + bias``. JVP seed
-    ``group_norm_jvp``; VJP the native backward; vmap folds B0 into N."""
+    ``group_norm_jvp``; VJP the native backward; vmap folds B0 into N.
+
+    ``impl``: ``"pallas"`` (fused kernels, ``norm_kernels.grouped_*``; the default on GPU for
+    float32/bfloat16/float16 when prod(*) >= 32), ``"xla"`` (the jnp formulas; the default
+    elsewhere) or ``"pallas_interpret"`` (tests)."""
     x = V.array("group_norm", "x", x)
     if x.ndim < 2:
         raise ValueError(f"group_norm: x must have shape (N, C, *), got {x.shape}")
     if not isinstance(num_groups, numbers.Integral) or num_groups < 1 or x.shape[1] % num_groups:
         raise ValueError(f"group_norm: num_groups={num_groups!r} must be a positive divisor of C={x.shape[1]}")
+    eps = _check_eps("group_norm", eps)
+    impl = _kernel_impl("group_norm", impl, x, math.prod(x.shape[2:]) >= _KERNEL_MIN_ROW)
+    if impl != "xla":
+        return _grouped_norm("group_norm", x, weight, bias, layout="group", groups=int(num_groups), eps=eps, impl=impl)[0]
     grouped = x.reshape(x.shape[0], num_groups, -1)
-    y = normalize_op(grouped, axes=(2,), eps=_check_eps("group_norm", eps), axis_name=None).reshape(x.shape)
+    y = normalize_op(grouped, axes=(2,), eps=eps, axis_name=None).reshape(x.shape)
     return _affine("group_norm", y, weight, bias, (x.shape[1],), 1)
 
 
 def batch_norm(
-    x, running_mean, running_var, weight=None, bias=None, *, training=False, momentum=0.1, eps=1e-5, axis_name=None
+    x, running_mean, running_var, weight=None, bias=None, *, training=False, momentum=0.1, eps=1e-5, axis_name=None,
+    impl=None,
 ):
     """torch.nn.functional.batch_norm, functional: returns ``(y, new_running_mean,
     new_running_var)`` (``None`` where the running statistic is ``None``).
@@ -191,6 +261,11 @@ def batch_norm(
     variance; they carry no gradient (torch updates them in place under no_grad). Eval:
     ``(x - running_mean) / sqrt(running_var + eps)``. Seed ``batch_norm_jvp``, the native
     backward and ``batchnorm_double_backward``; vmap folds B0 into the channels.
+
+    ``impl`` (training): ``"pallas"`` (fused kernels, ``norm_kernels.grouped_*``; the default on
+    GPU for float32/bfloat16/float16 when prod(*) >= 32 and no ``axis_name``), ``"xla"`` (the jnp
+    formulas; the default elsewhere, and the only one with ``axis_name``) or
+    ``"pallas_interpret"`` (tests).
 
     Under ``jax.vmap`` with a batched input and unbatched running statistics in training,
     functorch raises (it would update the statistics in place); here the new statistics are
@@ -215,22 +290,31 @@ def batch_norm(
             raise ValueError("batch_norm: running_mean and running_var are required when training=False")
         y = (x - running_mean.reshape(channel_view)) * lax.rsqrt(running_var.reshape(channel_view) + eps)
         return _affine("batch_norm", y.astype(x.dtype), weight, bias, (channels,), 1), running_mean, running_var
+    impl = _kernel_impl("batch_norm", impl, x, axis_name is None and math.prod(x.shape[2:]) >= _KERNEL_MIN_ROW)
+    if impl != "xla" and axis_name is not None:
+        raise ValueError(f"batch_norm: impl={impl!r} computes per-device statistics; axis_name needs impl='xla'")
     axes = (0,) + tuple(range(2, x.ndim))
     count = math.prod(x.shape[a] for a in axes) * (1 if axis_name is None else lax.psum(1, axis_name))
     if isinstance(count, int) and count <= 1:
         raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got input {x.shape}")
-    y = normalize_op(x, axes=axes, eps=eps, axis_name=axis_name)
-    y = _affine("batch_norm", y, weight, bias, (channels,), 1)
-    new_mean, new_var = _updated_running_stats(x, axes, axis_name, count, running_mean, running_var, momentum)
+    if impl == "xla":
+        y = normalize_op(x, axes=axes, eps=eps, axis_name=axis_name)
+        y = _affine("batch_norm", y, weight, bias, (channels,), 1)
+        if running_mean is None and running_var is None:
+            return y, None, None
+        xs = lax.stop_gradient(x).astype(P.stat_dtype(x.dtype))
+        mean = P.group_mean(xs, axes, axis_name)
+        var = P.group_mean(jnp.square(xs - mean), axes, axis_name)
+    else:
+        y, mean, rstd = _grouped_norm("batch_norm", x, weight, bias, layout="batch", groups=1, eps=eps, impl=impl)
+        mean, var = lax.stop_gradient(mean), lax.stop_gradient(1 / (rstd * rstd) - eps)  # the kernel's statistics
+    new_mean, new_var = _updated_running_stats(mean, var, count, running_mean, running_var, momentum)
     return y, new_mean, new_var
 
 
-def _updated_running_stats(x, axes, axis_name, count, running_mean, running_var, momentum):
-    if running_mean is None and running_var is None:
-        return None, None
-    xs = lax.stop_gradient(x).astype(P.stat_dtype(x.dtype))
-    mean = P.group_mean(xs, axes, axis_name)
-    var = P.group_mean(jnp.square(xs - mean), axes, axis_name) * (count / (count - 1))
+def _updated_running_stats(mean, var, count, running_mean, running_var, momentum):
+    """torch's momentum update with the unbiased batch variance (``var`` is the biased one)."""
+    var = var * (count / (count - 1))
     new = []
     for s, batch in ((running_mean, mean), (running_var, var)):
         new.append(None if s is None else ((1 - momentum) * s + momentum * batch.reshape(-1)).astype(s.dtype))
@@ -245,12 +329,44 @@ _SEED_SHARED = ("_norm_jvp", "_invstd_jvp", "_affine_jvp")
 _FORMULAS = ("normalize", "normalize_backward")
 
 
-def _fused_layer_norm_fn(x, weight, bias):
-    """The fused kernels: compiled on a GPU (float32 and narrower), interpreted elsewhere."""
+def _kernel_mode(x):
+    """The fused kernels compiled on a GPU (float32 and narrower), interpreted elsewhere."""
     import jax
 
-    compiled = jax.default_backend() == "gpu" and x.dtype != np.float64
-    return layer_norm(x, x.shape[-1], weight, bias, impl="pallas" if compiled else "pallas_interpret")
+    return "pallas" if jax.default_backend() == "gpu" and x.dtype != np.float64 else "pallas_interpret"
+
+
+def _fused_layer_norm_fn(x, weight, bias):
+    return layer_norm(x, x.shape[-1], weight, bias, impl=_kernel_mode(x))
+
+
+def _fused_group_norm_fn(x, num_groups, weight, bias):
+    return group_norm(x, num_groups, weight, bias, impl=_kernel_mode(x))
+
+
+def _fused_batch_norm_fn(x, weight, bias):
+    return batch_norm(x, None, None, weight, bias, training=True, impl=_kernel_mode(x))[0]
+
+
+_GROUPED_BATCHING = ("primal: vmap folded into the kernels' launch (group norm: into N; batch norm: into the "
+                     "channels, weight and bias tiled) when weight and bias are shared; formulas: the kernels "
+                     "under jax.vmap")
+_GROUPED_DOUBLE = "JAX's derivative of the jnp form of the kernel's backward (the kernel is not differentiated)"
+register(OpRecord(
+    "group_norm[pallas]", _fused_group_norm_fn, (_NN + "group_norm(impl='pallas')",), ("grouped_norm",),
+    ("group_norm_jvp", "native_group_norm_backward", "infinitely_differentiable_native_group_norm_backward"),
+    lambda rng, dt: [Sample((normal(rng, dt, 2, 4, 3, 5), 2, normal(rng, dt, 4) + 1, normal(rng, dt, 4)))],
+    lambda torch, x, g, w, b: torch.nn.functional.group_norm(x, g, w, b), "torch.nn.functional.group_norm",
+    low_precision=("float32", "bfloat16"), double_backward=_GROUPED_DOUBLE, batching=_GROUPED_BATCHING,
+))
+register(OpRecord(
+    "batch_norm[pallas]", _fused_batch_norm_fn, (_NN + "batch_norm(impl='pallas')",), ("grouped_norm",),
+    ("batch_norm_jvp", "batchnorm_backward", "batchnorm_double_backward"),
+    lambda rng, dt: [Sample((normal(rng, dt, 3, 2, 5, 2), normal(rng, dt, 2) + 1, normal(rng, dt, 2)))],
+    lambda torch, x, w, b: torch.nn.functional.batch_norm(x, None, None, w, b, training=True),
+    "torch.nn.functional.batch_norm (training)",
+    low_precision=("float32", "bfloat16"), double_backward=_GROUPED_DOUBLE, batching=_GROUPED_BATCHING,
+))
 
 
 register(OpRecord(
@@ -259,7 +375,7 @@ register(OpRecord(
     lambda rng, dt: [Sample((normal(rng, dt, 8, 128), normal(rng, dt, 128) + 1, normal(rng, dt, 128)))],
     lambda torch, x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b), "torch.nn.functional.layer_norm",
     low_precision=("float32", "bfloat16"),
-    double_backward="JAX's derivative of the jnp form of the kernel's backward (the kernel is not differentiated)",
+    double_backward=_GROUPED_DOUBLE,
     batching="primal: vmap folded into the rows (one launch) when weight and bias are shared; formulas: "
     "the kernels under jax.vmap",
 ))
