@@ -22,7 +22,7 @@ import numpy as np
 
 import jaxrules.numpy as rnp
 from jaxrules.differentiate import differentiate
-from jaxrules.nn import batch_norm, group_norm, layer_norm, logsumexp
+from jaxrules.nn import batch_norm, group_norm, layer_norm, log_softmax, logsumexp, softmax
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +80,10 @@ CASES = [
          lambda t, x, w, b: t.nn.functional.group_norm(x, 32, w, b), _BN, "bfloat16"),
     Case("logsumexp", lambda x: logsumexp(x, axis=-1), lambda x: jax.nn.logsumexp(x, axis=-1),
          lambda t, x: t.logsumexp(x, -1), _MAT),
+    Case("softmax", lambda x: softmax(x, axis=-1), lambda x: jax.nn.softmax(x, axis=-1),
+         lambda t, x: t.softmax(x, -1), _MAT),
+    Case("log_softmax", lambda x: log_softmax(x, axis=-1), lambda x: jax.nn.log_softmax(x, axis=-1),
+         lambda t, x: t.log_softmax(x, -1), _MAT),
     Case("vector_norm", lambda x: rnp.linalg.vector_norm(x, axis=-1), lambda x: jnp.linalg.vector_norm(x, axis=-1),
          lambda t, x: t.linalg.vector_norm(x, dim=-1), _MAT),
     Case("std", lambda x: rnp.std(x, axis=-1), lambda x: jnp.std(x, axis=-1), lambda t, x: t.std(x, -1, correction=0),

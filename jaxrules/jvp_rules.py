@@ -305,8 +305,11 @@ def pointwise_jvp(res, *tangents, derivative, **params):
     return _terms(*(_times(f, t) for f, t in zip(factors, tangents)))
 
 
-def softmax_jvp(y, t, *, axis, **_):
-    """``y (t - sum(y t))`` (the transpose of ``_softmax_backward_data``)."""
+def softmax_jvp(x, t, *, axis, **_):
+    """``y (t - sum(y t))`` (the transpose of ``_softmax_backward_data``), y from the saved
+    input."""
+    e, s = P.softmax_parts(x, axis)
+    y = e / s
     return y * (t - jnp.sum(y * t, axis=axis, keepdims=True))
 
 

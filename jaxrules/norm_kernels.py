@@ -1,5 +1,6 @@
-"""Fused GPU kernels (Pallas, Triton backend) for layer norm over the last axis of an (M, N)
-array, with the affine weight and bias inside the kernel.
+"""Fused GPU kernels (Pallas, Triton backend) for normalization, with the affine weight and
+bias inside: layer norm over the last axis of an (M, N) array (this first part), batch norm and
+group norm on (N, C, L) (the second part, "Grouped statistics").
 
 * forward: one program per ``rows`` rows: mean, rstd (float32) and ``y = x_hat w + b``;
 * backward: one program per group of rows, looping over them in chunks of ``rows``: ``dx`` (the

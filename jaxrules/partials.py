@@ -395,6 +395,13 @@ def norm_stats(x, axes, eps, axis_name):
     return mean, lax.rsqrt(var + eps)
 
 
+def softmax_parts(x, axis):
+    """``(e, s)``: ``e = exp(x - max x)`` and ``s = sum e`` over ``axis`` (kept), softmax = e / s.
+    The shift is a constant for differentiation (softmax does not depend on it)."""
+    e = jnp.exp(x - lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True)))
+    return e, jnp.sum(e, axis=axis, keepdims=True)
+
+
 def groups_first(x3, layout, groups):
     """(N, C, L) as (P, K, L): P statistic groups of K rows. ``layout`` ``"group"``: P = N G,
     K = C / G (group norm); ``"batch"``: P = C, K = N (batch norm)."""

@@ -47,7 +47,7 @@ _elu = _pointwise("elu", _elu_primal)
 _softplus = _pointwise("softplus", _softplus_primal)
 _log_sigmoid = _pointwise("log_sigmoid", lambda x, **_: jax.nn.log_sigmoid(x))
 softmax_op = define_op("softmax", lambda x, *, axis: jax.nn.softmax(x, axis=axis), J.softmax_jvp, R.softmax_vjp,
-                       lambda out, x, **_: out)
+                       lambda out, x, **_: x)
 log_softmax_op = define_op("log_softmax", lambda x, *, axis: jax.nn.log_softmax(x, axis=axis), J.log_softmax_jvp,
                            R.log_softmax_vjp, lambda out, x, **_: out)
 glu_op = define_op("glu", lambda x, *, axis: jax.nn.glu(x, axis=axis), J.glu_jvp, R.glu_vjp)

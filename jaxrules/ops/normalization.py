@@ -8,6 +8,12 @@ normalized copy). Its VJP is the native backward without weight, computed by the
 products run them. Weight and bias are applied after the kernel by broadcasting, as functorch's
 batch rules do; the kernel's vmap rule folds the vmap dimension into a kept axis
 (``jaxrules/batching.py``).
+
+On GPU (``impl="pallas"``, the default there) the three run fused Pallas kernels instead
+(``jaxrules.norm_kernels``), as ops of their own with the affine inside: ``layer_norm_rows``
+and ``grouped_norm`` (batch and group norm). Their JVP formulas are jnp; their VJP formulas run
+the backward kernels, whose own derivatives are those of the jnp form of the same backward
+(``mechanism.differentiated_as``), so double backward and every transform still compose.
 """
 
 from __future__ import annotations
