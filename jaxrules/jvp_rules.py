@@ -313,9 +313,9 @@ def softmax_jvp(x, t, *, axis, **_):
     return y * (t - jnp.sum(y * t, axis=axis, keepdims=True))
 
 
-def log_softmax_jvp(out, t, *, axis, **_):
-    """``t - sum(softmax t)``, ``softmax = exp(out)`` (0 at -inf logits)."""
-    return t - jnp.sum(jnp.exp(out) * t, axis=axis, keepdims=True)
+def log_softmax_jvp(softmax, t, *, axis, **_):
+    """``t - sum(softmax t)`` (the saved softmax is 0 at -inf logits)."""
+    return t - jnp.sum(softmax * t, axis=axis, keepdims=True)
 
 
 def glu_jvp(x, t, *, axis, **_):

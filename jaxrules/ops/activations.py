@@ -10,6 +10,7 @@ import numbers
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
@@ -48,8 +49,19 @@ _softplus = _pointwise("softplus", _softplus_primal)
 _log_sigmoid = _pointwise("log_sigmoid", lambda x, **_: jax.nn.log_sigmoid(x))
 softmax_op = define_op("softmax", lambda x, *, axis: jax.nn.softmax(x, axis=axis), J.softmax_jvp, R.softmax_vjp,
                        lambda out, x, **_: x)
-log_softmax_op = define_op("log_softmax", lambda x, *, axis: jax.nn.log_softmax(x, axis=axis), J.log_softmax_jvp,
-                           R.log_softmax_vjp, lambda out, x, **_: out)
+def _log_softmax_primal(x, *, axis):
+    """``x - max x - log(sum exp(x - max x))`` (jax.nn.log_softmax's arithmetic)."""
+    _, s = P.softmax_parts(x, axis)
+    return x - lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True)) - jnp.log(s)
+
+
+def _save_softmax(out, x, *, axis):
+    """The softmax from the forward's exponentials (XLA computes them once for both)."""
+    e, s = P.softmax_parts(x, axis)
+    return e * (1 / s)
+
+
+log_softmax_op = define_op("log_softmax", _log_softmax_primal, J.log_softmax_jvp, R.log_softmax_vjp, _save_softmax)
 glu_op = define_op("glu", lambda x, *, axis: jax.nn.glu(x, axis=axis), J.glu_jvp, R.glu_vjp)
 dropout_op = define_op("dropout", lambda x, mask, *, scale: jnp.where(mask, x * scale, 0).astype(x.dtype),
                        J.dropout_jvp, R.dropout_vjp, lambda out, x, mask, **_: mask)
