@@ -1,7 +1,8 @@
 """``python -m jaxrules bench``: forward+backward (``jit`` of ``vjp``) of jaxrules ops against
 JAX's own autodiff of the same math, torch eager and ``torch.compile`` (when torch is importable),
 in one process on one device; time per call, median of repeated runs of ``CALLS_PER_RUN`` calls
-queued back to back, after warm-up (``median_ms``); achieved GB/s (bytes of the inputs,
+queued back to back, after warm-up, jaxrules' and JAX's runs alternating (``median_ms``,
+``interleaved_median_ms``); achieved GB/s (bytes of the inputs,
 the output cotangent and the gradients, each read or written once) and its ratio to the device's
 measured copy bandwidth; bytes of the residuals kept between forward and backward (from
 ``jaxrules.differentiate``). Writes a Markdown table and a PNG plot.
@@ -206,16 +207,25 @@ def median_ms(call: Callable, repeats: int, warmup: int = 3, calls: int = CALLS_
     issued back to back and one ``wait`` for the last result. That is the device time of a
     training loop (the host queues the next step while the device runs this one), without the
     host round trip (~0.1 ms on a GPU) that one call and a wait would add to every timing."""
-    for _ in range(warmup):
-        wait(call())
-    times = []
+    return interleaved_median_ms({"": call}, repeats, warmup, calls, wait)[""]
+
+
+def interleaved_median_ms(calls_by_label: dict, repeats: int, warmup: int = 3, calls: int = CALLS_PER_RUN,
+                          wait: Callable = jax.block_until_ready) -> dict:
+    """``median_ms`` of each callable, their timed runs alternating, so that a drift of the
+    machine's speed during the measurement (seen on a shared 2-core CPU) hits all alike."""
+    for call in calls_by_label.values():
+        for _ in range(warmup):
+            wait(call())
+    times = {label: [] for label in calls_by_label}
     for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls - 1):
-            call()
-        wait(call())
-        times.append((time.perf_counter() - start) * 1e3 / calls)
-    return statistics.median(times)
+        for label, call in calls_by_label.items():
+            start = time.perf_counter()
+            for _ in range(calls - 1):
+                call()
+            wait(call())
+            times[label].append((time.perf_counter() - start) * 1e3 / calls)
+    return {label: statistics.median(t) for label, t in times.items()}
 
 
 def fwd_bwd(fn: Callable, with_value: bool = False):
@@ -306,13 +316,10 @@ def run(cases=CASES, repeats: int = 30, pattern: str | None = None, with_torch: 
 def _run_case(case, platform, rng, repeats, bandwidth, torch, with_value=False):
     arrays = _inputs(case, platform, rng)
     ct = jnp.asarray(rng.standard_normal(jax.eval_shape(case.ours, *arrays).shape), case.dtype)
-    timings = {}
-    for label, fn in (("jaxrules", case.ours), ("jax", case.plain_jax)):
-        if fn is None:  # JAX cannot differentiate this op
-            timings[label] = None
-            continue
-        step = fwd_bwd(fn, with_value)
-        timings[label] = median_ms(lambda step=step: step(ct, *arrays), repeats)
+    steps = {label: fwd_bwd(fn, with_value) for label, fn in (("jaxrules", case.ours), ("jax", case.plain_jax))
+             if fn is not None}  # plain_jax is None where JAX cannot differentiate the op
+    timings = {"jax": None, **interleaved_median_ms(
+        {label: (lambda step=step: step(ct, *arrays)) for label, step in steps.items()}, repeats)}
     residuals = {label: None if fn is None else differentiate(fn, *arrays).residual_bytes for label, fn in
                  (("jaxrules", case.ours), ("jax", case.plain_jax))}
     eager = compiled = None
@@ -339,7 +346,8 @@ def markdown(rows, meta) -> str:
     """The results as a Markdown section (ratios > 1 mean jaxrules is faster)."""
     lines = [
         f"Device: {meta['device']} ({meta['platform']}), jax {meta['jax']}, torch {meta['torch']}; "
-        f"time per call, median of {meta['repeats']} runs of {CALLS_PER_RUN} back-to-back calls after warm-up; "
+        f"time per call, median of {meta['repeats']} runs of {CALLS_PER_RUN} back-to-back calls after warm-up "
+        "(jaxrules' and JAX's runs alternating); "
         f"JAX programs return {'the value and ' if meta.get('with_value') else ''}the gradients; "
         f"measured copy bandwidth {meta['copy_gbps']:.0f} GB/s.",
         "",

@@ -60,17 +60,20 @@ def test_statistics_of_shifted_data_keep_their_precision():
     np.testing.assert_allclose(rstd, 1 / want.std(1), rtol=2e-3)
 
 
-def test_bfloat16_kernels_track_the_float64_result():
-    x = RNG.standard_normal((4, 6, 20))
-    w, b, ct = RNG.standard_normal(6) + 1, RNG.standard_normal(6), RNG.standard_normal(x.shape)
-    for op in ("group_norm", "batch_norm"):
-        want = _value_and_grads(_ops("xla")[op], *map(jnp.asarray, (x, w, b, ct)))
-        low = [jnp.asarray(a, jnp.bfloat16) for a in (x, w, b, ct)]
-        got = _value_and_grads(_ops("pallas_interpret")[op], *low)
-        for g, e in zip(got, want):
-            assert g.dtype == jnp.bfloat16
-            scale = float(jnp.max(jnp.abs(e))) + 1
-            assert float(jnp.max(jnp.abs(g.astype(jnp.float64) - e))) < 3e-2 * scale, op
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("op", ["group_norm", "batch_norm", "layer_norm"])
+def test_half_precision_kernels_track_the_float64_result(op, dtype):
+    """Inputs, outputs and gradients in the half type, statistics and sums in float32."""
+    fns = dict(_ops("pallas_interpret"), layer_norm=lambda x, w, b: layer_norm(x, 128, w, b, impl="pallas_interpret"))
+    shape, channels = ((4, 128), 128) if op == "layer_norm" else ((4, 6, 20), 6)
+    x, ct = RNG.standard_normal(shape), RNG.standard_normal(shape)
+    w, b = RNG.standard_normal(channels) + 1, RNG.standard_normal(channels)
+    want = _value_and_grads(fns[op], *map(jnp.asarray, (x, w, b, ct)))
+    got = _value_and_grads(fns[op], *[jnp.asarray(a, dtype) for a in (x, w, b, ct)])
+    for g, e in zip(got, want):
+        assert g.dtype == dtype
+        scale = float(jnp.max(jnp.abs(e))) + 1
+        assert float(jnp.max(jnp.abs(g.astype(jnp.float64) - e))) < 3e-2 * scale
 
 
 def test_running_statistics_from_the_kernels_match_the_xla_path():
