@@ -313,9 +313,11 @@ def softmax_jvp(x, t, *, axis, **_):
     return y * (t - jnp.sum(y * t, axis=axis, keepdims=True))
 
 
-def log_softmax_jvp(softmax, t, *, axis, **_):
-    """``t - sum(softmax t)`` (the saved softmax is 0 at -inf logits)."""
-    return t - jnp.sum(softmax * t, axis=axis, keepdims=True)
+def log_softmax_jvp(res, t, *, axis, **_):
+    """``t - sum(softmax t)``, ``softmax = e / s`` from the saved exponentials and row sums (0 at
+    -inf logits)."""
+    e, s = res
+    return t - jnp.sum(e * t, axis=axis, keepdims=True) / s
 
 
 def glu_jvp(x, t, *, axis, **_):

@@ -297,11 +297,13 @@ def softmax_vjp(x, ct, *, axis, **_):
     return ((ct / s - jnp.sum(ct * e, axis=axis, keepdims=True) / (s * s)) * e,)
 
 
-def log_softmax_vjp(softmax, ct, *, axis, **_):
+def log_softmax_vjp(res, ct, *, axis, **_):
     """``ct - softmax sum(ct)`` (torch ``_log_softmax_backward_data``, which takes the softmax as
-    ``exp(output)``; here it is saved from the forward's own exponentials, which saves an
-    exponential per element: 0.78x -> parity with JAX's autodiff on the CPU)."""
-    return (ct - softmax * jnp.sum(ct, axis=axis, keepdims=True),)
+    ``exp(output)``). Here ``softmax = e / s`` from the forward's own exponentials
+    ``e = exp(x - max x)`` and row sums ``s`` (saved): no exponential and no elementwise
+    division in the backward (CPU: 0.65-0.78x of JAX's autodiff with ``exp(output)``)."""
+    e, s = res
+    return (ct - e * (jnp.sum(ct, axis=axis, keepdims=True) / s),)
 
 
 def glu_vjp(x, ct, *, axis, **_):

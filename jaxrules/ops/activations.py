@@ -55,13 +55,8 @@ def _log_softmax_primal(x, *, axis):
     return x - lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True)) - jnp.log(s)
 
 
-def _save_softmax(out, x, *, axis):
-    """The softmax from the forward's exponentials (XLA computes them once for both)."""
-    e, s = P.softmax_parts(x, axis)
-    return e * (1 / s)
-
-
-log_softmax_op = define_op("log_softmax", _log_softmax_primal, J.log_softmax_jvp, R.log_softmax_vjp, _save_softmax)
+log_softmax_op = define_op("log_softmax", _log_softmax_primal, J.log_softmax_jvp, R.log_softmax_vjp,
+                           lambda out, x, *, axis: P.softmax_parts(x, axis))  # the forward's own (XLA: CSE)
 glu_op = define_op("glu", lambda x, *, axis: jax.nn.glu(x, axis=axis), J.glu_jvp, R.glu_vjp)
 dropout_op = define_op("dropout", lambda x, mask, *, scale: jnp.where(mask, x * scale, 0).astype(x.dtype),
                        J.dropout_jvp, R.dropout_vjp, lambda out, x, mask, **_: mask)
