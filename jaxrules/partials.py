@@ -395,6 +395,16 @@ def norm_stats(x, axes, eps, axis_name):
     return mean, lax.rsqrt(var + eps)
 
 
+def affine_norm_backward(xhat, rstd, gw, g_mean, g_rstd, axes):
+    """dx of ``y = x_hat w + b`` with the statistics as outputs too, ``gw = g w`` and every
+    per-group value kept along ``axes``: ``rstd (gw - E[gw] - x_hat E[gw x_hat]) + (g_mean -
+    g_rstd rstd^2 x_hat) / count`` (the native backward with weight plus the statistics'
+    cotangents; the fused norm kernels compute it, their reference VJPs call this)."""
+    count = math.prod(xhat.shape[a] for a in axes)
+    dx = rstd * (gw - gw.mean(axes, keepdims=True) - xhat * (gw * xhat).mean(axes, keepdims=True))
+    return dx + (g_mean - g_rstd * rstd * rstd * xhat) / count
+
+
 def softmax_parts(x, axis):
     """``(e, s)``: ``e = exp(x - max x)`` and ``s = sum e`` over ``axis`` (kept), softmax = e / s.
     The shift is a constant for differentiation (softmax does not depend on it)."""

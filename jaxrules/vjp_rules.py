@@ -839,9 +839,7 @@ def layer_norm_rows_reference_vjp(res, ct, eps, interpret):
     stat = rstd.dtype
     xhat = (x.astype(stat) - mean[:, None]) * rstd[:, None]
     g = g.astype(stat)
-    gw = g * w.astype(stat)
-    dx = rstd[:, None] * (gw - gw.mean(-1, keepdims=True) - xhat * (gw * xhat).mean(-1, keepdims=True))
-    dx = dx + (g_mean[:, None] - (g_rstd * rstd * rstd)[:, None] * xhat) / x.shape[-1]
+    dx = P.affine_norm_backward(xhat, rstd[:, None], g * w.astype(stat), g_mean[:, None], g_rstd[:, None], (1,))
     return dx.astype(x.dtype), (g * xhat).sum(0).astype(w.dtype), g.sum(0).astype(w.dtype)
 
 
@@ -875,9 +873,8 @@ def grouped_norm_reference_vjp(res, ct, layout, groups, interpret):
     xhat = (P.groups_first(x, layout, groups).astype(stat) - mean[:, None, None]) * rstd[:, None, None]
     g = P.groups_first(g, layout, groups).astype(stat)
     gw = g * P.channel_rows(w.astype(stat), layout, groups, n)[..., None]
-    dx = rstd[:, None, None] * (gw - gw.mean((1, 2), keepdims=True) - xhat * (gw * xhat).mean((1, 2), keepdims=True))
-    count = xhat.shape[1] * xhat.shape[2]
-    dx = dx + (g_mean[:, None, None] - (g_rstd * rstd * rstd)[:, None, None] * xhat) / count
+    per_group = lambda v: v[:, None, None]  # noqa: E731
+    dx = P.affine_norm_backward(xhat, per_group(rstd), gw, per_group(g_mean), per_group(g_rstd), (1, 2))
     dw, db = _grouped_affine_grads(g.sum(2), (g * xhat).sum(2), w, layout, n)
     return P.groups_last(dx, layout, x.shape).astype(x.dtype), dw, db
 
