@@ -364,6 +364,8 @@ register(OpRecord(
     lambda rng, dt: [Sample((normal(rng, dt, 2, 4, 3, 5), 2, normal(rng, dt, 4) + 1, normal(rng, dt, 4)))],
     lambda torch, x, g, w, b: torch.nn.functional.group_norm(x, g, w, b), "torch.nn.functional.group_norm",
     low_precision=("float32", "bfloat16"), double_backward=_GROUPED_DOUBLE, batching=_GROUPED_BATCHING,
+    singular=(SingularPoint("constant groups", (np.full((2, 4, 3), 1.5), 2, np.ones(4), np.zeros(4)),
+                            (np.zeros((2, 4, 3)), np.zeros(4), None)),),
 ))
 register(OpRecord(
     "batch_norm[pallas]", _fused_batch_norm_fn, (_NN + "batch_norm(impl='pallas')",), ("grouped_norm",),
@@ -372,6 +374,8 @@ register(OpRecord(
     lambda torch, x, w, b: torch.nn.functional.batch_norm(x, None, None, w, b, training=True),
     "torch.nn.functional.batch_norm (training)",
     low_precision=("float32", "bfloat16"), double_backward=_GROUPED_DOUBLE, batching=_GROUPED_BATCHING,
+    singular=(SingularPoint("constant channels", (np.full((3, 2, 2), -1.0), np.ones(2), np.zeros(2)),
+                            (np.zeros((3, 2, 2)), np.zeros(2), None)),),
 ))
 
 
