@@ -6,7 +6,6 @@ Namespaces: ``jaxrules.numpy`` (and ``.linalg``), ``jaxrules.scipy.special``, ``
 ``python -m jaxrules check`` checks them all.
 """
 
-from jaxrules import linalg, nn, numpy, scipy
 from jaxrules.differentiate import differentiate
 from jaxrules.function import Function, FunctionCtx, VmapInfo
 from jaxrules.mechanism import Op, define_op, formula_spy
@@ -14,8 +13,20 @@ from jaxrules.registry import OpRecord, Sample, SingularPoint, records
 
 __version__ = "0.1.0"
 
+_SUBMODULES = ("linalg", "nested", "nn", "numpy", "ops", "scipy", "testing")  # imported on first use
+
 __all__ = [
     "Function", "FunctionCtx", "Op", "OpRecord", "Sample", "SingularPoint", "VmapInfo", "define_op",
     "differentiate", "formula_spy", "linalg", "nn",
     "numpy", "records", "scipy",
 ]
+
+
+def __getattr__(name: str):
+    """The namespaces load on first use: ``import jaxrules.numpy`` does not import ``jaxrules.nn``
+    (nor ``jaxrules.nested`` and its Pallas kernels)."""
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -113,7 +113,12 @@ def register(record: OpRecord) -> OpRecord:
 
 
 def _load_all() -> None:
-    from jaxrules import ops  # noqa: F401  (registers every op)
+    import importlib
+
+    from jaxrules import ops
+
+    for module in ops.__all__:  # importing an op module registers its ops
+        importlib.import_module(f"jaxrules.ops.{module}")
 
 
 def records(pattern: str | None = None) -> list[OpRecord]:

@@ -1,19 +1,14 @@
 """The ops: each module defines its ops (primal + residuals), their public functions and their
-registry records. Importing this package registers every op."""
-
-from jaxrules.ops import (
-    activations,
-    conv,
-    elementwise,
-    fft,
-    indexing,
-    linalg,
-    losses,
-    nested,
-    normalization,
-    norms,
-    reductions,
-    shape,
-)
+registry records. ``jaxrules.registry.records()`` imports them all (which registers every op);
+importing one module (``jaxrules.ops.elementwise``) imports only the modules it uses (never
+``nested`` and its Pallas kernels, unless it is that module)."""
 
 __all__ = ["activations", "conv", "elementwise", "fft", "indexing", "linalg", "losses", "nested", "normalization", "norms", "reductions", "shape"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
