@@ -2,6 +2,9 @@
 (normalization and losses with torch's signatures, channels at axis 1; softplus with torch's
 ``beta`` and ``threshold``; dropout with an explicit key)."""
 
+import jax.nn as _jax_namespace
+
+from jaxrules import _namespace
 from jaxrules.ops.activations import (
     celu,
     dropout,
@@ -42,3 +45,5 @@ __all__ = [
     "mse_loss", "relu", "selu", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softplus", "swish",
     "threshold",
 ]
+
+_namespace.forward_jax_names(globals(), _jax_namespace)

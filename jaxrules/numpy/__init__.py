@@ -1,7 +1,12 @@
 """Drop-in replacements for ``jax.numpy`` functions, with hand-written derivative rules:
 ``import jaxrules.numpy as jnp``. Also ``var_mean``, ``std_mean`` and ``logcumsumexp``
-(torch's names), which ``jax.numpy`` lacks."""
+(torch's names), which ``jax.numpy`` lacks. Every other public name of ``jax.numpy`` is JAX's own
+object (``jaxrules.numpy.float32 is jax.numpy.float32``); the array-API aliases ``pow``,
+``atan2`` and ``concat`` are jaxrules' ``power``, ``arctan2`` and ``concatenate``."""
 
+import jax.numpy as _jax_namespace
+
+from jaxrules import _namespace
 from jaxrules.numpy import fft, linalg
 from jaxrules.ops.elementwise import (
     abs,
@@ -59,5 +64,9 @@ __all__ = [
     "cumprod", "cumsum", "deg2rad", "degrees", "fft", "index_reduce", "kthvalue", "linalg", "log1p", "logcumsumexp",
     "masked_fill", "matmul", "max", "mean", "median", "min", "nansum", "pad", "power", "prod", "rad2deg", "radians",
     "repeat", "scatter_reduce", "sign", "sinc", "split", "stack", "std", "std_mean", "sum", "take", "take_along_axis",
-    "tile", "unstack", "var", "var_mean",
+    "tile", "unstack", "var", "var_mean", "pow", "atan2", "concat",
 ]
+
+pow, atan2, concat = power, arctan2, concatenate  # the array-API spellings: one op, one gradient
+
+_namespace.forward_jax_names(globals(), _jax_namespace)
