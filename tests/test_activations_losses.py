@@ -42,6 +42,29 @@ def test_first_and_second_derivatives_match_torch(name):
     np.testing.assert_allclose(second, t_second, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh", True, False, np.bool_(False)])
+def test_gelu_takes_torchs_spellings(approximate):
+    # torch's "none" is the exact GELU: a non-empty string must not mean jax.nn's approximate=True.
+    spelling = approximate if isinstance(approximate, str) else ("tanh" if approximate else "none")
+    x = np.linspace(-4.0, 4.0, 9)
+    t = torch.tensor(x, requires_grad=True)
+    y = F.gelu(t, approximate=spelling)
+    (g,) = torch.autograd.grad(y.sum(), t)
+    value, grad = jax.value_and_grad(lambda v: jnp.sum(rnn.gelu(v, approximate=approximate) ** 2))(jnp.asarray(x))
+    np.testing.assert_allclose(rnn.gelu(jnp.asarray(x), approximate=approximate), y.detach().numpy(), rtol=1e-12,
+                               atol=1e-14)
+    np.testing.assert_allclose(grad, 2 * y.detach().numpy() * g.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(value, float((y.detach() ** 2).sum()), rtol=1e-12)
+    if spelling == "none":  # not the tanh form: the two differ by ~1e-4 near |x| = 2
+        assert abs(float(rnn.gelu(jnp.asarray(2.0), approximate=approximate) - jax.nn.gelu(2.0))) > 1e-5
+
+
+@pytest.mark.parametrize("approximate", ["None", "exact", "", 1, None])
+def test_gelu_refuses_other_approximate_values(approximate):
+    with pytest.raises(ValueError, match="gelu: approximate"):
+        rnn.gelu(jnp.ones(3), approximate=approximate)
+
+
 def test_mish_second_derivative_is_finite_where_torch_is_not():
     x = np.array([800.0, -800.0])
     second = jax.grad(lambda v: jnp.sum(jax.grad(lambda u: jnp.sum(rnn.mish(u)))(v)))(jnp.asarray(x))

@@ -102,9 +102,21 @@ def mish(x):
     return _mish(_real("mish", x))
 
 
-def gelu(x, approximate: bool = True):
-    """GELU, exact or tanh-approximated (jax.nn's default); torch ``gelu_backward``."""
-    return _gelu(_real("gelu", x), approximate=bool(approximate))
+def gelu(x, approximate: bool | str = True):
+    """GELU: the tanh approximation for ``approximate=True`` (jax.nn's default) or ``"tanh"``
+    (torch's spelling), the exact ``x Phi(x)`` for ``False`` or ``"none"`` (torch's default);
+    torch ``gelu_backward``."""
+    return _gelu(_real("gelu", x), approximate=_gelu_approximate(approximate))
+
+
+def _gelu_approximate(approximate) -> bool:
+    """``approximate`` as a bool: JAX's booleans or torch's ``"none"`` / ``"tanh"`` (a non-empty
+    string must not silently mean True)."""
+    if isinstance(approximate, (bool, np.bool_)):
+        return bool(approximate)
+    if isinstance(approximate, str) and approximate in ("none", "tanh"):
+        return approximate == "tanh"
+    raise ValueError(f"gelu: approximate must be True, False, 'tanh' or 'none' (torch's spellings), got {approximate!r}")
 
 
 def elu(x, alpha=1.0):
