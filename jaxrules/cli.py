@@ -1,6 +1,7 @@
 """``python -m jaxrules``: ``check`` runs the harness on every registered op; ``list`` prints
-the coverage table (``list --markdown`` writes COVERAGE.md's content); ``bench`` times
-forward+backward against JAX's own autodiff and torch."""
+the coverage table (``--wide``: with the seed functions; ``--all``: also every name of each
+namespace; ``--markdown``: COVERAGE.md's content); ``bench`` times forward+backward against JAX's
+own autodiff and torch; ``--version``."""
 
 from __future__ import annotations
 
@@ -117,24 +118,107 @@ def coverage_markdown() -> str:
     return "\n".join(lines)
 
 
+_LIST_WIDTH = 100  # ``list`` fits this many columns; ``--wide`` adds columns and wraps nothing
+_DTYPE = {"float64": "f64", "float32": "f32", "complex128": "c128", "complex64": "c64", "bfloat16": "bf16",
+          "float16": "f16"}
+
+
+def _wrap_names(names: list[str], cap: int | None) -> list[str]:
+    """``names`` joined by ", " in lines of at most ``cap`` characters; a name is broken (after a
+    "(" or a "." before a name) only where it alone is longer."""
+    import re
+
+    text = ", ".join(names)
+    if cap is None or len(text) <= cap:
+        return [text]
+    lines = [""]
+    for i, name in enumerate(names):
+        piece = name + ("," if i < len(names) - 1 else "")
+        if lines[-1] and len(lines[-1]) + 1 + len(piece) > cap:
+            lines.append("")
+        for part in re.split(r"(?<=\()|(?<=\.)(?=\w)", piece) if len(piece) > cap else [piece]:
+            if lines[-1] and len(lines[-1]) + len(part) > cap:
+                lines.append("")
+            lines[-1] += (" " if lines[-1] and lines[-1].endswith(",") else "") + part
+    return lines
+
+
+def _list_table(header, rows, public_cap) -> list[str]:
+    """``rows`` (their first cell: a list of names, wrapped at ``public_cap`` columns) as text."""
+    cells = [[_wrap_names(row[0], public_cap), *([x] for x in row[1:])] for row in rows]
+    widths = [max([len(h)] + [len(line) for row in cells for line in row[i]]) for i, h in enumerate(header)]
+    out = []
+    for row in [[[h] for h in header], [["-" * w] for w in widths], *cells]:
+        for k in range(max(len(c) for c in row)):
+            out.append("  ".join((c[k] if k < len(c) else "").ljust(w) for c, w in zip(row, widths)).rstrip())
+    return out
+
+
+def _forwarded_names(pattern) -> list[str]:
+    """``list --all``: every name of each completed namespace, ``*`` marking jaxrules' own."""
+    import fnmatch
+    import textwrap
+
+    from jaxrules._namespace import namespaces
+
+    globs = [p if any(c in p for c in "*?[") else f"*{p}*" for p in pattern.split(",")] if pattern else ["*"]
+    out = []
+    for name, (jax_name, own, forwarded) in namespaces().items():
+        names = sorted(n for n in own | forwarded if any(fnmatch.fnmatch(n, g) for g in globs))
+        if not names:
+            continue
+        mine = sum(n in own for n in names)
+        out += ["", f"{name}: {len(names)} names, {mine} jaxrules' own, {len(names) - mine} forwarded to {jax_name}"]
+        words = " ".join(("*" if n in own else "") + n for n in names)
+        out += textwrap.wrap(words, _LIST_WIDTH, initial_indent="  ", subsequent_indent="  ",
+                             break_long_words=False, break_on_hyphens=False)
+    if not out:
+        return []
+    legend = "Names of each namespace: * = jaxrules' own (hand-written rules); the others are JAX's own objects."
+    return ["", legend, *out]
+
+
 def _list(args) -> int:
     from jaxrules import OpRecord, records
 
     if args.markdown:
         print(coverage_markdown(), end="")
         return 0
-    header = ("op", "seed functions", "JVP", "VJP", "double backward", "batching", "dtypes")
+    selected = records(args.ops)
+    names = _forwarded_names(args.ops) if args.all else []
+    if args.ops and not selected and not names:
+        print(f"list: no registered op{' or namespace name' if args.all else ''} matches {args.ops!r}",
+              file=sys.stderr)
+        return 2
+    default = OpRecord.__dataclass_fields__
+    header = ("public names", "op", "rules", "2nd", "vmap")
+    if args.wide:
+        header += ("dtypes", "composed of", "seed functions")
     rows = []
-    for r in records(args.ops):
+    for r in selected:
         composed = r.formula_ops != (r.name,)
-        mark = "via " + "+".join(r.formula_ops) if composed else "yes"
-        default = OpRecord.__dataclass_fields__
-        batching = "vmap of formulas" if r.batching == default["batching"].default else "own rule"
-        double = "autodiff of VJP" if r.double_backward == default["double_backward"].default else "own formulas"
-        rows.append((r.name, ", ".join(r.seed), mark, mark, double, batching, ", ".join(r.dtypes + r.low_precision)))
-    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
-    for row in [header, tuple("-" * w for w in widths), *rows]:
-        print("  ".join(x.ljust(w) for x, w in zip(row, widths)).rstrip())
+        row = (
+            [p.removeprefix("jaxrules.") for p in r.public],
+            r.name,
+            "via" if composed else "own",
+            "auto" if r.double_backward == default["double_backward"].default else "own",
+            "auto" if r.batching == default["batching"].default else "own",
+        )
+        if args.wide:
+            row += (" ".join(_DTYPE.get(d, d) for d in r.dtypes + r.low_precision),
+                    ", ".join(r.formula_ops) if composed else "", ", ".join(r.seed))
+        rows.append(row)
+    # the public names take what the other columns leave of the 100 (at least 24)
+    rest = sum(max(len(h), *(len(row[i]) for row in rows)) + 2 for i, h in enumerate(header) if i) if rows else 0
+    lines = [] if not rows else [
+        *_list_table(header, rows, None if args.wide else max(24, _LIST_WIDTH - rest - 2)),
+        "",
+        "rules: own = the op's own JVP and VJP formulas, via = a composition of ops that have them (--wide",
+        "lists them); 2nd (second-order reverse mode): auto = JAX's derivative of the VJP formula, own =",
+        "the op's own double-backward formulas; vmap: auto = the formulas under jax.vmap, own = the op's",
+        "own batching rule. --wide: also the dtypes checked, the ops composed and the PyTorch seed functions.",
+    ]
+    print("\n".join(lines + names))
     return 0
 
 
@@ -158,8 +242,15 @@ def _bench(args) -> int:
     return 0
 
 
+def _version() -> str:
+    from jaxrules import __version__
+
+    return __version__
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxrules", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"jaxrules {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="run the verification harness on the registered ops")
     check.add_argument("--ops", help="only ops whose name matches this glob or substring (comma-separated: any)")
@@ -169,8 +260,11 @@ def main(argv=None) -> int:
     check.add_argument("--quiet", action="store_true", help="no progress bar")
     check.set_defaults(run=_check)
     listing = sub.add_parser("list", help="print the coverage table")
-    listing.add_argument("--ops", help="only ops whose name matches this glob or substring")
+    listing.add_argument("--ops", help="only ops (with --all: and names) matching this glob or substring")
     listing.add_argument("--markdown", action="store_true", help="print COVERAGE.md")
+    listing.add_argument("--wide", action="store_true", help="also the PyTorch seed functions (wide lines)")
+    listing.add_argument("--all", action="store_true",
+                         help="also every name of each namespace (those forwarded to JAX; * marks jaxrules' own)")
     listing.set_defaults(run=_list)
     bench = sub.add_parser("bench", help="forward+backward timings against JAX autodiff and torch")
     bench.add_argument("--ops", help="only benchmarks whose name contains this (comma-separated: any of them)")

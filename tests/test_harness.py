@@ -132,6 +132,38 @@ def test_cli_list_covers_every_op(capsys):
         assert record.name in text
 
 
+def test_cli_version(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"jaxrules {jaxrules.__version__}"
+
+
+def test_cli_list_shows_public_names_in_100_columns(capsys):
+    assert main(["list"]) == 0
+    text = capsys.readouterr().out
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert "numpy.linalg.norm" in text and "nn.gelu" in text
+    assert "gelu_double_backward" not in text  # the seed functions only with --wide
+    assert main(["list", "--wide", "--ops", "gelu"]) == 0
+    assert "gelu_double_backward" in capsys.readouterr().out
+
+
+def test_cli_list_all_marks_jaxrules_names(capsys):
+    assert main(["list", "--all"]) == 0
+    text = capsys.readouterr().out
+    assert max(len(line) for line in text.splitlines()) <= 100
+    words = text[text.index("Names of each namespace"):].split()
+    assert {"*gelu", "sigmoid", "one_hot", "*sum", "zeros", "float32", "*det", "matrix_power", "erf"} <= set(words)
+    assert "jaxrules.scipy.linalg:" in words and "gelu" not in words and "*zeros" not in words
+
+
+@pytest.mark.parametrize("command", [["check", "--quiet"], ["list"], ["list", "--all"], ["list", "--wide"]])
+def test_cli_unknown_ops_exit_2(command, capsys):
+    assert main([*command, "--ops", "no_such_op"]) == 2
+    assert "no_such_op" in capsys.readouterr().err
+
+
 def test_coverage_md_is_current():
     path = pathlib.Path(__file__).resolve().parents[1] / "COVERAGE.md"
     assert path.read_text() == coverage_markdown(), "regenerate: python -m jaxrules list --markdown > COVERAGE.md"
