@@ -1,5 +1,5 @@
 """Check and tune the fused batch-norm / group-norm kernels on the GPU
-(``jaxrules.norm_kernels.GROUPED_TUNING``): for 64x256x56x56 (group norm: 32 groups), float32
+(``jaxrules.dispatch.GroupedLaunch``): for 64x256x56x56 (group norm: 32 groups), float32
 and bfloat16,
 
 * the compiled kernels against the jnp formulas (``impl="xla"``): value and gradients;
@@ -11,13 +11,15 @@ and bfloat16,
 """
 
 import argparse
+import dataclasses
+import functools
 import itertools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrules import norm_kernels
+from jaxrules import dispatch
 from jaxrules.bench import fwd_bwd, median_ms
 from jaxrules.nn import batch_norm, group_norm
 
@@ -86,13 +88,14 @@ def main():
     print("setting | dtype | " + " | ".join(f"{op} {label} ms" for op, label in keys))
     for dtype in (jnp.float32, jnp.bfloat16):
         print(row(f"xla | {jnp.dtype(dtype).name}", times(dtype, "xla", args.repeats)), flush=True)
-    default = dict(norm_kernels.GROUPED_TUNING)
+    launch = dispatch.GroupedLaunch
+    default = {f.name: f.default for f in dataclasses.fields(launch) if f.name != "interpret"}
     grid = [default] if args.quick else [
         dict(default, chunk=c, tile_elements=t, num_warps=w)
         for c, t, w in itertools.product((1024, 2048, 4096), (4096, 8192), (4, 8))
     ] + [dict(default, stat_programs=p) for p in (256, 4096)]
     for setting in grid:
-        norm_kernels.GROUPED_TUNING.update(setting)
+        dispatch.GroupedLaunch = functools.partial(launch, **setting)
         jax.clear_caches()
         label = " ".join(f"{k}={v}" for k, v in setting.items() if k != "num_stages")
         for dtype in (jnp.float32, jnp.bfloat16):
@@ -100,7 +103,7 @@ def main():
                 print(row(f"{label} | {jnp.dtype(dtype).name}", times(dtype, "pallas", args.repeats)), flush=True)
             except Exception as err:  # noqa: BLE001 - a setting Triton rejects must not stop the sweep
                 print(f"{label} | {jnp.dtype(dtype).name} | failed: {type(err).__name__}: {str(err)[:200]}", flush=True)
-    norm_kernels.GROUPED_TUNING.update(default)
+    dispatch.GroupedLaunch = launch
     for dtype in (jnp.float32, jnp.bfloat16):  # the baseline again: how far the machine drifted
         print(row(f"xla (again) | {jnp.dtype(dtype).name}", times(dtype, "xla", args.repeats)), flush=True)
 

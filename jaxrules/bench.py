@@ -11,6 +11,7 @@ measured copy bandwidth; bytes of the residuals kept between forward and backwar
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import statistics
 import sys
@@ -239,13 +240,43 @@ def fwd_bwd(fn: Callable, with_value: bool = False):
     return jax.jit(step)
 
 
-def copy_bandwidth(platform: str, repeats: int = 20) -> float:
-    """Device-to-device copy bandwidth in GB/s (bytes read plus bytes written)."""
-    n = (256 if platform == "gpu" else 32) * 2**20
+def copy_bandwidth(platform: str, repeats: int = 30) -> float:
+    """Device-to-device copy bandwidth in GB/s (bytes read plus bytes written) of a jitted
+    elementwise op over 1 GiB (32 MiB on a CPU), after half a second of warm-up so the clocks have
+    risen (one short warm-up read 2230 GB/s on an H100 that copies at 2900-3000)."""
+    n = (256 if platform == "gpu" else 8) * 2**20
     x = jnp.ones(n, jnp.float32)
     copy = jax.jit(lambda v: v + 1.0)
+    start = time.perf_counter()
+    while time.perf_counter() - start < 0.5:
+        jax.block_until_ready(copy(x))
     ms = median_ms(lambda: copy(x), repeats)
     return 2 * x.nbytes / (ms * 1e-3) / 1e9
+
+
+def torch_copy_bandwidth(repeats: int = 30) -> float | None:
+    """The same probe through torch (``dst.copy_(src)`` on the GPU), or None without torch/CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    src = torch.ones(256 * 2**20, device="cuda")
+    dst = torch.empty_like(src)
+    start = time.perf_counter()
+    while time.perf_counter() - start < 0.5:
+        dst.copy_(src)
+        torch.cuda.synchronize()
+    ms = median_ms(lambda: dst.copy_(src), repeats, wait=lambda _: torch.cuda.synchronize())
+    return 2 * src.nbytes / (ms * 1e-3) / 1e9
+
+
+def copy_probe(platform: str) -> dict:
+    """Both copy probes in one process; the speed of light is the faster of them."""
+    jax_gbps = copy_bandwidth(platform)
+    torch_gbps = torch_copy_bandwidth() if platform == "gpu" else None
+    return {"jax_copy_gbps": jax_gbps, "torch_copy_gbps": torch_gbps, "sol_gbps": max(jax_gbps, torch_gbps or 0)}
 
 
 def _inputs(case: Case, platform: str, rng: np.random.Generator):
@@ -387,3 +418,210 @@ def plot(rows, meta, path: str) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+# ----------------------------------------------------------------------------------------------
+# Shape sweep (issue 14): every kernel-backed op over widths, row counts and feature maps around
+# the bench shapes, each implementation side by side in one process: the default (the dispatch's
+# choice), the fused kernels forced, the XLA formulas forced, and plain JAX under JAX's autodiff.
+
+SWEEP_WIDTHS = (64, 128, 256, 512, 768, 1024, 1536, 2048, 4096, 5120, 8192, 12288, 16384)
+SWEEP_ROWS = (3, 1000, 66850)
+SWEEP_MAX_ELEMENTS = 2**28  # a larger (rows, width) keeps its width with fewer, still odd, rows
+SWEEP_EXTRA_ROWS = ((8192, 768), (1024, 16384), (8192, 5120), (16384, 4096))  # the issue's table
+SWEEP_FEATURE_MAPS = ((256, 64, 112, 112), (8, 64, 112, 112), (128, 128, 56, 56), (64, 256, 56, 56),
+                      (5, 96, 56, 56), (32, 512, 28, 28), (64, 256, 28, 28), (64, 512, 14, 14),
+                      (3, 384, 14, 14), (128, 512, 7, 7), (32, 1024, 7, 7), (2, 64, 7, 7))
+SWEEP_DTYPES = (("float32", "float32"), ("bfloat16", "bfloat16"), ("bfloat16", "float32"))  # (x, weights)
+SWEEP_VARIANTS = ("default", "pallas", "xla", "jax")
+NOISE_MS = 0.020  # below this, a ratio is compared with a noise margin (NOISE_MARGIN)
+NOISE_MARGIN = 0.004  # ms: launch jitter of a ~10 us program on the H100, median of 15 runs
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepCase:
+    """One point of the sweep: op (``layer_norm``, ``batch_norm``, ``group_norm``), the shape of
+    x, the dtypes of x and of the weights."""
+
+    op: str
+    shape: tuple
+    dtype: str
+    weight_dtype: str
+
+    @property
+    def name(self) -> str:
+        mixed = "" if self.dtype == self.weight_dtype else f"+{np.dtype(self.weight_dtype).name}-weights"
+        return f"{self.op} {'x'.join(map(str, self.shape))} {self.dtype}{mixed}"
+
+    @property
+    def channels(self) -> int:
+        return self.shape[-1] if self.op == "layer_norm" else self.shape[1]
+
+
+def sweep_cases() -> list:
+    """Every point of the sweep: layer norm at each width x row count (rows reduced to keep
+    2**28 elements, minus one so they stay odd) plus the issue's shapes, batch and group norm
+    (32 groups) at each feature map, in each dtype pair."""
+    shapes = []
+    for n in SWEEP_WIDTHS:
+        for m in SWEEP_ROWS:
+            shapes.append((m if m * n <= SWEEP_MAX_ELEMENTS else SWEEP_MAX_ELEMENTS // n - 1, n))
+    shapes += [s for s in SWEEP_EXTRA_ROWS if s not in shapes]
+    cases = []
+    for dtype, weight_dtype in SWEEP_DTYPES:
+        cases += [SweepCase("layer_norm", s, dtype, weight_dtype) for s in shapes]
+        cases += [SweepCase(op, s, dtype, weight_dtype)
+                  for op in ("batch_norm", "group_norm") for s in SWEEP_FEATURE_MAPS]
+    return cases
+
+
+def _plain_norm(op, x, w, b, eps=1e-5):
+    """The op as plain JAX (what a user writes; JAX's autodiff differentiates it), computed in
+    float32 for half inputs and returned in x's dtype."""
+    xf = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    if op == "layer_norm":
+        axes, view = (-1,), lambda v: v
+    elif op == "batch_norm":
+        axes, view = (0, 2, 3), lambda v: v[:, None, None]
+    else:
+        g = xf.reshape(x.shape[0], 32, -1)
+        mean = jnp.mean(g, -1, keepdims=True)
+        var = jnp.mean(jnp.square(g - mean), -1, keepdims=True)
+        y = ((g - mean) * jax.lax.rsqrt(var + eps)).reshape(x.shape)
+        return (y * w[:, None, None] + b[:, None, None]).astype(x.dtype)
+    mean = jnp.mean(xf, axes, keepdims=True)
+    var = jnp.mean(jnp.square(xf - mean), axes, keepdims=True)
+    return ((xf - mean) * jax.lax.rsqrt(var + eps) * view(w) + view(b)).astype(x.dtype)
+
+
+def sweep_fn(case: SweepCase, variant: str) -> Callable:
+    """``(x, w, b) -> y`` of ``case`` in ``variant`` (``default``, ``pallas``, ``xla``, ``jax``)."""
+    if variant == "jax":
+        return functools.partial(_plain_norm, case.op)
+    impl = None if variant == "default" else variant
+    if impl == "pallas" and jax.default_backend() != "gpu":
+        impl = "pallas_interpret"  # the same kernels, interpreted (to try the sweep on a CPU)
+    if case.op == "layer_norm":
+        return lambda x, w, b: layer_norm(x, x.shape[-1], w, b, impl=impl)
+    if case.op == "batch_norm":
+        return lambda x, w, b: batch_norm(x, None, None, w, b, training=True, impl=impl)[0]
+    return lambda x, w, b: group_norm(x, 32, w, b, impl=impl)
+
+
+def sweep_bytes(case: SweepCase, with_value: bool = False) -> int:
+    """Bytes a forward+backward must move at the least, the speed-of-light model: the forward
+    reads x (statistics) and writes y only if the value is returned; the backward reads x and the
+    cotangent and writes dx; weights and statistics read and written once each."""
+    itemsize, weight_itemsize = np.dtype(jnp.dtype(case.dtype)).itemsize, np.dtype(case.weight_dtype).itemsize
+    tensor = math.prod(case.shape) * itemsize
+    return (4 + with_value) * tensor + 6 * case.channels * weight_itemsize
+
+
+def sweep_features(case: SweepCase) -> tuple:
+    """The dispatch's features of ``case`` (``jaxrules.dispatch``)."""
+    from jaxrules import dispatch
+
+    if case.op == "layer_norm":
+        return dispatch.layer_norm_features(math.prod(case.shape[:-1]), case.shape[-1])
+    n, c, length = case.shape[0], case.shape[1], math.prod(case.shape[2:])
+    if case.op == "batch_norm":
+        return dispatch.grouped_features(c, n, length)
+    return dispatch.grouped_features(n * 32, c // 32, length)
+
+
+def _sweep_inputs(case, rng):
+    x = rng.standard_normal(case.shape, np.float32)
+    w = rng.standard_normal(case.channels, np.float32) + 1
+    b = rng.standard_normal(case.channels, np.float32)
+    ct = rng.standard_normal(case.shape, np.float32)
+    return (jnp.asarray(x, case.dtype), jnp.asarray(w, case.weight_dtype), jnp.asarray(b, case.weight_dtype),
+            jnp.asarray(ct, case.dtype))
+
+
+def run_sweep(cases, variants=SWEEP_VARIANTS, repeats: int = 15, with_value: bool = False, on_row=None,
+              progress=None):
+    """Time ``variants`` of each sweep case (their runs alternating): ``(rows, meta)``; a row has
+    each variant's ms, the kernel plan's impl, the speed-of-light fraction of the default, and
+    the ratios of the default to the faster of XLA and plain JAX."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from jaxrules import dispatch
+
+    platform = "gpu" if jax.default_backend() == "gpu" else "cpu"
+    probe = copy_probe(platform)
+    meta = {"platform": platform, "device": jax.devices()[0].device_kind, "jax": jax.__version__, "repeats": repeats,
+            "with_value": with_value, **probe}
+    rng = np.random.default_rng(0)
+    rows = []
+    pool = ThreadPoolExecutor(len(variants))
+    for case in cases:
+        if progress is not None:
+            progress(case.name)
+        try:
+            x, w, b, ct = _sweep_inputs(case, rng)
+            steps = {v: fwd_bwd(sweep_fn(case, v), with_value) for v in variants}
+            compiled = dict(zip(steps, pool.map(lambda s: s.lower(ct, x, w, b).compile(), steps.values())))
+            timings = interleaved_median_ms({v: (lambda c=c: c(ct, x, w, b)) for v, c in compiled.items()}, repeats)
+        except Exception as err:  # noqa: BLE001 - one broken case must not lose the others
+            print(f"  {case.name}: failed: {type(err).__name__}: {str(err)[:300]}", file=sys.stderr)
+            continue
+        features = sweep_features(case)
+        if case.op == "layer_norm":
+            plan = dispatch.layer_norm_plan(platform, meta["device"], *features, x.dtype, w.dtype)
+        else:
+            plan = dispatch.grouped_plan(case.op, platform, meta["device"], *features, x.dtype, w.dtype)
+        row = {"op": case.op, "shape": list(case.shape), "dtype": case.dtype, "weight_dtype": case.weight_dtype,
+               "features": list(features), "plan": plan.impl, **{f"{v}_ms": t for v, t in timings.items()},
+               "bytes": sweep_bytes(case, with_value)}
+        ours = timings.get("default", timings.get("pallas"))
+        row["sol"] = row["bytes"] / (ours * 1e-3) / 1e9 / meta["sol_gbps"]
+        rows.append(row)
+        if on_row is not None:
+            on_row(rows, meta)
+    return rows, meta
+
+
+def sweep_verdict(row) -> tuple:
+    """``(ratio, ok)``: the default's speed relative to the faster of ``impl="xla"`` and plain JAX
+    (> 1: the default is faster), and whether it clears 0.95 (with ``NOISE_MARGIN`` ms of slack
+    under ``NOISE_MS``)."""
+    best = min(row["xla_ms"], row["jax_ms"])
+    ours = row["default_ms"]
+    ratio = best / ours
+    return ratio, ratio >= 0.95 or (best < NOISE_MS and ours - best <= NOISE_MARGIN)
+
+
+def sweep_markdown(rows, meta) -> str:
+    """The sweep as a Markdown table (ratios > 1: the default is faster)."""
+    lines = [
+        f"Device: {meta['device']}, jax {meta['jax']}; ms per forward+backward call (`jit` of `vjp`), median of "
+        f"{meta['repeats']} runs of {CALLS_PER_RUN} queued calls, variants alternating; copy probes: JAX "
+        f"{meta['jax_copy_gbps']:.0f} GB/s, torch {_fmt(meta.get('torch_copy_gbps'), 0)} GB/s (speed of light: "
+        f"{meta['sol_gbps']:.0f} GB/s). Ratios: the faster of XLA formulas / plain JAX over the default; "
+        f"'ok' is >= 0.95 (under {NOISE_MS * 1e3:.0f} us: within {NOISE_MARGIN * 1e3:.0f} us).",
+        "",
+        "| op | shape | dtype | plan | default ms | kernel ms | XLA ms | plain JAX ms | default vs best | "
+        "default vs JAX | XLA vs JAX | of SoL | ok |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        has_default = "default_ms" in r
+        ratio, ok = sweep_verdict(r) if has_default else (None, None)
+        dtype = r["dtype"] + ("" if r["dtype"] == r["weight_dtype"] else f" (w {r['weight_dtype']})")
+        lines.append(
+            f"| {r['op']} | {'x'.join(map(str, r['shape']))} | {dtype} | {r['plan']} | {_fmt(r.get('default_ms'))} | "
+            f"{_fmt(r.get('pallas_ms'))} | {_fmt(r.get('xla_ms'))} | {_fmt(r.get('jax_ms'))} | {_fmt(ratio, 2)} | "
+            f"{_fmt(r['jax_ms'] / r['default_ms'] if has_default else None, 2)} | "
+            f"{_fmt(r['jax_ms'] / r['xla_ms'], 2)} | {r['sol']:.0%} | "
+            f"{'' if ok is None else ('ok' if ok else 'LOW')} |")
+    return "\n".join(lines) + "\n"
+
+
+def dispatch_record(rows, meta) -> dict:
+    """The measurements the dispatch decides from (``jaxrules/dispatch_data/<kind>.json``)."""
+    points = [{"op": r["op"], "dtype": "bfloat16" if r["dtype"] == "float16" else r["dtype"],
+               "weight_dtype": r["weight_dtype"], "features": r["features"], "pallas_ms": round(r["pallas_ms"], 5),
+               "xla_ms": round(r["xla_ms"], 5), "jax_ms": round(r["jax_ms"], 5)}
+              for r in rows if "pallas_ms" in r and "xla_ms" in r]
+    return {"device_kind": meta["device"], "jax": meta["jax"],
+            "command": "python -m jaxrules bench --suite sweep --record FILE", "points": points}

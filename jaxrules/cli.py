@@ -222,8 +222,47 @@ def _list(args) -> int:
     return 0
 
 
+def _sweep(args) -> int:
+    """``bench --suite sweep``: the kernel-backed norms over the sweep shapes (issue 14)."""
+    from tqdm import tqdm
+
+    from jaxrules import bench
+
+    cases = bench.sweep_cases()
+    if args.ops:
+        cases = [c for c in cases if any(p in c.name for p in args.ops.split(","))]
+    if args.shard:
+        index, count = (int(v) for v in args.shard.split("/"))
+        cases = cases[index::count]
+    if not cases:
+        print(f"bench: no sweep case matches {args.ops!r}", file=sys.stderr)
+        return 2
+    variants = tuple(args.variants.split(",")) if args.variants else bench.SWEEP_VARIANTS
+
+    def write(rows, meta):  # after every case, so a run cut short keeps what it measured
+        if args.out:
+            with open(args.out, "w") as fh:
+                fh.write(bench.sweep_markdown(rows, meta))
+        if args.record:
+            with open(args.record, "w") as fh:
+                json.dump({**bench.dispatch_record(rows, meta), "rows": rows, "meta": meta}, fh, indent=1)
+
+    with tqdm(total=len(cases), unit="case", file=sys.stderr) as bar:
+        def progress(name):
+            bar.set_postfix_str(name)
+            bar.update()
+
+        rows, meta = bench.run_sweep(cases, variants, repeats=args.repeats, with_value=args.with_value, on_row=write,
+                                     progress=progress)
+    print(bench.sweep_markdown(rows, meta))
+    return 0
+
+
 def _bench(args) -> int:
     from jaxrules import bench
+
+    if args.suite == "sweep":
+        return _sweep(args)
 
     def write(rows, meta):  # after every case, so a run cut short keeps what it measured
         if args.out:
@@ -268,8 +307,12 @@ def main(argv=None) -> int:
     listing.set_defaults(run=_list)
     bench = sub.add_parser("bench", help="forward+backward timings against JAX autodiff and torch")
     bench.add_argument("--ops", help="only benchmarks whose name contains this (comma-separated: any of them)")
-    bench.add_argument("--suite", default="default", choices=("default", "linalg", "all"),
-                       help="default: normalization and elementwise ops; linalg: 8192 32x32 matrices")
+    bench.add_argument("--suite", default="default", choices=("default", "linalg", "all", "sweep"),
+                       help="default: normalization and elementwise ops; linalg: 8192 32x32 matrices; "
+                       "sweep: the kernel-backed norms over many shapes and dtypes, every implementation")
+    bench.add_argument("--variants", help="sweep: comma-separated subset of default,pallas,xla,jax")
+    bench.add_argument("--record", help="sweep: write the measurements (the dispatch's data format) to this JSON")
+    bench.add_argument("--shard", help="sweep: K/N, every N-th case starting at K")
     bench.add_argument("--repeats", type=int, default=30, help="timed runs per measurement (median)")
     bench.add_argument("--out", help="write the Markdown table here")
     bench.add_argument("--plot", help="write a PNG plot here")

@@ -792,7 +792,7 @@ def max_pool_jvp(index, tx, *, shape, **_):
     return P.pool_flat_gather(tx, index), None
 
 
-def layer_norm_rows_jvp(res, tx, tw, tb, *, eps, interpret):
+def layer_norm_rows_jvp(res, tx, tw, tb, *, eps, launch):
     """Layer norm over the last axis with the affine inside (the fused kernel's op), for the
     outputs ``(y, mean, rstd)``: ``dmean = E[dx]``, ``drstd = -rstd^2 E[x_hat dx]``,
     ``dy = rstd (dx - dmean - x_hat E[x_hat dx]) w + x_hat dw + db`` (seed ``layer_norm_jvp``)."""
@@ -812,7 +812,7 @@ def layer_norm_rows_jvp(res, tx, tw, tb, *, eps, interpret):
     return _terms(*dy), dmean, drstd
 
 
-def grouped_norm_jvp(res, tx, tw, tb, *, layout, groups, eps, interpret):
+def grouped_norm_jvp(res, tx, tw, tb, *, layout, groups, eps, launch):
     """Batch/group norm with the affine inside (the fused kernels' op), outputs ``(y, mean,
     rstd)``; per group: ``dmean = E[dx]``, ``drstd = -rstd^2 E[x_hat dx]``,
     ``dy = rstd (dx - dmean - x_hat E[x_hat dx]) w + x_hat dw + db`` (seeds ``batch_norm_jvp``,

@@ -1,15 +1,21 @@
 """Fused GPU kernels (Pallas, Triton backend) for normalization, with the affine weight and
 bias inside: layer norm over the last axis of an (M, N) array (this first part), batch norm and
-group norm on (N, C, L) (the second part, "Grouped statistics").
+group norm on (N, C, L) (the second part, "Grouped statistics"). Launch parameters come from
+``jaxrules.dispatch`` (``RowsLaunch``, ``GroupedLaunch``), a pure function of the device kind and
+the shape.
 
-* forward: one program per ``rows`` rows: mean, rstd (float32) and ``y = x_hat w + b``;
-* backward: one program per group of rows, looping over them in chunks of ``rows``: ``dx`` (the
-  native backward with weight, plus the terms of the mean/rstd outputs' cotangents) and
-  per-program partial sums of ``dw = sum g x_hat`` and ``db = sum g``, added up by XLA.
+* forward: one program per tile of ``launch.rows`` rows: mean, rstd (float32) and
+  ``y = x_hat w + b``;
+* backward: ``launch.programs`` programs, each walking ``launch.steps`` consecutive tiles:
+  ``dx`` (the native backward with weight, plus the terms of the mean/rstd outputs' cotangents)
+  and per-program partial sums of ``dw = sum g x_hat`` and ``db = sum g``, added up by XLA.
+
+Any M and N: a tile is ``rows`` by ``width`` (powers of two, ``width >= N``), loads and stores are
+masked past the last row and column, so no shape falls back to a one-program launch.
 
 Inputs may be float32, bfloat16 or float16 (float64 in interpret mode); statistics and sums are
-float32 (float64 for float64). The same kernels
-run on the CPU in Pallas interpret mode (the tests), against the jnp formulas.
+float32 (float64 for float64). The same kernels run on the CPU in Pallas interpret mode (the
+tests), against the jnp formulas.
 """
 
 from __future__ import annotations
@@ -22,109 +28,119 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from jaxrules.dispatch import GroupedLaunch, RowsLaunch
 from jaxrules.partials import stat_dtype
 
-# Launch parameters (benchmarks/layer_norm_tuning.py sweeps them on the GPU).
-TUNING = {"tile_elements": 4096, "backward_programs": 256, "num_warps": None, "num_stages": 2}
 
-
-def tile_rows(m: int, n: int) -> int:
-    """Rows per load: a power of two dividing ``m``, about ``tile_elements`` per tile."""
-    rows = max(1, TUNING["tile_elements"] // n)
-    while m % rows:
-        rows //= 2
-    return rows
-
-
-def program_groups(m: int, rows: int) -> int:
-    """Programs of the backward kernel: at most ``backward_programs``, dividing the number of
-    row tiles."""
-    return math.gcd(m // rows, TUNING["backward_programs"])
-
-
-def _compiler_params(interpret, n):
-    if interpret:
+def _compiler_params(launch):
+    if launch.interpret:
         return {}
     from jax.experimental.pallas import triton as plgpu
 
-    warps = TUNING["num_warps"] or (8 if n >= 2048 else 4)
-    return {"compiler_params": plgpu.CompilerParams(num_warps=warps, num_stages=TUNING["num_stages"])}
+    return {"compiler_params": plgpu.CompilerParams(num_warps=launch.num_warps, num_stages=launch.num_stages)}
 
 
-def _forward_kernel(x_ref, w_ref, b_ref, y_ref, mean_ref, rstd_ref, *, eps):
-    stat = mean_ref.dtype
-    x = x_ref[...].astype(stat)
-    mean = x.mean(-1)
-    centered = x - mean[:, None]
-    rstd = lax.rsqrt((centered * centered).mean(-1) + eps)
-    y = centered * rstd[:, None] * w_ref[...].astype(stat)[None, :] + b_ref[...].astype(stat)[None, :]
-    y_ref[...] = y.astype(y_ref.dtype)
-    mean_ref[...] = mean
-    rstd_ref[...] = rstd
+def _masked(op, ref, tile, launch, n, *args):
+    """``plgpu.load`` / ``plgpu.store`` of row tile ``tile`` (``launch.rows`` x ``launch.width``)
+    of ``ref`` (M, N) or (M,), masked past row M and column N."""
+    m = ref.shape[0]
+    rows = tile * launch.rows + lax.broadcasted_iota(jnp.int32, (launch.rows, 1), 0)
+    if len(ref.shape) == 1:
+        return op(ref.at[pl.ds(tile * launch.rows, launch.rows)], *args, mask=rows[:, 0] < m)
+    columns = lax.broadcasted_iota(jnp.int32, (1, launch.width), 1)
+    mask = (rows < m) & (columns < n)
+    return op(ref.at[pl.ds(tile * launch.rows, launch.rows), pl.ds(jnp.int32(0), launch.width)], *args, mask=mask)
 
 
-def forward(x, w, b, *, eps, interpret):
+def _load(ref, tile, launch, n, dtype):
+    from jax.experimental.pallas import triton as plgpu
+
+    return _masked(functools.partial(plgpu.load, other=0), ref, tile, launch, n).astype(dtype)
+
+
+def _store(ref, tile, launch, n, value):
+    from jax.experimental.pallas import triton as plgpu
+
+    _masked(plgpu.store, ref, tile, launch, n, value.astype(ref.dtype))
+
+
+def _vector(ref, launch, n, dtype):
+    """A length-N vector as (width,), zeros past N."""
+    from jax.experimental.pallas import triton as plgpu
+
+    columns = lax.broadcasted_iota(jnp.int32, (launch.width,), 0)
+    return plgpu.load(ref.at[pl.ds(jnp.int32(0), launch.width)], mask=columns < n, other=0).astype(dtype)
+
+
+def _forward_kernel(x_ref, w_ref, b_ref, y_ref, mean_ref, rstd_ref, *, eps, launch):
+    n, stat, tile = x_ref.shape[1], mean_ref.dtype, pl.program_id(0)
+    x = _load(x_ref, tile, launch, n, stat)
+    mean = x.sum(1) / n
+    valid = lax.broadcasted_iota(jnp.int32, (1, launch.width), 1) < n
+    centered = jnp.where(valid, x - mean[:, None], 0)
+    rstd = lax.rsqrt((centered * centered).sum(1) / n + eps)
+    y = centered * rstd[:, None] * _vector(w_ref, launch, n, stat)[None, :] + _vector(b_ref, launch, n, stat)[None, :]
+    _store(y_ref, tile, launch, n, y)
+    _store(mean_ref, tile, launch, n, mean)
+    _store(rstd_ref, tile, launch, n, rstd)
+
+
+def forward(x, w, b, *, eps, launch: RowsLaunch):
     """``(y, mean, rstd)`` of layer norm over the last axis of ``x`` (M, N)."""
     m, n = x.shape
-    rows = tile_rows(m, n)
-    row_spec = pl.BlockSpec((rows, n), lambda i: (i, 0))
-    stat_spec = pl.BlockSpec((rows,), lambda i: (i,))
-    vec_spec = pl.BlockSpec((n,), lambda i: (0,))
+    stat = stat_dtype(x.dtype)
     return pl.pallas_call(
-        functools.partial(_forward_kernel, eps=eps),
-        grid=(m // rows,),
-        in_specs=[row_spec, vec_spec, vec_spec],
-        out_specs=[row_spec, stat_spec, stat_spec],
-        out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((m,), stat_dtype(x.dtype)),
-                   jax.ShapeDtypeStruct((m,), stat_dtype(x.dtype))],
-        interpret=interpret, name="layer_norm_fwd", **_compiler_params(interpret, n),
+        functools.partial(_forward_kernel, eps=eps, launch=launch),
+        grid=(launch.forward_programs(m),),
+        out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((m,), stat),
+                   jax.ShapeDtypeStruct((m,), stat)],
+        interpret=launch.interpret, name="layer_norm_fwd", **_compiler_params(launch),
     )(x, w, b)
 
 
 def _backward_kernel(x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, dx_ref, dw_ref, db_ref, *,
-                     rows, steps):
-    n, stat = x_ref.shape[-1], mean_ref.dtype
-    w = w_ref[...].astype(stat)
+                     launch):
+    n, stat = x_ref.shape[1], mean_ref.dtype
+    w = _vector(w_ref, launch, n, stat)
+    valid = lax.broadcasted_iota(jnp.int32, (1, launch.width), 1) < n
+    first = pl.program_id(0) * launch.steps
 
     def body(step, carry):
         dw, db = carry
-        tile = pl.ds(step * rows, rows)
-        x, g = x_ref[tile, :].astype(stat), g_ref[tile, :].astype(stat)
-        mean, rstd = mean_ref[tile], rstd_ref[tile]
-        xhat = (x - mean[:, None]) * rstd[:, None]
+        tile = first + step
+        x, g = _load(x_ref, tile, launch, n, stat), _load(g_ref, tile, launch, n, stat)
+        mean, rstd = _load(mean_ref, tile, launch, n, stat), _load(rstd_ref, tile, launch, n, stat)
+        xhat = jnp.where(valid, (x - mean[:, None]) * rstd[:, None], 0)
         gw = g * w[None, :]
-        dx = rstd[:, None] * (gw - gw.mean(-1)[:, None] - xhat * (gw * xhat).mean(-1)[:, None])
-        dx = dx + (gmean_ref[tile][:, None] - (grstd_ref[tile] * rstd * rstd)[:, None] * xhat) / n
-        dx_ref[tile, :] = dx.astype(dx_ref.dtype)
+        dx = rstd[:, None] * (gw - gw.sum(1)[:, None] / n - xhat * (gw * xhat).sum(1)[:, None] / n)
+        gmean, grstd = _load(gmean_ref, tile, launch, n, stat), _load(grstd_ref, tile, launch, n, stat)
+        dx = dx + (gmean[:, None] - (grstd * rstd * rstd)[:, None] * xhat) / n
+        _store(dx_ref, tile, launch, n, dx)
         return dw + (g * xhat).sum(0), db + g.sum(0)
 
-    zeros = jnp.zeros((n,), stat)
-    dw, db = lax.fori_loop(0, steps, body, (zeros, zeros))
+    zeros = jnp.zeros((launch.width,), stat)
+    dw, db = lax.fori_loop(0, launch.steps, body, (zeros, zeros))
     dw_ref[...] = dw
     db_ref[...] = db
 
 
-def backward(x, g, w, mean, rstd, g_mean, g_rstd, *, interpret):
+def backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: RowsLaunch):
     """``(dx, dw, db)``: the VJP of ``forward`` for cotangents ``g`` (of y), ``g_mean``,
     ``g_rstd``."""
     m, n = x.shape
-    rows = tile_rows(m, n)
-    groups = program_groups(m, rows)
-    per_program = m // groups
-    row_spec = pl.BlockSpec((per_program, n), lambda i: (i, 0))
-    stat_spec = pl.BlockSpec((per_program,), lambda i: (i,))
-    vec_spec = pl.BlockSpec((n,), lambda i: (0,))
-    partial_spec = pl.BlockSpec((None, n), lambda i: (i, 0))
+    programs = launch.backward_programs(m)
+    partial_spec = pl.BlockSpec((None, launch.width), lambda i: (i, 0))
+    full = [pl.no_block_spec] * 7  # whole arrays: the kernel indexes its own tiles
     dx, dw, db = pl.pallas_call(
-        functools.partial(_backward_kernel, rows=rows, steps=per_program // rows),
-        grid=(groups,),
-        in_specs=[row_spec, row_spec, vec_spec, stat_spec, stat_spec, stat_spec, stat_spec],
-        out_specs=[row_spec, partial_spec, partial_spec],
-        out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((groups, n), mean.dtype),
-                   jax.ShapeDtypeStruct((groups, n), mean.dtype)],
-        interpret=interpret, name="layer_norm_bwd", **_compiler_params(interpret, n),
+        functools.partial(_backward_kernel, launch=launch),
+        grid=(programs,),
+        in_specs=full,
+        out_specs=[pl.no_block_spec, partial_spec, partial_spec],
+        out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((programs, launch.width), mean.dtype),
+                   jax.ShapeDtypeStruct((programs, launch.width), mean.dtype)],
+        interpret=launch.interpret, name="layer_norm_bwd", **_compiler_params(launch),
     )(x, g, w, mean, rstd, g_mean.astype(mean.dtype), g_rstd.astype(mean.dtype))
-    return dx, dw.sum(0).astype(w.dtype), db.sum(0).astype(w.dtype)
+    return dx, dw.sum(0)[:n].astype(w.dtype), db.sum(0)[:n].astype(w.dtype)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -144,18 +160,7 @@ def backward(x, g, w, mean, rstd, g_mean, g_rstd, *, interpret):
 #   few enough for pass 2 to find the group in L2, measured slower on the H100: the memory
 #   parallelism lost costs more than the reads saved; benchmarks/RESULTS.md.)
 #
-# Launch parameters (benchmarks/grouped_norm_tuning.py sweeps them on the GPU).
-
-GROUPED_TUNING = {"chunk": 4096, "tile_elements": 4096, "stat_programs": 1024, "num_warps": 8, "num_stages": 2}
-
-
-def _grouped_compiler_params(interpret):
-    if interpret:
-        return {}
-    from jax.experimental.pallas import triton as plgpu
-
-    return {"compiler_params": plgpu.CompilerParams(num_warps=GROUPED_TUNING["num_warps"],
-                                                    num_stages=GROUPED_TUNING["num_stages"])}
+# Launch parameters: ``dispatch.GroupedLaunch`` (benchmarks/grouped_norm_tuning.py sweeps them).
 
 
 class _Tiling:
@@ -163,11 +168,11 @@ class _Tiling:
     two dividing ``rows``) by ``chunk`` (a power of two) elements, ``chunks`` tiles per row, of
     a block of (rows, length)."""
 
-    def __init__(self, rows: int, length: int):
+    def __init__(self, rows: int, length: int, launch: GroupedLaunch):
         self.rows, self.length = rows, length
-        self.chunk = min(GROUPED_TUNING["chunk"], pl.next_power_of_2(length))
+        self.chunk = min(launch.chunk, pl.next_power_of_2(length))
         self.chunks = -(-length // self.chunk)
-        tile_rows = max(1, GROUPED_TUNING["tile_elements"] // self.chunk)
+        tile_rows = max(1, launch.tile_elements // self.chunk)
         while rows % tile_rows:
             tile_rows //= 2
         self.tile_rows = tile_rows
@@ -225,9 +230,9 @@ def _group_block(layout, rows, length, split_axis=False):
     return pl.BlockSpec((rows, None, length), (lambda p, s: (s, p, 0)) if split_axis else (lambda p: (0, p, 0)))
 
 
-def _stats_kernel(x_ref, mean_ref, m2_ref, *, rows, length):
+def _stats_kernel(x_ref, mean_ref, m2_ref, *, rows, length, launch):
     stat = mean_ref.dtype
-    tiling = _Tiling(rows, length)
+    tiling = _Tiling(rows, length, launch)
     first, mask = tiling.load(x_ref, 0, 0, stat)
     shift = first.sum() / jnp.sum(mask.astype(stat))
 
@@ -247,21 +252,21 @@ def _stats_kernel(x_ref, mean_ref, m2_ref, *, rows, length):
     m2_ref[...] = s2 - s1 * s1 / count
 
 
-def grouped_stats(x3, *, layout, groups, eps, interpret):
+def grouped_stats(x3, *, layout, groups, eps, launch: GroupedLaunch):
     """``(mean, rstd)`` of each group (shape (P,), ``stat_dtype``), biased variance."""
     view, p, k = grouped_view(x3, layout, groups)
     length = x3.shape[-1]
     stat = stat_dtype(x3.dtype)
-    splits = math.gcd(k, max(1, GROUPED_TUNING["stat_programs"] // p)) if layout == "batch" else 1
+    splits = math.gcd(k, max(1, launch.stat_programs // p)) if layout == "batch" else 1
     rows = k // splits
     out_spec = pl.BlockSpec((None, None), lambda i, s: (i, s))
     means, m2s = pl.pallas_call(
-        functools.partial(_stats_kernel, rows=rows, length=length),
+        functools.partial(_stats_kernel, rows=rows, length=length, launch=launch),
         grid=(p, splits),
         in_specs=[_group_block(layout, rows, length, split_axis=True)],
         out_specs=[out_spec, out_spec],
         out_shape=[jax.ShapeDtypeStruct((p, splits), stat)] * 2,
-        interpret=interpret, name=f"{layout}_norm_stats", **_grouped_compiler_params(interpret),
+        interpret=launch.interpret, name=f"{layout}_norm_stats", **_compiler_params(launch),
     )(view)
     mean = means.mean(1)  # equal counts per slice
     m2 = m2s.sum(1) + rows * length * jnp.square(means - mean[:, None]).sum(1)
@@ -269,9 +274,9 @@ def grouped_stats(x3, *, layout, groups, eps, interpret):
 
 
 def _grouped_backward_kernel(x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, dx_ref, sum_g_ref,
-                             sum_gxhat_ref, *, rows, length):
+                             sum_gxhat_ref, *, rows, length, launch):
     stat = mean_ref.dtype
-    tiling = _Tiling(rows, length)
+    tiling = _Tiling(rows, length, launch)
     count = rows * length
     mean, rstd = mean_ref[...], rstd_ref[...]
 
@@ -310,7 +315,7 @@ def _grouped_backward_kernel(x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref,
     tiling.for_each(tile_row_dx, 0)
 
 
-def grouped_backward(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout, groups, interpret):
+def grouped_backward(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout, groups, launch: GroupedLaunch):
     """``(dx, sum_g, sum_g_xhat)``: the VJP of the grouped normalization ``x_hat w + b`` (weight
     per row, ``row_weight`` of shape (P, K)) for cotangents ``g3`` of y, ``g_mean``/``g_rstd`` of
     the statistics; ``sum_g``/``sum_g_xhat`` (P, K) are the per-row sums that give db and dw."""
@@ -322,12 +327,12 @@ def grouped_backward(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout, 
     scalar = pl.BlockSpec((None,), lambda i: (i,))
     per_row = pl.BlockSpec((None, k), lambda i: (i, 0))
     dx, sum_g, sum_gxhat = pl.pallas_call(
-        functools.partial(_grouped_backward_kernel, rows=k, length=length),
+        functools.partial(_grouped_backward_kernel, rows=k, length=length, launch=launch),
         grid=(p,),
         in_specs=[block, block, per_row, scalar, scalar, scalar, scalar],
         out_specs=[block, per_row, per_row],
         out_shape=[jax.ShapeDtypeStruct(view.shape, x3.dtype), jax.ShapeDtypeStruct((p, k), stat),
                    jax.ShapeDtypeStruct((p, k), stat)],
-        interpret=interpret, name=f"{layout}_norm_bwd", **_grouped_compiler_params(interpret),
+        interpret=launch.interpret, name=f"{layout}_norm_bwd", **_compiler_params(launch),
     )(view, g_view, row_weight, mean, rstd, g_mean.astype(stat), g_rstd.astype(stat))
     return dx.reshape(x3.shape), sum_g, sum_gxhat

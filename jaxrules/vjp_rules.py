@@ -830,7 +830,7 @@ def max_pool_vjp(index, ct, *, shape, **_):
     return (P.pool_flat_scatter(g, index, shape),)
 
 
-def layer_norm_rows_reference_vjp(res, ct, eps, interpret):
+def layer_norm_rows_reference_vjp(res, ct, eps, launch):
     """The jnp form of the fused layer-norm backward (what the kernel computes): seed
     ``layer_norm_backward`` with weight, ``dw = sum g x_hat``, ``db = sum g``, plus the mean and
     rstd outputs' terms ``(g_mean - g_rstd rstd^2 x_hat) / N``."""
@@ -844,17 +844,17 @@ def layer_norm_rows_reference_vjp(res, ct, eps, interpret):
 
 
 @differentiated_as(layer_norm_rows_reference_vjp, n_static=2)
-def _layer_norm_rows_kernel_vjp(res, ct, eps, interpret):
+def _layer_norm_rows_kernel_vjp(res, ct, eps, launch):
     from jaxrules import norm_kernels
 
     x, w, mean, rstd = res
-    return norm_kernels.backward(x, ct[0], w, mean, rstd, ct[1], ct[2], interpret=interpret)
+    return norm_kernels.backward(x, ct[0], w, mean, rstd, ct[1], ct[2], launch=launch)
 
 
-def layer_norm_rows_vjp(res, ct, *, eps, interpret):
+def layer_norm_rows_vjp(res, ct, *, eps, launch):
     """The fused backward kernel (``norm_kernels.backward``); its own derivative is that of
     ``layer_norm_rows_reference_vjp``."""
-    return _layer_norm_rows_kernel_vjp(res, tuple(ct), eps, interpret)
+    return _layer_norm_rows_kernel_vjp(res, tuple(ct), eps, launch)
 
 
 def _grouped_affine_grads(sum_g, sum_gxhat, w, layout, n):
@@ -862,7 +862,7 @@ def _grouped_affine_grads(sum_g, sum_gxhat, w, layout, n):
     return tuple(P.rows_to_samples(s, layout, n).sum(0).astype(w.dtype) for s in (sum_gxhat, sum_g))
 
 
-def grouped_norm_reference_vjp(res, ct, layout, groups, interpret):
+def grouped_norm_reference_vjp(res, ct, layout, groups, launch):
     """The jnp form of the fused batch/group-norm backward (what ``norm_kernels.grouped_backward``
     computes): per group ``dx = rstd (g w - E[g w] - x_hat E[g w x_hat]) + (g_mean - g_rstd
     rstd^2 x_hat) / count`` (seeds ``batchnorm_backward`` / ``native_group_norm_backward`` with
@@ -880,18 +880,18 @@ def grouped_norm_reference_vjp(res, ct, layout, groups, interpret):
 
 
 @differentiated_as(grouped_norm_reference_vjp, n_static=3)
-def _grouped_norm_kernel_vjp(res, ct, layout, groups, interpret):
+def _grouped_norm_kernel_vjp(res, ct, layout, groups, launch):
     from jaxrules import norm_kernels
 
     x, w, mean, rstd = res
     n = x.shape[0]
     row_weight = P.channel_rows(w, layout, groups, n)
     dx, sum_g, sum_gxhat = norm_kernels.grouped_backward(
-        x, ct[0], row_weight, mean, rstd, ct[1], ct[2], layout=layout, groups=groups, interpret=interpret)
+        x, ct[0], row_weight, mean, rstd, ct[1], ct[2], layout=layout, groups=groups, launch=launch)
     return (dx, *_grouped_affine_grads(sum_g, sum_gxhat, w, layout, n))
 
 
-def grouped_norm_vjp(res, ct, *, layout, groups, eps, interpret):
+def grouped_norm_vjp(res, ct, *, layout, groups, eps, launch):
     """The fused backward kernel (``norm_kernels.grouped_backward``); its own derivative is that of
     ``grouped_norm_reference_vjp``."""
-    return _grouped_norm_kernel_vjp(res, tuple(ct), layout, groups, interpret)
+    return _grouped_norm_kernel_vjp(res, tuple(ct), layout, groups, launch)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax import export
 
-from jaxrules import norm_kernels
+from jaxrules import dispatch, norm_kernels
 from jaxrules.nn import batch_norm, group_norm, layer_norm
 
 RNG = np.random.default_rng(11)
@@ -39,7 +39,8 @@ TILINGS = [
 @pytest.mark.parametrize("shape, tuning", TILINGS, ids=["ragged-chunks", "split-stats", "short-rows"])
 @pytest.mark.parametrize("op", ["group_norm", "batch_norm"])
 def test_grouped_kernels_match_the_jnp_formulas(op, shape, tuning, monkeypatch):
-    monkeypatch.setattr(norm_kernels, "GROUPED_TUNING", dict(norm_kernels.GROUPED_TUNING, **tuning))
+    launch = dispatch.GroupedLaunch(**tuning, interpret=True)
+    monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False: launch)
     x = jnp.asarray(RNG.standard_normal(shape) * 3 + 5)  # a large mean: the variance must not cancel
     w, b = jnp.asarray(RNG.standard_normal(6) + 1), jnp.asarray(RNG.standard_normal(6))
     ct = jnp.asarray(RNG.standard_normal(shape))
@@ -54,7 +55,7 @@ def test_statistics_of_shifted_data_keep_their_precision():
     must not lose the variance (a naive sum of squares loses every digit here)."""
     x = RNG.standard_normal((4, 2, 300)) + 1e4
     mean, rstd = norm_kernels.grouped_stats(jnp.asarray(x, jnp.float32), layout="batch", groups=1, eps=0.0,
-                                            interpret=True)
+                                            launch=dispatch.GroupedLaunch(interpret=True))
     want = x.transpose(1, 0, 2).reshape(2, -1)
     np.testing.assert_allclose(mean, want.mean(1), rtol=1e-6)
     np.testing.assert_allclose(rstd, 1 / want.std(1), rtol=2e-3)

@@ -26,6 +26,7 @@ import numpy as np
 from jax import lax
 
 from jaxrules import _validate as V
+from jaxrules import dispatch
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
@@ -71,13 +72,13 @@ normalize_backward_op = define_op(
 )
 
 
-def _layer_norm_rows_primal(x, w, b, *, eps, interpret):
+def _layer_norm_rows_primal(x, w, b, *, eps, launch):
     from jaxrules import norm_kernels
 
-    return norm_kernels.forward(x, w, b, eps=eps, interpret=interpret)
+    return norm_kernels.forward(x, w, b, eps=eps, launch=launch)
 
 
-def _layer_norm_rows_batch(args, dims, *, vmap_axis_name, eps, interpret):
+def _layer_norm_rows_batch(args, dims, *, vmap_axis_name, eps, launch):
     """The vmap dimension folded into the rows (one kernel launch, as functorch's
     ``native_layer_norm_batch_rule``) when the weight and bias are shared; else the kernel under
     ``jax.vmap``."""
@@ -87,10 +88,11 @@ def _layer_norm_rows_batch(args, dims, *, vmap_axis_name, eps, interpret):
     if x_dim is not None and w_dim is None and b_dim is None:
         x = jnp.moveaxis(x, x_dim, 0)
         batch, m, n = x.shape
-        y, mean, rstd = _layer_norm_rows_primal(x.reshape(batch * m, n), w, b, eps=eps, interpret=interpret)
+        folded = dispatch.rows_launch(batch * m, n, interpret=launch.interpret)
+        y, mean, rstd = _layer_norm_rows_primal(x.reshape(batch * m, n), w, b, eps=eps, launch=folded)
         return (y.reshape(batch, m, n), mean.reshape(batch, m), rstd.reshape(batch, m)), (0, 0, 0)
     moved = [a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
-    fn = lambda *a: _layer_norm_rows_primal(*a, eps=eps, interpret=interpret)  # noqa: E731
+    fn = lambda *a: _layer_norm_rows_primal(*a, eps=eps, launch=launch)  # noqa: E731
     return jax.vmap(fn, in_axes=[None if d is None else 0 for d in dims])(*moved), (0, 0, 0)
 
 
@@ -100,12 +102,12 @@ layer_norm_rows_op = define_op(
 )
 
 
-def _grouped_norm_primal(x3, w, b, *, layout, groups, eps, interpret):
+def _grouped_norm_primal(x3, w, b, *, layout, groups, eps, launch):
     """``(y, mean, rstd)``: the statistics from the kernel (``norm_kernels.grouped_stats``), then
     ``y = (x - mean) rstd w + b`` as one XLA elementwise fusion (dropped when y is unused)."""
     from jaxrules import norm_kernels
 
-    mean, rstd = norm_kernels.grouped_stats(x3, layout=layout, groups=groups, eps=eps, interpret=interpret)
+    mean, rstd = norm_kernels.grouped_stats(x3, layout=layout, groups=groups, eps=eps, launch=launch)
     n, stat = x3.shape[0], mean.dtype
     rows = x3.shape[1] // groups if layout == "group" else n
 
@@ -116,14 +118,14 @@ def _grouped_norm_primal(x3, w, b, *, layout, groups, eps, interpret):
     return y.astype(x3.dtype), mean, rstd
 
 
-def _grouped_norm_batch(args, dims, *, vmap_axis_name, layout, groups, eps, interpret):
+def _grouped_norm_batch(args, dims, *, vmap_axis_name, layout, groups, eps, launch):
     """The vmap dimension folded into the kernels' launch when weight and bias are shared: into
     the samples for group norm (``native_group_norm_plumbing``), into the channels for batch norm
     (``batch_norm_batch_rule``, weight and bias tiled); else the op under ``jax.vmap``."""
     import jax
 
     (x, w, b), (x_dim, w_dim, b_dim) = args, dims
-    params = dict(layout=layout, groups=groups, eps=eps, interpret=interpret)
+    params = dict(layout=layout, groups=groups, eps=eps, launch=launch)
     if x_dim is not None and w_dim is None and b_dim is None:
         x = jnp.moveaxis(x, x_dim, 0)
         batch, n, c, length = x.shape
@@ -144,37 +146,52 @@ grouped_norm_op = define_op(
     lambda outs, x, w, b, **_: (x, w, outs[1], outs[2]), _grouped_norm_batch,
 )
 _KERNEL_IMPLS = ("xla", "pallas", "pallas_interpret")
-_KERNEL_MIN_ROW = 32  # batch/group norm: rows x[n, c, :] shorter than this stay on XLA by default
 
 
-def _kernel_impl(op, impl, x, shape_ok):
-    """The implementation to run: ``impl`` if given (checked), else ``"pallas"`` on GPU for
-    float32/bfloat16/float16 inputs whose shape the kernels serve well (``shape_ok``), else
-    ``"xla"``."""
+def _kernel_plan(op, impl, x, auto_plan, launch):
+    """``dispatch.Plan`` of the implementation to run: ``impl`` if given (checked; ``launch(interpret)``
+    gives its launch parameters), else ``auto_plan(platform, device kind)`` — the dispatch's pure
+    decision for this shape and dtype. Empty inputs always take the XLA formulas."""
+    if impl is not None and impl not in _KERNEL_IMPLS:
+        raise ValueError(f"{op}: impl must be one of {_KERNEL_IMPLS}, got {impl!r}")
+    if impl == "xla" or x.size == 0:
+        return dispatch.Plan("xla", None, "impl='xla'" if impl else "empty input")
     if impl is not None:
-        if impl not in _KERNEL_IMPLS:
-            raise ValueError(f"{op}: impl must be one of {_KERNEL_IMPLS}, got {impl!r}")
-        return impl
+        return dispatch.Plan("pallas", launch(impl == "pallas_interpret"), f"impl={impl!r}")
     import jax
 
-    kernel_ok = jax.default_backend() == "gpu" and x.dtype in (jnp.float32, jnp.bfloat16, jnp.float16) and shape_ok
-    return "pallas" if kernel_ok else "xla"
+    return auto_plan(jax.default_backend(), jax.devices()[0].device_kind)
 
 
 def _affine_vectors(op, x, channels, weight, bias):
     """``(w, b)`` of shape ``channels`` in x's dtype, ones/zeros where not given (checked)."""
-    w = _affine(op, jnp.ones(channels, x.dtype), weight, None, channels, 0).astype(x.dtype)
-    b = _affine(op, jnp.zeros(channels, x.dtype), None, bias, channels, 0).astype(x.dtype)
+    w = _affine(op, jnp.ones(channels, x.dtype), weight, None, channels, 0, keep_dtype=False)
+    b = _affine(op, jnp.zeros(channels, x.dtype), None, bias, channels, 0, keep_dtype=False)
     return w, b
 
 
-def _grouped_norm(op, x, weight, bias, *, layout, groups, eps, impl):
+def _grouped_norm(op, x, weight, bias, *, layout, groups, eps, launch):
     """Batch/group norm through the fused kernels, x (N, C, *) as (N, C, L): ``(y, mean, rstd)``,
     the statistics per group."""
     w, b = _affine_vectors(op, x, (x.shape[1],), weight, bias)
     x3 = x.reshape(x.shape[0], x.shape[1], -1)
-    y, mean, rstd = grouped_norm_op(x3, w, b, layout=layout, groups=groups, eps=eps, interpret=impl == "pallas_interpret")
+    y, mean, rstd = grouped_norm_op(x3, w, b, layout=layout, groups=groups, eps=eps, launch=launch)
     return y.reshape(x.shape), mean, rstd
+
+
+def _weight_dtype(x, weight):
+    return x.dtype if weight is None else jnp.result_type(weight)
+
+
+def _grouped_kernel_plan(op, impl, x, weight, groups):
+    """The plan of batch norm (``groups=None``) or group norm on x (N, C, *)."""
+    n, c, length = x.shape[0], x.shape[1], math.prod(x.shape[2:])
+    p, k = (c, n) if groups is None else (n * groups, c // groups)
+    weight_dtype = _weight_dtype(x, weight)
+    return _kernel_plan(op, impl, x,
+                        lambda platform, kind: dispatch.grouped_plan(op, platform, kind, p, k, length, x.dtype,
+                                                                     weight_dtype),
+                        lambda interpret: dispatch.GroupedLaunch(interpret=interpret))
 
 
 def normalize_backward(x, g, *, axes, eps, axis_name):
@@ -192,9 +209,11 @@ def _check_eps(op, eps):
     return float(eps)
 
 
-def _affine(op, y, weight, bias, channel_shape, channel_axis):
+def _affine(op, y, weight, bias, channel_shape, channel_axis, keep_dtype=True):
     """``y * weight + bias`` with ``weight``/``bias`` of ``channel_shape`` placed at
-    ``channel_axis`` (torch's padRight)."""
+    ``channel_axis`` (torch's padRight), in y's dtype when ``keep_dtype`` (torch's mixed-precision
+    norms: bfloat16/float16 input with float32 weights give an output of the input's dtype)."""
+    dtype = y.dtype
     trailing = y.ndim - channel_axis - len(channel_shape)
     for name, p in (("weight", weight), ("bias", bias)):
         if p is None:
@@ -204,7 +223,7 @@ def _affine(op, y, weight, bias, channel_shape, channel_axis):
             raise ValueError(f"{op}: {name} must have shape {tuple(channel_shape)}, got {p.shape}")
         p = p.reshape(p.shape + (1,) * trailing)
         y = y * p if name == "weight" else y + p
-    return y
+    return y.astype(dtype) if keep_dtype else y
 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, impl=None):
@@ -223,12 +242,16 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, impl=No
     axes = tuple(range(x.ndim - k, x.ndim))
     eps = _check_eps("layer_norm", eps)
     n = math.prod(shape)
-    impl = _kernel_impl("layer_norm", impl, x, 128 <= n <= 16384 and n & (n - 1) == 0)
-    if impl == "xla":
+    m = x.size // max(n, 1)
+    plan = _kernel_plan("layer_norm", impl, x,
+                        lambda platform, kind: dispatch.layer_norm_plan(platform, kind, m, n, x.dtype,
+                                                                        _weight_dtype(x, weight)),
+                        lambda interpret: dispatch.rows_launch(m, n, interpret=interpret))
+    if plan.impl == "xla":
         y = normalize_op(x, axes=axes, eps=eps, axis_name=None)
         return _affine("layer_norm", y, weight, bias, shape, x.ndim - k)
     w, b = _affine_vectors("layer_norm", x, shape, weight, bias)
-    y, _, _ = layer_norm_rows_op(x.reshape(-1, n), w.reshape(n), b.reshape(n), eps=eps, interpret=impl == "pallas_interpret")
+    y, _, _ = layer_norm_rows_op(x.reshape(m, n), w.reshape(n), b.reshape(n), eps=eps, launch=plan.launch)
     return y.reshape(x.shape)
 
 
@@ -246,9 +269,10 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, impl=None):
     if not isinstance(num_groups, numbers.Integral) or num_groups < 1 or x.shape[1] % num_groups:
         raise ValueError(f"group_norm: num_groups={num_groups!r} must be a positive divisor of C={x.shape[1]}")
     eps = _check_eps("group_norm", eps)
-    impl = _kernel_impl("group_norm", impl, x, math.prod(x.shape[2:]) >= _KERNEL_MIN_ROW)
-    if impl != "xla":
-        return _grouped_norm("group_norm", x, weight, bias, layout="group", groups=int(num_groups), eps=eps, impl=impl)[0]
+    plan = _grouped_kernel_plan("group_norm", impl, x, weight, int(num_groups))
+    if plan.impl != "xla":
+        return _grouped_norm("group_norm", x, weight, bias, layout="group", groups=int(num_groups), eps=eps,
+                             launch=plan.launch)[0]
     grouped = x.reshape(x.shape[0], num_groups, -1)
     y = normalize_op(grouped, axes=(2,), eps=eps, axis_name=None).reshape(x.shape)
     return _affine("group_norm", y, weight, bias, (x.shape[1],), 1)
@@ -296,14 +320,14 @@ def batch_norm(
             raise ValueError("batch_norm: running_mean and running_var are required when training=False")
         y = (x - running_mean.reshape(channel_view)) * lax.rsqrt(running_var.reshape(channel_view) + eps)
         return _affine("batch_norm", y.astype(x.dtype), weight, bias, (channels,), 1), running_mean, running_var
-    impl = _kernel_impl("batch_norm", impl, x, axis_name is None and math.prod(x.shape[2:]) >= _KERNEL_MIN_ROW)
-    if impl != "xla" and axis_name is not None:
+    if impl not in (None, "xla") and axis_name is not None:
         raise ValueError(f"batch_norm: impl={impl!r} computes per-device statistics; axis_name needs impl='xla'")
+    plan = _grouped_kernel_plan("batch_norm", "xla" if axis_name is not None else impl, x, weight, None)
     axes = (0,) + tuple(range(2, x.ndim))
     count = math.prod(x.shape[a] for a in axes) * (1 if axis_name is None else lax.psum(1, axis_name))
     if isinstance(count, int) and count <= 1:
         raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got input {x.shape}")
-    if impl == "xla":
+    if plan.impl == "xla":
         y = normalize_op(x, axes=axes, eps=eps, axis_name=axis_name)
         y = _affine("batch_norm", y, weight, bias, (channels,), 1)
         if running_mean is None and running_var is None:
@@ -312,7 +336,8 @@ def batch_norm(
         mean = P.group_mean(xs, axes, axis_name)
         var = P.group_mean(jnp.square(xs - mean), axes, axis_name)
     else:
-        y, mean, rstd = _grouped_norm("batch_norm", x, weight, bias, layout="batch", groups=1, eps=eps, impl=impl)
+        y, mean, rstd = _grouped_norm("batch_norm", x, weight, bias, layout="batch", groups=1, eps=eps,
+                                      launch=plan.launch)
         mean, var = lax.stop_gradient(mean), lax.stop_gradient(1 / (rstd * rstd) - eps)  # the kernel's statistics
     new_mean, new_var = _updated_running_stats(mean, var, count, running_mean, running_var, momentum)
     return y, new_mean, new_var

@@ -1,0 +1,186 @@
+"""Which implementation runs a kernel-backed normalization, and with which launch parameters.
+
+A pure function of (platform, device kind, shape, dtype): no device is queried here, so the
+decision can be tested on a machine without a GPU (``tests/test_dispatch.py`` checks it, and the
+launch grids it implies, for every benchmark program).
+
+* ``layer_norm_plan`` / ``grouped_plan`` -> ``Plan(impl, launch, reason)``: ``impl`` is
+  ``"pallas"`` (the fused kernels of ``jaxrules.norm_kernels``) or ``"xla"`` (the jnp formulas).
+* The choice on a GPU comes from measurements recorded in the repository per device kind,
+  ``jaxrules/dispatch_data/<device kind>.json``, written by ``python -m jaxrules bench --suite
+  sweep --record FILE`` on that GPU: the kernel runs where, at the nearest measured shape (same op
+  and dtype; distance in log2 of the shape's features), it was faster than the XLA formulas. A
+  GPU kind without measurements uses the H100's (the nearest evidence; say so in an issue if you
+  run another kind). Off the GPU, and for float64, the XLA formulas run.
+* Launch parameters (``RowsLaunch``, ``GroupedLaunch``) are functions of the shape: every row
+  count and width gets a tiled, masked launch with enough programs to fill the device, never a
+  one-program backward (the 66850x256 cliff of issue 14).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import pathlib
+
+KERNEL_DTYPES = ("float32", "bfloat16", "float16")
+DATA = pathlib.Path(__file__).parent / "dispatch_data"
+FALLBACK_KIND = "NVIDIA H100 80GB HBM3"
+
+# Layer norm launch: about TILE_ELEMENTS elements per tile, BACKWARD_PROGRAMS programs in the
+# backward (each sums its own dw/db partials; swept on the H100 by benchmarks/layer_norm_tuning.py).
+TILE_ELEMENTS = 4096
+BACKWARD_PROGRAMS = 256
+MAX_WIDTH = 16384  # a wider row does not fit one program's registers
+
+
+def _next_power_of_2(v: int) -> int:
+    return 1 << max(0, (int(v) - 1).bit_length())
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclasses.dataclass(frozen=True)
+class RowsLaunch:
+    """Launch of the layer-norm kernels on (M, N): tiles of ``rows`` x ``width`` (powers of two,
+    ``width >= N``), the backward's programs walking ``steps`` consecutive tiles each."""
+
+    rows: int
+    width: int
+    steps: int
+    num_warps: int
+    num_stages: int = 2
+    interpret: bool = False
+
+    def forward_programs(self, m: int) -> int:
+        return _cdiv(m, self.rows)
+
+    def backward_programs(self, m: int) -> int:
+        return _cdiv(_cdiv(m, self.rows), self.steps)
+
+
+def rows_launch(m: int, n: int, *, interpret: bool = False) -> RowsLaunch:
+    """The layer-norm launch for ``m`` rows of ``n``: ``rows = TILE_ELEMENTS / width`` (at most
+    the rows there are), backward steps so that about ``BACKWARD_PROGRAMS`` programs run."""
+    width = _next_power_of_2(n)
+    rows = max(1, min(TILE_ELEMENTS // width, _next_power_of_2(m)))
+    tiles = _cdiv(max(m, 1), rows)
+    steps = _cdiv(tiles, min(tiles, BACKWARD_PROGRAMS))
+    return RowsLaunch(rows, width, steps, num_warps=8 if width >= 2048 else 4, interpret=interpret)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupedLaunch:
+    """Launch of the batch/group-norm kernels: tiles of ``tile_elements`` elements, ``chunk``
+    columns wide (power of two); batch-norm statistics split over about ``stat_programs``
+    programs."""
+
+    chunk: int = 4096
+    tile_elements: int = 4096
+    stat_programs: int = 1024
+    num_warps: int = 8
+    num_stages: int = 2
+    interpret: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    impl: str  # "pallas" or "xla"
+    launch: RowsLaunch | GroupedLaunch | None
+    reason: str
+
+
+def _dtype_key(dtype) -> str:
+    import numpy as np
+
+    name = np.dtype(dtype).name
+    return "bfloat16" if name == "float16" else name  # float16 follows the bfloat16 measurements
+
+
+@functools.cache
+def measurements(device_kind: str) -> tuple:
+    """The recorded sweep points of ``device_kind`` (the H100's when it has none): a tuple of
+    dicts with ``op``, ``dtype``, ``features``, ``pallas_ms``, ``xla_ms``."""
+    for kind in (device_kind, FALLBACK_KIND):
+        path = DATA / f"{slug(kind)}.json"
+        if path.exists():
+            return tuple(json.loads(path.read_text())["points"])
+    return ()
+
+
+def table_kind(device_kind: str) -> str:
+    """The device kind whose measurements ``device_kind`` uses."""
+    return device_kind if (DATA / f"{slug(device_kind)}.json").exists() else FALLBACK_KIND
+
+
+def slug(device_kind: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in device_kind.lower()).strip("_")
+
+
+def _decide(op: str, device_kind: str, dtype, weight_dtype, features: tuple) -> tuple[str, str]:
+    key = _dtype_key(dtype)
+    points = [p for p in measurements(device_kind) if p["op"] == op and p["dtype"] == key]
+    same_weights = [p for p in points if p["weight_dtype"] == _dtype_key(weight_dtype or dtype)]
+    points = same_weights or points
+    if not points:
+        return "xla", f"no {op} {key} measurements for {device_kind}"
+    here = [math.log2(max(f, 1)) for f in features]
+    for i, h in enumerate(here):  # no evidence, no kernel: a shape outside the measured box runs XLA
+        measured = [math.log2(max(p["features"][i], 1)) for p in points]
+        if not min(measured) - 1 <= h <= max(measured) + 1:
+            return "xla", (f"{op} {key} feature {i} = {features[i]} outside the measured range "
+                           f"({table_kind(device_kind)})")
+
+    def distance(p):
+        return sum((math.log2(max(f, 1)) - h) ** 2 for f, h in zip(p["features"], here))
+
+    nearest = min(points, key=distance)
+    faster = nearest["pallas_ms"] <= nearest["xla_ms"]
+    where = f"{op} {key} {'x'.join(map(str, nearest['features']))} ({table_kind(device_kind)})"
+    return ("pallas" if faster else "xla"), (
+        f"nearest measurement {where}: kernel {nearest['pallas_ms']:.4f} ms, XLA {nearest['xla_ms']:.4f} ms")
+
+
+def _gate(platform: str, dtype) -> str | None:
+    import numpy as np
+
+    if platform != "gpu":
+        return f"platform {platform}: the kernels are for GPUs"
+    if np.dtype(dtype).name not in KERNEL_DTYPES:
+        return f"dtype {np.dtype(dtype).name}: the kernels take {', '.join(KERNEL_DTYPES)}"
+    return None
+
+
+def layer_norm_features(m: int, n: int) -> tuple:
+    return (m, n)
+
+
+def layer_norm_plan(platform: str, device_kind: str, m: int, n: int, dtype, weight_dtype=None) -> Plan:
+    """Layer norm over the last axis of (m, n); ``weight_dtype`` that of the affine weight (x's
+    if None)."""
+    blocked = _gate(platform, dtype) or (f"width {n} > {MAX_WIDTH}" if n > MAX_WIDTH else None)
+    if blocked or m * n == 0:
+        return Plan("xla", None, blocked or "empty input")
+    impl, reason = _decide("layer_norm", device_kind, dtype, weight_dtype, layer_norm_features(m, n))
+    return Plan(impl, rows_launch(m, n) if impl == "pallas" else None, reason)
+
+
+def grouped_features(groups: int, rows: int, length: int) -> tuple:
+    """Features of a batch/group norm: ``groups`` statistics groups of ``rows`` rows of
+    ``length``."""
+    return (groups, rows, length)
+
+
+def grouped_plan(op: str, platform: str, device_kind: str, groups: int, rows: int, length: int, dtype,
+                 weight_dtype=None) -> Plan:
+    """Batch norm (``op="batch_norm"``: groups = C, rows = N) or group norm (``"group_norm"``:
+    groups = N G, rows = C / G) of rows of ``length``."""
+    blocked = _gate(platform, dtype)
+    if blocked or groups * rows * length == 0:
+        return Plan("xla", None, blocked or "empty input")
+    impl, reason = _decide(op, device_kind, dtype, weight_dtype, grouped_features(groups, rows, length))
+    return Plan(impl, GroupedLaunch() if impl == "pallas" else None, reason)

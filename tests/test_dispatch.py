@@ -1,0 +1,155 @@
+"""The dispatch of the kernel-backed norms (``jaxrules.dispatch``) and the regression guard of
+issue 14, on a CPU: the decision is a pure function of (platform, device kind, shape, dtype) read
+from the recorded GPU measurements, and the launches it implies — checked on the plan and on the
+kernels lowered for CUDA (``jax.export``) — keep every benchmark program parallel: no
+one-program backward like the 66850x256 cliff (``gcd(33425, 256) = 1``)."""
+
+import math
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import export
+
+from jaxrules import bench, dispatch
+from jaxrules.nn import batch_norm, group_norm, layer_norm
+
+H100 = dispatch.FALLBACK_KIND
+MIN_BACKWARD_PROGRAMS = 128  # about one wave of an H100 (132 SMs); fewer only when there are fewer tiles
+
+
+def _plan(case, platform="gpu", kind=H100):
+    features = bench.sweep_features(case)
+    if case.op == "layer_norm":
+        return dispatch.layer_norm_plan(platform, kind, *features, jnp.dtype(case.dtype))
+    return dispatch.grouped_plan(case.op, platform, kind, *features, jnp.dtype(case.dtype))
+
+
+def test_measurements_are_recorded_for_every_sweep_case():
+    points = {(p["op"], p["dtype"], tuple(p["features"])) for p in dispatch.measurements(H100)}
+    missing = [c.name for c in bench.sweep_cases() if (c.op, c.dtype, bench.sweep_features(c)) not in points]
+    assert not missing
+
+
+def test_the_plan_at_a_measured_point_is_the_faster_implementation_there():
+    """Each recorded point (the sweep on an H100) decides its own shape: the kernel exactly
+    where it was measured faster than the XLA formulas (same dtypes)."""
+    for p in dispatch.measurements(H100):
+        weight = jnp.dtype(p["weight_dtype"])
+        if p["op"] == "layer_norm":
+            plan = dispatch.layer_norm_plan("gpu", H100, *p["features"], jnp.dtype(p["dtype"]), weight)
+        else:
+            plan = dispatch.grouped_plan(p["op"], "gpu", H100, *p["features"], jnp.dtype(p["dtype"]), weight)
+        assert plan.impl == ("pallas" if p["pallas_ms"] <= p["xla_ms"] else "xla"), (p, plan.reason)
+
+
+@pytest.mark.parametrize("platform, kind, dtype, why", [
+    ("cpu", "cpu", jnp.float32, "platform cpu"),
+    ("gpu", H100, jnp.float64, "dtype float64"),
+])
+def test_no_kernel_off_the_gpu_or_for_float64(platform, kind, dtype, why):
+    plan = dispatch.layer_norm_plan(platform, kind, 66850, 256, jnp.dtype(dtype))
+    assert plan.impl == "xla" and why in plan.reason
+
+
+def test_outside_the_measured_shapes_the_xla_formulas_run():
+    plan = dispatch.grouped_plan("batch_norm", "gpu", H100, 64, 256, 1, jnp.dtype(jnp.bfloat16))  # (N, C) input
+    assert plan.impl == "xla" and "outside the measured range" in plan.reason
+    assert dispatch.layer_norm_plan("gpu", H100, 1000, 65536, jnp.dtype(jnp.float32)).impl == "xla"
+
+
+def test_an_unmeasured_gpu_kind_uses_the_h100_measurements():
+    assert dispatch.layer_norm_plan("gpu", "NVIDIA H200", 66850, 256, jnp.dtype(jnp.bfloat16)) == \
+        dispatch.layer_norm_plan("gpu", H100, 66850, 256, jnp.dtype(jnp.bfloat16))
+
+
+@pytest.mark.parametrize("m, n", [(66850, 256), (66850, 768), (1000, 5120), (3, 12288), (65535, 4096), (16384, 4096),
+                                  (16383, 16384), (1, 64), (4097, 1536)])
+def test_row_launches_keep_the_device_busy(m, n):
+    """Budgets of every layer-norm launch: a tile of at most max(4096, width) elements covering
+    whole rows, every row in exactly one tile, and a backward of at least
+    ``min(tiles, MIN_BACKWARD_PROGRAMS)`` programs with at most one step of idle tail."""
+    launch = dispatch.rows_launch(m, n)
+    assert launch.width >= n and launch.width & (launch.width - 1) == 0
+    assert launch.rows * launch.width <= max(4096, launch.width)
+    tiles = launch.forward_programs(m)
+    assert tiles == math.ceil(m / launch.rows)
+    programs = launch.backward_programs(m)
+    assert programs >= min(tiles, MIN_BACKWARD_PROGRAMS)
+    assert (programs - 1) * launch.steps < tiles <= programs * launch.steps
+
+
+def _lowered_kernels(fn, *args):
+    """``[(name, grid)]`` of the Triton custom calls in ``jit(vjp)`` of ``fn`` lowered for CUDA."""
+    step = jax.jit(lambda g, *a: jax.vjp(fn, *a)[1](g))
+    module = export.export(step, platforms=["cuda"],
+                           disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])
+    text = module(args[0], *args).mlir_module()
+    calls = re.findall(r'grid_x = (\d+) : i32, grid_y = (\d+) : i32.*?name = "(\w+)"', text)
+    return [(name, int(x) * int(y)) for x, y, name in calls]
+
+
+# The benchmark programs of issue 14 whose default on an H100 is a kernel: the bench's cases, the
+# ragged block's layer norm (66850 tokens of 256), and sweep shapes of every kind.
+GUARDED = [
+    bench.SweepCase("layer_norm", (66850, 256), "bfloat16", "bfloat16"),  # the ragged block
+    bench.SweepCase("layer_norm", (16384, 4096), "float32", "float32"),  # bench default case
+    bench.SweepCase("layer_norm", (16384, 4096), "bfloat16", "bfloat16"),
+    bench.SweepCase("layer_norm", (66850, 768), "float32", "float32"),
+    bench.SweepCase("layer_norm", (1000, 5120), "bfloat16", "float32"),
+    bench.SweepCase("group_norm", (64, 256, 56, 56), "float32", "float32"),  # bench default case
+    bench.SweepCase("batch_norm", (64, 256, 56, 56), "float32", "float32"),
+    bench.SweepCase("group_norm", (128, 128, 56, 56), "bfloat16", "bfloat16"),
+]
+
+
+@pytest.mark.parametrize("case", GUARDED, ids=lambda c: c.name)
+def test_guarded_programs_lower_to_the_planned_kernels(case):
+    """The default path of each guarded program on an H100 is the kernel, and its CUDA lowering
+    has exactly the planned custom calls with the planned grids (two: forward or statistics, and
+    backward), each within the budgets above."""
+    plan = _plan(case)
+    assert plan.impl == "pallas", plan.reason
+    x = jax.ShapeDtypeStruct(case.shape, case.dtype)
+    v = jax.ShapeDtypeStruct((case.channels,), case.weight_dtype)
+    kernels = dict(_lowered_kernels(_impl_fn(case, "pallas"), x, v, v))
+    if case.op == "layer_norm":
+        m = math.prod(case.shape[:-1])
+        assert kernels == {"layer_norm_fwd": plan.launch.forward_programs(m),
+                           "layer_norm_bwd": plan.launch.backward_programs(m)}
+        assert kernels["layer_norm_bwd"] >= min(kernels["layer_norm_fwd"], MIN_BACKWARD_PROGRAMS)
+    else:
+        layout = "batch" if case.op == "batch_norm" else "group"
+        assert set(kernels) == {f"{layout}_norm_stats", f"{layout}_norm_bwd"}
+        assert min(kernels.values()) >= MIN_BACKWARD_PROGRAMS
+
+
+def _impl_fn(case, impl):
+    if case.op == "layer_norm":
+        return lambda x, w, b: layer_norm(x, x.shape[-1], w, b, impl=impl)
+    if case.op == "batch_norm":
+        return lambda x, w, b: batch_norm(x, None, None, w, b, training=True, impl=impl)[0]
+    return lambda x, w, b: group_norm(x, 32, w, b, impl=impl)
+
+
+@pytest.mark.parametrize("m, n, tile_elements, programs", [
+    (37, 96, 256, 3),  # several tiles per backward program, a partial last tile, width padded to 128
+    (130, 33, 128, 256),  # one tile per program, odd width
+    (5, 7, 4096, 256),  # fewer rows than a tile
+])
+def test_layer_norm_kernels_match_the_jnp_formulas_at_any_shape(m, n, tile_elements, programs, monkeypatch):
+    """The masked tiles in interpret mode against the XLA formulas (values, dx, dw, db) at
+    float64 precision, with launch parameters forcing multi-step backward programs."""
+    monkeypatch.setattr(dispatch, "TILE_ELEMENTS", tile_elements)
+    monkeypatch.setattr(dispatch, "BACKWARD_PROGRAMS", programs)
+    rng = np.random.default_rng(3)
+    x, ct = (jnp.asarray(rng.standard_normal((m, n)) * 3 + 2) for _ in range(2))
+    w, b = jnp.asarray(rng.standard_normal(n) + 1), jnp.asarray(rng.standard_normal(n))
+    results = []
+    for impl in ("xla", "pallas_interpret"):
+        y, pullback = jax.vjp(lambda x, w, b, impl=impl: layer_norm(x, n, w, b, impl=impl), x, w, b)
+        results.append((y, *pullback(ct)))
+    for got, want in zip(results[1], results[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
