@@ -35,6 +35,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -158,7 +159,7 @@ class LinearRule:
         res = jax.tree_util.tree_unflatten(self.res_tree, res_leaves)
         out = self.jvp(res, *self._tangents_all(tangents), **dict(self.static))
         leaves = [t for t, d in zip(self.out_tree.flatten_up_to(out), self.diff_outputs) if d]
-        return [jnp.broadcast_to(t, a.shape).astype(a.dtype) for t, a in zip(leaves, self.out_avals)]
+        return [_fit_tangent(t, a) for t, a in zip(leaves, self.out_avals)]
 
     def apply_vjp(self, res_leaves, ct_leaves, tangent_avals):
         """Cotangents of the present tangents, cast and shaped like ``tangent_avals``."""
@@ -234,6 +235,8 @@ def _transpose(cts, *args, rule):
     res, tangents = _split(args, rule)
     if any(ad.is_undefined_primal(r) for r in res):
         raise TypeError(f"{rule.name}: the rule is linear in its tangents only")
+    if all(type(c) is ad.Zero for c in cts):  # symbolic zero cotangents: no formula runs
+        return [None] * len(args)
     out_avals = _abstract_eval(*(_aval(a) for a in args), rule=rule)
     cts = [
         jnp.zeros(a.shape, a.dtype) if type(c) is ad.Zero else c for c, a in zip(cts, out_avals)
@@ -246,6 +249,14 @@ def _transpose(cts, *args, rule):
 
 def _aval(x):
     return x.aval if ad.is_undefined_primal(x) else jax.typeof(x)
+
+
+def _fit_tangent(t, aval):
+    """Zero for ``None`` (a formula's zero output tangent: no term contributed); else broadcast
+    and cast to the output's aval."""
+    if t is None:
+        return jnp.zeros(aval.shape, aval.dtype)
+    return jnp.broadcast_to(t, aval.shape).astype(aval.dtype)
 
 
 def _fit_cotangent(ct, aval, name):
@@ -432,14 +443,18 @@ def _custom_jvp_function(op: Op, static_items: tuple):
         # Calling ``fn`` (not ``primal``) keeps the output differentiable by this rule at the
         # next order up: under nested transforms it is bound at the outer trace.
         out = fn(*primals)
-        mask = tuple(not isinstance(t, SymbolicZero) for t in tangents)
-        if not any(mask):
+        # Zero-size arguments and outputs are handled here, for every op: a zero-size argument
+        # has no tangent (the map from an empty space is zero), and when every differentiable
+        # output is zero-size there is nothing to compute; no residual or formula runs then, so
+        # formulas never see an empty reduction (and the VJP follows by transposition).
+        mask = tuple(not isinstance(t, SymbolicZero) and _size(p) > 0 for p, t in zip(primals, tangents))
+        out_leaves, out_tree = jax.tree_util.tree_flatten(out)
+        diff = tuple(bool(jnp.issubdtype(jnp.result_type(o), jnp.inexact)) for o in out_leaves)
+        if not any(mask) or all(_size(o) == 0 for o, d in zip(out_leaves, diff) if d):
             return out, jax.tree_util.tree_map(_zero_tangent, out)
         extra = {"needs_input_grad": mask} if op.save_wants_mask else {}
         res = op.save(out, *primals, **static, **extra)
         res_leaves, res_tree = jax.tree_util.tree_flatten(res)
-        out_leaves, out_tree = jax.tree_util.tree_flatten(out)
-        diff = tuple(bool(jnp.issubdtype(jnp.result_type(o), jnp.inexact)) for o in out_leaves)
         out_avals = tuple(jax.typeof(o) for o, d in zip(out_leaves, diff) if d)
         rule = _linear_rule(op, static_items, res_tree, out_tree, mask, out_avals, diff)
         present = [t for t, m in zip(tangents, mask) if m]
@@ -452,6 +467,10 @@ def _custom_jvp_function(op: Op, static_items: tuple):
     functools.update_wrapper(fn, primal)
     fn.__name__ = op.name
     return fn
+
+
+def _size(x) -> int:
+    return math.prod(jnp.shape(x))
 
 
 def _zero_tangent(x):

@@ -128,13 +128,21 @@ def even_weights(x, value, axis, keepdims):
     return mask / jnp.where(count == 0, 1, count)
 
 
+def max_or_neg_inf(x, axis):
+    """``max x`` over ``axis`` (kept); -inf over an empty axis (the empty sum of exponentials
+    is 0, so logsumexp is -inf there, as in torch and JAX)."""
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    empty = any(x.shape[a] == 0 for a in axes)
+    return jnp.max(x, axis=axis, keepdims=True, initial=-jnp.inf if empty else None)
+
+
 def logsumexp_parts(x, axis):
     """``(m, e, s)`` with ``m = max(x)`` (real part), ``e = exp(x - m)`` and ``s = sum(e)`` (kept
     axes), so that ``logsumexp = m + log(s)`` and its derivative is ``e / s``. Where ``m`` is
     infinite, ``e`` is 1 on the entries equal to ``m`` and 0 elsewhere: ``e / s`` is then the
     softmax's limit (even weights over the -inf entries when all are -inf, over the +inf entries
     when one is; torch and JAX give NaN) and ``m + log(s) = m``. One exponential, no branch."""
-    m = lax.stop_gradient(jnp.max(x.real if jnp.iscomplexobj(x) else x, axis=axis, keepdims=True))
+    m = lax.stop_gradient(max_or_neg_inf(x.real if jnp.iscomplexobj(x) else x, axis))
     finite = jnp.isfinite(m)
     at_limit = jnp.where((x.real if jnp.iscomplexobj(x) else x) == m, 0, -jnp.inf)
     e = jnp.exp(jnp.where(finite, x - jnp.where(finite, m, 0), at_limit))
@@ -408,7 +416,7 @@ def affine_norm_backward(xhat, rstd, gw, g_mean, g_rstd, axes):
 def softmax_parts(x, axis):
     """``(e, s)``: ``e = exp(x - max x)`` and ``s = sum e`` over ``axis`` (kept), softmax = e / s.
     The shift is a constant for differentiation (softmax does not depend on it)."""
-    e = jnp.exp(x - lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True)))
+    e = jnp.exp(x - lax.stop_gradient(max_or_neg_inf(x, axis)))
     return e, jnp.sum(e, axis=axis, keepdims=True)
 
 

@@ -52,7 +52,7 @@ softmax_op = define_op("softmax", lambda x, *, axis: jax.nn.softmax(x, axis=axis
 def _log_softmax_primal(x, *, axis):
     """``x - max x - log(sum exp(x - max x))`` (jax.nn.log_softmax's arithmetic)."""
     _, s = P.softmax_parts(x, axis)
-    return x - lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True)) - jnp.log(s)
+    return x - lax.stop_gradient(P.max_or_neg_inf(x, axis)) - jnp.log(s)
 
 
 log_softmax_op = define_op("log_softmax", _log_softmax_primal, J.log_softmax_jvp, R.log_softmax_vjp,

@@ -235,8 +235,8 @@ def _selection(op_name, op, fallback, a, axis, out, keepdims, initial, where):
     x, ax = _prepare(op_name, a, axis, None, out, initial=initial, where=where)
     if _is_exact(x):
         return fallback(x, ax, keepdims=keepdims)
-    if x.size == 0:
-        raise ValueError(f"{op_name}: zero-size array has no {op_name}")
+    if any(x.shape[a] == 0 for a in ax):
+        raise ValueError(f"{op_name}: zero-size reduction (no identity) over axis={axis!r} of shape {x.shape}")
     return op(x, axis=ax, keepdims=bool(keepdims))
 
 

@@ -1,0 +1,114 @@
+"""Zero-size and degenerate inputs (issue 16): values and both derivatives against jax.numpy
+(and torch where it has the op), float64 on the CPU."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from jax import lax
+
+import jaxrules.linalg as jrl
+import jaxrules.nn as rnn
+import jaxrules.numpy as rnp
+
+RNG = np.random.default_rng(16)
+
+
+def _like(tree):
+    def draw(a):
+        if np.iscomplexobj(a):
+            return RNG.standard_normal(np.shape(a)) + 1j * RNG.standard_normal(np.shape(a))
+        return RNG.standard_normal(np.shape(a))
+
+    return jax.tree_util.tree_map(draw, tree)
+
+
+def _close(actual, expected):
+    jax.tree_util.tree_map(
+        lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-12, strict=True), actual, expected
+    )
+
+
+def _assert_matches(ours, reference, *args):
+    """Value, JVP (random tangents) and VJP (random cotangents) of ``ours`` equal those of the
+    ``reference``: a jax.numpy function, or ``_torch_reference(fn)``. Shapes, dtypes and numbers."""
+    call, jvp, vjp = reference if isinstance(reference, tuple) else (reference, jax.jvp, jax.vjp)
+    expected = call(*args)
+    _close(ours(*args), expected)
+    tangents = _like(args)
+    _close(jax.jvp(ours, args, tangents)[1], jvp(call, args, tangents)[1] if jvp is jax.jvp else jvp(args, tangents)[1])
+    ct = _like(expected)
+    _close(jax.vjp(ours, *args)[1](ct), (vjp(call, *args) if vjp is jax.vjp else vjp(*args))[1](ct))
+
+
+def _torch_reference(fn):
+    """``fn`` (torch) as a function of NumPy arrays with JAX's ``jvp``/``vjp`` calling convention,
+    for ``_assert_matches``: values, torch.func.jvp and torch.func.vjp."""
+
+    def call(*args):
+        return _np(fn(*map(torch.tensor, args)))
+
+    def jvp(args, tangents):
+        out, tangent = torch.func.jvp(fn, tuple(map(torch.tensor, args)), tuple(map(torch.tensor, tangents)))
+        return _np(out), _np(tangent)
+
+    def vjp(*args):
+        out, pullback = torch.func.vjp(fn, *map(torch.tensor, args))
+        return _np(out), lambda ct: _np(pullback(jax.tree_util.tree_map(torch.tensor, ct)))
+
+    return call, jvp, vjp
+
+
+def _jvp_from_jacobian(fn):
+    """jax.numpy's ``fn`` whose JVP is its reverse-mode Jacobian times the tangent (for refs whose
+    own forward mode is NaN over an empty axis: the map from an empty space is 0)."""
+
+    def jvp(args, tangents):
+        jac = jax.jacrev(fn)(*args)
+        return fn(*args), jnp.tensordot(jac, tangents[0], axes=np.ndim(args[0]))
+
+    return fn, jvp, lambda *args: jax.vjp(fn, *args)
+
+
+def _np(tree):
+    return jax.tree_util.tree_map(lambda t: t.detach().numpy(), tuple(tree) if isinstance(tree, list) else tree)
+
+
+EMPTY_ROWS = np.zeros((3, 0))
+
+
+def _logsumexp_rows(x):
+    return jax.scipy.special.logsumexp(x, axis=1)
+
+
+CASES = {
+    "softmax": (lambda x: rnn.softmax(x, axis=1), lambda x: jax.nn.softmax(x, axis=1), EMPTY_ROWS),
+    "log_softmax": (lambda x: rnn.log_softmax(x, axis=1), lambda x: jax.nn.log_softmax(x, axis=1), EMPTY_ROWS),
+    # JAX's and torch's forward mode give NaN here (the value is -inf); their reverse mode 0
+    "logsumexp": (lambda x: rnn.logsumexp(x, axis=1), _jvp_from_jacobian(_logsumexp_rows), EMPTY_ROWS),
+    "cumprod": (lambda x: rnp.cumprod(x, axis=1), lambda x: jnp.cumprod(x, axis=1), EMPTY_ROWS),
+    "logcumsumexp": (lambda x: rnp.logcumsumexp(x, axis=1), lambda x: lax.cumlogsumexp(x, axis=1), EMPTY_ROWS),
+    "max over a nonempty axis": (lambda x: rnp.max(x, axis=1), lambda x: jnp.max(x, axis=1), np.zeros((0, 3))),
+    "eigh 0x0": (jrl.eigh, lambda a: tuple(jnp.linalg.eigh(a)), np.zeros((0, 0))),
+    "svd (3, 0)": (
+        lambda a: jrl.svd(a, full_matrices=False), lambda a: tuple(jnp.linalg.svd(a, full_matrices=False)),
+        np.zeros((3, 0)),
+    ),
+    "det 0x0": (jrl.det, _torch_reference(torch.linalg.det), np.zeros((0, 0))),  # JAX's JVP raises
+    "det of an empty batch": (jrl.det, jnp.linalg.det, np.zeros((0, 3, 3))),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_zero_size_values_and_derivatives_match_jax_numpy(name):
+    ours, reference, x = CASES[name]
+    _assert_matches(lambda x: tuple(ours(x)) if isinstance(ours(x), tuple) else ours(x), reference, x)
+
+
+@pytest.mark.parametrize("shape", [(3, 2), (3, 0)])
+def test_householder_product_with_empty_tau_matches_torch(shape):
+    # no reflectors: the first columns of the identity, whatever the input (the JVP formula's
+    # tangent is None, zero, which the mechanism fills in)
+    a, tau = RNG.standard_normal(shape), np.zeros(0)
+    _assert_matches(jrl.householder_product, _torch_reference(torch.linalg.householder_product), a, tau)
