@@ -738,8 +738,10 @@ def stack_vjp(_, ct, *, axis, shape):
 
 def take_along_axis_vjp(indices, ct, *, axis, shape):
     """Seed ``gather_backward``: ``ct`` scatter-added at the gathered positions (duplicates
-    accumulate)."""
-    return P.scatter_add(shape, P.scatter_coords(indices, axis), ct), None
+    accumulate), into ``arr`` broadcast against ``indices`` off ``axis`` (the mechanism sums the
+    broadcast dimensions back, torch's ``sum_to``)."""
+    target = ct.shape[:axis] + (shape[axis],) + ct.shape[axis + 1 :]
+    return P.scatter_add(target, P.scatter_coords(jnp.broadcast_to(indices, ct.shape), axis), ct), None
 
 
 def masked_fill_vjp(mask, ct, **_):

@@ -112,3 +112,15 @@ def test_householder_product_with_empty_tau_matches_torch(shape):
     # tangent is None, zero, which the mechanism fills in)
     a, tau = RNG.standard_normal(shape), np.zeros(0)
     _assert_matches(jrl.householder_product, _torch_reference(torch.linalg.householder_product), a, tau)
+
+
+@pytest.mark.parametrize(
+    "x_shape, indices",
+    [((1, 4), [[0, 3], [1, 1], [2, 0], [3, 3], [0, 0]]), ((5, 4), [[0, 3]]), ((2, 1, 3), [[[2], [0]]])],
+    ids=["arr broadcast", "indices broadcast", "both"],
+)
+def test_take_along_axis_broadcasting_matches_jax_numpy(x_shape, indices):
+    indices = np.array(indices)
+    axis = indices.ndim - 1
+    _assert_matches(lambda x: rnp.take_along_axis(x, indices, axis), lambda x: jnp.take_along_axis(x, indices, axis),
+                    RNG.standard_normal(x_shape))
