@@ -355,19 +355,22 @@ def logcumsumexp_coefficients(x, y, axis):
     """Coefficients of ``dy_k = a_k dy_{k-1} + b_k t_k``: ``a_k = exp(y_{k-1} - y_k)``,
     ``b_k = exp(x_k - y_k)``, both in [0, 1]. Where ``y_k`` is infinite (all entries so far are
     -inf, or one is +inf) the softmax's limit: even weights over the entries equal to ``y_k``,
-    so ``a_k = c_{k-1}/c_k`` and ``b_k = [x_k = y_k]/c_k`` with ``c`` the running count."""
+    so ``a_k = c_{k-1}/c_k`` and ``b_k = [x_k = y_k]/c_k`` with ``c`` the running count.
+    Complex input: the same with complex exponentials (holomorphic, so the coefficients are the
+    derivative itself, JAX's convention); finiteness and the limits read the real parts."""
     n = x.shape[axis]
     first = lax.slice_in_dim(y, 0, 1, axis=axis)
     y_prev = jnp.concatenate([jnp.full_like(first, -jnp.inf), lax.slice_in_dim(y, 0, n - 1, axis=axis)], axis)
+    re = (lambda v: v.real) if jnp.iscomplexobj(y) else (lambda v: v)  # noqa: E731
     finite = jnp.isfinite(y)
     y_safe = jnp.where(finite, y, 0)
     a_soft = jnp.exp(jnp.where(finite, y_prev - y_safe, -jnp.inf))
     b_soft = jnp.exp(jnp.where(finite, x - y_safe, -jnp.inf))
-    hits = x == jnp.where(y > 0, jnp.inf, -jnp.inf)
+    hits = re(x) == jnp.where(re(y) > 0, jnp.inf, -jnp.inf)
     count = jnp.cumsum(hits, axis=axis)
     count_prev = count - hits
     safe_count = jnp.where(count == 0, 1, count)
-    a_inf = jnp.where(y_prev == y, count_prev / safe_count, 0).astype(x.dtype)
+    a_inf = jnp.where(re(y_prev) == re(y), count_prev / safe_count, 0).astype(x.dtype)
     b_inf = (hits / safe_count).astype(x.dtype)
     return jnp.where(finite, a_soft, a_inf), jnp.where(finite, b_soft, b_inf)
 

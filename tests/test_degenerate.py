@@ -124,3 +124,15 @@ def test_take_along_axis_broadcasting_matches_jax_numpy(x_shape, indices):
     axis = indices.ndim - 1
     _assert_matches(lambda x: rnp.take_along_axis(x, indices, axis), lambda x: jnp.take_along_axis(x, indices, axis),
                     RNG.standard_normal(x_shape))
+
+
+def test_complex_logcumsumexp_matches_jax_numpy_and_torch():
+    x = 3 * (RNG.standard_normal((5, 3)) + 1j * RNG.standard_normal((5, 3)))
+    ours = lambda x: rnp.logcumsumexp(x, 0)  # noqa: E731
+    _assert_matches(ours, lambda x: jnp.log(jnp.cumsum(jnp.exp(x), 0)), x)  # principal branch, JAX's convention
+    ct = RNG.standard_normal(x.shape) + 1j * RNG.standard_normal(x.shape)
+    tx = torch.tensor(x, requires_grad=True)
+    y = torch.logcumsumexp(tx, 0)
+    (grad,) = torch.autograd.grad(y, tx, torch.tensor(ct))
+    np.testing.assert_allclose(np.exp(ours(x)), np.exp(y.detach().numpy()), rtol=1e-12)  # torch: another branch
+    np.testing.assert_allclose(jax.vjp(ours, x)[1](np.conj(ct))[0], np.conj(grad.resolve_conj().numpy()), atol=1e-12)

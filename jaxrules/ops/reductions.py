@@ -337,10 +337,10 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, where=Non
 def logcumsumexp(x, axis):
     """torch.logcumsumexp: ``log(cumsum(exp(x)))`` along ``axis``. Both derivatives solve the
     recurrence ``dy_k = exp(y_{k-1} - y_k) dy_{k-1} + exp(x_k - y_k) t_k``: exact where the
-    seed's ``logcumsumexp_jvp`` loses precision, finite after leading -inf (seed and JAX: NaN)."""
+    seed's ``logcumsumexp_jvp`` loses precision, finite after leading -inf (seed and JAX: NaN).
+    Complex input: log's principal branch (as ``lax.cumlogsumexp``), holomorphic derivative in
+    JAX's convention (torch's gradient conjugated)."""
     x = V.array("logcumsumexp", "x", x)
-    if jnp.iscomplexobj(x):
-        raise TypeError("logcumsumexp: argument 'x' must be real (complex is not supported yet)")
     return logcumsumexp_op(x, axis=V.single_axis("logcumsumexp", x.ndim, axis))
 
 
@@ -567,6 +567,16 @@ _record(
     "entries equal to the result) instead of NaN. Complex gradients follow JAX's convention "
     "(the seed's formula lacks torch's later .conj()).",
 )
+
+
+def _principal_branch(torch, y):
+    """torch's complex logcumsumexp with its imaginary part reduced to [-pi, pi) (a shift by
+    multiples of 2 pi: the derivatives are unchanged)."""
+    if not y.is_complex():
+        return y
+    return torch.complex(y.real, torch.remainder(y.imag + math.pi, 2 * math.pi) - math.pi)
+
+
 _record(
     "logcumsumexp", logcumsumexp, (_NP + "logcumsumexp",), ("logcumsumexp_backward", "logcumsumexp_jvp"),
     lambda rng, dt: [
@@ -574,7 +584,8 @@ _record(
         Sample((normal(rng, dt, 4, 2),), {"axis": 0}),
         Sample((3 * normal(rng, dt, 6),), {"axis": -1}),
     ],
-    lambda torch, x, axis: torch.logcumsumexp(x, dim=axis), "torch.logcumsumexp",
+    lambda torch, x, axis: _principal_branch(torch, torch.logcumsumexp(x, dim=axis)), "torch.logcumsumexp",
+    dtypes=_CPLX,
     singular=(
         SingularPoint(
             "leading -inf", (f64(-np.inf, -np.inf, 0.0),), (f64(1.5, 0.5, 1),), {"axis": 0},
@@ -588,7 +599,9 @@ _record(
         ),
     ),
     deviations="JVP exact (torch's loses precision: x=[-40, 0] gives 4.2e-5 instead of 1); both "
-    "formulas finite after leading -inf (torch: NaN). Real input only.",
+    "formulas finite after leading -inf (torch: NaN). Complex values on log's principal branch "
+    "(imaginary part in (-pi, pi], as lax.cumlogsumexp); torch's keep the dominant term's imaginary "
+    "part unreduced, so they can differ by multiples of 2 pi i (same exp(y), same derivatives).",
 )
 
 
