@@ -126,6 +126,20 @@ def test_take_along_axis_broadcasting_matches_jax_numpy(x_shape, indices):
                     RNG.standard_normal(x_shape))
 
 
+@pytest.mark.parametrize("ddof", [3, 4, 5])
+def test_var_std_with_ddof_at_least_n_are_nan_as_jax_numpy(ddof):
+    x = np.arange(3.0)
+    for ours, reference in [(rnp.var, jnp.var), (rnp.std, jnp.std)]:
+        np.testing.assert_array_equal(ours(x, ddof=ddof), reference(x, ddof=ddof))  # nan, never negative
+        rows = np.ones((2, 3))
+        np.testing.assert_array_equal(ours(rows, axis=1, ddof=ddof), reference(rows, axis=1, ddof=ddof))
+    np.testing.assert_array_equal(rnp.var_mean(x, correction=ddof)[0], jnp.var(x, ddof=ddof))
+    np.testing.assert_array_equal(rnp.std_mean(x, correction=ddof)[0], jnp.std(x, ddof=ddof))
+    tx = torch.tensor(x, requires_grad=True)
+    torch.std(tx, correction=ddof).backward()
+    np.testing.assert_array_equal(jax.grad(lambda x: rnp.std(x, ddof=ddof))(x), tx.grad.numpy())  # NaN, as torch
+
+
 def test_complex_logcumsumexp_matches_jax_numpy_and_torch():
     x = 3 * (RNG.standard_normal((5, 3)) + 1j * RNG.standard_normal((5, 3)))
     ours = lambda x: rnp.logcumsumexp(x, 0)  # noqa: E731

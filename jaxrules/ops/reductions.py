@@ -44,10 +44,14 @@ def _save_centered(out, x, *, axis, **_):
 
 
 def _moments(x, axis, keepdims, correction):
+    """``(sum |x - mean|^2 / (N - c), mean)``; the variance is NaN where ``N - c <= 0``, as in
+    jax.numpy (never negative; torch: inf)."""
     mean = jnp.mean(x, axis=axis, keepdims=True)
     centered = x - mean
     sq = (centered * jnp.conj(centered)).real if jnp.iscomplexobj(x) else centered * centered
-    var = jnp.sum(sq, axis=axis, keepdims=keepdims) / (math.prod(x.shape[a] for a in axis) - correction)
+    total = jnp.sum(sq, axis=axis, keepdims=keepdims)
+    dof = math.prod(x.shape[a] for a in axis) - correction
+    var = total / dof if dof > 0 else jnp.full_like(total, jnp.nan)
     return var, mean if keepdims else jnp.squeeze(mean, axis)
 
 
@@ -452,8 +456,8 @@ _record(
             "2(x - mean)/0 has the sign of x - mean.",
         ),
     ),
-    deviations="With N - correction <= 0 the gradient is +-inf with the sign of x - mean "
-    "(torch: +inf everywhere).",
+    deviations="With N - correction <= 0 the value is NaN, as in jax.numpy (torch: inf), and "
+    "the gradient +-inf with the sign of x - mean (torch: +inf everywhere).",
 )
 _record(
     "std", std, (_NP + "std",), ("std_backward",), _var_samples, _torch_var("std"), "torch.std",
