@@ -18,8 +18,11 @@ from jaxrules.partials import real_inner
 
 
 def _terms(*terms):
-    """Sum of the non-``None`` terms (a zero tangent contributes nothing, not ``0 * inf``)."""
+    """Sum of the non-``None`` terms (a zero tangent contributes nothing, not ``0 * inf``);
+    ``None`` (zero) when there are none."""
     present = [t for t in terms if t is not None]
+    if not present:
+        return None
     out = present[0]
     for t in present[1:]:
         out = out + t
@@ -553,14 +556,15 @@ def eigvals_jvp(v, ta, **_):
     return _diag(jnp.linalg.solve(v, ta.astype(v.dtype) @ v))
 
 
-def pinv_jvp(res, ta, **_):
-    """Seed ``pinv_jvp`` (``partials.pinv_tangent``; valid where the rank is locally constant)."""
+def pinv_jvp(res, ta, trtol):
+    """Seed ``pinv_jvp`` (``partials.pinv_tangent``; valid where the rank is locally constant);
+    the cutoff ``rtol`` has derivative 0."""
     a, x = res
-    return P.pinv_tangent(a, x, ta)
+    return None if ta is None else P.pinv_tangent(a, x, ta)
 
 
-def lstsq_jvp(res, ta, tb, **_):
-    """``dX = d(A^+) B + A^+ dB`` (seed ``linalg_lstsq_jvp``)."""
+def lstsq_jvp(res, ta, tb, trtol):
+    """``dX = d(A^+) B + A^+ dB`` (seed ``linalg_lstsq_jvp``); ``rtol``: derivative 0."""
     a, x, b = res
     return _terms(None if ta is None else P.pinv_tangent(a, x, ta) @ b, None if tb is None else x @ tb)
 

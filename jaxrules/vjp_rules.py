@@ -553,18 +553,18 @@ def eigvals_vjp(v, g, **_):
 
 
 @_torch_convention
-def pinv_vjp(res, g, **_):
-    """Seed ``pinv_backward`` (``partials.pinv_adjoint``)."""
+def pinv_vjp(res, g):
+    """Seed ``pinv_backward`` (``partials.pinv_adjoint``); none for ``rtol``."""
     a, x = res
-    return (P.pinv_adjoint(a, x, g),)
+    return P.pinv_adjoint(a, x, g), None
 
 
 @_torch_convention
-def lstsq_vjp(res, g, **_):
+def lstsq_vjp(res, g):
     """``gA = pinv_backward(gX B^H)``, ``gB = A^{+H} gX`` (seed ``linalg_lstsq_backward``, whose
-    translated gB line is damaged; this is upstream's)."""
+    translated gB line is damaged; this is upstream's); none for ``rtol``."""
     a, x, b = res
-    return P.pinv_adjoint(a, x, g @ _mH(b)), _mH(x) @ g
+    return P.pinv_adjoint(a, x, g @ _mH(b)), _mH(x) @ g, None
 
 
 def _lu_cotangent(res, gl, gu):

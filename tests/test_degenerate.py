@@ -140,6 +140,32 @@ def test_var_std_with_ddof_at_least_n_are_nan_as_jax_numpy(ddof):
     np.testing.assert_array_equal(jax.grad(lambda x: rnp.std(x, ddof=ddof))(x), tx.grad.numpy())  # NaN, as torch
 
 
+@pytest.mark.parametrize(
+    "rtol", [np.array(1e-3), np.array([1e-3, 0.5]), np.float32(0.5)], ids=["0-d", "per matrix", "np scalar"]
+)
+def test_pinv_and_lstsq_take_array_tolerances_as_jax_numpy(rtol):
+    a = RNG.standard_normal((2, 4, 3))
+    a[1, :, 2] = a[1, :, 0] * (1 + 1e-5)  # a small singular value, cut at rtol=1e-3
+    tol = jnp.asarray(rtol)
+    _assert_matches(lambda a: rnp.linalg.pinv(a, rtol=tol), lambda a: jnp.linalg.pinv(a, rtol=tol), a)
+    traced = jax.jit(lambda a, r: rnp.linalg.pinv(a, rtol=r))(a, rtol)
+    np.testing.assert_allclose(traced, jnp.linalg.pinv(a, rtol=rtol), atol=1e-12)
+    assert jax.grad(lambda r: rnp.linalg.pinv(a, rtol=r).sum())(jnp.asarray(rtol, float)).shape == np.shape(rtol)
+    if np.ndim(rtol) == 0:
+        b = RNG.standard_normal(4)
+        ours, expected = rnp.linalg.lstsq(a[0], b, rcond=jnp.asarray(rtol)), jnp.linalg.lstsq(a[0], b, rcond=rtol)
+        np.testing.assert_allclose(ours[0], expected[0], atol=1e-12)
+        assert ours[2] == expected[2]
+
+
+@pytest.mark.parametrize(
+    "rtol, error", [(np.array(-1.0), ValueError), (np.ones(3), ValueError), (np.array(1j), TypeError)]
+)
+def test_pinv_bad_tolerance_raises_naming_the_argument(rtol, error):
+    with pytest.raises(error, match="pinv: rtol"):
+        rnp.linalg.pinv(np.ones((2, 4, 3)), rtol=rtol)
+
+
 def test_complex_logcumsumexp_matches_jax_numpy_and_torch():
     x = 3 * (RNG.standard_normal((5, 3)) + 1j * RNG.standard_normal((5, 3)))
     ours = lambda x: rnp.logcumsumexp(x, 0)  # noqa: E731

@@ -11,7 +11,9 @@ check gauge-invariant functions of the outputs, which is all a finite difference
 from __future__ import annotations
 
 import collections
+import numbers
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -20,7 +22,7 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
-from jaxrules.mechanism import define_op
+from jaxrules.mechanism import concrete_value, define_op
 from jaxrules.ops._sampling import normal
 from jaxrules.registry import OpRecord, Sample, SingularPoint, register
 
@@ -779,20 +781,36 @@ register(OpRecord(
 # Pseudo-inverse and least squares
 
 
-pinv_op = _op("pinv", lambda a, *, rtol: jnp.linalg.pinv(a, rtol=rtol), lambda out, a, **_: (a, out))
+# ``rtol`` is an array argument (a number, an array over the batch, a tracer): the cutoff moves
+# no singular value across it under a small change, so its derivative is 0 (the formulas
+# ignore its tangent and give it no cotangent).
+pinv_op = _op("pinv", lambda a, rtol: jnp.linalg.pinv(a, rtol=rtol), lambda out, a, rtol: (a, out))
 lstsq_op = _op(
     "lstsq",
-    lambda a, b, *, rtol: jnp.linalg.pinv(a, rtol=rtol) @ b,
-    lambda out, a, b, *, rtol: (a, pinv_op(a, rtol=rtol), b),
+    lambda a, b, rtol: jnp.linalg.pinv(a, rtol=rtol) @ b,
+    lambda out, a, b, rtol: (a, pinv_op(a, rtol), b),
 )
 
 
-def _rtol(op, value):
+def _rtol(op, value, a, name="rtol/rcond"):
+    """The relative cutoff as a real array broadcasting over ``a``'s batch (default
+    ``10 max(m, n) eps``, jax.numpy's): a number, an array or a tracer."""
+    real = jnp.finfo(a.dtype).dtype
     if value is None:
-        return None
-    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{op}: rtol/rcond must be a non-negative number, got {value!r}")
-    return float(value)
+        return jnp.asarray(10.0 * max(a.shape[-2:]) * jnp.finfo(real).eps, real)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | jax.Array | np.ndarray | np.generic):
+        raise TypeError(f"{op}: {name} must be a real number or array, got {value!r}")
+    tol = jnp.asarray(value)
+    if tol.dtype == bool or not (jnp.issubdtype(tol.dtype, jnp.integer) or jnp.issubdtype(tol.dtype, jnp.floating)):
+        raise TypeError(f"{op}: {name} must be real, got dtype {tol.dtype}")
+    try:
+        jnp.broadcast_shapes(tol.shape, a.shape[:-2])
+    except ValueError:
+        raise ValueError(f"{op}: {name} of shape {tol.shape} does not broadcast over the batch {a.shape[:-2]}") from None
+    known = concrete_value(tol)
+    if known is not None and np.any(known < 0):
+        raise ValueError(f"{op}: {name} must be non-negative, got {value!r}")
+    return tol.astype(real)
 
 
 def pinv(a, rtol=None, hermitian=False, *, rcond=None):
@@ -802,7 +820,8 @@ def pinv(a, rtol=None, hermitian=False, *, rcond=None):
     del hermitian
     if rtol is not None and rcond is not None:
         raise ValueError("pinv: give rtol or rcond, not both")
-    return pinv_op(_matrix("pinv", "a", a), rtol=_rtol("pinv", rtol if rcond is None else rcond))
+    a = _matrix("pinv", "a", a)
+    return pinv_op(a, _rtol("pinv", rtol if rcond is None else rcond, a))
 
 
 def lstsq(a, b, rcond=None, *, numpy_resid=False):
@@ -821,10 +840,11 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     if b2.ndim < 2 or b2.shape[-2] != a.shape[-2]:
         raise ValueError(f"lstsq: b of shape {b.shape} does not match a of shape {a.shape}")
     a, b2 = _broadcast_batch("lstsq", a, b2, 2)
-    x = lstsq_op(a, b2, rtol=_rtol("lstsq", rcond))
+    rtol = _rtol("lstsq", rcond, a, "rcond")
+    x = lstsq_op(a, b2, rtol)
     s = svdvals(a)
     m, n = a.shape[-2:]
-    tol = (max(m, n) * jnp.finfo(s.dtype).eps if rcond is None else rcond) * s[..., :1]
+    tol = (max(m, n) * jnp.finfo(s.dtype).eps if rcond is None else rtol[..., None]) * s[..., :1]
     rank = jnp.sum(s > tol, axis=-1).astype(jnp.int32)
     r = b2 - a @ x
     resid = jnp.sum((r * jnp.conj(r)).real, axis=-2)
