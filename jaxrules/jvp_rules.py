@@ -262,23 +262,37 @@ def renorm_jvp(res, t, *, p, axis, maxnorm, **_):
 
 
 # ----------------------------------------------------------------------------------------------
-# Normalization (the kernel x -> x_hat; weight and bias are applied outside, as functorch's
-# BatchRulesNorm.cpp applies them outside the native kernels)
+# Normalization: y = x_hat w + b with the statistics as outputs (the native kernels with affine),
+# and its backward without weight (whose own derivatives are the seed's double backward)
 
 
-def normalize_jvp(res, t, *, axes, eps, axis_name):
-    """``dx_hat = (t - mean(t)) rstd + (x - mean) drstd``, ``drstd = -rstd^3 mean((t - mean t)(x -
-    mean))`` (seed ``_norm_jvp`` / ``_invstd_jvp``; batch/layer/group norm JVPs before
-    ``_affine_jvp``)."""
-    x, mean, rstd = res
-    return P.norm_projection(x, mean, rstd, t, axes, axis_name)
+def affine_normalize_jvp(res, tx, tw, tb, *, axes, eps, axis_name):
+    """Outputs ``(y, mean, rstd)`` of ``y = x_hat w + b``: ``dmean = E[dx]``, ``drstd = -rstd^2
+    E[x_hat dx]``, ``dy = rstd (dx - dmean - x_hat E[x_hat dx]) w + x_hat dw + db`` (seed
+    ``layer_norm_jvp`` / ``batch_norm_jvp`` / ``group_norm_jvp``: ``_norm_jvp`` with
+    ``_invstd_jvp``, then ``_affine_jvp``)."""
+    x, w, mean, rstd = res
+    stat = rstd.dtype
+    xhat = (x.astype(stat) - mean) * rstd
+    dy, dmean, drstd = [], None, None
+    if tx is not None:
+        t = tx.astype(stat)
+        dmean, c = P.group_mean(t, axes, axis_name), P.group_mean(xhat * t, axes, axis_name)
+        dy.append(rstd * (t - dmean - xhat * c) * w.astype(stat))
+        drstd = -rstd * rstd * c
+    if tw is not None:
+        dy.append(xhat * tw.astype(stat))
+    if tb is not None:
+        dy.append(jnp.broadcast_to(tb.astype(stat), x.shape))
+    return (_terms(*dy) if dy else None), dmean, drstd
 
 
-def normalize_backward_jvp(res, tx, tg, *, axes, eps, axis_name):
+def normalize_backward_jvp(res, tx, tmean, trstd, tg, *, axes, eps, axis_name):
     """JVP of the backward ``gx = B(g)``: ``B(dg) - rstd (E[dx x_hat] gx + E[g x_hat] B(dx) +
     x_hat E[gx dx])`` — the forward-mode counterpart of the seed's double backward
-    (``layer_norm_double_backward`` / ``batchnorm_double_backward`` with weight 1)."""
-    x, g = res
+    (``layer_norm_double_backward`` / ``batchnorm_double_backward`` with weight 1). The statistics
+    are recomputed from x (their arguments carry no derivative: see ``normalize_backward``)."""
+    x, _, _, g = res
     mean, rstd = P.norm_stats(x, axes, eps, axis_name)
     gx = P.norm_projection(x, mean, rstd, g, axes, axis_name)
     out = None if tg is None else P.norm_projection(x, mean, rstd, tg, axes, axis_name)

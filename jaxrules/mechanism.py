@@ -269,7 +269,24 @@ def _fit_cotangent(ct, aval, name):
         ct = ct.real
     if ct.shape != aval.shape:
         ct = _sum_to_shape(ct, aval.shape, name)
-    return ct.astype(aval.dtype)
+    return _sum_over_varying_axes(ct, aval).astype(aval.dtype)
+
+
+def _sum_over_varying_axes(ct, aval):
+    """Under ``shard_map``: a cotangent that varies over manual mesh axes along which its argument
+    is replicated (a weight used with a sharded input: JAX inserts the ``pvary``) is summed over
+    them (``psum``, the transpose of ``pvary``), as JAX's own autodiff does."""
+    extra = tuple(sorted(_varying_axes(jax.typeof(ct)) - _varying_axes(aval)))
+    return jax.lax.psum(ct, extra) if extra else ct
+
+
+def _varying_axes(aval) -> frozenset:
+    """The manual mesh axes an aval varies over (``vma`` in newer JAX, ``manual_axis_type.varying``
+    in jax 0.10)."""
+    if hasattr(aval, "vma"):
+        return frozenset(aval.vma)
+    manual = getattr(aval, "manual_axis_type", None)
+    return frozenset(getattr(manual, "varying", ()))
 
 
 def _sum_to_shape(ct, shape, name):

@@ -248,23 +248,34 @@ def renorm_vjp(res, ct, *, p, axis, maxnorm, **_):
 # Normalization
 
 
-def normalize_vjp(res, ct, *, axes, eps, axis_name):
-    """The native backward without weight: ``rstd (g - mean(g) - x_hat mean(g x_hat))`` (seed
-    ``native_layer_norm_backward`` / ``batch_norm_backward`` / ``native_group_norm_backward``'s
-    grad_input). Computed by the ``normalize_backward`` op, so that its own VJP — the seed's
-    double backward — runs under a second reverse pass."""
+def affine_normalize_vjp(res, ct, *, axes, eps, axis_name):
+    """The native backward with weight (seed ``native_layer_norm_backward`` /
+    ``batch_norm_backward`` / ``native_group_norm_backward``): ``dx = B(g w)`` with ``B(v) = rstd
+    (v - E[v] - x_hat E[v x_hat])`` computed by the ``normalize_backward`` op (so its own VJP, the
+    seed's double backward, runs under a second reverse pass), plus the statistics outputs'
+    terms ``(g_mean - g_rstd rstd^2 x_hat) / count``; ``dw = sum g x_hat``, ``db = sum g`` over the
+    axes where the weight broadcasts."""
     from jaxrules.ops.normalization import normalize_backward
 
-    x, _, _ = res
-    return (normalize_backward(x, ct, axes=axes, eps=eps, axis_name=axis_name),)
+    x, w, mean, rstd = res
+    g, g_mean, g_rstd = ct
+    stat = rstd.dtype
+    xhat = (x.astype(stat) - mean) * rstd
+    g = g.astype(stat)
+    dx = normalize_backward(x, mean, rstd, g * w.astype(stat), axes=axes, eps=eps, axis_name=axis_name)
+    count = math.prod(x.shape[a] for a in axes) * (1 if axis_name is None else lax.psum(1, axis_name))
+    dx = dx + (g_mean - g_rstd * rstd * rstd * xhat) / count
+    spread = tuple(a for a in range(x.ndim) if w.shape[a] == 1)
+    return dx, (g * xhat).sum(spread, keepdims=True), g.sum(spread, keepdims=True)
 
 
 def normalize_backward_vjp(res, ct, *, axes, eps, axis_name):
     """The seed's double backward (``layer_norm_double_backward`` / ``batchnorm_double_backward``
     with weight 1; the weight's terms come from the product rule outside the kernel), given
     ``h = ggI``: ``g_x = -rstd (x_hat E[h gx] + E[g x_hat] B(h) + E[h x_hat] gx)`` and
-    ``g_gO = B(h)``."""
-    x, g = res
+    ``g_gO = B(h)``. The statistics are recomputed from x; their arguments get no cotangent
+    (see ``normalize_backward``)."""
+    x, _, _, g = res
     mean, rstd = P.norm_stats(x, axes, eps, axis_name)
     h = ct.astype(rstd.dtype)
     gx = P.norm_projection(x, mean, rstd, g, axes, axis_name)
@@ -272,7 +283,7 @@ def normalize_backward_vjp(res, ct, *, axes, eps, axis_name):
     xhat = (x.astype(rstd.dtype) - mean) * rstd
     mean_ = lambda v: P.group_mean(v, axes, axis_name)  # noqa: E731
     g_x = -rstd * (xhat * mean_(h * gx) + mean_(g.astype(rstd.dtype) * xhat) * bh + mean_(h * xhat) * gx)
-    return g_x, bh
+    return g_x, None, None, bh
 
 
 # ----------------------------------------------------------------------------------------------

@@ -166,7 +166,7 @@ def _layer_norm_fn(values, weight, bias, offsets):
 
 
 _record(
-    "layer_norm", _layer_norm_fn, ("layer_norm_backward_nested",), ("normalize",), _layer_norm_samples,
+    "layer_norm", _layer_norm_fn, ("layer_norm_backward_nested",), ("affine_normalize",), _layer_norm_samples,
     lambda t, values, weight, bias, offsets: _per_component(
         t, offsets, lambda x: t.nn.functional.layer_norm(x, x.shape[-1:], weight, bias), values
     ),

@@ -1,19 +1,18 @@
 """Normalization: ``batch_norm``, ``layer_norm``, ``group_norm`` (torch.nn.functional's
 semantics, channels at axis 1).
 
-All three run one kernel, ``normalize``: ``x_hat = (x - mean) * rstd`` over the reduced axes
-(and over the devices of ``axis_name``), which saves what torch saves (input, mean, rstd — not a
-normalized copy). Its VJP is the native backward without weight, computed by the op
-``normalize_backward``, whose own formulas are the seed's double backward, so Hessian-vector
-products run them. Weight and bias are applied after the kernel by broadcasting, as functorch's
-batch rules do; the kernel's vmap rule folds the vmap dimension into a kept axis
-(``jaxrules/batching.py``).
+All three run one op on the XLA path, ``affine_normalize``: ``y = (x - mean) rstd w + b`` over
+the reduced axes (and over the devices of ``axis_name``) with the statistics as outputs, saving
+what torch saves (input, weight, mean, rstd — not a normalized copy). Its VJP is the native
+backward with weight; the ``dx`` part is computed by the op ``normalize_backward``, whose own
+formulas are the seed's double backward, so Hessian-vector products run them. Its vmap rule
+(``jaxrules/batching.py``) folds the vmap dimension into a kept axis, as functorch does.
 
-On GPU (``impl="pallas"``, the default there) the three run fused Pallas kernels instead
-(``jaxrules.norm_kernels``), as ops of their own with the affine inside: ``layer_norm_rows``
-and ``grouped_norm`` (batch and group norm). Their JVP formulas are jnp; their VJP formulas run
-the backward kernels, whose own derivatives are those of the jnp form of the same backward
-(``mechanism.differentiated_as``), so double backward and every transform still compose.
+On GPU, where the dispatch chooses them (``jaxrules.dispatch``: from measurements per device
+kind), the three run fused Pallas kernels instead (``jaxrules.norm_kernels``), as ops of their own:
+``layer_norm_rows`` and ``grouped_norm`` (batch and group norm). Their JVP formulas are jnp; their
+VJP formulas run the backward kernels, whose own derivatives are those of the jnp form of the same
+backward (``mechanism.differentiated_as``), so double backward and every transform still compose.
 """
 
 from __future__ import annotations
@@ -30,43 +29,33 @@ from jaxrules import dispatch
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
-from jaxrules.batching import fold_into_kept_axis
+from jaxrules.batching import affine_norm_batch_rule
 from jaxrules.mechanism import define_op
 from jaxrules.ops._sampling import normal
 from jaxrules.registry import OpRecord, Sample, SingularPoint, register
 
 
-def _normalize_primal(x, *, axes, eps, axis_name):
+def _affine_normalize_primal(x, w, b, *, axes, eps, axis_name):
+    """``(y, mean, rstd)``: ``y = (x - mean) rstd w + b`` in x's dtype, the statistics over
+    ``axes`` (kept, in ``stat_dtype``); ``w``, ``b`` are views that broadcast against x."""
     mean, rstd = P.norm_stats(x, axes, eps, axis_name)
-    return ((x.astype(rstd.dtype) - mean) * rstd).astype(x.dtype)
+    stat = rstd.dtype
+    y = (x.astype(stat) - mean) * rstd * w.astype(stat) + b.astype(stat)
+    return y.astype(x.dtype), mean, rstd
 
 
-def _save_stats(out, x, *, axes, eps, axis_name):
-    return (x, *P.norm_stats(x, axes, eps, axis_name))
+def _save_affine_normalize(outs, x, w, b, **_):
+    return (x, w, outs[1], outs[2])
 
 
-def _normalize_backward_primal(x, g, *, axes, eps, axis_name):
-    mean, rstd = P.norm_stats(x, axes, eps, axis_name)
+def _normalize_backward_primal(x, mean, rstd, g, *, axes, eps, axis_name):
     return P.norm_projection(x, mean, rstd, g, axes, axis_name).astype(g.dtype)
 
 
-_fold = fold_into_kept_axis(_normalize_primal)
-
-
-def _normalize_batch(args, dims, *, vmap_axis_name, axes, eps, axis_name):
-    """Fold the vmap dimension into a kept axis (functorch), unless the statistics are shared
-    across this very vmap axis (``axis_name``): then they must include it, and the primal is
-    vmapped with that name so its collectives see the batch."""
-    if axis_name is not None and axis_name == vmap_axis_name:
-        import jax
-
-        (x,), (d,) = args, dims
-        fn = lambda v: _normalize_primal(v, axes=axes, eps=eps, axis_name=axis_name)  # noqa: E731
-        return jax.vmap(fn, in_axes=d, axis_name=vmap_axis_name)(x), 0
-    return _fold(args, dims, axes=axes, eps=eps, axis_name=axis_name)
-
-
-normalize_op = define_op("normalize", _normalize_primal, J.normalize_jvp, R.normalize_vjp, _save_stats, _normalize_batch)
+affine_normalize_op = define_op(
+    "affine_normalize", _affine_normalize_primal, J.affine_normalize_jvp, R.affine_normalize_vjp,
+    _save_affine_normalize, affine_norm_batch_rule(_affine_normalize_primal),
+)
 normalize_backward_op = define_op(
     "normalize_backward", _normalize_backward_primal, J.normalize_backward_jvp, R.normalize_backward_vjp
 )
@@ -194,9 +183,20 @@ def _grouped_kernel_plan(op, impl, x, weight, groups):
                         lambda interpret: dispatch.GroupedLaunch(interpret=interpret))
 
 
-def normalize_backward(x, g, *, axes, eps, axis_name):
-    """``rstd (g - mean(g) - x_hat mean(g x_hat))``: the normalization kernel's VJP."""
-    return normalize_backward_op(x, g, axes=axes, eps=eps, axis_name=axis_name)
+def normalize_backward(x, mean, rstd, g, *, axes, eps, axis_name):
+    """``rstd (g - E[g] - x_hat E[g x_hat])``: the normalization's VJP (the native backward
+    without weight). ``mean``/``rstd`` are x's statistics, passed so that they are not computed
+    again; they carry no derivative of their own (the formulas differentiate through x)."""
+    return normalize_backward_op(x, lax.stop_gradient(mean), lax.stop_gradient(rstd), g, axes=axes, eps=eps,
+                                 axis_name=axis_name)
+
+
+def _affine_normalize(op, x, weight, bias, axes, weight_shape, weight_axis, eps, axis_name):
+    """``(y, mean, rstd)`` of the XLA formulas: x normalized over ``axes``, then ``* weight + bias``
+    (``weight_shape`` placed at ``weight_axis``, ones/zeros where not given)."""
+    w, b = _affine_vectors(op, x, weight_shape, weight, bias)
+    view = (1,) * weight_axis + tuple(weight_shape) + (1,) * (x.ndim - weight_axis - len(weight_shape))
+    return affine_normalize_op(x, w.reshape(view), b.reshape(view), axes=axes, eps=eps, axis_name=axis_name)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -231,9 +231,10 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, impl=No
     then ``* weight + bias``. JVP seed ``layer_norm_jvp``; VJP the native backward; double
     backward seed ``layer_norm_double_backward``; vmap folds B0 into the leading axis.
 
-    ``impl``: ``"pallas"`` (fused kernels with the affine inside, ``norm_kernels``; the default on
-    GPU for float32/bfloat16/float16 when the normalized size is a power of two in [128, 16384]),
-    ``"xla"`` (the jnp formulas; the default elsewhere) or ``"pallas_interpret"`` (tests)."""
+    ``impl``: ``None`` (the dispatch's choice, ``jaxrules.dispatch``: the kernels on a GPU where
+    they were measured faster for this shape and dtype), ``"pallas"`` (fused kernels with the
+    affine inside, ``norm_kernels``), ``"xla"`` (the jnp formulas) or ``"pallas_interpret"``
+    (tests)."""
     x = V.array("layer_norm", "x", x)
     shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
     k = len(shape)
@@ -248,8 +249,7 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, impl=No
                                                                         _weight_dtype(x, weight)),
                         lambda interpret: dispatch.rows_launch(m, n, interpret=interpret))
     if plan.impl == "xla":
-        y = normalize_op(x, axes=axes, eps=eps, axis_name=None)
-        return _affine("layer_norm", y, weight, bias, shape, x.ndim - k)
+        return _affine_normalize("layer_norm", x, weight, bias, axes, shape, x.ndim - k, eps, None)[0]
     w, b = _affine_vectors("layer_norm", x, shape, weight, bias)
     y, _, _ = layer_norm_rows_op(x.reshape(m, n), w.reshape(n), b.reshape(n), eps=eps, launch=plan.launch)
     return y.reshape(x.shape)
@@ -260,9 +260,9 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, impl=None):
     normalized over the last axis, then per-channel ``* weight + bias``. JVP seed
     ``group_norm_jvp``; VJP the native backward; vmap folds B0 into N.
 
-    ``impl``: ``"pallas"`` (fused kernels, ``norm_kernels.grouped_*``; the default on GPU for
-    float32/bfloat16/float16 when prod(*) >= 32), ``"xla"`` (the jnp formulas; the default
-    elsewhere) or ``"pallas_interpret"`` (tests)."""
+    ``impl``: ``None`` (the dispatch's choice, ``jaxrules.dispatch``), ``"pallas"`` (fused
+    kernels, ``norm_kernels.grouped_*``), ``"xla"`` (the jnp formulas) or ``"pallas_interpret"``
+    (tests)."""
     x = V.array("group_norm", "x", x)
     if x.ndim < 2:
         raise ValueError(f"group_norm: x must have shape (N, C, *), got {x.shape}")
@@ -273,9 +273,21 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, impl=None):
     if plan.impl != "xla":
         return _grouped_norm("group_norm", x, weight, bias, layout="group", groups=int(num_groups), eps=eps,
                              launch=plan.launch)[0]
-    grouped = x.reshape(x.shape[0], num_groups, -1)
-    y = normalize_op(grouped, axes=(2,), eps=eps, axis_name=None).reshape(x.shape)
-    return _affine("group_norm", y, weight, bias, (x.shape[1],), 1)
+    grouped = x.reshape(x.shape[0], num_groups, x.shape[1] // num_groups, -1)  # (N, G, C/G, L)
+    weight, bias = (_grouped_channels(name, v, x.shape[1], num_groups) for name, v in (("weight", weight),
+                                                                                      ("bias", bias)))
+    y = _affine_normalize("group_norm", grouped, weight, bias, (2, 3), grouped.shape[1:3], 1, eps, None)[0]
+    return y.reshape(x.shape)
+
+
+def _grouped_channels(name, v, channels, groups):
+    """A per-channel ``weight``/``bias`` (C,) as (G, C/G); None stays None."""
+    if v is None:
+        return None
+    v = V.array("group_norm", name, v)
+    if v.shape != (channels,):
+        raise ValueError(f"group_norm: {name} must have shape ({channels},), got {v.shape}")
+    return v.reshape(groups, -1)
 
 
 def batch_norm(
@@ -292,10 +304,9 @@ def batch_norm(
     ``(x - running_mean) / sqrt(running_var + eps)``. Seed ``batch_norm_jvp``, the native
     backward and ``batchnorm_double_backward``; vmap folds B0 into the channels.
 
-    ``impl`` (training): ``"pallas"`` (fused kernels, ``norm_kernels.grouped_*``; the default on
-    GPU for float32/bfloat16/float16 when prod(*) >= 32 and no ``axis_name``), ``"xla"`` (the jnp
-    formulas; the default elsewhere, and the only one with ``axis_name``) or
-    ``"pallas_interpret"`` (tests).
+    ``impl`` (training): ``None`` (the dispatch's choice, ``jaxrules.dispatch``; XLA with
+    ``axis_name``), ``"pallas"`` (fused kernels, ``norm_kernels.grouped_*``), ``"xla"`` (the jnp
+    formulas, the only one with ``axis_name``) or ``"pallas_interpret"`` (tests).
 
     Under ``jax.vmap`` with a batched input and unbatched running statistics in training,
     functorch raises (it would update the statistics in place); here the new statistics are
@@ -328,8 +339,7 @@ def batch_norm(
     if isinstance(count, int) and count <= 1:
         raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got input {x.shape}")
     if plan.impl == "xla":
-        y = normalize_op(x, axes=axes, eps=eps, axis_name=axis_name)
-        y = _affine("batch_norm", y, weight, bias, (channels,), 1)
+        y = _affine_normalize("batch_norm", x, weight, bias, axes, (channels,), 1, eps, axis_name)[0]
         if running_mean is None and running_var is None:
             return y, None, None
         xs = lax.stop_gradient(x).astype(P.stat_dtype(x.dtype))
@@ -357,7 +367,7 @@ def _updated_running_stats(mean, var, count, running_mean, running_var, momentum
 
 _NN = "jaxrules.nn."
 _SEED_SHARED = ("_norm_jvp", "_invstd_jvp", "_affine_jvp")
-_FORMULAS = ("normalize", "normalize_backward")
+_FORMULAS = ("affine_normalize", "normalize_backward")
 
 
 def _kernel_mode(x):
@@ -427,7 +437,7 @@ register(OpRecord(
     lambda torch, x, shape, w=None, b=None, eps=1e-5: torch.nn.functional.layer_norm(
         x, (shape,) if isinstance(shape, int) else shape, w, b, eps),
     "torch.nn.functional.layer_norm", low_precision=("float32", "bfloat16"),
-    batching="kernel vmap rule: B0 folded into the leading axis (native_layer_norm_batch_rule); affine after",
+    batching="own rule: B0 folded into the leading axis (native_layer_norm_batch_rule); batched weights after",
     double_backward="normalize_backward op: seed layer_norm_double_backward (weight terms by the product rule)",
     singular=(SingularPoint("constant rows", (np.full((2, 3), 4.0), (3,)), (np.zeros((2, 3)),)),),
 ))
@@ -441,7 +451,7 @@ register(OpRecord(
     ],
     lambda torch, x, g, w=None, b=None, eps=1e-5: torch.nn.functional.group_norm(x, g, w, b, eps),
     "torch.nn.functional.group_norm", low_precision=("float32", "bfloat16"),
-    batching="kernel vmap rule: B0 folded into N (native_group_norm_plumbing); affine after",
+    batching="own rule: B0 folded into N (native_group_norm_plumbing); batched weights after",
     double_backward="normalize_backward op: the seed's group-norm double backward "
     "(infinitely_differentiable_native_group_norm_backward's math, weight by the product rule)",
     singular=(SingularPoint("constant groups", (np.full((2, 4, 3), 1.5), 2), (np.zeros((2, 4, 3)),)),),
@@ -462,7 +472,7 @@ register(OpRecord(
     ],
     lambda torch, x, w=None, b=None, eps=1e-5: torch.nn.functional.batch_norm(x, None, None, w, b, training=True, eps=eps),
     "torch.nn.functional.batch_norm (training)", low_precision=("float32", "bfloat16"),
-    batching="kernel vmap rule: B0 folded into the channels (batch_norm_batch_rule); affine after; "
+    batching="own rule: B0 folded into the channels, weights tiled (batch_norm_batch_rule); batched weights after; "
     "batched input with unbatched running stats allowed (new stats come back batched)",
     double_backward="normalize_backward op: seed batchnorm_double_backward (weight terms by the product rule)",
     singular=(SingularPoint("constant channels", (np.full((3, 2, 2), -1.0),), (np.zeros((3, 2, 2)),)),),
