@@ -49,7 +49,9 @@ def _save_affine_normalize(outs, x, w, b, **_):
 
 
 def _normalize_backward_primal(x, mean, rstd, g, *, axes, eps, axis_name):
-    return P.norm_projection(x, mean, rstd, g, axes, axis_name).astype(g.dtype)
+    # In x's dtype (computed in the statistics' dtype): for bfloat16 inputs an intermediate XLA
+    # keeps between fusions is then bfloat16, not float32.
+    return P.norm_projection(x, mean, rstd, g, axes, axis_name).astype(x.dtype)
 
 
 affine_normalize_op = define_op(
