@@ -573,7 +573,7 @@ def run_sweep(cases, variants=SWEEP_VARIANTS, repeats: int = 15, with_value: boo
         row = {"op": case.op, "shape": list(case.shape), "dtype": case.dtype, "weight_dtype": case.weight_dtype,
                "features": list(features), "plan": plan.impl, **{f"{v}_ms": t for v, t in timings.items()},
                "bytes": sweep_bytes(case, with_value)}
-        ours = timings.get("default", timings.get("pallas"))
+        ours = next(timings[v] for v in ("default", "pallas", "xla", "jax") if v in timings)
         row["sol"] = row["bytes"] / (ours * 1e-3) / 1e9 / meta["sol_gbps"]
         rows.append(row)
         if on_row is not None:

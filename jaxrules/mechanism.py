@@ -139,6 +139,7 @@ class LinearRule:
     parent: LinearRule | None = None
     batch_dims: tuple | None = None
     batch_axis_name: Any = None  # the vmap axis's name, so collectives in the formulas see it
+    none_for_zero_cotangents: bool = False  # the VJP formula gets None for a symbolic zero
 
     def __repr__(self) -> str:  # shown in jaxprs
         batched = "" if self.batch_dims is None else ", batched"
@@ -239,7 +240,8 @@ def _transpose(cts, *args, rule):
         return [None] * len(args)
     out_avals = _abstract_eval(*(_aval(a) for a in args), rule=rule)
     cts = [
-        jnp.zeros(a.shape, a.dtype) if type(c) is ad.Zero else c for c, a in zip(cts, out_avals)
+        (None if rule.none_for_zero_cotangents else jnp.zeros(a.shape, a.dtype)) if type(c) is ad.Zero else c
+        for c, a in zip(cts, out_avals)
     ]
     _record("vjp", rule.name)
     in_cts = rule.apply_vjp(res, cts, [_aval(t) for t in tangents])
@@ -378,6 +380,7 @@ class Op:
     vjp: Callable
     save: Callable = _save_arguments
     batch: Callable | None = None
+    none_for_zero_cotangents: bool = False
 
     @functools.cached_property
     def save_wants_mask(self) -> bool:
@@ -399,10 +402,13 @@ def define_op(
     vjp: Callable,
     save: Callable | None = None,
     batch: Callable | None = None,
+    none_for_zero_cotangents: bool = False,
 ) -> Op:
     """Turn a primal, a JVP formula and a VJP formula (and what to save, and optionally the
-    primal's vmap rule) into an op."""
-    return Op(name, primal, jvp, vjp, save or _save_arguments, batch)
+    primal's vmap rule) into an op. ``none_for_zero_cotangents``: the VJP formula of an op with
+    several outputs receives ``None`` for an output whose cotangent is a symbolic zero (an unused
+    output), instead of an array of zeros, so it can leave that output's terms out."""
+    return Op(name, primal, jvp, vjp, save or _save_arguments, batch, none_for_zero_cotangents)
 
 
 # The primal of an op with its own vmap rule is bound through this primitive, whose batching
@@ -498,7 +504,8 @@ def _zero_tangent(x):
 
 @functools.lru_cache(maxsize=4096)
 def _linear_rule(op: Op, static_items, res_tree, out_tree, mask, out_avals, diff) -> LinearRule:
-    return LinearRule(op.name, op.jvp, op.vjp, static_items, res_tree, out_tree, mask, out_avals, diff)
+    return LinearRule(op.name, op.jvp, op.vjp, static_items, res_tree, out_tree, mask, out_avals, diff,
+                      none_for_zero_cotangents=op.none_for_zero_cotangents)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -253,18 +253,22 @@ def affine_normalize_vjp(res, ct, *, axes, eps, axis_name):
     ``batch_norm_backward`` / ``native_group_norm_backward``): ``dx = B(g w)`` with ``B(v) = rstd
     (v - E[v] - x_hat E[v x_hat])`` computed by the ``normalize_backward`` op (so its own VJP, the
     seed's double backward, runs under a second reverse pass), plus the statistics outputs'
-    terms ``(g_mean - g_rstd rstd^2 x_hat) / count``; ``dw = sum g x_hat``, ``db = sum g`` over the
-    axes where the weight broadcasts."""
+    terms ``(g_mean - g_rstd rstd^2 x_hat) / count`` when they are used (the op passes ``None``
+    for a symbolic zero cotangent); ``dw = sum g x_hat``, ``db = sum g`` over the axes where the
+    weight broadcasts."""
     from jaxrules.ops.normalization import normalize_backward
 
     x, w, mean, rstd = res
     g, g_mean, g_rstd = ct
     stat = rstd.dtype
     xhat = (x.astype(stat) - mean) * rstd
-    g = g.astype(stat)
+    g = jnp.zeros(x.shape, stat) if g is None else g.astype(stat)
     dx = normalize_backward(x, mean, rstd, g * w.astype(stat), axes=axes, eps=eps, axis_name=axis_name)
-    count = math.prod(x.shape[a] for a in axes) * (1 if axis_name is None else lax.psum(1, axis_name))
-    dx = dx + (g_mean - g_rstd * rstd * rstd * xhat) / count
+    if g_mean is not None or g_rstd is not None:  # None: unused statistics (the usual case)
+        count = math.prod(x.shape[a] for a in axes) * (1 if axis_name is None else lax.psum(1, axis_name))
+        g_mean = 0 if g_mean is None else g_mean
+        g_rstd = 0 if g_rstd is None else g_rstd
+        dx = dx + (g_mean - g_rstd * rstd * rstd * xhat) / count
     spread = tuple(a for a in range(x.ndim) if w.shape[a] == 1)
     return dx, (g * xhat).sum(spread, keepdims=True), g.sum(spread, keepdims=True)
 

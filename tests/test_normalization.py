@@ -204,3 +204,29 @@ def test_bad_input(call, words):
         call()
     for word in words:
         assert word in str(info.value)
+
+
+@pytest.mark.parametrize("uses", ["y", "mean", "rstd", "all"])
+def test_affine_normalize_statistics_outputs_have_their_derivatives(uses):
+    """The XLA path's op returns the statistics too (batch norm's running statistics read them);
+    a loss through any subset of its outputs gets the gradient of the same math written in plain
+    jnp (JAX's autodiff), including the VJP's branch for unused (symbolic zero) outputs."""
+    from jaxrules.ops.normalization import affine_normalize_op
+
+    x, w, b = jnp.asarray(X4), jnp.asarray(W6).reshape(1, 6, 1, 1), jnp.asarray(B6).reshape(1, 6, 1, 1)
+    axes = (0, 2, 3)
+
+    def reference(x, w, b):
+        mean = x.mean(axes, keepdims=True)
+        rstd = jax.lax.rsqrt(jnp.square(x - mean).mean(axes, keepdims=True) + 1e-5)
+        return (x - mean) * rstd * w + b, mean, rstd
+
+    def loss(fn):
+        def f(x, w, b):
+            y, mean, rstd = fn(x, w, b)
+            parts = {"y": jnp.sum(y * CT4), "mean": jnp.sum(jnp.sin(mean)), "rstd": jnp.sum(rstd ** 2)}
+            return parts[uses] if uses != "all" else sum(parts.values())
+        return f
+
+    ours = loss(lambda x, w, b: affine_normalize_op(x, w, b, axes=axes, eps=1e-5, axis_name=None))
+    _close(jax.grad(ours, (0, 1, 2))(x, w, b), jax.grad(loss(reference), (0, 1, 2))(x, w, b))

@@ -56,7 +56,7 @@ def _normalize_backward_primal(x, mean, rstd, g, *, axes, eps, axis_name):
 
 affine_normalize_op = define_op(
     "affine_normalize", _affine_normalize_primal, J.affine_normalize_jvp, R.affine_normalize_vjp,
-    _save_affine_normalize, affine_norm_batch_rule(_affine_normalize_primal),
+    _save_affine_normalize, affine_norm_batch_rule(_affine_normalize_primal), none_for_zero_cotangents=True,
 )
 normalize_backward_op = define_op(
     "normalize_backward", _normalize_backward_primal, J.normalize_backward_jvp, R.normalize_backward_vjp
