@@ -3,7 +3,7 @@
 This is the only module that touches JAX internals (``jax.extend`` and ``jax.interpreters``
 carry no compatibility guarantee); a JAX upgrade should touch this file alone.
 
-How an op works (``../shared/DESIGN.md`` §2):
+How an op works (``docs/design.md`` §2):
 
 * The op is a ``jax.custom_jvp`` function. Its JVP rule computes the primal output and the
   *residuals* (``save``: exactly what reverse mode keeps, as a ``custom_vjp`` fwd would), and

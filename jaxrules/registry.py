@@ -67,7 +67,8 @@ class OpRecord:
     * ``fn``: the public function; ``public``: its public names.
     * ``formula_ops``: names of the mechanism ops whose formulas carry its derivatives (the op
       itself, or the ops it is composed of).
-    * ``seed``: the seed functions it mirrors.
+    * ``seed``: the seed functions it mirrors (the PyTorch functions whose formulas it ports;
+      ``docs/design.md`` §1).
     * ``samples(rng, dtype)``: sample inputs of that dtype, away from singular points.
     * ``torch_fn(torch, *args, **kwargs)``: the same computation in torch (``None``: no torch
       equivalent); ``torch_name`` for the table.

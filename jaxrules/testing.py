@@ -1,4 +1,4 @@
-"""The verification harness: the testing contract of ``../shared/DESIGN.md`` §5, run from an
+"""The verification harness: the testing contract of ``docs/design.md`` §4, run from an
 op's record. Usable on your own ops: build an ``OpRecord`` and call ``check_op(record)``.
 
 Checks (names used by the CLI, the tests and the JSON report):

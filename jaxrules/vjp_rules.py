@@ -2,7 +2,7 @@
 
 Signature: ``name_vjp(residuals, cotangent, **static) -> tuple`` with one cotangent (or
 ``None`` for zero) per array argument. Complex formulas are in JAX's convention, the conjugate
-of torch's (``../shared/DESIGN.md`` §2): each is the transpose of the JVP formula in
+of torch's (``docs/design.md`` §2): each is the transpose of the JVP formula in
 ``jvp_rules``, and both apply the same factor from ``partials``. Broadcast arguments get
 cotangents of the broadcast shape; the mechanism sums them back to the argument's shape.
 """

@@ -1,4 +1,4 @@
-"""The rule mechanism (DESIGN.md §2): which formula each transform runs, and composition with
+"""The rule mechanism (docs/design.md §2): which formula each transform runs, and composition with
 jit, vmap, hessian, checkpoint, scan."""
 
 import pathlib

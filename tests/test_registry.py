@@ -1,4 +1,4 @@
-"""Every registered op through every check of the harness (DESIGN.md §5)."""
+"""Every registered op through every check of the harness (docs/design.md §4)."""
 
 import pytest
 
