@@ -25,10 +25,7 @@ def _check(args) -> int:
     if unknown:
         print(f"check: unknown checks {sorted(unknown)}; choose from {', '.join(CHECKS)}", file=sys.stderr)
         return 2
-    selected = records(args.ops)
-    if args.shard:
-        index, count = (int(v) for v in args.shard.split("/"))
-        selected = selected[index::count]
+    selected = _shard(records(args.ops), args.shard)
     if not selected:
         print(f"check: no registered op matches {args.ops!r}", file=sys.stderr)
         return 2
@@ -62,6 +59,14 @@ def _check(args) -> int:
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=1)
     return 1 if failed else 0
+
+
+def _shard(items: list, spec: str | None) -> list:
+    """Every N-th item starting at K, for ``--shard K/N`` (all of them without it)."""
+    if not spec:
+        return items
+    index, count = (int(v) for v in spec.split("/"))
+    return items[index::count]
 
 
 def _table(selected, checks, results) -> str:
@@ -231,9 +236,7 @@ def _sweep(args) -> int:
     cases = bench.sweep_cases()
     if args.ops:
         cases = [c for c in cases if any(p in c.name for p in args.ops.split(","))]
-    if args.shard:
-        index, count = (int(v) for v in args.shard.split("/"))
-        cases = cases[index::count]
+    cases = _shard(cases, args.shard)
     if not cases:
         print(f"bench: no sweep case matches {args.ops!r}", file=sys.stderr)
         return 2

@@ -42,3 +42,41 @@ def test_a_jax_less_case_times_jaxrules_alone():
     case = bench.Case("abs", rnp.abs, None, None, {"cpu": [(4,)], "gpu": [(4,)]})
     (row,), _ = bench.run([case], repeats=1, with_torch=False)
     assert row["jax_ms"] is None and row["jaxrules_ms"] > 0
+
+
+def test_the_sweep_covers_the_issues_shapes_and_dtypes():
+    cases = bench.sweep_cases()
+    names = {c.name for c in cases}
+    for name in ("layer_norm 66850x256 bfloat16", "layer_norm 8192x5120 float32", "layer_norm 3x12288 float32",
+                 "batch_norm 256x64x112x112 bfloat16", "group_norm 128x512x7x7 bfloat16+float32-weights"):
+        assert name in names
+    assert len(names) == len(cases) == 201
+    widths = {c.shape[-1] for c in cases if c.op == "layer_norm"}
+    assert {768, 1536, 5120, 12288} <= widths and min(widths) == 64 and max(widths) == 16384
+
+
+def test_speed_of_light_bytes_count_every_tensor_a_forward_backward_moves():
+    case = bench.SweepCase("layer_norm", (1000, 256), "bfloat16", "float32")
+    tensor, weights = 1000 * 256 * 2, 256 * 4
+    assert bench.sweep_bytes(case) == 4 * tensor + 6 * weights  # x (stats), x and dy, dx
+    assert bench.sweep_bytes(case, with_value=True) == 5 * tensor + 6 * weights  # and y
+
+
+@pytest.mark.parametrize("default, best, ok", [(1.0, 0.95, True), (1.0, 0.94, False), (0.090, 0.066, True),
+                                               (0.095, 0.060, False)])
+def test_sweep_verdict_uses_the_noise_margin_only_under_the_threshold(default, best, ok):
+    row = {"default_ms": default, "xla_ms": best, "jax_ms": best + 1}
+    assert bench.sweep_verdict(row)[1] == ok
+
+
+def test_run_sweep_records_what_the_dispatch_reads(monkeypatch):
+    monkeypatch.setattr(bench, "copy_probe", lambda platform: {"jax_copy_gbps": 1.0, "torch_copy_gbps": None,
+                                                               "sol_gbps": 1.0})
+    case = bench.SweepCase("group_norm", (2, 64, 3, 3), "float32", "float32")
+    rows, meta = bench.run_sweep([case], variants=("default", "pallas", "xla", "jax"), repeats=1)
+    (row,) = rows
+    assert row["plan"] == "xla" and all(row[f"{v}_ms"] > 0 for v in ("default", "pallas", "xla", "jax"))
+    record = bench.dispatch_record(rows, meta)
+    (point,) = record["points"]
+    assert point["features"] == [64, 2, 9] and point["op"] == "group_norm"  # N G groups, C/G rows, H W
+    assert "| group_norm | 2x64x3x3 | float32 | xla |" in bench.sweep_markdown(rows, meta)
