@@ -11,14 +11,73 @@ import sys
 import time
 
 
-def _check(args) -> int:
+def configure_check_process(cache_dir: str | None = None) -> None:
+    """JAX settings of a process that runs the harness: float64; XLA's optimization passes off
+    (the checks compile thousands of tiny programs, where those passes cost about a fifth of the
+    time and buy nothing); a compilation cache shared by the run's worker processes."""
     import jax
 
     jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_disable_most_optimizations", True)
+    if cache_dir is not None:
+        jax.config.update("jax_compilation_cache_dir", cache_dir)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def _check_record(record, checks: tuple) -> list:
+    """Every check of one record (a record, or its name in a worker process)."""
+    from jaxrules import records
+    from jaxrules.testing import run_check
+
+    if isinstance(record, str):
+        (record,) = [r for r in records() if r.name == record]
+    return [run_check(record, check) for check in checks]
+
+
+def _run_checks(selected, checks, workers: int, quiet: bool) -> list:
+    """``run_check`` of every selected record and check, in ``workers`` processes (records are
+    handed out one at a time, so slow records do not hold up the rest); failures are printed at
+    once, so a run cut short still shows them."""
+    import os
+    import tempfile
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from multiprocessing import get_context
+
     from tqdm import tqdm
 
+    by_name = {}
+    with tqdm(total=len(selected) * len(checks), unit="check", file=sys.stderr, disable=quiet) as bar:
+        def done(name, results):
+            by_name[name] = results
+            for r in results:
+                if not r.passed:
+                    tqdm.write(f"FAIL {r.op} / {r.check}: {r.detail}", file=sys.stdout)
+            bar.set_postfix_str(name)
+            bar.update(len(results))
+
+        if workers <= 1:  # this process (configured by the caller)
+            for record in selected:
+                done(record.name, _check_record(record, checks))
+        else:
+            os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # workers share a GPU
+            with tempfile.TemporaryDirectory(prefix="jaxrules-check-") as cache_dir, ProcessPoolExecutor(
+                    workers, mp_context=get_context("spawn"), initializer=configure_check_process,
+                    initargs=(cache_dir,)) as pool:
+                futures = {pool.submit(_check_record, r.name, checks): r.name for r in selected}
+                for future in as_completed(futures):
+                    done(futures[future], future.result())
+    return [result for record in selected for result in by_name[record.name]]
+
+
+def _check(args) -> int:
+    import os
+
+    import jax
+
+    configure_check_process()
     from jaxrules import records
-    from jaxrules.testing import CHECKS, run_check
+    from jaxrules.testing import CHECKS
 
     checks = CHECKS if not args.checks else tuple(args.checks.split(","))
     unknown = set(checks) - set(CHECKS)
@@ -31,22 +90,16 @@ def _check(args) -> int:
         return 2
     backend = jax.default_backend()
     device = jax.devices()[0].device_kind
-    results, start = [], time.time()
-    with tqdm(total=len(selected) * len(checks), unit="check", file=sys.stderr, disable=args.quiet) as bar:
-        for record in selected:
-            for check in checks:
-                bar.set_postfix_str(f"{record.name}: {check}")
-                results.append(run_check(record, check))
-                if not results[-1].passed:  # at once, so a run cut short still shows it
-                    tqdm.write(f"FAIL {record.name} / {check}: {results[-1].detail}", file=sys.stdout)
-                bar.update()
+    start = time.time()
+    workers = min(len(selected), args.workers or os.cpu_count() or 1)
+    results = _run_checks(selected, checks, workers, args.quiet)
     print(_table(selected, checks, results))
     failed = [r for r in results if not r.passed]
     passed = len(results) - len(failed)
     skipped = sum(r.skipped for r in results)
     print(
         f"\njaxrules check on {backend} ({device}), jax {jax.__version__}: "
-        f"{len(selected)} ops, {len(results)} checks in {time.time() - start:.0f} s"
+        f"{len(selected)} ops, {len(results)} checks in {time.time() - start:.0f} s ({workers} worker processes)"
     )
     print(f"{passed} passed, {len(failed)} failed" + (f", {skipped} skipped" if skipped else ""))
     if args.json:
@@ -300,6 +353,7 @@ def main(argv=None) -> int:
     check.add_argument("--json", help="also write the results to this JSON file")
     check.add_argument("--shard", help="K/N: only every N-th op starting at K (to run N processes in parallel)")
     check.add_argument("--quiet", action="store_true", help="no progress bar")
+    check.add_argument("--workers", type=int, help="worker processes (default: one per CPU core; 1: this process)")
     check.set_defaults(run=_check)
     listing = sub.add_parser("list", help="print the coverage table")
     listing.add_argument("--ops", help="only ops (with --all: and names) matching this glob or substring")

@@ -113,6 +113,13 @@ def test_cli_check_passes_and_writes_json(tmp_path, capsys):
     assert report["backend"] == "cpu"
 
 
+def test_cli_check_runs_worker_processes(capsys):
+    code = main(["check", "--ops", "deg2rad,rad2deg", "--checks", "jit", "--workers", "2", "--quiet"])
+    text = capsys.readouterr().out
+    assert code == 0 and "2 passed, 0 failed" in text and "(2 worker processes)" in text
+    assert text.index("deg2rad") < text.index("rad2deg")  # the table keeps the records' order
+
+
 def test_cli_check_fails_on_a_failing_op(monkeypatch, capsys):
     broken = _record("test_cli_broken", vjp=lambda x, ct: (3 * x * ct,))
     monkeypatch.setattr(jaxrules, "records", lambda pattern=None: [broken])

@@ -197,6 +197,7 @@ def test_cross_device_statistics_match_the_global_batch():
         (lambda: batch_norm(X4, None, None), ["batch_norm", "training=False"]),
         (lambda: batch_norm(np.ones((1, 3)), None, None, training=True), ["batch_norm", "more than 1 value"]),
         (lambda: batch_norm(X4, None, None, training=True, eps=-1), ["batch_norm", "eps"]),
+        (lambda: batch_norm(X4, None, None, training=True, eps=0.0), ["batch_norm", "eps", "positive"]),
     ],
 )
 def test_bad_input(call, words):
@@ -230,3 +231,20 @@ def test_affine_normalize_statistics_outputs_have_their_derivatives(uses):
 
     ours = loss(lambda x, w, b: affine_normalize_op(x, w, b, axes=axes, eps=1e-5, axis_name=None))
     _close(jax.grad(ours, (0, 1, 2))(x, w, b), jax.grad(loss(reference), (0, 1, 2))(x, w, b))
+
+
+@pytest.mark.parametrize("name", ["layer_norm", "group_norm"])
+def test_any_real_eps_that_torch_accepts(name):
+    """torch's own tests pass eps=-0.5 to layer and group norm; values and gradients follow torch
+    (NaN where var < 0.5). Batch norm in training refuses eps <= 0, as torch does (test_bad_input)."""
+    x = X4 * 2
+    ours = {"layer_norm": lambda x: layer_norm(x, (3, 2), eps=-0.5),
+            "group_norm": lambda x: group_norm(x, 3, eps=-0.5)}[name]
+    theirs = {"layer_norm": lambda x: F.layer_norm(x, (3, 2), eps=-0.5),
+              "group_norm": lambda x: F.group_norm(x, 3, eps=-0.5)}[name]
+    y, pullback = jax.vjp(ours, jnp.asarray(x))
+    tx = torch.tensor(x, requires_grad=True)
+    ty = theirs(tx)
+    (tg,) = torch.autograd.grad(ty, tx, torch.tensor(CT4))
+    np.testing.assert_allclose(np.asarray(y), ty.detach().numpy(), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(np.asarray(pullback(jnp.asarray(CT4))[0]), tg.numpy(), rtol=1e-8, atol=1e-8)

@@ -206,8 +206,11 @@ def _affine_normalize(op, x, weight, bias, axes, weight_shape, weight_axis, eps,
 
 
 def _check_eps(op, eps):
-    if not isinstance(eps, numbers.Real) or eps < 0:
-        raise ValueError(f"{op}: eps must be a non-negative number, got {eps!r}")
+    """Any real number, as torch (whose own tests pass ``eps=-0.5``: ``rsqrt(var + eps)`` is then
+    NaN where ``var < 0.5``, as in torch); a Python or NumPy scalar (the kernels and the formulas
+    take it as a constant)."""
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps):
+        raise TypeError(f"{op}: eps must be a finite real number, got {eps!r}")
     return float(eps)
 
 
@@ -333,6 +336,8 @@ def batch_norm(
             raise ValueError("batch_norm: running_mean and running_var are required when training=False")
         y = (x - running_mean.reshape(channel_view)) * lax.rsqrt(running_var.reshape(channel_view) + eps)
         return _affine("batch_norm", y.astype(x.dtype), weight, bias, (channels,), 1), running_mean, running_var
+    if eps <= 0:  # torch: "batch_norm eps must be positive during training"
+        raise ValueError(f"batch_norm: eps must be positive during training (as torch), got {eps!r}")
     if impl not in (None, "xla") and axis_name is not None:
         raise ValueError(f"batch_norm: impl={impl!r} computes per-device statistics; axis_name needs impl='xla'")
     plan = _grouped_kernel_plan("batch_norm", "xla" if axis_name is not None else impl, x, weight, None)
