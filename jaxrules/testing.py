@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import time
 import traceback
 import zlib
 from collections.abc import Callable, Iterable
@@ -51,6 +52,7 @@ class CheckResult:
     max_error: float | None = None
     detail: str = ""
     skipped: bool = False
+    seconds: float = 0.0  # wall time of the check (the profile of a run: ``check --json``)
 
 
 class CheckFailure(AssertionError):
@@ -487,6 +489,13 @@ def run_check(record: OpRecord, check: str) -> CheckResult:
         raise ValueError(f"run_check: unknown check {check!r}; choose from {CHECKS}")
     if not jax.config.jax_enable_x64:
         raise RuntimeError('run_check: enable float64 first: jax.config.update("jax_enable_x64", True)')
+    start = time.perf_counter()
+    result = _run(record, check)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _run(record: OpRecord, check: str) -> CheckResult:
     try:
         outcome = _RUNNERS[check](record)
     except CheckFailure as err:
