@@ -89,8 +89,8 @@ def matmul(a, b):
 
 
 def linear(input, weight, bias=None):  # noqa: A002 - torch's argument name
-    """torch.nn.functional.linear: ``input @ weight^T + bias`` with ``weight`` of shape
-    (out, in). Its double backward (JAX's derivative of the bilinear VJP formula) is seed
+    """torch.nn.functional.linear: ``input @ weight^T + bias``, ``weight`` of shape (out, in)
+    as torch (not flax's (in, out)). Its double backward (JAX's derivative of the bilinear VJP formula) is seed
     ``linear_double_backward``."""
     x, w = V.array("linear", "input", input), _matrix("linear", "weight", weight)
     if w.ndim != 2:

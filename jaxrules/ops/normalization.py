@@ -299,8 +299,8 @@ def batch_norm(
     x, running_mean, running_var, weight=None, bias=None, *, training=False, momentum=0.1, eps=1e-5, axis_name=None,
     impl=None,
 ):
-    """torch.nn.functional.batch_norm, functional: returns ``(y, new_running_mean,
-    new_running_var)`` (``None`` where the running statistic is ``None``).
+    """torch.nn.functional.batch_norm, functional: returns a tuple ``(y, new_running_mean,
+    new_running_var)`` (``None`` where the running statistic is ``None``), not y alone.
 
     Training: statistics over every axis but the channel axis 1 (and over the devices of
     ``axis_name`` — under ``shard_map``, ``pmap`` or ``vmap(axis_name=...)`` — for a global
