@@ -11,10 +11,19 @@ from jaxrules.ops.activations import (
     elu,
     gelu,
     glu,
+    hard_sigmoid,
+    hard_swish,
+    hard_tanh,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    leaky_relu,
     log_sigmoid,
     log_softmax,
     mish,
+    prelu,
     relu,
+    relu6,
     selu,
     silu,
     softmax,
@@ -38,12 +47,11 @@ from jaxrules.ops.reductions import logsumexp
 
 __all__ = [
     "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu", "conv", "conv1d", "conv2d",
-    "conv3d", "dropout", "elu",
-    "embedding", "gelu",
-    "glu", "group_norm", "huber_loss", "layer_norm", "linear", "log_sigmoid", "log_softmax", "logsumexp", "max_pool",
-    "max_pool1d", "max_pool2d", "max_pool3d", "mish",
-    "mse_loss", "relu", "selu", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softplus", "swish",
-    "threshold",
+    "conv3d", "dropout", "elu", "embedding", "gelu", "glu", "group_norm", "hard_sigmoid", "hard_swish",
+    "hard_tanh", "hardsigmoid", "hardswish", "hardtanh", "huber_loss", "layer_norm", "leaky_relu", "linear",
+    "log_sigmoid", "log_softmax", "logsumexp", "max_pool", "max_pool1d", "max_pool2d", "max_pool3d", "mish",
+    "mse_loss", "prelu", "relu", "relu6", "selu", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax",
+    "softplus", "swish", "threshold",
 ]
 
 _namespace.forward_jax_names(globals(), _jax_namespace)

@@ -481,6 +481,36 @@ def threshold_derivative(x, threshold, value):
     return (x > threshold).astype(x.dtype)
 
 
+def hardtanh_derivative(x, min_val, max_val):
+    """``[min_val < x < max_val]`` (torch's ``hardtanh_backward``: 0 at the bounds, so relu6'(0) =
+    relu6'(6) = 0; JAX's ``hard_tanh`` gives 1 at +-1)."""
+    return ((x > min_val) & (x < max_val)).astype(x.dtype)
+
+
+def leaky_relu_derivative(x, negative_slope):
+    """1 for x > 0, ``negative_slope`` otherwise (torch's ``leaky_relu_backward``: the slope at 0;
+    JAX gives 1)."""
+    return jnp.where(x > 0, 1, negative_slope).astype(x.dtype)
+
+
+def hardsigmoid_derivative(x):
+    """1/6 for -3 < x < 3, else 0 (torch's ``hardsigmoid_backward``: 0 at +-3)."""
+    return jnp.where((x > -3) & (x < 3), 1 / 6, 0).astype(x.dtype)
+
+
+def hardswish_derivative(x):
+    """0 for x <= -3, ``x/3 + 1/2`` for -3 < x < 3, 1 for x >= 3 (torch 2.13's
+    ``hardswish_backward``: 0 at -3, 1 at 3); second derivative 1/3 strictly inside (-3, 3)."""
+    return jnp.where(x <= -3, 0, jnp.where(x >= 3, 1, x / 3 + 0.5)).astype(x.dtype)
+
+
+def prelu_derivatives(x, weight):
+    """``(d/dx, d/dweight) = (1 or weight, 0 or x)`` for x > 0 or x <= 0 (torch's
+    ``_prelu_kernel_backward``: the weight's branch at 0)."""
+    negative = x <= 0
+    return jnp.where(negative, weight, 1).astype(x.dtype), jnp.where(negative, x, 0).astype(x.dtype)
+
+
 def mish_derivative(x):
     """``tanh(sp) + x sigmoid(x) (1 - tanh(sp)^2)``, ``sp = softplus(x)`` computed stably, so the
     second derivative is finite at large x (torch: NaN at 800; seed

@@ -18,6 +18,9 @@ CASES = {
     "gelu_exact": (lambda x: rnn.gelu(x, approximate=False), F.gelu),
     "elu": (lambda x: rnn.elu(x, 1.5), lambda x: F.elu(x, 1.5)),
     "selu": (rnn.selu, F.selu),
+    "hardswish": (rnn.hardswish, F.hardswish),
+    "hardtanh": (lambda x: rnn.hardtanh(x, -3.0, 3.0), lambda x: F.hardtanh(x, -3.0, 3.0)),
+    "leaky_relu": (lambda x: rnn.leaky_relu(x, 0.2), lambda x: F.leaky_relu(x, 0.2)),
     "celu": (lambda x: rnn.celu(x, 2.0), lambda x: F.celu(x, 2.0)),
     "softplus_threshold": (lambda x: rnn.softplus(x, 2, 6), lambda x: F.softplus(x, 2, 6)),
     "log_sigmoid": (rnn.log_sigmoid, F.logsigmoid),
@@ -126,3 +129,34 @@ def test_bad_input(call, error, words):
         call()
     for word in words:
         assert word in str(info.value)
+
+
+def test_jax_named_activations_carry_torchs_derivative_at_their_kinks():
+    """``jaxrules.nn``'s jax.nn names (hard_tanh, relu6, leaky_relu, hard_sigmoid, hard_swish) are
+    the torch-convention ops: the derivative at each kink is torch's, where JAX's differs."""
+    at = jnp.array([-1.0, 1.0, 0.0, 6.0, -3.0, 3.0])
+    cases = [(rnn.hard_tanh, jax.nn.hard_tanh, [0, 0, 1, 0, 0, 0]),
+             (rnn.relu6, jax.nn.relu6, [0, 1, 0, 0, 0, 1]),
+             (rnn.leaky_relu, jax.nn.leaky_relu, [0.01, 1, 0.01, 1, 0.01, 1]),
+             (rnn.hard_swish, jax.nn.hard_swish, [-1 / 3 + 0.5, 1 / 3 + 0.5, 0.5, 1, 0, 1])]
+    for ours, theirs, expected in cases:
+        np.testing.assert_allclose(ours(at), theirs(at), rtol=1e-12)  # same values
+        np.testing.assert_allclose(jax.vmap(jax.grad(ours))(at), expected, rtol=1e-12, err_msg=ours.__name__)
+    assert rnn.hard_sigmoid is rnn.hardsigmoid and rnn.hard_swish is rnn.hardswish
+
+
+def test_hardsigmoid_slope_is_exactly_one_sixth():
+    """torch's CPU kernel uses the float32 constant 1.0f/6.0f; the slope is 1/6."""
+    assert float(jax.grad(lambda x: rnn.hardsigmoid(x))(jnp.float64(0.5))) == 1 / 6
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: rnn.hardtanh(jnp.ones(3), 1.0, -1.0), ValueError, ["hardtanh", "min_val"]),
+    (lambda: rnn.leaky_relu(jnp.ones(3), "0.1"), TypeError, ["leaky_relu", "negative_slope"]),
+    (lambda: rnn.prelu(jnp.ones((2, 3)), jnp.ones(2)), ValueError, ["prelu", "weight"]),
+    (lambda: rnn.prelu(jnp.ones(3), jnp.ones((3, 1))), ValueError, ["prelu", "weight"]),
+])
+def test_porter_activations_bad_input(call, error, words):
+    with pytest.raises(error) as info:
+        call()
+    assert all(w in str(info.value) for w in words)

@@ -24,11 +24,12 @@ _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
 
-def _pointwise(name, primal):
-    """A one-input op whose derivative factor is ``partials.<name>_derivative``."""
+def _pointwise(name, primal, derivative):
+    """A pointwise op: ``primal(*inputs, **params)``, ``derivative(*inputs, **params)`` the factor
+    (or the tuple of factors, one per input) of ``jvp_rules.pointwise_jvp`` /
+    ``vjp_rules.pointwise_vjp``."""
     op = define_op(name, primal, J.pointwise_jvp, R.pointwise_vjp)
-    derivative = getattr(P, f"{name}_derivative")
-    return lambda x, **params: op(x, derivative=derivative, **params)
+    return lambda *inputs, **params: op(*inputs, derivative=derivative, **params)
 
 
 def _elu_primal(x, *, alpha, scale, input_scale, **_):
@@ -40,13 +41,21 @@ def _softplus_primal(x, *, beta, threshold, **_):
     return jnp.where(bx > threshold, x, jax.nn.softplus(jnp.minimum(bx, threshold)) / beta)
 
 
-_threshold = _pointwise("threshold", lambda x, *, threshold, value, **_: jnp.where(x > threshold, x, value).astype(x.dtype))
-_silu = _pointwise("silu", lambda x, **_: jax.nn.silu(x))
-_mish = _pointwise("mish", lambda x, **_: x * jnp.tanh(jax.nn.softplus(x)))
-_gelu = _pointwise("gelu", lambda x, *, approximate, **_: jax.nn.gelu(x, approximate=approximate))
-_elu = _pointwise("elu", _elu_primal)
-_softplus = _pointwise("softplus", _softplus_primal)
-_log_sigmoid = _pointwise("log_sigmoid", lambda x, **_: jax.nn.log_sigmoid(x))
+_threshold = _pointwise("threshold", lambda x, *, threshold, value, **_: jnp.where(x > threshold, x, value).astype(x.dtype),
+                        P.threshold_derivative)
+_silu = _pointwise("silu", lambda x, **_: jax.nn.silu(x), P.silu_derivative)
+_mish = _pointwise("mish", lambda x, **_: x * jnp.tanh(jax.nn.softplus(x)), P.mish_derivative)
+_gelu = _pointwise("gelu", lambda x, *, approximate, **_: jax.nn.gelu(x, approximate=approximate), P.gelu_derivative)
+_elu = _pointwise("elu", _elu_primal, P.elu_derivative)
+_softplus = _pointwise("softplus", _softplus_primal, P.softplus_derivative)
+_log_sigmoid = _pointwise("log_sigmoid", lambda x, **_: jax.nn.log_sigmoid(x), P.log_sigmoid_derivative)
+_hardtanh = _pointwise("hardtanh", lambda x, *, min_val, max_val, **_: jnp.clip(x, min_val, max_val).astype(x.dtype),
+                       P.hardtanh_derivative)
+_leaky_relu = _pointwise("leaky_relu", lambda x, *, negative_slope, **_: jnp.where(x > 0, x, x * negative_slope).astype(x.dtype),
+                         P.leaky_relu_derivative)
+_hardsigmoid = _pointwise("hardsigmoid", lambda x, **_: (jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype), P.hardsigmoid_derivative)
+_hardswish = _pointwise("hardswish", lambda x, **_: (x * jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype), P.hardswish_derivative)
+_prelu = _pointwise("prelu", lambda x, w, **_: jnp.where(x > 0, x, w * x).astype(x.dtype), P.prelu_derivatives)
 softmax_op = define_op("softmax", lambda x, *, axis: jax.nn.softmax(x, axis=axis), J.softmax_jvp, R.softmax_vjp,
                        lambda out, x, **_: x)
 def _log_softmax_primal(x, *, axis):
@@ -87,6 +96,72 @@ def threshold(x, threshold, value):
 def relu(x):
     """``max(x, 0)`` with derivative ``[x > 0]`` (torch's: 0 at 0, as ``jax.nn.relu``)."""
     return _threshold(_real("relu", x), threshold=0.0, value=0.0)
+
+
+def _real_number(op, name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{op}: {name} must be a real number, got {value!r}")
+    return float(value)
+
+
+def hardtanh(x, min_val=-1.0, max_val=1.0):
+    """torch.nn.functional.hardtanh: ``clip(x, min_val, max_val)``; derivative ``[min_val < x <
+    max_val]`` (torch ``hardtanh_backward``: 0 at the bounds, where ``jax.nn.hard_tanh`` gives 1).
+    Also ``hard_tanh`` (jax.nn's name) and ``relu6``."""
+    min_val, max_val = _real_number("hardtanh", "min_val", min_val), _real_number("hardtanh", "max_val", max_val)
+    if min_val > max_val:
+        raise ValueError(f"hardtanh: min_val={min_val} must not exceed max_val={max_val}")
+    return _hardtanh(_real("hardtanh", x), min_val=min_val, max_val=max_val)
+
+
+def hard_tanh(x):
+    """``jax.nn.hard_tanh`` with torch's derivative at +-1 (0): ``hardtanh(x)``."""
+    return hardtanh(x)
+
+
+def relu6(x):
+    """``min(max(x, 0), 6)``, torch's ``hardtanh(x, 0, 6)``: derivative 0 at 0 and 6."""
+    return hardtanh(x, 0.0, 6.0)
+
+
+def leaky_relu(x, negative_slope=0.01):
+    """``x`` for x > 0, ``negative_slope x`` otherwise; derivative ``negative_slope`` at 0 (torch
+    ``leaky_relu_backward``; ``jax.nn.leaky_relu`` gives 1)."""
+    slope = _real_number("leaky_relu", "negative_slope", negative_slope)
+    return _leaky_relu(_real("leaky_relu", x), negative_slope=slope)
+
+
+def hardsigmoid(x):
+    """torch's hardsigmoid ``relu6(x + 3) / 6``; derivative 1/6 strictly inside (-3, 3), 0 at +-3
+    (torch ``hardsigmoid_backward``). Also ``hard_sigmoid`` (jax.nn's name)."""
+    return _hardsigmoid(_real("hardsigmoid", x))
+
+
+def hardswish(x):
+    """torch's hardswish ``x relu6(x + 3) / 6``; derivative ``x/3 + 1/2`` inside (-3, 3), 0 at
+    -3 and 1 at 3 (torch 2.13's ``hardswish_backward``). Also ``hard_swish`` (jax.nn's name)."""
+    return _hardswish(_real("hardswish", x))
+
+
+hard_sigmoid = hardsigmoid
+hard_swish = hardswish
+
+
+def prelu(x, weight):
+    """torch.nn.functional.prelu: ``x`` for x > 0, ``weight x`` otherwise, ``weight`` one value
+    (shape () or (1,)) or one per channel (C,) at axis 1; torch ``_prelu_kernel_backward`` (the
+    weight's branch at 0), the weight's gradient summed over the other axes."""
+    x = _real("prelu", x)
+    w = V.array("prelu", "weight", weight)
+    if jnp.iscomplexobj(w) or w.ndim > 1:
+        raise ValueError(f"prelu: weight must be a real vector of 1 or C values, got {w.dtype}{list(w.shape)}")
+    if w.size == 1:
+        w = w.reshape(())
+    elif x.ndim < 2 or w.shape != (x.shape[1],):
+        raise ValueError(f"prelu: weight must have 1 value or one per channel (axis 1) of x {x.shape}, got {w.shape}")
+    else:
+        w = w.reshape((-1,) + (1,) * (x.ndim - 2))
+    return _prelu(x, w.astype(x.dtype)).astype(x.dtype)
 
 
 def silu(x):
@@ -211,6 +286,34 @@ _record("silu", silu, ("infinitely_differentiable_silu_backward",), _samples(),
 _record("relu", relu, ("threshold_backward",), _samples(),
         lambda t, x: t.relu(x), "torch.relu", formula_ops=("threshold",), low_precision=("float32", "bfloat16"),
         singular=(SingularPoint("kink", (f64(0.0, -1.0, 2.0),), (f64(0, 0, 1),)),))
+_record("hardtanh", hardtanh, ("hardtanh_backward (derivatives.yaml)",),
+        lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4) + 0.01,)), Sample((3 * normal(rng, dt, 5), -0.5, 2.0))],
+        lambda t, x, lo=-1.0, hi=1.0: t.nn.functional.hardtanh(x, lo, hi), _F + "hardtanh",
+        low_precision=("float32", "bfloat16"),
+        singular=(SingularPoint("at the bounds", (f64(-1.0, 1.0, 0.5, 3.0),), (f64(0, 0, 1, 0),)),))
+register(OpRecord("relu6", relu6, (_NN + "relu6",), ("hardtanh",), ("hardtanh_backward (derivatives.yaml)",),
+                  lambda rng, dt: [Sample((4 * normal(rng, dt, 3, 4) + 3,))],
+                  lambda t, x: t.nn.functional.relu6(x), _F + "relu6",
+                  singular=(SingularPoint("at 0 and 6", (f64(0.0, 6.0, 3.0, 7.0),), (f64(0, 0, 1, 0),)),)))
+_record("leaky_relu", leaky_relu, ("leaky_relu_backward (derivatives.yaml)",),
+        lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4),)), Sample((2 * normal(rng, dt, 5), 0.2))],
+        lambda t, x, slope=0.01: t.nn.functional.leaky_relu(x, slope), _F + "leaky_relu",
+        low_precision=("float32", "bfloat16"),
+        singular=(SingularPoint("at 0", (f64(0.0, -1.0, 2.0), 0.1), (f64(0.1, 0.1, 1),)),))
+_record("hardsigmoid", hardsigmoid, ("hardsigmoid_backward (derivatives.yaml)",), _samples(3.0),
+        lambda t, x: t.nn.functional.hardsigmoid(x), _F + "hardsigmoid", low_precision=("float32", "bfloat16"),
+        tolerance={"torch": 1e-7},
+        deviations="The slope is 1/6 exactly; torch's CPU kernel multiplies by the float32 constant "
+        "1.0f/6.0f (3e-8 relative off in float64), so the torch check's tolerance is 1e-7.",
+        singular=(SingularPoint("at +-3", (f64(-3.0, 3.0, 0.0),), (f64(0, 0, 1 / 6),)),))
+_record("hardswish", hardswish, ("hardswish_backward (derivatives.yaml)",), _samples(3.0),
+        lambda t, x: t.nn.functional.hardswish(x), _F + "hardswish", low_precision=("float32", "bfloat16"),
+        singular=(SingularPoint("at +-3", (f64(-3.0, 3.0, 0.0, -4.0),), (f64(0, 1, 0.5, 0),)),))
+_record("prelu", prelu, ("_prelu_kernel_backward (derivatives.yaml)",),
+        lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4, 2), normal(rng, dt, 4))),
+                         Sample((2 * normal(rng, dt, 5), normal(rng, dt, 1)))],
+        lambda t, x, w: t.nn.functional.prelu(x, w), _F + "prelu", low_precision=("float32", "bfloat16"),
+        singular=(SingularPoint("at 0", (f64(0.0, -1.0, 2.0), f64(0.25)), (f64(0.25, 0.25, 1), f64(-1.0))),))
 _record("threshold", threshold, ("threshold_backward",),
         lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4) + 0.01, 0.5, -2.0))],
         lambda t, x, th, value: t.nn.functional.threshold(x, th, value), _F + "threshold",
