@@ -24,7 +24,7 @@ _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
 
-def _pointwise(name, primal, derivative):
+def pointwise_op(name, primal, derivative):
     """A pointwise op: ``primal(*inputs, **params)``, ``derivative(*inputs, **params)`` the factor
     (or the tuple of factors, one per input) of ``jvp_rules.pointwise_jvp`` /
     ``vjp_rules.pointwise_vjp``."""
@@ -41,21 +41,21 @@ def _softplus_primal(x, *, beta, threshold, **_):
     return jnp.where(bx > threshold, x, jax.nn.softplus(jnp.minimum(bx, threshold)) / beta)
 
 
-_threshold = _pointwise("threshold", lambda x, *, threshold, value, **_: jnp.where(x > threshold, x, value).astype(x.dtype),
+_threshold = pointwise_op("threshold", lambda x, *, threshold, value, **_: jnp.where(x > threshold, x, value).astype(x.dtype),
                         P.threshold_derivative)
-_silu = _pointwise("silu", lambda x, **_: jax.nn.silu(x), P.silu_derivative)
-_mish = _pointwise("mish", lambda x, **_: x * jnp.tanh(jax.nn.softplus(x)), P.mish_derivative)
-_gelu = _pointwise("gelu", lambda x, *, approximate, **_: jax.nn.gelu(x, approximate=approximate), P.gelu_derivative)
-_elu = _pointwise("elu", _elu_primal, P.elu_derivative)
-_softplus = _pointwise("softplus", _softplus_primal, P.softplus_derivative)
-_log_sigmoid = _pointwise("log_sigmoid", lambda x, **_: jax.nn.log_sigmoid(x), P.log_sigmoid_derivative)
-_hardtanh = _pointwise("hardtanh", lambda x, *, min_val, max_val, **_: jnp.clip(x, min_val, max_val).astype(x.dtype),
+_silu = pointwise_op("silu", lambda x, **_: jax.nn.silu(x), P.silu_derivative)
+_mish = pointwise_op("mish", lambda x, **_: x * jnp.tanh(jax.nn.softplus(x)), P.mish_derivative)
+_gelu = pointwise_op("gelu", lambda x, *, approximate, **_: jax.nn.gelu(x, approximate=approximate), P.gelu_derivative)
+_elu = pointwise_op("elu", _elu_primal, P.elu_derivative)
+_softplus = pointwise_op("softplus", _softplus_primal, P.softplus_derivative)
+_log_sigmoid = pointwise_op("log_sigmoid", lambda x, **_: jax.nn.log_sigmoid(x), P.log_sigmoid_derivative)
+_hardtanh = pointwise_op("hardtanh", lambda x, *, min_val, max_val, **_: jnp.clip(x, min_val, max_val).astype(x.dtype),
                        P.hardtanh_derivative)
-_leaky_relu = _pointwise("leaky_relu", lambda x, *, negative_slope, **_: jnp.where(x > 0, x, x * negative_slope).astype(x.dtype),
+_leaky_relu = pointwise_op("leaky_relu", lambda x, *, negative_slope, **_: jnp.where(x > 0, x, x * negative_slope).astype(x.dtype),
                          P.leaky_relu_derivative)
-_hardsigmoid = _pointwise("hardsigmoid", lambda x, **_: (jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype), P.hardsigmoid_derivative)
-_hardswish = _pointwise("hardswish", lambda x, **_: (x * jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype), P.hardswish_derivative)
-_prelu = _pointwise("prelu", lambda x, w, **_: jnp.where(x > 0, x, w * x).astype(x.dtype), P.prelu_derivatives)
+_hardsigmoid = pointwise_op("hardsigmoid", lambda x, **_: (jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype), P.hardsigmoid_derivative)
+_hardswish = pointwise_op("hardswish", lambda x, **_: (x * jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype), P.hardswish_derivative)
+_prelu = pointwise_op("prelu", lambda x, w, **_: jnp.where(x > 0, x, w * x).astype(x.dtype), P.prelu_derivatives)
 softmax_op = define_op("softmax", lambda x, *, axis: jax.nn.softmax(x, axis=axis), J.softmax_jvp, R.softmax_vjp,
                        lambda out, x, **_: x)
 def _log_softmax_primal(x, *, axis):

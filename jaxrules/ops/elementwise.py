@@ -19,11 +19,6 @@ from jaxrules.ops._sampling import away_from_zero, f64, normal, uniform
 from jaxrules.registry import OpRecord, Sample, SingularPoint, register
 
 
-def _unary(name: str, primal, save=None):
-    """A one-argument op whose formulas are ``jvp_rules.<name>_jvp`` / ``vjp_rules.<name>_vjp``."""
-    return define_op(name, primal, getattr(J, f"{name}_jvp"), getattr(R, f"{name}_vjp"), save)
-
-
 def _save_x_and_out(out, x, **_):
     return x, out
 
@@ -40,34 +35,25 @@ def _save_sign(out, x):
     return (x > 0).astype(jnp.int8) - (x < 0).astype(jnp.int8)
 
 
-abs_op = _unary("abs", lambda x: jnp.abs(x), _save_sign)
-sign_op = _unary("sign", lambda x: jnp.sign(x))
-angle_op = _unary("angle", lambda x: jnp.angle(x))
+abs_op = define_op("abs", lambda x: jnp.abs(x), J.abs_jvp, R.abs_vjp, _save_sign)
+sign_op = define_op("sign", lambda x: jnp.sign(x), J.sign_jvp, R.sign_vjp)
+angle_op = define_op("angle", lambda x: jnp.angle(x), J.angle_jvp, R.angle_vjp)
 arctan2_op = define_op("arctan2", jnp.arctan2, J.arctan2_jvp, R.arctan2_vjp)
 power_op = define_op("power", jnp.power, J.power_jvp, R.power_vjp, lambda out, x, y: (x, y, out))
-power_scalar_exponent_op = _unary(
-    "power_scalar_exponent", lambda x, *, exponent: jnp.power(x, exponent)
-)
-power_scalar_base_op = _unary(
-    "power_scalar_base",
-    lambda y, *, base: jnp.power(jnp.asarray(base, y.dtype), y),
-    lambda out, y, **_: (y, out),
-)
+power_scalar_exponent_op = define_op("power_scalar_exponent", lambda x, *, exponent: jnp.power(x, exponent), J.power_scalar_exponent_jvp, R.power_scalar_exponent_vjp)
+power_scalar_base_op = define_op("power_scalar_base", lambda y, *, base: jnp.power(jnp.asarray(base, y.dtype), y), J.power_scalar_base_jvp, R.power_scalar_base_vjp, lambda out, y, **_: (y, out))
 copysign_op = define_op("copysign", jnp.copysign, J.copysign_jvp, R.copysign_vjp)
-sinc_op = _unary("sinc", jnp.sinc)
-log1p_op = _unary("log1p", jnp.log1p)
-deg2rad_op = _unary("deg2rad", jnp.deg2rad, lambda out, x: ())
-rad2deg_op = _unary("rad2deg", jnp.rad2deg, lambda out, x: ())
+sinc_op = define_op("sinc", jnp.sinc, J.sinc_jvp, R.sinc_vjp)
+log1p_op = define_op("log1p", jnp.log1p, J.log1p_jvp, R.log1p_vjp)
+deg2rad_op = define_op("deg2rad", jnp.deg2rad, J.deg2rad_jvp, R.deg2rad_vjp, lambda out, x: ())
+rad2deg_op = define_op("rad2deg", jnp.rad2deg, J.rad2deg_jvp, R.rad2deg_vjp, lambda out, x: ())
 clip_op = define_op(
     "clip", lambda x, lo, hi: jnp.minimum(jnp.maximum(x, lo), hi), J.clip_jvp, R.clip_vjp
 )
-logit_op = _unary(
-    "logit",
-    lambda x, *, eps: jsp_special.logit(x if eps is None else jnp.clip(x, eps, 1 - eps)),
-)
-i1_op = _unary("i1", jsp_special.i1, _save_x_and_out)
-i1e_op = _unary("i1e", jsp_special.i1e, _save_x_and_out)
-multigammaln_op = _unary("multigammaln", lambda a, *, d: jsp_special.multigammaln(a, d))
+logit_op = define_op("logit", lambda x, *, eps: jsp_special.logit(x if eps is None else jnp.clip(x, eps, 1 - eps)), J.logit_jvp, R.logit_vjp)
+i1_op = define_op("i1", jsp_special.i1, J.i1_jvp, R.i1_vjp, _save_x_and_out)
+i1e_op = define_op("i1e", jsp_special.i1e, J.i1e_jvp, R.i1e_vjp, _save_x_and_out)
+multigammaln_op = define_op("multigammaln", lambda a, *, d: jsp_special.multigammaln(a, d), J.multigammaln_jvp, R.multigammaln_vjp)
 xlogy_op = define_op("xlogy", jsp_special.xlogy, J.xlogy_jvp, R.xlogy_vjp)
 
 

@@ -27,11 +27,6 @@ from jaxrules.ops._sampling import normal
 from jaxrules.registry import OpRecord, Sample, SingularPoint, register
 
 
-def _op(name: str, primal, save=None):
-    """An op whose formulas are ``jvp_rules.<name>_jvp`` / ``vjp_rules.<name>_vjp``."""
-    return define_op(name, primal, getattr(J, f"{name}_jvp"), getattr(R, f"{name}_vjp"), save)
-
-
 def _matrix(op: str, name: str, x, *, square=False, min_ndim=2):
     x = V.array(op, name, x)
     if x.ndim < min_ndim:
@@ -59,7 +54,7 @@ def _same_dtype(*arrays):
 # Products
 
 
-matmul_op = _op("matmul", P.matmul)
+matmul_op = define_op("matmul", P.matmul, J.matmul_jvp, R.matmul_vjp)
 linear_op = define_op(
     "linear",
     lambda x, w, b: jnp.einsum("...i,oi->...o", x, w) + b,
@@ -108,7 +103,7 @@ def linear(input, weight, bias=None):  # noqa: A002 - torch's argument name
 # Inverse, determinants
 
 
-inv_op = _op("inv", jnp.linalg.inv, lambda out, a: out)
+inv_op = define_op("inv", jnp.linalg.inv, J.inv_jvp, R.inv_vjp, lambda out, a: out)
 
 
 def _adjugate_by_svd(a):
@@ -148,9 +143,9 @@ def _save_adjugate(out, a):
     return u, s, vh, jnp.linalg.det(u) * jnp.linalg.det(vh)
 
 
-adjugate_op = _op("adjugate", _adjugate_primal, _save_adjugate)
-det_op = _op("det", jnp.linalg.det, lambda out, a: adjugate_op(a))
-slogdet_op = _op("slogdet", lambda a: tuple(jnp.linalg.slogdet(a)), lambda out, a: (inv_op(a), out[0]))
+adjugate_op = define_op("adjugate", _adjugate_primal, J.adjugate_jvp, R.adjugate_vjp, _save_adjugate)
+det_op = define_op("det", jnp.linalg.det, J.det_jvp, R.det_vjp, lambda out, a: adjugate_op(a))
+slogdet_op = define_op("slogdet", lambda a: tuple(jnp.linalg.slogdet(a)), J.slogdet_jvp, R.slogdet_vjp, lambda out, a: (inv_op(a), out[0]))
 
 
 def inv(a):
@@ -193,7 +188,7 @@ def _solve_primal(a, b, *, left):
     return P.mT(P.lu_solve(lu, piv, P.mT(b), trans=1))
 
 
-solve_op = _op("solve", _solve_primal, lambda out, a, b, **_: (*P.lu_factor(a), out))
+solve_op = define_op("solve", _solve_primal, J.solve_jvp, R.solve_vjp, lambda out, a, b, **_: (*P.lu_factor(a), out))
 
 
 def _solve_with(op_name, bound_op, a, b, left):
@@ -233,13 +228,9 @@ def _tri_flags(op, trans):
     return codes[trans]
 
 
-solve_triangular_op = _op(
-    "solve_triangular",
-    lambda a, b, *, lower, unit, transpose, conjugate, left: P.tri_solve(
+solve_triangular_op = define_op("solve_triangular", lambda a, b, *, lower, unit, transpose, conjugate, left: P.tri_solve(
         a, b, lower=lower, left=left, transpose=transpose, conjugate=conjugate, unit=unit
-    ),
-    lambda out, a, b, **_: (a, out),
-)
+    ), J.solve_triangular_jvp, R.solve_triangular_vjp, lambda out, a, b, **_: (a, out))
 
 
 def _solve_triangular(op, a, b, *, lower, unit, trans, left):
@@ -265,7 +256,7 @@ def torch_solve_triangular(A, B, *, upper, left=True, unitriangular=False):  # n
 # Cholesky
 
 
-cholesky_op = _op("cholesky", lambda a: jnp.linalg.cholesky(a), lambda out, a: out)
+cholesky_op = define_op("cholesky", lambda a: jnp.linalg.cholesky(a), J.cholesky_jvp, R.cholesky_vjp, lambda out, a: out)
 
 
 def cholesky(a, *, upper=False, symmetrize_input=True):
@@ -278,9 +269,7 @@ def cholesky(a, *, upper=False, symmetrize_input=True):
     return P.mH(factor) if upper else factor
 
 
-cho_solve_op = _op(
-    "cho_solve", lambda c, b, *, lower: P.cho_solve(c, lower, b), lambda out, c, b, **_: (c, out)
-)
+cho_solve_op = define_op("cho_solve", lambda c, b, *, lower: P.cho_solve(c, lower, b), J.cho_solve_jvp, R.cho_solve_vjp, lambda out, c, b, **_: (c, out))
 
 
 def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
@@ -310,11 +299,7 @@ def torch_cholesky_solve(B, L, upper=False):  # noqa: N803 - torch's argument na
     return cho_solve((L, not upper), B)
 
 
-cholesky_inverse_op = _op(
-    "cholesky_inverse",
-    lambda c, *, lower: P.cho_solve(c, lower, jnp.broadcast_to(jnp.eye(c.shape[-1], dtype=c.dtype), c.shape)),
-    lambda out, c, **_: (c, out),
-)
+cholesky_inverse_op = define_op("cholesky_inverse", lambda c, *, lower: P.cho_solve(c, lower, jnp.broadcast_to(jnp.eye(c.shape[-1], dtype=c.dtype), c.shape)), J.cholesky_inverse_jvp, R.cholesky_inverse_vjp, lambda out, c, **_: (c, out))
 
 
 def cholesky_inverse(L, upper=False):  # noqa: N803 - torch's argument name
@@ -548,17 +533,15 @@ def _eigh_primal(a):
     return w, v
 
 
-eigh_op = _op("eigh", _eigh_primal, lambda out, a: out)
+eigh_op = define_op("eigh", _eigh_primal, J.eigh_jvp, R.eigh_vjp, lambda out, a: out)
 # The values-only ops save vectors computed by the full op, so their second derivatives go through
 # the full op's rules (finite at repeated values).
-eigvalsh_op = _op("eigvalsh", lambda a: jnp.linalg.eigh(a)[0], lambda out, a: eigh_op(a)[1])
-svd_op = _op("svd", lambda a, *, full_matrices: tuple(jnp.linalg.svd(a, full_matrices=full_matrices)), lambda out, a, **_: out)
-svdvals_op = _op(  # the primal is the full SVD's, so under jit XLA computes one SVD for both
-    "svdvals", lambda a: jnp.linalg.svd(a, full_matrices=False)[1], lambda out, a: svd_op(a, full_matrices=False)[::2]
-)
-qr_op = _op("qr", lambda a, *, complete: tuple(jnp.linalg.qr(a, "complete" if complete else "reduced")), lambda out, a, **_: out)
-eig_op = _op("eig", lambda a: tuple(jnp.linalg.eig(a)), lambda out, a: out)
-eigvals_op = _op("eigvals", lambda a: jnp.linalg.eig(a)[0], lambda out, a: eig_op(a)[1])
+eigvalsh_op = define_op("eigvalsh", lambda a: jnp.linalg.eigh(a)[0], J.eigvalsh_jvp, R.eigvalsh_vjp, lambda out, a: eigh_op(a)[1])
+svd_op = define_op("svd", lambda a, *, full_matrices: tuple(jnp.linalg.svd(a, full_matrices=full_matrices)), J.svd_jvp, R.svd_vjp, lambda out, a, **_: out)
+svdvals_op = define_op("svdvals", lambda a: jnp.linalg.svd(a, full_matrices=False)[1], J.svdvals_jvp, R.svdvals_vjp, lambda out, a: svd_op(a, full_matrices=False)[::2])
+qr_op = define_op("qr", lambda a, *, complete: tuple(jnp.linalg.qr(a, "complete" if complete else "reduced")), J.qr_jvp, R.qr_vjp, lambda out, a, **_: out)
+eig_op = define_op("eig", lambda a: tuple(jnp.linalg.eig(a)), J.eig_jvp, R.eig_vjp, lambda out, a: out)
+eigvals_op = define_op("eigvals", lambda a: jnp.linalg.eig(a)[0], J.eigvals_jvp, R.eigvals_vjp, lambda out, a: eig_op(a)[1])
 
 
 def _hermitian_input(op, a, UPLO, symmetrize_input):
@@ -787,12 +770,8 @@ register(OpRecord(
 # ``rtol`` is an array argument (a number, an array over the batch, a tracer): the cutoff moves
 # no singular value across it under a small change, so its derivative is 0 (the formulas
 # ignore its tangent and give it no cotangent).
-pinv_op = _op("pinv", lambda a, rtol: jnp.linalg.pinv(a, rtol=rtol), lambda out, a, rtol: (a, out))
-lstsq_op = _op(
-    "lstsq",
-    lambda a, b, rtol: jnp.linalg.pinv(a, rtol=rtol) @ b,
-    lambda out, a, b, rtol: (a, pinv_op(a, rtol), b),
-)
+pinv_op = define_op("pinv", lambda a, rtol: jnp.linalg.pinv(a, rtol=rtol), J.pinv_jvp, R.pinv_vjp, lambda out, a, rtol: (a, out))
+lstsq_op = define_op("lstsq", lambda a, b, rtol: jnp.linalg.pinv(a, rtol=rtol) @ b, J.lstsq_jvp, R.lstsq_vjp, lambda out, a, b, rtol: (a, pinv_op(a, rtol), b))
 
 
 def _rtol(op, value, a, name="rtol/rcond"):
@@ -877,15 +856,15 @@ def _lu_primal(a):
     return (_permutation_matrix(perm, a.dtype), *P.lu_parts(lu_))
 
 
-lu_op = _op("lu", _lu_primal, _save_lu)
-lu_factor_op = _op("lu_factor", lambda a: tuple(P.lu_factor(a)), _save_lu)
+lu_op = define_op("lu", _lu_primal, J.lu_jvp, R.lu_vjp, _save_lu)
+lu_factor_op = define_op("lu_factor", lambda a: tuple(P.lu_factor(a)), J.lu_factor_jvp, R.lu_factor_vjp, _save_lu)
 
 
 def _save_lu_solve(out, lu, piv, b, **_):
     return lu, piv, lax.linalg.lu_pivots_to_permutation(piv, lu.shape[-2]), out
 
 
-lu_solve_op = _op("lu_solve", lambda lu, piv, b, *, trans: P.lu_solve(lu, piv, b, trans), _save_lu_solve)
+lu_solve_op = define_op("lu_solve", lambda lu, piv, b, *, trans: P.lu_solve(lu, piv, b, trans), J.lu_solve_jvp, R.lu_solve_vjp, _save_lu_solve)
 
 
 def _lu_unpack_primal(lu, piv, *, k):
@@ -893,7 +872,7 @@ def _lu_unpack_primal(lu, piv, *, k):
     return (_permutation_matrix(perm, lu.dtype), *P.lu_parts(lu))
 
 
-lu_unpack_op = _op("lu_unpack", _lu_unpack_primal, lambda out, lu, piv, **_: ())
+lu_unpack_op = define_op("lu_unpack", _lu_unpack_primal, J.lu_unpack_jvp, R.lu_unpack_vjp, lambda out, lu, piv, **_: ())
 
 
 def lu(a, permute_l=False, overwrite_a=False, check_finite=True):
@@ -957,7 +936,7 @@ def _expm_primal(a):
     return _expm(a)
 
 
-expm_op = _op("expm", _expm_primal)
+expm_op = define_op("expm", _expm_primal, J.expm_jvp, R.expm_vjp)
 
 
 def expm(A, *, upper_triangular=False, max_squarings=16):  # noqa: N803 - jax.scipy's argument name
@@ -976,14 +955,14 @@ def _householder_primal(a, tau):
     return lax.linalg.householder_product(a, tau)
 
 
-householder_product_op = _op("householder_product", _householder_primal, lambda out, a, tau: (a, tau, out))
+householder_product_op = define_op("householder_product", _householder_primal, J.householder_product_jvp, R.householder_product_vjp, lambda out, a, tau: (a, tau, out))
 
 
 def _ormqr_primal(a, tau, c, *, left, transpose):
     return lax.linalg.ormqr(a, tau, c, left=left, transpose=transpose)
 
 
-ormqr_op = _op("ormqr", _ormqr_primal, lambda out, a, tau, c, **_: (a, tau, c, out))
+ormqr_op = define_op("ormqr", _ormqr_primal, J.ormqr_jvp, R.ormqr_vjp, lambda out, a, tau, c, **_: (a, tau, c, out))
 
 
 def _reflectors(op, a, tau):

@@ -11,19 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrules import _validate as V
-from jaxrules import jvp_rules as J
 from jaxrules import partials as P
-from jaxrules import vjp_rules as R
-from jaxrules.mechanism import define_op
 from jaxrules.ops import reductions
 from jaxrules.ops._sampling import f64, normal, uniform
+from jaxrules.ops.activations import pointwise_op
 from jaxrules.registry import OpRecord, Sample, SingularPoint, register
-
-
-def _pointwise(name, primal):
-    op = define_op(name, primal, J.pointwise_jvp, R.pointwise_vjp)
-    derivative = getattr(P, f"{name}_derivatives")
-    return lambda *args, **params: op(*args, derivative=derivative, **params)
 
 
 def _bce_primal(x, y, **_):
@@ -48,12 +40,12 @@ def _smooth_l1_primal(x, y, *, beta, **_):
     return jnp.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta)
 
 
-_bce = _pointwise("bce", _bce_primal)
-_bce_logits = _pointwise("bce_with_logits", _bce_logits_primal)
-_mse = _pointwise("mse", lambda x, y, **_: jnp.square(x - y))
-_huber = _pointwise("huber", _huber_primal)
-_smooth_l1 = _pointwise("smooth_l1", _smooth_l1_primal)
-_soft_margin = _pointwise("soft_margin", lambda x, y, **_: jax.nn.softplus(-y * x))
+_bce = pointwise_op("bce", _bce_primal, P.bce_derivatives)
+_bce_logits = pointwise_op("bce_with_logits", _bce_logits_primal, P.bce_with_logits_derivatives)
+_mse = pointwise_op("mse", lambda x, y, **_: jnp.square(x - y), P.mse_derivatives)
+_huber = pointwise_op("huber", _huber_primal, P.huber_derivatives)
+_smooth_l1 = pointwise_op("smooth_l1", _smooth_l1_primal, P.smooth_l1_derivatives)
+_soft_margin = pointwise_op("soft_margin", lambda x, y, **_: jax.nn.softplus(-y * x), P.soft_margin_derivatives)
 
 _REDUCTIONS = ("none", "mean", "sum")
 

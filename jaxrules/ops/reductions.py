@@ -23,12 +23,6 @@ from jaxrules.ops._sampling import distinct, f64, normal
 from jaxrules.registry import OpRecord, Sample, SingularPoint, register
 
 
-def _op(name: str, primal, save=None, formulas: str | None = None):
-    """An op whose formulas are ``jvp_rules.<formulas>_jvp`` / ``vjp_rules.<formulas>_vjp``."""
-    formulas = formulas or name
-    return define_op(name, primal, getattr(J, f"{formulas}_jvp"), getattr(R, f"{formulas}_vjp"), save)
-
-
 def _save_nothing(out, x, **_):
     return ()
 
@@ -55,32 +49,20 @@ def _moments(x, axis, keepdims, correction):
     return var, mean if keepdims else jnp.squeeze(mean, axis)
 
 
-sum_op = _op("sum", lambda x, *, axis, keepdims, shape: jnp.sum(x, axis, keepdims=keepdims), _save_nothing)
-mean_op = _op("mean", lambda x, *, axis, keepdims, shape: jnp.mean(x, axis, keepdims=keepdims), _save_nothing)
-nansum_op = _op("nansum", lambda x, *, axis, keepdims: jnp.nansum(x, axis, keepdims=keepdims))
-prod_op = _op("prod", lambda x, *, axis, keepdims: jnp.prod(x, axis, keepdims=keepdims))
-cumsum_op = _op("cumsum", lambda x, *, axis: jnp.cumsum(x, axis), lambda out, x, **_: ())
-cumprod_op = _op("cumprod", lambda x, *, axis: jnp.cumprod(x, axis))
-var_op = _op(
-    "var", lambda x, *, axis, keepdims, correction: _moments(x, axis, keepdims, correction)[0], _save_centered
-)
-std_op = _op(
-    "std",
-    lambda x, *, axis, keepdims, correction: jnp.sqrt(_moments(x, axis, keepdims, correction)[0]),
-    _save_centered,
-)
-var_mean_op = _op(
-    "var_mean", lambda x, *, axis, keepdims, correction: _moments(x, axis, keepdims, correction), _save_centered
-)
-std_mean_op = _op(
-    "std_mean",
-    lambda x, *, axis, keepdims, correction: (
+sum_op = define_op("sum", lambda x, *, axis, keepdims, shape: jnp.sum(x, axis, keepdims=keepdims), J.sum_jvp, R.sum_vjp, _save_nothing)
+mean_op = define_op("mean", lambda x, *, axis, keepdims, shape: jnp.mean(x, axis, keepdims=keepdims), J.mean_jvp, R.mean_vjp, _save_nothing)
+nansum_op = define_op("nansum", lambda x, *, axis, keepdims: jnp.nansum(x, axis, keepdims=keepdims), J.nansum_jvp, R.nansum_vjp)
+prod_op = define_op("prod", lambda x, *, axis, keepdims: jnp.prod(x, axis, keepdims=keepdims), J.prod_jvp, R.prod_vjp)
+cumsum_op = define_op("cumsum", lambda x, *, axis: jnp.cumsum(x, axis), J.cumsum_jvp, R.cumsum_vjp, lambda out, x, **_: ())
+cumprod_op = define_op("cumprod", lambda x, *, axis: jnp.cumprod(x, axis), J.cumprod_jvp, R.cumprod_vjp)
+var_op = define_op("var", lambda x, *, axis, keepdims, correction: _moments(x, axis, keepdims, correction)[0], J.var_jvp, R.var_vjp, _save_centered)
+std_op = define_op("std", lambda x, *, axis, keepdims, correction: jnp.sqrt(_moments(x, axis, keepdims, correction)[0]), J.std_jvp, R.std_vjp, _save_centered)
+var_mean_op = define_op("var_mean", lambda x, *, axis, keepdims, correction: _moments(x, axis, keepdims, correction), J.var_mean_jvp, R.var_mean_vjp, _save_centered)
+std_mean_op = define_op("std_mean", lambda x, *, axis, keepdims, correction: (
         lambda var, mean: (jnp.sqrt(var), mean)
-    )(*_moments(x, axis, keepdims, correction)),
-    _save_centered,
-)
-amax_op = _op("amax", lambda x, *, axis, keepdims: jnp.max(x, axis, keepdims=keepdims), _save_x_and_out, "selection")
-amin_op = _op("amin", lambda x, *, axis, keepdims: jnp.min(x, axis, keepdims=keepdims), _save_x_and_out, "selection")
+    )(*_moments(x, axis, keepdims, correction)), J.std_mean_jvp, R.std_mean_vjp, _save_centered)
+amax_op = define_op("amax", lambda x, *, axis, keepdims: jnp.max(x, axis, keepdims=keepdims), J.selection_jvp, R.selection_vjp, _save_x_and_out)
+amin_op = define_op("amin", lambda x, *, axis, keepdims: jnp.min(x, axis, keepdims=keepdims), J.selection_jvp, R.selection_vjp, _save_x_and_out)
 def _selected_index(x, *, kind, k, axis, **_):
     """torch's index (keepdims shape): the first maximum/minimum (NaN counts as the maximum and
     the minimum, as in torch), or the ``k``-th smallest in a stable sort (median: the lower middle
@@ -106,7 +88,7 @@ value_selection_op = define_op(
     "value_selection", _value_selection_primal, J.value_selection_jvp, R.value_selection_vjp,
     lambda out, x, **static: _selected_index(x, **static),
 )
-median_op = _op("median", lambda x, *, axis, keepdims: jnp.median(x, axis, keepdims=keepdims))
+median_op = define_op("median", lambda x, *, axis, keepdims: jnp.median(x, axis, keepdims=keepdims), J.median_jvp, R.median_vjp)
 def _save_softmax(out, x, *, axis, keepdims):
     """``exp(x - out)`` (with its limits at infinite ``out``): what both formulas multiply by,
     the same bytes as ``x``, so the backward is one product instead of an exp (under jit the
@@ -120,8 +102,8 @@ def _logsumexp_primal(x, *, axis, keepdims):
     return out if keepdims else jnp.squeeze(out, axis)
 
 
-logsumexp_op = _op("logsumexp", _logsumexp_primal, _save_softmax)
-logcumsumexp_op = _op("logcumsumexp", lambda x, *, axis: lax.cumlogsumexp(x, axis), _save_x_and_out)
+logsumexp_op = define_op("logsumexp", _logsumexp_primal, J.logsumexp_jvp, R.logsumexp_vjp, _save_softmax)
+logcumsumexp_op = define_op("logcumsumexp", lambda x, *, axis: lax.cumlogsumexp(x, axis), J.logcumsumexp_jvp, R.logcumsumexp_vjp, _save_x_and_out)
 
 
 # ----------------------------------------------------------------------------------------------

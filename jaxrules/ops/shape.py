@@ -20,34 +20,22 @@ from jaxrules.ops._sampling import normal
 from jaxrules.registry import OpRecord, Sample, register
 
 
-def _linear_op(name, primal, save=lambda out, *arrays, **_: ()):
-    """A linear op with formulas ``jvp_rules.<name>_jvp`` / ``vjp_rules.<name>_vjp``."""
-    return define_op(name, primal, getattr(J, f"{name}_jvp"), getattr(R, f"{name}_vjp"), save)
+def _save_nothing(out, *arrays, **_):
+    """Linear ops: the formulas read no residual."""
+    return ()
 
 
-concatenate_op = _linear_op("concatenate", lambda *xs, axis, shapes: jnp.concatenate(xs, axis=axis))
-stack_op = _linear_op("stack", lambda *xs, axis, shape: jnp.stack(xs, axis=axis))
-take_along_axis_op = _linear_op(
-    "take_along_axis",
-    lambda x, indices, *, axis, shape: jnp.take_along_axis(x, indices, axis=axis),
-    lambda out, x, indices, **_: indices,
-)
-masked_fill_op = _linear_op(
-    "masked_fill",
-    lambda x, mask, *, value: jnp.where(mask, jnp.asarray(value, x.dtype), x),
-    lambda out, x, mask, **_: mask,
-)
-pad_op = _linear_op("pad", lambda x, *, widths, value: jnp.pad(x, widths, constant_values=jnp.asarray(value, x.dtype)))
-split_op = _linear_op(
-    "split", lambda x, *, axis, sizes: tuple(jnp.split(x, list(itertools.accumulate(sizes))[:-1], axis=axis))
-)
-unstack_op = _linear_op("unstack", lambda x, *, axis: tuple(jnp.moveaxis(x, axis, 0)))
-block_diag_op = _linear_op("block_diag", lambda *xs, shapes: jax.scipy.linalg.block_diag(*xs))
-tile_op = _linear_op("tile", lambda x, *, reps, shape: jnp.tile(x, reps))
-repeat_op = _linear_op("repeat", lambda x, *, counts, axis: P.repeat_along(x, counts, axis))
-take_op = _linear_op(
-    "take", lambda x, indices, *, axis, shape: jnp.take(x, indices, axis=axis), lambda out, x, indices, **_: indices
-)
+concatenate_op = define_op("concatenate", lambda *xs, axis, shapes: jnp.concatenate(xs, axis=axis), J.concatenate_jvp, R.concatenate_vjp, _save_nothing)
+stack_op = define_op("stack", lambda *xs, axis, shape: jnp.stack(xs, axis=axis), J.stack_jvp, R.stack_vjp, _save_nothing)
+take_along_axis_op = define_op("take_along_axis", lambda x, indices, *, axis, shape: jnp.take_along_axis(x, indices, axis=axis), J.take_along_axis_jvp, R.take_along_axis_vjp, lambda out, x, indices, **_: indices)
+masked_fill_op = define_op("masked_fill", lambda x, mask, *, value: jnp.where(mask, jnp.asarray(value, x.dtype), x), J.masked_fill_jvp, R.masked_fill_vjp, lambda out, x, mask, **_: mask)
+pad_op = define_op("pad", lambda x, *, widths, value: jnp.pad(x, widths, constant_values=jnp.asarray(value, x.dtype)), J.pad_jvp, R.pad_vjp, _save_nothing)
+split_op = define_op("split", lambda x, *, axis, sizes: tuple(jnp.split(x, list(itertools.accumulate(sizes))[:-1], axis=axis)), J.split_jvp, R.split_vjp, _save_nothing)
+unstack_op = define_op("unstack", lambda x, *, axis: tuple(jnp.moveaxis(x, axis, 0)), J.unstack_jvp, R.unstack_vjp, _save_nothing)
+block_diag_op = define_op("block_diag", lambda *xs, shapes: jax.scipy.linalg.block_diag(*xs), J.block_diag_jvp, R.block_diag_vjp, _save_nothing)
+tile_op = define_op("tile", lambda x, *, reps, shape: jnp.tile(x, reps), J.tile_jvp, R.tile_vjp, _save_nothing)
+repeat_op = define_op("repeat", lambda x, *, counts, axis: P.repeat_along(x, counts, axis), J.repeat_jvp, R.repeat_vjp, _save_nothing)
+take_op = define_op("take", lambda x, indices, *, axis, shape: jnp.take(x, indices, axis=axis), J.take_jvp, R.take_vjp, lambda out, x, indices, **_: indices)
 
 
 def _same_dtype_arrays(op, arrays):
