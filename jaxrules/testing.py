@@ -383,7 +383,9 @@ def _check_torch(record: OpRecord) -> float | str:
         if record.torch_jvp_differs:
             notes.append(f"JVP not compared: {record.torch_jvp_differs}")
             continue
-        tangents = [_like(rng, a) for a in args]
+        # No tangent on the arguments torch cannot differentiate (its forward AD ignores them).
+        tangents = [jnp.zeros_like(a) if i in record.torch_no_grad_args else _like(rng, a)
+                    for i, a in zip(sample.diff_argnums(), args)]
         try:
             t_jvp = _torch_jvp(torch, record, sample, tangents)
         except (NotImplementedError, RuntimeError) as err:

@@ -160,3 +160,25 @@ def test_porter_activations_bad_input(call, error, words):
     with pytest.raises(error) as info:
         call()
     assert all(w in str(info.value) for w in words)
+
+
+def test_cross_entropy_with_every_target_ignored_is_nan_as_torch():
+    x, t = np.ones((3, 4)), np.full(3, -100)
+    expected = F.cross_entropy(torch.tensor(x), torch.tensor(t))
+    assert np.isnan(float(rnn.cross_entropy(jnp.asarray(x), jnp.asarray(t)))) and torch.isnan(expected)
+    assert float(rnn.cross_entropy(jnp.asarray(x), jnp.asarray(t), reduction="sum")) == 0.0
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: rnn.cross_entropy(jnp.ones((2, 3)), jnp.zeros(3, jnp.int32)), ValueError, ["cross_entropy", "target"]),
+    (lambda: rnn.cross_entropy(jnp.ones((2, 3)), jnp.ones((2, 4))), ValueError, ["cross_entropy", "target"]),
+    (lambda: rnn.cross_entropy(jnp.ones((2, 3)), jnp.zeros(2, jnp.int32), label_smoothing=1.5), ValueError,
+     ["cross_entropy", "label_smoothing"]),
+    (lambda: rnn.nll_loss(jnp.ones((2, 3)), jnp.zeros(2, jnp.int32), jnp.ones(2)), ValueError, ["nll_loss", "weight"]),
+    (lambda: rnn.nll_loss(jnp.ones((2, 3)), jnp.zeros(2, jnp.int32), reduction="avg"), ValueError,
+     ["nll_loss", "reduction"]),
+])
+def test_class_losses_bad_input(call, error, words):
+    with pytest.raises(error) as info:
+        call()
+    assert all(w in str(info.value) for w in words)

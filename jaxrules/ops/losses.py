@@ -128,6 +128,95 @@ def soft_margin_loss(input, target, reduction="mean"):
 # ----------------------------------------------------------------------------------------------
 # Records
 
+def _class_inputs(op, input, target, weight, reduction):
+    """``(x, target, weight)`` checked for the class-index losses: x (C,) with a 0-d target, or
+    (N, C, *) with target (N, *); weight (C,) (ones when None; differentiable here, where torch refuses a gradient for it)."""
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    x = V.array(op, "input", input)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(f"{op}: input must be floating point, got {x.dtype}")
+    t = jnp.asarray(target)
+    if x.ndim == 0:
+        raise ValueError(f"{op}: input must have a class axis (shape (C,) or (N, C, *)), got a 0-d array")
+    channels = x.shape[0] if x.ndim == 1 else x.shape[1]
+    w = jnp.ones(channels, x.dtype) if weight is None else V.array(op, "weight", weight).astype(x.dtype)
+    if w.shape != (channels,):
+        raise ValueError(f"{op}: weight must have shape ({channels},), one per class, got {w.shape}")
+    return x, t, w
+
+
+def _nll(x, t, w, ignore_index, reduction):
+    """torch's ``nll_loss``: ``-w[t] x[t]`` per element (0 where ``t == ignore_index``); "mean"
+    divides the sum by the sum of ``w[t]`` over the kept elements (NaN when none is kept, as
+    torch). The pick is the ``take_along_axis`` op (its VJP scatters, seed ``gather_backward``)."""
+    from jaxrules.ops.shape import take_along_axis
+
+    axis = 0 if x.ndim == 1 else 1
+    kept = t != ignore_index
+    safe = jnp.where(kept, t, 0).astype(jnp.int32)
+    picked = jnp.squeeze(take_along_axis(x, jnp.expand_dims(safe, axis), axis), axis)
+    w_t = jnp.where(kept, w[safe], 0)
+    losses = -w_t * picked
+    if reduction == "none":
+        return losses
+    total = reductions.sum(losses)
+    return total / jnp.sum(w_t) if reduction == "mean" else total
+
+
+def _check_targets(op, x, t):
+    axis_shape = x.shape[:1] + x.shape[2:] if x.ndim > 1 else ()
+    if not jnp.issubdtype(t.dtype, jnp.integer) or t.shape != axis_shape:
+        raise ValueError(f"{op}: class-index target must be integers of shape {axis_shape}, got {t.dtype}{t.shape}")
+
+
+def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
+    """torch.nn.functional.nll_loss: ``-weight[t] input[t]`` for class indices ``target``
+    (input (C,) or (N, C, *), the class axis at 1); ``ignore_index`` contributes nothing; "mean"
+    is the weighted mean over the kept elements. Seed ``nll_loss_backward`` through the pick's
+    scatter; composed of ``take_along_axis`` and ``sum``."""
+    x, t, w = _class_inputs("nll_loss", input, target, weight, reduction)
+    _check_targets("nll_loss", x, t)
+    return _nll(x, t, w, ignore_index, reduction)
+
+
+def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """torch.nn.functional.cross_entropy over the class axis 1 (axis 0 for a (C,) input):
+    ``nll_loss(log_softmax(input))`` for class-index targets, ``-sum_c weight_c target_c
+    log_softmax(input)_c`` for class-probability targets (the same shape as input), with torch's
+    ``label_smoothing`` (class indices: ``(1 - e) nll + e / C`` times the weighted sum of
+    ``-log p``; probabilities: targets mixed with the uniform distribution) and reductions.
+    Composed of ``log_softmax`` (VJP ``g - e sum(g)/s``), ``take_along_axis`` and ``sum``."""
+    from jaxrules.ops.activations import log_softmax
+
+    x, t, w = _class_inputs("cross_entropy", input, target, weight, reduction)
+    if not isinstance(label_smoothing, numbers.Real) or not 0 <= label_smoothing <= 1:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing!r}")
+    axis = 0 if x.ndim == 1 else 1
+    logp = log_softmax(x, axis=axis)
+    classes = x.shape[axis]
+    view = (-1,) + (1,) * (x.ndim - axis - 1)
+    if jnp.issubdtype(t.dtype, jnp.floating):  # class probabilities
+        if t.shape != x.shape:
+            raise ValueError(f"cross_entropy: probability targets must have input's shape {x.shape}, got {t.shape}")
+        p = t.astype(x.dtype) * (1 - label_smoothing) + label_smoothing / classes
+        losses = -reductions.sum(logp * p * w.reshape(view), axis=axis)
+        if reduction == "none":
+            return losses
+        return reductions.mean(losses) if reduction == "mean" else reductions.sum(losses)
+    _check_targets("cross_entropy", x, t)
+    nll = _nll(logp, t, w, ignore_index, reduction)
+    if label_smoothing == 0:
+        return nll
+    kept = t != ignore_index
+    smooth = jnp.where(kept, -reductions.sum(logp * w.reshape(view), axis=axis), 0)
+    if reduction == "mean":
+        smooth = reductions.sum(smooth) / jnp.sum(jnp.where(kept, w[jnp.where(kept, t, 0)], 0))
+    elif reduction == "sum":
+        smooth = reductions.sum(smooth)
+    return (1 - label_smoothing) * nll + smooth * (label_smoothing / classes)
+
+
 _NN = "jaxrules.nn."
 _F = "torch.nn.functional."
 
@@ -198,3 +287,43 @@ _record("soft_margin_loss", soft_margin_loss, "soft_margin",
         deviations="Finite derivatives at |x| = 800 (torch: NaN).",
         torch_no_grad_args=(1,))
 
+
+
+def _class_samples(rng, dt):
+    """Logits (N, C, d) and (N, C), class indices with one ignored entry, class weights."""
+    x3, x2 = 2 * normal(rng, dt, 4, 5, 3), 2 * normal(rng, dt, 6, 4)
+    t3, t2 = rng.integers(0, 5, (4, 3)), rng.integers(0, 4, 6)
+    t3[1, 2] = -100
+    w = uniform(rng, dt, 0.5, 2, 5)
+    return x3, t3, x2, t2, w
+
+
+def _nll_samples(rng, dt):
+    x3, t3, x2, t2, w = _class_samples(rng, dt)
+    return [Sample((x3, t3)), Sample((x3, t3, w), {"reduction": "sum"}), Sample((x2, t2), {"reduction": "none"}),
+            Sample((x2[0], np.asarray(t2[0])),)]
+
+
+def _cross_entropy_samples(rng, dt):
+    x3, t3, x2, t2, w = _class_samples(rng, dt)
+    probs = uniform(rng, dt, 0, 1, 6, 4)
+    probs = probs / probs.sum(1, keepdims=True)
+    return [Sample((x3, t3)), Sample((x3, t3, w), {"reduction": "sum", "label_smoothing": 0.1}),
+            Sample((x2, t2, w[:4]), {"label_smoothing": 0.2}), Sample((x2, probs), {"reduction": "none"}),
+            Sample((x2, probs, w[:4]), {"label_smoothing": 0.1}), Sample((x2[0], np.asarray(t2[0])),)]
+
+
+register(OpRecord(
+    "nll_loss", nll_loss, (_NN + "nll_loss",), ("take_along_axis", "sum"), ("nll_loss_backward (derivatives.yaml)",),
+    _nll_samples, lambda t, x, y, w=None, reduction="mean": t.nn.functional.nll_loss(x, y, w, reduction=reduction),
+    _F + "nll_loss", low_precision=("float32", "bfloat16"), torch_no_grad_args=(2,),
+    deviations="The class weights are differentiable (torch refuses a gradient for them).",
+))
+register(OpRecord(
+    "cross_entropy", cross_entropy, (_NN + "cross_entropy",), ("log_softmax", "take_along_axis", "sum"),
+    ("_log_softmax_backward_data", "nll_loss_backward (derivatives.yaml)"), _cross_entropy_samples,
+    lambda t, x, y, w=None, reduction="mean", label_smoothing=0.0: t.nn.functional.cross_entropy(
+        x, y, w, reduction=reduction, label_smoothing=label_smoothing),
+    _F + "cross_entropy", low_precision=("float32", "bfloat16"), torch_no_grad_args=(2,),
+    deviations="The class weights are differentiable (torch refuses a gradient for them).",
+))
