@@ -589,6 +589,23 @@ def mse_derivatives(x, y):
     return d, -d
 
 
+def l1_derivatives(x, y):
+    """Of ``|x - y|``: ``(sgn(x - y), -sgn(x - y))``, 0 where x == y (torch's ``sgn`` backward)."""
+    d = jnp.sign(x - y)
+    return d, -d
+
+
+def kl_div_derivatives(x, t, log_target):
+    """Of torch's pointwise KL term, ``t (log t - x)`` (0 where t == 0) or, with ``log_target``,
+    ``exp(t) (t - x)``: input ``-t`` / ``-exp(t)``; target ``log t + 1 - x`` (``-inf`` at t == 0,
+    as torch: the one-sided slope of t log t) / ``exp(t) (t + 1 - x)`` (seed ``kl_div`` formulas of
+    derivatives.yaml)."""
+    if log_target:
+        e = jnp.exp(t)
+        return -e, e * (t + 1 - x)
+    return -t, jnp.log(t) + 1 - x
+
+
 def huber_derivatives(x, y, delta):
     """Of torch's huber loss: ``d`` inside ``|d| < delta``, ``delta sign(d)`` outside; second
     derivative ``[|d| < delta]`` (seed ``huber_loss_double_backward``: 0 on the boundary)."""

@@ -45,6 +45,10 @@ _bce_logits = pointwise_op("bce_with_logits", _bce_logits_primal, P.bce_with_log
 _mse = pointwise_op("mse", lambda x, y, **_: jnp.square(x - y), P.mse_derivatives)
 _huber = pointwise_op("huber", _huber_primal, P.huber_derivatives)
 _smooth_l1 = pointwise_op("smooth_l1", _smooth_l1_primal, P.smooth_l1_derivatives)
+_l1 = pointwise_op("l1", lambda x, y, **_: jnp.abs(x - y), P.l1_derivatives)
+_kl_div = pointwise_op("kl_div", lambda x, t, *, log_target, **_: (
+    jnp.exp(t) * (t - x) if log_target else jnp.where(t > 0, t * (jnp.log(jnp.where(t > 0, t, 1)) - x), 0)),
+    P.kl_div_derivatives)
 _soft_margin = pointwise_op("soft_margin", lambda x, y, **_: jax.nn.softplus(-y * x), P.soft_margin_derivatives)
 
 _REDUCTIONS = ("none", "mean", "sum")
@@ -99,6 +103,25 @@ def mse_loss(input, target, reduction="mean"):
     """``(x - y)^2``; seed ``mse_loss_double_backward``."""
     x, y = _pair("mse_loss", input, target, reduction)
     return _reduce("mse_loss", _mse(x, y), reduction)
+
+
+def l1_loss(input, target, reduction="mean"):
+    """torch.nn.functional.l1_loss: ``|x - y|``; derivative ``sgn(x - y)``, 0 where x == y (torch)."""
+    x, y = _pair("l1_loss", input, target, reduction)
+    return _reduce("l1_loss", _l1(x, y), reduction)
+
+
+def kl_div(input, target, reduction="mean", log_target=False):
+    """torch.nn.functional.kl_div with ``input`` log-probabilities: ``target (log target - input)``
+    (0 where target == 0), or ``exp(target) (target - input)`` with ``log_target``; reductions
+    "none", "sum", "mean" (over every element, torch's default) and "batchmean" (sum / input's
+    first dimension). The target's derivative at target == 0 is ``-inf``, as torch's."""
+    batchmean = reduction == "batchmean"
+    x, t = _pair("kl_div", input, target, "sum" if batchmean else reduction)
+    loss = _kl_div(x, t, log_target=bool(log_target))
+    if batchmean:
+        return reductions.sum(loss) / (x.shape[0] if x.ndim else 1)
+    return _reduce("kl_div", loss, reduction)
 
 
 def huber_loss(input, target, reduction="mean", delta=1.0):
@@ -264,6 +287,25 @@ _record("binary_cross_entropy_with_logits", binary_cross_entropy_with_logits, "b
 _record("mse_loss", mse_loss, "mse", ("mse_loss_double_backward",),
         _reductions(lambda rng, dt: (normal(rng, dt, 3, 4), normal(rng, dt, 3, 4))),
         lambda t, x, y, reduction="mean": t.nn.functional.mse_loss(x, y, reduction=reduction))
+_record("l1_loss", l1_loss, "l1", ("sgn backward (derivatives.yaml l1_loss via abs)",),
+        _reductions(lambda rng, dt: (normal(rng, dt, 3, 4), normal(rng, dt, 3, 4))),
+        lambda t, x, y, reduction="mean": t.nn.functional.l1_loss(x, y, reduction=reduction),
+        singular=(SingularPoint("x == y", (f64(1.0, 2.0), f64(1.0, 0.0)), (f64(0, 0.5), f64(0, -0.5))),))
+_record("kl_div", kl_div, "kl_div", ("kl_div (derivatives.yaml)",),
+        lambda rng, dt: [
+            Sample((normal(rng, dt, 3, 4), uniform(rng, dt, 0.1, 1, 3, 4))),
+            Sample((normal(rng, dt, 3, 4), uniform(rng, dt, 0.1, 1, 3, 4)), {"reduction": "batchmean"}),
+            Sample((normal(rng, dt, 5), normal(rng, dt, 5)), {"reduction": "sum", "log_target": True}),
+            Sample((normal(rng, dt, 4), uniform(rng, dt, 0.1, 1, 4)), {"reduction": "none"}),
+        ],
+        lambda t, x, y, reduction="mean", log_target=False: t.nn.functional.kl_div(
+            x, y, reduction=reduction, log_target=log_target),
+        singular=(SingularPoint(
+            "target 0", (f64(0.5, -1.0), f64(0.0, 0.5)), (f64(0.0, -0.25), f64(-np.inf, (np.log(0.5) + 2) / 2)),
+            finite_second=False,
+            torch_differs="torch's target gradient at target 0 is NaN; the one-sided derivative of t log t "
+            "there is -inf (log t + 1 - input)."),),
+        deviations="The target's gradient at target 0 is -inf (torch: NaN).")
 _record("huber_loss", huber_loss, "huber", ("huber_loss_double_backward", "huber_loss_double_backward_grad_output"),
         _reductions(lambda rng, dt: (2 * normal(rng, dt, 3, 4), normal(rng, dt, 3, 4))),
         lambda t, x, y, reduction="mean", delta=1.0: t.nn.functional.huber_loss(x, y, reduction=reduction, delta=delta),
