@@ -38,9 +38,11 @@ from jaxrules.ops.losses import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
     cross_entropy,
+    hinge_embedding_loss,
     huber_loss,
     kl_div,
     l1_loss,
+    margin_ranking_loss,
     mse_loss,
     nll_loss,
     smooth_l1_loss,
@@ -52,10 +54,11 @@ from jaxrules.ops.reductions import logsumexp
 __all__ = [
     "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu", "conv", "conv1d", "conv2d",
     "conv3d", "cross_entropy", "dropout", "elu", "embedding", "gelu", "glu", "group_norm", "hard_sigmoid",
-    "hard_swish", "hard_tanh", "hardsigmoid", "hardswish", "hardtanh", "huber_loss", "kl_div", "l1_loss",
-    "layer_norm", "leaky_relu", "linear", "log_sigmoid", "log_softmax", "logsumexp", "max_pool", "max_pool1d",
-    "max_pool2d", "max_pool3d", "mish", "mse_loss", "nll_loss", "prelu", "relu", "relu6", "selu", "silu",
-    "smooth_l1_loss", "soft_margin_loss", "softmax", "softplus", "swish", "threshold",
+    "hard_swish", "hard_tanh", "hardsigmoid", "hardswish", "hardtanh", "hinge_embedding_loss", "huber_loss",
+    "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_sigmoid", "log_softmax", "logsumexp",
+    "margin_ranking_loss", "max_pool", "max_pool1d", "max_pool2d", "max_pool3d", "mish", "mse_loss", "nll_loss",
+    "prelu", "relu", "relu6", "selu", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softplus", "swish",
+    "threshold",
 ]
 
 _namespace.forward_jax_names(globals(), _jax_namespace)

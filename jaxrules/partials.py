@@ -606,6 +606,20 @@ def kl_div_derivatives(x, t, log_target):
     return -t, jnp.log(t) + 1 - x
 
 
+def margin_ranking_derivatives(x1, x2, y, margin):
+    """Of ``max(0, -y (x1 - x2) + margin)``: ``(-y, y, -(x1 - x2))`` where the hinge is active,
+    including at 0 (torch's ``clamp_min`` backward passes the gradient at the bound)."""
+    active = (-y * (x1 - x2) + margin >= 0).astype(x1.dtype)
+    return -y * active, y * active, -(x1 - x2) * active
+
+
+def hinge_embedding_derivatives(x, y, margin):
+    """Of ``[y != 1] max(0, margin - x) + [y != -1] x``: ``-[y != 1][margin - x >= 0] + [y != -1]``
+    (torch's ``clamp_min`` backward: the active branch at the bound); the labels get 0."""
+    dx = jnp.where(y != -1, 1, 0) - jnp.where((y != 1) & (margin - x >= 0), 1, 0)
+    return dx.astype(x.dtype), jnp.zeros_like(y)
+
+
 def huber_derivatives(x, y, delta):
     """Of torch's huber loss: ``d`` inside ``|d| < delta``, ``delta sign(d)`` outside; second
     derivative ``[|d| < delta]`` (seed ``huber_loss_double_backward``: 0 on the boundary)."""

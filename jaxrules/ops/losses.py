@@ -49,6 +49,10 @@ _l1 = pointwise_op("l1", lambda x, y, **_: jnp.abs(x - y), P.l1_derivatives)
 _kl_div = pointwise_op("kl_div", lambda x, t, *, log_target, **_: (
     jnp.exp(t) * (t - x) if log_target else jnp.where(t > 0, t * (jnp.log(jnp.where(t > 0, t, 1)) - x), 0)),
     P.kl_div_derivatives)
+_margin_ranking = pointwise_op("margin_ranking", lambda x1, x2, y, *, margin, **_: jnp.maximum(-y * (x1 - x2) + margin, 0),
+                               P.margin_ranking_derivatives)
+_hinge_embedding = pointwise_op("hinge_embedding", lambda x, y, *, margin, **_: (
+    jnp.where(y != 1, jnp.maximum(margin - x, 0), 0) + jnp.where(y != -1, x, 0)), P.hinge_embedding_derivatives)
 _soft_margin = pointwise_op("soft_margin", lambda x, y, **_: jax.nn.softplus(-y * x), P.soft_margin_derivatives)
 
 _REDUCTIONS = ("none", "mean", "sum")
@@ -122,6 +126,31 @@ def kl_div(input, target, reduction="mean", log_target=False):
     if batchmean:
         return reductions.sum(loss) / (x.shape[0] if x.ndim else 1)
     return _reduce("kl_div", loss, reduction)
+
+
+def _margin(op, margin):
+    if isinstance(margin, bool) or not isinstance(margin, numbers.Real):
+        raise TypeError(f"{op}: margin must be a real number, got {margin!r}")
+    return float(margin)
+
+
+def margin_ranking_loss(input1, input2, target, margin=0.0, reduction="mean"):
+    """torch.nn.functional.margin_ranking_loss: ``max(0, -target (input1 - input2) + margin)``;
+    at the hinge's bound the gradient passes (torch's ``clamp_min`` backward)."""
+    margin = _margin("margin_ranking_loss", margin)
+    x1, x2 = _pair("margin_ranking_loss", input1, input2, reduction)
+    y = V.array("margin_ranking_loss", "target", target)
+    V.broadcast("margin_ranking_loss", input=x1, target=y)
+    return _reduce("margin_ranking_loss", _margin_ranking(x1, x2, y.astype(x1.dtype), margin=margin), reduction)
+
+
+def hinge_embedding_loss(input, target, margin=1.0, reduction="mean"):
+    """torch.nn.functional.hinge_embedding_loss: ``x`` where target is 1, ``max(0, margin - x)``
+    where it is -1 (torch's sum of both masks for other labels); the target gets no gradient."""
+    margin = _margin("hinge_embedding_loss", margin)
+    x, y = _pair("hinge_embedding_loss", input, target, reduction)
+    x, y = V.array("hinge_embedding_loss", "input", input), jax.lax.stop_gradient(y)  # labels: x's dtype
+    return _reduce("hinge_embedding_loss", _hinge_embedding(x, y.astype(x.dtype), margin=margin), reduction)
 
 
 def huber_loss(input, target, reduction="mean", delta=1.0):
@@ -306,6 +335,25 @@ _record("kl_div", kl_div, "kl_div", ("kl_div (derivatives.yaml)",),
             torch_differs="torch's target gradient at target 0 is NaN; the one-sided derivative of t log t "
             "there is -inf (log t + 1 - input)."),),
         deviations="The target's gradient at target 0 is -inf (torch: NaN).")
+_record("margin_ranking_loss", margin_ranking_loss, "margin_ranking", ("clamp_min backward (derivatives.yaml)",),
+        lambda rng, dt: [
+            Sample((normal(rng, dt, 6), normal(rng, dt, 6), np.sign(normal(rng, dt, 6)))),
+            Sample((normal(rng, dt, 3, 4), normal(rng, dt, 3, 4), np.sign(normal(rng, dt, 3, 4)), 0.5),
+                   {"reduction": "sum"}),
+        ],
+        lambda t, x1, x2, y, margin=0.0, reduction="mean": t.nn.functional.margin_ranking_loss(
+            x1, x2, y, margin, reduction=reduction),
+        singular=(SingularPoint("at the bound", (f64(1.0, 2.0), f64(1.0, 0.0), f64(1.0, 1.0)),
+                                (f64(-0.5, 0), f64(0.5, 0), f64(0, 0))),),
+        torch_no_grad_args=(2,))
+_record("hinge_embedding_loss", hinge_embedding_loss, "hinge_embedding", ("clamp_min backward (derivatives.yaml)",),
+        lambda rng, dt: [
+            Sample((2 * normal(rng, dt, 6), np.where(normal(rng, dt, 6).real > 0, 1, -1))),
+            Sample((2 * normal(rng, dt, 3, 4), np.where(normal(rng, dt, 3, 4).real > 0, 1, -1), 0.5), {"reduction": "sum"}),
+        ],
+        lambda t, x, y, margin=1.0, reduction="mean": t.nn.functional.hinge_embedding_loss(
+            x, y, margin, reduction=reduction),
+        singular=(SingularPoint("at the margin", (f64(1.0, 0.5), np.array([-1, -1])), (f64(-0.5, -0.5),)),))
 _record("huber_loss", huber_loss, "huber", ("huber_loss_double_backward", "huber_loss_double_backward_grad_output"),
         _reductions(lambda rng, dt: (2 * normal(rng, dt, 3, 4), normal(rng, dt, 3, 4))),
         lambda t, x, y, reduction="mean", delta=1.0: t.nn.functional.huber_loss(x, y, reduction=reduction, delta=delta),
