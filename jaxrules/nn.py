@@ -49,6 +49,7 @@ from jaxrules.ops.losses import (
     soft_margin_loss,
 )
 from jaxrules.ops.normalization import batch_norm, group_norm, layer_norm
+from jaxrules.ops.norms import normalize, pairwise_distance
 from jaxrules.ops.reductions import logsumexp
 
 __all__ = [
@@ -57,8 +58,8 @@ __all__ = [
     "hard_swish", "hard_tanh", "hardsigmoid", "hardswish", "hardtanh", "hinge_embedding_loss", "huber_loss",
     "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_sigmoid", "log_softmax", "logsumexp",
     "margin_ranking_loss", "max_pool", "max_pool1d", "max_pool2d", "max_pool3d", "mish", "mse_loss", "nll_loss",
-    "prelu", "relu", "relu6", "selu", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softplus", "swish",
-    "threshold",
+    "normalize", "pairwise_distance", "prelu", "relu", "relu6", "selu", "silu", "smooth_l1_loss",
+    "soft_margin_loss", "softmax", "softplus", "swish", "threshold",
 ]
 
 _namespace.forward_jax_names(globals(), _jax_namespace)

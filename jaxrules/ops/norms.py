@@ -140,6 +140,35 @@ def cdist(x1, x2, p=2.0):
 _ORDS = (2, 1, math.inf, -math.inf, 0.5, 3, 1.5)
 
 
+def _eps(op, eps):
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps):
+        raise TypeError(f"{op}: eps must be a finite real number, got {eps!r}")
+    return float(eps)
+
+
+def normalize(x, p=2.0, axis=1, eps=1e-12):
+    """torch.nn.functional.normalize: ``x / max(||x||_p, eps)`` over ``axis`` (torch's ``dim``).
+    A composition of ``vector_norm`` (zero subgradient at a zero vector) and ``clip`` (torch's
+    ``clamp_min`` derivative): at a zero vector the derivative is ``I / eps``, finite at first
+    and second order (a jnp formula gives NaN)."""
+    from jaxrules.ops.elementwise import clip
+
+    x = V.array("normalize", "x", x)
+    axis = V.single_axis("normalize", max(x.ndim, 1), axis)
+    norm = vector_norm(x, axis=axis, keepdims=True, ord=_check_ord("normalize", p, "p"))
+    return x / clip(norm, _eps("normalize", eps), None).astype(x.dtype)
+
+
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdims=False):
+    """torch.nn.functional.pairwise_distance: ``||x1 - x2 + eps||_p`` over the last axis
+    (``keepdims`` is torch's ``keepdim``); derivatives from ``vector_norm``'s rule, so equal
+    points (with ``eps=0``) get the zero subgradient."""
+    x1, x2 = V.array("pairwise_distance", "x1", x1), V.array("pairwise_distance", "x2", x2)
+    V.broadcast("pairwise_distance", x1=x1, x2=x2)
+    diff = x1 - x2 + _eps("pairwise_distance", eps)
+    return vector_norm(diff, axis=-1, keepdims=bool(keepdims), ord=_check_ord("pairwise_distance", p, "p"))
+
+
 def _norm_samples(rng, dt):
     out = [Sample((away_from_zero(rng, dt, 3, 4),), {"ord": o}) for o in _ORDS]
     out.append(Sample((normal(rng, dt, 2, 3, 4),), {"axis": (0, 2), "keepdims": True}))
@@ -242,4 +271,26 @@ register(OpRecord(
             (np.array([[0.0, 0.0], [2**-0.5, 2**-0.5]]), np.array([[-(2**-0.5), -(2**-0.5)]])),
         ),
     ),
+))
+register(OpRecord(
+    "normalize", normalize, ("jaxrules.nn.normalize",), ("vector_norm", "clip"), ("norm_backward", "clamp_backward"),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 3, 4),)),
+        Sample((normal(rng, dt, 2, 3, 4), 1.0, -1)),
+        Sample((normal(rng, dt, 5), 3.0, 0, 1e-3)),
+    ],
+    lambda torch, x, p=2.0, axis=1, eps=1e-12: torch.nn.functional.normalize(x, p, axis, eps),
+    "torch.nn.functional.normalize",
+    singular=(SingularPoint("zero vector", (f64(0.0, 0.0, 0.0), 2.0, 0, 0.5), (f64(2.0, 2.0, 2.0),)),),
+))
+register(OpRecord(
+    "pairwise_distance", pairwise_distance, ("jaxrules.nn.pairwise_distance",), ("vector_norm",), ("norm_backward",),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 4, 3), normal(rng, dt, 4, 3))),
+        Sample((normal(rng, dt, 4, 3), normal(rng, dt, 3), 1.0, 1e-6, True)),
+        Sample((normal(rng, dt, 5), normal(rng, dt, 5), 3.0)),
+    ],
+    lambda torch, x1, x2, p=2.0, eps=1e-6, keepdims=False: torch.nn.functional.pairwise_distance(x1, x2, p, eps, keepdims),
+    "torch.nn.functional.pairwise_distance",
+    singular=(SingularPoint("equal points", (f64(1.0, 2.0), f64(1.0, 2.0), 2.0, 0.0), (f64(0, 0), f64(0, 0))),),
 ))
