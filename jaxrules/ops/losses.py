@@ -407,6 +407,8 @@ register(OpRecord(
     "nll_loss", nll_loss, (_NN + "nll_loss",), ("take_along_axis", "sum"), ("nll_loss_backward (derivatives.yaml)",),
     _nll_samples, lambda t, x, y, w=None, reduction="mean": t.nn.functional.nll_loss(x, y, w, reduction=reduction),
     _F + "nll_loss", low_precision=("float32", "bfloat16"), torch_no_grad_args=(2,),
+    singular=(SingularPoint("an ignored target", (np.array([[0.5, -1.0, 2.0], [1.0, 0.0, -3.0]]), np.array([1, -100])),
+                            (np.array([[0.0, -1.0, 0.0], [0.0, 0.0, 0.0]]),)),),
     deviations="The class weights are differentiable (torch refuses a gradient for them).",
 ))
 register(OpRecord(
@@ -415,5 +417,8 @@ register(OpRecord(
     lambda t, x, y, w=None, reduction="mean", label_smoothing=0.0: t.nn.functional.cross_entropy(
         x, y, w, reduction=reduction, label_smoothing=label_smoothing),
     _F + "cross_entropy", low_precision=("float32", "bfloat16"), torch_no_grad_args=(2,),
+    # Saturated logits: softmax - one_hot exactly, finite at second order (no exp overflow).
+    singular=(SingularPoint("saturated logits", (np.array([[800.0, 0.0, 0.0], [0.0, -800.0, 0.0]]), np.array([1, 2])),
+                            (np.array([[0.5, -0.5, 0.0], [0.25, 0.0, -0.25]]),)),),
     deviations="The class weights are differentiable (torch refuses a gradient for them).",
 ))

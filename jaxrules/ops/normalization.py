@@ -155,7 +155,8 @@ def _kernel_plan(op, impl, x, auto_plan, launch):
 
 
 def _affine_vectors(op, x, channels, weight, bias):
-    """``(w, b)`` of shape ``channels`` in x's dtype, ones/zeros where not given (checked)."""
+    """``(w, b)`` of shape ``channels`` (checked), ones/zeros in x's dtype where not given; a given
+    weight keeps its dtype (float32 weights of a bfloat16 input stay float32 inside the op)."""
     w = _affine(op, jnp.ones(channels, x.dtype), weight, None, channels, 0, keep_dtype=False)
     b = _affine(op, jnp.zeros(channels, x.dtype), None, bias, channels, 0, keep_dtype=False)
     return w, b
