@@ -284,7 +284,7 @@ def affine_normalize_jvp(res, tx, tw, tb, *, axes, eps, axis_name):
         dy.append(xhat * tw.astype(stat))
     if tb is not None:
         dy.append(jnp.broadcast_to(tb.astype(stat), x.shape))
-    return (_terms(*dy) if dy else None), dmean, drstd
+    return _terms(*dy), dmean, drstd
 
 
 def normalize_backward_jvp(res, tx, tmean, trstd, tg, *, axes, eps, axis_name):
