@@ -584,9 +584,12 @@ def run_sweep(cases, variants=SWEEP_VARIANTS, repeats: int = 15, with_value: boo
 def sweep_verdict(row) -> tuple:
     """``(ratio, ok)``: the default's speed relative to the faster of ``impl="xla"`` and plain JAX
     (> 1: the default is faster), and whether it clears 0.95 (with ``NOISE_MARGIN`` ms of slack
-    under ``NOISE_MS``)."""
-    best = min(row["xla_ms"], row["jax_ms"])
-    ours = row["default_ms"]
+    under ``NOISE_MS``); ``(None, None)`` when the row lacks the default or both alternatives
+    (a sweep of some variants only)."""
+    alternatives = [row[k] for k in ("xla_ms", "jax_ms") if k in row]
+    if "default_ms" not in row or not alternatives:
+        return None, None
+    best, ours = min(alternatives), row["default_ms"]
     ratio = best / ours
     return ratio, ratio >= 0.95 or (best < NOISE_MS and ours - best <= NOISE_MARGIN)
 
@@ -604,15 +607,16 @@ def sweep_markdown(rows, meta) -> str:
         "default vs JAX | XLA vs JAX | of SoL | ok |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    def over(a, b):  # row[a] / row[b] where the sweep measured both
+        return r[a] / r[b] if a in r and b in r else None
+
     for r in rows:
-        has_default = "default_ms" in r
-        ratio, ok = sweep_verdict(r) if has_default else (None, None)
+        ratio, ok = sweep_verdict(r)
         dtype = r["dtype"] + ("" if r["dtype"] == r["weight_dtype"] else f" (w {r['weight_dtype']})")
         lines.append(
             f"| {r['op']} | {'x'.join(map(str, r['shape']))} | {dtype} | {r['plan']} | {_fmt(r.get('default_ms'))} | "
             f"{_fmt(r.get('pallas_ms'))} | {_fmt(r.get('xla_ms'))} | {_fmt(r.get('jax_ms'))} | {_fmt(ratio, 2)} | "
-            f"{_fmt(r['jax_ms'] / r['default_ms'] if has_default else None, 2)} | "
-            f"{_fmt(r['jax_ms'] / r['xla_ms'], 2)} | {r['sol']:.0%} | "
+            f"{_fmt(over('jax_ms', 'default_ms'), 2)} | {_fmt(over('jax_ms', 'xla_ms'), 2)} | {r['sol']:.0%} | "
             f"{'' if ok is None else ('ok' if ok else 'LOW')} |")
     return "\n".join(lines) + "\n"
 

@@ -69,6 +69,17 @@ def test_sweep_verdict_uses_the_noise_margin_only_under_the_threshold(default, b
     assert bench.sweep_verdict(row)[1] == ok
 
 
+def test_sweep_table_of_some_variants_leaves_missing_ratios_empty():
+    # `bench --suite sweep --variants default,jax` crashed on the missing XLA column (H100 run).
+    row = {"op": "layer_norm", "shape": (3, 64), "dtype": "float32", "weight_dtype": "float32", "plan": "xla",
+           "default_ms": 2.0, "jax_ms": 1.0, "sol": 0.5}
+    meta = {"device": "cpu", "jax": "0", "repeats": 1, "jax_copy_gbps": 1.0, "sol_gbps": 1.0}
+    assert bench.sweep_verdict(row) == (0.5, False)
+    assert bench.sweep_verdict({"default_ms": 1.0}) == (None, None)
+    line = bench.sweep_markdown([row], meta).splitlines()[-1]
+    assert line == "| layer_norm | 3x64 | float32 | xla | 2.000 | — | — | 1.000 | 0.50 | 0.50 | — | 50% | LOW |"
+
+
 def test_run_sweep_records_what_the_dispatch_reads(monkeypatch):
     monkeypatch.setattr(bench, "copy_probe", lambda platform: {"jax_copy_gbps": 1.0, "torch_copy_gbps": None,
                                                                "sol_gbps": 1.0})

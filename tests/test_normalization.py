@@ -177,6 +177,22 @@ def test_half_precision_accumulates_statistics_in_float32(dtype):
     _close(np.asarray(y, np.float32), expected, 2e-2)
 
 
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_float32_backward_does_not_cancel_under_a_large_offset(name):
+    """The backward's sum of ``g x_hat`` runs over shifted data (``partials.norm_projection``):
+    with values near 4096 on a grid of 1/4 (x and its statistics exact in float32), the float32
+    dx stays within 1e-6 of float64, where summing ``g x`` unshifted (torch's kernels) is off by
+    ~1e-5."""
+    x = 4096 + RNG.integers(-8, 9, (8, 8, 8, 8)) / 4  # 256 or 512 values per group: exact means
+    ct = RNG.standard_normal(x.shape)
+    ours = {"layer_norm": lambda v: layer_norm(v, (8, 8, 8), impl="xla"),
+            "group_norm": lambda v: group_norm(v, 2, impl="xla"),
+            "batch_norm": lambda v: batch_norm(v, None, None, training=True, impl="xla")[0]}[name]
+    dx = {dt: np.asarray(jax.vjp(ours, jnp.asarray(x, dt))[1](jnp.asarray(ct, dt))[0], np.float64)
+          for dt in (jnp.float32, jnp.float64)}
+    assert np.max(np.abs(dx[jnp.float32] - dx[jnp.float64])) <= 1e-6 * np.max(np.abs(dx[jnp.float64]))
+
+
 def test_cross_device_statistics_match_the_global_batch():
     script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "cross_device_batch_norm.py"
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",

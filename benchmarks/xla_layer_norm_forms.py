@@ -1,0 +1,125 @@
+"""Layer norm's XLA path in several algebraically equal forms vs plain JAX autodiff, forward +
+backward (gradients only, as the sweep times it), side by side in one process; optionally the
+optimized HLO of each form. Used to find why ``impl="xla"`` fell below plain JAX at wide rows
+(issue 14).
+
+    python benchmarks/xla_layer_norm_forms.py --shapes 21844x12288:bfloat16,66850x768:float32 --hlo DIR
+
+Forms (each a ``jax.custom_vjp`` with residuals x, w, mean, rstd, except ``jaxrules``/``jax``):
+``jaxrules``: ``layer_norm(..., impl="xla")``; ``jax``: plain JAX (``bench._plain_norm``);
+``same``: the op's math inline; ``raw``: the backward's row sums over x instead of x_hat
+(``E[gw x_hat] = rstd (E[gw x] - mean E[gw])``), one fusion fewer of broadcast statistics;
+``shift``: ``raw`` over x minus the row's first element (what ``partials.norm_projection`` does);
+``xhat``: residual x_hat in x's dtype instead of x (no recomputation, torch's layout differs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrules import bench
+from jaxrules.nn import layer_norm
+
+EPS = 1e-5
+
+
+def _stats(x):
+    xf = x.astype(jnp.float32)
+    mean = xf.mean(-1, keepdims=True)
+    return xf, mean, jax.lax.rsqrt(jnp.square(xf - mean).mean(-1, keepdims=True) + EPS)
+
+
+def _form(backward, residual_xhat=False):
+    @jax.custom_vjp
+    def f(x, w, b):
+        xf, mean, rstd = _stats(x)
+        return ((xf - mean) * rstd * w + b).astype(x.dtype)
+
+    def fwd(x, w, b):
+        xf, mean, rstd = _stats(x)
+        y = ((xf - mean) * rstd * w + b).astype(x.dtype)
+        kept = ((xf - mean) * rstd).astype(x.dtype) if residual_xhat else x
+        return y, (kept, w, mean, rstd)
+
+    def bwd(res, g):
+        kept, w, mean, rstd = res
+        xhat = kept.astype(jnp.float32) if residual_xhat else (kept.astype(jnp.float32) - mean) * rstd
+        gf = g.astype(jnp.float32)
+        dx = backward(kept, xhat, mean, rstd, gf * w)
+        return dx.astype(kept.dtype), (gf * xhat).sum(0).astype(w.dtype), gf.sum(0).astype(w.dtype)
+
+    f.defvjp(fwd, bwd)
+    return f
+
+
+def _same(x, xhat, mean, rstd, gw):
+    return rstd * (gw - gw.mean(-1, keepdims=True) - xhat * (gw * xhat).mean(-1, keepdims=True))
+
+
+def _raw(x, xhat, mean, rstd, gw):
+    e_gw = gw.mean(-1, keepdims=True)
+    e_gwx = (gw * x.astype(jnp.float32)).mean(-1, keepdims=True)
+    return rstd * (gw - e_gw - xhat * (rstd * (e_gwx - mean * e_gw)))
+
+
+def _shift(x, xhat, mean, rstd, gw):
+    xf = x.astype(jnp.float32)
+    shift = xf[:, :1]
+    e_gw = gw.mean(-1, keepdims=True)
+    centered = (gw * (xf - shift)).mean(-1, keepdims=True) - (mean - shift) * e_gw
+    return rstd * (gw - e_gw - xhat * (rstd * centered))
+
+
+FORMS = {
+    "jaxrules": lambda x, w, b: layer_norm(x, x.shape[-1], w, b, impl="xla"),
+    "jax": functools.partial(bench._plain_norm, "layer_norm"),
+    "same": _form(_same),
+    "raw": _form(_raw),
+    "xhat": _form(_same, residual_xhat=True),
+    "shift": _form(_shift),
+}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shapes", default="21844x12288:bfloat16,66850x768:float32")
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--hlo", help="write each form's optimized HLO here")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    print("| shape | dtype | " + " | ".join(f"{f} ms" for f in FORMS) + " | jaxrules / jax |")
+    print("|" + " --- |" * (len(FORMS) + 3))
+    for spec in args.shapes.split(","):
+        shape, dtype, *weight_dtype = spec.split(":")  # shape:dtype[:weight dtype]
+        weight_dtype = weight_dtype[0] if weight_dtype else dtype
+        m, n = map(int, shape.split("x"))
+        x = jnp.asarray(rng.standard_normal((m, n)), dtype)
+        w = jnp.asarray(1 + 0.1 * rng.standard_normal(n), weight_dtype)
+        b = jnp.asarray(0.1 * rng.standard_normal(n), weight_dtype)
+        ct = jnp.asarray(rng.standard_normal((m, n)), dtype)
+        steps = {name: bench.fwd_bwd(fn) for name, fn in FORMS.items()}
+        reference = steps["jax"](ct, x, w, b)
+        for name, step in steps.items():  # every form computes the same gradients
+            for got, want in zip(step(ct, x, w, b), reference):
+                err = float(jnp.max(jnp.abs(got.astype(jnp.float32) - want.astype(jnp.float32))))
+                scale = float(jnp.max(jnp.abs(want.astype(jnp.float32))))
+                assert err <= 0.05 * scale + 1e-3, (name, err, scale)
+            if args.hlo:
+                os.makedirs(args.hlo, exist_ok=True)
+                text = step.lower(ct, x, w, b).compile().as_text()
+                with open(os.path.join(args.hlo, f"{name}_{m}x{n}_{dtype}_{weight_dtype}.hlo"), "w") as f:
+                    f.write(text)
+        ms = bench.interleaved_median_ms({k: (lambda s=s: s(ct, x, w, b)) for k, s in steps.items()},
+                                         args.repeats)
+        cells = " | ".join(f"{ms[f]:.3f}" for f in FORMS)
+        print(f"| {m}x{n} | {dtype}/{weight_dtype} | {cells} | {ms['jax'] / ms['jaxrules']:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
