@@ -114,7 +114,12 @@ def measurements(device_kind: str) -> tuple:
 
 def table_kind(device_kind: str) -> str:
     """The device kind whose measurements ``device_kind`` uses."""
-    return device_kind if (DATA / f"{slug(device_kind)}.json").exists() else FALLBACK_KIND
+    return device_kind if table_path(device_kind).exists() else FALLBACK_KIND
+
+
+def table_path(device_kind: str) -> pathlib.Path:
+    """Where the measurements of ``device_kind`` are (or go)."""
+    return DATA / f"{slug(device_kind)}.json"
 
 
 def slug(device_kind: str) -> str:

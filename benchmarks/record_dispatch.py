@@ -1,0 +1,48 @@
+"""Merge sweep records (``python -m jaxrules bench --suite sweep --record FILE``) into the
+dispatch table of their device kind, ``jaxrules/dispatch_data/<kind>.json``: each measured point
+(op, dtype, weight dtype, features) replaces the table's point with the same key.
+
+    python benchmarks/record_dispatch.py sweep0.json sweep1.json --command "python -m jaxrules bench ..."
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+
+from jaxrules import dispatch
+
+
+def _key(point):
+    return point["op"], point["dtype"], point["weight_dtype"], tuple(point["features"])
+
+
+def merge(records, command):
+    """The updated table (a dict) of the records' device kind."""
+    (kind,) = {r["device_kind"] for r in records}
+    path = dispatch.table_path(kind)
+    table = json.loads(path.read_text()) if path.exists() else {"points": []}
+    points = {_key(p): p for p in table["points"]}
+    for record in records:
+        points.update({_key(p): p for p in record["points"]})
+    jax_versions = {r["jax"] for r in records}
+    return path, {"device_kind": kind, "jax": ",".join(sorted(jax_versions)),
+                  "date": datetime.date.today().isoformat(), "command": command,
+                  "points": sorted(points.values(), key=lambda p: (p["op"], p["dtype"], p["weight_dtype"],
+                                                                   p["features"]))}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("records", nargs="+")
+    parser.add_argument("--command", required=True, help="the command that measured the records")
+    args = parser.parse_args()
+    records = [json.load(open(f)) for f in args.records]
+    path, table = merge(records, args.command)
+    path.write_text(json.dumps(table, indent=1) + "\n")
+    print(f"{path}: {len(table['points'])} points")
+
+
+if __name__ == "__main__":
+    main()
