@@ -1,6 +1,7 @@
 """Merge sweep records (``python -m jaxrules bench --suite sweep --record FILE``) into the
 dispatch table of their device kind, ``jaxrules/dispatch_data/<kind>.json``: each measured point
-(op, dtype, weight dtype, features) replaces the table's point with the same key.
+(op, dtype, weight dtype, features) replaces the table's point with the same key, and is no
+longer ``stale`` (the table's list of points measured with earlier code).
 
     python benchmarks/record_dispatch.py sweep0.json sweep1.json --command "python -m jaxrules bench ..."
 """
@@ -11,7 +12,7 @@ import argparse
 import datetime
 import json
 
-from jaxrules import dispatch
+from jaxrules import bench, dispatch
 
 
 def _key(point):
@@ -24,11 +25,16 @@ def merge(records, command):
     path = dispatch.table_path(kind)
     table = json.loads(path.read_text()) if path.exists() else {"points": []}
     points = {_key(p): p for p in table["points"]}
+    fresh = set()
     for record in records:
         points.update({_key(p): p for p in record["points"]})
+        fresh.update(_key(p) for p in record["points"])
+    stale = [c.name for c in bench.sweep_cases() if c.name in table.get("stale", [])
+             and (c.op, c.dtype, c.weight_dtype, bench.sweep_features(c)) not in fresh]
     jax_versions = {r["jax"] for r in records}
+    kept = {"note": table["note"], "stale": stale} if stale else {}
     return path, {"device_kind": kind, "jax": ",".join(sorted(jax_versions)),
-                  "date": datetime.date.today().isoformat(), "command": command,
+                  "date": datetime.date.today().isoformat(), "command": command, **kept,
                   "points": sorted(points.values(), key=lambda p: (p["op"], p["dtype"], p["weight_dtype"],
                                                                    p["features"]))}
 

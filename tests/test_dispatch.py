@@ -4,6 +4,7 @@ from the recorded GPU measurements, and the launches it implies — checked on t
 kernels lowered for CUDA (``jax.export``) — keep every benchmark program parallel: no
 one-program backward like the 66850x256 cliff (``gcd(33425, 256) = 1``)."""
 
+import json
 import math
 import re
 
@@ -20,29 +21,33 @@ H100 = dispatch.FALLBACK_KIND
 MIN_BACKWARD_PROGRAMS = 128  # about one wave of an H100 (132 SMs); fewer only when there are fewer tiles
 
 
-def _plan(case, platform="gpu", kind=H100):
-    features = bench.sweep_features(case)
-    if case.op == "layer_norm":
-        return dispatch.layer_norm_plan(platform, kind, *features, jnp.dtype(case.dtype))
-    return dispatch.grouped_plan(case.op, platform, kind, *features, jnp.dtype(case.dtype))
+KINDS = (H100, "NVIDIA H200")  # every device kind with a table
 
 
-def test_measurements_are_recorded_for_every_sweep_case():
-    points = {(p["op"], p["dtype"], tuple(p["features"])) for p in dispatch.measurements(H100)}
-    missing = [c.name for c in bench.sweep_cases() if (c.op, c.dtype, bench.sweep_features(c)) not in points]
-    assert not missing
+@pytest.mark.parametrize("kind", KINDS)
+def test_measurements_are_recorded_for_every_sweep_case(kind):
+    """Each table holds every sweep case; points measured with earlier code are listed as
+    ``stale``, with a note that says what changed since."""
+    table = json.loads(dispatch.table_path(kind).read_text())
+    points = {(p["op"], p["dtype"], p["weight_dtype"], tuple(p["features"])) for p in table["points"]}
+    cases = {c.name: (c.op, c.dtype, c.weight_dtype, bench.sweep_features(c)) for c in bench.sweep_cases()}
+    assert [name for name, k in cases.items() if k not in points] == []
+    assert set(table.get("stale", [])) <= set(cases)
+    assert not table.get("stale") or "stale" in table["note"]
 
 
-def test_the_plan_at_a_measured_point_is_the_faster_implementation_there():
-    """Each recorded point (the sweep on an H100) decides its own shape: the kernel exactly
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_plan_at_a_measured_point_is_the_faster_implementation_there(kind):
+    """Each recorded point (the sweep on that GPU) decides its own shape: the kernel exactly
     where it was measured faster than the XLA formulas (same dtypes)."""
-    for p in dispatch.measurements(H100):
+    for p in dispatch.measurements(kind):
         weight = jnp.dtype(p["weight_dtype"])
         if p["op"] == "layer_norm":
-            plan = dispatch.layer_norm_plan("gpu", H100, *p["features"], jnp.dtype(p["dtype"]), weight)
+            plan = dispatch.layer_norm_plan("gpu", kind, *p["features"], jnp.dtype(p["dtype"]), weight)
         else:
-            plan = dispatch.grouped_plan(p["op"], "gpu", H100, *p["features"], jnp.dtype(p["dtype"]), weight)
+            plan = dispatch.grouped_plan(p["op"], "gpu", kind, *p["features"], jnp.dtype(p["dtype"]), weight)
         assert plan.impl == ("pallas" if p["pallas_ms"] <= p["xla_ms"] else "xla"), (p, plan.reason)
+        assert kind in plan.reason
 
 
 @pytest.mark.parametrize("platform, kind, dtype, why", [
@@ -61,7 +66,8 @@ def test_outside_the_measured_shapes_the_xla_formulas_run():
 
 
 def test_an_unmeasured_gpu_kind_uses_the_h100_measurements():
-    assert dispatch.layer_norm_plan("gpu", "NVIDIA H200", 66850, 256, jnp.dtype(jnp.bfloat16)) == \
+    assert dispatch.table_kind("NVIDIA B200") == H100 and dispatch.table_kind("NVIDIA H200") == "NVIDIA H200"
+    assert dispatch.layer_norm_plan("gpu", "NVIDIA B200", 66850, 256, jnp.dtype(jnp.bfloat16)) == \
         dispatch.layer_norm_plan("gpu", H100, 66850, 256, jnp.dtype(jnp.bfloat16))
 
 
@@ -91,8 +97,8 @@ def _lowered_kernels(fn, *args):
     return [(name, int(x) * int(y)) for x, y, name in calls]
 
 
-# The benchmark programs of issue 14 whose default on an H100 is a kernel: the bench's cases, the
-# ragged block's layer norm (66850 tokens of 256), and sweep shapes of every kind.
+# The benchmark programs of issue 14: the bench's cases, the ragged block's layer norm (66850 tokens
+# of 256), and sweep shapes of every kind.
 GUARDED = [
     bench.SweepCase("layer_norm", (66850, 256), "bfloat16", "bfloat16"),  # the ragged block
     bench.SweepCase("layer_norm", (16384, 4096), "float32", "float32"),  # bench default case
@@ -107,18 +113,16 @@ GUARDED = [
 
 @pytest.mark.parametrize("case", GUARDED, ids=lambda c: c.name)
 def test_guarded_programs_lower_to_the_planned_kernels(case):
-    """The default path of each guarded program on an H100 is the kernel, and its CUDA lowering
-    has exactly the planned custom calls with the planned grids (two: forward or statistics, and
-    backward), each within the budgets above."""
-    plan = _plan(case)
-    assert plan.impl == "pallas", plan.reason
+    """The kernel path of each guarded program (the default on an H100 where the dispatch picks
+    it) lowers for CUDA to exactly the planned custom calls with the planned grids (two: forward
+    or statistics, and backward), each within the budgets above."""
     x = jax.ShapeDtypeStruct(case.shape, case.dtype)
     v = jax.ShapeDtypeStruct((case.channels,), case.weight_dtype)
     kernels = dict(_lowered_kernels(_impl_fn(case, "pallas"), x, v, v))
     if case.op == "layer_norm":
         m = math.prod(case.shape[:-1])
-        assert kernels == {"layer_norm_fwd": plan.launch.forward_programs(m),
-                           "layer_norm_bwd": plan.launch.backward_programs(m)}
+        launch = dispatch.rows_launch(m, case.shape[-1])
+        assert kernels == {"layer_norm_fwd": launch.forward_programs(m), "layer_norm_bwd": launch.backward_programs(m)}
         assert kernels["layer_norm_bwd"] >= min(kernels["layer_norm_fwd"], MIN_BACKWARD_PROGRAMS)
     else:
         layout = "batch" if case.op == "batch_norm" else "group"
