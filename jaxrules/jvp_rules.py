@@ -309,6 +309,45 @@ def normalize_backward_jvp(res, tx, tmean, trstd, tg, *, axes, eps, axis_name):
     return out
 
 
+def rms_norm_jvp(res, tx, tw, *, axes, eps):
+    """Outputs ``(y, rstd)`` of ``y = x_hat w``, ``x_hat = x rstd``, ``rstd = rsqrt(E[x^2] +
+    eps)``: ``drstd = -rstd^2 E[x_hat dx]``, ``dy = rstd (dx - x_hat E[x_hat dx]) w + x_hat dw``
+    (the derivative of torch's composite ``rms_norm``: ``_norm_jvp`` without the mean, then
+    ``_affine_jvp``)."""
+    x, w, rstd = res
+    stat = rstd.dtype
+    xhat = x.astype(stat) * rstd
+    dy, drstd = [], None
+    if tx is not None:
+        t = tx.astype(stat)
+        c = jnp.mean(xhat * t, axis=axes, keepdims=True)
+        dy.append(rstd * (t - xhat * c) * w.astype(stat))
+        drstd = -rstd * rstd * c
+    if tw is not None:
+        dy.append(xhat * tw.astype(stat))
+    return _terms(*dy), drstd
+
+
+def rms_norm_backward_jvp(res, tx, trstd, tv, *, axes, eps):
+    """JVP of the backward ``gx = B(v)``, ``B(v) = rstd (v - x_hat E[v x_hat])``: ``B(dv) - rstd
+    (E[x_hat dx] gx + E[v x_hat] B(dx) + x_hat E[gx dx])`` (the double backward of
+    ``normalize_backward_jvp`` without the mean terms, derived from ``drstd = -rstd^2 E[x_hat
+    dx]``). ``rstd`` is recomputed from x (its argument carries no derivative: see
+    ``rms_norm_backward``)."""
+    x, _, v = res
+    rstd = P.rms_rstd(x, axes, eps)
+    out = None if tv is None else P.rms_projection(x, rstd, tv, axes)
+    if tx is not None:
+        stat = rstd.dtype
+        xhat, t, v = x.astype(stat) * rstd, tx.astype(stat), v.astype(stat)
+        gx = P.rms_projection(x, rstd, v, axes)
+        mean_ = lambda u: jnp.mean(u, axis=axes, keepdims=True)  # noqa: E731
+        dx_term = -rstd * (mean_(xhat * t) * gx + mean_(v * xhat) * P.rms_projection(x, rstd, t, axes)
+                           + xhat * mean_(gx * t))
+        out = dx_term if out is None else out + dx_term
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # Pointwise ops whose derivative is one factor per input (activations, losses): the factors come
 # from ``partials`` (``derivative(*inputs, **params)``), shared with ``vjp_rules``.

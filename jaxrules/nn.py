@@ -48,7 +48,7 @@ from jaxrules.ops.losses import (
     smooth_l1_loss,
     soft_margin_loss,
 )
-from jaxrules.ops.normalization import batch_norm, group_norm, layer_norm
+from jaxrules.ops.normalization import batch_norm, group_norm, instance_norm, layer_norm, rms_norm
 from jaxrules.ops.norms import normalize, pairwise_distance
 from jaxrules.ops.reductions import logsumexp
 
@@ -56,9 +56,10 @@ __all__ = [
     "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu", "conv", "conv1d", "conv2d",
     "conv3d", "cross_entropy", "dropout", "elu", "embedding", "gelu", "glu", "group_norm", "hard_sigmoid",
     "hard_swish", "hard_tanh", "hardsigmoid", "hardswish", "hardtanh", "hinge_embedding_loss", "huber_loss",
+    "instance_norm",
     "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_sigmoid", "log_softmax", "logsumexp",
     "margin_ranking_loss", "max_pool", "max_pool1d", "max_pool2d", "max_pool3d", "mish", "mse_loss", "nll_loss",
-    "normalize", "pairwise_distance", "prelu", "relu", "relu6", "selu", "silu", "smooth_l1_loss",
+    "normalize", "pairwise_distance", "prelu", "relu", "relu6", "rms_norm", "selu", "silu", "smooth_l1_loss",
     "soft_margin_loss", "softmax", "softplus", "swish", "threshold",
 ]
 

@@ -478,6 +478,22 @@ def _first_of_group(x, axes):
     return x[tuple(slice(0, 1) if a in axes else slice(None) for a in range(x.ndim))]
 
 
+def rms_rstd(x, axes, eps):
+    """``rsqrt(E[x^2] + eps)`` over ``axes`` (kept), in ``stat_dtype`` (torch's ``rms_norm``)."""
+    xf = x.astype(stat_dtype(x.dtype))
+    return lax.rsqrt(jnp.mean(jnp.square(xf), axis=axes, keepdims=True) + eps)
+
+
+def rms_projection(x, rstd, v, axes):
+    """``rstd (v - x_hat E[v x_hat])`` with ``x_hat = x rstd``: both the JVP of x -> x_hat for
+    the RMS norm and its transpose (the operator is symmetric), as ``norm_projection`` without
+    the mean. Computed in the statistics' dtype."""
+    stat = rstd.dtype
+    xhat = x.astype(stat) * rstd
+    v = v.astype(stat)
+    return rstd * (v - xhat * jnp.mean(v * xhat, axis=axes, keepdims=True))
+
+
 # ----------------------------------------------------------------------------------------------
 # Activations: d f / dx from the saved input (seed ``infinitely_differentiable_*_backward``).
 # Where torch's double backward uses a strict mask that its first derivative does not (elu

@@ -290,6 +290,41 @@ def normalize_backward_vjp(res, ct, *, axes, eps, axis_name):
     return g_x, None, None, bh
 
 
+def rms_norm_vjp(res, ct, *, axes, eps):
+    """``dx = B(g w)`` with ``B(v) = rstd (v - x_hat E[v x_hat])`` computed by the
+    ``rms_norm_backward`` op (so its own VJP runs under a second reverse pass), plus the rstd
+    output's term ``-g_rstd rstd^2 x_hat / count`` when it is used (``None``: unused); ``dw = g
+    x_hat`` (summed to the weight's shape by the mechanism)."""
+    from jaxrules.ops.normalization import rms_norm_backward
+
+    x, w, rstd = res
+    g, g_rstd = ct
+    stat = rstd.dtype
+    xhat = x.astype(stat) * rstd
+    g = jnp.zeros(x.shape, stat) if g is None else g.astype(stat)
+    dx = rms_norm_backward(x, rstd, g * w.astype(stat), axes=axes, eps=eps)
+    if g_rstd is not None:
+        count = math.prod(x.shape[a] for a in axes)
+        dx = dx - g_rstd * rstd * rstd * xhat / count
+    return dx, g * xhat
+
+
+def rms_norm_backward_vjp(res, ct, *, axes, eps):
+    """Given ``h``: ``g_x = -rstd (x_hat E[h gx] + E[v x_hat] B(h) + E[h x_hat] gx)`` with ``gx =
+    B(v)``, and ``g_v = B(h)`` (B is symmetric): ``normalize_backward_vjp`` without the mean
+    terms. ``rstd`` is recomputed from x; its argument gets no cotangent."""
+    x, _, v = res
+    rstd = P.rms_rstd(x, axes, eps)
+    stat = rstd.dtype
+    h, v = ct.astype(stat), v.astype(stat)
+    gx = P.rms_projection(x, rstd, v, axes)
+    bh = P.rms_projection(x, rstd, h, axes)
+    xhat = x.astype(stat) * rstd
+    mean_ = lambda u: jnp.mean(u, axis=axes, keepdims=True)  # noqa: E731
+    g_x = -rstd * (xhat * mean_(h * gx) + mean_(v * xhat) * bh + mean_(h * xhat) * gx)
+    return g_x, None, bh
+
+
 # ----------------------------------------------------------------------------------------------
 # Pointwise ops whose derivative is one factor per input (activations, losses).
 

@@ -370,6 +370,130 @@ def _updated_running_stats(mean, var, count, running_mean, running_var, momentum
     return tuple(new)
 
 
+def _check_momentum(op, momentum):
+    if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real) or not math.isfinite(momentum):
+        raise TypeError(f"{op}: momentum must be a finite real number, got {momentum!r}")
+    return float(momentum)
+
+
+def instance_norm(x, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-5):
+    """torch.nn.functional.instance_norm, functional: returns a tuple ``(y, new_running_mean,
+    new_running_var)`` (``None`` where the running statistics are ``None``), as ``batch_norm``.
+
+    torch runs batch norm on x (N, C, *) viewed as (1, N*C, *): statistics per (sample, channel)
+    over the spatial axes, then per-channel ``* weight + bias``. Here that is the
+    ``affine_normalize`` op over the spatial axes (the XLA formulas of batch/layer/group norm:
+    seed ``batch_norm_jvp``, the native backward, ``batchnorm_double_backward`` through
+    ``normalize_backward``); its vmap rule folds B0 into N. No fused kernel is wired (group
+    norm's, with one channel per group, would compute the same statistics).
+
+    ``use_input_stats`` (torch's default): normalize with the input's statistics and, when
+    running statistics are given (both or neither, as torch), return them updated as torch
+    does: each (sample, channel) updated with ``momentum`` and its unbiased spatial variance,
+    then averaged over the samples; they carry no gradient. ``use_input_stats=False``: ``(x -
+    running_mean) / sqrt(running_var + eps)`` per channel, running statistics returned unchanged.
+
+    Empty input: the running statistics come back unchanged (torch's batch norm does so for
+    zero-size input; for N = 0 torch's average over no samples gives NaN instead).
+    """
+    op = "instance_norm"
+    x = V.array(op, "x", x)
+    if x.ndim < 2:
+        raise ValueError(f"{op}: x must have shape (N, C, *), got {x.shape}")
+    eps = _check_eps(op, eps)
+    momentum = _check_momentum(op, momentum)
+    channels = x.shape[1]
+    if (running_mean is None) != (running_var is None):
+        raise ValueError(f"{op}: running_mean and running_var must both be None or neither (as torch)")
+    stats = []
+    for name, s in (("running_mean", running_mean), ("running_var", running_var)):
+        if s is not None:
+            s = V.array(op, name, s)
+            if s.shape != (channels,):
+                raise ValueError(f"{op}: {name} must have shape ({channels},), got {s.shape}")
+        stats.append(s)
+    running_mean, running_var = stats
+    if not use_input_stats:
+        if running_mean is None:
+            raise ValueError(f"{op}: running_mean and running_var are required when use_input_stats=False")
+        view = (1, channels) + (1,) * (x.ndim - 2)
+        y = (x - running_mean.reshape(view)) * lax.rsqrt(running_var.reshape(view) + eps)
+        return _affine(op, y.astype(x.dtype), weight, bias, (channels,), 1), running_mean, running_var
+    spatial = math.prod(x.shape[2:])
+    if spatial == 1:  # torch's _verify_spatial_size
+        raise ValueError(f"{op}: expected more than 1 spatial element when use_input_stats=True, got input {x.shape}")
+    axes = tuple(range(2, x.ndim))
+    y = _affine_normalize(op, x, weight, bias, axes, (channels,), 1, eps, None)[0]
+    if running_mean is None or x.size == 0:
+        return y, running_mean, running_var
+    xs = lax.stop_gradient(x).astype(P.stat_dtype(x.dtype))
+    mean = P.group_mean(xs, axes, None)  # (N, C, 1, ...)
+    var = P.group_mean(jnp.square(xs - mean), axes, None)
+    new_mean, new_var = _updated_running_stats(jnp.mean(mean, 0), jnp.mean(var, 0), spatial, running_mean,
+                                               running_var, momentum)
+    return y, new_mean, new_var
+
+
+def _rms_norm_primal(x, w, *, axes, eps):
+    """``(y, rstd)``: ``y = x rstd w`` in x's dtype, ``rstd = rsqrt(E[x^2] + eps)`` over ``axes``
+    (kept, in ``stat_dtype``); ``w`` broadcasts against x."""
+    rstd = P.rms_rstd(x, axes, eps)
+    stat = rstd.dtype
+    return (x.astype(stat) * rstd * w.astype(stat)).astype(x.dtype), rstd
+
+
+def _rms_norm_backward_primal(x, rstd, v, *, axes, eps):
+    return P.rms_projection(x, rstd, v, axes).astype(x.dtype)
+
+
+rms_norm_op = define_op(
+    "rms_norm", _rms_norm_primal, J.rms_norm_jvp, R.rms_norm_vjp,
+    lambda outs, x, w, **_: (x, w, outs[1]), none_for_zero_cotangents=True,
+)
+rms_norm_backward_op = define_op(
+    "rms_norm_backward", _rms_norm_backward_primal, J.rms_norm_backward_jvp, R.rms_norm_backward_vjp
+)
+
+
+def rms_norm_backward(x, rstd, v, *, axes, eps):
+    """``rstd (v - x_hat E[v x_hat])``: the RMS normalization's VJP without weight. ``rstd`` is
+    x's statistic, passed so that it is not computed again; it carries no derivative of its own
+    (the formulas differentiate through x)."""
+    return rms_norm_backward_op(x, lax.stop_gradient(rstd), v, axes=axes, eps=eps)
+
+
+def rms_norm(x, normalized_shape, weight=None, eps=None):
+    """torch.nn.functional.rms_norm (torch 2.4+): ``x rsqrt(E[x^2] + eps) * weight`` with the mean
+    over the trailing ``normalized_shape`` axes; ``eps=None`` is the machine epsilon of the dtype
+    the statistics are computed in (float32 for bfloat16/float16 input, computed in float32 as
+    torch does — torch 2.13 takes its ``opmath`` type's epsilon, not ``finfo(x.dtype).eps`` as
+    its documentation says). Output in x's dtype.
+
+    JVP ``dy = rstd (dx - x_hat E[x_hat dx]) w + x_hat dw``; VJP ``dx = rstd (gw - x_hat E[gw
+    x_hat])``, ``dw = sum g x_hat`` (``x_hat = x rstd``), the dx part computed by the op
+    ``rms_norm_backward``, whose own formulas give the double backward. vmap: the primal and the
+    formulas under ``jax.vmap`` (reductions over trailing axes need no fold). XLA formulas only:
+    a fused kernel like layer norm's is pending. Complex input is refused (torch squares it
+    without conjugating)."""
+    op = "rms_norm"
+    x = V.array(op, "x", x)
+    if jnp.iscomplexobj(x):
+        raise TypeError(f"{op}: x must be real, got dtype {x.dtype}")
+    shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
+    k = len(shape)
+    if k == 0 or x.ndim < k or tuple(x.shape[x.ndim - k :]) != shape:
+        raise ValueError(f"{op}: normalized_shape {shape} does not match the trailing axes of x {x.shape}")
+    eps = float(jnp.finfo(P.stat_dtype(x.dtype)).eps) if eps is None else _check_eps(op, eps)
+    if weight is None:
+        w = jnp.ones(shape, x.dtype)
+    else:
+        w = V.array(op, "weight", weight)
+        if w.shape != shape:
+            raise ValueError(f"{op}: weight must have shape {shape}, got {w.shape}")
+    return rms_norm_op(x, w, axes=tuple(range(x.ndim - k, x.ndim)), eps=eps)[0]
+
+
 # ----------------------------------------------------------------------------------------------
 # Records
 
@@ -484,4 +608,51 @@ register(OpRecord(
     "batched input with unbatched running stats allowed (new stats come back batched)",
     double_backward="normalize_backward op: seed batchnorm_double_backward (weight terms by the product rule)",
     singular=(SingularPoint("constant channels", (np.full((3, 2, 2), -1.0),), (np.zeros((3, 2, 2)),)),),
+))
+
+
+def _instance_norm_train(x, weight=None, bias=None, eps=1e-5):
+    return instance_norm(x, None, None, weight, bias, eps=eps)[0]
+
+
+register(OpRecord(
+    "instance_norm", _instance_norm_train, (_NN + "instance_norm",), _FORMULAS,
+    ("batch_norm_jvp", "batchnorm_double_backward", *_SEED_SHARED),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 4, 3, 5), normal(rng, dt, 3) + 1, normal(rng, dt, 3))),
+        Sample((normal(rng, dt, 2, 3, 2, 3),)),
+        Sample((normal(rng, dt, 3, 2, 4), normal(rng, dt, 2) + 1), {"eps": 1e-3}),
+    ],
+    lambda torch, x, w=None, b=None, eps=1e-5: torch.nn.functional.instance_norm(x, None, None, w, b, eps=eps),
+    "torch.nn.functional.instance_norm", low_precision=("float32", "bfloat16"),
+    batching="affine_normalize's rule: B0 folded into N (statistics per sample and channel); batched weights "
+    "after; batched input with unbatched running stats gives batched new stats",
+    double_backward="normalize_backward op: seed batchnorm_double_backward (weight terms by the product rule)",
+    deviations="zero-size input with N = 0 and running statistics: returned unchanged (torch: NaN, the mean of "
+    "no per-sample updates)",
+    singular=(SingularPoint("constant maps", (np.full((2, 3, 4), 1.5), np.ones(3), np.zeros(3)),
+                            (np.zeros((2, 3, 4)), np.zeros(3), np.full(3, 8.0))),),
+))
+register(OpRecord(
+    "rms_norm", rms_norm, (_NN + "rms_norm",), ("rms_norm", "rms_norm_backward"),
+    ("rms_norm (composite; native_layer_norm_backward's and layer_norm_double_backward's math without the mean)",
+     "_affine_jvp"),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 4, 3, 5), (5,), normal(rng, dt, 5) + 1)),
+        Sample((normal(rng, dt, 2, 3, 4), (3, 4))),
+        Sample((normal(rng, dt, 6), 6, normal(rng, dt, 6)), {"eps": 1e-3}),
+    ],
+    lambda torch, x, shape, w=None, eps=None: torch.nn.functional.rms_norm(
+        x, (shape,) if isinstance(shape, int) else shape, w, eps),
+    "torch.nn.functional.rms_norm", low_precision=("float32", "bfloat16"),
+    batching="vmapped primal and formulas (reductions over trailing axes: no fold needed)",
+    double_backward="rms_norm_backward op: its own JVP/VJP formulas (weight terms by the product rule)",
+    singular=(
+        # rstd = rsqrt(0 + eps) = 2, x_hat = 0: dx = rstd w, dw = sum g x_hat = 0; dy(1, 1) = rstd w.
+        SingularPoint("all-zero rows, eps=0.25", (np.zeros((2, 3)), 3, np.array([1.0, 2.0, 3.0])),
+                      (np.tile([2.0, 4.0, 6.0], (2, 1)), np.zeros(3)), {"eps": 0.25},
+                      jvp=np.tile([2.0, 4.0, 6.0], (2, 1))),
+        # Default eps of float64: 2^-52, rstd = 2^26.
+        SingularPoint("all-zero row, default eps", (np.zeros((1, 4)), 4), (np.full((1, 4), 2.0 ** 26),)),
+    ),
 ))
