@@ -889,3 +889,28 @@ def grouped_norm_jvp(res, tx, tw, tb, *, layout, groups, eps, launch):
     if tb is not None:
         dy.append(jnp.broadcast_to(P.channel_rows(tb.astype(stat), layout, groups, n)[..., None], xhat.shape))
     return P.groups_last(_terms(*dy), layout, x.shape), dmean, drstd
+
+
+# ----------------------------------------------------------------------------------------------
+# Sorting (sort, topk, cummax/cummin, nanmedian, quantile)
+
+
+def sort_jvp(idx, tx, *, axis, **_):
+    """The tangent read at the selected indices, ``gather(t, axis, idx)`` (seed sort's and
+    topk's ``gather_with_keepdimed_indices``); the indices have no tangent. sort and topk."""
+    return jnp.take_along_axis(tx, idx, axis=axis), None
+
+
+def cummaxmin_jvp(idx, tx, *, axis, **_):
+    """``t.gather(axis, indices)`` (cummax/cummin's forward formula in derivatives.yaml, the
+    transpose of ``cummaxmin_backward``); the indices have no tangent."""
+    return jnp.take_along_axis(tx, idx, axis=axis), None
+
+
+def quantile_jvp(res, tx, **_):
+    """``(1 - w) t[lo] + w t[hi]`` along the last axis: torch's quantile is ``lerp`` of two sorted
+    entries with a weight that depends on ``q`` and the count only (seed: the derivatives of
+    ``sort`` and ``lerp`` that torch's composite quantile chains); the indices have no tangent.
+    quantile and nanmedian."""
+    lo, hi, w = res
+    return (1 - w) * jnp.take_along_axis(tx, lo, axis=-1) + w * jnp.take_along_axis(tx, hi, axis=-1), None

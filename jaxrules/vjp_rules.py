@@ -947,3 +947,30 @@ def grouped_norm_vjp(res, ct, *, layout, groups, eps, launch):
     """The fused backward kernel (``norm_kernels.grouped_backward``); its own derivative is that of
     ``grouped_norm_reference_vjp``."""
     return _grouped_norm_kernel_vjp(res, tuple(ct), layout, groups, launch)
+
+
+# ----------------------------------------------------------------------------------------------
+# Sorting (sort, topk, cummax/cummin, nanmedian, quantile)
+
+
+def sort_vjp(idx, ct, *, axis, shape, **_):
+    """Seed ``value_selecting_reduction_backward(grad, dim, indices, sizes, keepdim=true)`` (sort
+    and topk in derivatives.yaml): each cotangent added at its entry's index."""
+    g, _ = ct
+    return (P.scatter_add(shape, P.scatter_coords(idx, axis), g),)
+
+
+def cummaxmin_vjp(idx, ct, *, axis, shape, **_):
+    """Seed ``cummaxmin_backward``: ``zeros.scatter_add(axis, indices, grad)`` (an entry that
+    stays the running extremum collects the cotangents of all the outputs it is)."""
+    g, _ = ct
+    return (P.scatter_add(shape, P.scatter_coords(idx, axis), g),)
+
+
+def quantile_vjp(res, ct, *, shape, **_):
+    """The transpose of ``jvp_rules.quantile_jvp``: ``(1 - w) ct`` added at ``lo`` and ``w ct``
+    at ``hi`` (torch: ``lerp``'s backward then sort's ``value_selecting_reduction_backward``)."""
+    lo, hi, w = res
+    g, _ = ct
+    gx = P.scatter_add(shape, P.scatter_coords(lo, lo.ndim - 1), (1 - w) * g)
+    return (gx + P.scatter_add(shape, P.scatter_coords(hi, hi.ndim - 1), w * g),)

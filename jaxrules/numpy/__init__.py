@@ -58,6 +58,7 @@ from jaxrules.ops.shape import (
     tile,
     unstack,
 )
+from jaxrules.ops.sorting import argsort, cummax, cummin, nanmedian, quantile, sort, topk
 
 __all__ = [
     "abs", "absolute", "amax", "amin", "angle", "arctan2", "array_split", "clip", "concatenate", "copysign",
@@ -66,6 +67,8 @@ __all__ = [
     "repeat", "scatter_reduce", "sign", "sinc", "split", "stack", "std", "std_mean", "sum", "take", "take_along_axis",
     "tile", "unstack", "var", "var_mean", "pow", "atan2", "concat",
 ]
+
+__all__ += ["argsort", "cummax", "cummin", "nanmedian", "quantile", "sort", "topk"]
 
 pow, atan2, concat = power, arctan2, concatenate  # the array-API spellings: one op, one gradient
 

@@ -3,7 +3,7 @@ registry records. ``jaxrules.registry.records()`` imports them all (which regist
 importing one module (``jaxrules.ops.elementwise``) imports only the modules it uses (never
 ``nested`` and its Pallas kernels, unless it is that module)."""
 
-__all__ = ["activations", "conv", "elementwise", "fft", "indexing", "linalg", "losses", "nested", "normalization", "norms", "reductions", "shape"]
+__all__ = ["activations", "conv", "elementwise", "fft", "indexing", "linalg", "losses", "nested", "normalization", "norms", "reductions", "shape", "sorting"]
 
 
 def __getattr__(name: str):

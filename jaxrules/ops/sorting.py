@@ -1,0 +1,397 @@
+"""Sorting and order statistics with torch's conventions: ``sort``, ``argsort``, ``topk``,
+``cummax``, ``cummin``, ``nanmedian`` and ``quantile`` (public through ``jaxrules.numpy``).
+Primal, residuals and record of each; the formulas are in ``jvp_rules`` / ``vjp_rules``
+(section "Sorting"), the selection rules in ``partials`` (same section).
+
+torch 2.13's orders, checked on the CPU: NaN sorts after every number (first when descending,
+and as the largest for topk); sort (``stable=True``) keeps equal values in position order;
+cummax/cummin take the later index among equal values, and a NaN propagates with the index of
+the latest NaN; quantile reads the stable NaN-last order (a NaN in the slice: the last entry,
+a NaN); nanmedian is the lower median of the numbers."""
+
+from __future__ import annotations
+
+import numbers
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxrules import _validate as V
+from jaxrules import jvp_rules as J
+from jaxrules import partials as P
+from jaxrules import vjp_rules as R
+from jaxrules.mechanism import define_op
+from jaxrules.ops._sampling import distinct, f64
+from jaxrules.ops.reductions import ValuesIndices
+from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+
+
+def _save_indices(out, x, **_):
+    return out[1]
+
+
+def _sort_primal(x, *, axis, descending, shape):
+    perm = P.sort_permutation(x, axis, descending)
+    return jnp.take_along_axis(x, perm, axis=axis), perm
+
+
+def _topk_primal(x, *, k, axis, largest, shape):
+    idx = lax.slice_in_dim(P.sort_permutation(x, axis, descending=largest), 0, k, axis=axis)
+    return jnp.take_along_axis(x, idx, axis=axis), idx
+
+
+def _quantile_primal(x, *, q, method, ignore_nan, shape):
+    lo, hi, w = P.quantile_selection(x, q, method, ignore_nan)
+    return P.lerp_selected(x, lo, hi, w), lo
+
+
+sort_op = define_op("sort", _sort_primal, J.sort_jvp, R.sort_vjp, _save_indices)
+topk_op = define_op("topk", _topk_primal, J.sort_jvp, R.sort_vjp, _save_indices)
+cummax_op = define_op(
+    "cummax", lambda x, *, axis, shape: P.cummaxmin_select(x, axis, largest=True), J.cummaxmin_jvp, R.cummaxmin_vjp,
+    _save_indices,
+)
+cummin_op = define_op(
+    "cummin", lambda x, *, axis, shape: P.cummaxmin_select(x, axis, largest=False), J.cummaxmin_jvp, R.cummaxmin_vjp,
+    _save_indices,
+)
+quantile_op = define_op(
+    "quantile", _quantile_primal, J.quantile_jvp, R.quantile_vjp,
+    lambda out, x, *, q, method, ignore_nan, shape: P.quantile_selection(x, q, method, ignore_nan),
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# Public functions
+
+
+def _real(op, x, name="a"):
+    x = V.array(op, name, x, inexact=False)
+    if jnp.iscomplexobj(x):
+        raise TypeError(f"{op}: argument {name!r} must be real (complex numbers have no order), got {x.dtype}")
+    return x
+
+
+def _flag(op, name, value):
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{op}: {name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+def _sort_input(op, a, axis, kind, order, stable, descending):
+    V.unsupported(op, kind=kind, order=order)
+    _flag(op, "stable", stable)
+    descending = _flag(op, "descending", descending)
+    x = _real(op, a)
+    if axis is None:
+        return x.ravel(), 0, descending
+    return (x.reshape(1), 0, descending) if x.ndim == 0 else (x, V.single_axis(op, x.ndim, axis), descending)
+
+
+def sort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False):
+    """``jax.numpy.sort`` (flattened for ``axis=None``) in torch's order: NaN last (first when
+    ``descending``), equal values by position (always stable). VJP: each cotangent back to its
+    entry's position (seed sort's ``value_selecting_reduction_backward``); JVP the tangent
+    permuted alike. Integer and boolean input is sorted without a derivative."""
+    shape = jnp.shape(a)
+    x, ax, descending = _sort_input("sort", a, axis, kind, order, stable, descending)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        out = jnp.take_along_axis(x, P.sort_permutation(x, ax, descending), axis=ax)
+    else:
+        out = sort_op(x, axis=ax, descending=descending, shape=x.shape)[0]
+    return out.reshape(shape) if len(shape) == 0 else out
+
+
+def argsort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False, dtype=None):
+    """``jax.numpy.argsort``: the permutation ``sort`` applies (torch's order, always stable);
+    integer output, no derivative."""
+    shape = jnp.shape(a)
+    x, ax, descending = _sort_input("argsort", a, axis, kind, order, stable, descending)
+    perm = P.sort_permutation(x, ax, descending)
+    perm = perm.reshape(shape) if len(shape) == 0 else perm
+    return perm if dtype is None else perm.astype(dtype)
+
+
+def _count(op, name, value, high):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= high:
+        raise ValueError(f"{op}: {name} must be an integer in [0, {high}], got {value!r}")
+    return int(value)
+
+
+def _single_axis_input(op, x, axis, name="x"):
+    x = V.array(op, name, x)
+    if jnp.iscomplexobj(x):
+        raise TypeError(f"{op}: argument {name!r} must be real (complex numbers have no order), got {x.dtype}")
+    x = x.reshape(1) if x.ndim == 0 else x
+    return x, V.single_axis(op, x.ndim, axis)
+
+
+def topk(x, k, axis=-1, largest=True, sorted=True):  # noqa: A002
+    """torch.topk: the ``k`` largest (``largest=False``: smallest) entries along ``axis`` and
+    their indices, always in sorted order (torch's ``sorted=False`` order is unspecified). NaN
+    counts as the largest, as in torch. Among equal values the earlier position comes first
+    (torch 2.13's CPU choice depends on its partial sort: ``topk([3, 1, 3, 3], 2)`` gives indices
+    ``[2, 3]``). The derivative goes to the returned indices (seed
+    ``value_selecting_reduction_backward``)."""
+    x, ax = _single_axis_input("topk", x, axis)
+    k = _count("topk", "k", k, x.shape[ax])
+    _flag("topk", "sorted", sorted)
+    values, indices = topk_op(x, k=k, axis=ax, largest=_flag("topk", "largest", largest), shape=x.shape)
+    return ValuesIndices(values, indices)
+
+
+def cummax(x, axis):
+    """torch.cummax: the running maximum along ``axis`` and its index. Among equal values the
+    later index (torch's rule); NaN propagates with the index of the latest NaN. The derivative of
+    each output goes to its index (seed ``cummaxmin_backward``)."""
+    x, ax = _single_axis_input("cummax", x, axis)
+    return ValuesIndices(*cummax_op(x, axis=ax, shape=x.shape))
+
+
+def cummin(x, axis):
+    """torch.cummin: the running minimum and its index (later index among equal values; NaN
+    propagates with the latest NaN's index); seed ``cummaxmin_backward``."""
+    x, ax = _single_axis_input("cummin", x, axis)
+    return ValuesIndices(*cummin_op(x, axis=ax, shape=x.shape))
+
+
+def _quantiles(op, q):
+    """``q`` as a concrete numpy array of numbers in [0, 1] (held fixed: no derivative)."""
+    if isinstance(q, jax.core.Tracer):
+        raise TypeError(f"{op}: q must be concrete (no derivative or vmap with respect to q), got a traced value")
+    try:
+        qa = np.asarray(q, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{op}: q must be a number or an array of numbers, got {q!r}") from None
+    if not np.all((qa >= 0) & (qa <= 1)):
+        raise ValueError(f"{op}: q must be in [0, 1], got {q!r}")
+    return qa
+
+
+def _reduce_last(op, x, axis, keepdims):
+    """``x`` with the reduced axes moved last and flattened into one, and a function putting the
+    ``(..., m)`` result into jax.numpy's shape ``q.shape + reduced shape``."""
+    axes = V.axes(op, x.ndim, axis)
+    rest = [d for d in range(x.ndim) if d not in axes]
+    n = int(np.prod([x.shape[d] for d in axes]))
+    if n == 0:
+        raise ValueError(f"{op}: reduction over zero-size axes {axis!r} of shape {x.shape}")
+    flat = jnp.transpose(x, rest + list(axes)).reshape(tuple(x.shape[d] for d in rest) + (n,))
+    kept = tuple(1 if d in axes else x.shape[d] for d in range(x.ndim)) if keepdims else tuple(x.shape[d] for d in rest)
+
+    def finish(out, qshape):
+        return jnp.moveaxis(out, -1, 0).reshape(qshape + kept)
+
+    return flat, finish
+
+
+def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *, weights=None):
+    """``jax.numpy.quantile`` with torch's derivative: torch's ``quantile`` is ``lerp`` of two
+    entries of the sorted slice, so the derivative goes to those two order statistics, ``1 - w``
+    and ``w`` for ``linear`` (``w`` the rank's fraction; 1/2 each for ``midpoint``; all to one
+    for ``lower``, ``higher`` and ``nearest``). Equal values are ordered by position; a NaN in the
+    slice gives NaN and the derivative goes to its last NaN (torch's rank ``n - 1``). ``q`` is
+    held fixed (no derivative). ``nearest`` rounds half to even as torch and numpy do (jax.numpy
+    0.10 rounds half down)."""
+    V.unsupported("quantile", out=out, weights=weights)
+    if method not in P.QUANTILE_METHODS:
+        raise ValueError(f"quantile: method must be one of {P.QUANTILE_METHODS}, got {method!r}")
+    qa = _quantiles("quantile", q)
+    x = _real("quantile", a)
+    x = V.array("quantile", "a", x)
+    flat, finish = _reduce_last("quantile", x, axis, bool(keepdims))
+    values, _ = quantile_op(flat, q=tuple(float(v) for v in qa.ravel()), method=method, ignore_nan=False, shape=flat.shape)
+    return finish(values, qa.shape)
+
+
+def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False, *, return_indices=False):
+    """``jax.numpy.nanmedian``: the median of the numbers (NaN ignored; all NaN: NaN), the mean
+    of the two middle ones for an even count, each getting half the derivative (the middle
+    entries only, equal values ordered by position). With ``return_indices=True``, torch's
+    ``nanmedian(dim)``: the lower middle number along one ``axis`` and its index, the derivative
+    to that index only (seed ``value_selecting_reduction_backward``); an all-NaN slice gives NaN
+    and index 0, as torch."""
+    V.unsupported("nanmedian", out=out)
+    x = V.array("nanmedian", "a", _real("nanmedian", a))
+    if not return_indices:
+        flat, finish = _reduce_last("nanmedian", x, axis, bool(keepdims))
+        values, _ = quantile_op(flat, q=(0.5,), method="linear", ignore_nan=True, shape=flat.shape)
+        return finish(values, ())
+    x, ax = _single_axis_input("nanmedian", x, axis, "a")
+    if x.shape[ax] == 0:
+        raise ValueError(f"nanmedian: axis {axis} has length 0")
+    moved = jnp.moveaxis(x, ax, -1)
+    values, indices = quantile_op(moved, q=(0.5,), method="lower", ignore_nan=True, shape=moved.shape)
+    values, indices = jnp.moveaxis(values, -1, ax), jnp.moveaxis(indices, -1, ax)
+    if not keepdims:
+        values, indices = jnp.squeeze(values, ax), jnp.squeeze(indices, ax)
+    return ValuesIndices(values, indices)
+
+
+# ----------------------------------------------------------------------------------------------
+# Records
+
+_NP = "jaxrules.numpy."
+_SELECT = ("value_selecting_reduction_backward",)
+
+
+def _record(name, fn, public, seed, samples, torch_fn, torch_name, **kw):
+    formula_ops = kw.pop("formula_ops", (name,))
+    return register(OpRecord(name, fn, public, formula_ops, seed, samples, torch_fn, torch_name, **kw))
+
+
+def _values_of(fn):
+    """The record's function: the values (the indices are integers; tests/test_sorting.py
+    compares them with torch's)."""
+    return lambda x, *args, **kw: fn(x, *args, **kw).values
+
+
+def _with_nan(rng, dt, *shape, p=0.25):
+    x = distinct(rng, dt, *shape)
+    return np.where(rng.uniform(size=shape) < p, np.nan, x).astype(dt)
+
+
+def _torch_sort(torch, x, axis=-1, descending=False):
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+    return torch.sort(x, dim=axis, descending=descending, stable=True).values
+
+
+_record(
+    "sort", sort, (_NP + "sort",), ("value_selecting_reduction_backward (sort)", "gather_with_keepdimed_indices"),
+    lambda rng, dt: [
+        Sample((distinct(rng, dt, 3, 5),)),
+        Sample((distinct(rng, dt, 4, 3),), {"axis": 0, "descending": True}),
+        Sample((distinct(rng, dt, 2, 3),), {"axis": None}),
+    ],
+    _torch_sort, "torch.sort(stable=True)", low_precision=("float32", "bfloat16"),
+    singular=(
+        SingularPoint("ties", (f64(2.0, 1.0, 2.0, 2.0),), (f64(1, 1, 1, 1),)),
+        SingularPoint("NaN and signed zeros", (f64(0.0, np.nan, -0.0, 1.0),), (f64(1, 1, 1, 1),), {"descending": True}),
+    ),
+)
+_record(
+    "topk", _values_of(topk), (_NP + "topk",), _SELECT + ("gather_with_keepdimed_indices",),
+    lambda rng, dt: [
+        Sample((distinct(rng, dt, 3, 5), 2)),
+        Sample((distinct(rng, dt, 4, 3), 3), {"axis": 0, "largest": False}),
+    ],
+    lambda torch, x, k, axis=-1, largest=True: torch.topk(x, k, dim=axis, largest=largest).values, "torch.topk",
+    singular=(
+        SingularPoint("NaN is the largest", (f64(1.0, np.nan, 2.0), 1), (f64(0, 1, 0),)),
+        SingularPoint("ties: the earlier positions", (f64(3.0, 1.0, 3.0, 3.0), 2), (f64(1, 0, 1, 0),),
+                      torch_differs="torch 2.13 (CPU) returns indices [2, 3] here (gradient [0, 0, 1, 1]): its "
+                      "choice among equal values follows its partial sort, undocumented; jaxrules takes the "
+                      "earlier positions (the stable order)."),
+        SingularPoint("ties, smallest", (f64(3.0, 1.0, 3.0, 1.0, 1.0), 2), (f64(0, 1, 0, 1, 0),), {"largest": False},
+                      torch_differs="torch 2.13 (CPU) returns indices [1, 4] here (gradient [0, 1, 0, 0, 1]); "
+                      "jaxrules takes the earlier positions [1, 3]."),
+    ),
+    deviations="Among equal values the indices are the earliest positions (the stable order); torch "
+    "2.13's CPU topk picks by its partial sort (topk([3, 1, 3, 3], 2) gives [2, 3]). sorted=False still sorts.",
+)
+
+
+def _cummaxmin_samples(rng, dt):
+    return [Sample((distinct(rng, dt, 3, 5),), {"axis": 1}), Sample((distinct(rng, dt, 4, 3),), {"axis": 0})]
+
+
+_record(
+    "cummax", _values_of(cummax), (_NP + "cummax",), ("cummaxmin_backward",), _cummaxmin_samples,
+    lambda torch, x, axis: torch.cummax(x, dim=axis).values, "torch.cummax",
+    singular=(
+        SingularPoint("ties: the later index", (f64(1.0, 3.0, 3.0, 2.0),), (f64(1, 1, 2, 0),), {"axis": 0}),
+        SingularPoint("NaN: the latest NaN's index", (f64(1.0, np.nan, 2.0, np.nan, 0.0),), (f64(1, 2, 0, 2, 0),),
+                      {"axis": 0}),
+    ),
+)
+_record(
+    "cummin", _values_of(cummin), (_NP + "cummin",), ("cummaxmin_backward",), _cummaxmin_samples,
+    lambda torch, x, axis: torch.cummin(x, dim=axis).values, "torch.cummin",
+    singular=(
+        SingularPoint("ties: the later index", (f64(2.0, 1.0, 1.0, 3.0),), (f64(1, 1, 2, 0),), {"axis": 0}),
+        SingularPoint("NaN: the latest NaN's index", (f64(1.0, np.nan, 0.0, np.nan, 2.0),), (f64(1, 2, 0, 2, 0),),
+                      {"axis": 0}),
+    ),
+)
+
+
+def _torch_nanmedian(torch, x, axis=None, keepdims=False):
+    """numpy's even-count nanmedian from torch's lower one: (lower(x) + upper(x)) / 2 with
+    upper(x) = -lower(-x)."""
+    if axis is None:
+        return 0.5 * (torch.nanmedian(x) - torch.nanmedian(-x))
+    lower = torch.nanmedian(x, dim=axis, keepdim=keepdims).values
+    return 0.5 * (lower - torch.nanmedian(-x, dim=axis, keepdim=keepdims).values)
+
+
+_TIES = ("Among equal values the index is the stable order's (earlier position first); torch documents no tie rule "
+         "for nanmedian's index (its CPU kernel uses nth_element).")
+_record(
+    "nanmedian", nanmedian, (_NP + "nanmedian",), ("lerp and sort backward (torch's composite quantile)",),
+    lambda rng, dt: [
+        Sample((_with_nan(rng, dt, 3, 5),)),
+        Sample((_with_nan(rng, dt, 3, 6),), {"axis": 1}),
+        Sample((_with_nan(rng, dt, 4, 3),), {"axis": 0, "keepdims": True}),
+    ],
+    _torch_nanmedian, "torch.nanmedian (numpy's even-count convention)", formula_ops=("quantile",),
+    singular=(
+        SingularPoint("even count with NaN", (f64(4.0, np.nan, 1.0, 3.0, 2.0),), (f64(0, 0, 0, 0.5, 0.5),)),
+        SingularPoint("ties: the middle positions", (f64(2.0, 2.0, 2.0, 1.0),), (f64(0.5, 0.5, 0, 0),),
+                      torch_differs="torch.nanmedian() without dim spreads its gradient over all entries equal to "
+                      "the result (evenly_distribute_backward: 1/2 (1/3 + 1/3) to each 2); jaxrules gives each "
+                      "middle order statistic's half to its own position, as nanmedian(dim) does."),
+        SingularPoint("all NaN", (f64(np.nan, np.nan),), (f64(1, 0),),
+                      torch_differs="torch.nanmedian() spreads the gradient over the NaNs (evenly_distribute_backward, "
+                      "[0.5, 0.5]); jaxrules reads position 0, as nanmedian(dim) does."),
+    ),
+    deviations="Follows numpy: an even count gives the mean of the two middle numbers (torch: the lower one), "
+    "half the derivative to each; ties are not spread (torch.nanmedian() without dim spreads over them). " + _TIES,
+)
+_record(
+    "nanmedian_with_indices", _values_of(lambda x, **kw: nanmedian(x, return_indices=True, **kw)),
+    (_NP + "nanmedian(..., return_indices=True)",), _SELECT,
+    lambda rng, dt: [
+        Sample((_with_nan(rng, dt, 3, 6),), {"axis": 1}),
+        Sample((_with_nan(rng, dt, 5, 3),), {"axis": 0, "keepdims": True}),
+    ],
+    lambda torch, x, axis=-1, keepdims=False: torch.nanmedian(x, dim=axis, keepdim=keepdims).values,
+    "torch.nanmedian(dim)", formula_ops=("quantile",), deviations=_TIES,
+    singular=(
+        SingularPoint("even count: the lower middle", (f64(4.0, np.nan, 1.0, 3.0, 2.0),), (f64(0, 0, 0, 0, 1),),
+                      {"axis": 0}),
+        SingularPoint("ties: the derivative to the returned index only", (f64(2.0, np.nan, 2.0, 1.0, 2.0),),
+                      (f64(1, 0, 0, 0, 0),), {"axis": 0}),
+        SingularPoint("all NaN: index 0", (f64(np.nan, np.nan),), (f64(1, 0),), {"axis": 0}),
+    ),
+)
+
+
+def _torch_quantile(torch, x, q, axis=None, method="linear", keepdims=False):
+    qt = torch.tensor(q, dtype=x.dtype)
+    return torch.quantile(x, qt, dim=axis, keepdim=keepdims, interpolation=method)
+
+
+_record(
+    "quantile", quantile, (_NP + "quantile",), ("lerp and sort backward (torch's composite quantile)",),
+    lambda rng, dt: [
+        Sample((distinct(rng, dt, 3, 5), 0.3)),
+        Sample((distinct(rng, dt, 3, 6), [0.1, 0.5, 0.85]), {"axis": 1}),
+        Sample((distinct(rng, dt, 5, 2), 0.4), {"axis": 0, "method": "midpoint", "keepdims": True}),
+        Sample((distinct(rng, dt, 5, 3), [0.2, 0.7]), {"axis": 0, "method": "lower"}),
+        Sample((distinct(rng, dt, 5, 3), [0.2, 0.7]), {"axis": 0, "method": "higher"}),
+        Sample((distinct(rng, dt, 6, 3), [0.3, 0.9]), {"axis": 0, "method": "nearest"}),
+    ],
+    _torch_quantile, "torch.quantile",
+    singular=(
+        SingularPoint("linear between ties", (f64(3.0, 1.0, 2.0, 2.0, 5.0), 0.3), (f64(0, 0, 0.8, 0.2, 0),)),
+        SingularPoint("NaN: the last NaN", (f64(3.0, 1.0, np.nan, 2.0, np.nan), 0.3), (f64(0, 0, 0, 0, 1),)),
+        SingularPoint("nearest: half to even", (f64(4.0, 3.0, 2.0, 1.0, 0.0), 0.375), (f64(0, 0, 1, 0, 0),),
+                      {"method": "nearest"}),
+        SingularPoint("rank on an entry", (f64(4.0, 3.0, 2.0, 1.0, 0.0), 0.5), (f64(0, 0, 1, 0, 0),)),
+    ),
+    deviations="method='nearest' rounds half to even, as torch and numpy (jax.numpy 0.10.2 rounds half down). "
+    "q is held fixed (no derivative with respect to q; torch's composite quantile would give one).",
+)
