@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from jaxrules import batching, formula_spy
-from jaxrules.nn import batch_norm, group_norm, layer_norm
+from jaxrules.nn import batch_norm, group_norm, instance_norm, layer_norm, rms_norm
 
 RNG = np.random.default_rng(7)
 X4 = RNG.standard_normal((4, 6, 3, 2))  # (N, C, H, W)
@@ -30,6 +30,8 @@ OPS = {
     "group_norm": (lambda x, w, b: group_norm(x, 3, w, b), lambda x, w, b: F.group_norm(x, 3, w, b), (6,)),
     "batch_norm": (lambda x, w, b: batch_norm(x, None, None, w, b, training=True)[0],
                    lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), (6,)),
+    "instance_norm": (lambda x, w, b: instance_norm(x, None, None, w, b)[0],
+                      lambda x, w, b: F.instance_norm(x, None, None, w, b), (6,)),
 }
 
 
@@ -187,7 +189,8 @@ def test_float32_backward_does_not_cancel_under_a_large_offset(name):
     ct = RNG.standard_normal(x.shape)
     ours = {"layer_norm": lambda v: layer_norm(v, (8, 8, 8), impl="xla"),
             "group_norm": lambda v: group_norm(v, 2, impl="xla"),
-            "batch_norm": lambda v: batch_norm(v, None, None, training=True, impl="xla")[0]}[name]
+            "batch_norm": lambda v: batch_norm(v, None, None, training=True, impl="xla")[0],
+            "instance_norm": lambda v: instance_norm(v)[0]}[name]
     dx = {dt: np.asarray(jax.vjp(ours, jnp.asarray(x, dt))[1](jnp.asarray(ct, dt))[0], np.float64)
           for dt in (jnp.float32, jnp.float64)}
     assert np.max(np.abs(dx[jnp.float32] - dx[jnp.float64])) <= 1e-6 * np.max(np.abs(dx[jnp.float64]))
@@ -264,3 +267,244 @@ def test_any_real_eps_that_torch_accepts(name):
     (tg,) = torch.autograd.grad(ty, tx, torch.tensor(CT4))
     np.testing.assert_allclose(np.asarray(y), ty.detach().numpy(), rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(np.asarray(pullback(jnp.asarray(CT4))[0]), tg.numpy(), rtol=1e-8, atol=1e-8)
+
+
+# ----------------------------------------------------------------------------------------------
+# instance_norm: running statistics, use_input_stats=False, zero-size input, bad input
+
+
+def test_instance_norm_running_stats_follow_torch():
+    """torch updates each (sample, channel) with its unbiased spatial variance, then averages the
+    updated statistics over the samples."""
+    rm, rv = RNG.standard_normal(6), RNG.uniform(0.5, 2, 6)
+    y, new_m, new_v = instance_norm(X4, rm, rv, W6, B6, momentum=0.2, eps=1e-3)
+    tm, tv = torch.tensor(rm), torch.tensor(rv)
+    ty = F.instance_norm(torch.tensor(X4), tm, tv, torch.tensor(W6), torch.tensor(B6), momentum=0.2, eps=1e-3)
+    _close((y, new_m, new_v), (ty.numpy(), tm.numpy(), tv.numpy()))
+    # By hand: the unbiased variance over H*W = 6 values, averaged over N.
+    flat = X4.reshape(4, 6, -1)
+    _close(new_v, 0.8 * rv + 0.2 * flat.var(-1, ddof=1).mean(0))
+    g = jax.grad(lambda x: jnp.sum(instance_norm(x, rm, rv)[1:][0] + instance_norm(x, rm, rv)[2]))(jnp.asarray(X4))
+    assert not np.any(np.asarray(g)), "the running statistics carry no gradient (torch: in place, no_grad)"
+
+
+def test_instance_norm_without_input_stats_matches_torch():
+    rm, rv = RNG.standard_normal(6), RNG.uniform(0.5, 2, 6)
+    args = [X4, rm, rv, W6, B6]
+    f = lambda *a: instance_norm(*a, use_input_stats=False, eps=1e-3)  # noqa: E731
+    y, new_m, new_v = f(*map(jnp.asarray, args))
+    _close((new_m, new_v), (rm, rv))  # unchanged
+    loss = lambda *a: jnp.sum(f(*a)[0] * CT4)  # noqa: E731
+    grads = jax.grad(loss, argnums=(0, 3, 4))(*map(jnp.asarray, args))
+    targs = [torch.tensor(a, requires_grad=i in (0, 3, 4)) for i, a in enumerate(args)]
+    ty = F.instance_norm(targs[0], targs[1], targs[2], targs[3], targs[4], use_input_stats=False, eps=1e-3)
+    tgrads = torch.autograd.grad((ty * torch.tensor(CT4)).sum(), [targs[0], targs[3], targs[4]])
+    _close(y, ty.detach().numpy())
+    _close(grads, [t.numpy() for t in tgrads])
+    assert targs[1].detach().numpy().tolist() == rm.tolist()
+
+
+def test_instance_norm_vmap_with_running_stats_matches_a_loop():
+    """A batched input with unbatched running statistics: the new statistics come back batched
+    (one update per example), as for batch_norm."""
+    rm, rv = RNG.standard_normal(6), RNG.uniform(0.5, 2, 6)
+    f = lambda x, m, v: instance_norm(x, m, v, W6, B6, momentum=0.3)  # noqa: E731
+    for in_axes in [(0, None, None), (0, 0, 0), (None, 0, 0)]:
+        args = [jnp.asarray(_batched(a) if d == 0 else a) for a, d in zip((X4, rm, rv), in_axes)]
+        got = jax.vmap(f, in_axes=in_axes)(*args)
+        _close(got, _loop(f, args, in_axes))
+        assert got[1].shape == (B0, 6)
+
+
+@pytest.mark.parametrize("shape", [(3, 2, 0), (3, 0, 5), (0, 2, 5)])
+def test_instance_norm_zero_size_input(shape):
+    """Empty output and gradient as torch; running statistics unchanged, as torch for (3, 2, 0)
+    and (3, 0, 5). For N = 0 torch returns NaN statistics (the mean of no per-sample updates):
+    we keep them (the record's deviation)."""
+    channels = shape[1]
+    rm, rv = RNG.standard_normal(channels), RNG.uniform(0.5, 2, channels)
+    x = np.zeros(shape)
+    y, new_m, new_v = instance_norm(x, rm, rv)
+    tm, tv = torch.tensor(rm), torch.tensor(rv)
+    tx = torch.tensor(x, requires_grad=True)
+    ty = F.instance_norm(tx, tm, tv)
+    assert y.shape == ty.shape == shape
+    _close((new_m, new_v), (rm, rv))
+    if shape[0] == 0:
+        assert channels == 0 or np.all(np.isnan(tm.numpy())), "torch's NaN for N = 0 (a deviation)"
+    else:
+        _close((new_m, new_v), (tm.numpy(), tv.numpy()))
+    g = jax.grad(lambda x: jnp.sum(instance_norm(x)[0]))(jnp.asarray(x))
+    assert g.shape == torch.autograd.grad(ty.sum(), tx)[0].shape == shape
+
+
+# ----------------------------------------------------------------------------------------------
+# rms_norm
+
+XR = RNG.standard_normal((4, 3, 5))
+WR = RNG.standard_normal(5) + 1
+CTR = RNG.standard_normal(XR.shape)
+
+
+@pytest.mark.parametrize("mode", ["rev-over-rev", "fwd-over-rev"])
+def test_rms_norm_hessian_vector_products_run_its_backward_op_and_match_torch(mode):
+    args = (jnp.asarray(XR), jnp.asarray(WR))
+    v = (jnp.asarray(RNG.standard_normal(XR.shape)), jnp.asarray(RNG.standard_normal(5)))
+    loss = lambda x, w: jnp.sum(rms_norm(x, 5, w, eps=1e-3) * CTR)  # noqa: E731
+    grad = jax.grad(loss, argnums=(0, 1))
+    jax.clear_caches()
+    with formula_spy() as calls:
+        if mode == "rev-over-rev":
+            hvp = jax.grad(lambda *a: sum(jnp.vdot(g, t) for g, t in zip(grad(*a), v)), argnums=(0, 1))(*args)
+        else:
+            hvp = jax.jvp(grad, args, v)[1]
+    kind = "vjp" if mode == "rev-over-rev" else "jvp"
+    assert (kind, "rms_norm_backward") in calls, calls
+    targs = [torch.tensor(np.asarray(a), requires_grad=True) for a in args]
+    tgrads = torch.autograd.grad((F.rms_norm(targs[0], (5,), targs[1], 1e-3) * torch.tensor(CTR)).sum(), targs,
+                                 create_graph=True)
+    second = torch.autograd.grad(sum((g * torch.tensor(np.asarray(t))).sum() for g, t in zip(tgrads, v)), targs)
+    _close(hvp, [s.numpy() for s in second], 1e-9)
+
+
+def test_rms_norm_full_hessian_matches_torch():
+    x, w = RNG.standard_normal((2, 4)), RNG.standard_normal(4) + 1
+    ct = RNG.standard_normal((2, 4))
+    hess = jax.hessian(lambda x, w: jnp.sum(rms_norm(x, 4, w, eps=0.1) * ct), argnums=(0, 1))(x, w)
+    thess = torch.autograd.functional.hessian(
+        lambda x, w: (F.rms_norm(x, (4,), w, 0.1) * torch.tensor(ct)).sum(), (torch.tensor(x), torch.tensor(w)))
+    _close(hess, [[b.numpy() for b in row] for row in thess], 1e-9)
+
+
+@pytest.mark.parametrize("in_axes", [(0, None), (None, 0), (0, 0), (1, None)])
+def test_rms_norm_vmap_matches_loop_and_torch_func_vmap(in_axes):
+    f = lambda x, w: rms_norm(x, (3, 5), w)  # noqa: E731
+    w = RNG.standard_normal((3, 5)) + 1
+    batched = lambda a, d: np.moveaxis(_batched(a), 0, d)  # noqa: E731
+    args = [jnp.asarray(batched(a, d) if d is not None else a) for a, d in zip((XR, w), in_axes)]
+    got = jax.vmap(f, in_axes=in_axes)(*args)
+    looped = [f(*[a if d is None else jnp.take(a, k, axis=d) for a, d in zip(args, in_axes)]) for k in range(B0)]
+    _close(got, jnp.stack(looped))
+    tf = lambda x, w: F.rms_norm(x, (3, 5), w)  # noqa: E731
+    _close(got, torch.func.vmap(tf, in_dims=in_axes)(*[torch.tensor(np.asarray(a)) for a in args]).numpy())
+    loss = lambda x, w: jnp.sum(f(x, w) ** 3)  # noqa: E731
+    grads = jax.vmap(jax.grad(loss, argnums=(0, 1)), in_axes=in_axes)(*args)
+    expected = [jax.grad(loss, argnums=(0, 1))(*[a if d is None else jnp.take(a, k, axis=d)
+                                                  for a, d in zip(args, in_axes)]) for k in range(B0)]
+    _close(grads, jax.tree.map(lambda *g: jnp.stack(g), *expected))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16", "float16"])
+def test_rms_norm_default_eps_is_that_of_the_computation_dtype_as_torch(dtype):
+    """torch 2.13 takes the epsilon of its computation (opmath) type: float32's for bfloat16 and
+    float16 input, not ``finfo(x.dtype).eps``. A row of 1e-4 tells them apart: bf16's eps
+    (0.0078) swamps its mean square (1e-8) and gives ~0.0011, float32's gives ~0.28."""
+    tx = torch.full((2, 4), 1e-4, dtype=getattr(torch, dtype))
+    y = rms_norm(jnp.asarray(tx.double().numpy(), dtype), 4)
+    assert y.dtype == jnp.dtype(dtype)
+    expected = F.rms_norm(tx, (4,)).double().numpy()
+    _close(np.asarray(y, np.float64), expected, 1e-2 * np.max(np.abs(expected)))
+    eps = np.finfo(np.float64 if dtype == "float64" else np.float32).eps
+    by_hand = 1e-4 / np.sqrt(1e-8 + eps)  # 1.0 for float64, 0.278 for float32 and the half types
+    assert abs(float(y[0, 0]) - by_hand) <= 1e-2 * by_hand
+
+
+def test_rms_norm_float16_squares_in_float32():
+    """Values near 300: x^2 overflows float16 (max 65504); torch and we square in float32."""
+    x = (300 + 10 * RNG.standard_normal((4, 8))).astype(np.float16)
+    w = np.ones(8, np.float16)
+    y, pullback = jax.vjp(lambda x: rms_norm(x, 8, w), jnp.asarray(x))
+    (g,) = pullback(jnp.ones_like(y))
+    tx = torch.tensor(x, requires_grad=True)
+    ty = F.rms_norm(tx, (8,), torch.tensor(w))
+    (tg,) = torch.autograd.grad(ty.sum(), tx)
+    assert np.all(np.isfinite(np.asarray(y, np.float32))) and np.all(np.isfinite(np.asarray(g, np.float32)))
+    _close(np.asarray(y, np.float32), ty.detach().float().numpy(), 2e-3)
+    _close(np.asarray(g, np.float32), tg.float().numpy(), 2e-3)
+
+
+def test_rms_norm_mixed_precision_weight_keeps_the_input_dtype_as_torch():
+    x = torch.randn(2, 4, dtype=torch.bfloat16)
+    w = torch.randn(4) + 1
+    y = rms_norm(jnp.asarray(x.float().numpy(), jnp.bfloat16), 4, w.numpy())
+    ty = F.rms_norm(x, (4,), w)
+    assert y.dtype == jnp.bfloat16 and ty.dtype == torch.bfloat16
+    _close(np.asarray(y, np.float32), ty.float().numpy(), 2e-2)
+
+
+@pytest.mark.parametrize("shape, normalized", [((0, 5), (5,)), ((3, 0), (0,))])
+def test_rms_norm_zero_size_input(shape, normalized):
+    x, w = np.zeros(shape), RNG.standard_normal(normalized)
+    y, pullback = jax.vjp(lambda x, w: rms_norm(x, normalized, w), jnp.asarray(x), jnp.asarray(w))
+    gx, gw = pullback(jnp.ones_like(y))
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    ty = F.rms_norm(tx, normalized, tw)
+    tgx, tgw = torch.autograd.grad(ty.sum(), [tx, tw])
+    assert y.shape == ty.shape == shape and gx.shape == tgx.shape == shape
+    _close(gw, tgw.numpy())
+    assert not np.any(np.asarray(gw))
+
+
+@pytest.mark.parametrize("uses", ["y", "rstd", "all"])
+def test_rms_norm_op_statistics_output_has_its_derivatives(uses):
+    """The op returns rstd too (what reverse mode saves); a loss through any subset of its outputs
+    gets the gradient of the same math in plain jnp (JAX's autodiff)."""
+    from jaxrules.ops.normalization import rms_norm_op
+
+    x, w = jnp.asarray(XR), jnp.asarray(WR)
+
+    def reference(x, w):
+        rstd = jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-3)
+        return x * rstd * w, rstd
+
+    def loss(fn):
+        def f(x, w):
+            y, rstd = fn(x, w)
+            parts = {"y": jnp.sum(y * CTR), "rstd": jnp.sum(jnp.sin(rstd))}
+            return parts[uses] if uses != "all" else sum(parts.values())
+        return f
+
+    ours = loss(lambda x, w: rms_norm_op(x, w, axes=(2,), eps=1e-3))
+    _close(jax.grad(ours, (0, 1))(x, w), jax.grad(loss(reference), (0, 1))(x, w))
+    t = (jnp.asarray(RNG.standard_normal(XR.shape)), jnp.asarray(RNG.standard_normal(5)))
+    _close(jax.jvp(ours, (x, w), t), jax.jvp(loss(reference), (x, w), t))
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda: instance_norm(X4, np.zeros(5), np.ones(6)), ValueError, ["instance_norm", "running_mean"]),
+        (lambda: instance_norm(X4, np.zeros(6), None), ValueError, ["instance_norm", "running_var"]),
+        (lambda: instance_norm(X4, use_input_stats=False), ValueError, ["instance_norm", "use_input_stats"]),
+        (lambda: instance_norm(X4, None, None, np.ones(5)), ValueError, ["instance_norm", "weight"]),
+        (lambda: instance_norm(X4, None, None, None, np.ones(4)), ValueError, ["instance_norm", "bias"]),
+        (lambda: instance_norm(np.ones((3, 2, 1))), ValueError, ["instance_norm", "spatial"]),
+        (lambda: instance_norm(np.ones((3, 2))), ValueError, ["instance_norm", "spatial"]),
+        (lambda: instance_norm(np.ones(3)), ValueError, ["instance_norm", "x"]),
+        (lambda: instance_norm(X4, eps="1e-5"), TypeError, ["instance_norm", "eps"]),
+        (lambda: instance_norm(X4, momentum=None), TypeError, ["instance_norm", "momentum"]),
+        (lambda: rms_norm(X4, (3, 3)), ValueError, ["rms_norm", "normalized_shape"]),
+        (lambda: rms_norm(X4, ()), ValueError, ["rms_norm", "normalized_shape"]),
+        (lambda: rms_norm(X4, (2,), np.ones(3)), ValueError, ["rms_norm", "weight"]),
+        (lambda: rms_norm(X4, 2, eps=float("nan")), TypeError, ["rms_norm", "eps"]),
+        (lambda: rms_norm(X4 + 1j, 2), TypeError, ["rms_norm", "x"]),
+        (lambda: rms_norm("x", 2), TypeError, ["rms_norm", "x"]),
+    ],
+)
+def test_bad_input_instance_and_rms_norm(call, error, words):
+    with pytest.raises(error) as info:
+        call()
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_instance_norm_and_rms_norm_accept_what_torch_accepts():
+    """eps of any sign in training (torch's instance norm does not refuse eps <= 0, unlike batch
+    norm's check), 2-d input without input statistics, and rms_norm's negative eps."""
+    y = instance_norm(X4, eps=0.0)[0]
+    _close(y, F.instance_norm(torch.tensor(X4), eps=0.0).numpy(), 1e-8)
+    x2, rm, rv = RNG.standard_normal((3, 2)), RNG.standard_normal(2), RNG.uniform(0.5, 2, 2)
+    y = instance_norm(x2, rm, rv, use_input_stats=False)[0]
+    _close(y, F.instance_norm(torch.tensor(x2), torch.tensor(rm), torch.tensor(rv), use_input_stats=False).numpy())
+    x = 2 * XR
+    _close(rms_norm(x, 5, eps=-0.5), F.rms_norm(torch.tensor(x), (5,), eps=-0.5).numpy())
