@@ -849,6 +849,16 @@ def max_pool_jvp(index, tx, *, shape, **_):
     return P.pool_flat_gather(tx, index), None
 
 
+def avg_pool_jvp(_, tx, *, kernel, stride, padding, count_include_pad, divisor_override, shape):
+    """Average pooling is linear: the pooled tangent (derivatives.yaml: ``result: auto_linear``)."""
+    return P.avg_pool(tx, kernel, stride, padding, count_include_pad, divisor_override)
+
+
+def adaptive_avg_pool_jvp(_, tx, *, output_size, shape):
+    """Adaptive average pooling is linear: the pooled tangent (``result: auto_linear``)."""
+    return P.adaptive_avg_pool(tx, output_size)
+
+
 def layer_norm_rows_jvp(res, tx, tw, tb, *, eps, launch):
     """Layer norm over the last axis with the affine inside (the fused kernel's op), for the
     outputs ``(y, mean, rstd)``: ``dmean = E[dx]``, ``drstd = -rstd^2 E[x_hat dx]``,

@@ -31,7 +31,26 @@ from jaxrules.ops.activations import (
     swish,
     threshold,
 )
-from jaxrules.ops.conv import conv, conv1d, conv2d, conv3d, max_pool, max_pool1d, max_pool2d, max_pool3d
+from jaxrules.ops.conv import (
+    adaptive_avg_pool1d,
+    adaptive_avg_pool2d,
+    adaptive_avg_pool3d,
+    adaptive_max_pool1d,
+    adaptive_max_pool2d,
+    adaptive_max_pool3d,
+    avg_pool,
+    avg_pool1d,
+    avg_pool2d,
+    avg_pool3d,
+    conv,
+    conv1d,
+    conv2d,
+    conv3d,
+    max_pool,
+    max_pool1d,
+    max_pool2d,
+    max_pool3d,
+)
 from jaxrules.ops.indexing import embedding
 from jaxrules.ops.linalg import linear
 from jaxrules.ops.losses import (
@@ -58,6 +77,8 @@ __all__ = [
     "hard_swish", "hard_tanh", "hardsigmoid", "hardswish", "hardtanh", "hinge_embedding_loss", "huber_loss",
     "instance_norm",
     "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_sigmoid", "log_softmax", "logsumexp",
+    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
+    "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool", "avg_pool1d", "avg_pool2d", "avg_pool3d",
     "margin_ranking_loss", "max_pool", "max_pool1d", "max_pool2d", "max_pool3d", "mish", "mse_loss", "nll_loss",
     "normalize", "pairwise_distance", "prelu", "relu", "relu6", "rms_norm", "selu", "silu", "smooth_l1_loss",
     "soft_margin_loss", "softmax", "softplus", "swish", "threshold",

@@ -1132,14 +1132,15 @@ def bias_view(b, ndim):
 
 def pool_flat_gather(x, flat_index):
     """``x`` (N, C, *spatial) read at per-plane flat spatial indices (N, C, *out)."""
-    planes = x.reshape(x.shape[:2] + (-1,))
-    picked = jnp.take_along_axis(planes, flat_index.reshape(flat_index.shape[:2] + (-1,)), axis=2)
+    planes = x.reshape(x.shape[:2] + (math.prod(x.shape[2:]),))  # not -1: the batch may be empty
+    picked = jnp.take_along_axis(planes, flat_index.reshape(flat_index.shape[:2] + (math.prod(flat_index.shape[2:]),)),
+                                 axis=2)
     return picked.reshape(flat_index.shape)
 
 
 def pool_flat_scatter(g, flat_index, shape):
     """The transpose of ``pool_flat_gather``: ``g`` scatter-added into zeros of ``shape``."""
-    idx = flat_index.reshape(flat_index.shape[:2] + (-1,))
+    idx = flat_index.reshape(flat_index.shape[:2] + (math.prod(flat_index.shape[2:]),))
     planes = scatter_add(shape[:2] + (math.prod(shape[2:]),), scatter_coords(idx, 2), g.reshape(idx.shape))
     return planes.reshape(shape)
 
@@ -1171,6 +1172,100 @@ def cummaxmin_select(x, axis, largest):
         better = vb >= va if largest else vb <= va
         take_b = jnp.isnan(vb) | (~jnp.isnan(va) & better)
         return jnp.where(take_b, vb, va), jnp.where(take_b, ib, ia)
+def _spatial_pads(pads):
+    return ((0, 0, 0), (0, 0, 0), *pads)
+
+
+def window_sum(x, kernel, stride, padding):
+    """The sum over every window of (N, C, *spatial) (no dilation); ``padding`` ((lo, hi), ...)
+    per spatial axis of zeros, ``hi`` negative where trailing input lies in no window."""
+    zero = np.zeros((), x.dtype)
+    padded = lax.pad(x, zero, _spatial_pads((lo, hi, 0) for lo, hi in padding))
+    return lax.reduce_window(padded, zero, lax.add, (1, 1, *kernel), (1, 1, *stride), "VALID")
+
+
+def window_sum_transpose(g, kernel, stride, padding):
+    """The transpose of ``window_sum``: each input position gets the sum of ``g`` over the windows
+    that cover it. ``g`` spread out with ``stride - 1`` zeros between entries and ``kernel - 1``
+    around, summed over windows of ``kernel`` at stride 1 (the padded input's length
+    ``(out - 1) stride + kernel``), the padding cut off again (seed ``avg_pool2d_backward``'s
+    scatter, as a gather)."""
+    zero = np.zeros((), g.dtype)
+    spread = lax.pad(g, zero, _spatial_pads((k - 1, k - 1, s - 1) for k, s in zip(kernel, stride)))
+    full = lax.reduce_window(spread, zero, lax.add, (1, 1, *kernel), (1,) * g.ndim, "VALID")
+    return lax.pad(full, zero, _spatial_pads((-lo, -hi, 0) for lo, hi in padding))
+
+
+def avg_pool_divisor(spatial, kernel, stride, padding, count_include_pad, divisor_override):
+    """torch's avg_pool divisor per output position (static): ``divisor_override``, else the
+    window's size clipped to the padded input (``count_include_pad``) or to the input itself;
+    both are products of one length per axis."""
+    lengths = []
+    for n, k, s, (lo, hi) in zip(spatial, kernel, stride, padding):
+        out = (n + lo + hi - k) // s + 1
+        start = np.arange(out) * s - lo
+        end = np.minimum(start + k, n + lo)  # torch clips a ceil_mode window to the padding
+        if not count_include_pad:
+            start, end = np.maximum(start, 0), np.minimum(end, n)
+        lengths.append(end - start)
+    if divisor_override is not None:
+        return np.full([len(v) for v in lengths], float(divisor_override))
+    return functools.reduce(np.multiply.outer, lengths).astype(float)
+
+
+def avg_pool(x, kernel, stride, padding, count_include_pad, divisor_override):
+    """torch's avg_pool: the window sums over the divisor, summed in float32 for half precision."""
+    divisor = avg_pool_divisor(x.shape[2:], kernel, stride, padding, count_include_pad, divisor_override)
+    acc = stat_dtype(x.dtype)
+    return (window_sum(x.astype(acc), kernel, stride, padding) / divisor.astype(acc)).astype(x.dtype)
+
+
+def avg_pool_transpose(g, shape, kernel, stride, padding, count_include_pad, divisor_override):
+    """The transpose of ``avg_pool`` for an input of ``shape``: ``g`` over the divisor, spread
+    back over the windows (``window_sum_transpose``)."""
+    divisor = avg_pool_divisor(shape[2:], kernel, stride, padding, count_include_pad, divisor_override)
+    acc = stat_dtype(g.dtype)
+    return window_sum_transpose(g.astype(acc) / divisor.astype(acc), kernel, stride, padding).astype(g.dtype)
+
+
+def adaptive_windows(n, out):
+    """torch's adaptive pooling windows of an axis of length ``n``: ``[floor(i n / out),
+    ceil((i + 1) n / out))`` for i < out (static)."""
+    i = np.arange(out)
+    return (i * n) // out, -((-(i + 1) * n) // out)
+
+
+def adaptive_average_matrix(n, out):
+    """The (out, n) matrix averaging each adaptive window of an axis."""
+    start, end = adaptive_windows(n, out)
+    j = np.arange(n)
+    inside = (j >= start[:, None]) & (j < end[:, None])
+    return inside / (end - start)[:, None]
+
+
+def along_spatial_axes(x, matrices):
+    """``x`` (N, C, *spatial) with spatial axis i multiplied by ``matrices[i]`` (out_i, n_i),
+    accumulated in float32 for half precision."""
+    acc = stat_dtype(x.dtype)
+    y = x.astype(acc)
+    for axis, m in enumerate(matrices, start=2):
+        y = jnp.tensordot(y, m.astype(acc), axes=((axis,), (1,)), precision=lax.Precision.HIGHEST)
+        y = jnp.moveaxis(y, -1, axis)
+    return y.astype(x.dtype)
+
+
+def adaptive_avg_pool(x, output_size):
+    """torch's adaptive_avg_pool: the mean of each adaptive window, axis by axis (it is separable:
+    the window's size is the product of its lengths)."""
+    return along_spatial_axes(x, [adaptive_average_matrix(n, o) for n, o in zip(x.shape[2:], output_size)])
+
+
+def adaptive_avg_pool_transpose(g, shape, output_size):
+    """The transpose of ``adaptive_avg_pool`` (seed ``_adaptive_avg_pool2d_backward``: each
+    cotangent shared evenly over its window): the transposed averaging matrices."""
+    return along_spatial_axes(g, [adaptive_average_matrix(n, o).T for n, o in zip(shape[2:], output_size)])
+
+
 
     return lax.associative_scan(combine, (x, index), axis=axis)
 

@@ -882,6 +882,18 @@ def max_pool_vjp(index, ct, *, shape, **_):
     return (P.pool_flat_scatter(g, index, shape),)
 
 
+def avg_pool_vjp(_, ct, *, kernel, stride, padding, count_include_pad, divisor_override, shape):
+    """Seed ``avg_pool2d_backward`` / ``avg_pool3d_backward``: each cotangent over its window's
+    divisor, added to every input position of the window (``partials.window_sum_transpose``)."""
+    return (P.avg_pool_transpose(ct, shape, kernel, stride, padding, count_include_pad, divisor_override),)
+
+
+def adaptive_avg_pool_vjp(_, ct, *, output_size, shape):
+    """Seed ``_adaptive_avg_pool2d_backward`` / ``_adaptive_avg_pool3d_backward``: each cotangent
+    shared evenly over its window (the transposed averaging matrices)."""
+    return (P.adaptive_avg_pool_transpose(ct, shape, output_size),)
+
+
 def layer_norm_rows_reference_vjp(res, ct, eps, launch):
     """The jnp form of the fused layer-norm backward (what the kernel computes): seed
     ``layer_norm_backward`` with weight, ``dw = sum g x_hat``, ``db = sum g``, plus the mean and

@@ -1,5 +1,6 @@
-"""conv and max_pool beyond the registry harness: double backward against torch's, max_pool's
-indices (ties, NaN, padding, ceil_mode) against torch's, and bad input."""
+"""conv and pooling beyond the registry harness: double backward against torch's, max_pool's and
+adaptive_max_pool's indices (ties, NaN, -inf, padding, ceil_mode) against torch's, avg_pool's
+window and divisor conventions, unbatched and empty-batch input, and bad input."""
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +38,8 @@ def test_conv_double_backward_matches_torch():
         (np.array([[[1.0, np.nan, 3.0, 2.0, np.nan, 0.0]]]), {"kernel_size": 2}),
         (RNG.integers(0, 3, (2, 3, 5, 7)).astype(float), {"kernel_size": (2, 3), "stride": 2, "ceil_mode": True}),
         (RNG.integers(0, 2, (1, 2, 4, 5, 3)).astype(float), {"kernel_size": 2, "dilation": (1, 2, 1), "padding": 1}),
+        (np.array([[[np.nan, np.nan, 1.0, np.nan, 2.0, np.nan]]]), {"kernel_size": 3}),  # torch: the last NaN
+        (np.array([[[-np.inf, -np.inf, 1.0, -np.inf]]]), {"kernel_size": 2, "padding": 1}),  # -inf beats padding
     ],
 )
 def test_max_pool_values_indices_and_gradient_match_torch(x, kwargs):
@@ -87,5 +90,147 @@ def test_max_pool_double_backward_is_a_gather_at_the_argmax():
     ],
 )
 def test_conv_and_pool_reject_bad_input(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def _torch_pool(name, x, *args, **kwargs):
+    return getattr(torch.nn.functional, name)(torch.tensor(x), *args, **kwargs)
+
+
+def _assert_derivatives_match_torch(ours, theirs, x, *args, **kwargs):
+    """Values, the VJP of a random cotangent and the JVP of a random tangent against torch's."""
+    tx = torch.tensor(x, requires_grad=True)
+    tv = theirs(tx, *args, **kwargs)
+    np.testing.assert_allclose(ours(x, *args, **kwargs), tv.detach().numpy(), rtol=1e-12, atol=1e-12)
+    g, t = RNG.standard_normal(tv.shape), RNG.standard_normal(x.shape)
+    (tv * torch.tensor(g)).sum().backward()
+    grad = jax.grad(lambda a: jnp.sum(g * ours(a, *args, **kwargs)))(x)
+    np.testing.assert_allclose(grad, tx.grad.numpy(), rtol=1e-12, atol=1e-12)
+    tangent = jax.jvp(lambda a: ours(a, *args, **kwargs), (x,), (t,))[1]
+    _, torch_tangent = torch.func.jvp(lambda a: theirs(a, *args, **kwargs), (torch.tensor(x),), (torch.tensor(t),))
+    np.testing.assert_allclose(tangent, torch_tangent.numpy(), rtol=1e-12, atol=1e-12)
+
+
+
+
+@pytest.mark.parametrize(
+    "dims, shape, kwargs",
+    [
+        # ceil_mode: a 4th window would start in the right padding and is dropped
+        (1, (1, 1, 5), {"kernel_size": 2, "stride": 2, "padding": 1, "ceil_mode": True}),
+        (1, (1, 1, 5), {"kernel_size": 2, "stride": 2, "padding": 1, "ceil_mode": True, "count_include_pad": False}),
+        # the last window reaches past the right padding: that part never counts in the divisor
+        (1, (2, 3, 4), {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True}),
+        (1, (1, 2, 1), {"kernel_size": 2, "stride": 3, "ceil_mode": True}),  # torch accepts a window past the input
+        (1, (2, 2, 9), {"kernel_size": 3, "stride": 4}),  # the trailing input is in no window
+        (1, (3, 7), {"kernel_size": 3, "stride": 1, "padding": 1}),  # unbatched
+        (1, (0, 2, 6), {"kernel_size": 2}),  # empty batch
+        (2, (2, 3, 7, 6), {"kernel_size": (3, 2), "stride": (2, 3), "padding": (1, 1), "ceil_mode": True,
+                           "count_include_pad": False}),
+        (2, (1, 2, 5, 5), {"kernel_size": 3, "stride": 2, "padding": 1, "divisor_override": -3}),
+        (2, (2, 5, 6), {"kernel_size": 2, "ceil_mode": True}),  # unbatched
+        (2, (0, 1, 4, 4), {"kernel_size": 2, "padding": 1}),  # empty batch
+        (3, (1, 2, 5, 4, 6), {"kernel_size": (3, 2, 3), "stride": 2, "padding": (1, 0, 1), "ceil_mode": True,
+                              "count_include_pad": False}),
+        (3, (2, 3, 4, 5), {"kernel_size": 2, "stride": (1, 2, 3), "divisor_override": 5}),  # unbatched
+    ],
+)
+def test_avg_pool_matches_torch(dims, shape, kwargs):
+    x = RNG.standard_normal(shape)
+    name = f"avg_pool{dims}d"
+    _assert_derivatives_match_torch(getattr(nn, name), getattr(torch.nn.functional, name), x, **kwargs)
+    if len(shape) == dims + 2:  # the generic avg_pool takes the rank from the input
+        np.testing.assert_array_equal(nn.avg_pool(x, **kwargs), getattr(nn, name)(x, **kwargs))
+
+
+def test_avg_pool1d_divisor_override_is_that_of_a_2d_pool_of_height_one():
+    """torch's avg_pool1d has no divisor_override; ours means what avg_pool2d's does."""
+    x = RNG.standard_normal((2, 3, 8))
+
+    def theirs(a, kernel_size, stride, padding, ceil_mode, divisor_override):
+        out = torch.nn.functional.avg_pool2d(a[:, :, None], (1, kernel_size), (1, stride), (0, padding), ceil_mode,
+                                             True, divisor_override)
+        return out[:, :, 0]
+
+    _assert_derivatives_match_torch(nn.avg_pool1d, theirs, x, 3, stride=3, padding=1, ceil_mode=True,
+                                    divisor_override=2)
+
+
+@pytest.mark.parametrize(
+    "dims, shape, output_size",
+    [
+        (1, (2, 3, 7), 3),
+        (1, (2, 3, 5), 8),  # more outputs than inputs: overlapping windows
+        (1, (4, 6), (4,)),  # unbatched
+        (1, (0, 2, 5), 2),  # empty batch
+        (2, (2, 2, 7, 5), (3, None)),
+        (2, (3, 10, 9), (4, 7)),  # unbatched
+        (3, (1, 2, 5, 7, 6), (2, 9, None)),
+        (3, (2, 4, 3, 5), 2),  # unbatched
+    ],
+)
+@pytest.mark.parametrize("kind", ["avg", "max"])
+def test_adaptive_pool_matches_torch(kind, dims, shape, output_size):
+    x = RNG.standard_normal(shape)
+    name = f"adaptive_{kind}_pool{dims}d"
+    _assert_derivatives_match_torch(getattr(nn, name), getattr(torch.nn.functional, name), x, output_size)
+
+
+@pytest.mark.parametrize("kind", ["avg", "max"])
+def test_adaptive_pool_to_an_empty_output_matches_torch_and_has_zero_gradient(kind):
+    """torch accepts output_size 0 but cannot run its backward there."""
+    x = RNG.standard_normal((2, 3, 4, 5))
+    ours = getattr(nn, f"adaptive_{kind}_pool2d")
+    theirs = getattr(torch.nn.functional, f"adaptive_{kind}_pool2d")(torch.tensor(x), (0, 3))
+    assert ours(x, (0, 3)).shape == theirs.shape == (2, 3, 0, 3)
+    np.testing.assert_array_equal(jax.grad(lambda a: jnp.sum(ours(a, (0, 3))))(x), np.zeros(x.shape))
+
+
+@pytest.mark.parametrize(
+    "dims, x, output_size",
+    [
+        (1, np.array([[[1.0, 3.0, 3.0, 2.0, 3.0, 0.0, 5.0]]]), 4),  # ties: the first maximum
+        (1, np.array([[[1.0, np.nan, 2.0, np.nan, 3.0]]]), 1),  # torch: the last NaN
+        (1, np.array([[[-np.inf, -np.inf, -np.inf, 1.0]]]), 2),
+        (2, RNG.integers(0, 3, (2, 3, 5, 7)).astype(float), (3, 4)),
+        (3, RNG.integers(0, 2, (2, 4, 5, 3)).astype(float), (3, 2, 5)),  # unbatched, output > input on two axes
+    ],
+)
+def test_adaptive_max_pool_values_indices_and_gradient_match_torch(dims, x, output_size):
+    fn, torch_fn = getattr(nn, f"adaptive_max_pool{dims}d"), getattr(torch.nn.functional, f"adaptive_max_pool{dims}d")
+    values, indices = fn(x, output_size, return_indices=True)
+    tx = torch.tensor(x, requires_grad=True)
+    tv, ti = torch_fn(tx, output_size, return_indices=True)
+    np.testing.assert_array_equal(values, tv.detach().numpy())
+    np.testing.assert_array_equal(indices, ti.numpy())
+    g = RNG.standard_normal(tv.shape)
+    (tv * torch.tensor(g)).sum().backward()
+    ours = jax.grad(lambda a: jnp.sum(g * fn(a, output_size)))(x)
+    np.testing.assert_array_equal(ours, tx.grad.numpy())
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: nn.avg_pool1d(np.ones((1, 2, 5)), 2, padding=2), ValueError, "avg_pool1d: padding .* half the kernel"),
+        (lambda: nn.avg_pool2d(np.ones((1, 2, 5, 5)), 6), ValueError, "avg_pool2d: the .* input .* smaller"),
+        (lambda: nn.avg_pool2d(np.ones((1, 2, 5, 5)), 2, stride=0), ValueError, "avg_pool2d: stride"),
+        (lambda: nn.avg_pool2d(np.ones((1, 2, 5, 5)), 2, divisor_override=0), ValueError, "divisor_override"),
+        (lambda: nn.avg_pool2d(np.ones((1, 2, 5, 5)), 2, divisor_override=1.5), ValueError, "divisor_override"),
+        (lambda: nn.avg_pool3d(np.ones((1, 2, 5, 5)), (2, 2)), ValueError, "avg_pool3d: kernel_size"),
+        (lambda: nn.avg_pool2d(np.ones((5, 5)), 2), ValueError, r"avg_pool2d: input .*\(C, \*spatial\)"),
+        (lambda: nn.avg_pool1d(np.ones((1, 0, 5)), 2), ValueError, "avg_pool1d: input .* empty channel"),
+        (lambda: nn.avg_pool(np.ones((5, 5)), 2), ValueError, r"avg_pool: input .*\(N, C, \*spatial\)"),
+        (lambda: nn.avg_pool1d(np.ones((1, 2, 5)) + 1j, 2), TypeError, "avg_pool1d: input must be real"),
+        (lambda: nn.adaptive_avg_pool2d(np.ones((1, 2, 5, 5)), (-1, 2)), ValueError, "avg_pool2d: output_size"),
+        (lambda: nn.adaptive_avg_pool2d(np.ones((1, 2, 5, 5)), (1, 2, 3)), ValueError, "output_size"),
+        (lambda: nn.adaptive_avg_pool1d(np.ones((1, 2, 5)), "2"), ValueError, "adaptive_avg_pool1d: output_size"),
+        (lambda: nn.adaptive_avg_pool3d(np.ones((1, 2, 5)), 2), ValueError, "adaptive_avg_pool3d: input"),
+        (lambda: nn.adaptive_max_pool1d(np.ones((1, 2, 0)), 2), ValueError, "adaptive_max_pool1d: input .* empty"),
+        (lambda: nn.adaptive_max_pool2d(np.ones((2, 5, 5)), True), ValueError, "adaptive_max_pool2d: output_size"),
+    ],
+)
+def test_avg_and_adaptive_pools_reject_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()

@@ -1,7 +1,8 @@
-"""Convolution and max pooling with torch.nn.functional's semantics (channels first:
-(N, C, *spatial), 1 to 3 spatial axes): ``jaxrules.nn.conv`` (``conv1d``/``conv2d``/``conv3d``)
-and ``jaxrules.nn.max_pool`` (``max_pool1d``/``2d``/``3d``). Formulas in ``jvp_rules`` /
-``vjp_rules``; the convolution algebra in ``partials``."""
+"""Convolution and pooling with torch.nn.functional's semantics (channels first:
+(N, C, *spatial), 1 to 3 spatial axes): ``jaxrules.nn.conv`` (``conv1d``/``conv2d``/``conv3d``),
+``max_pool`` and ``avg_pool`` (and their ``1d``/``2d``/``3d``), ``adaptive_avg_pool1d``/``2d``/``3d``
+and ``adaptive_max_pool1d``/``2d``/``3d``. Formulas in ``jvp_rules`` / ``vjp_rules``; the
+convolution and pooling algebra in ``partials``."""
 
 from __future__ import annotations
 
@@ -36,34 +37,69 @@ def _window_positions(spatial, kernel, stride, padding, dilation):
         out = (n + lo + hi - d * (k - 1) - 1) // s + 1
         pos = np.arange(out)[None, :] * s + np.arange(k)[:, None] * d - lo  # (k, out)
         axes.append(np.where((pos >= 0) & (pos < n), pos, -1))
+    return _combine_windows(axes, spatial)
+
+
+def _adaptive_positions(spatial, output_size):
+    """Static (prod(longest window), *out) flat input positions of torch's adaptive windows
+    (``partials.adaptive_windows``), row-major in the window; -1 past a shorter window's end."""
+    axes = []
+    for n, o in zip(spatial, output_size):
+        start, end = P.adaptive_windows(n, o)
+        pos = start[None, :] + np.arange(int((end - start).max(initial=1)))[:, None]
+        axes.append(np.where(pos < end, pos, -1))
+    return _combine_windows(axes, spatial)
+
+
+def _combine_windows(axes, spatial):
+    """Per-axis (k, out) input positions (-1: none) -> (prod(k), *out) flat positions, row-major
+    in the window; -1 where any axis has none."""
     grids = np.meshgrid(*[np.arange(a.shape[0]) for a in axes], *[np.arange(a.shape[1]) for a in axes], indexing="ij")
     dims = len(axes)
     coords = [axes[i][grids[i], grids[dims + i]] for i in range(dims)]
     inside = np.all([c >= 0 for c in coords], axis=0)
     flat = np.ravel_multi_index([np.maximum(c, 0) for c in coords], spatial)
     flat = np.where(inside, flat, -1)
-    return flat.reshape(math.prod(kernel), *flat.shape[dims:])
+    return flat.reshape(math.prod(a.shape[0] for a in axes), *flat.shape[dims:])
 
 
-def _max_pool_index(x, *, kernel, stride, padding, dilation, **_):
-    """torch's index: the first maximum in the window's row-major order (NaN wins; padding
-    never does)."""
-    positions = _window_positions(x.shape[2:], kernel, stride, padding, dilation)
-    planes = x.reshape(x.shape[:2] + (-1,))
+def _window_argmax(x, positions):
+    """torch's index (the CPU kernels' ``val > maxval || isnan(val)`` scan from the window's first
+    input element): the first maximum in the window's row-major order, the last NaN where there
+    is one; padding never wins, not even over -inf."""
+    planes = x.reshape(x.shape[:2] + (math.prod(x.shape[2:]),))  # not -1: the batch may be empty
     padded = jnp.concatenate([planes, jnp.full(x.shape[:2] + (1,), -jnp.inf, x.dtype)], axis=2)
-    windows = padded[:, :, np.where(positions >= 0, positions, planes.shape[2])]  # (N, C, prod(kernel), *out)
-    pick = jnp.argmax(windows, axis=2)  # NaN counts as the maximum; the first maximum wins
+    windows = padded[:, :, np.where(positions >= 0, positions, planes.shape[2])]  # (N, C, window, *out)
+    top = jnp.max(windows, axis=2, keepdims=True)
+    first = jnp.argmax((windows == top) & (positions >= 0), axis=2)
+    nan = jnp.isnan(windows)
+    last_nan = positions.shape[0] - 1 - jnp.argmax(jnp.flip(nan, axis=2), axis=2)
+    pick = jnp.where(nan.any(axis=2), last_nan, first)
     rest = tuple(np.indices(positions.shape[1:], sparse=True))
     return jnp.asarray(positions)[(pick, *rest)].astype(jnp.int32)
 
 
-def _max_pool_primal(x, **static):
-    index = _max_pool_index(x, **static)
+def _max_pool_primal(x, *, kernel, stride, padding, dilation, **_):
+    index = _window_argmax(x, _window_positions(x.shape[2:], kernel, stride, padding, dilation))
     return P.pool_flat_gather(x, index), index
 
 
 max_pool_op = define_op("max_pool", _max_pool_primal, J.max_pool_jvp, R.max_pool_vjp,
                         lambda out, x, **_: out[1])
+
+
+def _adaptive_max_pool_primal(x, *, output_size, shape):
+    index = _window_argmax(x, _adaptive_positions(x.shape[2:], output_size))
+    return P.pool_flat_gather(x, index), index
+
+
+# The gradient goes to the argmax as in max_pool (seed ``adaptive_max_pool2d_backward``).
+adaptive_max_pool_op = define_op("adaptive_max_pool", _adaptive_max_pool_primal, J.max_pool_jvp, R.max_pool_vjp,
+                                 lambda out, x, **_: out[1])
+avg_pool_op = define_op("avg_pool", lambda x, *, shape, **static: P.avg_pool(x, **static), J.avg_pool_jvp,
+                        R.avg_pool_vjp, lambda out, x, **_: ())
+adaptive_avg_pool_op = define_op("adaptive_avg_pool", lambda x, *, output_size, shape: P.adaptive_avg_pool(x, output_size),
+                                 J.adaptive_avg_pool_jvp, R.adaptive_avg_pool_vjp, lambda out, x, **_: ())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -152,6 +188,25 @@ def _conv_rank(op, dims, input, weight, bias, stride, padding, dilation, groups)
     return conv(input, weight, bias, stride, padding, dilation, groups)
 
 
+def _pool_pads(op, shape, kernel, stride, padding, dilation, ceil_mode):
+    """torch's window count per axis (``pooling_output_shape``: with ``ceil_mode`` a last window
+    starting past the input and its left padding is dropped) as ((lo, hi), ...): ``hi`` is how
+    far the last window reaches past the input (negative: trailing input no window reaches)."""
+    pad = _per_axis(op, "padding", padding, len(kernel), 0)
+    if any(2 * p > k for p, k in zip(pad, kernel)):
+        raise ValueError(f"{op}: padding {pad} must be at most half the kernel size {kernel} (as torch)")
+    pads = []
+    for n, k, s, d, p in zip(shape[2:], kernel, stride, dilation, pad):
+        span = d * (k - 1) + 1
+        out = (n + 2 * p - span + (s - 1 if ceil_mode else 0)) // s + 1
+        if ceil_mode and (out - 1) * s >= n + p:
+            out -= 1
+        if out < 1:
+            raise ValueError(f"{op}: the (padded) input {shape} is smaller than the dilated window {kernel}")
+        pads.append((p, (out - 1) * s + span - n - p))
+    return tuple(pads)
+
+
 def max_pool(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):  # noqa: A002
     """torch.nn.functional.max_pool1d/2d/3d over the trailing ``len(kernel_size)`` axes of
     (N, C, *spatial) (an int kernel_size: every spatial axis). ``return_indices``: also the flat
@@ -164,20 +219,8 @@ def max_pool(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=F
     kernel = _per_axis("max_pool", "kernel_size", kernel_size, dims, 1)
     stride = kernel if stride is None or stride == () else _per_axis("max_pool", "stride", stride, dims, 1)
     dilation = _per_axis("max_pool", "dilation", dilation, dims, 1)
-    pad = _per_axis("max_pool", "padding", padding, dims, 0)
-    if any(2 * p > k for p, k in zip(pad, kernel)):
-        raise ValueError(f"max_pool: padding {pad} must be at most half the kernel size {kernel} (as torch)")
-    pads = []
-    for n, k, s, d, p in zip(x.shape[2:], kernel, stride, dilation, pad):
-        span = d * (k - 1) + 1
-        if n + 2 * p < span:
-            raise ValueError(f"max_pool: the (padded) input {x.shape} is smaller than the dilated window {kernel}")
-        steps = (n + 2 * p - span) / s
-        out = (math.ceil(steps) if ceil_mode else math.floor(steps)) + 1
-        if ceil_mode and (out - 1) * s >= n + p:  # torch: the last window must start inside
-            out -= 1
-        pads.append((p, (out - 1) * s + span - n - p))
-    values, index = max_pool_op(x, kernel=kernel, stride=stride, padding=tuple(pads), dilation=dilation, shape=x.shape)
+    pads = _pool_pads("max_pool", x.shape, kernel, stride, padding, dilation, ceil_mode)
+    values, index = max_pool_op(x, kernel=kernel, stride=stride, padding=pads, dilation=dilation, shape=x.shape)
     return (values, index) if return_indices else values
 
 
@@ -197,6 +240,144 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     """torch.nn.functional.max_pool3d (see ``max_pool``)."""
     _input("max_pool3d", input, 3)
     return max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def _pool_input(op, input, dims):  # noqa: A002
+    """torch's pooling input, (N, C, *spatial) or unbatched (C, *spatial) with ``dims`` spatial
+    axes (only the batch may be empty), with a batch axis; and whether it had one."""
+    x = V.array(op, "input", input)
+    if jnp.iscomplexobj(x):
+        raise TypeError(f"{op}: input must be real, got {x.dtype}")
+    if x.ndim not in (dims + 1, dims + 2):
+        raise ValueError(f"{op}: input must have shape (N, C, *spatial) or (C, *spatial) with {dims} spatial "
+                         f"axes, got {x.shape}")
+    batched = x.ndim == dims + 2
+    if 0 in x.shape[int(batched):]:
+        raise ValueError(f"{op}: input {x.shape} has an empty channel or spatial axis (only the batch may be empty)")
+    return (x if batched else x[None]), batched
+
+
+def _avg_pool(op, dims, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):  # noqa: A002
+    x, batched = _pool_input(op, input, dims)
+    kernel = _per_axis(op, "kernel_size", kernel_size, dims, 1)
+    stride = kernel if stride is None or stride == () else _per_axis(op, "stride", stride, dims, 1)
+    if divisor_override is not None and (isinstance(divisor_override, bool) or divisor_override == 0
+                                         or not isinstance(divisor_override, numbers.Integral)):
+        raise ValueError(f"{op}: divisor_override must be a non-zero int or None, got {divisor_override!r}")
+    pads = _pool_pads(op, x.shape, kernel, stride, padding, (1,) * dims, ceil_mode)
+    out = avg_pool_op(x, kernel=kernel, stride=stride, padding=pads, count_include_pad=bool(count_include_pad),
+                      divisor_override=None if divisor_override is None else int(divisor_override), shape=x.shape)
+    return out if batched else out[0]
+
+
+def avg_pool(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
+             divisor_override=None):
+    """torch.nn.functional.avg_pool1d/2d/3d over the spatial axes of (N, C, *spatial): the mean
+    of each window, divided by ``divisor_override``, else by the window's size counting the
+    zero padding (``count_include_pad``; a ``ceil_mode`` window's part past the padding never
+    counts) or not. Linear: JVP the pooled tangent; VJP seed ``avg_pool2d_backward`` (each
+    cotangent over its divisor spread over its window, ``partials.window_sum_transpose``)."""
+    x = _input("avg_pool", input)
+    return _avg_pool("avg_pool", x.ndim - 2, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
+               divisor_override=None):
+    """torch.nn.functional.avg_pool1d, also unbatched (C, L) (see ``avg_pool``; torch's 1d has
+    no ``divisor_override``: here it means what it does for 2d)."""
+    return _avg_pool("avg_pool1d", 1, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
+               divisor_override=None):
+    """torch.nn.functional.avg_pool2d, also unbatched (C, H, W) (see ``avg_pool``)."""
+    return _avg_pool("avg_pool2d", 2, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
+               divisor_override=None):
+    """torch.nn.functional.avg_pool3d, also unbatched (C, D, H, W) (see ``avg_pool``)."""
+    return _avg_pool("avg_pool3d", 3, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
+
+
+def _output_size(op, output_size, spatial):
+    """torch's adaptive ``output_size``: an int or one per axis, ``None`` keeping the input's."""
+    dims = len(spatial)
+    values = (output_size,) * dims if isinstance(output_size, numbers.Integral) else output_size
+    try:
+        values = tuple(values)
+    except TypeError:
+        values = ()
+    if len(values) != dims or not all(v is None or (isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                                                    and v >= 0) for v in values):
+        raise ValueError(f"{op}: output_size must be an int >= 0 or {dims} of them (None: the input's size), "
+                         f"got {output_size!r}")
+    return tuple(n if v is None else int(v) for v, n in zip(values, spatial))
+
+
+def _adaptive_pool(op, dims, input, output_size, return_indices=None):  # noqa: A002
+    """Adaptive average pooling (``return_indices`` None) or max pooling."""
+    x, batched = _pool_input(op, input, dims)
+    size = _output_size(op, output_size, x.shape[2:])
+    if return_indices is None:
+        out = adaptive_avg_pool_op(x, output_size=size, shape=x.shape)
+        return out if batched else out[0]
+    values, index = adaptive_max_pool_op(x, output_size=size, shape=x.shape)
+    if not batched:
+        values, index = values[0], index[0]
+    return (values, index) if return_indices else values
+
+
+def adaptive_avg_pool1d(input, output_size):  # noqa: A002
+    """torch.nn.functional.adaptive_avg_pool1d, also unbatched (C, L): the mean over torch's
+    windows ``[floor(i L / out), ceil((i + 1) L / out))``. Linear: JVP the pooled tangent; VJP
+    seed ``_adaptive_avg_pool2d_backward`` (each cotangent shared evenly over its window)."""
+    return _adaptive_pool("adaptive_avg_pool1d", 1, input, output_size)
+
+
+def adaptive_avg_pool2d(input, output_size):  # noqa: A002
+    """torch.nn.functional.adaptive_avg_pool2d, also unbatched (see ``adaptive_avg_pool1d``;
+    windows per axis, ``None`` in ``output_size`` keeps that axis' size)."""
+    return _adaptive_pool("adaptive_avg_pool2d", 2, input, output_size)
+
+
+def adaptive_avg_pool3d(input, output_size):  # noqa: A002
+    """torch.nn.functional.adaptive_avg_pool3d, also unbatched (see ``adaptive_avg_pool2d``)."""
+    return _adaptive_pool("adaptive_avg_pool3d", 3, input, output_size)
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):  # noqa: A002
+    """torch.nn.functional.adaptive_max_pool1d, also unbatched (C, L): the maximum over the
+    windows of ``adaptive_avg_pool1d``; ``return_indices``: also its flat index within the
+    (N, C) plane as torch's (the first maximum in window order, the last NaN). VJP seed
+    ``adaptive_max_pool2d_backward`` (the cotangent added at the argmax), JVP a gather there."""
+    return _adaptive_pool("adaptive_max_pool1d", 1, input, output_size, bool(return_indices))
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):  # noqa: A002
+    """torch.nn.functional.adaptive_max_pool2d, also unbatched (see ``adaptive_max_pool1d``)."""
+    return _adaptive_pool("adaptive_max_pool2d", 2, input, output_size, bool(return_indices))
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):  # noqa: A002
+    """torch.nn.functional.adaptive_max_pool3d, also unbatched (see ``adaptive_max_pool1d``)."""
+    return _adaptive_pool("adaptive_max_pool3d", 3, input, output_size, bool(return_indices))
+
+
+def _adaptive_avg_pool_nd(input, output_size):  # noqa: A002
+    """The record's entry: ``adaptive_avg_pool1d/2d/3d`` by the input's rank."""
+    dims = np.ndim(input) - 2
+    return _adaptive_pool(f"adaptive_avg_pool{dims}d", dims, input, output_size)
+
+
+def _adaptive_max_pool_nd(input, output_size, return_indices=False):  # noqa: A002
+    """The record's entry: ``adaptive_max_pool1d/2d/3d`` by the input's rank."""
+    dims = np.ndim(input) - 2
+    return _adaptive_pool(f"adaptive_max_pool{dims}d", dims, input, output_size, bool(return_indices))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -244,4 +425,68 @@ register(OpRecord(
     singular=(SingularPoint("ties: the derivative to the first maximum only",
                             (f64(1.0, 3.0, 3.0, 2.0).reshape(1, 1, 4), 2), (f64(0, 2, 1, 0).reshape(1, 1, 4),),
                             {"stride": 1}),),
+))
+
+
+def _torch_avg_pool(torch, x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                    divisor_override=None):
+    fn = getattr(torch.nn.functional, f"avg_pool{x.ndim - 2}d")
+    extra = {} if divisor_override is None else {"divisor_override": divisor_override}  # torch's 1d: none
+    return fn(x, kernel_size, stride, padding, ceil_mode, count_include_pad, **extra)
+
+
+register(OpRecord(
+    "avg_pool", avg_pool, ("jaxrules.nn.avg_pool", "jaxrules.nn.avg_pool1d", "jaxrules.nn.avg_pool2d",
+                           "jaxrules.nn.avg_pool3d"),
+    ("avg_pool",), ("avg_pool2d_backward", "avg_pool3d_backward"),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 2, 2, 7), 3), {"stride": 2, "padding": 1}),
+        Sample((normal(rng, dt, 1, 3, 8), 3), {"stride": 2, "padding": 1, "ceil_mode": True,
+                                               "count_include_pad": False}),
+        # ceil_mode: a 4th window would start in the right padding (dropped); the 3rd reaches past it
+        Sample((normal(rng, dt, 1, 1, 5), 2), {"stride": 2, "padding": 1, "ceil_mode": True}),
+        Sample((normal(rng, dt, 1, 2, 5, 6), (2, 3)), {"stride": (2, 2), "padding": (1, 1), "ceil_mode": True,
+                                                       "divisor_override": 4}),
+        Sample((normal(rng, dt, 1, 1, 4, 5, 3), 2), {"stride": (1, 2, 2), "padding": (0, 1, 1),
+                                                     "count_include_pad": False}),
+        Sample((normal(rng, dt, 2, 2, 9, 4), (3, 2)), {"stride": (4, 1)}),  # trailing input in no window
+    ],
+    _torch_avg_pool, "torch.nn.functional.avg_pool1d/2d/3d",
+))
+
+
+def _torch_adaptive_pool(kind):
+    def reference(torch, x, output_size, **kwargs):
+        return getattr(torch.nn.functional, f"adaptive_{kind}_pool{x.ndim - 2}d")(x, output_size, **kwargs)
+
+    return reference
+
+
+register(OpRecord(
+    "adaptive_avg_pool", _adaptive_avg_pool_nd, ("jaxrules.nn.adaptive_avg_pool1d", "jaxrules.nn.adaptive_avg_pool2d",
+                                                 "jaxrules.nn.adaptive_avg_pool3d"),
+    ("adaptive_avg_pool",), ("_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward"),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 2, 2, 7), 3)),
+        Sample((normal(rng, dt, 1, 2, 5, 6), (3, None))),
+        Sample((normal(rng, dt, 1, 1, 4, 5, 3), (2, 7, 1))),  # 7 > 5: overlapping windows
+    ],
+    _torch_adaptive_pool("avg"), "torch.nn.functional.adaptive_avg_pool1d/2d/3d",
+))
+
+
+register(OpRecord(
+    "adaptive_max_pool", _adaptive_max_pool_nd, ("jaxrules.nn.adaptive_max_pool1d", "jaxrules.nn.adaptive_max_pool2d",
+                                                 "jaxrules.nn.adaptive_max_pool3d"),
+    ("adaptive_max_pool",), ("adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward",
+                             "max_pool_double_backward"),
+    lambda rng, dt: [
+        Sample((distinct(rng, dt, 2, 2, 7), 3)),
+        Sample((distinct(rng, dt, 1, 2, 5, 6), (4, None))),
+        Sample((distinct(rng, dt, 1, 1, 4, 5, 3), (2, 7, 1))),
+    ],
+    _torch_adaptive_pool("max"), "torch.nn.functional.adaptive_max_pool1d/2d/3d",
+    # windows [0, 2), [1, 3), [2, 4): the tie 3, 3 goes to the first; the middle 3 wins twice
+    singular=(SingularPoint("ties: the derivative to the first maximum only", (f64(1.0, 3.0, 3.0, 2.0).reshape(1, 1, 4), 3),
+                            (f64(0, 2, 1, 0).reshape(1, 1, 4),)),),
 ))

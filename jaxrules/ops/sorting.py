@@ -212,7 +212,8 @@ def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False, *, 
     entries only, equal values ordered by position). With ``return_indices=True``, torch's
     ``nanmedian(dim)``: the lower middle number along one ``axis`` and its index, the derivative
     to that index only (seed ``value_selecting_reduction_backward``); an all-NaN slice gives NaN
-    and index 0, as torch."""
+    and index 0 (torch 2.13's CPU index there is what its nth_element leaves: 0 for up to 3
+    entries, 2 for 4 or 5, 3 for 6, 5 for 7)."""
     V.unsupported("nanmedian", out=out)
     x = V.array("nanmedian", "a", _real("nanmedian", a))
     if not return_indices:
@@ -328,7 +329,8 @@ def _torch_nanmedian(torch, x, axis=None, keepdims=False):
 
 
 _TIES = ("Among equal values the index is the stable order's (earlier position first); torch documents no tie rule "
-         "for nanmedian's index (its CPU kernel uses nth_element).")
+         "for nanmedian's index (its CPU kernel uses nth_element). An all-NaN slice gives index 0 (torch 2.13 CPU: "
+         "0 for up to 3 entries, then 2, 2, 3, 5, 6 for 4..8 entries).")
 _record(
     "nanmedian", nanmedian, (_NP + "nanmedian",), ("lerp and sort backward (torch's composite quantile)",),
     lambda rng, dt: [

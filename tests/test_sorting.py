@@ -1,0 +1,250 @@
+"""Sorting ops beyond the registry harness: torch 2.13's orders (indices with ties and NaN),
+gradients against torch with ties and NaN, zero-size input, bad input."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import jaxrules.numpy as rnp
+
+RNG = np.random.default_rng(17)
+NAN = np.nan
+# Ties, NaN (several), signed zeros and infinities in every row.
+MESSY = np.array([
+    [3.0, 1.0, 3.0, 2.0, 1.0, NAN, 2.0, -0.0],
+    [0.0, -0.0, 5.0, NAN, NAN, -np.inf, 5.0, 1.0],
+    [2.0, 2.0, 2.0, 2.0, np.inf, 1.0, 1.0, 2.0],
+])
+
+
+def _torch_grad(fn, x, ct):
+    tx = torch.tensor(x, requires_grad=True)
+    out = fn(tx)
+    out = out[0] if isinstance(out, tuple) else out
+    (out * torch.tensor(ct)).sum().backward()
+    return tx.grad.numpy()
+
+
+def _our_grad(fn, x, ct):
+    def loss(a):
+        out = fn(a)
+        return jnp.sum(jnp.asarray(ct) * (out[0] if isinstance(out, tuple) else out))
+
+    return np.asarray(jax.grad(loss)(x))
+
+
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("axis", [1, 0])
+def test_sort_and_argsort_are_torchs_stable_order_and_gradient(descending, axis):
+    x = MESSY
+    ours = rnp.sort(x, axis=axis, descending=descending)
+    theirs = torch.sort(torch.tensor(x), dim=axis, descending=descending, stable=True)
+    np.testing.assert_array_equal(ours, theirs.values.numpy())
+    np.testing.assert_array_equal(rnp.argsort(x, axis=axis, descending=descending), theirs.indices.numpy())
+    ct = RNG.standard_normal(x.shape)
+    grad = _our_grad(lambda a: rnp.sort(a, axis=axis, descending=descending), x, ct)
+    theirs_grad = _torch_grad(lambda a: torch.sort(a, dim=axis, descending=descending, stable=True), x, ct)
+    np.testing.assert_array_equal(grad, theirs_grad)
+    # JVP: the tangent permuted as the values
+    t = RNG.standard_normal(x.shape)
+    tangent = jax.jvp(lambda a: rnp.sort(a, axis=axis, descending=descending), (x,), (t,))[1]
+    np.testing.assert_array_equal(tangent, np.take_along_axis(t, theirs.indices.numpy(), axis))
+
+
+def test_sort_flattens_for_axis_none_and_keeps_integer_input():
+    x = MESSY[:2, :4]
+    np.testing.assert_array_equal(rnp.sort(x, axis=None), np.sort(x, axis=None))
+    ints = np.array([[3, 1, 2], [0, 5, 4]])
+    np.testing.assert_array_equal(rnp.sort(ints), np.sort(ints))
+    assert rnp.sort(ints).dtype == jnp.asarray(ints).dtype
+    np.testing.assert_array_equal(rnp.argsort(ints, axis=0, descending=True), [[0, 1, 1], [1, 0, 0]])
+    assert rnp.argsort(ints, dtype=jnp.int32).dtype == jnp.int32
+
+
+def test_topk_values_match_torch_indices_are_the_earliest_among_ties():
+    """torch 2.13 CPU's choice among equal values follows its partial sort (pinned below, so a
+    change in torch shows up here); ours is the stable order. NaN is the largest in both."""
+    y = torch.tensor([3.0, 1.0, 3.0, 3.0], dtype=torch.float64)
+    assert torch.topk(y, 2).indices.tolist() == [2, 3]
+    ours = rnp.topk(y.numpy(), 2)
+    assert ours.indices.tolist() == [0, 2]
+    for largest in (True, False):
+        for k in (0, 1, 3, 8):
+            ours = rnp.topk(MESSY, k, axis=1, largest=largest)
+            theirs = torch.topk(torch.tensor(MESSY), k, dim=1, largest=largest)
+            np.testing.assert_array_equal(ours.values, theirs.values.numpy())
+            np.testing.assert_array_equal(np.take_along_axis(MESSY, np.asarray(ours.indices), 1), ours.values)
+            # earliest positions among ties: the first k of the stable order
+            order = torch.sort(torch.tensor(MESSY), dim=1, descending=largest, stable=True).indices.numpy()
+            np.testing.assert_array_equal(ours.indices, order[:, :k])
+    x = RNG.permutation(np.arange(20.0)).reshape(4, 5)  # no ties: the gradients agree with torch's
+    ct = RNG.standard_normal((2, 5))
+    grad = _our_grad(lambda a: rnp.topk(a, 2, axis=0, largest=False), x, ct)
+    np.testing.assert_array_equal(grad, _torch_grad(lambda a: torch.topk(a, 2, dim=0, largest=False), x, ct))
+    assert rnp.topk(np.array([1.0, NAN, 2.0]), 1).indices.tolist() == [1]
+
+
+@pytest.mark.parametrize("name", ["cummax", "cummin"])
+@pytest.mark.parametrize("axis", [1, 0])
+def test_cummax_cummin_indices_and_gradients_match_torch_with_ties_and_nan(name, axis):
+    ours = getattr(rnp, name)(MESSY, axis)
+    theirs = getattr(torch, name)(torch.tensor(MESSY), dim=axis)
+    np.testing.assert_array_equal(ours.values, theirs.values.numpy())
+    np.testing.assert_array_equal(ours.indices, theirs.indices.numpy())
+    ct = RNG.standard_normal(MESSY.shape)
+    grad = _our_grad(lambda a: getattr(rnp, name)(a, axis), MESSY, ct)
+    np.testing.assert_allclose(grad, _torch_grad(lambda a: getattr(torch, name)(a, dim=axis), MESSY, ct), atol=1e-15)
+
+
+def test_cummax_rule_by_hand():
+    """torch's rule, written out: ties take the later index, a NaN sticks until the next NaN."""
+    x = np.array([1.0, 3.0, 3.0, 2.0, NAN, 5.0, NAN, 1.0])
+    out = rnp.cummax(x, 0)
+    assert out.indices.tolist() == [0, 1, 2, 2, 4, 4, 6, 6]
+    assert rnp.cummin(np.array([2.0, 1.0, 1.0, 3.0, NAN]), 0).indices.tolist() == [0, 1, 2, 2, 4]
+    grad = jax.grad(lambda a: rnp.cummax(a, 0).values[:4].sum())(x)
+    np.testing.assert_array_equal(grad, [1, 1, 2, 0, 0, 0, 0, 0])
+
+
+def test_nanmedian_with_indices_matches_torch():
+    """Rows without equal numbers (torch's index among ties is unspecified), NaN, an even count
+    (the lower middle), and an all-NaN row (NaN, index 0)."""
+    x = np.array([
+        [4.0, NAN, 1.0, 3.0, 2.0, NAN],
+        [NAN, NAN, NAN, NAN, NAN, NAN],
+        [0.5, -1.0, 7.0, 2.0, 3.0, -4.0],
+        [NAN, 9.0, NAN, NAN, NAN, NAN],
+    ])
+    ours = rnp.nanmedian(x, axis=1, return_indices=True)
+    theirs = torch.nanmedian(torch.tensor(x), dim=1)
+    np.testing.assert_array_equal(ours.values, theirs.values.numpy())
+    # all NaN: ours index 0; torch 2.13 CPU's nth_element leaves 3 for six entries (pinned)
+    assert int(ours.indices[1]) == 0 and int(theirs.indices[1]) == 3
+    rows = [0, 2, 3]
+    np.testing.assert_array_equal(np.asarray(ours.indices)[rows], theirs.indices.numpy()[rows])
+    ct = RNG.standard_normal(4)
+    grad = _our_grad(lambda a: rnp.nanmedian(a, axis=1, return_indices=True), x, ct)
+    expected = _torch_grad(lambda a: torch.nanmedian(a, dim=1), x, ct)
+    np.testing.assert_array_equal(grad[rows], expected[rows])
+    np.testing.assert_array_equal(grad[1], ct[1] * np.eye(6)[0])
+    keep = rnp.nanmedian(x.T, axis=0, keepdims=True, return_indices=True)
+    assert keep.values.shape == keep.indices.shape == (1, 4)
+    # ties: the stable order's lower middle (torch documents no rule); value torch's
+    tied = np.array([2.0, NAN, 2.0, 1.0, 2.0])
+    out = rnp.nanmedian(tied, axis=0, return_indices=True)
+    assert (float(out.values), int(out.indices)) == (2.0, 0)
+    assert float(torch.nanmedian(torch.tensor(tied), dim=0).values) == 2.0
+
+
+def test_nanmedian_values_are_numpys_and_the_derivative_goes_to_the_middle_entries():
+    x = np.array([[4.0, NAN, 1.0, 3.0, 2.0], [NAN, NAN, NAN, NAN, NAN], [5.0, 1.0, NAN, 2.0, 2.0]])
+    with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+        expected = np.nanmedian(x, axis=1)
+    np.testing.assert_array_equal(rnp.nanmedian(x, axis=1), expected)
+    grad = jax.grad(lambda a: rnp.nanmedian(a, axis=1).sum())(x)
+    # row 0: numbers 1 2 3 4, middles 2 (pos 4) and 3 (pos 3); row 1: position 0; row 2: 1 2 2 5,
+    # middles the two 2s (positions 3, 4)
+    np.testing.assert_array_equal(grad, [[0, 0, 0, 0.5, 0.5], [1, 0, 0, 0, 0], [0, 0, 0, 0.5, 0.5]])
+    y = RNG.standard_normal((2, 3, 4))
+    expected = np.nanmedian(y, axis=(0, 2), keepdims=True)
+    np.testing.assert_allclose(rnp.nanmedian(y, axis=(0, 2), keepdims=True), expected)
+    np.testing.assert_allclose(rnp.nanmedian(y), np.nanmedian(y))
+
+
+@pytest.mark.parametrize("method", ["linear", "lower", "higher", "midpoint", "nearest"])
+def test_quantile_values_and_gradients_match_torch(method):
+    x = RNG.permutation(np.linspace(-3, 4, 24)).reshape(4, 6)
+    x[1, 2] = x[1, 4]  # a tie
+    q = [0.0, 0.1, 0.25, 0.5, 0.7, 1.0]
+    ours = rnp.quantile(x, q, axis=1, method=method)
+    tq = torch.tensor(q, dtype=torch.float64)
+    theirs = torch.quantile(torch.tensor(x), tq, dim=1, interpolation=method)
+    np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(ours, np.quantile(x, q, axis=1, method=method), rtol=1e-14, atol=1e-14)
+    ct = RNG.standard_normal(ours.shape)
+    grad = _our_grad(lambda a: rnp.quantile(a, q, axis=1, method=method), x, ct)
+    expected = _torch_grad(lambda a: torch.quantile(a, tq, dim=1, interpolation=method), x, ct)
+    np.testing.assert_allclose(grad, expected, rtol=1e-13, atol=1e-14)
+
+
+def test_quantile_nan_and_nearest_half_to_even():
+    x = np.array([[3.0, 1.0, NAN, 2.0, NAN], [3.0, 1.0, 0.0, 2.0, 4.0]])
+    ours = rnp.quantile(x, 0.3, axis=1)
+    assert np.isnan(ours[0]) and ours[1] == pytest.approx(1.2)
+    grad = jax.grad(lambda a: rnp.quantile(a, 0.3, axis=1).sum())(x)
+    np.testing.assert_allclose(grad, _torch_grad(lambda a: torch.quantile(a, 0.3, dim=1), x, np.ones(2)))
+    np.testing.assert_array_equal(grad[0], [0, 0, 0, 0, 1])  # the last NaN, torch's rank n - 1
+    ranks = np.arange(5.0)
+    got = rnp.quantile(ranks, [0.125, 0.375, 0.625], method="nearest")  # ranks 0.5, 1.5, 2.5
+    np.testing.assert_array_equal(got, [0, 2, 2])
+    np.testing.assert_array_equal(got, np.quantile(ranks, [0.125, 0.375, 0.625], method="nearest"))
+
+
+def test_quantile_shapes_follow_jax_numpy():
+    y = RNG.standard_normal((2, 3, 4))
+    for q in (0.4, [0.2, 0.9], [[0.1], [0.6]]):
+        for axis, keepdims in ((None, False), (1, True), ((0, 2), False), ((0, 2), True), (-1, False)):
+            ours = rnp.quantile(y, q, axis=axis, keepdims=keepdims)
+            np.testing.assert_allclose(ours, np.quantile(y, q, axis=axis, keepdims=keepdims), rtol=1e-14)
+
+
+def test_zero_size_input_where_torch_accepts_it():
+    empty = np.zeros((3, 0))
+    assert rnp.sort(empty, axis=1).shape == (3, 0) == tuple(torch.sort(torch.tensor(empty), dim=1).values.shape)
+    assert rnp.topk(np.ones((2, 3)), 0).values.shape == (2, 0) == tuple(torch.topk(torch.ones(2, 3), 0).values.shape)
+    assert rnp.cummax(empty, 1).indices.shape == (3, 0)
+    assert rnp.cummin(np.zeros((0, 2)), 0).values.shape == (0, 2)
+    med = rnp.nanmedian(np.zeros((0, 3)), axis=1, return_indices=True)
+    theirs = torch.nanmedian(torch.zeros(0, 3), dim=1)
+    assert med.values.shape == med.indices.shape == tuple(theirs.values.shape) == (0,)
+    assert jax.grad(lambda a: rnp.sort(a, axis=1).sum())(empty).shape == (3, 0)
+    assert jax.grad(lambda a: rnp.cummax(a, 1).values.sum())(empty).shape == (3, 0)
+    assert rnp.quantile(np.ones(3), []).shape == (0,) == tuple(torch.quantile(torch.ones(3), torch.tensor([])).shape)
+    with pytest.raises(RuntimeError):  # torch refuses these; so do we (ValueError, below)
+        torch.quantile(torch.zeros(0, dtype=torch.float64), 0.5)
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda: rnp.sort(np.ones(3), kind="quicksort"), TypeError, ["sort", "kind"]),
+        (lambda: rnp.sort(np.ones(3) + 1j), TypeError, ["sort", "'a'", "complex"]),
+        (lambda: rnp.sort(np.ones((2, 3)), axis=2), ValueError, ["sort", "axis"]),
+        (lambda: rnp.sort(np.ones(3), descending="yes"), TypeError, ["sort", "descending"]),
+        (lambda: rnp.argsort("abc"), TypeError, ["argsort", "'a'"]),
+        (lambda: rnp.argsort(np.ones(3), order="x"), TypeError, ["argsort", "order"]),
+        (lambda: rnp.topk(np.ones((2, 3)), 4), ValueError, ["topk", "k", "[0, 3]"]),
+        (lambda: rnp.topk(np.ones((2, 3)), 1.5), ValueError, ["topk", "k"]),
+        (lambda: rnp.topk(np.ones((2, 3)), 1, axis=(0, 1)), TypeError, ["topk", "axis"]),
+        (lambda: rnp.topk(np.ones(3), 1, largest=None), TypeError, ["topk", "largest"]),
+        (lambda: rnp.cummax(np.ones((2, 3)), None), TypeError, ["cummax", "axis"]),
+        (lambda: rnp.cummin(np.ones(3) * 1j, 0), TypeError, ["cummin", "'x'", "complex"]),
+        (lambda: rnp.cummin(np.ones((2, 3)), -3), ValueError, ["cummin", "axis"]),
+        (lambda: rnp.nanmedian(np.ones((2, 0)), axis=1, return_indices=True), ValueError, ["nanmedian", "axis"]),
+        (lambda: rnp.nanmedian(np.ones((2, 0)), axis=1), ValueError, ["nanmedian", "zero-size"]),
+        (lambda: rnp.nanmedian(np.ones((2, 3)), axis=(0, 1), return_indices=True), TypeError, ["nanmedian", "axis"]),
+        (lambda: rnp.nanmedian(np.ones(3), out=np.ones(())), TypeError, ["nanmedian", "out"]),
+        (lambda: rnp.quantile(np.ones(3), 1.5), ValueError, ["quantile", "q", "[0, 1]"]),
+        (lambda: rnp.quantile(np.ones(3), "half"), TypeError, ["quantile", "q"]),
+        (lambda: rnp.quantile(np.ones(3), 0.5, method="inverted_cdf"), ValueError, ["quantile", "method"]),
+        (lambda: rnp.quantile(np.ones(3), 0.5, weights=np.ones(3)), TypeError, ["quantile", "weights"]),
+        (lambda: rnp.quantile(np.zeros(0), 0.5), ValueError, ["quantile", "zero-size"]),
+        (lambda: rnp.quantile(np.ones(3) + 1j, 0.5), TypeError, ["quantile", "'a'", "complex"]),
+        (lambda: jax.jit(lambda q: rnp.quantile(np.ones(3), q))(0.5), TypeError, ["quantile", "q", "concrete"]),
+    ],
+)
+def test_bad_input(call, error, words):
+    with pytest.raises(error) as info:
+        call()
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_jaxrules_numpy_exposes_the_ops():
+    from jaxrules.ops import sorting
+
+    for name in ("sort", "argsort", "topk", "cummax", "cummin", "nanmedian", "quantile"):
+        assert getattr(rnp, name) is getattr(sorting, name)
+        assert name in rnp.__all__
