@@ -4,6 +4,7 @@ through the ``mean``/``sum`` ops."""
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import jax
@@ -54,6 +55,25 @@ _margin_ranking = pointwise_op("margin_ranking", lambda x1, x2, y, *, margin, **
 _hinge_embedding = pointwise_op("hinge_embedding", lambda x, y, *, margin, **_: (
     jnp.where(y != 1, jnp.maximum(margin - x, 0), 0) + jnp.where(y != -1, x, 0)), P.hinge_embedding_derivatives)
 _soft_margin = pointwise_op("soft_margin", lambda x, y, **_: jax.nn.softplus(-y * x), P.soft_margin_derivatives)
+
+
+def _gaussian_nll_primal(x, y, var, *, full, eps, **_):
+    v = jnp.maximum(var, eps)
+    loss = 0.5 * (jnp.log(v) + jnp.square(x - y) / v)
+    return loss + 0.5 * math.log(2 * math.pi) if full else loss
+
+
+def _poisson_nll_primal(x, t, *, log_input, full, eps, **_):
+    loss = jnp.exp(x) - t * x if log_input else x - t * jnp.log(x + eps)
+    if full:
+        big = t > 1
+        safe = jnp.where(big, t, 2)
+        loss = loss + jnp.where(big, safe * jnp.log(safe) - safe + 0.5 * jnp.log(2 * math.pi * safe), 0)
+    return loss
+
+
+_gaussian_nll = pointwise_op("gaussian_nll", _gaussian_nll_primal, P.gaussian_nll_derivatives)
+_poisson_nll = pointwise_op("poisson_nll", _poisson_nll_primal, P.poisson_nll_derivatives)
 
 _REDUCTIONS = ("none", "mean", "sum")
 
@@ -175,6 +195,139 @@ def soft_margin_loss(input, target, reduction="mean"):
     gives NaN there); seed ``soft_margin_loss_double_backward``."""
     x, y = _pair("soft_margin_loss", input, target, reduction)
     return _reduce("soft_margin_loss", _soft_margin(x, y), reduction)
+
+
+def _check_reduction(op, reduction):
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+
+
+def _real_number(op, name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise TypeError(f"{op}: {name} must be a finite real number, got {value!r}")
+    return float(value)
+
+
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    """torch.nn.functional.gaussian_nll_loss: ``(log v + (input - target)^2 / v) / 2`` (plus
+    ``log(2 pi) / 2`` with ``full``), ``v = max(var, eps)``. ``var`` has input's shape, input's
+    shape without the last axis (then unsqueezed), the same rank with the mismatched axes of total
+    size 1 (torch's test), or is a Python float (a constant). As torch 2.13 (``var.clamp_(min=eps)``
+    under ``no_grad``), the clamp passes the gradient straight through: below ``eps`` var's
+    derivative is ``(1 / eps - d^2 / eps^2) / 2`` at every order, not 0. A negative var raises a
+    ValueError when var is concrete (not under jit or vmap)."""
+    op = "gaussian_nll_loss"
+    _check_reduction(op, reduction)
+    eps = _real_number(op, "eps", eps)
+    x, y = V.array(op, "input", input), V.array(op, "target", target)
+    V.broadcast(op, input=x, target=y)
+    if isinstance(var, numbers.Real) and not isinstance(var, bool):
+        if var < 0:
+            raise ValueError(f"{op}: var must be non-negative, got {var!r}")
+        v = jnp.full(x.shape, float(var), x.dtype)
+    else:
+        v = V.array(op, "var", var)
+        if v.shape != x.shape:
+            if x.shape[:-1] == v.shape:
+                v = v[..., None]
+            elif not (v.ndim == x.ndim and sum(b for a, b in zip(x.shape, v.shape) if a != b) == 1):
+                raise ValueError(f"{op}: var must have input's shape {x.shape}, that shape without the last axis, "
+                                 f"or one axis of size 1 where input's differs; got {v.shape}")
+        try:
+            negative = bool(jnp.any(v < 0))
+        except jax.errors.ConcretizationTypeError:  # traced: not checkable
+            negative = False
+        if negative:
+            raise ValueError(f"{op}: var has negative entries")
+    dtype = jnp.result_type(x, y, v)
+    loss = _gaussian_nll(x.astype(dtype), y.astype(dtype), v.astype(dtype), full=bool(full), eps=eps)
+    return _reduce(op, loss, reduction)
+
+
+def poisson_nll_loss(input, target, log_input=True, full=False, eps=1e-8, reduction="mean"):
+    """torch.nn.functional.poisson_nll_loss: ``exp(input) - target input`` (``log_input``) or
+    ``input - target log(input + eps)``, plus with ``full`` the Stirling term ``t log t - t +
+    log(2 pi t) / 2`` where ``t > 1``. Both arguments are differentiable; with ``full`` the target's
+    derivative at t = 0 is the one of the unmasked part, ``-input`` (torch: NaN, from ``0 * log 0``
+    in the masked term's backward)."""
+    op = "poisson_nll_loss"
+    x, t = _pair(op, input, target, reduction)
+    loss = _poisson_nll(x, t, log_input=bool(log_input), full=bool(full), eps=_real_number(op, "eps", eps))
+    return _reduce(op, loss, reduction)
+
+
+def multilabel_soft_margin_loss(input, target, weight=None, reduction="mean"):
+    """torch.nn.functional.multilabel_soft_margin_loss: ``-(y logsigmoid(x) + (1 - y)
+    logsigmoid(-x))`` times ``weight``, averaged over the last (class) axis, then reduced.
+    Composed of the ``bce_with_logits`` op (pos_weight 1), ``sum`` and ``mean``."""
+    op = "multilabel_soft_margin_loss"
+    x, y = _pair(op, input, target, reduction)
+    if x.ndim == 0:
+        raise ValueError(f"{op}: input must have a class axis (rank >= 1), got a 0-d array")
+    loss = _weighted(op, _bce_logits(x, y, jnp.ones((), x.dtype)), weight)
+    return _reduce(op, reductions.sum(loss, axis=-1) / x.shape[-1], reduction)
+
+
+_COS_EPS = float(np.float32(1e-12))  # torch's Loss.cpp EPSILON, a float
+
+
+def cosine_embedding_loss(input1, input2, target, margin=0.0, reduction="mean"):
+    """torch.nn.functional.cosine_embedding_loss: ``1 - cos`` where target is 1, ``max(0, cos -
+    margin)`` where it is -1 (0 for other labels), ``cos = sum(x1 x2) / sqrt((sum(x1^2) + 1e-12)
+    (sum(x2^2) + 1e-12))`` over axis 1 of (N, D) inputs with a (N,) target, or axis 0 of (D,)
+    inputs with a 0-d target (torch's ``EPSILON``, the float32 1e-12 = 9.99999996e-13, exactly:
+    a zero input has a finite gradient, ~1e6 times the other input's direction). At the
+    margin the gradient passes (``clamp_min``). Composed of ``sum`` (the three sums), ``clip``
+    and ``mean``/``sum``, the products, square root and quotient differentiated by JAX."""
+    from jaxrules.ops.elementwise import clip
+
+    op = "cosine_embedding_loss"
+    margin = _margin(op, margin)
+    _check_reduction(op, reduction)
+    x1, x2 = V.array(op, "input1", input1), V.array(op, "input2", input2)
+    t = V.array(op, "target", target, inexact=False)
+    if t.ndim not in (0, 1):
+        raise ValueError(f"{op}: target must be 0-d or 1-d, got shape {t.shape}")
+    if x1.ndim != t.ndim + 1 or x2.ndim != t.ndim + 1:
+        raise ValueError(f"{op}: a {t.ndim}-d target needs {t.ndim + 1}-d input1 and input2, "
+                         f"got {x1.shape} and {x2.shape}")
+    V.broadcast(op, input1=x1, input2=x2)
+    dtype = jnp.result_type(x1, x2)
+    x1, x2, axis = x1.astype(dtype), x2.astype(dtype), t.ndim
+    cos = reductions.sum(x1 * x2, axis=axis) / jnp.sqrt(
+        (reductions.sum(x1 * x1, axis=axis) + _COS_EPS) * (reductions.sum(x2 * x2, axis=axis) + _COS_EPS))
+    V.broadcast(op, cosine=cos, target=t)
+    t = jax.lax.stop_gradient(t)
+    out = jnp.where(t == 1, 1 - cos, 0) + jnp.where(t == -1, clip(cos - margin, jnp.zeros((), dtype), None), 0)
+    return _reduce(op, out.astype(dtype), reduction)
+
+
+def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2.0, eps=1e-6, swap=False, reduction="mean"):
+    """torch.nn.functional.triplet_margin_loss: ``max(0, margin + d(a, p) - d(a, n))`` with
+    ``d = pairwise_distance(., ., p, eps)``; with ``swap``, ``d(a, n)`` is ``min(d(a, n), d(p,
+    n))`` (ties share the gradient, as torch's ``min`` backward). At the bound the gradient passes
+    (``clamp_min``); coincident points (``eps=0``) get ``vector_norm``'s zero subgradient.
+    Composed of ``vector_norm`` (through ``pairwise_distance``), ``clip`` and ``mean``/``sum``."""
+    from jaxrules.ops.elementwise import clip
+    from jaxrules.ops.norms import _check_ord, pairwise_distance
+
+    op = "triplet_margin_loss"
+    margin = _margin(op, margin)
+    if margin <= 0:
+        raise ValueError(f"{op}: margin must be greater than 0, got {margin}")
+    _check_reduction(op, reduction)
+    a, pos, neg = (V.array(op, n, v) for n, v in (("anchor", anchor), ("positive", positive), ("negative", negative)))
+    if not a.ndim == pos.ndim == neg.ndim:
+        raise ValueError(f"{op}: anchor, positive and negative must have the same rank, "
+                         f"got {a.shape}, {pos.shape} and {neg.shape}")
+    V.broadcast(op, anchor=a, positive=pos, negative=neg)
+    p, eps = _check_ord(op, p, "p"), _real_number(op, "eps", eps)
+    dist_pos = pairwise_distance(a, pos, p, eps)
+    dist_neg = pairwise_distance(a, neg, p, eps)
+    if swap:
+        dist_neg = jnp.minimum(dist_neg, pairwise_distance(pos, neg, p, eps))
+    hinge = margin + dist_pos - dist_neg
+    return _reduce(op, clip(hinge, jnp.zeros((), hinge.dtype), None), reduction)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -421,4 +574,119 @@ register(OpRecord(
     singular=(SingularPoint("saturated logits", (np.array([[800.0, 0.0, 0.0], [0.0, -800.0, 0.0]]), np.array([1, 2])),
                             (np.array([[0.5, -0.5, 0.0], [0.25, 0.0, -0.25]]),)),),
     deviations="The class weights are differentiable (torch refuses a gradient for them).",
+))
+
+
+def _gaussian_nll_samples(rng, dt):
+    x, y = normal(rng, dt, 3, 4), normal(rng, dt, 3, 4)
+    return [Sample((x, y, uniform(rng, dt, 0.5, 2, 3, 4))),
+            Sample((x, y, uniform(rng, dt, 0.5, 2, 3)), {"full": True, "reduction": "sum"}),
+            Sample((x, y, uniform(rng, dt, 0.5, 2, 3, 1)), {"reduction": "none"}),
+            Sample((x, y, uniform(rng, dt, 0.5, 2, 1, 4)), {"eps": 1e-3}),
+            Sample((x, y, 0.7))]
+
+
+_record("gaussian_nll_loss", gaussian_nll_loss, "gaussian_nll", ("log backward, div backward (gaussian_nll_loss)",),
+        _gaussian_nll_samples,
+        lambda t, x, y, v, full=False, eps=1e-6, reduction="mean": t.nn.functional.gaussian_nll_loss(
+            x, y, v, full=full, eps=eps, reduction=reduction),
+        singular=(
+            # var below eps: d = 1, v = eps = 1e-6; straight through (torch): dvar = (1/eps - 1/eps^2)/2.
+            SingularPoint("var below eps (straight-through clamp)", (f64(1.0, 2.0), f64(0.0, 0.0), f64(1e-8, 2.0)),
+                          (f64(1e6, 1.0) / 2, f64(-1e6, -1.0) / 2, f64((1e6 - 1e12) / 2, (0.5 - 1.0) / 2) / 2)),
+            SingularPoint("var 0", (f64(1.0,), f64(3.0,), f64(0.0,)),
+                          (f64(-2e6,), f64(2e6,), f64((1e6 - 4e12) / 2,))),
+        ),
+        deviations="None at first or second order: var's clamp at eps passes the gradient straight through, as "
+        "torch 2.13's no_grad clamp (the forward is constant in var there).")
+
+
+def _poisson_samples(rng, dt):
+    x, t = normal(rng, dt, 3, 4), uniform(rng, dt, 0, 4, 3, 4)
+    pos = uniform(rng, dt, 0.2, 3, 3, 4)
+    return [Sample((x, t)), Sample((x, t), {"full": True, "reduction": "sum"}),
+            Sample((pos, t), {"log_input": False, "reduction": "none"}),
+            Sample((pos, t), {"log_input": False, "full": True, "eps": 1e-3})]
+
+
+_record("poisson_nll_loss", poisson_nll_loss, "poisson_nll", ("poisson_nll_loss (Loss.cpp, composite)",),
+        _poisson_samples,
+        lambda t, x, y, log_input=True, full=False, eps=1e-8, reduction="mean": t.nn.functional.poisson_nll_loss(
+            x, y, log_input=log_input, full=full, eps=eps, reduction=reduction),
+        singular=(
+            SingularPoint("target 0 and 1 with full", (f64(0.5, 0.5, 0.5), f64(0.0, 1.0, 2.0)),
+                          (f64(np.exp(0.5), np.exp(0.5) - 1, np.exp(0.5) - 2) / 3,
+                           f64(-0.5, -0.5, -0.5 + np.log(2.0) + 0.25) / 3), {"full": True},
+                          torch_differs="torch's target gradient at target 0 is NaN (0 * log 0 in the masked "
+                          "Stirling term's backward); the term is 0 for t <= 1, so jaxrules gives -input."),
+            SingularPoint("input 0 without log_input", (f64(0.0, 1.0), f64(2.0, 0.0)),
+                          (f64(1 - 2 / 1e-8, 1.0) / 2, f64(-np.log(1e-8), -np.log(1 + 1e-8)) / 2), {"log_input": False}),
+        ),
+        deviations="With full=True the target's gradient at target 0 is -input (torch: NaN).")
+
+
+def _multilabel_samples(rng, dt):
+    x, y = 2 * normal(rng, dt, 3, 4), uniform(rng, dt, 0, 1, 3, 4)
+    return [Sample((x, y)), Sample((x, y, uniform(rng, dt, 0.5, 2, 4)), {"reduction": "sum"}),
+            Sample((x, y, uniform(rng, dt, 0.5, 2, 3, 4)), {"reduction": "none"}),
+            Sample((2 * normal(rng, dt, 5), uniform(rng, dt, 0, 1, 5)))]
+
+
+register(OpRecord(
+    "multilabel_soft_margin_loss", multilabel_soft_margin_loss, (_NN + "multilabel_soft_margin_loss",),
+    ("bce_with_logits", "sum", "mean"), ("binary_cross_entropy_with_logits_backward", "sum_backward"),
+    _multilabel_samples, lambda t, x, y, w=None, reduction="mean": t.nn.functional.multilabel_soft_margin_loss(
+        x, y, w, reduction=reduction),
+    _F + "multilabel_soft_margin_loss",
+    # One row of two classes: d/dx = (sigmoid(x) - y) / 2, d/dy = (logsigmoid(-x) - logsigmoid(x)) / 2.
+    singular=(SingularPoint("saturation", (f64(-800.0, 800.0), f64(1.0, 0.0)), (f64(-0.5, 0.5), f64(400.0, -400.0))),),
+))
+
+
+def _cosine_embedding_samples(rng, dt):
+    x1, x2 = normal(rng, dt, 5, 3), normal(rng, dt, 5, 3)
+    y = np.array([1, -1, 1, -1, -1])
+    return [Sample((x1, x2, y)), Sample((x1, x2, y, -0.5), {"reduction": "sum"}),
+            Sample((x1, x2, y, 0.2), {"reduction": "none"}), Sample((x1[0], x2[0], np.asarray(-1)))]
+
+
+register(OpRecord(
+    "cosine_embedding_loss", cosine_embedding_loss, (_NN + "cosine_embedding_loss",), ("sum", "clip", "mean"),
+    ("sum_backward", "clamp_min backward (derivatives.yaml)"), _cosine_embedding_samples,
+    lambda t, x1, x2, y, margin=0.0, reduction="mean": t.nn.functional.cosine_embedding_loss(
+        x1, x2, y, margin, reduction=reduction),
+    _F + "cosine_embedding_loss",
+    singular=(
+        # cos = 0 = margin: clamp_min passes; d cos/dx1 = x2 / (1 + e), d cos/dx2 = x1 / (1 + e),
+        # e = float32(1e-12) (torch's EPSILON).
+        SingularPoint("at the margin", (f64(1.0, 0.0), f64(0.0, 1.0), np.asarray(-1)),
+                      (f64(0.0, 1 / (1 + 9.99999996e-13)), f64(1 / (1 + 9.99999996e-13), 0.0))),
+        # input1 = 0: 1 - cos has gradient -x2 / sqrt(e (25 + e)) in x1 and 0 in x2.
+        SingularPoint("zero input1", (f64(0.0, 0.0), f64(3.0, 4.0), np.asarray(1)),
+                      (-f64(3.0, 4.0) / np.sqrt(9.99999996e-13 * (25 + 9.99999996e-13)), f64(0.0, 0.0))),
+    ),
+))
+register(OpRecord(
+    "triplet_margin_loss", triplet_margin_loss, (_NN + "triplet_margin_loss",), ("vector_norm", "clip", "mean", "sum"),
+    ("norm_backward", "clamp_min backward (derivatives.yaml)", "min backward (derivatives.yaml)"),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 5, 3), normal(rng, dt, 5, 3), normal(rng, dt, 5, 3))),
+        Sample((normal(rng, dt, 5, 3), normal(rng, dt, 5, 3), normal(rng, dt, 5, 3), 2.0, 1.0), {"reduction": "sum"}),
+        Sample((normal(rng, dt, 5, 3), normal(rng, dt, 5, 3), normal(rng, dt, 5, 3), 3.0, 3.0, 1e-6, True),
+               {"reduction": "none"}),
+        Sample((normal(rng, dt, 4), normal(rng, dt, 4), normal(rng, dt, 4)), {"swap": True, "margin": 4.0}),
+    ],
+    lambda t, a, p_, n, margin=1.0, p=2.0, eps=1e-6, swap=False, reduction="mean": t.nn.functional.triplet_margin_loss(
+        a, p_, n, margin, p, eps, swap, reduction=reduction),
+    _F + "triplet_margin_loss",
+    singular=(
+        # anchor = positive (eps = 0): d(a, p) has the zero subgradient; d(a, n) = 1 = margin: the
+        # bound, where the gradient passes: -(a - n)/|a - n| to a, +(a - n)/|a - n| to n.
+        SingularPoint("anchor on positive, at the bound", (f64(0.0, 0.0), f64(0.0, 0.0), f64(1.0, 0.0)),
+                      (f64(1.0, 0.0), f64(0.0, 0.0), f64(-1.0, 0.0)), {"eps": 0.0}),
+        # swap with d(a, n) = d(p, n) = 5: the min's gradient is shared, half to each distance.
+        SingularPoint("swap tie", (f64(0.0, 0.0), f64(6.0, 0.0), f64(3.0, 4.0)),
+                      (f64(-1.0, 0.0) + f64(0.3, 0.4), f64(1.0, 0.0) + f64(-0.3, 0.4), f64(-0.3, -0.4) + f64(0.3, -0.4)),
+                      {"eps": 0.0, "swap": True, "margin": 10.0}),
+    ),
 ))

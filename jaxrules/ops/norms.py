@@ -169,6 +169,45 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdims=False):
     return vector_norm(diff, axis=-1, keepdims=bool(keepdims), ord=_check_ord("pairwise_distance", p, "p"))
 
 
+def cosine_similarity(x1, x2, axis=1, eps=1e-8):
+    """torch.nn.functional.cosine_similarity: ``sum(x1 / max(||x1||, eps) * x2 / max(||x2||, eps))``
+    over ``axis`` (torch's ``dim``) of the broadcast inputs. A composition of ``vector_norm`` (zero
+    subgradient at a zero vector), ``clip`` (torch's ``clamp_min`` derivative) and ``sum``: below
+    ``eps`` the output is linear in that input, and its derivative is that of the forward, finite
+    at first and second order at a zero vector (torch: the same first derivative there, NaN at
+    second order). Where ``0 < ||x1|| < eps`` torch's clamp (in place under ``no_grad``) still
+    passes the norm's gradient; here it does not (the forward does not depend on the norm)."""
+    from jaxrules.ops.elementwise import clip
+
+    op = "cosine_similarity"
+    x1, x2 = V.array(op, "x1", x1), V.array(op, "x2", x2)
+    shape = V.broadcast(op, x1=x1, x2=x2)
+    axis = V.single_axis(op, len(shape), axis)
+    eps = _eps(op, eps)
+    dtype = jnp.result_type(x1, x2)
+    x1, x2 = jnp.broadcast_to(x1.astype(dtype), shape), jnp.broadcast_to(x2.astype(dtype), shape)
+    floor = jnp.asarray(eps, dtype)
+    n1 = clip(vector_norm(x1, axis=axis, keepdims=True), floor, None)
+    n2 = clip(vector_norm(x2, axis=axis, keepdims=True), floor, None)
+    return reductions.sum((x1 / n1) * (x2 / n2), axis=axis)
+
+
+def pdist(x, p=2.0):
+    """torch.nn.functional.pdist: the ``p``-norm distances ``||x[i] - x[j]||_p`` of the rows of an
+    (N, M) ``x`` for ``i < j`` in row-major order (N (N - 1) / 2 of them). Derivatives from
+    ``vector_norm``'s rule: coincident rows get the zero subgradient at first and second order
+    (torch: the same first derivative, and no second derivative: ``_pdist_backward`` is not
+    differentiable)."""
+    x = V.array("pdist", "x", x)
+    if x.ndim != 2:
+        raise ValueError(f"pdist: x must be 2-d (N, M), got shape {x.shape}")
+    p = _check_ord("pdist", p, "p")
+    if p < 0:
+        raise ValueError(f"pdist: p must be non-negative, got {p!r}")
+    i, j = np.triu_indices(x.shape[0], 1)
+    return vector_norm(x[i] - x[j], axis=-1, ord=p)
+
+
 def _norm_samples(rng, dt):
     out = [Sample((away_from_zero(rng, dt, 3, 4),), {"ord": o}) for o in _ORDS]
     out.append(Sample((normal(rng, dt, 2, 3, 4),), {"axis": (0, 2), "keepdims": True}))
@@ -293,4 +332,48 @@ register(OpRecord(
     lambda torch, x1, x2, p=2.0, eps=1e-6, keepdims=False: torch.nn.functional.pairwise_distance(x1, x2, p, eps, keepdims),
     "torch.nn.functional.pairwise_distance",
     singular=(SingularPoint("equal points", (f64(1.0, 2.0), f64(1.0, 2.0), 2.0, 0.0), (f64(0, 0), f64(0, 0))),),
+))
+register(OpRecord(
+    "cosine_similarity", cosine_similarity, ("jaxrules.nn.cosine_similarity",), ("vector_norm", "clip", "sum"),
+    ("norm_backward", "clamp_backward", "sum_backward"),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 4, 3), normal(rng, dt, 4, 3))),
+        Sample((normal(rng, dt, 2, 3, 4), normal(rng, dt, 3, 1), -1)),
+        Sample((normal(rng, dt, 5), normal(rng, dt, 5), 0, 1e-3)),
+        Sample((normal(rng, dt, 3, 4), normal(rng, dt, 3, 4), 0)),
+    ],
+    lambda torch, x1, x2, axis=1, eps=1e-8: torch.nn.functional.cosine_similarity(x1, x2, axis, eps),
+    "torch.nn.functional.cosine_similarity",
+    singular=(
+        # x1 = 0: the output is <x1, x2 / ||x2||> / eps near it: gradient x2 / (3 eps) in x1, 0 in x2.
+        SingularPoint("zero x1", (f64(0.0, 0.0, 0.0), f64(1.0, 2.0, 2.0), 0), (f64(1.0, 2.0, 2.0) / 3e-8, f64(0, 0, 0))),
+        SingularPoint("both zero", (f64(0.0, 0.0, 0.0), f64(0.0, 0.0, 0.0), 0), (f64(0, 0, 0), f64(0, 0, 0))),
+        # 0 < ||x1|| = 1e-9 < eps: still linear in x1 (gradient x2 / (3 eps)); in x2 the gradient
+        # is (x1 / eps)(I - u u^T) / ||x2||, u = x2 / ||x2||: 0.1 (e1 - u / 3) / 3.
+        SingularPoint("x1 below eps", (f64(1e-9, 0.0, 0.0), f64(1.0, 2.0, 2.0), 0),
+                      (f64(1.0, 2.0, 2.0) / 3e-8, f64(0.8 / 27, -0.2 / 27, -0.2 / 27)),
+                      torch_differs="torch's clamp of the norm (in place, under no_grad) keeps the norm's "
+                      "gradient: 3.0e7 for x1's first entry instead of 3.33e7; the forward is linear in x1 there."),
+    ),
+    deviations="Finite second derivatives at a zero vector (torch: NaN); below eps the norm's gradient is "
+    "dropped, as the forward's (torch keeps it through its no_grad clamp).",
+))
+register(OpRecord(
+    "pdist", pdist, ("jaxrules.nn.pdist",), ("vector_norm",), ("_pdist_backward", "norm_backward"),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 4, 3),)),
+        Sample((normal(rng, dt, 5, 2), 1.0)),
+        Sample((normal(rng, dt, 3, 4), 3.0)),
+        Sample((normal(rng, dt, 3, 4), 0.5)),
+        Sample((normal(rng, dt, 4, 3), np.inf)),
+    ],
+    lambda torch, x, p=2.0: torch.nn.functional.pdist(x, p), "torch.nn.functional.pdist",
+    singular=(
+        # Rows 0 and 1 coincide: that distance has the zero subgradient; the others 5 = ||(3, 4)||.
+        SingularPoint("coincident rows", (np.array([[1.0, 2.0], [1.0, 2.0], [4.0, 6.0]]),),
+                      (np.array([[-0.6, -0.8], [-0.6, -0.8], [1.2, 1.6]]),)),
+        SingularPoint("coincident rows, p=1", (np.array([[1.0, 2.0], [1.0, 2.0], [4.0, 6.0]]), 1.0),
+                      (np.array([[-1.0, -1.0], [-1.0, -1.0], [2.0, 2.0]]),)),
+    ),
+    deviations="Finite second derivatives at coincident rows (torch has no double backward for pdist).",
 ))
