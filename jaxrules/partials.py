@@ -1172,33 +1172,6 @@ def pool_flat_scatter(g, flat_index, shape):
     return planes.reshape(shape)
 
 
-# ----------------------------------------------------------------------------------------------
-# Sorting (sort, topk, cummax/cummin, nanmedian, quantile)
-
-
-def sort_permutation(x, axis, descending=False):
-    """torch's stable sort order along ``axis`` (default-int indices): NaN after every number
-    (before, when ``descending``), equal values (``-0.0 == 0.0``) in their positions' order."""
-    axis = axis % x.ndim
-    nan = jnp.isnan(x)
-    value = jnp.where(nan | (x == 0), jnp.zeros((), x.dtype), x)  # XLA's total order splits -0.0 and 0.0
-    first, second = (~nan, -value) if descending else (nan, value)
-    iota = lax.broadcasted_iota(jnp.zeros((), int).dtype, x.shape, axis)
-    return lax.sort((first, second, iota), dimension=axis, num_keys=2, is_stable=True)[2]
-
-
-def cummaxmin_select(x, axis, largest):
-    """torch's ``cummax`` (``largest``) / ``cummin``: ``(values, indices)``. A later entry
-    replaces the running one when it is NaN or (the running one is not NaN and) it is ``>=``
-    (``<=``): NaN propagates with the index of the latest NaN, ties take the later index. This is
-    the maximum in the order (is NaN, +-value, index), hence associative (a parallel scan)."""
-    index = lax.broadcasted_iota(jnp.zeros((), int).dtype, x.shape, axis)
-
-    def combine(a, b):
-        (va, ia), (vb, ib) = a, b
-        better = vb >= va if largest else vb <= va
-        take_b = jnp.isnan(vb) | (~jnp.isnan(va) & better)
-        return jnp.where(take_b, vb, va), jnp.where(take_b, ib, ia)
 def _spatial_pads(pads):
     return ((0, 0, 0), (0, 0, 0), *pads)
 
@@ -1293,6 +1266,33 @@ def adaptive_avg_pool_transpose(g, shape, output_size):
     return along_spatial_axes(g, [adaptive_average_matrix(n, o).T for n, o in zip(shape[2:], output_size)])
 
 
+# ----------------------------------------------------------------------------------------------
+# Sorting (sort, topk, cummax/cummin, nanmedian, quantile)
+
+
+def sort_permutation(x, axis, descending=False):
+    """torch's stable sort order along ``axis`` (default-int indices): NaN after every number
+    (before, when ``descending``), equal values (``-0.0 == 0.0``) in their positions' order."""
+    axis = axis % x.ndim
+    nan = jnp.isnan(x)
+    value = jnp.where(nan | (x == 0), jnp.zeros((), x.dtype), x)  # XLA's total order splits -0.0 and 0.0
+    first, second = (~nan, -value) if descending else (nan, value)
+    iota = lax.broadcasted_iota(jnp.zeros((), int).dtype, x.shape, axis)
+    return lax.sort((first, second, iota), dimension=axis, num_keys=2, is_stable=True)[2]
+
+
+def cummaxmin_select(x, axis, largest):
+    """torch's ``cummax`` (``largest``) / ``cummin``: ``(values, indices)``. A later entry
+    replaces the running one when it is NaN or (the running one is not NaN and) it is ``>=``
+    (``<=``): NaN propagates with the index of the latest NaN, ties take the later index. This is
+    the maximum in the order (is NaN, +-value, index), hence associative (a parallel scan)."""
+    index = lax.broadcasted_iota(jnp.zeros((), int).dtype, x.shape, axis)
+
+    def combine(a, b):
+        (va, ia), (vb, ib) = a, b
+        better = vb >= va if largest else vb <= va
+        take_b = jnp.isnan(vb) | (~jnp.isnan(va) & better)
+        return jnp.where(take_b, vb, va), jnp.where(take_b, ib, ia)
 
     return lax.associative_scan(combine, (x, index), axis=axis)
 
