@@ -312,8 +312,7 @@ def normalize_backward_jvp(res, tx, tmean, trstd, tg, *, axes, eps, axis_name):
 def rms_norm_jvp(res, tx, tw, *, axes, eps):
     """Outputs ``(y, rstd)`` of ``y = x_hat w``, ``x_hat = x rstd``, ``rstd = rsqrt(E[x^2] +
     eps)``: ``drstd = -rstd^2 E[x_hat dx]``, ``dy = rstd (dx - x_hat E[x_hat dx]) w + x_hat dw``
-    (the derivative of torch's composite ``rms_norm``: ``_norm_jvp`` without the mean, then
-    ``_affine_jvp``)."""
+    (seeds ``rms_norm_jvp`` and ``rms_norm_rstd_jvp`` of torch's ``_fused_rms_norm``)."""
     x, w, rstd = res
     stat = rstd.dtype
     xhat = x.astype(stat) * rstd

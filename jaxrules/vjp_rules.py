@@ -291,10 +291,11 @@ def normalize_backward_vjp(res, ct, *, axes, eps, axis_name):
 
 
 def rms_norm_vjp(res, ct, *, axes, eps):
-    """``dx = B(g w)`` with ``B(v) = rstd (v - x_hat E[v x_hat])`` computed by the
-    ``rms_norm_backward`` op (so its own VJP runs under a second reverse pass), plus the rstd
-    output's term ``-g_rstd rstd^2 x_hat / count`` when it is used (``None``: unused); ``dw = g
-    x_hat`` (summed to the weight's shape by the mechanism)."""
+    """Seed ``_fused_rms_norm_backward`` (with the rstd output's cotangent as in
+    ``infinitely_differentiable_native_rms_norm_backward``): ``dx = B(g w)`` with ``B(v) = rstd
+    (v - x_hat E[v x_hat])`` computed by the ``rms_norm_backward`` op (so its own VJP runs under
+    a second reverse pass), plus the rstd output's term ``-g_rstd rstd^2 x_hat / count`` when it
+    is used (``None``: unused); ``dw = g x_hat`` (summed to the weight's shape by the mechanism)."""
     from jaxrules.ops.normalization import rms_norm_backward
 
     x, w, rstd = res

@@ -473,7 +473,10 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
     JVP ``dy = rstd (dx - x_hat E[x_hat dx]) w + x_hat dw``; VJP ``dx = rstd (gw - x_hat E[gw
     x_hat])``, ``dw = sum g x_hat`` (``x_hat = x rstd``), the dx part computed by the op
     ``rms_norm_backward``, whose own formulas give the double backward. vmap: the primal and the
-    formulas under ``jax.vmap`` (reductions over trailing axes need no fold). XLA formulas only:
+    formulas under ``jax.vmap`` (reductions over trailing axes need no fold). The op returns ``(y,
+    rstd)`` as torch's ``_fused_rms_norm`` (seeds ``rms_norm_jvp``, ``rms_norm_rstd_jvp``,
+    ``_fused_rms_norm_backward``, ``infinitely_differentiable_native_rms_norm_backward``; torch's
+    CPU path is the composite of the same math). XLA formulas only:
     a fused kernel like layer norm's is pending. Complex input is refused (torch squares it
     without conjugating)."""
     op = "rms_norm"
@@ -635,8 +638,8 @@ register(OpRecord(
 ))
 register(OpRecord(
     "rms_norm", rms_norm, (_NN + "rms_norm",), ("rms_norm", "rms_norm_backward"),
-    ("rms_norm (composite; native_layer_norm_backward's and layer_norm_double_backward's math without the mean)",
-     "_affine_jvp"),
+    ("rms_norm_jvp", "rms_norm_rstd_jvp", "_fused_rms_norm_backward",
+     "infinitely_differentiable_native_rms_norm_backward"),
     lambda rng, dt: [
         Sample((normal(rng, dt, 4, 3, 5), (5,), normal(rng, dt, 5) + 1)),
         Sample((normal(rng, dt, 2, 3, 4), (3, 4))),
