@@ -1276,7 +1276,9 @@ def sort_permutation(x, axis, descending=False):
     axis = axis % x.ndim
     nan = jnp.isnan(x)
     value = jnp.where(nan | (x == 0), jnp.zeros((), x.dtype), x)  # XLA's total order splits -0.0 and 0.0
-    first, second = (~nan, -value) if descending else (nan, value)
+    if descending:  # ~ reverses integer and boolean order without overflow
+        value = -value if jnp.issubdtype(x.dtype, jnp.inexact) else ~value
+    first, second = (~nan, value) if descending else (nan, value)
     iota = lax.broadcasted_iota(jnp.zeros((), int).dtype, x.shape, axis)
     return lax.sort((first, second, iota), dimension=axis, num_keys=2, is_stable=True)[2]
 

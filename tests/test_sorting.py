@@ -61,6 +61,10 @@ def test_sort_flattens_for_axis_none_and_keeps_integer_input():
     assert rnp.sort(ints).dtype == jnp.asarray(ints).dtype
     np.testing.assert_array_equal(rnp.argsort(ints, axis=0, descending=True), [[0, 1, 1], [1, 0, 0]])
     assert rnp.argsort(ints, dtype=jnp.int32).dtype == jnp.int32
+    for x in (np.array([True, False, True]), np.array([3, -128, 127, 0, 3], np.int8), np.array([0, 255, 3], np.uint8)):
+        expected = torch.sort(torch.tensor(x), descending=True, stable=True)
+        np.testing.assert_array_equal(rnp.sort(x, descending=True), expected.values.numpy())
+        np.testing.assert_array_equal(rnp.argsort(x, descending=True), expected.indices.numpy())
 
 
 def test_topk_values_match_torch_indices_are_the_earliest_among_ties():
