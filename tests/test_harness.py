@@ -66,6 +66,11 @@ def test_a_correct_op_passes_every_check():
         (_record("test_bad_vjp", vjp=lambda x, ct: (3 * x * ct,)), {"gradients", "jvp_vjp", "torch"}),
         # A wrong JVP formula.
         (_record("test_bad_jvp", jvp=lambda x, t: -2 * x * t), {"gradients", "jvp_vjp", "torch"}),
+        # Right first derivatives, wrong second ones (the VJP formula's own derivative in x is
+        # lost; the JVP formula's is doubled): only the second-order comparisons see them.
+        (_record("test_bad_second_rev", vjp=lambda x, ct: (2 * jax.lax.stop_gradient(x) * ct,)), {"gradients"}),
+        (_record("test_bad_second_fwd", jvp=lambda x, t: 2 * (2 * x - jax.lax.stop_gradient(x)) * t),
+         {"gradients"}),
         # A function whose batching rule is wrong.
         (_record("test_bad_batching", fn=lambda x: _wrong_batching(x)), {"vmap"}),
         # The public function bypasses the rule: the formula spy notices.
