@@ -22,6 +22,7 @@ Everything runs in float64: enable it first (``jax.config.update("jax_enable_x64
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import time
 import traceback
@@ -275,69 +276,81 @@ def _batch(x, axis: int = 0, scales=_SCALES):
     return jnp.stack([x * s for s in scales], axis=axis)
 
 
-def _loop(f, batched_args, in_axes, n):
+def _loop(f, *batched_args, in_axes, n):
+    """``f`` on each of the ``n`` slices (a Python loop: the reference of the vmap check)."""
     outs = [f(*[a if d is None else jnp.take(a, k, axis=d) for a, d in zip(batched_args, in_axes)]) for k in range(n)]
     return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
 
 
-def _vmap_axes_and_nesting(f, args, compare):
+def _vmap_axes_and_nesting(f, args, cases):
     """A batch axis other than 0 (the last) on the first argument, and a nested vmap over a
-    (2, 3) batch of it, against loops."""
+    (2, 3) batch of it, against loops (appended to ``cases``)."""
     n = len(_SCALES)
     last = args[0].ndim
     in_axes = [last] + [None] * (len(args) - 1)
     batched = [_batch(args[0], last)] + args[1:]
-    compare(f"vmap in_axes={in_axes}", jax.vmap(f, in_axes=in_axes)(*batched), _loop(f, batched, in_axes, n))
+    cases.append((f"vmap in_axes={in_axes}", jax.vmap(f, in_axes=in_axes), batched,
+                  functools.partial(_loop, f, in_axes=in_axes, n=n)))
     # Nested vmap over a (2, 3) batch of the first argument.
     nested = jnp.stack([_batch(args[0]), _batch(args[0], scales=(0.99, 0.96, 0.93))])
-    rest = lambda b: f(b, *args[1:])
-    looped = _loop(lambda row: _loop(rest, [row], [0], n), [nested], [0], 2)
-    compare("nested vmap", jax.vmap(jax.vmap(rest))(nested), looped)
+    rest = lambda b: f(b, *args[1:])  # noqa: E731
+    looped = lambda b: _loop(lambda row: _loop(rest, row, in_axes=[0], n=n), b, in_axes=[0], n=2)  # noqa: E731
+    cases.append(("nested vmap", jax.vmap(jax.vmap(rest)), [nested], looped))
+
+
+def _vmap_cases(record, label, f, args, rng) -> list:
+    """``(what, batched function, its arguments, the loop's result)`` for every vmap the check
+    compares: every non-empty subset of the arguments batched at axis 0, another axis and
+    nesting (a dtype's first sample), vmap of grad, grad of vmap (the last argument unbatched
+    when there are several), vmap of jvp."""
+    n = len(_SCALES)
+    cases = []
+    for r in range(1, len(args) + 1):
+        for subset in itertools.combinations(range(len(args)), r):
+            in_axes = [0 if i in subset else None for i in range(len(args))]
+            batched = [_batch(a) if d == 0 else a for a, d in zip(args, in_axes)]
+            cases.append((f"vmap in_axes={in_axes}", jax.vmap(f, in_axes=in_axes), batched,
+                          functools.partial(_loop, f, in_axes=in_axes, n=n)))
+    if _first_of_dtype(label):
+        _vmap_axes_and_nesting(f, args, cases)
+    out = f(*args)
+    ct = jax.tree.map(lambda o: _like(rng, o), out)
+    loss = _loss(f, ct)
+    grad = jax.jit(jax.grad(loss, argnums=tuple(range(len(args)))))  # traced once, called many times
+    batched = [_batch(a) for a in args]
+    cases.append(("vmap of grad", jax.vmap(grad), batched,
+                  functools.partial(_loop, grad, in_axes=[0] * len(args), n=n)))
+    in_axes = [0] * (len(args) - 1) + [None] if len(args) > 1 else [0]
+    batched = [_batch(a) if d == 0 else a for a, d in zip(args, in_axes)]
+    summed = lambda *a: jnp.sum(jax.vmap(loss, in_axes=in_axes)(*a))  # noqa: E731
+
+    def expected(*batched):
+        looped = [grad(*[a if d is None else a[k] for a, d in zip(batched, in_axes)]) for k in range(n)]
+        return [jnp.stack([g[i] for g in looped]) if d == 0 else sum(g[i] for g in looped)
+                for i, d in enumerate(in_axes)]
+
+    cases.append(("grad of vmap", jax.grad(summed, argnums=tuple(range(len(args)))), batched, expected))
+    tangents = [_batch(_like(rng, a)) for a in args]
+    jvp = jax.jit(lambda *at: jax.jvp(f, at[: len(args)], at[len(args) :]))
+    both = [_batch(a) for a in args] + tangents
+    cases.append(("vmap of jvp", jax.vmap(jvp), both, functools.partial(_loop, jvp, in_axes=[0] * len(both), n=n)))
+    return cases
 
 
 def _check_vmap(record: OpRecord) -> float:
     tol = _tol(record, "vmap", 1e-10)
     worst = 0.0
     rng = _rng(record, "vmap")
-    n = len(_SCALES)
     for label, sample in _each_sample(record):
         f, args = _closure(record, sample)
         f = jax.jit(f)  # compiled once, evaluated many times (jit vs eager is the ``jit`` check)
-
-        def compare(what, actual, expected):
-            nonlocal worst
-            worst = max(worst, _expect_close(f"{label}: {what}", actual, expected, tol))
-
-        # Every non-empty subset of the arguments batched at axis 0.
-        for r in range(1, len(args) + 1):
-            for subset in itertools.combinations(range(len(args)), r):
-                in_axes = [0 if i in subset else None for i in range(len(args))]
-                batched = [_batch(a) if d == 0 else a for a, d in zip(args, in_axes)]
-                expected = _loop(f, batched, in_axes, n)
-                compare(f"vmap in_axes={in_axes}", jax.vmap(f, in_axes=in_axes)(*batched), expected)
-        if _first_of_dtype(label):
-            _vmap_axes_and_nesting(f, args, compare)
-        # vmap of grad, grad of vmap (the last argument unbatched when there are several), vmap of jvp.
-        out = f(*args)
-        ct = jax.tree.map(lambda o: _like(rng, o), out)
-        loss = _loss(f, ct)
-        grad = jax.jit(jax.grad(loss, argnums=tuple(range(len(args)))))  # traced once, called many times
-        batched = [_batch(a) for a in args]
-        in_axes = [0] * len(args)
-        compare("vmap of grad", jax.vmap(grad)(*batched), _loop(grad, batched, in_axes, n))
-        in_axes = [0] * (len(args) - 1) + [None] if len(args) > 1 else [0]
-        batched = [_batch(a) if d == 0 else a for a, d in zip(args, in_axes)]
-        summed = lambda *a: jnp.sum(jax.vmap(loss, in_axes=in_axes)(*a))
-        looped = [grad(*[a if d is None else a[k] for a, d in zip(batched, in_axes)]) for k in range(n)]
-        expected = [
-            jnp.stack([g[i] for g in looped]) if d == 0 else sum(g[i] for g in looped)
-            for i, d in enumerate(in_axes)
-        ]
-        compare("grad of vmap", jax.jit(jax.grad(summed, argnums=tuple(range(len(args)))))(*batched), expected)
-        tangents = [_batch(_like(rng, a)) for a in args]
-        jvp = jax.jit(lambda *at: jax.jvp(f, at[: len(args)], at[len(args) :]))
-        both = [_batch(a) for a in args] + tangents
-        compare("vmap of jvp", jax.vmap(jvp)(*both), _loop(jvp, both, [0] * len(both), n))
+        cases = _vmap_cases(record, label, f, args, rng)
+        # Every batched function of the sample and its loop in one compiled program.
+        programs = [(fn, loop) for _, fn, _, loop in cases]
+        results = jax.jit(lambda arglists: [(fn(*a), loop(*a)) for (fn, loop), a in zip(programs, arglists)])(
+            [a for _, _, a, _ in cases])
+        for (what, *_), (got, expected) in zip(cases, results):
+            worst = max(worst, _expect_close(f"{label}: {what}", got, expected, tol))
     return worst
 
 
