@@ -360,8 +360,7 @@ def _check_jit(record: OpRecord) -> float:
     rng = _rng(record, "jit")
     for label, sample in _each_sample(record):
         f, args = _closure(record, sample)
-        out = f(*args)
-        ct = jax.tree.map(lambda o: _like(rng, o), out)
+        ct = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
         argnums = tuple(range(len(args)))
         grad = jax.grad(_loss(f, ct), argnums=argnums)
         tangents = tuple(_like(rng, a) for a in args)
@@ -531,13 +530,17 @@ def _check_low_precision(record: OpRecord) -> float | str:
     rng = _rng(record, "low_precision")
     for label, sample in _each_sample(record, ("float64",)):
         f, args = _closure(record, sample)
-        out = f(*args)
-        ct = jax.tree.map(lambda o: _like(rng, o), out)
-        grads = jax.vjp(f, *args)[1](ct)
+        ct = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
+
+        @jax.jit  # compiled (eager dispatch dominates otherwise; jit vs eager is the ``jit`` check)
+        def value_and_grads(a, c):
+            value, pullback = jax.vjp(f, *a)
+            return value, pullback(jax.tree.map(lambda ci, o: ci.astype(o.dtype), c, value))
+
+        out, grads = value_and_grads(args, ct)
         for dtype in record.low_precision:
             low = [a.astype(jnp.result_type(dtype, jnp.complex64) if jnp.iscomplexobj(a) else dtype) for a in args]
-            low_out, pullback = jax.vjp(f, *low)
-            low_grads = pullback(jax.tree.map(lambda c, o: c.astype(o.dtype), ct, low_out))
+            low_out, low_grads = value_and_grads(low, ct)
             # Outputs keep the input's precision (complex outputs of real input, as eig's: its
             # complex counterpart).
             allowed = {jnp.dtype(dtype), jnp.result_type(dtype, jnp.complex64)}
