@@ -252,3 +252,19 @@ def test_jaxrules_numpy_exposes_the_ops():
     for name in ("sort", "argsort", "topk", "cummax", "cummin", "nanmedian", "quantile"):
         assert getattr(rnp, name) is getattr(sorting, name)
         assert name in rnp.__all__
+
+
+def test_integer_outputs_under_vmap_and_jit_equal_the_row_by_row_results():
+    """The harness compares the values under vmap; the indices too, here (NaN, ties, signed zeros)."""
+    calls = {
+        "argsort": lambda r: rnp.argsort(r, descending=True),
+        "topk": lambda r: rnp.topk(r, 3, largest=False).indices,
+        "cummax": lambda r: rnp.cummax(r, 0).indices,
+        "cummin": lambda r: rnp.cummin(r, 0).indices,
+        "nanmedian": lambda r: rnp.nanmedian(r, axis=0, return_indices=True).indices,
+    }
+    for name, f in calls.items():
+        rows = np.stack([np.asarray(f(row)) for row in MESSY])
+        np.testing.assert_array_equal(jax.vmap(f)(MESSY), rows, err_msg=name)
+        np.testing.assert_array_equal(jax.jit(jax.vmap(f))(MESSY), rows, err_msg=name)
+        np.testing.assert_array_equal(jax.vmap(f, in_axes=1)(MESSY.T), rows, err_msg=name)
