@@ -268,3 +268,18 @@ def test_integer_outputs_under_vmap_and_jit_equal_the_row_by_row_results():
         np.testing.assert_array_equal(jax.vmap(f)(MESSY), rows, err_msg=name)
         np.testing.assert_array_equal(jax.jit(jax.vmap(f))(MESSY), rows, err_msg=name)
         np.testing.assert_array_equal(jax.vmap(f, in_axes=1)(MESSY.T), rows, err_msg=name)
+
+
+def test_integer_input_keeps_its_dtype_like_torch():
+    x = np.array([[3, -1, 3, 7], [0, 0, -5, 2]], np.int32)
+    for name, ours, theirs in (
+        ("topk", rnp.topk(x, 2, axis=1), torch.topk(torch.tensor(x), 2, dim=1)),
+        ("topk smallest", rnp.topk(x, 3, axis=1, largest=False), torch.topk(torch.tensor(x), 3, dim=1, largest=False)),
+        ("cummax", rnp.cummax(x, 1), torch.cummax(torch.tensor(x), 1)),
+        ("cummin", rnp.cummin(x, 1), torch.cummin(torch.tensor(x), 1)),
+    ):
+        assert ours.values.dtype == jnp.int32, name
+        np.testing.assert_array_equal(ours.values, theirs.values.numpy(), err_msg=name)
+        if name.startswith("cum"):  # torch's topk index among ties is its partial sort's (see above)
+            np.testing.assert_array_equal(ours.indices, theirs.indices.numpy(), err_msg=name)
+    assert rnp.cummin(np.array([True, False, False]), 0).indices.tolist() == [0, 1, 2]

@@ -121,7 +121,8 @@ def _count(op, name, value, high):
 
 
 def _single_axis_input(op, x, axis, name="x"):
-    x = V.array(op, name, x)
+    """``x`` (integer and boolean input kept, as torch keeps it) and its one normalized axis."""
+    x = V.array(op, name, x, inexact=False)
     if jnp.iscomplexobj(x):
         raise TypeError(f"{op}: argument {name!r} must be real (complex numbers have no order), got {x.dtype}")
     x = x.reshape(1) if x.ndim == 0 else x
@@ -138,7 +139,10 @@ def topk(x, k, axis=-1, largest=True, sorted=True):  # noqa: A002
     x, ax = _single_axis_input("topk", x, axis)
     k = _count("topk", "k", k, x.shape[ax])
     _flag("topk", "sorted", sorted)
-    values, indices = topk_op(x, k=k, axis=ax, largest=_flag("topk", "largest", largest), shape=x.shape)
+    largest = _flag("topk", "largest", largest)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        return ValuesIndices(*_topk_primal(x, k=k, axis=ax, largest=largest, shape=x.shape))
+    values, indices = topk_op(x, k=k, axis=ax, largest=largest, shape=x.shape)
     return ValuesIndices(values, indices)
 
 
@@ -147,6 +151,8 @@ def cummax(x, axis):
     later index (torch's rule); NaN propagates with the index of the latest NaN. The derivative of
     each output goes to its index (seed ``cummaxmin_backward``)."""
     x, ax = _single_axis_input("cummax", x, axis)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        return ValuesIndices(*P.cummaxmin_select(x, ax, largest=True))
     return ValuesIndices(*cummax_op(x, axis=ax, shape=x.shape))
 
 
@@ -154,6 +160,8 @@ def cummin(x, axis):
     """torch.cummin: the running minimum and its index (later index among equal values; NaN
     propagates with the latest NaN's index); seed ``cummaxmin_backward``."""
     x, ax = _single_axis_input("cummin", x, axis)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        return ValuesIndices(*P.cummaxmin_select(x, ax, largest=False))
     return ValuesIndices(*cummin_op(x, axis=ax, shape=x.shape))
 
 
