@@ -22,7 +22,7 @@ CASES = {
     "hardtanh": (lambda x: rnn.hardtanh(x, -3.0, 3.0), lambda x: F.hardtanh(x, -3.0, 3.0)),
     "leaky_relu": (lambda x: rnn.leaky_relu(x, 0.2), lambda x: F.leaky_relu(x, 0.2)),
     "celu": (lambda x: rnn.celu(x, 2.0), lambda x: F.celu(x, 2.0)),
-    "softplus_threshold": (lambda x: rnn.softplus(x, 2, 6), lambda x: F.softplus(x, 2, 6)),
+    "softplus_threshold": (lambda x: rnn.softplus(x, beta=2, threshold=6), lambda x: F.softplus(x, 2, 6)),
     "log_sigmoid": (rnn.log_sigmoid, F.logsigmoid),
 }
 

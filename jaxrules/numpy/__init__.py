@@ -2,7 +2,7 @@
 ``import jaxrules.numpy as jnp``. Also ``var_mean``, ``std_mean`` and ``logcumsumexp``
 (torch's names), which ``jax.numpy`` lacks. Every other public name of ``jax.numpy`` is JAX's own
 object (``jaxrules.numpy.float32 is jax.numpy.float32``); the array-API aliases ``pow``,
-``atan2`` and ``concat`` are jaxrules' ``power``, ``arctan2`` and ``concatenate``."""
+``atan2`` are jaxrules' ``power``, ``arctan2``; ``concat`` runs ``concatenate``."""
 
 import jax.numpy as _jax_namespace
 
@@ -47,6 +47,7 @@ from jaxrules.ops.reductions import (
 )
 from jaxrules.ops.shape import (
     array_split,
+    concat,
     concatenate,
     masked_fill,
     pad,
@@ -70,6 +71,6 @@ __all__ = [
 
 __all__ += ["argsort", "cummax", "cummin", "nanmedian", "quantile", "sort", "topk"]
 
-pow, atan2, concat = power, arctan2, concatenate  # the array-API spellings: one op, one gradient
+pow, atan2 = power, arctan2  # the array-API spellings: one op, one gradient
 
 _namespace.forward_jax_names(globals(), _jax_namespace)

@@ -212,9 +212,10 @@ def celu(x, alpha=1.0):
     return _elu(_real("celu", x), alpha=alpha, scale=1.0, input_scale=1 / alpha)
 
 
-def softplus(x, beta=1, threshold=20):
+def softplus(x, *, beta=1, threshold=20):
     """torch's softplus: ``log(1 + exp(beta x)) / beta``, linear where ``beta x > threshold``;
-    torch ``softplus_backward`` / ``softplus_double_backward``."""
+    torch ``softplus_backward`` / ``softplus_double_backward``. ``beta``, ``threshold``: torch's
+    extras, keyword-only after ``jax.nn.softplus``'s parameters."""
     beta = _positive("softplus", "beta", beta)
     if not isinstance(threshold, numbers.Real):
         raise TypeError(f"softplus: threshold must be a number, got {threshold!r}")

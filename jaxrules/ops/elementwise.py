@@ -146,11 +146,13 @@ radians = deg2rad
 degrees = rad2deg
 
 
-def clip(arr, /, min=None, max=None):  # noqa: A002 - mirrors jax.numpy.clip
+def clip(arr=None, /, min=None, max=None):  # noqa: A002 - mirrors jax.numpy.clip
     """``minimum(maximum(arr, min), max)`` with torch's derivative: the full gradient to
     ``arr`` on the closed interval (JAX splits it in half at the bounds), to ``min``/``max``
     where they are active, to ``max`` when min > max (seed ``clamp_backward``,
     ``clamp_backward_min_max``, ``clamp_jvp``)."""
+    if arr is None:
+        raise TypeError("clip: the array argument 'arr' is required")
     x = V.array("clip", "arr", arr, inexact=False)
     if min is None and max is None:
         raise ValueError("clip: at least one of 'min' and 'max' must be given")
@@ -162,7 +164,7 @@ def clip(arr, /, min=None, max=None):  # noqa: A002 - mirrors jax.numpy.clip
     return clip_op(x, lo, hi)
 
 
-def logit(x, eps: float | None = None):
+def logit(x, *, eps: float | None = None):
     """``log(x/(1 - x))``; with ``eps`` (torch's argument) x is first clamped to
     ``[eps, 1 - eps]`` and the derivative ``1/(x(1 - x))`` is kept on the closed window (seed
     ``infinitely_differentiable_logit_backward``); without eps, NaN outside [0, 1]."""

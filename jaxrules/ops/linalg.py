@@ -561,7 +561,7 @@ def eigh(a, UPLO=None, symmetrize_input=True):  # noqa: N803 - jax.numpy's argum
     return EighResult(*eigh_op(_hermitian_input("eigh", a, UPLO, symmetrize_input)))
 
 
-def eigvalsh(a, UPLO=None, symmetrize_input=True):  # noqa: N803
+def eigvalsh(a, UPLO="L", *, symmetrize_input=True):  # noqa: N803 - jax.numpy's signature
     """``jax.numpy.linalg.eigvalsh``: ``dw = Re diag(V^H dA V)``, ``gA = V diag(gw) V^H``
     (finite at repeated eigenvalues)."""
     return eigvalsh_op(_hermitian_input("eigvalsh", a, UPLO, symmetrize_input))
@@ -582,7 +582,7 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index
     return SVDResult(*svd_op(a, full_matrices=bool(full_matrices)))
 
 
-def svdvals(x):
+def svdvals(x, /):
     """``jax.numpy.linalg.svdvals``: ``dS = Re diag(U^H dA V)``, ``gA = U diag(gS) V^H``."""
     return svdvals_op(_matrix("svdvals", "x", x))
 

@@ -38,17 +38,21 @@ repeat_op = define_op("repeat", lambda x, *, counts, axis: P.repeat_along(x, cou
 take_op = define_op("take", lambda x, indices, *, axis, shape: jnp.take(x, indices, axis=axis), J.take_jvp, R.take_vjp, lambda out, x, indices, **_: indices)
 
 
-def _same_dtype_arrays(op, arrays):
+def _same_dtype_arrays(op, arrays, dtype=None):
+    """The arrays in their common dtype (or in ``dtype``, jax.numpy's argument, when given)."""
     arrays = [V.array(op, f"arrays[{k}]", a) for k, a in enumerate(arrays)]
     if not arrays:
         raise ValueError(f"{op}: needs at least one array")
-    dtype = jnp.result_type(*arrays)
+    dtype = jnp.result_type(*arrays) if dtype is None else jnp.dtype(dtype)
     return [a.astype(dtype) for a in arrays]
 
 
-def concatenate(arrays, axis=0):
-    """``jax.numpy.concatenate`` (seed ``cat_tensors_backward``: the cotangent is split back)."""
-    arrays = _same_dtype_arrays("concatenate", arrays)
+def concatenate(arrays, axis=0, dtype=None):
+    """``jax.numpy.concatenate`` (seed ``cat_tensors_backward``: the cotangent is split back);
+    ``axis=None`` concatenates the flattened arrays, ``dtype`` casts them first, as JAX."""
+    arrays = _same_dtype_arrays("concatenate", arrays, dtype)
+    if axis is None:
+        arrays, axis = [a.reshape(-1) for a in arrays], 0
     ax = V.single_axis("concatenate", arrays[0].ndim, axis)
     for a in arrays[1:]:
         off_axis = lambda s: s[:ax] + s[ax + 1 :]  # noqa: E731
@@ -57,9 +61,16 @@ def concatenate(arrays, axis=0):
     return concatenate_op(*arrays, axis=ax, shapes=tuple(a.shape for a in arrays))
 
 
-def stack(arrays, axis=0):
-    """``jax.numpy.stack`` (seed ``stack_tensors_backward``: the cotangent is unbound)."""
-    arrays = _same_dtype_arrays("stack", arrays)
+def concat(arrays, /, *, axis=0):
+    """``jax.numpy.concat`` (the array API's spelling of ``concatenate``: the same op)."""
+    return concatenate(arrays, axis=axis)
+
+
+def stack(arrays, axis=0, out=None, dtype=None):
+    """``jax.numpy.stack`` (seed ``stack_tensors_backward``: the cotangent is unbound); ``dtype``
+    casts the arrays first; ``out`` must be None, as in JAX."""
+    V.unsupported("stack", out=out)
+    arrays = _same_dtype_arrays("stack", arrays, dtype)
     if any(a.shape != arrays[0].shape for a in arrays):
         raise ValueError(f"stack: all arrays must have the same shape, got {[a.shape for a in arrays]}")
     ax = V.single_axis("stack", arrays[0].ndim + 1, axis)
@@ -139,10 +150,10 @@ def unstack(x, /, *, axis=0):
     return unstack_op(x, axis=V.single_axis("unstack", x.ndim, axis))
 
 
-def block_diag(*arrays):
+def block_diag(*arrs):
     """``jax.scipy.linalg.block_diag`` of arrays of rank <= 2 (seed ``block_diag_backward``:
     each input's diagonal block of the cotangent)."""
-    arrays = _same_dtype_arrays("block_diag", arrays)
+    arrays = _same_dtype_arrays("block_diag", arrs)
     for k, a in enumerate(arrays):
         if a.ndim > 2:
             raise ValueError(f"block_diag: arrays[{k}] must have rank <= 2, got shape {a.shape}")
