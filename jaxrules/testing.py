@@ -259,6 +259,11 @@ def _check_formulas(record: OpRecord) -> float:
         tangents = [_like(rng, a) for a in args]
         with formula_spy() as calls:
             jax.jit(lambda a, t: jax.jvp(f, a, t)).lower(args, tangents)
+        if all(a.size == 0 for a in args):
+            # Zero-size: the derivative is the zero map and no formula runs (docs/design.md §1).
+            if calls:
+                raise CheckFailure(f"{label}: zero-size arguments, yet jax.jvp ran formulas {calls}")
+            continue
         if not _ran(calls, "jvp", record.formula_ops) or any(k == "vjp" for k, _ in calls):
             raise CheckFailure(f"{label}: jax.jvp ran {calls}, expected JVP formulas of {record.formula_ops}")
         ct = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))

@@ -179,3 +179,12 @@ def test_cli_unknown_ops_exit_2(command, capsys):
 def test_coverage_md_is_current():
     path = pathlib.Path(__file__).resolve().parents[1] / "COVERAGE.md"
     assert path.read_text() == coverage_markdown(), "regenerate: python -m jaxrules list --markdown > COVERAGE.md"
+
+
+def test_a_zero_size_sample_passes_every_check():
+    """Zero-size samples belong in records: no formula runs for them (the mechanism's contract,
+    which the ``formulas`` check then asserts), and every other check compares empty results."""
+    empty = dataclasses.replace(GOOD, name="test_empty", samples=lambda rng, dt: [
+        Sample((rng.standard_normal((0, 3)).astype(dt),)), Sample((rng.standard_normal((2, 3)).astype(dt),))])
+    results = check_op(empty)
+    assert all(r.passed for r in results), [r for r in results if not r.passed]

@@ -341,6 +341,7 @@ register(OpRecord(
         Sample((normal(rng, dt, 2, 3, 4), normal(rng, dt, 3, 1), -1)),
         Sample((normal(rng, dt, 5), normal(rng, dt, 5), 0, 1e-3)),
         Sample((normal(rng, dt, 3, 4), normal(rng, dt, 3, 4), 0)),
+        Sample((normal(rng, dt, 0, 3), normal(rng, dt, 0, 3))),  # zero-size: no formula runs, as torch
     ],
     lambda torch, x1, x2, axis=1, eps=1e-8: torch.nn.functional.cosine_similarity(x1, x2, axis, eps),
     "torch.nn.functional.cosine_similarity",
