@@ -1235,35 +1235,53 @@ def adaptive_windows(n, out):
     return (i * n) // out, -((-(i + 1) * n) // out)
 
 
-def adaptive_average_matrix(n, out):
-    """The (out, n) matrix averaging each adaptive window of an axis."""
+def _adaptive_window_index(n, out):
+    """``(index, valid, length)`` of the adaptive windows of an axis of length ``n``: ``index``
+    (out, width) the positions of each window (padded with the last position), ``valid`` which
+    of them belong to it, ``length`` its length."""
     start, end = adaptive_windows(n, out)
-    j = np.arange(n)
-    inside = (j >= start[:, None]) & (j < end[:, None])
-    return inside / (end - start)[:, None]
+    length = end - start
+    k = np.arange(int(length.max(initial=0)))
+    return np.minimum(start[:, None] + k, max(n - 1, 0)), k < length[:, None], length
 
 
-def along_spatial_axes(x, matrices):
-    """``x`` (N, C, *spatial) with spatial axis i multiplied by ``matrices[i]`` (out_i, n_i),
-    accumulated in float32 for half precision."""
-    acc = stat_dtype(x.dtype)
-    y = x.astype(acc)
-    for axis, m in enumerate(matrices, start=2):
-        y = jnp.tensordot(y, m.astype(acc), axes=((axis,), (1,)), precision=lax.Precision.HIGHEST)
-        y = jnp.moveaxis(y, -1, axis)
+def _window_means(y, axis, n, out):
+    """The mean of each adaptive window along ``axis``: a sum per window (no product with a
+    dense averaging matrix, whose zeros would turn an inf elsewhere on the axis into NaN)."""
+    index, valid, length = _adaptive_window_index(n, out)
+    windows = jnp.take(jnp.moveaxis(y, axis, -1), index, axis=-1)  # (..., out, width)
+    means = jnp.where(valid, windows, 0).sum(-1) / length.astype(y.dtype)
+    return jnp.moveaxis(means, -1, axis)
+
+
+def _window_means_transpose(g, axis, n, out):
+    """The transpose of ``_window_means``: each window's cotangent shared evenly over it."""
+    index, valid, length = _adaptive_window_index(n, out)
+    g = jnp.moveaxis(g, axis, -1)
+    shares = jnp.where(valid, (g / length.astype(g.dtype))[..., None], 0)  # (..., out, width)
+    spread = jnp.zeros(g.shape[:-1] + (n,), g.dtype).at[..., index].add(shares)
+    return jnp.moveaxis(spread, -1, axis)
+
+
+def _along_spatial_axes(x, step, sizes, output_size):
+    """``step`` applied to each spatial axis of x (N, C, *spatial) in turn, accumulated in
+    float32 for half precision."""
+    y = x.astype(stat_dtype(x.dtype))
+    for axis, (n, out) in enumerate(zip(sizes, output_size), start=2):
+        y = step(y, axis, n, out)
     return y.astype(x.dtype)
 
 
 def adaptive_avg_pool(x, output_size):
     """torch's adaptive_avg_pool: the mean of each adaptive window, axis by axis (it is separable:
     the window's size is the product of its lengths)."""
-    return along_spatial_axes(x, [adaptive_average_matrix(n, o) for n, o in zip(x.shape[2:], output_size)])
+    return _along_spatial_axes(x, _window_means, x.shape[2:], output_size)
 
 
 def adaptive_avg_pool_transpose(g, shape, output_size):
     """The transpose of ``adaptive_avg_pool`` (seed ``_adaptive_avg_pool2d_backward``: each
-    cotangent shared evenly over its window): the transposed averaging matrices."""
-    return along_spatial_axes(g, [adaptive_average_matrix(n, o).T for n, o in zip(shape[2:], output_size)])
+    cotangent shared evenly over its window)."""
+    return _along_spatial_axes(g, _window_means_transpose, shape[2:], output_size)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -234,3 +234,17 @@ def test_adaptive_max_pool_values_indices_and_gradient_match_torch(dims, x, outp
 def test_avg_and_adaptive_pools_reject_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_adaptive_avg_pool_keeps_an_inf_in_its_own_window():
+    """Each window is summed on its own, as torch: an inf (or a NaN) elsewhere on the axis does
+    not reach the other windows' values or gradients (a dense averaging matrix's 0 * inf did)."""
+    x = np.arange(16.0).reshape(1, 1, 4, 4)
+    x[0, 0, 0, 0] = np.inf
+    tx = torch.tensor(x, requires_grad=True)
+    expected = torch.nn.functional.adaptive_avg_pool2d(tx, 2)
+    np.testing.assert_array_equal(np.asarray(nn.adaptive_avg_pool2d(x, 2)), expected.detach().numpy())
+    ct = np.array([[[[np.inf, 1.0], [2.0, 3.0]]]])
+    expected.backward(torch.tensor(ct))
+    grad = jax.vjp(lambda a: nn.adaptive_avg_pool2d(a, 2), jnp.asarray(x))[1](jnp.asarray(ct))[0]
+    np.testing.assert_array_equal(np.asarray(grad), tx.grad.numpy())
