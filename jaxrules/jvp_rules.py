@@ -910,10 +910,9 @@ def sort_jvp(idx, tx, *, axis, **_):
     return jnp.take_along_axis(tx, idx, axis=axis), None
 
 
-def cummaxmin_jvp(idx, tx, *, axis, **_):
-    """``t.gather(axis, indices)`` (cummax/cummin's forward formula in derivatives.yaml, the
-    transpose of ``cummaxmin_backward``); the indices have no tangent."""
-    return jnp.take_along_axis(tx, idx, axis=axis), None
+# cummax/cummin's forward formula in derivatives.yaml, ``t.gather(axis, indices)`` (the transpose
+# of ``cummaxmin_backward``), is sort's.
+cummaxmin_jvp = sort_jvp
 
 
 def quantile_jvp(res, tx, **_):

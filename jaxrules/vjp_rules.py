@@ -973,11 +973,9 @@ def sort_vjp(idx, ct, *, axis, shape, **_):
     return (P.scatter_add(shape, P.scatter_coords(idx, axis), g),)
 
 
-def cummaxmin_vjp(idx, ct, *, axis, shape, **_):
-    """Seed ``cummaxmin_backward``: ``zeros.scatter_add(axis, indices, grad)`` (an entry that
-    stays the running extremum collects the cotangents of all the outputs it is)."""
-    g, _ = ct
-    return (P.scatter_add(shape, P.scatter_coords(idx, axis), g),)
+# Seed ``cummaxmin_backward``, ``zeros.scatter_add(axis, indices, grad)`` (an entry that stays the
+# running extremum collects the cotangents of all the outputs it is), is sort's formula.
+cummaxmin_vjp = sort_vjp
 
 
 def quantile_vjp(res, ct, *, shape, **_):

@@ -283,3 +283,16 @@ def test_integer_input_keeps_its_dtype_like_torch():
         if name.startswith("cum"):  # torch's topk index among ties is its partial sort's (see above)
             np.testing.assert_array_equal(ours.indices, theirs.indices.numpy(), err_msg=name)
     assert rnp.cummin(np.array([True, False, False]), 0).indices.tolist() == [0, 1, 2]
+
+
+def test_zero_dimensional_input_keeps_the_references_shapes():
+    """0-d input: sort/argsort with axis=None flatten to (1,) as jax.numpy; topk, cummax and
+    cummin return 0-d values and indices as torch (review finding)."""
+    x = np.float64(3.0)
+    assert rnp.sort(x, axis=None).shape == jnp.sort(x, axis=None).shape == (1,)
+    assert rnp.argsort(x, axis=None).shape == jnp.argsort(x, axis=None).shape == (1,)
+    t = torch.tensor(3.0)
+    assert rnp.sort(x).shape == tuple(torch.sort(t).values.shape) == ()  # jax.numpy refuses axis -1 of 0-d
+    for ours, theirs in [(rnp.topk(x, 1), torch.topk(t, 1)), (rnp.cummax(x, 0), torch.cummax(t, 0)),
+                         (rnp.cummin(x, 0), torch.cummin(t, 0))]:
+        assert ours.values.shape == ours.indices.shape == tuple(theirs.values.shape) == ()

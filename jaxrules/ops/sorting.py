@@ -101,7 +101,7 @@ def sort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False):
         out = jnp.take_along_axis(x, P.sort_permutation(x, ax, descending), axis=ax)
     else:
         out = sort_op(x, axis=ax, descending=descending, shape=x.shape)[0]
-    return out.reshape(shape) if len(shape) == 0 else out
+    return out.reshape(shape) if len(shape) == 0 and axis is not None else out  # axis=None: flattened, (1,)
 
 
 def argsort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False, dtype=None):
@@ -110,7 +110,7 @@ def argsort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False,
     shape = jnp.shape(a)
     x, ax, descending = _sort_input("argsort", a, axis, kind, order, stable, descending)
     perm = P.sort_permutation(x, ax, descending)
-    perm = perm.reshape(shape) if len(shape) == 0 else perm
+    perm = perm.reshape(shape) if len(shape) == 0 and axis is not None else perm
     return perm if dtype is None else perm.astype(dtype)
 
 
@@ -129,6 +129,11 @@ def _single_axis_input(op, x, axis, name="x"):
     return x, V.single_axis(op, x.ndim, axis)
 
 
+def _scalar_like_input(result, x):
+    """``(values, indices)`` back to 0-d for a 0-d input (torch's shapes; computed as shape (1,))."""
+    return ValuesIndices(*(r.reshape(()) for r in result)) if jnp.ndim(x) == 0 else ValuesIndices(*result)
+
+
 def topk(x, k, axis=-1, largest=True, sorted=True):  # noqa: A002
     """torch.topk: the ``k`` largest (``largest=False``: smallest) entries along ``axis`` and
     their indices, always in sorted order (torch's ``sorted=False`` order is unspecified). NaN
@@ -136,33 +141,32 @@ def topk(x, k, axis=-1, largest=True, sorted=True):  # noqa: A002
     (torch 2.13's CPU choice depends on its partial sort: ``topk([3, 1, 3, 3], 2)`` gives indices
     ``[2, 3]``). The derivative goes to the returned indices (seed
     ``value_selecting_reduction_backward``)."""
-    x, ax = _single_axis_input("topk", x, axis)
+    x_in, (x, ax) = x, _single_axis_input("topk", x, axis)
     k = _count("topk", "k", k, x.shape[ax])
     _flag("topk", "sorted", sorted)
     largest = _flag("topk", "largest", largest)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
-        return ValuesIndices(*_topk_primal(x, k=k, axis=ax, largest=largest, shape=x.shape))
-    values, indices = topk_op(x, k=k, axis=ax, largest=largest, shape=x.shape)
-    return ValuesIndices(values, indices)
+        return _scalar_like_input(_topk_primal(x, k=k, axis=ax, largest=largest, shape=x.shape), x_in)
+    return _scalar_like_input(topk_op(x, k=k, axis=ax, largest=largest, shape=x.shape), x_in)
 
 
 def cummax(x, axis):
     """torch.cummax: the running maximum along ``axis`` and its index. Among equal values the
     later index (torch's rule); NaN propagates with the index of the latest NaN. The derivative of
     each output goes to its index (seed ``cummaxmin_backward``)."""
-    x, ax = _single_axis_input("cummax", x, axis)
+    x_in, (x, ax) = x, _single_axis_input("cummax", x, axis)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
-        return ValuesIndices(*P.cummaxmin_select(x, ax, largest=True))
-    return ValuesIndices(*cummax_op(x, axis=ax, shape=x.shape))
+        return _scalar_like_input(P.cummaxmin_select(x, ax, largest=True), x_in)
+    return _scalar_like_input(cummax_op(x, axis=ax, shape=x.shape), x_in)
 
 
 def cummin(x, axis):
     """torch.cummin: the running minimum and its index (later index among equal values; NaN
     propagates with the latest NaN's index); seed ``cummaxmin_backward``."""
-    x, ax = _single_axis_input("cummin", x, axis)
+    x_in, (x, ax) = x, _single_axis_input("cummin", x, axis)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
-        return ValuesIndices(*P.cummaxmin_select(x, ax, largest=False))
-    return ValuesIndices(*cummin_op(x, axis=ax, shape=x.shape))
+        return _scalar_like_input(P.cummaxmin_select(x, ax, largest=False), x_in)
+    return _scalar_like_input(cummin_op(x, axis=ax, shape=x.shape), x_in)
 
 
 def _quantiles(op, q):
