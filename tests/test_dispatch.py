@@ -157,3 +157,28 @@ def test_layer_norm_kernels_match_the_jnp_formulas_at_any_shape(m, n, tile_eleme
         results.append((y, *pullback(ct)))
     for got, want in zip(results[1], results[0]):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_record_dispatch_merges_by_key_and_clears_stale_points(tmp_path, monkeypatch):
+    """benchmarks/record_dispatch.py: a measured point replaces the table's point of the same
+    (op, dtypes, features) and leaves the stale list; other points and stale names stay."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "record_dispatch.py"
+    spec = importlib.util.spec_from_file_location("record_dispatch", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(dispatch, "DATA", tmp_path)
+    cases = bench.sweep_cases()[:2]
+    point = lambda c, ms: {"op": c.op, "dtype": c.dtype, "weight_dtype": c.weight_dtype,  # noqa: E731
+                           "features": list(bench.sweep_features(c)), "pallas_ms": ms, "xla_ms": 1.0, "jax_ms": 1.0}
+    dispatch.table_path("GPU X").write_text(json.dumps({
+        "note": "stale: old formulas", "stale": [c.name for c in cases], "points": [point(c, 5.0) for c in cases]}))
+    record = {"device_kind": "GPU X", "jax": "0.11.2", "points": [point(cases[0], 0.5)]}
+    _, table = module.merge([record], "cmd")
+    by_name = {c.name: p for c in cases for p in table["points"] if p["features"] == list(bench.sweep_features(c))
+               and p["dtype"] == c.dtype and p["op"] == c.op}
+    assert len(table["points"]) == 2
+    assert by_name[cases[0].name]["pallas_ms"] == 0.5 and by_name[cases[1].name]["pallas_ms"] == 5.0
+    assert table["stale"] == [cases[1].name] and table["command"] == "cmd"
