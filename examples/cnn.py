@@ -7,7 +7,7 @@ are drop-in namespaces for ``jax.numpy`` and ``jax.nn``, plus torch's ``conv2d``
 JAX versions of those torch functions) in place of the two namespaces and checks that the
 gradients and the running statistics agree.
 
-Model: two blocks of conv 3x3 -> batch_norm (training mode) -> max_pool 2x2 -> relu, then a
+Model: two blocks of conv 3x3 (no bias) -> batch_norm (training mode) -> max_pool 2x2 -> relu, then a
 linear classifier; loss: ``nn.cross_entropy``. Parameters and the batch norm running statistics
 are plain dicts: ``forward`` returns the new running statistics (``nn.batch_norm`` returns them
 rather than updating in place) and the training loop threads them through its state beside the
@@ -33,8 +33,7 @@ def init(key, channels=CHANNELS, n_classes=N_CLASSES, size=SIZE):
     params, batch_stats = {}, {}
     for i, (c_in, c_out) in enumerate(zip(channels[:-1], channels[1:])):
         fan_in = c_in * 9
-        params[f"conv{i}"] = {"w": jax.random.normal(keys[i], (c_out, c_in, 3, 3), jnp.float32) / jnp.sqrt(fan_in),
-                              "b": jnp.zeros(c_out, jnp.float32)}
+        params[f"conv{i}"] = {"w": jax.random.normal(keys[i], (c_out, c_in, 3, 3), jnp.float32) / jnp.sqrt(fan_in)}
         params[f"bn{i}"] = {"w": jnp.ones(c_out, jnp.float32), "b": jnp.zeros(c_out, jnp.float32)}
         batch_stats[f"bn{i}"] = {"mean": jnp.zeros(c_out, jnp.float32), "var": jnp.ones(c_out, jnp.float32)}
     features = channels[-1] * (size // 2 ** (len(channels) - 1)) ** 2
@@ -48,7 +47,7 @@ def forward(params, batch_stats, x, training):
     new_stats = {}
     for i in range(len(batch_stats)):
         conv, bn, stats = params[f"conv{i}"], params[f"bn{i}"], batch_stats[f"bn{i}"]
-        x = nn.conv2d(x, conv["w"], conv["b"], padding=1)
+        x = nn.conv2d(x, conv["w"], padding=1)  # no bias: batch norm subtracts it again
         x, mean, var = nn.batch_norm(x, stats["mean"], stats["var"], bn["w"], bn["b"], training=training,
                                      momentum=0.1)
         new_stats[f"bn{i}"] = {"mean": mean, "var": var}

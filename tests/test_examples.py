@@ -1,0 +1,168 @@
+"""The models of examples/ (issue 18, requirement 6): they train with optax (the loss falls), and the
+same file with plain JAX swapped in for jaxrules' two namespaces gives the same gradients.
+
+"Swapped in" is literal: each example is loaded twice from its file; in the second copy the module
+globals ``jnp`` and ``nn`` (the only jaxrules objects it holds, checked) become ``jax.numpy`` and
+``PLAIN_NN`` -- ``jax.nn`` plus plain-JAX versions of the torch functions jax.nn lacks
+(``layer_norm``, ``batch_norm``, ``conv2d``, ``max_pool2d``, ``cross_entropy``), differentiated
+by JAX's own autodiff. The models avoid the points where the two conventions differ (ties in max
+pooling, relu at 0; see examples/cnn.py), so the gradients must agree to float32 rounding.
+"""
+
+import importlib.util
+import pathlib
+import types
+
+import jax
+import jax.numpy
+import numpy as np
+import pytest
+from jax import lax
+
+pytest.importorskip("optax")
+eqx = pytest.importorskip("equinox")
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+# Gradient agreement, relative to each parameter's largest gradient entry (float32 models).
+GRAD_RTOL = 1e-5
+
+
+def _cross_entropy(input, target):
+    logp = jax.nn.log_softmax(input, axis=1)
+    return -jax.numpy.mean(jax.numpy.take_along_axis(logp, target[:, None], axis=1))
+
+
+def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    axes = tuple(range(-len(normalized_shape), 0))
+    mean = jax.numpy.mean(x, axes, keepdims=True)
+    var = jax.numpy.var(x, axes, keepdims=True)
+    y = (x - mean) / jax.numpy.sqrt(var + eps)
+    return y * weight + bias
+
+
+def _batch_norm(x, running_mean, running_var, weight=None, bias=None, *, training=False, momentum=0.1, eps=1e-5):
+    axes = (0, *range(2, x.ndim))
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    if training:
+        mean, var = jax.numpy.mean(x, axes), jax.numpy.var(x, axes)
+        n = x.size // x.shape[1]
+        new_mean = (1 - momentum) * running_mean + momentum * lax.stop_gradient(mean)
+        new_var = (1 - momentum) * running_var + momentum * lax.stop_gradient(var) * n / (n - 1)
+    else:
+        mean, var, new_mean, new_var = running_mean, running_var, running_mean, running_var
+    y = (x - mean.reshape(shape)) / jax.numpy.sqrt(var.reshape(shape) + eps)
+    return y * weight.reshape(shape) + bias.reshape(shape), new_mean, new_var
+
+
+def _conv2d(input, weight, bias=None, stride=1, padding=0):
+    y = lax.conv_general_dilated(input, weight, (stride, stride), [(padding, padding)] * 2,
+                                 dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    return y if bias is None else y + bias.reshape(1, -1, 1, 1)
+
+
+def _max_pool2d(input, kernel_size, stride=None):
+    stride = stride or kernel_size
+    return lax.reduce_window(input, -jax.numpy.inf, lax.max, (1, 1, kernel_size, kernel_size),
+                             (1, 1, stride, stride), "VALID")
+
+
+PLAIN_NN = types.SimpleNamespace(
+    **{name: getattr(jax.nn, name) for name in dir(jax.nn) if not name.startswith("_")},
+    cross_entropy=_cross_entropy, layer_norm=_layer_norm, batch_norm=_batch_norm, conv2d=_conv2d,
+    max_pool2d=_max_pool2d)
+
+
+def load(name, plain=False):
+    """A fresh copy of examples/<name>.py; ``plain``: jax.numpy / PLAIN_NN in place of jaxrules'."""
+    spec = importlib.util.spec_from_file_location(f"example_{name}_{'plain' if plain else 'jaxrules'}",
+                                                  EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    import jaxrules.nn
+    import jaxrules.numpy
+    assert module.jnp is jaxrules.numpy and module.nn is jaxrules.nn
+    others = [k for k, v in vars(module).items()
+              if k not in ("jnp", "nn") and getattr(v, "__module__", "").startswith("jaxrules")]
+    assert not others, f"{name}.py holds jaxrules objects besides jnp and nn: {others}"
+    if plain:
+        module.jnp, module.nn = jax.numpy, PLAIN_NN
+    return module
+
+
+def grad_errors(grads, reference):
+    """Per leaf: max |g - g_ref| / max |g_ref|."""
+    leaves, ref_leaves = jax.tree.leaves(grads), jax.tree.leaves(reference)
+    assert len(leaves) == len(ref_leaves)
+    errors = []
+    for g, r in zip(leaves, ref_leaves):
+        assert g.shape == r.shape and g.dtype == r.dtype == np.float32
+        g, r = np.asarray(g, np.float64), np.asarray(r, np.float64)
+        assert np.all(np.isfinite(g))
+        errors.append(np.max(np.abs(g - r)) / np.max(np.abs(r)))
+    return np.array(errors)
+
+
+def assert_swap_took_effect(grad_fn, args, grad_fn_plain, args_plain):
+    """jaxrules' rules run in the first gradient program and nowhere in the plain one."""
+    assert "jaxrules" in str(jax.make_jaxpr(grad_fn)(*args))
+    assert "jaxrules" not in str(jax.make_jaxpr(grad_fn_plain)(*args_plain))
+
+
+def assert_same_leaves(a, b):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_gpt_trains_and_matches_plain_jax():
+    gpt, plain = load("gpt"), load("gpt", plain=True)
+    model, losses = gpt.train(steps=60)
+    assert all(np.isfinite(losses))
+    assert losses[0] > 0.9 * np.log(gpt.VOCAB)  # an untrained model: about uniform
+    assert np.mean(losses[-10:]) < 0.3 * losses[0], losses
+
+    grad_fns = [eqx.filter_jit(eqx.filter_value_and_grad(m.loss_fn)) for m in (gpt, plain)]
+    key = jax.random.PRNGKey(1)
+    fresh, fresh_plain = gpt.GPT(key), plain.GPT(key)
+    assert_same_leaves(fresh, fresh_plain)
+    # The trained model is an instance of gpt.GPT; its plain twin has the same arrays.
+    trained_plain = jax.tree.unflatten(jax.tree.structure(fresh_plain), jax.tree.leaves(model))
+    tokens = gpt.make_batch(jax.random.PRNGKey(2))
+    params, static = eqx.partition(fresh, eqx.is_array)
+    params_plain, static_plain = eqx.partition(fresh_plain, eqx.is_array)  # plain.GPT's methods
+    assert_swap_took_effect(lambda p: jax.grad(gpt.loss_fn)(eqx.combine(p, static), tokens), (params,),
+                            lambda p: jax.grad(plain.loss_fn)(eqx.combine(p, static_plain), tokens), (params_plain,))
+    for m, m_plain in ((fresh, fresh_plain), (model, trained_plain)):
+        (loss, grads), (loss_plain, grads_plain) = grad_fns[0](m, tokens), grad_fns[1](m_plain, tokens)
+        np.testing.assert_allclose(loss, loss_plain, rtol=1e-5)
+        errors = grad_errors(eqx.filter(grads, eqx.is_array), eqx.filter(grads_plain, eqx.is_array))
+        print(f"gpt: loss {float(loss):.6f} vs {float(loss_plain):.6f}, max relative gradient error {errors.max():.2e}")
+        assert errors.max() < GRAD_RTOL, errors
+
+
+def test_cnn_trains_threads_running_stats_and_matches_plain_jax():
+    cnn, plain = load("cnn"), load("cnn", plain=True)
+    params, batch_stats, losses = cnn.train(steps=40)
+    assert all(np.isfinite(losses))
+    assert np.mean(losses[-10:]) < 0.3 * losses[0], losses
+    # The running statistics moved with training, and eval mode (which uses them) classifies.
+    _, init_stats = cnn.init(jax.random.PRNGKey(0))
+    assert all(np.max(np.abs(np.asarray(a) - np.asarray(b))) > 1e-2
+               for a, b in zip(jax.tree.leaves(batch_stats), jax.tree.leaves(init_stats)))
+    x, y = cnn.make_batch(jax.random.PRNGKey(123), batch=128)
+    assert cnn.accuracy(params, batch_stats, x, y) > 0.9
+
+    grad_fns = [jax.jit(jax.value_and_grad(m.loss_fn, has_aux=True)) for m in (cnn, plain)]
+    fresh, fresh_stats = cnn.init(jax.random.PRNGKey(1))
+    assert_same_leaves((fresh, fresh_stats), plain.init(jax.random.PRNGKey(1)))
+    x, y = cnn.make_batch(jax.random.PRNGKey(2))
+    args = (fresh, fresh_stats, x, y)
+    assert_swap_took_effect(jax.grad(cnn.loss_fn, has_aux=True), args, jax.grad(plain.loss_fn, has_aux=True), args)
+    for p, s in ((fresh, fresh_stats), (params, batch_stats)):
+        (loss, stats), grads = grad_fns[0](p, s, x, y)
+        (loss_plain, stats_plain), grads_plain = grad_fns[1](p, s, x, y)
+        np.testing.assert_allclose(loss, loss_plain, rtol=1e-5)
+        for a, b in zip(jax.tree.leaves(stats), jax.tree.leaves(stats_plain), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        errors = grad_errors(grads, grads_plain)
+        print(f"cnn: loss {float(loss):.6f} vs {float(loss_plain):.6f}, max relative gradient error {errors.max():.2e}")
+        assert errors.max() < GRAD_RTOL, errors
