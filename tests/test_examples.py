@@ -13,14 +13,11 @@ import importlib.util
 import pathlib
 import types
 
+import equinox as eqx
 import jax
 import jax.numpy
 import numpy as np
-import pytest
 from jax import lax
-
-pytest.importorskip("optax")
-eqx = pytest.importorskip("equinox")
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 # Gradient agreement, relative to each parameter's largest gradient entry (float32 models).
