@@ -18,6 +18,8 @@ images with a horizontal or vertical bar (4 classes: the bar's orientation and h
 Run it: ``python examples/cnn.py`` (CPU, a few seconds).
 """
 
+import functools
+
 import jax
 import optax
 
@@ -62,6 +64,7 @@ def loss_fn(params, batch_stats, x, y):
     return nn.cross_entropy(logits, y), new_stats
 
 
+@functools.partial(jax.jit, static_argnames=("batch", "size"))
 def make_batch(key, batch=32, size=SIZE):
     """(images (batch, 1, size, size), labels): label 0/1 a horizontal bar in the top/bottom half,
     2/3 a vertical bar in the left/right half, in Gaussian noise."""
@@ -96,10 +99,11 @@ def train(steps=40, seed=0, learning_rate=1e-2):
     return params, batch_stats, losses
 
 
+@jax.jit
 def accuracy(params, batch_stats, x, y):
     """Eval-mode accuracy (normalized with the running statistics)."""
     logits, _ = forward(params, batch_stats, x, training=False)
-    return float(jnp.mean(jnp.argmax(logits, axis=-1) == y))
+    return jnp.mean(jnp.argmax(logits, axis=-1) == y)
 
 
 if __name__ == "__main__":
@@ -108,4 +112,4 @@ if __name__ == "__main__":
         print(f"step {i:3d}  loss {losses[i]:.4f}")
     print(f"step {len(losses) - 1:3d}  loss {losses[-1]:.4f}")
     x, y = make_batch(jax.random.PRNGKey(123), batch=256)
-    print(f"eval accuracy (running statistics) {accuracy(params, batch_stats, x, y):.3f}")
+    print(f"eval accuracy (running statistics) {float(accuracy(params, batch_stats, x, y)):.3f}")

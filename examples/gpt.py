@@ -16,6 +16,8 @@ modulo the vocabulary: the next token follows from the two before it).
 Run it: ``python examples/gpt.py`` (CPU, a few seconds).
 """
 
+import functools
+
 import equinox as eqx
 import jax
 import optax
@@ -105,6 +107,7 @@ def loss_fn(model, tokens):
     return nn.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
 
 
+@functools.partial(jax.jit, static_argnames=("batch", "seq_len", "vocab"))
 def make_batch(key, batch=16, seq_len=SEQ_LEN, vocab=VOCAB):
     """Sequences ``(start + step * t) % vocab`` of seq_len + 1 tokens (inputs and shifted targets)."""
     k_start, k_step = jax.random.split(key)
