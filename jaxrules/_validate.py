@@ -70,3 +70,27 @@ def unsupported(op: str, **options) -> None:
     for name, value in options.items():
         if value is not None:
             raise TypeError(f"{op}: argument {name!r} is not supported by jaxrules (got {value!r})")
+
+
+def unhonoured(op: str, **options) -> None:
+    """``ValueError`` for a JAX option whose value jaxrules cannot honour, if it was given (not
+    None)."""
+    for name, value in options.items():
+        if value is not None:
+            raise ValueError(f"{op}: argument {name!r} must be None in jaxrules (got {value!r})")
+
+
+def flag(op: str, name: str, value) -> bool:
+    """A boolean option (Python or NumPy bool)."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{op}: {name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+def static_scalar(op: str, name: str, value):
+    """A Python number from a static scalar (a Python or NumPy number, or a 0-d NumPy array)."""
+    if isinstance(value, np.ndarray | np.generic) and np.ndim(value) == 0:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, int | float | complex):
+        raise TypeError(f"{op}: {name} must be a static number, got {value!r}")
+    return value

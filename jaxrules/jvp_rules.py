@@ -375,6 +375,24 @@ def log_softmax_jvp(res, t, *, axis, **_):
     return t - jnp.sum(e * t, axis=axis, keepdims=True) / s
 
 
+def masked_softmax_jvp(res, t, tmask, *, axis, **_):
+    """Softmax over the entries where ``mask`` (``where=``), 0 elsewhere: ``y (t - sum(y t))``
+    with ``y = e / s`` of the included entries only (0 off the mask, so masked entries get no
+    tangent and give none)."""
+    x, mask = res
+    e, s = P.masked_softmax_parts(x, mask, axis)
+    y = e / s
+    return y * (t - jnp.sum(y * t, axis=axis, keepdims=True))
+
+
+def masked_log_softmax_jvp(res, t, tmask, *, axis, **_):
+    """Log-softmax over the entries where ``mask``, -inf (a constant) elsewhere: ``t - sum(y t)``
+    on the mask, 0 off it, ``y = e / s`` of the included entries."""
+    e, s, mask = res
+    tm = jnp.where(mask, t, 0)
+    return jnp.where(mask, tm - jnp.sum(e * tm, axis=axis, keepdims=True) / s, 0)
+
+
 def glu_jvp(x, t, *, axis, **_):
     """``glu(x) = a sigmoid(b)``: ``sigmoid(b) t_a + a sigmoid(b)(1 - sigmoid(b)) t_b`` (the
     forward counterpart of torch's ``glu_backward``)."""

@@ -423,6 +423,18 @@ def softmax_parts(x, axis):
     return e, jnp.sum(e, axis=axis, keepdims=True)
 
 
+def masked_softmax_parts(x, mask, axis):
+    """``(e, s)`` of the softmax over the entries where ``mask`` (jax.nn's ``where=``): ``e =
+    exp(x - max x)`` there and 0 elsewhere, ``s = sum e`` (kept axes), 1 where no entry is
+    included (softmax 0 there, as JAX's; log_softmax -inf). The shift is a constant."""
+    xs = jnp.where(mask, x, -jnp.inf)
+    m = jnp.max(xs, axis=axis, keepdims=True, initial=-jnp.inf)
+    m = lax.stop_gradient(jnp.where(jnp.isfinite(m), m, 0))
+    e = jnp.where(mask, jnp.exp(xs - m), 0)
+    s = jnp.sum(e, axis=axis, keepdims=True)
+    return e, jnp.where(jnp.any(mask, axis=axis, keepdims=True), s, 1)
+
+
 def groups_first(x3, layout, groups):
     """(N, C, L) as (P, K, L): P statistic groups of K rows. ``layout`` ``"group"``: P = N G,
     K = C / G (group norm); ``"batch"``: P = C, K = N (batch norm)."""

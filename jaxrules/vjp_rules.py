@@ -357,6 +357,24 @@ def log_softmax_vjp(res, ct, *, axis, **_):
     return (ct - e * (jnp.sum(ct, axis=axis, keepdims=True) / s),)
 
 
+def masked_softmax_vjp(res, ct, *, axis, **_):
+    """The masked softmax (``where=``): ``_softmax_backward_data`` over the included entries,
+    ``(ct / s - sum(ct e) / s^2) e`` with ``e`` 0 off the mask (no cotangent there); the mask
+    gets none."""
+    x, mask = res
+    e, s = P.masked_softmax_parts(x, mask, axis)
+    return (ct / s - jnp.sum(ct * e, axis=axis, keepdims=True) / (s * s)) * e, None
+
+
+def masked_log_softmax_vjp(res, ct, *, axis, **_):
+    """The masked log-softmax (``where=``): ``_log_softmax_backward_data`` over the included
+    entries, ``ct - softmax sum(ct)`` with the cotangents of the masked (constant -inf) outputs
+    dropped: 0 off the mask."""
+    e, s, mask = res
+    cm = jnp.where(mask, ct, 0)
+    return jnp.where(mask, cm - e * (jnp.sum(cm, axis=axis, keepdims=True) / s), 0), None
+
+
 def glu_vjp(x, ct, *, axis, **_):
     """torch ``glu_backward``: ``(sigmoid(b) ct, a sigmoid(b)(1 - sigmoid(b)) ct)`` concatenated."""
     import jax

@@ -114,7 +114,9 @@ def test_dropout_semantics():
         (lambda: rnn.softplus(jnp.ones(3), beta=0), ValueError, ["softplus", "beta"]),
         (lambda: rnn.celu(jnp.ones(3), alpha=-1), ValueError, ["celu", "alpha"]),
         (lambda: rnn.glu(jnp.ones((2, 3))), ValueError, ["glu", "even"]),
-        (lambda: rnn.softmax(jnp.ones((2, 3)), axis=(0, 1)), TypeError, ["softmax", "axis"]),
+        (lambda: rnn.softmax(jnp.ones((2, 3)), axis=(0, 0)), ValueError, ["softmax", "axis"]),
+        (lambda: rnn.softmax(jnp.ones((2, 3)), where=jnp.ones(3)), TypeError, ["softmax", "where", "boolean"]),
+        (lambda: rnn.log_softmax(jnp.ones((2, 3)), where=jnp.ones(2, bool)), ValueError, ["log_softmax", "where"]),
         (lambda: rnn.silu(jnp.ones(3) * 1j), TypeError, ["silu", "real"]),
         (lambda: rnn.mse_loss(jnp.ones(3), jnp.ones(4)), ValueError, ["mse_loss", "input", "target"]),
         (lambda: rnn.mse_loss(jnp.ones(3), jnp.ones(3), reduction="avg"), ValueError, ["mse_loss", "reduction"]),
@@ -482,3 +484,54 @@ def test_issue17_bad_input(call, error, words):
     with pytest.raises(error) as info:
         call()
     assert all(w in str(info.value) for w in words), str(info.value)
+
+
+# ----------------------------------------------------------------------------------------------
+# softmax / log_softmax with jax.nn's where= and tuple axes (issue 18, requirement 2)
+
+MASK = np.array([[True, False, True, True], [False] * 4, [True, True, False, True]])
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("axis, where", [(-1, MASK), ((0, 1), None), (None, MASK), (0, MASK[0])],
+                         ids=["last", "tuple", "all", "broadcast-mask"])
+def test_softmax_where_and_tuple_axes_match_jax_nn(name, axis, where):
+    """Values, JVP and VJP equal jax.nn's (JAX's autodiff), cotangents and tangents taken where
+    the output is finite (log_softmax is -inf off the mask); masked entries get no gradient; a
+    fully masked row gives 0 (softmax) / -inf, with a zero gradient."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4))
+    ours, theirs = (lambda x: getattr(rnn, name)(x, axis, where)), (lambda x: getattr(jax.nn, name)(x, axis, where))
+    np.testing.assert_allclose(ours(x), theirs(x), rtol=1e-14)
+    included = np.broadcast_to(True if where is None else where, x.shape)
+    ct, t = np.where(included, rng.standard_normal(x.shape), 0), rng.standard_normal(x.shape)
+    ours_ct = jax.vjp(ours, x)[1](ct)[0]
+    np.testing.assert_allclose(ours_ct, jax.vjp(theirs, x)[1](ct)[0], rtol=1e-12, atol=1e-15)
+    assert np.all(ours_ct[~included] == 0)
+    np.testing.assert_allclose(np.where(included, jax.jvp(ours, (x,), (t,))[1], 0),
+                               np.where(included, jax.jvp(theirs, (x,), (t,))[1], 0), rtol=1e-12, atol=1e-15)
+
+
+def test_masked_softmax_runs_the_masked_formulas_and_matches_torch_and_finite_differences():
+    from jax.test_util import check_grads
+
+    from jaxrules.mechanism import formula_spy
+
+    rng = np.random.default_rng(1)
+    x, mask = rng.standard_normal((3, 4)), MASK.copy()
+    mask[1, 2] = True  # torch's masked_fill(-inf) softmax is NaN on a fully masked row
+    ct = rng.standard_normal((3, 4))
+    jax.clear_caches()
+    with formula_spy() as calls:
+        y, pullback = jax.vjp(lambda x: rnn.softmax(x, where=mask), x)
+        g = pullback(ct)[0]
+    assert ("vjp", "softmax") in calls
+    tx = torch.tensor(x, requires_grad=True)
+    ty = torch.softmax(tx.masked_fill(~torch.tensor(mask), -torch.inf), -1)
+    ty.backward(torch.tensor(ct))
+    np.testing.assert_allclose(y, ty.detach().numpy(), rtol=1e-14)
+    np.testing.assert_allclose(g, tx.grad.numpy(), rtol=1e-12, atol=1e-15)
+    # second order (the formulas differentiated) against finite differences
+    check_grads(lambda x: rnn.softmax(x, where=mask) * ct, (x,), order=2, modes=("fwd", "rev"), eps=1e-4)
+    check_grads(lambda x: jnp.where(mask, rnn.log_softmax(x, where=mask), 0) * ct, (x,), order=2,
+                modes=("fwd", "rev"), eps=1e-4)

@@ -74,7 +74,21 @@ def test_scatter_complex_sum_and_mean_and_src_cut_to_index():
         (lambda: rnp.stack([np.ones(2), np.ones(3)]), ValueError, ["stack", "shape"]),
         (lambda: rnp.take_along_axis(np.ones((2, 3)), np.zeros(2, int), 1), TypeError, ["take_along_axis", "indices"]),
         (lambda: rnp.masked_fill(np.ones(3), np.ones(3), 0.0), TypeError, ["masked_fill", "mask"]),
-        (lambda: rnp.pad(np.ones(3), 1, mode="edge"), ValueError, ["pad", "mode"]),
+        (lambda: rnp.pad(np.ones(3), 1, mode="nosuch"), ValueError, ["pad", "mode"]),
+        (lambda: rnp.pad(np.ones(3), 1, mode="edge", constant_values=1.0), ValueError, ["pad", "constant_values"]),
+        (lambda: rnp.pad(np.ones(3), 1, mode="reflect", reflect_type="sideways"), ValueError, ["pad", "reflect_type"]),
+        (lambda: rnp.pad(np.ones((0, 2)), 1, mode="wrap"), ValueError, ["pad", "empty axis"]),
+        (lambda: rnp.take(np.ones(3), np.array([0]), mode="raise"), ValueError, ["take", "mode"]),
+        (lambda: rnp.take(np.ones(3), np.array([0]), out=np.ones(1)), ValueError, ["take", "out"]),
+        (lambda: rnp.take(np.zeros(0), np.array([0])), ValueError, ["take", "empty axis"]),
+        (lambda: rnp.take_along_axis(np.ones(3), np.zeros((1, 1), int), None), ValueError, ["take_along_axis", "1-D"]),
+        (lambda: rnp.take_along_axis(np.ones(3), np.zeros(1, int), mode="wrap"), ValueError,
+         ["take_along_axis", "mode"]),
+        (lambda: rnp.repeat(np.ones(3), 2, out_sharding="x"), ValueError, ["repeat", "out_sharding"]),
+        (lambda: rnp.matmul(np.ones((2, 2)), np.ones((2, 2)), preferred_element_type=np.int32), ValueError,
+         ["matmul", "preferred_element_type"]),
+        (lambda: rnp.matmul(np.ones((2, 2)), np.ones((2, 2)), precision="bogus"), ValueError, ["matmul", "precision"]),
+        (lambda: rnp.linalg.slogdet(np.eye(2), method="cholesky"), ValueError, ["slogdet", "method"]),
         (lambda: embedding(np.zeros(3), np.ones((4, 2))), TypeError, ["embedding", "indices"]),
         (lambda: embedding(np.zeros(3, int), np.ones((4, 2)), padding_idx=7), ValueError, ["embedding", "padding_idx"]),
     ],
@@ -127,9 +141,9 @@ def test_max_with_indices_propagates_nan_like_torch():
         (lambda: rnp.median(np.ones((2, 0)), axis=1, return_indices=True), ValueError, "length 0"),
         (lambda: rnp.min(np.ones(2) + 1j, axis=0, return_indices=True), TypeError, "complex"),
         (lambda: rnp.split(np.ones(5), 2), ValueError, "equal sections"),
-        (lambda: rnp.take(np.ones((3, 2)), np.array([3]), axis=0), ValueError, r"\[-3, 3\)"),
         (lambda: rnp.take(np.ones(3), np.array([0.5])), TypeError, "integers"),
         (lambda: rnp.repeat(np.ones(3), [1, 2]), ValueError, "3 entries"),
+        (lambda: jax.jit(lambda r: rnp.repeat(np.ones(3), r))(np.ones(3, int)), ValueError, "total_repeat_length"),
         (lambda: rnp.tile(np.ones(3), (-1,)), ValueError, "non-negative"),
         (lambda: block_diag(np.ones((2, 2, 2))), ValueError, "rank <= 2"),
     ],
@@ -163,3 +177,106 @@ def test_index_reduce_matches_torch(reduce, include_self):
     np.testing.assert_allclose(ours[0], out.detach().numpy())
     for a, t in zip(ours[1](ct), (tx.grad, ts.grad)):
         np.testing.assert_allclose(a, t.numpy(), atol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# JAX's parameters of pad, take, take_along_axis, repeat, matmul, slogdet (issue 18, requirement 2)
+
+
+def _matches_jax(ours, theirs, x, rtol=1e-12):
+    """Value, JVP and VJP (random tangent and cotangent) of ``ours`` equal those of the
+    jax.numpy function ``theirs`` (JAX's own autodiff), NaN where JAX gives NaN."""
+    expected = theirs(x)
+    np.testing.assert_allclose(ours(x), expected, rtol=rtol, atol=rtol)
+    t, ct = RNG.standard_normal(np.shape(x)), RNG.standard_normal(expected.shape)
+    np.testing.assert_allclose(jax.jvp(ours, (x,), (t,))[1], jax.jvp(theirs, (x,), (t,))[1], rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(jax.vjp(ours, x)[1](ct)[0], jax.vjp(theirs, x)[1](ct)[0], rtol=rtol, atol=rtol)
+
+
+PAD_CASES = [("constant", {"constant_values": ((1.0, 2.0), (3.0, -4.0))}), ("empty", {}), ("edge", {}), ("wrap", {}),
+             ("reflect", {}), ("symmetric", {}), ("reflect", {"reflect_type": "odd"}),
+             ("symmetric", {"reflect_type": "odd"}), ("linear_ramp", {"end_values": ((1.0, -2.0), (0.5, 3.0))}),
+             ("maximum", {}), ("minimum", {"stat_length": 2}), ("mean", {"stat_length": ((1, 2), (3, 1))}),
+             ("median", {})]
+
+
+@pytest.mark.parametrize("mode, kwargs", PAD_CASES, ids=[f"{m}{'-' + '-'.join(k) if k else ''}" for m, k in PAD_CASES])
+def test_pad_modes_match_jax_numpy(mode, kwargs):
+    # widths beyond the axis length exercise the repeated reflections and wraps
+    x = RNG.standard_normal((3, 4))
+    widths = ((1, 5), (9, 2))
+    _matches_jax(lambda x: rnp.pad(x, widths, mode, **kwargs), lambda x: jnp.pad(x, widths, mode, **kwargs), x)
+
+
+def test_pad_with_a_callable_and_traced_constant_values_match_jax_numpy():
+    def fill(row, widths, axis, kwargs):
+        return row.at[: widths[0]].set(2 * row[widths[0]]).at[row.shape[0] - widths[1]:].set(kwargs["value"])
+
+    x = RNG.standard_normal((3, 4))
+    _matches_jax(lambda x: rnp.pad(x, 2, fill, value=-1.0), lambda x: jnp.pad(x, 2, fill, value=-1.0), x)
+    # the fill value as a (differentiable) array argument
+    grad = jax.grad(lambda c: rnp.pad(x, 1, constant_values=c).sum())(jnp.asarray(1.5))
+    np.testing.assert_allclose(grad, 5 * 6 - 3 * 4)  # one per padded entry
+
+
+@pytest.mark.parametrize("ours, theirs", [("reflect", "reflect"), ("edge", "replicate"), ("wrap", "circular")])
+def test_pad_modes_match_torch_pads(ours, theirs):
+    x = RNG.standard_normal((2, 3, 4, 5))
+    ct = RNG.standard_normal((2, 3, 7, 10))
+    y, pullback = jax.vjp(lambda x: rnp.pad(x, ((0, 0), (0, 0), (1, 2), (3, 2)), ours), x)
+    tx = torch.tensor(x, requires_grad=True)
+    ty = torch.nn.functional.pad(tx, (3, 2, 1, 2), mode=theirs)
+    ty.backward(torch.tensor(ct))
+    np.testing.assert_allclose(y, ty.detach().numpy(), rtol=1e-14)
+    np.testing.assert_allclose(pullback(ct)[0], tx.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode, fill_value", [(None, None), ("fill", 7.0), ("clip", None), ("wrap", None)])
+@pytest.mark.parametrize("axis", [None, 1])
+def test_take_modes_match_jax_numpy(mode, fill_value, axis):
+    # out-of-bound and negative indices: filled (no gradient there), clipped or wrapped as JAX
+    x, idx = RNG.standard_normal((3, 4)), jnp.array([[0, -1], [5, -7], [3, 2]])
+    kw = {"mode": mode, "fill_value": fill_value, "unique_indices": False, "indices_are_sorted": False}
+    _matches_jax(lambda x: rnp.take(x, idx, axis, **kw), lambda x: jnp.take(x, idx, axis, **kw), x)
+
+
+@pytest.mark.parametrize("mode, wrap", [(None, None), ("fill", False), ("clip", None), ("clip", False),
+                                        ("promise_in_bounds", True), ("one_hot", None)])
+def test_take_along_axis_modes_match_jax_numpy(mode, wrap):
+    x = RNG.standard_normal((3, 4))
+    # indices broadcast against x off the axis; promise_in_bounds is promised in-bounds indices
+    idx = jnp.array([[0, -1, 3, -4]]) if mode == "promise_in_bounds" else jnp.array([[0, -1, 4, -5, 2]])
+    kw = {"mode": mode, "fill_value": -3.0 if mode == "fill" else None, "wrap_negative_indices": wrap}
+    _matches_jax(lambda x: rnp.take_along_axis(x, idx, 1, **kw), lambda x: jnp.take_along_axis(x, idx, 1, **kw), x)
+    flat = jnp.array([1, 11, -2, 13])
+    _matches_jax(lambda x: rnp.take_along_axis(x, flat, None), lambda x: jnp.take_along_axis(x, flat, None), x)
+    last = jnp.array([[1], [3], [0]])  # axis defaults to -1
+    _matches_jax(lambda x: rnp.take_along_axis(x, last), lambda x: jnp.take_along_axis(x, last), x)
+
+
+def test_repeat_total_repeat_length_matches_jax_numpy_with_traced_repeats():
+    x = RNG.standard_normal((3, 2))
+    for reps, total in [(np.array([1, 0, 2]), 5), (2, 4), (np.array([3, 3, 3]), 7)]:  # padded with the last, cut
+        _matches_jax(lambda x: rnp.repeat(x, reps, 0, total_repeat_length=total),
+                     lambda x: jnp.repeat(x, reps, 0, total_repeat_length=total), x)
+    jitted = jax.jit(lambda x, r: rnp.repeat(x, r, 0, total_repeat_length=4))
+    reps = jnp.array([1, 2, 1])
+    np.testing.assert_array_equal(jitted(x, reps), jnp.repeat(x, reps, 0, total_repeat_length=4))
+    np.testing.assert_array_equal(jax.grad(lambda x: jitted(x, reps).sum())(x), np.repeat([[1.0], [2.0], [1.0]], 2, 1))
+
+
+def test_matmul_precision_and_preferred_element_type_and_slogdet_method_as_jax():
+    a, b = RNG.standard_normal((2, 3, 4)), RNG.standard_normal((4, 5))
+    for kw in ({"precision": "highest"}, {"precision": ("high", "highest")}, {"precision": "float32"},
+               {"preferred_element_type": jnp.float64}):
+        _matches_jax(lambda a: rnp.matmul(a, b, **kw), lambda a: jnp.matmul(a, b, **kw), a)
+    a32, b32 = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
+    ours = rnp.matmul(a32, b32, preferred_element_type=jnp.float32)
+    theirs = jnp.matmul(a32, b32, preferred_element_type=jnp.float32)
+    assert ours.dtype == theirs.dtype == jnp.float32
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+    assert jax.grad(lambda a: rnp.matmul(a, b32, preferred_element_type=jnp.float32).sum())(a32).dtype == jnp.bfloat16
+    m = RNG.standard_normal((3, 3))
+    for method in (None, "lu", "qr"):
+        _matches_jax(lambda m: rnp.linalg.slogdet(m, method=method).logabsdet,
+                     lambda m: jnp.linalg.slogdet(m, method=method).logabsdet, m, rtol=1e-10)

@@ -88,18 +88,9 @@ def test_importing_numpy_is_light():
     assert out.strip() == "[]"
 
 
-# Overrides that still lack parameters of the JAX function they replace (issue 18, requirement 2,
-# open): the test below fails when one is fixed (remove it here) or when a new gap appears.
-KNOWN_SIGNATURE_GAPS = {
-    "jaxrules.numpy.matmul": "missing precision, preferred_element_type, out_sharding",
-    "jaxrules.numpy.pad": "modes' **kwargs (stat_length, reflect_type, ...); constant_values positional",
-    "jaxrules.numpy.repeat": "missing total_repeat_length, out_sharding",
-    "jaxrules.numpy.take": "missing out, mode, unique_indices, indices_are_sorted, fill_value",
-    "jaxrules.numpy.take_along_axis": "axis has no default -1; missing mode, fill_value, wrap_negative_indices",
-    "jaxrules.numpy.linalg.slogdet": "missing method",
-    "jaxrules.nn.log_softmax": "missing where",
-    "jaxrules.nn.softmax": "missing where",
-}
+# Overrides that lack parameters of the JAX function they replace (issue 18, requirement 2): none
+# now; the test below fails when a new gap appears (add here only with a reason).
+KNOWN_SIGNATURE_GAPS: dict[str, str] = {}
 
 
 def _signature_gaps(ours, theirs) -> list:

@@ -8,6 +8,7 @@ import jax.numpy as _jax_namespace
 
 from jaxrules import _namespace
 from jaxrules.numpy import fft, linalg
+from jaxrules.ops import linalg as _linalg_ops
 from jaxrules.ops.elementwise import (
     abs,
     absolute,
@@ -25,7 +26,6 @@ from jaxrules.ops.elementwise import (
     sinc,
 )
 from jaxrules.ops.indexing import index_reduce, scatter_reduce
-from jaxrules.ops.linalg import matmul
 from jaxrules.ops.reductions import (
     amax,
     amin,
@@ -72,5 +72,69 @@ __all__ = [
 __all__ += ["argsort", "cummax", "cummin", "nanmedian", "quantile", "sort", "topk"]
 
 pow, atan2 = power, arctan2  # the array-API spellings: one op, one gradient
+
+
+def matmul(a, b, *, precision=None, preferred_element_type=None, out_sharding=None):
+    """``jax.numpy.matmul`` (1-D operands promoted as NumPy does, batch dims broadcast), with
+    seed ``mm_mat1_backward`` / ``mm_mat2_backward`` (complex included).
+
+    ``precision``: None or ``"default"``; another value (``"high"``, ``"highest"``, a
+    ``lax.Precision`` or a pair of them) is honoured where it cannot change the result (64-bit
+    operands, or the CPU, where XLA computes every dot at full precision), and raises
+    ``ValueError`` elsewhere: jaxrules' matmul rule runs its forward and backward products at
+    the default precision (set ``jax.default_matmul_precision`` for the whole program instead).
+    ``preferred_element_type``: an inexact dtype; the operands are cast to it when it is at
+    least as wide (the product then accumulates in it; the cotangents are cast back), the
+    result is cast to it when it is narrower. ``out_sharding`` must be None."""
+    import jax
+    import jax.numpy as jnp_
+
+    from jaxrules import _validate as V
+
+    V.unhonoured("matmul", out_sharding=out_sharding)
+    a, b = V.array("matmul", "a", a), V.array("matmul", "b", b)
+    if precision is not None and not _default_precision(precision):
+        wide = not [x for x in (a, b) if jnp_.dtype(x.dtype).itemsize < (16 if jnp_.iscomplexobj(x) else 8)]
+        if not (wide or jax.default_backend() == "cpu"):
+            raise ValueError(f"matmul: precision={precision!r} cannot be honoured by jaxrules' matmul rule on "
+                             f"{jax.default_backend()} for {a.dtype} operands (it computes at the default precision; "
+                             "use jax.default_matmul_precision for the whole program)")
+    if preferred_element_type is None:
+        return _linalg_ops.matmul(a, b)
+    try:
+        target = jnp_.dtype(preferred_element_type)
+    except TypeError:
+        raise TypeError(f"matmul: preferred_element_type must be a dtype, got {preferred_element_type!r}") from None
+    if not jnp_.issubdtype(target, jnp_.inexact):
+        raise ValueError(f"matmul: preferred_element_type must be an inexact dtype in jaxrules, got {target}")
+    common = jnp_.result_type(a, b)
+    if jnp_.promote_types(common, target) == target:
+        return _linalg_ops.matmul(a.astype(target), b.astype(target))
+    return _linalg_ops.matmul(a, b).astype(target)
+
+
+def _default_precision(precision) -> bool:
+    """Whether ``precision`` (JAX's forms: a ``lax.Precision`` or its name, a pair of them, a
+    ``lax.DotAlgorithmPreset`` or its name, a ``lax.DotAlgorithm``) asks for the default."""
+    from jax import lax
+
+    # (this module's ``all``, ``max``, ... are jax.numpy's: no builtins here)
+    items = precision if isinstance(precision, tuple) and len(precision) == 2 else (precision,)
+    defaults = []
+    for p in items:
+        if isinstance(p, lax.DotAlgorithm):
+            defaults.append(False)
+        elif isinstance(p, lax.DotAlgorithmPreset):
+            defaults.append(p == lax.DotAlgorithmPreset.DEFAULT)
+        elif isinstance(p, str) and p.upper() in lax.DotAlgorithmPreset.__members__ and p.lower() != "default":
+            defaults.append(False)
+        else:
+            try:
+                defaults.append(lax.Precision(p) == lax.Precision.DEFAULT)
+            except (ValueError, TypeError, KeyError):
+                raise ValueError(f"matmul: precision must be None, a lax.Precision, its name or a pair of them, or "
+                                 f"a lax.DotAlgorithm(Preset), got {precision!r}") from None
+    return False not in defaults
+
 
 _namespace.forward_jax_names(globals(), _jax_namespace)

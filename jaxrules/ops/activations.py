@@ -66,6 +66,27 @@ def _log_softmax_primal(x, *, axis):
 
 log_softmax_op = define_op("log_softmax", _log_softmax_primal, J.log_softmax_jvp, R.log_softmax_vjp,
                            lambda out, x, *, axis: P.softmax_parts(x, axis))  # the forward's own (XLA: CSE)
+def _masked_softmax_primal(x, mask, *, axis):
+    e, s = P.masked_softmax_parts(x, mask, axis)
+    return e / s
+
+
+def _masked_log_softmax_primal(x, mask, *, axis):
+    e, s = P.masked_softmax_parts(x, mask, axis)
+    xs = jnp.where(mask, x, -jnp.inf)
+    m = jnp.max(xs, axis=axis, keepdims=True, initial=-jnp.inf)
+    return jnp.where(mask, x - lax.stop_gradient(jnp.where(jnp.isfinite(m), m, 0)) - jnp.log(s), -jnp.inf)
+
+
+def _masked_log_softmax_save(out, x, mask, *, axis):
+    e, s = P.masked_softmax_parts(x, mask, axis)
+    return e, s, mask
+
+
+masked_softmax_op = define_op("softmax", _masked_softmax_primal, J.masked_softmax_jvp, R.masked_softmax_vjp,
+                              lambda out, x, mask, **_: (x, mask))
+masked_log_softmax_op = define_op("log_softmax", _masked_log_softmax_primal, J.masked_log_softmax_jvp,
+                                  R.masked_log_softmax_vjp, _masked_log_softmax_save)
 glu_op = define_op("glu", lambda x, *, axis: jax.nn.glu(x, axis=axis), J.glu_jvp, R.glu_vjp)
 dropout_op = define_op("dropout", lambda x, mask, *, scale: jnp.where(mask, x * scale, 0).astype(x.dtype),
                        J.dropout_jvp, R.dropout_vjp, lambda out, x, mask, **_: mask)
@@ -227,17 +248,40 @@ def log_sigmoid(x):
     return _log_sigmoid(_real("log_sigmoid", x))
 
 
-def softmax(x, axis=-1):
-    """Softmax over ``axis`` (one int); VJP torch's ``_softmax_backward_data``, double backward
-    seed ``softmax_double_backward``; -inf logits are fine."""
-    x = _real("softmax", x)
-    return softmax_op(x, axis=V.single_axis("softmax", x.ndim, axis))
+def _softmax_args(op, x, axis, where):
+    """``(x, axes, mask)``: ``axis`` an int, a tuple or None (all axes), as jax.nn; ``where`` a
+    boolean array broadcasting against ``x`` (None: every entry)."""
+    x = _real(op, x)
+    axes = V.axes(op, x.ndim, axis)
+    if where is None:
+        return x, axes, None
+    mask = jnp.asarray(where)
+    if mask.dtype != bool:
+        raise TypeError(f"{op}: where must be a boolean array, got {mask.dtype}")
+    V.broadcast(op, x=x, where=mask)
+    return x, axes, jnp.broadcast_to(mask, x.shape)
 
 
-def log_softmax(x, axis=-1):
-    """Log-softmax over ``axis``; VJP torch's ``_log_softmax_backward_data``."""
-    x = _real("log_softmax", x)
-    return log_softmax_op(x, axis=V.single_axis("log_softmax", x.ndim, axis))
+def softmax(x, axis=-1, where=None):
+    """Softmax over ``axis`` (an int, a tuple, or None: all axes); VJP torch's
+    ``_softmax_backward_data``, double backward seed ``softmax_double_backward``; -inf logits
+    are fine. ``where`` (jax.nn's mask): the softmax of the included entries, 0 elsewhere (0 on
+    a slice with none), and the masked formulas: ``y (t - sum(y t))`` with ``y`` 0 off the
+    mask, so masked entries get no gradient."""
+    x, axes, mask = _softmax_args("softmax", x, axis, where)
+    if mask is None:
+        return softmax_op(x, axis=axes[0] if len(axes) == 1 else axes)
+    return masked_softmax_op(x, mask, axis=axes)
+
+
+def log_softmax(x, axis=-1, where=None):
+    """Log-softmax over ``axis`` (an int, a tuple, or None); VJP torch's
+    ``_log_softmax_backward_data``. ``where``: over the included entries, -inf elsewhere (as
+    jax.nn), with the masked formula (no gradient to or from the masked entries)."""
+    x, axes, mask = _softmax_args("log_softmax", x, axis, where)
+    if mask is None:
+        return log_softmax_op(x, axis=axes[0] if len(axes) == 1 else axes)
+    return masked_log_softmax_op(x, mask, axis=axes)
 
 
 def glu(x, axis=-1):

@@ -77,15 +77,67 @@ def stack(arrays, axis=0, out=None, dtype=None):
     return stack_op(*arrays, axis=ax, shape=arrays[0].shape)
 
 
-def take_along_axis(arr, indices, axis):
+def _in_bounds(op, indices, n, mode, wrap_negative):
+    """``(safe, out_of_bounds)``: the indices mapped into ``[0, n)`` as JAX's ``mode`` does
+    (``"fill"``/None and ``"one_hot"``: negative ones wrapped when ``wrap_negative``, the others
+    out of bounds, marked; ``"clip"``/``"promise_in_bounds"``: clipped; ``"wrap"``: modulo n),
+    and the boolean mask of out-of-bound entries (None when there are none)."""
+    if mode == "wrap":
+        return jnp.mod(indices, n), None
+    if wrap_negative:
+        indices = jnp.where(indices < 0, indices + n, indices)
+    safe = jnp.clip(indices, 0, n - 1)
+    if mode in ("clip", "promise_in_bounds"):
+        return safe, None
+    host = concrete_value(indices)
+    if host is not None and not np.any((host < 0) | (host >= n)):
+        return safe, None
+    return safe, (indices < 0) | (indices >= n)
+
+
+def _fill(op, out, bad, fill_value, mode):
+    """``out`` with ``fill_value`` (NaN when None, 0 in ``"one_hot"`` mode, as JAX) where ``bad``
+    (broadcast against ``out``); the masked entries get no gradient (``masked_fill``'s rule)."""
+    if bad is None:
+        return out
+    value = 0.0 if mode == "one_hot" else (float("nan") if fill_value is None else fill_value)
+    return masked_fill_op(out, jnp.broadcast_to(bad, out.shape), value=value)
+
+
+def _check_mode(op, mode, modes):
+    if mode is not None and (not isinstance(mode, str) or mode not in modes):
+        raise ValueError(f"{op}: mode must be None or one of {', '.join(map(repr, modes))}, got {mode!r}")
+
+
+def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None, *, wrap_negative_indices=None):
     """``jax.numpy.take_along_axis`` (seed ``gather_backward``: scatter-add, duplicates
-    accumulate). Indices must be in range."""
-    x = V.array("take_along_axis", "arr", arr)
+    accumulate), ``arr`` and ``indices`` broadcast against each other off ``axis``; ``axis=None``
+    takes from the flattened array (1-D indices). Out-of-bound indices as JAX's ``mode``:
+    ``"fill"`` (None, the default: ``fill_value``, NaN when None, and no gradient there),
+    ``"clip"``, ``"promise_in_bounds"`` (clipped here), ``"one_hot"`` (0 out of bounds);
+    negative indices count from the end unless ``wrap_negative_indices`` is False (its default,
+    as JAX's: True except in ``"promise_in_bounds"`` mode)."""
+    op = "take_along_axis"
+    x = V.array(op, "arr", arr)
     indices = jnp.asarray(indices)
+    _check_mode(op, mode, ("fill", "clip", "promise_in_bounds", "one_hot"))
+    if fill_value is not None:
+        fill_value = V.static_scalar(op, "fill_value", fill_value)
+    wrap = mode != "promise_in_bounds" if wrap_negative_indices is None else V.flag(
+        op, "wrap_negative_indices", wrap_negative_indices)
+    if axis is None:
+        if indices.ndim != 1:
+            raise ValueError(f"{op}: indices must be 1-D when axis is None, got shape {indices.shape}")
+        x, axis = x.reshape(-1), 0
     if not jnp.issubdtype(indices.dtype, jnp.integer) or indices.ndim != x.ndim:
-        raise TypeError(f"take_along_axis: indices must be integers of rank {x.ndim}, got {indices.dtype}{indices.shape}")
-    ax = V.single_axis("take_along_axis", x.ndim, axis)
-    return take_along_axis_op(x, indices, axis=ax, shape=x.shape)
+        raise TypeError(f"{op}: indices must be integers of rank {x.ndim}, got {indices.dtype}{indices.shape}")
+    ax = V.single_axis(op, x.ndim, axis)
+    n = x.shape[ax]
+    out_shape = V.broadcast(op, arr=np.broadcast_to(False, x.shape[:ax] + (1,) + x.shape[ax + 1:]), indices=indices)
+    if n == 0:  # nothing to take from: zeros, as JAX
+        return jnp.zeros(out_shape, x.dtype)
+    safe, bad = _in_bounds(op, indices, n, mode, wrap)
+    return _fill(op, take_along_axis_op(x, safe, axis=ax, shape=x.shape), bad, fill_value, mode)
 
 
 def masked_fill(x, mask, value):
@@ -101,18 +153,166 @@ def masked_fill(x, mask, value):
     return masked_fill_op(x, jnp.broadcast_to(mask, x.shape), value=value)
 
 
-def pad(array, pad_width, mode="constant", constant_values=0):
-    """``jax.numpy.pad`` with ``mode='constant'`` (one fill value; seed
-    ``constant_pad_nd_backward``: the cotangent's interior slice)."""
-    if mode != "constant":
-        raise ValueError(f"pad: only mode='constant' is supported, got {mode!r}")
-    if isinstance(constant_values, bool) or not isinstance(constant_values, int | float | complex):
-        raise TypeError(f"pad: constant_values must be a Python number, got {constant_values!r}")
-    x = V.array("pad", "array", array)
-    widths = np.broadcast_to(np.asarray(pad_width, dtype=int), (x.ndim, 2))
+_PAD_OPTIONS = {
+    "constant": ("constant_values",), "empty": (), "edge": (), "wrap": (), "reflect": ("reflect_type",),
+    "symmetric": ("reflect_type",), "linear_ramp": ("end_values",), "maximum": ("stat_length",),
+    "minimum": ("stat_length",), "mean": ("stat_length",), "median": ("stat_length",),
+}
+
+
+def _pairs(op, name, value, nd, *, integral):
+    """``value`` broadcast to ``nd`` (before, after) pairs, as numpy's pad arguments."""
+    arr = np.asarray(value)
+    if arr.ndim > 2 or (arr.ndim == 2 and arr.shape not in ((nd, 2), (1, 2))) or (arr.ndim == 1 and arr.shape[0] not in (1, 2)):
+        raise ValueError(f"{op}: {name} must have shape ({nd}, 2), (1, 2), (2,), (1,) or (), got {arr.shape}")
+    if integral and not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
+        raise TypeError(f"{op}: {name} must be integers, got {value!r}")
+    return np.broadcast_to(arr.reshape(-1, 2) if arr.ndim == 2 else arr, (nd, 2))
+
+
+def _reflect_map(n, lo, hi, mode, reflect_type):
+    """The (padded length, n) matrix of the map ``x -> pad(x, (lo, hi), mode)`` along one axis,
+    built by jax.numpy.pad's own loop (slices, flips, ``2 edge - x`` for odd reflection) run on
+    the identity: the result is a linear function of ``x``."""
+    m = np.eye(n)
+    if mode == "edge":
+        return np.concatenate([np.repeat(m[:1], lo, 0), m, np.repeat(m[-1:], hi, 0)])
+    if mode == "wrap":
+        idx = np.arange(-lo, n + hi) % n
+        return m[idx]
+    offset = 1 if (mode == "reflect" and n > 1) else 0
+    for before, padding in ((True, lo), (False, hi)):
+        edge = m[:1] if before else m[-1:]
+        while padding > 0:
+            cur = min(padding, n - offset)
+            padding -= cur
+            x = m[offset:offset + cur] if before else m[m.shape[0] - cur - offset:m.shape[0] - (0 if mode == "symmetric" or n == 1 else 1)]
+            x = x[::-1]
+            if reflect_type == "odd":
+                x = 2 * edge - x
+                if n > 1:
+                    edge = x[:1] if before else x[-1:]
+            m = np.concatenate([x, m]) if before else np.concatenate([m, x])
+    return m
+
+
+def _apply_axis_map(x, m, axis):
+    """``m @ x`` along ``axis`` for a static integer matrix ``m``: a ``take`` per nonzero of the
+    rows (one for the selections of edge, wrap and even reflection), weighted."""
+    rows = [np.flatnonzero(r) for r in m]
+    depth = max(len(r) for r in rows)
+    out = None
+    for k in range(depth):
+        idx = np.array([r[k] if k < len(r) else 0 for r in rows])
+        coef = np.array([m[i, r[k]] if k < len(r) else 0.0 for i, r in enumerate(rows)])
+        term = take_op(x, jnp.asarray(idx), axis=axis, shape=x.shape)
+        if not np.all(coef == 1):
+            view = (1,) * axis + (-1,) + (1,) * (x.ndim - axis - 1)
+            c = jnp.asarray(coef, x.real.dtype).reshape(view)
+            term = jnp.where(c != 0, c * term, 0) if k else c * term
+        out = term if out is None else out + term
+    return out
+
+
+def _block(x, value, axis, count):
+    """``count`` copies of ``value`` (an array broadcasting against ``x`` with length 1 along
+    ``axis``) along ``axis``."""
+    shape = x.shape[:axis] + (count,) + x.shape[axis + 1:]
+    return jnp.broadcast_to(jnp.asarray(value, x.dtype), shape)
+
+
+def _concat3(before, x, after, axis):
+    return concatenate_op(before, x, after, axis=axis, shapes=(before.shape, x.shape, after.shape))
+
+
+def pad(array, pad_width, mode="constant", **kwargs):
+    """``jax.numpy.pad``, every mode of it, derivatives included: ``"constant"`` with one Python
+    number (seed ``constant_pad_nd_backward``: the cotangent's interior slice) or per-axis
+    (before, after) values or arrays (differentiable), ``"empty"`` (zeros, as JAX), ``"edge"``,
+    ``"wrap"``, ``"reflect"`` and ``"symmetric"`` (torch's replicate, circular and reflect pads:
+    gathers along each axis, ``take``'s scatter-add backward; ``reflect_type="odd"`` adds
+    ``2 edge - x``), ``"linear_ramp"`` (``end_values``), ``"maximum"``, ``"minimum"``,
+    ``"mean"``, ``"median"`` (``stat_length``: jaxrules' reductions of the edge slices) and a
+    callable (JAX's: applied along each axis of the zero-padded array)."""
+    op = "pad"
+    x = V.array(op, "array", array)
+    widths = _pairs(op, "pad_width", pad_width, x.ndim, integral=True)
     if np.any(widths < 0):
-        raise ValueError(f"pad: pad_width must be non-negative, got {pad_width!r}")
-    return pad_op(x, widths=tuple(map(tuple, widths.tolist())), value=constant_values)
+        raise ValueError(f"{op}: pad_width must be non-negative, got {pad_width!r}")
+    widths = tuple(map(tuple, widths.astype(int).tolist()))
+    if callable(mode):
+        padded = pad_op(x, widths=widths, value=0)
+        for d in range(x.ndim):
+            padded = jnp.apply_along_axis(mode, d, padded, widths[d], d, kwargs)
+        return padded
+    if not isinstance(mode, str) or mode not in _PAD_OPTIONS:
+        raise ValueError(f"{op}: mode must be a callable or one of {', '.join(map(repr, _PAD_OPTIONS))}, got {mode!r}")
+    if extra := sorted(set(kwargs) - set(_PAD_OPTIONS[mode])):
+        raise ValueError(f"{op}: mode={mode!r} takes no argument {', '.join(extra)} (only {_PAD_OPTIONS[mode] or 'none'})")
+    if x.ndim == 0:
+        return x
+    for d, (lo, hi) in enumerate(widths):
+        if x.shape[d] == 0 and (lo or hi) and mode not in ("constant", "empty"):
+            raise ValueError(f"{op}: cannot pad the empty axis {d} in mode {mode!r}")
+    if mode in ("constant", "empty"):
+        value = kwargs.get("constant_values", 0)
+        if isinstance(value, np.ndarray | np.generic) and np.ndim(value) == 0:
+            value = value.item()
+        if isinstance(value, int | float | complex) and not isinstance(value, bool):
+            return pad_op(x, widths=widths, value=value)
+        values = _value_pairs(op, "constant_values", value, x)
+        for d, (lo, hi) in enumerate(widths):
+            x = _concat3(_block(x, values[d, 0], d, lo), x, _block(x, values[d, 1], d, hi), d)
+        return x
+    if mode in ("edge", "wrap", "reflect", "symmetric"):
+        reflect_type = kwargs.get("reflect_type", "even")
+        if reflect_type not in ("even", "odd"):
+            raise ValueError(f"{op}: reflect_type must be 'even' or 'odd', got {reflect_type!r}")
+        for d, (lo, hi) in enumerate(widths):
+            if lo or hi:
+                x = _apply_axis_map(x, _reflect_map(x.shape[d], lo, hi, mode, reflect_type), d)
+        return x
+    if mode == "linear_ramp":
+        ends = _value_pairs(op, "end_values", kwargs.get("end_values", 0), x)
+        for d, (lo, hi) in enumerate(widths):
+            n = x.shape[d]
+            view = (1,) * d + (-1,) + (1,) * (x.ndim - d - 1)
+            parts = []
+            for k, count, end in ((0, lo, ends[d, 0]), (n - 1, hi, ends[d, 1])):
+                edge = take_op(x, jnp.asarray([k]), axis=d, shape=x.shape)
+                t = jnp.asarray(np.arange(count) / max(count, 1), x.real.dtype).reshape(view)
+                ramp = end + (edge - end) * t
+                parts.append(ramp if k == 0 else take_op(ramp, jnp.arange(count)[::-1], axis=d, shape=ramp.shape))
+            x = _concat3(parts[0], x, parts[1], d)
+        return x
+    # the statistics of the edge slices (jaxrules' reductions), repeated
+    from jaxrules.ops import reductions
+
+    stat = {"maximum": reductions.amax, "minimum": reductions.amin, "mean": reductions.mean,
+            "median": reductions.median}[mode]
+    lengths = kwargs.get("stat_length")
+    if lengths is not None:
+        lengths = _pairs(op, "stat_length", lengths, x.ndim, integral=True)
+        if np.any(lengths <= 0):
+            raise ValueError(f"{op}: stat_length must be positive, got {kwargs['stat_length']!r}")
+    for d, (lo, hi) in enumerate(widths):
+        n = x.shape[d]
+        if lengths is None:
+            before = after = stat(x, axis=d, keepdims=True)
+        else:
+            lb, la = min(int(lengths[d, 0]), n), min(int(lengths[d, 1]), n)
+            before = stat(take_op(x, jnp.arange(lb), axis=d, shape=x.shape), axis=d, keepdims=True)
+            after = stat(take_op(x, jnp.arange(n - la, n), axis=d, shape=x.shape), axis=d, keepdims=True)
+        x = _concat3(_block(x, before, d, lo), x, _block(x, after, d, hi), d)
+    return x
+
+
+def _value_pairs(op, name, value, x):
+    """A pad argument of values (numbers or arrays, maybe traced) as an (ndim, 2) array."""
+    v = V.array(op, name, value).astype(x.dtype)
+    if v.ndim > 2 or (v.ndim == 2 and v.shape not in ((x.ndim, 2), (1, 2))) or (v.ndim == 1 and v.shape[0] not in (1, 2)):
+        raise ValueError(f"{op}: {name} must have shape ({x.ndim}, 2), (1, 2), (2,), (1,) or (), got {v.shape}")
+    return jnp.broadcast_to(v.reshape(-1, 2) if v.ndim == 2 else v, (x.ndim, 2))
 
 
 def _sections(op, n, indices_or_sections, even):
@@ -169,37 +369,73 @@ def tile(A, reps):  # noqa: N803 - numpy's argument name
     return tile_op(x, reps=tuple(int(r) for r in reps), shape=x.shape)
 
 
-def repeat(a, repeats, axis=None):
-    """``jax.numpy.repeat`` with static ``repeats`` (an int or one count per entry; torch's
-    ``repeat_interleave``): its backward sums each entry's copies."""
-    x = V.array("repeat", "a", a)
+def repeat(a, repeats, axis=None, *, total_repeat_length=None, out_sharding=None):
+    """``jax.numpy.repeat`` (torch's ``repeat_interleave``): its backward sums each entry's
+    copies. With static ``repeats`` (an int or one count per entry) a segment sum; with
+    ``total_repeat_length`` (JAX's: the output length, extra copies dropped, the last value
+    repeated to fill) ``repeats`` may be traced, and the copies are a ``take`` (scatter-add
+    backward). ``out_sharding`` must be None."""
+    op = "repeat"
+    V.unhonoured(op, out_sharding=out_sharding)
+    x = V.array(op, "a", a)
     if axis is None:
         x, axis = x.reshape(-1), 0
-    ax = V.single_axis("repeat", x.ndim, axis)
+    ax = V.single_axis(op, x.ndim, axis)
+    if total_repeat_length is not None:
+        if isinstance(total_repeat_length, bool) or not isinstance(total_repeat_length, numbers.Integral) \
+                or total_repeat_length < 0:
+            raise ValueError(f"{op}: total_repeat_length must be a non-negative int, got {total_repeat_length!r}")
+        counts = jnp.asarray(repeats)
+        if not jnp.issubdtype(counts.dtype, jnp.integer) or counts.ndim > 1 or counts.size not in (1, x.shape[ax]):
+            raise ValueError(f"{op}: repeats must be an int or {x.shape[ax]} integers, got {counts.dtype}{counts.shape}")
+        if x.shape[ax] == 0:
+            return jnp.zeros(x.shape[:ax] + (int(total_repeat_length),) + x.shape[ax + 1:], x.dtype)
+        idx = jnp.repeat(jnp.arange(x.shape[ax]), counts.reshape(-1) if counts.size > 1 else counts.reshape(()),
+                         total_repeat_length=int(total_repeat_length))
+        return take_op(x, idx, axis=ax, shape=x.shape)
     try:
         counts = np.broadcast_to(np.asarray(repeats), (x.shape[ax],))
     except ValueError:
-        raise ValueError(f"repeat: repeats must be an int or have {x.shape[ax]} entries, got {np.shape(repeats)}") from None
+        raise ValueError(f"{op}: repeats must be an int or have {x.shape[ax]} entries, got {np.shape(repeats)}") from None
+    except jax.errors.TracerArrayConversionError:
+        raise ValueError(f"{op}: traced repeats need total_repeat_length (the output length), as in JAX") from None
     if not np.issubdtype(counts.dtype, np.integer) or np.any(counts < 0):
-        raise ValueError(f"repeat: repeats must be non-negative integers, got {repeats!r}")
+        raise ValueError(f"{op}: repeats must be non-negative integers, got {repeats!r}")
     return repeat_op(x, counts=tuple(int(c) for c in counts), axis=ax)
 
 
-def take(a, indices, axis=None):
-    """``jax.numpy.take`` with in-range indices (negative ones count from the end; torch's
-    ``index_select`` / ``take``): its backward scatter-adds (duplicates accumulate)."""
-    x = V.array("take", "a", a)
+def take(a, indices, axis=None, out=None, mode=None, unique_indices=False, indices_are_sorted=False,
+         fill_value=None):
+    """``jax.numpy.take`` (torch's ``index_select`` / ``take``): its backward scatter-adds
+    (duplicates accumulate). Out-of-bound indices as JAX's ``mode``: ``"fill"`` (None, the
+    default: negative indices count from the end, the others out of bounds give ``fill_value``,
+    NaN when None, with no gradient), ``"clip"`` (negative ones clip to 0, as JAX), ``"wrap"``
+    (modulo the axis length). ``unique_indices`` and ``indices_are_sorted`` are JAX's promises
+    to XLA (checked as booleans; the results do not depend on them); ``out`` must be None."""
+    op = "take"
+    V.unhonoured(op, out=out)
+    _check_mode(op, mode, ("fill", "clip", "wrap"))
+    V.flag(op, "unique_indices", unique_indices)
+    V.flag(op, "indices_are_sorted", indices_are_sorted)
+    if fill_value is not None:
+        fill_value = V.static_scalar(op, "fill_value", fill_value)
+    x = V.array(op, "a", a)
     if axis is None:
         x, axis = x.reshape(-1), 0
-    ax = V.single_axis("take", x.ndim, axis)
+    ax = V.single_axis(op, x.ndim, axis)
     indices = jnp.asarray(indices)
     if not jnp.issubdtype(indices.dtype, jnp.integer):
-        raise TypeError(f"take: indices must be integers, got {indices.dtype}")
+        raise TypeError(f"{op}: indices must be integers, got {indices.dtype}")
     n = x.shape[ax]
-    host = concrete_value(indices)
-    if host is not None and host.size and (host.min() < -n or host.max() >= n):
-        raise ValueError(f"take: indices must lie in [-{n}, {n}), got values in [{host.min()}, {host.max()}]")
-    return take_op(x, jnp.where(indices < 0, indices + n, indices), axis=ax, shape=x.shape)
+    if n == 0 and indices.size:
+        raise ValueError(f"{op}: cannot take {indices.size} entries from the empty axis {axis} of shape {x.shape}")
+    if n == 0:
+        return take_op(x, indices, axis=ax, shape=x.shape)
+    safe, bad = _in_bounds(op, indices, n, mode, wrap_negative=mode != "clip")
+    out = take_op(x, safe, axis=ax, shape=x.shape)
+    if bad is not None:
+        bad = bad.reshape((1,) * ax + bad.shape + (1,) * (x.ndim - ax - 1))
+    return _fill(op, out, bad, fill_value, mode)
 
 
 # ----------------------------------------------------------------------------------------------
