@@ -94,3 +94,37 @@ def static_scalar(op: str, name: str, value):
     if isinstance(value, bool) or not isinstance(value, int | float | complex):
         raise TypeError(f"{op}: {name} must be a static number, got {value!r}")
     return value
+
+
+def hyperparameter(op: str, name: str, value, like=None, *, low=None, strict=True, finite=True):
+    """A real hyperparameter (``alpha``, ``beta``, ``delta``, ``margin``, ``eps``, ...) as a JAX
+    array in ``like``'s dtype (a 0-d array for a Python number): Python and NumPy numbers, arrays
+    and tracers, so ``jit`` compiles once for every value, ``vmap`` maps over it and ``grad``
+    differentiates it. The checks that need its value (``> low``, or ``>= low`` when not
+    ``strict``; finite) run when the value is concrete, not under ``jit``/``vmap``."""
+    from jaxrules.mechanism import concrete_value
+
+    if isinstance(value, bool | np.bool_ | str | bytes) or value is None:
+        raise TypeError(f"{op}: {name} must be a real number or array, got {value!r}")
+    if isinstance(value, int | float):
+        host = np.asarray(float(value))
+        arr = jnp.asarray(float(value), None if like is None else like.dtype)
+    else:
+        try:
+            arr = jnp.asarray(value)
+        except TypeError:
+            raise TypeError(f"{op}: {name} must be a real number or array, got {type(value).__name__}") from None
+        if not (jnp.issubdtype(arr.dtype, jnp.integer) or jnp.issubdtype(arr.dtype, jnp.floating)):
+            raise TypeError(f"{op}: {name} must be real, got dtype {arr.dtype}")
+        host = concrete_value(arr)
+        arr = arr.astype(jnp.result_type(float) if like is None else like.dtype)
+    if host is not None:
+        if finite and not np.all(np.isfinite(host)):
+            raise ValueError(f"{op}: {name} must be finite, got {value!r}")
+        if low is not None and not np.all(host > low if strict else host >= low):
+            kind = {(0, True): "positive", (0, False): "non-negative"}.get(
+                (low, strict), f"{'>' if strict else '>='} {low}")
+            raise ValueError(f"{op}: {name} must be {kind}, got {value!r}")
+    if like is not None:
+        broadcast(op, **{"x": like, name: arr})
+    return arr

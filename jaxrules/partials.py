@@ -536,10 +536,12 @@ def hardtanh_derivative(x, min_val, max_val):
     return ((x > min_val) & (x < max_val)).astype(x.dtype)
 
 
-def leaky_relu_derivative(x, negative_slope):
-    """1 for x > 0, ``negative_slope`` otherwise (torch's ``leaky_relu_backward``: the slope at 0;
-    JAX gives 1)."""
-    return jnp.where(x > 0, 1, negative_slope).astype(x.dtype)
+def leaky_relu_derivatives(x, negative_slope):
+    """``(d/dx, d/dnegative_slope)``: 1 for x > 0, ``negative_slope`` otherwise (torch's
+    ``leaky_relu_backward``: the slope at 0; JAX gives 1); ``0`` for x > 0, ``x`` otherwise."""
+    negative = x <= 0
+    return (jnp.where(negative, negative_slope, 1).astype(x.dtype),
+            jnp.where(negative, x, 0).astype(x.dtype))
 
 
 def hardsigmoid_derivative(x):
@@ -582,20 +584,38 @@ def gelu_derivative(x, approximate):
     return cdf + x * pdf
 
 
-def elu_derivative(x, alpha, scale, input_scale):
-    """``scale`` for x > 0, ``scale alpha input_scale exp(x input_scale)`` for x <= 0 (torch's
-    ``elu_backward``: the alpha branch at 0), with torch's second derivative 0 at 0 (seed
-    ``elu_double_backward``'s strict mask). elu, selu and celu."""
-    neg = scale * alpha * input_scale * jnp.exp(jnp.minimum(x, 0) * input_scale)
-    return _kink(x, 0.0, neg, scale, scale * alpha * input_scale)
+def elu_derivatives(x, alpha, scale, celu):
+    """``(d/dx, d/dalpha)`` of ``scale x`` (x > 0), ``scale alpha (exp(x / a) - 1)`` (x <= 0),
+    ``a = alpha`` for celu, 1 for elu and selu. d/dx: ``scale`` for x > 0, ``scale (alpha / a)
+    exp(x / a)`` for x <= 0 (torch's ``elu_backward``: the alpha branch at 0), with torch's
+    second derivative 0 at 0 (seed ``elu_double_backward``'s strict mask). d/dalpha: 0 for
+    x > 0; ``scale (exp(x) - 1)`` (elu) or ``exp(x / alpha) - 1 - (x / alpha) exp(x / alpha)``
+    (celu) for x <= 0 (continuous: 0 at x = 0)."""
+    neg_x = jnp.minimum(x, 0)
+    if celu:
+        u = neg_x / alpha
+        e = jnp.exp(u)
+        dx = _kink(x, 0.0, scale * e, scale, jnp.asarray(scale, x.dtype))
+        dalpha = jnp.where(x > 0, 0, scale * (jnp.expm1(u) - u * e))
+    else:
+        dx = _kink(x, 0.0, scale * alpha * jnp.exp(neg_x), scale, scale * alpha)
+        dalpha = jnp.where(x > 0, 0, scale * jnp.expm1(neg_x))
+    return dx.astype(x.dtype), dalpha.astype(x.dtype)
 
 
-def softplus_derivative(x, beta, threshold):
-    """``sigmoid(beta x)`` where ``beta x <= threshold``, 1 above (torch ``softplus_backward``),
-    second derivative 0 at the threshold (seed ``softplus_double_backward``'s strict mask)."""
+def softplus_derivatives(x, beta, threshold):
+    """``(d/dx, d/dbeta, d/dthreshold)`` of torch's softplus ``log(1 + exp(beta x)) / beta``
+    where ``beta x <= threshold``, ``x`` above. d/dx: ``sigmoid(beta x)`` below, 1 above (torch
+    ``softplus_backward``), second derivative 0 at the threshold (seed
+    ``softplus_double_backward``'s strict mask). d/dbeta: ``(x sigmoid(beta x) - softplus(beta
+    x) / beta) / beta`` below, 0 above. d/dthreshold: 0 (the switch point moves a discontinuity
+    of size ``softplus(t)/beta - t/beta``, ~2e-9 at torch's default 20; no gradient, as for a
+    step)."""
     bx = x * beta
     s = jax.nn.sigmoid(bx)
-    return _kink(bx, threshold, s, jnp.ones_like(s), s)
+    below = bx <= threshold
+    dbeta = jnp.where(below, (x * s - jax.nn.softplus(jnp.minimum(bx, threshold)) / beta) / beta, 0)
+    return _kink(bx, threshold, s, jnp.ones_like(s), s), dbeta.astype(x.dtype), jnp.zeros_like(x)
 
 
 def log_sigmoid_derivative(x):
@@ -656,33 +676,43 @@ def kl_div_derivatives(x, t, log_target):
 
 
 def margin_ranking_derivatives(x1, x2, y, margin):
-    """Of ``max(0, -y (x1 - x2) + margin)``: ``(-y, y, -(x1 - x2))`` where the hinge is active,
-    including at 0 (torch's ``clamp_min`` backward passes the gradient at the bound)."""
+    """Of ``max(0, -y (x1 - x2) + margin)``: ``(-y, y, -(x1 - x2), 1)`` where the hinge is
+    active, including at 0 (torch's ``clamp_min`` backward passes the gradient at the bound), 0
+    elsewhere; the last is the margin's."""
     active = (-y * (x1 - x2) + margin >= 0).astype(x1.dtype)
-    return -y * active, y * active, -(x1 - x2) * active
+    return -y * active, y * active, -(x1 - x2) * active, active
 
 
 def hinge_embedding_derivatives(x, y, margin):
     """Of ``[y != 1] max(0, margin - x) + [y != -1] x``: ``-[y != 1][margin - x >= 0] + [y != -1]``
-    (torch's ``clamp_min`` backward: the active branch at the bound); the labels get 0."""
-    dx = jnp.where(y != -1, 1, 0) - jnp.where((y != 1) & (margin - x >= 0), 1, 0)
-    return dx.astype(x.dtype), jnp.zeros_like(y)
+    (torch's ``clamp_min`` backward: the active branch at the bound); the labels get 0; the
+    margin ``[y != 1][margin - x >= 0]``."""
+    hinge = jnp.where((y != 1) & (margin - x >= 0), 1, 0).astype(x.dtype)
+    dx = jnp.where(y != -1, 1, 0).astype(x.dtype) - hinge
+    return dx, jnp.zeros_like(y), hinge
 
 
 def huber_derivatives(x, y, delta):
-    """Of torch's huber loss: ``d`` inside ``|d| < delta``, ``delta sign(d)`` outside; second
-    derivative ``[|d| < delta]`` (seed ``huber_loss_double_backward``: 0 on the boundary)."""
+    """Of torch's huber loss ``d^2 / 2`` inside ``|d| < delta``, ``delta (|d| - delta / 2)``
+    outside: ``d`` inside, ``delta sign(d)`` outside; second derivative ``[|d| < delta]`` (seed
+    ``huber_loss_double_backward``: 0 on the boundary). The delta's: 0 inside, ``|d| - delta``
+    outside (continuous: 0 on the boundary)."""
     d = x - y
-    g = jnp.where(jnp.abs(d) < delta, d, delta * jnp.sign(d))
-    return g, -g
+    inside = jnp.abs(d) < delta
+    g = jnp.where(inside, d, delta * jnp.sign(d))
+    return g, -g, jnp.where(inside, 0, jnp.abs(d) - delta).astype(x.dtype)
 
 
 def smooth_l1_derivatives(x, y, beta):
-    """Of torch's smooth L1 loss: ``d/beta`` inside ``|d| < beta``, ``sign(d)`` outside; beta = 0
-    is the L1 loss (seed ``smooth_l1_loss_double_backward``)."""
+    """Of torch's smooth L1 loss ``d^2 / (2 beta)`` inside ``|d| < beta``, ``|d| - beta / 2``
+    outside: ``d / beta`` inside, ``sign(d)`` outside; beta = 0 is the L1 loss (seed
+    ``smooth_l1_loss_double_backward``). The beta's: ``-d^2 / (2 beta^2)`` inside, ``-1/2``
+    outside (continuous on the boundary)."""
     d = x - y
-    g = jnp.sign(d) if beta == 0 else jnp.where(jnp.abs(d) < beta, d / beta, jnp.sign(d))
-    return g, -g
+    inside = jnp.abs(d) < beta  # never where beta == 0
+    b = jnp.where(inside, beta, 1)
+    g = jnp.where(inside, d / b, jnp.sign(d))
+    return g, -g, jnp.where(inside, -0.5 * d * d / (b * b), -0.5).astype(x.dtype)
 
 
 def soft_margin_derivatives(x, y):

@@ -535,3 +535,73 @@ def test_masked_softmax_runs_the_masked_formulas_and_matches_torch_and_finite_di
     check_grads(lambda x: rnn.softmax(x, where=mask) * ct, (x,), order=2, modes=("fwd", "rev"), eps=1e-4)
     check_grads(lambda x: jnp.where(mask, rnn.log_softmax(x, where=mask), 0) * ct, (x,), order=2,
                 modes=("fwd", "rev"), eps=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------
+# Traced hyperparameters (issue 18, requirement 3)
+
+_X = np.array([-2.3, -0.7, -0.2, 0.4, 1.3, 2.9])
+_Y = np.array([0.5, 0.1, -1.4, 3.0, -1.0, 2.2])
+_LABEL = np.array([1.0, -1.0, -1.0, 1.0, -1.0, -1.0])
+# (function of (x, hyperparameter), a value away from the kinks): the ones a model learns
+LEARNED = {
+    "elu alpha": (lambda x, a: rnn.elu(x, a), 0.7),
+    "celu alpha": (lambda x, a: rnn.celu(x, a), 1.3),
+    "softplus beta": (lambda x, b: rnn.softplus(x, beta=b, threshold=2.0), 1.6),
+    "leaky_relu negative_slope": (lambda x, s: rnn.leaky_relu(x, s), 0.2),
+    "huber_loss delta": (lambda x, d: rnn.huber_loss(x, _Y, reduction="none", delta=d), 1.1),
+    "smooth_l1_loss beta": (lambda x, b: rnn.smooth_l1_loss(x, _Y, reduction="none", beta=b), 0.9),
+    "margin_ranking_loss margin": (lambda x, m: rnn.margin_ranking_loss(x, _Y, _LABEL, m, reduction="none"), 0.4),
+    "hinge_embedding_loss margin": (lambda x, m: rnn.hinge_embedding_loss(x, _LABEL, m, reduction="none"), 0.8),
+    "cosine_embedding_loss margin": (lambda x, m: rnn.cosine_embedding_loss(
+        x.reshape(2, 3), _Y.reshape(2, 3), np.array([-1.0, -1.0]), m, reduction="none"), -0.6),
+    "triplet_margin_loss margin": (lambda x, m: rnn.triplet_margin_loss(
+        x.reshape(2, 3), _Y.reshape(2, 3), 0.5 * x.reshape(2, 3), m, reduction="none"), 2.0),
+}
+
+
+@pytest.mark.parametrize("name", list(LEARNED))
+def test_learned_hyperparameter_jit_once_vmap_and_derivatives_match_finite_differences(name):
+    """The hyperparameter as a traced argument: one compilation for two values, vmap over it
+    equals the loop, and the JVP and VJP formulas' derivatives (first and second order, mixed
+    with x) match central finite differences."""
+    from jax.test_util import check_grads
+
+    f, a = LEARNED[name]
+    traces = []
+    jitted = jax.jit(lambda x, a: (traces.append(1), f(x, a))[1])
+    values = np.array([a, 1.25 * a])
+    outs = [jitted(_X, v) for v in values]
+    assert len(traces) == 1, "recompiled for a new hyperparameter value"
+    for v, out in zip(values, outs):
+        np.testing.assert_allclose(out, f(_X, float(v)), rtol=1e-14)
+    np.testing.assert_allclose(jax.vmap(f, (None, 0))(_X, values), np.stack(outs), rtol=1e-14)
+    h = 1e-6
+    fd = (np.asarray(f(_X, a + h)) - np.asarray(f(_X, a - h))) / (2 * h)
+    assert np.abs(fd).max() > 1e-3, "the hyperparameter must matter at this point"
+    np.testing.assert_allclose(jax.jacfwd(f, 1)(_X, a), fd, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(jax.jacrev(f, 1)(_X, jnp.asarray(a)), fd, rtol=1e-6, atol=1e-8)
+    check_grads(lambda x, a: f(x, a), (_X, a), order=2, modes=("fwd", "rev"), eps=1e-5)
+
+
+def test_other_hyperparameters_may_be_traced_and_concrete_checks_still_run():
+    x = jnp.asarray(_X)
+    # softplus threshold and batch_norm momentum under jit and vmap (no gradient of their own)
+    th = jax.vmap(lambda t: rnn.softplus(x, beta=1.0, threshold=t))(jnp.array([0.5, 20.0]))
+    np.testing.assert_allclose(th[0], np.where(_X > 0.5, _X, np.log1p(np.exp(_X))), rtol=1e-14)
+    x4 = RNG4 = np.random.default_rng(3).standard_normal((4, 3, 2))
+    rm, rv = np.zeros(3), np.ones(3)
+    stats = jax.jit(jax.vmap(lambda m: rnn.batch_norm(x4, rm, rv, training=True, momentum=m)[1]))(jnp.array([0.1, 0.5]))
+    np.testing.assert_allclose(stats, np.outer([0.1, 0.5], RNG4.mean((0, 2))), rtol=1e-12)
+    # concrete values are still checked (arrays too), traced ones are not
+    with pytest.raises(ValueError, match="celu: alpha must be positive"):
+        rnn.celu(x, jnp.asarray(-1.0))
+    with pytest.raises(ValueError, match="huber_loss: delta must be positive"):
+        rnn.huber_loss(x, x, delta=np.float64(0.0))
+    with pytest.raises(TypeError, match="elu: alpha must be real"):
+        rnn.elu(x, jnp.asarray(1j))
+    assert np.all(np.isfinite(jax.jit(lambda a: rnn.celu(x, a))(-1.0)))
+    # norms: eps may be a concrete array; a traced eps raises, naming the op and argument
+    np.testing.assert_array_equal(rnn.layer_norm(x4, (2,), eps=jnp.asarray(1e-3)), rnn.layer_norm(x4, (2,), eps=1e-3))
+    with pytest.raises(TypeError, match="group_norm: eps must be concrete"):
+        jax.jit(lambda e: rnn.group_norm(x4, 3, eps=e))(1e-3)

@@ -32,11 +32,12 @@ def pointwise_op(name, primal, derivative):
     return lambda *inputs, **params: op(*inputs, derivative=derivative, **params)
 
 
-def _elu_primal(x, *, alpha, scale, input_scale, **_):
-    return scale * jnp.where(x > 0, x, alpha * jnp.expm1(jnp.minimum(x, 0) * input_scale))
+def _elu_primal(x, alpha, *, scale, celu, **_):
+    neg = jnp.minimum(x, 0)
+    return scale * jnp.where(x > 0, x, alpha * jnp.expm1(neg / alpha if celu else neg))
 
 
-def _softplus_primal(x, *, beta, threshold, **_):
+def _softplus_primal(x, beta, threshold, **_):
     bx = x * beta
     return jnp.where(bx > threshold, x, jax.nn.softplus(jnp.minimum(bx, threshold)) / beta)
 
@@ -46,13 +47,13 @@ _threshold = pointwise_op("threshold", lambda x, *, threshold, value, **_: jnp.w
 _silu = pointwise_op("silu", lambda x, **_: jax.nn.silu(x), P.silu_derivative)
 _mish = pointwise_op("mish", lambda x, **_: x * jnp.tanh(jax.nn.softplus(x)), P.mish_derivative)
 _gelu = pointwise_op("gelu", lambda x, *, approximate, **_: jax.nn.gelu(x, approximate=approximate), P.gelu_derivative)
-_elu = pointwise_op("elu", _elu_primal, P.elu_derivative)
-_softplus = pointwise_op("softplus", _softplus_primal, P.softplus_derivative)
+_elu = pointwise_op("elu", _elu_primal, P.elu_derivatives)
+_softplus = pointwise_op("softplus", _softplus_primal, P.softplus_derivatives)
 _log_sigmoid = pointwise_op("log_sigmoid", lambda x, **_: jax.nn.log_sigmoid(x), P.log_sigmoid_derivative)
 _hardtanh = pointwise_op("hardtanh", lambda x, *, min_val, max_val, **_: jnp.clip(x, min_val, max_val).astype(x.dtype),
                        P.hardtanh_derivative)
-_leaky_relu = pointwise_op("leaky_relu", lambda x, *, negative_slope, **_: jnp.where(x > 0, x, x * negative_slope).astype(x.dtype),
-                         P.leaky_relu_derivative)
+_leaky_relu = pointwise_op("leaky_relu", lambda x, slope, **_: jnp.where(x > 0, x, x * slope).astype(x.dtype),
+                         P.leaky_relu_derivatives)
 _hardsigmoid = pointwise_op("hardsigmoid", lambda x, **_: (jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype), P.hardsigmoid_derivative)
 _hardswish = pointwise_op("hardswish", lambda x, **_: (x * jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype), P.hardswish_derivative)
 _prelu = pointwise_op("prelu", lambda x, w, **_: jnp.where(x > 0, x, w * x).astype(x.dtype), P.prelu_derivatives)
@@ -99,12 +100,6 @@ def _real(op, x):
     return x
 
 
-def _positive(op, name, value):
-    if not isinstance(value, numbers.Real) or value <= 0:
-        raise ValueError(f"{op}: {name} must be a positive number, got {value!r}")
-    return float(value)
-
-
 def threshold(x, threshold, value):
     """torch.nn.functional.threshold: ``x`` where ``x > threshold``, else ``value``; derivative
     ``[x > threshold]`` (torch ``threshold_backward``, 0 at the threshold)."""
@@ -147,9 +142,10 @@ def relu6(x):
 
 def leaky_relu(x, negative_slope=0.01):
     """``x`` for x > 0, ``negative_slope x`` otherwise; derivative ``negative_slope`` at 0 (torch
-    ``leaky_relu_backward``; ``jax.nn.leaky_relu`` gives 1)."""
-    slope = _real_number("leaky_relu", "negative_slope", negative_slope)
-    return _leaky_relu(_real("leaky_relu", x), negative_slope=slope)
+    ``leaky_relu_backward``; ``jax.nn.leaky_relu`` gives 1). ``negative_slope`` may be an array
+    or a tracer (jit, vmap, grad: its derivative is ``x`` for x <= 0, else 0)."""
+    x = _real("leaky_relu", x)
+    return _leaky_relu(x, V.hyperparameter("leaky_relu", "negative_slope", negative_slope, x))
 
 
 def hardsigmoid(x):
@@ -217,30 +213,37 @@ def _gelu_approximate(approximate) -> bool:
 
 def elu(x, alpha=1.0):
     """``x`` for x > 0, ``alpha (exp(x) - 1)`` otherwise; torch's derivative at 0 (the alpha
-    branch) and second derivative at 0 (0; JAX gives alpha)."""
-    return _elu(_real("elu", x), alpha=float(alpha), scale=1.0, input_scale=1.0)
+    branch) and second derivative at 0 (0; JAX gives alpha). ``alpha`` may be an array or a
+    tracer (jit, vmap, grad: its derivative is ``exp(x) - 1`` for x <= 0, else 0)."""
+    x = _real("elu", x)
+    return _elu(x, V.hyperparameter("elu", "alpha", alpha, x), scale=1.0, celu=False)
 
 
 def selu(x):
     """``scale elu(x, alpha)`` with the SELU constants; torch's derivatives at 0."""
-    return _elu(_real("selu", x), alpha=_SELU_ALPHA, scale=_SELU_SCALE, input_scale=1.0)
+    x = _real("selu", x)
+    return _elu(x, jnp.asarray(_SELU_ALPHA, x.dtype), scale=_SELU_SCALE, celu=False)
 
 
 def celu(x, alpha=1.0):
     """``max(0, x) + min(0, alpha (exp(x/alpha) - 1))``; torch's second derivative at 0 (0; JAX
-    gives 1/alpha)."""
-    alpha = _positive("celu", "alpha", alpha)
-    return _elu(_real("celu", x), alpha=alpha, scale=1.0, input_scale=1 / alpha)
+    gives 1/alpha). ``alpha`` (positive, checked when concrete) may be an array or a tracer
+    (jit, vmap, grad: its derivative is ``exp(x/alpha) - 1 - (x/alpha) exp(x/alpha)`` for
+    x <= 0, else 0)."""
+    x = _real("celu", x)
+    return _elu(x, V.hyperparameter("celu", "alpha", alpha, x, low=0), scale=1.0, celu=True)
 
 
 def softplus(x, *, beta=1, threshold=20):
     """torch's softplus: ``log(1 + exp(beta x)) / beta``, linear where ``beta x > threshold``;
     torch ``softplus_backward`` / ``softplus_double_backward``. ``beta``, ``threshold``: torch's
-    extras, keyword-only after ``jax.nn.softplus``'s parameters."""
-    beta = _positive("softplus", "beta", beta)
-    if not isinstance(threshold, numbers.Real):
-        raise TypeError(f"softplus: threshold must be a number, got {threshold!r}")
-    return _softplus(_real("softplus", x), beta=beta, threshold=float(threshold))
+    extras, keyword-only after ``jax.nn.softplus``'s parameters; both may be arrays or tracers
+    (jit, vmap); ``grad`` w.r.t. ``beta`` is ``(x sigmoid(beta x) - softplus(beta x) / beta) /
+    beta`` below the threshold, 0 above; the threshold gets none (a switch point)."""
+    x = _real("softplus", x)
+    beta = V.hyperparameter("softplus", "beta", beta, x, low=0)
+    threshold = V.hyperparameter("softplus", "threshold", threshold, x)
+    return _softplus(x, beta, threshold)
 
 
 def log_sigmoid(x):

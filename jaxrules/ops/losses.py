@@ -29,16 +29,15 @@ def _bce_logits_primal(x, y, pos_weight, **_):
     return -(pos_weight * y * jax.nn.log_sigmoid(x) + (1 - y) * jax.nn.log_sigmoid(-x))
 
 
-def _huber_primal(x, y, *, delta, **_):
+def _huber_primal(x, y, delta, **_):
     d = jnp.abs(x - y)
     return jnp.where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta))
 
 
-def _smooth_l1_primal(x, y, *, beta, **_):
+def _smooth_l1_primal(x, y, beta, **_):
     d = jnp.abs(x - y)
-    if beta == 0:
-        return d
-    return jnp.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta)
+    inside = d < beta  # never where beta == 0 (the L1 loss)
+    return jnp.where(inside, 0.5 * d * d / jnp.where(inside, beta, 1), d - 0.5 * beta)
 
 
 _bce = pointwise_op("bce", _bce_primal, P.bce_derivatives)
@@ -50,9 +49,9 @@ _l1 = pointwise_op("l1", lambda x, y, **_: jnp.abs(x - y), P.l1_derivatives)
 _kl_div = pointwise_op("kl_div", lambda x, t, *, log_target, **_: (
     jnp.exp(t) * (t - x) if log_target else jnp.where(t > 0, t * (jnp.log(jnp.where(t > 0, t, 1)) - x), 0)),
     P.kl_div_derivatives)
-_margin_ranking = pointwise_op("margin_ranking", lambda x1, x2, y, *, margin, **_: jnp.maximum(-y * (x1 - x2) + margin, 0),
+_margin_ranking = pointwise_op("margin_ranking", lambda x1, x2, y, margin, **_: jnp.maximum(-y * (x1 - x2) + margin, 0),
                                P.margin_ranking_derivatives)
-_hinge_embedding = pointwise_op("hinge_embedding", lambda x, y, *, margin, **_: (
+_hinge_embedding = pointwise_op("hinge_embedding", lambda x, y, margin, **_: (
     jnp.where(y != 1, jnp.maximum(margin - x, 0), 0) + jnp.where(y != -1, x, 0)), P.hinge_embedding_derivatives)
 _soft_margin = pointwise_op("soft_margin", lambda x, y, **_: jax.nn.softplus(-y * x), P.soft_margin_derivatives)
 
@@ -148,46 +147,49 @@ def kl_div(input, target, reduction="mean", log_target=False):
     return _reduce("kl_div", loss, reduction)
 
 
-def _margin(op, margin):
-    if isinstance(margin, bool) or not isinstance(margin, numbers.Real):
-        raise TypeError(f"{op}: margin must be a real number, got {margin!r}")
-    return float(margin)
+def _margin(op, margin, like=None, **checks):
+    """The margin as an array in ``like``'s dtype: a number, an array or a tracer (jit, vmap,
+    grad)."""
+    return V.hyperparameter(op, "margin", margin, like, **checks)
 
 
 def margin_ranking_loss(input1, input2, target, margin=0.0, reduction="mean"):
     """torch.nn.functional.margin_ranking_loss: ``max(0, -target (input1 - input2) + margin)``;
-    at the hinge's bound the gradient passes (torch's ``clamp_min`` backward)."""
-    margin = _margin("margin_ranking_loss", margin)
+    at the hinge's bound the gradient passes (torch's ``clamp_min`` backward). ``margin`` may be
+    an array or a tracer; its derivative is 1 where the hinge is active."""
     x1, x2 = _pair("margin_ranking_loss", input1, input2, reduction)
+    margin = _margin("margin_ranking_loss", margin, x1)
     y = V.array("margin_ranking_loss", "target", target)
     V.broadcast("margin_ranking_loss", input=x1, target=y)
-    return _reduce("margin_ranking_loss", _margin_ranking(x1, x2, y.astype(x1.dtype), margin=margin), reduction)
+    return _reduce("margin_ranking_loss", _margin_ranking(x1, x2, y.astype(x1.dtype), margin), reduction)
 
 
 def hinge_embedding_loss(input, target, margin=1.0, reduction="mean"):
     """torch.nn.functional.hinge_embedding_loss: ``x`` where target is 1, ``max(0, margin - x)``
-    where it is -1 (torch's sum of both masks for other labels); the target gets no gradient."""
-    margin = _margin("hinge_embedding_loss", margin)
+    where it is -1 (torch's sum of both masks for other labels); the target gets no gradient.
+    ``margin`` may be an array or a tracer; its derivative is 1 where the hinge is active."""
     x, y = _pair("hinge_embedding_loss", input, target, reduction)
     x, y = V.array("hinge_embedding_loss", "input", input), jax.lax.stop_gradient(y)  # labels: x's dtype
-    return _reduce("hinge_embedding_loss", _hinge_embedding(x, y.astype(x.dtype), margin=margin), reduction)
+    margin = _margin("hinge_embedding_loss", margin, x)
+    return _reduce("hinge_embedding_loss", _hinge_embedding(x, y.astype(x.dtype), margin), reduction)
 
 
 def huber_loss(input, target, reduction="mean", delta=1.0):
     """torch's huber loss; second derivative ``[|x - y| < delta]`` (seed
-    ``huber_loss_double_backward``)."""
+    ``huber_loss_double_backward``). ``delta`` (positive, checked when concrete) may be an array
+    or a tracer; its derivative is ``|x - y| - delta`` outside ``|x - y| < delta``, 0 inside."""
     x, y = _pair("huber_loss", input, target, reduction)
-    if not isinstance(delta, numbers.Real) or delta <= 0:
-        raise ValueError(f"huber_loss: delta must be positive, got {delta!r}")
-    return _reduce("huber_loss", _huber(x, y, delta=float(delta)), reduction)
+    delta = V.hyperparameter("huber_loss", "delta", delta, x, low=0)
+    return _reduce("huber_loss", _huber(x, y, delta), reduction)
 
 
 def smooth_l1_loss(input, target, reduction="mean", beta=1.0):
-    """torch's smooth L1 loss; ``beta=0`` is the L1 loss (seed ``smooth_l1_loss_double_backward``)."""
+    """torch's smooth L1 loss; ``beta=0`` is the L1 loss (seed ``smooth_l1_loss_double_backward``).
+    ``beta`` (non-negative, checked when concrete) may be an array or a tracer; its derivative is
+    ``-(x - y)^2 / (2 beta^2)`` inside ``|x - y| < beta``, ``-1/2`` outside."""
     x, y = _pair("smooth_l1_loss", input, target, reduction)
-    if not isinstance(beta, numbers.Real) or beta < 0:
-        raise ValueError(f"smooth_l1_loss: beta must be non-negative, got {beta!r}")
-    return _reduce("smooth_l1_loss", _smooth_l1(x, y, beta=float(beta)), reduction)
+    beta = V.hyperparameter("smooth_l1_loss", "beta", beta, x, low=0, strict=False)
+    return _reduce("smooth_l1_loss", _smooth_l1(x, y, beta), reduction)
 
 
 def soft_margin_loss(input, target, reduction="mean"):
@@ -282,7 +284,6 @@ def cosine_embedding_loss(input1, input2, target, margin=0.0, reduction="mean"):
     from jaxrules.ops.elementwise import clip
 
     op = "cosine_embedding_loss"
-    margin = _margin(op, margin)
     _check_reduction(op, reduction)
     x1, x2 = V.array(op, "input1", input1), V.array(op, "input2", input2)
     t = V.array(op, "target", target, inexact=False)
@@ -294,6 +295,7 @@ def cosine_embedding_loss(input1, input2, target, margin=0.0, reduction="mean"):
     V.broadcast(op, input1=x1, input2=x2)
     dtype = jnp.result_type(x1, x2)
     x1, x2, axis = x1.astype(dtype), x2.astype(dtype), t.ndim
+    margin = _margin(op, margin, jnp.zeros((), dtype))
     cos = reductions.sum(x1 * x2, axis=axis) / jnp.sqrt(
         (reductions.sum(x1 * x1, axis=axis) + _COS_EPS) * (reductions.sum(x2 * x2, axis=axis) + _COS_EPS))
     V.broadcast(op, cosine=cos, target=t)
@@ -312,9 +314,7 @@ def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2.0, eps=1e-6,
     from jaxrules.ops.norms import _check_ord, pairwise_distance
 
     op = "triplet_margin_loss"
-    margin = _margin(op, margin)
-    if margin <= 0:
-        raise ValueError(f"{op}: margin must be greater than 0, got {margin}")
+    margin = _margin(op, margin, low=0)  # torch: "margin must be greater than 0"
     _check_reduction(op, reduction)
     a, pos, neg = (V.array(op, n, v) for n, v in (("anchor", anchor), ("positive", positive), ("negative", negative)))
     if not a.ndim == pos.ndim == neg.ndim:
@@ -326,7 +326,7 @@ def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2.0, eps=1e-6,
     dist_neg = pairwise_distance(a, neg, p, eps)
     if swap:
         dist_neg = jnp.minimum(dist_neg, pairwise_distance(pos, neg, p, eps))
-    hinge = margin + dist_pos - dist_neg
+    hinge = margin.astype(dist_pos.dtype) + dist_pos - dist_neg
     return _reduce(op, clip(hinge, jnp.zeros((), hinge.dtype), None), reduction)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import numbers
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -208,8 +209,19 @@ def _affine_normalize(op, x, weight, bias, axes, weight_shape, weight_axis, eps,
 
 def _check_eps(op, eps):
     """Any real number, as torch (whose own tests pass ``eps=-0.5``: ``rsqrt(var + eps)`` is then
-    NaN where ``var < 0.5``, as in torch); a Python or NumPy scalar (the kernels and the formulas
-    take it as a constant)."""
+    NaN where ``var < 0.5``, as in torch): a Python or NumPy number or a concrete 0-d array. The
+    fused kernels compile it in, so it must be concrete: a traced eps (under ``jit``/``vmap``)
+    raises a ``TypeError`` saying so (pass it as a static argument)."""
+    from jaxrules.mechanism import concrete_value
+
+    if isinstance(eps, jax.Array | np.ndarray | np.generic) and not isinstance(eps, np.bool_):
+        host = concrete_value(eps)
+        if host is None:
+            raise TypeError(f"{op}: eps must be concrete (the norm kernels compile it in); got a traced value "
+                            f"{eps!r}: mark it static (jax.jit(..., static_argnames=...)) or close over it")
+        if host.ndim != 0 or not (np.issubdtype(host.dtype, np.floating) or np.issubdtype(host.dtype, np.integer)):
+            raise TypeError(f"{op}: eps must be a real scalar, got {host.dtype}{list(host.shape)}")
+        eps = host.item()
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps):
         raise TypeError(f"{op}: eps must be a finite real number, got {eps!r}")
     return float(eps)
@@ -322,6 +334,7 @@ def batch_norm(
     if x.ndim < 2:
         raise ValueError(f"batch_norm: x must have shape (N, C, *), got {x.shape}")
     eps = _check_eps("batch_norm", eps)
+    momentum = _check_momentum("batch_norm", momentum)
     channels = x.shape[1]
     stats = []
     for name, s in (("running_mean", running_mean), ("running_var", running_var)):
@@ -371,9 +384,9 @@ def _updated_running_stats(mean, var, count, running_mean, running_var, momentum
 
 
 def _check_momentum(op, momentum):
-    if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real) or not math.isfinite(momentum):
-        raise TypeError(f"{op}: momentum must be a finite real number, got {momentum!r}")
-    return float(momentum)
+    """A real number, array or tracer (jit, vmap over it); finite (checked when concrete). It only
+    weighs the running statistics, which carry no gradient."""
+    return V.hyperparameter(op, "momentum", momentum)
 
 
 def instance_norm(x, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
