@@ -309,6 +309,31 @@ def normalize_backward_jvp(res, tx, tmean, trstd, tg, *, axes, eps, axis_name):
     return out
 
 
+def affine_normalize_eps_jvp(res, tx, tw, tb, teps, *, axes, axis_name):
+    """``affine_normalize_jvp`` with ``eps`` an array argument (traced: jit/vmap over it), plus
+    its term: ``drstd = -rstd^3 deps / 2`` (``rstd = rsqrt(var + eps)``), ``dy = (x - mean) w
+    drstd``; the mean does not depend on eps."""
+    x, w, mean, rstd, _ = res
+    dy, dmean, drstd = affine_normalize_jvp((x, w, mean, rstd), tx, tw, tb, axes=axes, eps=None, axis_name=axis_name)
+    if teps is not None:
+        stat = rstd.dtype
+        de = -0.5 * rstd * rstd * rstd * teps.astype(stat)
+        dy = _terms(dy, (x.astype(stat) - mean) * w.astype(stat) * de)
+        drstd = _terms(drstd, de)
+    return dy, dmean, drstd
+
+
+def normalize_backward_eps_jvp(res, tx, tmean, trstd, tg, teps, *, axes, axis_name):
+    """``normalize_backward_jvp`` with ``eps`` an array argument, plus its term: ``B(g) = rstd (g
+    - E[g]) - rstd^3 (x - mean) E[g (x - mean)]`` depends on eps through ``rstd`` only, so
+    ``dB = ((g - E[g]) - 3 rstd^2 (x - mean) E[g (x - mean)]) (-rstd^3 / 2) deps``."""
+    x, _, _, g, eps = res
+    out = normalize_backward_jvp(res[:4], tx, tmean, trstd, tg, axes=axes, eps=eps, axis_name=axis_name)
+    if teps is not None:
+        out = _terms(out, P.norm_projection_eps_partial(x, g, eps, axes, axis_name) * teps)
+    return out
+
+
 def rms_norm_jvp(res, tx, tw, *, axes, eps):
     """Outputs ``(y, rstd)`` of ``y = x_hat w``, ``x_hat = x rstd``, ``rstd = rsqrt(E[x^2] +
     eps)``: ``drstd = -rstd^2 E[x_hat dx]``, ``dy = rstd (dx - x_hat E[x_hat dx]) w + x_hat dw``

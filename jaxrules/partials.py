@@ -406,6 +406,17 @@ def norm_stats(x, axes, eps, axis_name):
     return mean, lax.rsqrt(var + eps)
 
 
+def norm_projection_eps_partial(x, g, eps, axes, axis_name):
+    """``dB(g)/deps`` of the normalization's backward ``B(g) = rstd (g - E[g] - x_hat E[g
+    x_hat]) = rstd (g - E[g]) - rstd^3 (x - mean) E[g (x - mean)]``, ``rstd = rsqrt(var + eps)``:
+    ``((g - E[g]) - 3 rstd^2 (x - mean) E[g (x - mean)]) (-rstd^3 / 2)``, statistics from x."""
+    mean, rstd = norm_stats(x, axes, eps, axis_name)
+    xm = x.astype(rstd.dtype) - mean
+    g = g.astype(rstd.dtype)
+    e = lambda v: group_mean(v, axes, axis_name)  # noqa: E731
+    return ((g - e(g)) - 3 * rstd * rstd * xm * e(g * xm)) * (-0.5 * rstd * rstd * rstd)
+
+
 def affine_norm_backward(xhat, rstd, gw, g_mean, g_rstd, axes):
     """dx of ``y = x_hat w + b`` with the statistics as outputs too, ``gw = g w`` and every
     per-group value kept along ``axes``: ``rstd (gw - E[gw] - x_hat E[gw x_hat]) + (g_mean -

@@ -290,6 +290,30 @@ def normalize_backward_vjp(res, ct, *, axes, eps, axis_name):
     return g_x, None, None, bh
 
 
+def affine_normalize_eps_vjp(res, ct, *, axes, axis_name):
+    """``affine_normalize_vjp`` with ``eps`` an array argument (its ``normalize_backward`` then
+    takes eps as an argument too), plus eps's cotangent: ``sum((g w (x - mean) + g_rstd)
+    (-rstd^3 / 2))`` (``rstd = rsqrt(var + eps)``; the mean does not depend on eps)."""
+    x, w, mean, rstd, eps = res
+    dx, dw, db = affine_normalize_vjp((x, w, mean, rstd), ct, axes=axes, eps=eps, axis_name=axis_name)
+    g, _, g_rstd = ct
+    stat = rstd.dtype
+    per_group = 0 if g_rstd is None else g_rstd.astype(stat)
+    if g is not None:
+        per_group = per_group + jnp.sum(g.astype(stat) * w.astype(stat) * (x.astype(stat) - mean), axis=axes,
+                                        keepdims=True)
+    return dx, dw, db, jnp.sum(-0.5 * rstd * rstd * rstd * per_group)
+
+
+def normalize_backward_eps_vjp(res, ct, *, axes, axis_name):
+    """``normalize_backward_vjp`` with ``eps`` an array argument, plus eps's cotangent ``sum(h
+    dB/deps)``, ``dB/deps = ((g - E[g]) - 3 rstd^2 (x - mean) E[g (x - mean)]) (-rstd^3 / 2)``."""
+    x, _, _, g, eps = res
+    g_x, _, _, bh = normalize_backward_vjp(res[:4], ct, axes=axes, eps=eps, axis_name=axis_name)
+    partial = P.norm_projection_eps_partial(x, g, eps, axes, axis_name)
+    return g_x, None, None, bh, jnp.sum(ct.astype(partial.dtype) * partial)
+
+
 def rms_norm_vjp(res, ct, *, axes, eps):
     """Seed ``_fused_rms_norm_backward`` (with the rstd output's cotangent as in
     ``infinitely_differentiable_native_rms_norm_backward``): ``dx = B(g w)`` with ``B(v) = rstd

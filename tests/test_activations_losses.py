@@ -601,7 +601,43 @@ def test_other_hyperparameters_may_be_traced_and_concrete_checks_still_run():
     with pytest.raises(TypeError, match="elu: alpha must be real"):
         rnn.elu(x, jnp.asarray(1j))
     assert np.all(np.isfinite(jax.jit(lambda a: rnn.celu(x, a))(-1.0)))
-    # norms: eps may be a concrete array; a traced eps raises, naming the op and argument
+    # norms: eps may be a concrete array (the kernels' static eps); rms_norm's must be concrete
     np.testing.assert_array_equal(rnn.layer_norm(x4, (2,), eps=jnp.asarray(1e-3)), rnn.layer_norm(x4, (2,), eps=1e-3))
-    with pytest.raises(TypeError, match="group_norm: eps must be concrete"):
-        jax.jit(lambda e: rnn.group_norm(x4, 3, eps=e))(1e-3)
+    with pytest.raises(TypeError, match="rms_norm: eps must be concrete"):
+        jax.jit(lambda e: rnn.rms_norm(x4, 2, eps=e))(1e-3)
+    with pytest.raises(ValueError, match="group_norm: impl='pallas' compiles eps in"):
+        jax.jit(lambda e: rnn.group_norm(x4, 3, eps=e, impl="pallas"))(1e-3)
+
+
+NORMS = {
+    "layer_norm": lambda x, e: rnn.layer_norm(x, (5,), eps=e),
+    "group_norm": lambda x, e: rnn.group_norm(x, 3, _W6, _B6, eps=e),
+    "batch_norm": lambda x, e: rnn.batch_norm(x, None, None, _W6, _B6, training=True, eps=e)[0],
+    "instance_norm": lambda x, e: rnn.instance_norm(x, None, None, _W6, _B6, eps=e)[0],
+    "batch_norm eval": lambda x, e: rnn.batch_norm(x, np.zeros(6), np.full(6, 0.7), _W6, _B6, eps=e)[0],
+}
+_W6, _B6 = np.linspace(0.5, 2.0, 6), np.linspace(-1.0, 1.0, 6)
+
+
+@pytest.mark.parametrize("name", list(NORMS))
+def test_norm_eps_traced_jit_once_vmap_and_derivatives_match_finite_differences(name):
+    """A traced eps takes the XLA formulas with eps as an argument of the ops: one compilation for
+    two values (equal to the static-eps results), vmap over eps, and derivatives w.r.t. eps
+    (``-rstd^3/2`` through rstd) at first and second order, mixed with x, against central
+    differences."""
+    from jax.test_util import check_grads
+
+    f = NORMS[name]
+    x = np.random.default_rng(4).standard_normal((2, 6, 5))
+    traces = []
+    jitted = jax.jit(lambda x, e: (traces.append(1), f(x, e))[1])
+    outs = [jitted(x, e) for e in (0.3, 0.5)]
+    assert len(traces) == 1
+    for e, out in zip((0.3, 0.5), outs):
+        np.testing.assert_allclose(out, f(x, e), rtol=1e-12, atol=1e-14)  # the static path's value
+    np.testing.assert_allclose(jax.vmap(f, (None, 0))(x, jnp.array([0.3, 0.5])), np.stack(outs), rtol=1e-12, atol=1e-14)
+    h = 1e-6
+    fd = (np.asarray(f(x, 0.3 + h)) - np.asarray(f(x, 0.3 - h))) / (2 * h)
+    np.testing.assert_allclose(jax.jacfwd(f, 1)(x, 0.3), fd, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(jax.jacrev(f, 1)(x, 0.3), fd, rtol=1e-6, atol=1e-8)
+    check_grads(lambda x, e: jnp.sin(f(x, e)), (x[:1], 0.3), order=2, modes=("fwd", "rev"), eps=1e-5)

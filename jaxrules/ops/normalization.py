@@ -63,6 +63,21 @@ normalize_backward_op = define_op(
     "normalize_backward", _normalize_backward_primal, J.normalize_backward_jvp, R.normalize_backward_vjp
 )
 
+# The same two ops with ``eps`` an array argument (a traced eps: jit compiles once for every value,
+# vmap maps over it, grad differentiates it): the XLA formulas only, batched by the mechanism.
+affine_normalize_eps_op = define_op(
+    "affine_normalize",
+    lambda x, w, b, eps, *, axes, axis_name: _affine_normalize_primal(x, w, b, axes=axes, eps=eps, axis_name=axis_name),
+    J.affine_normalize_eps_jvp, R.affine_normalize_eps_vjp,
+    lambda outs, x, w, b, eps, **_: (x, w, outs[1], outs[2], eps), none_for_zero_cotangents=True,
+)
+normalize_backward_eps_op = define_op(
+    "normalize_backward",
+    lambda x, mean, rstd, g, eps, *, axes, axis_name: _normalize_backward_primal(
+        x, mean, rstd, g, axes=axes, eps=eps, axis_name=axis_name),
+    J.normalize_backward_eps_jvp, R.normalize_backward_eps_vjp,
+)
+
 
 def _layer_norm_rows_primal(x, w, b, *, eps, launch):
     from jaxrules import norm_kernels
@@ -191,6 +206,9 @@ def normalize_backward(x, mean, rstd, g, *, axes, eps, axis_name):
     """``rstd (g - E[g] - x_hat E[g x_hat])``: the normalization's VJP (the native backward
     without weight). ``mean``/``rstd`` are x's statistics, passed so that they are not computed
     again; they carry no derivative of their own (the formulas differentiate through x)."""
+    if not isinstance(eps, float):  # an array (traced)
+        return normalize_backward_eps_op(x, lax.stop_gradient(mean), lax.stop_gradient(rstd), g, eps, axes=axes,
+                                         axis_name=axis_name)
     return normalize_backward_op(x, lax.stop_gradient(mean), lax.stop_gradient(rstd), g, axes=axes, eps=eps,
                                  axis_name=axis_name)
 
@@ -200,6 +218,9 @@ def _affine_normalize(op, x, weight, bias, axes, weight_shape, weight_axis, eps,
     (``weight_shape`` placed at ``weight_axis``, ones/zeros where not given)."""
     w, b = _affine_vectors(op, x, weight_shape, weight, bias)
     view = (1,) * weight_axis + tuple(weight_shape) + (1,) * (x.ndim - weight_axis - len(weight_shape))
+    if not isinstance(eps, float):  # traced: an argument, in the statistics' dtype
+        return affine_normalize_eps_op(x, w.reshape(view), b.reshape(view), eps.astype(P.stat_dtype(x.dtype)),
+                                       axes=axes, axis_name=axis_name)
     return affine_normalize_op(x, w.reshape(view), b.reshape(view), axes=axes, eps=eps, axis_name=axis_name)
 
 
@@ -209,22 +230,33 @@ def _affine_normalize(op, x, weight, bias, axes, weight_shape, weight_axis, eps,
 
 def _check_eps(op, eps):
     """Any real number, as torch (whose own tests pass ``eps=-0.5``: ``rsqrt(var + eps)`` is then
-    NaN where ``var < 0.5``, as in torch): a Python or NumPy number or a concrete 0-d array. The
-    fused kernels compile it in, so it must be concrete: a traced eps (under ``jit``/``vmap``)
-    raises a ``TypeError`` saying so (pass it as a static argument)."""
+    NaN where ``var < 0.5``, as in torch): a Python or NumPy number or a concrete 0-d array (a
+    float), or a traced 0-d array (under ``jit``/``vmap``, returned as an array: the XLA formulas
+    then take it as an argument, see ``_eps_plan``)."""
     from jaxrules.mechanism import concrete_value
 
     if isinstance(eps, jax.Array | np.ndarray | np.generic) and not isinstance(eps, np.bool_):
-        host = concrete_value(eps)
-        if host is None:
-            raise TypeError(f"{op}: eps must be concrete (the norm kernels compile it in); got a traced value "
-                            f"{eps!r}: mark it static (jax.jit(..., static_argnames=...)) or close over it")
-        if host.ndim != 0 or not (np.issubdtype(host.dtype, np.floating) or np.issubdtype(host.dtype, np.integer)):
-            raise TypeError(f"{op}: eps must be a real scalar, got {host.dtype}{list(host.shape)}")
+        arr = jnp.asarray(eps)
+        if arr.ndim != 0 or not (jnp.issubdtype(arr.dtype, jnp.floating) or jnp.issubdtype(arr.dtype, jnp.integer)):
+            raise TypeError(f"{op}: eps must be a real scalar, got {arr.dtype}{list(arr.shape)}")
+        host = concrete_value(arr)
+        if host is not None and not math.isfinite(host.item()):
+            raise TypeError(f"{op}: eps must be a finite real number, got {host.item()!r}")
+        if host is None or isinstance(eps, jax.core.Tracer):  # traced (an eager grad's tracer too)
+            return arr
         eps = host.item()
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps):
         raise TypeError(f"{op}: eps must be a finite real number, got {eps!r}")
     return float(eps)
+
+
+def _eps_plan(op, impl, eps):
+    """``impl`` for a traced eps: the XLA formulas (the fused kernels compile eps in)."""
+    if isinstance(eps, float):
+        return impl
+    if impl not in (None, "xla"):
+        raise ValueError(f"{op}: impl={impl!r} compiles eps in; a traced eps needs impl='xla' or None")
+    return "xla"
 
 
 def _affine(op, y, weight, bias, channel_shape, channel_axis, keep_dtype=True):
@@ -260,6 +292,7 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, impl=No
         raise ValueError(f"layer_norm: normalized_shape {shape} does not match the trailing axes of x {x.shape}")
     axes = tuple(range(x.ndim - k, x.ndim))
     eps = _check_eps("layer_norm", eps)
+    impl = _eps_plan("layer_norm", impl, eps)
     n = math.prod(shape)
     m = x.size // max(n, 1)
     plan = _kernel_plan("layer_norm", impl, x,
@@ -287,6 +320,7 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, impl=None):
     if not isinstance(num_groups, numbers.Integral) or num_groups < 1 or x.shape[1] % num_groups:
         raise ValueError(f"group_norm: num_groups={num_groups!r} must be a positive divisor of C={x.shape[1]}")
     eps = _check_eps("group_norm", eps)
+    impl = _eps_plan("group_norm", impl, eps)
     plan = _grouped_kernel_plan("group_norm", impl, x, weight, int(num_groups))
     if plan.impl != "xla":
         return _grouped_norm("group_norm", x, weight, bias, layout="group", groups=int(num_groups), eps=eps,
@@ -350,7 +384,11 @@ def batch_norm(
             raise ValueError("batch_norm: running_mean and running_var are required when training=False")
         y = (x - running_mean.reshape(channel_view)) * lax.rsqrt(running_var.reshape(channel_view) + eps)
         return _affine("batch_norm", y.astype(x.dtype), weight, bias, (channels,), 1), running_mean, running_var
-    if eps <= 0:  # torch: "batch_norm eps must be positive during training"
+    impl = _eps_plan("batch_norm", impl, eps)
+    from jaxrules.mechanism import concrete_value
+
+    host_eps = eps if isinstance(eps, float) else concrete_value(eps)  # checked when concrete
+    if host_eps is not None and host_eps <= 0:  # torch: "batch_norm eps must be positive during training"
         raise ValueError(f"batch_norm: eps must be positive during training (as torch), got {eps!r}")
     if impl not in (None, "xla") and axis_name is not None:
         raise ValueError(f"batch_norm: impl={impl!r} computes per-device statistics; axis_name needs impl='xla'")
@@ -501,6 +539,9 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
     if k == 0 or x.ndim < k or tuple(x.shape[x.ndim - k :]) != shape:
         raise ValueError(f"{op}: normalized_shape {shape} does not match the trailing axes of x {x.shape}")
     eps = float(jnp.finfo(P.stat_dtype(x.dtype)).eps) if eps is None else _check_eps(op, eps)
+    if not isinstance(eps, float):
+        raise TypeError(f"{op}: eps must be concrete in jaxrules' rms_norm (its formulas take it as a constant); "
+                        f"got a traced value {eps!r}: mark it static (jax.jit(..., static_argnames=...))")
     if weight is None:
         w = jnp.ones(shape, x.dtype)
     else:
