@@ -372,6 +372,28 @@ def rms_norm_backward_jvp(res, tx, trstd, tv, *, axes, eps):
     return out
 
 
+def rms_norm_eps_jvp(res, tx, tw, teps, *, axes):
+    """``rms_norm_jvp`` with ``eps`` an array argument, plus its term: ``drstd = -rstd^3 deps /
+    2`` (``rstd = rsqrt(E[x^2] + eps)``), ``dy = x w drstd``."""
+    x, w, rstd, _ = res
+    dy, drstd = rms_norm_jvp((x, w, rstd), tx, tw, axes=axes, eps=None)
+    if teps is not None:
+        stat = rstd.dtype
+        de = -0.5 * rstd * rstd * rstd * teps.astype(stat)
+        dy, drstd = _terms(dy, x.astype(stat) * w.astype(stat) * de), _terms(drstd, de)
+    return dy, drstd
+
+
+def rms_norm_backward_eps_jvp(res, tx, trstd, tv, teps, *, axes):
+    """``rms_norm_backward_jvp`` with ``eps`` an array argument, plus its term: ``B(v) = rstd v -
+    rstd^3 x E[v x]`` gives ``dB = (v - 3 rstd^2 x E[v x]) (-rstd^3 / 2) deps``."""
+    x, _, v, eps = res
+    out = rms_norm_backward_jvp(res[:3], tx, trstd, tv, axes=axes, eps=eps)
+    if teps is not None:
+        out = _terms(out, P.rms_projection_eps_partial(x, v, eps, axes) * teps)
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # Pointwise ops whose derivative is one factor per input (activations, losses): the factors come
 # from ``partials`` (``derivative(*inputs, **params)``), shared with ``vjp_rules``.

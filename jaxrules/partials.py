@@ -507,6 +507,15 @@ def rms_rstd(x, axes, eps):
     return lax.rsqrt(jnp.mean(jnp.square(xf), axis=axes, keepdims=True) + eps)
 
 
+def rms_projection_eps_partial(x, v, eps, axes):
+    """``dB(v)/deps`` of the RMS normalization's backward ``B(v) = rstd (v - x_hat E[v x_hat]) =
+    rstd v - rstd^3 x E[v x]``, ``rstd = rsqrt(E[x^2] + eps)``: ``(v - 3 rstd^2 x E[v x])
+    (-rstd^3 / 2)``, rstd from x."""
+    rstd = rms_rstd(x, axes, eps)
+    xs, v = x.astype(rstd.dtype), v.astype(rstd.dtype)
+    return (v - 3 * rstd * rstd * xs * jnp.mean(v * xs, axis=axes, keepdims=True)) * (-0.5 * rstd * rstd * rstd)
+
+
 def rms_projection(x, rstd, v, axes):
     """``rstd (v - x_hat E[v x_hat])`` with ``x_hat = x rstd``: both the JVP of x -> x_hat for
     the RMS norm and its transpose (the operator is symmetric), as ``norm_projection`` without

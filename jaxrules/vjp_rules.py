@@ -350,6 +350,28 @@ def rms_norm_backward_vjp(res, ct, *, axes, eps):
     return g_x, None, bh
 
 
+def rms_norm_eps_vjp(res, ct, *, axes):
+    """``rms_norm_vjp`` with ``eps`` an array argument (its ``rms_norm_backward`` then takes eps
+    as an argument too), plus eps's cotangent ``sum((g w x + g_rstd) (-rstd^3 / 2))``."""
+    x, w, rstd, eps = res
+    dx, dw = rms_norm_vjp((x, w, rstd), ct, axes=axes, eps=eps)
+    g, g_rstd = ct
+    stat = rstd.dtype
+    per_row = 0 if g_rstd is None else g_rstd.astype(stat)
+    if g is not None:
+        per_row = per_row + jnp.sum(g.astype(stat) * w.astype(stat) * x.astype(stat), axis=axes, keepdims=True)
+    return dx, dw, jnp.sum(-0.5 * rstd * rstd * rstd * per_row)
+
+
+def rms_norm_backward_eps_vjp(res, ct, *, axes):
+    """``rms_norm_backward_vjp`` with ``eps`` an array argument, plus eps's cotangent ``sum(h
+    dB/deps)``, ``dB/deps = (v - 3 rstd^2 x E[v x]) (-rstd^3 / 2)``."""
+    x, _, v, eps = res
+    g_x, _, bh = rms_norm_backward_vjp(res[:3], ct, axes=axes, eps=eps)
+    partial = P.rms_projection_eps_partial(x, v, eps, axes)
+    return g_x, None, bh, jnp.sum(ct.astype(partial.dtype) * partial)
+
+
 # ----------------------------------------------------------------------------------------------
 # Pointwise ops whose derivative is one factor per input (activations, losses).
 

@@ -601,10 +601,8 @@ def test_other_hyperparameters_may_be_traced_and_concrete_checks_still_run():
     with pytest.raises(TypeError, match="elu: alpha must be real"):
         rnn.elu(x, jnp.asarray(1j))
     assert np.all(np.isfinite(jax.jit(lambda a: rnn.celu(x, a))(-1.0)))
-    # norms: eps may be a concrete array (the kernels' static eps); rms_norm's must be concrete
+    # norms: eps may be a concrete array (the kernels' static eps), not the fused kernels' when traced
     np.testing.assert_array_equal(rnn.layer_norm(x4, (2,), eps=jnp.asarray(1e-3)), rnn.layer_norm(x4, (2,), eps=1e-3))
-    with pytest.raises(TypeError, match="rms_norm: eps must be concrete"):
-        jax.jit(lambda e: rnn.rms_norm(x4, 2, eps=e))(1e-3)
     with pytest.raises(ValueError, match="group_norm: impl='pallas' compiles eps in"):
         jax.jit(lambda e: rnn.group_norm(x4, 3, eps=e, impl="pallas"))(1e-3)
 
@@ -614,6 +612,7 @@ NORMS = {
     "group_norm": lambda x, e: rnn.group_norm(x, 3, _W6, _B6, eps=e),
     "batch_norm": lambda x, e: rnn.batch_norm(x, None, None, _W6, _B6, training=True, eps=e)[0],
     "instance_norm": lambda x, e: rnn.instance_norm(x, None, None, _W6, _B6, eps=e)[0],
+    "rms_norm": lambda x, e: rnn.rms_norm(x, (6, 5), np.linspace(0.5, 2.0, 30).reshape(6, 5), eps=e),
     "batch_norm eval": lambda x, e: rnn.batch_norm(x, np.zeros(6), np.full(6, 0.7), _W6, _B6, eps=e)[0],
 }
 _W6, _B6 = np.linspace(0.5, 2.0, 6), np.linspace(-1.0, 1.0, 6)

@@ -507,10 +507,23 @@ rms_norm_backward_op = define_op(
 )
 
 
+# The same two ops with ``eps`` an array argument (traced).
+rms_norm_eps_op = define_op(
+    "rms_norm", lambda x, w, eps, *, axes: _rms_norm_primal(x, w, axes=axes, eps=eps), J.rms_norm_eps_jvp,
+    R.rms_norm_eps_vjp, lambda outs, x, w, eps, **_: (x, w, outs[1], eps), none_for_zero_cotangents=True,
+)
+rms_norm_backward_eps_op = define_op(
+    "rms_norm_backward", lambda x, rstd, v, eps, *, axes: _rms_norm_backward_primal(x, rstd, v, axes=axes, eps=eps),
+    J.rms_norm_backward_eps_jvp, R.rms_norm_backward_eps_vjp,
+)
+
+
 def rms_norm_backward(x, rstd, v, *, axes, eps):
     """``rstd (v - x_hat E[v x_hat])``: the RMS normalization's VJP without weight. ``rstd`` is
     x's statistic, passed so that it is not computed again; it carries no derivative of its own
     (the formulas differentiate through x)."""
+    if not isinstance(eps, float):  # an array (traced)
+        return rms_norm_backward_eps_op(x, lax.stop_gradient(rstd), v, eps, axes=axes)
     return rms_norm_backward_op(x, lax.stop_gradient(rstd), v, axes=axes, eps=eps)
 
 
@@ -539,16 +552,16 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
     if k == 0 or x.ndim < k or tuple(x.shape[x.ndim - k :]) != shape:
         raise ValueError(f"{op}: normalized_shape {shape} does not match the trailing axes of x {x.shape}")
     eps = float(jnp.finfo(P.stat_dtype(x.dtype)).eps) if eps is None else _check_eps(op, eps)
-    if not isinstance(eps, float):
-        raise TypeError(f"{op}: eps must be concrete in jaxrules' rms_norm (its formulas take it as a constant); "
-                        f"got a traced value {eps!r}: mark it static (jax.jit(..., static_argnames=...))")
     if weight is None:
         w = jnp.ones(shape, x.dtype)
     else:
         w = V.array(op, "weight", weight)
         if w.shape != shape:
             raise ValueError(f"{op}: weight must have shape {shape}, got {w.shape}")
-    return rms_norm_op(x, w, axes=tuple(range(x.ndim - k, x.ndim)), eps=eps)[0]
+    axes = tuple(range(x.ndim - k, x.ndim))
+    if not isinstance(eps, float):  # traced: an argument, in the statistics' dtype
+        return rms_norm_eps_op(x, w, eps.astype(P.stat_dtype(x.dtype)), axes=axes)[0]
+    return rms_norm_op(x, w, axes=axes, eps=eps)[0]
 
 
 # ----------------------------------------------------------------------------------------------
