@@ -449,9 +449,11 @@ def glu_jvp(x, t, *, axis, **_):
     return s * ta + a * s * (1 - s) * tb
 
 
-def dropout_jvp(mask, tx, tmask, *, scale, **_):
-    """``t mask scale`` (seed ``infinitely_differentiable_native_dropout_backward``)."""
-    return tx * mask * scale
+def dropout_jvp(res, tx, tmask, tscale, **_):
+    """``t mask scale`` (seed ``infinitely_differentiable_native_dropout_backward``); ``scale =
+    1/(1 - p)`` (an argument: p may be traced) gets no tangent (``dropout`` stops it)."""
+    mask, scale = res
+    return None if tx is None else tx * mask * scale
 
 
 # ----------------------------------------------------------------------------------------------

@@ -545,15 +545,22 @@ def silu_derivative(x):
     return s * (1 + x * (1 - s))
 
 
-def threshold_derivative(x, threshold, value):
-    """``[x > threshold]`` (torch's ``threshold_backward``: 0 at x == threshold, so relu'(0) = 0)."""
-    return (x > threshold).astype(x.dtype)
+def threshold_derivatives(x, threshold, value):
+    """``(d/dx, d/dthreshold, d/dvalue)`` of ``x if x > threshold else value``: ``[x > threshold]``
+    (torch's ``threshold_backward``: 0 at x == threshold, so relu'(0) = 0), 0 (the threshold is
+    a switch point: no gradient, as for a step), ``[x <= threshold]``."""
+    above = x > threshold
+    return above.astype(x.dtype), jnp.zeros_like(x), jnp.logical_not(above).astype(x.dtype)
 
 
-def hardtanh_derivative(x, min_val, max_val):
-    """``[min_val < x < max_val]`` (torch's ``hardtanh_backward``: 0 at the bounds, so relu6'(0) =
-    relu6'(6) = 0; JAX's ``hard_tanh`` gives 1 at +-1)."""
-    return ((x > min_val) & (x < max_val)).astype(x.dtype)
+def hardtanh_derivatives(x, min_val, max_val):
+    """``(d/dx, d/dmin_val, d/dmax_val)`` of ``clip(x, min_val, max_val)``: ``[min_val < x <
+    max_val]`` (torch's ``hardtanh_backward``: 0 at the bounds, so relu6'(0) = relu6'(6) = 0;
+    JAX's ``hard_tanh`` gives 1 at +-1), ``[x <= min_val]``, ``[x >= max_val]`` (the bounds take
+    the gradient where x does not: the three sum to 1)."""
+    low, high = x <= min_val, x >= max_val
+    inside = jnp.logical_not(low | high)
+    return inside.astype(x.dtype), low.astype(x.dtype), (high & jnp.logical_not(low)).astype(x.dtype)
 
 
 def leaky_relu_derivatives(x, negative_slope):

@@ -430,9 +430,11 @@ def glu_vjp(x, ct, *, axis, **_):
     return (jnp.concatenate([s * ct, a * s * (1 - s) * ct], axis=axis),)
 
 
-def dropout_vjp(mask, ct, *, scale, **_):
-    """``ct mask scale``; the mask gets nothing (seed ``infinitely_differentiable_native_dropout_backward``)."""
-    return ct * mask * scale, None
+def dropout_vjp(res, ct, **_):
+    """``ct mask scale``; the mask gets nothing (seed ``infinitely_differentiable_native_dropout_backward``),
+    nor does ``scale = 1/(1 - p)`` (``dropout`` stops it)."""
+    mask, scale = res
+    return ct * mask * scale, None, None
 
 
 # ----------------------------------------------------------------------------------------------

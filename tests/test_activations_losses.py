@@ -549,6 +549,9 @@ LEARNED = {
     "celu alpha": (lambda x, a: rnn.celu(x, a), 1.3),
     "softplus beta": (lambda x, b: rnn.softplus(x, beta=b, threshold=2.0), 1.6),
     "leaky_relu negative_slope": (lambda x, s: rnn.leaky_relu(x, s), 0.2),
+    "hardtanh min_val": (lambda x, a: rnn.hardtanh(x, a, 1.5), -0.5),
+    "hardtanh max_val": (lambda x, a: rnn.hardtanh(x, -1.0, a), 0.8),
+    "threshold value": (lambda x, v: rnn.threshold(x, -0.5, v), -0.3),
     "huber_loss delta": (lambda x, d: rnn.huber_loss(x, _Y, reduction="none", delta=d), 1.1),
     "smooth_l1_loss beta": (lambda x, b: rnn.smooth_l1_loss(x, _Y, reduction="none", beta=b), 0.9),
     "margin_ranking_loss margin": (lambda x, m: rnn.margin_ranking_loss(x, _Y, _LABEL, m, reduction="none"), 0.4),
@@ -593,11 +596,22 @@ def test_other_hyperparameters_may_be_traced_and_concrete_checks_still_run():
     rm, rv = np.zeros(3), np.ones(3)
     stats = jax.jit(jax.vmap(lambda m: rnn.batch_norm(x4, rm, rv, training=True, momentum=m)[1]))(jnp.array([0.1, 0.5]))
     np.testing.assert_allclose(stats, np.outer([0.1, 0.5], RNG4.mean((0, 2))), rtol=1e-12)
+    # dropout's p traced: the same masks as concrete p (one compilation), p = 1 gives zeros with
+    # a zero (not NaN) gradient; p gets no gradient
+    key = jax.random.key(7)
+    drop = jax.jit(lambda p: rnn.dropout(x, p, key=key))
+    for p in (0.25, 1.0):
+        np.testing.assert_array_equal(drop(p), rnn.dropout(x, p, key=key))
+    np.testing.assert_array_equal(drop(1.0), np.zeros_like(_X))
+    np.testing.assert_array_equal(jax.grad(lambda x: rnn.dropout(x, jnp.asarray(1.0), key=key).sum())(x), 0 * _X)
+    assert jax.grad(lambda p: rnn.dropout(x, p, key=key).sum())(0.25) == 0
     # concrete values are still checked (arrays too), traced ones are not
     with pytest.raises(ValueError, match="celu: alpha must be positive"):
         rnn.celu(x, jnp.asarray(-1.0))
     with pytest.raises(ValueError, match="huber_loss: delta must be positive"):
         rnn.huber_loss(x, x, delta=np.float64(0.0))
+    with pytest.raises(ValueError, match="hardtanh: min_val=.* must not exceed max_val"):
+        rnn.hardtanh(x, jnp.asarray(2.0), 1.0)
     with pytest.raises(TypeError, match="elu: alpha must be real"):
         rnn.elu(x, jnp.asarray(1j))
     assert np.all(np.isfinite(jax.jit(lambda a: rnn.celu(x, a))(-1.0)))

@@ -5,7 +5,6 @@ extra arguments): primal, residuals and record of each; the derivative factors a
 from __future__ import annotations
 
 import math
-import numbers
 
 import jax
 import jax.numpy as jnp
@@ -42,16 +41,16 @@ def _softplus_primal(x, beta, threshold, **_):
     return jnp.where(bx > threshold, x, jax.nn.softplus(jnp.minimum(bx, threshold)) / beta)
 
 
-_threshold = pointwise_op("threshold", lambda x, *, threshold, value, **_: jnp.where(x > threshold, x, value).astype(x.dtype),
-                        P.threshold_derivative)
+_threshold = pointwise_op("threshold", lambda x, threshold, value, **_: jnp.where(x > threshold, x, value).astype(x.dtype),
+                        P.threshold_derivatives)
 _silu = pointwise_op("silu", lambda x, **_: jax.nn.silu(x), P.silu_derivative)
 _mish = pointwise_op("mish", lambda x, **_: x * jnp.tanh(jax.nn.softplus(x)), P.mish_derivative)
 _gelu = pointwise_op("gelu", lambda x, *, approximate, **_: jax.nn.gelu(x, approximate=approximate), P.gelu_derivative)
 _elu = pointwise_op("elu", _elu_primal, P.elu_derivatives)
 _softplus = pointwise_op("softplus", _softplus_primal, P.softplus_derivatives)
 _log_sigmoid = pointwise_op("log_sigmoid", lambda x, **_: jax.nn.log_sigmoid(x), P.log_sigmoid_derivative)
-_hardtanh = pointwise_op("hardtanh", lambda x, *, min_val, max_val, **_: jnp.clip(x, min_val, max_val).astype(x.dtype),
-                       P.hardtanh_derivative)
+_hardtanh = pointwise_op("hardtanh", lambda x, min_val, max_val, **_: jnp.clip(x, min_val, max_val).astype(x.dtype),
+                       P.hardtanh_derivatives)
 _leaky_relu = pointwise_op("leaky_relu", lambda x, slope, **_: jnp.where(x > 0, x, x * slope).astype(x.dtype),
                          P.leaky_relu_derivatives)
 _hardsigmoid = pointwise_op("hardsigmoid", lambda x, **_: (jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype), P.hardsigmoid_derivative)
@@ -89,8 +88,8 @@ masked_softmax_op = define_op("softmax", _masked_softmax_primal, J.masked_softma
 masked_log_softmax_op = define_op("log_softmax", _masked_log_softmax_primal, J.masked_log_softmax_jvp,
                                   R.masked_log_softmax_vjp, _masked_log_softmax_save)
 glu_op = define_op("glu", lambda x, *, axis: jax.nn.glu(x, axis=axis), J.glu_jvp, R.glu_vjp)
-dropout_op = define_op("dropout", lambda x, mask, *, scale: jnp.where(mask, x * scale, 0).astype(x.dtype),
-                       J.dropout_jvp, R.dropout_vjp, lambda out, x, mask, **_: mask)
+dropout_op = define_op("dropout", lambda x, mask, scale: jnp.where(mask, x * scale, 0).astype(x.dtype),
+                       J.dropout_jvp, R.dropout_vjp, lambda out, x, mask, scale: (mask, scale))
 
 
 def _real(op, x):
@@ -102,32 +101,36 @@ def _real(op, x):
 
 def threshold(x, threshold, value):
     """torch.nn.functional.threshold: ``x`` where ``x > threshold``, else ``value``; derivative
-    ``[x > threshold]`` (torch ``threshold_backward``, 0 at the threshold)."""
-    for name, v in (("threshold", threshold), ("value", value)):
-        if not isinstance(v, numbers.Real):
-            raise TypeError(f"threshold: {name} must be a real number, got {v!r}")
-    return _threshold(_real("threshold", x), threshold=float(threshold), value=float(value))
+    ``[x > threshold]`` (torch ``threshold_backward``, 0 at the threshold). ``threshold`` and
+    ``value`` may be arrays or tracers (jit, vmap); ``value``'s derivative is ``[x <=
+    threshold]``, the threshold gets none (a switch point)."""
+    x = _real("threshold", x)
+    return _threshold(x, V.hyperparameter("threshold", "threshold", threshold, x),
+                      V.hyperparameter("threshold", "value", value, x))
 
 
 def relu(x):
     """``max(x, 0)`` with derivative ``[x > 0]`` (torch's: 0 at 0, as ``jax.nn.relu``)."""
-    return _threshold(_real("relu", x), threshold=0.0, value=0.0)
-
-
-def _real_number(op, name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{op}: {name} must be a real number, got {value!r}")
-    return float(value)
+    x = _real("relu", x)
+    zero = jnp.zeros((), x.dtype)
+    return _threshold(x, zero, zero)
 
 
 def hardtanh(x, min_val=-1.0, max_val=1.0):
     """torch.nn.functional.hardtanh: ``clip(x, min_val, max_val)``; derivative ``[min_val < x <
     max_val]`` (torch ``hardtanh_backward``: 0 at the bounds, where ``jax.nn.hard_tanh`` gives 1).
-    Also ``hard_tanh`` (jax.nn's name) and ``relu6``."""
-    min_val, max_val = _real_number("hardtanh", "min_val", min_val), _real_number("hardtanh", "max_val", max_val)
-    if min_val > max_val:
-        raise ValueError(f"hardtanh: min_val={min_val} must not exceed max_val={max_val}")
-    return _hardtanh(_real("hardtanh", x), min_val=min_val, max_val=max_val)
+    Also ``hard_tanh`` (jax.nn's name) and ``relu6``. The bounds may be arrays or tracers (jit,
+    vmap, grad: ``[x <= min_val]`` and ``[x >= max_val]``); ``min_val <= max_val`` is checked when
+    both are concrete."""
+    from jaxrules.mechanism import concrete_value
+
+    x = _real("hardtanh", x)
+    lo = V.hyperparameter("hardtanh", "min_val", min_val, x)
+    hi = V.hyperparameter("hardtanh", "max_val", max_val, x)
+    lo_host, hi_host = concrete_value(lo), concrete_value(hi)
+    if lo_host is not None and hi_host is not None and np.any(lo_host > hi_host):
+        raise ValueError(f"hardtanh: min_val={min_val!r} must not exceed max_val={max_val!r}")
+    return _hardtanh(x, lo, hi)
 
 
 def hard_tanh(x):
@@ -300,16 +303,25 @@ def glu(x, axis=-1):
 def dropout(x, p=0.5, training=True, *, key=None):
     """torch's dropout with an explicit PRNG ``key``: zero each entry with probability ``p`` and
     scale the rest by ``1/(1 - p)`` (all zero when p = 1); identity when not training. Saves the
-    boolean mask only (seed ``infinitely_differentiable_native_dropout_backward``)."""
+    boolean mask only (seed ``infinitely_differentiable_native_dropout_backward``). ``p`` may be
+    an array or a tracer (jit, vmap; checked in [0, 1] when concrete); it gets no gradient (the
+    mask is sampled: the expectation, ``x``, does not depend on p)."""
+    from jaxrules.mechanism import concrete_value
+
     x = _real("dropout", x)
-    if not isinstance(p, numbers.Real) or not 0 <= p <= 1:
-        raise ValueError(f"dropout: p must be a probability in [0, 1], got {p!r}")
-    if not training or p == 0:
+    # (in the default float dtype, not x's: the mask must not depend on x's precision)
+    p = jax.lax.stop_gradient(V.hyperparameter("dropout", "p", p, low=0, strict=False))
+    if p.ndim:
+        raise ValueError(f"dropout: p must be a scalar, got shape {p.shape}")
+    host = concrete_value(p)
+    if host is not None and np.any(host > 1):
+        raise ValueError(f"dropout: p must be a probability in [0, 1], got {host!r}")
+    if not training or (host is not None and np.all(host == 0)):
         return x
     if key is None:
         raise ValueError("dropout: key (a jax.random key) is required when training with p > 0")
-    mask = jax.random.bernoulli(key, 1 - p, x.shape) if p < 1 else jnp.zeros(x.shape, bool)
-    return dropout_op(x, mask, scale=0.0 if p == 1 else 1 / (1 - p))
+    mask = jax.random.bernoulli(key, 1 - p, x.shape)
+    return dropout_op(x, mask, jnp.where(p < 1, 1 / jnp.where(p < 1, 1 - p, 1), 0).astype(x.dtype))
 
 
 # ----------------------------------------------------------------------------------------------
