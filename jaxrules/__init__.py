@@ -6,6 +6,7 @@ Namespaces: ``jaxrules.numpy`` (and ``.linalg``), ``jaxrules.scipy.special``, ``
 ``python -m jaxrules check`` checks them all.
 """
 
+from jaxrules.checking import RuntimeCheckError, checked
 from jaxrules.differentiate import differentiate
 from jaxrules.function import Function, FunctionCtx, VmapInfo
 from jaxrules.mechanism import Op, define_op, formula_spy
@@ -16,7 +17,8 @@ __version__ = "0.1.0"
 _SUBMODULES = ("linalg", "nested", "nn", "numpy", "ops", "scipy", "testing")  # imported on first use
 
 __all__ = [
-    "Function", "FunctionCtx", "Op", "OpRecord", "Sample", "SingularPoint", "VmapInfo", "define_op",
+    "Function", "FunctionCtx", "Op", "OpRecord", "RuntimeCheckError", "Sample", "SingularPoint", "VmapInfo",
+    "checked", "define_op",
     "differentiate", "formula_spy", "linalg", "nn",
     "numpy", "records", "scipy",
 ]

@@ -17,6 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxrules.checking import runtime_check
+
 # ----------------------------------------------------------------------------------------------
 # Small guards.
 
@@ -864,19 +866,6 @@ def pair_products(s):
     eye = jnp.eye(n, dtype=bool)
     without_i = jnp.where(eye, jnp.ones_like(s)[..., None, :], s[..., None, :])
     return jnp.where(eye, 0, prod_of_others(without_i, (without_i.ndim - 1,)))
-
-
-def _raise_if(bad, message):
-    import numpy as np
-
-    if np.any(bad):
-        raise ValueError(message)
-
-
-def runtime_check(bad, message):
-    """Raise ``ValueError(message)`` if any of ``bad`` is true, from a host callback, so the
-    check also fires under jit (as an XLA runtime error carrying the message)."""
-    jax.debug.callback(functools.partial(_raise_if, message=message), bad)
 
 
 def check_gauge(im_diag, op):
