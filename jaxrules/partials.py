@@ -751,31 +751,33 @@ def soft_margin_derivatives(x, y):
     return -y * s, -x * s
 
 
-def gaussian_nll_derivatives(x, y, var, *, eps, **_):
+def gaussian_nll_derivatives(x, y, var, eps, **_):
     """Of ``(log v + (x - y)^2 / v) / 2`` with ``v = max(var, eps)`` clamped as torch 2.13 does
     (``var.clamp_(min=eps)`` under ``no_grad``): the clamp passes the gradient straight through,
     so every order is the formula's at the clamped value: ``(d / v, -d / v, (1 / v - d^2 / v^2) / 2)``
-    with ``d = x - y`` (torch's ``gaussian_nll_loss`` through ``log`` and ``div`` backward)."""
+    with ``d = x - y`` (torch's ``gaussian_nll_loss`` through ``log`` and ``div`` backward); eps
+    (an argument: it may be traced) gets 0, the clamp's gradient going to var."""
     v = var + jax.lax.stop_gradient(jnp.maximum(var, eps) - var)
     d = x - y
-    return d / v, -d / v, 0.5 * (1 / v - d * d / (v * v))
+    return d / v, -d / v, 0.5 * (1 / v - d * d / (v * v)), jnp.zeros_like(d)
 
 
-def poisson_nll_derivatives(x, t, *, log_input, full, eps, **_):
+def poisson_nll_derivatives(x, t, eps, *, log_input, full, **_):
     """Of torch's ``poisson_nll_loss``: ``exp(x) - t x`` (``log_input``) or ``x - t log(x + eps)``,
     plus with ``full`` the Stirling term ``t log t - t + log(2 pi t) / 2`` where ``t > 1``:
     ``(exp(x) - t, -x)`` or ``(1 - t / (x + eps), -log(x + eps))``, the target's plus
     ``log t + 1 / (2 t)`` where ``t > 1`` and 0 elsewhere (torch: NaN at t = 0, from ``0 * log 0``
-    in the masked term's backward)."""
+    in the masked term's backward). The eps's (an argument: it may be traced): 0 with
+    ``log_input``, ``-t / (x + eps)`` without."""
     if log_input:
-        dx, dt = jnp.exp(x) - t, -x
+        dx, dt, deps = jnp.exp(x) - t, -x, jnp.zeros_like(x)
     else:
-        dx, dt = 1 - t / (x + eps), -jnp.log(x + eps)
+        dx, dt, deps = 1 - t / (x + eps), -jnp.log(x + eps), -t / (x + eps)
     if full:
         big = t > 1
         safe = jnp.where(big, t, 2)
         dt = dt + jnp.where(big, jnp.log(safe) + 0.5 / safe, 0)
-    return dx, dt
+    return dx, dt, deps
 
 
 # ----------------------------------------------------------------------------------------------

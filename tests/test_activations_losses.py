@@ -552,6 +552,8 @@ LEARNED = {
     "hardtanh min_val": (lambda x, a: rnn.hardtanh(x, a, 1.5), -0.5),
     "hardtanh max_val": (lambda x, a: rnn.hardtanh(x, -1.0, a), 0.8),
     "threshold value": (lambda x, v: rnn.threshold(x, -0.5, v), -0.3),
+    "poisson_nll_loss eps": (lambda x, e: rnn.poisson_nll_loss(
+        jnp.abs(x) + 0.1, jnp.abs(_Y), log_input=False, eps=e, reduction="none"), 0.2),
     "huber_loss delta": (lambda x, d: rnn.huber_loss(x, _Y, reduction="none", delta=d), 1.1),
     "smooth_l1_loss beta": (lambda x, b: rnn.smooth_l1_loss(x, _Y, reduction="none", beta=b), 0.9),
     "margin_ranking_loss margin": (lambda x, m: rnn.margin_ranking_loss(x, _Y, _LABEL, m, reduction="none"), 0.4),
@@ -596,6 +598,12 @@ def test_other_hyperparameters_may_be_traced_and_concrete_checks_still_run():
     rm, rv = np.zeros(3), np.ones(3)
     stats = jax.jit(jax.vmap(lambda m: rnn.batch_norm(x4, rm, rv, training=True, momentum=m)[1]))(jnp.array([0.1, 0.5]))
     np.testing.assert_allclose(stats, np.outer([0.1, 0.5], RNG4.mean((0, 2))), rtol=1e-12)
+    # gaussian_nll_loss eps under vmap: the clamp floor moves; its gradient goes to var (torch's
+    # straight-through clamp), eps gets none
+    var = np.abs(_Y) * 0.5
+    losses = jax.vmap(lambda e: rnn.gaussian_nll_loss(x, 0 * x, var, eps=e, reduction="none"))(jnp.array([1e-6, 0.6]))
+    np.testing.assert_allclose(losses[1], 0.5 * (np.log(np.maximum(var, 0.6)) + _X**2 / np.maximum(var, 0.6)))
+    assert jax.grad(lambda e: rnn.gaussian_nll_loss(x, 0 * x, var, eps=e))(0.6) == 0
     # dropout's p traced: the same masks as concrete p (one compilation), p = 1 gives zeros with
     # a zero (not NaN) gradient; p gets no gradient
     key = jax.random.key(7)

@@ -56,13 +56,13 @@ _hinge_embedding = pointwise_op("hinge_embedding", lambda x, y, margin, **_: (
 _soft_margin = pointwise_op("soft_margin", lambda x, y, **_: jax.nn.softplus(-y * x), P.soft_margin_derivatives)
 
 
-def _gaussian_nll_primal(x, y, var, *, full, eps, **_):
+def _gaussian_nll_primal(x, y, var, eps, *, full, **_):
     v = jnp.maximum(var, eps)
     loss = 0.5 * (jnp.log(v) + jnp.square(x - y) / v)
     return loss + 0.5 * math.log(2 * math.pi) if full else loss
 
 
-def _poisson_nll_primal(x, t, *, log_input, full, eps, **_):
+def _poisson_nll_primal(x, t, eps, *, log_input, full, **_):
     loss = jnp.exp(x) - t * x if log_input else x - t * jnp.log(x + eps)
     if full:
         big = t > 1
@@ -220,7 +220,6 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
     ValueError when var is concrete (not under jit or vmap)."""
     op = "gaussian_nll_loss"
     _check_reduction(op, reduction)
-    eps = _real_number(op, "eps", eps)
     x, y = V.array(op, "input", input), V.array(op, "target", target)
     V.broadcast(op, input=x, target=y)
     if isinstance(var, numbers.Real) and not isinstance(var, bool):
@@ -242,7 +241,8 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
         if negative:
             raise ValueError(f"{op}: var has negative entries")
     dtype = jnp.result_type(x, y, v)
-    loss = _gaussian_nll(x.astype(dtype), y.astype(dtype), v.astype(dtype), full=bool(full), eps=eps)
+    eps = V.hyperparameter(op, "eps", eps, jnp.zeros((), dtype))
+    loss = _gaussian_nll(x.astype(dtype), y.astype(dtype), v.astype(dtype), eps, full=bool(full))
     return _reduce(op, loss, reduction)
 
 
@@ -254,7 +254,7 @@ def poisson_nll_loss(input, target, log_input=True, full=False, eps=1e-8, reduct
     in the masked term's backward)."""
     op = "poisson_nll_loss"
     x, t = _pair(op, input, target, reduction)
-    loss = _poisson_nll(x, t, log_input=bool(log_input), full=bool(full), eps=_real_number(op, "eps", eps))
+    loss = _poisson_nll(x, t, V.hyperparameter(op, "eps", eps, x), log_input=bool(log_input), full=bool(full))
     return _reduce(op, loss, reduction)
 
 
