@@ -95,6 +95,12 @@ def _like(rng: np.random.Generator, x) -> jax.Array:
     return jnp.asarray(values.astype(dtype))
 
 
+def _host_pairing(a_tree, b_tree) -> float:
+    """``_real_pairing`` of computed results, in NumPy (no compiled program)."""
+    return float(sum(np.sum((np.asarray(a) * np.asarray(b)).real)
+                     for a, b in zip(jax.tree.leaves(a_tree), jax.tree.leaves(b_tree))))
+
+
 def _real_pairing(a_tree, b_tree) -> jax.Array:
     """``sum Re(a * b)`` over matching pytrees (the pairing under which JAX's VJP is the
     transpose of its JVP, complex included)."""
@@ -139,11 +145,14 @@ def _tol(record: OpRecord, key: str, default: float) -> float:
     return float(record.tolerance.get(key, default))
 
 
-def _each_sample(record: OpRecord, dtypes: Iterable[str] | None = None):
+def _each_sample(record: OpRecord, dtypes: Iterable[str] | None = None, with_key: bool = False):
+    """``(label, sample)`` for each sample with differentiable arguments (``with_key``: ``(label,
+    (dtype, index), sample)``, the key of the sample's shared program)."""
     for dtype in dtypes or record.dtypes:
         for k, sample in enumerate(_samples(record, dtype)):
             if sample.diff_argnums():
-                yield f"{dtype} sample {k}", sample
+                label = f"{dtype} sample {k}"
+                yield (label, (dtype, k), sample) if with_key else (label, sample)
 
 
 def _first_of_dtype(label: str) -> bool:
@@ -161,9 +170,10 @@ def _first_of_dtype(label: str) -> bool:
 # stencil for check_grads' second-order one).
 _FD_EPS = 1e-4
 _FD_TOL = 1e-5
+_FD_STEPS = np.array([2, 1, -1, -2]) * _FD_EPS
 
 
-def _derivatives_program(f: Callable) -> Callable:
+def _derivatives_program(f: Callable, jit: bool = True) -> Callable:
     """``program(args, t, s, c)``: everything ``check_grads(f, order=2, modes=("fwd", "rev"))``
     compares, computed by one jitted program (the checks it replaces compiled about a dozen
     programs per sample): with ``Jt(x) = jvp(f)(x; t)`` and ``Jc(x) = vjp(f)(x)(c)``, their first
@@ -174,8 +184,9 @@ def _derivatives_program(f: Callable) -> Callable:
         # Fourth-order central differences, (8 (g(x+h) - g(x-h)) - (g(x+2h) - g(x-2h))) / 12h: the
         # truncation error of check_grads' two-point rule, h^2 g^(3) / 6, exceeds the tolerance
         # for ops with large third derivatives (lstsq of a badly conditioned system).
-        at = [g(*[a + k * _FD_EPS * v for a, v in zip(args, d)]) for k in (2, 1, -1, -2)]
-        return jax.tree.map(lambda p2, p1, m1, m2: (8 * (p1 - m1) - (p2 - m2)) / (12 * _FD_EPS), *at)
+        # The four points by ``lax.map`` (one copy of ``g`` in the program, not four).
+        at = jax.lax.map(lambda h: g(*[a + h.astype(a.real.dtype) * v for a, v in zip(args, d)]), _FD_STEPS)
+        return jax.tree.map(lambda p: (8 * (p[1] - p[2]) - (p[0] - p[3])) / (12 * _FD_EPS), at)
 
     def program(args, t, s, c):
         args, t, s = tuple(args), tuple(t), tuple(s)
@@ -189,7 +200,56 @@ def _derivatives_program(f: Callable) -> Callable:
             "vjp_of_vjp": jax.vjp(jc, *args)[1](t),
         }
 
-    return jax.jit(program)
+    return jax.jit(program) if jit else program
+
+
+# The program each sample shares between checks: ``_derivatives_program``'s outputs and the value,
+# in the sample's directions ``t``, ``s``, ``c``. ``gradients``, ``jvp_vjp``, ``torch``, ``jit``
+# and ``low_precision`` read it: one compilation of the op's derivatives per sample where there
+# were five. Its ``vjp`` (of ``c``) is also the gradient of ``_loss(f, conj(c))`` (the loss's
+# transpose hands ``f`` the cotangent ``conj(conj(c)) = c``): the loss of the torch and jit checks.
+# Kept for one record at a time (the checks of a record run one after the other: ``check_op``,
+# the CLI's workers, the registry tests).
+_SHARED: dict = {}
+
+
+@dataclasses.dataclass
+class _Shared:
+    args: list
+    t: list
+    s: list
+    c: object
+    loss_ct: object  # conj(c): ``out["vjp"]`` is the gradient of ``_loss(f, loss_ct)``
+    t_torch: list  # ``t`` with zeros for the arguments torch cannot differentiate
+    out: dict
+
+
+def _shared(record: OpRecord, key: tuple, sample: Sample) -> _Shared:
+    """The shared program's inputs and outputs for ``sample`` (``key``: its dtype and index)."""
+    if _SHARED.get("record") is not record:
+        _SHARED.clear()
+        _SHARED["record"] = record
+    if key in _SHARED:
+        return _SHARED[key]
+    rng = _rng(record, f"shared/{key[0]}/{key[1]}")
+    f, args = _closure(record, sample)
+    t, s = [_like(rng, a) for a in args], [_like(rng, a) for a in args]
+    c = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
+    t_torch = [jnp.asarray(np.zeros(a.shape, a.dtype)) if i in record.torch_no_grad_args else v
+               for i, a, v in zip(sample.diff_argnums(), args, t)]
+    derivatives = _derivatives_program(f, jit=False)
+
+    @jax.jit
+    def program(args, t, s, c, t_torch):
+        out = derivatives(args, t, s, c)
+        out["value"] = f(*args)
+        if record.torch_no_grad_args:
+            out["jvp_torch"] = jax.jvp(f, tuple(args), tuple(t_torch))[1]
+        return out
+
+    loss_ct = jax.tree.map(lambda x: jnp.asarray(np.conj(np.asarray(x))), c)
+    _SHARED[key] = result = _Shared(args, t, s, c, loss_ct, t_torch, program(args, t, s, c, t_torch))
+    return result
 
 
 def _fd_close(what: str, actual, expected) -> float:
@@ -207,14 +267,11 @@ def _check_gradients(record: OpRecord) -> float:
     the JVPs, in random directions: ``jax.test_util.check_grads(order=2, modes=("fwd", "rev"))``'s
     comparisons (without its derivatives with respect to the tangent itself, linear by
     construction), from one compiled program per sample."""
-    rng = _rng(record, "gradients")
     worst = 0.0
-    for label, sample in _each_sample(record):
-        f, args = _closure(record, sample)
-        t, s = [_like(rng, a) for a in args], [_like(rng, a) for a in args]
-        c = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
-        d = _derivatives_program(f)(args, t, s, c)
-        pair = _real_pairing
+    for label, key, sample in _each_sample(record, with_key=True):
+        shared = _shared(record, key, sample)
+        d, t, s, c = shared.out, shared.t, shared.s, shared.c
+        pair = _host_pairing
         checks = [
             ("jvp vs finite differences", d["jvp"], d["jvp_fd"]),
             ("<vjp(c), t> vs <c, finite differences>", pair(d["vjp"], t), pair(c, d["jvp_fd"])),
@@ -232,17 +289,12 @@ def _check_gradients(record: OpRecord) -> float:
 
 def _check_jvp_vjp(record: OpRecord) -> float:
     worst = 0.0
-    rng = _rng(record, "jvp_vjp")
-    for label, sample in _each_sample(record):
-        f, args = _closure(record, sample)
-        tangents = [_like(rng, a) for a in args]
-        # Compiled (eager dispatch of every formula op dominates otherwise; jit vs eager is the
-        # ``jit`` check).
-        out, out_t = jax.jit(lambda a, t: jax.jvp(f, a, t))(args, tangents)
-        ct = jax.tree.map(lambda o: _like(rng, o), out)
-        in_ct = jax.jit(lambda a, c: jax.vjp(f, *a)[1](c))(args, ct)
-        lhs, rhs = _real_pairing(ct, out_t), _real_pairing(in_ct, tangents)
-        err = abs(float(lhs - rhs)) / max(1.0, abs(float(lhs)))
+    for label, key, sample in _each_sample(record, with_key=True):
+        # The JVP and VJP of the sample's shared program (compiled: eager dispatch of every
+        # formula op dominates otherwise; jit vs eager is the ``jit`` check).
+        shared = _shared(record, key, sample)
+        lhs, rhs = _host_pairing(shared.c, shared.out["jvp"]), _host_pairing(shared.out["vjp"], shared.t)
+        err = abs(lhs - rhs) / max(1.0, abs(lhs))
         if not err <= _tol(record, "jvp_vjp", 1e-10):
             raise CheckFailure(f"{label}: <ct, jvp(t)> = {float(lhs):.12g} but <vjp(ct), t> = {float(rhs):.12g}")
         worst = max(worst, err)
@@ -281,13 +333,22 @@ _SCALES = (1.0, 0.97, 0.94)
 
 
 def _batch(x, axis: int = 0, scales=_SCALES):
-    return jnp.stack([x * s for s in scales], axis=axis)
+    x = np.asarray(x)  # NumPy: no compiled program per shape
+    return np.stack([x * np.asarray(s, x.real.dtype) for s in scales], axis=axis)
 
 
 def _loop(f, *batched_args, in_axes, n):
-    """``f`` on each of the ``n`` slices (a Python loop: the reference of the vmap check)."""
-    outs = [f(*[a if d is None else jnp.take(a, k, axis=d) for a, d in zip(batched_args, in_axes)]) for k in range(n)]
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
+    """``f`` on each of the ``n`` slices, one after the other: the reference of the vmap check.
+    ``lax.map`` (a scan: ``f`` traced once on one slice, no batching rule involved), so the
+    compiled program holds one copy of ``f`` instead of ``n``."""
+    del n  # the slices' count is the batched arguments' own
+    mapped = [jnp.moveaxis(a, d, 0) for a, d in zip(batched_args, in_axes) if d is not None]
+
+    def one(xs):
+        it = iter(xs)
+        return f(*[a if d is None else next(it) for a, d in zip(batched_args, in_axes)])
+
+    return jax.lax.map(one, mapped)
 
 
 def _vmap_axes_and_nesting(f, args, cases):
@@ -300,7 +361,7 @@ def _vmap_axes_and_nesting(f, args, cases):
     cases.append((f"vmap in_axes={in_axes}", jax.vmap(f, in_axes=in_axes), batched,
                   functools.partial(_loop, f, in_axes=in_axes, n=n)))
     # Nested vmap over a (2, 3) batch of the first argument.
-    nested = jnp.stack([_batch(args[0]), _batch(args[0], scales=(0.99, 0.96, 0.93))])
+    nested = np.stack([_batch(args[0]), _batch(args[0], scales=(0.99, 0.96, 0.93))])
     rest = lambda b: f(b, *args[1:])  # noqa: E731
     looped = lambda b: _loop(lambda row: _loop(rest, row, in_axes=[0], n=n), b, in_axes=[0], n=2)  # noqa: E731
     cases.append(("nested vmap", jax.vmap(jax.vmap(rest)), [nested], looped))
@@ -321,8 +382,7 @@ def _vmap_cases(record, label, f, args, rng) -> list:
                           functools.partial(_loop, f, in_axes=in_axes, n=n)))
     if _first_of_dtype(label):
         _vmap_axes_and_nesting(f, args, cases)
-    out = f(*args)
-    ct = jax.tree.map(lambda o: _like(rng, o), out)
+    ct = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
     loss = _loss(f, ct)
     grad = jax.jit(jax.grad(loss, argnums=tuple(range(len(args)))))  # traced once, called many times
     batched = [_batch(a) for a in args]
@@ -333,9 +393,8 @@ def _vmap_cases(record, label, f, args, rng) -> list:
     summed = lambda *a: jnp.sum(jax.vmap(loss, in_axes=in_axes)(*a))  # noqa: E731
 
     def expected(*batched):
-        looped = [grad(*[a if d is None else a[k] for a, d in zip(batched, in_axes)]) for k in range(n)]
-        return [jnp.stack([g[i] for g in looped]) if d == 0 else sum(g[i] for g in looped)
-                for i, d in enumerate(in_axes)]
+        looped = _loop(grad, *batched, in_axes=in_axes, n=n)  # every gradient, stacked
+        return [g if d == 0 else jnp.sum(g, axis=0) for g, d in zip(looped, in_axes)]
 
     cases.append(("grad of vmap", jax.grad(summed, argnums=tuple(range(len(args)))), batched, expected))
     tangents = [_batch(_like(rng, a)) for a in args]
@@ -365,21 +424,24 @@ def _check_vmap(record: OpRecord) -> float:
 def _check_jit(record: OpRecord) -> float:
     tol = _tol(record, "jit", 1e-10)
     worst = 0.0
-    rng = _rng(record, "jit")
-    for label, sample in _each_sample(record):
-        f, args = _closure(record, sample)
-        ct = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
+    first = None
+    for label, key, sample in _each_sample(record, with_key=True):
+        first = first or label
+        shared = _shared(record, key, sample)
+        f, args, ct = *_closure(record, sample), shared.loss_ct
         argnums = tuple(range(len(args)))
         grad = jax.grad(_loss(f, ct), argnums=argnums)
-        tangents = tuple(_like(rng, a) for a in args)
-        jvp = lambda *a: jax.jvp(f, a, tangents)
-        if _first_of_dtype(label):  # eager evaluation is slow; jit vs eager once per dtype
-            for what, fn in (("value", f), ("grad", grad), ("jvp", jvp)):
-                worst = max(worst, _expect_close(f"{label}: jit {what}", jax.jit(fn)(*args), fn(*args), tol))
+        tangents = tuple(shared.t)
+        if label == first:  # eager evaluation is slow: jit vs eager on the record's first sample
+            # The shared program's jitted value, gradient and JVP against eager evaluation.
+            eager = f(*args), grad(*args), jax.jvp(f, tuple(args), tangents)[1]
+            jitted = shared.out["value"], shared.out["vjp"], shared.out["jvp"]
+            for what, a, e in zip(("value", "grad", "jvp"), jitted, eager):
+                worst = max(worst, _expect_close(f"{label}: jit {what}", a, e, tol))
         # Differentiating a jitted function (partial evaluation of the jaxpr, where the fixed
         # arguments become literals) must agree too.
         grad_of_jit = jax.grad(_loss(jax.jit(f), ct), argnums=argnums)(*args)
-        worst = max(worst, _expect_close(f"{label}: grad of jit", grad_of_jit, jax.jit(grad)(*args), tol))
+        worst = max(worst, _expect_close(f"{label}: grad of jit", grad_of_jit, shared.out["vjp"], tol))
     return worst
 
 
@@ -446,21 +508,24 @@ def _check_torch(record: OpRecord) -> float | str:
     worst = 0.0
     notes = []
     rng = _rng(record, "torch")
-    points = list(_each_sample(record)) + [
-        (f"singular point {p.label!r}", p.sample()) for p in record.singular if not p.torch_differs
+    points = list(_each_sample(record, with_key=True)) + [
+        (f"singular point {p.label!r}", None, p.sample()) for p in record.singular if not p.torch_differs
     ]
-    for label, sample in points:
-        f, args = _closure(record, sample)
-        ct = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
-        # No tangent on the arguments torch cannot differentiate (its forward AD ignores them).
-        tangents = [jnp.zeros_like(a) if i in record.torch_no_grad_args else _like(rng, a)
-                    for i, a in zip(sample.diff_argnums(), args)]
+    for label, key, sample in points:
+        if key is not None:  # the sample's shared program (value, gradients and JVP)
+            shared = _shared(record, key, sample)
+            ct, tangents = shared.loss_ct, shared.t_torch
+            out, grads = shared.out["value"], shared.out["vjp"]
+            jvp_out = shared.out["jvp_torch" if record.torch_no_grad_args else "jvp"]
+        else:
+            f, args = _closure(record, sample)
+            ct = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
 
-        @jax.jit  # value, gradients and JVP in one compiled program (eager dispatch dominates otherwise)
-        def ours(a, c, t):
-            return f(*a), jax.grad(_loss(f, c), argnums=tuple(range(len(a))))(*a), jax.jvp(f, a, t)[1]
+            @jax.jit  # value and gradients in one compiled program (eager dispatch dominates otherwise)
+            def ours(a, c):
+                return f(*a), jax.grad(_loss(f, c), argnums=tuple(range(len(a))))(*a)
 
-        out, grads, jvp_out = ours(args, ct, tangents)
+            out, grads = ours(args, ct)
         t_out, t_grads = _torch_grads(torch, record, sample, ct)
         worst = max(worst, _expect_close(f"{label}: value vs torch", out, t_out, tol))
         for i, (g, tg) in enumerate(zip(grads, t_grads)):
@@ -492,30 +557,37 @@ def _check_singular(record: OpRecord) -> float | str:
         f, args = _closure(record, point.sample())
         argnums = tuple(range(len(args)))
         loss = lambda *a: _real_pairing(jax.tree.map(jnp.ones_like, f(*a)), f(*a))
-        grads = jax.grad(loss, argnums=argnums)(*args)
+        ones = [jnp.asarray(np.ones(a.shape, a.dtype)) for a in args]
+
+        @jax.jit  # everything the point needs in one compiled program (not eager op by op)
+        def program(args):
+            grads, out_t = jax.grad(loss, argnums=argnums)(*args), jax.jvp(f, tuple(args), tuple(ones))[1]
+            if not point.finite_second:
+                return grads, out_t, {}
+            real_loss, real_args = _as_real(loss, args)
+            real_argnums = tuple(range(len(real_args)))
+            first = jax.grad(real_loss, argnums=real_argnums)
+            return grads, out_t, {
+                "fwd-over-rev": jax.jacfwd(first, argnums=real_argnums)(*real_args),
+                "rev-over-rev": jax.jacrev(first, argnums=real_argnums)(*real_args),
+                "fwd-over-fwd": jax.jacfwd(jax.jacfwd(real_loss, argnums=real_argnums),
+                                           argnums=real_argnums)(*real_args),
+            }
+
+        grads, out_t, second = program(args)
         if point.grad is not None:
             for i, (g, e) in enumerate(zip(grads, point.grad)):
                 if e is not None:
                     worst = max(worst, _expect_close(f"{label}: gradient {i}", g, e, tol))
-        ones = [jnp.ones_like(a) for a in args]
-        out_t = jax.jvp(f, args, ones)[1]
         if point.jvp is not None:
             worst = max(worst, _expect_close(f"{label}: jvp", out_t, point.jvp, tol))
         if _finite(grads) and _finite(out_t):
-            lhs = _real_pairing(jax.tree.map(jnp.ones_like, out_t), out_t)
-            rhs = _real_pairing(grads, ones)
+            lhs = _host_pairing([np.ones(np.shape(o)) for o in jax.tree.leaves(out_t)], out_t)
+            rhs = _host_pairing(grads, [np.ones(np.shape(a)) for a in args])
             worst = max(worst, _expect_close(f"{label}: <1, jvp(1)> vs <grad, 1>", lhs, rhs, tol))
-        if point.finite_second:
-            real_loss, real_args = _as_real(loss, args)
-            argnums = tuple(range(len(real_args)))
-            for how, hess in (
-                ("fwd-over-rev", jax.jit(jax.jacfwd(jax.grad(real_loss, argnums=argnums), argnums=argnums))),
-                ("rev-over-rev", jax.jit(jax.jacrev(jax.grad(real_loss, argnums=argnums), argnums=argnums))),
-                ("fwd-over-fwd", jax.jit(jax.jacfwd(jax.jacfwd(real_loss, argnums=argnums), argnums=argnums))),
-            ):
-                second = hess(*real_args)
-                if not _finite(second):
-                    raise CheckFailure(f"{label}: {how} second derivative is not finite: {second}")
+        for how, hess in second.items():
+            if not _finite(hess):
+                raise CheckFailure(f"{label}: {how} second derivative is not finite: {hess}")
     return worst
 
 
@@ -539,17 +611,16 @@ def _check_low_precision(record: OpRecord) -> float | str:
     if not record.low_precision:
         return "skipped: no low-precision dtypes listed"
     worst = 0.0
-    rng = _rng(record, "low_precision")
-    for label, sample in _each_sample(record, ("float64",)):
+    for label, key, sample in _each_sample(record, ("float64",), with_key=True):
         f, args = _closure(record, sample)
-        ct = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
+        shared = _shared(record, key, sample)  # the float64 value and VJP
+        ct, out, grads = shared.c, shared.out["value"], shared.out["vjp"]
 
         @jax.jit  # compiled (eager dispatch dominates otherwise; jit vs eager is the ``jit`` check)
         def value_and_grads(a, c):
             value, pullback = jax.vjp(f, *a)
             return value, pullback(jax.tree.map(lambda ci, o: ci.astype(o.dtype), c, value))
 
-        out, grads = value_and_grads(args, ct)
         for dtype in record.low_precision:
             low = [a.astype(jnp.result_type(dtype, jnp.complex64) if jnp.iscomplexobj(a) else dtype) for a in args]
             low_out, low_grads = value_and_grads(low, ct)

@@ -1,7 +1,11 @@
 import os
 import tempfile
 
-import jax
+from jaxrules.cli import use_fast_compile_flags
+
+use_fast_compile_flags()  # before JAX's backend starts: XLA reads them once
+
+import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 # The tests compile thousands of tiny functions: XLA's optimization passes dominate their cost and
@@ -12,6 +16,8 @@ jax.config.update("jax_disable_most_optimizations", True)
 # same small eager ops in both xdist workers): a compilation cache shared by this run's workers
 # (fresh per run) skips those recompilations (about 18% of the registry tests' time on 2 cores).
 _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or str(os.getpid())
-jax.config.update("jax_compilation_cache_dir", os.path.join(tempfile.gettempdir(), f"jaxrules-test-compile-{_RUN}"))
+_CACHE = os.path.join(tempfile.gettempdir(), f"jaxrules-test-compile-{_RUN}")
+os.environ["JAXRULES_CHECK_CACHE"] = _CACHE  # the CLI tests' ``check`` uses it too, not ~/.cache
+jax.config.update("jax_compilation_cache_dir", _CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

@@ -41,6 +41,7 @@ def _record(name, jvp=_square_jvp, vjp=_square_vjp, fn=None, **kw):
 
 
 GOOD = _record("test_square")
+_JIT_DIFFERS = define_op("test_jit_differs", lambda x: x * x, _square_jvp, _square_vjp)
 
 
 @jax.custom_batching.custom_vmap
@@ -84,6 +85,9 @@ def test_a_correct_op_passes_every_check():
                     singular=(SingularPoint("zero", (np.zeros(2),), (np.zeros(2),)),)),
             {"singular"},
         ),
+        # A function whose value under jit differs from eager evaluation.
+        (_record("test_jit_differs", fn=lambda x: _JIT_DIFFERS(x) + (0.0 if isinstance(x, jax.core.Tracer) else 1.0)),
+         {"jit"}),
         # A torch reference that disagrees.
         (dataclasses.replace(GOOD, name="test_bad_torch", torch_fn=lambda torch, x: x * x * 1.5), {"torch"}),
     ],

@@ -1,23 +1,31 @@
-"""Every registered op through every check of the harness (docs/design.md §4)."""
+"""Every registered op through every check of the harness (docs/design.md §4).
+
+One test per op running all its checks in one process: the checks share each sample's compiled
+program (``jaxrules.testing._shared``), which per-(op, check) tests spread over xdist workers
+would compile once per worker. ``python -m jaxrules check --ops NAME --checks CHECK`` runs one
+check alone."""
 
 import pytest
 
 from jaxrules import records
-from jaxrules.testing import CHECKS, run_check
+from jaxrules.testing import CHECKS, check_op
 
-CASES = [(r, c) for r in records() for c in CHECKS]
+RECORDS = records()
 
 
-@pytest.mark.parametrize("record, check", CASES, ids=[f"{r.name}-{c}" for r, c in CASES])
-def test_op(record, check):
-    result = run_check(record, check)
-    assert result.passed, result.detail
-    if check == "torch":  # torch is part of the test extra: its absence is a failure here
-        assert "torch is not installed" not in result.detail
+@pytest.mark.parametrize("record", RECORDS, ids=[r.name for r in RECORDS])
+def test_op(record):
+    results = check_op(record)
+    assert [r.check for r in results] == list(CHECKS)
+    failed = [f"{r.check}: {r.detail}" for r in results if not r.passed]
+    assert not failed, "\n".join(failed)
+    torch = next(r for r in results if r.check == "torch")
+    # torch is part of the test extra: its absence is a failure here
+    assert "torch is not installed" not in torch.detail
 
 
 def test_every_record_is_complete():
-    for r in records():
+    for r in RECORDS:
         assert r.seed, r.name
         assert r.public, r.name
         assert r.formula_ops, r.name
