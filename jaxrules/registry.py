@@ -120,6 +120,7 @@ def _load_all() -> None:
 
     for module in ops.__all__:  # importing an op module registers its ops
         importlib.import_module(f"jaxrules.ops.{module}")
+    importlib.import_module("jaxrules.nested.records")
 
 
 def records(pattern: str | None = None) -> list[OpRecord]:

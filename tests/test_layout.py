@@ -35,3 +35,22 @@ def test_no_formula_is_found_by_a_name_lookup():
     lookup = re.compile(r"getattr\(\s*(J|R|P|jvp_rules|vjp_rules|partials)\b")
     offenders = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if lookup.search(p.read_text())]
     assert not offenders
+
+
+def test_the_namespaces_load_no_kernels_and_no_nested_tensors():
+    """``import jaxrules.numpy`` (or ``nn``, ``linalg``, ``scipy``) loads neither the Pallas norm
+    kernels nor ``jaxrules.nested`` (checked in a fresh interpreter)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, jaxrules.numpy, jaxrules.nn, jaxrules.linalg, jaxrules.scipy.special, jaxrules.scipy.linalg; "
+            "print(sorted(m for m in sys.modules if m.startswith(('jaxrules.nested', 'jaxrules.norm_kernels'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_nested_records_live_in_the_nested_package():
+    from jaxrules import registry
+
+    modules = {r.fn.__module__ for r in registry.records("nested.*")}
+    assert modules == {"jaxrules.nested.records"}, modules

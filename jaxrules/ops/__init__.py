@@ -1,9 +1,9 @@
 """The ops: each module defines its ops (primal + residuals), their public functions and their
 registry records. ``jaxrules.registry.records()`` imports them all (which registers every op);
-importing one module (``jaxrules.ops.elementwise``) imports only the modules it uses (never
-``nested`` and its Pallas kernels, unless it is that module)."""
+importing one module (``jaxrules.ops.elementwise``) imports only the modules it uses. The
+NestedTensor ops' records live beside them, in ``jaxrules.nested.records``."""
 
-__all__ = ["activations", "conv", "elementwise", "fft", "indexing", "linalg", "losses", "nested", "normalization", "norms", "reductions", "shape", "sorting"]
+__all__ = ["activations", "conv", "elementwise", "fft", "indexing", "linalg", "losses", "normalization", "norms", "reductions", "shape", "sorting"]
 
 
 def __getattr__(name: str):
