@@ -101,7 +101,9 @@ def hyperparameter(op: str, name: str, value, like=None, *, low=None, strict=Tru
     array in ``like``'s dtype (a 0-d array for a Python number): Python and NumPy numbers, arrays
     and tracers, so ``jit`` compiles once for every value, ``vmap`` maps over it and ``grad``
     differentiates it. The checks that need its value (``> low``, or ``>= low`` when not
-    ``strict``; finite) run when the value is concrete, not under ``jit``/``vmap``."""
+    ``strict``; finite) run when the value is concrete; for a traced value the bound is checked
+    at run time (``jaxrules.checking.runtime_check``: under ``jit`` a ``JaxRuntimeError`` whose
+    text ends with the message, a ``ValueError`` under ``jaxrules.checked``)."""
     from jaxrules.mechanism import concrete_value
 
     if isinstance(value, bool | np.bool_ | str | bytes) or value is None:
@@ -118,13 +120,18 @@ def hyperparameter(op: str, name: str, value, like=None, *, low=None, strict=Tru
             raise TypeError(f"{op}: {name} must be real, got dtype {arr.dtype}")
         host = concrete_value(arr)
         arr = arr.astype(jnp.result_type(float) if like is None else like.dtype)
+    kind = None if low is None else {(0, True): "positive", (0, False): "non-negative"}.get(
+        (low, strict), f"{'>' if strict else '>='} {low}")
     if host is not None:
         if finite and not np.all(np.isfinite(host)):
             raise ValueError(f"{op}: {name} must be finite, got {value!r}")
         if low is not None and not np.all(host > low if strict else host >= low):
-            kind = {(0, True): "positive", (0, False): "non-negative"}.get(
-                (low, strict), f"{'>' if strict else '>='} {low}")
             raise ValueError(f"{op}: {name} must be {kind}, got {value!r}")
+    elif low is not None:  # traced: the run-time check (jaxrules.checking; jaxrules.checked raises it)
+        from jaxrules.checking import runtime_check
+
+        runtime_check(jnp.logical_not(arr > low if strict else arr >= low), f"{op}: {name} must be {kind} "
+                      "(a traced value)")
     if like is not None:
         broadcast(op, **{"x": like, name: arr})
     return arr

@@ -622,7 +622,14 @@ def test_other_hyperparameters_may_be_traced_and_concrete_checks_still_run():
         rnn.hardtanh(x, jnp.asarray(2.0), 1.0)
     with pytest.raises(TypeError, match="elu: alpha must be real"):
         rnn.elu(x, jnp.asarray(1j))
-    assert np.all(np.isfinite(jax.jit(lambda a: rnn.celu(x, a))(-1.0)))
+    # traced: the run-time check (jaxrules.checked raises the library's ValueError)
+    from jaxrules.checking import checked
+
+    with pytest.raises(ValueError, match=r"celu: alpha must be positive \(a traced value\)"):
+        checked(jax.jit(lambda a: rnn.celu(x, a)))(-1.0)
+    with pytest.raises(ValueError, match="dropout: p must be"):
+        checked(jax.jit(lambda p: rnn.dropout(x, p, key=jax.random.key(0))))(1.5)
+    np.testing.assert_allclose(checked(jax.jit(lambda a: rnn.celu(x, a)))(2.0), rnn.celu(x, 2.0), rtol=1e-15)
     # norms: eps may be a concrete array (the kernels' static eps), not the fused kernels' when traced
     np.testing.assert_array_equal(rnn.layer_norm(x4, (2,), eps=jnp.asarray(1e-3)), rnn.layer_norm(x4, (2,), eps=1e-3))
     with pytest.raises(ValueError, match="group_norm: impl='pallas' compiles eps in"):

@@ -130,6 +130,10 @@ def hardtanh(x, min_val=-1.0, max_val=1.0):
     lo_host, hi_host = concrete_value(lo), concrete_value(hi)
     if lo_host is not None and hi_host is not None and np.any(lo_host > hi_host):
         raise ValueError(f"hardtanh: min_val={min_val!r} must not exceed max_val={max_val!r}")
+    if lo_host is None or hi_host is None:  # traced: the run-time check (jaxrules.checked raises it)
+        from jaxrules.checking import runtime_check
+
+        runtime_check(lo > hi, "hardtanh: min_val must not exceed max_val (traced values)")
     return _hardtanh(x, lo, hi)
 
 
@@ -316,6 +320,10 @@ def dropout(x, p=0.5, training=True, *, key=None):
     host = concrete_value(p)
     if host is not None and np.any(host > 1):
         raise ValueError(f"dropout: p must be a probability in [0, 1], got {host!r}")
+    if host is None:  # traced: the run-time check (jaxrules.checked raises it)
+        from jaxrules.checking import runtime_check
+
+        runtime_check(p > 1, "dropout: p must be a probability in [0, 1] (a traced value)")
     if not training or (host is not None and np.all(host == 0)):
         return x
     if key is None:
