@@ -138,7 +138,16 @@ def test_overrides_take_jaxs_parameters():
     lambda np_: np_.linalg.eigvalsh(np.array([[2.0, 1.0], [1.0, 3.0]])),
     lambda np_: np_.linalg.svdvals(np.array([[2.0, 1.0], [1.0, 3.0]])),
     lambda np_: np_.clip(np.arange(4.0), 1, 2),
-], ids=["concatenate axis=None", "concatenate dtype", "concat", "stack dtype", "eigvalsh", "svdvals", "clip"])
+    lambda np_: np_.take(np.arange(4.0), np.array([5, -1, -6]), mode="clip"),
+    lambda np_: np_.take(np.arange(4.0), np.array([5, -1]), fill_value=-7.0),
+    lambda np_: np_.take_along_axis(np.arange(6.0).reshape(2, 3), np.array([[2], [0]])),
+    lambda np_: np_.pad(np.arange(4.0), (3, 5), "reflect", reflect_type="odd"),
+    lambda np_: np_.repeat(np.arange(3.0), np.array([2, 0, 1]), total_repeat_length=5),
+    lambda np_: np_.matmul(np.ones((2, 3)), np.ones(3), precision="highest"),
+    lambda np_: np_.linalg.slogdet(np.array([[2.0, 1.0], [1.0, 3.0]]), method="qr")[1],
+], ids=["concatenate axis=None", "concatenate dtype", "concat", "stack dtype", "eigvalsh", "svdvals", "clip",
+        "take clip", "take fill_value", "take_along_axis axis=-1", "pad odd reflect", "repeat total_repeat_length",
+        "matmul precision", "slogdet method"])
 def test_jax_style_calls_give_jaxs_result(call):
     ours, theirs = call(jaxrules.numpy), call(jax.numpy)
     assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
