@@ -268,9 +268,11 @@ def pow_exponent_factor(x, y, out):
 
 
 def copysign_factor(x, y):
-    """``copysign(x, y) / x``: +-1, 0 where x = 0 (seed ``copysign_tensor_self_backward``)."""
+    """``copysign(x, y) / x``: +-1, 0 where x = 0, NaN where x is NaN (seed
+    ``copysign_tensor_self_backward``; +-1 at x = +-inf, where the seed's ratio is inf/inf = NaN)."""
     same = jnp.signbit(x) == jnp.signbit(y)
-    return jnp.where(x == 0, 0, jnp.where(same, 1.0, -1.0)).astype(jnp.result_type(x, y))
+    factor = jnp.where(x == 0, 0, jnp.where(same, 1.0, -1.0))
+    return jnp.where(jnp.isnan(x), jnp.nan, factor).astype(jnp.result_type(x, y))
 
 
 def sinc_derivative(x):
@@ -285,13 +287,16 @@ def sinc_derivative(x):
 
 def clip_masks(x, lo, hi):
     """Which of ``x, lo, hi`` the output follows (seed ``clamp_jvp``'s selection): ``hi`` when
-    lo > hi, else ``lo`` when x < lo, ``hi`` when x > hi, else ``x`` (ties go to x)."""
+    lo > hi, else ``lo`` when x < lo, ``hi`` when x > hi, else ``x`` when lo <= x <= hi (ties go
+    to x). None of them where x or the bound it is compared with is NaN (seed
+    ``clamp_backward_min_max``: the output is NaN, every gradient 0)."""
     # jnp's logical ops, not ``~``/``&``: under jit a scalar bound may be a Python bool here,
     # and ``~False == -1``.
     crossed = jnp.greater(lo, hi)
     below = jnp.logical_and(jnp.logical_not(crossed), jnp.less(x, lo))
     above = jnp.logical_or(crossed, jnp.greater(x, hi))
-    return jnp.logical_not(jnp.logical_or(below, above)), below, jnp.logical_and(above, jnp.logical_not(below))
+    inside = jnp.logical_and(jnp.greater_equal(x, lo), jnp.less_equal(x, hi))
+    return inside, below, jnp.logical_and(above, jnp.logical_not(below))
 
 
 def logit_factor(x, eps):
@@ -364,7 +369,7 @@ def logcumsumexp_coefficients(x, y, axis):
     first = lax.slice_in_dim(y, 0, 1, axis=axis)
     y_prev = jnp.concatenate([jnp.full_like(first, -jnp.inf), lax.slice_in_dim(y, 0, n - 1, axis=axis)], axis)
     re = (lambda v: v.real) if jnp.iscomplexobj(y) else (lambda v: v)  # noqa: E731
-    finite = jnp.isfinite(y)
+    finite = jnp.logical_not(jnp.isinf(re(y)))  # NaN takes the exponentials: NaN in, NaN out
     y_safe = jnp.where(finite, y, 0)
     a_soft = jnp.exp(jnp.where(finite, y_prev - y_safe, -jnp.inf))
     b_soft = jnp.exp(jnp.where(finite, x - y_safe, -jnp.inf))

@@ -66,7 +66,8 @@ amin_op = define_op("amin", lambda x, *, axis, keepdims: jnp.min(x, axis, keepdi
 def _selected_index(x, *, kind, k, axis, **_):
     """torch's index (keepdims shape): the first maximum/minimum (NaN counts as the maximum and
     the minimum, as in torch), or the ``k``-th smallest in a stable sort (median: the lower middle
-    one), so among equal values the earlier position comes first."""
+    one; the first NaN where there is one, as torch's ``median(dim)``; ``kthvalue`` sorts NaN
+    last), so among equal values the earlier position comes first."""
     if kind == "max":
         idx = jnp.argmax(jnp.where(jnp.isnan(x), jnp.inf, x), axis=axis)
         idx = jnp.where(jnp.any(jnp.isnan(x), axis), jnp.argmax(jnp.isnan(x), axis), idx)
@@ -75,6 +76,8 @@ def _selected_index(x, *, kind, k, axis, **_):
         idx = jnp.where(jnp.any(jnp.isnan(x), axis), jnp.argmax(jnp.isnan(x), axis), idx)
     else:
         idx = jnp.take(jnp.argsort(x, axis=axis, stable=True), k, axis=axis)
+        if kind == "median":
+            idx = jnp.where(jnp.any(jnp.isnan(x), axis), jnp.argmax(jnp.isnan(x), axis), idx)
     return jnp.expand_dims(idx, axis)
 
 

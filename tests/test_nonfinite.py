@@ -1,0 +1,293 @@
+"""NaN and ±inf inputs propagate to values and gradients as torch's do (issue 16, requirement 3).
+
+For every record: its first float64 sample, one element of each differentiable argument in turn
+set to NaN, +inf and -inf (the middle element, flat index ``size // 2``). The op's value and the
+gradient of ``sum(Re(out))`` (one jitted program per record, called for every poisoned input)
+against the record's torch reference with autograd on the same input: the NaN pattern, the
+infinities with their signs, and the finite entries within a tolerance.
+
+Cases where they differ are listed below, each with its reason, and checked to differ (so that a
+fix shows up here): ``TORCH_WRONG`` where torch's answer is mathematically wrong and jaxrules
+keeps the right one, ``OPEN`` for differences in jaxrules not fixed yet.
+"""
+
+import fnmatch
+
+import jax
+import numpy as np
+import pytest
+
+from jaxrules import records
+from jaxrules.registry import Sample
+from jaxrules.testing import _closure, _loss, _samples, _torch, _torch_grads
+
+RECORDS = records()
+POISONS = {"nan": np.nan, "+inf": np.inf, "-inf": -np.inf}
+RTOL = 1e-6  # finite entries: |ours - torch| <= RTOL max(1, |torch|)
+
+# Case keys: "op/argI/poison", ``I`` the position of the poisoned argument in the sample's call,
+# shell-style globs allowed. Every case a key matches must differ from torch (or, in
+# ``TORCH_RAISES``, torch must raise), and every key must match a case.
+_MULTILINEAR = "the partial derivative in the poisoned entry does not involve that entry (the op is " \
+    "linear in each entry), so it is finite; torch divides by the entry (inf/inf, NaN/NaN = NaN)"
+TORCH_WRONG: dict[str, str] = {
+    "copysign/arg0/?inf": "d copysign(x, y)/dx = +-1 at x = +-inf; torch's result/x is inf/inf = NaN",
+    "i1/arg0/nan": "torch's |x| <= eps branch (false comparisons at NaN) gives the x = 0 value 0.5",
+    "i1e/arg0/nan": "torch's |x| <= eps branch (false comparisons at NaN) gives the x = 0 value 0.5",
+    "sign/arg0/nan": "jaxrules.numpy.sign follows jax.numpy/NumPy: sign(NaN) = NaN; torch.sign(NaN) = 0",
+    "cumprod/arg0/*": _MULTILINEAR,
+    "prod/arg0/*": _MULTILINEAR,
+    "scatter_reduce_prod/arg[03]/*": _MULTILINEAR,
+    "index_reduce/arg0/*": _MULTILINEAR,
+    "index_reduce/arg3/*": _MULTILINEAR,
+    "logsumexp/arg0/+inf": "documented limit: the softmax weights' limit (1 on the +inf entry); torch: NaN",
+    "logcumsumexp/arg0/+inf": "documented limit: the softmax weights' limit (1 on the +inf entry per later "
+                              "output); torch: NaN",
+    "var_mean/arg0/?inf": "the mean of values with one +-inf is +-inf; torch's var_mean (Welford) gives NaN",
+    "std_mean/arg0/?inf": "the mean of values with one +-inf is +-inf; torch's var_mean (Welford) gives NaN",
+    "lstsq/arg1/?inf": "x = pinv(A) b with one infinite b_k is sign(pinv(A)[:, k]) inf (checked); torch's "
+                       "Householder QR mixes inf - inf into NaN",
+    "kl_div/arg1/+inf": "t (log t - x) -> +inf as t -> +inf, and d/dt = log t + 1 - x -> +inf; torch's "
+                        "xlogy(t, t) - t x is inf - inf = NaN",
+    "margin_ranking_loss/arg2/-inf": "the hinge is inactive around the point (loss 0), gradient 0; torch's "
+                                     "chain rule multiplies 0 by y = -inf",
+    "soft_margin_loss/arg1/-inf": "d/dx log(1 + exp(-y x)) = -y sigmoid(-y x) = +inf here; torch's "
+                                  "-y exp(-y x) / (1 + exp(-y x)) is inf/inf = NaN",
+    "soft_margin_loss/arg0/+inf": "d/dx log(1 + exp(-y x)) = -y sigmoid(-y x) -> -y / N at x = +inf (y = -1 "
+                                  "here); torch's -y exp(-y x) / (1 + exp(-y x)) is inf/inf = NaN",
+    "binary_cross_entropy_with_logits/arg0/-inf": "the loss -(t log sigmoid(x) + (1 - t) log sigmoid(-x)) is "
+                                                  "+inf at x = -inf for 0 < t; torch's (1 - t) x + log(1 + exp(-x)) "
+                                                  "is -inf + inf = NaN",
+    "hardswish/arg0/nan": "NaN in, NaN out; torch's where chain falls through to the x > 3 branch (gradient 1)",
+}
+# Not fixed yet; the owners' files (normalization, losses, activations, indexing, linalg, nested),
+# or not fixable in a formula (XLA's FFT and convolution).
+_NORM_WEIGHT = "open: infinite weight: values +-inf where torch has NaN (torch's fused scale-shift " \
+    "gives inf - inf; w x_hat + b is +-inf) and input gradients NaN where torch's are +-inf or the reverse"
+_LINALG = "open: a non-finite entry spreads differently through the factorization than through torch's LAPACK calls"
+OPEN: dict[str, str] = {
+    # ops/normalization.py, nested/
+    "batch_norm/arg1/?inf": _NORM_WEIGHT,
+    "batch_norm[[]pallas]/arg1/?inf": _NORM_WEIGHT,
+    "instance_norm/arg1/?inf": _NORM_WEIGHT,
+    "group_norm/arg2/?inf": _NORM_WEIGHT,
+    "group_norm[[]pallas]/arg2/?inf": _NORM_WEIGHT,
+    "layer_norm/arg2/?inf": "open: infinite bias: input gradient -+inf where torch's is NaN",
+    "layer_norm[[]pallas]/arg1/?inf": "open: infinite weight: input gradient -+inf where torch's is NaN",
+    "nested.layer_norm/arg1/?inf": "open: infinite weight: input gradient -+inf where torch's is NaN",
+    # ops/losses.py
+    "binary_cross_entropy_with_logits/arg1/?inf": "open: value and input gradient NaN at an infinite target; torch "
+                                                  "+-inf (the loss is linear in the target)",
+    "gaussian_nll_loss/arg2/-inf": "open: var = -inf gives a finite loss (torch refuses a negative var)",
+    "gaussian_nll_loss/arg2/+inf": "open: input and target gradients NaN at var = +inf; torch 0, (x - t)/var's limit",
+    "kl_div/arg1/-inf": "open: the value drops a target <= 0 (t log t taken as 0); torch NaN (log of a negative)",
+    "kl_div/arg1/nan": "open: the value drops a NaN target (finite loss); torch NaN",
+    "l1_loss/arg[01]/nan": "open: gradients NaN at a NaN difference; torch 0 (sign(NaN) = 0 in torch)",
+    "margin_ranking_loss/arg2/nan": "open: input gradients 0 at a NaN target; torch NaN",
+    "multilabel_soft_margin_loss/arg1/?inf": "open: input gradient NaN at an infinite target; torch -+inf "
+                                             "(sigmoid(x) - y is linear in y)",
+    # ops/activations.py, nested/
+    "hardtanh/arg0/nan": "open: gradient 1 at NaN; torch 0 (its min < x < max mask is false)",
+    "relu6/arg0/nan": "open: gradient 1 at NaN; torch 0 (hardtanh's mask)",
+    "leaky_relu/arg0/nan": "open: gradient 1 at NaN; torch negative_slope (its x > 0 test is false)",
+    "prelu/arg0/nan": "open: input gradient 1 and a finite weight gradient at NaN; torch the slope and NaN",
+    "relu/arg0/nan": "open: relu(NaN) = 0 with gradient 0; torch NaN with gradient 1",
+    "nested.relu/arg0/nan": "open: relu(NaN) = 0 with gradient 0; torch NaN with gradient 1",
+    "threshold/arg0/nan": "open: threshold(NaN) = value with gradient 0; torch NaN (x <= threshold is false) with "
+                          "gradient 1",
+    "softplus/arg0/nan": "open: gradient 1 at NaN; torch NaN",
+    "nested.softmax/arg0/+inf": "open: 0 at the other entries of a row with a +inf logit where torch (and the dense "
+                                "softmax) give NaN",
+    "nested.scaled_dot_product_attention/arg0/?inf": "open: the value finite where torch's is NaN (+inf query) and "
+                                                     "the value-input gradient +-inf or finite where torch's is NaN",
+    "nested.scaled_dot_product_attention/arg1/*": "open: the value-input gradient finite where torch's is NaN for a "
+                                                  "non-finite key",
+    "nested.scaled_dot_product_attention[[]pallas]/arg[01]/*": "open: the kernel returns 0 (and finite gradients) "
+                                                              "where torch's output is NaN",
+    # ops/indexing.py
+    "scatter_reduce_am[ai][xn]/arg[03]/nan": "open: gradients 0 where torch's are NaN (a NaN selected as the "
+                                             "extremum gets no gradient)",
+    # ops/linalg.py
+    "cholesky_inverse/arg0/nan": "open: all NaN; torch keeps entry [2, 2] = 1/L22^2 finite, the exact value",
+    "det/arg0/?inf": "open: NaN where torch's (and the exact cofactor expansion's) value is +-inf",
+    "inv/arg0/nan": _LINALG + " (3 entries finite, torch all NaN)",
+    "solve/arg0/nan": _LINALG + " (1 entry finite, torch all NaN)",
+    "slogdet/arg0/nan": _LINALG + " (sign 1 and a finite gradient column, torch sign 0 and NaN)",
+    "lu/arg0/?inf": _LINALG + " (gradient all NaN, torch finite)",
+    "lu_solve/arg0/nan": _LINALG + " (LU gradient NaN where torch's is finite)",
+    "lu_solve/arg2/?inf": _LINALG + " (LU gradient NaN where torch's is finite or +-inf)",
+    "ormqr/arg0/?inf": _LINALG + " (gradient of C NaN where torch's is +-inf)",
+    "ormqr/arg1/*": _LINALG + " (gradient of C NaN where torch's is finite or +-inf)",
+    "pinv/arg0/?inf": _LINALG + " (0 where torch NaN)",
+    "qr/arg0/*": _LINALG,
+    "svd/arg0/?inf": _LINALG + " (Vh 0 where torch NaN)",
+    # ops/fft.py, ops/conv.py: XLA's primitives, not a formula
+    "irfft/arg0/?inf": "open: XLA's FFT gives NaN (inf - inf in its butterflies) at 3 of 14 outputs whose exact "
+                       "value is +-inf (torch's pocketfft: +-inf)",
+    "conv/arg1/*": "open: XLA's convolution skips the zero-padding taps, so outputs where a non-finite weight tap "
+                   "only meets padding stay finite; torch multiplies the padding zeros (0 inf = NaN)",
+}
+# torch refuses the input; ours must then return at least one non-finite value (never all finite;
+# a case also in ``OPEN`` must still return only finite values).
+TORCH_RAISES: dict[str, str] = {
+    "binary_cross_entropy/arg[01]/*": "torch: all elements of input/target should be between 0 and 1",
+    "gaussian_nll_loss/arg2/-inf": "torch: var has negative entry/entries",
+    "cholesky/arg0/-inf": "torch: not positive-definite",
+    "cholesky/arg0/nan": "torch: not positive-definite",
+    "eig/arg0/*": "torch: input tensor should not contain infs or NaNs",
+    "eigvals/arg0/*": "torch: input tensor should not contain infs or NaNs",
+    "eigh/arg0/nan": "torch: the algorithm failed to converge",
+    "eigvalsh/arg0/nan": "torch: the algorithm failed to converge",
+    "svd/arg0/nan": "torch: the algorithm failed to converge",
+    "svdvals/arg0/nan": "torch: the algorithm failed to converge",
+    "pinv/arg0/nan": "torch: the algorithm (svd) failed to converge",
+    "lstsq/arg0/*": "torch: the input matrix does not have full rank / internal assert",
+    "lstsq/arg1/nan": "torch: internal assert (LAPACK's argument check)",
+}
+
+
+def _first_sample(record) -> Sample:
+    return next(s for s in _samples(record, "float64") if s.diff_argnums())
+
+
+def _poisoned(sample: Sample, argnum: int, value: float) -> Sample:
+    args = list(sample.args)
+    a = np.array(args[argnum], copy=True)
+    a.reshape(-1)[a.size // 2] = value
+    args[argnum] = a
+    return Sample(tuple(args), sample.kwargs)
+
+
+def _parts(x):
+    """``x`` as float64 real and imaginary parts, and the NaN mask (either part NaN)."""
+    x = np.asarray(x)
+    if x.dtype == bool or np.issubdtype(x.dtype, np.integer):
+        x = x.astype(np.float64)
+    re, im = np.real(x).astype(np.float64), np.imag(x).astype(np.float64)
+    return re, im, np.isnan(re) | np.isnan(im)
+
+
+def _differences(what: str, ours, theirs) -> list[str]:
+    """How ``ours`` differs from ``theirs``: shapes, NaN positions, infinities (and their signs)
+    where neither is NaN, finite entries beyond the tolerance. Empty when they agree."""
+    ours, theirs = np.asarray(ours), np.asarray(theirs)
+    if ours.shape != theirs.shape:
+        return [f"{what}: shape {ours.shape} vs torch's {theirs.shape}"]
+    o_re, o_im, o_nan = _parts(ours)
+    t_re, t_im, t_nan = _parts(theirs)
+    out = []
+    if (o_nan != t_nan).any():
+        where = np.argwhere(o_nan != t_nan)[:3].tolist()
+        out.append(f"{what}: NaN at {int(o_nan.sum())} entries vs torch's {int(t_nan.sum())} "
+                   f"(differ at {where}, ours {ours[tuple(where[0])]} torch {theirs[tuple(where[0])]})")
+    both = ~(o_nan | t_nan)
+    for part, o, t in (("", o_re, t_re), (" (imaginary part)", o_im, t_im)):
+        o_inf, t_inf = np.where(both, np.isinf(o) * np.sign(o), 0), np.where(both, np.isinf(t) * np.sign(t), 0)
+        if (o_inf != t_inf).any():
+            where = np.argwhere(o_inf != t_inf)[:3].tolist()
+            out.append(f"{what}{part}: infinities differ at {where} "
+                       f"(ours {o[tuple(where[0])]} torch {t[tuple(where[0])]})")
+        finite = both & np.isfinite(o) & np.isfinite(t)
+        err = np.abs(o - t) / np.maximum(1.0, np.abs(t))
+        err = np.where(finite, err, 0.0)
+        if (err > RTOL).any():
+            k = tuple(np.argwhere(err > RTOL)[0])
+            out.append(f"{what}{part}: finite entries differ by up to {err.max():.3g} "
+                       f"(at {list(k)}: ours {o[k]} torch {t[k]})")
+    return out
+
+
+def _case_key(record, argnum: int, poison: str) -> str:
+    return f"{record.name}/arg{argnum}/{poison}"
+
+
+def _listed(table: dict[str, str], key: str) -> str | None:
+    return next((reason for pattern, reason in table.items() if fnmatch.fnmatchcase(key, pattern)), None)
+
+
+def _program(record, sample):
+    f, args = _closure(record, sample)
+    ct = jax.tree.map(lambda o: np.ones(o.shape, o.dtype), jax.eval_shape(f, *args))
+
+    @jax.jit
+    def value_and_grads(a):
+        return f(*a), jax.grad(_loss(f, ct), argnums=tuple(range(len(a))))(*a)
+
+    return value_and_grads, ct
+
+
+def _check_right_answer(record, sample, argnum, value, reason, out, grads) -> list[str]:
+    """Where torch is listed as wrong, what jaxrules gives instead is checked independently for the
+    cases where that is simple: ``[]`` when right (or not checked), else the problems."""
+    k = np.asarray(sample.args[argnum]).size // 2
+    if reason == _MULTILINEAR:
+        # The poisoned entry's own partial derivative is torch's at the unpoisoned sample.
+        torch = _torch()
+        clean_ct = jax.tree.map(lambda o: np.ones(np.shape(o), np.asarray(o).dtype), out)
+        _, t_grads = _torch_grads(torch, record, sample, clean_ct)
+        j = sample.diff_argnums().index(argnum)
+        ours, clean = np.asarray(grads[j]).reshape(-1)[k], np.asarray(t_grads[j]).reshape(-1)[k]
+        if not abs(ours - clean) <= RTOL * max(1.0, abs(clean)):
+            return [f"the poisoned entry's gradient {ours} is not torch's at the clean input, {clean}"]
+    if record.name == "lstsq" and argnum == 1:
+        a = np.asarray(sample.args[0])
+        expected = np.sign(np.linalg.pinv(a)[:, k]) * value
+        if not np.array_equal(np.asarray(out), expected):
+            return [f"solution {np.asarray(out)} is not sign(pinv(A)[:, k]) {value} = {expected}"]
+    return []
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=[r.name for r in RECORDS])
+def test_nonfinite_inputs_propagate_like_torch(record):
+    torch = _torch()
+    sample = _first_sample(record)
+    program, ct = _program(record, sample)
+    diff = sample.diff_argnums()
+    problems = []
+    for argnum in diff:
+        for poison, value in POISONS.items():
+            case = _poisoned(sample, argnum, value)
+            key = _case_key(record, argnum, poison)
+            out, grads = program([np.asarray(case.args[i]) for i in diff])
+            raises = _listed(TORCH_RAISES, key)
+            try:
+                t_out, t_grads = _torch_grads(torch, record, case, ct)
+            except (RuntimeError, ValueError) as err:  # e.g. LAPACK refusing a NaN matrix
+                finite = all(np.isfinite(np.asarray(o, np.complex128)).all() for o in jax.tree.leaves(out))
+                if raises is None:
+                    problems.append(f"{key}: torch raises {type(err).__name__}: {str(err).splitlines()[0][:100]}")
+                elif finite and _listed(OPEN, key) is None:
+                    problems.append(f"{key}: a non-finite input gives an all-finite value")
+                elif not finite and _listed(OPEN, key) is not None:
+                    problems.append(f"{key}: listed ({_listed(OPEN, key)}) but the value is no longer all finite")
+                continue
+            if raises is not None:
+                problems.append(f"{key}: listed ({raises}) but torch does not raise")
+                continue
+            outs = jax.tree.leaves(out)
+            t_outs = list(t_out) if isinstance(t_out, tuple) else [t_out]
+            found = [d for k, (o, t) in enumerate(zip(outs, t_outs)) for d in _differences(f"value {k}", o, t)]
+            for i, g, tg in zip(diff, grads, t_grads):
+                if tg is False:  # torch cannot differentiate this argument (the record says so)
+                    continue
+                expected = np.zeros_like(np.asarray(g)) if tg is None else tg
+                found += _differences(f"gradient of arg{i}", g, expected)
+            wrong, reason = _listed(TORCH_WRONG, key), _listed(OPEN, key)
+            if wrong is not None and found:
+                right = _check_right_answer(record, sample, argnum, value, wrong, out, grads)
+                problems += [f"{key}: {p}" for p in right]
+                continue
+            reason = wrong or reason
+            if reason is None and found:
+                problems.append(f"{key}: " + "; ".join(found))
+            elif reason is not None and not found:
+                problems.append(f"{key}: listed ({reason}) but agrees with torch")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_listed_case_exists():
+    """Each key of the tables names a record and matches one of its cases."""
+    keys = {_case_key(r, i, p) for r in RECORDS for i in _first_sample(r).diff_argnums() for p in POISONS}
+    for table in (TORCH_WRONG, OPEN, TORCH_RAISES):
+        for pattern in table:
+            assert any(fnmatch.fnmatchcase(k, pattern) for k in keys), pattern
