@@ -552,6 +552,8 @@ LEARNED = {
     "hardtanh min_val": (lambda x, a: rnn.hardtanh(x, a, 1.5), -0.5),
     "hardtanh max_val": (lambda x, a: rnn.hardtanh(x, -1.0, a), 0.8),
     "threshold value": (lambda x, v: rnn.threshold(x, -0.5, v), -0.3),
+    "cross_entropy label_smoothing": (lambda x, e: rnn.cross_entropy(
+        x.reshape(2, 3), np.array([2, 0]), reduction="none", label_smoothing=e), 0.2),
     "poisson_nll_loss eps": (lambda x, e: rnn.poisson_nll_loss(
         jnp.abs(x) + 0.1, jnp.abs(_Y), log_input=False, eps=e, reduction="none"), 0.2),
     "huber_loss delta": (lambda x, d: rnn.huber_loss(x, _Y, reduction="none", delta=d), 1.1),

@@ -390,13 +390,22 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     ``nll_loss(log_softmax(input))`` for class-index targets, ``-sum_c weight_c target_c
     log_softmax(input)_c`` for class-probability targets (the same shape as input), with torch's
     ``label_smoothing`` (class indices: ``(1 - e) nll + e / C`` times the weighted sum of
-    ``-log p``; probabilities: targets mixed with the uniform distribution) and reductions.
-    Composed of ``log_softmax`` (VJP ``g - e sum(g)/s``), ``take_along_axis`` and ``sum``."""
+    ``-log p``; probabilities: targets mixed with the uniform distribution; it may be an array or
+    a tracer, differentiated through the composition) and reductions. Composed of ``log_softmax`` (VJP ``g - e sum(g)/s``), ``take_along_axis`` and ``sum``."""
+    from jaxrules.mechanism import concrete_value
     from jaxrules.ops.activations import log_softmax
 
     x, t, w = _class_inputs("cross_entropy", input, target, weight, reduction)
-    if not isinstance(label_smoothing, numbers.Real) or not 0 <= label_smoothing <= 1:
-        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing!r}")
+    # (a number, an array or a tracer: jit, vmap, grad through the composition below)
+    label_smoothing = V.hyperparameter("cross_entropy", "label_smoothing", label_smoothing, jnp.zeros((), x.dtype),
+                                       low=0, strict=False)
+    host = concrete_value(label_smoothing)
+    if host is not None and host > 1:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {host!r}")
+    if host is None:
+        from jaxrules.checking import runtime_check
+
+        runtime_check(label_smoothing > 1, "cross_entropy: label_smoothing must be in [0, 1] (a traced value)")
     axis = 0 if x.ndim == 1 else 1
     logp = log_softmax(x, axis=axis)
     classes = x.shape[axis]
@@ -411,7 +420,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
         return reductions.mean(losses) if reduction == "mean" else reductions.sum(losses)
     _check_targets("cross_entropy", x, t)
     nll = _nll(logp, t, w, ignore_index, reduction)
-    if label_smoothing == 0:
+    if host is not None and host == 0:
         return nll
     kept = t != ignore_index
     smooth = jnp.where(kept, -reductions.sum(logp * w.reshape(view), axis=axis), 0)
