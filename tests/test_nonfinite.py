@@ -80,10 +80,13 @@ OPEN: dict[str, str] = {
     # ops/losses.py
     "binary_cross_entropy_with_logits/arg1/?inf": "open: value and input gradient NaN at an infinite target; torch "
                                                   "+-inf (the loss is linear in the target)",
+    "cross_entropy/arg0/-inf": "open: under jit the default label_smoothing = 0 is traced (since d3149a2), so "
+                               "the smoothing term 0 * sum(-log p) runs and gives 0 * inf = NaN; eager and "
+                               "torch: +inf",
     "gaussian_nll_loss/arg2/-inf": "open: var = -inf gives a finite loss (torch refuses a negative var)",
     "gaussian_nll_loss/arg2/+inf": "open: input and target gradients NaN at var = +inf; torch 0, (x - t)/var's limit",
-    "kl_div/arg1/-inf": "open: the value drops a target <= 0 (t log t taken as 0); torch NaN (log of a negative)",
-    "kl_div/arg1/nan": "open: the value drops a NaN target (finite loss); torch NaN",
+    "kl_div/arg1/-inf": "open: a -inf target gives a finite loss; torch NaN (t log t of a negative t)",
+    "kl_div/arg1/nan": "open: a NaN target gives a finite loss; torch NaN",
     "l1_loss/arg[01]/nan": "open: gradients NaN at a NaN difference; torch 0 (sign(NaN) = 0 in torch)",
     "margin_ranking_loss/arg2/nan": "open: input gradients 0 at a NaN target; torch NaN",
     "multilabel_soft_margin_loss/arg1/?inf": "open: input gradient NaN at an infinite target; torch -+inf "
@@ -107,10 +110,11 @@ OPEN: dict[str, str] = {
     "nested.scaled_dot_product_attention[[]pallas]/arg[01]/*": "open: the kernel returns 0 (and finite gradients) "
                                                               "where torch's output is NaN",
     # ops/indexing.py
-    "scatter_reduce_am[ai][xn]/arg[03]/nan": "open: gradients 0 where torch's are NaN (a NaN selected as the "
-                                             "extremum gets no gradient)",
+    "scatter_reduce_am[ai][xn]/arg[03]/nan": "open: self and source gradients 0 where torch's are NaN "
+                                             "(a NaN source or self entry)",
     # ops/linalg.py
-    "cholesky_inverse/arg0/nan": "open: all NaN; torch keeps entry [2, 2] = 1/L22^2 finite, the exact value",
+    "cholesky_inverse/arg0/nan": "open: all NaN; torch keeps entry [2, 2] = 1/L22^2 finite, the exact value "
+                                 "(the NaN is L11)",
     "det/arg0/?inf": "open: NaN where torch's (and the exact cofactor expansion's) value is +-inf",
     "inv/arg0/nan": _LINALG + " (3 entries finite, torch all NaN)",
     "solve/arg0/nan": _LINALG + " (1 entry finite, torch all NaN)",
