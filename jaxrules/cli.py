@@ -12,18 +12,26 @@ import time
 
 # XLA's CPU compiler options for the harness's many small programs (read when the backend starts,
 # so set before the process's first computation): the older loop emitters compile about a fifth
-# faster than the fusion emitters, and one LLVM module per program (no parallel codegen split) is
-# cheaper when every core already runs a worker.
-FAST_COMPILE_XLA_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
+# faster than the fusion emitters (jaxlib 0.10; 0.11's XLA no longer has the flag and aborts on
+# it), and one LLVM module per program (no parallel codegen split) is cheaper when every core
+# already runs a worker.
+FAST_COMPILE_XLA_FLAGS = ("--xla_cpu_parallel_codegen_split_count=1",)
+_FLAGS_OF_JAXLIB = {"0.10": ("--xla_cpu_use_fusion_emitters=false",)}
 
 
 def use_fast_compile_flags() -> None:
     """Add ``FAST_COMPILE_XLA_FLAGS`` to ``XLA_FLAGS`` (for this process if its backend has not
     started yet, and for the processes it starts)."""
+    import importlib.metadata
     import os
 
+    try:
+        jaxlib = ".".join(importlib.metadata.version("jaxlib").split(".")[:2])
+    except importlib.metadata.PackageNotFoundError:
+        jaxlib = ""
     flags = os.environ.get("XLA_FLAGS", "").split()
-    flags += [f for f in FAST_COMPILE_XLA_FLAGS if f.split("=")[0] not in {g.split("=")[0] for g in flags}]
+    ours = FAST_COMPILE_XLA_FLAGS + _FLAGS_OF_JAXLIB.get(jaxlib, ())
+    flags += [f for f in ours if f.split("=")[0] not in {g.split("=")[0] for g in flags}]
     os.environ["XLA_FLAGS"] = " ".join(flags)
 
 

@@ -4,19 +4,25 @@ op's record. Usable on your own ops: build an ``OpRecord`` and call ``check_op(r
 Checks (names used by the CLI, the tests and the JSON report):
 
 * ``gradients``   first and second derivatives (forward and reverse, each order) against central
-  differences on every sample (``jax.test_util.check_grads(order=2)``'s comparisons, one
-  compiled program per sample);
+  differences on every sample (``jax.test_util.check_grads(order=2)``'s comparisons);
 * ``jvp_vjp``     the two formulas agree: ``Re<ct, jvp(t)> == Re<vjp(ct), t>``;
 * ``formulas``    ``jax.jvp`` ran a JVP formula and no VJP formula; ``jax.vjp`` the converse;
 * ``vmap``        every subset of arguments batched, a batch axis other than 0, nested vmap,
-  vmap of grad, grad of vmap, vmap of jvp — each equal to a Python loop;
-* ``jit``         jit of the value, the gradient and the JVP equal eager;
+  vmap of grad, grad of vmap, vmap of jvp — each equal to a loop over the slices (``lax.map``);
+* ``jit``         jit of the value, the gradient and the JVP equal eager (the record's first
+  sample), the gradient of a jitted function equals the gradient (every sample);
 * ``torch``       values, gradients (conjugated for complex) and JVPs against torch;
 * ``singular``    the record's expected derivatives at its singular points, finite second
   derivatives (forward-over-reverse, reverse-over-reverse, forward-over-forward);
 * ``low_precision`` float32/bfloat16 values and gradients against float64.
 
 Everything runs in float64: enable it first (``jax.config.update("jax_enable_x64", True)``).
+
+Cost (``docs/design.md`` §4): compiling XLA programs is most of the time, so each sample's
+derivatives are compiled once, in one program that ``gradients``, ``jvp_vjp``, ``torch``,
+``jit`` and ``low_precision`` share (``_shared``; run a record's checks one after the other, as
+``check_op`` does, to share it), and repeated evaluations inside a program (the finite-difference
+points, the vmap check's slices) are a ``lax.map`` over one copy of the function.
 """
 
 from __future__ import annotations
@@ -238,17 +244,20 @@ def _shared(record: OpRecord, key: tuple, sample: Sample) -> _Shared:
     t_torch = [jnp.asarray(np.zeros(a.shape, a.dtype)) if i in record.torch_no_grad_args else v
                for i, a, v in zip(sample.diff_argnums(), args, t)]
     derivatives = _derivatives_program(f, jit=False)
+    loss_ct = jax.tree.map(lambda x: jnp.asarray(np.conj(np.asarray(x))), c)
 
     @jax.jit
-    def program(args, t, s, c, t_torch):
+    def program(args, t, s, c, loss_ct, t_torch):
         out = derivatives(args, t, s, c)
         out["value"] = f(*args)
+        # The jit check's gradient of a jitted ``f`` (pjit's partial evaluation splits its jaxpr
+        # into known and unknown parts, the same rule as outside a jit).
+        out["grad_of_jit"] = jax.grad(_loss(jax.jit(f), loss_ct), argnums=tuple(range(len(args))))(*args)
         if record.torch_no_grad_args:
             out["jvp_torch"] = jax.jvp(f, tuple(args), tuple(t_torch))[1]
         return out
 
-    loss_ct = jax.tree.map(lambda x: jnp.asarray(np.conj(np.asarray(x))), c)
-    _SHARED[key] = result = _Shared(args, t, s, c, loss_ct, t_torch, program(args, t, s, c, t_torch))
+    _SHARED[key] = result = _Shared(args, t, s, c, loss_ct, t_torch, program(args, t, s, c, loss_ct, t_torch))
     return result
 
 
@@ -428,20 +437,17 @@ def _check_jit(record: OpRecord) -> float:
     for label, key, sample in _each_sample(record, with_key=True):
         first = first or label
         shared = _shared(record, key, sample)
-        f, args, ct = *_closure(record, sample), shared.loss_ct
-        argnums = tuple(range(len(args)))
-        grad = jax.grad(_loss(f, ct), argnums=argnums)
-        tangents = tuple(shared.t)
         if label == first:  # eager evaluation is slow: jit vs eager on the record's first sample
             # The shared program's jitted value, gradient and JVP against eager evaluation.
-            eager = f(*args), grad(*args), jax.jvp(f, tuple(args), tangents)[1]
+            f, args = _closure(record, sample)
+            grad = jax.grad(_loss(f, shared.loss_ct), argnums=tuple(range(len(args))))
+            eager = f(*args), grad(*args), jax.jvp(f, tuple(args), tuple(shared.t))[1]
             jitted = shared.out["value"], shared.out["vjp"], shared.out["jvp"]
             for what, a, e in zip(("value", "grad", "jvp"), jitted, eager):
                 worst = max(worst, _expect_close(f"{label}: jit {what}", a, e, tol))
         # Differentiating a jitted function (partial evaluation of the jaxpr, where the fixed
-        # arguments become literals) must agree too.
-        grad_of_jit = jax.grad(_loss(jax.jit(f), ct), argnums=argnums)(*args)
-        worst = max(worst, _expect_close(f"{label}: grad of jit", grad_of_jit, shared.out["vjp"], tol))
+        # arguments become literals) must agree too (computed in the shared program).
+        worst = max(worst, _expect_close(f"{label}: grad of jit", shared.out["grad_of_jit"], shared.out["vjp"], tol))
     return worst
 
 
