@@ -581,7 +581,7 @@ def test_learned_hyperparameter_jit_once_vmap_and_derivatives_match_finite_diffe
     f, a = LEARNED[name]
     traces = []
     jitted = jax.jit(lambda x, a: (traces.append(1), f(x, a))[1])
-    values = np.array([a, 1.25 * a])
+    values = np.array([a, 1.25 * a + 0.1])
     outs = [jitted(_X, v) for v in values]
     assert len(traces) == 1, "recompiled for a new hyperparameter value"
     for v, out in zip(values, outs):
@@ -610,6 +610,17 @@ def test_other_hyperparameters_may_be_traced_and_concrete_checks_still_run():
     losses = jax.vmap(lambda e: rnn.gaussian_nll_loss(x, 0 * x, var, eps=e, reduction="none"))(jnp.array([1e-6, 0.6]))
     np.testing.assert_allclose(losses[1], 0.5 * (np.log(np.maximum(var, 0.6)) + _X**2 / np.maximum(var, 0.6)))
     assert jax.grad(lambda e: rnn.gaussian_nll_loss(x, 0 * x, var, eps=e))(0.6) == 0
+    # cross_entropy's label_smoothing differentiated at 0 (the smoothing term is kept for a tracer;
+    # a one-sided difference: the domain is [0, 1]); a -inf logit under jit gives the eager (and
+    # torch's) finite value, not 0 * inf = NaN from the smoothing term
+    ce = lambda e: rnn.cross_entropy(_X.reshape(2, 3), np.array([2, 0]), label_smoothing=e)  # noqa: E731
+    np.testing.assert_allclose(jax.grad(ce)(0.0), (ce(1e-7) - ce(0.0)) / 1e-7, rtol=1e-5)
+    logits = _X.reshape(2, 3).copy()
+    logits[0, 2] = -np.inf
+    eager = rnn.cross_entropy(logits, np.array([1, 0]))
+    assert np.isfinite(eager)
+    np.testing.assert_allclose(jax.jit(lambda e: rnn.cross_entropy(logits, np.array([1, 0]), label_smoothing=e))(0.0),
+                               eager, rtol=1e-15)
     # dropout's p traced: the same masks as concrete p (one compilation), p = 1 gives zeros with
     # a zero (not NaN) gradient; p gets no gradient
     key = jax.random.key(7)

@@ -397,6 +397,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
 
     x, t, w = _class_inputs("cross_entropy", input, target, weight, reduction)
     # (a number, an array or a tracer: jit, vmap, grad through the composition below)
+    fixed = not isinstance(label_smoothing, jax.core.Tracer)  # no tangent: a 0 can drop the smoothing term
     label_smoothing = V.hyperparameter("cross_entropy", "label_smoothing", label_smoothing, jnp.zeros((), x.dtype),
                                        low=0, strict=False)
     host = concrete_value(label_smoothing)
@@ -420,7 +421,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
         return reductions.mean(losses) if reduction == "mean" else reductions.sum(losses)
     _check_targets("cross_entropy", x, t)
     nll = _nll(logp, t, w, ignore_index, reduction)
-    if host is not None and host == 0:
+    if fixed and host is not None and host == 0:
         return nll
     kept = t != ignore_index
     smooth = jnp.where(kept, -reductions.sum(logp * w.reshape(view), axis=axis), 0)
@@ -428,7 +429,10 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
         smooth = reductions.sum(smooth) / jnp.sum(jnp.where(kept, w[jnp.where(kept, t, 0)], 0))
     elif reduction == "sum":
         smooth = reductions.sum(smooth)
-    return (1 - label_smoothing) * nll + smooth * (label_smoothing / classes)
+    term = smooth * (label_smoothing / classes)
+    if not (fixed and host is not None):  # a traced 0: no 0 * inf from the term at a -inf logit
+        term = jnp.where((label_smoothing == 0) & jnp.isinf(smooth), 0, term)
+    return (1 - label_smoothing) * nll + term
 
 
 _NN = "jaxrules.nn."
