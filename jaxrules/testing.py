@@ -439,7 +439,7 @@ def _check_jit(record: OpRecord) -> float:
         shared = _shared(record, key, sample)
         if label == first:  # eager evaluation is slow: jit vs eager on the record's first sample
             # The shared program's jitted value, gradient and JVP against eager evaluation.
-            f, args = _closure(record, sample)
+            f, args = _closure(record, sample)[0], shared.args  # the shared program's arguments
             grad = jax.grad(_loss(f, shared.loss_ct), argnums=tuple(range(len(args))))
             eager = f(*args), grad(*args), jax.jvp(f, tuple(args), tuple(shared.t))[1]
             jitted = shared.out["value"], shared.out["vjp"], shared.out["jvp"]
@@ -618,8 +618,8 @@ def _check_low_precision(record: OpRecord) -> float | str:
         return "skipped: no low-precision dtypes listed"
     worst = 0.0
     for label, key, sample in _each_sample(record, ("float64",), with_key=True):
-        f, args = _closure(record, sample)
         shared = _shared(record, key, sample)  # the float64 value and VJP
+        f, args = _closure(record, sample)[0], shared.args
         ct, out, grads = shared.c, shared.out["value"], shared.out["vjp"]
 
         @jax.jit  # compiled (eager dispatch dominates otherwise; jit vs eager is the ``jit`` check)
