@@ -1,7 +1,10 @@
 """Merge sweep records (``python -m jaxrules bench --suite sweep --record FILE``) into the
 dispatch table of their device kind, ``jaxrules/dispatch_data/<kind>.json``: each measured point
 (op, dtype, weight dtype, features) replaces the table's point with the same key, and is no
-longer ``stale`` (the table's list of points measured with earlier code).
+longer ``stale`` (the table's list of points measured with earlier code). A record without
+kernel times (``--variants default,xla,jax``, after a change to the XLA formulas only) updates
+the XLA and plain-JAX times of the table's points, and their kernel time where the row's plan
+was the kernel (its "default" time); other kernel times stay.
 
     python benchmarks/record_dispatch.py sweep0.json sweep1.json --command "python -m jaxrules bench ..."
 """
@@ -29,6 +32,15 @@ def merge(records, command):
     for record in records:
         points.update({_key(p): p for p in record["points"]})
         fresh.update(_key(p) for p in record["points"])
+        for row in record.get("rows", []):
+            if "pallas_ms" in row or "xla_ms" not in row or "jax_ms" not in row:
+                continue
+            key = _key({**row, "dtype": "bfloat16" if row["dtype"] == "float16" else row["dtype"]})
+            if key in points:
+                timed = {"xla_ms": row["xla_ms"], "jax_ms": row["jax_ms"]}
+                if row.get("plan") == "pallas" and "default_ms" in row:  # the default ran the kernel
+                    timed["pallas_ms"] = row["default_ms"]
+                points[key] = {**points[key], **{k: round(v, 5) for k, v in timed.items()}}
     stale = [c.name for c in bench.sweep_cases() if c.name in table.get("stale", [])
              and (c.op, c.dtype, c.weight_dtype, bench.sweep_features(c)) not in fresh]
     jax_versions = {r["jax"] for r in records}

@@ -10,7 +10,10 @@ Forms (each a ``jax.custom_vjp`` with residuals x, w, mean, rstd, except ``jaxru
 ``same``: the op's math inline; ``raw``: the backward's row sums over x instead of x_hat
 (``E[gw x_hat] = rstd (E[gw x] - mean E[gw])``), one fusion fewer of broadcast statistics;
 ``shift``: ``raw`` over x minus the row's first element (what ``partials.norm_projection`` does);
-``xhat``: residual x_hat in x's dtype instead of x (no recomputation, torch's layout differs).
+``xhat``: residual x_hat in x's dtype instead of x (no recomputation, torch's layout differs);
+``onepass``: ``shift`` with the forward's mean and variance from one pass over x minus the row's
+first element (no second, centered pass); ``welford``: ``shift`` with the statistics from one
+variadic reduction merging (count, mean, M2) pairs.
 """
 
 from __future__ import annotations
@@ -35,14 +38,39 @@ def _stats(x):
     return xf, mean, jax.lax.rsqrt(jnp.square(xf - mean).mean(-1, keepdims=True) + EPS)
 
 
-def _form(backward, residual_xhat=False):
+def _onepass_stats(x):
+    """Mean and variance from one pass over x minus the row's first element."""
+    xf = x.astype(jnp.float32)
+    shift = xf[:, :1]
+    d = xf - shift
+    m1, m2 = d.mean(-1, keepdims=True), jnp.square(d).mean(-1, keepdims=True)
+    return xf, shift + m1, jax.lax.rsqrt(jnp.maximum(m2 - m1 * m1, 0) + EPS)
+
+
+def _welford_stats(x):
+    """Mean and variance from one variadic reduction merging (count, mean, M2) as Chan et al."""
+    xf = x.astype(jnp.float32)
+
+    def merge(a, b):
+        (na, ma, sa), (nb, mb, sb) = a, b
+        n = na + nb
+        frac = jnp.where(n > 0, nb / jnp.where(n > 0, n, 1), 0)
+        delta = mb - ma
+        return n, ma + delta * frac, sa + sb + delta * delta * na * frac
+
+    zero = jnp.float32(0)
+    n, mean, m2 = jax.lax.reduce((jnp.ones_like(xf), xf, jnp.zeros_like(xf)), (zero, zero, zero), merge, (1,))
+    return xf, mean[:, None], jax.lax.rsqrt(m2[:, None] / n[:, None] + EPS)
+
+
+def _form(backward, residual_xhat=False, stats=_stats):
     @jax.custom_vjp
     def f(x, w, b):
-        xf, mean, rstd = _stats(x)
+        xf, mean, rstd = stats(x)
         return ((xf - mean) * rstd * w + b).astype(x.dtype)
 
     def fwd(x, w, b):
-        xf, mean, rstd = _stats(x)
+        xf, mean, rstd = stats(x)
         y = ((xf - mean) * rstd * w + b).astype(x.dtype)
         kept = ((xf - mean) * rstd).astype(x.dtype) if residual_xhat else x
         return y, (kept, w, mean, rstd)
@@ -83,6 +111,8 @@ FORMS = {
     "raw": _form(_raw),
     "xhat": _form(_same, residual_xhat=True),
     "shift": _form(_shift),
+    "onepass": _form(_shift, stats=_onepass_stats),
+    "welford": _form(_shift, stats=_welford_stats),
 }
 
 

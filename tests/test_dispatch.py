@@ -182,3 +182,16 @@ def test_record_dispatch_merges_by_key_and_clears_stale_points(tmp_path, monkeyp
     assert len(table["points"]) == 2
     assert by_name[cases[0].name]["pallas_ms"] == 0.5 and by_name[cases[1].name]["pallas_ms"] == 5.0
     assert table["stale"] == [cases[1].name] and table["command"] == "cmd"
+    # a verification record (no kernel times) updates the XLA and plain-JAX times only
+    row = {**point(cases[1], 0.0), "xla_ms": 0.25, "jax_ms": 0.75, "default_ms": 9.0}
+    del row["pallas_ms"]
+    dispatch.table_path("GPU X").write_text(json.dumps(table))
+    _, updated = module.merge([{"device_kind": "GPU X", "jax": "0.11.2", "points": [], "rows": [row]}], "cmd2")
+    changed = [p for p in updated["points"] if p["features"] == row["features"] and p["dtype"] == row["dtype"]
+               and p["op"] == row["op"]]
+    assert [(p["pallas_ms"], p["xla_ms"], p["jax_ms"]) for p in changed] == [(5.0, 0.25, 0.75)]
+    dispatch.table_path("GPU X").write_text(json.dumps(updated))  # where the plan was the kernel: its time too
+    _, kernel = module.merge([{"device_kind": "GPU X", "jax": "0.11.2", "points": [],
+                               "rows": [{**row, "plan": "pallas"}]}], "cmd3")
+    assert [p["pallas_ms"] for p in kernel["points"] if p["features"] == row["features"]
+            and p["dtype"] == row["dtype"] and p["op"] == row["op"]] == [9.0]
