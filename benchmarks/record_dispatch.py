@@ -41,6 +41,7 @@ def merge(records, command):
                 if row.get("plan") == "pallas" and "default_ms" in row:  # the default ran the kernel
                     timed["pallas_ms"] = row["default_ms"]
                 points[key] = {**points[key], **{k: round(v, 5) for k, v in timed.items()}}
+                fresh.add(key)  # a stale point's XLA times are what went stale
     stale = [c.name for c in bench.sweep_cases() if c.name in table.get("stale", [])
              and (c.op, c.dtype, c.weight_dtype, bench.sweep_features(c)) not in fresh]
     jax_versions = {r["jax"] for r in records}

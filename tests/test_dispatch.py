@@ -190,6 +190,7 @@ def test_record_dispatch_merges_by_key_and_clears_stale_points(tmp_path, monkeyp
     changed = [p for p in updated["points"] if p["features"] == row["features"] and p["dtype"] == row["dtype"]
                and p["op"] == row["op"]]
     assert [(p["pallas_ms"], p["xla_ms"], p["jax_ms"]) for p in changed] == [(5.0, 0.25, 0.75)]
+    assert "stale" not in updated  # its last stale point's XLA times are fresh now
     dispatch.table_path("GPU X").write_text(json.dumps(updated))  # where the plan was the kernel: its time too
     _, kernel = module.merge([{"device_kind": "GPU X", "jax": "0.11.2", "points": [],
                                "rows": [{**row, "plan": "pallas"}]}], "cmd3")
