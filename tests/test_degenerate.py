@@ -97,6 +97,14 @@ CASES = {
     ),
     "det 0x0": (jrl.det, _torch_reference(torch.linalg.det), np.zeros((0, 0))),  # JAX's JVP raises
     "det of an empty batch": (jrl.det, jnp.linalg.det, np.zeros((0, 3, 3))),
+    "group_norm of an empty batch": (
+        lambda x: rnn.group_norm(x, 2), _torch_reference(lambda x: torch.nn.functional.group_norm(x, 2)),
+        np.zeros((0, 4, 5)),
+    ),
+    "group_norm of empty groups": (
+        lambda x: rnn.group_norm(x, 2), _torch_reference(lambda x: torch.nn.functional.group_norm(x, 2)),
+        np.zeros((2, 4, 0)),
+    ),
 }
 
 

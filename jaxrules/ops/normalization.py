@@ -182,7 +182,7 @@ def _grouped_norm(op, x, weight, bias, *, layout, groups, eps, launch):
     """Batch/group norm through the fused kernels, x (N, C, *) as (N, C, L): ``(y, mean, rstd)``,
     the statistics per group."""
     w, b = _affine_vectors(op, x, (x.shape[1],), weight, bias)
-    x3 = x.reshape(x.shape[0], x.shape[1], -1)
+    x3 = x.reshape(x.shape[0], x.shape[1], math.prod(x.shape[2:]))
     y, mean, rstd = grouped_norm_op(x3, w, b, layout=layout, groups=groups, eps=eps, launch=launch)
     return y.reshape(x.shape), mean, rstd
 
@@ -325,7 +325,7 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, impl=None):
     if plan.impl != "xla":
         return _grouped_norm("group_norm", x, weight, bias, layout="group", groups=int(num_groups), eps=eps,
                              launch=plan.launch)[0]
-    grouped = x.reshape(x.shape[0], num_groups, x.shape[1] // num_groups, -1)  # (N, G, C/G, L)
+    grouped = x.reshape(x.shape[0], num_groups, x.shape[1] // num_groups, math.prod(x.shape[2:]))  # (N, G, C/G, L)
     weight, bias = (_grouped_channels(name, v, x.shape[1], num_groups) for name, v in (("weight", weight),
                                                                                       ("bias", bias)))
     y = _affine_normalize("group_norm", grouped, weight, bias, (2, 3), grouped.shape[1:3], 1, eps, None)[0]
