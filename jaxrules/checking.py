@@ -24,6 +24,8 @@ import logging
 import jax
 import numpy as np
 
+from jaxrules.mechanism import CALLBACK_LOGGERS
+
 __all__ = ["RuntimeCheckError", "checked", "runtime_check"]
 
 _MARKER = "RuntimeCheckError: "
@@ -52,7 +54,7 @@ class _DropOwnCallbackErrors(logging.Filter):
         return not (record.exc_info and isinstance(record.exc_info[1], RuntimeCheckError))
 
 
-for _name in ("jax._src.debugging", "jax._src.callback"):
+for _name in CALLBACK_LOGGERS:
     logging.getLogger(_name).addFilter(_DropOwnCallbackErrors())
 
 

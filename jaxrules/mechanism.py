@@ -50,6 +50,12 @@ from jax.interpreters import ad, batching, mlir
 
 __all__ = ["Op", "concrete_value", "define_op", "differentiated_as", "formula_spy"]
 
+
+# The loggers through which JAX reports a failed host callback (jax.debug.callback and
+# pure/io callbacks): ``jaxrules.checking`` drops the records of the library's own errors.
+CALLBACK_LOGGERS = ("jax._src.debugging", "jax._src.callback")
+
+
 def concrete_value(x):
     """The value of ``x`` as a NumPy array when it is known on the host (an array, or a tracer
     of an eager ``grad``/``jvp`` whose primal is concrete), else ``None`` (under ``jit`` or

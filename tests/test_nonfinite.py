@@ -80,9 +80,6 @@ OPEN: dict[str, str] = {
     # ops/losses.py
     "binary_cross_entropy_with_logits/arg1/?inf": "open: value and input gradient NaN at an infinite target; torch "
                                                   "+-inf (the loss is linear in the target)",
-    "cross_entropy/arg0/-inf": "open: under jit the default label_smoothing = 0 is traced (since d3149a2), so "
-                               "the smoothing term 0 * sum(-log p) runs and gives 0 * inf = NaN; eager and "
-                               "torch: +inf",
     "gaussian_nll_loss/arg2/-inf": "open: var = -inf gives a finite loss (torch refuses a negative var)",
     "gaussian_nll_loss/arg2/+inf": "open: input and target gradients NaN at var = +inf; torch 0, (x - t)/var's limit",
     "kl_div/arg1/-inf": "open: a -inf target gives a finite loss; torch NaN (t log t of a negative t)",
