@@ -8,7 +8,9 @@ import numbers
 
 import jax.numpy as jnp
 import numpy as np
+from jax import Array
 from jax.scipy import special as jsp_special
+from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
@@ -61,8 +63,16 @@ xlogy_op = define_op("xlogy", jsp_special.xlogy, J.xlogy_jvp, R.xlogy_vjp)
 # Public functions (jax.numpy / jax.scipy.special signatures)
 
 
-def abs(x, /):  # noqa: A001 - mirrors jax.numpy.abs
-    """``|x|`` for real and complex x; derivative ``sgn(x)``, 0 at 0 (seed ``abs_backward``)."""
+def abs(x: ArrayLike, /) -> Array:  # noqa: A001 - mirrors jax.numpy.abs
+    """``|x|`` for real and complex x; derivative ``sgn(x)``, 0 at 0 (seed ``abs_backward``).
+    Mirrors ``torch.abs``; also ``jaxrules.numpy.absolute``.
+
+    Args:
+        x: the input. Integer and boolean input is passed to ``jax.numpy.abs`` (no rule).
+
+    Returns:
+        ``|x|``: real (the matching real dtype) for complex ``x``, else ``x``'s dtype.
+    """
     x = V.array("abs", "x", x, inexact=False)
     return abs_op(x) if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.abs(x)
 
@@ -70,23 +80,50 @@ def abs(x, /):  # noqa: A001 - mirrors jax.numpy.abs
 absolute = abs
 
 
-def sign(x, /):
+def sign(x: ArrayLike, /) -> Array:
     """``sign(x)``; complex: ``x/|x|`` (torch.sgn) with the derivative of seed ``sgn_backward``
-    (JAX's own derivative of complex sign is wrongly 0). Real: derivative 0."""
+    (JAX's own derivative of complex sign is wrongly 0). Real: derivative 0. Mirrors
+    ``torch.sgn`` / ``torch.sign``.
+
+    Args:
+        x: the input, real or complex. Integer and boolean input is passed to
+            ``jax.numpy.sign`` (no rule).
+
+    Returns:
+        -1, 0 or 1 for real ``x``; ``x/|x|`` (0 at 0) for complex ``x``; ``x``'s dtype.
+    """
     x = V.array("sign", "x", x, inexact=False)
     return sign_op(x) if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.sign(x)
 
 
-def angle(z, deg: bool = False):
+def angle(z: ArrayLike, deg: bool = False) -> Array:
     """Argument of ``z``; derivative ``Im(dz / z)`` (0 at z = 0 and for real z; seed
-    ``angle_backward``)."""
+    ``angle_backward``). Mirrors ``torch.angle``.
+
+    Args:
+        z: the input, real or complex (integer and boolean input is promoted to the default
+            float dtype).
+        deg: return degrees instead of radians (through ``rad2deg``).
+
+    Returns:
+        The argument of ``z`` in ``[-pi, pi]`` (degrees with ``deg``), a real array.
+    """
     out = angle_op(V.array("angle", "z", z))
     return rad2deg(out) if deg else out
 
 
-def arctan2(x1, x2, /):
+def arctan2(x1: ArrayLike, x2: ArrayLike, /) -> Array:
     """``atan2(x1, x2)``; derivative ``(x2, -x1)/(x1^2 + x2^2)``, 0 at (0, 0) (seed
-    ``atan2_backward``, which is NaN there)."""
+    ``atan2_backward``, which is NaN there). Mirrors ``torch.atan2``; also
+    ``jaxrules.numpy.atan2``.
+
+    Args:
+        x1: the y-coordinates (integer and boolean input is promoted to float).
+        x2: the x-coordinates, broadcastable with ``x1``.
+
+    Returns:
+        The angle of the point ``(x2, x1)`` in ``[-pi, pi]``, of the broadcast shape.
+    """
     x1, x2 = V.array("arctan2", "x1", x1), V.array("arctan2", "x2", x2)
     V.broadcast("arctan2", x1=x1, x2=x2)
     return arctan2_op(x1, x2)
@@ -96,10 +133,22 @@ def _is_python_scalar(v) -> bool:
     return isinstance(v, numbers.Number) and not isinstance(v, bool)
 
 
-def power(x1, x2, /):
+def power(x1: ArrayLike, x2: ArrayLike, /) -> Array:
     """``x1 ** x2`` with torch's zero cases (seed ``pow_backward``, ``pow_backward_self``,
     ``pow_backward_exponent``): ``x**0`` has derivative 0 at x = 0 (JAX: NaN) and
-    ``d/dy 0**y`` is 0 for y >= 0. A Python-number exponent or base is held fixed."""
+    ``d/dy 0**y`` is 0 for y >= 0. A Python-number exponent or base is held fixed. Mirrors
+    ``torch.pow``; also ``jaxrules.numpy.pow``.
+
+    Args:
+        x1: the base. With a Python-number ``x2``, an integer or boolean ``x1`` is passed to
+            ``jax.numpy.power`` (no rule); otherwise an integer or boolean array base is
+            promoted to float. A Python number (not a bool) is a fixed base.
+        x2: the exponent, broadcastable with ``x1``. A Python number (not a bool) is a fixed
+            exponent; an array exponent is promoted to float.
+
+    Returns:
+        ``x1 ** x2`` of the broadcast shape, in the two operands' result dtype.
+    """
     if _is_python_scalar(x2) and not _is_python_scalar(x1):
         x1 = V.array("power", "x1", x1, inexact=False)
         if not jnp.issubdtype(x1.dtype, jnp.inexact):
@@ -114,31 +163,72 @@ def power(x1, x2, /):
     return power_op(x1.astype(dtype), x2.astype(dtype))
 
 
-def copysign(x1, x2, /):
+def copysign(x1: ArrayLike, x2: ArrayLike, /) -> Array:
     """``|x1|`` with the sign of ``x2``; derivative ``result/x1``, 0 at x1 = 0 (seed
-    ``copysign_tensor_self_backward``; JAX gives +-1 there), none to ``x2``."""
+    ``copysign_tensor_self_backward``; JAX gives +-1 there), none to ``x2``. Mirrors
+    ``torch.copysign``.
+
+    Args:
+        x1: the magnitudes (integer and boolean input is promoted to float).
+        x2: the signs, broadcastable with ``x1`` (no derivative flows to it).
+
+    Returns:
+        ``|x1|`` with ``x2``'s sign (signed zeros included), of the broadcast shape.
+    """
     x1, x2 = V.array("copysign", "x1", x1), V.array("copysign", "x2", x2)
     V.broadcast("copysign", x1=x1, x2=x2)
     return copysign_op(x1, x2)
 
 
-def sinc(x, /):
-    """``sin(pi x)/(pi x)``; derivative by its Taylor series near 0 (exact 0 at 0)."""
+def sinc(x: ArrayLike, /) -> Array:
+    """``sin(pi x)/(pi x)``; derivative by its Taylor series near 0 (exact 0 at 0). Mirrors
+    ``torch.sinc``.
+
+    Args:
+        x: the input (integer and boolean input is promoted to float).
+
+    Returns:
+        The normalized sinc of ``x`` (1 at 0).
+    """
     return sinc_op(V.array("sinc", "x", x))
 
 
-def log1p(x, /):
-    """``log(1 + x)``; derivative ``1/(1 + x)`` (seed ``log1p_backward``)."""
+def log1p(x: ArrayLike, /) -> Array:
+    """``log(1 + x)``; derivative ``1/(1 + x)`` (seed ``log1p_backward``). Mirrors
+    ``torch.log1p``.
+
+    Args:
+        x: the input, real or complex (integer and boolean input is promoted to float).
+
+    Returns:
+        ``log(1 + x)`` (NaN below -1 for real ``x``, -inf at -1).
+    """
     return log1p_op(V.array("log1p", "x", x))
 
 
-def deg2rad(x, /):
-    """Degrees to radians (seed ``deg2rad_backward``)."""
+def deg2rad(x: ArrayLike, /) -> Array:
+    """Degrees to radians (seed ``deg2rad_backward``). Mirrors ``torch.deg2rad``; also
+    ``jaxrules.numpy.radians``.
+
+    Args:
+        x: angles in degrees (integer and boolean input is promoted to float).
+
+    Returns:
+        ``x * pi / 180``.
+    """
     return deg2rad_op(V.array("deg2rad", "x", x))
 
 
-def rad2deg(x, /):
-    """Radians to degrees (seed ``rad2deg_backward``)."""
+def rad2deg(x: ArrayLike, /) -> Array:
+    """Radians to degrees (seed ``rad2deg_backward``). Mirrors ``torch.rad2deg``; also
+    ``jaxrules.numpy.degrees``.
+
+    Args:
+        x: angles in radians (integer and boolean input is promoted to float).
+
+    Returns:
+        ``x * 180 / pi``.
+    """
     return rad2deg_op(V.array("rad2deg", "x", x))
 
 
@@ -146,11 +236,22 @@ radians = deg2rad
 degrees = rad2deg
 
 
-def clip(arr=None, /, min=None, max=None):  # noqa: A002 - mirrors jax.numpy.clip
+def clip(arr: ArrayLike | None = None, /, min: ArrayLike | None = None, max: ArrayLike | None = None) -> Array:  # noqa: A002 - mirrors jax.numpy.clip
     """``minimum(maximum(arr, min), max)`` with torch's derivative: the full gradient to
     ``arr`` on the closed interval (JAX splits it in half at the bounds), to ``min``/``max``
     where they are active, to ``max`` when min > max (seed ``clamp_backward``,
-    ``clamp_backward_min_max``, ``clamp_jvp``)."""
+    ``clamp_backward_min_max``, ``clamp_jvp``). Mirrors ``torch.clamp``.
+
+    Args:
+        arr: the array to clip (required; ``TypeError`` if missing). Integer and boolean input
+            is passed to ``jax.numpy.clip`` (no rule).
+        min: the lower bound, broadcastable with ``arr``; None: no lower bound.
+        max: the upper bound, broadcastable with ``arr``; None: no upper bound. At least one
+            of ``min`` and ``max`` must be given (``ValueError``).
+
+    Returns:
+        ``arr`` clipped to ``[min, max]`` (``max`` where ``min > max``), of the broadcast shape.
+    """
     if arr is None:
         raise TypeError("clip: the array argument 'arr' is required")
     x = V.array("clip", "arr", arr, inexact=False)
@@ -164,36 +265,81 @@ def clip(arr=None, /, min=None, max=None):  # noqa: A002 - mirrors jax.numpy.cli
     return clip_op(x, lo, hi)
 
 
-def logit(x, *, eps: float | None = None):
+def logit(x: ArrayLike, *, eps: float | None = None) -> Array:
     """``log(x/(1 - x))``; with ``eps`` (torch's argument) x is first clamped to
     ``[eps, 1 - eps]`` and the derivative ``1/(x(1 - x))`` is kept on the closed window (seed
-    ``infinitely_differentiable_logit_backward``); without eps, NaN outside [0, 1]."""
+    ``infinitely_differentiable_logit_backward``); without eps, NaN outside [0, 1]. Mirrors
+    ``torch.logit``.
+
+    Args:
+        x: probabilities (integer and boolean input is promoted to float).
+        eps: a Python or NumPy real number in ``[0, 0.5]`` (a static value, not a traced
+            one), or None for no clamping.
+
+    Returns:
+        The log-odds of ``x`` (clamped to ``[eps, 1 - eps]`` first when ``eps`` is given).
+    """
     if eps is not None and not (isinstance(eps, numbers.Real) and 0 <= eps <= 0.5):
         raise ValueError(f"logit: eps must be a number in [0, 0.5], got {eps!r}")
     return logit_op(V.array("logit", "x", x), eps=None if eps is None else float(eps))
 
 
-def i1(x):
-    """Modified Bessel function of order 1; derivative ``i0(x) - i1(x)/x`` (1/2 at 0)."""
+def i1(x: ArrayLike) -> Array:
+    """Modified Bessel function of order 1; derivative ``i0(x) - i1(x)/x`` (1/2 at 0). Mirrors
+    ``torch.special.i1``.
+
+    Args:
+        x: the input, real (integer and boolean input is promoted to float).
+
+    Returns:
+        ``I_1(x)``.
+    """
     return i1_op(V.array("i1", "x", x))
 
 
-def i1e(x):
-    """Exponentially scaled ``i1``; derivative ``i0e(x) - i1e(x)(sign(x) + 1/x)`` (1/2 at 0)."""
+def i1e(x: ArrayLike) -> Array:
+    """Exponentially scaled ``i1``; derivative ``i0e(x) - i1e(x)(sign(x) + 1/x)`` (1/2 at 0).
+    Mirrors ``torch.special.i1e``.
+
+    Args:
+        x: the input, real (integer and boolean input is promoted to float).
+
+    Returns:
+        ``exp(-|x|) I_1(x)``.
+    """
     return i1e_op(V.array("i1e", "x", x))
 
 
-def multigammaln(a, d):
+def multigammaln(a: ArrayLike, d: int) -> Array:
     """Log of the multivariate gamma function of dimension ``d``; derivative
-    ``sum_{i<d} digamma(a - i/2)`` (seed ``mvlgamma_backward``)."""
+    ``sum_{i<d} digamma(a - i/2)`` (seed ``mvlgamma_backward``). Mirrors
+    ``torch.special.multigammaln``.
+
+    Args:
+        a: the argument (integer and boolean input is promoted to float); the function is
+            finite for ``a > (d - 1)/2``.
+        d: the dimension, a positive Python int (``ValueError`` otherwise; not traced).
+
+    Returns:
+        ``log Gamma_d(a)``, of ``a``'s shape.
+    """
     if not isinstance(d, numbers.Integral) or d < 1:
         raise ValueError(f"multigammaln: d must be a positive int, got {d!r}")
     return multigammaln_op(V.array("multigammaln", "a", a), d=int(d))
 
 
-def xlogy(x, y):
+def xlogy(x: ArrayLike, y: ArrayLike) -> Array:
     """``x log(y)``, 0 where x = 0; derivatives ``xlogy(x != 0, y)`` and ``x/y``, both 0 where
-    x = 0 (torch's ``x/y`` is NaN at x = y = 0, where x log y is identically 0 in y)."""
+    x = 0 (torch's ``x/y`` is NaN at x = y = 0, where x log y is identically 0 in y). Mirrors
+    ``torch.special.xlogy``.
+
+    Args:
+        x: the factor (integer and boolean input is promoted to float).
+        y: the argument of the log, broadcastable with ``x``.
+
+    Returns:
+        ``x * log(y)`` with 0 where ``x == 0``, of the broadcast shape.
+    """
     x, y = V.array("xlogy", "x", x), V.array("xlogy", "y", y)
     V.broadcast("xlogy", x=x, y=y)
     return xlogy_op(x, y)
