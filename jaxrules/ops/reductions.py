@@ -12,7 +12,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
+from jax import Array, lax
+from jax.typing import ArrayLike, DTypeLike
 
 from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
@@ -126,32 +127,91 @@ def _is_exact(x) -> bool:
     return not jnp.issubdtype(x.dtype, jnp.inexact)
 
 
-def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None, promote_integers=True):  # noqa: A001
-    """Sum over ``axis``; VJP expands the cotangent (seed ``sum_backward``)."""
+def sum(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, keepdims: bool = False, initial: None = None, where: None = None, promote_integers: bool = True) -> Array:  # noqa: A001
+    """Sum over ``axis``; VJP expands the cotangent (seed ``sum_backward``). Mirrors
+    ``torch.sum``.
+
+    Args:
+        a: the array. Integer and boolean input is summed by ``jax.numpy.sum`` (no rule).
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes).
+        dtype: cast ``a`` to this dtype before summing; None keeps its dtype.
+        out: not supported: must be None (``TypeError`` otherwise).
+        keepdims: keep the reduced axes with length 1.
+        initial: not supported: must be None (``TypeError`` otherwise).
+        where: not supported: must be None (``TypeError`` otherwise).
+        promote_integers: for integer and boolean input, sum in the default integer width
+            (as ``jax.numpy.sum``); unused for inexact input.
+
+    Returns:
+        The sum, with the reduced axes removed (length 1 with ``keepdims``).
+    """
     x, ax = _prepare("sum", a, axis, dtype, out, initial=initial, where=where)
     if _is_exact(x):
         return jnp.sum(x, ax, keepdims=keepdims, promote_integers=promote_integers)
     return sum_op(x, axis=ax, keepdims=bool(keepdims), shape=x.shape)
 
 
-def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
-    """Mean over ``axis``; VJP ``expand(ct)/N`` (seed ``mean_backward``)."""
+def mean(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, keepdims: bool = False, *, where: None = None) -> Array:
+    """Mean over ``axis``; VJP ``expand(ct)/N`` (seed ``mean_backward``). Mirrors
+    ``torch.mean``.
+
+    Args:
+        a: the array (integer and boolean input is promoted to float).
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes).
+        dtype: cast ``a`` to this dtype first; None keeps its dtype.
+        out: not supported: must be None (``TypeError`` otherwise).
+        keepdims: keep the reduced axes with length 1.
+        where: not supported: must be None (``TypeError`` otherwise).
+
+    Returns:
+        The mean, with the reduced axes removed (length 1 with ``keepdims``).
+    """
     x, ax = _prepare("mean", a, axis, dtype, out, where=where)
     x = V.array("mean", "a", x)
     return mean_op(x, axis=ax, keepdims=bool(keepdims), shape=x.shape)
 
 
-def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
-    """Sum ignoring NaNs; VJP zero at the NaNs (seed ``nansum_backward``)."""
+def nansum(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, keepdims: bool = False, initial: None = None, where: None = None) -> Array:
+    """Sum ignoring NaNs; VJP zero at the NaNs (seed ``nansum_backward``). Mirrors
+    ``torch.nansum``.
+
+    Args:
+        a: the array. Integer and boolean input is summed by ``jax.numpy.sum`` (no rule).
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes).
+        dtype: cast ``a`` to this dtype first; None keeps its dtype.
+        out: not supported: must be None (``TypeError`` otherwise).
+        keepdims: keep the reduced axes with length 1.
+        initial: not supported: must be None (``TypeError`` otherwise).
+        where: not supported: must be None (``TypeError`` otherwise).
+
+    Returns:
+        The sum of the non-NaN entries (0 where all are NaN).
+    """
     x, ax = _prepare("nansum", a, axis, dtype, out, initial=initial, where=where)
     if _is_exact(x):
         return jnp.sum(x, ax, keepdims=keepdims)
     return nansum_op(x, axis=ax, keepdims=bool(keepdims))
 
 
-def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None, promote_integers=True):
+def prod(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, keepdims: bool = False, initial: None = None, where: None = None, promote_integers: bool = True) -> Array:
     """Product over ``axis``; derivative the product of the other entries, exact with zeros and
-    branch-free (seed ``prod_backward`` / ``prod_safe_zeros_backward``)."""
+    branch-free (seed ``prod_backward`` / ``prod_safe_zeros_backward``). Mirrors ``torch.prod``.
+
+    Args:
+        a: the array, real or complex. Integer and boolean input goes to ``jax.numpy.prod``
+            (no rule).
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes).
+        dtype: cast ``a`` to this dtype first; None keeps its dtype.
+        out: not supported: must be None (``TypeError`` otherwise).
+        keepdims: keep the reduced axes with length 1.
+        initial: not supported: must be None (``TypeError`` otherwise).
+        where: not supported: must be None (``TypeError`` otherwise).
+        promote_integers: for integer and boolean input, as ``jax.numpy.prod``; unused for
+            inexact input.
+
+    Returns:
+        The product, with the reduced axes removed (length 1 with ``keepdims``).
+    """
     x, ax = _prepare("prod", a, axis, dtype, out, initial=initial, where=where)
     if _is_exact(x):
         return jnp.prod(x, ax, keepdims=keepdims, promote_integers=promote_integers)
@@ -168,17 +228,37 @@ def _scan_input(op, a, axis, dtype, out):
     return x, V.single_axis(op, x.ndim, axis)
 
 
-def cumsum(a, axis=None, dtype=None, out=None):
+def cumsum(a: ArrayLike, axis: int | None = None, dtype: DTypeLike | None = None, out: None = None) -> Array:
     """Cumulative sum (flattened when ``axis`` is None); VJP the reversed cumsum (seed
-    ``cumsum_backward``)."""
+    ``cumsum_backward``). Mirrors ``torch.cumsum``.
+
+    Args:
+        a: the array. Integer and boolean input goes to ``jax.numpy.cumsum`` (no rule).
+        axis: one axis (an int); None: over the flattened array.
+        dtype: cast ``a`` to this dtype first; None keeps its dtype.
+        out: not supported: must be None (``TypeError`` otherwise).
+
+    Returns:
+        The running sums, of ``a``'s shape (1-d when ``axis`` is None).
+    """
     x, ax = _scan_input("cumsum", a, axis, dtype, out)
     return jnp.cumsum(x, ax) if _is_exact(x) else cumsum_op(x, axis=ax)
 
 
-def cumprod(a, axis=None, dtype=None, out=None):
+def cumprod(a: ArrayLike, axis: int | None = None, dtype: DTypeLike | None = None, out: None = None) -> Array:
     """Cumulative product; both derivatives are linear recurrences solved by associative scans,
     exact with zeros and branch-free (torch's ``cumprod_backward`` divides by the input and
-    special-cases the first zero with data-dependent branches)."""
+    special-cases the first zero with data-dependent branches). Mirrors ``torch.cumprod``.
+
+    Args:
+        a: the array. Integer and boolean input goes to ``jax.numpy.cumprod`` (no rule).
+        axis: one axis (an int); None: over the flattened array.
+        dtype: cast ``a`` to this dtype first; None keeps its dtype.
+        out: not supported: must be None (``TypeError`` otherwise).
+
+    Returns:
+        The running products, of ``a``'s shape (1-d when ``axis`` is None).
+    """
     x, ax = _scan_input("cumprod", a, axis, dtype, out)
     return jnp.cumprod(x, ax) if _is_exact(x) else cumprod_op(x, axis=ax)
 
@@ -193,29 +273,84 @@ def _correction(op, ddof, correction):
     return correction
 
 
-def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
+def var(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, ddof: float = 0, keepdims: bool = False, *, where: None = None, mean: None = None, correction: float | None = None) -> Array:
     """Variance with ``N - correction`` degrees of freedom; VJP ``2/(N-c) ct (x - mean)``
-    (seed ``var_backward``)."""
+    (seed ``var_backward``). Mirrors ``torch.var``.
+
+    Args:
+        a: the array, real or complex (integer and boolean input is promoted to float).
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes).
+        dtype: cast ``a`` to this dtype first; None keeps its dtype.
+        out: not supported: must be None (``TypeError`` otherwise).
+        ddof: the correction (``N - ddof`` degrees of freedom), a Python or NumPy number.
+        keepdims: keep the reduced axes with length 1.
+        where: not supported: must be None (``TypeError`` otherwise).
+        mean: not supported: must be None (``TypeError`` otherwise).
+        correction: the array-API spelling of ``ddof`` (a number); give one of the two
+            (``ValueError`` when both are, with ``ddof != 0``).
+
+    Returns:
+        The variance (real); NaN where ``N - correction <= 0``.
+    """
     x, ax = _prepare("var", a, axis, dtype, out, where=where, mean=mean)
     return var_op(V.array("var", "a", x), axis=ax, keepdims=bool(keepdims), correction=_correction("var", ddof, correction))
 
 
-def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
+def std(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, ddof: float = 0, keepdims: bool = False, *, where: None = None, mean: None = None, correction: float | None = None) -> Array:
     """Standard deviation; VJP ``var_backward(ct/(2 std))`` with 0 where std = 0, so a constant
-    input has gradient 0 at first and second order (seed ``std_backward``; JAX gives NaN)."""
+    input has gradient 0 at first and second order (seed ``std_backward``; JAX gives NaN).
+    Mirrors ``torch.std``.
+
+    Args:
+        a: the array, real or complex (integer and boolean input is promoted to float).
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes).
+        dtype: cast ``a`` to this dtype first; None keeps its dtype.
+        out: not supported: must be None (``TypeError`` otherwise).
+        ddof: the correction (``N - ddof`` degrees of freedom), a Python or NumPy number.
+        keepdims: keep the reduced axes with length 1.
+        where: not supported: must be None (``TypeError`` otherwise).
+        mean: not supported: must be None (``TypeError`` otherwise).
+        correction: the array-API spelling of ``ddof`` (a number); give one of the two
+            (``ValueError`` when both are, with ``ddof != 0``).
+
+    Returns:
+        The standard deviation (real); NaN where ``N - correction <= 0``.
+    """
     x, ax = _prepare("std", a, axis, dtype, out, where=where, mean=mean)
     return std_op(V.array("std", "a", x), axis=ax, keepdims=bool(keepdims), correction=_correction("std", ddof, correction))
 
 
-def var_mean(x, axis=None, *, correction=1, keepdims=False):
+def var_mean(x: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, *, correction: float | None = 1, keepdims: bool = False) -> tuple[Array, Array]:
     """``(var, mean)`` in one pass, torch.var_mean's defaults (``correction=1``); VJP seed
-    ``var_mean_backward``."""
+    ``var_mean_backward``. Mirrors ``torch.var_mean``.
+
+    Args:
+        x: the array, real or complex (integer and boolean input is promoted to float).
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes).
+        correction: ``N - correction`` degrees of freedom (a number; None means 0).
+        keepdims: keep the reduced axes with length 1.
+
+    Returns:
+        ``(var, mean)``: a tuple of the variance (real) and the mean, both reduced over ``axis``.
+    """
     x, ax = _prepare("var_mean", x, axis)
     return var_mean_op(V.array("var_mean", "x", x), axis=ax, keepdims=bool(keepdims), correction=_correction("var_mean", 0, correction))
 
 
-def std_mean(x, axis=None, *, correction=1, keepdims=False):
-    """``(std, mean)`` in one pass, torch.std_mean's defaults; VJP seed ``std_mean_backward``."""
+def std_mean(x: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, *, correction: float | None = 1, keepdims: bool = False) -> tuple[Array, Array]:
+    """``(std, mean)`` in one pass, torch.std_mean's defaults; VJP seed ``std_mean_backward``.
+    Mirrors ``torch.std_mean``.
+
+    Args:
+        x: the array, real or complex (integer and boolean input is promoted to float).
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes).
+        correction: ``N - correction`` degrees of freedom (a number; None means 0).
+        keepdims: keep the reduced axes with length 1.
+
+    Returns:
+        ``(std, mean)``: a tuple of the standard deviation (real) and the mean, both reduced
+        over ``axis``.
+    """
     x, ax = _prepare("std_mean", x, axis)
     return std_mean_op(V.array("std_mean", "x", x), axis=ax, keepdims=bool(keepdims), correction=_correction("std_mean", 0, correction))
 
@@ -229,14 +364,40 @@ def _selection(op_name, op, fallback, a, axis, out, keepdims, initial, where):
     return op(x, axis=ax, keepdims=bool(keepdims))
 
 
-def amax(a, axis=None, out=None, keepdims=False, initial=None, where=None):
+def amax(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, keepdims: bool = False, initial: None = None, where: None = None) -> Array:
     """Maximum; the derivative spreads evenly over ties and NaN counts as the maximum (seed
-    ``evenly_distribute_backward``, ``scale_grad_by_count``, ``evenly_read_jvp``)."""
+    ``evenly_distribute_backward``, ``scale_grad_by_count``, ``evenly_read_jvp``). Mirrors
+    ``torch.amax`` (and ``torch.max()`` without ``dim``).
+
+    Args:
+        a: the array. Integer and boolean input goes to ``jax.numpy.max`` (no rule).
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes). A zero-size reduction raises ``ValueError``.
+        out: not supported: must be None (``TypeError`` otherwise).
+        keepdims: keep the reduced axes with length 1.
+        initial: not supported: must be None (``TypeError`` otherwise).
+        where: not supported: must be None (``TypeError`` otherwise).
+
+    Returns:
+        The maximum (NaN where the reduced entries hold a NaN).
+    """
     return _selection("amax", amax_op, jnp.max, a, axis, out, keepdims, initial, where)
 
 
-def amin(a, axis=None, out=None, keepdims=False, initial=None, where=None):
-    """Minimum; ties share the derivative evenly, NaN counts as the minimum."""
+def amin(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, keepdims: bool = False, initial: None = None, where: None = None) -> Array:
+    """Minimum; ties share the derivative evenly, NaN counts as the minimum. Mirrors
+    ``torch.amin`` (and ``torch.min()`` without ``dim``).
+
+    Args:
+        a: the array. Integer and boolean input goes to ``jax.numpy.min`` (no rule).
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes). A zero-size reduction raises ``ValueError``.
+        out: not supported: must be None (``TypeError`` otherwise).
+        keepdims: keep the reduced axes with length 1.
+        initial: not supported: must be None (``TypeError`` otherwise).
+        where: not supported: must be None (``TypeError`` otherwise).
+
+    Returns:
+        The minimum (NaN where the reduced entries hold a NaN).
+    """
     return _selection("amin", amin_op, jnp.min, a, axis, out, keepdims, initial, where)
 
 
@@ -263,27 +424,71 @@ def _value_selection(op, kind, a, axis, keepdims, k=0):
     return ValuesIndices(values, indices)
 
 
-def max(a, axis=None, out=None, keepdims=False, initial=None, where=None, *, return_indices=False):  # noqa: A001
+def max(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, keepdims: bool = False, initial: None = None, where: None = None, *, return_indices: bool = False) -> Array | ValuesIndices:  # noqa: A001
     """``jax.numpy.max`` (ties share the derivative evenly, as ``amax``); with
     ``return_indices=True``, torch's ``max(dim)``: ``(values, indices)`` along one ``axis``, the
-    first maximum's index, the derivative to that index only."""
+    first maximum's index, the derivative to that index only. Mirrors ``torch.max``.
+
+    Args:
+        a: the array (as ``amax``; with ``return_indices``, real: complex raises ``TypeError``).
+        axis: as ``amax``; with ``return_indices``, one axis (an int).
+        out: not supported: must be None (``TypeError`` otherwise; ``ValueError`` with
+            ``return_indices``).
+        keepdims: keep the reduced axes with length 1.
+        initial: as ``out``.
+        where: as ``out``.
+        return_indices: return torch's ``(values, indices)`` along ``axis``.
+
+    Returns:
+        The maximum (see ``amax``), or with ``return_indices`` a ``ValuesIndices`` named tuple
+        ``(values, indices)`` (integer indices).
+    """
     if return_indices:
         _no_extras("max", out=out, initial=initial, where=where)
         return _value_selection("max", "max", a, axis, keepdims)
     return amax(a, axis, out, keepdims, initial, where)
 
 
-def min(a, axis=None, out=None, keepdims=False, initial=None, where=None, *, return_indices=False):  # noqa: A001
-    """``jax.numpy.min``; with ``return_indices=True``, torch's ``min(dim)`` (see ``max``)."""
+def min(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, keepdims: bool = False, initial: None = None, where: None = None, *, return_indices: bool = False) -> Array | ValuesIndices:  # noqa: A001
+    """``jax.numpy.min``; with ``return_indices=True``, torch's ``min(dim)`` (see ``max``).
+    Mirrors ``torch.min``.
+
+    Args:
+        a: the array (as ``amin``; with ``return_indices``, real: complex raises ``TypeError``).
+        axis: as ``amin``; with ``return_indices``, one axis (an int).
+        out: not supported: must be None (``TypeError`` otherwise; ``ValueError`` with
+            ``return_indices``).
+        keepdims: keep the reduced axes with length 1.
+        initial: as ``out``.
+        where: as ``out``.
+        return_indices: return torch's ``(values, indices)`` along ``axis``.
+
+    Returns:
+        The minimum (see ``amin``), or with ``return_indices`` a ``ValuesIndices`` named tuple
+        ``(values, indices)`` (the first minimum's index).
+    """
     if return_indices:
         _no_extras("min", out=out, initial=initial, where=where)
         return _value_selection("min", "min", a, axis, keepdims)
     return amin(a, axis, out, keepdims, initial, where)
 
 
-def kthvalue(a, k, axis=-1, keepdims=False):
+def kthvalue(a: ArrayLike, k: int, axis: int = -1, keepdims: bool = False) -> ValuesIndices:
     """torch's ``kthvalue``: the ``k``-th smallest (1-based) along ``axis`` and its index (equal
-    values ordered by position); the derivative goes to that index only."""
+    values ordered by position); the derivative goes to that index only. Mirrors
+    ``torch.kthvalue``.
+
+    Args:
+        a: the array, real (integer and boolean input is promoted to float).
+        k: which order statistic, a Python int in ``[1, a.shape[axis]]`` (``ValueError``
+            otherwise).
+        axis: one axis (an int).
+        keepdims: keep ``axis`` with length 1.
+
+    Returns:
+        A ``ValuesIndices`` named tuple ``(values, indices)`` (integer indices), reduced over
+        ``axis``.
+    """
     n = np.shape(a)[axis] if np.ndim(a) else 1
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= n:
         raise ValueError(f"kthvalue: k must be an integer in [1, {n}], got {k!r}")
@@ -296,11 +501,26 @@ def _no_extras(op, **extras):
             raise ValueError(f"{op}: {name} is not supported with return_indices=True")
 
 
-def median(a, axis=None, out=None, overwrite_input=False, keepdims=False, *, return_indices=False):
+def median(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, overwrite_input: bool = False, keepdims: bool = False, *, return_indices: bool = False) -> Array | ValuesIndices:
     """numpy's median (mean of the two middle values for an even count); each middle value's
     derivative spreads evenly over its ties (seed ``evenly_distribute_backward``). With
     ``return_indices=True``, torch's ``median(dim)``: the lower middle value and its index, the
-    derivative to that index only."""
+    derivative to that index only. Mirrors ``torch.median`` (numpy's even-count convention
+    without ``return_indices``).
+
+    Args:
+        a: the array, real (integer and boolean input is promoted to float); not zero-size.
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes); with ``return_indices``, one axis (an int).
+        out: not supported: must be None (``TypeError`` otherwise; ``ValueError`` with
+            ``return_indices``).
+        overwrite_input: accepted for NumPy compatibility and ignored.
+        keepdims: keep the reduced axes with length 1.
+        return_indices: return torch's ``(values, indices)`` along ``axis``.
+
+    Returns:
+        The median, or with ``return_indices`` a ``ValuesIndices`` named tuple
+        ``(values, indices)``.
+    """
     if return_indices:
         _no_extras("median", out=out)
         return _value_selection("median", "median", a, axis, keepdims)
@@ -311,11 +531,24 @@ def median(a, axis=None, out=None, overwrite_input=False, keepdims=False, *, ret
     return median_op(x, axis=ax, keepdims=bool(keepdims))
 
 
-def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, where=None):
+def logsumexp(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, b: None = None, keepdims: bool = False, return_sign: bool = False, where: None = None) -> Array:
     """``log(sum(exp(a)))``; derivative ``exp(a - out)`` (seed ``logsumexp_backward``, in JAX's
     complex convention), with the softmax's limit where the result is infinite: even weights
     over the -inf entries when all are -inf, over the +inf entries when one is (torch and JAX:
-    NaN)."""
+    NaN). Mirrors ``torch.logsumexp``; the same function is ``jaxrules.nn.logsumexp`` and
+    ``jaxrules.scipy.special.logsumexp``.
+
+    Args:
+        a: the array, real or complex (integer and boolean input is promoted to float).
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes).
+        b: not supported: must be None (``TypeError`` otherwise).
+        keepdims: keep the reduced axes with length 1.
+        return_sign: not supported: must be False (``TypeError`` otherwise).
+        where: not supported: must be None (``TypeError`` otherwise).
+
+    Returns:
+        ``log(sum(exp(a)))`` over ``axis``.
+    """
     V.unsupported("logsumexp", b=b, where=where)
     if return_sign:
         raise TypeError("logsumexp: argument 'return_sign' is not supported by jaxrules (got True)")
@@ -323,12 +556,21 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, where=Non
     return logsumexp_op(V.array("logsumexp", "a", x), axis=ax, keepdims=bool(keepdims))
 
 
-def logcumsumexp(x, axis):
+def logcumsumexp(x: ArrayLike, axis: int) -> Array:
     """torch.logcumsumexp: ``log(cumsum(exp(x)))`` along ``axis``. Both derivatives solve the
     recurrence ``dy_k = exp(y_{k-1} - y_k) dy_{k-1} + exp(x_k - y_k) t_k``: exact where the
     seed's ``logcumsumexp_jvp`` loses precision, finite after leading -inf (seed and JAX: NaN).
     Complex input: log's principal branch (as ``lax.cumlogsumexp``), holomorphic derivative in
-    JAX's convention (torch's gradient conjugated)."""
+    JAX's convention (torch's gradient conjugated). Mirrors ``torch.logcumsumexp``.
+
+    Args:
+        x: the array, real or complex, of rank >= 1 (integer and boolean input is promoted to
+            float).
+        axis: one axis (an int; required).
+
+    Returns:
+        The running ``log(sum(exp(x)))`` along ``axis``, of ``x``'s shape.
+    """
     x = V.array("logcumsumexp", "x", x)
     return logcumsumexp_op(x, axis=V.single_axis("logcumsumexp", x.ndim, axis))
 
