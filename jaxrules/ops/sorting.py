@@ -16,7 +16,8 @@ import numbers
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
+from jax import Array, lax
+from jax.typing import ArrayLike, DTypeLike
 
 from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
@@ -90,11 +91,24 @@ def _sort_input(op, a, axis, kind, order, stable, descending):
     return (x.reshape(1), 0, descending) if x.ndim == 0 else (x, V.single_axis(op, x.ndim, axis), descending)
 
 
-def sort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False):
+def sort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: None = None, stable: bool = True, descending: bool = False) -> Array:
     """``jax.numpy.sort`` (flattened for ``axis=None``) in torch's order: NaN last (first when
     ``descending``), equal values by position (always stable). VJP: each cotangent back to its
     entry's position (seed sort's ``value_selecting_reduction_backward``); JVP the tangent
-    permuted alike. Integer and boolean input is sorted without a derivative."""
+    permuted alike. Integer and boolean input is sorted without a derivative. Mirrors
+    ``torch.sort(stable=True)`` (its values).
+
+    Args:
+        a: the array, real (complex raises ``TypeError``).
+        axis: one axis (an int); None sorts the flattened array.
+        kind: not supported: must be None (``TypeError`` otherwise).
+        order: not supported: must be None (``TypeError`` otherwise).
+        stable: a bool; the sort is always stable, so False changes nothing.
+        descending: a bool (torch's argument): largest first, NaN first.
+
+    Returns:
+        The sorted array, of ``a``'s shape (1-d when ``axis`` is None).
+    """
     shape = jnp.shape(a)
     x, ax, descending = _sort_input("sort", a, axis, kind, order, stable, descending)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
@@ -104,9 +118,22 @@ def sort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False):
     return out.reshape(shape) if len(shape) == 0 and axis is not None else out  # axis=None: flattened, (1,)
 
 
-def argsort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False, dtype=None):
+def argsort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: None = None, stable: bool = True, descending: bool = False, dtype: DTypeLike | None = None) -> Array:
     """``jax.numpy.argsort``: the permutation ``sort`` applies (torch's order, always stable);
-    integer output, no derivative."""
+    integer output, no derivative. Mirrors ``torch.argsort(stable=True)``.
+
+    Args:
+        a: the array, real (complex raises ``TypeError``).
+        axis: one axis (an int); None: the permutation of the flattened array.
+        kind: not supported: must be None (``TypeError`` otherwise).
+        order: not supported: must be None (``TypeError`` otherwise).
+        stable: a bool; the sort is always stable, so False changes nothing.
+        descending: a bool (torch's argument): indices of the largest first, NaN first.
+        dtype: the indices' dtype; None: JAX's default index dtype.
+
+    Returns:
+        The indices that sort ``a`` along ``axis``, of ``a``'s shape (1-d when ``axis`` is None).
+    """
     shape = jnp.shape(a)
     x, ax, descending = _sort_input("argsort", a, axis, kind, order, stable, descending)
     perm = P.sort_permutation(x, ax, descending)
@@ -134,13 +161,25 @@ def _scalar_like_input(result, x):
     return ValuesIndices(*(r.reshape(()) for r in result)) if jnp.ndim(x) == 0 else ValuesIndices(*result)
 
 
-def topk(x, k, axis=-1, largest=True, sorted=True):  # noqa: A002
+def topk(x: ArrayLike, k: int, axis: int = -1, largest: bool = True, sorted: bool = True) -> ValuesIndices:  # noqa: A002
     """torch.topk: the ``k`` largest (``largest=False``: smallest) entries along ``axis`` and
     their indices, always in sorted order (torch's ``sorted=False`` order is unspecified). NaN
     counts as the largest, as in torch. Among equal values the earlier position comes first
     (torch 2.13's CPU choice depends on its partial sort: ``topk([3, 1, 3, 3], 2)`` gives indices
     ``[2, 3]``). The derivative goes to the returned indices (seed
-    ``value_selecting_reduction_backward``)."""
+    ``value_selecting_reduction_backward``). Mirrors ``torch.topk``.
+
+    Args:
+        x: the array, real (complex raises ``TypeError``); integer and boolean input is kept,
+            without a derivative. A 0-d array counts as shape (1,).
+        k: how many entries, a Python int in ``[0, x.shape[axis]]`` (``ValueError`` otherwise).
+        axis: one axis (an int).
+        largest: a bool: the largest (True) or the smallest (False) entries.
+        sorted: a bool; the result is always sorted (largest first, or smallest first).
+
+    Returns:
+        A ``ValuesIndices`` named tuple ``(values, indices)``, ``axis`` of length ``k``.
+    """
     x_in, (x, ax) = x, _single_axis_input("topk", x, axis)
     k = _count("topk", "k", k, x.shape[ax])
     _flag("topk", "sorted", sorted)
@@ -150,19 +189,38 @@ def topk(x, k, axis=-1, largest=True, sorted=True):  # noqa: A002
     return _scalar_like_input(topk_op(x, k=k, axis=ax, largest=largest, shape=x.shape), x_in)
 
 
-def cummax(x, axis):
+def cummax(x: ArrayLike, axis: int) -> ValuesIndices:
     """torch.cummax: the running maximum along ``axis`` and its index. Among equal values the
     later index (torch's rule); NaN propagates with the index of the latest NaN. The derivative of
-    each output goes to its index (seed ``cummaxmin_backward``)."""
+    each output goes to its index (seed ``cummaxmin_backward``). Mirrors ``torch.cummax``.
+
+    Args:
+        x: the array, real (complex raises ``TypeError``); integer and boolean input is kept,
+            without a derivative.
+        axis: one axis (an int; required).
+
+    Returns:
+        A ``ValuesIndices`` named tuple ``(values, indices)``, each of ``x``'s shape.
+    """
     x_in, (x, ax) = x, _single_axis_input("cummax", x, axis)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         return _scalar_like_input(P.cummaxmin_select(x, ax, largest=True), x_in)
     return _scalar_like_input(cummax_op(x, axis=ax, shape=x.shape), x_in)
 
 
-def cummin(x, axis):
+def cummin(x: ArrayLike, axis: int) -> ValuesIndices:
     """torch.cummin: the running minimum and its index (later index among equal values; NaN
-    propagates with the latest NaN's index); seed ``cummaxmin_backward``."""
+    propagates with the latest NaN's index); seed ``cummaxmin_backward``. Mirrors
+    ``torch.cummin``.
+
+    Args:
+        x: the array, real (complex raises ``TypeError``); integer and boolean input is kept,
+            without a derivative.
+        axis: one axis (an int; required).
+
+    Returns:
+        A ``ValuesIndices`` named tuple ``(values, indices)``, each of ``x``'s shape.
+    """
     x_in, (x, ax) = x, _single_axis_input("cummin", x, axis)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         return _scalar_like_input(P.cummaxmin_select(x, ax, largest=False), x_in)
@@ -199,14 +257,31 @@ def _reduce_last(op, x, axis, keepdims):
     return flat, finish
 
 
-def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *, weights=None):
+def quantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, overwrite_input: bool = False, method: str = "linear", keepdims: bool = False, *, weights: None = None) -> Array:
     """``jax.numpy.quantile`` with torch's derivative: torch's ``quantile`` is ``lerp`` of two
     entries of the sorted slice, so the derivative goes to those two order statistics, ``1 - w``
     and ``w`` for ``linear`` (``w`` the rank's fraction; 1/2 each for ``midpoint``; all to one
     for ``lower``, ``higher`` and ``nearest``). Equal values are ordered by position; a NaN in the
     slice gives NaN and the derivative goes to its last NaN (torch's rank ``n - 1``). ``q`` is
     held fixed (no derivative). ``nearest`` rounds half to even as torch and numpy do (jax.numpy
-    0.10 rounds half down)."""
+    0.10 rounds half down). Mirrors ``torch.quantile``.
+
+    Args:
+        a: the array, real (complex raises ``TypeError``; integer and boolean input is
+            promoted to float).
+        q: the quantile(s), a number or an array of numbers in ``[0, 1]``; concrete (a traced
+            ``q`` raises ``TypeError``).
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes); not
+            zero-size (``ValueError``).
+        out: not supported: must be None (``TypeError`` otherwise).
+        overwrite_input: accepted for NumPy compatibility and ignored.
+        method: ``"linear"``, ``"lower"``, ``"higher"``, ``"midpoint"`` or ``"nearest"``.
+        keepdims: keep the reduced axes with length 1.
+        weights: not supported: must be None (``TypeError`` otherwise).
+
+    Returns:
+        The quantiles, of shape ``q.shape`` followed by the reduced shape of ``a``.
+    """
     V.unsupported("quantile", out=out, weights=weights)
     if method not in P.QUANTILE_METHODS:
         raise ValueError(f"quantile: method must be one of {P.QUANTILE_METHODS}, got {method!r}")
@@ -218,14 +293,30 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", 
     return finish(values, qa.shape)
 
 
-def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False, *, return_indices=False):
+def nanmedian(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, overwrite_input: bool = False, keepdims: bool = False, *, return_indices: bool = False) -> Array | ValuesIndices:
     """``jax.numpy.nanmedian``: the median of the numbers (NaN ignored; all NaN: NaN), the mean
     of the two middle ones for an even count, each getting half the derivative (the middle
     entries only, equal values ordered by position). With ``return_indices=True``, torch's
     ``nanmedian(dim)``: the lower middle number along one ``axis`` and its index, the derivative
     to that index only (seed ``value_selecting_reduction_backward``); an all-NaN slice gives NaN
     and index 0 (torch 2.13's CPU index there is what its nth_element leaves: 0 for up to 3
-    entries, 2 for 4 or 5, 3 for 6, 5 for 7)."""
+    entries, 2 for 4 or 5, 3 for 6, 5 for 7). Mirrors ``torch.nanmedian`` (numpy's even-count
+    convention without ``return_indices``).
+
+    Args:
+        a: the array, real (complex raises ``TypeError``; integer and boolean input is
+            promoted to float).
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes); with
+            ``return_indices``, one axis (an int). Not zero-size (``ValueError``).
+        out: not supported: must be None (``TypeError`` otherwise).
+        overwrite_input: accepted for NumPy compatibility and ignored.
+        keepdims: keep the reduced axes with length 1.
+        return_indices: return torch's ``(values, indices)`` along ``axis``.
+
+    Returns:
+        The median of the non-NaN entries, or with ``return_indices`` a ``ValuesIndices`` named
+        tuple ``(values, indices)``.
+    """
     V.unsupported("nanmedian", out=out)
     x = V.array("nanmedian", "a", _real("nanmedian", a))
     if not return_indices:
