@@ -4,7 +4,12 @@ op per transform kind, the formulas in ``jvp_rules.fft_jvp`` / ``vjp_rules.fft_v
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Sequence
+
 import numpy as np
+from jax import Array
+from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
@@ -49,19 +54,64 @@ def _transform(kind, a, sizes, axes, norm, name):
     return fft_op(x, kind=kind, sizes=tuple(resolved), axes=axes, norm=norm, shape=x.shape)
 
 
+# What the docstrings say of each kind: (what it computes, its rule, the input, the output, the
+# length argument's meaning and its default).
+_KIND_DOCS = {
+    "fft": ("the discrete Fourier transform", "complex to complex: linear, the VJP the transform itself (the DFT matrix is symmetric)",
+            "the signal, real or complex (integer and boolean input is promoted to float)",
+            "the complex spectrum, of ``a``'s shape with the transformed lengths",
+            "the signal length: the input is cut or zero-padded to it", "the input's length"),
+    "ifft": ("the inverse discrete Fourier transform", "complex to complex: linear, the VJP the transform itself (the DFT matrix is symmetric)",
+             "the spectrum, real or complex (integer and boolean input is promoted to float)",
+             "the complex signal, of ``a``'s shape with the transformed lengths",
+             "the signal length: the input is cut or zero-padded to it", "the input's length"),
+    "rfft": ("the discrete Fourier transform of a real signal (the non-negative frequencies)",
+             "real to complex: seed ``fft_r2c_backward``",
+             "the real signal (integer and boolean input is promoted to float; complex input raises "
+             "``ValueError``)",
+             "the complex half spectrum: ``n//2+1`` terms along the last transformed axis",
+             "the signal length: the input is cut or zero-padded to it", "the input's length"),
+    "irfft": ("the inverse of ``rfft``: a real signal from its non-negative-frequency terms",
+              "complex to real: seed ``fft_c2r_backward``",
+              "the half spectrum (real input is cast to complex)",
+              "the real signal, of the output lengths along the transformed axes",
+              "the output length ``n`` (the input is cut or zero-padded to ``n//2+1`` terms along the "
+              "last transformed axis)", "the input's length, ``2 (m - 1)`` along the last transformed axis "
+              "for its length ``m``"),
+}
+
+_NORM_DOC = ('``None`` or ``"backward"`` (the forward transform unscaled, the inverse scaled by ``1/n``), '
+             '``"ortho"`` (``1/sqrt(n)`` both ways) or ``"forward"`` (the forward scaled by ``1/n``); '
+             "``ValueError`` otherwise")
+
+
+def _doc(name, kind, length_args):
+    what, rule, x, out, length, default = _KIND_DOCS[kind]
+    doc = (f"``jax.numpy.fft.{name}`` with hand-written rules (``vjp_rules.fft_vjp``): {what}; {rule}.\n"
+           f"Mirrors ``torch.fft.{name}``.\n\nArgs:\n    a: {x}.\n{length_args.format(length=length, default=default)}"
+           f"    norm: {_NORM_DOC}.\n\nReturns:\n    {out[0].upper() + out[1:]}.\n")
+    lines = []
+    for line in doc.splitlines():
+        indent = line[: len(line) - len(line.lstrip())]
+        lines.append(textwrap.fill(line, 96, subsequent_indent=indent + ("    " if indent else "")) if line else "")
+    return "\n".join(lines) + "\n"
+
+
 def _one_axis(kind):
-    def transform(a, n=None, axis=-1, norm=None):
+    def transform(a: ArrayLike, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
         return _transform(kind, a, (n,), (axis,), norm, kind)
 
-    transform.__name__ = kind
-    transform.__doc__ = f"``jax.numpy.fft.{kind}`` with hand-written rules (``vjp_rules.fft_vjp``)."
+    transform.__name__ = transform.__qualname__ = kind
+    transform.__doc__ = _doc(kind, kind, "    n: {length} (a positive int); None: {default}.\n"
+                                         "    axis: the axis to transform (an int).\n")
     return transform
 
 
 def _n_axes(kind):
     name = kind + "n"
 
-    def transform(a, s=None, axes=None, norm=None):
+    def transform(a: ArrayLike, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
+                  norm: str | None = None) -> Array:
         ndim = np.ndim(a)
         if axes is None:
             axes = tuple(range(ndim)) if s is None else tuple(range(ndim - len(s), ndim))
@@ -71,8 +121,10 @@ def _n_axes(kind):
             raise ValueError(f"{name}: s and axes must have the same length, got {s!r} and {axes!r}")
         return _transform(kind, a, sizes, axes, norm, name)
 
-    transform.__name__ = name
-    transform.__doc__ = f"``jax.numpy.fft.{name}`` with hand-written rules (``vjp_rules.fft_vjp``)."
+    transform.__name__ = transform.__qualname__ = name
+    transform.__doc__ = _doc(name, kind, "    s: per transformed axis, {length} (positive ints); None: {default}.\n"
+                                         "    axes: the axes to transform (distinct ints); None: all axes, or the\n"
+                                         "        last ``len(s)`` axes when ``s`` is given.\n")
     return transform
 
 
