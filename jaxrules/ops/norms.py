@@ -9,6 +9,8 @@ import numbers
 
 import jax.numpy as jnp
 import numpy as np
+from jax import Array
+from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
@@ -49,22 +51,50 @@ def _check_ord(op, ord, name="ord"):
     return float(ord) if not float(ord).is_integer() or math.isinf(ord) else int(ord)
 
 
-def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
+def vector_norm(x: ArrayLike, /, *, axis: int | tuple[int, ...] | list[int] | None = None, keepdims: bool = False, ord: float = 2) -> Array:
     """The ``ord``-norm over ``axis`` (all axes by default). Derivatives of seed
     ``norm_backward`` / ``norm_jvp`` for every ord (0, 1, 2, +-inf, fractional, > 2): a zero
     vector (and, for ord != 2, a zero entry) has the zero subgradient at first and second order;
-    ties of the inf-norm share the gradient; JAX gives NaN/inf there."""
+    ties of the inf-norm share the gradient; JAX gives NaN/inf there. Mirrors
+    ``torch.linalg.vector_norm``.
+
+    Args:
+        x: the array, real or complex (integer and boolean input is promoted to float).
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes, the
+            flattened array's norm).
+        keepdims: keep the reduced axes with length 1.
+        ord: the order, a Python or NumPy real number: 0 (the count of non-zeros), +-inf, or
+            any other real (``sum(|x|^ord)^(1/ord)``); not NaN or a bool (``ValueError``).
+
+    Returns:
+        The norm (real), with the reduced axes removed (length 1 with ``keepdims``).
+    """
     ord = _check_ord("vector_norm", ord)
     x = V.array("vector_norm", "x", x)
     axes = V.axes("vector_norm", x.ndim, axis)
     return vector_norm_op(x, ord=ord, axis=axes, keepdims=bool(keepdims))
 
 
-def norm(x, ord=None, axis=None, keepdims=False):
+def norm(x: ArrayLike, ord: int | float | str | None = None, axis: int | tuple[int, ...] | list[int] | None = None, keepdims: bool = False) -> Array:
     """``jax.numpy.linalg.norm``: vector norms (through ``vector_norm``) and the matrix norms
     'fro', 1, -1, inf, -inf (compositions of ``vector_norm``, ``abs``, ``sum``, ``amax``/``amin``),
     2, -2 and 'nuc' (``svdvals`` then ``amax``/``amin``/``sum``: ties of the spectral norm share
-    the gradient)."""
+    the gradient). Mirrors ``torch.linalg.norm``.
+
+    Args:
+        x: the array, real or complex (integer and boolean input is promoted to float).
+        ord: for a vector norm (one axis) a real number as in ``vector_norm`` (None: 2); for a
+            matrix norm (two axes) None or ``"fro"``/``"f"`` (Frobenius), 1, -1, inf, -inf,
+            2, -2 or ``"nuc"`` (``ValueError`` otherwise).
+        axis: one axis (a vector norm) or two (a matrix norm), as an int or a tuple or list of
+            ints. None: every axis of a 1-d or 2-d ``x`` (the vector or the matrix norm); for
+            rank > 2 ``ValueError`` (``jax.numpy`` gives the flattened 2-norm), and a 0-d
+            ``x`` raises ``ValueError``.
+        keepdims: keep the reduced axes with length 1.
+
+    Returns:
+        The norm (real), with the reduced axes removed (length 1 with ``keepdims``).
+    """
     x = V.array("norm", "x", x)
     if axis is None:
         axis = tuple(range(x.ndim)) if x.ndim <= 2 else None
@@ -97,10 +127,21 @@ def norm(x, ord=None, axis=None, keepdims=False):
     raise ValueError(f"norm: invalid ord {ord!r} for a matrix norm")
 
 
-def renorm(input, p, dim, maxnorm):  # noqa: A002 - torch's argument name
+def renorm(input: ArrayLike, p: float, dim: int, maxnorm: float) -> Array:  # noqa: A002 - torch's argument name
     """torch.renorm: each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` is scaled to
     ``maxnorm`` (by ``maxnorm/(norm + 1e-7)``). Seed ``renorm_backward`` / ``renorm_jvp``; an
-    all-zero slice has gradient 1 (a naive jnp version gives NaN)."""
+    all-zero slice has gradient 1 (a naive jnp version gives NaN). Mirrors ``torch.renorm``.
+
+    Args:
+        input: the array, rank >= 1 (integer and boolean input is promoted to float).
+        p: the norm's order, a positive Python or NumPy real number (+inf included).
+        dim: the axis whose slices (``input[..., i, ...]`` over every other axis) are
+            renormalized, an int.
+        maxnorm: the largest norm kept, a non-negative Python or NumPy real number (static).
+
+    Returns:
+        ``input`` with each slice whose ``p``-norm exceeds ``maxnorm`` rescaled, of its shape.
+    """
     x = V.array("renorm", "input", input)
     p = _check_ord("renorm", p, "p")
     if p <= 0:
@@ -112,18 +153,38 @@ def renorm(input, p, dim, maxnorm):  # noqa: A002 - torch's argument name
     return renorm_op(x, p=p, axis=others, maxnorm=float(maxnorm))
 
 
-def dist(input, other, p=2):  # noqa: A002 - torch's argument name
+def dist(input: ArrayLike, other: ArrayLike, p: float = 2) -> Array:  # noqa: A002 - torch's argument name
     """torch.dist: the ``p``-norm of ``input - other`` (broadcast); derivatives from
-    ``vector_norm``'s rule (zero distance: zero gradient)."""
+    ``vector_norm``'s rule (zero distance: zero gradient). Mirrors ``torch.dist``.
+
+    Args:
+        input: the first array (integer and boolean input is promoted to float).
+        other: the second array, broadcastable with ``input``.
+        p: the norm's order, a real number as ``vector_norm``'s ``ord``.
+
+    Returns:
+        A 0-d array: the ``p``-norm of the flattened broadcast difference.
+    """
     x, y = V.array("dist", "input", input), V.array("dist", "other", other)
     V.broadcast("dist", input=x, other=y)
     return vector_norm(x - y, ord=_check_ord("dist", p, "p"))
 
 
-def cdist(x1, x2, p=2.0):
+def cdist(x1: ArrayLike, x2: ArrayLike, p: float = 2.0) -> Array:
     """torch.cdist: ``out[..., i, j] = ||x1[..., i, :] - x2[..., j, :]||_p`` over leading batch
     dims; derivatives from ``vector_norm``'s rule, so coincident points get the zero gradient
-    (torch's CPU kernel gives 0 too; a jnp formula gives NaN)."""
+    (torch's CPU kernel gives 0 too; a jnp formula gives NaN). Mirrors ``torch.cdist`` (without
+    its ``compute_mode``).
+
+    Args:
+        x1: points ``(..., P, M)``, rank >= 2 (integer and boolean input is promoted to float).
+        x2: points ``(..., R, M)``, rank >= 2, the same ``M``; the batch dims broadcast with
+            ``x1``'s.
+        p: the norm's order, a real number as ``vector_norm``'s ``ord``.
+
+    Returns:
+        The distances, ``(..., P, R)`` over the broadcast batch dims.
+    """
     x1, x2 = V.array("cdist", "x1", x1), V.array("cdist", "x2", x2)
     if x1.ndim < 2 or x2.ndim < 2:
         raise ValueError(f"cdist: x1 and x2 must have rank >= 2, got {x1.shape} and {x2.shape}")
@@ -146,11 +207,22 @@ def _eps(op, eps):
     return float(eps)
 
 
-def normalize(x, p=2.0, axis=1, eps=1e-12):
+def normalize(x: ArrayLike, p: float = 2.0, axis: int = 1, eps: float = 1e-12) -> Array:
     """torch.nn.functional.normalize: ``x / max(||x||_p, eps)`` over ``axis`` (torch's ``dim``).
     A composition of ``vector_norm`` (zero subgradient at a zero vector) and ``clip`` (torch's
     ``clamp_min`` derivative): at a zero vector the derivative is ``I / eps``, finite at first
-    and second order (a jnp formula gives NaN)."""
+    and second order (a jnp formula gives NaN). Mirrors ``torch.nn.functional.normalize``.
+
+    Args:
+        x: the array (integer and boolean input is promoted to float).
+        p: the norm's order, a real number as ``vector_norm``'s ``ord``.
+        axis: the axis along which to normalize, an int (torch's ``dim``).
+        eps: the floor of the norm, a finite Python or NumPy real number (static; ``TypeError``
+            otherwise).
+
+    Returns:
+        ``x`` divided by its clamped norm along ``axis``, of ``x``'s shape.
+    """
     from jaxrules.ops.elementwise import clip
 
     x = V.array("normalize", "x", x)
@@ -159,24 +231,49 @@ def normalize(x, p=2.0, axis=1, eps=1e-12):
     return x / clip(norm, _eps("normalize", eps), None).astype(x.dtype)
 
 
-def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdims=False):
+def pairwise_distance(x1: ArrayLike, x2: ArrayLike, p: float = 2.0, eps: float = 1e-6, keepdims: bool = False) -> Array:
     """torch.nn.functional.pairwise_distance: ``||x1 - x2 + eps||_p`` over the last axis
     (``keepdims`` is torch's ``keepdim``); derivatives from ``vector_norm``'s rule, so equal
-    points (with ``eps=0``) get the zero subgradient."""
+    points (with ``eps=0``) get the zero subgradient. Mirrors
+    ``torch.nn.functional.pairwise_distance``.
+
+    Args:
+        x1: the first points, ``(..., M)`` (integer and boolean input is promoted to float).
+        x2: the second points, broadcastable with ``x1``.
+        p: the norm's order, a real number as ``vector_norm``'s ``ord``.
+        eps: added to the difference, a finite Python or NumPy real number (static;
+            ``TypeError`` otherwise).
+        keepdims: keep the last axis with length 1 (torch's ``keepdim``).
+
+    Returns:
+        The distances over the last axis of the broadcast shape.
+    """
     x1, x2 = V.array("pairwise_distance", "x1", x1), V.array("pairwise_distance", "x2", x2)
     V.broadcast("pairwise_distance", x1=x1, x2=x2)
     diff = x1 - x2 + _eps("pairwise_distance", eps)
     return vector_norm(diff, axis=-1, keepdims=bool(keepdims), ord=_check_ord("pairwise_distance", p, "p"))
 
 
-def cosine_similarity(x1, x2, axis=1, eps=1e-8):
+def cosine_similarity(x1: ArrayLike, x2: ArrayLike, axis: int = 1, eps: float = 1e-8) -> Array:
     """torch.nn.functional.cosine_similarity: ``sum(x1 / max(||x1||, eps) * x2 / max(||x2||, eps))``
     over ``axis`` (torch's ``dim``) of the broadcast inputs. A composition of ``vector_norm`` (zero
     subgradient at a zero vector), ``clip`` (torch's ``clamp_min`` derivative) and ``sum``: below
     ``eps`` the output is linear in that input, and its derivative is that of the forward, finite
     at first and second order at a zero vector (torch: the same first derivative there, NaN at
     second order). Where ``0 < ||x1|| < eps`` torch's clamp (in place under ``no_grad``) still
-    passes the norm's gradient; here it does not (the forward does not depend on the norm)."""
+    passes the norm's gradient; here it does not (the forward does not depend on the norm).
+    Mirrors ``torch.nn.functional.cosine_similarity``.
+
+    Args:
+        x1: the first array (integer and boolean input is promoted to float).
+        x2: the second array, broadcastable with ``x1``.
+        axis: the axis of the vectors (of the broadcast shape), an int (torch's ``dim``).
+        eps: the floor of each norm, a finite Python or NumPy real number (static;
+            ``TypeError`` otherwise).
+
+    Returns:
+        The cosine similarities: the broadcast shape without ``axis``.
+    """
     from jaxrules.ops.elementwise import clip
 
     op = "cosine_similarity"
@@ -192,12 +289,21 @@ def cosine_similarity(x1, x2, axis=1, eps=1e-8):
     return reductions.sum((x1 / n1) * (x2 / n2), axis=axis)
 
 
-def pdist(x, p=2.0):
+def pdist(x: ArrayLike, p: float = 2.0) -> Array:
     """torch.nn.functional.pdist: the ``p``-norm distances ``||x[i] - x[j]||_p`` of the rows of an
     (N, M) ``x`` for ``i < j`` in row-major order (N (N - 1) / 2 of them). Derivatives from
     ``vector_norm``'s rule: coincident rows get the zero subgradient at first and second order
     (torch: the same first derivative, and no second derivative: ``_pdist_backward`` is not
-    differentiable)."""
+    differentiable). Mirrors ``torch.nn.functional.pdist``.
+
+    Args:
+        x: the rows, a 2-d ``(N, M)`` array (``ValueError`` otherwise; integer and boolean
+            input is promoted to float).
+        p: the norm's order, a non-negative real number (``ValueError`` if negative).
+
+    Returns:
+        The ``N (N - 1) / 2`` distances, 1-d.
+    """
     x = V.array("pdist", "x", x)
     if x.ndim != 2:
         raise ValueError(f"pdist: x must be 2-d (N, M), got shape {x.shape}")
