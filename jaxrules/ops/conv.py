@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 
 import jax.numpy as jnp
 import numpy as np
+from jax import Array
+from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
@@ -123,12 +126,29 @@ def _input(op, x, dims_hint=None):
     return x
 
 
-def conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002 - torch's name
+def conv(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Array:  # noqa: A002 - torch's name
     """torch.nn.functional.conv1d/2d/3d (the rank comes from ``weight`` (O, C / groups,
     *kernel)); ``padding`` an int, one per axis, ``'valid'`` or ``'same'`` (stride 1). JVP seed
     ``convolution_jvp``; VJP ``convolution_backward`` (transposed convolution for the input,
     correlation for the weight, sums for the bias); double backward: JAX's derivative of the VJP
-    (seed ``_convolution_double_backward``)."""
+    (seed ``_convolution_double_backward``). Mirrors ``torch.nn.functional.conv1d``/``2d``/``3d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)``, real, with as many spatial axes as ``weight``
+            has kernel axes (integer and boolean input is promoted to float).
+        weight: the filters ``(O, C / groups, *kernel)``, 1 to 3 kernel axes.
+        bias: ``(O,)``, added to each output channel; None: no bias.
+        stride: an int >= 1, or one per spatial axis.
+        padding: zero padding on both sides: an int >= 0, one per spatial axis, ``"valid"``
+            (none) or ``"same"`` (output as long as the input; needs stride 1; an odd total
+            puts the extra element at the end).
+        dilation: the kernel's dilation, an int >= 1, or one per spatial axis.
+        groups: a positive int dividing ``O``, with ``C == weight.shape[1] * groups``.
+
+    Returns:
+        The output ``(N, O, *out_spatial)`` in the result dtype of the operands, with torch's
+        ``out = (n + lo + hi - dilation (k - 1) - 1) // stride + 1`` per axis.
+    """
     w = V.array("conv", "weight", weight)
     dims = w.ndim - 2
     if dims not in (1, 2, 3):
@@ -167,18 +187,72 @@ def conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  
                           dilation=dilation, groups=int(groups))
 
 
-def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
-    """torch.nn.functional.conv1d (see ``conv``)."""
+def conv1d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Array:  # noqa: A002
+    """torch.nn.functional.conv1d (see ``conv``): ``weight`` must have rank 3
+    (``ValueError`` otherwise). Mirrors ``torch.nn.functional.conv1d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)``, real, with as many spatial axes as ``weight``
+            has kernel axes (integer and boolean input is promoted to float); rank 3.
+        weight: the filters ``(O, C / groups, *kernel)``, 1 kernel axes.
+        bias: ``(O,)``, added to each output channel; None: no bias.
+        stride: an int >= 1, or one per spatial axis.
+        padding: zero padding on both sides: an int >= 0, one per spatial axis, ``"valid"``
+            (none) or ``"same"`` (output as long as the input; needs stride 1; an odd total
+            puts the extra element at the end).
+        dilation: the kernel's dilation, an int >= 1, or one per spatial axis.
+        groups: a positive int dividing ``O``, with ``C == weight.shape[1] * groups``.
+
+    Returns:
+        The output ``(N, O, *out_spatial)`` in the result dtype of the operands, with torch's
+        ``out = (n + lo + hi - dilation (k - 1) - 1) // stride + 1`` per axis.
+    """
     return _conv_rank("conv1d", 1, input, weight, bias, stride, padding, dilation, groups)
 
 
-def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
-    """torch.nn.functional.conv2d (see ``conv``)."""
+def conv2d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Array:  # noqa: A002
+    """torch.nn.functional.conv2d (see ``conv``): ``weight`` must have rank 4
+    (``ValueError`` otherwise). Mirrors ``torch.nn.functional.conv2d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)``, real, with as many spatial axes as ``weight``
+            has kernel axes (integer and boolean input is promoted to float); rank 4.
+        weight: the filters ``(O, C / groups, *kernel)``, 2 kernel axes.
+        bias: ``(O,)``, added to each output channel; None: no bias.
+        stride: an int >= 1, or one per spatial axis.
+        padding: zero padding on both sides: an int >= 0, one per spatial axis, ``"valid"``
+            (none) or ``"same"`` (output as long as the input; needs stride 1; an odd total
+            puts the extra element at the end).
+        dilation: the kernel's dilation, an int >= 1, or one per spatial axis.
+        groups: a positive int dividing ``O``, with ``C == weight.shape[1] * groups``.
+
+    Returns:
+        The output ``(N, O, *out_spatial)`` in the result dtype of the operands, with torch's
+        ``out = (n + lo + hi - dilation (k - 1) - 1) // stride + 1`` per axis.
+    """
     return _conv_rank("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
 
 
-def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
-    """torch.nn.functional.conv3d (see ``conv``)."""
+def conv3d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Array:  # noqa: A002
+    """torch.nn.functional.conv3d (see ``conv``): ``weight`` must have rank 5
+    (``ValueError`` otherwise). Mirrors ``torch.nn.functional.conv3d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)``, real, with as many spatial axes as ``weight``
+            has kernel axes (integer and boolean input is promoted to float); rank 5.
+        weight: the filters ``(O, C / groups, *kernel)``, 3 kernel axes.
+        bias: ``(O,)``, added to each output channel; None: no bias.
+        stride: an int >= 1, or one per spatial axis.
+        padding: zero padding on both sides: an int >= 0, one per spatial axis, ``"valid"``
+            (none) or ``"same"`` (output as long as the input; needs stride 1; an odd total
+            puts the extra element at the end).
+        dilation: the kernel's dilation, an int >= 1, or one per spatial axis.
+        groups: a positive int dividing ``O``, with ``C == weight.shape[1] * groups``.
+
+    Returns:
+        The output ``(N, O, *out_spatial)`` in the result dtype of the operands, with torch's
+        ``out = (n + lo + hi - dilation (k - 1) - 1) // stride + 1`` per axis.
+    """
     return _conv_rank("conv3d", 3, input, weight, bias, stride, padding, dilation, groups)
 
 
@@ -207,13 +281,33 @@ def _pool_pads(op, shape, kernel, stride, padding, dilation, ceil_mode):
     return tuple(pads)
 
 
-def max_pool(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):  # noqa: A002
+def max_pool(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False, return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
     """torch.nn.functional.max_pool1d/2d/3d over the trailing ``len(kernel_size)`` axes of
     (N, C, *spatial) (an int kernel_size: every spatial axis). ``return_indices``: also the flat
     index of each maximum within its (N, C) plane, as torch returns (first maximum in window
     order; NaN wins). VJP seed ``max_pool2d_with_indices_backward`` (the cotangent added at the
     argmax); JVP and double backward: the seed's ``max_pool_double_backward`` (a gather at the
-    argmax)."""
+    argmax). Mirrors ``torch.nn.functional.max_pool1d``/``2d``/``3d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)`` with 1 to 3 spatial axes (batched only), real
+            (integer and boolean input is promoted to float).
+        kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis
+            (as many as the input's spatial axes).
+        stride: the window step, an int >= 1 or one per spatial axis; None (or ``()``): the
+            kernel size.
+        padding: implicit -inf padding on both sides, an int >= 0 or one per spatial axis, at
+            most half the kernel size (``ValueError`` otherwise).
+        dilation: the spacing of the window's elements, an int >= 1 or one per spatial axis.
+        ceil_mode: count windows with ``ceil`` instead of ``floor`` (torch's rule: a last window
+            starting past the input and its left padding is dropped).
+        return_indices: also return each maximum's flat index within its ``(N, C)`` plane of
+            the (unpadded) input.
+
+    Returns:
+        The pooled ``(N, C, *out_spatial)``; with ``return_indices`` the tuple
+        ``(values, indices)`` (integer indices of the same shape).
+    """
     x = _input("max_pool", input)
     dims = x.ndim - 2
     kernel = _per_axis("max_pool", "kernel_size", kernel_size, dims, 1)
@@ -224,20 +318,83 @@ def max_pool(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=F
     return (values, index) if return_indices else values
 
 
-def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):  # noqa: A002
-    """torch.nn.functional.max_pool1d (see ``max_pool``)."""
+def max_pool1d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False, return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
+    """torch.nn.functional.max_pool1d (see ``max_pool``); the input must have rank 3
+    (unlike torch, an unbatched input is not accepted). Mirrors
+    ``torch.nn.functional.max_pool1d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)`` with 1 spatial axes (batched only), real
+            (integer and boolean input is promoted to float).
+        kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis.
+        stride: the window step, an int >= 1 or one per spatial axis; None (or ``()``): the
+            kernel size.
+        padding: implicit -inf padding on both sides, an int >= 0 or one per spatial axis, at
+            most half the kernel size (``ValueError`` otherwise).
+        dilation: the spacing of the window's elements, an int >= 1 or one per spatial axis.
+        ceil_mode: count windows with ``ceil`` instead of ``floor`` (torch's rule: a last window
+            starting past the input and its left padding is dropped).
+        return_indices: also return each maximum's flat index within its ``(N, C)`` plane of
+            the (unpadded) input.
+
+    Returns:
+        The pooled ``(N, C, *out_spatial)``; with ``return_indices`` the tuple
+        ``(values, indices)`` (integer indices of the same shape).
+    """
     _input("max_pool1d", input, 1)
     return max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
-def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):  # noqa: A002
-    """torch.nn.functional.max_pool2d (see ``max_pool``)."""
+def max_pool2d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False, return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
+    """torch.nn.functional.max_pool2d (see ``max_pool``); the input must have rank 4
+    (unlike torch, an unbatched input is not accepted). Mirrors
+    ``torch.nn.functional.max_pool2d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)`` with 2 spatial axes (batched only), real
+            (integer and boolean input is promoted to float).
+        kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis.
+        stride: the window step, an int >= 1 or one per spatial axis; None (or ``()``): the
+            kernel size.
+        padding: implicit -inf padding on both sides, an int >= 0 or one per spatial axis, at
+            most half the kernel size (``ValueError`` otherwise).
+        dilation: the spacing of the window's elements, an int >= 1 or one per spatial axis.
+        ceil_mode: count windows with ``ceil`` instead of ``floor`` (torch's rule: a last window
+            starting past the input and its left padding is dropped).
+        return_indices: also return each maximum's flat index within its ``(N, C)`` plane of
+            the (unpadded) input.
+
+    Returns:
+        The pooled ``(N, C, *out_spatial)``; with ``return_indices`` the tuple
+        ``(values, indices)`` (integer indices of the same shape).
+    """
     _input("max_pool2d", input, 2)
     return max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
-def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):  # noqa: A002
-    """torch.nn.functional.max_pool3d (see ``max_pool``)."""
+def max_pool3d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False, return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
+    """torch.nn.functional.max_pool3d (see ``max_pool``); the input must have rank 5
+    (unlike torch, an unbatched input is not accepted). Mirrors
+    ``torch.nn.functional.max_pool3d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)`` with 3 spatial axes (batched only), real
+            (integer and boolean input is promoted to float).
+        kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis.
+        stride: the window step, an int >= 1 or one per spatial axis; None (or ``()``): the
+            kernel size.
+        padding: implicit -inf padding on both sides, an int >= 0 or one per spatial axis, at
+            most half the kernel size (``ValueError`` otherwise).
+        dilation: the spacing of the window's elements, an int >= 1 or one per spatial axis.
+        ceil_mode: count windows with ``ceil`` instead of ``floor`` (torch's rule: a last window
+            starting past the input and its left padding is dropped).
+        return_indices: also return each maximum's flat index within its ``(N, C)`` plane of
+            the (unpadded) input.
+
+    Returns:
+        The pooled ``(N, C, *out_spatial)``; with ``return_indices`` the tuple
+        ``(values, indices)`` (integer indices of the same shape).
+    """
     _input("max_pool3d", input, 3)
     return max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
@@ -270,36 +427,113 @@ def _avg_pool(op, dims, input, kernel_size, stride, padding, ceil_mode, count_in
     return out if batched else out[0]
 
 
-def avg_pool(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
-             divisor_override=None):
+def avg_pool(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,  # noqa: A002
+             divisor_override: int | None = None) -> Array:
     """torch.nn.functional.avg_pool1d/2d/3d over the spatial axes of (N, C, *spatial): the mean
     of each window, divided by ``divisor_override``, else by the window's size counting the
     zero padding (``count_include_pad``; a ``ceil_mode`` window's part past the padding never
     counts) or not. Linear: JVP the pooled tangent; VJP seed ``avg_pool2d_backward`` (each
-    cotangent over its divisor spread over its window, ``partials.window_sum_transpose``)."""
+    cotangent over its divisor spread over its window, ``partials.window_sum_transpose``).
+    Mirrors ``torch.nn.functional.avg_pool1d``/``2d``/``3d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)`` with 1 to 3 spatial axes (batched only), real
+            (integer and boolean input is promoted to float); only the batch may be empty.
+        kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis.
+        stride: the window step, an int >= 1 or one per spatial axis; None (or ``()``): the
+            kernel size.
+        padding: implicit zero padding on both sides, an int >= 0 or one per spatial axis, at
+            most half the kernel size (``ValueError`` otherwise).
+        ceil_mode: count windows with ``ceil`` instead of ``floor`` (torch's rule).
+        count_include_pad: divide by the window size including the zero padding (True) or by
+            the number of input elements in the window (False).
+        divisor_override: a non-zero int dividing every window's sum instead; None: as
+            ``count_include_pad`` says.
+
+    Returns:
+        The pooled array, ``(N, C, *out_spatial)``.
+    """
     x = _input("avg_pool", input)
     return _avg_pool("avg_pool", x.ndim - 2, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                      divisor_override)
 
 
-def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
-               divisor_override=None):
+def avg_pool1d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,  # noqa: A002
+               divisor_override: int | None = None) -> Array:
     """torch.nn.functional.avg_pool1d, also unbatched (C, L) (see ``avg_pool``; torch's 1d has
-    no ``divisor_override``: here it means what it does for 2d)."""
+    no ``divisor_override``: here it means what it does for 2d). Mirrors
+    ``torch.nn.functional.avg_pool1d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)`` with 1 spatial axis, or unbatched ``(C, L)``; real
+            (integer and boolean input is promoted to float); only the batch may be empty.
+        kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis.
+        stride: the window step, an int >= 1 or one per spatial axis; None (or ``()``): the
+            kernel size.
+        padding: implicit zero padding on both sides, an int >= 0 or one per spatial axis, at
+            most half the kernel size (``ValueError`` otherwise).
+        ceil_mode: count windows with ``ceil`` instead of ``floor`` (torch's rule).
+        count_include_pad: divide by the window size including the zero padding (True) or by
+            the number of input elements in the window (False).
+        divisor_override: a non-zero int dividing every window's sum instead; None: as
+            ``count_include_pad`` says.
+
+    Returns:
+        The pooled array, ``(N, C, *out_spatial)`` (without ``N`` for an unbatched input).
+    """
     return _avg_pool("avg_pool1d", 1, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
                      divisor_override)
 
 
-def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
-               divisor_override=None):
-    """torch.nn.functional.avg_pool2d, also unbatched (C, H, W) (see ``avg_pool``)."""
+def avg_pool2d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,  # noqa: A002
+               divisor_override: int | None = None) -> Array:
+    """torch.nn.functional.avg_pool2d, also unbatched (C, H, W) (see ``avg_pool``). Mirrors
+    ``torch.nn.functional.avg_pool2d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)`` with 2 spatial axes, or unbatched ``(C, H, W)``; real
+            (integer and boolean input is promoted to float); only the batch may be empty.
+        kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis.
+        stride: the window step, an int >= 1 or one per spatial axis; None (or ``()``): the
+            kernel size.
+        padding: implicit zero padding on both sides, an int >= 0 or one per spatial axis, at
+            most half the kernel size (``ValueError`` otherwise).
+        ceil_mode: count windows with ``ceil`` instead of ``floor`` (torch's rule).
+        count_include_pad: divide by the window size including the zero padding (True) or by
+            the number of input elements in the window (False).
+        divisor_override: a non-zero int dividing every window's sum instead; None: as
+            ``count_include_pad`` says.
+
+    Returns:
+        The pooled array, ``(N, C, *out_spatial)`` (without ``N`` for an unbatched input).
+    """
     return _avg_pool("avg_pool2d", 2, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
                      divisor_override)
 
 
-def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
-               divisor_override=None):
-    """torch.nn.functional.avg_pool3d, also unbatched (C, D, H, W) (see ``avg_pool``)."""
+def avg_pool3d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,  # noqa: A002
+               divisor_override: int | None = None) -> Array:
+    """torch.nn.functional.avg_pool3d, also unbatched (C, D, H, W) (see ``avg_pool``). Mirrors
+    ``torch.nn.functional.avg_pool3d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)`` with 3 spatial axes, or unbatched ``(C, D, H,
+            W)``; real
+            (integer and boolean input is promoted to float); only the batch may be empty.
+        kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis.
+        stride: the window step, an int >= 1 or one per spatial axis; None (or ``()``): the
+            kernel size.
+        padding: implicit zero padding on both sides, an int >= 0 or one per spatial axis, at
+            most half the kernel size (``ValueError`` otherwise).
+        ceil_mode: count windows with ``ceil`` instead of ``floor`` (torch's rule).
+        count_include_pad: divide by the window size including the zero padding (True) or by
+            the number of input elements in the window (False).
+        divisor_override: a non-zero int dividing every window's sum instead; None: as
+            ``count_include_pad`` says.
+
+    Returns:
+        The pooled array, ``(N, C, *out_spatial)`` (without ``N`` for an unbatched input).
+    """
     return _avg_pool("avg_pool3d", 3, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
                      divisor_override)
 
@@ -332,39 +566,113 @@ def _adaptive_pool(op, dims, input, output_size, return_indices=None):  # noqa: 
     return (values, index) if return_indices else values
 
 
-def adaptive_avg_pool1d(input, output_size):  # noqa: A002
+def adaptive_avg_pool1d(input: ArrayLike, output_size: int | Sequence[int | None]) -> Array:  # noqa: A002
     """torch.nn.functional.adaptive_avg_pool1d, also unbatched (C, L): the mean over torch's
     windows ``[floor(i L / out), ceil((i + 1) L / out))``. Linear: JVP the pooled tangent; VJP
-    seed ``_adaptive_avg_pool2d_backward`` (each cotangent shared evenly over its window)."""
+    seed ``_adaptive_avg_pool2d_backward`` (each cotangent shared evenly over its window).
+    Mirrors ``torch.nn.functional.adaptive_avg_pool1d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)`` or unbatched ``(C, L)``, real (integer and boolean
+            input is promoted to float); only the batch may be empty.
+        output_size: the output's spatial size: an int >= 0 (every spatial axis) or one per
+            spatial axis, where None keeps the input's size.
+
+    Returns:
+        The pooled ``(N, C, *output_size)`` (without ``N`` for an unbatched input).
+    """
     return _adaptive_pool("adaptive_avg_pool1d", 1, input, output_size)
 
 
-def adaptive_avg_pool2d(input, output_size):  # noqa: A002
+def adaptive_avg_pool2d(input: ArrayLike, output_size: int | Sequence[int | None]) -> Array:  # noqa: A002
     """torch.nn.functional.adaptive_avg_pool2d, also unbatched (see ``adaptive_avg_pool1d``;
-    windows per axis, ``None`` in ``output_size`` keeps that axis' size)."""
+    windows per axis, ``None`` in ``output_size`` keeps that axis' size).
+    Mirrors ``torch.nn.functional.adaptive_avg_pool2d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)`` or unbatched ``(C, H, W)``, real (integer and boolean
+            input is promoted to float); only the batch may be empty.
+        output_size: the output's spatial size: an int >= 0 (every spatial axis) or one per
+            spatial axis, where None keeps the input's size.
+
+    Returns:
+        The pooled ``(N, C, *output_size)`` (without ``N`` for an unbatched input).
+    """
     return _adaptive_pool("adaptive_avg_pool2d", 2, input, output_size)
 
 
-def adaptive_avg_pool3d(input, output_size):  # noqa: A002
-    """torch.nn.functional.adaptive_avg_pool3d, also unbatched (see ``adaptive_avg_pool2d``)."""
+def adaptive_avg_pool3d(input: ArrayLike, output_size: int | Sequence[int | None]) -> Array:  # noqa: A002
+    """torch.nn.functional.adaptive_avg_pool3d, also unbatched (see ``adaptive_avg_pool2d``).
+    Mirrors ``torch.nn.functional.adaptive_avg_pool3d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)`` or unbatched ``(C, D, H, W)``, real (integer and
+            boolean
+            input is promoted to float); only the batch may be empty.
+        output_size: the output's spatial size: an int >= 0 (every spatial axis) or one per
+            spatial axis, where None keeps the input's size.
+
+    Returns:
+        The pooled ``(N, C, *output_size)`` (without ``N`` for an unbatched input).
+    """
     return _adaptive_pool("adaptive_avg_pool3d", 3, input, output_size)
 
 
-def adaptive_max_pool1d(input, output_size, return_indices=False):  # noqa: A002
+def adaptive_max_pool1d(input: ArrayLike, output_size: int | Sequence[int | None], return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
     """torch.nn.functional.adaptive_max_pool1d, also unbatched (C, L): the maximum over the
     windows of ``adaptive_avg_pool1d``; ``return_indices``: also its flat index within the
     (N, C) plane as torch's (the first maximum in window order, the last NaN). VJP seed
-    ``adaptive_max_pool2d_backward`` (the cotangent added at the argmax), JVP a gather there."""
+    ``adaptive_max_pool2d_backward`` (the cotangent added at the argmax), JVP a gather there.
+    Mirrors ``torch.nn.functional.adaptive_max_pool1d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)`` or unbatched ``(C, L)``, real (integer and boolean
+            input is promoted to float); only the batch may be empty.
+        output_size: the output's spatial size: an int >= 0 (every spatial axis) or one per
+            spatial axis, where None keeps the input's size.
+        return_indices: also return each maximum's flat index within its ``(N, C)`` plane.
+
+    Returns:
+        The pooled ``(N, C, *output_size)`` (without ``N`` for an unbatched input); with
+        ``return_indices`` the tuple ``(values, indices)``.
+    """
     return _adaptive_pool("adaptive_max_pool1d", 1, input, output_size, bool(return_indices))
 
 
-def adaptive_max_pool2d(input, output_size, return_indices=False):  # noqa: A002
-    """torch.nn.functional.adaptive_max_pool2d, also unbatched (see ``adaptive_max_pool1d``)."""
+def adaptive_max_pool2d(input: ArrayLike, output_size: int | Sequence[int | None], return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
+    """torch.nn.functional.adaptive_max_pool2d, also unbatched (see ``adaptive_max_pool1d``).
+    Mirrors ``torch.nn.functional.adaptive_max_pool2d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)`` or unbatched ``(C, H, W)``, real (integer and boolean
+            input is promoted to float); only the batch may be empty.
+        output_size: the output's spatial size: an int >= 0 (every spatial axis) or one per
+            spatial axis, where None keeps the input's size.
+        return_indices: also return each maximum's flat index within its ``(N, C)`` plane.
+
+    Returns:
+        The pooled ``(N, C, *output_size)`` (without ``N`` for an unbatched input); with
+        ``return_indices`` the tuple ``(values, indices)``.
+    """
     return _adaptive_pool("adaptive_max_pool2d", 2, input, output_size, bool(return_indices))
 
 
-def adaptive_max_pool3d(input, output_size, return_indices=False):  # noqa: A002
-    """torch.nn.functional.adaptive_max_pool3d, also unbatched (see ``adaptive_max_pool1d``)."""
+def adaptive_max_pool3d(input: ArrayLike, output_size: int | Sequence[int | None], return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
+    """torch.nn.functional.adaptive_max_pool3d, also unbatched (see ``adaptive_max_pool1d``).
+    Mirrors ``torch.nn.functional.adaptive_max_pool3d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)`` or unbatched ``(C, D, H, W)``, real (integer and
+            boolean
+            input is promoted to float); only the batch may be empty.
+        output_size: the output's spatial size: an int >= 0 (every spatial axis) or one per
+            spatial axis, where None keeps the input's size.
+        return_indices: also return each maximum's flat index within its ``(N, C)`` plane.
+
+    Returns:
+        The pooled ``(N, C, *output_size)`` (without ``N`` for an unbatched input); with
+        ``return_indices`` the tuple ``(values, indices)``.
+    """
     return _adaptive_pool("adaptive_max_pool3d", 3, input, output_size, bool(return_indices))
 
 

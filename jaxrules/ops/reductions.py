@@ -371,7 +371,8 @@ def amax(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, ou
 
     Args:
         a: the array. Integer and boolean input goes to ``jax.numpy.max`` (no rule).
-        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes). A zero-size reduction raises ``ValueError``.
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes). A
+            zero-size reduction raises ``ValueError``.
         out: not supported: must be None (``TypeError`` otherwise).
         keepdims: keep the reduced axes with length 1.
         initial: not supported: must be None (``TypeError`` otherwise).
@@ -389,7 +390,8 @@ def amin(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, ou
 
     Args:
         a: the array. Integer and boolean input goes to ``jax.numpy.min`` (no rule).
-        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes). A zero-size reduction raises ``ValueError``.
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes). A
+            zero-size reduction raises ``ValueError``.
         out: not supported: must be None (``TypeError`` otherwise).
         keepdims: keep the reduced axes with length 1.
         initial: not supported: must be None (``TypeError`` otherwise).
@@ -510,7 +512,8 @@ def median(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, 
 
     Args:
         a: the array, real (integer and boolean input is promoted to float); not zero-size.
-        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes); with ``return_indices``, one axis (an int).
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes); with
+            ``return_indices``, one axis (an int).
         out: not supported: must be None (``TypeError`` otherwise; ``ValueError`` with
             ``return_indices``).
         overwrite_input: accepted for NumPy compatibility and ignored.
