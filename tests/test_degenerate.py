@@ -184,3 +184,38 @@ def test_complex_logcumsumexp_matches_jax_numpy_and_torch():
     (grad,) = torch.autograd.grad(y, tx, torch.tensor(ct))
     np.testing.assert_allclose(np.exp(ours(x)), np.exp(y.detach().numpy()), rtol=1e-12)  # torch: another branch
     np.testing.assert_allclose(jax.vjp(ours, x)[1](np.conj(ct))[0], np.conj(grad.resolve_conj().numpy()), atol=1e-12)
+
+
+MASK = np.array([[True, False, True, True], [False, False, False, False], [True, True, False, True]])
+MASKED_REDUCTIONS = {
+    "sum where": (lambda x: rnp.sum(x, axis=1, where=MASK), lambda x: jnp.sum(x, axis=1, where=MASK)),
+    "sum where initial": (lambda x: rnp.sum(x, where=MASK[0], initial=2.5),
+                          lambda x: jnp.sum(x, where=MASK[0], initial=2.5)),
+    "nansum where": (lambda x: rnp.nansum(x, axis=0, where=MASK, initial=1.0),
+                     lambda x: jnp.nansum(x, axis=0, where=MASK, initial=1.0)),
+    "prod where initial": (lambda x: rnp.prod(x, axis=1, where=MASK, initial=3.0, keepdims=True),
+                           lambda x: jnp.prod(x, axis=1, where=MASK, initial=3.0, keepdims=True)),
+    "mean where": (lambda x: rnp.mean(x, axis=0, where=MASK), lambda x: jnp.mean(x, axis=0, where=MASK)),
+    "max where initial": (lambda x: rnp.max(x, axis=1, where=MASK, initial=-1.0),
+                          lambda x: jnp.max(x, axis=1, where=MASK, initial=-1.0)),
+    "min initial": (lambda x: rnp.min(x, axis=0, initial=0.25), lambda x: jnp.min(x, axis=0, initial=0.25)),
+    # JAX's forward mode gives NaN here (a constant's derivative is 0: its reverse mode)
+    "amax initial over an empty axis": (lambda x: rnp.amax(x[:, :0], axis=1, initial=-2.0),
+                                        _jvp_from_jacobian(lambda x: jnp.max(x[:, :0], axis=1, initial=-2.0))),
+}
+
+
+@pytest.mark.parametrize("name", list(MASKED_REDUCTIONS))
+def test_where_and_initial_of_reductions_match_jax_numpy(name):
+    """jax.numpy's ``where=``/``initial=`` (issue 18, req. 2): values, JVP and VJP (distinct
+    entries: no ties between the mask's survivors and ``initial``)."""
+    ours, reference = MASKED_REDUCTIONS[name]
+    x = np.arange(12.0).reshape(3, 4) * 0.37 - 1.3 + 0.01 * np.arange(12.0).reshape(3, 4) ** 2
+    _assert_matches(ours, reference, x)
+
+
+def test_max_where_without_initial_raises_naming_the_op():
+    with pytest.raises(ValueError, match="amax: where needs initial"):
+        rnp.max(np.ones((2, 3)), axis=1, where=MASK[:2, :3])
+    with pytest.raises(ValueError, match="sum: where of shape"):
+        rnp.sum(np.ones((2, 3)), where=np.ones((4,), bool))

@@ -123,11 +123,26 @@ def _prepare(op, a, axis, dtype=None, out=None, **unsupported):
     return x, V.axes(op, x.ndim, axis)
 
 
+def _masked(op, x, where, fill):
+    """``x`` where ``where`` (broadcast against x) is true, ``fill`` elsewhere: jax.numpy's
+    ``where=`` of a reduction (None: x itself)."""
+    if where is None:
+        return x
+    mask = V.array(op, "where", where, inexact=False)
+    if not jnp.issubdtype(mask.dtype, jnp.bool_):
+        raise TypeError(f"{op}: where must be a boolean array, got dtype {mask.dtype}")
+    try:
+        mask = jnp.broadcast_to(mask, x.shape)
+    except ValueError:
+        raise ValueError(f"{op}: where of shape {mask.shape} does not broadcast to a's shape {x.shape}") from None
+    return jnp.where(mask, x, jnp.asarray(fill, x.dtype))
+
+
 def _is_exact(x) -> bool:
     return not jnp.issubdtype(x.dtype, jnp.inexact)
 
 
-def sum(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, keepdims: bool = False, initial: None = None, where: None = None, promote_integers: bool = True) -> Array:  # noqa: A001
+def sum(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, keepdims: bool = False, initial: ArrayLike | None = None, where: ArrayLike | None = None, promote_integers: bool = True) -> Array:  # noqa: A001
     """Sum over ``axis``; VJP expands the cotangent (seed ``sum_backward``). Mirrors
     ``torch.sum``.
 
@@ -137,21 +152,24 @@ def sum(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dty
         dtype: cast ``a`` to this dtype before summing; None keeps its dtype.
         out: not supported: must be None (``TypeError`` otherwise).
         keepdims: keep the reduced axes with length 1.
-        initial: not supported: must be None (``TypeError`` otherwise).
-        where: not supported: must be None (``TypeError`` otherwise).
+        initial: added to the sum, as ``jax.numpy.sum``; None adds nothing.
+        where: a boolean mask broadcasting against ``a``: only its true entries are summed
+            (the others get no derivative).
         promote_integers: for integer and boolean input, sum in the default integer width
             (as ``jax.numpy.sum``); unused for inexact input.
 
     Returns:
         The sum, with the reduced axes removed (length 1 with ``keepdims``).
     """
-    x, ax = _prepare("sum", a, axis, dtype, out, initial=initial, where=where)
+    x, ax = _prepare("sum", a, axis, dtype, out)
     if _is_exact(x):
-        return jnp.sum(x, ax, keepdims=keepdims, promote_integers=promote_integers)
-    return sum_op(x, axis=ax, keepdims=bool(keepdims), shape=x.shape)
+        return jnp.sum(x, ax, keepdims=keepdims, initial=initial, where=where, promote_integers=promote_integers)
+    x = _masked("sum", x, where, 0)
+    total = sum_op(x, axis=ax, keepdims=bool(keepdims), shape=x.shape)
+    return total if initial is None else total + initial
 
 
-def mean(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, keepdims: bool = False, *, where: None = None) -> Array:
+def mean(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, keepdims: bool = False, *, where: ArrayLike | None = None) -> Array:
     """Mean over ``axis``; VJP ``expand(ct)/N`` (seed ``mean_backward``). Mirrors
     ``torch.mean``.
 
@@ -161,17 +179,22 @@ def mean(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dt
         dtype: cast ``a`` to this dtype first; None keeps its dtype.
         out: not supported: must be None (``TypeError`` otherwise).
         keepdims: keep the reduced axes with length 1.
-        where: not supported: must be None (``TypeError`` otherwise).
+        where: a boolean mask broadcasting against ``a``: the mean of its true entries (sum
+            over count; NaN where none is true, as ``jax.numpy.mean``).
 
     Returns:
         The mean, with the reduced axes removed (length 1 with ``keepdims``).
     """
-    x, ax = _prepare("mean", a, axis, dtype, out, where=where)
+    x, ax = _prepare("mean", a, axis, dtype, out)
     x = V.array("mean", "a", x)
-    return mean_op(x, axis=ax, keepdims=bool(keepdims), shape=x.shape)
+    if where is None:
+        return mean_op(x, axis=ax, keepdims=bool(keepdims), shape=x.shape)
+    masked = _masked("mean", x, where, 0)
+    count = jnp.sum(jnp.broadcast_to(jnp.asarray(where), x.shape), axis=ax, keepdims=bool(keepdims))
+    return sum_op(masked, axis=ax, keepdims=bool(keepdims), shape=x.shape) / count.astype(x.dtype)
 
 
-def nansum(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, keepdims: bool = False, initial: None = None, where: None = None) -> Array:
+def nansum(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, keepdims: bool = False, initial: ArrayLike | None = None, where: ArrayLike | None = None) -> Array:
     """Sum ignoring NaNs; VJP zero at the NaNs (seed ``nansum_backward``). Mirrors
     ``torch.nansum``.
 
@@ -181,19 +204,20 @@ def nansum(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, 
         dtype: cast ``a`` to this dtype first; None keeps its dtype.
         out: not supported: must be None (``TypeError`` otherwise).
         keepdims: keep the reduced axes with length 1.
-        initial: not supported: must be None (``TypeError`` otherwise).
-        where: not supported: must be None (``TypeError`` otherwise).
+        initial: added to the sum; None adds nothing.
+        where: a boolean mask broadcasting against ``a``: only its true entries count.
 
     Returns:
         The sum of the non-NaN entries (0 where all are NaN).
     """
-    x, ax = _prepare("nansum", a, axis, dtype, out, initial=initial, where=where)
+    x, ax = _prepare("nansum", a, axis, dtype, out)
     if _is_exact(x):
-        return jnp.sum(x, ax, keepdims=keepdims)
-    return nansum_op(x, axis=ax, keepdims=bool(keepdims))
+        return jnp.sum(x, ax, keepdims=keepdims, initial=initial, where=where)
+    total = nansum_op(_masked("nansum", x, where, 0), axis=ax, keepdims=bool(keepdims))
+    return total if initial is None else total + initial
 
 
-def prod(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, keepdims: bool = False, initial: None = None, where: None = None, promote_integers: bool = True) -> Array:
+def prod(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, keepdims: bool = False, initial: ArrayLike | None = None, where: ArrayLike | None = None, promote_integers: bool = True) -> Array:
     """Product over ``axis``; derivative the product of the other entries, exact with zeros and
     branch-free (seed ``prod_backward`` / ``prod_safe_zeros_backward``). Mirrors ``torch.prod``.
 
@@ -204,18 +228,20 @@ def prod(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dt
         dtype: cast ``a`` to this dtype first; None keeps its dtype.
         out: not supported: must be None (``TypeError`` otherwise).
         keepdims: keep the reduced axes with length 1.
-        initial: not supported: must be None (``TypeError`` otherwise).
-        where: not supported: must be None (``TypeError`` otherwise).
+        initial: multiplies the product, as ``jax.numpy.prod``; None: 1.
+        where: a boolean mask broadcasting against ``a``: only its true entries are
+            multiplied (the others get no derivative).
         promote_integers: for integer and boolean input, as ``jax.numpy.prod``; unused for
             inexact input.
 
     Returns:
         The product, with the reduced axes removed (length 1 with ``keepdims``).
     """
-    x, ax = _prepare("prod", a, axis, dtype, out, initial=initial, where=where)
+    x, ax = _prepare("prod", a, axis, dtype, out)
     if _is_exact(x):
-        return jnp.prod(x, ax, keepdims=keepdims, promote_integers=promote_integers)
-    return prod_op(x, axis=ax, keepdims=bool(keepdims))
+        return jnp.prod(x, ax, keepdims=keepdims, initial=initial, where=where, promote_integers=promote_integers)
+    product = prod_op(_masked("prod", x, where, 1), axis=ax, keepdims=bool(keepdims))
+    return product if initial is None else product * initial
 
 
 def _scan_input(op, a, axis, dtype, out):
@@ -356,15 +382,27 @@ def std_mean(x: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None
 
 
 def _selection(op_name, op, fallback, a, axis, out, keepdims, initial, where):
-    x, ax = _prepare(op_name, a, axis, None, out, initial=initial, where=where)
+    """amax/amin with jax.numpy's ``initial`` (combined with the result by maximum/minimum) and
+    ``where`` (which needs ``initial``: the masked-out entries become it)."""
+    x, ax = _prepare(op_name, a, axis, None, out)
     if _is_exact(x):
-        return fallback(x, ax, keepdims=keepdims)
-    if any(x.shape[a] == 0 for a in ax):
+        return fallback(x, ax, keepdims=keepdims, initial=initial, where=where)
+    if where is not None and initial is None:
+        raise ValueError(f"{op_name}: where needs initial (a maximum/minimum has no identity to fill with)")
+    if initial is None and any(x.shape[a] == 0 for a in ax):
         raise ValueError(f"{op_name}: zero-size reduction (no identity) over axis={axis!r} of shape {x.shape}")
-    return op(x, axis=ax, keepdims=bool(keepdims))
+    if initial is None:
+        return op(x, axis=ax, keepdims=bool(keepdims))
+    initial = jnp.asarray(initial, x.dtype)
+    combine = jnp.maximum if op_name == "amax" else jnp.minimum
+    if any(x.shape[a] == 0 for a in ax):
+        shape = tuple(1 if a in ax else d for a, d in enumerate(x.shape)) if keepdims else \
+            tuple(d for a, d in enumerate(x.shape) if a not in ax)
+        return jnp.broadcast_to(initial, shape)
+    return combine(op(_masked(op_name, x, where, initial), axis=ax, keepdims=bool(keepdims)), initial)
 
 
-def amax(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, keepdims: bool = False, initial: None = None, where: None = None) -> Array:
+def amax(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, keepdims: bool = False, initial: ArrayLike | None = None, where: ArrayLike | None = None) -> Array:
     """Maximum; the derivative spreads evenly over ties and NaN counts as the maximum (seed
     ``evenly_distribute_backward``, ``scale_grad_by_count``, ``evenly_read_jvp``). Mirrors
     ``torch.amax`` (and ``torch.max()`` without ``dim``).
@@ -375,8 +413,10 @@ def amax(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, ou
             zero-size reduction raises ``ValueError``.
         out: not supported: must be None (``TypeError`` otherwise).
         keepdims: keep the reduced axes with length 1.
-        initial: not supported: must be None (``TypeError`` otherwise).
-        where: not supported: must be None (``TypeError`` otherwise).
+        initial: the result is at least this (``maximum(max(a), initial)``); it makes a
+            zero-size reduction valid. Needed with ``where``.
+        where: a boolean mask broadcasting against ``a``: only its true entries compete
+            (needs ``initial``, as ``jax.numpy.max``).
 
     Returns:
         The maximum (NaN where the reduced entries hold a NaN).
@@ -384,7 +424,7 @@ def amax(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, ou
     return _selection("amax", amax_op, jnp.max, a, axis, out, keepdims, initial, where)
 
 
-def amin(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, keepdims: bool = False, initial: None = None, where: None = None) -> Array:
+def amin(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, keepdims: bool = False, initial: ArrayLike | None = None, where: ArrayLike | None = None) -> Array:
     """Minimum; ties share the derivative evenly, NaN counts as the minimum. Mirrors
     ``torch.amin`` (and ``torch.min()`` without ``dim``).
 
@@ -394,8 +434,10 @@ def amin(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, ou
             zero-size reduction raises ``ValueError``.
         out: not supported: must be None (``TypeError`` otherwise).
         keepdims: keep the reduced axes with length 1.
-        initial: not supported: must be None (``TypeError`` otherwise).
-        where: not supported: must be None (``TypeError`` otherwise).
+        initial: the result is at most this (``minimum(min(a), initial)``); it makes a
+            zero-size reduction valid. Needed with ``where``.
+        where: a boolean mask broadcasting against ``a``: only its true entries compete
+            (needs ``initial``, as ``jax.numpy.min``).
 
     Returns:
         The minimum (NaN where the reduced entries hold a NaN).
@@ -426,7 +468,7 @@ def _value_selection(op, kind, a, axis, keepdims, k=0):
     return ValuesIndices(values, indices)
 
 
-def max(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, keepdims: bool = False, initial: None = None, where: None = None, *, return_indices: bool = False) -> Array | ValuesIndices:  # noqa: A001
+def max(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, keepdims: bool = False, initial: ArrayLike | None = None, where: ArrayLike | None = None, *, return_indices: bool = False) -> Array | ValuesIndices:  # noqa: A001
     """``jax.numpy.max`` (ties share the derivative evenly, as ``amax``); with
     ``return_indices=True``, torch's ``max(dim)``: ``(values, indices)`` along one ``axis``, the
     first maximum's index, the derivative to that index only. Mirrors ``torch.max``.
@@ -437,8 +479,8 @@ def max(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out
         out: not supported: must be None (``TypeError`` otherwise; ``ValueError`` with
             ``return_indices``).
         keepdims: keep the reduced axes with length 1.
-        initial: as ``out``.
-        where: as ``out``.
+        initial: as ``amax``'s; None with ``return_indices``.
+        where: as ``amax``'s; None with ``return_indices``.
         return_indices: return torch's ``(values, indices)`` along ``axis``.
 
     Returns:
@@ -451,7 +493,7 @@ def max(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out
     return amax(a, axis, out, keepdims, initial, where)
 
 
-def min(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, keepdims: bool = False, initial: None = None, where: None = None, *, return_indices: bool = False) -> Array | ValuesIndices:  # noqa: A001
+def min(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, keepdims: bool = False, initial: ArrayLike | None = None, where: ArrayLike | None = None, *, return_indices: bool = False) -> Array | ValuesIndices:  # noqa: A001
     """``jax.numpy.min``; with ``return_indices=True``, torch's ``min(dim)`` (see ``max``).
     Mirrors ``torch.min``.
 
@@ -461,8 +503,8 @@ def min(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out
         out: not supported: must be None (``TypeError`` otherwise; ``ValueError`` with
             ``return_indices``).
         keepdims: keep the reduced axes with length 1.
-        initial: as ``out``.
-        where: as ``out``.
+        initial: as ``amin``'s; None with ``return_indices``.
+        where: as ``amin``'s; None with ``return_indices``.
         return_indices: return torch's ``(values, indices)`` along ``axis``.
 
     Returns:
