@@ -96,6 +96,18 @@ def static_scalar(op: str, name: str, value):
     return value
 
 
+def host_value(value):
+    """A hyperparameter argument's value on the host, as the caller gave it: a NumPy array for a
+    Python or NumPy number or a concrete array, None for a tracer. (Read before any conversion:
+    under ``jit`` even ``jnp.asarray(0.5, dtype)`` is traced, and a check on it would become a
+    host callback in every call.)"""
+    from jaxrules.mechanism import concrete_value
+
+    if isinstance(value, int | float | np.number) and not isinstance(value, bool | np.bool_):
+        return np.asarray(value)
+    return concrete_value(value)
+
+
 def hyperparameter(op: str, name: str, value, like=None, *, low=None, strict=True, finite=True):
     """A real hyperparameter (``alpha``, ``beta``, ``delta``, ``margin``, ``eps``, ...) as a JAX
     array in ``like``'s dtype (a 0-d array for a Python number): Python and NumPy numbers, arrays
@@ -104,8 +116,6 @@ def hyperparameter(op: str, name: str, value, like=None, *, low=None, strict=Tru
     ``strict``; finite) run when the value is concrete; for a traced value the bound is checked
     at run time (``jaxrules.checking.runtime_check``: under ``jit`` a ``JaxRuntimeError`` whose
     text ends with the message, a ``ValueError`` under ``jaxrules.checked``)."""
-    from jaxrules.mechanism import concrete_value
-
     if isinstance(value, bool | np.bool_ | str | bytes) or value is None:
         raise TypeError(f"{op}: {name} must be a real number or array, got {value!r}")
     if isinstance(value, int | float):
@@ -118,7 +128,7 @@ def hyperparameter(op: str, name: str, value, like=None, *, low=None, strict=Tru
             raise TypeError(f"{op}: {name} must be a real number or array, got {type(value).__name__}") from None
         if not (jnp.issubdtype(arr.dtype, jnp.integer) or jnp.issubdtype(arr.dtype, jnp.floating)):
             raise TypeError(f"{op}: {name} must be real, got dtype {arr.dtype}")
-        host = concrete_value(arr)
+        host = host_value(value)
         arr = arr.astype(jnp.result_type(float) if like is None else like.dtype)
     kind = None if low is None else {(0, True): "positive", (0, False): "non-negative"}.get(
         (low, strict), f"{'>' if strict else '>='} {low}")

@@ -61,3 +61,30 @@ def test_a_phase_dependent_complex_eigh_loss_under_jit():
 
     with pytest.raises(ValueError, match="^eigh: the eigenvectors"):
         jaxrules.checked(jax.jit(jax.grad(loss)))(a)
+
+
+_TARGET = jnp.array([1, 0, 2])
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: jaxrules.nn.relu6(x),
+    lambda x: jaxrules.nn.hardtanh(x, -0.5, 0.5),
+    lambda x: jaxrules.nn.dropout(x, 0.1, key=jax.random.key(0)),
+    lambda x: jaxrules.nn.cross_entropy(x, _TARGET),
+    lambda x: jaxrules.nn.cross_entropy(x, _TARGET, label_smoothing=np.float32(0.1)),
+    lambda x: jaxrules.nn.elu(x, 0.5),
+    lambda x: jaxrules.nn.softplus(x, beta=2.0),
+    lambda x: jaxrules.nn.huber_loss(x, x * 2, delta=0.5),
+    lambda x: jaxrules.nn.layer_norm(x, 3, eps=np.float64(1e-3)),
+])
+def test_hyperparameters_given_as_numbers_add_no_runtime_check_under_jit(call):
+    """A check on a hyperparameter the caller gave as a number runs on the host at trace time;
+    only a traced one becomes a host callback (which would run in every call and stop
+    ``jax.export``)."""
+    x = jnp.arange(9.0).reshape(3, 3) / 7
+    assert "callback" not in str(jax.make_jaxpr(call)(x))
+
+
+def test_a_traced_hyperparameter_is_checked_at_run_time():
+    jaxpr = jax.make_jaxpr(lambda x, lo: jaxrules.nn.hardtanh(x, lo, 1.0))(jnp.ones(3), -1.0)
+    assert "callback" in str(jaxpr)

@@ -122,12 +122,11 @@ def hardtanh(x, min_val=-1.0, max_val=1.0):
     Also ``hard_tanh`` (jax.nn's name) and ``relu6``. The bounds may be arrays or tracers (jit,
     vmap, grad: ``[x <= min_val]`` and ``[x >= max_val]``); ``min_val <= max_val`` is checked when
     both are concrete."""
-    from jaxrules.mechanism import concrete_value
 
     x = _real("hardtanh", x)
     lo = V.hyperparameter("hardtanh", "min_val", min_val, x)
     hi = V.hyperparameter("hardtanh", "max_val", max_val, x)
-    lo_host, hi_host = concrete_value(lo), concrete_value(hi)
+    lo_host, hi_host = V.host_value(min_val), V.host_value(max_val)
     if lo_host is not None and hi_host is not None and np.any(lo_host > hi_host):
         raise ValueError(f"hardtanh: min_val={min_val!r} must not exceed max_val={max_val!r}")
     if lo_host is None or hi_host is None:  # traced: the run-time check (jaxrules.checked raises it)
@@ -310,14 +309,13 @@ def dropout(x, p=0.5, training=True, *, key=None):
     boolean mask only (seed ``infinitely_differentiable_native_dropout_backward``). ``p`` may be
     an array or a tracer (jit, vmap; checked in [0, 1] when concrete); it gets no gradient (the
     mask is sampled: the expectation, ``x``, does not depend on p)."""
-    from jaxrules.mechanism import concrete_value
 
     x = _real("dropout", x)
     # (in the default float dtype, not x's: the mask must not depend on x's precision)
+    host = V.host_value(p)
     p = jax.lax.stop_gradient(V.hyperparameter("dropout", "p", p, low=0, strict=False))
     if p.ndim:
         raise ValueError(f"dropout: p must be a scalar, got shape {p.shape}")
-    host = concrete_value(p)
     if host is not None and np.any(host > 1):
         raise ValueError(f"dropout: p must be a probability in [0, 1], got {host!r}")
     if host is None:  # traced: the run-time check (jaxrules.checked raises it)

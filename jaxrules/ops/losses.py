@@ -392,15 +392,14 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     ``label_smoothing`` (class indices: ``(1 - e) nll + e / C`` times the weighted sum of
     ``-log p``; probabilities: targets mixed with the uniform distribution; it may be an array or
     a tracer, differentiated through the composition) and reductions. Composed of ``log_softmax`` (VJP ``g - e sum(g)/s``), ``take_along_axis`` and ``sum``."""
-    from jaxrules.mechanism import concrete_value
     from jaxrules.ops.activations import log_softmax
 
     x, t, w = _class_inputs("cross_entropy", input, target, weight, reduction)
     # (a number, an array or a tracer: jit, vmap, grad through the composition below)
     fixed = not isinstance(label_smoothing, jax.core.Tracer)  # no tangent: a 0 can drop the smoothing term
+    host = V.host_value(label_smoothing)
     label_smoothing = V.hyperparameter("cross_entropy", "label_smoothing", label_smoothing, jnp.zeros((), x.dtype),
                                        low=0, strict=False)
-    host = concrete_value(label_smoothing)
     if host is not None and host > 1:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {host!r}")
     if host is None:
