@@ -12,8 +12,9 @@ Forms (each a ``jax.custom_vjp`` with residuals x, w, mean, rstd, except ``jaxru
 ``shift``: ``raw`` over x minus the row's first element (what ``partials.norm_projection`` does);
 ``xhat``: residual x_hat in x's dtype instead of x (no recomputation, torch's layout differs);
 ``onepass``: ``shift`` with the forward's mean and variance from one pass over x minus the row's
-first element (no second, centered pass); ``welford``: ``shift`` with the statistics from one
-variadic reduction merging (count, mean, M2) pairs.
+first element (no second, centered pass); ``welford``: ``shift`` with the statistics of
+``partials.welford_moments`` (what the library runs on a GPU since 2026-11-27: then ``jaxrules``
+is this form).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrules import bench
+from jaxrules import partials as P
 from jaxrules.nn import layer_norm
 
 EPS = 1e-5
@@ -48,19 +50,11 @@ def _onepass_stats(x):
 
 
 def _welford_stats(x):
-    """Mean and variance from one variadic reduction merging (count, mean, M2) as Chan et al."""
+    """Mean and variance from the library's one-pass GPU statistics (``partials.welford_moments``:
+    one variadic reduction of (count, mean, M2) over x minus the row's first element)."""
     xf = x.astype(jnp.float32)
-
-    def merge(a, b):
-        (na, ma, sa), (nb, mb, sb) = a, b
-        n = na + nb
-        frac = jnp.where(n > 0, nb / jnp.where(n > 0, n, 1), 0)
-        delta = mb - ma
-        return n, ma + delta * frac, sa + sb + delta * delta * na * frac
-
-    zero = jnp.float32(0)
-    n, mean, m2 = jax.lax.reduce((jnp.ones_like(xf), xf, jnp.zeros_like(xf)), (zero, zero, zero), merge, (1,))
-    return xf, mean[:, None], jax.lax.rsqrt(m2[:, None] / n[:, None] + EPS)
+    mean, var = P.welford_moments(xf, (-1,))
+    return xf, mean, jax.lax.rsqrt(var + EPS)
 
 
 def _form(backward, residual_xhat=False, stats=_stats):

@@ -187,14 +187,28 @@ def conv(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, str
                           dilation=dilation, groups=int(groups))
 
 
-def conv1d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Array:  # noqa: A002
-    """torch.nn.functional.conv1d (see ``conv``): ``weight`` must have rank 3
-    (``ValueError`` otherwise). Mirrors ``torch.nn.functional.conv1d``.
+_SPATIAL_AXES = {1: "L", 2: "H, W", 3: "D, H, W"}
+
+
+def _ranked(template: str):
+    """Decorator: a 1d/2d/3d variant's docstring from its family's ``template`` (``{n}``: the
+    spatial axes, ``{rank}``: the input's rank, ``{unbatched}``: torch's unbatched shape)."""
+
+    def document(fn):
+        n = int(fn.__name__[-2])
+        fn.__doc__ = template.format(n=n, rank=n + 2, unbatched=f"(C, {_SPATIAL_AXES[n]})")
+        return fn
+
+    return document
+
+
+_CONV_DOC = """torch.nn.functional.conv{n}d (see ``conv``): ``weight`` must have rank {rank}
+    (``ValueError`` otherwise). Mirrors ``torch.nn.functional.conv{n}d``.
 
     Args:
         input: the input ``(N, C, *spatial)``, real, with as many spatial axes as ``weight``
-            has kernel axes (integer and boolean input is promoted to float); rank 3.
-        weight: the filters ``(O, C / groups, *kernel)``, 1 kernel axes.
+            has kernel axes (integer and boolean input is promoted to float); rank {rank}.
+        weight: the filters ``(O, C / groups, *kernel)``, {n} kernel axes.
         bias: ``(O,)``, added to each output channel; None: no bias.
         stride: an int >= 1, or one per spatial axis.
         padding: zero padding on both sides: an int >= 0, one per spatial axis, ``"valid"``
@@ -207,52 +221,20 @@ def conv1d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, s
         The output ``(N, O, *out_spatial)`` in the result dtype of the operands, with torch's
         ``out = (n + lo + hi - dilation (k - 1) - 1) // stride + 1`` per axis.
     """
+
+
+@_ranked(_CONV_DOC)
+def conv1d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Array:  # noqa: A002
     return _conv_rank("conv1d", 1, input, weight, bias, stride, padding, dilation, groups)
 
 
+@_ranked(_CONV_DOC)
 def conv2d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Array:  # noqa: A002
-    """torch.nn.functional.conv2d (see ``conv``): ``weight`` must have rank 4
-    (``ValueError`` otherwise). Mirrors ``torch.nn.functional.conv2d``.
-
-    Args:
-        input: the input ``(N, C, *spatial)``, real, with as many spatial axes as ``weight``
-            has kernel axes (integer and boolean input is promoted to float); rank 4.
-        weight: the filters ``(O, C / groups, *kernel)``, 2 kernel axes.
-        bias: ``(O,)``, added to each output channel; None: no bias.
-        stride: an int >= 1, or one per spatial axis.
-        padding: zero padding on both sides: an int >= 0, one per spatial axis, ``"valid"``
-            (none) or ``"same"`` (output as long as the input; needs stride 1; an odd total
-            puts the extra element at the end).
-        dilation: the kernel's dilation, an int >= 1, or one per spatial axis.
-        groups: a positive int dividing ``O``, with ``C == weight.shape[1] * groups``.
-
-    Returns:
-        The output ``(N, O, *out_spatial)`` in the result dtype of the operands, with torch's
-        ``out = (n + lo + hi - dilation (k - 1) - 1) // stride + 1`` per axis.
-    """
     return _conv_rank("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
 
 
+@_ranked(_CONV_DOC)
 def conv3d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Array:  # noqa: A002
-    """torch.nn.functional.conv3d (see ``conv``): ``weight`` must have rank 5
-    (``ValueError`` otherwise). Mirrors ``torch.nn.functional.conv3d``.
-
-    Args:
-        input: the input ``(N, C, *spatial)``, real, with as many spatial axes as ``weight``
-            has kernel axes (integer and boolean input is promoted to float); rank 5.
-        weight: the filters ``(O, C / groups, *kernel)``, 3 kernel axes.
-        bias: ``(O,)``, added to each output channel; None: no bias.
-        stride: an int >= 1, or one per spatial axis.
-        padding: zero padding on both sides: an int >= 0, one per spatial axis, ``"valid"``
-            (none) or ``"same"`` (output as long as the input; needs stride 1; an odd total
-            puts the extra element at the end).
-        dilation: the kernel's dilation, an int >= 1, or one per spatial axis.
-        groups: a positive int dividing ``O``, with ``C == weight.shape[1] * groups``.
-
-    Returns:
-        The output ``(N, O, *out_spatial)`` in the result dtype of the operands, with torch's
-        ``out = (n + lo + hi - dilation (k - 1) - 1) // stride + 1`` per axis.
-    """
     return _conv_rank("conv3d", 3, input, weight, bias, stride, padding, dilation, groups)
 
 
@@ -318,13 +300,12 @@ def max_pool(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | S
     return (values, index) if return_indices else values
 
 
-def max_pool1d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False, return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
-    """torch.nn.functional.max_pool1d (see ``max_pool``); the input must have rank 3
+_MAX_POOL_DOC = """torch.nn.functional.max_pool{n}d (see ``max_pool``); the input must have rank {rank}
     (unlike torch, an unbatched input is not accepted). Mirrors
-    ``torch.nn.functional.max_pool1d``.
+    ``torch.nn.functional.max_pool{n}d``.
 
     Args:
-        input: the input ``(N, C, *spatial)`` with 1 spatial axes (batched only), real
+        input: the input ``(N, C, *spatial)`` with {n} spatial axes (batched only), real
             (integer and boolean input is promoted to float).
         kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis.
         stride: the window step, an int >= 1 or one per spatial axis; None (or ``()``): the
@@ -341,60 +322,22 @@ def max_pool1d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int |
         The pooled ``(N, C, *out_spatial)``; with ``return_indices`` the tuple
         ``(values, indices)`` (integer indices of the same shape).
     """
+
+
+@_ranked(_MAX_POOL_DOC)
+def max_pool1d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False, return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
     _input("max_pool1d", input, 1)
     return max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
+@_ranked(_MAX_POOL_DOC)
 def max_pool2d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False, return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
-    """torch.nn.functional.max_pool2d (see ``max_pool``); the input must have rank 4
-    (unlike torch, an unbatched input is not accepted). Mirrors
-    ``torch.nn.functional.max_pool2d``.
-
-    Args:
-        input: the input ``(N, C, *spatial)`` with 2 spatial axes (batched only), real
-            (integer and boolean input is promoted to float).
-        kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis.
-        stride: the window step, an int >= 1 or one per spatial axis; None (or ``()``): the
-            kernel size.
-        padding: implicit -inf padding on both sides, an int >= 0 or one per spatial axis, at
-            most half the kernel size (``ValueError`` otherwise).
-        dilation: the spacing of the window's elements, an int >= 1 or one per spatial axis.
-        ceil_mode: count windows with ``ceil`` instead of ``floor`` (torch's rule: a last window
-            starting past the input and its left padding is dropped).
-        return_indices: also return each maximum's flat index within its ``(N, C)`` plane of
-            the (unpadded) input.
-
-    Returns:
-        The pooled ``(N, C, *out_spatial)``; with ``return_indices`` the tuple
-        ``(values, indices)`` (integer indices of the same shape).
-    """
     _input("max_pool2d", input, 2)
     return max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
+@_ranked(_MAX_POOL_DOC)
 def max_pool3d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False, return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
-    """torch.nn.functional.max_pool3d (see ``max_pool``); the input must have rank 5
-    (unlike torch, an unbatched input is not accepted). Mirrors
-    ``torch.nn.functional.max_pool3d``.
-
-    Args:
-        input: the input ``(N, C, *spatial)`` with 3 spatial axes (batched only), real
-            (integer and boolean input is promoted to float).
-        kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis.
-        stride: the window step, an int >= 1 or one per spatial axis; None (or ``()``): the
-            kernel size.
-        padding: implicit -inf padding on both sides, an int >= 0 or one per spatial axis, at
-            most half the kernel size (``ValueError`` otherwise).
-        dilation: the spacing of the window's elements, an int >= 1 or one per spatial axis.
-        ceil_mode: count windows with ``ceil`` instead of ``floor`` (torch's rule: a last window
-            starting past the input and its left padding is dropped).
-        return_indices: also return each maximum's flat index within its ``(N, C)`` plane of
-            the (unpadded) input.
-
-    Returns:
-        The pooled ``(N, C, *out_spatial)``; with ``return_indices`` the tuple
-        ``(values, indices)`` (integer indices of the same shape).
-    """
     _input("max_pool3d", input, 3)
     return max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
@@ -458,14 +401,12 @@ def avg_pool(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | S
                      divisor_override)
 
 
-def avg_pool1d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,  # noqa: A002
-               divisor_override: int | None = None) -> Array:
-    """torch.nn.functional.avg_pool1d, also unbatched (C, L) (see ``avg_pool``; torch's 1d has
-    no ``divisor_override``: here it means what it does for 2d). Mirrors
-    ``torch.nn.functional.avg_pool1d``.
+_AVG_POOL_DOC = """torch.nn.functional.avg_pool{n}d, also unbatched {unbatched} (see ``avg_pool``; torch's
+    avg_pool1d has no ``divisor_override``: here it means what it does for 2d and 3d). Mirrors
+    ``torch.nn.functional.avg_pool{n}d``.
 
     Args:
-        input: the input ``(N, C, *spatial)`` with 1 spatial axis, or unbatched ``(C, L)``; real
+        input: the input ``(N, C, *spatial)`` with {n} spatial axis(es), or unbatched ``{unbatched}``; real
             (integer and boolean input is promoted to float); only the batch may be empty.
         kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis.
         stride: the window step, an int >= 1 or one per spatial axis; None (or ``()``): the
@@ -481,59 +422,25 @@ def avg_pool1d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int |
     Returns:
         The pooled array, ``(N, C, *out_spatial)`` (without ``N`` for an unbatched input).
     """
+
+
+@_ranked(_AVG_POOL_DOC)
+def avg_pool1d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,  # noqa: A002
+               divisor_override: int | None = None) -> Array:
     return _avg_pool("avg_pool1d", 1, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
                      divisor_override)
 
 
+@_ranked(_AVG_POOL_DOC)
 def avg_pool2d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,  # noqa: A002
                divisor_override: int | None = None) -> Array:
-    """torch.nn.functional.avg_pool2d, also unbatched (C, H, W) (see ``avg_pool``). Mirrors
-    ``torch.nn.functional.avg_pool2d``.
-
-    Args:
-        input: the input ``(N, C, *spatial)`` with 2 spatial axes, or unbatched ``(C, H, W)``; real
-            (integer and boolean input is promoted to float); only the batch may be empty.
-        kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis.
-        stride: the window step, an int >= 1 or one per spatial axis; None (or ``()``): the
-            kernel size.
-        padding: implicit zero padding on both sides, an int >= 0 or one per spatial axis, at
-            most half the kernel size (``ValueError`` otherwise).
-        ceil_mode: count windows with ``ceil`` instead of ``floor`` (torch's rule).
-        count_include_pad: divide by the window size including the zero padding (True) or by
-            the number of input elements in the window (False).
-        divisor_override: a non-zero int dividing every window's sum instead; None: as
-            ``count_include_pad`` says.
-
-    Returns:
-        The pooled array, ``(N, C, *out_spatial)`` (without ``N`` for an unbatched input).
-    """
     return _avg_pool("avg_pool2d", 2, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
                      divisor_override)
 
 
+@_ranked(_AVG_POOL_DOC)
 def avg_pool3d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,  # noqa: A002
                divisor_override: int | None = None) -> Array:
-    """torch.nn.functional.avg_pool3d, also unbatched (C, D, H, W) (see ``avg_pool``). Mirrors
-    ``torch.nn.functional.avg_pool3d``.
-
-    Args:
-        input: the input ``(N, C, *spatial)`` with 3 spatial axes, or unbatched ``(C, D, H,
-            W)``; real
-            (integer and boolean input is promoted to float); only the batch may be empty.
-        kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis.
-        stride: the window step, an int >= 1 or one per spatial axis; None (or ``()``): the
-            kernel size.
-        padding: implicit zero padding on both sides, an int >= 0 or one per spatial axis, at
-            most half the kernel size (``ValueError`` otherwise).
-        ceil_mode: count windows with ``ceil`` instead of ``floor`` (torch's rule).
-        count_include_pad: divide by the window size including the zero padding (True) or by
-            the number of input elements in the window (False).
-        divisor_override: a non-zero int dividing every window's sum instead; None: as
-            ``count_include_pad`` says.
-
-    Returns:
-        The pooled array, ``(N, C, *out_spatial)`` (without ``N`` for an unbatched input).
-    """
     return _avg_pool("avg_pool3d", 3, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
                      divisor_override)
 
@@ -566,14 +473,14 @@ def _adaptive_pool(op, dims, input, output_size, return_indices=None):  # noqa: 
     return (values, index) if return_indices else values
 
 
-def adaptive_avg_pool1d(input: ArrayLike, output_size: int | Sequence[int | None]) -> Array:  # noqa: A002
-    """torch.nn.functional.adaptive_avg_pool1d, also unbatched (C, L): the mean over torch's
-    windows ``[floor(i L / out), ceil((i + 1) L / out))``. Linear: JVP the pooled tangent; VJP
-    seed ``_adaptive_avg_pool2d_backward`` (each cotangent shared evenly over its window).
-    Mirrors ``torch.nn.functional.adaptive_avg_pool1d``.
+_ADAPTIVE_AVG_POOL_DOC = """torch.nn.functional.adaptive_avg_pool{n}d, also unbatched {unbatched}: the mean over
+    torch's windows, along an axis of length L ``[floor(i L / out), ceil((i + 1) L / out))``
+    (``None`` in ``output_size`` keeps that axis' size). Linear: JVP the pooled tangent; VJP seed
+    ``_adaptive_avg_pool2d_backward`` (each cotangent shared evenly over its window). Mirrors
+    ``torch.nn.functional.adaptive_avg_pool{n}d``.
 
     Args:
-        input: the input ``(N, C, *spatial)`` or unbatched ``(C, L)``, real (integer and boolean
+        input: the input ``(N, C, *spatial)`` or unbatched ``{unbatched}``, real (integer and boolean
             input is promoted to float); only the batch may be empty.
         output_size: the output's spatial size: an int >= 0 (every spatial axis) or one per
             spatial axis, where None keeps the input's size.
@@ -581,52 +488,31 @@ def adaptive_avg_pool1d(input: ArrayLike, output_size: int | Sequence[int | None
     Returns:
         The pooled ``(N, C, *output_size)`` (without ``N`` for an unbatched input).
     """
+
+
+@_ranked(_ADAPTIVE_AVG_POOL_DOC)
+def adaptive_avg_pool1d(input: ArrayLike, output_size: int | Sequence[int | None]) -> Array:  # noqa: A002
     return _adaptive_pool("adaptive_avg_pool1d", 1, input, output_size)
 
 
+@_ranked(_ADAPTIVE_AVG_POOL_DOC)
 def adaptive_avg_pool2d(input: ArrayLike, output_size: int | Sequence[int | None]) -> Array:  # noqa: A002
-    """torch.nn.functional.adaptive_avg_pool2d, also unbatched (see ``adaptive_avg_pool1d``;
-    windows per axis, ``None`` in ``output_size`` keeps that axis' size).
-    Mirrors ``torch.nn.functional.adaptive_avg_pool2d``.
-
-    Args:
-        input: the input ``(N, C, *spatial)`` or unbatched ``(C, H, W)``, real (integer and boolean
-            input is promoted to float); only the batch may be empty.
-        output_size: the output's spatial size: an int >= 0 (every spatial axis) or one per
-            spatial axis, where None keeps the input's size.
-
-    Returns:
-        The pooled ``(N, C, *output_size)`` (without ``N`` for an unbatched input).
-    """
     return _adaptive_pool("adaptive_avg_pool2d", 2, input, output_size)
 
 
+@_ranked(_ADAPTIVE_AVG_POOL_DOC)
 def adaptive_avg_pool3d(input: ArrayLike, output_size: int | Sequence[int | None]) -> Array:  # noqa: A002
-    """torch.nn.functional.adaptive_avg_pool3d, also unbatched (see ``adaptive_avg_pool2d``).
-    Mirrors ``torch.nn.functional.adaptive_avg_pool3d``.
-
-    Args:
-        input: the input ``(N, C, *spatial)`` or unbatched ``(C, D, H, W)``, real (integer and
-            boolean
-            input is promoted to float); only the batch may be empty.
-        output_size: the output's spatial size: an int >= 0 (every spatial axis) or one per
-            spatial axis, where None keeps the input's size.
-
-    Returns:
-        The pooled ``(N, C, *output_size)`` (without ``N`` for an unbatched input).
-    """
     return _adaptive_pool("adaptive_avg_pool3d", 3, input, output_size)
 
 
-def adaptive_max_pool1d(input: ArrayLike, output_size: int | Sequence[int | None], return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
-    """torch.nn.functional.adaptive_max_pool1d, also unbatched (C, L): the maximum over the
-    windows of ``adaptive_avg_pool1d``; ``return_indices``: also its flat index within the
+_ADAPTIVE_MAX_POOL_DOC = """torch.nn.functional.adaptive_max_pool{n}d, also unbatched {unbatched}: the maximum over
+    the windows of ``adaptive_avg_pool{n}d``; ``return_indices``: also its flat index within the
     (N, C) plane as torch's (the first maximum in window order, the last NaN). VJP seed
     ``adaptive_max_pool2d_backward`` (the cotangent added at the argmax), JVP a gather there.
-    Mirrors ``torch.nn.functional.adaptive_max_pool1d``.
+    Mirrors ``torch.nn.functional.adaptive_max_pool{n}d``.
 
     Args:
-        input: the input ``(N, C, *spatial)`` or unbatched ``(C, L)``, real (integer and boolean
+        input: the input ``(N, C, *spatial)`` or unbatched ``{unbatched}``, real (integer and boolean
             input is promoted to float); only the batch may be empty.
         output_size: the output's spatial size: an int >= 0 (every spatial axis) or one per
             spatial axis, where None keeps the input's size.
@@ -636,43 +522,20 @@ def adaptive_max_pool1d(input: ArrayLike, output_size: int | Sequence[int | None
         The pooled ``(N, C, *output_size)`` (without ``N`` for an unbatched input); with
         ``return_indices`` the tuple ``(values, indices)``.
     """
+
+
+@_ranked(_ADAPTIVE_MAX_POOL_DOC)
+def adaptive_max_pool1d(input: ArrayLike, output_size: int | Sequence[int | None], return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
     return _adaptive_pool("adaptive_max_pool1d", 1, input, output_size, bool(return_indices))
 
 
+@_ranked(_ADAPTIVE_MAX_POOL_DOC)
 def adaptive_max_pool2d(input: ArrayLike, output_size: int | Sequence[int | None], return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
-    """torch.nn.functional.adaptive_max_pool2d, also unbatched (see ``adaptive_max_pool1d``).
-    Mirrors ``torch.nn.functional.adaptive_max_pool2d``.
-
-    Args:
-        input: the input ``(N, C, *spatial)`` or unbatched ``(C, H, W)``, real (integer and boolean
-            input is promoted to float); only the batch may be empty.
-        output_size: the output's spatial size: an int >= 0 (every spatial axis) or one per
-            spatial axis, where None keeps the input's size.
-        return_indices: also return each maximum's flat index within its ``(N, C)`` plane.
-
-    Returns:
-        The pooled ``(N, C, *output_size)`` (without ``N`` for an unbatched input); with
-        ``return_indices`` the tuple ``(values, indices)``.
-    """
     return _adaptive_pool("adaptive_max_pool2d", 2, input, output_size, bool(return_indices))
 
 
+@_ranked(_ADAPTIVE_MAX_POOL_DOC)
 def adaptive_max_pool3d(input: ArrayLike, output_size: int | Sequence[int | None], return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
-    """torch.nn.functional.adaptive_max_pool3d, also unbatched (see ``adaptive_max_pool1d``).
-    Mirrors ``torch.nn.functional.adaptive_max_pool3d``.
-
-    Args:
-        input: the input ``(N, C, *spatial)`` or unbatched ``(C, D, H, W)``, real (integer and
-            boolean
-            input is promoted to float); only the batch may be empty.
-        output_size: the output's spatial size: an int >= 0 (every spatial axis) or one per
-            spatial axis, where None keeps the input's size.
-        return_indices: also return each maximum's flat index within its ``(N, C)`` plane.
-
-    Returns:
-        The pooled ``(N, C, *output_size)`` (without ``N`` for an unbatched input); with
-        ``return_indices`` the tuple ``(values, indices)``.
-    """
     return _adaptive_pool("adaptive_max_pool3d", 3, input, output_size, bool(return_indices))
 
 
