@@ -187,6 +187,7 @@ def test_complex_logcumsumexp_matches_jax_numpy_and_torch():
 
 
 MASK = np.array([[True, False, True, True], [False, False, False, False], [True, True, False, True]])
+MASK_2 = np.array([[True, False, True, True], [True, True, False, True], [True, True, True, False]])  # >= 2 per column
 MASKED_REDUCTIONS = {
     "sum where": (lambda x: rnp.sum(x, axis=1, where=MASK), lambda x: jnp.sum(x, axis=1, where=MASK)),
     "sum where initial": (lambda x: rnp.sum(x, where=MASK[0], initial=2.5),
@@ -198,6 +199,11 @@ MASKED_REDUCTIONS = {
     "mean where": (lambda x: rnp.mean(x, axis=0, where=MASK), lambda x: jnp.mean(x, axis=0, where=MASK)),
     "max where initial": (lambda x: rnp.max(x, axis=1, where=MASK, initial=-1.0),
                           lambda x: jnp.max(x, axis=1, where=MASK, initial=-1.0)),
+    "var where": (lambda x: rnp.var(x, axis=1, where=MASK), lambda x: jnp.var(x, axis=1, where=MASK)),
+    "std where ddof": (lambda x: rnp.std(x, axis=0, where=MASK_2, ddof=1),
+                       lambda x: jnp.std(x, axis=0, where=MASK_2, ddof=1)),
+    "var with a given mean": (lambda x: rnp.var(x, axis=1, mean=jnp.mean(x, axis=1, keepdims=True) + 0.1),
+                              lambda x: jnp.var(x, axis=1, mean=jnp.mean(x, axis=1, keepdims=True) + 0.1)),
     "min initial": (lambda x: rnp.min(x, axis=0, initial=0.25), lambda x: jnp.min(x, axis=0, initial=0.25)),
     # JAX's forward mode gives NaN here (a constant's derivative is 0: its reverse mode)
     "amax initial over an empty axis": (lambda x: rnp.amax(x[:, :0], axis=1, initial=-2.0),

@@ -299,7 +299,7 @@ def _correction(op, ddof, correction):
     return correction
 
 
-def var(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, ddof: float = 0, keepdims: bool = False, *, where: None = None, mean: None = None, correction: float | None = None) -> Array:
+def var(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, ddof: float = 0, keepdims: bool = False, *, where: ArrayLike | None = None, mean: ArrayLike | None = None, correction: float | None = None) -> Array:
     """Variance with ``N - correction`` degrees of freedom; VJP ``2/(N-c) ct (x - mean)``
     (seed ``var_backward``). Mirrors ``torch.var``.
 
@@ -310,19 +310,37 @@ def var(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dty
         out: not supported: must be None (``TypeError`` otherwise).
         ddof: the correction (``N - ddof`` degrees of freedom), a Python or NumPy number.
         keepdims: keep the reduced axes with length 1.
-        where: not supported: must be None (``TypeError`` otherwise).
-        mean: not supported: must be None (``TypeError`` otherwise).
+        where: a boolean mask broadcasting against ``a``: the statistic of its true entries
+            (``N`` counts them), composed of ``mean`` and ``sum`` (their rules).
+        mean: a precomputed mean broadcasting against ``a`` (as ``jax.numpy``'s), used
+            instead of ``a``'s own.
         correction: the array-API spelling of ``ddof`` (a number); give one of the two
             (``ValueError`` when both are, with ``ddof != 0``).
 
     Returns:
         The variance (real); NaN where ``N - correction <= 0``.
     """
-    x, ax = _prepare("var", a, axis, dtype, out, where=where, mean=mean)
-    return var_op(V.array("var", "a", x), axis=ax, keepdims=bool(keepdims), correction=_correction("var", ddof, correction))
+    x, ax = _prepare("var", a, axis, dtype, out)
+    x, c = V.array("var", "a", x), _correction("var", ddof, correction)
+    if where is None and mean is None:
+        return var_op(x, axis=ax, keepdims=bool(keepdims), correction=c)
+    return _masked_var(x, ax, keepdims, c, where, mean)
 
 
-def std(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, ddof: float = 0, keepdims: bool = False, *, where: None = None, mean: None = None, correction: float | None = None) -> Array:
+def _masked_var(x, ax, keepdims, correction, where, given_mean):
+    """jax.numpy's ``var`` with ``where`` and/or a given ``mean``, composed of jaxrules' ``mean``
+    and ``sum`` (their rules) and elementwise arithmetic: ``sum(|x - mean|^2, where) / (count -
+    correction)``, NaN where that is not positive."""
+    center = mean(x, axis=ax, keepdims=True, where=where) if given_mean is None else jnp.asarray(given_mean, x.dtype)
+    d = x - center
+    squares = jnp.real(d * jnp.conj(d)) if jnp.iscomplexobj(d) else d * d
+    total = sum(squares, axis=ax, keepdims=keepdims, where=where)
+    mask = jnp.ones(x.shape, bool) if where is None else jnp.broadcast_to(jnp.asarray(where), x.shape)
+    dof = jnp.sum(mask, axis=ax, keepdims=bool(keepdims)) - correction
+    return jnp.where(dof > 0, total / jnp.where(dof > 0, dof, 1).astype(total.dtype), jnp.nan)
+
+
+def std(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, ddof: float = 0, keepdims: bool = False, *, where: ArrayLike | None = None, mean: ArrayLike | None = None, correction: float | None = None) -> Array:
     """Standard deviation; VJP ``var_backward(ct/(2 std))`` with 0 where std = 0, so a constant
     input has gradient 0 at first and second order (seed ``std_backward``; JAX gives NaN).
     Mirrors ``torch.std``.
@@ -334,16 +352,23 @@ def std(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dty
         out: not supported: must be None (``TypeError`` otherwise).
         ddof: the correction (``N - ddof`` degrees of freedom), a Python or NumPy number.
         keepdims: keep the reduced axes with length 1.
-        where: not supported: must be None (``TypeError`` otherwise).
-        mean: not supported: must be None (``TypeError`` otherwise).
+        where: a boolean mask broadcasting against ``a``: the statistic of its true entries
+            (``N`` counts them), composed of ``mean`` and ``sum`` (their rules).
+        mean: a precomputed mean broadcasting against ``a`` (as ``jax.numpy``'s), used
+            instead of ``a``'s own.
         correction: the array-API spelling of ``ddof`` (a number); give one of the two
             (``ValueError`` when both are, with ``ddof != 0``).
 
     Returns:
         The standard deviation (real); NaN where ``N - correction <= 0``.
     """
-    x, ax = _prepare("std", a, axis, dtype, out, where=where, mean=mean)
-    return std_op(V.array("std", "a", x), axis=ax, keepdims=bool(keepdims), correction=_correction("std", ddof, correction))
+    x, ax = _prepare("std", a, axis, dtype, out)
+    x, c = V.array("std", "a", x), _correction("std", ddof, correction)
+    if where is None and mean is None:
+        return std_op(x, axis=ax, keepdims=bool(keepdims), correction=c)
+    v = _masked_var(x, ax, keepdims, c, where, mean)
+    positive = v > 0  # 0 at a constant input with a zero derivative, as std_op (NaN stays NaN)
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, v, 1)), v)
 
 
 def var_mean(x: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, *, correction: float | None = 1, keepdims: bool = False) -> tuple[Array, Array]:
