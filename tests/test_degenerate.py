@@ -188,6 +188,7 @@ def test_complex_logcumsumexp_matches_jax_numpy_and_torch():
 
 MASK = np.array([[True, False, True, True], [False, False, False, False], [True, True, False, True]])
 MASK_2 = np.array([[True, False, True, True], [True, True, False, True], [True, True, True, False]])  # >= 2 per column
+WEIGHTS = np.array([1.0, 0.5, 2.0, 0.25])
 MASKED_REDUCTIONS = {
     "sum where": (lambda x: rnp.sum(x, axis=1, where=MASK), lambda x: jnp.sum(x, axis=1, where=MASK)),
     "sum where initial": (lambda x: rnp.sum(x, where=MASK[0], initial=2.5),
@@ -204,6 +205,13 @@ MASKED_REDUCTIONS = {
                        lambda x: jnp.std(x, axis=0, where=MASK_2, ddof=1)),
     "var with a given mean": (lambda x: rnp.var(x, axis=1, mean=jnp.mean(x, axis=1, keepdims=True) + 0.1),
                               lambda x: jnp.var(x, axis=1, mean=jnp.mean(x, axis=1, keepdims=True) + 0.1)),
+    "logsumexp b": (lambda x: rnn.logsumexp(x, axis=1, b=WEIGHTS),
+                    lambda x: jax.scipy.special.logsumexp(x, axis=1, b=WEIGHTS)),
+    "logsumexp b return_sign": (lambda x: rnn.logsumexp(x, axis=0, b=-WEIGHTS[:3, None] * x, return_sign=True),
+                                lambda x: jax.scipy.special.logsumexp(x, axis=0, b=-WEIGHTS[:3, None] * x,
+                                                                      return_sign=True)),
+    "logsumexp where": (lambda x: rnn.logsumexp(x, axis=1, where=MASK_2),
+                        lambda x: jax.scipy.special.logsumexp(x, axis=1, where=MASK_2)),
     "min initial": (lambda x: rnp.min(x, axis=0, initial=0.25), lambda x: jnp.min(x, axis=0, initial=0.25)),
     # JAX's forward mode gives NaN here (a constant's derivative is 0: its reverse mode)
     "amax initial over an empty axis": (lambda x: rnp.amax(x[:, :0], axis=1, initial=-2.0),

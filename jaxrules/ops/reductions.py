@@ -601,7 +601,7 @@ def median(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, 
     return median_op(x, axis=ax, keepdims=bool(keepdims))
 
 
-def logsumexp(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, b: None = None, keepdims: bool = False, return_sign: bool = False, where: None = None) -> Array:
+def logsumexp(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, b: ArrayLike | None = None, keepdims: bool = False, return_sign: bool = False, where: ArrayLike | None = None) -> Array | tuple[Array, Array]:
     """``log(sum(exp(a)))``; derivative ``exp(a - out)`` (seed ``logsumexp_backward``, in JAX's
     complex convention), with the softmax's limit where the result is infinite: even weights
     over the -inf entries when all are -inf, over the +inf entries when one is (torch and JAX:
@@ -611,19 +611,43 @@ def logsumexp(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = Non
     Args:
         a: the array, real or complex (integer and boolean input is promoted to float).
         axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes).
-        b: not supported: must be None (``TypeError`` otherwise).
+        b: weights broadcasting against ``a``: ``log|sum(b exp(a))|`` (as
+            ``jax.scipy.special.logsumexp``; real input, composed of ``sum``, exp and log).
         keepdims: keep the reduced axes with length 1.
-        return_sign: not supported: must be False (``TypeError`` otherwise).
-        where: not supported: must be None (``TypeError`` otherwise).
+        return_sign: also return the sum's sign (``log|sum|``, then ``sign(sum)``).
+        where: a boolean mask broadcasting against ``a``: its false entries count as -inf.
 
     Returns:
-        ``log(sum(exp(a)))`` over ``axis``.
+        ``log(sum(exp(a)))`` over ``axis``; with ``return_sign`` the tuple ``(log|sum|,
+        sign)``.
     """
-    V.unsupported("logsumexp", b=b, where=where)
-    if return_sign:
-        raise TypeError("logsumexp: argument 'return_sign' is not supported by jaxrules (got True)")
     x, ax = _prepare("logsumexp", a, axis)
-    return logsumexp_op(V.array("logsumexp", "a", x), axis=ax, keepdims=bool(keepdims))
+    x = _masked("logsumexp", V.array("logsumexp", "a", x), where, -jnp.inf)
+    if b is None and not return_sign:
+        return logsumexp_op(x, axis=ax, keepdims=bool(keepdims))
+    return _weighted_logsumexp(x, b, ax, bool(keepdims), bool(return_sign))
+
+
+def _weighted_logsumexp(x, b, ax, keepdims, return_sign):
+    """``log|sum(b exp(x))|`` (and its sign), as ``jax.scipy.special.logsumexp``'s ``b`` and
+    ``return_sign``: ``log|s| + m`` with ``s = sum(b exp(x - m))``, ``m`` the (constant) maximum,
+    composed of jaxrules' ``sum`` and JAX's exp/log; real input only. Without ``return_sign`` a
+    negative sum gives NaN (as JAX)."""
+    if jnp.iscomplexobj(x) or (b is not None and jnp.iscomplexobj(jnp.asarray(b))):
+        raise TypeError("logsumexp: b and return_sign take real input in jaxrules (got complex)")
+    b = jnp.ones((), x.dtype) if b is None else V.array("logsumexp", "b", b).astype(x.dtype)
+    try:
+        x, b = jnp.broadcast_arrays(x, b)
+    except ValueError:
+        raise ValueError(f"logsumexp: b of shape {b.shape} does not broadcast against a's shape {x.shape}") from None
+    top = lax.stop_gradient(jnp.max(x, axis=ax, keepdims=True)) if x.size else jnp.zeros((), x.dtype)
+    top = jnp.where(jnp.isfinite(top), top, 0)
+    total = sum(b * jnp.exp(x - top), axis=ax, keepdims=True)
+    out = (jnp.log(jnp.abs(total)) if return_sign else jnp.log(total)) + top
+    sign = jnp.sign(total)
+    if not keepdims:
+        out, sign = jnp.squeeze(out, ax), jnp.squeeze(sign, ax)
+    return (out, sign) if return_sign else out
 
 
 def logcumsumexp(x: ArrayLike, axis: int) -> Array:
