@@ -23,6 +23,7 @@ X = np.ones((2, 3))
         (lambda: rnp.linalg.vector_norm(X, ord="fro"), ValueError, ["vector_norm", "ord"]),
         (lambda: rnp.linalg.vector_norm(X, ord=float("nan")), ValueError, ["vector_norm", "ord"]),
         (lambda: rnp.linalg.norm(X, ord="bogus"), ValueError, ["norm", "ord"]),
+        (lambda: rnp.linalg.norm(np.ones((2, 2, 2)), ord=2), ValueError, ["norm", "ord", "rank 3"]),
         (lambda: jrl.renorm(X, 0, 0, 1.0), ValueError, ["renorm", "p"]),
         (lambda: jrl.renorm(X, 2, 0, -1.0), ValueError, ["renorm", "maxnorm"]),
         (lambda: jrl.renorm(X, 2, 5, 1.0), ValueError, ["renorm", "dim"]),

@@ -212,6 +212,10 @@ MASKED_REDUCTIONS = {
                                                                       return_sign=True)),
     "logsumexp where": (lambda x: rnn.logsumexp(x, axis=1, where=MASK_2),
                         lambda x: jax.scipy.special.logsumexp(x, axis=1, where=MASK_2)),
+    "norm of a rank-3 array without axis": (lambda x: rnp.linalg.norm(x.reshape(3, 2, 2)),
+                                            lambda x: jnp.linalg.norm(x.reshape(3, 2, 2))),
+    "norm of a 0-d array": (lambda x: rnp.linalg.norm(x[1, 2]), lambda x: jnp.linalg.norm(x[1, 2])),
+    "norm with ord of a matrix": (lambda x: rnp.linalg.norm(x, ord=1), lambda x: jnp.linalg.norm(x, ord=1)),
     "min initial": (lambda x: rnp.min(x, axis=0, initial=0.25), lambda x: jnp.min(x, axis=0, initial=0.25)),
     # JAX's forward mode gives NaN here (a constant's derivative is 0: its reverse mode)
     "amax initial over an empty axis": (lambda x: rnp.amax(x[:, :0], axis=1, initial=-2.0),

@@ -87,21 +87,21 @@ def norm(x: ArrayLike, ord: int | float | str | None = None, axis: int | tuple[i
             matrix norm (two axes) None or ``"fro"``/``"f"`` (Frobenius), 1, -1, inf, -inf,
             2, -2 or ``"nuc"`` (``ValueError`` otherwise).
         axis: one axis (a vector norm) or two (a matrix norm), as an int or a tuple or list of
-            ints. None: every axis of a 1-d or 2-d ``x`` (the vector or the matrix norm); for
-            rank > 2 ``ValueError`` (``jax.numpy`` gives the flattened 2-norm), and a 0-d
-            ``x`` raises ``ValueError``.
+            ints. None: with ``ord`` None the 2-norm of the flattened ``x`` of any rank (0-d
+            included, as ``jax.numpy``); with an ``ord``, every axis of a 1-d or 2-d ``x`` (the
+            vector or the matrix norm), ``ValueError`` for other ranks.
         keepdims: keep the reduced axes with length 1.
 
     Returns:
         The norm (real), with the reduced axes removed (length 1 with ``keepdims``).
     """
     x = V.array("norm", "x", x)
+    if axis is None and ord is None:  # jax.numpy: the 2-norm of the flattened array, any rank
+        return vector_norm(x, axis=None, keepdims=keepdims, ord=2)
     if axis is None:
-        axis = tuple(range(x.ndim)) if x.ndim <= 2 else None
-        if axis is None:
-            raise ValueError("norm: give axis for arrays of rank > 2 (as jax.numpy does)")
-        if ord is not None and x.ndim == 1:
-            axis = 0
+        if x.ndim not in (1, 2):
+            raise ValueError(f"norm: ord={ord!r} without axis needs a 1-d or 2-d x (as jax.numpy), got rank {x.ndim}")
+        axis = 0 if x.ndim == 1 else (0, 1)
     axes = V.axes("norm", x.ndim, axis)
     if len(axes) == 1:
         return vector_norm(x, axis=axes, keepdims=keepdims, ord=2 if ord is None else ord)
