@@ -42,6 +42,7 @@ X = np.ones((2, 3))
         (lambda: rnp.sum(X, where=X), TypeError, ["sum", "where", "boolean"]),
         (lambda: rnp.max(X, where=X > 0), ValueError, ["amax", "where", "initial"]),
         (lambda: rnp.var(X, ddof=1, correction=1), ValueError, ["var", "ddof", "correction"]),
+        (lambda: rnp.kthvalue(X, 1, axis=5), ValueError, ["kthvalue", "axis"]),
         (lambda: rnp.amax(np.ones((0, 2))), ValueError, ["amax", "zero-size"]),
         (lambda: rnp.amax(np.ones((3, 0)), axis=1), ValueError, ["amax", "zero-size", "axis=1"]),
         (lambda: rnp.logcumsumexp(X, (0, 1)), TypeError, ["logcumsumexp", "axis"]),

@@ -237,3 +237,12 @@ def test_max_where_without_initial_raises_naming_the_op():
         rnp.max(np.ones((2, 3)), axis=1, where=MASK[:2, :3])
     with pytest.raises(ValueError, match="sum: where of shape"):
         rnp.sum(np.ones((2, 3)), where=np.ones((4,), bool))
+
+
+@pytest.mark.parametrize("op", ["var_mean", "std_mean"])
+def test_var_mean_and_std_mean_correction_none_is_torchs_one(op):
+    """torch.var_mean(x, correction=None) is Bessel's (correction 1), as its default."""
+    x = RNG.standard_normal((3, 5))
+    ours = getattr(rnp, op)(x, axis=1, correction=None)
+    expected = getattr(torch, op)(torch.tensor(x), dim=1, correction=None)
+    _close(tuple(ours), tuple(t.numpy() for t in expected))

@@ -378,14 +378,14 @@ def var_mean(x: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None
     Args:
         x: the array, real or complex (integer and boolean input is promoted to float).
         axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes).
-        correction: ``N - correction`` degrees of freedom (a number; None means 0).
+        correction: ``N - correction`` degrees of freedom (a number; None means 1, as torch).
         keepdims: keep the reduced axes with length 1.
 
     Returns:
         ``(var, mean)``: a tuple of the variance (real) and the mean, both reduced over ``axis``.
     """
     x, ax = _prepare("var_mean", x, axis)
-    return var_mean_op(V.array("var_mean", "x", x), axis=ax, keepdims=bool(keepdims), correction=_correction("var_mean", 0, correction))
+    return var_mean_op(V.array("var_mean", "x", x), axis=ax, keepdims=bool(keepdims), correction=_correction("var_mean", 0, 1 if correction is None else correction))
 
 
 def std_mean(x: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, *, correction: float | None = 1, keepdims: bool = False) -> tuple[Array, Array]:
@@ -395,7 +395,7 @@ def std_mean(x: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None
     Args:
         x: the array, real or complex (integer and boolean input is promoted to float).
         axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes).
-        correction: ``N - correction`` degrees of freedom (a number; None means 0).
+        correction: ``N - correction`` degrees of freedom (a number; None means 1, as torch).
         keepdims: keep the reduced axes with length 1.
 
     Returns:
@@ -403,7 +403,7 @@ def std_mean(x: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None
         over ``axis``.
     """
     x, ax = _prepare("std_mean", x, axis)
-    return std_mean_op(V.array("std_mean", "x", x), axis=ax, keepdims=bool(keepdims), correction=_correction("std_mean", 0, correction))
+    return std_mean_op(V.array("std_mean", "x", x), axis=ax, keepdims=bool(keepdims), correction=_correction("std_mean", 0, 1 if correction is None else correction))
 
 
 def _selection(op_name, op, fallback, a, axis, out, keepdims, initial, where):
@@ -558,7 +558,7 @@ def kthvalue(a: ArrayLike, k: int, axis: int = -1, keepdims: bool = False) -> Va
         A ``ValuesIndices`` named tuple ``(values, indices)`` (integer indices), reduced over
         ``axis``.
     """
-    n = np.shape(a)[axis] if np.ndim(a) else 1
+    n = np.shape(a)[V.axes("kthvalue", np.ndim(a), axis)[0]] if np.ndim(a) else 1
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= n:
         raise ValueError(f"kthvalue: k must be an integer in [1, {n}], got {k!r}")
     return _value_selection("kthvalue", "kthvalue", a, axis, keepdims, int(k) - 1)
