@@ -126,29 +126,16 @@ def _input(op, x, dims_hint=None):
     return x
 
 
-def conv(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Array:  # noqa: A002 - torch's name
-    """torch.nn.functional.conv1d/2d/3d (the rank comes from ``weight`` (O, C / groups,
-    *kernel)); ``padding`` an int, one per axis, ``'valid'`` or ``'same'`` (stride 1). JVP seed
-    ``convolution_jvp``; VJP ``convolution_backward`` (transposed convolution for the input,
-    correlation for the weight, sums for the bias); double backward: JAX's derivative of the VJP
-    (seed ``_convolution_double_backward``). Mirrors ``torch.nn.functional.conv1d``/``2d``/``3d``.
-
-    Args:
-        input: the input ``(N, C, *spatial)``, real, with as many spatial axes as ``weight``
-            has kernel axes (integer and boolean input is promoted to float).
-        weight: the filters ``(O, C / groups, *kernel)``, 1 to 3 kernel axes.
-        bias: ``(O,)``, added to each output channel; None: no bias.
+_CONV_LAYER_ARGS = """        bias: ``(O,)``, added to each output channel; None: no bias.
         stride: an int >= 1, or one per spatial axis.
         padding: zero padding on both sides: an int >= 0, one per spatial axis, ``"valid"``
             (none) or ``"same"`` (output as long as the input; needs stride 1; an odd total
             puts the extra element at the end).
         dilation: the kernel's dilation, an int >= 1, or one per spatial axis.
-        groups: a positive int dividing ``O``, with ``C == weight.shape[1] * groups``.
+        groups: a positive int dividing ``O``, with ``C == weight.shape[1] * groups``."""
 
-    Returns:
-        The output ``(N, O, *out_spatial)`` in the result dtype of the operands, with torch's
-        ``out = (n + lo + hi - dilation (k - 1) - 1) // stride + 1`` per axis.
-    """
+
+def conv(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Array:  # noqa: A002 - torch's name
     w = V.array("conv", "weight", weight)
     dims = w.ndim - 2
     if dims not in (1, 2, 3):
@@ -187,6 +174,24 @@ def conv(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, str
                           dilation=dilation, groups=int(groups))
 
 
+conv.__doc__ = """torch.nn.functional.conv1d/2d/3d (the rank comes from ``weight`` (O, C / groups,
+    *kernel)); ``padding`` an int, one per axis, ``'valid'`` or ``'same'`` (stride 1). JVP seed
+    ``convolution_jvp``; VJP ``convolution_backward`` (transposed convolution for the input,
+    correlation for the weight, sums for the bias); double backward: JAX's derivative of the VJP
+    (seed ``_convolution_double_backward``). Mirrors ``torch.nn.functional.conv1d``/``2d``/``3d``.
+
+    Args:
+        input: the input ``(N, C, *spatial)``, real, with as many spatial axes as ``weight``
+            has kernel axes (integer and boolean input is promoted to float).
+        weight: the filters ``(O, C / groups, *kernel)``, 1 to 3 kernel axes.
+{layer_args}
+
+    Returns:
+        The output ``(N, O, *out_spatial)`` in the result dtype of the operands, with torch's
+        ``out = (n + lo + hi - dilation (k - 1) - 1) // stride + 1`` per axis.
+    """.replace("{layer_args}", _CONV_LAYER_ARGS)
+
+
 _SPATIAL_AXES = {1: "L", 2: "H, W", 3: "D, H, W"}
 
 
@@ -209,18 +214,12 @@ _CONV_DOC = """torch.nn.functional.conv{n}d (see ``conv``): ``weight`` must have
         input: the input ``(N, C, *spatial)``, real, with as many spatial axes as ``weight``
             has kernel axes (integer and boolean input is promoted to float); rank {rank}.
         weight: the filters ``(O, C / groups, *kernel)``, {n} kernel axes.
-        bias: ``(O,)``, added to each output channel; None: no bias.
-        stride: an int >= 1, or one per spatial axis.
-        padding: zero padding on both sides: an int >= 0, one per spatial axis, ``"valid"``
-            (none) or ``"same"`` (output as long as the input; needs stride 1; an odd total
-            puts the extra element at the end).
-        dilation: the kernel's dilation, an int >= 1, or one per spatial axis.
-        groups: a positive int dividing ``O``, with ``C == weight.shape[1] * groups``.
+{layer_args}
 
     Returns:
         The output ``(N, O, *out_spatial)`` in the result dtype of the operands, with torch's
         ``out = (n + lo + hi - dilation (k - 1) - 1) // stride + 1`` per axis.
-    """
+    """.replace("{layer_args}", _CONV_LAYER_ARGS)
 
 
 @_ranked(_CONV_DOC)
@@ -263,16 +262,8 @@ def _pool_pads(op, shape, kernel, stride, padding, dilation, ceil_mode):
     return tuple(pads)
 
 
-def max_pool(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False, return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
-    """torch.nn.functional.max_pool1d/2d/3d over the trailing ``len(kernel_size)`` axes of
-    (N, C, *spatial) (an int kernel_size: every spatial axis). ``return_indices``: also the flat
-    index of each maximum within its (N, C) plane, as torch returns (first maximum in window
-    order; NaN wins). VJP seed ``max_pool2d_with_indices_backward`` (the cotangent added at the
-    argmax); JVP and double backward: the seed's ``max_pool_double_backward`` (a gather at the
-    argmax). Mirrors ``torch.nn.functional.max_pool1d``/``2d``/``3d``.
-
-    Args:
-        input: the input ``(N, C, *spatial)`` with 1 to 3 spatial axes (batched only), real
+_MAX_POOL_ARGS = """    Args:
+        input: the input ``(N, C, *spatial)`` with {spatial} spatial axes (batched only), real
             (integer and boolean input is promoted to float).
         kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis
             (as many as the input's spatial axes).
@@ -290,6 +281,9 @@ def max_pool(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | S
         The pooled ``(N, C, *out_spatial)``; with ``return_indices`` the tuple
         ``(values, indices)`` (integer indices of the same shape).
     """
+
+
+def max_pool(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False, return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
     x = _input("max_pool", input)
     dims = x.ndim - 2
     kernel = _per_axis("max_pool", "kernel_size", kernel_size, dims, 1)
@@ -300,28 +294,21 @@ def max_pool(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | S
     return (values, index) if return_indices else values
 
 
+max_pool.__doc__ = """torch.nn.functional.max_pool1d/2d/3d over the trailing ``len(kernel_size)`` axes of
+    (N, C, *spatial) (an int kernel_size: every spatial axis). ``return_indices``: also the flat
+    index of each maximum within its (N, C) plane, as torch returns (first maximum in window
+    order; NaN wins). VJP seed ``max_pool2d_with_indices_backward`` (the cotangent added at the
+    argmax); JVP and double backward: the seed's ``max_pool_double_backward`` (a gather at the
+    argmax). Mirrors ``torch.nn.functional.max_pool1d``/``2d``/``3d``.
+
+""" + _MAX_POOL_ARGS.format(spatial="1 to 3")
+
+
 _MAX_POOL_DOC = """torch.nn.functional.max_pool{n}d (see ``max_pool``); the input must have rank {rank}
     (unlike torch, an unbatched input is not accepted). Mirrors
     ``torch.nn.functional.max_pool{n}d``.
 
-    Args:
-        input: the input ``(N, C, *spatial)`` with {n} spatial axes (batched only), real
-            (integer and boolean input is promoted to float).
-        kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis.
-        stride: the window step, an int >= 1 or one per spatial axis; None (or ``()``): the
-            kernel size.
-        padding: implicit -inf padding on both sides, an int >= 0 or one per spatial axis, at
-            most half the kernel size (``ValueError`` otherwise).
-        dilation: the spacing of the window's elements, an int >= 1 or one per spatial axis.
-        ceil_mode: count windows with ``ceil`` instead of ``floor`` (torch's rule: a last window
-            starting past the input and its left padding is dropped).
-        return_indices: also return each maximum's flat index within its ``(N, C)`` plane of
-            the (unpadded) input.
-
-    Returns:
-        The pooled ``(N, C, *out_spatial)``; with ``return_indices`` the tuple
-        ``(values, indices)`` (integer indices of the same shape).
-    """
+""" + _MAX_POOL_ARGS.format(spatial="{n}")
 
 
 @_ranked(_MAX_POOL_DOC)
@@ -370,9 +357,26 @@ def _avg_pool(op, dims, input, kernel_size, stride, padding, ceil_mode, count_in
     return out if batched else out[0]
 
 
+_AVG_POOL_WINDOW_ARGS = """        kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis.
+        stride: the window step, an int >= 1 or one per spatial axis; None (or ``()``): the
+            kernel size.
+        padding: implicit zero padding on both sides, an int >= 0 or one per spatial axis, at
+            most half the kernel size (``ValueError`` otherwise).
+        ceil_mode: count windows with ``ceil`` instead of ``floor`` (torch's rule).
+        count_include_pad: divide by the window size including the zero padding (True) or by
+            the number of input elements in the window (False).
+        divisor_override: a non-zero int dividing every window's sum instead; None: as
+            ``count_include_pad`` says."""
+
+
 def avg_pool(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,  # noqa: A002
              divisor_override: int | None = None) -> Array:
-    """torch.nn.functional.avg_pool1d/2d/3d over the spatial axes of (N, C, *spatial): the mean
+    x = _input("avg_pool", input)
+    return _avg_pool("avg_pool", x.ndim - 2, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
+
+
+avg_pool.__doc__ = """torch.nn.functional.avg_pool1d/2d/3d over the spatial axes of (N, C, *spatial): the mean
     of each window, divided by ``divisor_override``, else by the window's size counting the
     zero padding (``count_include_pad``; a ``ceil_mode`` window's part past the padding never
     counts) or not. Linear: JVP the pooled tangent; VJP seed ``avg_pool2d_backward`` (each
@@ -382,23 +386,11 @@ def avg_pool(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | S
     Args:
         input: the input ``(N, C, *spatial)`` with 1 to 3 spatial axes (batched only), real
             (integer and boolean input is promoted to float); only the batch may be empty.
-        kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis.
-        stride: the window step, an int >= 1 or one per spatial axis; None (or ``()``): the
-            kernel size.
-        padding: implicit zero padding on both sides, an int >= 0 or one per spatial axis, at
-            most half the kernel size (``ValueError`` otherwise).
-        ceil_mode: count windows with ``ceil`` instead of ``floor`` (torch's rule).
-        count_include_pad: divide by the window size including the zero padding (True) or by
-            the number of input elements in the window (False).
-        divisor_override: a non-zero int dividing every window's sum instead; None: as
-            ``count_include_pad`` says.
+{window}
 
     Returns:
         The pooled array, ``(N, C, *out_spatial)``.
-    """
-    x = _input("avg_pool", input)
-    return _avg_pool("avg_pool", x.ndim - 2, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                     divisor_override)
+    """.replace("{window}", _AVG_POOL_WINDOW_ARGS)
 
 
 _AVG_POOL_DOC = """torch.nn.functional.avg_pool{n}d, also unbatched {unbatched} (see ``avg_pool``; torch's
@@ -408,20 +400,11 @@ _AVG_POOL_DOC = """torch.nn.functional.avg_pool{n}d, also unbatched {unbatched} 
     Args:
         input: the input ``(N, C, *spatial)`` with {n} spatial axis(es), or unbatched ``{unbatched}``; real
             (integer and boolean input is promoted to float); only the batch may be empty.
-        kernel_size: the window, an int >= 1 (every spatial axis) or one per spatial axis.
-        stride: the window step, an int >= 1 or one per spatial axis; None (or ``()``): the
-            kernel size.
-        padding: implicit zero padding on both sides, an int >= 0 or one per spatial axis, at
-            most half the kernel size (``ValueError`` otherwise).
-        ceil_mode: count windows with ``ceil`` instead of ``floor`` (torch's rule).
-        count_include_pad: divide by the window size including the zero padding (True) or by
-            the number of input elements in the window (False).
-        divisor_override: a non-zero int dividing every window's sum instead; None: as
-            ``count_include_pad`` says.
+{window}
 
     Returns:
         The pooled array, ``(N, C, *out_spatial)`` (without ``N`` for an unbatched input).
-    """
+    """.replace("{window}", _AVG_POOL_WINDOW_ARGS)
 
 
 @_ranked(_AVG_POOL_DOC)
