@@ -3,7 +3,7 @@ registry records. ``jaxrules.registry.records()`` imports them all (which regist
 importing one module (``jaxrules.ops.elementwise``) imports only the modules it uses. The
 NestedTensor ops' records live beside them, in ``jaxrules.nested.records``."""
 
-__all__ = ["activations", "conv", "elementwise", "fft", "indexing", "linalg", "losses", "normalization", "norms", "reductions", "shape", "sorting"]
+__all__ = ["activations", "attention", "conv", "elementwise", "fft", "indexing", "linalg", "losses", "normalization", "norms", "reductions", "resampling", "shape", "sorting"]
 
 
 def __getattr__(name: str):
