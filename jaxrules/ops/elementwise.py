@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import numbers
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
@@ -57,6 +58,40 @@ i1_op = define_op("i1", jsp_special.i1, J.i1_jvp, R.i1_vjp, _save_x_and_out)
 i1e_op = define_op("i1e", jsp_special.i1e, J.i1e_jvp, R.i1e_vjp, _save_x_and_out)
 multigammaln_op = define_op("multigammaln", lambda a, *, d: jsp_special.multigammaln(a, d), J.multigammaln_jvp, R.multigammaln_vjp)
 xlogy_op = define_op("xlogy", jsp_special.xlogy, J.xlogy_jvp, R.xlogy_vjp)
+
+
+# ----------------------------------------------------------------------------------------------
+# polar: z = r e^{i theta} (real arguments, complex output; formulas here, beside the op)
+
+
+def _polar_primal(r, theta):
+    return jax.lax.complex(r * jnp.cos(theta), r * jnp.sin(theta))
+
+
+def _polar_save(out, r, theta):
+    """``(r, e^{i theta})``: the unit phasor, which the seed reads as ``sgn(result)`` (0 where
+    r = 0, so it is recomputed from the angle instead)."""
+    return r, _polar_primal(jnp.ones_like(theta), theta)
+
+
+def _polar_jvp(res, tr, ttheta):
+    """``dz = e^{i theta} (dr + i r dtheta)`` (torch's polar JVP in derivatives.yaml)."""
+    r, unit = res
+    if tr is None:
+        return unit * (1j * r * ttheta)
+    return unit * (tr if ttheta is None else tr + 1j * r * ttheta)
+
+
+def _polar_vjp(res, ct):
+    """Seed ``polar_backward`` in JAX's convention: with ``w = ct e^{i theta}``,
+    ``g_r = Re(w)`` and ``g_theta = -r Im(w)`` (the seed's ``Re(conj(g) sgn(z))`` and
+    ``Re(conj(g) i z)``, with the phasor in place of ``sgn(z)``, which is 0 at r = 0)."""
+    r, unit = res
+    w = ct * unit
+    return jnp.real(w), -r * jnp.imag(w)
+
+
+polar_op = define_op("polar", _polar_primal, _polar_jvp, _polar_vjp, _polar_save)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -345,6 +380,30 @@ def xlogy(x: ArrayLike, y: ArrayLike) -> Array:
     return xlogy_op(x, y)
 
 
+def polar(abs: ArrayLike, angle: ArrayLike) -> Array:  # noqa: A002 - torch's argument name
+    """``abs * (cos(angle) + i sin(angle))`` (seed ``polar_backward``). Mirrors ``torch.polar``
+    (jax.numpy has no ``polar``); derivative ``e^{i angle} (d abs + i abs d angle)``, also at
+    ``abs = 0``, where torch's backward gives ``abs`` no gradient.
+
+    Args:
+        abs: the magnitudes, real (integer and boolean input is promoted to float; torch
+            requires float).
+        angle: the angles in radians, real, broadcastable with ``abs`` (torch requires the
+            same dtype as ``abs``; here the two are promoted to a common float dtype).
+
+    Returns:
+        The complex array of the broadcast shape (complex64 for float32 or narrower input,
+        complex128 for float64).
+    """
+    r, theta = V.array("polar", "abs", abs), V.array("polar", "angle", angle)
+    for name, x in (("abs", r), ("angle", theta)):
+        if jnp.iscomplexobj(x):
+            raise TypeError(f"polar: argument {name!r} must be real, got {x.dtype}")
+    V.broadcast("polar", abs=r, angle=theta)
+    dtype = jnp.promote_types(jnp.result_type(r, theta), jnp.float32)
+    return polar_op(r.astype(dtype), theta.astype(dtype))
+
+
 # ----------------------------------------------------------------------------------------------
 # Records
 
@@ -557,4 +616,29 @@ _record(
         ),
     ),
     deviations="d/dy at x = y = 0 is 0 (torch: NaN).",
+)
+_record(
+    "polar", polar, (_NP + "polar",), ("polar_backward",),
+    lambda rng, dt: [
+        Sample((uniform(rng, dt, 0.5, 2.0, 3, 4), normal(rng, dt, 3, 4))),
+        Sample((uniform(rng, dt, 0.5, 2.0, 3, 1), 3 * normal(rng, dt, 4))),
+        Sample((uniform(rng, dt, 0.5, 2.0, 0, 2), normal(rng, dt, 0, 2))),
+    ],
+    lambda torch, r, theta: torch.polar(*torch.broadcast_tensors(r, theta)), "torch.polar",
+    singular=(
+        SingularPoint(
+            "zero magnitude", (f64(0.0, 0.0), f64(0.5, -2.0)), (f64(math.cos(0.5), math.cos(-2.0)), f64(0, 0)),
+            torch_differs="torch's polar_backward takes the phasor as sgn(result), which is 0 at abs = 0, so "
+            "abs gets no gradient there (its own JVP gives e^{i angle}); jaxrules gives cos(angle), the "
+            "transpose of that JVP.",
+        ),
+        SingularPoint(
+            "negative magnitude", (f64(-1.0), f64(0.5)), (f64(math.cos(0.5)), f64(math.sin(0.5))),
+            torch_differs="for abs < 0 torch's sgn(result) is -e^{i angle}, so its backward gives abs the "
+            "gradient -cos(angle); d/d abs of abs cos(angle) is cos(angle).",
+        ),
+    ),
+    deviations="abs gets the gradient Re(g e^{i angle}) also at abs <= 0 (torch's backward, through "
+    "sgn(result), gives 0 at abs = 0 and the opposite sign for abs < 0; its forward AD agrees with "
+    "jaxrules).",
 )

@@ -10,6 +10,8 @@ import numbers
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import Array
+from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
@@ -140,17 +142,59 @@ def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None, *, wrap_n
     return _fill(op, take_along_axis_op(x, safe, axis=ax, shape=x.shape), bad, fill_value, mode)
 
 
-def masked_fill(x, mask, value):
-    """torch's ``masked_fill``: ``value`` where ``mask``, else ``x`` (the gradient of ``x`` is
-    zero under the mask)."""
+def _masked_fill_array_jvp(mask, tx, _, tvalue):
+    """``d value`` under the mask, ``dx`` elsewhere."""
+    if tvalue is None:
+        return J.masked_fill_jvp(mask, tx, None)
+    return jnp.where(mask, tvalue, 0 if tx is None else tx)
+
+
+def _masked_fill_array_vjp(mask, ct):
+    """Seed ``masked_fill_backward``: the fill value gets the sum of ``ct`` under the mask (the
+    seed's ``where(mask, grad, 0).sum()``); ``x`` gets ``ct`` off the mask."""
+    return jnp.where(mask, 0, ct), None, jnp.sum(jnp.where(mask, ct, 0))
+
+
+masked_fill_array_op = define_op(
+    "masked_fill_array", lambda x, mask, value: jnp.where(mask, value, x), _masked_fill_array_jvp,
+    _masked_fill_array_vjp, lambda out, x, mask, value: mask,
+)
+
+
+def masked_fill(x: ArrayLike, mask: ArrayLike, value: ArrayLike) -> Array:
+    """torch's ``masked_fill``: ``value`` where ``mask``, else ``x``. ``x`` gets no gradient
+    under the mask; an array ``value`` gets the sum of the gradient there (seed
+    ``masked_fill_backward``); a Python number is a constant.
+
+    Args:
+        x: the input (integer and boolean input is promoted to float).
+        mask: a boolean array broadcastable to ``x``'s shape.
+        value: the fill value: a Python number (held fixed), or a 0-d array (differentiable;
+            traced values too), cast to ``x``'s dtype. A complex value needs a complex ``x``
+            (as torch).
+
+    Returns:
+        ``where(mask, value, x)`` of ``x``'s shape and dtype.
+    """
     x = V.array("masked_fill", "x", x)
     mask = jnp.asarray(mask)
     if mask.dtype != bool:
         raise TypeError(f"masked_fill: mask must be boolean, got {mask.dtype}")
     V.broadcast("masked_fill", x=x, mask=mask)
-    if not isinstance(value, int | float | complex) or isinstance(value, bool):
-        raise TypeError(f"masked_fill: value must be a Python number, got {type(value).__name__}")
-    return masked_fill_op(x, jnp.broadcast_to(mask, x.shape), value=value)
+    if jnp.broadcast_shapes(x.shape, mask.shape) != x.shape:
+        raise ValueError(f"masked_fill: mask of shape {mask.shape} does not broadcast to x's shape {x.shape}")
+    mask = jnp.broadcast_to(mask, x.shape)
+    if isinstance(value, numbers.Number) and not isinstance(value, bool | np.generic):
+        return masked_fill_op(x, mask, value=value)
+    value = V.array("masked_fill", "value", value, inexact=False)
+    if value.ndim != 0:
+        raise ValueError(
+            f"masked_fill: value must be a Python number or a 0-d array (torch requires a 0-dim tensor), "
+            f"got shape {value.shape}"
+        )
+    if jnp.iscomplexobj(value) and not jnp.iscomplexobj(x):
+        raise TypeError(f"masked_fill: a complex value needs a complex x, got value {value.dtype} and x {x.dtype}")
+    return masked_fill_array_op(x, mask, value.astype(x.dtype))
 
 
 _PAD_OPTIONS = {
@@ -463,10 +507,13 @@ register(OpRecord(
     lambda torch, x, indices, axis: torch.gather(x, axis, indices), "torch.gather", dtypes=_C,
 ))
 register(OpRecord(
-    "masked_fill", masked_fill, ("jaxrules.numpy.masked_fill",), ("masked_fill",), ("masked_fill (derivatives.yaml)",),
+    "masked_fill", masked_fill, ("jaxrules.numpy.masked_fill",), ("masked_fill", "masked_fill_array"),
+    ("masked_fill (derivatives.yaml)", "masked_fill_backward"),
     lambda rng, dt: [Sample((normal(rng, dt, 3, 4), np.array([True, False, False, True]), 0.5)),
-                     Sample((normal(rng, dt, 2, 3), np.array([[True, False, True], [False, False, True]]), -2.0))],
+                     Sample((normal(rng, dt, 2, 3), np.array([[True, False, True], [False, False, True]]), -2.0)),
+                     Sample((normal(rng, dt, 3, 4), np.array([[True], [False], [True]]), normal(rng, dt)))],
     lambda torch, x, mask, value: torch.masked_fill(x, torch.as_tensor(mask), value), "torch.masked_fill", dtypes=_C,
+    low_precision=("float32", "bfloat16"),
 ))
 register(OpRecord(
     "pad", pad, ("jaxrules.numpy.pad",), ("pad",), ("constant_pad_nd_backward",),
