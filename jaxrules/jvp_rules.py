@@ -909,6 +909,29 @@ def convolution_jvp(res, tx, tw, tb, *, stride, padding, dilation, groups):
     return out if tb is None else out + P.bias_view(tb, x.ndim)
 
 
+def conv_transpose_jvp(res, tx, tw, tb, *, stride, padding, dilation, groups):
+    """Seed ``convolution_jvp`` with ``transposed=true``: ``conv_transpose(dx, w) +
+    conv_transpose(x, dw) + db``."""
+    x, w = res
+    terms = []
+    if tx is not None:
+        terms.append(P.conv_transpose(tx, w, stride, padding, dilation, groups))
+    if tw is not None:
+        terms.append(P.conv_transpose(x, tw, stride, padding, dilation, groups))
+    out = _terms(*terms) if terms else 0
+    return out if tb is None else out + P.bias_view(tb, x.ndim)
+
+
+def unfold_jvp(_, tx, *, kernel, stride, padding, dilation, spatial):
+    """unfold (im2col) is linear: the unfolded tangent."""
+    return P.unfold(tx, kernel, stride, padding, dilation)
+
+
+def fold_jvp(_, tx, *, kernel, stride, padding, dilation, spatial):
+    """fold (col2im) is linear: the folded tangent."""
+    return P.fold(tx, spatial, kernel, stride, padding, dilation)
+
+
 def max_pool_jvp(index, tx, *, shape, **_):
     """The tangent read at the argmax (seed ``max_pool_double_backward``'s gather); the indices
     have no tangent."""

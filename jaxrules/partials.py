@@ -1268,9 +1268,75 @@ def conv_weight_grad(x, g, kernel, stride, padding, dilation, groups):
     )
 
 
+def conv_transpose(x, w, stride, padding, dilation, groups):
+    """torch's transposed convolution without bias, ``x`` (N, C_in, *spatial) and ``w`` (C_in,
+    C_out / groups, *kernel): the transpose of ``conv(., w)`` with ``padding`` ((lo, hi), ...)
+    whose output ``x`` would be (``conv_input_grad``); torch's ``padding``/``output_padding``
+    are ``lo = padding``, ``hi = padding - output_padding``, so each output axis has
+    ``(n - 1) stride + dilation (k - 1) + 1 - lo - hi`` entries."""
+    spatial = tuple((n - 1) * s + d * (k - 1) + 1 - lo - hi
+                    for n, k, s, (lo, hi), d in zip(x.shape[2:], w.shape[2:], stride, padding, dilation))
+    return conv_input_grad(x, w, spatial, stride, padding, dilation, groups)
+
+
 def bias_view(b, ndim):
     """A per-channel vector shaped to broadcast against (N, C, *spatial)."""
     return b.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def window_positions(spatial, kernel, stride, padding, dilation):
+    """Static (prod(kernel), *out) flat input positions of every window element, row-major in
+    the window; -1 where the window covers padding (``padding`` ((lo, hi), ...) per axis)."""
+    axes = []
+    for n, k, s, (lo, hi), d in zip(spatial, kernel, stride, padding, dilation):
+        out = (n + lo + hi - d * (k - 1) - 1) // s + 1
+        pos = np.arange(out)[None, :] * s + np.arange(k)[:, None] * d - lo  # (k, out)
+        axes.append(np.where((pos >= 0) & (pos < n), pos, -1))
+    return combine_windows(axes, spatial)
+
+
+def combine_windows(axes, spatial):
+    """Per-axis (k, out) input positions (-1: none) -> (prod(k), *out) flat positions, row-major
+    in the window; -1 where any axis has none."""
+    grids = np.meshgrid(*[np.arange(a.shape[0]) for a in axes], *[np.arange(a.shape[1]) for a in axes], indexing="ij")
+    dims = len(axes)
+    coords = [axes[i][grids[i], grids[dims + i]] for i in range(dims)]
+    inside = np.all([c >= 0 for c in coords], axis=0)
+    flat = np.ravel_multi_index([np.maximum(c, 0) for c in coords], spatial)
+    flat = np.where(inside, flat, -1)
+    return flat.reshape(math.prod(a.shape[0] for a in axes), *flat.shape[dims:])
+
+
+def _block_index(spatial, kernel, stride, padding, dilation):
+    """``(index, size)``: the (prod(kernel), L) flat positions of ``window_positions`` with the
+    blocks flattened (row-major) and padding sent to ``size``, one past the plane."""
+    pos = window_positions(spatial, kernel, stride, padding, dilation)
+    size = math.prod(spatial)
+    return np.where(pos >= 0, pos, size).reshape(pos.shape[0], math.prod(pos.shape[1:])), size
+
+
+def unfold(x, kernel, stride, padding, dilation):
+    """torch's ``im2col``: (N, C, *spatial) -> (N, C prod(kernel), L), entry ``(c, j)`` of block
+    ``l`` the input under element ``j`` (row-major) of the ``l``-th window (row-major), 0 on the
+    ``padding`` ((lo, hi), ...). A gather: exact in every dtype."""
+    n, c = x.shape[:2]
+    index, size = _block_index(x.shape[2:], kernel, stride, padding, dilation)
+    planes = x.reshape(n, c, size)  # not -1: the batch may be empty
+    cols = jnp.take(planes, index, axis=2, mode="fill", fill_value=0)  # (N, C, K, L)
+    return cols.reshape(n, c * index.shape[0], index.shape[1])
+
+
+def fold(cols, spatial, kernel, stride, padding, dilation):
+    """torch's ``col2im``, the transpose of ``unfold`` for an input of ``spatial`` size: each
+    entry of (N, C prod(kernel), L) added at its window position (padding dropped), summed in
+    float32 for half precision."""
+    index, size = _block_index(spatial, kernel, stride, padding, dilation)
+    n, ck, blocks = cols.shape
+    c = ck // index.shape[0]
+    acc = stat_dtype(cols.dtype)
+    planes = jnp.zeros((n, c, size), acc).at[:, :, index].add(
+        cols.astype(acc).reshape(n, c, *index.shape), mode="drop")
+    return planes.reshape(n, c, *spatial).astype(cols.dtype)
 
 
 def pool_flat_gather(x, flat_index):

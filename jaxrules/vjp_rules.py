@@ -943,6 +943,30 @@ def convolution_vjp(res, ct, *, stride, padding, dilation, groups):
     return gx, gw, gb
 
 
+def conv_transpose_vjp(res, ct, *, stride, padding, dilation, groups):
+    """Seed ``convolution_backward`` with ``transposed=true``: grad_input by the (forward)
+    convolution of ``ct`` with ``w``, grad_weight by correlating ``ct`` with the input (the roles
+    of ``convolution_vjp``'s input and cotangent swapped), grad_bias the sum over batch and
+    space."""
+    x, w = res
+    gx = P.conv(ct, w, stride, padding, dilation, groups)
+    gw = P.conv_weight_grad(ct, x, w.shape[2:], stride, padding, dilation, groups)
+    gb = ct.sum(axis=(0, *range(2, ct.ndim)))
+    return gx, gw, gb
+
+
+def unfold_vjp(_, ct, *, kernel, stride, padding, dilation, spatial):
+    """The transpose of unfold (im2col) is fold (col2im; derivatives.yaml ``im2col``:
+    ``col2im(grad, ...)``)."""
+    return (P.fold(ct, spatial, kernel, stride, padding, dilation),)
+
+
+def fold_vjp(_, ct, *, kernel, stride, padding, dilation, spatial):
+    """The transpose of fold (col2im) is unfold (im2col; derivatives.yaml ``col2im``:
+    ``im2col(grad, ...)``)."""
+    return (P.unfold(ct, kernel, stride, padding, dilation),)
+
+
 def max_pool_vjp(index, ct, *, shape, **_):
     """Seed ``max_pool2d_with_indices_backward``: each cotangent added at its window's argmax."""
     g, _ = ct

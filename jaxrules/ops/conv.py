@@ -32,15 +32,17 @@ convolution_op = define_op("convolution", _convolution_primal, J.convolution_jvp
                            lambda out, x, w, b, **_: (x, w))
 
 
-def _window_positions(spatial, kernel, stride, padding, dilation):
-    """Static (prod(kernel), *out) flat input positions of every window element, row-major in
-    the window; -1 where the window covers padding."""
-    axes = []
-    for n, k, s, (lo, hi), d in zip(spatial, kernel, stride, padding, dilation):
-        out = (n + lo + hi - d * (k - 1) - 1) // s + 1
-        pos = np.arange(out)[None, :] * s + np.arange(k)[:, None] * d - lo  # (k, out)
-        axes.append(np.where((pos >= 0) & (pos < n), pos, -1))
-    return _combine_windows(axes, spatial)
+def _conv_transpose_primal(x, w, b, *, stride, padding, dilation, groups):
+    return P.conv_transpose(x, w, stride, padding, dilation, groups) + P.bias_view(b, x.ndim)
+
+
+conv_transpose_op = define_op("conv_transpose", _conv_transpose_primal, J.conv_transpose_jvp, R.conv_transpose_vjp,
+                              lambda out, x, w, b, **_: (x, w))
+# unfold and fold are linear and each other's transpose: the JVP is the op, the VJP the other op.
+unfold_op = define_op("unfold", lambda x, *, spatial, **static: P.unfold(x, **static), J.unfold_jvp, R.unfold_vjp,
+                      lambda out, x, **_: ())
+fold_op = define_op("fold", lambda x, *, spatial, **static: P.fold(x, spatial, **static), J.fold_jvp, R.fold_vjp,
+                    lambda out, x, **_: ())
 
 
 def _adaptive_positions(spatial, output_size):
@@ -51,19 +53,7 @@ def _adaptive_positions(spatial, output_size):
         start, end = P.adaptive_windows(n, o)
         pos = start[None, :] + np.arange(int((end - start).max(initial=1)))[:, None]
         axes.append(np.where(pos < end, pos, -1))
-    return _combine_windows(axes, spatial)
-
-
-def _combine_windows(axes, spatial):
-    """Per-axis (k, out) input positions (-1: none) -> (prod(k), *out) flat positions, row-major
-    in the window; -1 where any axis has none."""
-    grids = np.meshgrid(*[np.arange(a.shape[0]) for a in axes], *[np.arange(a.shape[1]) for a in axes], indexing="ij")
-    dims = len(axes)
-    coords = [axes[i][grids[i], grids[dims + i]] for i in range(dims)]
-    inside = np.all([c >= 0 for c in coords], axis=0)
-    flat = np.ravel_multi_index([np.maximum(c, 0) for c in coords], spatial)
-    flat = np.where(inside, flat, -1)
-    return flat.reshape(math.prod(a.shape[0] for a in axes), *flat.shape[dims:])
+    return P.combine_windows(axes, spatial)
 
 
 def _window_argmax(x, positions):
@@ -83,7 +73,7 @@ def _window_argmax(x, positions):
 
 
 def _max_pool_primal(x, *, kernel, stride, padding, dilation, **_):
-    index = _window_argmax(x, _window_positions(x.shape[2:], kernel, stride, padding, dilation))
+    index = _window_argmax(x, P.window_positions(x.shape[2:], kernel, stride, padding, dilation))
     return P.pool_flat_gather(x, index), index
 
 
@@ -241,6 +231,211 @@ def _conv_rank(op, dims, input, weight, bias, stride, padding, dilation, groups)
     if np.ndim(weight) != dims + 2:
         raise ValueError(f"{op}: weight must have rank {dims + 2}, got shape {np.shape(weight)}")
     return conv(input, weight, bias, stride, padding, dilation, groups)
+
+
+def _positive_int(op, name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{op}: {name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def _conv_transpose(op, dims, input, weight, bias, stride, padding, output_padding, groups, dilation):  # noqa: A002
+    """The checks and the call of every conv_transpose variant (``dims`` None: from the weight)."""
+    w = V.array(op, "weight", weight)
+    if (dims is None and w.ndim not in (3, 4, 5)) or (dims is not None and w.ndim != dims + 2):
+        rank = "rank 3 to 5" if dims is None else f"rank {dims + 2}"
+        raise ValueError(f"{op}: weight must have shape (in, out / groups, *kernel), {rank}, got {w.shape}")
+    dims = w.ndim - 2
+    x, batched = _pool_input(op, input, dims)
+    groups = _positive_int(op, "groups", groups)
+    if 0 in w.shape:
+        raise ValueError(f"{op}: weight {w.shape} is empty")
+    if x.shape[1] != w.shape[0] or w.shape[0] % groups:
+        raise ValueError(f"{op}: input has {x.shape[1]} channels and weight {w.shape}: need in_channels = "
+                         f"weight.shape[0] divisible by groups={groups}")
+    stride = _per_axis(op, "stride", stride, dims, 1)
+    pad = _per_axis(op, "padding", padding, dims, 0)
+    extra = _per_axis(op, "output_padding", output_padding, dims, 0)
+    dilation = _per_axis(op, "dilation", dilation, dims, 1)
+    if any(e >= s and e >= d for e, s, d in zip(extra, stride, dilation)):
+        raise ValueError(f"{op}: output_padding {extra} must be smaller than stride {stride} or dilation "
+                         f"{dilation} on each axis (as torch)")
+    pads = tuple((p, p - e) for p, e in zip(pad, extra))
+    size = [(n - 1) * s + d * (k - 1) + 1 - lo - hi
+            for n, k, s, (lo, hi), d in zip(x.shape[2:], w.shape[2:], stride, pads, dilation)]
+    if min(size) < 1:
+        raise ValueError(f"{op}: the output size {tuple(size)} of input {x.shape} is not positive (padding {pad} "
+                         "too large)")
+    channels = w.shape[1] * groups
+    b = jnp.zeros(channels, w.dtype) if bias is None else V.array(op, "bias", bias)
+    if b.shape != (channels,):
+        raise ValueError(f"{op}: bias must have shape ({channels},), got {b.shape}")
+    dtype = jnp.result_type(x, w, b)
+    out = conv_transpose_op(x.astype(dtype), w.astype(dtype), b.astype(dtype), stride=stride, padding=pads,
+                            dilation=dilation, groups=groups)
+    return out if batched else out[0]
+
+
+_CONV_TRANSPOSE_ARGS = """        bias: ``(weight.shape[1] * groups,)``, added to each output channel; None: no bias.
+        stride: the stride of the convolution this transposes, an int >= 1 or one per spatial
+            axis (the input's entries are spread ``stride`` apart).
+        padding: the zero padding of the convolution this transposes, an int >= 0 or one per
+            spatial axis: removes ``dilation (k - 1) - padding`` ... ``padding`` entries from
+            each side of the full transposed output.
+        output_padding: extra entries at the end of each spatial axis, an int >= 0 or one per
+            axis, smaller than the stride or the dilation of that axis (``ValueError`` otherwise).
+        groups: a positive int dividing ``C_in``; output channels ``weight.shape[1] * groups``.
+        dilation: the kernel's dilation, an int >= 1 or one per spatial axis."""
+
+
+def conv_transpose(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0, groups: int = 1, dilation: int | Sequence[int] = 1) -> Array:  # noqa: A002
+    return _conv_transpose("conv_transpose", None, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation)
+
+
+conv_transpose.__doc__ = """torch.nn.functional.conv_transpose1d/2d/3d (the rank comes from ``weight`` (C_in,
+    C_out / groups, *kernel)): the transpose, with respect to its input, of the convolution with
+    ``weight``, ``stride``, ``padding`` and ``dilation``, plus ``bias``. JVP seed
+    ``convolution_jvp`` (transposed): ``conv_transpose(dx, w) + conv_transpose(x, dw) + db``;
+    VJP ``convolution_backward`` (transposed: the forward convolution of the cotangent for the
+    input, the cotangent correlated with the input for the weight, sums for the bias); double
+    backward: JAX's derivative of the VJP. Mirrors
+    ``torch.nn.functional.conv_transpose1d``/``2d``/``3d``.
+
+    Args:
+        input: ``(N, C_in, *spatial)`` or unbatched ``(C_in, *spatial)``, real, with as many
+            spatial axes as ``weight`` has kernel axes (integer and boolean input is promoted
+            to float); only the batch may be empty.
+        weight: the filters ``(C_in, C_out / groups, *kernel)``, 1 to 3 kernel axes.
+{layer_args}
+
+    Returns:
+        ``(N, C_out, *out_spatial)`` (without ``N`` for an unbatched input) in the result dtype
+        of the operands, with torch's ``out = (n - 1) stride - 2 padding + dilation (k - 1) +
+        output_padding + 1`` per axis.
+    """.replace("{layer_args}", _CONV_TRANSPOSE_ARGS)
+
+
+_CONV_TRANSPOSE_DOC = """torch.nn.functional.conv_transpose{n}d (see ``conv_transpose``): ``weight`` must have
+    rank {rank} (``ValueError`` otherwise). Mirrors ``torch.nn.functional.conv_transpose{n}d``.
+
+    Args:
+        input: ``(N, C_in, *spatial)`` with {n} spatial axis(es), or unbatched ``{unbatched}``; real
+            (integer and boolean input is promoted to float); only the batch may be empty.
+        weight: the filters ``(C_in, C_out / groups, *kernel)``, {n} kernel axis(es).
+{layer_args}
+
+    Returns:
+        ``(N, C_out, *out_spatial)`` (without ``N`` for an unbatched input), with torch's
+        ``out = (n - 1) stride - 2 padding + dilation (k - 1) + output_padding + 1`` per axis.
+    """.replace("{layer_args}", _CONV_TRANSPOSE_ARGS)
+
+
+@_ranked(_CONV_TRANSPOSE_DOC)
+def conv_transpose1d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0, groups: int = 1, dilation: int | Sequence[int] = 1) -> Array:  # noqa: A002
+    return _conv_transpose("conv_transpose1d", 1, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation)
+
+
+@_ranked(_CONV_TRANSPOSE_DOC)
+def conv_transpose2d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0, groups: int = 1, dilation: int | Sequence[int] = 1) -> Array:  # noqa: A002
+    return _conv_transpose("conv_transpose2d", 2, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation)
+
+
+@_ranked(_CONV_TRANSPOSE_DOC)
+def conv_transpose3d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0, groups: int = 1, dilation: int | Sequence[int] = 1) -> Array:  # noqa: A002
+    return _conv_transpose("conv_transpose3d", 3, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation)
+
+
+def _block_args(op, kernel_size, dilation, padding, stride):
+    """unfold/fold's window arguments for 2 spatial axes: (kernel, stride, ((p, p), ...), dilation)."""
+    kernel = _per_axis(op, "kernel_size", kernel_size, 2, 1)
+    dilation = _per_axis(op, "dilation", dilation, 2, 1)
+    pad = _per_axis(op, "padding", padding, 2, 0)
+    stride = _per_axis(op, "stride", stride, 2, 1)
+    return kernel, stride, tuple((p, p) for p in pad), dilation
+
+
+def _blocks(spatial, kernel, stride, pads, dilation):
+    """The number of sliding blocks per spatial axis (torch's, may be < 1)."""
+    return tuple((n + lo + hi - d * (k - 1) - 1) // s + 1
+                 for n, k, s, (lo, hi), d in zip(spatial, kernel, stride, pads, dilation))
+
+
+def unfold(input: ArrayLike, kernel_size: int | Sequence[int], dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, stride: int | Sequence[int] = 1) -> Array:  # noqa: A002
+    x, batched = _pool_input("unfold", input, 2)
+    kernel, stride, pads, dilation = _block_args("unfold", kernel_size, dilation, padding, stride)
+    blocks = _blocks(x.shape[2:], kernel, stride, pads, dilation)
+    if min(blocks) < 1:
+        raise ValueError(f"unfold: input {x.shape} with kernel_size {kernel}, dilation {dilation}, padding "
+                         f"{tuple(p for p, _ in pads)} and stride {stride} has {blocks} sliding blocks (need at "
+                         "least one per axis)")
+    out = unfold_op(x, kernel=kernel, stride=stride, padding=pads, dilation=dilation, spatial=x.shape[2:])
+    return out if batched else out[0]
+
+
+unfold.__doc__ = """torch.nn.functional.unfold (im2col): the sliding blocks of (N, C, H, W) as columns,
+    ``out[n, c kh kw + j, l]`` the input under element ``j`` (row-major in the kernel) of the
+    ``l``-th block (row-major over the block grid), 0 on the padding. Linear: the JVP is unfold
+    of the tangent, the VJP ``fold`` of the cotangent (derivatives.yaml ``im2col``: ``col2im``).
+    Mirrors ``torch.nn.functional.unfold``.
+
+    Args:
+        input: ``(N, C, H, W)`` or unbatched ``(C, H, W)``, real (integer and boolean input is
+            promoted to float); only the batch may be empty.
+        kernel_size: the block's size, an int >= 1 or two.
+        dilation: the spacing of a block's elements, an int >= 1 or two.
+        padding: zero padding on both sides, an int >= 0 or two.
+        stride: the step between blocks, an int >= 1 or two.
+
+    Returns:
+        ``(N, C kh kw, L)`` (without ``N`` for an unbatched input), ``L`` the number of blocks,
+        at least one per axis (``ValueError`` otherwise).
+    """
+
+
+def fold(input: ArrayLike, output_size: int | Sequence[int], kernel_size: int | Sequence[int], dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, stride: int | Sequence[int] = 1) -> Array:  # noqa: A002
+    x = V.array("fold", "input", input)
+    if jnp.iscomplexobj(x):
+        raise TypeError(f"fold: input must be real, got {x.dtype}")
+    if x.ndim not in (2, 3) or 0 in x.shape[x.ndim - 2:]:
+        raise ValueError(f"fold: input must have shape (N, C kh kw, L) or (C kh kw, L) with only the batch empty, "
+                         f"got {x.shape}")
+    batched = x.ndim == 3
+    x = x if batched else x[None]
+    size = _per_axis("fold", "output_size", output_size, 2, 1)
+    kernel, stride, pads, dilation = _block_args("fold", kernel_size, dilation, padding, stride)
+    if x.shape[1] % math.prod(kernel):
+        raise ValueError(f"fold: input's axis 1 ({x.shape[1]}) must be divisible by the product of kernel_size "
+                         f"{kernel}")
+    blocks = _blocks(size, kernel, stride, pads, dilation)
+    if min(blocks) < 1 or x.shape[2] != math.prod(blocks):
+        raise ValueError(f"fold: input's axis 2 ({x.shape[2]}) must be the number of sliding blocks of "
+                         f"output_size {size} with kernel_size {kernel}, dilation {dilation}, padding "
+                         f"{tuple(p for p, _ in pads)} and stride {stride}: {' x '.join(map(str, blocks))}")
+    out = fold_op(x, kernel=kernel, stride=stride, padding=pads, dilation=dilation, spatial=size)
+    return out if batched else out[0]
+
+
+fold.__doc__ = """torch.nn.functional.fold (col2im), the transpose of ``unfold``: each column entry of
+    (N, C kh kw, L) added at its block position of an (N, C, *output_size) array, overlaps
+    summed and padding dropped. Linear: the JVP is fold of the tangent, the VJP ``unfold`` of the
+    cotangent (derivatives.yaml ``col2im``: ``im2col``). Mirrors ``torch.nn.functional.fold``.
+
+    Args:
+        input: ``(N, C kh kw, L)`` or unbatched ``(C kh kw, L)``, real, ``L`` the number of
+            blocks of ``output_size``; only the batch may be empty.
+        output_size: the spatial size ``(H, W)`` of the output, an int >= 1 or two.
+        kernel_size: the block's size, an int >= 1 or two.
+        dilation: the spacing of a block's elements, an int >= 1 or two.
+        padding: zero padding on both sides, an int >= 0 or two.
+        stride: the step between blocks, an int >= 1 or two.
+
+    Returns:
+        ``(N, C, H, W)`` (without ``N`` for an unbatched input).
+    """
 
 
 def _pool_pads(op, shape, kernel, stride, padding, dilation, ceil_mode):
@@ -555,6 +750,56 @@ register(OpRecord(
     ],
     _torch_conv, "torch.nn.functional.conv1d/2d/3d", low_precision=("float32",),
     tolerance={"float32": 1e-3},  # float32 convolutions may run in TF32 on a GPU
+))
+
+
+def _torch_conv_transpose(torch, x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    fn = getattr(torch.nn.functional, f"conv_transpose{w.ndim - 2}d")
+    return fn(x, w, b, stride, padding, output_padding, groups, dilation)
+
+
+register(OpRecord(
+    "conv_transpose", conv_transpose, ("jaxrules.nn.conv_transpose", "jaxrules.nn.conv_transpose1d",
+                                       "jaxrules.nn.conv_transpose2d", "jaxrules.nn.conv_transpose3d"),
+    ("conv_transpose",), ("convolution_jvp", "convolution_backward", "_convolution_double_backward"),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 2, 3, 4), normal(rng, dt, 3, 2, 3), normal(rng, dt, 2)),
+               {"stride": 2, "padding": 1, "output_padding": 1}),
+        # output_padding 1 < dilation 2 on axis 0 (stride 1), < stride 2 on axis 1
+        Sample((normal(rng, dt, 1, 4, 3, 2), normal(rng, dt, 4, 1, 2, 3), normal(rng, dt, 2)),
+               {"stride": (1, 2), "padding": (1, 0), "output_padding": 1, "groups": 2, "dilation": (2, 1)}),
+        Sample((normal(rng, dt, 1, 2, 2, 2, 2), normal(rng, dt, 2, 2, 2, 2, 2), None), {"stride": (1, 2, 1)}),
+        Sample((normal(rng, dt, 2, 4), normal(rng, dt, 2, 3, 2), normal(rng, dt, 3)),  # unbatched
+               {"output_padding": 1, "dilation": 2}),
+        # an empty batch (the weight is never empty) is in tests/test_conv_transpose.py: the
+        # harness expects formulas to run unless every argument is empty
+    ],
+    _torch_conv_transpose, "torch.nn.functional.conv_transpose1d/2d/3d", low_precision=("float32",),
+    tolerance={"float32": 1e-3},  # float32 convolutions may run in TF32 on a GPU
+))
+
+
+register(OpRecord(
+    "unfold", unfold, ("jaxrules.nn.unfold",), ("unfold",), ("im2col", "col2im"),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 2, 2, 3, 4), (2, 3)), {"dilation": (1, 2), "padding": 1, "stride": (2, 1)}),
+        Sample((normal(rng, dt, 2, 3, 3), 2)),  # unbatched
+        Sample((normal(rng, dt, 0, 1, 3, 3), 2)),  # empty batch
+    ],
+    lambda torch, *args, **kwargs: torch.nn.functional.unfold(*args, **kwargs), "torch.nn.functional.unfold",
+    double_backward="linear: the VJP is fold",
+))
+
+
+register(OpRecord(
+    "fold", fold, ("jaxrules.nn.fold",), ("fold",), ("col2im", "im2col"),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 2, 12, 4), (3, 4), (2, 3)), {"dilation": (1, 2), "padding": 1, "stride": (2, 1)}),
+        Sample((normal(rng, dt, 8, 6), (3, 4), 2)),  # unbatched, overlapping blocks summed
+        Sample((normal(rng, dt, 0, 4, 4), 3, 2)),  # empty batch
+    ],
+    lambda torch, *args, **kwargs: torch.nn.functional.fold(*args, **kwargs), "torch.nn.functional.fold",
+    double_backward="linear: the VJP is unfold",
 ))
 
 
