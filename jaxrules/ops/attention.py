@@ -1,7 +1,355 @@
 """Dense attention and bilinear forms with torch.nn.functional's semantics:
-``scaled_dot_product_attention`` and ``bilinear`` (issue 17). Their registry records live here
-too."""
+``scaled_dot_product_attention`` and ``bilinear`` (issue 17). Their formulas live here, beside
+the ops (attention: the flash-attention backward from the saved row logsumexp; bilinear: seed
+``_trilinear_backward``), and so do their registry records."""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import math
+import numbers
+
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+from jax.typing import ArrayLike
+
+from jaxrules import _validate as V
+from jaxrules.mechanism import define_op
+from jaxrules.ops._sampling import f64, normal
+from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+
+__all__ = ["bilinear", "scaled_dot_product_attention"]
+
+
+# ----------------------------------------------------------------------------------------------
+# scaled_dot_product_attention
+#
+# Shapes: q (..., L, E), k (..., S, E), v (..., S, Ev), bias (additive, float) and keep (boolean,
+# True = attend) broadcast to (..., L, S); the batch axes "..." broadcast. The op returns
+# (out (..., L, Ev), lse (..., L)): lse is the row logsumexp of the logits, what flash attention
+# saves for its backward; the public function drops it.
+
+
+def _acc_dtype(dtype):
+    """The dtype of the softmax statistics: at least float32 (bfloat16/float16 input
+    accumulates in float32, as flash kernels do)."""
+    return jnp.promote_types(dtype, jnp.float32)
+
+
+def _swap(x):
+    return jnp.swapaxes(x, -1, -2)
+
+
+def _logits(q, k, bias, keep, scale):
+    """``s = scale q k^T + bias``, ``-inf`` where ``keep`` is False, in the accumulation dtype."""
+    acc = _acc_dtype(q.dtype)
+    s = jnp.matmul(q.astype(acc), _swap(k).astype(acc)) * scale + bias.astype(acc)
+    return jnp.where(keep, s, -jnp.inf)
+
+
+def _probs(q, k, bias, keep, lse, scale):
+    """``P = exp(s - lse)`` from the saved row logsumexp; 0 in a row with no finite logit (its
+    ``lse`` is -inf)."""
+    lse = jnp.where(jnp.isfinite(lse), lse, 0)[..., None]
+    return jnp.exp(_logits(q, k, bias, keep, scale) - lse)
+
+
+def _attention_primal(q, k, v, bias, keep, *, scale):
+    s = _logits(q, k, bias, keep, scale)
+    top = jnp.max(s, axis=-1, keepdims=True, initial=-jnp.inf)  # S = 0: -inf
+    top = jnp.where(jnp.isfinite(top), top, 0)
+    e = jnp.exp(s - top)
+    total = jnp.sum(e, axis=-1, keepdims=True)
+    # A row with no finite logit (every key masked) has total 0: output 0, lse -inf.
+    p = e / jnp.where(total > 0, total, 1)
+    out = jnp.matmul(p, v.astype(p.dtype)).astype(v.dtype)
+    return out, (top + jnp.log(total))[..., 0]
+
+
+def _save_attention(out, q, k, v, bias, keep, *, scale):
+    return q, k, v, bias, keep, out[0], out[1]
+
+
+def _attention_jvp(res, tq, tk, tv, tbias, tkeep, *, scale):
+    """Forward mode of softmax attention: with ``ds = scale (dq k^T + q dk^T) + dbias``,
+    ``dlse = rowsum(P o ds)`` and ``dout = (P o ds) v - dlse out + P dv``."""
+    q, k, v, bias, keep, out, lse = res
+    p = _probs(q, k, bias, keep, lse, scale)
+    terms = [None if tq is None else jnp.matmul(tq, _swap(k)) * scale,
+             None if tk is None else jnp.matmul(q, _swap(tk)) * scale,
+             tbias]
+    terms = [t for t in terms if t is not None]
+    d_out = None if tv is None else jnp.matmul(p, tv.astype(p.dtype))
+    d_lse = None
+    if terms:
+        p_ds = p * sum(terms[1:], terms[0]).astype(p.dtype)
+        d_lse = jnp.sum(p_ds, axis=-1)
+        d_scores = jnp.matmul(p_ds, v.astype(p.dtype)) - d_lse[..., None] * out.astype(p.dtype)
+        d_out = d_scores if d_out is None else d_out + d_scores
+    return d_out, d_lse
+
+
+def _attention_vjp(res, ct, *, scale):
+    """The flash-attention backward: ``dv = P^T dO``, ``dP = dO v^T``, ``dS = P o (dP -
+    rowsum(dO o out) + dlse)``, ``dq = scale dS k``, ``dk = scale dS^T q``, ``dbias = dS``."""
+    q, k, v, bias, keep, out, lse = res
+    g_out, g_lse = ct
+    p = _probs(q, k, bias, keep, lse, scale)
+    d_v = None
+    d_s = 0
+    if g_out is not None:
+        g = g_out.astype(p.dtype)
+        d_v = jnp.matmul(_swap(p), g)
+        d_p = jnp.matmul(g, _swap(v).astype(p.dtype))
+        d_s = p * (d_p - jnp.sum(g * out.astype(p.dtype), axis=-1, keepdims=True))
+    if g_lse is not None:
+        d_s = d_s + p * g_lse[..., None].astype(p.dtype)
+    d_q = jnp.matmul(d_s, k.astype(p.dtype)) * scale
+    d_k = jnp.matmul(_swap(d_s), q.astype(p.dtype)) * scale
+    return d_q, d_k, d_v, d_s, None
+
+
+attention_op = define_op("scaled_dot_product_attention", _attention_primal, _attention_jvp, _attention_vjp,
+                         _save_attention, none_for_zero_cotangents=True)
+
+_SDPA = "scaled_dot_product_attention"
+
+
+def _attention_inputs(query, key, value):
+    q, k, v = (V.array(_SDPA, n, a) for n, a in (("query", query), ("key", key), ("value", value)))
+    for name, a in (("query", q), ("key", k), ("value", v)):
+        if jnp.iscomplexobj(a):
+            raise TypeError(f"{_SDPA}: {name} must be real, got {a.dtype}")
+        if a.ndim < 2:
+            raise ValueError(f"{_SDPA}: {name} must have shape (..., length, features) (rank >= 2), got {a.shape}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"{_SDPA}: query {q.shape} and key {k.shape} must have the same last axis (E)")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"{_SDPA}: key {k.shape} and value {v.shape} must have the same length axis (S)")
+    dtype = jnp.result_type(q, k, v)
+    return q.astype(dtype), k.astype(dtype), v.astype(dtype)
+
+
+def _gqa_split(q, k, v, bias, keep):
+    """``enable_gqa``: query heads (axis -3, Hq) grouped by key/value head (H, Hq % H == 0):
+    query head ``h`` reads key/value head ``h // (Hq / H)`` (torch's ``repeat_interleave``),
+    done by broadcasting a (H, G) split of the query heads against a length-1 axis of k and v."""
+    if min(q.ndim, k.ndim, v.ndim) < 3:
+        raise ValueError(f"{_SDPA}: enable_gqa needs query, key and value of shape (..., heads, length, "
+                         f"features), got {q.shape}, {k.shape}, {v.shape}")
+    hq, h = q.shape[-3], k.shape[-3]
+    if v.shape[-3] != h or h == 0 or hq % h:
+        raise ValueError(f"{_SDPA}: enable_gqa needs key and value with the same number of heads dividing "
+                         f"query's, got {hq}, {h} and {v.shape[-3]}")
+    groups = hq // h
+
+    def split(m):
+        if m.ndim < 3:
+            return m
+        if m.shape[-3] == 1:
+            return m[..., None, :, :]
+        return m.reshape(m.shape[:-3] + (h, groups) + m.shape[-2:])
+
+    q = q.reshape(q.shape[:-3] + (h, groups) + q.shape[-2:])
+    return q, k[..., None, :, :], v[..., None, :, :], split(bias), split(keep)
+
+
+def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = None, dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Array:
+    """Softmax attention ``softmax(scale q k^T + mask) v``, torch.nn.functional's semantics.
+
+    The forward keeps each row's logsumexp (as flash attention does); the VJP is the
+    flash-attention backward (``dv = P^T dO``, ``dS = P o (dO v^T - rowsum(dO o out))``,
+    ``dq = scale dS k``, ``dk = scale dS^T q``; a float mask gets ``dS``) and the JVP its
+    forward-mode counterpart. A row whose every key is masked (boolean False or a ``-inf`` float
+    mask) gives output 0 and zero gradients, as torch 2.13 on the CPU (and flash kernels) do
+    (torch's older math path gave NaN). Runs the portable XLA formulas on every platform; a
+    GPU path (cuDNN flash attention) would replace only the primal and keep these formulas
+    (``docs/design.md`` §8). Mirrors ``torch.nn.functional.scaled_dot_product_attention``.
+
+    Args:
+        query: ``(..., L, E)``, real (integer and boolean input is promoted to float).
+        key: ``(..., S, E)``; the batch axes of query, key and value broadcast.
+        value: ``(..., S, Ev)``.
+        attn_mask: None, a boolean mask (True: attend) or an additive float mask (differentiable),
+            broadcastable to ``(..., L, S)``.
+        dropout_p: must be 0.0 (``ValueError`` otherwise: dropout needs a PRNG key, which this
+            function does not take).
+        is_causal: a lower-triangular mask aligned at the top left (query ``i`` attends keys
+            ``j <= i``, also for ``L != S``, as torch); not with ``attn_mask`` (``ValueError``).
+        scale: the logits' factor, a static number; None: ``1 / sqrt(E)``.
+        enable_gqa: grouped-query attention: key and value have ``H`` heads (axis -3) dividing the
+            query's ``Hq``; query head ``h`` uses key/value head ``h // (Hq / H)``.
+
+    Returns:
+        The attention output ``(..., L, Ev)`` in the operands' result dtype.
+    """
+    q, k, v = _attention_inputs(query, key, value)
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real) or dropout_p != 0:
+        raise ValueError(f"{_SDPA}: dropout_p must be 0.0 (attention dropout needs a PRNG key; not supported), "
+                         f"got {dropout_p!r}")
+    causal, gqa = V.flag(_SDPA, "is_causal", is_causal), V.flag(_SDPA, "enable_gqa", enable_gqa)
+    if scale is None:
+        scale = 1 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0  # E = 0: the logits are 0 anyway
+    scale = float(V.static_scalar(_SDPA, "scale", scale))
+    length, keys = q.shape[-2], k.shape[-2]
+    bias = jnp.zeros((1, 1), q.dtype)
+    keep = jnp.asarray(np.tri(length, keys, dtype=bool)) if causal else jnp.ones((1, 1), bool)
+    if attn_mask is not None:
+        if causal:
+            raise ValueError(f"{_SDPA}: attn_mask must be None when is_causal=True (as torch)")
+        mask = V.array(_SDPA, "attn_mask", attn_mask, inexact=False)
+        if mask.dtype == bool:
+            keep = mask
+        elif jnp.issubdtype(mask.dtype, jnp.floating):
+            bias = mask.astype(q.dtype)
+        else:
+            raise TypeError(f"{_SDPA}: attn_mask must be boolean or real floating, got {mask.dtype}")
+    heads = q.shape[-3] if gqa and q.ndim >= 3 else None
+    if gqa:
+        q, k, v, bias, keep = _gqa_split(q, k, v, bias, keep)
+    try:
+        logits = jnp.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]) + (length, keys)
+    except ValueError:
+        raise ValueError(f"{_SDPA}: the batch axes of query {q.shape}, key {k.shape} and value {v.shape} do not "
+                         "broadcast (key/value heads differing from query's need enable_gqa=True)") from None
+    for m in (bias, keep):
+        try:
+            fits = jnp.broadcast_shapes(m.shape, logits) == logits
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(f"{_SDPA}: attn_mask {np.shape(attn_mask)} must broadcast to (..., L, S) = {logits}")
+    out, _ = attention_op(q, k, v, bias, keep, scale=scale)
+    return out if heads is None else out.reshape(out.shape[:-4] + (heads,) + out.shape[-2:])
+
+
+# ----------------------------------------------------------------------------------------------
+# bilinear (seed ``_trilinear_backward``): y[..., o] = x1[..., i] W[o, i, j] x2[..., j] + b[o]
+
+
+def _bilinear_primal(x1, x2, w, b):
+    return jnp.einsum("...i,oij,...j->...o", x1, w, x2) + b
+
+
+def _bilinear_jvp(res, t1, t2, tw, tb):
+    """The product rule: ``dy = dx1 W x2 + x1 dW x2 + x1 W dx2 + db``."""
+    x1, x2, w = res
+    terms = [
+        None if t1 is None else jnp.einsum("...i,oij,...j->...o", t1, w, x2),
+        None if tw is None else jnp.einsum("...i,oij,...j->...o", x1, tw, x2),
+        None if t2 is None else jnp.einsum("...i,oij,...j->...o", x1, w, t2),
+        tb,
+    ]
+    present = [t for t in terms if t is not None]
+    return sum(present[1:], present[0])
+
+
+def _bilinear_vjp(res, g):
+    """Seed ``_trilinear_backward``: each factor's gradient is the trilinear form with the
+    cotangent in its place (``gx1 = g W x2``, ``gx2 = x1 W^T g``, ``gW = g x1 x2``), and the
+    bias gets ``g`` summed over the batch."""
+    x1, x2, w = res
+    return (
+        jnp.einsum("...o,oij,...j->...i", g, w, x2),
+        jnp.einsum("...o,oij,...i->...j", g, w, x1),
+        jnp.einsum("...o,...i,...j->oij", g, x1, x2),
+        g.reshape(-1, g.shape[-1]).sum(0),
+    )
+
+
+bilinear_op = define_op("bilinear", _bilinear_primal, _bilinear_jvp, _bilinear_vjp,
+                        lambda out, x1, x2, w, b: (x1, x2, w))
+
+
+def bilinear(input1: ArrayLike, input2: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None) -> Array:
+    """The bilinear form ``y[..., o] = sum_ij x1[..., i] W[o, i, j] x2[..., j] + b[o]``.
+
+    Derivatives: seed ``_trilinear_backward`` (each input's gradient is the form with the
+    cotangent in its place; the bias gets the cotangent summed over the batch) and its
+    product-rule JVP. Mirrors ``torch.nn.functional.bilinear``.
+
+    Args:
+        input1: ``(..., H1)``, real (integer and boolean input is promoted to float).
+        input2: ``(..., H2)`` with the same batch axes as ``input1``.
+        weight: ``(O, H1, H2)``.
+        bias: ``(O,)``; None: no bias.
+
+    Returns:
+        ``(..., O)`` in the operands' result dtype.
+    """
+    op = "bilinear"
+    x1, x2, w = (V.array(op, n, a) for n, a in (("input1", input1), ("input2", input2), ("weight", weight)))
+    b = None if bias is None else V.array(op, "bias", bias)
+    for name, a in (("input1", x1), ("input2", x2), ("weight", w), ("bias", b)):
+        if a is not None and jnp.iscomplexobj(a):
+            raise TypeError(f"{op}: {name} must be real, got {a.dtype}")
+    if x1.ndim < 1 or x2.ndim < 1 or x1.shape[:-1] != x2.shape[:-1]:
+        raise ValueError(f"{op}: input1 {x1.shape} and input2 {x2.shape} must be (..., H1) and (..., H2) with "
+                         "the same batch axes")
+    if w.shape != (w.shape[0] if w.ndim else 0, x1.shape[-1], x2.shape[-1]):
+        raise ValueError(f"{op}: weight must have shape (O, {x1.shape[-1]}, {x2.shape[-1]}), got {w.shape}")
+    if b is not None and b.shape != (w.shape[0],):
+        raise ValueError(f"{op}: bias must have shape ({w.shape[0]},), got {b.shape}")
+    dtype = jnp.result_type(*(a for a in (x1, x2, w, b) if a is not None))
+    b = jnp.zeros(w.shape[:1], dtype) if b is None else b
+    return bilinear_op(x1.astype(dtype), x2.astype(dtype), w.astype(dtype), b.astype(dtype))
+
+
+# ----------------------------------------------------------------------------------------------
+# Records
+
+
+def _torch_attention(torch, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                     enable_gqa=False):
+    return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal,
+                                                            scale, enable_gqa=enable_gqa)
+
+
+def _attention_samples(rng, dt):
+    keep = np.array([[True, False, True, True], [False, True, True, False], [True, True, False, True]])
+    return [
+        Sample((normal(rng, dt, 2, 3, 4), normal(rng, dt, 2, 5, 4), normal(rng, dt, 2, 5, 3))),
+        Sample((normal(rng, dt, 1, 2, 3, 2), normal(rng, dt, 2, 1, 4, 2), normal(rng, dt, 2, 1, 4, 3), keep)),
+        Sample((normal(rng, dt, 2, 3, 2), normal(rng, dt, 4, 2), normal(rng, dt, 4, 2), normal(rng, dt, 1, 4)),
+               {"scale": 0.7}),  # float mask (differentiable), broadcast batch
+        Sample((normal(rng, dt, 4, 2), normal(rng, dt, 3, 2), normal(rng, dt, 3, 2)), {"is_causal": True}),  # L > S
+        Sample((normal(rng, dt, 2, 3), normal(rng, dt, 4, 3), normal(rng, dt, 4, 1)), {"is_causal": True}),  # L < S
+        Sample((normal(rng, dt, 1, 4, 2, 2), normal(rng, dt, 1, 2, 3, 2), normal(rng, dt, 1, 2, 3, 2),
+                normal(rng, dt, 4, 1, 3)), {"enable_gqa": True}),
+        Sample((normal(rng, dt, 0, 2, 2), normal(rng, dt, 0, 3, 2), normal(rng, dt, 0, 3, 2))),  # empty batch
+    ]
+
+
+_ALL_MASKED = np.zeros((2, 3), bool)
+register(OpRecord(
+    "scaled_dot_product_attention", scaled_dot_product_attention,
+    ("jaxrules.nn.scaled_dot_product_attention",), ("scaled_dot_product_attention",),
+    ("_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward"),
+    _attention_samples, _torch_attention, "torch.nn.functional.scaled_dot_product_attention",
+    low_precision=("float32", "bfloat16"), tolerance={"bfloat16": 0.1},
+    singular=(
+        SingularPoint("every key masked: output 0, zero gradients (torch 2.13 CPU: the same)",
+                      (f64(1.0, 2.0).reshape(2, 1), f64(0.5, -1.0, 2.0).reshape(3, 1), f64(3.0, 1.0, -2.0).reshape(3, 1),
+                       _ALL_MASKED), (np.zeros((2, 1)), np.zeros((3, 1)), np.zeros((3, 1)))),
+        SingularPoint("a row masked by -inf in a float mask",
+                      (f64(1.0, 2.0).reshape(2, 1), f64(0.5, -1.0, 2.0).reshape(3, 1), f64(3.0, 1.0, -2.0).reshape(3, 1),
+                       np.array([[0.0, 1.0, -np.inf], [-np.inf, -np.inf, -np.inf]])), (None, None, None, None)),
+    ),
+    deviations="A row with every key masked gives output 0 and zero gradients (torch 2.13's CPU kernels agree; "
+    "torch's math backend in older releases gave NaN). dropout_p must be 0.",
+))
+
+
+def _torch_bilinear(torch, input1, input2, weight, bias=None):
+    return torch.nn.functional.bilinear(input1, input2, weight, bias)
+
+
+register(OpRecord(
+    "bilinear", bilinear, ("jaxrules.nn.bilinear",), ("bilinear",), ("_trilinear_backward",),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 3, 2), normal(rng, dt, 3, 4), normal(rng, dt, 5, 2, 4), normal(rng, dt, 5))),
+        Sample((normal(rng, dt, 2, 2, 3), normal(rng, dt, 2, 2, 2), normal(rng, dt, 2, 3, 2))),
+        Sample((normal(rng, dt, 0, 2), normal(rng, dt, 0, 3), normal(rng, dt, 2, 2, 3), normal(rng, dt, 2))),
+    ],
+    _torch_bilinear, "torch.nn.functional.bilinear",
+))
