@@ -281,8 +281,8 @@ _CONV_TRANSPOSE_ARGS = """        bias: ``(weight.shape[1] * groups,)``, added t
         stride: the stride of the convolution this transposes, an int >= 1 or one per spatial
             axis (the input's entries are spread ``stride`` apart).
         padding: the zero padding of the convolution this transposes, an int >= 0 or one per
-            spatial axis: removes ``dilation (k - 1) - padding`` ... ``padding`` entries from
-            each side of the full transposed output.
+            spatial axis: ``padding`` entries are cut from both ends of the full transposed
+            output (``(n - 1) stride + dilation (k - 1) + 1`` long).
         output_padding: extra entries at the end of each spatial axis, an int >= 0 or one per
             axis, smaller than the stride or the dilation of that axis (``ValueError`` otherwise).
         groups: a positive int dividing ``C_in``; output channels ``weight.shape[1] * groups``.
