@@ -781,26 +781,26 @@ register(OpRecord(
 
 
 register(OpRecord(
-    "unfold", unfold, ("jaxrules.nn.unfold",), ("unfold",), ("im2col", "col2im"),
+    "unfold", unfold, ("jaxrules.nn.unfold",), ("unfold",), ("im2col (derivatives.yaml)", "col2im (derivatives.yaml)"),
     lambda rng, dt: [
         Sample((normal(rng, dt, 2, 2, 3, 4), (2, 3)), {"dilation": (1, 2), "padding": 1, "stride": (2, 1)}),
         Sample((normal(rng, dt, 2, 3, 3), 2)),  # unbatched
         Sample((normal(rng, dt, 0, 1, 3, 3), 2)),  # empty batch
     ],
     lambda torch, *args, **kwargs: torch.nn.functional.unfold(*args, **kwargs), "torch.nn.functional.unfold",
-    low_precision=("float32", "bfloat16"), double_backward="linear: the VJP is fold",
+    low_precision=("float32", "bfloat16"),
 ))
 
 
 register(OpRecord(
-    "fold", fold, ("jaxrules.nn.fold",), ("fold",), ("col2im", "im2col"),
+    "fold", fold, ("jaxrules.nn.fold",), ("fold",), ("col2im (derivatives.yaml)", "im2col (derivatives.yaml)"),
     lambda rng, dt: [
         Sample((normal(rng, dt, 2, 12, 4), (3, 4), (2, 3)), {"dilation": (1, 2), "padding": 1, "stride": (2, 1)}),
         Sample((normal(rng, dt, 8, 6), (3, 4), 2)),  # unbatched, overlapping blocks summed
         Sample((normal(rng, dt, 0, 4, 4), 3, 2)),  # empty batch
     ],
     lambda torch, *args, **kwargs: torch.nn.functional.fold(*args, **kwargs), "torch.nn.functional.fold",
-    low_precision=("float32", "bfloat16"), double_backward="linear: the VJP is unfold",
+    low_precision=("float32", "bfloat16"),
 ))
 
 
