@@ -150,6 +150,29 @@ def test_conv_transpose_inf_and_nan_as_torch():
     np.testing.assert_allclose(ours[finite], theirs[finite], atol=1e-12)
 
 
+@pytest.mark.parametrize("poison", [np.inf, np.nan])
+def test_conv_transpose_gradient_leaves_out_products_cut_by_padding(poison):
+    # stride 2, padding 1: tap 0 of input entry 0 lands on full position 0, cut off; the exact
+    # derivatives there do not involve the product (torch's multiply its padding zeros: NaN)
+    x, w = RNG.standard_normal((1, 2, 3)), RNG.standard_normal((2, 2, 3))
+    g = RNG.standard_normal((1, 2, 6))
+    kw = {"stride": 2, "padding": 1, "output_padding": 1}
+    _, (clean_gx, clean_gw) = _torch_grads(lambda *a: F.conv_transpose1d(*a, **kw), (x, w), g)
+    loss = lambda x, w: jnp.sum(g * conv_transpose1d(x, w, **kw))  # noqa: E731
+    bad_x = x.copy()
+    bad_x[0, 1, 0] = poison
+    gw = np.asarray(jax.grad(loss, argnums=1)(bad_x, w))
+    np.testing.assert_allclose(gw[1, :, 0], clean_gw[1, :, 0], atol=1e-12)  # free of x[0, 1, 0]
+    _, (_, torch_gw) = _torch_grads(lambda *a: F.conv_transpose1d(*a, **kw), (bad_x, w), g)
+    assert np.isnan(torch_gw[1, :, 0]).all()
+    bad_w = w.copy()
+    bad_w[1, 0, 0] = poison
+    gx = np.asarray(jax.grad(loss)(x, bad_w))
+    np.testing.assert_allclose(gx[0, 1, 0], clean_gx[0, 1, 0], atol=1e-12)  # free of w[1, 0, 0]
+    _, (torch_gx, _) = _torch_grads(lambda *a: F.conv_transpose1d(*a, **kw), (x, bad_w), g)
+    assert np.isnan(torch_gx[0, 1, 0])
+
+
 def _ct1(x=(1, 2, 4), w=(2, 1, 3), *args, **kwargs):
     """conv_transpose1d of ones of these shapes (a shape given as an array is passed as is)."""
     return conv_transpose1d(*(np.ones(a) if isinstance(a, tuple) else a for a in (x, w)), *args, **kwargs)
