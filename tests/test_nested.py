@@ -216,6 +216,13 @@ def test_select_and_to_padded_gradients_are_the_seed_backward():
         (lambda: _nt().split_with_sizes([1, 2]), "must sum"),
         (lambda: _nt().select(4), "out of range"),
         (lambda: N.scaled_dot_product_attention(_nt(), _nt(), _nt([1, 1, 1, 1])), "different offsets"),
+        (lambda: N.log_softmax(_nt(), 0), "axis 0"),
+        (lambda: N.mean(_nt(), 0), "axis 0"),
+        (lambda: N.mean(_nt(), (1, 3)), "out of range"),
+        (lambda: N.matmul(_nt(inner=(2, 4)), _nt(inner=(2, 4)), transpose_a=True), "one inner axis each"),
+        (lambda: N.matmul(_nt(), _nt([1, 1, 1, 6]), transpose_a=True), "different offsets"),
+        (lambda: N.dropout(_nt(), 1.5, key=jax.random.key(0)), "probability"),
+        (lambda: N.dropout(_nt(), 0.5), "key"),
     ],
 )
 def test_bad_input_raises_a_clear_error(make, match):
@@ -226,6 +233,13 @@ def test_bad_input_raises_a_clear_error(make, match):
 def test_type_errors_name_the_argument():
     with pytest.raises(TypeError, match="argument 'x' must be a NestedTensor"):
         N.gelu(np.ones((3, 2)))
+    for op in (N.log_softmax, N.mean):
+        with pytest.raises(TypeError, match=f"nested.{op.__name__}: argument 'x' must be a NestedTensor"):
+            op(np.ones((3, 2)), 1)
+    with pytest.raises(TypeError, match="nested.matmul: argument 'b' must be a NestedTensor"):
+        N.matmul(_nt(), np.ones((9, 4)), transpose_a=True)
+    with pytest.raises(TypeError, match="nested.dropout: argument 'x'"):
+        N.dropout(np.ones((3, 2)), 0.5, key=jax.random.key(0))
     with pytest.raises(TypeError, match="expected a list of arrays"):
         N.nested_tensor(np.ones((3, 2)))
     with pytest.raises(TypeError, match="offsets must be integers"):
@@ -272,3 +286,136 @@ def test_fused_kernels_match_the_xla_formulas_with_both_cotangents():
     ct = (RNG.standard_normal(want[0].shape), RNG.standard_normal(want[1].shape))
     for a, b in zip(pull_got(ct), pull_want(ct)):
         np.testing.assert_allclose(a, b, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# log_softmax, mean, dropout and the ragged-contracting matmul: zero-length components (offsets
+# with repeats), torch's jagged layout where it supports the op, traced offsets
+
+
+ZERO_LENGTHS = [3, 0, 0, 2, 0]
+
+
+def _njt(torch, nt, grad=False):
+    values = torch.tensor(np.asarray(nt.values), requires_grad=grad)
+    offsets = torch.tensor(np.asarray(nt.offsets), dtype=torch.int64)
+    return torch.nested.nested_tensor_from_jagged(values, offsets), values
+
+
+def _weights(nt):
+    """Per-component weights ``1 + arange`` (a non-trivial cotangent), packed like ``nt``."""
+    return np.concatenate([1.0 + np.arange(c.size).reshape(c.shape) for c in nt.unbind()])
+
+
+def _per_component_grad(nt, fn):
+    """The gradient of ``sum_i sum(w_i fn(component_i))`` on the packed values, one dense call
+    per component (jax.numpy: an independent reference)."""
+    def loss(values):
+        pieces = jnp.split(values, np.cumsum(np.diff(np.asarray(nt.offsets)))[:-1])
+        return sum(jnp.sum(fn(c) * (1.0 + jnp.arange(c.size).reshape(c.shape))) for c in pieces if c.shape[0])
+
+    return jax.grad(loss)(nt.values)
+
+
+def test_log_softmax_over_the_ragged_axis_with_empty_components():
+    nt = _nt(ZERO_LENGTHS, (2,))
+    out = N.log_softmax(nt, 1)
+    for got, comp in zip(out.unbind(), nt.unbind()):
+        np.testing.assert_allclose(got, jax.scipy.special.log_softmax(np.asarray(comp), axis=0) if comp.shape[0]
+                                   else np.zeros((0, 2)), rtol=1e-12)
+    weights = _weights(nt)
+
+    def loss(v):
+        return jnp.sum(N.log_softmax(nt.with_values(v), 1).values * weights)
+
+    want = _per_component_grad(nt, lambda c: jax.nn.log_softmax(c, axis=0))
+    np.testing.assert_allclose(jax.grad(loss)(nt.values), want, rtol=1e-12)
+    np.testing.assert_allclose(N.log_softmax(nt, -1).values, jax.nn.log_softmax(nt.values, -1), rtol=1e-12)
+    assert N.log_softmax(N.from_lengths(np.zeros((0, 2)), [0, 0]), 1).values.shape == (0, 2)
+
+
+def test_log_softmax_and_mean_over_an_inner_axis_match_torch_jagged_values():
+    torch = pytest.importorskip("torch")
+    nt = _nt([2, 0, 3], (3,))
+    tnt, _ = _njt(torch, nt)
+    np.testing.assert_allclose(N.log_softmax(nt, -1).values, torch.log_softmax(tnt, -1).values().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(N.mean(nt, -1).values, tnt.mean(-1).values().numpy(), rtol=1e-12)
+    # over the ragged axis torch's jagged mean agrees, NaN for the empty component included
+    np.testing.assert_allclose(N.mean(nt, 1), tnt.mean(1).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(N.softmax(nt, 1).values, torch.softmax(tnt, 1).values().numpy(), rtol=1e-12)
+
+
+def test_mean_over_the_ragged_axis_empty_component_is_nan_and_others_get_g_over_n():
+    nt = _nt(ZERO_LENGTHS, (2,))
+    out = np.asarray(N.mean(nt, 1))
+    assert out.shape == (5, 2)
+    assert np.all(np.isnan(out[[1, 2, 4]]))
+    np.testing.assert_allclose(out[0], nt.values[:3].mean(0), rtol=1e-12)
+    np.testing.assert_allclose(out[3], nt.values[3:].mean(0), rtol=1e-12)
+    ct = RNG.standard_normal((5, 2))
+    valid = ~np.isnan(out)
+    g = jax.grad(lambda v: jnp.sum(jnp.where(valid, N.mean(nt.with_values(v), 1) * ct, 0)))(nt.values)
+    expected = np.concatenate([np.broadcast_to(ct[0] / 3, (3, 2)), np.broadcast_to(ct[3] / 2, (2, 2))])
+    np.testing.assert_allclose(g, expected, rtol=1e-12)
+    assert np.all(np.isfinite(g))
+    # mixed ragged and inner axes: the mean of every entry of each component
+    two = _nt([2, 3], (4,))
+    np.testing.assert_allclose(N.mean(two, (1, 2)), [c.mean() for c in two.unbind()], rtol=1e-12)
+
+
+def test_new_ops_run_under_jit_with_traced_offsets_without_recompiling():
+    traces = []
+
+    @jax.jit
+    def f(values, offsets):
+        traces.append(1)
+        nt = N.from_jagged(values, offsets)
+        return N.mean(N.log_softmax(nt, 1), 1), N.matmul(nt, nt, transpose_a=True)
+
+    values = RNG.standard_normal((6, 2))
+    for lengths in ([2, 0, 4], [0, 6, 0], [3, 3, 0]):
+        offsets = np.r_[0, np.cumsum(lengths)]
+        mean, gram = f(values, offsets)
+        for i, c in enumerate(np.split(values, offsets[1:-1])):
+            np.testing.assert_allclose(gram[i], c.T @ c, atol=1e-12)
+            if len(c):
+                np.testing.assert_allclose(mean[i], jax.nn.log_softmax(c, axis=0).mean(0), rtol=1e-12)
+    assert len(traces) == 1
+
+
+def test_ragged_contracting_matmul_matches_torch_jagged_value_and_gradients():
+    torch = pytest.importorskip("torch")
+    a, b = _nt([2, 0, 3], (3,)), _nt([2, 0, 3], (4,))
+    ct = RNG.standard_normal((3, 3, 4))
+    out, pull = jax.vjp(lambda x, y: N.matmul(a.with_values(x), b.with_values(y), transpose_a=True), a.values, b.values)
+    ta, va = _njt(torch, a, True)
+    vb = torch.tensor(np.asarray(b.values), requires_grad=True)
+    tb = torch.nested.nested_tensor_from_jagged(vb, ta.offsets())  # the same offsets object: same raggedness
+    want = ta.transpose(1, 2) @ tb
+    np.testing.assert_allclose(out, want.detach().numpy(), rtol=1e-12)
+    np.testing.assert_array_equal(out[1], np.zeros((3, 4)))  # the empty component
+    ga, gb = torch.autograd.grad((want * torch.tensor(ct)).sum(), (va, vb))
+    got_a, got_b = pull(ct)
+    np.testing.assert_allclose(got_a, ga.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(got_b, gb.numpy(), rtol=1e-12)
+    _, tangent = jax.jvp(lambda x: N.matmul(a.with_values(x), b, transpose_a=True), (a.values,), (a.values,))
+    np.testing.assert_allclose(tangent, out, rtol=1e-12)  # linear in a
+
+
+def test_dropout_is_the_dense_dropout_of_the_values():
+    from jaxrules import nn as dense_nn
+
+    nt = _nt(ZERO_LENGTHS, (4,))
+    key = jax.random.key(3)
+    out = N.dropout(nt, 0.25, key=key)
+    np.testing.assert_array_equal(out.values, dense_nn.dropout(nt.values, 0.25, key=key))
+    np.testing.assert_array_equal(out.offsets, nt.offsets)
+    mask = np.asarray(jax.random.bernoulli(key, 0.75, nt.values.shape))
+    np.testing.assert_allclose(out.values, nt.values * mask / 0.75, rtol=1e-12)
+    g = jax.grad(lambda v: jnp.sum(N.dropout(nt.with_values(v), 0.25, key=key).values))(nt.values)
+    np.testing.assert_allclose(g, mask / 0.75, rtol=1e-12)  # seed: g mask / (1 - p)
+    assert N.dropout(nt, 0.5, training=False) is nt or np.array_equal(N.dropout(nt, 0.5, training=False).values,
+                                                                     nt.values)
+    np.testing.assert_array_equal(N.dropout(nt, 1.0, key=key).values, np.zeros_like(nt.values))
+    traced = jax.jit(lambda v, p: N.dropout(nt.with_values(v), p, key=key).values)(nt.values, 0.25)
+    np.testing.assert_allclose(traced, out.values, rtol=1e-12)

@@ -7,10 +7,13 @@ of (B, ragged, *inner). Seed: ``NestedTensorBackward.cpp``.
 """
 
 from jaxrules.nested.ops import (
+    dropout,
     gelu,
     layer_norm,
     linear,
+    log_softmax,
     matmul,
+    mean,
     relu,
     scaled_dot_product_attention,
     silu,
@@ -37,7 +40,7 @@ def split_with_sizes(x: NestedTensor, sizes, axis=-1) -> list:
 
 
 __all__ = [
-    "NestedTensor", "from_jagged", "from_lengths", "from_padded", "gelu", "layer_norm", "linear", "matmul",
-    "nested_tensor", "relu", "scaled_dot_product_attention", "silu", "softmax", "split_with_sizes", "sum",
-    "threshold", "to_padded", "unbind",
+    "NestedTensor", "dropout", "from_jagged", "from_lengths", "from_padded", "gelu", "layer_norm", "linear",
+    "log_softmax", "matmul", "mean", "nested_tensor", "relu", "scaled_dot_product_attention", "silu", "softmax",
+    "split_with_sizes", "sum", "threshold", "to_padded", "unbind",
 ]

@@ -21,17 +21,24 @@ from jaxrules.nested import kernels as KN
 from jaxrules.nested import rules as R
 from jaxrules.nested.tensor import NestedTensor, logical_axis, same_offsets
 from jaxrules.ops.linalg import matmul as dense_matmul
+from jaxrules.ops.reductions import mean as dense_mean
 from jaxrules.ops.reductions import sum as dense_sum
 
 __all__ = [
-    "gelu", "layer_norm", "linear", "matmul", "relu", "scaled_dot_product_attention", "silu", "softmax", "sum",
-    "threshold",
+    "dropout", "gelu", "layer_norm", "linear", "log_softmax", "matmul", "mean", "relu", "scaled_dot_product_attention",
+    "silu", "softmax", "sum", "threshold",
 ]
 
 ragged_sum_op = define_op("nested_ragged_sum", R.ragged_sum_primal, R.ragged_sum_jvp, R.ragged_sum_vjp,
                           lambda out, x, seg, **_: seg)
 ragged_softmax_op = define_op("nested_ragged_softmax", R.ragged_softmax_primal, R.ragged_softmax_jvp,
                               R.ragged_softmax_vjp, R.ragged_softmax_save)
+ragged_log_softmax_op = define_op("nested_ragged_log_softmax", R.ragged_log_softmax_primal,
+                                  R.ragged_log_softmax_jvp, R.ragged_log_softmax_vjp, R.ragged_softmax_save)
+ragged_mean_op = define_op("nested_ragged_mean", R.ragged_mean_primal, R.ragged_mean_jvp, R.ragged_mean_vjp,
+                           R.ragged_mean_save)
+ragged_contract_op = define_op("nested_ragged_contract", R.ragged_contract_primal, R.ragged_contract_jvp,
+                               R.ragged_contract_vjp, R.ragged_contract_save)
 attention_op = define_op("nested_attention", R.attention_primal, R.attention_jvp, R.attention_vjp, R.attention_save)
 fused_attention_op = define_op("nested_attention_fused", R.fused_attention_primal, R.fused_attention_jvp,
                                R.fused_attention_vjp, R.fused_attention_save)
@@ -81,6 +88,29 @@ def silu(x: NestedTensor) -> NestedTensor:
     return _map_values("silu", x, dense_nn.silu)
 
 
+def dropout(
+    x: NestedTensor, p: float | jax.Array = 0.5, training: bool = True, *, key: jax.Array | None = None
+) -> NestedTensor:
+    """``jaxrules.nn.dropout`` on the packed values: each entry zeroed with probability ``p``,
+    the rest scaled by ``1/(1 - p)`` (seed ``infinitely_differentiable_native_dropout_backward``:
+    the gradient is ``g mask / (1 - p)``). Mirrors ``torch.nn.functional.dropout`` on a jagged
+    NestedTensor, with an explicit PRNG key as ``jaxrules.nn.dropout``.
+
+    Args:
+        x: the NestedTensor (real floating dtype).
+        p: the probability of zeroing an entry, in [0, 1] (a number, or a 0-d array or tracer;
+            no gradient).
+        training: apply dropout; when False, ``x`` is returned unchanged.
+        key: a ``jax.random`` key, required when training with ``p > 0``. The mask is that of
+            ``jaxrules.nn.dropout(x.values, p, key=key)``: it depends on the packed shape, not on
+            the lengths.
+
+    Returns:
+        A NestedTensor with ``x``'s offsets.
+    """
+    return _map_values("dropout", x, lambda v: dense_nn.dropout(v, p, training, key=key))
+
+
 # ----------------------------------------------------------------------------------------------
 # Linear maps
 
@@ -92,18 +122,43 @@ def linear(x: NestedTensor, weight, bias=None) -> NestedTensor:
     return _map_values("linear", x, lambda v: dense_nn.linear(v, weight, bias))
 
 
-def matmul(a: NestedTensor, b) -> NestedTensor:
-    """Per component ``a_i @ b`` (b dense, broadcast over the inner batch axes of ``a``) or
-    ``a_i @ b_i`` (b a NestedTensor with the same offsets; the matmul runs over the last two
-    inner axes). Seed ``matmul_backward_nested``: g_a = g b^T, g_b = a^T g per component."""
+def matmul(a: NestedTensor, b: NestedTensor | jax.Array, *, transpose_a: bool = False) -> NestedTensor | jax.Array:
+    """Per component ``a_i @ b`` (b dense) or ``a_i @ b_i`` (b a NestedTensor). Seed
+    ``matmul_backward_nested``: g_a = g b^T, g_b = a^T g per component. Mirrors
+    ``torch.matmul`` on jagged NestedTensors.
+
+    Args:
+        a: the left NestedTensor (real floating dtype).
+        b: a dense array broadcast over the inner batch axes of ``a``, or a NestedTensor with
+            ``a``'s offsets (the matmul runs over the last two inner axes of each row; torch's
+            (B, j, D, E) @ (B, j, E, F)).
+        transpose_a: contract the ragged axis: ``a`` and ``b`` are NestedTensors of logical
+            shapes (B, ragged, D) and (B, ragged, E) with the same offsets and the result is
+            the dense (B, D, E) array of ``a_i^T b_i`` (torch's jagged
+            ``a.transpose(1, 2) @ b``, (B, D, j) @ (B, j, E)); an empty component gives zeros.
+
+    Returns:
+        A NestedTensor with ``a``'s offsets, or the dense (B, D, E) array with ``transpose_a``.
+    """
     a = _nested("matmul", "a", a)
+    if transpose_a:
+        b = _nested("matmul", "b", b)
+        same_offsets("nested.matmul", a, b)
+        if len(a.inner_shape) != 1 or len(b.inner_shape) != 1:
+            raise ValueError(
+                "nested.matmul: with transpose_a, a and b must have logical shapes (B, ragged, D) and (B, ragged, E) "
+                f"(one inner axis each), got inner shapes {a.inner_shape} and {b.inner_shape}"
+            )
+        dtype = jnp.result_type(a.values, b.values)
+        return ragged_contract_op(a.values.astype(dtype), b.values.astype(dtype), a.segment_ids(),
+                                  num_segments=a.batch_size)
     if isinstance(b, NestedTensor):
         same_offsets("nested.matmul", a, b)
         if len(a.inner_shape) < 2 or len(b.inner_shape) < 2:
             raise ValueError(
                 "nested.matmul: NestedTensor @ NestedTensor multiplies the last two inner axes, so both need "
-                f"at least two inner axes; got inner shapes {a.inner_shape} and {b.inner_shape} (the ragged axis "
-                "cannot be contracted into a jagged result)"
+                f"at least two inner axes; got inner shapes {a.inner_shape} and {b.inner_shape} (to contract the "
+                "ragged axis into a dense result, pass transpose_a=True)"
             )
         return a.with_values(dense_matmul(a.values, b.values))
     b = jnp.asarray(b)
@@ -140,6 +195,52 @@ def softmax(x: NestedTensor, axis: int = -1) -> NestedTensor:
     if ax == 1:
         return x.with_values(ragged_softmax_op(x.values, x.segment_ids(), num_segments=x.batch_size))
     return x.with_values(dense_nn.softmax(x.values, axis=ax - 1))
+
+
+def log_softmax(x: NestedTensor, axis: int = -1) -> NestedTensor:
+    """``x - logsumexp(x)`` over ``axis``: over each component's rows for the ragged axis 1
+    (segment max and sum; torch's jagged layout refuses this axis), else
+    ``jaxrules.nn.log_softmax`` on the values. Seed ``nested_softmax_backward`` (per component
+    ``_log_softmax_backward_data``: ``g - exp(y) sum(g)``). Mirrors ``torch.log_softmax``.
+
+    Args:
+        x: the NestedTensor (real floating dtype).
+        axis: the logical axis of (B, ragged, *inner): 1 (the ragged axis) or an inner axis;
+            axis 0 (across components) is refused.
+
+    Returns:
+        A NestedTensor with ``x``'s offsets.
+    """
+    x = _nested("log_softmax", "x", x)
+    ax = _logical_axis("log_softmax", x, axis)
+    if ax == 1:
+        return x.with_values(ragged_log_softmax_op(x.values, x.segment_ids(), num_segments=x.batch_size))
+    return x.with_values(dense_nn.log_softmax(x.values, axis=ax - 1))
+
+
+def mean(x: NestedTensor, axis: int | tuple[int, ...]) -> jax.Array | NestedTensor:
+    """Mean over ``axis`` (the axes ``sum`` takes): the ragged axis 1 gives a dense (B, *inner)
+    array, each component's sum over its length (NaN for an empty component, as torch); inner
+    axes give a NestedTensor (``jaxrules.numpy.mean`` on the values, seed ``mean_backward``); a
+    tuple may mix them (torch's jagged layout refuses the mix), the mean over all the entries
+    of each component. Derivative over the ragged axis: ``g_i / n_i`` on the rows of component
+    ``i`` (torch's mean backward per component). Mirrors ``torch.mean``.
+
+    Args:
+        x: the NestedTensor (real floating dtype).
+        axis: a logical axis of (B, ragged, *inner) other than 0, or a tuple of them.
+
+    Returns:
+        A dense (B, *remaining inner) array when the ragged axis is reduced, else a
+        NestedTensor with ``x``'s offsets.
+    """
+    x = _nested("mean", "x", x)
+    axes = sorted({_logical_axis("mean", x, a) for a in (axis if isinstance(axis, tuple | list) else (axis,))})
+    inner = tuple(a - 1 for a in axes if a >= 2)
+    values = dense_mean(x.values, axis=inner) if inner else x.values
+    if 1 not in axes:
+        return x.with_values(values)
+    return ragged_mean_op(values, x.segment_ids(), num_segments=x.batch_size)
 
 
 def layer_norm(x: NestedTensor, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> NestedTensor:

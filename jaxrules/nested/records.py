@@ -131,6 +131,27 @@ _record(
 )
 
 
+def _log_softmax_fn(values, offsets, axis):
+    return N.log_softmax(_nt(values, offsets), axis).values
+
+
+_record(
+    "log_softmax", _log_softmax_fn, ("nested_softmax_backward",), ("nested_ragged_log_softmax", "log_softmax"),
+    _softmax_samples,
+    lambda t, values, offsets, axis: _per_component(
+        t, offsets, lambda x: t.log_softmax(x, axis - 1 if axis > 0 else axis), values
+    ),
+    torch_name="torch.log_softmax", low_precision=("float32", "bfloat16"),
+    singular=(SingularPoint(
+        "-inf logit in a component", (np.array([[-np.inf], [0.0], [1.0]]), _offsets((2, 1))),
+        (np.array([[1.0], [-1.0], [0.0]]), None), {"axis": 1},
+    ),),
+    deviations="Over the ragged axis torch's jagged layout refuses log_softmax; the reference is per-component "
+    "dense torch.log_softmax. Over an inner axis torch 2.13's jagged backward is not implemented "
+    "(_log_softmax_backward_data); its forward values agree (tests/test_nested.py).",
+)
+
+
 def _sum_samples(rng, dt):
     return [
         Sample((normal(rng, dt, 6, 3), _offsets((2, 0, 3, 1))), {"axis": 1}),
@@ -152,6 +173,76 @@ def _sum_torch(t, values, offsets, axis):
 
 _record("sum", _sum_fn, ("_nested_sum_backward",), ("nested_ragged_sum", "sum"), _sum_samples, _sum_torch,
         torch_name="torch.sum")
+
+
+def _mean_samples(rng, dt):
+    # no empty component here: its mean is NaN (0/0, as torch), tested in tests/test_nested.py
+    return [
+        Sample((normal(rng, dt, 6, 3), _offsets((2, 1, 3))), {"axis": 1}),
+        Sample((normal(rng, dt, 6, 2, 3), _offsets((2, 0, 3, 1))), {"axis": -1}),
+        Sample((normal(rng, dt, 5, 2, 3), _offsets((1, 4))), {"axis": (1, 3)}),
+    ]
+
+
+def _mean_fn(values, offsets, axis):
+    out = N.mean(_nt(values, offsets), axis)
+    return out.values if isinstance(out, N.NestedTensor) else out
+
+
+def _mean_torch(t, values, offsets, axis):
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    dims = tuple(a - 1 if a > 0 else a for a in axes)
+    return _per_component(t, offsets, lambda x: x.mean(dims), values, cat=1 not in axes)
+
+
+_record(
+    "mean", _mean_fn, ("mean_backward (per component)",), ("nested_ragged_mean", "mean"), _mean_samples, _mean_torch,
+    torch_name="torch.mean", low_precision=("float32", "bfloat16"),
+    deviations="A tuple mixing the ragged axis and inner axes is the mean over those entries of each component "
+    "(torch's jagged layout refuses it). torch 2.13's jagged mean over the ragged axis has no working backward "
+    "(a SymInt error); the reference is per-component dense torch.mean.",
+)
+
+
+def _dropout_fn(values, key_data, p, offsets):
+    return N.dropout(_nt(values, offsets), p, key=jax.random.wrap_key_data(jax.numpy.asarray(key_data))).values
+
+
+def _dropout_torch(t, values, key_data, p, offsets):
+    key = jax.random.wrap_key_data(jax.numpy.asarray(key_data))
+    mask = t.tensor(np.asarray(jax.random.bernoulli(key, 1 - p, tuple(values.shape))))
+    return _per_component(t, offsets, lambda x, m: x * m / (1 - p), values, mask)
+
+
+def _dropout_samples(rng, dt):
+    key = np.asarray(jax.random.key_data(jax.random.key(int(rng.integers(1 << 30)))))
+    return [Sample((normal(rng, dt, 6, 3), key, 0.3, _offsets((2, 0, 3, 1))))]
+
+
+_record(
+    "dropout", _dropout_fn, ("infinitely_differentiable_native_dropout_backward",), ("dropout",), _dropout_samples,
+    _dropout_torch, torch_name="x * mask / (1 - p) (torch's dropout with the same mask)",
+    low_precision=("float32", "bfloat16"),
+)
+
+
+def _contract_samples(rng, dt):
+    return [
+        Sample((normal(rng, dt, 6, 3), normal(rng, dt, 6, 2), _offsets((2, 0, 3, 1)))),
+        Sample((normal(rng, dt, 5, 2), normal(rng, dt, 5, 4), _offsets((1, 4)))),
+    ]
+
+
+def _contract_fn(a, b, offsets):
+    return N.matmul(_nt(a, offsets), _nt(b, offsets), transpose_a=True)
+
+
+_record(
+    "matmul_ragged", _contract_fn, ("matmul_backward_nested",), ("nested_ragged_contract",), _contract_samples,
+    lambda t, a, b, offsets: _per_component(t, offsets, lambda x, y: x.mT @ y, a, b, cat=False),
+    torch_name="a_i^T @ b_i (torch's jagged (B, D, j) @ (B, j, E))",
+    public=("jaxrules.nested.matmul(transpose_a=True)",),
+)
 
 
 def _layer_norm_samples(rng, dt):

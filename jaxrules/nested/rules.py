@@ -68,6 +68,95 @@ def ragged_softmax_vjp(res, g, *, num_segments):
 
 
 # ----------------------------------------------------------------------------------------------
+# Mean over the ragged axis (torch's mean backward per component: the cotangent over n_i,
+# broadcast over the component's rows). An empty component's mean is 0/0 = NaN, as torch's; it
+# has no rows, so no gradient reads it.
+
+
+def _counts(seg, num_segments, like):
+    """The length of each component, shaped to broadcast against (B, *inner) ``like``."""
+    n = jax.ops.segment_sum(jnp.ones(seg.shape, like.dtype), seg, num_segments=num_segments)
+    return n.reshape(n.shape + (1,) * (like.ndim - 1))
+
+
+def ragged_mean_primal(x, seg, *, num_segments):
+    s = jax.ops.segment_sum(x, seg, num_segments=num_segments)
+    return s / _counts(seg, num_segments, s)
+
+
+def ragged_mean_save(out, x, seg, **_):
+    return seg, _counts(seg, num_segments=out.shape[0], like=out)
+
+
+def ragged_mean_jvp(res, tx, _, *, num_segments):
+    """``segment_sum(dx) / n``."""
+    seg, n = res
+    return jax.ops.segment_sum(tx, seg, num_segments=num_segments) / n
+
+
+def ragged_mean_vjp(res, g, *, num_segments):
+    """``(g / n)[segment_ids]``: each component's cotangent over its length, on its rows."""
+    seg, n = res
+    return _expand(g / n, seg), None
+
+
+# ----------------------------------------------------------------------------------------------
+# Log-softmax over the ragged axis (seed ``nested_softmax_backward`` for log_softmax: per
+# component ``_log_softmax_backward_data``, g - exp(y) sum(g))
+
+
+def ragged_log_softmax_primal(x, seg, *, num_segments):
+    m = jax.ops.segment_max(x, seg, num_segments=num_segments)
+    shifted = x - jnp.where(jnp.isfinite(m), m, 0)[seg]
+    return shifted - jnp.log(_expand(jax.ops.segment_sum(jnp.exp(shifted), seg, num_segments=num_segments), seg))
+
+
+def ragged_log_softmax_jvp(res, tx, _, *, num_segments):
+    """``dx - sum_component(exp(y) dx)``."""
+    y, seg = res
+    return tx - _expand(jax.ops.segment_sum(jnp.exp(y) * tx, seg, num_segments=num_segments), seg)
+
+
+def ragged_log_softmax_vjp(res, g, *, num_segments):
+    """``g - exp(y) sum_component(g)`` (torch's ``_log_softmax_backward_data`` per component)."""
+    y, seg = res
+    return g - jnp.exp(y) * _expand(jax.ops.segment_sum(g, seg, num_segments=num_segments), seg), None
+
+
+# ----------------------------------------------------------------------------------------------
+# Ragged x ragged matmul contracting the ragged axis: C_i = A_i^T B_i for components A_i (n_i, D)
+# and B_i (n_i, E), a dense (B, D, E) (torch's NJT (B, D, j1) @ (B, j1, E)). Seed
+# ``matmul_backward_nested`` with self = A_i^T: g_self = g B_i^T, so g_A_i = B_i g^T; g_B_i =
+# A_i g. Per row r of component i: g_A[r] = g_i B[r], g_B[r] = g_i^T A[r].
+
+
+def ragged_contract_primal(a, b, seg, *, num_segments):
+    return jax.ops.segment_sum(jnp.einsum("rd,re->rde", a, b), seg, num_segments=num_segments)
+
+
+def ragged_contract_save(out, a, b, seg, **_):
+    return a, b, seg
+
+
+def ragged_contract_jvp(res, ta, tb, _, *, num_segments):
+    """``segment_sum(dA^T B + A^T dB)`` row by row."""
+    a, b, seg = res
+    terms = 0
+    if ta is not None:
+        terms = terms + jnp.einsum("rd,re->rde", ta, b)
+    if tb is not None:
+        terms = terms + jnp.einsum("rd,re->rde", a, tb)
+    return jax.ops.segment_sum(terms, seg, num_segments=num_segments)
+
+
+def ragged_contract_vjp(res, g, *, num_segments):
+    """``g_A[r] = g_i B[r]``, ``g_B[r] = g_i^T A[r]`` with ``i`` the component of row ``r``."""
+    a, b, seg = res
+    gr = _expand(g, seg)  # (total, D, E)
+    return jnp.einsum("rde,re->rd", gr, b), jnp.einsum("rde,rd->re", gr, a), None
+
+
+# ----------------------------------------------------------------------------------------------
 # Attention within each sequence: out = softmax(scale q k^T) v per component, plus the
 # log-sum-exp of each query's scores (an output, as flash attention's forward returns it).
 # Arrays are (total, heads, dim); see ``blocks`` for the pair layout. The pairs are visited in
