@@ -154,7 +154,7 @@ def _gqa_split(q, k, v, bias, keep):
     return q, k[..., None, :, :], v[..., None, :, :], split(bias), split(keep)
 
 
-def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = None, dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Array:
+def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = None, dropout_p: float = 0.0, is_causal: bool = False, *, scale: float | None = None, enable_gqa: bool = False) -> Array:
     """Softmax attention ``softmax(scale q k^T + mask) v``, torch.nn.functional's semantics.
 
     The forward keeps each row's logsumexp (as flash attention does); the VJP is the
@@ -176,8 +176,8 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
             function does not take).
         is_causal: a lower-triangular mask aligned at the top left (query ``i`` attends keys
             ``j <= i``, also for ``L != S``, as torch); not with ``attn_mask`` (``ValueError``).
-        scale: the logits' factor, a static number; None: ``1 / sqrt(E)``.
-        enable_gqa: grouped-query attention: key and value have ``H`` heads (axis -3) dividing the
+        scale: keyword-only (as torch): the logits' factor, a static number; None: ``1 / sqrt(E)``.
+        enable_gqa: keyword-only: grouped-query attention: key and value have ``H`` heads (axis -3) dividing the
             query's ``Hq``; query head ``h`` uses key/value head ``h // (Hq / H)``.
 
     Returns:
@@ -302,7 +302,7 @@ def bilinear(input1: ArrayLike, input2: ArrayLike, weight: ArrayLike, bias: Arra
 def _torch_attention(torch, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                      enable_gqa=False):
     return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal,
-                                                            scale, enable_gqa=enable_gqa)
+                                                            scale=scale, enable_gqa=enable_gqa)
 
 
 def _attention_samples(rng, dt):
@@ -349,7 +349,8 @@ register(OpRecord(
     lambda rng, dt: [
         Sample((normal(rng, dt, 3, 2), normal(rng, dt, 3, 4), normal(rng, dt, 5, 2, 4), normal(rng, dt, 5))),
         Sample((normal(rng, dt, 2, 2, 3), normal(rng, dt, 2, 2, 2), normal(rng, dt, 2, 3, 2))),
-        Sample((normal(rng, dt, 0, 2), normal(rng, dt, 0, 3), normal(rng, dt, 2, 2, 3), normal(rng, dt, 2))),
+        # zero-size: torch takes an empty batch or O = 0, whose output is empty (no formula runs,
+        # tests/test_attention.py), and rejects H1 = 0
     ],
     _torch_bilinear, "torch.nn.functional.bilinear",
 ))

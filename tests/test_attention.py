@@ -1,0 +1,194 @@
+"""scaled_dot_product_attention and bilinear beyond the registry harness: torch 2.13 parity in
+float64 (values and gradients, masks of both kinds, causal with L != S, GQA, broadcasting),
+fully masked rows (output 0, zero gradients: torch 2.13's CPU kernels agree), zero-size
+inputs, and bad input naming the op and the argument."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from jaxrules.ops.attention import bilinear, scaled_dot_product_attention
+
+F = torch.nn.functional
+RNG = np.random.default_rng(17)
+
+
+def _normal(*shape):
+    return RNG.standard_normal(shape)
+
+
+def _parity(q, k, v, mask=None, **kwargs):
+    """Our value and gradients (of <ct, out> with respect to q, k, v and a float mask) against
+    torch's."""
+    floats = [q, k, v] + ([mask] if mask is not None and mask.dtype != bool else [])
+    ours = scaled_dot_product_attention(q, k, v, mask, **kwargs)
+    ct = _normal(*ours.shape)
+
+    def loss(*a):
+        m = a[3] if len(a) > 3 else mask
+        return jnp.sum(ct * scaled_dot_product_attention(a[0], a[1], a[2], m, **kwargs))
+
+    grads = jax.grad(loss, argnums=tuple(range(len(floats))))(*floats)
+    tf = [torch.tensor(a, requires_grad=True) for a in floats]
+    tmask = tf[3] if len(tf) > 3 else (None if mask is None else torch.tensor(mask))
+    theirs = F.scaled_dot_product_attention(tf[0], tf[1], tf[2], tmask, **kwargs)
+    (torch.tensor(ct) * theirs).sum().backward()
+    np.testing.assert_allclose(ours, theirs.detach().numpy(), atol=1e-12)
+    for g, t in zip(grads, tf):
+        np.testing.assert_allclose(g, t.grad.numpy(), atol=1e-12)
+    return ours, grads
+
+
+BOOL_MASK = np.array([[True, False, True, True, False], [False, False, True, True, True],
+                      [True, True, True, False, True]])
+
+
+@pytest.mark.parametrize("case", ["plain", "bool mask", "float mask", "scale", "broadcast batch", "unbatched"])
+def test_values_and_gradients_match_torch(case):
+    q, k, v = _normal(2, 3, 4), _normal(2, 5, 4), _normal(2, 5, 3)
+    if case == "plain":
+        _parity(q, k, v)
+    elif case == "bool mask":
+        _parity(q, k, v, BOOL_MASK)
+    elif case == "float mask":
+        _parity(q, k, v, _normal(2, 1, 5))
+    elif case == "scale":
+        _parity(q, k, v, BOOL_MASK[None], scale=0.3)
+    elif case == "broadcast batch":
+        _parity(_normal(2, 1, 3, 2), _normal(1, 2, 4, 2), _normal(2, 2, 4, 3), _normal(3, 4))
+    else:
+        _parity(_normal(3, 4), _normal(5, 4), _normal(5, 2))
+
+
+@pytest.mark.parametrize("length, keys", [(2, 5), (5, 2), (3, 3)])
+def test_causal_is_top_left_aligned_like_torch(length, keys):
+    q, k, v = _normal(2, length, 3), _normal(2, keys, 3), _normal(2, keys, 2)
+    ours, _ = _parity(q, k, v, is_causal=True)
+    explicit = scaled_dot_product_attention(q, k, v, np.tri(length, keys, dtype=bool))
+    np.testing.assert_allclose(ours, explicit, atol=1e-15)
+    # query 0 attends key 0 only
+    np.testing.assert_allclose(ours[:, 0], v[:, 0], atol=1e-15)
+
+
+def test_grouped_query_attention_matches_torch_and_repeated_heads():
+    q, k, v = _normal(2, 6, 3, 4), _normal(2, 2, 5, 4), _normal(2, 2, 5, 3)
+    mask = _normal(6, 1, 5)
+    ours, _ = _parity(q, k, v, mask, enable_gqa=True)
+    repeated = scaled_dot_product_attention(q, np.repeat(k, 3, axis=1), np.repeat(v, 3, axis=1), mask)
+    np.testing.assert_allclose(ours, repeated, atol=1e-14)
+
+
+def test_fully_masked_rows_give_zero_output_and_zero_gradients_as_torch():
+    q, k, v = _normal(2, 3, 4), _normal(2, 5, 4), _normal(2, 5, 3)
+    mask = BOOL_MASK.copy()
+    mask[1] = False
+    ours, (gq, gk, gv) = _parity(q, k, v, mask)  # torch 2.13 CPU: the same zeros
+    assert np.all(ours[:, 1] == 0) and np.all(gq[:, 1] == 0)
+    # the other rows are unaffected: as attention over rows 0 and 2 alone
+    np.testing.assert_allclose(ours[:, [0, 2]], scaled_dot_product_attention(q[:, [0, 2]], k, v, mask[[0, 2]]),
+                               atol=1e-15)
+    # a float mask with a -inf row, and its gradient: 0 at -inf entries
+    fmask = np.where(BOOL_MASK, 0.0, -np.inf)
+    fmask[2] = -np.inf
+    ours, grads = _parity(q, k, v, fmask)
+    assert np.all(ours[:, 2] == 0) and np.all(np.isfinite(grads[3])) and np.all(grads[3][~BOOL_MASK] == 0)
+    # forward mode: a finite tangent, 0 on the masked row
+    tangent = jax.jvp(lambda a: scaled_dot_product_attention(a, k, v, mask), (q,), (np.ones_like(q),))[1]
+    assert np.all(np.isfinite(tangent)) and np.all(tangent[:, 1] == 0)
+    # second order stays finite
+    hess = jax.hessian(lambda a: jnp.sum(scaled_dot_product_attention(a, k[0], v[0], mask) ** 2))(q[0])
+    assert np.all(np.isfinite(hess))
+
+
+@pytest.mark.parametrize("shapes", [((0, 3, 4), (0, 5, 4), (0, 5, 3)), ((2, 0, 4), (2, 5, 4), (2, 5, 3)),
+                                    ((2, 3, 4), (2, 0, 4), (2, 0, 3)), ((2, 3, 0), (2, 5, 0), (2, 5, 3))])
+def test_zero_size_inputs_match_torch(shapes):
+    q, k, v = (_normal(*s) for s in shapes)
+    ours = scaled_dot_product_attention(q, k, v)
+    theirs = F.scaled_dot_product_attention(*(torch.tensor(a) for a in (q, k, v)))
+    np.testing.assert_allclose(ours, theirs.numpy(), atol=1e-15)
+    assert ours.shape == tuple(theirs.shape)
+    grads = jax.grad(lambda *a: jnp.sum(scaled_dot_product_attention(*a)), argnums=(0, 1, 2))(q, k, v)
+    assert all(np.all(np.isfinite(g)) for g in grads)
+
+
+def test_low_precision_and_jit():
+    q, k, v = _normal(2, 3, 4), _normal(2, 5, 4), _normal(2, 5, 3)
+    ref = scaled_dot_product_attention(q, k, v, BOOL_MASK)
+    low = scaled_dot_product_attention(*(jnp.asarray(a, jnp.bfloat16) for a in (q, k, v)), BOOL_MASK)
+    assert low.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(low, np.float64), ref, atol=0.05)
+    np.testing.assert_allclose(jax.jit(scaled_dot_product_attention)(q, k, v, BOOL_MASK), ref, atol=1e-15)
+
+
+_Q, _K, _V = np.ones((2, 3, 4)), np.ones((2, 5, 4)), np.ones((2, 5, 3))
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: scaled_dot_product_attention(_Q, _K, _V, dropout_p=0.1), ValueError, "dropout_p"),
+    (lambda: scaled_dot_product_attention(_Q, _K, _V, BOOL_MASK, is_causal=True), ValueError, "attn_mask"),
+    (lambda: scaled_dot_product_attention(_Q, np.ones((2, 5, 3)), _V), ValueError, "query .* key"),
+    (lambda: scaled_dot_product_attention(_Q, _K, np.ones((2, 4, 3))), ValueError, "key .* value"),
+    (lambda: scaled_dot_product_attention(_Q, _K, _V, np.ones((4, 5), bool)), ValueError, "attn_mask"),
+    (lambda: scaled_dot_product_attention(_Q, _K, _V, np.ones((3, 5), int)), TypeError, "attn_mask"),
+    (lambda: scaled_dot_product_attention(np.ones(4), np.ones(4), np.ones(3)), ValueError, "query"),
+    (lambda: scaled_dot_product_attention(_Q * 1j, _K, _V), TypeError, "query"),
+    (lambda: scaled_dot_product_attention(_Q, _K, _V, is_causal=1), TypeError, "is_causal"),
+    (lambda: scaled_dot_product_attention(_Q, _K, _V, scale="a"), TypeError, "scale"),
+    (lambda: scaled_dot_product_attention(np.ones((1, 4, 3, 2)), np.ones((1, 3, 5, 2)), np.ones((1, 3, 5, 2)),
+                                          enable_gqa=True), ValueError, "enable_gqa"),
+    (lambda: scaled_dot_product_attention(np.ones((1, 4, 3, 2)), np.ones((1, 2, 5, 2)), np.ones((1, 2, 5, 2))),
+     ValueError, "enable_gqa"),
+    (lambda: scaled_dot_product_attention(None, _K, _V), TypeError, "query"),
+])
+def test_bad_input_names_the_op_and_argument(call, error, match):
+    with pytest.raises(error, match=f"scaled_dot_product_attention.*{match}"):
+        call()
+
+
+# ----------------------------------------------------------------------------------------------
+# bilinear
+
+
+@pytest.mark.parametrize("shapes, with_bias", [
+    (((3, 2), (3, 4), (5, 2, 4)), True), (((2, 2, 3), (2, 2, 2), (2, 3, 2)), False), (((3,), (2,), (4, 3, 2)), True),
+    (((0, 2), (0, 3), (4, 2, 3)), True), (((3, 2), (3, 3), (0, 2, 3)), False),  # zero-size, as torch takes them
+])
+def test_bilinear_matches_torch(shapes, with_bias):
+    x1, x2, w = (_normal(*s) for s in shapes)
+    b = _normal(w.shape[0]) if with_bias else None
+    args = [x1, x2, w] + ([b] if with_bias else [])
+    ours = bilinear(*args)
+    ct = _normal(*ours.shape)
+    grads = jax.grad(lambda *a: jnp.sum(ct * bilinear(*a)), argnums=tuple(range(len(args))))(*args)
+    targs = [torch.tensor(a, requires_grad=True) for a in args]
+    theirs = F.bilinear(*targs)
+    (torch.tensor(ct) * theirs).sum().backward()
+    np.testing.assert_allclose(ours, theirs.detach().numpy(), atol=1e-12)
+    for g, t in zip(grads, targs):
+        np.testing.assert_allclose(g, t.grad.numpy(), atol=1e-12)
+
+
+def test_bilinear_with_empty_features_is_the_bias():
+    # H1 = 0: the empty sum is 0, so y = b (torch 2.13 fails to reshape there); gradients finite
+    b = _normal(4)
+    np.testing.assert_allclose(bilinear(np.ones((3, 0)), _normal(3, 2), np.ones((4, 0, 2)), b), np.tile(b, (3, 1)))
+    empty_x1, empty_w = np.ones((3, 0)), np.ones((4, 0, 2))
+    grads = jax.grad(lambda x2, b: jnp.sum(bilinear(empty_x1, x2, empty_w, b)), (0, 1))(_normal(3, 2), b)
+    np.testing.assert_allclose(grads[0], 0)
+    np.testing.assert_allclose(grads[1], 3)
+
+
+@pytest.mark.parametrize("args, error, match", [
+    ((np.ones((3, 2)), np.ones((2, 4)), np.ones((5, 2, 4))), ValueError, "input1 .* input2"),
+    ((np.ones((3, 2)), np.ones((3, 4)), np.ones((5, 4, 2))), ValueError, "weight"),
+    ((np.ones((3, 2)), np.ones((3, 4)), np.ones((5, 2, 4)), np.ones(4)), ValueError, "bias"),
+    ((np.ones((3, 2)) * 1j, np.ones((3, 4)), np.ones((5, 2, 4))), TypeError, "input1"),
+    ((np.ones(()), np.ones(()), np.ones((5, 1, 1))), ValueError, "input1"),
+    (("x", np.ones((3, 4)), np.ones((5, 2, 4))), TypeError, "input1"),
+])
+def test_bilinear_bad_input(args, error, match):
+    with pytest.raises(error, match=f"bilinear.*{match}"):
+        bilinear(*args)
