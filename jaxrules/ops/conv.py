@@ -132,8 +132,7 @@ def conv(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, str
     if dims not in (1, 2, 3):
         raise ValueError(f"conv: weight must have shape (out, in / groups, *kernel) with 1 to 3 kernel axes, got {w.shape}")
     x = _input("conv", input, dims)
-    if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1:
-        raise ValueError(f"conv: groups must be a positive int, got {groups!r}")
+    groups = _positive_int("conv", "groups", groups)
     if x.shape[1] != w.shape[1] * groups or w.shape[0] % groups:
         raise ValueError(
             f"conv: input has {x.shape[1]} channels and weight {w.shape}: need in_channels = weight.shape[1] * groups "
@@ -162,7 +161,7 @@ def conv(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, str
         raise ValueError(f"conv: bias must have shape ({w.shape[0]},), got {b.shape}")
     dtype = jnp.result_type(x, w, b)
     return convolution_op(x.astype(dtype), w.astype(dtype), b.astype(dtype), stride=stride, padding=pads,
-                          dilation=dilation, groups=int(groups))
+                          dilation=dilation, groups=groups)
 
 
 conv.__doc__ = """torch.nn.functional.conv1d/2d/3d (the rank comes from ``weight`` (O, C / groups,
