@@ -4,14 +4,17 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import Array
+from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
-from jaxrules.mechanism import define_op
+from jaxrules.mechanism import concrete_value, define_op
 from jaxrules.ops._sampling import distinct, normal
 from jaxrules.registry import OpRecord, Sample, SingularPoint, register
 
@@ -50,6 +53,206 @@ def embedding(indices, weight, padding_idx=None, scale_grad_by_freq=False):
             raise ValueError(f"embedding: padding_idx must be an int in [-{num}, {num}), got {padding_idx!r}")
         padding_idx = int(padding_idx) % num
     return embedding_op(indices, weight, padding_idx=padding_idx, scale_grad_by_freq=bool(scale_grad_by_freq), num=num)
+
+
+# ----------------------------------------------------------------------------------------------
+# embedding_bag: every looked-up entry i has a row ``indices[i]`` and a bag ``bags[i]`` (bags ==
+# num_bags: in no bag, e.g. padding_idx); its formulas live here, beside the ops.
+
+
+def _bag_row_scale(indices, bags, coef, num, num_bags, scale_grad_by_freq):
+    """Each entry's factor in the derivative with respect to ``weight``: its coefficient, divided
+    by its index's count among the bagged entries when ``scale_grad_by_freq``."""
+    if not scale_grad_by_freq:
+        return coef
+    counts = jnp.zeros(num, coef.dtype).at[indices].add((bags < num_bags).astype(coef.dtype))
+    return coef / jnp.maximum(counts[indices], 1)
+
+
+def _bag_sum_primal(indices, bags, weight, coef, *, num_bags, scale_grad_by_freq):
+    rows = jnp.take(weight, indices, axis=0) * coef[:, None]
+    return jax.ops.segment_sum(rows, bags, num_segments=num_bags)
+
+
+def _bag_sum_jvp(res, ti, tb, tw, tc, *, num_bags, scale_grad_by_freq):
+    """``dout[b] = sum_{i in b} c_i dW[indices[i]] + dc_i W[indices[i]]`` (with
+    ``scale_grad_by_freq``, ``c_i / count(indices[i])`` in the first term: the transpose of
+    torch's scaled backward, as ``embedding``'s)."""
+    indices, bags, weight, coef = res
+    terms = []
+    if tw is not None:
+        scale = _bag_row_scale(indices, bags, coef, weight.shape[0], num_bags, scale_grad_by_freq)
+        terms.append(jnp.take(tw, indices, axis=0) * scale[:, None])
+    if tc is not None:
+        terms.append(jnp.take(weight, indices, axis=0) * tc[:, None])
+    return jax.ops.segment_sum(sum(terms[1:], terms[0]), bags, num_segments=num_bags)
+
+
+def _bag_sum_vjp(res, ct, *, num_bags, scale_grad_by_freq):
+    """Seed ``_embedding_bag_backward`` (sum/mean; ``_embedding_bag_per_sample_weights_backward``):
+    each entry's bag cotangent times its coefficient added into its row of ``weight``; the
+    coefficient's gradient is ``<ct[bag], W[index]>``."""
+    indices, bags, weight, coef = res
+    g = jnp.take(ct, bags, axis=0, mode="fill", fill_value=0)  # (n, D), 0 for entries in no bag
+    scale = _bag_row_scale(indices, bags, coef, weight.shape[0], num_bags, scale_grad_by_freq)
+    g_weight = jnp.zeros(weight.shape, ct.dtype).at[indices].add(g * scale[:, None])
+    return None, None, g_weight, jnp.sum(g * jnp.take(weight, indices, axis=0), axis=-1)
+
+
+embedding_bag_sum_op = define_op("embedding_bag_sum", _bag_sum_primal, _bag_sum_jvp, _bag_sum_vjp,
+                                 lambda out, indices, bags, weight, coef, **_: (indices, bags, weight, coef))
+
+
+def _bag_max_primal(indices, bags, weight, *, num_bags, num):
+    """torch's CPU rule: a bag's running maximum starts at its first entry and moves to a later
+    one only when strictly greater (the first maximum wins ties; a NaN first entry stays, later
+    NaNs are skipped); an empty bag gives 0 and no row (index ``num``)."""
+    n = indices.shape[0]
+    if n == 0:  # every bag empty (jnp.take cannot gather from an empty axis)
+        arg = jnp.full((num_bags, weight.shape[1]), num, jnp.int32)
+        return jnp.zeros(arg.shape, weight.dtype), arg
+    rows = jnp.take(weight, indices, axis=0)  # (n, D)
+    pos = jnp.arange(n)
+    top = jax.ops.segment_max(jnp.where(jnp.isnan(rows), -jnp.inf, rows), bags, num_segments=num_bags)
+    hit = rows == jnp.take(top, bags, axis=0, mode="fill", fill_value=jnp.nan)
+    pick = jax.ops.segment_min(jnp.where(hit, pos[:, None], n), bags, num_segments=num_bags)
+    first = jax.ops.segment_min(pos, bags, num_segments=num_bags)  # n or more: an empty bag
+    first_nan = (first < n)[:, None] & jnp.isnan(jnp.take(rows, first, axis=0, mode="fill", fill_value=0))
+    pick = jnp.minimum(jnp.where(first_nan, first[:, None], pick), n)
+    arg = jnp.where(pick < n, jnp.take(indices, pick, mode="fill", fill_value=num), num).astype(jnp.int32)
+    return _gather_rows(weight, arg), arg
+
+
+def _gather_rows(w, arg):
+    """``w[arg[b, d], d]``, 0 where ``arg`` is out of range (an empty bag)."""
+    return jnp.take_along_axis(w, arg, axis=0, mode="fill", fill_value=0)
+
+
+def _bag_max_jvp(arg, ti, tb, tw, *, num_bags, num):
+    """Seed ``_embedding_bag_backward``'s transpose: each bag's maximum moves with its row."""
+    return _gather_rows(tw, arg), None
+
+
+def _bag_max_vjp(arg, ct, *, num_bags, num):
+    """Seed ``_embedding_bag_backward`` (max, ``_embedding_bag_dense_backward``): each bag's
+    cotangent added into its maximum's row, column by column; none for an empty bag."""
+    g = ct[0]
+    columns = jnp.arange(arg.shape[-1])
+    return None, None, jnp.zeros((num, g.shape[-1]), g.dtype).at[arg, columns].add(g, mode="drop")
+
+
+embedding_bag_max_op = define_op("embedding_bag_max", _bag_max_primal, _bag_max_jvp, _bag_max_vjp,
+                                 lambda out, *_, **__: out[1])
+
+
+_BAG = "embedding_bag"
+_BAG_MODES = ("sum", "mean", "max")
+
+
+def _bag_structure(indices, offsets, include_last_offset, n):
+    """``(bags, num_bags)``: each entry's bag (``num_bags``: none) from 2-d ``indices`` (a bag per
+    row) or 1-d ``indices`` with ``offsets`` (bag b from ``offsets[b]``)."""
+    if indices.ndim == 2:
+        if offsets is not None:
+            raise ValueError(f"{_BAG}: offsets must be None for a 2-d input (each row is a bag), got {offsets!r}")
+        return jnp.repeat(jnp.arange(indices.shape[0]), indices.shape[1]), indices.shape[0]
+    if offsets is None:
+        raise ValueError(f"{_BAG}: offsets (a 1-d integer array of bag starts) is needed for a 1-d input")
+    offsets = _indices(_BAG, "offsets", offsets)
+    if offsets.ndim != 1 or (include_last_offset and offsets.shape[0] == 0):
+        raise ValueError(f"{_BAG}: offsets must be 1-d (non-empty with include_last_offset), got shape {offsets.shape}")
+    host = concrete_value(offsets)
+    if host is not None and host.size and (host[0] != 0 or np.any(np.diff(host) < 0) or host[-1] > n
+                                           or (include_last_offset and host[-1] != n)):
+        last = f", ending at len(input) = {n}" if include_last_offset else f", up to len(input) = {n}"
+        raise ValueError(f"{_BAG}: offsets must start at 0 and not decrease{last}, got {host.tolist()}")
+    num_bags = offsets.shape[0] - int(include_last_offset)
+    bags = jnp.searchsorted(offsets[:num_bags], jnp.arange(n), side="right") - 1
+    if include_last_offset:
+        bags = jnp.where(jnp.arange(n) < offsets[-1], bags, num_bags)
+    return bags, num_bags
+
+
+def embedding_bag(input: ArrayLike, weight: ArrayLike, offsets: ArrayLike | None = None, max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False, per_sample_weights: ArrayLike | None = None, include_last_offset: bool = False, padding_idx: int | None = None) -> Array:  # noqa: A002 - torch's name
+    """Sums, means or maxima of bags of embedding rows, torch.nn.functional's semantics.
+
+    ``out[b] = reduce_{i in bag b} c_i W[input[i]]`` with ``c_i = per_sample_weights[i]`` (sum),
+    ``1 / |bag b|`` (mean, padding not counted) or the maximum per column (max: torch's first
+    maximum in bag order wins ties). Empty bags give 0. Derivatives (seed
+    ``_embedding_bag_backward``, ``_embedding_bag_per_sample_weights_backward``): each entry's
+    bag cotangent times ``c_i`` into its row (max: into the maximum's row, column by column),
+    ``<ct[bag], W[index]>`` for ``per_sample_weights``; the JVP is their transpose. Indices and
+    offsets are not differentiable. Mirrors ``torch.nn.functional.embedding_bag``.
+
+    Args:
+        input: integer indices: 2-d ``(B, N)``, a bag per row, or 1-d with ``offsets``.
+        weight: the table ``(num_embeddings, D)``, real.
+        offsets: for a 1-d ``input``, the 1-d integer start of each bag (from 0, not
+            decreasing); None for a 2-d ``input``.
+        max_norm: must be None (``ValueError`` otherwise: torch renormalizes ``weight`` in place,
+            which a functional op cannot do).
+        norm_type: the p of ``max_norm``'s norm (unused, as ``max_norm`` must be None).
+        scale_grad_by_freq: divide each row's gradient by its index's count in ``input``
+            (bagged, non-padding entries); not with mode ``'max'``.
+        mode: ``'sum'``, ``'mean'`` or ``'max'``.
+        sparse: accepted for torch's signature; no effect (JAX gradients are dense arrays).
+        per_sample_weights: a float array shaped like ``input`` weighting each entry (mode
+            ``'sum'`` only); differentiable.
+        include_last_offset: ``offsets`` has one more entry, ``len(input)`` (the end of the
+            last bag; ``ValueError`` otherwise, where torch's float32 and float64 CPU kernels
+            disagree; under ``jit`` entries past it are in no bag).
+        padding_idx: an index in ``[-num_embeddings, num_embeddings)`` whose entries are left
+            out of every bag (and of a mean's count); None: none.
+
+    Returns:
+        ``(num_bags, D)`` in ``weight``'s dtype (with ``per_sample_weights``, the result dtype).
+    """
+    if mode not in _BAG_MODES:
+        raise ValueError(f"{_BAG}: mode must be one of {_BAG_MODES}, got {mode!r}")
+    if max_norm is not None:
+        raise ValueError(f"{_BAG}: max_norm must be None (torch renormalizes weight in place; not supported), "
+                         f"got {max_norm!r}")
+    V.static_scalar(_BAG, "norm_type", norm_type)
+    grad_by_freq = V.flag(_BAG, "scale_grad_by_freq", scale_grad_by_freq)
+    V.flag(_BAG, "sparse", sparse)
+    last_offset = V.flag(_BAG, "include_last_offset", include_last_offset)
+    if grad_by_freq and mode == "max":
+        raise ValueError(f"{_BAG}: scale_grad_by_freq is not supported with mode='max' (as torch)")
+    indices = _indices(_BAG, "input", input)
+    w = V.array(_BAG, "weight", weight)
+    if w.ndim != 2 or jnp.iscomplexobj(w):
+        raise ValueError(f"{_BAG}: weight must be a real (num_embeddings, embedding_dim) array, got {w.shape} {w.dtype}")
+    if indices.ndim not in (1, 2):
+        raise ValueError(f"{_BAG}: input must be 1-d (with offsets) or 2-d (a bag per row), got shape {indices.shape}")
+    num, n = w.shape[0], indices.size
+    host = concrete_value(indices)
+    if host is not None and host.size and (host.min() < 0 or host.max() >= num):
+        raise ValueError(f"{_BAG}: input indices must be in [0, {num}), got values in [{host.min()}, {host.max()}]")
+    bags, num_bags = _bag_structure(indices, offsets, last_offset, n)
+    flat = indices.reshape(-1)
+    if padding_idx is not None:
+        if isinstance(padding_idx, bool) or not isinstance(padding_idx, int | np.integer) or not -num <= padding_idx < num:
+            raise ValueError(f"{_BAG}: padding_idx must be an int in [-{num}, {num}), got {padding_idx!r}")
+        bags = jnp.where(flat == int(padding_idx) % num, num_bags, bags)
+    if mode == "max":
+        if per_sample_weights is not None:
+            raise ValueError(f"{_BAG}: per_sample_weights is only supported with mode='sum' (as torch), got mode='max'")
+        return embedding_bag_max_op(flat, bags, w, num_bags=num_bags, num=num)[0]
+    if per_sample_weights is not None:
+        if mode != "sum":
+            raise ValueError(f"{_BAG}: per_sample_weights is only supported with mode='sum' (as torch), got mode={mode!r}")
+        coef = V.array(_BAG, "per_sample_weights", per_sample_weights)
+        if coef.shape != indices.shape or jnp.iscomplexobj(coef):
+            raise ValueError(f"{_BAG}: per_sample_weights must be real and shaped like input {indices.shape}, got "
+                             f"{coef.shape} {coef.dtype}")
+        dtype = jnp.result_type(w, coef)
+        w, coef = w.astype(dtype), coef.reshape(-1).astype(dtype)
+    elif mode == "mean":
+        counts = jax.ops.segment_sum(jnp.ones(n, w.dtype), bags, num_segments=num_bags)
+        coef = 1 / jnp.maximum(jnp.take(counts, bags, mode="fill", fill_value=1), 1)
+    else:
+        coef = jnp.ones(n, w.dtype)
+    return embedding_bag_sum_op(flat, bags, w, coef, num_bags=num_bags, scale_grad_by_freq=grad_by_freq)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -216,4 +419,39 @@ register(OpRecord(
     singular=(SingularPoint("prod with a zero in a slot", (np.array([[1.0, 2.0], [3.0, 4.0]]), 0, np.array([0, 0]),
                                                           np.array([[0.0, 2.0], [5.0, 0.5]]), "prod")),),
     deviations="prod: forward-mode and higher derivatives are defined (as scatter_reduce's).",
+))
+
+
+def _embedding_bag_entry(input, weight, per_sample_weights=None, offsets=None, **kwargs):  # noqa: A002
+    """The record's entry: ``per_sample_weights`` positional, so the harness differentiates it."""
+    return embedding_bag(input, weight, offsets, per_sample_weights=per_sample_weights, **kwargs)
+
+
+def _torch_embedding_bag(torch, input, weight, per_sample_weights=None, offsets=None, **kwargs):  # noqa: A002
+    return torch.nn.functional.embedding_bag(input, weight, offsets, per_sample_weights=per_sample_weights, **kwargs)
+
+
+_BAG_INPUT = np.array([1, 2, 4, 4, 0, 5, 2])
+_BAG_OFFSETS = np.array([0, 2, 2, 5])  # the second bag is empty
+
+register(OpRecord(
+    "embedding_bag", _embedding_bag_entry, ("jaxrules.nn.embedding_bag",), ("embedding_bag_sum", "embedding_bag_max"),
+    ("_embedding_bag_backward", "_embedding_bag_dense_backward", "_embedding_bag_per_sample_weights_backward"),
+    lambda rng, dt: [
+        Sample((_BAG_INPUT, distinct(rng, dt, 6, 3), None, _BAG_OFFSETS)),
+        Sample((_BAG_INPUT, distinct(rng, dt, 6, 2), normal(rng, dt, 7), _BAG_OFFSETS), {"mode": "sum", "padding_idx": 2}),
+        Sample((np.array([[0, 3, 3], [2, 1, 3]]), distinct(rng, dt, 4, 3)), {"mode": "max"}),
+        Sample((_BAG_INPUT, distinct(rng, dt, 6, 2), None, np.array([0, 2, 2, 5, 7])),
+               {"mode": "max", "include_last_offset": True, "padding_idx": 5}),
+        Sample((np.array([[1, 1, 3], [0, 1, 1]]), distinct(rng, dt, 4, 2)), {"padding_idx": 0}),  # mean
+        Sample((np.zeros(0, int), normal(rng, dt, 3, 2), None, np.array([0, 0])), {"mode": "sum"}),  # empty bags: 0
+    ],
+    _torch_embedding_bag, "torch.nn.functional.embedding_bag",
+    singular=(SingularPoint("max: ties go to the first maximum in bag order",
+                            (np.array([[0, 1, 2], [2, 1, 0]]), np.array([[1.0, 5.0], [3.0, 5.0], [3.0, 0.0], [0.0, 0.0]])),
+                            (np.array([[0.0, 1.0], [1.0, 1.0], [1.0, 0.0], [0.0, 0.0]]),), {"mode": "max"}),),
+    deviations="scale_grad_by_freq divides each row's gradient by its index's count, as documented and as torch's "
+    "embedding (torch 2.13's CPU embedding_bag divides some rows by another index's count); max_norm is not "
+    "supported (ValueError); include_last_offset needs offsets[-1] == len(input) (torch's float32 and float64 CPU "
+    "kernels disagree otherwise); pinned in tests/test_embedding_bag.py.",
 ))
