@@ -1,6 +1,545 @@
 """Resampling with torch.nn.functional's semantics (channels first): ``interpolate``,
-``grid_sample`` and ``affine_grid`` (issue 17). Their registry records live here too."""
+``grid_sample`` and ``affine_grid`` (issue 17). Their formulas and registry records live here.
+
+All three are linear in their image (or ``theta``) argument: the JVP formula is the op applied
+to the tangent and the VJP formula its transpose. ``interpolate`` is separable: along each
+spatial axis it is a static table of source indices and weights (torch's source-index
+arithmetic, ``UpSample.h``), so the op gathers and its transpose scatter-adds (seed
+``upsample_*_backward``). ``grid_sample`` gathers the corners of each sampling point; its
+derivative with respect to the grid is torch's CPU kernel's (``GridSamplerKernel.cpp``)."""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import functools
+import math
+import numbers
+from collections.abc import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+from jax.typing import ArrayLike
+
+from jaxrules import _validate as V
+from jaxrules.mechanism import define_op
+from jaxrules.ops._sampling import normal
+from jaxrules.ops.conv import adaptive_avg_pool_op
+from jaxrules.registry import OpRecord, Sample, register
+
+__all__ = ["interpolate", "grid_sample", "affine_grid"]
+
+_LINEAR_RANK = {"linear": 3, "bilinear": 4, "bicubic": 4, "trilinear": 5}
+_MODES = ("nearest", "nearest-exact", "area", *_LINEAR_RANK)
+
+# ----------------------------------------------------------------------------------------------
+# interpolate: per-axis tables (static, NumPy) of torch's source indices and weights
+
+
+def _scale(n_in, n_out, align_corners, scale):
+    """torch's ``area_pixel_compute_scale``: the step in the input per output element."""
+    if align_corners:
+        return (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+    return 1.0 / scale if scale is not None and scale > 0 else n_in / n_out
+
+
+def _floor_index(real, n_in):
+    """torch's ``guard_index_and_lambda``: ``min(floorf(real), n - 1)`` (floorf: the position
+    rounded to float32 first) and the fraction past it, clamped to [0, 1]."""
+    index = np.minimum(np.floor(real.astype(np.float32)).astype(np.int64), n_in - 1)
+    return index, np.clip(real - index, 0.0, 1.0)
+
+
+def _cubic_weights(t, a=-0.75):
+    """torch's ``get_cubic_upsample_coefficients`` (cubic convolution, A = -0.75) for the
+    fraction ``t``: the weights of the taps at offsets -1, 0, 1, 2."""
+
+    def near(x):  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    return np.stack([far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t)], axis=-1)
+
+
+def _nearest_index(mode, n_in, n_out, scale, legacy):
+    """torch's nearest source index of each output. Its CPU kernels differ by rank: 3-d and 5-d
+    input (``HelperInterpNearest``/``Exact``) take ``floorf(s i)`` and ``floorf(max(s (i + 0.5) -
+    0.5, 0) + 0.5)`` with a double ``s``; 4-d input (``legacy``: ``nearest_idx`` and
+    ``nearest_exact_idx``) a float32 ``s``, ``floorf(s i)`` (a copy when ``out == n``, ``i // 2``
+    when ``out == 2 n``) and ``floorf((i + 0.5) s)``. Clamped to ``n - 1``."""
+    i = np.arange(n_out)
+    if not legacy:
+        step = _scale(n_in, n_out, False, scale)
+        real = step * i if mode == "nearest" else np.maximum(step * (i + 0.5) - 0.5, 0.0) + 0.5
+    elif mode == "nearest" and n_out in (n_in, 2 * n_in):
+        return i * n_in // n_out
+    else:
+        step = np.float32(1.0 / scale) if scale is not None and scale > 0 else np.float32(n_in) / np.float32(n_out)
+        real = i.astype(np.float32) * step if mode == "nearest" else (i + 0.5) * np.float64(step)
+    return np.minimum(np.floor(np.asarray(real).astype(np.float32)).astype(np.int64), n_in - 1)
+
+
+@functools.lru_cache(maxsize=512)
+def _axis_table(mode, n_in, n_out, align_corners, scale, legacy=False):
+    """``(index, weight)``, both (n_out, taps): output ``i`` along the axis is
+    ``sum_k weight[i, k] * x[index[i, k]]`` (torch's CPU upsample kernels; ``legacy``: 4-d
+    input's nearest kernels, see ``_nearest_index``)."""
+    i = np.arange(n_out)
+    if n_out == 0:  # area's empty output (the other modes refuse it, as torch)
+        return np.zeros((0, 1), np.int64), np.zeros((0, 1))
+    if mode in ("nearest", "nearest-exact"):
+        return _nearest_index(mode, n_in, n_out, scale, legacy)[:, None], np.ones((n_out, 1))
+    step = _scale(n_in, n_out, align_corners, scale)
+    real = step * i if align_corners else step * (i + 0.5) - 0.5
+    if mode == "bicubic":
+        index, t = _floor_index(real, n_in)
+        taps = np.clip(index[:, None] + np.arange(-1, 3), 0, n_in - 1)
+        return taps, _cubic_weights(t)
+    if n_out == n_in:  # torch's compute_source_index_and_lambda: a plain copy
+        return i[:, None], np.ones((n_out, 1))
+    index, lam = _floor_index(np.maximum(real, 0.0), n_in)
+    return np.stack([index, np.minimum(index + 1, n_in - 1)], 1), np.stack([1.0 - lam, lam], 1)
+
+
+def _tables(mode, spatial, out_size, align_corners, scales):
+    legacy = len(spatial) == 2
+    return [_axis_table(mode, n, o, align_corners, s, legacy) for n, o, s in zip(spatial, out_size, scales)]
+
+
+def _resample(x, tables):
+    """Apply the per-axis tables to the trailing spatial axes of ``x`` (gather, weigh, sum)."""
+    dims = len(tables)
+    for axis, (index, weight) in zip(range(-dims, 0), tables):
+        moved = jnp.moveaxis(x, axis, -1)
+        moved = jnp.sum(moved[..., index] * jnp.asarray(weight, x.dtype), axis=-1)
+        x = jnp.moveaxis(moved, -1, axis)
+    return x
+
+
+def _resample_transpose(g, tables, spatial):
+    """The transpose of ``_resample``: each output's cotangent times its weights, scatter-added
+    at its source indices (seed ``upsample_*_backward``), axis by axis in reverse order."""
+    dims = len(tables)
+    for axis, (index, weight), n in reversed(list(zip(range(-dims, 0), tables, spatial))):
+        moved = jnp.moveaxis(g, axis, -1)
+        spread = moved[..., None] * jnp.asarray(weight, g.dtype)
+        moved = jnp.zeros(moved.shape[:-1] + (n,), g.dtype).at[..., index].add(spread)
+        g = jnp.moveaxis(moved, -1, axis)
+    return g
+
+
+def _interpolate_primal(x, *, mode, size, align_corners, scales, shape):
+    return _resample(x, _tables(mode, shape[2:], size, align_corners, scales))
+
+
+def interpolate_jvp(res, t, *, mode, size, align_corners, scales, shape):
+    """JVP formula: the op is linear in ``x``, so the output tangent is the op on ``t``."""
+    return _resample(t, _tables(mode, shape[2:], size, align_corners, scales))
+
+
+def interpolate_vjp(res, g, *, mode, size, align_corners, scales, shape):
+    """VJP formula (seed ``upsample_bilinear2d_backward`` and its siblings): the transpose."""
+    return (_resample_transpose(g, _tables(mode, shape[2:], size, align_corners, scales), shape[2:]),)
+
+
+interpolate_op = define_op("interpolate", _interpolate_primal, interpolate_jvp, interpolate_vjp,
+                           lambda out, x, **_: ())
+
+
+def _sizes(op, name, value, dims, kind):
+    """An int/float or one per spatial axis, as a tuple of ``dims`` positive numbers."""
+    values = value if isinstance(value, Sequence) and not isinstance(value, str) else (value,) * dims
+    values = tuple(values)
+    ok = len(values) == dims and all(
+        isinstance(v, kind) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in values
+    )
+    if not ok:
+        what = "int" if kind is numbers.Integral else "number"
+        raise ValueError(f"{op}: {name} must be a positive {what} or {dims} of them (one per spatial axis), "
+                         f"got {value!r}")
+    return values
+
+
+def interpolate(x: ArrayLike, size: int | Sequence[int] | None = None, scale_factor: float | Sequence[float] | None = None,
+                mode: str = "nearest", align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
+                antialias: bool = False) -> Array:
+    """torch.nn.functional.interpolate over the spatial axes of ``(N, C, *spatial)``.
+
+    Along each axis output ``i`` reads torch's source position: ``nearest``
+    ``floor(i * s)``, ``nearest-exact`` ``floor((i + 0.5) s)`` (float32 ``s``, clamped to
+    ``n - 1``); ``linear``/``bilinear``/``trilinear`` ``s i`` with ``align_corners`` (``s = (n -
+    1) / (out - 1)``) else ``max(s (i + 0.5) - 0.5, 0)``, two taps weighted by the fraction;
+    ``bicubic`` four taps of the A = -0.75 cubic convolution, clamped at the border; ``area``
+    is ``adaptive_avg_pool``. ``s`` is ``1 / scale_factor`` when ``scale_factor`` is given and
+    ``recompute_scale_factor`` is not True, else ``n / out``. Linear in ``x``: JVP the op on the
+    tangent, VJP its transpose (seed ``upsample_nearest2d_backward``,
+    ``upsample_bilinear2d_backward``, ``upsample_bicubic2d_backward``, ...). Mirrors
+    ``torch.nn.functional.interpolate``.
+
+    Args:
+        x: the input ``(N, C, *spatial)`` with 1 to 3 spatial axes (rank 3 for ``linear``, 4
+            for ``bilinear``/``bicubic``, 5 for ``trilinear``), real; only the batch may be empty.
+        size: the output's spatial size, an int or one per spatial axis (exactly one of
+            ``size`` and ``scale_factor``).
+        scale_factor: the multiplier of each spatial size, a number or one per spatial axis;
+            the output size is ``floor(n * scale_factor)``.
+        mode: ``"nearest"``, ``"nearest-exact"``, ``"linear"``, ``"bilinear"``, ``"bicubic"``,
+            ``"trilinear"`` or ``"area"``.
+        align_corners: for the linear and cubic modes, whether the corner pixels' centres of
+            input and output coincide (None: False); must be None for the other modes.
+        recompute_scale_factor: True: with ``scale_factor``, sample at ``n / out`` instead of
+            ``1 / scale_factor`` (not meaningful with ``size``).
+        antialias: must be False (torch's antialiased downsampling is not implemented).
+
+    Returns:
+        The resampled ``(N, C, *out_spatial)``.
+    """
+    op = "interpolate"
+    x = V.array(op, "x", x)
+    if jnp.iscomplexobj(x):
+        raise TypeError(f"{op}: x must be real, got {x.dtype}")
+    if not isinstance(mode, str) or mode not in _MODES:
+        raise ValueError(f"{op}: mode must be one of {_MODES}, got {mode!r}")
+    if x.ndim not in (3, 4, 5) or _LINEAR_RANK.get(mode, x.ndim) != x.ndim:
+        want = f"rank {_LINEAR_RANK[mode]}" if mode in _LINEAR_RANK else "rank 3, 4 or 5"
+        raise ValueError(f"{op}: mode={mode!r} needs x of {want} ((N, C, *spatial)), got shape {x.shape}")
+    dims = x.ndim - 2
+    if (size is None) == (scale_factor is None):
+        raise ValueError(f"{op}: exactly one of size and scale_factor must be given, got size={size!r} and "
+                         f"scale_factor={scale_factor!r}")
+    if align_corners is not None and mode not in _LINEAR_RANK:
+        raise ValueError(f"{op}: align_corners must be None for mode={mode!r} (only the linear and cubic modes "
+                         f"take it), got {align_corners!r}")
+    if antialias:
+        raise ValueError(f"{op}: antialias=True is not supported by jaxrules")
+    if recompute_scale_factor and size is not None:
+        raise ValueError(f"{op}: recompute_scale_factor is not meaningful with an explicit size")
+    if any(n == 0 for n in x.shape[1:]):
+        raise ValueError(f"{op}: x must have non-empty channel and spatial axes (only the batch may be empty), "
+                         f"got shape {x.shape}")
+    if size is not None:
+        out = tuple(int(v) for v in _sizes(op, "size", size, dims, numbers.Integral))
+        scales = (None,) * dims
+    else:
+        factors = tuple(float(v) for v in _sizes(op, "scale_factor", scale_factor, dims, numbers.Real))
+        out = tuple(math.floor(n * f) for n, f in zip(x.shape[2:], factors))
+        if any(o < 1 for o in out) and mode != "area":
+            raise ValueError(f"{op}: scale_factor={scale_factor!r} gives an empty output for spatial size "
+                             f"{x.shape[2:]}")
+        scales = (None,) * dims if recompute_scale_factor else factors
+    if mode == "area":
+        return adaptive_avg_pool_op(x, output_size=out, shape=x.shape)
+    return interpolate_op(x, mode=mode, size=out, align_corners=bool(align_corners), scales=scales, shape=x.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# grid_sample: the corners of each sampling point (torch's CPU kernels, GridSamplerKernel.cpp)
+
+_PADDING_MODES = ("zeros", "border", "reflection")
+
+
+def _clip(pos, size):
+    """torch's ``clip_coordinates_get_grad``: ``pos`` clamped to ``[0, size - 1]`` (NaN to 0, as
+    its forward) and the multiplier 1 strictly inside, 0 at and past either border."""
+    low = jnp.where(pos > 0, pos, 0)
+    clipped = jnp.minimum(low, size - 1)
+    return clipped, ((low != 0) & (clipped != size - 1)).astype(pos.dtype)
+
+
+def _reflect(pos, size, align_corners):
+    """torch's ``reflect_coordinates_get_grad``: ``pos`` reflected into ``[low, low + span]``
+    (``[0, size - 1]`` with ``align_corners``, else ``[-0.5, size - 0.5]``) and the multiplier
+    -1 where an odd number of reflections flipped it, else 1 (0 when ``size <= 1`` with
+    ``align_corners``)."""
+    if align_corners and size <= 1:
+        return jnp.zeros_like(pos), jnp.zeros_like(pos)
+    low, twice_span = (0.0, 2.0 * (size - 1)) if align_corners else (-0.5, 2.0 * size)
+    shifted = pos - low
+    magnitude = jnp.abs(shifted)
+    extra = magnitude - jnp.trunc(magnitude / twice_span) * twice_span
+    flip = extra > twice_span - extra
+    sign = jnp.where(flip ^ (shifted < 0), -1, 1).astype(pos.dtype)
+    return jnp.where(flip, twice_span - extra, extra) + low, sign
+
+
+def _locate(coord, size, padding_mode, align_corners):
+    """torch's source position (in pixels) of a normalized coordinate in [-1, 1] along an axis of
+    ``size`` pixels, and its derivative with respect to the coordinate (``apply_get_grad``)."""
+    factor = (size - 1) / 2 if align_corners else size / 2
+    pos = (coord + 1) * factor - (0 if align_corners else 0.5)
+    mult = jnp.full_like(coord, factor)
+    if padding_mode == "reflection":
+        pos, sign = _reflect(pos, size, align_corners)
+        mult = mult * sign
+    if padding_mode != "zeros":
+        pos, inside = _clip(pos, size)
+        mult = mult * inside
+    return pos, mult
+
+
+def _corners(grid, spatial, mode, padding_mode, align_corners):
+    """The corners each sampling point reads: a list of ``(flat index, weight, d weight / d
+    grid)`` with shapes (N, P), (N, P) and (N, P, dims) (None for ``nearest``, whose weights are
+    constant); a corner outside the input has weight 0 (torch's zero padding)."""
+    dims = len(spatial)
+    coords = grid.reshape(grid.shape[0], -1, dims)
+    axes = []  # per axis (size, [(index, weight, d weight / d coord)]), grid's last axis is x (W)
+    for d, size in enumerate(reversed(spatial)):
+        pos, mult = _locate(coords[..., d], size, padding_mode, align_corners)
+        if mode == "nearest":
+            axes.append((size, [(jnp.round(pos), 1.0, None)]))
+            continue
+        first = jnp.floor(pos)
+        frac = pos - first
+        axes.append((size, [(first, 1 - frac, -mult), (first + 1, frac, mult)]))
+    corners = []
+    for choice in np.ndindex(*(len(taps) for _, taps in axes)):
+        taps = [axes[d][1][c] for d, c in enumerate(choice)]
+        inside, flat = True, 0
+        for (size, _), (index, _, _) in zip(reversed(axes), reversed(taps)):  # row-major: D, H, W
+            inside = inside & (index >= 0) & (index <= size - 1)
+            flat = flat * size + jnp.clip(index, 0, size - 1).astype(jnp.int32)
+        weight = functools.reduce(jnp.multiply, [w for _, w, _ in taps]) * inside
+        slope = None
+        if mode != "nearest":
+            slope = jnp.stack([
+                functools.reduce(jnp.multiply, [taps[e][1] for e in range(dims) if e != d], taps[d][2] * inside)
+                for d in range(dims)
+            ], axis=-1)
+        corners.append((flat, jnp.broadcast_to(weight, coords.shape[:2]).astype(grid.dtype), slope))
+    return corners
+
+
+def _gather(planes, flat):
+    """``planes`` (N, C, S) read at ``flat`` (N, P): (N, C, P)."""
+    return jnp.take_along_axis(planes, flat[:, None, :], axis=2)
+
+
+def _scatter(values, flat, size):
+    """The transpose of ``_gather``: ``values`` (N, C, P) added at ``flat`` into (N, C, size)."""
+    n, c, _ = values.shape
+    rows = (np.arange(n)[:, None, None], np.arange(c)[None, :, None], flat[:, None, :])
+    return jnp.zeros((n, c, size), values.dtype).at[rows].add(values)
+
+
+def _planes(x):
+    return x.reshape(x.shape[:2] + (math.prod(x.shape[2:]),))
+
+
+def _sample(x, corners, out_spatial):
+    planes = _planes(x)
+    out = sum(w[:, None, :] * _gather(planes, flat) for flat, w, _ in corners)
+    return out.reshape(x.shape[:2] + out_spatial)
+
+
+def _grid_slope(x, corners):
+    """d out / d grid summed over the corners: (N, C, P, dims) (torch's ``gx``, ``gy``, ``gz``
+    before the cotangent)."""
+    planes = _planes(x)
+    return sum(_gather(planes, flat)[..., None] * slope[:, None] for flat, _, slope in corners)
+
+
+def _grid_sample_primal(x, grid, *, mode, padding_mode, align_corners):
+    corners = _corners(grid, x.shape[2:], mode, padding_mode, align_corners)
+    return _sample(x, corners, grid.shape[1:-1])
+
+
+def grid_sample_jvp(res, tx, tgrid, *, mode, padding_mode, align_corners):
+    """JVP formula: ``grid_sample(tx, grid)`` plus, for bilinear, ``sum_d d out / d grid_d *
+    tgrid_d`` (each corner's value times its weight's slope, times torch's ``gx_mult``)."""
+    x, grid = res
+    corners = _corners(grid, x.shape[2:], mode, padding_mode, align_corners)
+    out = None if tx is None else _sample(tx, corners, grid.shape[1:-1])
+    if tgrid is None or mode == "nearest":
+        return out
+    t = tgrid.reshape(tgrid.shape[0], 1, -1, tgrid.shape[-1])
+    d_grid = jnp.sum(_grid_slope(x, corners) * t, axis=-1).reshape(x.shape[:2] + grid.shape[1:-1])
+    return d_grid if out is None else out + d_grid
+
+
+def grid_sample_vjp(res, g, *, mode, padding_mode, align_corners):
+    """VJP formula (seed ``grid_sampler_2d_backward`` / ``grid_sampler_3d_backward``, CPU): the
+    cotangent times each corner's weight scatter-added into the input; for the grid, the
+    cotangent times the slope summed over channels (zero for nearest)."""
+    x, grid = res
+    corners = _corners(grid, x.shape[2:], mode, padding_mode, align_corners)
+    g = _planes(g)
+    size = math.prod(x.shape[2:])
+    gx = sum(_scatter(g * w[:, None, :], flat, size) for flat, w, _ in corners).reshape(x.shape)
+    if mode == "nearest":
+        return gx, None
+    ggrid = jnp.sum(_grid_slope(x, corners) * g[..., None], axis=1)
+    return gx, ggrid.reshape(grid.shape)
+
+
+grid_sample_op = define_op("grid_sample", _grid_sample_primal, grid_sample_jvp, grid_sample_vjp)
+
+
+def _choice(op, name, value, options):
+    if not isinstance(value, str) or value not in options:
+        raise ValueError(f"{op}: {name} must be one of {options}, got {value!r}")
+    return value
+
+
+def grid_sample(x: ArrayLike, grid: ArrayLike, mode: str = "bilinear", padding_mode: str = "zeros",
+                align_corners: bool | None = None) -> Array:
+    """torch.nn.functional.grid_sample (CPU semantics) for 4-d and 5-d input: ``out[n, c, *p]``
+    is ``x[n, c]`` sampled at the normalized position ``grid[n, *p]`` (x, y[, z] in [-1, 1]),
+    unnormalized as ``(g + 1) (size - 1) / 2`` with ``align_corners`` else ``((g + 1) size - 1)
+    / 2``, then reflected and/or clipped by ``padding_mode``; bilinear/trilinear weights of the
+    neighbouring pixels, or the nearest one (round half to even). Derivatives (seed
+    ``grid_sampler_2d_backward``): linear in ``x`` (JVP the op on the tangent, VJP the weights'
+    scatter-add); for the grid, each corner's value times its weight's slope times torch's
+    multiplier, which is 0 at and past a clipped border and -1 under an odd reflection; nearest's
+    grid derivative is zero. Mirrors ``torch.nn.functional.grid_sample``.
+
+    Args:
+        x: the input ``(N, C, H, W)`` or ``(N, C, D, H, W)``, real; only the batch may be empty.
+        grid: the sampling positions ``(N, H_out, W_out, 2)`` or ``(N, D_out, H_out, W_out, 3)``
+            (last axis x, y[, z]: width first), same batch as ``x``.
+        mode: ``"bilinear"`` (trilinear for 5-d input) or ``"nearest"`` (``"bicubic"`` is not
+            supported).
+        padding_mode: ``"zeros"`` (points outside read 0), ``"border"`` (clipped to the edge)
+            or ``"reflection"`` (reflected at the borders, then clipped).
+        align_corners: -1 and 1 are the corner pixels' centres (True) or edges (False; None:
+            False, as torch).
+
+    Returns:
+        The sampled ``(N, C, H_out, W_out)`` or ``(N, C, D_out, H_out, W_out)``.
+    """
+    op = "grid_sample"
+    x = V.array(op, "x", x)
+    grid = V.array(op, "grid", grid)
+    if jnp.iscomplexobj(x) or jnp.iscomplexobj(grid):
+        raise TypeError(f"{op}: x and grid must be real, got {x.dtype} and {grid.dtype}")
+    _choice(op, "mode", mode, ("bilinear", "nearest"))
+    _choice(op, "padding_mode", padding_mode, _PADDING_MODES)
+    if x.ndim not in (4, 5):
+        raise ValueError(f"{op}: x must be (N, C, H, W) or (N, C, D, H, W), got shape {x.shape}")
+    dims = x.ndim - 2
+    if grid.ndim != x.ndim or grid.shape[0] != x.shape[0] or grid.shape[-1] != dims:
+        raise ValueError(f"{op}: grid must have shape (N, *out_spatial, {dims}) with x's batch N={x.shape[0]}, "
+                         f"got {grid.shape}")
+    if any(n == 0 for n in x.shape[2:]):
+        raise ValueError(f"{op}: x must have non-empty spatial axes, got shape {x.shape}")
+    dtype = jnp.result_type(x, grid)
+    return grid_sample_op(x.astype(dtype), grid.astype(dtype), mode=mode, padding_mode=padding_mode,
+                          align_corners=bool(align_corners))
+
+
+# ----------------------------------------------------------------------------------------------
+# affine_grid
+
+
+def _base_grid(spatial, align_corners, dtype):
+    """torch's base grid (*spatial, dims + 1): the normalized x, y[, z] of each output pixel
+    (``linspace(-1, 1, n)``, times ``(n - 1) / n`` unless ``align_corners``; 0 for n = 1) and a
+    column of ones."""
+    lines = []
+    for n in reversed(spatial):  # x (the last axis) first
+        line = np.linspace(-1.0, 1.0, n) if n > 1 else np.zeros(n)
+        lines.append(line if align_corners or n <= 1 else line * (n - 1) / n)
+    mesh = np.meshgrid(*reversed(lines), indexing="ij")  # (D,) H, W
+    return jnp.asarray(np.stack([*reversed(mesh), np.ones(tuple(spatial))], axis=-1), dtype)
+
+
+def _affine_grid_primal(theta, *, spatial, align_corners):
+    base = _base_grid(spatial, align_corners, theta.dtype)
+    return jnp.einsum("...k,njk->n...j", base, theta)
+
+
+def affine_grid_jvp(res, t, *, spatial, align_corners):
+    """JVP formula: linear in ``theta``, the op on the tangent."""
+    return _affine_grid_primal(t, spatial=spatial, align_corners=align_corners)
+
+
+def affine_grid_vjp(res, g, *, spatial, align_corners):
+    """VJP formula (seed ``affine_grid_generator_backward``): ``theta``'s cotangent is the
+    cotangent contracted with the base grid, ``sum_p g[n, p, j] base[p, k]``."""
+    base = _base_grid(spatial, align_corners, g.dtype)
+    return (jnp.einsum("...k,n...j->njk", base, g),)
+
+
+affine_grid_op = define_op("affine_grid", _affine_grid_primal, affine_grid_jvp, affine_grid_vjp,
+                           lambda out, theta, **_: ())
+
+
+def affine_grid(theta: ArrayLike, size: Sequence[int], align_corners: bool | None = None) -> Array:
+    """torch.nn.functional.affine_grid: the sampling grid of the affine maps ``theta``,
+    ``grid[n, *p] = theta[n] @ (x_p, y_p[, z_p], 1)`` over the normalized output positions of
+    ``size`` (torch's base grid, see ``align_corners``). Linear in ``theta``: JVP the op on the
+    tangent, VJP its transpose (seed ``affine_grid_generator_backward``). Mirrors
+    ``torch.nn.functional.affine_grid``.
+
+    Args:
+        theta: the affine maps ``(N, 2, 3)`` (2-d) or ``(N, 3, 4)`` (3-d), real.
+        size: the output image size ``(N, C, H, W)`` or ``(N, C, D, H, W)`` with theta's N.
+        align_corners: -1 and 1 are the corner pixels' centres (True) or edges (False; None:
+            False, as torch).
+
+    Returns:
+        The grid ``(N, H, W, 2)`` or ``(N, D, H, W, 3)``, for ``grid_sample``.
+    """
+    op = "affine_grid"
+    theta = V.array(op, "theta", theta)
+    if jnp.iscomplexobj(theta):
+        raise TypeError(f"{op}: theta must be real, got {theta.dtype}")
+    try:
+        size = tuple(int(s) for s in size)
+    except TypeError:
+        raise TypeError(f"{op}: size must be a sequence of ints, got {size!r}") from None
+    if len(size) not in (4, 5) or any(s < 0 for s in size) or any(s == 0 for s in size[2:]):
+        raise ValueError(f"{op}: size must be (N, C, H, W) or (N, C, D, H, W) with positive spatial sizes, "
+                         f"got {size!r}")
+    dims = len(size) - 2
+    if theta.shape != (size[0], dims, dims + 1):
+        raise ValueError(f"{op}: theta must have shape ({size[0]}, {dims}, {dims + 1}) for size {size}, got "
+                         f"{theta.shape}")
+    return affine_grid_op(theta, spatial=size[2:], align_corners=bool(align_corners))
+
+
+# ----------------------------------------------------------------------------------------------
+# Records
+
+
+def _torch_interpolate(torch, x, **kwargs):
+    return torch.nn.functional.interpolate(x, **kwargs)
+
+
+def _interpolate_samples(rng, dt):
+    return [
+        Sample((normal(rng, dt, 2, 2, 5),), {"size": 7}),
+        Sample((normal(rng, dt, 1, 2, 3, 4),), {"scale_factor": (2.0, 1.5)}),
+        Sample((normal(rng, dt, 1, 1, 2, 3, 2),), {"size": (3, 2, 4), "mode": "nearest-exact"}),
+        Sample((normal(rng, dt, 2, 2, 5),), {"scale_factor": 1.7, "mode": "linear"}),
+        Sample((normal(rng, dt, 1, 2, 4),), {"size": 3, "mode": "linear", "align_corners": True}),
+        Sample((normal(rng, dt, 1, 2, 3, 4),), {"scale_factor": (1.5, 0.6), "mode": "bilinear"}),
+        Sample((normal(rng, dt, 1, 1, 4, 3),), {"size": (5, 5), "mode": "bilinear", "align_corners": True}),
+        Sample((normal(rng, dt, 1, 2, 4, 3),), {"size": (6, 2), "mode": "bicubic"}),
+        Sample((normal(rng, dt, 1, 1, 5, 4),), {"scale_factor": 0.7, "mode": "bicubic", "recompute_scale_factor": True}),
+        Sample((normal(rng, dt, 1, 1, 3, 3),), {"size": (4, 2), "mode": "bicubic", "align_corners": True}),
+        Sample((normal(rng, dt, 1, 1, 2, 3, 3),), {"scale_factor": (1.5, 1.0, 0.7), "mode": "trilinear"}),
+        Sample((normal(rng, dt, 1, 2, 5, 4),), {"size": (3, 2), "mode": "area"}),
+        Sample((normal(rng, dt, 0, 2, 3, 3),), {"size": 4, "mode": "bilinear"}),  # empty batch
+    ]
+
+
+_INTERPOLATE_DEVIATIONS = (
+    "torch's CPU backward is not the transpose of its forward in two cases, and jaxrules' VJP is "
+    "(the derivative of the values, which match torch's): nearest on 3-d/5-d input with a "
+    "scale_factor whose output size is n or 2n but whose ratio is not 1 or 2 (the backward's "
+    "nearest_idx copies or halves, the forward reads floor(i / scale_factor)), and bicubic with a "
+    "scale_factor keeping a size (the backward copies, the forward resamples at 1 / scale_factor)."
+)
+
+register(OpRecord(
+    "interpolate", interpolate, ("jaxrules.nn.interpolate",), ("interpolate", "adaptive_avg_pool"),
+    ("upsample_nearest1d_backward", "upsample_nearest2d_backward", "upsample_nearest3d_backward",
+     "upsample_linear1d_backward", "upsample_bilinear2d_backward", "upsample_bicubic2d_backward",
+     "upsample_trilinear3d_backward", "_adaptive_avg_pool2d_backward"),
+    _interpolate_samples, _torch_interpolate, "torch.nn.functional.interpolate",
+    low_precision=("float32", "bfloat16"), deviations=_INTERPOLATE_DEVIATIONS,
+    batching="vmapped formulas (per-axis gathers and scatter-adds)",
+    double_backward="the VJP formula is linear: its derivative is itself (second derivatives zero)",
+))
