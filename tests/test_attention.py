@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from jax.test_util import check_grads
 
 from jaxrules.ops.attention import bilinear, scaled_dot_product_attention
 
@@ -114,6 +115,25 @@ def test_zero_size_inputs_match_torch(shapes):
     assert all(np.all(np.isfinite(g)) for g in grads)
 
 
+def test_dropout_applies_the_documented_mask_and_formulas_agree():
+    q, k, v, mask = _normal(2, 3, 4), _normal(2, 5, 4), _normal(2, 5, 3), _normal(3, 5)
+    key = jax.random.key(3)
+    ours = scaled_dot_product_attention(q, k, v, mask, 0.4, dropout_key=key)
+    # by hand: softmax weights times Z = bernoulli(key, 0.6, (..., L, S)) / 0.6
+    weights = jax.nn.softmax(q @ np.swapaxes(k, -1, -2) / 2 + mask, axis=-1)
+    z = np.asarray(jax.random.bernoulli(key, 0.6, (2, 3, 5))) / 0.6
+    np.testing.assert_allclose(ours, (weights * z) @ v, atol=1e-14)
+    check_grads(lambda *a: scaled_dot_product_attention(*a, 0.4, dropout_key=key), (q, k, v, mask), order=2,
+                modes=("fwd", "rev"))
+    # GQA: the mask has the output's shape (query heads)
+    q4, k4, v4 = _normal(1, 4, 2, 2), _normal(1, 2, 3, 2), _normal(1, 2, 3, 2)
+    dropped = scaled_dot_product_attention(q4, k4, v4, dropout_p=0.5, enable_gqa=True, dropout_key=key)
+    weights = jax.nn.softmax(q4 @ np.swapaxes(np.repeat(k4, 2, axis=1), -1, -2) / np.sqrt(2), axis=-1)
+    z = np.asarray(jax.random.bernoulli(key, 0.5, (1, 4, 2, 3))) / 0.5
+    np.testing.assert_allclose(dropped, (weights * z) @ np.repeat(v4, 2, axis=1), atol=1e-14)
+    assert np.all(scaled_dot_product_attention(q, k, v, dropout_p=1.0, dropout_key=key) == 0)
+
+
 def test_low_precision_and_jit():
     q, k, v = _normal(2, 3, 4), _normal(2, 5, 4), _normal(2, 5, 3)
     ref = scaled_dot_product_attention(q, k, v, BOOL_MASK)
@@ -127,7 +147,8 @@ _Q, _K, _V = np.ones((2, 3, 4)), np.ones((2, 5, 4)), np.ones((2, 5, 3))
 
 
 @pytest.mark.parametrize("call, error, match", [
-    (lambda: scaled_dot_product_attention(_Q, _K, _V, dropout_p=0.1), ValueError, "dropout_p"),
+    (lambda: scaled_dot_product_attention(_Q, _K, _V, dropout_p=0.1), ValueError, "dropout_key"),
+    (lambda: scaled_dot_product_attention(_Q, _K, _V, dropout_p=1.5), ValueError, "dropout_p"),
     (lambda: scaled_dot_product_attention(_Q, _K, _V, BOOL_MASK, is_causal=True), ValueError, "attn_mask"),
     (lambda: scaled_dot_product_attention(_Q, np.ones((2, 5, 3)), _V), ValueError, "query .* key"),
     (lambda: scaled_dot_product_attention(_Q, _K, np.ones((2, 4, 3))), ValueError, "key .* value"),

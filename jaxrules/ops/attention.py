@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import numbers
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
@@ -54,7 +55,12 @@ def _probs(q, k, bias, keep, lse, scale):
     return jnp.exp(_logits(q, k, bias, keep, scale) - lse)
 
 
-def _attention_primal(q, k, v, bias, keep, *, scale):
+def _dropped(p, drop, dropout):
+    """``P o Z`` with the dropout factors ``Z`` (0 or ``1 / (1 - p)``) when ``dropout``."""
+    return p * drop.astype(p.dtype) if dropout else p
+
+
+def _attention_primal(q, k, v, bias, keep, drop, *, scale, dropout):
     s = _logits(q, k, bias, keep, scale)
     top = jnp.max(s, axis=-1, keepdims=True, initial=-jnp.inf)  # S = 0: -inf
     top = jnp.where(jnp.isfinite(top), top, 0)
@@ -62,51 +68,53 @@ def _attention_primal(q, k, v, bias, keep, *, scale):
     total = jnp.sum(e, axis=-1, keepdims=True)
     # A row with no finite logit (every key masked) has total 0: output 0, lse -inf.
     p = e / jnp.where(total > 0, total, 1)
-    out = jnp.matmul(p, v.astype(p.dtype)).astype(v.dtype)
+    out = jnp.matmul(_dropped(p, drop, dropout), v.astype(p.dtype)).astype(v.dtype)
     return out, (top + jnp.log(total))[..., 0]
 
 
-def _save_attention(out, q, k, v, bias, keep, *, scale):
-    return q, k, v, bias, keep, out[0], out[1]
+def _save_attention(out, q, k, v, bias, keep, drop, *, scale, dropout):
+    return q, k, v, bias, keep, drop, out[0], out[1]
 
 
-def _attention_jvp(res, tq, tk, tv, tbias, tkeep, *, scale):
+def _attention_jvp(res, tq, tk, tv, tbias, tkeep, tdrop, *, scale, dropout):
     """Forward mode of softmax attention: with ``ds = scale (dq k^T + q dk^T) + dbias``,
-    ``dlse = rowsum(P o ds)`` and ``dout = (P o ds) v - dlse out + P dv``."""
-    q, k, v, bias, keep, out, lse = res
+    ``dlse = rowsum(P o ds)`` and ``dout = (P o ds o Z) v - dlse out + (P o Z) dv`` (``Z``: the
+    dropout factors, 1 without dropout)."""
+    q, k, v, bias, keep, drop, out, lse = res
     p = _probs(q, k, bias, keep, lse, scale)
     terms = [None if tq is None else jnp.matmul(tq, _swap(k)) * scale,
              None if tk is None else jnp.matmul(q, _swap(tk)) * scale,
              tbias]
     terms = [t for t in terms if t is not None]
-    d_out = None if tv is None else jnp.matmul(p, tv.astype(p.dtype))
+    d_out = None if tv is None else jnp.matmul(_dropped(p, drop, dropout), tv.astype(p.dtype))
     d_lse = None
     if terms:
         p_ds = p * sum(terms[1:], terms[0]).astype(p.dtype)
         d_lse = jnp.sum(p_ds, axis=-1)
-        d_scores = jnp.matmul(p_ds, v.astype(p.dtype)) - d_lse[..., None] * out.astype(p.dtype)
+        d_scores = jnp.matmul(_dropped(p_ds, drop, dropout), v.astype(p.dtype)) - d_lse[..., None] * out.astype(p.dtype)
         d_out = d_scores if d_out is None else d_out + d_scores
     return d_out, d_lse
 
 
-def _attention_vjp(res, ct, *, scale):
-    """The flash-attention backward: ``dv = P^T dO``, ``dP = dO v^T``, ``dS = P o (dP -
-    rowsum(dO o out) + dlse)``, ``dq = scale dS k``, ``dk = scale dS^T q``, ``dbias = dS``."""
-    q, k, v, bias, keep, out, lse = res
+def _attention_vjp(res, ct, *, scale, dropout):
+    """The flash-attention backward: ``dv = (P o Z)^T dO``, ``dP = Z o (dO v^T)``, ``dS = P o (dP -
+    rowsum(dO o out) + dlse)``, ``dq = scale dS k``, ``dk = scale dS^T q``, ``dbias = dS`` (``Z``:
+    the dropout factors, 1 without dropout)."""
+    q, k, v, bias, keep, drop, out, lse = res
     g_out, g_lse = ct
     p = _probs(q, k, bias, keep, lse, scale)
     d_v = None
     d_s = 0
     if g_out is not None:
         g = g_out.astype(p.dtype)
-        d_v = jnp.matmul(_swap(p), g)
-        d_p = jnp.matmul(g, _swap(v).astype(p.dtype))
+        d_v = jnp.matmul(_swap(_dropped(p, drop, dropout)), g)
+        d_p = _dropped(jnp.matmul(g, _swap(v).astype(p.dtype)), drop, dropout)
         d_s = p * (d_p - jnp.sum(g * out.astype(p.dtype), axis=-1, keepdims=True))
     if g_lse is not None:
         d_s = d_s + p * g_lse[..., None].astype(p.dtype)
     d_q = jnp.matmul(d_s, k.astype(p.dtype)) * scale
     d_k = jnp.matmul(_swap(d_s), q.astype(p.dtype)) * scale
-    return d_q, d_k, d_v, d_s, None
+    return d_q, d_k, d_v, d_s, None, None
 
 
 attention_op = define_op("scaled_dot_product_attention", _attention_primal, _attention_jvp, _attention_vjp,
@@ -154,13 +162,14 @@ def _gqa_split(q, k, v, bias, keep):
     return q, k[..., None, :, :], v[..., None, :, :], split(bias), split(keep)
 
 
-def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = None, dropout_p: float = 0.0, is_causal: bool = False, *, scale: float | None = None, enable_gqa: bool = False) -> Array:
+def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = None, dropout_p: float = 0.0, is_causal: bool = False, *, scale: float | None = None, enable_gqa: bool = False, dropout_key: ArrayLike | None = None) -> Array:
     """Softmax attention ``softmax(scale q k^T + mask) v``, torch.nn.functional's semantics.
 
     The forward keeps each row's logsumexp (as flash attention does); the VJP is the
     flash-attention backward (``dv = P^T dO``, ``dS = P o (dO v^T - rowsum(dO o out))``,
     ``dq = scale dS k``, ``dk = scale dS^T q``; a float mask gets ``dS``) and the JVP its
-    forward-mode counterpart. A row whose every key is masked (boolean False or a ``-inf`` float
+    forward-mode counterpart; with dropout, ``P`` becomes ``P o Z`` (``Z`` the dropout
+    factors) in the output and ``dv``, and ``dP`` is ``Z o (dO v^T)``. A row whose every key is masked (boolean False or a ``-inf`` float
     mask) gives output 0 and zero gradients, as torch 2.13 on the CPU (and flash kernels) do
     (torch's older math path gave NaN). Runs the portable XLA formulas on every platform; a
     GPU path (cuDNN flash attention) would replace only the primal and keep these formulas
@@ -172,21 +181,28 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
         value: ``(..., S, Ev)``.
         attn_mask: None, a boolean mask (True: attend) or an additive float mask (differentiable),
             broadcastable to ``(..., L, S)``.
-        dropout_p: must be 0.0 (``ValueError`` otherwise: dropout needs a PRNG key, which this
-            function does not take).
+        dropout_p: the probability of dropping an attention weight, a static number in [0, 1]:
+            the weights ``P`` become ``P o Z`` with ``Z = bernoulli(dropout_key, 1 - dropout_p,
+            (..., L, S)) / (1 - dropout_p)`` (the output's batch axes; 0 for ``dropout_p = 1``),
+            as torch does with its own generator. Needs ``dropout_key`` when positive.
         is_causal: a lower-triangular mask aligned at the top left (query ``i`` attends keys
             ``j <= i``, also for ``L != S``, as torch); not with ``attn_mask`` (``ValueError``).
-        scale: keyword-only (as torch): the logits' factor, a static number; None: ``1 / sqrt(E)``.
-        enable_gqa: keyword-only: grouped-query attention: key and value have ``H`` heads (axis -3) dividing the
-            query's ``Hq``; query head ``h`` uses key/value head ``h // (Hq / H)``.
+        scale: keyword-only (as torch): the logits' factor, a static number; None:
+            ``1 / sqrt(E)``.
+        enable_gqa: keyword-only: grouped-query attention: key and value have ``H`` heads (axis
+            -3) dividing the query's ``Hq``; query head ``h`` uses key/value head ``h // (Hq / H)``.
+        dropout_key: keyword-only, jaxrules' addition (torch draws from its global generator;
+            ``key`` is the attention key): a ``jax.random`` key for the dropout mask; ignored
+            when ``dropout_p`` is 0.
 
     Returns:
         The attention output ``(..., L, Ev)`` in the operands' result dtype.
     """
     q, k, v = _attention_inputs(query, key, value)
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real) or dropout_p != 0:
-        raise ValueError(f"{_SDPA}: dropout_p must be 0.0 (attention dropout needs a PRNG key; not supported), "
-                         f"got {dropout_p!r}")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real) or not 0 <= dropout_p <= 1:
+        raise ValueError(f"{_SDPA}: dropout_p must be a static number in [0, 1], got {dropout_p!r}")
+    if dropout_p > 0 and dropout_key is None:
+        raise ValueError(f"{_SDPA}: dropout_p={dropout_p!r} needs dropout_key (a jax.random key)")
     causal, gqa = V.flag(_SDPA, "is_causal", is_causal), V.flag(_SDPA, "enable_gqa", enable_gqa)
     if scale is None:
         scale = 1 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0  # E = 0: the logits are 0 anyway
@@ -219,7 +235,13 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
             fits = False
         if not fits:
             raise ValueError(f"{_SDPA}: attn_mask {np.shape(attn_mask)} must broadcast to (..., L, S) = {logits}")
-    out, _ = attention_op(q, k, v, bias, keep, scale=scale)
+    drop = jnp.ones((1, 1), q.dtype)
+    if dropout_p > 0:
+        shape = logits if heads is None else logits[:-4] + (heads,) + logits[-2:]
+        kept = jax.random.bernoulli(dropout_key, 1 - dropout_p, shape)
+        drop = jnp.where(kept, 1 / (1 - dropout_p) if dropout_p < 1 else 0, 0).astype(q.dtype)
+        drop = drop if heads is None else drop.reshape(logits)
+    out, _ = attention_op(q, k, v, bias, keep, drop, scale=scale, dropout=dropout_p > 0)
     return out if heads is None else out.reshape(out.shape[:-4] + (heads,) + out.shape[-2:])
 
 
