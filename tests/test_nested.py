@@ -334,6 +334,16 @@ def test_log_softmax_over_the_ragged_axis_with_empty_components():
     assert N.log_softmax(N.from_lengths(np.zeros((0, 2)), [0, 0]), 1).values.shape == (0, 2)
 
 
+def test_log_softmax_over_the_ragged_axis_with_infinite_logits_is_torchs_dense_log_softmax():
+    torch = pytest.importorskip("torch")
+    comps = [np.array([[np.inf], [0.0]]), np.array([[-np.inf], [-np.inf]]), np.array([[-np.inf], [1.0], [2.0]])]
+    nt = N.nested_tensor(comps)
+    for got, c in zip(N.log_softmax(nt, 1).unbind(), comps):
+        np.testing.assert_array_equal(got, torch.log_softmax(torch.tensor(c), 0).numpy())
+    g = jax.grad(lambda v: jnp.sum(N.log_softmax(nt.with_values(v), 1).values[4:]))(nt.values)
+    np.testing.assert_allclose(g[4:], [[1.0], [1 - 3 / (1 + np.e)], [1 - 3 * np.e / (1 + np.e)]], rtol=1e-12)
+
+
 def test_log_softmax_and_mean_over_an_inner_axis_match_torch_jagged_values():
     torch = pytest.importorskip("torch")
     nt = _nt([2, 0, 3], (3,))

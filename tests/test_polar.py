@@ -73,6 +73,16 @@ def test_polar_non_finite_zero_size_0d_and_dtypes_as_torch():
     np.testing.assert_allclose(g, -1.0)
 
 
+def test_polar_gradient_with_non_finite_abs_is_linear_in_abs_where_torch_gives_nan():
+    r, theta = np.array([np.inf, -np.inf, np.nan]), np.array([0.5, 0.5, 0.5])
+    g_r, g_theta = jax.grad(lambda a, b: jnp.sum(jnp.real(polar(a, b))), (0, 1))(r, theta)
+    np.testing.assert_array_equal(g_r, np.cos(theta))  # polar is linear in abs: d/d abs = cos(angle)
+    np.testing.assert_array_equal(g_theta, -r * np.sin(theta))  # -abs sin(angle): -inf, +inf, NaN
+    tr = _t(r, True)
+    torch.polar(tr, _t(theta)).real.sum().backward()
+    assert np.isnan(tr.grad.numpy()).all()  # torch: through sgn(result), NaN
+
+
 @pytest.mark.parametrize(
     "args, err, words",
     [

@@ -106,8 +106,11 @@ def ragged_mean_vjp(res, g, *, num_segments):
 
 
 def ragged_log_softmax_primal(x, seg, *, num_segments):
+    """``x - m - log(sum(exp(x - m)))`` per component, ``m`` its max, unguarded: a component
+    with a +inf or only -inf logits is NaN throughout, as torch's dense log_softmax (an empty
+    component's max, -inf, is never read)."""
     m = jax.ops.segment_max(x, seg, num_segments=num_segments)
-    shifted = x - jnp.where(jnp.isfinite(m), m, 0)[seg]
+    shifted = x - m[seg]
     return shifted - jnp.log(_expand(jax.ops.segment_sum(jnp.exp(shifted), seg, num_segments=num_segments), seg))
 
 
