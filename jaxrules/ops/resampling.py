@@ -22,9 +22,9 @@ from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
 from jaxrules.mechanism import define_op
-from jaxrules.ops._sampling import normal
+from jaxrules.ops._sampling import f64, normal
 from jaxrules.ops.conv import adaptive_avg_pool_op
-from jaxrules.registry import OpRecord, Sample, register
+from jaxrules.registry import OpRecord, Sample, SingularPoint, register
 
 __all__ = ["interpolate", "grid_sample", "affine_grid"]
 
@@ -283,7 +283,7 @@ def _corners(grid, spatial, mode, padding_mode, align_corners):
     grid)`` with shapes (N, P), (N, P) and (N, P, dims) (None for ``nearest``, whose weights are
     constant); a corner outside the input has weight 0 (torch's zero padding)."""
     dims = len(spatial)
-    coords = grid.reshape(grid.shape[0], -1, dims)
+    coords = grid.reshape(grid.shape[0], math.prod(grid.shape[1:-1]), dims)  # not -1: N may be 0
     axes = []  # per axis (size, [(index, weight, d weight / d coord)]), grid's last axis is x (W)
     for d, size in enumerate(reversed(spatial)):
         pos, mult = _locate(coords[..., d], size, padding_mode, align_corners)
@@ -353,7 +353,7 @@ def grid_sample_jvp(res, tx, tgrid, *, mode, padding_mode, align_corners):
     out = None if tx is None else _sample(tx, corners, grid.shape[1:-1])
     if tgrid is None or mode == "nearest":
         return out
-    t = tgrid.reshape(tgrid.shape[0], 1, -1, tgrid.shape[-1])
+    t = tgrid.reshape(tgrid.shape[0], 1, math.prod(tgrid.shape[1:-1]), tgrid.shape[-1])
     d_grid = jnp.sum(_grid_slope(x, corners) * t, axis=-1).reshape(x.shape[:2] + grid.shape[1:-1])
     return d_grid if out is None else out + d_grid
 
@@ -489,8 +489,8 @@ def affine_grid(theta: ArrayLike, size: Sequence[int], align_corners: bool | Non
         size = tuple(int(s) for s in size)
     except TypeError:
         raise TypeError(f"{op}: size must be a sequence of ints, got {size!r}") from None
-    if len(size) not in (4, 5) or any(s < 0 for s in size) or any(s == 0 for s in size[2:]):
-        raise ValueError(f"{op}: size must be (N, C, H, W) or (N, C, D, H, W) with positive spatial sizes, "
+    if len(size) not in (4, 5) or min(size) <= 0:
+        raise ValueError(f"{op}: size must be (N, C, H, W) or (N, C, D, H, W) of positive ints (as torch), "
                          f"got {size!r}")
     dims = len(size) - 2
     if theta.shape != (size[0], dims, dims + 1):
@@ -541,5 +541,85 @@ register(OpRecord(
     _interpolate_samples, _torch_interpolate, "torch.nn.functional.interpolate",
     low_precision=("float32", "bfloat16"), deviations=_INTERPOLATE_DEVIATIONS,
     batching="vmapped formulas (per-axis gathers and scatter-adds)",
+    double_backward="the VJP formula is linear: its derivative is itself (second derivatives zero)",
+))
+
+
+def _torch_grid_sample(torch, x, grid, **kwargs):
+    return torch.nn.functional.grid_sample(x, grid, **kwargs)
+
+
+def _grid(rng, dt, batch, out_spatial, spatial, align_corners, reach):
+    """A grid of normalized positions whose pixel positions (up to ``reach`` pixels outside the
+    input) sit away from every kink: fractions in (0.15, 0.35) or (0.65, 0.85), so neither
+    integers (bilinear corners, clipped borders) nor half-integers (nearest's ties, reflections
+    without align_corners)."""
+    coords = []
+    for size in reversed(spatial):  # x (width) first
+        whole = rng.integers(-reach, size + reach, (batch, *out_spatial))
+        pos = whole + rng.uniform(0.15, 0.35, whole.shape) + 0.5 * rng.integers(0, 2, whole.shape)
+        coords.append(2 * pos / (size - 1) - 1 if align_corners else (2 * pos + 1) / size - 1)
+    return np.stack(coords, axis=-1).astype(dt)
+
+
+def _grid_sample_samples(rng, dt):
+    def sample(x_shape, out_spatial, reach, **kwargs):
+        ac = kwargs.get("align_corners", False)
+        grid = _grid(rng, dt, x_shape[0], out_spatial, x_shape[2:], ac, reach)
+        return Sample((normal(rng, dt, *x_shape), grid), kwargs)
+
+    return [
+        sample((1, 2, 3, 4), (2, 3), 1, align_corners=False),
+        sample((2, 1, 3, 3), (2, 2), 2, padding_mode="border", align_corners=True),
+        sample((1, 2, 3, 4), (2, 3), 4, padding_mode="reflection", align_corners=False),
+        sample((1, 1, 3, 3), (2, 2), 3, padding_mode="reflection", align_corners=True),
+        sample((1, 2, 3, 3), (2, 2), 1, mode="nearest", align_corners=False),
+        sample((1, 1, 2, 3, 3), (2, 2, 2), 1, padding_mode="border", align_corners=False),
+        sample((0, 2, 3, 3), (2, 2), 1, align_corners=True),  # empty batch
+    ]
+
+
+def _row(*values):
+    return f64(*values).reshape(1, 1, 1, -1)
+
+
+_GRID_SAMPLE_SINGULAR = (
+    # pixel 1 of [1, 4, 2] (align_corners: x = 0 -> 1; a 1-pixel height -> y's multiplier 0): the
+    # grid's derivative is the one-sided slope of the cell to the right, 2 - 4 (torch's floor)
+    SingularPoint("bilinear at a pixel centre: the right cell's slope", (_row(1.0, 4.0, 2.0), _row(0.0, 0.0)),
+                  (_row(0.0, 1.0, 0.0), _row(-2.0, 0.0)), {"align_corners": True}),
+    # border: x = -1 -> pixel 0 exactly: torch's clip counts the border as outside, derivative 0
+    SingularPoint("border padding at the border: zero grid derivative", (_row(1.0, 4.0, 2.0), _row(-1.0, 0.0)),
+                  (_row(1.0, 0.0, 0.0), _row(0.0, 0.0)), {"align_corners": True, "padding_mode": "border"}),
+    # reflection: x = 1 -> pixel 2, the reflection point: clipped there, derivative 0
+    SingularPoint("reflection at the border: zero grid derivative", (_row(1.0, 4.0, 2.0), _row(1.0, 0.0)),
+                  (_row(0.0, 0.0, 1.0), _row(0.0, 0.0)), {"align_corners": True, "padding_mode": "reflection"}),
+    # nearest: pixel 1.5 (width 4, x = 0, no align_corners) rounds half to even -> 2
+    SingularPoint("nearest at a tie: half to even, zero grid derivative",
+                  (_row(1.0, 4.0, 2.0, 3.0), _row(0.0, 0.0)), (_row(0.0, 0.0, 1.0, 0.0), _row(0.0, 0.0)),
+                  {"mode": "nearest"}),
+)
+
+register(OpRecord(
+    "grid_sample", grid_sample, ("jaxrules.nn.grid_sample",), ("grid_sample",),
+    ("grid_sampler_2d_backward", "grid_sampler_3d_backward"),
+    _grid_sample_samples, _torch_grid_sample, "torch.nn.functional.grid_sample",
+    low_precision=("float32",), singular=_GRID_SAMPLE_SINGULAR,
+    batching="vmapped formulas (corner gathers and scatter-adds)",
+))
+
+
+def _torch_affine_grid(torch, theta, size, **kwargs):
+    return torch.nn.functional.affine_grid(theta, size, **kwargs)
+
+
+register(OpRecord(
+    "affine_grid", affine_grid, ("jaxrules.nn.affine_grid",), ("affine_grid",), ("affine_grid_generator_backward",),
+    lambda rng, dt: [
+        Sample((normal(rng, dt, 2, 2, 3), (2, 3, 3, 4)), {"align_corners": False}),
+        Sample((normal(rng, dt, 1, 2, 3), (1, 1, 1, 3)), {"align_corners": True}),
+        Sample((normal(rng, dt, 1, 3, 4), (1, 2, 2, 3, 2)), {"align_corners": True}),
+    ],
+    _torch_affine_grid, "torch.nn.functional.affine_grid", low_precision=("float32", "bfloat16"),
     double_backward="the VJP formula is linear: its derivative is itself (second derivatives zero)",
 ))
