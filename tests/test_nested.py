@@ -429,3 +429,14 @@ def test_dropout_is_the_dense_dropout_of_the_values():
     np.testing.assert_array_equal(N.dropout(nt, 1.0, key=key).values, np.zeros_like(nt.values))
     traced = jax.jit(lambda v, p: N.dropout(nt.with_values(v), p, key=key).values)(nt.values, 0.25)
     np.testing.assert_allclose(traced, out.values, rtol=1e-12)
+
+
+def test_ragged_reductions_accumulate_bfloat16_in_float32():
+    # a scatter-add in bfloat16 stops counting at 256 (256 + 1 rounds to 256)
+    nt = N.from_lengths(jnp.ones((1000, 1), jnp.bfloat16), [0, 1000])
+    assert N.sum(nt, 1)[1, 0] == 1000 and N.mean(nt, 1)[1, 0] == 1
+    assert N.mean(nt, 1).dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.float32(N.softmax(nt, 1).values[0, 0]), 1e-3, rtol=1e-2)
+    np.testing.assert_allclose(np.float32(N.log_softmax(nt, 1).values[0, 0]), -np.log(1000), rtol=1e-2)
+    g = jax.grad(lambda v: N.mean(nt.with_values(v), 1).astype(jnp.float32).sum())(nt.values)
+    np.testing.assert_allclose(np.float32(g), 1e-3, rtol=1e-2)

@@ -21,18 +21,25 @@ def _expand(stat, seg):
     return stat[seg]
 
 
+def _segment_sum(x, seg, num_segments, divisor=None):
+    """The sum of each component's rows (divided by ``divisor``), accumulated in float32 for
+    float16/bfloat16 (a scatter-add in bfloat16 stops counting at 256), in ``x``'s dtype."""
+    s = jax.ops.segment_sum(x.astype(P.stat_dtype(x.dtype)), seg, num_segments=num_segments)
+    return (s if divisor is None else s / divisor).astype(x.dtype)
+
+
 # ----------------------------------------------------------------------------------------------
 # Sum over the ragged axis (seed ``_nested_sum_backward``: the gradient is broadcast over each
 # component)
 
 
 def ragged_sum_primal(x, seg, *, num_segments):
-    return jax.ops.segment_sum(x, seg, num_segments=num_segments)
+    return _segment_sum(x, seg, num_segments)
 
 
 def ragged_sum_jvp(seg, tx, _, *, num_segments):
     """``segment_sum(dx)``."""
-    return jax.ops.segment_sum(tx, seg, num_segments=num_segments)
+    return _segment_sum(tx, seg, num_segments)
 
 
 def ragged_sum_vjp(seg, g, *, num_segments):
@@ -48,7 +55,7 @@ def ragged_sum_vjp(seg, g, *, num_segments):
 def ragged_softmax_primal(x, seg, *, num_segments):
     m = jax.ops.segment_max(x, seg, num_segments=num_segments)
     e = jnp.exp(x - jnp.where(jnp.isfinite(m), m, 0)[seg])
-    return e / _expand(jax.ops.segment_sum(e, seg, num_segments=num_segments), seg)
+    return e / _expand(_segment_sum(e, seg, num_segments), seg)
 
 
 def ragged_softmax_save(y, x, seg, **_):
@@ -58,13 +65,13 @@ def ragged_softmax_save(y, x, seg, **_):
 def ragged_softmax_jvp(res, tx, _, *, num_segments):
     """``y (dx - sum_component(y dx))``."""
     y, seg = res
-    return y * (tx - _expand(jax.ops.segment_sum(y * tx, seg, num_segments=num_segments), seg))
+    return y * (tx - _expand(_segment_sum(y * tx, seg, num_segments), seg))
 
 
 def ragged_softmax_vjp(res, g, *, num_segments):
     """``y (g - sum_component(g y))`` (torch's ``_softmax_backward_data`` per component)."""
     y, seg = res
-    return y * (g - _expand(jax.ops.segment_sum(g * y, seg, num_segments=num_segments), seg)), None
+    return y * (g - _expand(_segment_sum(g * y, seg, num_segments), seg)), None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -75,13 +82,12 @@ def ragged_softmax_vjp(res, g, *, num_segments):
 
 def _counts(seg, num_segments, like):
     """The length of each component, shaped to broadcast against (B, *inner) ``like``."""
-    n = jax.ops.segment_sum(jnp.ones(seg.shape, like.dtype), seg, num_segments=num_segments)
-    return n.reshape(n.shape + (1,) * (like.ndim - 1))
+    n = jax.ops.segment_sum(jnp.ones(seg.shape, jnp.int32), seg, num_segments=num_segments)  # exact counts
+    return n.astype(P.stat_dtype(like.dtype)).reshape(n.shape + (1,) * (like.ndim - 1))
 
 
 def ragged_mean_primal(x, seg, *, num_segments):
-    s = jax.ops.segment_sum(x, seg, num_segments=num_segments)
-    return s / _counts(seg, num_segments, s)
+    return _segment_sum(x, seg, num_segments, _counts(seg, num_segments, x))
 
 
 def ragged_mean_save(out, x, seg, **_):
@@ -91,13 +97,13 @@ def ragged_mean_save(out, x, seg, **_):
 def ragged_mean_jvp(res, tx, _, *, num_segments):
     """``segment_sum(dx) / n``."""
     seg, n = res
-    return jax.ops.segment_sum(tx, seg, num_segments=num_segments) / n
+    return _segment_sum(tx, seg, num_segments, n)
 
 
 def ragged_mean_vjp(res, g, *, num_segments):
     """``(g / n)[segment_ids]``: each component's cotangent over its length, on its rows."""
     seg, n = res
-    return _expand(g / n, seg), None
+    return _expand((g / n).astype(g.dtype), seg), None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -111,19 +117,19 @@ def ragged_log_softmax_primal(x, seg, *, num_segments):
     component's max, -inf, is never read)."""
     m = jax.ops.segment_max(x, seg, num_segments=num_segments)
     shifted = x - m[seg]
-    return shifted - jnp.log(_expand(jax.ops.segment_sum(jnp.exp(shifted), seg, num_segments=num_segments), seg))
+    return shifted - jnp.log(_expand(_segment_sum(jnp.exp(shifted), seg, num_segments), seg))
 
 
 def ragged_log_softmax_jvp(res, tx, _, *, num_segments):
     """``dx - sum_component(exp(y) dx)``."""
     y, seg = res
-    return tx - _expand(jax.ops.segment_sum(jnp.exp(y) * tx, seg, num_segments=num_segments), seg)
+    return tx - _expand(_segment_sum(jnp.exp(y) * tx, seg, num_segments), seg)
 
 
 def ragged_log_softmax_vjp(res, g, *, num_segments):
     """``g - exp(y) sum_component(g)`` (torch's ``_log_softmax_backward_data`` per component)."""
     y, seg = res
-    return g - jnp.exp(y) * _expand(jax.ops.segment_sum(g, seg, num_segments=num_segments), seg), None
+    return g - jnp.exp(y) * _expand(_segment_sum(g, seg, num_segments), seg), None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -134,7 +140,7 @@ def ragged_log_softmax_vjp(res, g, *, num_segments):
 
 
 def ragged_contract_primal(a, b, seg, *, num_segments):
-    return jax.ops.segment_sum(jnp.einsum("rd,re->rde", a, b), seg, num_segments=num_segments)
+    return _segment_sum(jnp.einsum("rd,re->rde", a, b), seg, num_segments)
 
 
 def ragged_contract_save(out, a, b, seg, **_):
@@ -149,7 +155,7 @@ def ragged_contract_jvp(res, ta, tb, _, *, num_segments):
         terms = terms + jnp.einsum("rd,re->rde", ta, b)
     if tb is not None:
         terms = terms + jnp.einsum("rd,re->rde", a, tb)
-    return jax.ops.segment_sum(terms, seg, num_segments=num_segments)
+    return _segment_sum(terms, seg, num_segments)
 
 
 def ragged_contract_vjp(res, g, *, num_segments):

@@ -638,7 +638,8 @@ _record(
             "gradient -cos(angle); d/d abs of abs cos(angle) is cos(angle).",
         ),
     ),
-    deviations="abs gets the gradient Re(g e^{i angle}) also at abs <= 0 (torch's backward, through "
-    "sgn(result), gives 0 at abs = 0 and the opposite sign for abs < 0; its forward AD agrees with "
-    "jaxrules).",
+    deviations="abs gets the gradient Re(g e^{i angle}) also at abs <= 0 and at infinite or NaN abs "
+    "(torch's backward, through sgn(result), gives 0 at abs = 0, the opposite sign for abs < 0 and NaN "
+    "at a non-finite abs; its forward AD agrees with jaxrules); angle gets -abs Im(g e^{i angle}), "
+    "+-inf at an infinite abs where torch's is NaN.",
 )
