@@ -98,6 +98,11 @@ def test_fully_masked_rows_give_zero_output_and_zero_gradients_as_torch():
     # forward mode: a finite tangent, 0 on the masked row
     tangent = jax.jvp(lambda a: scaled_dot_product_attention(a, k, v, mask), (q,), (np.ones_like(q),))[1]
     assert np.all(np.isfinite(tangent)) and np.all(tangent[:, 1] == 0)
+    # a NaN key: the rows it reaches are NaN, with NaN gradients, as torch's
+    nan_k = k.copy()
+    nan_k[0, 1, 0] = np.nan
+    _, nan_grads = _parity(q, nan_k, v)
+    assert np.all(np.isnan(nan_grads[2][0])) and np.all(np.isfinite(nan_grads[2][1]))
     # second order stays finite
     hess = jax.hessian(lambda a: jnp.sum(scaled_dot_product_attention(a, k[0], v[0], mask) ** 2))(q[0])
     assert np.all(np.isfinite(hess))
@@ -200,6 +205,19 @@ def test_bilinear_with_empty_features_is_the_bias():
     grads = jax.grad(lambda x2, b: jnp.sum(bilinear(empty_x1, x2, empty_w, b)), (0, 1))(_normal(3, 2), b)
     np.testing.assert_allclose(grads[0], 0)
     np.testing.assert_allclose(grads[1], 3)
+
+
+def test_bilinear_with_an_infinite_input_entry_has_the_exact_infinite_gradient():
+    # y_o = x1 W_o x2, so dy/dx1_i summed over o is sum_j c_ij x2_j with c_ij = sum_o W_oij: one
+    # infinite x2_k gives sign(c_ik) inf exactly (torch 2.13's _trilinear: NaN); the value is
+    # torch's (x1 W contracted first)
+    x1, x2, w = _normal(2, 3), _normal(2, 4), _normal(5, 3, 4)
+    x2[1, 2] = np.inf
+    grad = jax.grad(lambda a: jnp.sum(bilinear(a, x2, w)))(x1)
+    np.testing.assert_array_equal(grad[1], np.sign(w.sum(0)[:, 2]) * np.inf)
+    np.testing.assert_allclose(grad[0], w.sum(0) @ x2[0], rtol=1e-12)
+    theirs = F.bilinear(torch.tensor(x1), torch.tensor(x2), torch.tensor(w))
+    np.testing.assert_allclose(bilinear(x1, x2, w), theirs.numpy(), rtol=1e-13)  # the infinities equal
 
 
 @pytest.mark.parametrize("args, error, match", [

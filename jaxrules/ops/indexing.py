@@ -1,6 +1,7 @@
-"""Indexing ops with torch's semantics: ``embedding`` (``jaxrules.nn``) and ``scatter_reduce``
-(``jaxrules.numpy``, torch's argument order). Formulas in ``jvp_rules`` / ``vjp_rules``
-(section "Indexing"), derivative weights in ``partials.scatter_reduce_weights``."""
+"""Indexing ops with torch's semantics: ``embedding`` and ``embedding_bag`` (``jaxrules.nn``) and
+``scatter_reduce`` (``jaxrules.numpy``, torch's argument order). Formulas in ``jvp_rules`` /
+``vjp_rules`` (section "Indexing"), derivative weights in ``partials.scatter_reduce_weights``;
+embedding_bag's formulas live beside its ops, here."""
 
 from __future__ import annotations
 
