@@ -117,6 +117,10 @@ def _attention_vjp(res, ct, *, scale, dropout):
     return d_q, d_k, d_v, d_s, None, None
 
 
+# A GPU fast path plugs in here: a fused forward returning (out, lse) and a fused backward
+# returning (dq, dk, dv) from (q, k, v, out, lse, dO) -- the residuals above -- selected by
+# jaxrules.dispatch (platform, device kind, shape, dtype) and wrapped with
+# mechanism.differentiated_as so that second derivatives come from these formulas.
 attention_op = define_op("scaled_dot_product_attention", _attention_primal, _attention_jvp, _attention_vjp,
                          _save_attention, none_for_zero_cotangents=True)
 
@@ -172,8 +176,9 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
     factors) in the output and ``dv``, and ``dP`` is ``Z o (dO v^T)``. A row whose every key is masked (boolean False or a ``-inf`` float
     mask) gives output 0 and zero gradients, as torch 2.13 on the CPU (and flash kernels) do
     (torch's older math path gave NaN). Runs the portable XLA formulas on every platform; a
-    GPU path (cuDNN flash attention) would replace only the primal and keep these formulas
-    (``docs/design.md`` §8). Mirrors ``torch.nn.functional.scaled_dot_product_attention``.
+    GPU kernel (cuDNN or Pallas flash attention, chosen as ``docs/design.md`` §3 says) would
+    compute the same (out, lse) and dq/dk/dv and keep these formulas as their reference. Mirrors
+    ``torch.nn.functional.scaled_dot_product_attention``.
 
     Args:
         query: ``(..., L, E)``, real (integer and boolean input is promoted to float).
