@@ -87,6 +87,11 @@ def test_fully_masked_rows_give_zero_output_and_zero_gradients_as_torch():
     mask[1] = False
     ours, (gq, gk, gv) = _parity(q, k, v, mask)  # torch 2.13 CPU: the same zeros
     assert np.all(ours[:, 1] == 0) and np.all(gq[:, 1] == 0)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):  # torch's math backend too
+        math = F.scaled_dot_product_attention(*(torch.tensor(a) for a in (q, k, v, mask)))
+    np.testing.assert_allclose(ours, math.numpy(), atol=1e-12)
     # the other rows are unaffected: as attention over rows 0 and 2 alone
     np.testing.assert_allclose(ours[:, [0, 2]], scaled_dot_product_attention(q[:, [0, 2]], k, v, mask[[0, 2]]),
                                atol=1e-15)

@@ -174,8 +174,8 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
     ``dq = scale dS k``, ``dk = scale dS^T q``; a float mask gets ``dS``) and the JVP its
     forward-mode counterpart; with dropout, ``P`` becomes ``P o Z`` (``Z`` the dropout
     factors) in the output and ``dv``, and ``dP`` is ``Z o (dO v^T)``. A row whose every key is masked (boolean False or a ``-inf`` float
-    mask) gives output 0 and zero gradients, as torch 2.13 on the CPU (and flash kernels) do
-    (torch's older math path gave NaN). Runs the portable XLA formulas on every platform; a
+    mask) gives output 0 and zero gradients, as torch 2.13 on the CPU does (its flash and math
+    backends both; flash kernels on GPUs too). Runs the portable XLA formulas on every platform; a
     GPU kernel (cuDNN or Pallas flash attention, chosen as ``docs/design.md`` §3 says) would
     compute the same (out, lse) and dq/dk/dv and keep these formulas as their reference. Mirrors
     ``torch.nn.functional.scaled_dot_product_attention``.
@@ -369,8 +369,8 @@ register(OpRecord(
                       (f64(1.0, 2.0).reshape(2, 1), f64(0.5, -1.0, 2.0).reshape(3, 1), f64(3.0, 1.0, -2.0).reshape(3, 1),
                        np.array([[0.0, 1.0, -np.inf], [-np.inf, -np.inf, -np.inf]])), (None, None, None, None)),
     ),
-    deviations="A row with every key masked gives output 0 and zero gradients (torch 2.13's CPU kernels agree; "
-    "torch's math backend in older releases gave NaN). Dropout draws its mask from a keyword-only dropout_key.",
+    deviations="Convention pinned: a row with every key masked gives output 0 and zero gradients (torch 2.13's CPU "
+    "flash and math backends agree). Dropout draws its mask from a keyword-only dropout_key.",
 ))
 
 

@@ -186,7 +186,9 @@ def embedding_bag(input: ArrayLike, weight: ArrayLike, offsets: ArrayLike | None
     offsets are not differentiable. Mirrors ``torch.nn.functional.embedding_bag``.
 
     Args:
-        input: integer indices: 2-d ``(B, N)``, a bag per row, or 1-d with ``offsets``.
+        input: integer indices in ``[0, num_embeddings)``: 2-d ``(B, N)``, a bag per row, or
+            1-d with ``offsets`` (checked when concrete; under ``jit`` an out-of-range index
+            reads NaN).
         weight: the table ``(num_embeddings, D)``, real.
         offsets: for a 1-d ``input``, the 1-d integer start of each bag (from 0, not
             decreasing); None for a 2-d ``input``.
