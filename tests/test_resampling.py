@@ -59,6 +59,10 @@ _INTERPOLATE_CASES = [
     ((1, 2, 7), {"size": 3, "mode": "area"}),
     ((1, 1, 5, 4), {"scale_factor": 0.5, "mode": "area"}),
     ((1, 1, 3, 4, 2), {"size": (2, 6, 1), "mode": "area"}),
+    ((1, 1, 7, 5), {"size": (3, 2), "mode": "bilinear", "antialias": True}),
+    ((1, 1, 7, 5), {"scale_factor": 0.45, "mode": "bilinear", "antialias": True, "align_corners": True}),
+    ((1, 1, 6, 9), {"scale_factor": (0.4, 1.6), "mode": "bicubic", "antialias": True}),
+    ((1, 1, 3, 4), {"size": (5, 2), "mode": "bicubic", "antialias": True, "align_corners": True}),
 ]
 
 
@@ -110,6 +114,21 @@ def test_interpolate_vjp_is_the_transpose_of_torchs_forward_where_torchs_backwar
     np.testing.assert_allclose(value, out.detach().numpy(), rtol=1e-12, atol=1e-12)  # torch's values
     np.testing.assert_allclose(vjp(g)[0], expected, rtol=1e-12, atol=1e-12)  # their derivative
     assert not np.allclose(tx.grad.numpy(), expected)  # torch 2.13's backward differs (documented)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_interpolate_antialias_to_width_1_is_torchs_passes_in_turn(mode):
+    # torch 2.13's CPU forward repeats the first row here (documented); its two passes run one
+    # after the other (height, then width) are the separable filter
+    x = RNG.standard_normal((1, 1, 7, 5))
+    kwargs = {"mode": mode, "antialias": True}
+    tx = torch.tensor(x, requires_grad=True)
+    expected = F.interpolate(F.interpolate(tx, size=(3, 5), **kwargs), size=(3, 1), **kwargs)
+    g = RNG.standard_normal((1, 1, 3, 1))
+    (expected * torch.tensor(g)).sum().backward()
+    value, vjp = jax.vjp(lambda a: interpolate(a, size=(3, 1), **kwargs), x)
+    np.testing.assert_allclose(value, expected.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(vjp(g)[0], tx.grad.numpy(), rtol=1e-12, atol=1e-12)
 
 
 def _grid(batch, out_spatial, dims, reach=1.4):
@@ -185,7 +204,7 @@ X3, X4 = np.zeros((1, 2, 3)), np.zeros((1, 2, 3, 3))
     (lambda: interpolate(X3, scale_factor=0.2), ValueError, ("interpolate", "scale_factor")),
     (lambda: interpolate(X3, size=4, recompute_scale_factor=True), ValueError,
      ("interpolate", "recompute_scale_factor")),
-    (lambda: interpolate(X4, size=4, mode="bilinear", antialias=True), ValueError, ("interpolate", "antialias")),
+    (lambda: interpolate(X4, size=4, mode="nearest", antialias=True), ValueError, ("interpolate", "antialias")),
     (lambda: interpolate(np.zeros((1, 0, 3)), size=4), ValueError, ("interpolate", "x")),
     (lambda: interpolate(X3 + 0j, size=4), TypeError, ("interpolate", "x")),
     (lambda: grid_sample(X4, np.zeros((1, 2, 2, 2)), mode="bicubic"), ValueError, ("grid_sample", "mode")),

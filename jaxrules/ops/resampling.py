@@ -49,16 +49,22 @@ def _floor_index(real, n_in):
     return index, np.clip(real - index, 0.0, 1.0)
 
 
-def _cubic_weights(t, a=-0.75):
-    """torch's ``get_cubic_upsample_coefficients`` (cubic convolution, A = -0.75) for the
-    fraction ``t``: the weights of the taps at offsets -1, 0, 1, 2."""
+def _cubic_pieces(a):
+    """torch's ``cubic_convolution1`` (for |x| <= 1) and ``cubic_convolution2`` (1 < |x| < 2)."""
 
-    def near(x):  # |x| <= 1
+    def near(x):
         return ((a + 2) * x - (a + 3)) * x * x + 1
 
-    def far(x):  # 1 < |x| < 2
+    def far(x):
         return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
 
+    return near, far
+
+
+def _cubic_weights(t):
+    """torch's ``get_cubic_upsample_coefficients`` (cubic convolution, A = -0.75) for the
+    fraction ``t``: the weights of the taps at offsets -1, 0, 1, 2."""
+    near, far = _cubic_pieces(-0.75)
     return np.stack([far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t)], axis=-1)
 
 
@@ -102,7 +108,38 @@ def _axis_table(mode, n_in, n_out, align_corners, scale, legacy=False):
     return np.stack([index, np.minimum(index + 1, n_in - 1)], 1), np.stack([1.0 - lam, lam], 1)
 
 
-def _tables(mode, spatial, out_size, align_corners, scales):
+def _antialias_filter(mode, x):
+    """torch's ``aa_filter``: the triangle (bilinear) or Pillow's cubic with A = -0.5 (bicubic)."""
+    x = np.abs(x)
+    if mode == "bilinear":
+        return np.maximum(1.0 - x, 0.0)
+    near, far = _cubic_pieces(-0.5)
+    return np.where(x < 1.0, near(x), np.where(x < 2.0, far(x), 0.0))
+
+
+@functools.lru_cache(maxsize=512)
+def _antialias_table(mode, n_in, n_out, align_corners, scale):
+    """torch's antialiased weights (``_compute_indices_min_size_weights_aa``): output ``i``
+    averages the inputs within ``support`` of its centre ``s (i + 0.5)``, the filter stretched by
+    ``s`` when downsampling (``s >= 1``), normalized to sum 1."""
+    step = _scale(n_in, n_out, align_corners, scale)
+    half = 1.0 if mode == "bilinear" else 2.0
+    support = half * step if step >= 1.0 else half
+    taps = int(math.ceil(support)) * 2 + 1
+    centre = step * (np.arange(n_out) + 0.5)
+    first = np.maximum(np.trunc(centre - support + 0.5), 0).astype(np.int64)
+    count = np.clip(np.minimum(np.trunc(centre + support + 0.5).astype(np.int64), n_in) - first, 0, taps)
+    j = np.arange(taps)
+    weight = _antialias_filter(mode, (j + first[:, None] - centre[:, None] + 0.5) / max(step, 1.0))
+    weight = np.where(j < count[:, None], weight, 0.0)
+    total = weight.sum(axis=1, keepdims=True)
+    weight = np.where(total != 0, weight / np.where(total != 0, total, 1.0), 0.0)
+    return np.minimum(first[:, None] + j, n_in - 1), weight
+
+
+def _tables(mode, spatial, out_size, align_corners, scales, antialias=False):
+    if antialias:
+        return [_antialias_table(mode, n, o, align_corners, s) for n, o, s in zip(spatial, out_size, scales)]
     legacy = len(spatial) == 2
     return [_axis_table(mode, n, o, align_corners, s, legacy) for n, o, s in zip(spatial, out_size, scales)]
 
@@ -129,18 +166,18 @@ def _resample_transpose(g, tables, spatial):
     return g
 
 
-def _interpolate_primal(x, *, mode, size, align_corners, scales, shape):
-    return _resample(x, _tables(mode, shape[2:], size, align_corners, scales))
+def _interpolate_primal(x, *, mode, size, align_corners, scales, antialias, shape):
+    return _resample(x, _tables(mode, shape[2:], size, align_corners, scales, antialias))
 
 
-def interpolate_jvp(res, t, *, mode, size, align_corners, scales, shape):
+def interpolate_jvp(res, t, *, mode, size, align_corners, scales, antialias, shape):
     """JVP formula: the op is linear in ``x``, so the output tangent is the op on ``t``."""
-    return _resample(t, _tables(mode, shape[2:], size, align_corners, scales))
+    return _resample(t, _tables(mode, shape[2:], size, align_corners, scales, antialias))
 
 
-def interpolate_vjp(res, g, *, mode, size, align_corners, scales, shape):
+def interpolate_vjp(res, g, *, mode, size, align_corners, scales, antialias, shape):
     """VJP formula (seed ``upsample_bilinear2d_backward`` and its siblings): the transpose."""
-    return (_resample_transpose(g, _tables(mode, shape[2:], size, align_corners, scales), shape[2:]),)
+    return (_resample_transpose(g, _tables(mode, shape[2:], size, align_corners, scales, antialias), shape[2:]),)
 
 
 interpolate_op = define_op("interpolate", _interpolate_primal, interpolate_jvp, interpolate_vjp,
@@ -172,7 +209,7 @@ def interpolate(x: ArrayLike, size: int | Sequence[int] | None = None, scale_fac
     1) / (out - 1)``) else ``max(s (i + 0.5) - 0.5, 0)``, two taps weighted by the fraction;
     ``bicubic`` four taps of the A = -0.75 cubic convolution, clamped at the border; ``area``
     is ``adaptive_avg_pool``. ``s`` is ``1 / scale_factor`` when ``scale_factor`` is given and
-    ``recompute_scale_factor`` is not True, else ``n / out``. Linear in ``x``: JVP the op on the
+    ``recompute_scale_factor`` is not True, else ``n / out``; ``antialias`` see below. Linear in ``x``: JVP the op on the
     tangent, VJP its transpose (seed ``upsample_nearest2d_backward``,
     ``upsample_bilinear2d_backward``, ``upsample_bicubic2d_backward``, ...). Mirrors
     ``torch.nn.functional.interpolate``.
@@ -190,7 +227,10 @@ def interpolate(x: ArrayLike, size: int | Sequence[int] | None = None, scale_fac
             input and output coincide (None: False); must be None for the other modes.
         recompute_scale_factor: True: with ``scale_factor``, sample at ``n / out`` instead of
             ``1 / scale_factor`` (not meaningful with ``size``).
-        antialias: must be False (torch's antialiased downsampling is not implemented).
+        antialias: for ``bilinear`` and ``bicubic``, torch's antialiased resampling (Pillow's):
+            output ``i`` averages the inputs within the filter's support around ``s (i + 0.5)``,
+            the triangle (or the A = -0.5 cubic) stretched by ``s`` when downsampling,
+            normalized to sum 1.
 
     Returns:
         The resampled ``(N, C, *out_spatial)``.
@@ -211,8 +251,8 @@ def interpolate(x: ArrayLike, size: int | Sequence[int] | None = None, scale_fac
     if align_corners is not None and mode not in _LINEAR_RANK:
         raise ValueError(f"{op}: align_corners must be None for mode={mode!r} (only the linear and cubic modes "
                          f"take it), got {align_corners!r}")
-    if antialias:
-        raise ValueError(f"{op}: antialias=True is not supported by jaxrules")
+    if antialias and mode not in ("bilinear", "bicubic"):
+        raise ValueError(f"{op}: antialias=True needs mode 'bilinear' or 'bicubic' (4-d input), got mode={mode!r}")
     if recompute_scale_factor and size is not None:
         raise ValueError(f"{op}: recompute_scale_factor is not meaningful with an explicit size")
     if any(n == 0 for n in x.shape[1:]):
@@ -230,7 +270,8 @@ def interpolate(x: ArrayLike, size: int | Sequence[int] | None = None, scale_fac
         scales = (None,) * dims if recompute_scale_factor else factors
     if mode == "area":
         return adaptive_avg_pool_op(x, output_size=out, shape=x.shape)
-    return interpolate_op(x, mode=mode, size=out, align_corners=bool(align_corners), scales=scales, shape=x.shape)
+    return interpolate_op(x, mode=mode, size=out, align_corners=bool(align_corners), scales=scales,
+                          antialias=bool(antialias), shape=x.shape)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -521,6 +562,8 @@ def _interpolate_samples(rng, dt):
         Sample((normal(rng, dt, 1, 1, 3, 3),), {"size": (4, 2), "mode": "bicubic", "align_corners": True}),
         Sample((normal(rng, dt, 1, 1, 2, 3, 3),), {"scale_factor": (1.5, 1.0, 0.7), "mode": "trilinear"}),
         Sample((normal(rng, dt, 1, 2, 5, 4),), {"size": (3, 2), "mode": "area"}),
+        Sample((normal(rng, dt, 1, 1, 7, 5),), {"size": (3, 2), "mode": "bilinear", "antialias": True}),
+        Sample((normal(rng, dt, 1, 1, 6, 4),), {"scale_factor": (0.6, 1.5), "mode": "bicubic", "antialias": True}),
         Sample((normal(rng, dt, 0, 2, 3, 3),), {"size": 4, "mode": "bilinear"}),  # empty batch
     ]
 
@@ -530,14 +573,18 @@ _INTERPOLATE_DEVIATIONS = (
     "(the derivative of the values, which match torch's): nearest on 3-d/5-d input with a "
     "scale_factor whose output size is n or 2n but whose ratio is not 1 or 2 (the backward's "
     "nearest_idx copies or halves, the forward reads floor(i / scale_factor)), and bicubic with a "
-    "scale_factor keeping a size (the backward copies, the forward resamples at 1 / scale_factor)."
+    "scale_factor keeping a size (the backward copies, the forward resamples at 1 / scale_factor). "
+    "With antialias and an output width of 1 (the height resampled), torch 2.13's CPU forward "
+    "repeats its first output row; jaxrules computes the separable filter (torch's own backward "
+    "and its height and width passes run one after the other agree with it)."
 )
 
 register(OpRecord(
     "interpolate", interpolate, ("jaxrules.nn.interpolate",), ("interpolate", "adaptive_avg_pool"),
     ("upsample_nearest1d_backward", "upsample_nearest2d_backward", "upsample_nearest3d_backward",
      "upsample_linear1d_backward", "upsample_bilinear2d_backward", "upsample_bicubic2d_backward",
-     "upsample_trilinear3d_backward", "_adaptive_avg_pool2d_backward"),
+     "upsample_trilinear3d_backward", "_upsample_bilinear2d_aa_backward", "_upsample_bicubic2d_aa_backward",
+     "_adaptive_avg_pool2d_backward"),
     _interpolate_samples, _torch_interpolate, "torch.nn.functional.interpolate",
     low_precision=("float32", "bfloat16"), deviations=_INTERPOLATE_DEVIATIONS,
     batching="vmapped formulas (per-axis gathers and scatter-adds)",
