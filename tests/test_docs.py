@@ -54,7 +54,7 @@ KNOWN_UNDOCUMENTED: frozenset[str] = frozenset({
     "jaxrules.numpy.linalg.eigvalsh", "jaxrules.numpy.linalg.inv", "jaxrules.numpy.linalg.lstsq",
     "jaxrules.numpy.linalg.pinv", "jaxrules.numpy.linalg.qr", "jaxrules.numpy.linalg.slogdet",
     "jaxrules.numpy.linalg.solve", "jaxrules.numpy.linalg.svd", "jaxrules.numpy.linalg.svdvals",
-    "jaxrules.numpy.masked_fill", "jaxrules.numpy.matmul", "jaxrules.numpy.pad", "jaxrules.numpy.repeat",
+    "jaxrules.numpy.matmul", "jaxrules.numpy.pad", "jaxrules.numpy.repeat",
     "jaxrules.numpy.scatter_reduce", "jaxrules.numpy.split", "jaxrules.numpy.stack", "jaxrules.numpy.take",
     "jaxrules.numpy.take_along_axis", "jaxrules.numpy.tile", "jaxrules.numpy.unstack",
     "jaxrules.scipy.linalg.block_diag", "jaxrules.scipy.linalg.cho_solve", "jaxrules.scipy.linalg.expm",

@@ -33,6 +33,16 @@ RTOL = 1e-6  # finite entries: |ours - torch| <= RTOL max(1, |torch|)
 _MULTILINEAR = "the partial derivative in the poisoned entry does not involve that entry (the op is " \
     "linear in each entry), so it is finite; torch divides by the entry (inf/inf, NaN/NaN = NaN)"
 TORCH_WRONG: dict[str, str] = {
+    "bilinear/arg[01]/?inf": "one infinite input entry: the other input's gradient, sum_j (g W)_ij x2_j (or its "
+                             "transpose), is exactly +-inf; torch's _trilinear contraction gives NaN",
+    "conv_transpose/arg[01]/*": "a product of an input entry and a weight tap that lands only on output positions "
+                                "cut off by padding is not in the output: the gradients leave it out (finite); "
+                                "torch's backward multiplies the zeros it pads the cotangent with (0 inf = NaN)",
+    "polar/arg0/*": "polar is linear in abs: d/d abs = e^{i angle} does not involve abs (finite), and d/d angle = "
+                    "-abs sin(angle) is +-inf at abs = +-inf; torch's polar_backward goes through sgn(result) and "
+                    "i result, NaN there",
+    "nested.dropout/arg0/*": "a dropped entry is 0 (a select, as jaxrules.nn.dropout), also when it is NaN or "
+                             "infinite; torch's x * mask / (1 - p) is NaN there (gradients agree)",
     "copysign/arg0/?inf": "d copysign(x, y)/dx = +-1 at x = +-inf; torch's result/x is inf/inf = NaN",
     "i1/arg0/nan": "torch's |x| <= eps branch (false comparisons at NaN) gives the x = 0 value 0.5",
     "i1e/arg0/nan": "torch's |x| <= eps branch (false comparisons at NaN) gives the x = 0 value 0.5",

@@ -19,6 +19,7 @@ from jaxrules.ops.elementwise import (
     deg2rad,
     degrees,
     log1p,
+    polar,
     power,
     rad2deg,
     radians,
@@ -69,7 +70,7 @@ __all__ = [
     "tile", "unstack", "var", "var_mean", "pow", "atan2", "concat",
 ]
 
-__all__ += ["argsort", "cummax", "cummin", "nanmedian", "quantile", "sort", "topk"]
+__all__ += ["argsort", "cummax", "cummin", "nanmedian", "polar", "quantile", "sort", "topk"]
 
 pow, atan2 = power, arctan2  # the array-API spellings: one op, one gradient
 
