@@ -135,8 +135,8 @@ def _grid(batch, out_spatial, dims, reach=1.4):
     return RNG.uniform(-reach, reach, (batch, *out_spatial, dims))
 
 
-@pytest.mark.parametrize("dims", [2, 3])
-@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("dims, mode", [(2, "bilinear"), (2, "nearest"), (2, "bicubic"), (3, "bilinear"),
+                                        (3, "nearest")])
 @pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
 @pytest.mark.parametrize("align_corners", [False, True])
 def test_grid_sample_matches_torch(dims, mode, padding_mode, align_corners):
@@ -150,8 +150,9 @@ def test_grid_sample_matches_torch(dims, mode, padding_mode, align_corners):
 
 def test_grid_sample_single_pixel_axis_matches_torch():
     x, grid = RNG.standard_normal((1, 2, 1, 3)), _grid(1, (2, 2), 2)
-    for padding_mode, align_corners in (("zeros", False), ("border", True), ("reflection", True)):
-        kwargs = {"padding_mode": padding_mode, "align_corners": align_corners}
+    for mode, padding_mode, align_corners in (("bilinear", "zeros", False), ("bilinear", "border", True),
+                                              ("bicubic", "reflection", True)):
+        kwargs = {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners}
         _assert_matches_torch(lambda a, g, kw=kwargs: grid_sample(a, g, **kw),
                               lambda a, g, kw=kwargs: F.grid_sample(a, g, **kw), x, grid)
 
@@ -207,7 +208,9 @@ X3, X4 = np.zeros((1, 2, 3)), np.zeros((1, 2, 3, 3))
     (lambda: interpolate(X4, size=4, mode="nearest", antialias=True), ValueError, ("interpolate", "antialias")),
     (lambda: interpolate(np.zeros((1, 0, 3)), size=4), ValueError, ("interpolate", "x")),
     (lambda: interpolate(X3 + 0j, size=4), TypeError, ("interpolate", "x")),
-    (lambda: grid_sample(X4, np.zeros((1, 2, 2, 2)), mode="bicubic"), ValueError, ("grid_sample", "mode")),
+    (lambda: grid_sample(X4, np.zeros((1, 2, 2, 2)), mode="linear"), ValueError, ("grid_sample", "mode")),
+    (lambda: grid_sample(np.zeros((1, 1, 2, 2, 2)), np.zeros((1, 1, 2, 2, 3)), mode="bicubic"), ValueError,
+     ("grid_sample", "mode", "4-d")),
     (lambda: grid_sample(X4, np.zeros((1, 2, 2, 2)), padding_mode="wrap"), ValueError,
      ("grid_sample", "padding_mode")),
     (lambda: grid_sample(X4, np.zeros((1, 2, 2, 3))), ValueError, ("grid_sample", "grid")),

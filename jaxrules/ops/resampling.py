@@ -319,21 +319,48 @@ def _locate(coord, size, padding_mode, align_corners):
     return pos, mult
 
 
+def _axis_taps(coord, size, mode, padding_mode, align_corners):
+    """The taps along one axis of each sampling point: ``[(index, weight, d weight / d
+    coord)]`` (the slope None for ``nearest``). Bilinear: the two pixels around the padded
+    position; bicubic (torch's): four taps of the A = -0.75 cubic convolution around the
+    unpadded position, each tap's index padded on its own, the slope times the unnormalizing
+    factor alone (no padding multiplier, as torch)."""
+    if mode != "bicubic":
+        pos, mult = _locate(coord, size, padding_mode, align_corners)
+        if mode == "nearest":
+            return [(jnp.round(pos), 1.0, None)]
+        first = jnp.floor(pos)
+        frac = pos - first
+        return [(first, 1 - frac, -mult), (first + 1, frac, mult)]
+    pos, factor = _locate(coord, size, "zeros", align_corners)
+    first = jnp.floor(pos)
+    t = pos - first
+    a = -0.75
+    near, far = _cubic_pieces(a)
+    near_slope = lambda x: (3 * (a + 2) * x - 2 * (a + 3)) * x  # noqa: E731 - d near / dx
+    far_slope = lambda x: (3 * a * x - 10 * a) * x + 8 * a  # noqa: E731 - d far / dx
+    weights = [far(t + 1), near(t), near(1 - t), far(2 - t)]
+    slopes = [far_slope(t + 1), near_slope(t), -near_slope(1 - t), -far_slope(2 - t)]
+    taps = []
+    for k in range(4):
+        index = first + (k - 1)
+        if padding_mode == "reflection":
+            index = _reflect(index, size, align_corners)[0]
+        if padding_mode != "zeros":
+            index = _clip(index, size)[0]
+        taps.append((index, weights[k], slopes[k] * factor))
+    return taps
+
+
 def _corners(grid, spatial, mode, padding_mode, align_corners):
     """The corners each sampling point reads: a list of ``(flat index, weight, d weight / d
     grid)`` with shapes (N, P), (N, P) and (N, P, dims) (None for ``nearest``, whose weights are
     constant); a corner outside the input has weight 0 (torch's zero padding)."""
     dims = len(spatial)
     coords = grid.reshape(grid.shape[0], math.prod(grid.shape[1:-1]), dims)  # not -1: N may be 0
-    axes = []  # per axis (size, [(index, weight, d weight / d coord)]), grid's last axis is x (W)
-    for d, size in enumerate(reversed(spatial)):
-        pos, mult = _locate(coords[..., d], size, padding_mode, align_corners)
-        if mode == "nearest":
-            axes.append((size, [(jnp.round(pos), 1.0, None)]))
-            continue
-        first = jnp.floor(pos)
-        frac = pos - first
-        axes.append((size, [(first, 1 - frac, -mult), (first + 1, frac, mult)]))
+    # per axis (size, taps); the grid's last axis is x (W) first
+    axes = [(size, _axis_taps(coords[..., d], size, mode, padding_mode, align_corners))
+            for d, size in enumerate(reversed(spatial))]
     corners = []
     for choice in np.ndindex(*(len(taps) for _, taps in axes)):
         taps = [axes[d][1][c] for d, c in enumerate(choice)]
@@ -439,8 +466,8 @@ def grid_sample(x: ArrayLike, grid: ArrayLike, mode: str = "bilinear", padding_m
         x: the input ``(N, C, H, W)`` or ``(N, C, D, H, W)``, real; only the batch may be empty.
         grid: the sampling positions ``(N, H_out, W_out, 2)`` or ``(N, D_out, H_out, W_out, 3)``
             (last axis x, y[, z]: width first), same batch as ``x``.
-        mode: ``"bilinear"`` (trilinear for 5-d input) or ``"nearest"`` (``"bicubic"`` is not
-            supported).
+        mode: ``"bilinear"`` (trilinear for 5-d input), ``"nearest"`` or ``"bicubic"`` (4-d input
+            only).
         padding_mode: ``"zeros"`` (points outside read 0), ``"border"`` (clipped to the edge)
             or ``"reflection"`` (reflected at the borders, then clipped).
         align_corners: -1 and 1 are the corner pixels' centres (True) or edges (False; None:
@@ -454,10 +481,12 @@ def grid_sample(x: ArrayLike, grid: ArrayLike, mode: str = "bilinear", padding_m
     grid = V.array(op, "grid", grid)
     if jnp.iscomplexobj(x) or jnp.iscomplexobj(grid):
         raise TypeError(f"{op}: x and grid must be real, got {x.dtype} and {grid.dtype}")
-    _choice(op, "mode", mode, ("bilinear", "nearest"))
+    _choice(op, "mode", mode, ("bilinear", "nearest", "bicubic"))
     _choice(op, "padding_mode", padding_mode, _PADDING_MODES)
     if x.ndim not in (4, 5):
         raise ValueError(f"{op}: x must be (N, C, H, W) or (N, C, D, H, W), got shape {x.shape}")
+    if mode == "bicubic" and x.ndim != 4:
+        raise ValueError(f"{op}: mode='bicubic' needs 4-d x (N, C, H, W), got shape {x.shape}")
     dims = x.ndim - 2
     if grid.ndim != x.ndim or grid.shape[0] != x.shape[0] or grid.shape[-1] != dims:
         raise ValueError(f"{op}: grid must have shape (N, *out_spatial, {dims}) with x's batch N={x.shape[0]}, "
@@ -622,6 +651,8 @@ def _grid_sample_samples(rng, dt):
         sample((1, 1, 3, 3), (2, 2), 3, padding_mode="reflection", align_corners=True),
         sample((1, 2, 3, 3), (2, 2), 1, mode="nearest", align_corners=False),
         sample((1, 1, 2, 3, 3), (2, 2, 2), 1, padding_mode="border", align_corners=False),
+        sample((1, 2, 3, 4), (2, 2), 2, mode="bicubic", align_corners=False),
+        sample((1, 1, 4, 3), (2, 2), 3, mode="bicubic", padding_mode="reflection", align_corners=True),
         sample((0, 2, 3, 3), (2, 2), 1, align_corners=True),  # empty batch
     ]
 
@@ -649,7 +680,7 @@ _GRID_SAMPLE_SINGULAR = (
 
 register(OpRecord(
     "grid_sample", grid_sample, ("jaxrules.nn.grid_sample",), ("grid_sample",),
-    ("grid_sampler_2d_backward", "grid_sampler_3d_backward"),
+    ("grid_sampler_2d_backward", "grid_sampler_3d_backward"),  # CPU kernels (GridSamplerKernel.cpp)
     _grid_sample_samples, _torch_grid_sample, "torch.nn.functional.grid_sample",
     low_precision=("float32",), singular=_GRID_SAMPLE_SINGULAR,
     batching="vmapped formulas (corner gathers and scatter-adds)",
