@@ -148,6 +148,17 @@ def test_grid_sample_matches_torch(dims, mode, padding_mode, align_corners):
                           x, grid)
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+def test_grid_sample_non_finite_positions_match_torch(mode, padding_mode):
+    # torch: zero padding masks the value, not the weight (NaN); border and reflection clip NaN to 0
+    x = np.arange(12.0).reshape(1, 1, 3, 4)
+    grid = np.array([[[[np.nan, 0.2], [0.1, np.nan], [np.inf, 0.0], [-np.inf, 0.3], [0.5, 0.5]]]])
+    kwargs = {"mode": mode, "padding_mode": padding_mode, "align_corners": False}
+    expected = F.grid_sample(torch.tensor(x), torch.tensor(grid), **kwargs).numpy()
+    np.testing.assert_allclose(grid_sample(x, grid, **kwargs), expected, rtol=1e-12, equal_nan=True)
+
+
 def test_grid_sample_single_pixel_axis_matches_torch():
     x, grid = RNG.standard_normal((1, 2, 1, 3)), _grid(1, (2, 2), 2)
     for mode, padding_mode, align_corners in (("bilinear", "zeros", False), ("bilinear", "border", True),

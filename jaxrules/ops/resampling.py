@@ -353,9 +353,10 @@ def _axis_taps(coord, size, mode, padding_mode, align_corners):
 
 
 def _corners(grid, spatial, mode, padding_mode, align_corners):
-    """The corners each sampling point reads: a list of ``(flat index, weight, d weight / d
-    grid)`` with shapes (N, P), (N, P) and (N, P, dims) (None for ``nearest``, whose weights are
-    constant); a corner outside the input has weight 0 (torch's zero padding)."""
+    """The corners each sampling point reads: a list of ``(flat index, inside, weight, d weight /
+    d grid)`` with shapes (N, P), (N, P), (N, P) and (N, P, dims) (None for ``nearest``, whose
+    weights are constant); a corner outside the input reads 0 (torch's zero padding: its value,
+    not its weight, is masked, so a non-finite position gives NaN as torch)."""
     dims = len(spatial)
     coords = grid.reshape(grid.shape[0], math.prod(grid.shape[1:-1]), dims)  # not -1: N may be 0
     # per axis (size, taps); the grid's last axis is x (W) first
@@ -368,27 +369,28 @@ def _corners(grid, spatial, mode, padding_mode, align_corners):
         for (size, _), (index, _, _) in zip(reversed(axes), reversed(taps)):  # row-major: D, H, W
             inside = inside & (index >= 0) & (index <= size - 1)
             flat = flat * size + jnp.clip(index, 0, size - 1).astype(jnp.int32)
-        weight = functools.reduce(jnp.multiply, [w for _, w, _ in taps]) * inside
+        weight = jnp.broadcast_to(functools.reduce(jnp.multiply, [w for _, w, _ in taps]), coords.shape[:2])
         slope = None
         if mode != "nearest":
             slope = jnp.stack([
-                functools.reduce(jnp.multiply, [taps[e][1] for e in range(dims) if e != d], taps[d][2] * inside)
+                functools.reduce(jnp.multiply, [taps[e][1] for e in range(dims) if e != d], taps[d][2])
                 for d in range(dims)
             ], axis=-1)
-        corners.append((flat, jnp.broadcast_to(weight, coords.shape[:2]).astype(grid.dtype), slope))
+        corners.append((flat, jnp.broadcast_to(inside, coords.shape[:2]), weight.astype(grid.dtype), slope))
     return corners
 
 
-def _gather(planes, flat):
-    """``planes`` (N, C, S) read at ``flat`` (N, P): (N, C, P)."""
-    return jnp.take_along_axis(planes, flat[:, None, :], axis=2)
+def _gather(planes, flat, inside):
+    """``planes`` (N, C, S) read at ``flat`` (N, P), 0 where not ``inside``: (N, C, P)."""
+    return jnp.where(inside[:, None, :], jnp.take_along_axis(planes, flat[:, None, :], axis=2), 0)
 
 
-def _scatter(values, flat, size):
-    """The transpose of ``_gather``: ``values`` (N, C, P) added at ``flat`` into (N, C, size)."""
+def _scatter(values, flat, inside, size):
+    """The transpose of ``_gather``: ``values`` (N, C, P) added at ``flat`` into (N, C, size)
+    where ``inside``."""
     n, c, _ = values.shape
     rows = (np.arange(n)[:, None, None], np.arange(c)[None, :, None], flat[:, None, :])
-    return jnp.zeros((n, c, size), values.dtype).at[rows].add(values)
+    return jnp.zeros((n, c, size), values.dtype).at[rows].add(jnp.where(inside[:, None, :], values, 0))
 
 
 def _planes(x):
@@ -397,7 +399,7 @@ def _planes(x):
 
 def _sample(x, corners, out_spatial):
     planes = _planes(x)
-    out = sum(w[:, None, :] * _gather(planes, flat) for flat, w, _ in corners)
+    out = sum(w[:, None, :] * _gather(planes, flat, inside) for flat, inside, w, _ in corners)
     return out.reshape(x.shape[:2] + out_spatial)
 
 
@@ -405,7 +407,7 @@ def _grid_slope(x, corners):
     """d out / d grid summed over the corners: (N, C, P, dims) (torch's ``gx``, ``gy``, ``gz``
     before the cotangent)."""
     planes = _planes(x)
-    return sum(_gather(planes, flat)[..., None] * slope[:, None] for flat, _, slope in corners)
+    return sum(_gather(planes, flat, inside)[..., None] * slope[:, None] for flat, inside, _, slope in corners)
 
 
 def _grid_sample_primal(x, grid, *, mode, padding_mode, align_corners):
@@ -434,7 +436,7 @@ def grid_sample_vjp(res, g, *, mode, padding_mode, align_corners):
     corners = _corners(grid, x.shape[2:], mode, padding_mode, align_corners)
     g = _planes(g)
     size = math.prod(x.shape[2:])
-    gx = sum(_scatter(g * w[:, None, :], flat, size) for flat, w, _ in corners).reshape(x.shape)
+    gx = sum(_scatter(g * w[:, None, :], flat, inside, size) for flat, inside, w, _ in corners).reshape(x.shape)
     if mode == "nearest":
         return gx, None
     ggrid = jnp.sum(_grid_slope(x, corners) * g[..., None], axis=1)
