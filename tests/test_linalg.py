@@ -327,3 +327,18 @@ def test_bad_input(call, error, words):
         call()
     for word in words:
         assert word in str(info.value)
+
+
+def test_torch_solve_takes_a_batch_of_vectors_as_torch():
+    """torch.linalg.solve reads B of shape ``A.shape[:-1]`` as a batch of vectors (NumPy 2 and
+    jax.numpy read it as a matrix)."""
+    a = RNG.standard_normal((2, 3, 3)) + 3 * np.eye(3)
+    b = RNG.standard_normal((2, 3))
+    expected = torch.linalg.solve(torch.tensor(a), torch.tensor(b)).numpy()
+    np.testing.assert_allclose(jrl.solve(a, b), expected, rtol=1e-6, atol=1e-6)
+    g = jax.grad(lambda a: jrl.solve(a, b).sum())(a)
+    ta = torch.tensor(a, requires_grad=True)
+    torch.linalg.solve(ta, torch.tensor(b)).sum().backward()
+    np.testing.assert_allclose(g, ta.grad.numpy(), rtol=1e-5, atol=1e-5)
+    square = RNG.standard_normal((3, 3))  # (n, n) B with (n, n) A: a matrix, as torch
+    np.testing.assert_allclose(jrl.solve(a[0], square), np.linalg.solve(a[0], square), rtol=1e-6, atol=1e-6)

@@ -16,7 +16,8 @@ import numbers
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
+from jax import Array, lax
+from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
@@ -83,10 +84,24 @@ def matmul(a, b):
     return out
 
 
-def linear(input, weight, bias=None):  # noqa: A002 - torch's argument name
-    """torch.nn.functional.linear: ``input @ weight^T + bias``, ``weight`` of shape (out, in)
-    as torch (not flax's (in, out)). Its double backward (JAX's derivative of the bilinear VJP formula) is seed
-    ``linear_double_backward``."""
+def linear(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None) -> Array:  # noqa: A002 - torch's argument name
+    """``input @ weight^T + bias`` with ``weight`` of shape (out, in) as torch (not flax's
+    (in, out)); VJP ``g_input = g W``, ``g_W = g^T input``, ``g_bias = sum g`` (summed over the
+    batch dims). Mirrors ``torch.nn.functional.linear``; its double backward (JAX's derivative
+    of the bilinear VJP formula) is seed ``linear_double_backward``.
+
+    Args:
+        input: the input, (..., in_features) (integer and boolean input is promoted to float).
+        weight: the weight, (out_features, in_features).
+        bias: the bias, (out_features,); None adds nothing.
+
+    Returns:
+        (..., out_features), in the common dtype of the three arguments.
+
+    Raises:
+        ValueError: when ``weight`` is not 2-D, ``input``'s last axis is not in_features or
+            ``bias`` is not (out_features,).
+    """
     x, w = V.array("linear", "input", input), _matrix("linear", "weight", weight)
     if w.ndim != 2:
         raise ValueError(f"linear: weight must have shape (out_features, in_features), got {w.shape}")
@@ -148,29 +163,75 @@ det_op = define_op("det", jnp.linalg.det, J.det_jvp, R.det_vjp, lambda out, a: a
 slogdet_op = define_op("slogdet", lambda a: tuple(jnp.linalg.slogdet(a)), J.slogdet_jvp, R.slogdet_vjp, lambda out, a: (inv_op(a), out[0]))
 
 
-def inv(a):
-    """``jax.numpy.linalg.inv``: ``dX = -X dA X``, ``gA = -X^T g X^T``."""
+def inv(a: ArrayLike) -> Array:
+    """The inverse ``X = A^{-1}``; JVP ``dX = -X dA X``, VJP ``gA = -X^T g X^T`` (``^H`` for
+    complex, torch's convention). Mirrors ``jax.numpy.linalg.inv`` (``torch.linalg.inv``).
+
+    Args:
+        a: square matrices (..., n, n) (integer and boolean input is promoted to float).
+
+    Returns:
+        The inverses, of ``a``'s shape (inf or NaN where A is singular, as jax.numpy).
+
+    Raises:
+        ValueError: when ``a`` has rank < 2 or is not square.
+    """
     return inv_op(_matrix("inv", "a", a, square=True))
 
 
-def adjugate(a):
+def adjugate(a: ArrayLike) -> Array:
     """The adjugate ``adj(A)`` (``det(A) A^{-1}`` when A is invertible), defined and
-    differentiable at every rank: derivatives through the SVD with the singular vectors held
-    fixed (``jvp_rules.adjugate_jvp``), finite at singular matrices."""
+    differentiable at every rank: derivatives through the SVD ``A = U S V^H`` with the singular
+    vectors held fixed (``jvp_rules.adjugate_jvp``), finite at singular matrices. Neither torch
+    nor jax.numpy has it as a function (torch's ``linalg_det_backward`` computes it inside).
+
+    Args:
+        a: square matrices (..., n, n) (integer and boolean input is promoted to float).
+
+    Returns:
+        The adjugates, of ``a``'s shape.
+
+    Raises:
+        ValueError: when ``a`` has rank < 2 or is not square.
+    """
     return adjugate_op(_matrix("adjugate", "a", a, square=True))
 
 
-def det(a):
-    """``jax.numpy.linalg.det`` with seed ``linalg_det_jvp`` / ``linalg_det_backward``:
-    ``d det = tr(adj(A) dA)``. At singular A the gradient is the adjugate (torch's default path
-    returns 0) and second derivatives are finite (through ``adjugate``'s rule; JAX gives NaN
-    in 10-35% of random singular cases)."""
+def det(a: ArrayLike) -> Array:
+    """The determinant; JVP ``d det = tr(adj(A) dA)``, VJP ``gA = g adj(A)^T`` (seed
+    ``linalg_det_jvp`` / ``linalg_det_backward``). Mirrors ``jax.numpy.linalg.det``
+    (``torch.linalg.det``). At singular A the gradient is the adjugate (torch's default path
+    returns 0) and second derivatives are finite (through ``adjugate``'s rule; JAX gives NaN in
+    10-35% of random singular cases).
+
+    Args:
+        a: square matrices (..., n, n) (integer and boolean input is promoted to float).
+
+    Returns:
+        The determinants, of shape ``a.shape[:-2]``.
+
+    Raises:
+        ValueError: when ``a`` has rank < 2 or is not square.
+    """
     return det_op(_matrix("det", "a", a, square=True))
 
 
-def slogdet(a):
-    """``jax.numpy.linalg.slogdet`` -> ``(sign, logabsdet)`` with seed ``slogdet_jvp`` /
-    ``slogdet_backward`` (complex sign gradient included)."""
+def slogdet(a: ArrayLike) -> tuple[Array, Array]:
+    """``(sign, log|det A|)``; JVP ``d logabsdet = Re tr(A^{-1} dA)``, ``d sign = i Im
+    tr(A^{-1} dA) sign`` (complex), VJP ``gA = g_logabsdet A^{-T}`` plus the complex sign term
+    (seed ``slogdet_jvp`` / ``slogdet_backward``). Mirrors ``jax.numpy.linalg.slogdet``
+    (``torch.linalg.slogdet``).
+
+    Args:
+        a: square matrices (..., n, n) (integer and boolean input is promoted to float).
+
+    Returns:
+        jax.numpy's ``SlogdetResult(sign, logabsdet)``, each of shape ``a.shape[:-2]``: sign 0
+        and logabsdet -inf where A is singular.
+
+    Raises:
+        ValueError: when ``a`` has rank < 2 or is not square.
+    """
     sign, logabsdet = slogdet_op(_matrix("slogdet", "a", a, square=True))
     from jax.numpy.linalg import slogdet as _jnp_slogdet
 
@@ -210,15 +271,46 @@ def _solve(op, a, b, left):
     return _solve_with(op, lambda a, b: solve_op(a, b, left=left), a, b, left)
 
 
-def solve(a, b):
-    """``jax.numpy.linalg.solve`` (``b`` is a vector when it is 1-D, as NumPy 2): seed
-    ``linalg_solve_jvp`` / ``linalg_solve_backward``, reusing the LU factors of the forward."""
+def solve(a: ArrayLike, b: ArrayLike) -> Array:
+    """Solves ``A X = B``; JVP ``dX = A^{-1} (dB - dA X)``, VJP ``gB = A^{-T} g``,
+    ``gA = -gB X^T`` (seed ``linalg_solve_jvp`` / ``linalg_solve_backward``, reusing the LU
+    factors of the forward). Mirrors ``jax.numpy.linalg.solve`` (NumPy 2's rule: ``b`` is a
+    vector only when it is 1-D).
+
+    Args:
+        a: square matrices (..., n, n) (integer and boolean input is promoted to float).
+        b: right-hand sides (..., n, k), or one vector (n,); batch dims broadcast with ``a``'s.
+
+    Returns:
+        X, of shape (..., n, k) (or (..., n) for a 1-D ``b``), in the common dtype.
+
+    Raises:
+        ValueError: when ``a`` is not square or the shapes do not match or broadcast.
+    """
     return _solve("solve", a, b, True)
 
 
-def torch_solve(A, B, *, left=True):  # noqa: N803 - torch's argument names
-    """torch.linalg.solve: ``A X = B`` (``left``) or ``X A = B``."""
-    return _solve("solve", A, B, bool(left))
+def torch_solve(A: ArrayLike, B: ArrayLike, *, left: bool = True) -> Array:  # noqa: N803 - torch's argument names
+    """Solves ``A X = B`` (``left``) or ``X A = B``, with ``solve``'s derivatives
+    (``dX = A^{-1} (dB - dA X)`` on the left). Mirrors ``torch.linalg.solve``: ``B`` is a batch
+    of vectors when it is 1-D or its shape is ``A.shape[:-1]`` (torch's rule).
+
+    Args:
+        A: square matrices (..., n, n) (integer and boolean input is promoted to float).
+        B: right-hand sides (..., n, k), or vectors (n,) or (..., n) as above; for
+            ``left=False``, (..., k, n) or a 1-D row (n,) (which torch refuses).
+        left: solve ``A X = B`` when True, ``X A = B`` when False.
+
+    Returns:
+        X, of ``B``'s shape up to the broadcast batch dims, in the common dtype.
+
+    Raises:
+        ValueError: when ``A`` is not square or the shapes do not match or broadcast.
+    """
+    a, b = _matrix("solve", "A", A), V.array("solve", "B", B)
+    if left and b.ndim >= 2 and b.shape == a.shape[:-1]:  # torch's batch of vectors
+        return _solve("solve", a, b[..., None], True)[..., 0]
+    return _solve("solve", a, b, bool(left))
 
 
 def _tri_flags(op, trans):
@@ -239,16 +331,50 @@ def _solve_triangular(op, a, b, *, lower, unit, trans, left):
     return _solve_with(op, lambda a, b: solve_triangular_op(a, b, **flags), a, b, left)
 
 
-def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False, debug=None, check_finite=True):
-    """``jax.scipy.linalg.solve_triangular``: ``op(A) X = B`` reading one triangle of A, with
-    seed ``linalg_solve_triangular_forward_AD`` / ``linalg_solve_triangular_backward`` (the
-    gradient of A lies in that triangle, strictly when ``unit_diagonal``)."""
+def solve_triangular(a: ArrayLike, b: ArrayLike, trans: int | str = 0, lower: bool = False, unit_diagonal: bool = False, overwrite_b: bool = False, debug: None = None, check_finite: bool = True) -> Array:
+    """Solves ``op(A) X = B`` reading one triangle of A; JVP ``dX = op(A)^{-1} (dB - op(dA) X)``
+    on that triangle, VJP ``gB = op(A)^{-T} g``, ``gA`` the triangle of ``-gB X^T`` (strictly
+    below/above the diagonal when ``unit_diagonal``; seed ``linalg_solve_triangular_forward_AD``
+    / ``linalg_solve_triangular_backward``). Mirrors ``jax.scipy.linalg.solve_triangular``.
+
+    Args:
+        a: triangular matrices (..., n, n); only the triangle ``lower`` names is read.
+        b: right-hand sides (..., n, k), or one vector (n,); batch dims broadcast.
+        trans: ``op``: 0 or ``"N"`` (A), 1 or ``"T"`` (A^T), 2 or ``"C"`` (A^H).
+        lower: read the lower triangle (True) or the upper one (False).
+        unit_diagonal: take the diagonal as ones (it is not read).
+        overwrite_b: SciPy's; ignored (as JAX).
+        debug: SciPy's; ignored (as JAX).
+        check_finite: SciPy's; ignored (as JAX).
+
+    Returns:
+        X, of shape (..., n, k) (or (n,) for a 1-D ``b``), in the common dtype.
+
+    Raises:
+        ValueError: when ``a`` is not square, the shapes do not match or ``trans`` is invalid.
+    """
     del overwrite_b, debug, check_finite
     return _solve_triangular("solve_triangular", a, b, lower=lower, unit=unit_diagonal, trans=trans, left=True)
 
 
-def torch_solve_triangular(A, B, *, upper, left=True, unitriangular=False):  # noqa: N803
-    """torch.linalg.solve_triangular: ``A X = B`` (``left``) or ``X A = B``."""
+def torch_solve_triangular(A: ArrayLike, B: ArrayLike, *, upper: bool, left: bool = True, unitriangular: bool = False) -> Array:  # noqa: N803
+    """Solves ``A X = B`` (``left``) or ``X A = B`` reading one triangle of A, with
+    ``solve_triangular``'s derivatives (``dX = A^{-1} (dB - dA X)``, the gradient of A in the
+    triangle read). Mirrors ``torch.linalg.solve_triangular``.
+
+    Args:
+        A: triangular matrices (..., n, n); only the triangle ``upper`` names is read.
+        B: right-hand sides (..., n, k) (``left``) or (..., k, n); batch dims broadcast.
+        upper: read the upper triangle (True) or the lower one (False); required, as torch.
+        left: solve ``A X = B`` when True, ``X A = B`` when False.
+        unitriangular: take the diagonal as ones (it is not read).
+
+    Returns:
+        X, of ``B``'s shape up to the broadcast batch dims, in the common dtype.
+
+    Raises:
+        ValueError: when ``A`` is not square or the shapes do not match.
+    """
     return _solve_triangular("solve_triangular", A, B, lower=not upper, unit=unitriangular, trans=0, left=bool(left))
 
 
@@ -259,10 +385,26 @@ def torch_solve_triangular(A, B, *, upper, left=True, unitriangular=False):  # n
 cholesky_op = define_op("cholesky", lambda a: jnp.linalg.cholesky(a), J.cholesky_jvp, R.cholesky_vjp, lambda out, a: out)
 
 
-def cholesky(a, *, upper=False, symmetrize_input=True):
-    """``jax.numpy.linalg.cholesky`` of ``(A + A^H)/2`` (jnp's convention; the tangent is
-    symmetrized too, where torch's ``cholesky_jvp`` assumes a Hermitian tangent) with seed
-    ``cholesky_jvp`` / ``cholesky_backward``."""
+def cholesky(a: ArrayLike, *, upper: bool = False, symmetrize_input: bool = True) -> Array:
+    """The Cholesky factor L of ``(A + A^H)/2 = L L^H`` (jax.numpy's convention; the tangent is
+    symmetrized too, where torch's ``cholesky_jvp`` assumes a Hermitian tangent); JVP
+    ``dL = L Phi(L^{-1} dA L^{-H})`` (Phi: the lower triangle, half diagonal), VJP of seed
+    ``cholesky_backward``. Mirrors ``jax.numpy.linalg.cholesky`` and ``torch.linalg.cholesky``
+    (``upper``).
+
+    Args:
+        a: Hermitian positive-definite matrices (..., n, n) (integer and boolean input is
+            promoted to float).
+        upper: return the upper factor ``U = L^H`` (``A = U^H U``) instead, as torch.
+        symmetrize_input: must be True (``TypeError`` otherwise: the rules assume it).
+
+    Returns:
+        The factors, of ``a``'s shape (NaN where A is not positive definite, as jax.numpy).
+
+    Raises:
+        ValueError: when ``a`` has rank < 2 or is not square.
+        TypeError: when ``symmetrize_input`` is False.
+    """
     if not symmetrize_input:
         raise TypeError("cholesky: symmetrize_input=False is not supported by jaxrules (the rules assume it)")
     factor = cholesky_op(_matrix("cholesky", "a", a, square=True))
@@ -272,11 +414,28 @@ def cholesky(a, *, upper=False, symmetrize_input=True):
 cho_solve_op = define_op("cho_solve", lambda c, b, *, lower: P.cho_solve(c, lower, b), J.cho_solve_jvp, R.cho_solve_vjp, lambda out, c, b, **_: (c, out))
 
 
-def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
-    """``jax.scipy.linalg.cho_solve``: ``X = (L L^H)^{-1} B`` from one triangle of the factor.
-    The factor's gradient follows torch's ``cholesky_solve`` convention: ``-(C + C^H) L`` with
-    ``C = gB X^H``, *not* projected on the triangle (the entries the forward ignores get torch's
-    nonzero gradient; project with ``jnp.tril`` if you need the other convention)."""
+def cho_solve(c_and_lower: tuple[ArrayLike, bool], b: ArrayLike, overwrite_b: bool = False, check_finite: bool = True) -> Array:
+    """Solves ``(L L^H) X = B`` from one triangle of the Cholesky factor; JVP
+    ``dX = A^{-1} (dB - dA X)`` with ``A = L L^H``, ``dA = dL L^H + L dL^H``; VJP
+    ``gB = A^{-1} g`` and, torch's ``cholesky_solve`` convention, the factor's gradient
+    ``-(C + C^H) L`` with ``C = gB X^H``, *not* projected on the triangle (the entries the forward ignores get torch's nonzero gradient;
+    project with ``jnp.tril`` if you need the other convention). Mirrors
+    ``jax.scipy.linalg.cho_solve`` (``torch.cholesky_solve``).
+
+    Args:
+        c_and_lower: the pair ``(c, lower)``: the factor (..., n, n) and whether it is the
+            lower (``L``) or the upper (``U = L^H``) triangle that is read.
+        b: right-hand sides (..., n, k), or one vector (n,); batch dims broadcast.
+        overwrite_b: SciPy's; ignored (as JAX).
+        check_finite: SciPy's; ignored (as JAX).
+
+    Returns:
+        X, of shape (..., n, k) (or (n,) for a 1-D ``b``), in the common dtype.
+
+    Raises:
+        TypeError: when ``c_and_lower`` is not a pair.
+        ValueError: when ``c`` is not square or the shapes do not match.
+    """
     del overwrite_b, check_finite
     try:
         c, lower = c_and_lower
@@ -294,19 +453,45 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     return x[..., 0] if vector else x
 
 
-def torch_cholesky_solve(B, L, upper=False):  # noqa: N803 - torch's argument names
-    """torch.cholesky_solve(B, L, upper)."""
+def torch_cholesky_solve(B: ArrayLike, L: ArrayLike, upper: bool = False) -> Array:  # noqa: N803 - torch's argument names
+    """Solves ``(L L^H) X = B`` (or ``(U^H U) X = B``) from a Cholesky factor, with
+    ``cho_solve``'s derivatives (torch's dense factor gradient ``-(C + C^H) L``,
+    ``C = gB X^H``). Mirrors ``torch.cholesky_solve`` (its argument order: B first).
+
+    Args:
+        B: right-hand sides (..., n, k); batch dims broadcast.
+        L: the factor (..., n, n); only the triangle ``upper`` names is read.
+        upper: ``L`` is the upper factor U when True.
+
+    Returns:
+        X, of shape (..., n, k), in the common dtype.
+
+    Raises:
+        ValueError: when ``L`` is not square or the shapes do not match.
+    """
     return cho_solve((L, not upper), B)
 
 
 cholesky_inverse_op = define_op("cholesky_inverse", lambda c, *, lower: P.cho_solve(c, lower, jnp.broadcast_to(jnp.eye(c.shape[-1], dtype=c.dtype), c.shape)), J.cholesky_inverse_jvp, R.cholesky_inverse_vjp, lambda out, c, **_: (c, out))
 
 
-def cholesky_inverse(L, upper=False):  # noqa: N803 - torch's argument name
-    """torch.cholesky_inverse: ``(L L^H)^{-1}`` (or ``(U^H U)^{-1}``) from a Cholesky factor,
-    with seed ``cholesky_inverse_backward`` (dense factor gradient, as torch) and a corrected
-    ``cholesky_inverse_jvp``: the seed's ``K = -X dL X L^H`` is wrong; the derivative is
-    ``K = -X dL L^H X`` (torch 2.13 fails its own forward-AD gradcheck here)."""
+def cholesky_inverse(L: ArrayLike, upper: bool = False) -> Array:  # noqa: N803 - torch's argument name
+    """``X = (L L^H)^{-1}`` (or ``(U^H U)^{-1}``) from a Cholesky factor, with seed
+    ``cholesky_inverse_backward`` (``gL = -X (g + g^H) X L``, dense, as torch) and a corrected
+    ``cholesky_inverse_jvp``: the seed's ``K = -X dL X L^H`` is wrong; the derivative
+    is ``dX = K + K^H`` with ``K = -X dL L^H X`` (torch 2.13 fails its own forward-AD gradcheck
+    here). Mirrors ``torch.cholesky_inverse``.
+
+    Args:
+        L: the factor (..., n, n); only the triangle ``upper`` names is read.
+        upper: ``L`` is the upper factor U when True.
+
+    Returns:
+        The inverses, of ``L``'s shape.
+
+    Raises:
+        ValueError: when ``L`` has rank < 2 or is not square.
+    """
     return cholesky_inverse_op(_matrix("cholesky_inverse", "L", L, square=True), lower=not upper)
 
 
@@ -552,28 +737,78 @@ def _hermitian_input(op, a, UPLO, symmetrize_input):
     return _matrix(op, "a", a, square=True)
 
 
-def eigh(a, UPLO=None, symmetrize_input=True):  # noqa: N803 - jax.numpy's argument name
-    """``jax.numpy.linalg.eigh`` of ``(A + A^H)/2`` -> ``(eigenvalues, eigenvectors)`` with seed
-    ``linalg_eig_jvp`` / ``linalg_eig_backward`` (hermitian). Repeated eigenvalues: the
-    degenerate pairs' terms are dropped (``partials.gap_reciprocal``), so losses of the
-    eigenvalues or of well-separated eigenspaces have finite, exact derivatives (torch and JAX:
-    NaN). Complex: a loss that depends on the eigenvectors' phases raises (torch's check)."""
+def eigh(a: ArrayLike, UPLO: str | None = None, symmetrize_input: bool = True) -> EighResult:  # noqa: N803 - jax.numpy's argument name
+    """The eigendecomposition ``A = V diag(w) V^H`` of ``(A + A^H)/2``; JVP ``dP = V^H dA V``,
+    ``dw = Re diag(dP)``, ``dV = V (F o dP)`` with ``F_ij = 1/(w_j - w_i)`` (seed
+    ``linalg_eig_jvp`` / ``linalg_eig_backward``, hermitian). Mirrors
+    ``jax.numpy.linalg.eigh`` (``torch.linalg.eigh``). Repeated eigenvalues: the degenerate
+    pairs' terms are dropped (``partials.gap_reciprocal``), so losses of the eigenvalues or of
+    well-separated eigenspaces have finite, exact derivatives (torch and JAX: NaN). Complex: a
+    loss that depends on the eigenvectors' phases raises (torch's check).
+
+    Args:
+        a: Hermitian matrices (..., n, n) (integer and boolean input is promoted to float).
+        UPLO: None, ``"L"`` or ``"U"``, accepted for jax.numpy's signature: the input is
+            symmetrized, so both triangles are read (torch reads only the one named).
+        symmetrize_input: must be True (``TypeError`` otherwise: the rules assume it).
+
+    Returns:
+        ``EighResult(eigenvalues, eigenvectors)``: the real eigenvalues (..., n) in ascending
+        order and the unit eigenvectors as columns (..., n, n).
+
+    Raises:
+        ValueError: when ``a`` is not square or ``UPLO`` is invalid.
+        TypeError: when ``symmetrize_input`` is False.
+    """
     return EighResult(*eigh_op(_hermitian_input("eigh", a, UPLO, symmetrize_input)))
 
 
-def eigvalsh(a, UPLO="L", *, symmetrize_input=True):  # noqa: N803 - jax.numpy's signature
-    """``jax.numpy.linalg.eigvalsh``: ``dw = Re diag(V^H dA V)``, ``gA = V diag(gw) V^H``
-    (finite at repeated eigenvalues)."""
+def eigvalsh(a: ArrayLike, UPLO: str | None = "L", *, symmetrize_input: bool = True) -> Array:  # noqa: N803 - jax.numpy's signature
+    """The eigenvalues of the Hermitian ``(A + A^H)/2``; JVP ``dw = Re diag(V^H dA V)``, VJP
+    ``gA = V diag(gw) V^H`` (finite at repeated eigenvalues). Mirrors
+    ``jax.numpy.linalg.eigvalsh`` (``torch.linalg.eigvalsh``).
+
+    Args:
+        a: Hermitian matrices (..., n, n) (integer and boolean input is promoted to float).
+        UPLO: None, ``"L"`` or ``"U"``, accepted for jax.numpy's signature: the input is
+            symmetrized, so both triangles are read (torch reads only the one named).
+        symmetrize_input: must be True (``TypeError`` otherwise: the rules assume it).
+
+    Returns:
+        The real eigenvalues (..., n), in ascending order.
+
+    Raises:
+        ValueError: when ``a`` is not square or ``UPLO`` is invalid.
+        TypeError: when ``symmetrize_input`` is False.
+    """
     return eigvalsh_op(_hermitian_input("eigvalsh", a, UPLO, symmetrize_input))
 
 
-def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index=None):
-    """``jax.numpy.linalg.svd`` -> ``(U, S, Vh)`` with seed ``linalg_svd_jvp`` / ``svd_backward``,
-    ``full_matrices`` included (JAX raises there). The extra columns of a full U (or rows of Vh)
-    get the tangent that keeps the basis orthonormal without rotating the complement (torch: 0,
-    which makes ``d(U_e U_e^H)`` wrong). Repeated singular values: degenerate pairs dropped (as
-    ``eigh``); ``1/S`` is taken as 0 at ``S = 0``. ``hermitian`` is accepted (the general SVD is
-    used). Complex: a phase-dependent loss raises (torch's check)."""
+def svd(a: ArrayLike, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False, subset_by_index: None = None) -> SVDResult | Array:
+    """The SVD ``A = U diag(S) Vh``; JVP ``dP = U^H dA V``, ``dS = Re diag(dP)``, ``dU``, ``dV``
+    through ``F_ij = 1/(S_j^2 - S_i^2)`` (seed ``linalg_svd_jvp`` / ``svd_backward``),
+    ``full_matrices`` included (JAX raises there). Mirrors ``jax.numpy.linalg.svd``
+    (``torch.linalg.svd``). The extra columns of a full U (or rows of Vh) get the tangent that
+    keeps the basis orthonormal without rotating the complement (torch: 0, which makes
+    ``d(U_e U_e^H)`` wrong). Repeated singular values: degenerate pairs dropped (as ``eigh``);
+    ``1/S`` is taken as 0 at ``S = 0``. Complex: a phase-dependent loss raises (torch's check).
+
+    Args:
+        a: matrices (..., m, n) (integer and boolean input is promoted to float).
+        full_matrices: return the square U (..., m, m) and Vh (..., n, n); else
+            (..., m, k) and (..., k, n), ``k = min(m, n)``.
+        compute_uv: return ``(U, S, Vh)``; when False only S (``svdvals``' rule).
+        hermitian: accepted; the general SVD is used (results agree to rounding).
+        subset_by_index: must be None (``TypeError`` otherwise).
+
+    Returns:
+        ``SVDResult(U, S, Vh)``, or S alone when ``compute_uv`` is False: the singular values
+        (..., k), real, in descending order.
+
+    Raises:
+        ValueError: when ``a`` has rank < 2.
+        TypeError: when ``subset_by_index`` is given.
+    """
     a = _matrix("svd", "a", a)
     V.unsupported("svd", subset_by_index=subset_by_index)
     del hermitian
@@ -582,15 +817,40 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index
     return SVDResult(*svd_op(a, full_matrices=bool(full_matrices)))
 
 
-def svdvals(x, /):
-    """``jax.numpy.linalg.svdvals``: ``dS = Re diag(U^H dA V)``, ``gA = U diag(gS) V^H``."""
+def svdvals(x: ArrayLike, /) -> Array:
+    """The singular values; JVP ``dS = Re diag(U^H dA V)``, VJP ``gA = U diag(gS) V^H``.
+    Mirrors ``jax.numpy.linalg.svdvals`` (``torch.linalg.svdvals``).
+
+    Args:
+        x: matrices (..., m, n) (integer and boolean input is promoted to float).
+
+    Returns:
+        The singular values (..., min(m, n)), real, in descending order.
+
+    Raises:
+        ValueError: when ``x`` has rank < 2.
+    """
     return svdvals_op(_matrix("svdvals", "x", x))
 
 
-def qr(a, mode="reduced"):
-    """``jax.numpy.linalg.qr`` (modes 'reduced', 'complete', 'r') with seed ``linalg_qr_jvp`` /
-    ``linalg_qr_backward``. 'complete' with more rows than columns (torch raises): the extra
-    columns get the tangent that keeps Q orthonormal without rotating the complement."""
+def qr(a: ArrayLike, mode: str = "reduced") -> QRResult | Array:
+    """The QR decomposition ``A = Q R``; JVP (m >= n) ``dR' = syminv(sym(Q^H dA R^{-1}))``,
+    ``dQ = dA R^{-1} - Q dR'``, ``dR = dR' R`` (seed ``linalg_qr_jvp`` /
+    ``linalg_qr_backward``). Mirrors ``jax.numpy.linalg.qr`` (``torch.linalg.qr``).
+    ``"complete"`` with more rows than columns (torch raises in backward): the extra columns
+    get the tangent that keeps Q orthonormal without rotating the complement.
+
+    Args:
+        a: matrices (..., m, n) (integer and boolean input is promoted to float).
+        mode: ``"reduced"`` (Q (..., m, k), R (..., k, n), ``k = min(m, n)``),
+            ``"complete"`` (Q (..., m, m), R (..., m, n)) or ``"r"`` (R alone, reduced).
+
+    Returns:
+        ``QRResult(Q, R)``, or R alone in mode ``"r"``.
+
+    Raises:
+        ValueError: when ``a`` has rank < 2 or ``mode`` is invalid.
+    """
     a = _matrix("qr", "a", a)
     if mode not in ("reduced", "complete", "r"):
         raise ValueError(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}")
@@ -598,16 +858,40 @@ def qr(a, mode="reduced"):
     return r if mode == "r" else QRResult(q, r)
 
 
-def eig(a):
-    """``jax.numpy.linalg.eig`` -> ``(eigenvalues, eigenvectors)`` (complex), differentiable
-    (JAX raises), with seed ``linalg_eig_jvp`` / ``linalg_eig_backward``: unit-norm
-    eigenvectors in torch's gauge, torch's phase check (a loss that depends on the phases
-    raises), degenerate pairs dropped."""
+def eig(a: ArrayLike) -> EigResult:
+    """The eigendecomposition ``A V = V diag(w)`` of a general matrix, differentiable (JAX
+    raises); JVP ``dP = V^{-1} dA V``, ``dw = diag(dP)``, ``dV = V (F o dP)`` renormalized
+    (``F_ij = 1/(w_j - w_i)``; seed ``linalg_eig_jvp`` / ``linalg_eig_backward``). Mirrors
+    ``jax.numpy.linalg.eig`` (``torch.linalg.eig``): unit-norm eigenvectors in torch's gauge,
+    torch's phase check (a loss that depends on the phases raises), degenerate pairs dropped.
+
+    Args:
+        a: square matrices (..., n, n) (integer and boolean input is promoted to float).
+
+    Returns:
+        ``EigResult(eigenvalues, eigenvectors)``, complex: (..., n) and the unit eigenvectors
+        as columns (..., n, n), in LAPACK's order.
+
+    Raises:
+        ValueError: when ``a`` has rank < 2 or is not square.
+    """
     return EigResult(*eig_op(_matrix("eig", "a", a, square=True)))
 
 
-def eigvals(a):
-    """``jax.numpy.linalg.eigvals``: ``dw = diag(V^{-1} dA V)``, ``gA = V^{-H} diag(gw) V^H``."""
+def eigvals(a: ArrayLike) -> Array:
+    """The eigenvalues of a general matrix; JVP ``dw = diag(V^{-1} dA V)``, VJP
+    ``gA = V^{-H} diag(gw) V^H``. Mirrors ``jax.numpy.linalg.eigvals``
+    (``torch.linalg.eigvals``).
+
+    Args:
+        a: square matrices (..., n, n) (integer and boolean input is promoted to float).
+
+    Returns:
+        The complex eigenvalues (..., n), in LAPACK's order.
+
+    Raises:
+        ValueError: when ``a`` has rank < 2 or is not square.
+    """
     return eigvals_op(_matrix("eigvals", "a", a, square=True))
 
 
@@ -795,10 +1079,28 @@ def _rtol(op, value, a, name="rtol/rcond"):
     return tol.astype(real)
 
 
-def pinv(a, rtol=None, hermitian=False, *, rcond=None):
-    """``jax.numpy.linalg.pinv`` with seed ``pinv_jvp`` / ``pinv_backward`` (Golub-Pereyra;
-    the derivative exists where the rank is locally constant). ``hermitian`` is accepted (the
-    general SVD is used)."""
+def pinv(a: ArrayLike, rtol: ArrayLike | None = None, hermitian: bool = False, *, rcond: ArrayLike | None = None) -> Array:
+    """The Moore-Penrose pseudo-inverse ``A^+``; JVP ``dA^+ = -A^+ dA A^+ + A^+ A^{+H} dA^H
+    (I - A A^+) + (I - A^+ A) dA^H A^{+H} A^+`` (Golub-Pereyra; seed ``pinv_jvp`` /
+    ``pinv_backward``: the derivative where the rank is locally constant). Mirrors
+    ``jax.numpy.linalg.pinv`` (``torch.linalg.pinv``).
+
+    Args:
+        a: matrices (..., m, n) (integer and boolean input is promoted to float).
+        rtol: singular values below ``rtol * max(S)`` are taken as zero: a non-negative number
+            or array broadcasting over the batch; None: ``10 max(m, n) eps`` (jax.numpy's).
+            No derivative.
+        hermitian: accepted; the general SVD is used.
+        rcond: the older spelling of ``rtol``; give one of the two.
+
+    Returns:
+        The pseudo-inverses, (..., n, m).
+
+    Raises:
+        ValueError: when ``a`` has rank < 2, both ``rtol`` and ``rcond`` are given, or a
+            tolerance is negative or does not broadcast.
+        TypeError: when a tolerance is not real.
+    """
     del hermitian
     if rtol is not None and rcond is not None:
         raise ValueError("pinv: give rtol or rcond, not both")
@@ -806,13 +1108,29 @@ def pinv(a, rtol=None, hermitian=False, *, rcond=None):
     return pinv_op(a, _rtol("pinv", rtol if rcond is None else rcond, a))
 
 
-def lstsq(a, b, rcond=None, *, numpy_resid=False):
-    """``jax.numpy.linalg.lstsq`` -> ``(x, residuals, rank, singular_values)`` (batched over
-    leading dims; ``b`` is a vector when it is 1-D); ``x = A^+ B`` with seed
-    ``linalg_lstsq_jvp`` / ``linalg_lstsq_backward`` (full rank and rank-deficient: the
-    minimum-norm solution). The residuals are ``|B - A x|^2`` summed over rows when A has full
-    column rank and more rows than columns (else zeros; empty when m <= n, as jax.numpy); the
-    singular values come from ``svdvals``."""
+def lstsq(a: ArrayLike, b: ArrayLike, rcond: ArrayLike | None = None, *, numpy_resid: bool = False) -> tuple[Array, Array, Array, Array]:
+    """The least-squares solution ``x = A^+ B`` (the minimum-norm one when A is
+    rank-deficient); JVP ``dx = d(A^+) B + A^+ dB`` (seed ``linalg_lstsq_jvp`` /
+    ``linalg_lstsq_backward``). Mirrors ``jax.numpy.linalg.lstsq`` (``torch.linalg.lstsq``
+    with driver ``"gelsd"``), batched over leading dims.
+
+    Args:
+        a: matrices (..., m, n) (integer and boolean input is promoted to float).
+        b: right-hand sides (..., m, k), or one vector (m,); batch dims broadcast.
+        rcond: singular values below ``rcond * max(S)`` are taken as zero; None:
+            ``max(m, n) eps`` (jax.numpy's). No derivative.
+        numpy_resid: accepted for jax.numpy's signature; the residuals are always computed
+            as NumPy does.
+
+    Returns:
+        ``(x, residuals, rank, singular_values)``: x (..., n, k) (or (n,) for a 1-D ``b``);
+        the residuals ``|B - A x|^2`` summed over rows when A has full column rank and
+        m > n (else zeros; empty when m <= n, as jax.numpy); the int32 rank; the singular
+        values (``svdvals``).
+
+    Raises:
+        ValueError: when ``a`` has rank < 2 or the shapes do not match or broadcast.
+    """
     del numpy_resid
     a = _matrix("lstsq", "a", a)
     b = V.array("lstsq", "b", b)
@@ -875,25 +1193,74 @@ def _lu_unpack_primal(lu, piv, *, k):
 lu_unpack_op = define_op("lu_unpack", _lu_unpack_primal, J.lu_unpack_jvp, R.lu_unpack_vjp, lambda out, lu, piv, **_: ())
 
 
-def lu(a, permute_l=False, overwrite_a=False, check_finite=True):
-    """``jax.scipy.linalg.lu`` -> ``(P, L, U)`` with ``A = P L U`` (or ``(P L, U)`` when
-    ``permute_l``), square, wide and tall; seed ``linalg_lu_jvp`` (its translated tall branch is
-    damaged; this is upstream's math) / ``linalg_lu_backward``. P has a zero derivative."""
+def lu(a: ArrayLike, permute_l: bool = False, overwrite_a: bool = False, check_finite: bool = True) -> tuple[Array, Array, Array] | tuple[Array, Array]:
+    """The LU decomposition ``A = P L U`` with partial pivoting, square, wide and tall; JVP
+    ``P^T dA = dL U + L dU`` solved for the triangles (seed ``linalg_lu_jvp``, whose
+    translated tall branch is damaged; this is upstream's math / ``linalg_lu_backward``); P
+    has a zero derivative. Mirrors ``jax.scipy.linalg.lu`` (``torch.linalg.lu``).
+
+    Args:
+        a: matrices (..., m, n) (integer and boolean input is promoted to float).
+        permute_l: return ``(P L, U)`` instead of ``(P, L, U)``.
+        overwrite_a: SciPy's; ignored (as JAX).
+        check_finite: SciPy's; ignored (as JAX).
+
+    Returns:
+        ``(P, L, U)``: the permutation (..., m, m), unit lower L (..., m, k) and upper U
+        (..., k, n), ``k = min(m, n)``; or ``(P L, U)``.
+
+    Raises:
+        ValueError: when ``a`` has rank < 2.
+    """
     del overwrite_a, check_finite
     p, lower, upper = lu_op(_matrix("lu", "a", a))
     return (p @ lower, upper) if permute_l else (p, lower, upper)
 
 
-def lu_factor(a, overwrite_a=False, check_finite=True):
-    """``jax.scipy.linalg.lu_factor`` -> ``(lu, piv)`` (0-based pivots) with seed
-    ``lu_factor_ex_jvp`` / ``lu_factor_ex_backward``."""
+def lu_factor(a: ArrayLike, overwrite_a: bool = False, check_finite: bool = True) -> tuple[Array, Array]:
+    """The packed LU factorization ``A = P L U``: ``lu = tril(L, -1) + U`` and the pivots;
+    JVP the packed ``tril(dL, -1) + triu(dU)`` (seed ``lu_factor_ex_jvp`` /
+    ``lu_factor_ex_backward``). Mirrors ``jax.scipy.linalg.lu_factor``
+    (``torch.linalg.lu_factor``, whose pivots are 1-based).
+
+    Args:
+        a: matrices (..., m, n) (integer and boolean input is promoted to float).
+        overwrite_a: SciPy's; ignored (as JAX).
+        check_finite: SciPy's; ignored (as JAX).
+
+    Returns:
+        ``(lu, piv)``: the packed factors (..., m, n) and the 0-based int32 row pivots
+        (..., min(m, n)) (no derivative).
+
+    Raises:
+        ValueError: when ``a`` has rank < 2.
+    """
     del overwrite_a, check_finite
     return lu_factor_op(_matrix("lu_factor", "a", a))
 
 
-def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
-    """``jax.scipy.linalg.lu_solve``: ``op(A) X = B`` from ``lu_factor(A)``, differentiable in
-    the packed factors (seed ``linalg_lu_solve_LU``) and in B (seed ``linalg_lu_solve_jvp``)."""
+def lu_solve(lu_and_piv: tuple[ArrayLike, ArrayLike], b: ArrayLike, trans: int = 0, overwrite_b: bool = False, check_finite: bool = True) -> Array:
+    """Solves ``op(A) X = B`` from ``lu_factor(A)``; JVP ``dX = op(A)^{-1} (dB - op(dA) X)``
+    with ``dA = P (dL U + L dU)``, differentiable in the packed factors (seed
+    ``linalg_lu_solve_LU``) and in B (seed ``linalg_lu_solve_jvp``). Mirrors
+    ``jax.scipy.linalg.lu_solve`` (``torch.linalg.lu_solve``).
+
+    Args:
+        lu_and_piv: the pair ``(lu, piv)`` of ``lu_factor``: packed factors (..., n, n) and
+            integer 0-based pivots (..., n).
+        b: right-hand sides (..., n, k) with the same batch dims, or vectors (..., n).
+        trans: ``op``: 0 (A), 1 (A^T) or 2 (A^H).
+        overwrite_b: SciPy's; ignored (as JAX).
+        check_finite: SciPy's; ignored (as JAX).
+
+    Returns:
+        X, of ``b``'s shape, in the common dtype.
+
+    Raises:
+        TypeError: when ``lu_and_piv`` is not a pair or the pivots are not integers of shape
+            ``lu.shape[:-1]``.
+        ValueError: when ``lu`` is not square, ``trans`` is invalid or ``b`` does not match.
+    """
     del overwrite_b, check_finite
     try:
         lu_, piv = lu_and_piv
@@ -915,10 +1282,24 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     return x[..., 0] if vector else x
 
 
-def lu_unpack(LU, pivots):  # noqa: N803 - torch's argument name
-    """torch.lu_unpack -> ``(P, L, U)`` from ``lu_factor``'s output (0-based pivots, as
-    ``jaxrules.scipy.linalg.lu_factor`` returns; torch's are 1-based), with seed
-    ``lu_unpack_backward``."""
+def lu_unpack(LU: ArrayLike, pivots: ArrayLike) -> tuple[Array, Array, Array]:  # noqa: N803 - torch's argument name
+    """Unpacks ``lu_factor``'s output into ``(P, L, U)`` with ``A = P L U``; linear in LU: JVP
+    ``(0, tril(dLU, -1), triu(dLU))``, VJP the packed sum (seed ``lu_unpack_backward``).
+    Mirrors ``torch.lu_unpack``, with 0-based pivots (as ``jaxrules.scipy.linalg.lu_factor``
+    returns; torch's are 1-based).
+
+    Args:
+        LU: the packed factors (..., m, n) (integer and boolean input is promoted to float).
+        pivots: the 0-based integer row pivots (..., min(m, n)); no derivative.
+
+    Returns:
+        ``(P, L, U)``: the permutation (..., m, m), unit lower L (..., m, k) and upper U
+        (..., k, n), ``k = min(m, n)``.
+
+    Raises:
+        ValueError: when ``LU`` has rank < 2.
+        TypeError: when ``pivots`` are not integers.
+    """
     lu_ = _matrix("lu_unpack", "LU", LU)
     piv = jnp.asarray(pivots)
     if not jnp.issubdtype(piv.dtype, jnp.integer):
@@ -939,15 +1320,40 @@ def _expm_primal(a):
 expm_op = define_op("expm", _expm_primal, J.expm_jvp, R.expm_vjp)
 
 
-def expm(A, *, upper_triangular=False, max_squarings=16):  # noqa: N803 - jax.scipy's argument name
-    """``jax.scipy.linalg.expm`` with the derivative ``expm([[A, E], [0, A]])_12`` (seed
-    ``linalg_matrix_exp_differential`` / ``differential_analytic_matrix_function``)."""
+def expm(A: ArrayLike, *, upper_triangular: bool = False, max_squarings: int = 16) -> Array:  # noqa: N803 - jax.scipy's argument name
+    """The matrix exponential ``exp(A)``; JVP ``expm([[A, dA], [0, A]])_12``, VJP
+    ``expm([[A^T, g], [0, A^T]])_12`` (seed ``linalg_matrix_exp_differential`` /
+    ``differential_analytic_matrix_function``). Mirrors ``jax.scipy.linalg.expm``
+    (``torch.linalg.matrix_exp``).
+
+    Args:
+        A: square matrices (..., n, n) (integer and boolean input is promoted to float).
+        upper_triangular: JAX's hint; ignored (the general algorithm is used).
+        max_squarings: JAX's cap on the squarings; ignored (JAX's default, 16, is used).
+
+    Returns:
+        ``exp(A)``, of ``A``'s shape.
+
+    Raises:
+        ValueError: when ``A`` has rank < 2 or is not square.
+    """
     del upper_triangular, max_squarings
     return expm_op(_matrix("expm", "A", A, square=True))
 
 
-def matrix_exp(A):  # noqa: N803 - torch's argument name
-    """torch.linalg.matrix_exp (= ``expm``)."""
+def matrix_exp(A: ArrayLike) -> Array:  # noqa: N803 - torch's argument name
+    """The matrix exponential ``exp(A)`` (``expm``: JVP ``expm([[A, dA], [0, A]])_12``).
+    Mirrors ``torch.linalg.matrix_exp``.
+
+    Args:
+        A: square matrices (..., n, n) (integer and boolean input is promoted to float).
+
+    Returns:
+        ``exp(A)``, of ``A``'s shape.
+
+    Raises:
+        ValueError: when ``A`` has rank < 2 or is not square.
+    """
     return expm(A)
 
 
@@ -975,18 +1381,47 @@ def _reflectors(op, a, tau):
     return a, tau
 
 
-def householder_product(input, tau):  # noqa: A002 - torch's argument name
-    """torch.linalg.householder_product (LAPACK orgqr): the first n columns of
-    ``H_1 ... H_k``, ``H_i = I - tau_i v_i v_i^H``; differentiable (JAX has no rule) with seed
-    ``householder_product_jvp`` / ``householder_product_backward`` (assumes
-    ``tau_i |v_i|^2 != 1``, true for geqrf's output)."""
+def householder_product(input: ArrayLike, tau: ArrayLike) -> Array:  # noqa: A002 - torch's argument name
+    """The first n columns of ``H_1 ... H_k``, ``H_i = I - tau_i v_i v_i^H`` (LAPACK orgqr);
+    differentiable (JAX has no rule) by the product rule along the reflectors,
+    ``dH_i = -dtau_i v_i v_i^H - tau_i (dv_i v_i^H + v_i dv_i^H)`` (seed
+    ``householder_product_jvp`` / ``householder_product_backward``; assumes
+    ``tau_i |v_i|^2 != 1``, true for geqrf's output). Mirrors
+    ``torch.linalg.householder_product``.
+
+    Args:
+        input: the reflectors (..., m, n), m >= n: ``v_i`` is column i below the diagonal
+            with an implicit 1 on it (as ``torch.geqrf`` returns).
+        tau: the scales (..., k), k <= n.
+
+    Returns:
+        Q's first n columns, (..., m, n).
+
+    Raises:
+        ValueError: when m < n, k > n or the batch dims differ.
+    """
     return householder_product_op(*_reflectors("householder_product", input, tau))
 
 
-def ormqr(input, tau, other, left=True, transpose=False):  # noqa: A002 - torch's argument names
-    """torch.ormqr: ``op(Q) C`` (``left``) or ``C op(Q)``, ``op`` the conjugate transpose when
-    ``transpose``, with Q the full product of the reflectors; differentiable in all three
-    arguments (JAX has no rule; seed ``ormqr_backward``)."""
+def ormqr(input: ArrayLike, tau: ArrayLike, other: ArrayLike, left: bool = True, transpose: bool = False) -> Array:  # noqa: A002 - torch's argument names
+    """``op(Q) C`` (``left``) or ``C op(Q)``, Q the full product ``H_1 ... H_k`` of the
+    reflectors, ``op`` the conjugate transpose when ``transpose``; differentiable in all three
+    arguments by the product rule along the reflectors (JAX has no rule; seed
+    ``ormqr_backward``). Mirrors ``torch.ormqr``.
+
+    Args:
+        input: the reflectors (..., m, n), m >= n, as ``householder_product``'s.
+        tau: the scales (..., k), k <= n.
+        other: C, (..., m, p) when ``left``, else (..., p, m).
+        left: multiply from the left (``op(Q) C``) or from the right (``C op(Q)``).
+        transpose: use ``Q^H`` instead of Q.
+
+    Returns:
+        The product, of ``other``'s shape, in the common dtype.
+
+    Raises:
+        ValueError: when the shapes do not match.
+    """
     a, tau = _reflectors("ormqr", input, tau)
     c = V.array("ormqr", "other", other)
     a, tau, c = _same_dtype(a, tau, c)
