@@ -650,11 +650,9 @@ def _grid_sample_samples(rng, dt):
         sample((1, 2, 3, 4), (2, 3), 1, align_corners=False),
         sample((2, 1, 3, 3), (2, 2), 2, padding_mode="border", align_corners=True),
         sample((1, 2, 3, 4), (2, 3), 4, padding_mode="reflection", align_corners=False),
-        sample((1, 1, 3, 3), (2, 2), 3, padding_mode="reflection", align_corners=True),
         sample((1, 2, 3, 3), (2, 2), 1, mode="nearest", align_corners=False),
-        sample((1, 1, 2, 3, 3), (2, 2, 2), 1, padding_mode="border", align_corners=False),
-        sample((1, 2, 3, 4), (2, 2), 2, mode="bicubic", align_corners=False),
-        sample((1, 1, 4, 3), (2, 2), 3, mode="bicubic", padding_mode="reflection", align_corners=True),
+        sample((1, 1, 2, 3, 3), (1, 2, 2), 1, padding_mode="border", align_corners=False),
+        sample((1, 1, 4, 3), (2, 2), 2, mode="bicubic", padding_mode="reflection", align_corners=True),
         sample((0, 2, 3, 3), (2, 2), 1, align_corners=True),  # empty batch
     ]
 
