@@ -5,8 +5,9 @@ All three are linear in their image (or ``theta``) argument: the JVP formula is 
 to the tangent and the VJP formula its transpose. ``interpolate`` is separable: along each
 spatial axis it is a static table of source indices and weights (torch's source-index
 arithmetic, ``UpSample.h``), so the op gathers and its transpose scatter-adds (seed
-``upsample_*_backward``). ``grid_sample`` gathers the corners of each sampling point; its
-derivative with respect to the grid is torch's CPU kernel's (``GridSamplerKernel.cpp``)."""
+``upsample_*_backward``). ``grid_sample`` gathers the corners (bilinear, trilinear, nearest,
+bicubic) of each sampling point and its transpose scatter-adds; its derivative with respect to
+the grid is torch's CPU kernels' (``GridSamplerKernel.cpp``), conventions at borders included."""
 
 from __future__ import annotations
 
@@ -203,15 +204,18 @@ def interpolate(x: ArrayLike, size: int | Sequence[int] | None = None, scale_fac
                 antialias: bool = False) -> Array:
     """torch.nn.functional.interpolate over the spatial axes of ``(N, C, *spatial)``.
 
-    Along each axis output ``i`` reads torch's source position: ``nearest``
-    ``floor(i * s)``, ``nearest-exact`` ``floor((i + 0.5) s)`` (float32 ``s``, clamped to
-    ``n - 1``); ``linear``/``bilinear``/``trilinear`` ``s i`` with ``align_corners`` (``s = (n -
-    1) / (out - 1)``) else ``max(s (i + 0.5) - 0.5, 0)``, two taps weighted by the fraction;
-    ``bicubic`` four taps of the A = -0.75 cubic convolution, clamped at the border; ``area``
-    is ``adaptive_avg_pool``. ``s`` is ``1 / scale_factor`` when ``scale_factor`` is given and
-    ``recompute_scale_factor`` is not True, else ``n / out``; ``antialias`` see below. Linear in ``x``: JVP the op on the
-    tangent, VJP its transpose (seed ``upsample_nearest2d_backward``,
-    ``upsample_bilinear2d_backward``, ``upsample_bicubic2d_backward``, ...). Mirrors
+    Along each axis output ``i`` reads torch's CPU source position, with the step ``s`` equal
+    to ``1 / scale_factor`` when ``scale_factor`` is given and ``recompute_scale_factor`` is not
+    True, else ``n / out`` (``(n - 1) / (out - 1)`` with ``align_corners``): ``nearest``
+    ``floor(s i)`` and ``nearest-exact`` ``floor(s (i + 0.5))`` (4-d input: torch's float32
+    ``nearest_idx``, with its copy and halving shortcuts), clamped to ``n - 1``;
+    ``linear``/``bilinear``/``trilinear`` two taps around ``s i`` (``align_corners``) or
+    ``max(s (i + 0.5) - 0.5, 0)``, weighted by the fraction; ``bicubic`` four taps of the A =
+    -0.75 cubic convolution, clamped at the border; ``antialias`` Pillow's filters (below);
+    ``area`` is ``adaptive_avg_pool``. Linear in ``x``: JVP the op on the tangent, VJP its
+    transpose, a scatter-add per axis (seed ``upsample_nearest2d_backward``,
+    ``upsample_bilinear2d_backward``, ``upsample_bicubic2d_backward``, ...; where torch's backward
+    is not the transpose of its forward, the record's deviations say so). Mirrors
     ``torch.nn.functional.interpolate``.
 
     Args:
@@ -618,8 +622,6 @@ register(OpRecord(
      "_adaptive_avg_pool2d_backward"),
     _interpolate_samples, _torch_interpolate, "torch.nn.functional.interpolate",
     low_precision=("float32", "bfloat16"), deviations=_INTERPOLATE_DEVIATIONS,
-    batching="vmapped formulas (per-axis gathers and scatter-adds)",
-    double_backward="the VJP formula is linear: its derivative is itself (second derivatives zero)",
 ))
 
 
@@ -683,7 +685,6 @@ register(OpRecord(
     ("grid_sampler_2d_backward", "grid_sampler_3d_backward"),  # CPU kernels (GridSamplerKernel.cpp)
     _grid_sample_samples, _torch_grid_sample, "torch.nn.functional.grid_sample",
     low_precision=("float32",), singular=_GRID_SAMPLE_SINGULAR,
-    batching="vmapped formulas (corner gathers and scatter-adds)",
 ))
 
 
@@ -699,5 +700,4 @@ register(OpRecord(
         Sample((normal(rng, dt, 1, 3, 4), (1, 2, 2, 3, 2)), {"align_corners": True}),
     ],
     _torch_affine_grid, "torch.nn.functional.affine_grid", low_precision=("float32", "bfloat16"),
-    double_backward="the VJP formula is linear: its derivative is itself (second derivatives zero)",
 ))
