@@ -86,7 +86,15 @@ def _forward_kernel(x_ref, w_ref, b_ref, y_ref, mean_ref, rstd_ref, *, eps, laun
 
 
 def forward(x, w, b, *, eps, launch: RowsLaunch):
-    """``(y, mean, rstd)`` of layer norm over the last axis of ``x`` (M, N)."""
+    """``(y, mean, rstd)`` of layer norm over the last axis of ``x`` (M, N). Under ``jit`` with a
+    sharded ``x`` the kernel runs on each device's rows (``jaxrules.partitioning``)."""
+    from jaxrules import partitioning
+
+    return partitioning.layer_norm_forward(x, w, b, eps=eps, launch=launch)
+
+
+def local_forward(x, w, b, *, eps, launch: RowsLaunch):
+    """``forward`` on one device's array (the kernel itself)."""
     m, n = x.shape
     stat = stat_dtype(x.dtype)
     return pl.pallas_call(
@@ -126,7 +134,17 @@ def _backward_kernel(x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_r
 
 def backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: RowsLaunch):
     """``(dx, dw, db)``: the VJP of ``forward`` for cotangents ``g`` (of y), ``g_mean``,
-    ``g_rstd``."""
+    ``g_rstd``. Under ``jit`` with sharded rows the kernel runs on each device's rows and ``dw``,
+    ``db`` are summed over the devices (``jaxrules.partitioning``)."""
+    from jaxrules import partitioning
+
+    dx, dw, db = partitioning.layer_norm_backward(x, g, w, mean, rstd, g_mean, g_rstd, launch=launch)
+    return dx, dw.astype(w.dtype), db.astype(w.dtype)
+
+
+def local_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: RowsLaunch):
+    """``backward`` on one device's rows (the kernel itself), with ``dw``, ``db`` in the
+    statistics' dtype (summed over devices before the cast to the weight's)."""
     m, n = x.shape
     programs = launch.backward_programs(m)
     partial_spec = pl.BlockSpec((None, launch.width), lambda i: (i, 0))
@@ -140,7 +158,7 @@ def backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: RowsLaunch):
                    jax.ShapeDtypeStruct((programs, launch.width), mean.dtype)],
         interpret=launch.interpret, name="layer_norm_bwd", **_compiler_params(launch),
     )(x, g, w, mean, rstd, g_mean.astype(mean.dtype), g_rstd.astype(mean.dtype))
-    return dx, dw.sum(0)[:n].astype(w.dtype), db.sum(0)[:n].astype(w.dtype)
+    return dx, dw.sum(0)[:n], db.sum(0)[:n]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -253,7 +271,18 @@ def _stats_kernel(x_ref, mean_ref, m2_ref, *, rows, length, launch):
 
 
 def grouped_stats(x3, *, layout, groups, eps, launch: GroupedLaunch):
-    """``(mean, rstd)`` of each group (shape (P,), ``stat_dtype``), biased variance."""
+    """``(mean, rstd)`` of each group (shape (P,), ``stat_dtype``), biased variance. Under ``jit``
+    with a sharded batch the kernel runs on each device's samples; batch norm's statistics are
+    then merged over the devices (Chan et al.), so they are the global batch's
+    (``jaxrules.partitioning``)."""
+    from jaxrules import partitioning
+
+    return partitioning.grouped_stats(x3, layout=layout, groups=groups, eps=eps, launch=launch)
+
+
+def local_moments(x3, *, layout, groups, launch: GroupedLaunch):
+    """``(mean, m2)`` of each group (P,) on one device's array: the kernel's per-slice moments
+    merged (Chan et al.); ``m2`` the sum of squared deviations."""
     view, p, k = grouped_view(x3, layout, groups)
     length = x3.shape[-1]
     stat = stat_dtype(x3.dtype)
@@ -269,24 +298,29 @@ def grouped_stats(x3, *, layout, groups, eps, launch: GroupedLaunch):
         interpret=launch.interpret, name=f"{layout}_norm_stats", **_compiler_params(launch),
     )(view)
     mean = means.mean(1)  # equal counts per slice
-    m2 = m2s.sum(1) + rows * length * jnp.square(means - mean[:, None]).sum(1)
-    return mean, lax.rsqrt(m2 / (k * length) + eps)
+    return mean, m2s.sum(1) + rows * length * jnp.square(means - mean[:, None]).sum(1)
 
 
-def _grouped_backward_kernel(x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, dx_ref, sum_g_ref,
-                             sum_gxhat_ref, *, rows, length, launch):
-    stat = mean_ref.dtype
-    tiling = _Tiling(rows, length, launch)
-    count = rows * length
-    mean, rstd = mean_ref[...], rstd_ref[...]
+def local_stats(x3, *, layout, groups, eps, launch: GroupedLaunch):
+    """``grouped_stats`` on one device's array."""
+    mean, m2 = local_moments(x3, layout=layout, groups=groups, launch=launch)
+    _, _, k = grouped_view(x3, layout, groups)
+    return mean, lax.rsqrt(m2 / (k * x3.shape[-1]) + eps)
 
-    def xhat_and_g(r, j):
-        x, mask = tiling.load(x_ref, r, j, stat)
-        g, _ = tiling.load(g_ref, r, j, stat)
-        return (x - mean) * rstd, g, mask
+
+def _xhat_and_g(tiling, x_ref, g_ref, mean, rstd, r, j):
+    x, mask = tiling.load(x_ref, r, j, mean.dtype)
+    g, _ = tiling.load(g_ref, r, j, mean.dtype)
+    return (x - mean) * rstd, g, mask
+
+
+def _row_sums(tiling, x_ref, g_ref, w_ref, mean, rstd, sum_g_ref, sum_gxhat_ref):
+    """Writes each row's ``sum g`` and ``sum g x_hat``; returns the group's ``sum w g`` and
+    ``sum w g x_hat``."""
+    stat = mean.dtype
 
     def g_terms(r, j):
-        xhat, g, _ = xhat_and_g(r, j)
+        xhat, g, _ = _xhat_and_g(tiling, x_ref, g_ref, mean, rstd, r, j)
         return g, g * xhat
 
     def tile_row_sums(r, carry):
@@ -297,15 +331,19 @@ def _grouped_backward_kernel(x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref,
         return carry[0] + (w * sum_g).sum(), carry[1] + (w * sum_gxhat).sum()
 
     zero = jnp.zeros((), stat)
-    sum_gw, sum_gwxhat = tiling.for_each(tile_row_sums, (zero, zero))
-    mean_gw, mean_gwxhat = sum_gw / count, sum_gwxhat / count
-    gmean, grstd = gmean_ref[...], grstd_ref[...]
+    return tiling.for_each(tile_row_sums, (zero, zero))
+
+
+def _write_dx(tiling, x_ref, g_ref, w_ref, mean, rstd, gmean, grstd, mean_gw, mean_gwxhat, count, dx_ref):
+    """``dx = rstd (w g - E[w g] - x_hat E[w g x_hat]) + (g_mean - g_rstd rstd^2 x_hat) / count``
+    for every row of the group, the means given."""
+    stat = mean.dtype
 
     def tile_row_dx(r, carry):
         w = tiling.rows_of(w_ref, r)[...].astype(stat)[:, None]
 
         def chunk_dx(j, carry):
-            xhat, g, mask = xhat_and_g(r, j)
+            xhat, g, mask = _xhat_and_g(tiling, x_ref, g_ref, mean, rstd, r, j)
             dx = rstd * (w * g - mean_gw - xhat * mean_gwxhat) + (gmean - grstd * rstd * rstd * xhat) / count
             tiling.store(dx_ref, r, j, dx, mask)
             return carry
@@ -315,24 +353,81 @@ def _grouped_backward_kernel(x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref,
     tiling.for_each(tile_row_dx, 0)
 
 
+def _grouped_backward_kernel(x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, dx_ref, sum_g_ref,
+                             sum_gxhat_ref, *, rows, length, launch):
+    tiling = _Tiling(rows, length, launch)
+    count = rows * length
+    mean, rstd = mean_ref[...], rstd_ref[...]
+    sum_gw, sum_gwxhat = _row_sums(tiling, x_ref, g_ref, w_ref, mean, rstd, sum_g_ref, sum_gxhat_ref)
+    _write_dx(tiling, x_ref, g_ref, w_ref, mean, rstd, gmean_ref[...], grstd_ref[...], sum_gw / count,
+              sum_gwxhat / count, count, dx_ref)
+
+
+def _grouped_sums_kernel(x_ref, g_ref, w_ref, mean_ref, rstd_ref, sum_g_ref, sum_gxhat_ref, *, rows, length,
+                         launch):
+    _row_sums(_Tiling(rows, length, launch), x_ref, g_ref, w_ref, mean_ref[...], rstd_ref[...], sum_g_ref,
+              sum_gxhat_ref)
+
+
+def _grouped_dx_kernel(x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, mean_gw_ref, mean_gwxhat_ref,
+                       dx_ref, *, rows, length, count, launch):
+    _write_dx(_Tiling(rows, length, launch), x_ref, g_ref, w_ref, mean_ref[...], rstd_ref[...], gmean_ref[...],
+              grstd_ref[...], mean_gw_ref[...], mean_gwxhat_ref[...], count, dx_ref)
+
+
 def grouped_backward(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout, groups, launch: GroupedLaunch):
     """``(dx, sum_g, sum_g_xhat)``: the VJP of the grouped normalization ``x_hat w + b`` (weight
     per row, ``row_weight`` of shape (P, K)) for cotangents ``g3`` of y, ``g_mean``/``g_rstd`` of
-    the statistics; ``sum_g``/``sum_g_xhat`` (P, K) are the per-row sums that give db and dw."""
-    view, p, k = grouped_view(x3, layout, groups)
-    g_view, _, _ = grouped_view(g3, layout, groups)
-    length = x3.shape[-1]
-    stat = mean.dtype
+    the statistics; ``sum_g``/``sum_g_xhat`` (P, K) are the per-row sums that give db and dw.
+    Under ``jit`` with a sharded batch the kernels run on each device's samples (batch norm: the
+    group sums of the sums pass all-reduced before the ``dx`` pass, ``jaxrules.partitioning``)."""
+    from jaxrules import partitioning
+
+    return partitioning.grouped_backward(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, layout=layout,
+                                         groups=groups, launch=launch)
+
+
+def _grouped_call(kernel, x3, layout, groups, launch, inputs, n_scalars, outputs, name, **params):
+    """``pallas_call`` of a grouped backward kernel, one program per group: inputs ``x3``, ``g3``
+    (views), the per-row weight, then ``n_scalars`` per-group vectors; ``outputs`` names "dx" or
+    "rows" (a per-row (P, K) sum) for each output."""
+    _, p, k = grouped_view(x3, layout, groups)
+    length, stat = x3.shape[-1], stat_dtype(x3.dtype)
     block = _group_block(layout, k, length)
     scalar = pl.BlockSpec((None,), lambda i: (i,))
     per_row = pl.BlockSpec((None, k), lambda i: (i, 0))
-    dx, sum_g, sum_gxhat = pl.pallas_call(
-        functools.partial(_grouped_backward_kernel, rows=k, length=length, launch=launch),
+    views = [grouped_view(a, layout, groups)[0] for a in inputs[:2]]
+    shapes = {"dx": jax.ShapeDtypeStruct(views[0].shape, x3.dtype), "rows": jax.ShapeDtypeStruct((p, k), stat)}
+    outs = pl.pallas_call(
+        functools.partial(kernel, rows=k, length=length, launch=launch, **params),
         grid=(p,),
-        in_specs=[block, block, per_row, scalar, scalar, scalar, scalar],
-        out_specs=[block, per_row, per_row],
-        out_shape=[jax.ShapeDtypeStruct(view.shape, x3.dtype), jax.ShapeDtypeStruct((p, k), stat),
-                   jax.ShapeDtypeStruct((p, k), stat)],
-        interpret=launch.interpret, name=f"{layout}_norm_bwd", **_compiler_params(launch),
-    )(view, g_view, row_weight, mean, rstd, g_mean.astype(stat), g_rstd.astype(stat))
-    return dx.reshape(x3.shape), sum_g, sum_gxhat
+        in_specs=[block, block, per_row] + [scalar] * n_scalars,
+        out_specs=[block if o == "dx" else per_row for o in outputs],
+        out_shape=[shapes[o] for o in outputs],
+        interpret=launch.interpret, name=f"{layout}_norm_{name}", **_compiler_params(launch),
+    )(*views, inputs[2], *[v.astype(stat) for v in inputs[3:]])
+    return [o.reshape(x3.shape) if kind == "dx" else o for o, kind in zip(outs, outputs)]
+
+
+def local_backward_grouped(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout, groups,
+                           launch: GroupedLaunch):
+    """``grouped_backward`` on one device's array (one fused kernel: sums, then dx)."""
+    return tuple(_grouped_call(_grouped_backward_kernel, x3, layout, groups, launch,
+                               (x3, g3, row_weight, mean, rstd, g_mean, g_rstd), 4, ("dx", "rows", "rows"), "bwd"))
+
+
+def local_row_sums(x3, g3, row_weight, mean, rstd, *, layout, groups, launch: GroupedLaunch):
+    """``(sum_g, sum_g_xhat)`` per row (P, K) on one device's array: the first pass of
+    ``grouped_backward`` alone."""
+    return tuple(_grouped_call(_grouped_sums_kernel, x3, layout, groups, launch, (x3, g3, row_weight, mean, rstd),
+                               2, ("rows", "rows"), "bwd_sums"))
+
+
+def local_dx(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, mean_gw, mean_gwxhat, *, layout, groups, count,
+             launch: GroupedLaunch):
+    """The second pass of ``grouped_backward`` alone: ``dx`` given each group's ``E[w g]``,
+    ``E[w g x_hat]`` and element ``count`` (of the whole batch when it is sharded)."""
+    (dx,) = _grouped_call(_grouped_dx_kernel, x3, layout, groups, launch,
+                          (x3, g3, row_weight, mean, rstd, g_mean, g_rstd, mean_gw, mean_gwxhat), 6, ("dx",), "bwd_dx",
+                          count=count)
+    return dx

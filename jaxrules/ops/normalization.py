@@ -28,6 +28,7 @@ from jax import lax
 from jaxrules import _validate as V
 from jaxrules import dispatch
 from jaxrules import jvp_rules as J
+from jaxrules import partitioning
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
 from jaxrules.batching import affine_norm_batch_rule
@@ -192,8 +193,10 @@ def _weight_dtype(x, weight):
 
 
 def _grouped_kernel_plan(op, impl, x, weight, groups):
-    """The plan of batch norm (``groups=None``) or group norm on x (N, C, *)."""
-    n, c, length = x.shape[0], x.shape[1], math.prod(x.shape[2:])
+    """The plan of batch norm (``groups=None``) or group norm on x (N, C, *), decided on each
+    device's shard where its sharding is known when tracing (an ``Explicit`` mesh)."""
+    local = partitioning.local_shape(x)
+    n, c, length = local[0], local[1], math.prod(local[2:])
     p, k = (c, n) if groups is None else (n * groups, c // groups)
     weight_dtype = _weight_dtype(x, weight)
     return _kernel_plan(op, impl, x,
@@ -295,10 +298,11 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, impl=No
     impl = _eps_plan("layer_norm", impl, eps)
     n = math.prod(shape)
     m = x.size // max(n, 1)
+    m_local = math.prod(partitioning.local_shape(x)[: x.ndim - k])  # each device's rows, where known
     plan = _kernel_plan("layer_norm", impl, x,
-                        lambda platform, kind: dispatch.layer_norm_plan(platform, kind, m, n, x.dtype,
+                        lambda platform, kind: dispatch.layer_norm_plan(platform, kind, m_local, n, x.dtype,
                                                                         _weight_dtype(x, weight)),
-                        lambda interpret: dispatch.rows_launch(m, n, interpret=interpret))
+                        lambda interpret: dispatch.rows_launch(m_local, n, interpret=interpret))
     if plan.impl == "xla":
         return _affine_normalize("layer_norm", x, weight, bias, axes, shape, x.ndim - k, eps, None)[0]
     w, b = _affine_vectors("layer_norm", x, shape, weight, bias)
@@ -321,15 +325,22 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, impl=None):
         raise ValueError(f"group_norm: num_groups={num_groups!r} must be a positive divisor of C={x.shape[1]}")
     eps = _check_eps("group_norm", eps)
     impl = _eps_plan("group_norm", impl, eps)
+    if impl != "xla" and partitioning.explicit_mesh([x]) is not None:
+        # The kernels' statistics are per (sample, group), flattened: under an Explicit mesh their
+        # sharded types cannot be reshaped back to (N, C) (jax 0.10), so the XLA formulas run
+        # (XLA partitions them: no gather of x).
+        impl = "xla"
     plan = _grouped_kernel_plan("group_norm", impl, x, weight, int(num_groups))
     if plan.impl != "xla":
         return _grouped_norm("group_norm", x, weight, bias, layout="group", groups=int(num_groups), eps=eps,
                              launch=plan.launch)[0]
-    grouped = x.reshape(x.shape[0], num_groups, x.shape[1] // num_groups, math.prod(x.shape[2:]))  # (N, G, C/G, L)
+    # (N, G, C/G, L), in two reshapes: one that merges and splits at once is refused for a sharded
+    # N under an Explicit mesh.
+    grouped = x.reshape(x.shape[0], x.shape[1], -1).reshape(x.shape[0], num_groups, x.shape[1] // num_groups, -1)
     weight, bias = (_grouped_channels(name, v, x.shape[1], num_groups) for name, v in (("weight", weight),
                                                                                       ("bias", bias)))
     y = _affine_normalize("group_norm", grouped, weight, bias, (2, 3), grouped.shape[1:3], 1, eps, None)[0]
-    return y.reshape(x.shape)
+    return y.reshape(x.shape[0], x.shape[1], -1).reshape(x.shape)
 
 
 def _grouped_channels(name, v, channels, groups):

@@ -1,0 +1,388 @@
+"""How the fused normalization kernels run under ``jit`` with sharded arrays (issue 19).
+
+A ``pallas_call`` is opaque to XLA's partitioner: left alone, it gathers a batch-sharded
+activation onto every device and runs the whole kernel on each. Each kernel entry point of
+``jaxrules.norm_kernels`` is therefore a ``jax.experimental.custom_partitioning`` function: a
+Shardy ``sharding_rule`` for propagation, and a ``partition`` callback (run when XLA compiles)
+that picks the shardings the kernel can honour and lowers the kernel on each device's shard,
+with the collectives the math needs:
+
+* layer norm (x (M, N)): rows sharded over any mesh axes, the normalized axis N replicated
+  (gathered if it came sharded); the weight and bias replicated (gathered if sharded, FSDP
+  style); the backward sums ``dw``, ``db`` over the row axes (one all-reduce, float32).
+* group norm (x (N, G, K, L)): samples and groups sharded, K and L replicated; no collective
+  (each group's statistics are local; XLA adds up ``dw``/``db`` over the samples).
+* batch norm, training (x (N, C, L)): samples and channels sharded, L replicated. The statistics
+  are the global batch's: each device's per-channel moments merged as Chan et al. (``pmean`` of
+  the means, then of the variances plus squared deviations, as ``partials.norm_stats`` with
+  ``axis_name``); the backward runs the kernel's two passes as two kernels around one
+  all-reduce of the per-channel ``sum w g``, ``sum w g x_hat`` (the fused kernel cannot wait for
+  other devices between its passes).
+
+A dimension sharded unevenly (its size not a multiple of the shards) is replicated, since
+padded rows would enter the sums. The launch parameters are recomputed for the shard's shape.
+In a process with one device the kernels are called directly; on one device of several, under
+``shard_map`` (every mesh axis manual) or with no sharding at all, JAX lowers the kernel as it
+is. (``jax.export`` of these kernels in a process with several devices trips an assertion in
+jax 0.10's ``custom_partitioning`` lowering, which finds no device assignment.) Under ``vmap`` the kernels run unpartitioned (``custom_vmap``: the
+kernel under ``jax.vmap``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as PSpec
+
+from jaxrules import dispatch
+
+
+def _axes(entry) -> tuple:
+    """A PartitionSpec entry as a tuple of mesh axis names."""
+    if entry is None or entry is PSpec.UNCONSTRAINED:
+        return ()
+    return tuple(entry) if isinstance(entry, tuple | list) else (entry,)
+
+
+def _entry(axes: tuple):
+    return None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
+
+
+def dim_axes(arg) -> list[tuple]:
+    """The mesh axes sharding each dimension of ``arg`` (a ``ShapeDtypeStruct`` with a
+    sharding); all replicated for a sharding that is not a ``NamedSharding``."""
+    sharding = getattr(arg, "sharding", None)
+    if not isinstance(sharding, NamedSharding):
+        return [()] * len(arg.shape)
+    spec = tuple(sharding.spec) + (None,) * (len(arg.shape) - len(sharding.spec))
+    return [_axes(e) for e in spec]
+
+
+def shards(mesh, axes: tuple) -> int:
+    return math.prod(mesh.shape[a] for a in axes)
+
+
+def even_axes(mesh, arg, dim: int, multiple_of: int | None = None) -> tuple:
+    """The mesh axes of ``arg``'s dimension ``dim`` if they split it evenly (and ``multiple_of``,
+    a count that must split too), else ``()`` (the dimension is then replicated)."""
+    axes = dim_axes(arg)[dim]
+    count = shards(mesh, axes)
+    size = arg.shape[dim] if multiple_of is None else multiple_of
+    return axes if count > 1 and size % count == 0 else ()
+
+
+def named(mesh, *entries) -> NamedSharding:
+    return NamedSharding(mesh, PSpec(*(_entry(e) for e in entries)))
+
+
+def local_shape(x) -> tuple:
+    """The shape of each device's shard of ``x`` where its sharding is known when tracing (an
+    ``Explicit`` mesh axis, a concrete sharded array), else the global shape."""
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    spec = getattr(sharding, "spec", None)
+    mesh = getattr(sharding, "mesh", None)
+    if spec is None or mesh is None or not getattr(mesh, "shape", None):
+        return tuple(x.shape)
+    spec = tuple(spec) + (None,) * (x.ndim - len(spec))
+    out = []
+    for size, entry in zip(x.shape, spec):
+        count = math.prod(mesh.shape[a] for a in _axes(entry))
+        out.append(size // count if size % count == 0 else size)
+    return tuple(out)
+
+
+def _kernel_op(impl, n_arrays: int, rule, partition):
+    """``impl(*arrays, *statics)`` as a partitioned op: ``rule(*statics, mesh, value_types,
+    result_types)`` its Shardy rule (an einsum-like string, or one with a dict of its keywords),
+    ``partition(*statics, mesh, arg_shapes, result_shape) -> (lower_fn, result_shardings,
+    arg_shardings)`` its per-device lowering; under ``vmap`` ``impl`` runs unpartitioned."""
+    n_static = len(inspect.signature(impl).parameters) - n_arrays
+    op = custom_partitioning(impl, static_argnums=tuple(range(n_arrays, n_arrays + n_static)))
+
+    def _partition(*args):
+        *statics, mesh, arg_shapes, result_shape = args
+        lower, results, arguments = partition(*statics, mesh, arg_shapes, result_shape)
+        return mesh, lower, results, arguments
+
+    op.def_partition(partition=_partition, sharding_rule=rule)
+
+    def call(*args):
+        arrays, statics = args[:n_arrays], args[n_arrays:]
+        if jax.device_count() == 1:  # nothing to partition (and jax.export, whose lowering has no
+            return impl(*args)  # device assignment, trips custom_partitioning's lowering)
+        mesh = explicit_mesh(arrays)
+        if mesh is not None:
+            return _explicit_call(partition, impl, mesh, arrays, statics)
+
+        @jax.custom_batching.custom_vmap
+        def run(*arrays):
+            return op(*arrays, *statics)
+
+        @run.def_vmap
+        def _vmap_rule(axis_size, in_batched, *arrays):
+            out = jax.vmap(lambda *a: impl(*a, *statics), in_axes=[0 if b else None for b in in_batched])(*arrays)
+            return out, jax.tree_util.tree_map(lambda _: True, out)
+
+        return run(*arrays)
+
+    return call
+
+
+def explicit_mesh(arrays):
+    """The mesh of the arrays' types when every axis of it is ``Explicit`` (the shardings are then
+    part of the types, known when tracing), else None."""
+    for a in arrays:
+        mesh = getattr(getattr(jax.typeof(a), "sharding", None), "mesh", None)
+        types = getattr(mesh, "axis_types", ())
+        if types and mesh.size > 1 and all(t == jax.sharding.AxisType.Explicit for t in types):
+            return mesh
+    return None
+
+
+def _explicit_call(partition, impl, mesh, arrays, statics):
+    """Under an ``Explicit`` mesh the same ``partition`` decides, at trace time: the arguments are
+    resharded as it asks and its lowering runs under ``jax.shard_map``, so the outputs' types carry
+    its shardings (``custom_partitioning`` would trace the kernel on sharded types, which Pallas
+    refuses)."""
+    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, jax.typeof(a).sharding.spec))
+              for a in arrays]
+    out_shapes = jax.eval_shape(lambda *a: impl(*a, *statics), *[jax.ShapeDtypeStruct(a.shape, a.dtype)
+                                                                  for a in arrays])
+    lower, results, arguments = partition(*statics, mesh, shapes, out_shapes)
+    arrays = [jax.sharding.reshard(a, s.spec) for a, s in zip(arrays, arguments)]
+    run = jax.shard_map(lower, mesh=mesh, in_specs=tuple(s.spec for s in arguments),
+                        out_specs=tuple(s.spec for s in results), check_vma=False)
+    return run(*arrays)
+
+
+# ----------------------------------------------------------------------------------------------
+# Layer norm: x (M, N), rows sharded.
+
+
+def _rows_launch(launch, m_local: int, n: int):
+    return dispatch.rows_launch(m_local, n, interpret=launch.interpret)
+
+
+def _ln_forward_impl(x, w, b, eps, launch):
+    from jaxrules import norm_kernels
+
+    return norm_kernels.local_forward(x, w, b, eps=eps, launch=launch)
+
+
+def _ln_forward_partition(eps, launch, mesh, arg_shapes, result_shape):
+    x = arg_shapes[0]
+    rows = even_axes(mesh, x, 0)
+    local = _rows_launch(launch, x.shape[0] // shards(mesh, rows), x.shape[1])
+    lower = functools.partial(_ln_forward_impl, eps=eps, launch=local)
+    return lower, (named(mesh, rows, ()), named(mesh, rows), named(mesh, rows)), (
+        named(mesh, rows, ()), named(mesh, ()), named(mesh, ()))
+
+
+_ln_forward = _kernel_op(
+    _ln_forward_impl, 3, lambda *_: ("m n, n, n -> m n, m, m", {"need_replication_factors": ("n",)}),
+    _ln_forward_partition)
+
+
+def layer_norm_forward(x, w, b, *, eps: float, launch):
+    """``norm_kernels.forward``, partitioned: ``(y, mean, rstd)``."""
+    return tuple(_ln_forward(x, w, b, eps, launch))
+
+
+def _ln_backward_impl(x, g, w, mean, rstd, g_mean, g_rstd, launch):
+    from jaxrules import norm_kernels
+
+    return norm_kernels.local_backward(x, g, w, mean, rstd, g_mean, g_rstd, launch=launch)
+
+
+def _ln_backward_partition(launch, mesh, arg_shapes, result_shape):
+    x = arg_shapes[0]
+    rows = even_axes(mesh, x, 0)
+    local = _rows_launch(launch, x.shape[0] // shards(mesh, rows), x.shape[1])
+
+    def lower(*args):
+        dx, dw, db = _ln_backward_impl(*args, local)
+        if rows:  # the weight's gradient sums over every row: one all-reduce of both sums
+            dw, db = lax.psum((dw, db), rows)
+        return dx, dw, db
+
+    matrix, vector, per_row = named(mesh, rows, ()), named(mesh, ()), named(mesh, rows)
+    return lower, (matrix, vector, vector), (matrix, matrix, vector, per_row, per_row, per_row, per_row)
+
+
+_ln_backward = _kernel_op(
+    _ln_backward_impl, 7,
+    lambda *_: ("m n, m n, n, m, m, m, m -> m n, n, n", {"need_replication_factors": ("n",)}),
+    _ln_backward_partition)
+
+
+def layer_norm_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch):
+    """``norm_kernels.local_backward``, partitioned: ``(dx, dw, db)``, the weight's gradients in
+    the statistics' dtype, summed over the devices."""
+    stat = mean.dtype
+    return tuple(_ln_backward(x, g, w, mean, rstd, g_mean.astype(stat), g_rstd.astype(stat), launch))
+
+
+# ----------------------------------------------------------------------------------------------
+# Group norm: x (N, G, K, L) (the kernels' (N G, K, L) view), samples and groups sharded.
+
+
+def _flat(x4):
+    n, groups, k, length = x4.shape
+    return x4.reshape(n, groups * k, length), groups
+
+
+def _gn_stats_impl(x4, eps, launch):
+    from jaxrules import norm_kernels
+
+    x3, groups = _flat(x4)
+    mean, rstd = norm_kernels.local_stats(x3, layout="group", groups=groups, eps=eps, launch=launch)
+    return mean.reshape(x4.shape[:2]), rstd.reshape(x4.shape[:2])
+
+
+def _group_axes(mesh, x4):
+    return even_axes(mesh, x4, 0), even_axes(mesh, x4, 1)
+
+
+def _gn_stats_partition(eps, launch, mesh, arg_shapes, result_shape):
+    samples, groups = _group_axes(mesh, arg_shapes[0])
+    stats = named(mesh, samples, groups)
+    return functools.partial(_gn_stats_impl, eps=eps, launch=launch), (stats, stats), (
+        named(mesh, samples, groups, (), ()),)
+
+
+_GROUP_RULE = {"need_replication_factors": ("k", "l")}
+_gn_stats = _kernel_op(_gn_stats_impl, 1, lambda *_: ("n g k l -> n g, n g", _GROUP_RULE), _gn_stats_partition)
+
+
+def _gn_backward_impl(x4, g4, w3, mean, rstd, g_mean, g_rstd, launch):
+    from jaxrules import norm_kernels
+
+    x3, groups = _flat(x4)
+    flat = [v.reshape(-1) for v in (mean, rstd, g_mean, g_rstd)]
+    dx, sum_g, sum_gxhat = norm_kernels.local_backward_grouped(
+        x3, g4.reshape(x3.shape), w3.reshape(-1, w3.shape[-1]), *flat, layout="group", groups=groups, launch=launch)
+    return dx.reshape(x4.shape), sum_g.reshape(w3.shape), sum_gxhat.reshape(w3.shape)
+
+
+def _gn_backward_partition(launch, mesh, arg_shapes, result_shape):
+    samples, groups = _group_axes(mesh, arg_shapes[0])
+    x, rows, stats = named(mesh, samples, groups, (), ()), named(mesh, samples, groups, ()), named(mesh, samples,
+                                                                                                    groups)
+    return functools.partial(_gn_backward_impl, launch=launch), (x, rows, rows), (x, x, rows) + (stats,) * 4
+
+
+_gn_backward = _kernel_op(
+    _gn_backward_impl, 7,
+    lambda *_: ("n g k l, n g k l, n g k, n g, n g, n g, n g -> n g k l, n g k, n g k", _GROUP_RULE),
+    _gn_backward_partition)
+
+
+# ----------------------------------------------------------------------------------------------
+# Batch norm: x (N, C, L), samples and channels sharded; statistics over the sharded samples.
+
+
+def _bn_stats_impl(x3, eps, launch):
+    from jaxrules import norm_kernels
+
+    return norm_kernels.local_stats(x3, layout="batch", groups=1, eps=eps, launch=launch)
+
+
+def _bn_axes(mesh, x3):
+    return even_axes(mesh, x3, 0), even_axes(mesh, x3, 1)
+
+
+def _bn_stats_partition(eps, launch, mesh, arg_shapes, result_shape):
+    samples, channels = _bn_axes(mesh, arg_shapes[0])
+
+    def lower(x3):
+        from jaxrules import norm_kernels
+
+        if not samples:
+            return _bn_stats_impl(x3, eps, launch)
+        mean, m2 = norm_kernels.local_moments(x3, layout="batch", groups=1, launch=launch)
+        count = x3.shape[0] * x3.shape[2]
+        # Chan et al. over the devices (equal counts): var = E_dev[var_d + (mean_d - mean)^2].
+        global_mean = lax.pmean(mean, samples)
+        var = lax.pmean(m2 / count + jnp.square(mean - global_mean), samples)
+        return global_mean, lax.rsqrt(var + eps)
+
+    stats = named(mesh, channels)
+    return lower, (stats, stats), (named(mesh, samples, channels, ()),)
+
+
+_BATCH_RULE = {"need_replication_factors": ("l",)}
+_bn_stats = _kernel_op(_bn_stats_impl, 1, lambda *_: ("n c l -> c, c", _BATCH_RULE), _bn_stats_partition)
+
+
+def _bn_backward_impl(x3, g3, w2, mean, rstd, g_mean, g_rstd, launch):
+    from jaxrules import norm_kernels
+
+    return norm_kernels.local_backward_grouped(x3, g3, w2, mean, rstd, g_mean, g_rstd, layout="batch", groups=1,
+                                               launch=launch)
+
+
+def _bn_backward_partition(launch, mesh, arg_shapes, result_shape):
+    samples, channels = _bn_axes(mesh, arg_shapes[0])
+
+    def lower(x3, g3, w2, mean, rstd, g_mean, g_rstd):
+        from jaxrules import norm_kernels
+
+        if not samples:
+            return _bn_backward_impl(x3, g3, w2, mean, rstd, g_mean, g_rstd, launch)
+        params = dict(layout="batch", groups=1, launch=launch)
+        sum_g, sum_gxhat = norm_kernels.local_row_sums(x3, g3, w2, mean, rstd, **params)
+        w = w2.astype(sum_g.dtype)
+        totals = lax.psum(((w * sum_g).sum(1), (w * sum_gxhat).sum(1)), samples)
+        count = x3.shape[0] * shards(mesh, samples) * x3.shape[2]
+        dx = norm_kernels.local_dx(x3, g3, w2, mean, rstd, g_mean, g_rstd, totals[0] / count, totals[1] / count,
+                                   count=count, **params)
+        return dx, sum_g, sum_gxhat
+
+    x, rows, stats = named(mesh, samples, channels, ()), named(mesh, channels, samples), named(mesh, channels)
+    return lower, (x, rows, rows), (x, x, rows) + (stats,) * 4
+
+
+_bn_backward = _kernel_op(
+    _bn_backward_impl, 7, lambda *_: ("n c l, n c l, c n, c, c, c, c -> n c l, c n, c n", _BATCH_RULE),
+    _bn_backward_partition)
+
+
+# ----------------------------------------------------------------------------------------------
+# Entry points (``norm_kernels.grouped_stats`` / ``grouped_backward``)
+
+
+def _groups_view(x3, groups):
+    n, c, length = x3.shape
+    return x3.reshape(n, groups, c // groups, length)
+
+
+def grouped_stats(x3, *, layout: str, groups: int, eps: float, launch):
+    """``norm_kernels.grouped_stats``, partitioned: ``(mean, rstd)`` per group (P,)."""
+    if layout == "batch":
+        return tuple(_bn_stats(x3, eps, launch))
+    mean, rstd = _gn_stats(_groups_view(x3, groups), eps, launch)
+    return mean.reshape(-1), rstd.reshape(-1)
+
+
+def grouped_backward(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout: str, groups: int, launch):
+    """``norm_kernels.grouped_backward``, partitioned: ``(dx, sum_g, sum_g_xhat)``."""
+    stat = mean.dtype
+    cts = (g_mean.astype(stat), g_rstd.astype(stat))
+    if layout == "batch":
+        return tuple(_bn_backward(x3, g3, row_weight, mean, rstd, *cts, launch))
+    n, c, length = x3.shape
+    per_group = [v.reshape(n, groups) for v in (mean, rstd, *cts)]
+    dx, sum_g, sum_gxhat = _gn_backward(_groups_view(x3, groups), _groups_view(g3, groups),
+                                        row_weight.reshape(n, groups, c // groups), *per_group, launch)
+    return dx.reshape(x3.shape), sum_g.reshape(row_weight.shape), sum_gxhat.reshape(row_weight.shape)
+
+
+__all__ = ["dim_axes", "even_axes", "explicit_mesh", "grouped_backward", "grouped_stats", "layer_norm_backward", "layer_norm_forward",
+           "local_shape", "named", "shards"]
