@@ -457,7 +457,7 @@ def _choice(op, name, value, options):
 
 
 def grid_sample(x: ArrayLike, grid: ArrayLike, mode: str = "bilinear", padding_mode: str = "zeros",
-                align_corners: bool | None = None) -> Array:
+                align_corners: bool | None = False) -> Array:
     """torch.nn.functional.grid_sample (CPU semantics) for 4-d and 5-d input: ``out[n, c, *p]``
     is ``x[n, c]`` sampled at the normalized position ``grid[n, *p]`` (x, y[, z] in [-1, 1]),
     unnormalized as ``(g + 1) (size - 1) / 2`` with ``align_corners`` else ``((g + 1) size - 1)
@@ -476,8 +476,8 @@ def grid_sample(x: ArrayLike, grid: ArrayLike, mode: str = "bilinear", padding_m
             only).
         padding_mode: ``"zeros"`` (points outside read 0), ``"border"`` (clipped to the edge)
             or ``"reflection"`` (reflected at the borders, then clipped).
-        align_corners: -1 and 1 are the corner pixels' centres (True) or edges (False; None:
-            False, as torch).
+        align_corners: -1 and 1 are the corner pixels' centres (True) or edges (False; None
+            too, as torch's default).
 
     Returns:
         The sampled ``(N, C, H_out, W_out)`` or ``(N, C, D_out, H_out, W_out)``.
@@ -541,7 +541,7 @@ affine_grid_op = define_op("affine_grid", _affine_grid_primal, affine_grid_jvp, 
                            lambda out, theta, **_: ())
 
 
-def affine_grid(theta: ArrayLike, size: Sequence[int], align_corners: bool | None = None) -> Array:
+def affine_grid(theta: ArrayLike, size: Sequence[int], align_corners: bool | None = False) -> Array:
     """torch.nn.functional.affine_grid: the sampling grid of the affine maps ``theta``,
     ``grid[n, *p] = theta[n] @ (x_p, y_p[, z_p], 1)`` over the normalized output positions of
     ``size`` (torch's base grid, see ``align_corners``). Linear in ``theta``: JVP the op on the
@@ -551,8 +551,8 @@ def affine_grid(theta: ArrayLike, size: Sequence[int], align_corners: bool | Non
     Args:
         theta: the affine maps ``(N, 2, 3)`` (2-d) or ``(N, 3, 4)`` (3-d), real.
         size: the output image size ``(N, C, H, W)`` or ``(N, C, D, H, W)`` with theta's N.
-        align_corners: -1 and 1 are the corner pixels' centres (True) or edges (False; None:
-            False, as torch).
+        align_corners: -1 and 1 are the corner pixels' centres (True) or edges (False; None
+            too, as torch's default).
 
     Returns:
         The grid ``(N, H, W, 2)`` or ``(N, D, H, W, 3)``, for ``grid_sample``.
