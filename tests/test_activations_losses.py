@@ -685,3 +685,111 @@ def test_norm_eps_traced_jit_once_vmap_and_derivatives_match_finite_differences(
     fd = (np.asarray(f(x, 0.3 + h)) - np.asarray(f(x, 0.3 - h))) / (2 * h)
     np.testing.assert_allclose(jax.jacfwd(f, 1)(x, 0.3), fd, rtol=1e-6, atol=1e-8)  # the VJP: check_grads
     check_grads(lambda x, e: jnp.sin(f(x, e)), (x[:1], 0.3), order=2, modes=("rev",), eps=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------
+# NaN and inf (issue 16): pinned against torch 2.13 in float64, or hand-derived where torch's
+# answer is listed as wrong in tests/test_nonfinite.py.
+
+# (16 entries, the NaN in torch's vectorized loop: see the hardtanh test below for its scalar tail)
+NAN_POINTS = np.concatenate([[-2.0, np.nan, 0.0, 0.5, 3.0], np.linspace(-3.0, 7.0, 11)])
+NAN_CASES = {
+    "relu": (rnn.relu, F.relu),
+    "threshold": (lambda x: rnn.threshold(x, 0.5, -2.0), lambda x: F.threshold(x, 0.5, -2.0)),
+    "hardtanh": (lambda x: rnn.hardtanh(x, -1.0, 2.0), lambda x: F.hardtanh(x, -1.0, 2.0)),
+    "relu6": (rnn.relu6, F.relu6),
+    "leaky_relu": (lambda x: rnn.leaky_relu(x, 0.2), lambda x: F.leaky_relu(x, 0.2)),
+    "prelu": (lambda x: rnn.prelu(x, jnp.asarray([0.3])), lambda x: F.prelu(x, torch.tensor([0.3], dtype=x.dtype))),
+    "softplus": (lambda x: rnn.softplus(x, beta=2, threshold=5), lambda x: F.softplus(x, 2, 5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NAN_CASES))
+def test_switch_activations_at_nan_match_torch(name):
+    # torch's kernels' comparisons: x <= threshold is false at NaN (relu/threshold: NaN, gradient
+    # 1), min < x < max is false (hardtanh: gradient 0), x > 0 is false (leaky_relu/prelu: the slope).
+    ours, theirs = NAN_CASES[name]
+    t = torch.tensor(NAN_POINTS, requires_grad=True)
+    y = theirs(t)
+    (g,) = torch.autograd.grad(y.sum(), t)
+    np.testing.assert_allclose(ours(jnp.asarray(NAN_POINTS)), y.detach().numpy(), rtol=1e-14)
+    np.testing.assert_allclose(jax.grad(lambda v: jnp.sum(ours(v)))(jnp.asarray(NAN_POINTS)), g.numpy(), rtol=1e-14)
+
+
+def test_hardtanh_gradient_at_nan_is_torchs_vectorized_kernels():
+    # torch 2.13's CPU hardtanh_backward is 0 at NaN in its vectorized loop ((x > min) & (x < max)) but 1 in
+    # its scalar tail (x <= min || x >= max ? 0 : g): jaxrules gives 0 wherever the NaN is.
+    x = np.zeros(9)
+    x[[1, 8]] = np.nan
+    t = torch.tensor(x, requires_grad=True)
+    (g,) = torch.autograd.grad(F.hardtanh(t).sum(), t)
+    assert g[1] == 0 and g[8] == 1
+    ours = jax.grad(lambda v: jnp.sum(rnn.hardtanh(v)))(jnp.asarray(x))
+    assert ours[1] == ours[8] == 0
+
+
+def test_prelu_weight_gradient_is_nan_at_a_nan_input_as_torch():
+    w = jnp.asarray([0.3])
+    g = jax.grad(lambda w: jnp.sum(rnn.prelu(jnp.asarray(NAN_POINTS), w)))(w)
+    assert np.isnan(g).all()  # the NaN entry takes the slope branch: d/dw = x = NaN
+
+
+def _bce_logits_torch(x, y, reduction="none", reduce_last=False):
+    t = torch.tensor(x, requires_grad=True)
+    loss = F.binary_cross_entropy_with_logits(t, torch.tensor(y), reduction=reduction)
+    if reduce_last:  # multilabel_soft_margin_loss with torch's linear bce_with_logits form
+        loss = loss.mean(-1).mean()
+    (g,) = torch.autograd.grad(loss.sum(), t)
+    return loss.detach().numpy(), g.numpy()
+
+
+def test_bce_with_logits_is_linear_in_an_infinite_target_as_torch():
+    x = np.array([-2.0, 0.5, 3.0, 1.0])
+    y = np.array([np.inf, -np.inf, np.inf, 0.3])
+    value, grad = jax.value_and_grad(lambda v: jnp.sum(rnn.binary_cross_entropy_with_logits(v, y, reduction="none")))(
+        jnp.asarray(x))
+    t_value, t_grad = _bce_logits_torch(x, y)
+    np.testing.assert_array_equal(rnn.binary_cross_entropy_with_logits(x, y, reduction="none")[:3], t_value[:3])
+    np.testing.assert_allclose(value, t_value.sum())
+    np.testing.assert_allclose(grad, t_grad, rtol=1e-14)
+    # With pos_weight p: (1 - y) x - (1 + (p - 1) y) logsigmoid(x) -> -inf (x + (p - 1) logsigmoid(x)) at y = +inf
+    # (torch: NaN from (p - 1) inf + 1 - inf). x = 3, p = 2: 3 + logsigmoid(3) > 0, so -inf; x = -2: -2 +
+    # logsigmoid(-2) < 0, so +inf.
+    out = rnn.binary_cross_entropy_with_logits(jnp.asarray([3.0, -2.0]), jnp.asarray([np.inf, np.inf]),
+                                               pos_weight=jnp.asarray([2.0, 2.0]), reduction="none")
+    np.testing.assert_array_equal(out, [-np.inf, np.inf])
+
+
+def test_multilabel_soft_margin_loss_infinite_target_torch_wrong():
+    # Listed in TORCH_WRONG: torch's two-term form gives inf - inf; the loss is linear in the target, which is
+    # what torch's own bce_with_logits (mean over the classes, then the batch) computes.
+    x = np.array([[-2.0, 0.5, 3.0], [1.0, 1.5, 0.25]])
+    y = np.array([[np.inf, 0.2, 0.7], [0.0, -np.inf, 1.0]])
+    value, grad = jax.value_and_grad(lambda v: rnn.multilabel_soft_margin_loss(v, y))(jnp.asarray(x))
+    t_value, t_grad = _bce_logits_torch(x, y, reduce_last=True)
+    assert np.isnan(float(F.multilabel_soft_margin_loss(torch.tensor(x), torch.tensor(y))))  # torch's answer
+    assert t_value == value == np.inf  # -y x: +inf (x = -2, y = +inf) plus +inf (x = 1.5, y = -inf)
+    np.testing.assert_allclose(grad, t_grad, rtol=1e-14)
+
+
+def test_gaussian_nll_var_nonfinite():
+    x, y = jnp.asarray([1.0, 2.0, 0.5]), jnp.asarray([0.0, 1.0, 0.5])
+    # +inf: the loss +inf (log var) and the gradients their limits 0 (torch's).
+    var = jnp.asarray([1.0, np.inf, 2.0])
+    grads = jax.grad(lambda x, y, v: rnn.gaussian_nll_loss(x, y, v), argnums=(0, 1, 2))(x, y, var)
+    assert [float(g[1]) for g in grads] == [0.0, 0.0, 0.0]
+    # A negative var: torch raises; here a ValueError when concrete, NaN when traced (jit cannot raise).
+    var = jnp.asarray([1.0, -1.0, 2.0])
+    with pytest.raises(ValueError, match="gaussian_nll_loss: var has negative"):
+        rnn.gaussian_nll_loss(x, y, var)
+    out = jax.jit(lambda v: rnn.gaussian_nll_loss(x, y, v, reduction="none"))(var)
+    out = np.asarray(out)
+    assert np.isnan(out[1]) and np.isfinite(out[[0, 2]]).all()
+
+
+def test_kl_div_negative_and_nan_targets_are_nan_as_torch():
+    x = np.array([-1.0, -0.5, 0.2, -2.0, 0.1])
+    t = np.array([-0.5, np.nan, 0.0, 0.3, -np.inf])
+    expected = F.kl_div(torch.tensor(x), torch.tensor(t), reduction="none").numpy()
+    np.testing.assert_allclose(rnn.kl_div(x, t, reduction="none"), expected, rtol=1e-14)
+    assert np.isnan(expected[[0, 1, 4]]).all() and expected[2] == 0

@@ -26,14 +26,13 @@ def _bce_primal(x, y, **_):
 
 
 def _bce_logits_primal(x, y, pos_weight, **_):
-    """``-(p y logsigmoid(x) + (1 - y) logsigmoid(-x))``. For finite x as torch's ``(1 - y) x - (1 +
-    (p - 1) y) logsigmoid(x)``, linear in y (a +-inf target gives +-inf, not inf - inf; the
-    ``(p - 1) y`` term dropped at p = 1, not 0 inf); at x = +-inf the two-term form, where one
-    log-sigmoid is 0 (torch's form gives inf - inf there)."""
-    log_sig = jax.nn.log_sigmoid(x)
-    weighted = jnp.where(pos_weight == 1, 0, (pos_weight - 1) * y * log_sig)  # (no 0 * inf at p = 1)
-    linear = (1 - y) * x - log_sig - weighted
-    return jnp.where(jnp.isinf(x), -(pos_weight * y * log_sig + (1 - y) * jax.nn.log_sigmoid(-x)), linear)
+    """``-(p y logsigmoid(x) + (1 - y) logsigmoid(-x))``. For finite x as ``-logsigmoid(-x) - y (x +
+    (p - 1) logsigmoid(x))`` (at p = 1 torch's ``(1 - y) x - logsigmoid(x)``), linear in y: a +-inf
+    target gives +-inf, not inf - inf; at x = +-inf the two-term form, where one log-sigmoid is 0
+    (the linear form gives inf - inf there)."""
+    log_sig, log_sig_neg = jax.nn.log_sigmoid(x), jax.nn.log_sigmoid(-x)
+    linear = -log_sig_neg - y * (x + (pos_weight - 1) * log_sig)
+    return jnp.where(jnp.isinf(x), -(pos_weight * y * log_sig + (1 - y) * log_sig_neg), linear)
 
 
 def _bce_logits_derivatives(x, y, pos_weight):
