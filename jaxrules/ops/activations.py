@@ -9,7 +9,8 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
+from jax import Array, lax
+from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
@@ -140,29 +141,61 @@ def _real(op, x):
     return x
 
 
-def threshold(x, threshold, value):
-    """torch.nn.functional.threshold: ``x`` where ``x > threshold``, else ``value``; derivative
-    ``[x > threshold]`` (torch ``threshold_backward``, 0 at the threshold). ``threshold`` and
-    ``value`` may be arrays or tracers (jit, vmap); ``value``'s derivative is ``[x <=
-    threshold]``, the threshold gets none (a switch point)."""
+def threshold(x: ArrayLike, threshold: float | ArrayLike, value: float | ArrayLike) -> Array:
+    """Thresholding, ``value if x <= threshold else x``; mirrors ``torch.nn.functional.threshold``.
+
+    The derivative is ``[not x <= threshold]`` (torch's ``threshold_backward``: 0 at the threshold,
+    1 at NaN, which passes through as torch's). ``value``'s derivative is ``[x <= threshold]``; the
+    threshold gets none (a switch point).
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+        threshold: the threshold, a number, an array broadcasting against ``x``, or a tracer (jit,
+            vmap).
+        value: the replacement where ``x <= threshold``, a number, an array or a tracer.
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
     x = _real("threshold", x)
     return _threshold(x, V.hyperparameter("threshold", "threshold", threshold, x),
                       V.hyperparameter("threshold", "value", value, x))
 
 
-def relu(x):
-    """``max(x, 0)`` with derivative ``[x > 0]`` (torch's: 0 at 0, as ``jax.nn.relu``)."""
+def relu(x: ArrayLike) -> Array:
+    """Rectified linear unit, ``max(x, 0)``; mirrors ``torch.relu`` (and ``jax.nn.relu``).
+
+    Derivative ``[x > 0]``: 0 at 0 (torch's ``threshold_backward``); NaN passes through with
+    derivative 1, as torch's.
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
     x = _real("relu", x)
     zero = jnp.zeros((), x.dtype)
     return _threshold(x, zero, zero)
 
 
-def hardtanh(x, min_val=-1.0, max_val=1.0):
-    """torch.nn.functional.hardtanh: ``clip(x, min_val, max_val)``; derivative ``[min_val < x <
-    max_val]`` (torch ``hardtanh_backward``: 0 at the bounds, where ``jax.nn.hard_tanh`` gives 1).
-    Also ``hard_tanh`` (jax.nn's name) and ``relu6``. The bounds may be arrays or tracers (jit,
-    vmap, grad: ``[x <= min_val]`` and ``[x >= max_val]``); ``min_val <= max_val`` is checked when
-    both are concrete."""
+def hardtanh(x: ArrayLike, min_val: float | ArrayLike = -1.0, max_val: float | ArrayLike = 1.0) -> Array:
+    """Hard tanh, ``clip(x, min_val, max_val)``; mirrors ``torch.nn.functional.hardtanh``.
+
+    Derivative ``[min_val < x < max_val]`` (torch's ``hardtanh_backward``: 0 at the bounds, where
+    ``jax.nn.hard_tanh`` gives 1; 0 at NaN, as torch's vectorized kernel; its scalar tail gives 1).
+    The bounds may be arrays or tracers (jit, vmap, grad: their derivatives are ``[x <= min_val]``
+    and ``[x >= max_val]``). Also ``hard_tanh`` (jax.nn's name) and ``relu6``.
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+        min_val: the lower bound, a number, an array or a tracer.
+        max_val: the upper bound; ``min_val <= max_val`` is checked (``ValueError``) when both are
+            concrete, at run time (``jaxrules.checked``) when traced.
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
 
     x = _real("hardtanh", x)
     lo = V.hyperparameter("hardtanh", "min_val", min_val, x)
@@ -177,33 +210,77 @@ def hardtanh(x, min_val=-1.0, max_val=1.0):
     return _hardtanh(x, lo, hi)
 
 
-def hard_tanh(x):
-    """``jax.nn.hard_tanh`` with torch's derivative at +-1 (0): ``hardtanh(x)``."""
+def hard_tanh(x: ArrayLike) -> Array:
+    """``clip(x, -1, 1)``, ``jax.nn.hard_tanh`` with torch's derivative at +-1 (0): ``hardtanh(x)``.
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
     return hardtanh(x)
 
 
-def relu6(x):
-    """``min(max(x, 0), 6)``, torch's ``hardtanh(x, 0, 6)``: derivative 0 at 0 and 6."""
+def relu6(x: ArrayLike) -> Array:
+    """``min(max(x, 0), 6)``; mirrors ``torch.nn.functional.relu6`` (``hardtanh(x, 0, 6)``).
+
+    Derivative ``[0 < x < 6]``: 0 at 0 and 6 (torch's ``hardtanh_backward``) and at NaN.
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
     return hardtanh(x, 0.0, 6.0)
 
 
-def leaky_relu(x, negative_slope=0.01):
-    """``x`` for x > 0, ``negative_slope x`` otherwise; derivative ``negative_slope`` at 0 (torch
-    ``leaky_relu_backward``; ``jax.nn.leaky_relu`` gives 1). ``negative_slope`` may be an array
-    or a tracer (jit, vmap, grad: its derivative is ``x`` for x <= 0, else 0)."""
+def leaky_relu(x: ArrayLike, negative_slope: float | ArrayLike = 0.01) -> Array:
+    """Leaky ReLU, ``x if x > 0 else negative_slope x``; mirrors ``torch.nn.functional.leaky_relu``.
+
+    Derivative 1 for x > 0, ``negative_slope`` otherwise: at 0 and at NaN too (torch's
+    ``leaky_relu_backward``; ``jax.nn.leaky_relu`` gives 1 at 0).
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+        negative_slope: the slope for x <= 0, a number, an array or a tracer (jit, vmap, grad: its
+            derivative is ``x`` for x <= 0, else 0).
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
     x = _real("leaky_relu", x)
     return _leaky_relu(x, V.hyperparameter("leaky_relu", "negative_slope", negative_slope, x))
 
 
-def hardsigmoid(x):
-    """torch's hardsigmoid ``relu6(x + 3) / 6``; derivative 1/6 strictly inside (-3, 3), 0 at +-3
-    (torch ``hardsigmoid_backward``). Also ``hard_sigmoid`` (jax.nn's name)."""
+def hardsigmoid(x: ArrayLike) -> Array:
+    """Hard sigmoid, ``relu6(x + 3) / 6``; mirrors ``torch.nn.functional.hardsigmoid``.
+
+    Derivative 1/6 strictly inside (-3, 3), 0 at +-3 (torch's ``hardsigmoid_backward``). Also
+    ``hard_sigmoid`` (jax.nn's name).
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
     return _hardsigmoid(_real("hardsigmoid", x))
 
 
-def hardswish(x):
-    """torch's hardswish ``x relu6(x + 3) / 6``; derivative ``x/3 + 1/2`` inside (-3, 3), 0 at
-    -3 and 1 at 3 (torch 2.13's ``hardswish_backward``). Also ``hard_swish`` (jax.nn's name)."""
+def hardswish(x: ArrayLike) -> Array:
+    """Hard swish, ``x relu6(x + 3) / 6``; mirrors ``torch.nn.functional.hardswish``.
+
+    Derivative ``x/3 + 1/2`` inside (-3, 3), 0 at -3 and 1 at 3 (torch 2.13's
+    ``hardswish_backward``); NaN at NaN. Also ``hard_swish`` (jax.nn's name).
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
     return _hardswish(_real("hardswish", x))
 
 
@@ -211,10 +288,20 @@ hard_sigmoid = hardsigmoid
 hard_swish = hardswish
 
 
-def prelu(x, weight):
-    """torch.nn.functional.prelu: ``x`` for x > 0, ``weight x`` otherwise, ``weight`` one value
-    (shape () or (1,)) or one per channel (C,) at axis 1; torch ``_prelu_kernel_backward`` (the
-    weight's branch at 0), the weight's gradient summed over the other axes."""
+def prelu(x: ArrayLike, weight: ArrayLike) -> Array:
+    """Parametric ReLU, ``x if x > 0 else weight x``; mirrors ``torch.nn.functional.prelu``.
+
+    Derivatives as torch's ``_prelu_kernel_backward``: the weight's branch at 0 and at NaN; the
+    weight's gradient (``x`` where x <= 0) summed over the other axes.
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+        weight: the slopes, one value (shape () or (1,)) or one per channel, shape (C,) for the
+            channels at axis 1 (``ValueError`` otherwise).
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
     x = _real("prelu", x)
     w = V.array("prelu", "weight", weight)
     if jnp.iscomplexobj(w) or w.ndim > 1:
@@ -228,23 +315,54 @@ def prelu(x, weight):
     return _prelu(x, w.astype(x.dtype)).astype(x.dtype)
 
 
-def silu(x):
-    """``x sigmoid(x)``; seed ``infinitely_differentiable_silu_backward``."""
+def silu(x: ArrayLike) -> Array:
+    """SiLU (swish), ``x sigmoid(x)``; mirrors ``torch.nn.functional.silu`` (and ``jax.nn.silu``).
+
+    Derivative ``s (1 + x (1 - s))``, ``s = sigmoid(x)`` (seed
+    ``infinitely_differentiable_silu_backward``). Also ``swish``.
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
     return _silu(_real("silu", x))
 
 
 swish = silu
 
 
-def mish(x):
-    """``x tanh(softplus(x))``; finite second derivative at large x (torch: NaN at 800)."""
+def mish(x: ArrayLike) -> Array:
+    """Mish, ``x tanh(softplus(x))``; mirrors ``torch.nn.functional.mish``.
+
+    Seed ``infinitely_differentiable_mish_backward``; the second derivative is finite at large x
+    (torch: NaN at 800).
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
     return _mish(_real("mish", x))
 
 
-def gelu(x, approximate: bool | str = True):
-    """GELU: the tanh approximation for ``approximate=True`` (jax.nn's default) or ``"tanh"``
-    (torch's spelling), the exact ``x Phi(x)`` for ``False`` or ``"none"`` (torch's default);
-    torch ``gelu_backward``."""
+def gelu(x: ArrayLike, approximate: bool | str = True) -> Array:
+    """GELU, ``x Phi(x)`` or its tanh approximation; mirrors ``torch.nn.functional.gelu`` (and
+    ``jax.nn.gelu``).
+
+    The tanh approximation ``x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2`` for ``True`` (jax.nn's
+    default) or ``"tanh"`` (torch's spelling); the exact ``x Phi(x)`` for ``False`` or ``"none"``
+    (torch's default). Derivatives: torch's ``gelu_backward`` and ``gelu_double_backward``.
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+        approximate: ``True``/``"tanh"`` or ``False``/``"none"`` (any other value: ``ValueError``).
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
     return _gelu(_real("gelu", x), approximate=_gelu_approximate(approximate))
 
 
@@ -258,43 +376,91 @@ def _gelu_approximate(approximate) -> bool:
     raise ValueError(f"gelu: approximate must be True, False, 'tanh' or 'none' (torch's spellings), got {approximate!r}")
 
 
-def elu(x, alpha=1.0):
-    """``x`` for x > 0, ``alpha (exp(x) - 1)`` otherwise; torch's derivative at 0 (the alpha
-    branch) and second derivative at 0 (0; JAX gives alpha). ``alpha`` may be an array or a
-    tracer (jit, vmap, grad: its derivative is ``exp(x) - 1`` for x <= 0, else 0)."""
+def elu(x: ArrayLike, alpha: float | ArrayLike = 1.0) -> Array:
+    """ELU, ``x if x > 0 else alpha (exp(x) - 1)``; mirrors ``torch.nn.functional.elu``.
+
+    Torch's derivative at 0 (the alpha branch) and second derivative at 0 (0; JAX gives alpha),
+    seeds ``elu_backward`` / ``elu_double_backward``.
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+        alpha: the negative branch's scale, a number, an array or a tracer (jit, vmap, grad: its
+            derivative is ``exp(x) - 1`` for x <= 0, else 0).
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
     x = _real("elu", x)
     return _elu(x, V.hyperparameter("elu", "alpha", alpha, x), scale=1.0, celu=False)
 
 
-def selu(x):
-    """``scale elu(x, alpha)`` with the SELU constants; torch's derivatives at 0."""
+def selu(x: ArrayLike) -> Array:
+    """SELU, ``scale elu(x, alpha)`` with the SELU constants; mirrors ``torch.nn.functional.selu``.
+
+    Torch's derivatives at 0 (``elu_backward`` with the scales).
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
     x = _real("selu", x)
     return _elu(x, jnp.asarray(_SELU_ALPHA, x.dtype), scale=_SELU_SCALE, celu=False)
 
 
-def celu(x, alpha=1.0):
-    """``max(0, x) + min(0, alpha (exp(x/alpha) - 1))``; torch's second derivative at 0 (0; JAX
-    gives 1/alpha). ``alpha`` (positive, checked when concrete) may be an array or a tracer
-    (jit, vmap, grad: its derivative is ``exp(x/alpha) - 1 - (x/alpha) exp(x/alpha)`` for
-    x <= 0, else 0)."""
+def celu(x: ArrayLike, alpha: float | ArrayLike = 1.0) -> Array:
+    """CELU, ``max(0, x) + min(0, alpha (exp(x/alpha) - 1))``; mirrors ``torch.nn.functional.celu``.
+
+    Torch's second derivative at 0 (0; JAX gives 1/alpha).
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+        alpha: positive (checked when concrete), a number, an array or a tracer (jit, vmap, grad:
+            its derivative is ``exp(x/alpha) - 1 - (x/alpha) exp(x/alpha)`` for x <= 0, else 0).
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
     x = _real("celu", x)
     return _elu(x, V.hyperparameter("celu", "alpha", alpha, x, low=0), scale=1.0, celu=True)
 
 
-def softplus(x, *, beta=1, threshold=20):
-    """torch's softplus: ``log(1 + exp(beta x)) / beta``, linear where ``beta x > threshold``;
-    torch ``softplus_backward`` / ``softplus_double_backward``. ``beta``, ``threshold``: torch's
-    extras, keyword-only after ``jax.nn.softplus``'s parameters; both may be arrays or tracers
-    (jit, vmap); ``grad`` w.r.t. ``beta`` is ``(x sigmoid(beta x) - softplus(beta x) / beta) /
-    beta`` below the threshold, 0 above; the threshold gets none (a switch point)."""
+def softplus(x: ArrayLike, *, beta: float | ArrayLike = 1, threshold: float | ArrayLike = 20) -> Array:
+    """Softplus, ``log(1 + exp(beta x)) / beta``, ``x`` where ``beta x > threshold``; mirrors
+    ``torch.nn.functional.softplus``.
+
+    Derivatives: torch's ``softplus_backward`` (``sigmoid(beta x)``, 1 above the threshold, NaN at
+    NaN) and ``softplus_double_backward``.
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+        beta: positive, torch's extra (keyword-only after ``jax.nn.softplus``'s parameters); a
+            number, an array or a tracer (grad: ``(x sigmoid(beta x) - softplus(beta x) / beta) /
+            beta`` below the threshold, 0 above).
+        threshold: where the linear branch starts (in ``beta x``); a number, an array or a tracer
+            (no gradient: a switch point).
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
     x = _real("softplus", x)
     beta = V.hyperparameter("softplus", "beta", beta, x, low=0)
     threshold = V.hyperparameter("softplus", "threshold", threshold, x)
     return _softplus(x, beta, threshold)
 
 
-def log_sigmoid(x):
-    """``log(sigmoid(x))``; derivative ``sigmoid(-x)``, stable at +-800."""
+def log_sigmoid(x: ArrayLike) -> Array:
+    """``log(sigmoid(x))``; mirrors ``torch.nn.functional.logsigmoid`` (and ``jax.nn.log_sigmoid``).
+
+    Derivative ``sigmoid(-x)``, stable at +-800 (seed ``log_sigmoid_double_backward``).
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
     return _log_sigmoid(_real("log_sigmoid", x))
 
 
@@ -312,31 +478,62 @@ def _softmax_args(op, x, axis, where):
     return x, axes, jnp.broadcast_to(mask, x.shape)
 
 
-def softmax(x, axis=-1, where=None):
-    """Softmax over ``axis`` (an int, a tuple, or None: all axes); VJP torch's
-    ``_softmax_backward_data``, double backward seed ``softmax_double_backward``; -inf logits
-    are fine. ``where`` (jax.nn's mask): the softmax of the included entries, 0 elsewhere (0 on
-    a slice with none), and the masked formulas: ``y (t - sum(y t))`` with ``y`` 0 off the
-    mask, so masked entries get no gradient."""
+def softmax(x: ArrayLike, axis: int | tuple[int, ...] | None = -1, where: ArrayLike | None = None) -> Array:
+    """Softmax, ``exp(x) / sum(exp(x))`` over ``axis``; mirrors ``torch.softmax`` (and ``jax.nn.softmax``).
+
+    VJP torch's ``_softmax_backward_data``, ``y (g - sum(y g))``; double backward seed
+    ``softmax_double_backward``; -inf logits are fine.
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+        axis: an int, a tuple of ints, or None (all axes), as jax.nn (torch's ``dim``).
+        where: jax.nn's mask, a boolean array broadcasting against ``x``: the softmax of the
+            included entries, 0 elsewhere (0 on a slice with none), and masked entries get no
+            gradient (``y`` is 0 off the mask).
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
     x, axes, mask = _softmax_args("softmax", x, axis, where)
     if mask is None:
         return softmax_op(x, axis=axes[0] if len(axes) == 1 else axes)
     return masked_softmax_op(x, mask, axis=axes)
 
 
-def log_softmax(x, axis=-1, where=None):
-    """Log-softmax over ``axis`` (an int, a tuple, or None); VJP torch's
-    ``_log_softmax_backward_data``. ``where``: over the included entries, -inf elsewhere (as
-    jax.nn), with the masked formula (no gradient to or from the masked entries)."""
+def log_softmax(x: ArrayLike, axis: int | tuple[int, ...] | None = -1, where: ArrayLike | None = None) -> Array:
+    """Log-softmax, ``x - log(sum(exp(x)))`` over ``axis``; mirrors ``torch.log_softmax`` (and
+    ``jax.nn.log_softmax``).
+
+    VJP torch's ``_log_softmax_backward_data``, ``g - softmax(x) sum(g)``.
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+        axis: an int, a tuple of ints, or None (all axes).
+        where: a boolean mask broadcasting against ``x``: the log-softmax over the included
+            entries, -inf elsewhere (as jax.nn), with no gradient to or from the masked entries.
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
     x, axes, mask = _softmax_args("log_softmax", x, axis, where)
     if mask is None:
         return log_softmax_op(x, axis=axes[0] if len(axes) == 1 else axes)
     return masked_log_softmax_op(x, mask, axis=axes)
 
 
-def glu(x, axis=-1):
-    """``a sigmoid(b)`` with ``a, b`` the halves of ``x`` along ``axis``; torch ``glu_backward``
-    (double backward: its derivative)."""
+def glu(x: ArrayLike, axis: int = -1) -> Array:
+    """Gated linear unit, ``a sigmoid(b)`` with ``a, b`` the halves of ``x`` along ``axis``; mirrors
+    ``torch.nn.functional.glu`` (and ``jax.nn.glu``).
+
+    Derivatives torch's ``glu_backward`` and ``glu_double_backward``.
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+        axis: the axis to split (torch's ``dim``); its size must be even (``ValueError``).
+
+    Returns:
+        An array of ``x``'s shape with ``axis`` halved.
+    """
     x = _real("glu", x)
     ax = V.single_axis("glu", x.ndim, axis)
     if x.shape[ax] % 2:
@@ -344,12 +541,26 @@ def glu(x, axis=-1):
     return glu_op(x, axis=ax)
 
 
-def dropout(x, p=0.5, training=True, *, key=None):
-    """torch's dropout with an explicit PRNG ``key``: zero each entry with probability ``p`` and
-    scale the rest by ``1/(1 - p)`` (all zero when p = 1); identity when not training. Saves the
-    boolean mask only (seed ``infinitely_differentiable_native_dropout_backward``). ``p`` may be
-    an array or a tracer (jit, vmap; checked in [0, 1] when concrete); it gets no gradient (the
-    mask is sampled: the expectation, ``x``, does not depend on p)."""
+def dropout(x: ArrayLike, p: float | ArrayLike = 0.5, training: bool = True, *, key: Array | None = None) -> Array:
+    """Dropout, ``x mask / (1 - p)`` with ``mask ~ Bernoulli(1 - p)``; mirrors
+    ``torch.nn.functional.dropout`` with an explicit PRNG key.
+
+    Each entry is zeroed with probability ``p`` and the rest scaled by ``1/(1 - p)`` (all zero
+    when p = 1); the identity when not training or p = 0. Only the boolean mask is saved (seed
+    ``infinitely_differentiable_native_dropout_backward``); a dropped entry is 0 even where ``x``
+    is NaN or infinite.
+
+    Args:
+        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+        p: the drop probability in [0, 1] (checked when concrete; at run time when traced), a
+            scalar number, array or tracer; it gets no gradient (the mask is sampled: the
+            expectation, ``x``, does not depend on p).
+        training: apply dropout (else return ``x``).
+        key: a ``jax.random`` key, required when training with p > 0 (``ValueError``).
+
+    Returns:
+        An array of ``x``'s shape and (floating) dtype.
+    """
 
     x = _real("dropout", x)
     # (in the default float dtype, not x's: the mask must not depend on x's precision)
