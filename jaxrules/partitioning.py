@@ -24,8 +24,10 @@ padded rows would enter the sums. The launch parameters are recomputed for the s
 In a process with one device the kernels are called directly; on one device of several, under
 ``shard_map`` (every mesh axis manual) or with no sharding at all, JAX lowers the kernel as it
 is. (``jax.export`` of these kernels in a process with several devices trips an assertion in
-jax 0.10's ``custom_partitioning`` lowering, which finds no device assignment.) Under ``vmap`` the kernels run unpartitioned (``custom_vmap``: the
-kernel under ``jax.vmap``).
+jax 0.10's ``custom_partitioning`` lowering, which finds no device assignment.) Under ``vmap``
+the kernels run unpartitioned (``custom_vmap``: the kernel under ``jax.vmap``). Under an
+``Explicit`` mesh the shardings are known when tracing: the same ``partition`` callbacks decide
+then and the kernels run under ``jax.shard_map``.
 """
 
 from __future__ import annotations
@@ -144,6 +146,16 @@ def explicit_mesh(arrays):
         if types and mesh.size > 1 and all(t == jax.sharding.AxisType.Explicit for t in types):
             return mesh
     return None
+
+
+def replicated(v):
+    """``v`` resharded to replicated where its type is sharded over an ``Explicit`` mesh (FSDP-style
+    weights: gathered for the normalization, their gradients sharded back by the transpose);
+    else ``v``."""
+    sharding = getattr(jax.typeof(v), "sharding", None)
+    if explicit_mesh([v]) is None or all(e is None for e in getattr(sharding, "spec", ())):
+        return v
+    return jax.sharding.reshard(v, PSpec())
 
 
 def _explicit_call(partition, impl, mesh, arrays, statics):
@@ -384,5 +396,5 @@ def grouped_backward(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout: 
     return dx.reshape(x3.shape), sum_g.reshape(row_weight.shape), sum_gxhat.reshape(row_weight.shape)
 
 
-__all__ = ["dim_axes", "even_axes", "explicit_mesh", "grouped_backward", "grouped_stats", "layer_norm_backward", "layer_norm_forward",
-           "local_shape", "named", "shards"]
+__all__ = ["dim_axes", "even_axes", "explicit_mesh", "grouped_backward", "grouped_stats", "layer_norm_backward",
+           "layer_norm_forward", "local_shape", "named", "replicated", "shards"]

@@ -26,9 +26,8 @@ import numpy as np
 from jax import lax
 
 from jaxrules import _validate as V
-from jaxrules import dispatch
+from jaxrules import dispatch, partitioning
 from jaxrules import jvp_rules as J
-from jaxrules import partitioning
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
 from jaxrules.batching import affine_norm_batch_rule
@@ -176,7 +175,7 @@ def _affine_vectors(op, x, channels, weight, bias):
     weight keeps its dtype (float32 weights of a bfloat16 input stay float32 inside the op)."""
     w = _affine(op, jnp.ones(channels, x.dtype), weight, None, channels, 0, keep_dtype=False)
     b = _affine(op, jnp.zeros(channels, x.dtype), None, bias, channels, 0, keep_dtype=False)
-    return w, b
+    return partitioning.replicated(w), partitioning.replicated(b)
 
 
 def _grouped_norm(op, x, weight, bias, *, layout, groups, eps, launch):
@@ -350,7 +349,7 @@ def _grouped_channels(name, v, channels, groups):
     v = V.array("group_norm", name, v)
     if v.shape != (channels,):
         raise ValueError(f"group_norm: {name} must have shape ({channels},), got {v.shape}")
-    return v.reshape(groups, -1)
+    return partitioning.replicated(v).reshape(groups, -1)
 
 
 def batch_norm(
