@@ -10,6 +10,8 @@ import numbers
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import Array
+from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
 from jaxrules import partials as P
@@ -159,17 +161,45 @@ def _weighted(op, loss, weight):
     return loss * w
 
 
-def binary_cross_entropy(input, target, weight=None, reduction="mean"):
-    """torch's BCE on probabilities, logs clamped at -100. Both derivatives are those of the
-    clamped forward (torch's target gradient is ``-logit(x)``, infinite at x in {0, 1}; its input
-    gradient divides by ``max(x(1 - x), 1e-12)``)."""
+def binary_cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = None, reduction: str = "mean") -> Array:
+    """Binary cross entropy on probabilities, ``-(y log x + (1 - y) log(1 - x))``, the logs clamped
+    at -100; mirrors ``torch.nn.functional.binary_cross_entropy``.
+
+    Both derivatives are those of the clamped forward (torch's target gradient is ``-logit(x)``,
+    infinite at x in {0, 1}; its input gradient divides by ``max(x (1 - x), 1e-12)``).
+
+    Args:
+        input: the probabilities ``x``.
+        target: the targets, ``input``'s shape (``ValueError`` otherwise); the dtypes are promoted.
+        weight: per-element weights broadcasting against the losses, or None.
+        reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
+            ``apply_loss_reduction``; anything else: ``ValueError``).
+
+    Returns:
+        The pointwise losses (the inputs' shape) for ``"none"``, else a 0-d array.
+    """
     x, y = _pair("binary_cross_entropy", input, target, reduction)
     return _reduce("binary_cross_entropy", _weighted("binary_cross_entropy", _bce(x, y), weight), reduction)
 
 
-def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None, reduction="mean"):
-    """torch's BCE on logits with ``pos_weight`` (broadcast over the last axis), stable at |x| =
-    800; seed ``binary_cross_entropy_with_logits_backward`` and ``..._target_backward``."""
+def binary_cross_entropy_with_logits(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = None, pos_weight: ArrayLike | None = None, reduction: str = "mean") -> Array:
+    """Binary cross entropy on logits, ``-(p y logsigmoid(x) + (1 - y) logsigmoid(-x))``; mirrors
+    ``torch.nn.functional.binary_cross_entropy_with_logits``.
+
+    Stable at |x| = 800, linear in the target (an infinite target gives +-inf, as torch's);
+    seeds ``binary_cross_entropy_with_logits_backward`` and ``..._target_backward``.
+
+    Args:
+        input: the logits ``x``.
+        target: the targets, ``input``'s shape (``ValueError`` otherwise); the dtypes are promoted.
+        weight: per-element weights broadcasting against the losses, or None.
+        pos_weight: ``p``, the positive class's weight, broadcasting over the last axis (None: 1).
+        reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
+            ``apply_loss_reduction``; anything else: ``ValueError``).
+
+    Returns:
+        The pointwise losses (the inputs' shape) for ``"none"``, else a 0-d array.
+    """
     op = "binary_cross_entropy_with_logits"
     x, y = _pair(op, input, target, reduction)
     pw = jnp.ones((), x.dtype) if pos_weight is None else V.array(op, "pos_weight", pos_weight).astype(x.dtype)
@@ -177,23 +207,61 @@ def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None
     return _reduce(op, _weighted(op, _bce_logits(x, y, pw), weight), reduction)
 
 
-def mse_loss(input, target, reduction="mean"):
-    """``(x - y)^2``; seed ``mse_loss_double_backward``."""
+def mse_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean") -> Array:
+    """Mean squared error, ``(x - y)^2``; mirrors ``torch.nn.functional.mse_loss``.
+
+    Seed ``mse_loss_double_backward``.
+
+    Args:
+        input: the predictions ``x``.
+        target: the targets, ``input``'s shape (``ValueError`` otherwise); the dtypes are promoted.
+        reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
+            ``apply_loss_reduction``; anything else: ``ValueError``).
+
+    Returns:
+        The pointwise losses (the inputs' shape) for ``"none"``, else a 0-d array.
+    """
     x, y = _pair("mse_loss", input, target, reduction)
     return _reduce("mse_loss", _mse(x, y), reduction)
 
 
-def l1_loss(input, target, reduction="mean"):
-    """torch.nn.functional.l1_loss: ``|x - y|``; derivative ``sgn(x - y)``, 0 where x == y (torch)."""
+def l1_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean") -> Array:
+    """Absolute error, ``|x - y|``; mirrors ``torch.nn.functional.l1_loss``.
+
+    Derivative ``sgn(x - y)``: 0 where x == y and where the difference is NaN (torch's ``sgn``
+    backward; torch.sign(NaN) = 0).
+
+    Args:
+        input: the predictions ``x``.
+        target: the targets, ``input``'s shape (``ValueError`` otherwise); the dtypes are promoted.
+        reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
+            ``apply_loss_reduction``; anything else: ``ValueError``).
+
+    Returns:
+        The pointwise losses (the inputs' shape) for ``"none"``, else a 0-d array.
+    """
     x, y = _pair("l1_loss", input, target, reduction)
     return _reduce("l1_loss", _l1(x, y), reduction)
 
 
-def kl_div(input, target, reduction="mean", log_target=False):
-    """torch.nn.functional.kl_div with ``input`` log-probabilities: ``target (log target - input)``
-    (0 where target == 0), or ``exp(target) (target - input)`` with ``log_target``; reductions
-    "none", "sum", "mean" (over every element, torch's default) and "batchmean" (sum / input's
-    first dimension). The target's derivative at target == 0 is ``-inf``, as torch's."""
+def kl_div(input: ArrayLike, target: ArrayLike, reduction: str = "mean", log_target: bool = False) -> Array:
+    """Kullback-Leibler divergence, ``t (log t - x)`` with ``input`` log-probabilities ``x``; mirrors
+    ``torch.nn.functional.kl_div``.
+
+    0 where t == 0, NaN at a negative or NaN target (torch's ``xlogy(t, t) - t x``); with
+    ``log_target``, ``exp(t) (t - x)``. The target's derivative at t == 0 is ``-inf``, the
+    one-sided slope of ``t log t`` (torch: NaN).
+
+    Args:
+        input: the log-probabilities ``x``.
+        target: the probabilities ``t`` (log-probabilities with ``log_target``), ``input``'s shape.
+        reduction: ``"none"``, ``"sum"``, ``"mean"`` (over every element, torch's default) or
+            ``"batchmean"`` (the sum divided by input's first dimension).
+        log_target: whether ``target`` holds log-probabilities.
+
+    Returns:
+        The pointwise terms (the inputs' shape) for ``"none"``, else a 0-d array.
+    """
     batchmean = reduction == "batchmean"
     x, t = _pair("kl_div", input, target, "sum" if batchmean else reduction)
     loss = _kl_div(x, t, log_target=bool(log_target))
@@ -208,10 +276,24 @@ def _margin(op, margin, like=None, **checks):
     return V.hyperparameter(op, "margin", margin, like, **checks)
 
 
-def margin_ranking_loss(input1, input2, target, margin=0.0, reduction="mean"):
-    """torch.nn.functional.margin_ranking_loss: ``max(0, -target (input1 - input2) + margin)``;
-    at the hinge's bound the gradient passes (torch's ``clamp_min`` backward). ``margin`` may be
-    an array or a tracer; its derivative is 1 where the hinge is active."""
+def margin_ranking_loss(input1: ArrayLike, input2: ArrayLike, target: ArrayLike, margin: float | ArrayLike = 0.0, reduction: str = "mean") -> Array:
+    """Margin ranking loss, ``max(0, -y (x1 - x2) + margin)``; mirrors
+    ``torch.nn.functional.margin_ranking_loss``.
+
+    At the hinge's bound the gradient passes (torch's ``clamp_min`` backward); where the hinge is
+    inactive it is 0, also at an infinite target; NaN at a NaN target (as torch).
+
+    Args:
+        input1: the first scores ``x1``.
+        input2: the second scores ``x2``, ``input1``'s shape.
+        target: the labels ``y`` (1 or -1), broadcasting against ``input1``.
+        margin: a number, an array or a tracer; its derivative is 1 where the hinge is active.
+        reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
+            ``apply_loss_reduction``; anything else: ``ValueError``).
+
+    Returns:
+        The pointwise losses (the inputs' shape) for ``"none"``, else a 0-d array.
+    """
     x1, x2 = _pair("margin_ranking_loss", input1, input2, reduction)
     margin = _margin("margin_ranking_loss", margin, x1)
     y = V.array("margin_ranking_loss", "target", target)
@@ -219,37 +301,88 @@ def margin_ranking_loss(input1, input2, target, margin=0.0, reduction="mean"):
     return _reduce("margin_ranking_loss", _margin_ranking(x1, x2, y.astype(x1.dtype), margin), reduction)
 
 
-def hinge_embedding_loss(input, target, margin=1.0, reduction="mean"):
-    """torch.nn.functional.hinge_embedding_loss: ``x`` where target is 1, ``max(0, margin - x)``
-    where it is -1 (torch's sum of both masks for other labels); the target gets no gradient.
-    ``margin`` may be an array or a tracer; its derivative is 1 where the hinge is active."""
+def hinge_embedding_loss(input: ArrayLike, target: ArrayLike, margin: float | ArrayLike = 1.0, reduction: str = "mean") -> Array:
+    """Hinge embedding loss, ``x`` where y = 1, ``max(0, margin - x)`` where y = -1; mirrors
+    ``torch.nn.functional.hinge_embedding_loss``.
+
+    For other labels torch's sum of both masks; the target gets no gradient; at the margin the
+    gradient passes (``clamp_min``).
+
+    Args:
+        input: the distances ``x``.
+        target: the targets, ``input``'s shape (``ValueError`` otherwise); the dtypes are promoted.
+        margin: a number, an array or a tracer; its derivative is 1 where the hinge is active.
+        reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
+            ``apply_loss_reduction``; anything else: ``ValueError``).
+
+    Returns:
+        The pointwise losses (the inputs' shape) for ``"none"``, else a 0-d array.
+    """
     x, y = _pair("hinge_embedding_loss", input, target, reduction)
     x, y = V.array("hinge_embedding_loss", "input", input), jax.lax.stop_gradient(y)  # labels: x's dtype
     margin = _margin("hinge_embedding_loss", margin, x)
     return _reduce("hinge_embedding_loss", _hinge_embedding(x, y.astype(x.dtype), margin), reduction)
 
 
-def huber_loss(input, target, reduction="mean", delta=1.0):
-    """torch's huber loss; second derivative ``[|x - y| < delta]`` (seed
-    ``huber_loss_double_backward``). ``delta`` (positive, checked when concrete) may be an array
-    or a tracer; its derivative is ``|x - y| - delta`` outside ``|x - y| < delta``, 0 inside."""
+def huber_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean", delta: float | ArrayLike = 1.0) -> Array:
+    """Huber loss, ``d^2 / 2`` for ``|d| < delta``, else ``delta (|d| - delta / 2)``, ``d = x - y``;
+    mirrors ``torch.nn.functional.huber_loss``.
+
+    Second derivative ``[|d| < delta]`` (seed ``huber_loss_double_backward``).
+
+    Args:
+        input: the predictions ``x``.
+        target: the targets, ``input``'s shape (``ValueError`` otherwise); the dtypes are promoted.
+        reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
+            ``apply_loss_reduction``; anything else: ``ValueError``).
+        delta: positive (checked when concrete), a number, an array or a tracer; its derivative is
+            ``|d| - delta`` outside ``|d| < delta``, 0 inside.
+
+    Returns:
+        The pointwise losses (the inputs' shape) for ``"none"``, else a 0-d array.
+    """
     x, y = _pair("huber_loss", input, target, reduction)
     delta = V.hyperparameter("huber_loss", "delta", delta, x, low=0)
     return _reduce("huber_loss", _huber(x, y, delta), reduction)
 
 
-def smooth_l1_loss(input, target, reduction="mean", beta=1.0):
-    """torch's smooth L1 loss; ``beta=0`` is the L1 loss (seed ``smooth_l1_loss_double_backward``).
-    ``beta`` (non-negative, checked when concrete) may be an array or a tracer; its derivative is
-    ``-(x - y)^2 / (2 beta^2)`` inside ``|x - y| < beta``, ``-1/2`` outside."""
+def smooth_l1_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean", beta: float | ArrayLike = 1.0) -> Array:
+    """Smooth L1 loss, ``d^2 / (2 beta)`` for ``|d| < beta``, else ``|d| - beta / 2``, ``d = x - y``;
+    mirrors ``torch.nn.functional.smooth_l1_loss``.
+
+    ``beta = 0`` is the L1 loss (seed ``smooth_l1_loss_double_backward``).
+
+    Args:
+        input: the predictions ``x``.
+        target: the targets, ``input``'s shape (``ValueError`` otherwise); the dtypes are promoted.
+        reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
+            ``apply_loss_reduction``; anything else: ``ValueError``).
+        beta: non-negative (checked when concrete), a number, an array or a tracer; its derivative
+            is ``-d^2 / (2 beta^2)`` inside ``|d| < beta``, ``-1/2`` outside.
+
+    Returns:
+        The pointwise losses (the inputs' shape) for ``"none"``, else a 0-d array.
+    """
     x, y = _pair("smooth_l1_loss", input, target, reduction)
     beta = V.hyperparameter("smooth_l1_loss", "beta", beta, x, low=0, strict=False)
     return _reduce("smooth_l1_loss", _smooth_l1(x, y, beta), reduction)
 
 
-def soft_margin_loss(input, target, reduction="mean"):
-    """``log(1 + exp(-y x))`` as ``softplus(-y x)``: no overflow at |x| = 800 (torch's backward
-    gives NaN there); seed ``soft_margin_loss_double_backward``."""
+def soft_margin_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean") -> Array:
+    """Soft margin loss, ``log(1 + exp(-y x))``; mirrors ``torch.nn.functional.soft_margin_loss``.
+
+    Computed as ``softplus(-y x)``: no overflow at |x| = 800 (torch's backward gives NaN there);
+    seed ``soft_margin_loss_double_backward``.
+
+    Args:
+        input: the scores ``x``.
+        target: the labels ``y`` (1 or -1), ``input``'s shape.
+        reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
+            ``apply_loss_reduction``; anything else: ``ValueError``).
+
+    Returns:
+        The pointwise losses (the inputs' shape) for ``"none"``, else a 0-d array.
+    """
     x, y = _pair("soft_margin_loss", input, target, reduction)
     return _reduce("soft_margin_loss", _soft_margin(x, y), reduction)
 
@@ -265,14 +398,29 @@ def _real_number(op, name, value):
     return float(value)
 
 
-def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
-    """torch.nn.functional.gaussian_nll_loss: ``(log v + (input - target)^2 / v) / 2`` (plus
-    ``log(2 pi) / 2`` with ``full``), ``v = max(var, eps)``. ``var`` has input's shape, input's
-    shape without the last axis (then unsqueezed), the same rank with the mismatched axes of total
-    size 1 (torch's test), or is a Python float (a constant). As torch 2.13 (``var.clamp_(min=eps)``
-    under ``no_grad``), the clamp passes the gradient straight through: below ``eps`` var's
-    derivative is ``(1 / eps - d^2 / eps^2) / 2`` at every order, not 0. A negative var raises a
-    ValueError when var is concrete (not under jit or vmap)."""
+def gaussian_nll_loss(input: ArrayLike, target: ArrayLike, var: ArrayLike | float, full: bool = False, eps: float | ArrayLike = 1e-6, reduction: str = "mean") -> Array:
+    """Gaussian negative log-likelihood, ``(log v + (x - y)^2 / v) / 2``, ``v = max(var, eps)``;
+    mirrors ``torch.nn.functional.gaussian_nll_loss``.
+
+    As torch 2.13 (``var.clamp_(min=eps)`` under ``no_grad``), the clamp passes the gradient
+    straight through: below ``eps`` var's derivative is ``(1 / eps - d^2 / eps^2) / 2`` at every
+    order, not 0. At var = +inf the gradients are their limits, 0.
+
+    Args:
+        input: the means ``x``.
+        target: the samples ``y``, broadcasting against ``input``.
+        var: the variances: input's shape, input's shape without the last axis (then unsqueezed),
+            the same rank with the mismatched axes of total size 1 (torch's test), or a Python
+            float (a constant). A negative var raises ``ValueError`` when concrete and gives NaN
+            when traced (jit, vmap).
+        full: add the constant ``log(2 pi) / 2``.
+        eps: the clamp's floor, a number, an array or a tracer.
+        reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
+            ``apply_loss_reduction``; anything else: ``ValueError``).
+
+    Returns:
+        The pointwise losses (the inputs' shape) for ``"none"``, else a 0-d array.
+    """
     op = "gaussian_nll_loss"
     _check_reduction(op, reduction)
     x, y = V.array(op, "input", input), V.array(op, "target", target)
@@ -301,22 +449,50 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
     return _reduce(op, loss, reduction)
 
 
-def poisson_nll_loss(input, target, log_input=True, full=False, eps=1e-8, reduction="mean"):
-    """torch.nn.functional.poisson_nll_loss: ``exp(input) - target input`` (``log_input``) or
-    ``input - target log(input + eps)``, plus with ``full`` the Stirling term ``t log t - t +
-    log(2 pi t) / 2`` where ``t > 1``. Both arguments are differentiable; with ``full`` the target's
-    derivative at t = 0 is the one of the unmasked part, ``-input`` (torch: NaN, from ``0 * log 0``
-    in the masked term's backward)."""
+def poisson_nll_loss(input: ArrayLike, target: ArrayLike, log_input: bool = True, full: bool = False, eps: float | ArrayLike = 1e-8, reduction: str = "mean") -> Array:
+    """Poisson negative log-likelihood, ``exp(x) - t x``; mirrors ``torch.nn.functional.poisson_nll_loss``.
+
+    ``x - t log(x + eps)`` without ``log_input``; with ``full`` plus the Stirling term ``t log t - t
+    + log(2 pi t) / 2`` where ``t > 1``. Both arguments are differentiable; with ``full`` the
+    target's derivative at t = 0 is that of the unmasked part, ``-input`` (torch: NaN, from ``0 *
+    log 0`` in the masked term's backward).
+
+    Args:
+        input: the log-rates ``x`` (the rates with ``log_input=False``).
+        target: the counts ``t``, ``input``'s shape.
+        log_input: whether ``input`` is the log-rate.
+        full: add the Stirling term.
+        eps: added to the rate inside the log (without ``log_input``), a number, an array or a tracer.
+        reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
+            ``apply_loss_reduction``; anything else: ``ValueError``).
+
+    Returns:
+        The pointwise losses (the inputs' shape) for ``"none"``, else a 0-d array.
+    """
     op = "poisson_nll_loss"
     x, t = _pair(op, input, target, reduction)
     loss = _poisson_nll(x, t, V.hyperparameter(op, "eps", eps, x), log_input=bool(log_input), full=bool(full))
     return _reduce(op, loss, reduction)
 
 
-def multilabel_soft_margin_loss(input, target, weight=None, reduction="mean"):
-    """torch.nn.functional.multilabel_soft_margin_loss: ``-(y logsigmoid(x) + (1 - y)
-    logsigmoid(-x))`` times ``weight``, averaged over the last (class) axis, then reduced.
-    Composed of the ``bce_with_logits`` op (pos_weight 1), ``sum`` and ``mean``."""
+def multilabel_soft_margin_loss(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = None, reduction: str = "mean") -> Array:
+    """Multi-label soft margin loss, ``-(y logsigmoid(x) + (1 - y) logsigmoid(-x))`` times ``weight``
+    averaged over the last (class) axis; mirrors ``torch.nn.functional.multilabel_soft_margin_loss``.
+
+    Composed of the ``bce_with_logits`` op (pos_weight 1: linear in the target, so an infinite
+    target gives +-inf where torch's two-term form gives NaN), ``sum`` and ``mean``.
+
+    Args:
+        input: the logits ``x``, rank >= 1 (``ValueError`` for 0-d), classes on the last axis.
+        target: the targets, ``input``'s shape (``ValueError`` otherwise); the dtypes are promoted.
+        weight: per-class (or per-element) weights broadcasting against the losses, or None.
+        reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
+            ``apply_loss_reduction``; anything else: ``ValueError``).
+
+    Returns:
+        The per-sample losses (``input``'s shape without the last axis) for ``"none"``, else a 0-d
+        array.
+    """
     op = "multilabel_soft_margin_loss"
     x, y = _pair(op, input, target, reduction)
     if x.ndim == 0:
@@ -328,14 +504,27 @@ def multilabel_soft_margin_loss(input, target, weight=None, reduction="mean"):
 _COS_EPS = float(np.float32(1e-12))  # torch's Loss.cpp EPSILON, a float
 
 
-def cosine_embedding_loss(input1, input2, target, margin=0.0, reduction="mean"):
-    """torch.nn.functional.cosine_embedding_loss: ``1 - cos`` where target is 1, ``max(0, cos -
-    margin)`` where it is -1 (0 for other labels), ``cos = sum(x1 x2) / sqrt((sum(x1^2) + 1e-12)
-    (sum(x2^2) + 1e-12))`` over axis 1 of (N, D) inputs with a (N,) target, or axis 0 of (D,)
-    inputs with a 0-d target (torch's ``EPSILON``, the float32 1e-12 = 9.99999996e-13, exactly:
-    a zero input has a finite gradient, ~1e6 times the other input's direction). At the
-    margin the gradient passes (``clamp_min``). Composed of ``sum`` (the three sums), ``clip``
-    and ``mean``/``sum``, the products, square root and quotient differentiated by JAX."""
+def cosine_embedding_loss(input1: ArrayLike, input2: ArrayLike, target: ArrayLike, margin: float | ArrayLike = 0.0, reduction: str = "mean") -> Array:
+    """Cosine embedding loss, ``1 - cos`` where y = 1, ``max(0, cos - margin)`` where y = -1; mirrors
+    ``torch.nn.functional.cosine_embedding_loss``.
+
+    0 for other labels; ``cos = sum(x1 x2) / sqrt((sum(x1^2) + e) (sum(x2^2) + e))`` with torch's
+    ``EPSILON`` e, the float32 1e-12 = 9.99999996e-13 exactly (a zero input has a finite gradient,
+    ~1e6 times the other input's direction). At the margin the gradient passes (``clamp_min``).
+    Composed of ``sum``, ``clip`` and ``mean``/``sum``; the products, square root and quotient are
+    differentiated by JAX.
+
+    Args:
+        input1: (N, D) vectors, or (D,) with a 0-d target.
+        input2: vectors broadcasting against ``input1``.
+        target: the labels ``y``, (N,) or 0-d integers (1 or -1).
+        margin: a number, an array or a tracer.
+        reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
+            ``apply_loss_reduction``; anything else: ``ValueError``).
+
+    Returns:
+        The (N,) losses for ``"none"`` (0-d for a 0-d target), else a 0-d array.
+    """
     from jaxrules.ops.elementwise import clip
 
     op = "cosine_embedding_loss"
@@ -359,12 +548,29 @@ def cosine_embedding_loss(input1, input2, target, margin=0.0, reduction="mean"):
     return _reduce(op, out.astype(dtype), reduction)
 
 
-def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2.0, eps=1e-6, swap=False, reduction="mean"):
-    """torch.nn.functional.triplet_margin_loss: ``max(0, margin + d(a, p) - d(a, n))`` with
-    ``d = pairwise_distance(., ., p, eps)``; with ``swap``, ``d(a, n)`` is ``min(d(a, n), d(p,
-    n))`` (ties share the gradient, as torch's ``min`` backward). At the bound the gradient passes
-    (``clamp_min``); coincident points (``eps=0``) get ``vector_norm``'s zero subgradient.
-    Composed of ``vector_norm`` (through ``pairwise_distance``), ``clip`` and ``mean``/``sum``."""
+def triplet_margin_loss(anchor: ArrayLike, positive: ArrayLike, negative: ArrayLike, margin: float | ArrayLike = 1.0, p: float = 2.0, eps: float = 1e-6, swap: bool = False, reduction: str = "mean") -> Array:
+    """Triplet margin loss, ``max(0, margin + d(a, p) - d(a, n))``, ``d = pairwise_distance(., ., p,
+    eps)``; mirrors ``torch.nn.functional.triplet_margin_loss``.
+
+    With ``swap``, ``d(a, n)`` is ``min(d(a, n), d(p, n))`` (ties share the gradient, as torch's
+    ``min`` backward). At the bound the gradient passes (``clamp_min``); coincident points
+    (``eps=0``) get ``vector_norm``'s zero subgradient. Composed of ``vector_norm`` (through
+    ``pairwise_distance``), ``clip`` and ``mean``/``sum``.
+
+    Args:
+        anchor: the anchors ``a``, vectors on the last axis.
+        positive: the positives, the same rank, broadcasting against ``anchor``.
+        negative: the negatives, the same rank, broadcasting against ``anchor``.
+        margin: positive (torch's check), a number, an array or a tracer.
+        p: the norm's order.
+        eps: added to the differences, a finite real number.
+        swap: use the distance swap.
+        reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
+            ``apply_loss_reduction``; anything else: ``ValueError``).
+
+    Returns:
+        The losses (the broadcast shape without the last axis) for ``"none"``, else a 0-d array.
+    """
     from jaxrules.ops.elementwise import clip
     from jaxrules.ops.norms import _check_ord, pairwise_distance
 
@@ -430,23 +636,52 @@ def _check_targets(op, x, t):
         raise ValueError(f"{op}: class-index target must be integers of shape {axis_shape}, got {t.dtype}{t.shape}")
 
 
-def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
-    """torch.nn.functional.nll_loss: ``-weight[t] input[t]`` for class indices ``target``
-    (input (C,) or (N, C, *), the class axis at 1); ``ignore_index`` contributes nothing; "mean"
-    is the weighted mean over the kept elements. Seed ``nll_loss_backward`` through the pick's
-    scatter; composed of ``take_along_axis`` and ``sum``."""
+def nll_loss(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = None, ignore_index: int = -100, reduction: str = "mean") -> Array:
+    """Negative log-likelihood, ``-weight[t] input[t]`` for class indices ``t``; mirrors
+    ``torch.nn.functional.nll_loss``.
+
+    ``"mean"`` is the weighted mean over the kept elements (NaN when none is kept, as torch). Seed
+    ``nll_loss_backward`` through the pick's scatter; composed of ``take_along_axis`` and ``sum``.
+    The class weights are differentiable (torch refuses a gradient for them).
+
+    Args:
+        input: log-probabilities, (C,) or (N, C, *) with the classes at axis 1.
+        target: integer class indices, 0-d for a (C,) input, else (N, *).
+        weight: (C,) class weights, or None (ones).
+        ignore_index: a class index that contributes nothing.
+        reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
+            ``apply_loss_reduction``; anything else: ``ValueError``).
+
+    Returns:
+        The (N, *) losses for ``"none"`` (0-d for a (C,) input), else a 0-d array.
+    """
     x, t, w = _class_inputs("nll_loss", input, target, weight, reduction)
     _check_targets("nll_loss", x, t)
     return _nll(x, t, w, ignore_index, reduction)
 
 
-def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
-    """torch.nn.functional.cross_entropy over the class axis 1 (axis 0 for a (C,) input):
-    ``nll_loss(log_softmax(input))`` for class-index targets, ``-sum_c weight_c target_c
-    log_softmax(input)_c`` for class-probability targets (the same shape as input), with torch's
-    ``label_smoothing`` (class indices: ``(1 - e) nll + e / C`` times the weighted sum of
-    ``-log p``; probabilities: targets mixed with the uniform distribution; it may be an array or
-    a tracer, differentiated through the composition) and reductions. Composed of ``log_softmax`` (VJP ``g - e sum(g)/s``), ``take_along_axis`` and ``sum``."""
+def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = None, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float | ArrayLike = 0.0) -> Array:
+    """Cross entropy, ``nll_loss(log_softmax(input))``; mirrors ``torch.nn.functional.cross_entropy``.
+
+    Over the class axis 1 (axis 0 for a (C,) input). For class-probability targets (input's shape)
+    ``-sum_c weight_c target_c log_softmax(input)_c``. Torch's ``label_smoothing``: class indices
+    give ``(1 - e) nll + e / C`` times the weighted sum of ``-log p``; probabilities are mixed with
+    the uniform distribution. Composed of ``log_softmax`` (VJP ``g - softmax sum(g)``),
+    ``take_along_axis`` and ``sum``.
+
+    Args:
+        input: logits, (C,) or (N, C, *).
+        target: integer class indices ((N, *), or 0-d for a (C,) input) or class probabilities
+            (floating, ``input``'s shape).
+        weight: (C,) class weights, or None (ones); differentiable (torch refuses a gradient).
+        ignore_index: a class index that contributes nothing (class-index targets).
+        reduction: ``"none"``, ``"mean"`` or ``"sum"`` (``ValueError`` otherwise).
+        label_smoothing: in [0, 1] (checked when concrete; at run time when traced), a number, an
+            array or a tracer (differentiated through the composition).
+
+    Returns:
+        The per-sample losses for ``"none"``, else a 0-d array.
+    """
     from jaxrules.ops.activations import log_softmax
 
     x, t, w = _class_inputs("cross_entropy", input, target, weight, reduction)
