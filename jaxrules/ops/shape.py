@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import itertools
 import numbers
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
-from jax.typing import ArrayLike
+from jax.typing import ArrayLike, DTypeLike
 
 from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
@@ -41,17 +43,49 @@ take_op = define_op("take", lambda x, indices, *, axis, shape: jnp.take(x, indic
 
 
 def _same_dtype_arrays(op, arrays, dtype=None):
-    """The arrays in their common dtype (or in ``dtype``, jax.numpy's argument, when given)."""
-    arrays = [V.array(op, f"arrays[{k}]", a) for k, a in enumerate(arrays)]
+    """The arrays in their common dtype (or in ``dtype``, jax.numpy's argument, when given);
+    integer and boolean arrays keep an exact common dtype (``_call`` runs jax.numpy's
+    computation on them)."""
+    arrays = [V.array(op, f"arrays[{k}]", a, inexact=False) for k, a in enumerate(arrays)]
     if not arrays:
         raise ValueError(f"{op}: needs at least one array")
     dtype = jnp.result_type(*arrays) if dtype is None else jnp.dtype(dtype)
     return [a.astype(dtype) for a in arrays]
 
 
-def concatenate(arrays, axis=0, dtype=None):
-    """``jax.numpy.concatenate`` (seed ``cat_tensors_backward``: the cotangent is split back);
-    ``axis=None`` concatenates the flattened arrays, ``dtype`` casts them first, as JAX."""
+def _exact(*arrays) -> bool:
+    """Whether the arrays are all integer or boolean: nothing to differentiate."""
+    return not any(jnp.issubdtype(jnp.result_type(a), jnp.inexact) for a in arrays)
+
+
+def _call(op, *arrays, **static):
+    """``op(*arrays, **static)``; on integer and boolean arrays the op's primal (jax.numpy's
+    computation, which keeps their dtype, as jax.numpy and torch do: the ops are linear, there
+    is no derivative to define)."""
+    if _exact(*arrays):
+        return op.primal(*arrays, **static)
+    return op(*arrays, **static)
+
+
+def concatenate(arrays: Sequence[ArrayLike] | ArrayLike, axis: int | None = 0, dtype: DTypeLike | None = None) -> Array:
+    """Joins arrays along an existing axis; linear: JVP the concatenated tangents, VJP the
+    cotangent split back into the inputs' pieces (seed ``cat_tensors_backward``). Mirrors
+    ``jax.numpy.concatenate`` (``torch.cat``).
+
+    Args:
+        arrays: the arrays (a sequence, or an array whose leading axis is iterated), of one
+            shape off ``axis``; cast to their common dtype. Integer and boolean arrays keep
+            their dtype (jax.numpy's result; no derivative).
+        axis: the axis to join along; None joins the flattened arrays.
+        dtype: cast the arrays to this dtype first; None: their common dtype.
+
+    Returns:
+        The joined array.
+
+    Raises:
+        ValueError: when there are no arrays, the shapes differ off ``axis`` or ``axis`` is
+            out of range.
+    """
     arrays = _same_dtype_arrays("concatenate", arrays, dtype)
     if axis is None:
         arrays, axis = [a.reshape(-1) for a in arrays], 0
@@ -60,23 +94,51 @@ def concatenate(arrays, axis=0, dtype=None):
         off_axis = lambda s: s[:ax] + s[ax + 1 :]  # noqa: E731
         if a.ndim != arrays[0].ndim or off_axis(a.shape) != off_axis(arrays[0].shape):
             raise ValueError(f"concatenate: shapes {[x.shape for x in arrays]} differ off axis {axis}")
-    return concatenate_op(*arrays, axis=ax, shapes=tuple(a.shape for a in arrays))
+    return _call(concatenate_op, *arrays, axis=ax, shapes=tuple(a.shape for a in arrays))
 
 
-def concat(arrays, /, *, axis=0):
-    """``jax.numpy.concat`` (the array API's spelling of ``concatenate``: the same op)."""
+def concat(arrays: Sequence[ArrayLike] | ArrayLike, /, *, axis: int | None = 0) -> Array:
+    """The array API's spelling of ``concatenate`` (the same op: VJP the cotangent split back).
+    Mirrors ``jax.numpy.concat`` (``torch.concat``).
+
+    Args:
+        arrays: the arrays, of one shape off ``axis`` (see ``concatenate``).
+        axis: the axis to join along; None joins the flattened arrays.
+
+    Returns:
+        The joined array.
+
+    Raises:
+        ValueError: as ``concatenate``.
+    """
     return concatenate(arrays, axis=axis)
 
 
-def stack(arrays, axis=0, out=None, dtype=None):
-    """``jax.numpy.stack`` (seed ``stack_tensors_backward``: the cotangent is unbound); ``dtype``
-    casts the arrays first; ``out`` must be None, as in JAX."""
+def stack(arrays: Sequence[ArrayLike] | ArrayLike, axis: int = 0, out: None = None, dtype: DTypeLike | None = None) -> Array:
+    """Joins arrays of one shape along a new axis; linear: JVP the stacked tangents, VJP the
+    cotangent unbound along ``axis`` (seed ``stack_tensors_backward``). Mirrors
+    ``jax.numpy.stack`` (``torch.stack``).
+
+    Args:
+        arrays: the arrays (a sequence, or an array whose leading axis is iterated), all of
+            one shape; cast to their common dtype. Integer and boolean arrays keep their dtype
+            (jax.numpy's result; no derivative).
+        axis: where the new axis goes in the result (negative counts from the end).
+        out: not supported: must be None, as in JAX (``TypeError`` otherwise).
+        dtype: cast the arrays to this dtype first; None: their common dtype.
+
+    Returns:
+        The stacked array, of rank one more than the inputs'.
+
+    Raises:
+        ValueError: when there are no arrays, the shapes differ or ``axis`` is out of range.
+    """
     V.unsupported("stack", out=out)
     arrays = _same_dtype_arrays("stack", arrays, dtype)
     if any(a.shape != arrays[0].shape for a in arrays):
         raise ValueError(f"stack: all arrays must have the same shape, got {[a.shape for a in arrays]}")
     ax = V.single_axis("stack", arrays[0].ndim + 1, axis)
-    return stack_op(*arrays, axis=ax, shape=arrays[0].shape)
+    return _call(stack_op, *arrays, axis=ax, shape=arrays[0].shape)
 
 
 def _in_bounds(op, indices, n, mode, wrap_negative):
@@ -111,16 +173,33 @@ def _check_mode(op, mode, modes):
         raise ValueError(f"{op}: mode must be None or one of {', '.join(map(repr, modes))}, got {mode!r}")
 
 
-def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None, *, wrap_negative_indices=None):
-    """``jax.numpy.take_along_axis`` (seed ``gather_backward``: scatter-add, duplicates
-    accumulate), ``arr`` and ``indices`` broadcast against each other off ``axis``; ``axis=None``
-    takes from the flattened array (1-D indices). Out-of-bound indices as JAX's ``mode``:
-    ``"fill"`` (None, the default: ``fill_value``, NaN when None, and no gradient there),
-    ``"clip"``, ``"promise_in_bounds"`` (clipped here), ``"one_hot"`` (0 out of bounds);
-    negative indices count from the end unless ``wrap_negative_indices`` is False (its default,
-    as JAX's: True except in ``"promise_in_bounds"`` mode)."""
+def take_along_axis(arr: ArrayLike, indices: ArrayLike, axis: int | None = -1, mode: str | None = None, fill_value: ArrayLike | None = None, *, wrap_negative_indices: bool | None = None) -> Array:
+    """``out[..., i, ...] = arr[..., indices[..., i, ...], ...]`` along ``axis``; linear: JVP
+    the same gather of the tangent, VJP a scatter-add of the cotangent (duplicates accumulate;
+    seed ``gather_backward``). Mirrors ``jax.numpy.take_along_axis`` (``torch.gather``).
+
+    Args:
+        arr: the array to take from. Integer and boolean input keeps its dtype (jax.numpy's
+            result; no derivative).
+        indices: integer indices of ``arr``'s rank, broadcasting against ``arr`` off ``axis``;
+            no derivative.
+        axis: the axis to take along; None takes from the flattened array (1-D indices).
+        mode: out-of-bound indices, as JAX's: ``"fill"`` (None, the default: ``fill_value``
+            there, with no gradient), ``"clip"``, ``"promise_in_bounds"`` (clipped here),
+            ``"one_hot"`` (0 out of bounds).
+        fill_value: the value out of bounds in ``"fill"`` mode (a number); None: NaN.
+        wrap_negative_indices: negative indices count from the end when True; None: True
+            except in ``"promise_in_bounds"`` mode (JAX's default).
+
+    Returns:
+        The gathered array, of the broadcast shape of ``arr`` and ``indices``.
+
+    Raises:
+        ValueError: when ``mode`` or ``axis`` is invalid, or the shapes do not broadcast.
+        TypeError: when ``indices`` are not integers of ``arr``'s rank.
+    """
     op = "take_along_axis"
-    x = V.array(op, "arr", arr)
+    x = V.array(op, "arr", arr, inexact=False)
     indices = jnp.asarray(indices)
     _check_mode(op, mode, ("fill", "clip", "promise_in_bounds", "one_hot"))
     if fill_value is not None:
@@ -138,6 +217,8 @@ def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None, *, wrap_n
     out_shape = V.broadcast(op, arr=np.broadcast_to(False, x.shape[:ax] + (1,) + x.shape[ax + 1:]), indices=indices)
     if n == 0:  # nothing to take from: zeros, as JAX
         return jnp.zeros(out_shape, x.dtype)
+    if _exact(x):  # nothing to differentiate: jax.numpy's gather, its dtype and fill kept
+        return jnp.take_along_axis(x, indices, axis=ax, mode=mode, fill_value=fill_value, wrap_negative_indices=wrap)
     safe, bad = _in_bounds(op, indices, n, mode, wrap)
     return _fill(op, take_along_axis_op(x, safe, axis=ax, shape=x.shape), bad, fill_value, mode)
 
@@ -269,23 +350,42 @@ def _concat3(before, x, after, axis):
     return concatenate_op(before, x, after, axis=axis, shapes=(before.shape, x.shape, after.shape))
 
 
-def pad(array, pad_width, mode="constant", **kwargs):
-    """``jax.numpy.pad``, every mode of it, derivatives included: ``"constant"`` with one Python
-    number (seed ``constant_pad_nd_backward``: the cotangent's interior slice) or per-axis
-    (before, after) values or arrays (differentiable), ``"empty"`` (zeros, as JAX), ``"edge"``,
-    ``"wrap"``, ``"reflect"`` and ``"symmetric"`` (torch's replicate, circular and reflect pads:
-    gathers along each axis, ``take``'s scatter-add backward; ``reflect_type="odd"`` adds
-    ``2 edge - x``), ``"linear_ramp"`` (``end_values``), ``"maximum"``, ``"minimum"``,
-    ``"mean"``, ``"median"`` (``stat_length``: jaxrules' reductions of the edge slices) and a
-    callable (JAX's: applied along each axis of the zero-padded array)."""
+def pad(array: ArrayLike, pad_width: ArrayLike, mode: str | Callable[..., Any] = "constant", **kwargs: Any) -> Array:
+    """Pads an array, every mode of ``jax.numpy.pad``, derivatives included: ``"constant"``
+    with one number (seed ``constant_pad_nd_backward``: VJP the cotangent's interior slice) or
+    per-axis values or arrays (differentiable), ``"empty"`` (zeros, as JAX), ``"edge"``,
+    ``"wrap"``, ``"reflect"``, ``"symmetric"`` (torch's replicate, circular and reflect pads:
+    gathers along each axis, VJP ``take``'s scatter-add; ``reflect_type="odd"`` adds
+    ``2 edge - x``), ``"linear_ramp"``, ``"maximum"``, ``"minimum"``, ``"mean"``,
+    ``"median"`` (jaxrules' reductions of the edge slices) and a callable (JAX's: applied along
+    each axis of the zero-padded array). Mirrors ``jax.numpy.pad``
+    (``torch.nn.functional.pad``).
+
+    Args:
+        array: the array. Integer and boolean input keeps its dtype (jax.numpy's result; no
+            derivative).
+        pad_width: non-negative integer (before, after) widths: one int, one pair, or one pair
+            per axis.
+        mode: one of the modes above, or a callable ``f(vector, widths, axis, kwargs)``.
+        **kwargs: the mode's options, as jax.numpy's: ``constant_values`` (``"constant"``),
+            ``end_values`` (``"linear_ramp"``), ``stat_length`` (the statistic modes),
+            ``reflect_type`` (``"reflect"``, ``"symmetric"``: ``"even"`` or ``"odd"``).
+
+    Returns:
+        The padded array, in ``array``'s dtype.
+
+    Raises:
+        ValueError: when a width is negative, ``mode`` is unknown or takes none of the given
+            options, or an empty axis is padded in a mode that reads it.
+    """
     op = "pad"
-    x = V.array(op, "array", array)
+    x = V.array(op, "array", array, inexact=False)
     widths = _pairs(op, "pad_width", pad_width, x.ndim, integral=True)
     if np.any(widths < 0):
         raise ValueError(f"{op}: pad_width must be non-negative, got {pad_width!r}")
     widths = tuple(map(tuple, widths.astype(int).tolist()))
     if callable(mode):
-        padded = pad_op(x, widths=widths, value=0)
+        padded = _call(pad_op, x, widths=widths, value=0)
         for d in range(x.ndim):
             padded = jnp.apply_along_axis(mode, d, padded, widths[d], d, kwargs)
         return padded
@@ -298,6 +398,8 @@ def pad(array, pad_width, mode="constant", **kwargs):
     for d, (lo, hi) in enumerate(widths):
         if x.shape[d] == 0 and (lo or hi) and mode not in ("constant", "empty"):
             raise ValueError(f"{op}: cannot pad the empty axis {d} in mode {mode!r}")
+    if _exact(x):  # nothing to differentiate: jax.numpy's pad, which keeps the dtype
+        return jnp.pad(x, widths, mode, **kwargs)
     if mode in ("constant", "empty"):
         value = kwargs.get("constant_values", 0)
         if isinstance(value, np.ndarray | np.generic) and np.ndim(value) == 0:
@@ -369,59 +471,149 @@ def _sections(op, n, indices_or_sections, even):
             raise ValueError(f"{op}: an axis of length {n} does not split into {k} equal sections")
         return tuple(n // k + (1 if i < n % k else 0) for i in range(k))
     cuts = [min(max(int(c) + (n if c < 0 else 0), 0), n) for c in np.asarray(indices_or_sections).reshape(-1)]
+    if any(b < a for a, b in zip(cuts[:-1], cuts[1:])):  # NumPy's overlapping pieces; JAX raises
+        raise ValueError(f"{op}: the cut indices must not decrease (after counting negative ones from the end), "
+                         f"got {indices_or_sections!r}")
     bounds = [0, *cuts, n]
     return tuple(max(b - a, 0) for a, b in zip(bounds[:-1], bounds[1:]))
 
 
-def split(ary, indices_or_sections, axis=0):
-    """``jax.numpy.split`` (seed ``split_backward``: the cotangents concatenated, zeros for
-    unused pieces). Returns a list, as numpy does."""
-    x = V.array("split", "ary", ary)
+def split(ary: ArrayLike, indices_or_sections: int | Sequence[int] | ArrayLike, axis: int = 0) -> list[Array]:
+    """Splits an array into pieces along ``axis``; linear: JVP the split tangent, VJP the
+    cotangents concatenated, zeros for unused pieces (seed ``split_backward``). Mirrors
+    ``jax.numpy.split`` (``torch.tensor_split``).
+
+    Args:
+        ary: the array. Integer and boolean input keeps its dtype (jax.numpy's result; no
+            derivative).
+        indices_or_sections: the number of equal pieces, or the sorted cut indices along
+            ``axis`` (negative ones count from the end, as NumPy).
+        axis: the axis to split.
+
+    Returns:
+        A list of arrays, as NumPy returns.
+
+    Raises:
+        ValueError: when the axis does not split into equal pieces, the number of sections is
+            < 1 or the cut indices decrease.
+    """
+    x = V.array("split", "ary", ary, inexact=False)
     ax = V.single_axis("split", x.ndim, axis)
-    return list(split_op(x, axis=ax, sizes=_sections("split", x.shape[ax], indices_or_sections, True)))
+    return list(_call(split_op, x, axis=ax, sizes=_sections("split", x.shape[ax], indices_or_sections, True)))
 
 
-def array_split(ary, indices_or_sections, axis=0):
-    """``jax.numpy.array_split``: as ``split``, sections may differ in size by one."""
-    x = V.array("array_split", "ary", ary)
+def array_split(ary: ArrayLike, indices_or_sections: int | Sequence[int] | ArrayLike, axis: int = 0) -> list[Array]:
+    """As ``split``, but a number of sections that does not divide the axis gives pieces
+    differing in size by one; VJP the cotangents concatenated (seed ``split_backward``).
+    Mirrors ``jax.numpy.array_split`` (``torch.tensor_split``).
+
+    Args:
+        ary: the array. Integer and boolean input keeps its dtype (jax.numpy's result; no
+            derivative).
+        indices_or_sections: the number of pieces, or the sorted cut indices along ``axis``.
+        axis: the axis to split.
+
+    Returns:
+        A list of arrays.
+
+    Raises:
+        ValueError: when the number of sections is < 1 or the cut indices decrease.
+    """
+    x = V.array("array_split", "ary", ary, inexact=False)
     ax = V.single_axis("array_split", x.ndim, axis)
-    return list(split_op(x, axis=ax, sizes=_sections("array_split", x.shape[ax], indices_or_sections, False)))
+    return list(_call(split_op, x, axis=ax, sizes=_sections("array_split", x.shape[ax], indices_or_sections, False)))
 
 
-def unstack(x, /, *, axis=0):
-    """``jax.numpy.unstack`` (seed ``unbind_backward``: the cotangents stacked)."""
-    x = V.array("unstack", "x", x)
-    return unstack_op(x, axis=V.single_axis("unstack", x.ndim, axis))
+def unstack(x: ArrayLike, /, *, axis: int = 0) -> tuple[Array, ...]:
+    """The slices of ``x`` along ``axis``; linear: VJP the cotangents stacked (seed
+    ``unbind_backward``). Mirrors ``jax.numpy.unstack`` (``torch.unbind``).
+
+    Args:
+        x: the array. Integer and boolean input keeps its dtype (jax.numpy's result; no
+            derivative).
+        axis: the axis to unstack.
+
+    Returns:
+        A tuple of ``x.shape[axis]`` arrays, each without ``axis``.
+
+    Raises:
+        ValueError: when ``axis`` is out of range.
+    """
+    x = V.array("unstack", "x", x, inexact=False)
+    return _call(unstack_op, x, axis=V.single_axis("unstack", x.ndim, axis))
 
 
-def block_diag(*arrs):
-    """``jax.scipy.linalg.block_diag`` of arrays of rank <= 2 (seed ``block_diag_backward``:
-    each input's diagonal block of the cotangent)."""
+def block_diag(*arrs: ArrayLike) -> Array:
+    """The block-diagonal matrix of the arrays; linear: VJP each input's diagonal block of the
+    cotangent (seed ``block_diag_backward``). Mirrors ``jax.scipy.linalg.block_diag``
+    (``torch.block_diag``).
+
+    Args:
+        *arrs: arrays of rank <= 2 (0-d and 1-d ones are 1 x 1 and 1 x n blocks), cast to
+            their common dtype. Integer and boolean ones keep their dtype (no derivative).
+
+    Returns:
+        The (sum of rows, sum of columns) matrix.
+
+    Raises:
+        ValueError: when an array has rank > 2 or none is given.
+    """
     arrays = _same_dtype_arrays("block_diag", arrs)
     for k, a in enumerate(arrays):
         if a.ndim > 2:
             raise ValueError(f"block_diag: arrays[{k}] must have rank <= 2, got shape {a.shape}")
-    return block_diag_op(*arrays, shapes=tuple(a.shape for a in arrays))
+    return _call(block_diag_op, *arrays, shapes=tuple(a.shape for a in arrays))
 
 
-def tile(A, reps):  # noqa: N803 - numpy's argument name
-    """``jax.numpy.tile`` (torch's ``repeat``; seed ``repeat_backward``: the copies summed)."""
-    x = V.array("tile", "A", A)
+def tile(A: ArrayLike, reps: int | Sequence[int]) -> Array:  # noqa: N803 - numpy's argument name
+    """Repeats the whole array ``reps`` times along each axis; linear: VJP the copies of the
+    cotangent summed (seed ``repeat_backward``). Mirrors ``jax.numpy.tile`` (torch's
+    ``Tensor.repeat``).
+
+    Args:
+        A: the array. Integer and boolean input keeps its dtype (jax.numpy's result; no
+            derivative).
+        reps: non-negative repetitions per axis (an int or a sequence; aligned to the trailing
+            axes, as NumPy).
+
+    Returns:
+        The tiled array.
+
+    Raises:
+        ValueError: when a repetition is negative or not an int.
+    """
+    x = V.array("tile", "A", A, inexact=False)
     reps = (reps,) if isinstance(reps, numbers.Integral) else tuple(reps)
     if not all(isinstance(r, numbers.Integral) and r >= 0 for r in reps):
         raise ValueError(f"tile: reps must be non-negative integers, got {reps!r}")
-    return tile_op(x, reps=tuple(int(r) for r in reps), shape=x.shape)
+    return _call(tile_op, x, reps=tuple(int(r) for r in reps), shape=x.shape)
 
 
-def repeat(a, repeats, axis=None, *, total_repeat_length=None, out_sharding=None):
-    """``jax.numpy.repeat`` (torch's ``repeat_interleave``): its backward sums each entry's
-    copies. With static ``repeats`` (an int or one count per entry) a segment sum; with
-    ``total_repeat_length`` (JAX's: the output length, extra copies dropped, the last value
-    repeated to fill) ``repeats`` may be traced, and the copies are a ``take`` (scatter-add
-    backward). ``out_sharding`` must be None."""
+def repeat(a: ArrayLike, repeats: int | ArrayLike, axis: int | None = None, *, total_repeat_length: int | None = None, out_sharding: None = None) -> Array:
+    """Repeats each entry along ``axis``; linear: VJP the copies of each entry's cotangent
+    summed (a segment sum with static ``repeats``; a ``take``'s scatter-add with
+    ``total_repeat_length``). Mirrors ``jax.numpy.repeat`` (``torch.repeat_interleave``).
+
+    Args:
+        a: the array. Integer and boolean input keeps its dtype (jax.numpy's result; no
+            derivative).
+        repeats: non-negative counts: an int, or one per entry along ``axis``; concrete unless
+            ``total_repeat_length`` is given.
+        axis: the axis to repeat along; None repeats the flattened array.
+        total_repeat_length: JAX's output length (extra copies dropped, the last value
+            repeated to fill); with it ``repeats`` may be traced.
+        out_sharding: must be None (``ValueError`` otherwise).
+
+    Returns:
+        The array with the entries repeated.
+
+    Raises:
+        ValueError: when ``repeats`` is negative, not integral, of the wrong length or traced
+            without ``total_repeat_length``.
+    """
     op = "repeat"
     V.unhonoured(op, out_sharding=out_sharding)
-    x = V.array(op, "a", a)
+    x = V.array(op, "a", a, inexact=False)
     if axis is None:
         x, axis = x.reshape(-1), 0
     ax = V.single_axis(op, x.ndim, axis)
@@ -436,7 +628,7 @@ def repeat(a, repeats, axis=None, *, total_repeat_length=None, out_sharding=None
             return jnp.zeros(x.shape[:ax] + (int(total_repeat_length),) + x.shape[ax + 1:], x.dtype)
         idx = jnp.repeat(jnp.arange(x.shape[ax]), counts.reshape(-1) if counts.size > 1 else counts.reshape(()),
                          total_repeat_length=int(total_repeat_length))
-        return take_op(x, idx, axis=ax, shape=x.shape)
+        return _call(take_op, x, idx, axis=ax, shape=x.shape)
     try:
         counts = np.broadcast_to(np.asarray(repeats), (x.shape[ax],))
     except ValueError:
@@ -445,17 +637,38 @@ def repeat(a, repeats, axis=None, *, total_repeat_length=None, out_sharding=None
         raise ValueError(f"{op}: traced repeats need total_repeat_length (the output length), as in JAX") from None
     if not np.issubdtype(counts.dtype, np.integer) or np.any(counts < 0):
         raise ValueError(f"{op}: repeats must be non-negative integers, got {repeats!r}")
-    return repeat_op(x, counts=tuple(int(c) for c in counts), axis=ax)
+    return _call(repeat_op, x, counts=tuple(int(c) for c in counts), axis=ax)
 
 
-def take(a, indices, axis=None, out=None, mode=None, unique_indices=False, indices_are_sorted=False,
-         fill_value=None):
-    """``jax.numpy.take`` (torch's ``index_select`` / ``take``): its backward scatter-adds
-    (duplicates accumulate). Out-of-bound indices as JAX's ``mode``: ``"fill"`` (None, the
-    default: negative indices count from the end, the others out of bounds give ``fill_value``,
-    NaN when None, with no gradient), ``"clip"`` (negative ones clip to 0, as JAX), ``"wrap"``
-    (modulo the axis length). ``unique_indices`` and ``indices_are_sorted`` are JAX's promises
-    to XLA (checked as booleans; the results do not depend on them); ``out`` must be None."""
+def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = None, mode: str | None = None, unique_indices: bool = False, indices_are_sorted: bool = False, fill_value: ArrayLike | None = None) -> Array:
+    """Takes entries along ``axis`` at ``indices``; linear: JVP the same gather of the tangent,
+    VJP a scatter-add of the cotangent (duplicates accumulate; seeds ``index_select_backward``,
+    ``take_backward``).
+    Mirrors ``jax.numpy.take`` (``torch.index_select`` / ``torch.take``).
+
+    Args:
+        a: the array. Integer and boolean input keeps its dtype (jax.numpy's result; no
+            derivative).
+        indices: integer indices, any shape; no derivative.
+        axis: the axis to take along; None takes from the flattened array.
+        out: must be None (``ValueError`` otherwise).
+        mode: out-of-bound indices, as JAX's: ``"fill"`` (None, the default: negative indices
+            count from the end, the others out of bounds give ``fill_value`` with no
+            gradient), ``"clip"`` (negative ones clip to 0, as JAX), ``"wrap"`` (modulo the
+            axis length).
+        unique_indices: JAX's promise to XLA (checked as a boolean; results do not depend on
+            it).
+        indices_are_sorted: JAX's promise to XLA (checked as a boolean).
+        fill_value: the value out of bounds in ``"fill"`` mode (a number); None: NaN.
+
+    Returns:
+        ``a``'s shape with ``axis`` replaced by ``indices``' shape.
+
+    Raises:
+        ValueError: when ``mode`` or ``axis`` is invalid, or entries are taken from an empty
+            axis.
+        TypeError: when ``indices`` are not integers.
+    """
     op = "take"
     V.unhonoured(op, out=out)
     _check_mode(op, mode, ("fill", "clip", "wrap"))
@@ -463,7 +676,7 @@ def take(a, indices, axis=None, out=None, mode=None, unique_indices=False, indic
     V.flag(op, "indices_are_sorted", indices_are_sorted)
     if fill_value is not None:
         fill_value = V.static_scalar(op, "fill_value", fill_value)
-    x = V.array(op, "a", a)
+    x = V.array(op, "a", a, inexact=False)
     if axis is None:
         x, axis = x.reshape(-1), 0
     ax = V.single_axis(op, x.ndim, axis)
@@ -473,6 +686,8 @@ def take(a, indices, axis=None, out=None, mode=None, unique_indices=False, indic
     n = x.shape[ax]
     if n == 0 and indices.size:
         raise ValueError(f"{op}: cannot take {indices.size} entries from the empty axis {axis} of shape {x.shape}")
+    if _exact(x):  # nothing to differentiate: jax.numpy's gather, its dtype and fill kept
+        return jnp.take(x, indices, axis=ax, mode=mode, fill_value=fill_value)
     if n == 0:
         return take_op(x, indices, axis=ax, shape=x.shape)
     safe, bad = _in_bounds(op, indices, n, mode, wrap_negative=mode != "clip")
