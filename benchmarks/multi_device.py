@@ -1,0 +1,152 @@
+"""Data-parallel weak scaling of the fused norms (issue 19): ``jit(grad)`` of each op with the batch
+sharded over a mesh axis "data", 1 device with half the batch vs 2 devices with the whole batch,
+jaxrules' default vs plain JAX (``jaxrules.bench._plain_norm``, JAX's autodiff).
+
+For each (op, variant): milliseconds per step on 1 and 2 devices (``jaxrules.bench.median_ms``),
+weak-scaling efficiency ``t1 / t2`` (1.0: twice the work in the same time), the all-gathers and
+all-reduces in the 2-device compiled program (and the largest all-gather, in elements, against
+the activation's), and the sharding of the gradient with respect to x.
+
+GPU (2 devices): ``python benchmarks/multi_device.py --out benchmarks/multi_device.md``.
+CPU: ``XLA_FLAGS=--xla_force_host_platform_device_count=2 python benchmarks/multi_device.py
+--scale 64 --repeats 3`` (shapes divided by ``--scale`` along the batch and the feature maps;
+the kernels run in Pallas interpret mode off the GPU, so CPU times say nothing about speed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxrules.bench import _plain_norm, median_ms
+from jaxrules.ops.normalization import batch_norm, group_norm, layer_norm
+
+
+def _shapes(scale: int) -> dict:
+    """The issue's shapes, divided by ``scale`` (batch, and the spatial size for the maps)."""
+    side = max(2, round(56 / math.sqrt(scale)))
+    return {
+        "layer_norm": (max(4, 32768 // scale), 4096 if scale == 1 else max(16, 4096 // scale)),
+        "group_norm": (max(4, 64 // scale), 256 if scale == 1 else 64, side, side),
+        "batch_norm": (max(4, 64 // scale), 256 if scale == 1 else 64, side, side),
+    }
+
+
+def _jaxrules_fn(op: str, impl):
+    if op == "layer_norm":
+        return lambda x, w, b: layer_norm(x, x.shape[-1], w, b, impl=impl)
+    if op == "group_norm":
+        return lambda x, w, b: group_norm(x, 32, w, b, impl=impl)
+    return lambda x, w, b: batch_norm(x, None, None, w, b, training=True, impl=impl)[0]
+
+
+def _step(fn):
+    """``jit(grad)`` of ``sum(fn(x, w, b) * ct)`` with respect to x, w and b."""
+
+    def loss(x, w, b, ct):
+        return jnp.sum(fn(x, w, b).astype(jnp.float32) * ct.astype(jnp.float32))
+
+    return jax.jit(jax.grad(loss, (0, 1, 2)))
+
+
+def _collectives(hlo: str) -> tuple[int, int, int]:
+    """(all-gathers, all-reduces, elements of the largest all-gather) of a compiled program."""
+    gathers = [math.prod(int(d) for d in dims.split(",") if d)
+               for dims in re.findall(r"= \w+\[([\d,]*)\][^=\n]* all-gather(?:-start)?\(", hlo)]
+    reduces = len(re.findall(r" all-reduce(?:-start)?\(", hlo))
+    return len(gathers), reduces, max(gathers, default=0)
+
+
+def _inputs(shape, dtype, rng):
+    channels = shape[-1] if len(shape) == 2 else shape[1]
+    return (jnp.asarray(rng.standard_normal(shape), dtype), jnp.asarray(rng.standard_normal(channels) + 1, dtype),
+            jnp.asarray(rng.standard_normal(channels), dtype), jnp.asarray(rng.standard_normal(shape), dtype))
+
+
+def measure(op: str, variant: str, shape: tuple, dtype, repeats: int, impl, axis_type) -> dict:
+    """One row: the step on 1 device (half the batch) and on 2 (the whole batch, sharded)."""
+    fn = functools_partial_plain(op) if variant == "plain JAX" else _jaxrules_fn(op, impl)
+    rng = np.random.default_rng(0)
+    devices = jax.devices()[:2]
+    half = (shape[0] // 2, *shape[1:])
+    one = [jax.device_put(a, devices[0]) for a in _inputs(half, dtype, rng)]
+    step1 = _step(fn)
+    t1 = median_ms(lambda: step1(*one), repeats)
+    mesh = jax.make_mesh((2,), ("data",), devices=devices, axis_types=(axis_type,))
+    x, w, b, ct = _inputs(shape, dtype, rng)
+    rows, rep = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+    two = [jax.device_put(x, rows), jax.device_put(w, rep), jax.device_put(b, rep), jax.device_put(ct, rows)]
+    with jax.set_mesh(mesh):
+        step2 = _step(fn)
+        compiled = step2.lower(*two).compile()
+        t2 = median_ms(lambda: compiled(*two), repeats)
+        grads = compiled(*two)
+    gathers, reduces, largest = _collectives(compiled.as_text())
+    return {"op": op, "variant": variant, "shape": "x".join(map(str, shape)), "t1": t1, "t2": t2,
+            "efficiency": t1 / t2, "all_gathers": gathers, "all_reduces": reduces, "largest_gather": largest,
+            "x_size": math.prod(shape), "grad_sharding": str(grads[0].sharding.spec)}
+
+
+def functools_partial_plain(op: str):
+    return lambda x, w, b: _plain_norm(op, x, w, b)
+
+
+def table(rows: list[dict], dtype_name: str, device: str) -> str:
+    head = (f"Data parallel, {dtype_name}, `jit(grad)` (x, weight, bias), {device}: 1 device with half the "
+            "batch vs 2 devices with the whole batch sharded over \"data\".\n\n"
+            "| op | shape (whole batch) | variant | 1 device, half batch ms | 2 devices, full batch ms | "
+            "weak-scaling efficiency | all-gathers (largest, elements / activation) | all-reduces | "
+            "gradient's sharding |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+    body = "".join(
+        f"| {r['op']} | {r['shape']} | {r['variant']} | failed: {r['error']} | | | | | |\n" if "error" in r else
+        f"| {r['op']} | {r['shape']} | {r['variant']} | {r['t1']:.3f} | {r['t2']:.3f} | {r['efficiency']:.2f} | "
+        f"{r['all_gathers']} ({r['largest_gather']} / {r['x_size']}) | {r['all_reduces']} | "
+        f"{r['grad_sharding']} |\n" for r in rows)
+    return head + body
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", type=int, default=1, help="divide the shapes (CPU smoke runs)")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--ops", default="layer_norm,group_norm,batch_norm")
+    parser.add_argument("--axis-type", choices=("auto", "explicit"), default="auto",
+                        help="the mesh axis type (plain JAX's group norm fails under explicit in jax 0.10)")
+    parser.add_argument("--out", help="also write the Markdown table here")
+    args = parser.parse_args(argv)
+    if jax.device_count() < 2:
+        print("needs 2 devices (on a CPU: XLA_FLAGS=--xla_force_host_platform_device_count=2)", file=sys.stderr)
+        return 2
+    impl = None if jax.default_backend() == "gpu" else "pallas_interpret"  # the kernels' code path on a CPU
+    dtype = jnp.dtype(args.dtype)
+    axis_type = {"auto": AxisType.Auto, "explicit": AxisType.Explicit}[args.axis_type]
+    rows = []
+    for op in args.ops.split(","):
+        shape = _shapes(args.scale)[op]
+        for variant in ("jaxrules", "plain JAX"):
+            try:
+                rows.append(measure(op, variant, shape, dtype, args.repeats, impl, axis_type))
+            except Exception as e:  # noqa: BLE001 - reported in the table
+                rows.append({"op": op, "variant": variant, "shape": "x".join(map(str, shape)),
+                             "error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"})
+            print(rows[-1], file=sys.stderr, flush=True)
+    text = table(rows, args.dtype, f"{jax.devices()[0].device_kind} ({jax.default_backend()}), "
+                 f"{args.axis_type} mesh axis")
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
