@@ -15,15 +15,21 @@ launch grids it implies, for every benchmark program).
 * Launch parameters (``RowsLaunch``, ``GroupedLaunch``) are functions of the shape: every row
   count and width gets a tiled, masked launch with enough programs to fill the device, never a
   one-program backward (the 66850x256 cliff of issue 14).
+* The kernels are written for Pallas' Triton backend, which JAX 0.11 deprecated. Whether this
+  JAX still has it is checked lazily, at the first GPU decision (``triton_backend_missing``);
+  without it every kernel-backed op runs its XLA formulas (same derivatives), with one
+  ``KernelFallbackWarning``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import json
 import math
 import pathlib
+import warnings
 
 KERNEL_DTYPES = ("float32", "bfloat16", "float16")
 DATA = pathlib.Path(__file__).parent / "dispatch_data"
@@ -150,11 +156,35 @@ def _decide(op: str, device_kind: str, dtype, weight_dtype, features: tuple) -> 
         f"nearest measurement {where}: kernel {nearest['pallas_ms']:.4f} ms, XLA {nearest['xla_ms']:.4f} ms")
 
 
+class KernelFallbackWarning(UserWarning):
+    """The fused kernels cannot run in this JAX; their ops run the XLA formulas instead."""
+
+
+@functools.cache
+def triton_backend_missing() -> str | None:
+    """Why the kernels cannot run (Pallas' Triton backend, ``jax.experimental.pallas.triton``,
+    does not import in this JAX), or None when they can. Checked once, at first use (importing
+    it is not free, and ``import jaxrules.nn`` stays light); the first miss warns once."""
+    try:
+        importlib.import_module("jax.experimental.pallas.triton")
+    except ImportError as err:
+        import jax
+
+        reason = (f"Pallas' Triton backend is not available in jax {jax.__version__} ({err}); the fused "
+                  "kernels fall back to the XLA formulas (same derivatives)")
+        warnings.warn(f"jaxrules: {reason}", KernelFallbackWarning, stacklevel=2)
+        return reason
+    return None
+
+
 def _gate(platform: str, dtype) -> str | None:
     import numpy as np
 
     if platform != "gpu":
         return f"platform {platform}: the kernels are for GPUs"
+    missing = triton_backend_missing()
+    if missing:
+        return missing
     if np.dtype(dtype).name not in KERNEL_DTYPES:
         return f"dtype {np.dtype(dtype).name}: the kernels take {', '.join(KERNEL_DTYPES)}"
     return None

@@ -13,6 +13,7 @@ import numbers
 import jax
 import jax.numpy as jnp
 
+from jaxrules import dispatch
 from jaxrules import nn as dense_nn
 from jaxrules import partials as P
 from jaxrules.mechanism import define_op
@@ -285,9 +286,14 @@ def _positive(name, value) -> int:
 
 
 def _attention_impl(impl, dtype, dim: int, block: int) -> str:
+    """The attention's implementation: ``impl`` if given, else the Pallas kernels on a GPU for
+    the dtypes and head dims they take; the XLA formulas wherever the kernels cannot run
+    (``dispatch.triton_backend_missing``; a kernel ``impl`` then falls back too, warned once)."""
+    if impl is not None and impl not in _IMPLS:
+        raise ValueError(f"nested.scaled_dot_product_attention: impl must be one of {_IMPLS}, got {impl!r}")
+    if impl != "xla" and (impl is not None or jax.default_backend() == "gpu") and dispatch.triton_backend_missing():
+        return "xla"
     if impl is not None:
-        if impl not in _IMPLS:
-            raise ValueError(f"nested.scaled_dot_product_attention: impl must be one of {_IMPLS}, got {impl!r}")
         return impl
     kernel_ok = (
         jax.default_backend() == "gpu"

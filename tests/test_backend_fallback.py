@@ -1,0 +1,77 @@
+"""Issue 21, requirement 1: without Pallas' Triton backend (deprecated in JAX 0.11, to be removed)
+every kernel-backed op falls back to its XLA formulas with one warning. The backend is hidden
+by making ``jax.experimental.pallas.triton`` fail to import."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrules import dispatch
+from jaxrules import nested as N
+
+H100 = "NVIDIA H100 80GB HBM3"
+TRITON = "jax.experimental.pallas.triton"
+
+
+@pytest.fixture
+def hidden_triton(monkeypatch):
+    """The Triton backend fails to import (as in a JAX that removed it); the lazy check is
+    reset before and after."""
+    dispatch.triton_backend_missing.cache_clear()
+    monkeypatch.setitem(sys.modules, TRITON, None)  # import -> ModuleNotFoundError
+    yield
+    dispatch.triton_backend_missing.cache_clear()
+
+
+def test_this_jax_has_the_backend():
+    """The environment the other tests compare against: the backend imports here, and the GPU
+    decision for a kernel shape is the kernel."""
+    dispatch.triton_backend_missing.cache_clear()
+    assert dispatch.triton_backend_missing() is None
+    assert dispatch.layer_norm_plan("gpu", H100, 66850, 1536, "float32").impl == "pallas"
+
+
+def test_dispatch_falls_back_with_one_warning(hidden_triton):
+    with pytest.warns(dispatch.KernelFallbackWarning, match="Triton backend is not available"):
+        plan = dispatch.layer_norm_plan("gpu", H100, 66850, 1536, "float32")
+    assert plan.impl == "xla" and "Triton" in plan.reason and plan.launch is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second decision does not warn again
+        grouped = dispatch.grouped_plan("batch_norm", "gpu", H100, 256, 64, 3136, "bfloat16")
+    assert grouped.impl == "xla" and "Triton" in grouped.reason
+
+
+def test_cpu_decisions_do_not_look_for_the_backend(hidden_triton):
+    """Off the GPU nothing imports the backend (no warning on a CPU-only machine)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert dispatch.layer_norm_plan("cpu", "cpu", 1000, 768, "float32").impl == "xla"
+    assert dispatch.triton_backend_missing.cache_info().currsize == 0
+
+
+def _nested_inputs():
+    rng = np.random.default_rng(0)
+    lengths = [3, 0, 5]
+    values = [jnp.asarray(rng.standard_normal((sum(lengths), 2, 16)), jnp.float32) for _ in range(3)]
+    return [N.from_lengths(v, lengths) for v in values]
+
+
+def test_nested_attention_kernel_impl_falls_back(hidden_triton):
+    """An explicit kernel impl runs the XLA formulas (same values and gradients) and warns."""
+    q, k, v = _nested_inputs()
+
+    def loss(impl, q, k, v):
+        return jnp.sum(N.scaled_dot_product_attention(q, k, v, impl=impl).values ** 2)
+
+    with pytest.warns(dispatch.KernelFallbackWarning):
+        value, grads = jax.value_and_grad(loss, argnums=(1, 2, 3))("pallas_interpret", q, k, v)
+    want_value, want_grads = jax.value_and_grad(loss, argnums=(1, 2, 3))("xla", q, k, v)
+    np.testing.assert_allclose(value, want_value, rtol=1e-6)
+    for got, want in zip(grads, want_grads):
+        np.testing.assert_allclose(got.values, want.values, rtol=1e-5, atol=1e-6)
