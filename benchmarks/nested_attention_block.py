@@ -1,4 +1,5 @@
-"""Ragged transformer block, nested (jaxrules.nested) vs padded dense, forward + backward.
+"""Ragged transformer block, nested (jaxrules.nested) vs padded dense (XLA and cuDNN attention),
+forward + backward.
 
 The block: qkv = linear(x) -> attention within each sequence -> output projection -> residual
 -> layer_norm; the loss sums the squares of the real rows. Timed: ``jit(grad)`` with respect to
@@ -9,8 +10,13 @@ not share a peak), and XLA's compiled temp size.
     python benchmarks/nested_attention_block.py --out results.md   # every variant, one process each
     python benchmarks/nested_attention_block.py --one nested --lengths uniform   # one variant, JSON
 
-Padded dense is what a JAX user writes without a ragged type: (B, max_len, d) arrays, a key
-mask, ``jax.nn.dot_product_attention`` and JAX's autodiff.
+Padded dense is what a JAX user writes without a ragged type: (B, max_len, d) arrays, the
+sequence lengths, ``jax.nn.dot_product_attention`` and JAX's autodiff: ``padded`` lets JAX pick
+the attention (XLA), ``cudnn`` asks for cuDNN's fused flash attention
+(``implementation="cudnn"``, bfloat16/float16 only; issue 20's bar). Each variant also times its
+attention alone (forward + backward) and reports its TFLOP/s counting only the real, unpadded
+work: ``14 sum_i n_i^2 d`` FLOPs (forward ``4 sum n_i^2 d``, backward 2.5x the forward, the
+FlashAttention convention).
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ LENGTH_DISTRIBUTIONS = {
     # a long tail: most sequences short, a few near max_len (mean ~ max_len / 4)
     "long-tail": lambda rng, b, m: np.clip(rng.exponential(m / 4, b).astype(int) + 1, 1, m),
 }
+
+
+VARIANTS = ("nested", "padded", "cudnn")
 
 
 def _params(rng, d, dtype):
@@ -62,7 +71,7 @@ def _nested_loss(heads, max_len):
     return loss
 
 
-def _padded_loss(heads):
+def _padded_loss(heads, implementation=None):
     import jax
     import jax.numpy as jnp
 
@@ -75,13 +84,56 @@ def _padded_loss(heads):
         b, length, d = x.shape
         qkv = x @ params["w_qkv"].T + params["b_qkv"]
         q, k, v = (t.reshape(b, length, heads, d // heads) for t in jnp.split(qkv, 3, axis=-1))
-        att = jax.nn.dot_product_attention(q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths)
+        att = jax.nn.dot_product_attention(q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths,
+                                           implementation=implementation)
         y = att.reshape(b, length, d) @ params["w_out"].T
         out = layer_norm(x + y, params["ln_w"], params["ln_b"])
         real = (jnp.arange(length)[None, :] < lengths[:, None])[..., None]
         return jnp.sum(jnp.where(real, jnp.square(out.astype(jnp.float32)), 0))
 
     return loss
+
+
+def _median_ms(step, args, repeats):
+    import jax
+
+    for _ in range(3):
+        jax.block_until_ready(step(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(step(*args))
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def _attention_step(variant, rng, lengths, max_len, d, heads, np_dtype):
+    """(jit of the attention's forward + backward alone, its arguments) for ``variant``."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxrules.nested as N
+
+    dh = d // heads
+    if variant == "nested":
+        offsets = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+        qkv = [jnp.asarray(rng.standard_normal((int(lengths.sum()), heads, dh)).astype(np_dtype)) for _ in range(3)]
+
+        def loss(q, k, v, offsets):
+            q, k, v = (N.from_jagged(t, offsets, max_seqlen=max_len) for t in (q, k, v))
+            return jnp.sum(N.scaled_dot_product_attention(q, k, v).values.astype(jnp.float32))
+
+        return jax.jit(jax.grad(loss, argnums=(0, 1, 2))), (*qkv, offsets)
+    implementation = "cudnn" if variant == "cudnn" else None
+    qkv = [jnp.asarray(rng.standard_normal((len(lengths), max_len, heads, dh)).astype(np_dtype)) for _ in range(3)]
+
+    def loss(q, k, v, lengths):
+        att = jax.nn.dot_product_attention(q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths,
+                                           implementation=implementation)
+        real = (jnp.arange(q.shape[1])[None, :] < lengths[:, None])[..., None, None]
+        return jnp.sum(jnp.where(real, att.astype(jnp.float32), 0))
+
+    return jax.jit(jax.grad(loss, argnums=(0, 1, 2))), (*qkv, jnp.asarray(lengths))
 
 
 def run_one(variant, lengths_name, batch, max_len, d, heads, dtype, repeats, seed):
@@ -99,29 +151,27 @@ def run_one(variant, lengths_name, batch, max_len, d, heads, dtype, repeats, see
     else:
         x = jnp.asarray(rng.standard_normal((batch, max_len, d)).astype(np_dtype))
         aux = jnp.asarray(lengths)
-        loss = _padded_loss(heads)
+        loss = _padded_loss(heads, "cudnn" if variant == "cudnn" else None)
     step = jax.jit(jax.grad(loss, argnums=(0, 1)))
     compiled = step.lower(params, x, aux).compile()
     memory = compiled.memory_analysis()
-    for _ in range(3):
-        jax.block_until_ready(step(params, x, aux))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(step(params, x, aux))
-        times.append(time.perf_counter() - start)
-    stats = jax.devices()[0].memory_stats() or {}
+    median_ms = _median_ms(step, (params, x, aux), repeats)
+    stats = jax.devices()[0].memory_stats() or {}  # the block's peak: the attention-alone step runs after
+    attention, attention_args = _attention_step(variant, rng, lengths, max_len, d, heads, np_dtype)
+    attention_ms = _median_ms(attention, attention_args, repeats)
+    flops = 14 * float(np.sum(lengths.astype(np.float64) ** 2)) * d
     return {
         "variant": variant, "lengths": lengths_name, "dtype": dtype, "mean_len": float(lengths.mean()),
-        "max_len": int(max_len), "tokens": int(lengths.sum()), "median_ms": 1e3 * statistics.median(times),
+        "max_len": int(max_len), "tokens": int(lengths.sum()), "median_ms": median_ms,
         "peak_bytes": stats.get("peak_bytes_in_use"), "temp_bytes": getattr(memory, "temp_size_in_bytes", None),
+        "attention_ms": attention_ms, "attention_tflops": flops / (attention_ms * 1e-3) / 1e12,
         "device": jax.devices()[0].device_kind,
     }
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--one", choices=("nested", "padded"))
+    parser.add_argument("--one", choices=VARIANTS)
     parser.add_argument("--lengths", default="uniform", choices=tuple(LENGTH_DISTRIBUTIONS))
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--max-len", type=int, default=2048)
@@ -142,7 +192,9 @@ def main(argv=None):
     for lengths_name in LENGTH_DISTRIBUTIONS:
         for dtype in args.dtypes.split(","):
             pair = {}
-            for variant in ("nested", "padded"):
+            for variant in VARIANTS:
+                if variant == "cudnn" and dtype == "float32":
+                    continue  # cuDNN's flash attention takes bfloat16 and float16 only
                 cmd = [sys.executable, __file__, "--one", variant, "--lengths", lengths_name, "--dtypes", dtype,
                        "--batch", str(args.batch), "--max-len", str(args.max_len), "--d-model", str(args.d_model),
                        "--heads", str(args.heads), "--repeats", str(args.repeats), "--seed", str(args.seed)]
@@ -155,22 +207,29 @@ def main(argv=None):
                 print(done.stdout.strip(), flush=True)
             rows.append(pair)
     lines = [
-        "| lengths | dtype | mean / max len | nested ms | padded ms | speedup | nested peak GiB | padded peak GiB | "
-        "memory ratio | nested temp GiB | padded temp GiB |",
+        "| lengths | dtype | mean / max len | nested ms | padded XLA ms | padded cuDNN ms | nested vs XLA | "
+        "nested vs cuDNN | peak GiB nested / XLA / cuDNN | attention ms nested / XLA / cuDNN | "
+        "attention TFLOP/s nested / XLA / cuDNN |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for pair in rows:
-        n, p = pair.get("nested"), pair.get("padded")
-        ref = n or p
+
+    def fmt(r, key, scale=1.0):
+        return "n/a" if r is None or r.get(key) is None else f"{r[key] / scale:.2f}"
+
+    def speedup(n, other):
+        return f"{other['median_ms'] / n['median_ms']:.2f}x" if n and other else "-"
+
+    for row in rows:
+        n, x, c = (row.get(v) for v in VARIANTS)
+        ref = n or x or c
         if ref is None:
             continue
-        fmt = lambda r, k, s=1.0: "failed" if r is None or r[k] is None else f"{r[k] / s:.2f}"  # noqa: E731
-        speed = f"{p['median_ms'] / n['median_ms']:.2f}x" if n and p else "-"
-        mem = f"{p['peak_bytes'] / n['peak_bytes']:.2f}x" if n and p and n["peak_bytes"] and p["peak_bytes"] else "-"
         lines.append(
             f"| {ref['lengths']} | {ref['dtype']} | {ref['mean_len']:.0f} / {ref['max_len']} | {fmt(n, 'median_ms')} | "
-            f"{fmt(p, 'median_ms')} | {speed} | {fmt(n, 'peak_bytes', 2**30)} | {fmt(p, 'peak_bytes', 2**30)} | "
-            f"{mem} | {fmt(n, 'temp_bytes', 2**30)} | {fmt(p, 'temp_bytes', 2**30)} |"
+            f"{fmt(x, 'median_ms')} | {fmt(c, 'median_ms')} | {speedup(n, x)} | {speedup(n, c)} | "
+            f"{' / '.join(fmt(r, 'peak_bytes', 2**30) for r in (n, x, c))} | "
+            f"{' / '.join(fmt(r, 'attention_ms') for r in (n, x, c))} | "
+            f"{' / '.join(fmt(r, 'attention_tflops') for r in (n, x, c))} |"
         )
     table = "\n".join(lines)
     print(table)
