@@ -43,8 +43,6 @@ KNOWN_UNDOCUMENTED: frozenset[str] = frozenset({
     "jaxrules.nn.silu", "jaxrules.nn.smooth_l1_loss", "jaxrules.nn.soft_margin_loss", "jaxrules.nn.softmax",
     "jaxrules.nn.softplus", "jaxrules.nn.swish", "jaxrules.nn.threshold", "jaxrules.nn.triplet_margin_loss",
     "jaxrules.numpy.index_reduce",
-    "jaxrules.numpy.linalg.slogdet",
-    "jaxrules.numpy.matmul",
     "jaxrules.numpy.scatter_reduce",
 })
 

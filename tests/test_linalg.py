@@ -342,3 +342,14 @@ def test_torch_solve_takes_a_batch_of_vectors_as_torch():
     np.testing.assert_allclose(g, ta.grad.numpy(), rtol=1e-5, atol=1e-5)
     square = RNG.standard_normal((3, 3))  # (n, n) B with (n, n) A: a matrix, as torch
     np.testing.assert_allclose(jrl.solve(a[0], square), np.linalg.solve(a[0], square), rtol=1e-6, atol=1e-6)
+
+
+def test_matmul_of_integer_operands_keeps_their_dtype_as_torch_and_jax_numpy():
+    a, b = np.arange(6, dtype=np.int32).reshape(2, 3) - 2, np.arange(3, dtype=np.int32)
+    out = rnp.matmul(a, b)
+    assert out.dtype == jnp.matmul(a, b).dtype == np.int32
+    np.testing.assert_array_equal(out, torch.matmul(torch.tensor(a), torch.tensor(b)).numpy())
+    assert rnp.matmul(a > 0, b > 0).dtype == jnp.matmul(a > 0, b > 0).dtype
+    w = jnp.ones(3, jnp.float32)  # mixed: promoted, and the rule differentiates the float operand
+    assert rnp.matmul(a, w).dtype == jnp.matmul(a, w).dtype == jnp.float32
+    np.testing.assert_allclose(jax.grad(lambda w: rnp.matmul(a, w).sum())(w), a.sum(0))

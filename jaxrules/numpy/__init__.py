@@ -4,7 +4,11 @@
 object (``jaxrules.numpy.float32 is jax.numpy.float32``); the array-API aliases ``pow``,
 ``atan2`` are jaxrules' ``power``, ``arctan2``; ``concat`` runs ``concatenate``."""
 
+from typing import Any
+
 import jax.numpy as _jax_namespace
+from jax import Array
+from jax.typing import ArrayLike, DTypeLike
 
 from jaxrules import _namespace
 from jaxrules.numpy import fft, linalg
@@ -75,25 +79,52 @@ __all__ += ["argsort", "cummax", "cummin", "nanmedian", "polar", "quantile", "so
 pow, atan2 = power, arctan2  # the array-API spellings: one op, one gradient
 
 
-def matmul(a, b, *, precision=None, preferred_element_type=None, out_sharding=None):
-    """``jax.numpy.matmul`` (1-D operands promoted as NumPy does, batch dims broadcast), with
-    seed ``mm_mat1_backward`` / ``mm_mat2_backward`` (complex included).
+def matmul(a: ArrayLike, b: ArrayLike, *, precision: Any = None, preferred_element_type: DTypeLike | None = None,
+           out_sharding: None = None) -> Array:
+    """The matrix product ``a @ b`` (1-D operands promoted as NumPy does, batch dims
+    broadcast); VJP ``ga = g b^H``, ``gb = a^H g`` (seed ``mm_mat1_backward`` /
+    ``mm_mat2_backward``, complex included; JAX's convention: transposes, not conjugates).
+    Mirrors ``jax.numpy.matmul`` (``torch.matmul``).
 
-    ``precision``: None or ``"default"``; another value (``"high"``, ``"highest"``, a
-    ``lax.Precision`` or a pair of them) is honoured where it cannot change the result (64-bit
-    operands, or the CPU, where XLA computes every dot at full precision), and raises
-    ``ValueError`` elsewhere: jaxrules' matmul rule runs its forward and backward products at
-    the default precision (set ``jax.default_matmul_precision`` for the whole program instead).
-    ``preferred_element_type``: an inexact dtype; the operands are cast to it when it is at
-    least as wide (the product then accumulates in it; the cotangents are cast back), the
-    result is cast to it when it is narrower. ``out_sharding`` must be None."""
+    Args:
+        a: the left operand, rank >= 1. Integer and boolean operands (both) give jax.numpy's
+            exact product (no derivative); mixed ones are promoted to their common dtype.
+        b: the right operand, rank >= 1; its second-to-last axis (its only one when 1-D)
+            contracts with ``a``'s last.
+        precision: None or ``"default"``; another value (``"high"``, ``"highest"``, a
+            ``lax.Precision`` or a pair of them, a ``lax.DotAlgorithm(Preset)``) is honoured
+            where it cannot change the result (64-bit operands, or the CPU, where XLA computes
+            every dot at full precision), and raises ``ValueError`` elsewhere: jaxrules'
+            matmul rule runs its forward and backward products at the default precision (set
+            ``jax.default_matmul_precision`` for the whole program instead).
+        preferred_element_type: an inexact dtype; the operands are cast to it when it is at
+            least as wide (the product then accumulates in it; the cotangents are cast back),
+            the result is cast to it when it is narrower.
+        out_sharding: must be None (``ValueError`` otherwise).
+
+    Returns:
+        The product: the broadcast batch dims, then (m, p), with the axes of 1-D operands
+        dropped.
+
+    Raises:
+        ValueError: when an operand is 0-d, the contracting dims differ, the batch dims do
+            not broadcast, or ``precision`` cannot be honoured.
+        TypeError: when ``preferred_element_type`` is not a dtype.
+    """
     import jax
     import jax.numpy as jnp_
 
     from jaxrules import _validate as V
 
     V.unhonoured("matmul", out_sharding=out_sharding)
-    a, b = V.array("matmul", "a", a), V.array("matmul", "b", b)
+    a, b = V.array("matmul", "a", a, inexact=False), V.array("matmul", "b", b, inexact=False)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("matmul: operands must not be scalars (use multiply)")
+    exact = not jnp_.issubdtype(jnp_.result_type(a, b), jnp_.inexact)
+    if exact and preferred_element_type is None:  # nothing to differentiate: jax.numpy's exact product
+        return jnp_.matmul(a, b, precision=precision)
+    common = jnp_.result_type(a, b)  # jax.numpy's promotion (int32 with float32: float32)
+    a, b = a.astype(common), b.astype(common)
     if precision is not None and not _default_precision(precision):
         wide = not [x for x in (a, b) if jnp_.dtype(x.dtype).itemsize < (16 if jnp_.iscomplexobj(x) else 8)]
         if not (wide or jax.default_backend() == "cpu"):

@@ -1,6 +1,8 @@
 """Drop-in replacements for ``jax.numpy.linalg`` functions."""
 
 import jax.numpy.linalg as _jax_namespace
+from jax import Array
+from jax.typing import ArrayLike
 
 from jaxrules import _namespace
 from jaxrules.ops import linalg as _linalg_ops
@@ -27,11 +29,25 @@ __all__ = [
 ]
 
 
-def slogdet(a, *, method=None):
-    """``jax.numpy.linalg.slogdet`` -> ``(sign, logabsdet)`` with seed ``slogdet_jvp`` /
-    ``slogdet_backward`` (complex sign gradient included). ``method``: JAX's choice of
-    factorization, ``None``/``"lu"`` or ``"qr"``; both name the same function with the same
-    derivatives, which jaxrules computes from an LU factorization (results agree to rounding)."""
+def slogdet(a: ArrayLike, *, method: str | None = None) -> tuple[Array, Array]:
+    """``(sign, log|det A|)``; JVP ``d logabsdet = Re tr(A^{-1} dA)``, ``d sign = i Im
+    tr(A^{-1} dA) sign`` (complex), VJP ``gA = g_logabsdet A^{-T}`` plus the complex sign term
+    (seed ``slogdet_jvp`` / ``slogdet_backward``). Mirrors ``jax.numpy.linalg.slogdet``
+    (``torch.linalg.slogdet``).
+
+    Args:
+        a: square matrices (..., n, n) (integer and boolean input is promoted to float).
+        method: JAX's choice of factorization, None/``"lu"`` or ``"qr"``; both name the same
+            function with the same derivatives, which jaxrules computes from an LU
+            factorization (results agree to rounding).
+
+    Returns:
+        jax.numpy's ``SlogdetResult(sign, logabsdet)``, each of shape ``a.shape[:-2]``: sign 0
+        and logabsdet -inf where A is singular.
+
+    Raises:
+        ValueError: when ``method`` is not one of those, or ``a`` is not square.
+    """
     if method not in (None, "lu", "qr"):
         raise ValueError(f"slogdet: method must be None, 'lu' or 'qr', got {method!r}")
     return _linalg_ops.slogdet(a)
