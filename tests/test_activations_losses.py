@@ -793,3 +793,20 @@ def test_kl_div_negative_and_nan_targets_are_nan_as_torch():
     expected = F.kl_div(torch.tensor(x), torch.tensor(t), reduction="none").numpy()
     np.testing.assert_allclose(rnn.kl_div(x, t, reduction="none"), expected, rtol=1e-14)
     assert np.isnan(expected[[0, 1, 4]]).all() and expected[2] == 0
+
+
+def test_kl_div_zero_target_with_an_infinite_input_is_zero_where_torch_is_nan():
+    # A documented deviation: the term t (log t - x) -> 0 as t -> 0 for any fixed x, and a -inf log-probability
+    # (a masked class) where the target is 0 is common; torch's xlogy(t, t) - t x gives 0 inf = NaN. A NaN input
+    # stays NaN, as torch's.
+    x = np.array([-np.inf, np.inf, np.nan, -1.0])
+    t = np.zeros(4)
+    torch_value = F.kl_div(torch.tensor(x), torch.tensor(t), reduction="none").numpy()
+    assert np.isnan(torch_value[:3]).all()
+    np.testing.assert_array_equal(rnn.kl_div(x, t, reduction="none"), [0.0, 0.0, np.nan, 0.0])
+
+
+def test_exact_gelu_at_inf_is_inf_where_torchs_float32_kernel_gives_nan():
+    x = np.array([np.inf, 2.0], np.float32)
+    assert np.isnan(F.gelu(torch.tensor(x))[0]) and F.gelu(torch.tensor(x, dtype=torch.float64))[0] == np.inf
+    assert rnn.gelu(jnp.asarray(x), approximate=False)[0] == np.inf

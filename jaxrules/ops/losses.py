@@ -55,10 +55,12 @@ def _l1_derivatives(x, y):
 
 def _kl_div_primal(x, t, *, log_target, **_):
     """torch's pointwise KL term: ``exp(t) (t - x)`` with ``log_target``, else ``t (log t - x)``:
-    0 at t == 0, NaN at a negative or NaN target (torch's ``xlogy(t, t) - t x``)."""
+    NaN at a negative or NaN target (torch's ``xlogy(t, t) - t x``); at t == 0 the limit 0, also
+    at x = +-inf (torch: ``0 inf = NaN``; a -inf log-probability where the target is 0 is common),
+    and NaN at x = NaN (as torch)."""
     if log_target:
         return jnp.exp(t) * (t - x)
-    return jnp.where(t == 0, 0, t * (jnp.log(jnp.where(t == 0, 1, t)) - x))
+    return jnp.where(t == 0, jnp.where(jnp.isnan(x), x, 0), t * (jnp.log(jnp.where(t == 0, 1, t)) - x))
 
 
 def _margin_ranking_derivatives(x1, x2, y, margin):
@@ -248,9 +250,9 @@ def kl_div(input: ArrayLike, target: ArrayLike, reduction: str = "mean", log_tar
     """Kullback-Leibler divergence, ``t (log t - x)`` with ``input`` log-probabilities ``x``; mirrors
     ``torch.nn.functional.kl_div``.
 
-    0 where t == 0, NaN at a negative or NaN target (torch's ``xlogy(t, t) - t x``); with
-    ``log_target``, ``exp(t) (t - x)``. The target's derivative at t == 0 is ``-inf``, the
-    one-sided slope of ``t log t`` (torch: NaN).
+    NaN at a negative or NaN target (torch's ``xlogy(t, t) - t x``); 0 where t == 0, also at an
+    infinite input (torch: ``0 inf = NaN``); with ``log_target``, ``exp(t) (t - x)``. The
+    target's derivative at t == 0 is ``-inf``, the one-sided slope of ``t log t`` (torch: NaN).
 
     Args:
         input: the log-probabilities ``x``.
@@ -789,7 +791,8 @@ _record("kl_div", kl_div, "kl_div", ("kl_div (derivatives.yaml)",),
             finite_second=False,
             torch_differs="torch's target gradient at target 0 is NaN; the one-sided derivative of t log t "
             "there is -inf (log t + 1 - input)."),),
-        deviations="The target's gradient at target 0 is -inf (torch: NaN).")
+        deviations="The target's gradient at target 0 is -inf (torch: NaN). At target 0 the term is 0 also for an "
+        "infinite input (torch: 0 inf = NaN).")
 _record("margin_ranking_loss", margin_ranking_loss, "margin_ranking", ("clamp_min backward (derivatives.yaml)",),
         lambda rng, dt: [
             Sample((normal(rng, dt, 6), normal(rng, dt, 6), np.sign(normal(rng, dt, 6)))),
