@@ -41,8 +41,8 @@ DTYPES = [np.float64, np.float32]
 SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0]
 RTOL = {np.dtype(np.float64): 1e-9, np.dtype(np.float32): 1e-5}
 # JAXRULES_FUZZ_EXAMPLES=200 runs many more (a search, not CI).
-FUZZ = settings(max_examples=int(os.environ.get("JAXRULES_FUZZ_EXAMPLES", "6")), deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(max_examples=int(os.environ.get("JAXRULES_FUZZ_EXAMPLES", "6")), deadline=None, derandomize=True,
+                database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 def _elements(dtype):
