@@ -353,3 +353,31 @@ def test_matmul_of_integer_operands_keeps_their_dtype_as_torch_and_jax_numpy():
     w = jnp.ones(3, jnp.float32)  # mixed: promoted, and the rule differentiates the float operand
     assert rnp.matmul(a, w).dtype == jnp.matmul(a, w).dtype == jnp.float32
     np.testing.assert_allclose(jax.grad(lambda w: rnp.matmul(a, w).sum())(w), a.sum(0))
+
+
+@pytest.mark.parametrize("precision", ["highest", ("high", "highest"), jax.lax.Precision.HIGH,
+                                       jax.lax.DotAlgorithmPreset.F32_F32_F32])
+def test_matmul_precision_reaches_the_forward_and_every_derivative_product(precision):
+    """jax.numpy's ``precision=`` is honoured on every backend: the forward, JVP and VJP products
+    carry it (read from the lowered program, which the CPU otherwise computes alike)."""
+    a, b = RNG.standard_normal((2, 3, 4)).astype(np.float32), RNG.standard_normal((4, 5)).astype(np.float32)
+    f = lambda a, b: rnp.matmul(a, b, precision=precision)  # noqa: E731
+    np.testing.assert_allclose(f(a, b), jnp.matmul(a, b, precision=precision), rtol=1e-6)
+    grads = jax.grad(lambda a, b: jnp.sum(f(a, b) ** 2), argnums=(0, 1))(a, b)
+    expected = jax.grad(lambda a, b: jnp.sum(jnp.matmul(a, b, precision=precision) ** 2), argnums=(0, 1))(a, b)
+    for g, e in zip(grads, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-5)
+    programs = [
+        jax.jit(f).lower(a, b).as_text(),
+        jax.jit(jax.grad(lambda a, b: f(a, b).sum(), argnums=(0, 1))).lower(a, b).as_text(),
+        jax.jit(lambda a, b: jax.jvp(f, (a, b), (a, b))[1]).lower(a, b).as_text(),
+    ]
+    for text in programs:
+        dots = [line for line in text.split("\n") if "dot_general" in line]
+        assert dots
+        if isinstance(precision, jax.lax.DotAlgorithmPreset):
+            assert all("algorithm = " in d for d in dots), dots
+        else:
+            assert all("precision = [" in d and "precision = [DEFAULT" not in d for d in dots), dots
+    hessian = jax.hessian(lambda a: jnp.sum(f(a, b) ** 2))(a)
+    np.testing.assert_allclose(hessian, jax.hessian(lambda a: jnp.sum(jnp.matmul(a, b) ** 2))(a), rtol=1e-4, atol=1e-4)

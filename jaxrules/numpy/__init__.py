@@ -91,12 +91,10 @@ def matmul(a: ArrayLike, b: ArrayLike, *, precision: Any = None, preferred_eleme
             exact product (no derivative); mixed ones are promoted to their common dtype.
         b: the right operand, rank >= 1; its second-to-last axis (its only one when 1-D)
             contracts with ``a``'s last.
-        precision: None or ``"default"``; another value (``"high"``, ``"highest"``, a
-            ``lax.Precision`` or a pair of them, a ``lax.DotAlgorithm(Preset)``) is honoured
-            where it cannot change the result (64-bit operands, or the CPU, where XLA computes
-            every dot at full precision), and raises ``ValueError`` elsewhere: jaxrules'
-            matmul rule runs its forward and backward products at the default precision (set
-            ``jax.default_matmul_precision`` for the whole program instead).
+        precision: JAX's: None or ``"default"``, ``"high"``, ``"highest"``, a
+            ``lax.Precision`` or a pair of them, a ``lax.DotAlgorithmPreset`` or its name, a
+            ``lax.DotAlgorithm``; the forward product and the derivative products (JVP and
+            VJP) all run at it.
         preferred_element_type: an inexact dtype; the operands are cast to it when it is at
             least as wide (the product then accumulates in it; the cotangents are cast back),
             the result is cast to it when it is narrower.
@@ -108,10 +106,9 @@ def matmul(a: ArrayLike, b: ArrayLike, *, precision: Any = None, preferred_eleme
 
     Raises:
         ValueError: when an operand is 0-d, the contracting dims differ, the batch dims do
-            not broadcast, or ``precision`` cannot be honoured.
+            not broadcast, or ``precision`` is not one of JAX's forms.
         TypeError: when ``preferred_element_type`` is not a dtype.
     """
-    import jax
     import jax.numpy as jnp_
 
     from jaxrules import _validate as V
@@ -125,14 +122,12 @@ def matmul(a: ArrayLike, b: ArrayLike, *, precision: Any = None, preferred_eleme
         return jnp_.matmul(a, b, precision=precision)
     common = jnp_.result_type(a, b)  # jax.numpy's promotion (int32 with float32: float32)
     a, b = a.astype(common), b.astype(common)
-    if precision is not None and not _default_precision(precision):
-        wide = not [x for x in (a, b) if jnp_.dtype(x.dtype).itemsize < (16 if jnp_.iscomplexobj(x) else 8)]
-        if not (wide or jax.default_backend() == "cpu"):
-            raise ValueError(f"matmul: precision={precision!r} cannot be honoured by jaxrules' matmul rule on "
-                             f"{jax.default_backend()} for {a.dtype} operands (it computes at the default precision; "
-                             "use jax.default_matmul_precision for the whole program)")
+    if precision is not None and _default_precision(precision):
+        precision = None
+    if isinstance(precision, list):
+        precision = tuple(precision)
     if preferred_element_type is None:
-        return _linalg_ops.matmul(a, b)
+        return _linalg_ops.matmul(a, b, precision)
     try:
         target = jnp_.dtype(preferred_element_type)
     except TypeError:
@@ -141,8 +136,8 @@ def matmul(a: ArrayLike, b: ArrayLike, *, precision: Any = None, preferred_eleme
         raise ValueError(f"matmul: preferred_element_type must be an inexact dtype in jaxrules, got {target}")
     common = jnp_.result_type(a, b)
     if jnp_.promote_types(common, target) == target:
-        return _linalg_ops.matmul(a.astype(target), b.astype(target))
-    return _linalg_ops.matmul(a, b).astype(target)
+        return _linalg_ops.matmul(a.astype(target), b.astype(target), precision)
+    return _linalg_ops.matmul(a, b, precision).astype(target)
 
 
 def _default_precision(precision) -> bool:

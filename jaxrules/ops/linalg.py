@@ -56,6 +56,30 @@ def _same_dtype(*arrays):
 
 
 matmul_op = define_op("matmul", P.matmul, J.matmul_jvp, R.matmul_vjp)
+
+
+def _product(spec, precision):
+    return lambda u, v: jnp.einsum(spec, u, v, precision=precision)
+
+
+def _matmul_at_jvp(res, ta, tb, *, precision):
+    """``matmul_jvp`` (``dA B + A dB``) with its products at ``precision``."""
+    a, b = res
+    mm = _product("...ij,...jk->...ik", precision)
+    terms = [t for t in (None if ta is None else mm(ta, b), None if tb is None else mm(a, tb)) if t is not None]
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+def _matmul_at_vjp(res, ct, *, precision):
+    """``matmul_vjp`` (``(ct B^T, A^T ct)``) with its products at ``precision``."""
+    a, b = res
+    return _product("...ij,...kj->...ik", precision)(ct, b), _product("...ji,...jk->...ik", precision)(a, ct)
+
+
+# matmul at a non-default precision (jax.numpy's ``precision=``): the same formulas, every product
+# of the forward, JVP and VJP at that precision
+matmul_at_op = define_op("matmul", lambda a, b, *, precision: _product("...ij,...jk->...ik", precision)(a, b),
+                         _matmul_at_jvp, _matmul_at_vjp)
 linear_op = define_op(
     "linear",
     lambda x, w, b: jnp.einsum("...i,oi->...o", x, w) + b,
@@ -65,9 +89,10 @@ linear_op = define_op(
 )
 
 
-def matmul(a, b):
+def matmul(a, b, precision=None):
     """``jax.numpy.matmul`` (1-D operands promoted as NumPy does, batch dims broadcast), with
-    seed ``mm_mat1_backward`` / ``mm_mat2_backward`` (complex included)."""
+    seed ``mm_mat1_backward`` / ``mm_mat2_backward`` (complex included); ``precision`` (JAX's,
+    hashable; None: the default) applies to the forward and derivative products alike."""
     a, b = _same_dtype(V.array("matmul", "a", a), V.array("matmul", "b", b))
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("matmul: operands must not be scalars (use multiply)")
@@ -76,7 +101,7 @@ def matmul(a, b):
     if a2.shape[-1] != b2.shape[-2]:
         raise ValueError(f"matmul: contracting dimensions differ ({a.shape} @ {b.shape})")
     V.broadcast("matmul", a=a2[..., :1, :1], b=b2[..., :1, :1])
-    out = matmul_op(a2, b2)
+    out = matmul_op(a2, b2) if precision is None else matmul_at_op(a2, b2, precision=precision)
     if b.ndim == 1:
         out = out[..., 0]
     if a.ndim == 1:
