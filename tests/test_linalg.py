@@ -381,3 +381,21 @@ def test_matmul_precision_reaches_the_forward_and_every_derivative_product(preci
             assert all("precision = [" in d and "precision = [DEFAULT" not in d for d in dots), dots
     hessian = jax.hessian(lambda a: jnp.sum(f(a, b) ** 2))(a)
     np.testing.assert_allclose(hessian, jax.hessian(lambda a: jnp.sum(jnp.matmul(a, b) ** 2))(a), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["rank_deficient", "tall", "wide", "vector"])
+@pytest.mark.parametrize("numpy_resid", [False, True])
+def test_lstsq_residuals_follow_jax_numpy_numpy_resid(case, numpy_resid):
+    """JAX's default returns the residuals always; ``numpy_resid=True`` NumPy's (empty when
+    m <= n or rank-deficient)."""
+    rng = np.random.default_rng(5)
+    a = {"rank_deficient": rng.standard_normal((4, 2)) @ rng.standard_normal((2, 3)),
+         "tall": rng.standard_normal((4, 3)), "wide": rng.standard_normal((2, 3)),
+         "vector": rng.standard_normal((4, 3))}[case]
+    b = rng.standard_normal(4) if case == "vector" else rng.standard_normal((a.shape[0], 2))
+    ours = rnp.linalg.lstsq(a, b, numpy_resid=numpy_resid)[1]
+    theirs = jnp.linalg.lstsq(a, b, numpy_resid=numpy_resid)[1]
+    assert ours.shape == theirs.shape
+    np.testing.assert_allclose(ours, theirs, atol=1e-8)
+    if numpy_resid:
+        np.testing.assert_allclose(ours, np.linalg.lstsq(a, b, rcond=None)[1], atol=1e-8)

@@ -1144,19 +1144,20 @@ def lstsq(a: ArrayLike, b: ArrayLike, rcond: ArrayLike | None = None, *, numpy_r
         b: right-hand sides (..., m, k), or one vector (m,); batch dims broadcast.
         rcond: singular values below ``rcond * max(S)`` are taken as zero; None:
             ``max(m, n) eps`` (jax.numpy's). No derivative.
-        numpy_resid: accepted for jax.numpy's signature; the residuals are always computed
-            as NumPy does.
+        numpy_resid: False (JAX's default): the residuals are always returned; True:
+            NumPy's convention, empty when m <= n or some matrix is rank-deficient (under
+            ``jit``, where the rank is traced: zeros for the rank-deficient ones).
 
     Returns:
         ``(x, residuals, rank, singular_values)``: x (..., n, k) (or (n,) for a 1-D ``b``);
-        the residuals ``|B - A x|^2`` summed over rows when A has full column rank and
-        m > n (else zeros; empty when m <= n, as jax.numpy); the int32 rank; the singular
-        values (``svdvals``).
+        the residuals ``|B - A x|^2`` summed over rows, (..., k) (see ``numpy_resid``); the
+        int32 rank; the singular values (``svdvals``).
 
     Raises:
         ValueError: when ``a`` has rank < 2 or the shapes do not match or broadcast.
+        TypeError: when ``numpy_resid`` is not a bool.
     """
-    del numpy_resid
+    numpy_resid = V.flag("lstsq", "numpy_resid", numpy_resid)
     a = _matrix("lstsq", "a", a)
     b = V.array("lstsq", "b", b)
     a, b = _same_dtype(a, b)
@@ -1173,10 +1174,12 @@ def lstsq(a: ArrayLike, b: ArrayLike, rcond: ArrayLike | None = None, *, numpy_r
     rank = jnp.sum(s > tol, axis=-1).astype(jnp.int32)
     r = b2 - a @ x
     resid = jnp.sum((r * jnp.conj(r)).real, axis=-2)
-    if m <= n:
-        resid = jnp.zeros(resid.shape[:-1] + (0,), resid.dtype)
-    else:
-        resid = jnp.where((rank == n)[..., None], resid, jnp.zeros_like(resid))
+    if numpy_resid:  # NumPy's: empty unless every matrix has full column rank and m > n
+        known = concrete_value(rank)
+        if m <= n or (known is not None and np.any(known < n)):
+            resid = jnp.zeros(resid.shape[:-1] + (0,), resid.dtype)
+        else:
+            resid = jnp.where((rank == n)[..., None], resid, jnp.zeros_like(resid))
     return (x[..., 0] if vector else x), resid, rank, s
 
 
