@@ -125,8 +125,8 @@ def test_vmap_over_a_batch_of_weights_with_a_nested_input():
     np.testing.assert_allclose(grads[3], jax.grad(lambda w: jnp.sum(f(w, nt) ** 2))(weights[3]), rtol=1e-12)
 
 
-@pytest.mark.parametrize("heads", [None, 2])
-def test_attention_equals_masked_padded_attention(heads):
+@pytest.mark.parametrize("heads, causal", [(None, False), (2, False), (2, True)])
+def test_attention_equals_masked_padded_attention(heads, causal):
     lengths = [7, 1, 0, 12, 4]
     inner = (8,) if heads is None else (heads, 8)
     q, k, v = (_nt(lengths, inner) for _ in range(3))
@@ -137,7 +137,8 @@ def test_attention_equals_masked_padded_attention(heads):
             qp, kp, vp = qp[:, :, None], kp[:, :, None], vp[:, :, None]
         valid = np.arange(qp.shape[1])[None, :] < np.array(lengths)[:, None]
         s = jnp.einsum("bqhd,bkhd->bhqk", qp, kp) / np.sqrt(8)
-        s = jnp.where(valid[:, None, None, :], s, -jnp.inf)
+        keys = valid[:, None, None, :] & (np.tri(qp.shape[1], dtype=bool) if causal else True)
+        s = jnp.where(keys, s, -jnp.inf)
         p = jnp.where(valid[:, None, :, None], jax.nn.softmax(s, -1), 0)
         out = jnp.einsum("bhqk,bkhd->bqhd", p, vp)
         out = out if heads is not None else out[:, :, 0]
@@ -145,7 +146,8 @@ def test_attention_equals_masked_padded_attention(heads):
 
     def ours(qv, kv, vv, block=None, steps=None):
         return N.scaled_dot_product_attention(
-            q.with_values(qv), k.with_values(kv), v.with_values(vv), block=block, pairs_per_step=steps
+            q.with_values(qv), k.with_values(kv), v.with_values(vv), is_causal=causal, block=block,
+            pairs_per_step=steps,
         ).values
 
     args = (q.values, k.values, v.values)
@@ -162,6 +164,28 @@ def test_attention_equals_masked_padded_attention(heads):
         np.testing.assert_allclose(got[0], want[0], atol=1e-12)
         for a, b in zip(got[1](ct), want[1](ct)):
             np.testing.assert_allclose(a, b, atol=1e-12)
+
+
+def test_causal_attention_visits_only_the_lower_triangle_of_block_pairs():
+    """is_causal: sum_i b_i (b_i + 1) / 2 real pairs (b_i blocks of sequence i), each with its
+    key block at or before its query block in the same sequence; the static bound holds it."""
+    from jaxrules.nested import blocks as K
+
+    lengths, block = np.array([9, 0, 4, 17, 1]), 4
+    offsets = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]), jnp.int32)
+    plan = K.attention_plan(offsets, int(lengths.sum()), block, 17, 1, causal=True)
+    full = K.attention_plan(offsets, int(lengths.sum()), block, 17, 1)
+    num_blocks = K.num_blocks_of(plan.slot_token, block) - 1
+    pq, pk = np.asarray(plan.pair_q), np.asarray(plan.pair_k)
+    real = pq < num_blocks
+    b = -(-lengths // block)
+    assert real.sum() == (b * (b + 1) // 2).sum() == 6 + 0 + 1 + 15 + 1  # 3, 0, 1, 5, 1 blocks
+    assert np.all(pk[real] <= pq[real])
+    assert (np.asarray(full.pair_q) < num_blocks).sum() == (b * b).sum()
+    assert len(pq) < len(np.asarray(full.pair_q))
+    q = _nt([3, 2], (4,))
+    with pytest.raises(TypeError, match="is_causal must be a bool"):
+        N.scaled_dot_product_attention(q, q, q, is_causal=1)
 
 
 def test_attention_log_sum_exp_and_its_gradient():

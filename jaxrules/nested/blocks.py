@@ -1,9 +1,11 @@
 """Block plan for attention over ragged sequences, with no padding in the math.
 
 Each sequence is cut into blocks of ``block`` rows; block ``j`` of sequence ``i`` attends to
-every block of sequence ``i`` and to nothing else. The work is a list of (query block, key
-block) *pairs*: sum_i ceil(n_i / block)^2 of them, which is padded to a static bound (from
-``max_len``) with dummy pairs on an empty block, so the shapes stay static under jit while the
+every block of sequence ``i`` and to nothing else (``causal``: to its blocks ``<= j``, and
+within block ``j`` a query attends to the keys at or before it). The work is a list of (query
+block, key block) *pairs*: sum_i ceil(n_i / block)^2 of them (causal: sum_i b_i (b_i + 1) / 2,
+``b_i = ceil(n_i / block)``), which is padded to a static bound (from ``max_len``) with dummy
+pairs on an empty block, so the shapes stay static under jit while the
 lengths change. Per-pair work is dense (``P x heads x block x block`` scores); per-query
 statistics are combined across pairs with segment sums, as flash attention combines key tiles.
 
@@ -29,14 +31,20 @@ class Plan(NamedTuple):
     pair_k: jax.Array
 
 
-def plan_sizes(total: int, batch: int, block: int, max_len: int, chunk: int) -> tuple[int, int]:
+def _pairs_of(blocks, causal: bool):
+    """Pairs of a sequence of ``blocks`` blocks: all (``b^2``) or the lower triangle."""
+    return blocks * (blocks + 1) // 2 if causal else blocks * blocks
+
+
+def plan_sizes(total: int, batch: int, block: int, max_len: int, chunk: int, causal: bool = False) -> tuple[int, int]:
     """Static ``(num_blocks, num_pairs)`` bounds: each sequence wastes less than one block, and
     with at most ``m = ceil(max_len / block)`` blocks per sequence the pair count is largest
-    when the blocks come in runs of ``m``; rounded up to whole chunks."""
+    when the blocks come in runs of ``m`` (the pair count is convex in the blocks); rounded up
+    to whole chunks."""
     num_blocks = -(-total // block) + batch
     m = max(1, -(-max_len // block))
-    by_runs = (num_blocks // m) * m * m + (num_blocks % m) ** 2
-    num_pairs = max(1, min(batch * m * m, by_runs))
+    by_runs = (num_blocks // m) * _pairs_of(m, causal) + _pairs_of(num_blocks % m, causal)
+    num_pairs = max(1, min(batch * _pairs_of(m, causal), by_runs))
     return num_blocks, -(-num_pairs // chunk) * chunk
 
 
@@ -50,10 +58,20 @@ def chunked(pair_q, pair_k, chunk: int):
     return pair_q.reshape(-1, chunk), pair_k.reshape(-1, chunk)
 
 
-def attention_plan(offsets, total: int, block: int, max_len: int, chunk: int) -> Plan:
-    """The plan for sequences ``values[offsets[i]:offsets[i + 1]]`` (traceable in ``offsets``)."""
+def _triangle_row(rank):
+    """Row ``i`` of the lower-triangle pair number ``rank`` (pairs numbered row by row, row ``i``
+    holding ``i + 1``): the largest ``i`` with ``i (i + 1) / 2 <= rank``, from a float square
+    root corrected by one step each way (exact for any int32 rank)."""
+    i = jnp.floor((jnp.sqrt(8 * rank.astype(jnp.float32) + 1) - 1) / 2).astype(jnp.int32)
+    i = jnp.where(i * (i + 1) // 2 > rank, i - 1, i)
+    return jnp.where((i + 1) * (i + 2) // 2 <= rank, i + 1, i)
+
+
+def attention_plan(offsets, total: int, block: int, max_len: int, chunk: int, causal: bool = False) -> Plan:
+    """The plan for sequences ``values[offsets[i]:offsets[i + 1]]`` (traceable in ``offsets``);
+    ``causal``: only the pairs whose key block is at or before the query block."""
     batch = offsets.shape[0] - 1
-    num_blocks, num_pairs = plan_sizes(total, batch, block, max_len, chunk)
+    num_blocks, num_pairs = plan_sizes(total, batch, block, max_len, chunk, causal)
     lengths = jnp.diff(offsets)
     blocks_per_seq = (lengths + block - 1) // block
     first_block = jnp.cumsum(blocks_per_seq) - blocks_per_seq
@@ -62,15 +80,20 @@ def attention_plan(offsets, total: int, block: int, max_len: int, chunk: int) ->
     slot_token = jnp.full(((num_blocks + 1) * block,), total, jnp.int32).at[token_slot].set(
         jnp.arange(total, dtype=jnp.int32)
     )
-    pairs_per_seq = blocks_per_seq * blocks_per_seq
+    pairs_per_seq = _pairs_of(blocks_per_seq, causal)
     pair_end = jnp.cumsum(pairs_per_seq)
     p = jnp.arange(num_pairs, dtype=jnp.int32)
     owner = jnp.minimum(jnp.searchsorted(pair_end, p, side="right"), batch - 1).astype(jnp.int32)
     rank = p - (pair_end - pairs_per_seq)[owner]
-    n = jnp.maximum(blocks_per_seq[owner], 1)
+    if causal:
+        row = _triangle_row(rank)
+        col = rank - row * (row + 1) // 2
+    else:
+        n = jnp.maximum(blocks_per_seq[owner], 1)
+        row, col = rank // n, rank % n
     real = p < pair_end[-1]
-    pair_q = jnp.where(real, first_block[owner] + rank // n, num_blocks).astype(jnp.int32)
-    pair_k = jnp.where(real, first_block[owner] + rank % n, num_blocks).astype(jnp.int32)
+    pair_q = jnp.where(real, first_block[owner] + row, num_blocks).astype(jnp.int32)
+    pair_k = jnp.where(real, first_block[owner] + col, num_blocks).astype(jnp.int32)
     return Plan(token_slot.astype(jnp.int32), slot_token, pair_q, pair_k)
 
 
@@ -110,15 +133,25 @@ def scores(qb, kb, pair_q, pair_k):
     return jnp.einsum("pqhd,pkhd->phqk", qb[pair_q], kb[pair_k])
 
 
-def pair_mask(valid, pair_q, pair_k):
-    """(P, 1, block, block): both the query and the key slot hold a row."""
-    return (valid[pair_q][:, :, None] & valid[pair_k][:, None, :])[:, None]
+def pair_mask(valid, pair_q, pair_k, causal: bool = False):
+    """(P, 1, block, block): both the query and the key slot hold a row (``causal``: and the key
+    is at or before the query; a pair's blocks belong to one sequence, whose slots are
+    consecutive, so slot order is position order)."""
+    mask = valid[pair_q][:, :, None] & valid[pair_k][:, None, :]
+    if causal:
+        block = valid.shape[1]
+        offset = jnp.arange(block)
+        q_slot = pair_q[:, None, None] * block + offset[:, None]
+        k_slot = pair_k[:, None, None] * block + offset[None, :]
+        mask = mask & (k_slot <= q_slot)
+    return mask[:, None]
 
 
-def probabilities(qb, kb, lse_b, valid, pair_q, pair_k, scale):
-    """``exp(scale Q K^T - lse)`` per pair (0 outside the sequences)."""
+def probabilities(qb, kb, lse_b, valid, pair_q, pair_k, scale, causal: bool = False):
+    """``exp(scale Q K^T - lse)`` per pair (0 outside the sequences and, ``causal``, above the
+    diagonal)."""
     s = scale * scores(qb, kb, pair_q, pair_k)
-    return jnp.where(pair_mask(valid, pair_q, pair_k), jnp.exp(s - per_pair(lse_b, pair_q)), 0)
+    return jnp.where(pair_mask(valid, pair_q, pair_k, causal), jnp.exp(s - per_pair(lse_b, pair_q)), 0)
 
 
 def default_block(max_len: int) -> int:

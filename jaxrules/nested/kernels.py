@@ -4,7 +4,9 @@ The layout is ``blocks``' slot layout, head-major: (heads, slots, dim) with ever
 ``block`` slots inside one sequence. Program (j, h) owns block j of head h and loops over the
 blocks of its own sequence only (a loop with a run-time trip count), so the work is
 sum_i ceil(n_i / block)^2 tiles — no padding to the longest sequence and no dummy tiles — and
-scores never leave the chip (flash attention). Per block: ``first`` (the first block of its
+scores never leave the chip (flash attention). ``causal``: the loops stop at (forward, dq) or
+start from (dk, dv) the program's own block, so the blocks above the diagonal are skipped, and
+the diagonal block is masked. Per block: ``first`` (the first block of its
 sequence), ``count`` (the sequence's number of blocks), ``length`` (its number of rows) and
 ``local`` (its index within the sequence).
 
@@ -44,6 +46,16 @@ def _rows(local, length, block):
     return local * block + jnp.arange(block) < length
 
 
+def _keep(q_block, k_block, length, block, causal):
+    """(query rows, key rows) of blocks ``q_block`` and ``k_block`` of one sequence: the key row
+    lies inside the sequence (and, ``causal``, at or before the query row)."""
+    keys = k_block * block + jnp.arange(block)
+    keep = (keys < length)[None, :]
+    if causal:
+        keep = keep & (keys[None, :] <= (q_block * block + jnp.arange(block))[:, None])
+    return keep
+
+
 def _mm(a, b):
     """``a @ b``, accumulated in float32 or wider."""
     return jnp.dot(a, b, preferred_element_type=stat_dtype(a.dtype))
@@ -59,7 +71,8 @@ def _mm_tn(a, b):
     return jax.lax.dot_general(a, b, (((0,), (0,)), ((), ())), preferred_element_type=stat_dtype(a.dtype))
 
 
-def _forward_kernel(first_ref, count_ref, length_ref, local_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, scale, block):
+def _forward_kernel(first_ref, count_ref, length_ref, local_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, scale, block,
+                    causal):
     j = pl.program_id(0)
     first, count, length, local = first_ref[j], count_ref[j], length_ref[j], local_ref[j]
     q = q_ref[...]
@@ -69,7 +82,7 @@ def _forward_kernel(first_ref, count_ref, length_ref, local_ref, q_ref, k_ref, v
         acc, m, norm = carry
         rows = pl.ds((first + i) * block, block)
         s = scale * _mm_nt(q, k_ref[rows, :])
-        s = jnp.where(_rows(i, length, block)[None, :], s, _NEG)
+        s = jnp.where(_keep(local, i, length, block, causal), s, _NEG)
         m_new = jnp.maximum(m, s.max(-1))
         rescale = jnp.exp(m - m_new)
         p = jnp.exp(s - m_new[:, None])
@@ -79,7 +92,7 @@ def _forward_kernel(first_ref, count_ref, length_ref, local_ref, q_ref, k_ref, v
     acc_dtype = stat_dtype(q.dtype)
     stats = jnp.zeros((block,), acc_dtype)
     init = (jnp.zeros((block, dim), acc_dtype), stats + _NEG, stats)
-    acc, m, norm = jax.lax.fori_loop(0, count, body, init)
+    acc, m, norm = jax.lax.fori_loop(0, local + 1 if causal else count, body, init)
     inside = _rows(local, length, block) & (norm > 0)
     safe = jnp.where(inside, norm, 1.0)
     o_ref[...] = jnp.where(inside[:, None], acc / safe[:, None], 0).astype(o_ref.dtype)
@@ -87,7 +100,7 @@ def _forward_kernel(first_ref, count_ref, length_ref, local_ref, q_ref, k_ref, v
 
 
 def _dq_kernel(first_ref, count_ref, length_ref, local_ref, q_ref, do_ref, lse_ref, delta_ref, k_ref, v_ref, dq_ref,
-               *, scale, block):
+               *, scale, block, causal):
     """dq = scale sum_k P (dO v^T - delta) k over the key blocks of the sequence."""
     j = pl.program_id(0)
     first, count, length, local = first_ref[j], count_ref[j], length_ref[j], local_ref[j]
@@ -97,18 +110,18 @@ def _dq_kernel(first_ref, count_ref, length_ref, local_ref, q_ref, do_ref, lse_r
     def body(i, dq):
         rows = pl.ds((first + i) * block, block)
         k = k_ref[rows, :]
-        keep = inside[:, None] & _rows(i, length, block)[None, :]
+        keep = inside[:, None] & _keep(local, i, length, block, causal)
         p = jnp.where(keep, jnp.exp(scale * _mm_nt(q, k) - lse[:, None]), 0)
         dp = _mm_nt(do, v_ref[rows, :])
         ds = p * (dp - delta[:, None])
         return dq + _mm(ds.astype(k.dtype), k)
 
-    dq = jax.lax.fori_loop(0, count, body, jnp.zeros(q.shape, stat_dtype(q.dtype)))
+    dq = jax.lax.fori_loop(0, local + 1 if causal else count, body, jnp.zeros(q.shape, stat_dtype(q.dtype)))
     dq_ref[...] = (scale * dq).astype(dq_ref.dtype)
 
 
 def _dkv_kernel(first_ref, count_ref, length_ref, local_ref, k_ref, v_ref, q_ref, do_ref, lse_ref, delta_ref, dk_ref,
-                dv_ref, *, scale, block):
+                dv_ref, *, scale, block, causal):
     """dv = sum_q P^T dO, dk = scale sum_q dS^T q over the query blocks of the sequence."""
     j = pl.program_id(0)
     first, count, length, local = first_ref[j], count_ref[j], length_ref[j], local_ref[j]
@@ -121,6 +134,8 @@ def _dkv_kernel(first_ref, count_ref, length_ref, local_ref, k_ref, v_ref, q_ref
         q, do = q_ref[rows, :], do_ref[rows, :]
         lse, delta = lse_ref[rows], delta_ref[rows]
         keep = _rows(i, length, block)[:, None] & inside[None, :]
+        if causal:
+            keep = keep & _keep(i, local, length, block, causal)
         p = jnp.where(keep, jnp.exp(scale * _mm_nt(q, k) - lse[:, None]), 0)  # (q rows, k rows)
         dv = dv + _mm_tn(p.astype(do.dtype), do)
         dp = _mm_nt(do, v)
@@ -129,7 +144,7 @@ def _dkv_kernel(first_ref, count_ref, length_ref, local_ref, k_ref, v_ref, q_ref
         return dk, dv
 
     zeros = jnp.zeros(k.shape, stat_dtype(k.dtype))
-    dk, dv = jax.lax.fori_loop(0, count, body, (zeros, zeros))
+    dk, dv = jax.lax.fori_loop(local if causal else 0, count, body, (zeros, zeros))
     dk_ref[...] = (scale * dk).astype(dk_ref.dtype)
     dv_ref[...] = dv.astype(dv_ref.dtype)
 
@@ -160,7 +175,7 @@ def _call(kernel, meta, tiled, whole, outs, *, block, interpret, name):
     )(*meta, *tiled, *whole)
 
 
-def forward(meta, qs, ks, vs, *, scale, block, interpret):
+def forward(meta, qs, ks, vs, *, scale, block, interpret, causal=False):
     """(out, lse) in the slot layout, heads first: (heads, slots, dim) and (heads, slots); lse in
     float32 (float64 for float64 input)."""
     heads, slots, _ = qs.shape
@@ -168,17 +183,17 @@ def forward(meta, qs, ks, vs, *, scale, block, interpret):
         jax.ShapeDtypeStruct(qs.shape[:2] + vs.shape[2:], vs.dtype),
         jax.ShapeDtypeStruct((heads, slots), stat_dtype(qs.dtype)),
     ]
-    kernel = functools.partial(_forward_kernel, scale=scale, block=block)
+    kernel = functools.partial(_forward_kernel, scale=scale, block=block, causal=causal)
     return _call(kernel, meta, [qs], [ks, vs], outs, block=block, interpret=interpret, name="ragged_attention_fwd")
 
 
-def backward(meta, qs, ks, vs, dos, lse, delta, *, scale, block, interpret):
+def backward(meta, qs, ks, vs, dos, lse, delta, *, scale, block, interpret, causal=False):
     """(dq, dk, dv) in the slot layout; ``delta = rowsum(dO out) - g_lse`` per query."""
     like = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)  # noqa: E731
-    dq_kernel = functools.partial(_dq_kernel, scale=scale, block=block)
+    dq_kernel = functools.partial(_dq_kernel, scale=scale, block=block, causal=causal)
     (dq,) = _call(dq_kernel, meta, [qs, dos, lse, delta], [ks, vs], [like(qs)], block=block, interpret=interpret,
                   name="ragged_attention_dq")
-    dkv_kernel = functools.partial(_dkv_kernel, scale=scale, block=block)
+    dkv_kernel = functools.partial(_dkv_kernel, scale=scale, block=block, causal=causal)
     dk, dv = _call(dkv_kernel, meta, [ks, vs], [qs, dos, lse, delta], [like(ks), like(vs)], block=block,
                    interpret=interpret, name="ragged_attention_dkv")
     return dq, dk, dv

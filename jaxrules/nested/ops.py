@@ -12,6 +12,7 @@ import numbers
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrules import dispatch
 from jaxrules import nn as dense_nn
@@ -279,6 +280,12 @@ def _attention_inputs(q, k, v):
         )
 
 
+def _flag(name, value) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"nested.scaled_dot_product_attention: {name} must be a bool, got {value!r}")
+    return bool(value)
+
+
 def _positive(name, value) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"nested.scaled_dot_product_attention: {name} must be a positive int, got {value!r}")
@@ -313,11 +320,14 @@ def _max_len(q: NestedTensor, max_seqlen) -> int:
 
 
 def scaled_dot_product_attention(
-    q, k, v, *, scale=None, max_seqlen=None, block=None, pairs_per_step=None, with_lse=False, impl=None
+    q, k, v, *, scale=None, is_causal=False, max_seqlen=None, block=None, pairs_per_step=None, with_lse=False,
+    impl=None
 ):
     """``softmax(scale q_i k_i^T) v_i`` for each sequence ``i`` (no attention across sequences,
     no padding in the math). q, k, v: NestedTensors with the same offsets, of logical shape
     (B, ragged, heads, dim) or (B, ragged, dim); ``scale`` defaults to 1/sqrt(dim).
+    ``is_causal``: within each sequence, row ``r`` attends to rows ``<= r`` only (torch's
+    ``is_causal``, top-left aligned; the blocks above the diagonal are skipped, not masked).
 
     Work and memory grow with sum_i ceil(n_i / block)^2 blocks of ``block`` x ``block`` scores
     (``blocks``), bounded statically through ``max_seqlen`` (the argument, else ``q.max_seqlen``,
@@ -325,13 +335,15 @@ def scaled_dot_product_attention(
     row may be one sequence). A sequence longer than ``max_seqlen`` raises at run time. The pairs
     are visited ``pairs_per_step`` at a time (default: about 2**25 scores per step). The
     softmax is computed in float32 or wider; ``with_lse`` also returns each query's log-sum-exp
-    (B, ragged, heads) as a NestedTensor. Formulas: flash attention's per-block backward.
+    (B, ragged, heads) as a NestedTensor. Formulas: flash attention's per-block backward
+    (causal: over the causal pairs, the diagonal blocks masked).
 
     ``impl``: ``"pallas"`` (fused kernels; the default on GPU for float32/bfloat16/float16 with a
     power-of-two head dim >= 16; inputs stay in their dtype, statistics in float32), ``"xla"``
     (the block-pair formulas in float32 or wider; the default elsewhere), or
     ``"pallas_interpret"`` (the kernels in Pallas interpret mode, for tests on the CPU)."""
     _attention_inputs(q, k, v)
+    causal = _flag("is_causal", is_causal)
     max_len = _max_len(q, max_seqlen)
     block = K.default_block(max_len) if block is None else _positive("block", block)
     heads_axis = len(q.inner_shape) == 2
@@ -345,22 +357,23 @@ def scaled_dot_product_attention(
         f"nested.scaled_dot_product_attention: a sequence is longer than max_seqlen={max_len}",
     )
     heads = q.inner_shape[0] if heads_axis else 1
-    chunk = K.chunk_size(K.plan_sizes(total, q.batch_size, block, max_len, 1)[1], heads, block)
+    chunk = K.chunk_size(K.plan_sizes(total, q.batch_size, block, max_len, 1, causal)[1], heads, block)
     if pairs_per_step is not None:
         chunk = _positive("pairs_per_step", pairs_per_step)
-    plan = K.attention_plan(offsets, total, block, max_len, chunk)
+    plan = K.attention_plan(offsets, total, block, max_len, chunk, causal)
     impl = _attention_impl(impl, q.dtype, dim, block)
     qv, kv, vv = ((t.values if heads_axis else t.values[:, None]) for t in (q, k, v))
     if impl == "xla":
         work = jnp.promote_types(q.dtype, jnp.float32)
         out, lse = attention_op(
-            qv.astype(work), kv.astype(work), vv.astype(work), *plan, scale=scale, block=block, chunk=chunk
+            qv.astype(work), kv.astype(work), vv.astype(work), *plan, scale=scale, block=block, chunk=chunk,
+            causal=causal,
         )
     else:
         dtype = jnp.result_type(qv, kv, vv)
         meta = KN.block_meta(offsets, plan.token_slot, K.num_blocks_of(plan.slot_token, block) - 1, block)
         out, lse = fused_attention_op(qv.astype(dtype), kv.astype(dtype), vv.astype(dtype), *plan, *meta, scale=scale,
-                                      block=block, chunk=chunk, interpret=impl == "pallas_interpret")
+                                      block=block, chunk=chunk, interpret=impl == "pallas_interpret", causal=causal)
     out = (out if heads_axis else out[:, 0]).astype(v.dtype)
     result = q.with_values(out)
     if with_lse:

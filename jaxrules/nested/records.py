@@ -301,30 +301,33 @@ _TF32 = {"float32": 2e-3}
 
 
 def _attention_samples(rng, dt):
-    out = []
-    # (B, ragged, heads, dim); the (B, ragged, dim) form is tests/test_nested.py's (CI time)
-    for lengths, inner in (((3, 0, 5, 1), (2, 4)),):
-        n = _rows(lengths)
-        out.append(Sample(tuple(normal(rng, dt, n, *inner) for _ in range(3)) + (_offsets(lengths),)))
-    return out
+    # (B, ragged, heads, dim); the (B, ragged, dim) form is tests/test_nested.py's (CI time).
+    # Causal with 4-row blocks: a sequence of 5 spans two blocks (a skipped and a masked pair).
+    lengths = (3, 0, 5, 1)
+    args = tuple(normal(rng, dt, _rows(lengths), 2, 4) for _ in range(3)) + (_offsets(lengths),)
+    return [Sample(args), Sample(args, {"is_causal": True, "block": 4})]
 
 
-def _attention_fn(q, k, v, offsets):
-    return N.scaled_dot_product_attention(_nt(q, offsets), _nt(k, offsets), _nt(v, offsets), impl="xla").values
+def _attention_fn(q, k, v, offsets, is_causal=False, block=None):
+    return N.scaled_dot_product_attention(_nt(q, offsets), _nt(k, offsets), _nt(v, offsets), is_causal=is_causal,
+                                          block=block, impl="xla").values
 
 
-def _fused_attention_fn(q, k, v, offsets):
+def _fused_attention_fn(q, k, v, offsets, is_causal=False, block=None):
     """The fused kernels: compiled on a GPU (float32 and narrower), interpreted elsewhere."""
     compiled = jax.default_backend() == "gpu" and q.dtype != np.float64
     impl = "pallas" if compiled else "pallas_interpret"
-    return N.scaled_dot_product_attention(_nt(q, offsets), _nt(k, offsets), _nt(v, offsets), impl=impl).values
+    return N.scaled_dot_product_attention(_nt(q, offsets), _nt(k, offsets), _nt(v, offsets), is_causal=is_causal,
+                                          block=block, impl=impl).values
 
 
-def _attention_torch(t, q, k, v, offsets):
+def _attention_torch(t, q, k, v, offsets, is_causal=False, block=None):
     def one(qi, ki, vi):
         heads = qi.ndim == 3
         qi, ki, vi = (x if heads else x[:, None] for x in (qi, ki, vi))
         s = t.einsum("qhd,khd->hqk", qi, ki) / qi.shape[-1] ** 0.5
+        if is_causal:  # torch's is_causal: top-left aligned lower triangle
+            s = s.masked_fill(~t.ones(s.shape[-2:], dtype=t.bool).tril(), float("-inf"))
         out = t.einsum("hqk,khd->qhd", t.softmax(s, -1), vi)
         return out if heads else out[:, 0]
 
@@ -340,8 +343,8 @@ _record(
 
 def _fused_samples(rng, dt):
     lengths = (19, 0, 3, 33)  # several 16-row blocks per sequence
-    n = _rows(lengths)
-    return [Sample(tuple(normal(rng, dt, n, 2, 16) for _ in range(3)) + (_offsets(lengths),))]
+    args = tuple(normal(rng, dt, _rows(lengths), 2, 16) for _ in range(3)) + (_offsets(lengths),)
+    return [Sample(args, {"block": 16}), Sample(args, {"is_causal": True, "block": 16})]
 
 
 register(OpRecord(

@@ -176,7 +176,7 @@ def _layout(x, slot_token, block):
     return K.to_blocks(x, slot_token, block)
 
 
-def attention_primal(q, k, v, token_slot, slot_token, pair_q, pair_k, *, scale, block, chunk):
+def attention_primal(q, k, v, token_slot, slot_token, pair_q, pair_k, *, scale, block, chunk, causal=False):
     """Online softmax over the key blocks of each query block (flash attention's forward)."""
     total, nb = q.shape[0], K.num_blocks_of(slot_token, block)
     qb, kb, vb = (_layout(x, slot_token, block) for x in (q, k, v))
@@ -186,7 +186,7 @@ def attention_primal(q, k, v, token_slot, slot_token, pair_q, pair_k, *, scale, 
     def step(carry, pairs):
         m, norm, acc = carry
         pq, pk = pairs
-        s = jnp.where(K.pair_mask(valid, pq, pk), scale * K.scores(qb, kb, pq, pk), -jnp.inf)
+        s = jnp.where(K.pair_mask(valid, pq, pk, causal), scale * K.scores(qb, kb, pq, pk), -jnp.inf)
         m_new = jnp.maximum(m, jax.ops.segment_max(s.max(-1), pq, num_segments=nb))
         m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0)
         rescale = jnp.where(jnp.isfinite(m), jnp.exp(m - m_safe), 0)
@@ -214,17 +214,17 @@ def attention_save(outs, q, k, v, token_slot, slot_token, pair_q, pair_k, **_):
     return q, k, v, out, lse, token_slot, slot_token, pair_q, pair_k
 
 
-def _pair_probabilities(res, pq, pk, block, scale):
+def _pair_probabilities(res, pq, pk, block, scale, causal):
     """The softmax weights of the pairs ``(pq, pk)``, recomputed from the saved log-sum-exp as
     flash attention's backward does, with the blocked q, k, v."""
     q, k, v, _, lse, _, slot_token, _, _ = res
     qb, kb, vb = (_layout(x, slot_token, block) for x in (q, k, v))
     lse_b = _layout(jnp.where(jnp.isfinite(lse), lse, 0), slot_token, block)
     valid = K.slot_valid(slot_token, q.shape[0], block)
-    return K.probabilities(qb, kb, lse_b, valid, pq, pk, scale), qb, kb, vb
+    return K.probabilities(qb, kb, lse_b, valid, pq, pk, scale, causal), qb, kb, vb
 
 
-def attention_jvp(res, tq, tk, tv, *_, scale, block, chunk):
+def attention_jvp(res, tq, tk, tv, *_, scale, block, chunk, causal=False):
     """With ``P`` the softmax weights and ``dS = scale (dq k^T + q dk^T)``:
     ``d lse = sum_k P dS`` and ``d out = sum_k P dS v + P dv - out d lse``, summed over the key
     blocks of each query block."""
@@ -235,7 +235,7 @@ def attention_jvp(res, tq, tk, tv, *_, scale, block, chunk):
     def step(carry, pairs):
         dlse, num = carry
         pq, pk = pairs
-        p, qb, kb, vb = _pair_probabilities(res, pq, pk, block, scale)
+        p, qb, kb, vb = _pair_probabilities(res, pq, pk, block, scale, causal)
         ds = 0
         if tqb is not None:
             ds = ds + K.scores(tqb, kb, pq, pk)
@@ -255,7 +255,7 @@ def attention_jvp(res, tq, tk, tv, *_, scale, block, chunk):
     return K.from_blocks(dout_b, token_slot), K.from_blocks(dlse_b, token_slot)
 
 
-def attention_vjp(res, ct, *, scale, block, chunk):
+def attention_vjp(res, ct, *, scale, block, chunk, causal=False):
     """Flash attention's backward per block pair: ``dv = P^T g``, ``dS = P (g v^T - D + g_lse)``
     with ``D = rowsum(g out)``, ``dq = scale dS k``, ``dk = scale dS^T q``; contributions are
     summed into the blocks they belong to."""
@@ -269,7 +269,7 @@ def attention_vjp(res, ct, *, scale, block, chunk):
     def step(carry, pairs):
         dq, dk, dv = carry
         pq, pk = pairs
-        p, qb, kb, vb = _pair_probabilities(res, pq, pk, block, scale)
+        p, qb, kb, vb = _pair_probabilities(res, pq, pk, block, scale, causal)
         shift = 0
         if gb is not None:
             shift = jnp.einsum("pqhd,pkhd->phqk", gb[pq], vb[pk]) - K.per_pair(d_b, pq)
@@ -303,9 +303,10 @@ def _tokens(xs, token_slot):
     return jnp.moveaxis(xs, 0, 1)[token_slot]
 
 
-def fused_attention_primal(q, k, v, token_slot, slot_token, pair_q, pair_k, *meta, scale, block, chunk, interpret):
+def fused_attention_primal(q, k, v, token_slot, slot_token, pair_q, pair_k, *meta, scale, block, chunk, interpret,
+                           causal=False):
     qs, ks, vs = (_heads_first(x, slot_token, block) for x in (q, k, v))
-    out, lse = kernels.forward(meta, qs, ks, vs, scale=scale, block=block, interpret=interpret)
+    out, lse = kernels.forward(meta, qs, ks, vs, scale=scale, block=block, interpret=interpret, causal=causal)
     return _tokens(out, token_slot), _tokens(lse, token_slot)
 
 
@@ -313,24 +314,20 @@ def fused_attention_save(outs, q, k, v, *ints, **_):
     return (q, k, v, *outs, *ints)
 
 
-def fused_attention_jvp(res, tq, tk, tv, *_, scale, block, chunk, interpret):
+def fused_attention_jvp(res, tq, tk, tv, *_, scale, block, chunk, interpret, causal=False):
     """The XLA JVP formula (``attention_jvp``), in float32 or wider."""
     work = jnp.promote_types(res[0].dtype, jnp.float32)
     floats = tuple(x.astype(work) for x in res[:5])
     tangents = (None if t is None else t.astype(work) for t in (tq, tk, tv))
-    return attention_jvp(floats + tuple(res[5:9]), *tangents, scale=scale, block=block, chunk=chunk)
+    return attention_jvp(floats + tuple(res[5:9]), *tangents, scale=scale, block=block, chunk=chunk, causal=causal)
 
 
-def _xla_vjp(res, ct, scale, block, chunk):
-    return attention_vjp(tuple(res[:9]), ct, scale=scale, block=block, chunk=chunk)[:3]
+def _xla_vjp(res, ct, scale, block, chunk, interpret, causal):
+    return attention_vjp(tuple(res[:9]), ct, scale=scale, block=block, chunk=chunk, causal=causal)[:3]
 
 
-def _xla_vjp_interpreted(res, ct, scale, block, chunk, interpret):
-    return _xla_vjp(res, ct, scale, block, chunk)
-
-
-@differentiated_as(_xla_vjp_interpreted, n_static=4)
-def _kernel_vjp(res, ct, scale, block, chunk, interpret):
+@differentiated_as(_xla_vjp, n_static=5)
+def _kernel_vjp(res, ct, scale, block, chunk, interpret, causal):
     """Flash attention's backward in two kernels (dq; dk and dv), with
     ``delta = rowsum(g out) - g_lse``. Its own derivative (second order) is that of the XLA
     formula ``attention_vjp``: the kernels are not differentiated."""
@@ -340,14 +337,15 @@ def _kernel_vjp(res, ct, scale, block, chunk, interpret):
     delta = jnp.sum(g.astype(acc) * out.astype(acc), -1) - g_lse
     qs, ks, vs, gs = (_heads_first(x, slot_token, block) for x in (q, k, v, g.astype(q.dtype)))
     lse_s, delta_s = (_heads_first(x, slot_token, block) for x in (lse, delta))
-    grads = kernels.backward(meta, qs, ks, vs, gs, lse_s, delta_s, scale=scale, block=block, interpret=interpret)
+    grads = kernels.backward(meta, qs, ks, vs, gs, lse_s, delta_s, scale=scale, block=block, interpret=interpret,
+                             causal=causal)
     return tuple(_tokens(x, token_slot) for x in grads)
 
 
-def fused_attention_vjp(res, ct, *, scale, block, chunk, interpret):
+def fused_attention_vjp(res, ct, *, scale, block, chunk, interpret, causal=False):
     """``_kernel_vjp`` (absent cotangents as zeros)."""
     g, g_lse = ct
     out, lse = res[3], res[4]
     ct = (jnp.zeros_like(out) if g is None else g, jnp.zeros_like(lse) if g_lse is None else g_lse)
-    grads = _kernel_vjp(tuple(res), ct, scale, block, chunk, interpret)
+    grads = _kernel_vjp(tuple(res), ct, scale, block, chunk, interpret, causal)
     return (*grads, *([None] * (len(res) - 5)))
