@@ -57,7 +57,7 @@ def _entry(axes: tuple):
     return None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
 
 
-def dim_axes(arg) -> list[tuple]:
+def dim_axes(arg: jax.ShapeDtypeStruct) -> list[tuple]:
     """The mesh axes sharding each dimension of ``arg`` (a ``ShapeDtypeStruct`` with a
     sharding); all replicated for a sharding that is not a ``NamedSharding``."""
     sharding = getattr(arg, "sharding", None)
@@ -67,24 +67,25 @@ def dim_axes(arg) -> list[tuple]:
     return [_axes(e) for e in spec]
 
 
-def shards(mesh, axes: tuple) -> int:
+def shards(mesh: jax.sharding.Mesh, axes: tuple) -> int:
+    """The number of shards the mesh ``axes`` cut a dimension into."""
     return math.prod(mesh.shape[a] for a in axes)
 
 
-def even_axes(mesh, arg, dim: int, multiple_of: int | None = None) -> tuple:
-    """The mesh axes of ``arg``'s dimension ``dim`` if they split it evenly (and ``multiple_of``,
-    a count that must split too), else ``()`` (the dimension is then replicated)."""
+def even_axes(mesh: jax.sharding.Mesh, arg: jax.ShapeDtypeStruct, dim: int) -> tuple:
+    """The mesh axes of ``arg``'s dimension ``dim`` if they split it evenly, else ``()`` (the
+    dimension is then replicated: padded rows would enter the sums)."""
     axes = dim_axes(arg)[dim]
     count = shards(mesh, axes)
-    size = arg.shape[dim] if multiple_of is None else multiple_of
-    return axes if count > 1 and size % count == 0 else ()
+    return axes if count > 1 and arg.shape[dim] % count == 0 else ()
 
 
-def named(mesh, *entries) -> NamedSharding:
+def named(mesh: jax.sharding.Mesh, *entries: tuple) -> NamedSharding:
+    """The ``NamedSharding`` with one tuple of mesh axes (``()``: replicated) per dimension."""
     return NamedSharding(mesh, PSpec(*(_entry(e) for e in entries)))
 
 
-def local_shape(x) -> tuple:
+def local_shape(x: jax.Array) -> tuple:
     """The shape of each device's shard of ``x`` where its sharding is known when tracing (an
     ``Explicit`` mesh axis, a concrete sharded array), else the global shape."""
     sharding = getattr(jax.typeof(x), "sharding", None)
@@ -137,7 +138,7 @@ def _kernel_op(impl, n_arrays: int, rule, partition):
     return call
 
 
-def explicit_mesh(arrays):
+def explicit_mesh(arrays) -> jax.sharding.Mesh | None:
     """The mesh of the arrays' types when every axis of it is ``Explicit`` (the shardings are then
     part of the types, known when tracing), else None."""
     for a in arrays:
@@ -148,7 +149,7 @@ def explicit_mesh(arrays):
     return None
 
 
-def replicated(v):
+def replicated(v: jax.Array) -> jax.Array:
     """``v`` resharded to replicated where its type is sharded over an ``Explicit`` mesh (FSDP-style
     weights: gathered for the normalization, their gradients sharded back by the transpose);
     else ``v``."""

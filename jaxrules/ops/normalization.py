@@ -13,6 +13,8 @@ kind), the three run fused Pallas kernels instead (``jaxrules.norm_kernels``), a
 ``layer_norm_rows`` and ``grouped_norm`` (batch and group norm). Their JVP formulas are jnp; their
 VJP formulas run the backward kernels, whose own derivatives are those of the jnp form of the same
 backward (``mechanism.differentiated_as``), so double backward and every transform still compose.
+Under ``jit`` with sharded arrays the kernels run on each device's shard (``jaxrules.partitioning``:
+rows/samples sharded, weight gradients and batch norm's statistics reduced over the devices).
 """
 
 from __future__ import annotations
