@@ -183,3 +183,26 @@ def test_the_dispatch_decides_on_each_devices_shard_under_an_explicit_mesh(resul
     (4 channel groups of N rows) sees 2 samples per device."""
     seen = [tuple(s) for s in results["dispatch"]["seen"]]
     assert ("layer_norm", 6, 4) in seen and ("batch_norm", 3, 2, 4) in seen, seen
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_split_batch_norm_backward_kernels_lower_for_cuda(dtype):
+    """The two kernels a batch-sharded batch-norm backward runs around its all-reduce (the sums
+    pass, the dx pass) lower to Triton here, without a GPU (export for CUDA, nothing serialized)."""
+    import jax
+    from jax import export
+
+    from jaxrules import dispatch, norm_kernels
+
+    x = jax.ShapeDtypeStruct((4, 8, 35), dtype)
+    rows, per_channel = jax.ShapeDtypeStruct((8, 4), dtype), jax.ShapeDtypeStruct((8,), "float32")
+    params = dict(layout="batch", groups=1, launch=dispatch.GroupedLaunch())
+    kernels = [
+        (lambda x, g, w, m, r: norm_kernels.local_row_sums(x, g, w, m, r, **params), (x, x, rows) + (per_channel,) * 2),
+        (lambda x, g, w, m, r, gm, gr, a, c: norm_kernels.local_dx(x, g, w, m, r, gm, gr, a, c, count=280, **params),
+         (x, x, rows) + (per_channel,) * 6),
+    ]
+    for fn, args in kernels:
+        lowered = export.export(jax.jit(fn), platforms=["cuda"],
+                                disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])
+        assert "xla.gpu.triton" in lowered(*args).mlir_module()
