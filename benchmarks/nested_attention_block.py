@@ -16,12 +16,14 @@ the attention (XLA), ``cudnn`` asks for cuDNN's fused flash attention
 (``implementation="cudnn"``, bfloat16/float16 only; issue 20's bar). Each variant also times its
 attention alone (forward + backward) and reports its TFLOP/s counting only the real, unpadded
 work: ``14 sum_i n_i^2 d`` FLOPs (forward ``4 sum n_i^2 d``, backward 2.5x the forward, the
-FlashAttention convention).
+FlashAttention convention; causal: ``n_i (n_i + 1) / 2`` for ``n_i^2``). ``--masks none,causal``
+runs every variant without and with a causal mask (``is_causal``).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import statistics
@@ -53,7 +55,7 @@ def _params(rng, d, dtype):
     }
 
 
-def _nested_loss(heads, max_len):
+def _nested_loss(heads, max_len, causal):
     import jax.numpy as jnp
 
     import jaxrules.nested as N
@@ -63,7 +65,7 @@ def _nested_loss(heads, max_len):
         d = x.inner_shape[-1]
         qkv = N.linear(x, params["w_qkv"], params["b_qkv"])
         q, k, v = (t.with_values(t.values.reshape(-1, heads, d // heads)) for t in qkv.split_with_sizes([d] * 3))
-        att = N.scaled_dot_product_attention(q, k, v)
+        att = N.scaled_dot_product_attention(q, k, v, is_causal=causal)
         y = N.linear(att.with_values(att.values.reshape(-1, d)), params["w_out"])
         out = N.layer_norm(x + y, d, params["ln_w"], params["ln_b"])
         return jnp.sum(jnp.square(out.values.astype(jnp.float32)))
@@ -71,7 +73,7 @@ def _nested_loss(heads, max_len):
     return loss
 
 
-def _padded_loss(heads, implementation=None):
+def _padded_loss(heads, implementation, causal):
     import jax
     import jax.numpy as jnp
 
@@ -85,7 +87,7 @@ def _padded_loss(heads, implementation=None):
         qkv = x @ params["w_qkv"].T + params["b_qkv"]
         q, k, v = (t.reshape(b, length, heads, d // heads) for t in jnp.split(qkv, 3, axis=-1))
         att = jax.nn.dot_product_attention(q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths,
-                                           implementation=implementation)
+                                           is_causal=causal, implementation=implementation)
         y = att.reshape(b, length, d) @ params["w_out"].T
         out = layer_norm(x + y, params["ln_w"], params["ln_b"])
         real = (jnp.arange(length)[None, :] < lengths[:, None])[..., None]
@@ -107,7 +109,7 @@ def _median_ms(step, args, repeats):
     return 1e3 * statistics.median(times)
 
 
-def _attention_step(variant, rng, lengths, max_len, d, heads, np_dtype):
+def _attention_step(variant, rng, lengths, max_len, d, heads, np_dtype, causal):
     """(jit of the attention's forward + backward alone, its arguments) for ``variant``."""
     import jax
     import jax.numpy as jnp
@@ -121,7 +123,7 @@ def _attention_step(variant, rng, lengths, max_len, d, heads, np_dtype):
 
         def loss(q, k, v, offsets):
             q, k, v = (N.from_jagged(t, offsets, max_seqlen=max_len) for t in (q, k, v))
-            return jnp.sum(N.scaled_dot_product_attention(q, k, v).values.astype(jnp.float32))
+            return jnp.sum(N.scaled_dot_product_attention(q, k, v, is_causal=causal).values.astype(jnp.float32))
 
         return jax.jit(jax.grad(loss, argnums=(0, 1, 2))), (*qkv, offsets)
     implementation = "cudnn" if variant == "cudnn" else None
@@ -129,14 +131,14 @@ def _attention_step(variant, rng, lengths, max_len, d, heads, np_dtype):
 
     def loss(q, k, v, lengths):
         att = jax.nn.dot_product_attention(q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths,
-                                           implementation=implementation)
+                                           is_causal=causal, implementation=implementation)
         real = (jnp.arange(q.shape[1])[None, :] < lengths[:, None])[..., None, None]
         return jnp.sum(jnp.where(real, att.astype(jnp.float32), 0))
 
     return jax.jit(jax.grad(loss, argnums=(0, 1, 2))), (*qkv, jnp.asarray(lengths))
 
 
-def run_one(variant, lengths_name, batch, max_len, d, heads, dtype, repeats, seed):
+def run_one(variant, lengths_name, batch, max_len, d, heads, dtype, repeats, seed, causal=False):
     import jax
     import jax.numpy as jnp
 
@@ -147,22 +149,24 @@ def run_one(variant, lengths_name, batch, max_len, d, heads, dtype, repeats, see
     if variant == "nested":
         x = jnp.asarray(rng.standard_normal((int(lengths.sum()), d)).astype(np_dtype))
         aux = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
-        loss = _nested_loss(heads, max_len)
+        loss = _nested_loss(heads, max_len, causal)
     else:
         x = jnp.asarray(rng.standard_normal((batch, max_len, d)).astype(np_dtype))
         aux = jnp.asarray(lengths)
-        loss = _padded_loss(heads, "cudnn" if variant == "cudnn" else None)
+        loss = _padded_loss(heads, "cudnn" if variant == "cudnn" else None, causal)
     step = jax.jit(jax.grad(loss, argnums=(0, 1)))
     compiled = step.lower(params, x, aux).compile()
     memory = compiled.memory_analysis()
     median_ms = _median_ms(step, (params, x, aux), repeats)
     stats = jax.devices()[0].memory_stats() or {}  # the block's peak: the attention-alone step runs after
-    attention, attention_args = _attention_step(variant, rng, lengths, max_len, d, heads, np_dtype)
+    attention, attention_args = _attention_step(variant, rng, lengths, max_len, d, heads, np_dtype, causal)
     attention_ms = _median_ms(attention, attention_args, repeats)
-    flops = 14 * float(np.sum(lengths.astype(np.float64) ** 2)) * d
+    n = lengths.astype(np.float64)
+    flops = 14 * float(np.sum(n * (n + 1) / 2 if causal else n * n)) * d
     return {
-        "variant": variant, "lengths": lengths_name, "dtype": dtype, "mean_len": float(lengths.mean()),
-        "max_len": int(max_len), "tokens": int(lengths.sum()), "median_ms": median_ms,
+        "variant": variant, "lengths": lengths_name, "causal": causal, "dtype": dtype,
+        "mean_len": float(lengths.mean()), "max_len": int(max_len), "tokens": int(lengths.sum()),
+        "median_ms": median_ms,
         "peak_bytes": stats.get("peak_bytes_in_use"), "temp_bytes": getattr(memory, "temp_size_in_bytes", None),
         "attention_ms": attention_ms, "attention_tflops": flops / (attention_ms * 1e-3) / 1e12,
         "device": jax.devices()[0].device_kind,
@@ -180,37 +184,40 @@ def main(argv=None):
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--masks", default="none,causal", help="none, causal or both (comma-separated)")
+    parser.add_argument("--causal", action="store_true", help="with --one: a causal mask")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     if args.one:
         for dtype in args.dtypes.split(","):
             result = run_one(args.one, args.lengths, args.batch, args.max_len, args.d_model, args.heads, dtype,
-                             args.repeats, args.seed)
+                             args.repeats, args.seed, args.causal)
             print(json.dumps(result), flush=True)
         return
     rows = []
-    for lengths_name in LENGTH_DISTRIBUTIONS:
-        for dtype in args.dtypes.split(","):
-            pair = {}
-            for variant in VARIANTS:
-                if variant == "cudnn" and dtype == "float32":
-                    continue  # cuDNN's flash attention takes bfloat16 and float16 only
-                cmd = [sys.executable, __file__, "--one", variant, "--lengths", lengths_name, "--dtypes", dtype,
-                       "--batch", str(args.batch), "--max-len", str(args.max_len), "--d-model", str(args.d_model),
-                       "--heads", str(args.heads), "--repeats", str(args.repeats), "--seed", str(args.seed)]
-                done = subprocess.run(cmd, capture_output=True, text=True)
-                if done.returncode:
-                    print(done.stderr[-3000:], file=sys.stderr)
-                    pair[variant] = None
-                    continue
-                pair[variant] = json.loads(done.stdout.strip().splitlines()[-1])
-                print(done.stdout.strip(), flush=True)
-            rows.append(pair)
+    for lengths_name, mask, dtype in itertools.product(LENGTH_DISTRIBUTIONS, args.masks.split(","),
+                                                       args.dtypes.split(",")):
+        pair = {}
+        for variant in VARIANTS:
+            if variant == "cudnn" and dtype == "float32":
+                continue  # cuDNN's flash attention takes bfloat16 and float16 only
+            cmd = [sys.executable, __file__, "--one", variant, "--lengths", lengths_name, "--dtypes", dtype,
+                   "--batch", str(args.batch), "--max-len", str(args.max_len), "--d-model", str(args.d_model),
+                   "--heads", str(args.heads), "--repeats", str(args.repeats), "--seed", str(args.seed)]
+            cmd += ["--causal"] if mask == "causal" else []
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode:
+                print(done.stderr[-3000:], file=sys.stderr)
+                pair[variant] = None
+                continue
+            pair[variant] = json.loads(done.stdout.strip().splitlines()[-1])
+            print(done.stdout.strip(), flush=True)
+        rows.append(pair)
     lines = [
-        "| lengths | dtype | mean / max len | nested ms | padded XLA ms | padded cuDNN ms | nested vs XLA | "
+        "| lengths | mask | dtype | mean / max len | nested ms | padded XLA ms | padded cuDNN ms | nested vs XLA | "
         "nested vs cuDNN | peak GiB nested / XLA / cuDNN | attention ms nested / XLA / cuDNN | "
         "attention TFLOP/s nested / XLA / cuDNN |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
 
     def fmt(r, key, scale=1.0):
@@ -225,7 +232,8 @@ def main(argv=None):
         if ref is None:
             continue
         lines.append(
-            f"| {ref['lengths']} | {ref['dtype']} | {ref['mean_len']:.0f} / {ref['max_len']} | {fmt(n, 'median_ms')} | "
+            f"| {ref['lengths']} | {'causal' if ref['causal'] else 'none'} | {ref['dtype']} | "
+            f"{ref['mean_len']:.0f} / {ref['max_len']} | {fmt(n, 'median_ms')} | "
             f"{fmt(x, 'median_ms')} | {fmt(c, 'median_ms')} | {speedup(n, x)} | {speedup(n, c)} | "
             f"{' / '.join(fmt(r, 'peak_bytes', 2**30) for r in (n, x, c))} | "
             f"{' / '.join(fmt(r, 'attention_ms') for r in (n, x, c))} | "
