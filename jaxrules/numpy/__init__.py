@@ -164,4 +164,7 @@ def _default_precision(precision) -> bool:
     return False not in defaults
 
 
+# the annotations above are evaluated objects: the typing names leave the namespace (JAX's own)
+del Any, Array, ArrayLike, DTypeLike
+
 _namespace.forward_jax_names(globals(), _jax_namespace)

@@ -53,4 +53,7 @@ def slogdet(a: ArrayLike, *, method: str | None = None) -> tuple[Array, Array]:
     return _linalg_ops.slogdet(a)
 
 
+# the annotations above are evaluated objects: the typing names leave the namespace (JAX's own)
+del Array, ArrayLike
+
 _namespace.forward_jax_names(globals(), _jax_namespace)
