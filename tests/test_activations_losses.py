@@ -810,3 +810,16 @@ def test_exact_gelu_at_inf_is_inf_where_torchs_float32_kernel_gives_nan():
     x = np.array([np.inf, 2.0], np.float32)
     assert np.isnan(F.gelu(torch.tensor(x))[0]) and F.gelu(torch.tensor(x, dtype=torch.float64))[0] == np.inf
     assert rnn.gelu(jnp.asarray(x), approximate=False)[0] == np.inf
+
+
+def test_bce_with_logits_at_an_infinite_logit_is_the_limit():
+    # The limit x -> +-inf at fixed y: 0 for a confident right prediction (x = -inf, y = 0; x = +inf, y = 1),
+    # +inf for a confident wrong one, (1 - y) x at x = +inf for other y (torch's value where it has one); torch's
+    # (1 - y) x - logsigmoid(x) gives NaN at x = -inf and at (+inf, 1).
+    x = np.array([-np.inf, np.inf, -np.inf, np.inf, np.inf, np.inf])
+    y = np.array([0.0, 1.0, 0.5, 0.0, np.inf, 3.0])
+    torch_value = F.binary_cross_entropy_with_logits(torch.tensor(x), torch.tensor(y), reduction="none").numpy()
+    ours = np.asarray(rnn.binary_cross_entropy_with_logits(x, y, reduction="none"))
+    np.testing.assert_array_equal(ours, [0.0, 0.0, np.inf, np.inf, -np.inf, -np.inf])
+    np.testing.assert_array_equal(ours[3:], torch_value[3:])
+    assert np.isnan(torch_value[:3]).all()

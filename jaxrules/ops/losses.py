@@ -30,11 +30,12 @@ def _bce_primal(x, y, **_):
 def _bce_logits_primal(x, y, pos_weight, **_):
     """``-(p y logsigmoid(x) + (1 - y) logsigmoid(-x))``. For finite x as ``-logsigmoid(-x) - y (x +
     (p - 1) logsigmoid(x))`` (at p = 1 torch's ``(1 - y) x - logsigmoid(x)``), linear in y: a +-inf
-    target gives +-inf, not inf - inf; at x = +-inf the two-term form, where one log-sigmoid is 0
-    (the linear form gives inf - inf there)."""
-    log_sig, log_sig_neg = jax.nn.log_sigmoid(x), jax.nn.log_sigmoid(-x)
-    linear = -log_sig_neg - y * (x + (pos_weight - 1) * log_sig)
-    return jnp.where(jnp.isinf(x), -(pos_weight * y * log_sig + (1 - y) * log_sig_neg), linear)
+    target gives +-inf, not inf - inf. At x = +-inf the limit in x: the term whose log-sigmoid
+    vanishes drops, the other is ``(1 - y) x`` (x = +inf) or ``-p y x`` (x = -inf), 0 where its
+    coefficient is 0 (a confident right prediction; torch's form gives inf - inf or 0 inf)."""
+    linear = -jax.nn.log_sigmoid(-x) - y * (x + (pos_weight - 1) * jax.nn.log_sigmoid(x))
+    coef = jnp.where(x > 0, 1 - y, -pos_weight * y)
+    return jnp.where(jnp.isinf(x), jnp.where(coef == 0, 0, coef * x), linear)
 
 
 def _bce_logits_derivatives(x, y, pos_weight):
@@ -188,8 +189,10 @@ def binary_cross_entropy_with_logits(input: ArrayLike, target: ArrayLike, weight
     """Binary cross entropy on logits, ``-(p y logsigmoid(x) + (1 - y) logsigmoid(-x))``; mirrors
     ``torch.nn.functional.binary_cross_entropy_with_logits``.
 
-    Stable at |x| = 800, linear in the target (an infinite target gives +-inf, as torch's);
-    seeds ``binary_cross_entropy_with_logits_backward`` and ``..._target_backward``.
+    Stable at |x| = 800, linear in the target (an infinite target gives +-inf, as torch's); at an
+    infinite logit the limit (0 for y = 0 at x = -inf and y = 1 at x = +inf, +-inf otherwise;
+    torch's form gives NaN at x = -inf and at x = +inf with y = 1). Seeds
+    ``binary_cross_entropy_with_logits_backward`` and ``..._target_backward``.
 
     Args:
         input: the logits ``x``.
