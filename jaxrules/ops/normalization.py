@@ -337,11 +337,14 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, impl=None):
                              launch=plan.launch)[0]
     # (N, G, C/G, L), in two reshapes: one that merges and splits at once is refused for a sharded
     # N under an Explicit mesh.
-    grouped = x.reshape(x.shape[0], x.shape[1], -1).reshape(x.shape[0], num_groups, x.shape[1] // num_groups, -1)
+    # (-1 is avoided: it is ambiguous for an empty batch.)
+    length = math.prod(x.shape[2:])
+    grouped = x.reshape(x.shape[0], x.shape[1], length).reshape(x.shape[0], num_groups, x.shape[1] // num_groups,
+                                                                 length)
     weight, bias = (_grouped_channels(name, v, x.shape[1], num_groups) for name, v in (("weight", weight),
                                                                                       ("bias", bias)))
     y = _affine_normalize("group_norm", grouped, weight, bias, (2, 3), grouped.shape[1:3], 1, eps, None)[0]
-    return y.reshape(x.shape[0], x.shape[1], -1).reshape(x.shape)
+    return y.reshape(x.shape[0], x.shape[1], length).reshape(x.shape)
 
 
 def _grouped_channels(name, v, channels, groups):
