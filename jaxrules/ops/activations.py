@@ -355,7 +355,7 @@ def gelu(x: ArrayLike, approximate: bool | str = True) -> Array:
     The tanh approximation ``x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2`` for ``True`` (jax.nn's
     default) or ``"tanh"`` (torch's spelling); the exact ``x Phi(x)`` for ``False`` or ``"none"``
     (torch's default). Derivatives: torch's ``gelu_backward`` and ``gelu_double_backward``. At
-+inf the value is +inf (torch 2.13's float32 exact kernel gives NaN; float64 +inf).
+    +inf the value is +inf (torch 2.13's float32 exact kernel gives NaN; float64 +inf).
 
     Args:
         x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
