@@ -82,9 +82,9 @@ def _run_checks(selected, checks, workers: int, quiet: bool, cache_dir: str | No
     """``run_check`` of every selected record and check, in ``workers`` processes (records are
     handed out one at a time, so slow records do not hold up the rest); failures are printed at
     once, so a run cut short still shows them. ``cache_dir``: the workers' compilation cache
-    (``None``: a fresh one for this run)."""
+    (``None``: none; a fresh one shared by the workers cost more than it saved, the programs of
+    different records being different)."""
     import os
-    import tempfile
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from multiprocessing import get_context
 
@@ -105,9 +105,8 @@ def _run_checks(selected, checks, workers: int, quiet: bool, cache_dir: str | No
                 done(record.name, _check_record(record, checks))
         else:
             os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # workers share a GPU
-            with tempfile.TemporaryDirectory(prefix="jaxrules-check-") as fresh, ProcessPoolExecutor(
-                    workers, mp_context=get_context("spawn"), initializer=configure_check_process,
-                    initargs=(cache_dir or fresh,)) as pool:
+            with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=configure_check_process,
+                                     initargs=(cache_dir,)) as pool:
                 futures = {pool.submit(_check_record, r.name, checks): r.name for r in selected}
                 for future in as_completed(futures):
                     done(futures[future], future.result())

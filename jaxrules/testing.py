@@ -28,7 +28,6 @@ points, the vmap check's slices) are a ``lax.map`` over one copy of the function
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import time
 import traceback
@@ -198,12 +197,20 @@ def _derivatives_program(f: Callable, jit: bool = True) -> Callable:
         args, t, s = tuple(args), tuple(t), tuple(s)
         jt = lambda *a: jax.jvp(f, a, t)[1]  # noqa: E731
         jc = lambda *a: jax.vjp(f, *a)[1](c)  # noqa: E731
+
+        def both(*a):  # ``Jt`` and ``Jc`` at ``a`` from one linearization (one forward pass of ``f``)
+            lin = jax.linearize(f, *a)[1]
+            return lin(*t), jax.linear_transpose(lin, *a)(c)
+
+        # The second derivatives from one linearization of ``Jt`` and one of ``Jc``: JVP by the
+        # linear map, VJP by its transpose (what ``jax.vjp`` computes; the forward passes shared).
+        (value, jvp), pullback = jax.jvp(f, args, t), jax.vjp(f, *args)[1]
+        lin_t, lin_c = jax.linearize(jt, *args)[1], jax.linearize(jc, *args)[1]
+        fd_t, fd_c = central(both, args, s)
         return {
-            "jvp": jt(*args), "jvp_fd": central(f, args, t), "vjp": jc(*args),
-            "jvp_of_jvp": jax.jvp(jt, args, s)[1], "jvp_fd_of_jvp": central(jt, args, s),
-            "vjp_of_jvp": jax.vjp(jt, *args)[1](c),
-            "jvp_of_vjp": jax.jvp(jc, args, s)[1], "jvp_fd_of_vjp": central(jc, args, s),
-            "vjp_of_vjp": jax.vjp(jc, *args)[1](t),
+            "value": value, "jvp": jvp, "jvp_fd": central(f, args, t), "vjp": pullback(c),
+            "jvp_of_jvp": lin_t(*s), "jvp_fd_of_jvp": fd_t, "vjp_of_jvp": jax.linear_transpose(lin_t, *args)(c),
+            "jvp_of_vjp": lin_c(*s), "jvp_fd_of_vjp": fd_c, "vjp_of_vjp": jax.linear_transpose(lin_c, *args)(t),
         }
 
     return jax.jit(program) if jit else program
@@ -228,6 +235,7 @@ class _Shared:
     loss_ct: object  # conj(c): ``out["vjp"]`` is the gradient of ``_loss(f, loss_ct)``
     t_torch: list  # ``t`` with zeros for the arguments torch cannot differentiate
     out: dict
+    program: Callable  # the compiled program, ``out = program(args, t, s, c, loss_ct, t_torch)``
 
 
 def _shared(record: OpRecord, key: tuple, sample: Sample) -> _Shared:
@@ -249,7 +257,6 @@ def _shared(record: OpRecord, key: tuple, sample: Sample) -> _Shared:
     @jax.jit
     def program(args, t, s, c, loss_ct, t_torch):
         out = derivatives(args, t, s, c)
-        out["value"] = f(*args)
         # The jit check's gradient of a jitted ``f`` (pjit's partial evaluation splits its jaxpr
         # into known and unknown parts, the same rule as outside a jit).
         out["grad_of_jit"] = jax.grad(_loss(jax.jit(f), loss_ct), argnums=tuple(range(len(args))))(*args)
@@ -257,7 +264,8 @@ def _shared(record: OpRecord, key: tuple, sample: Sample) -> _Shared:
             out["jvp_torch"] = jax.jvp(f, tuple(args), tuple(t_torch))[1]
         return out
 
-    _SHARED[key] = result = _Shared(args, t, s, c, loss_ct, t_torch, program(args, t, s, c, loss_ct, t_torch))
+    out = program(args, t, s, c, loss_ct, t_torch)
+    _SHARED[key] = result = _Shared(args, t, s, c, loss_ct, t_torch, out, program)
     return result
 
 
@@ -346,86 +354,100 @@ def _batch(x, axis: int = 0, scales=_SCALES):
     return np.stack([x * np.asarray(s, x.real.dtype) for s in scales], axis=axis)
 
 
-def _loop(f, *batched_args, in_axes, n):
-    """``f`` on each of the ``n`` slices, one after the other: the reference of the vmap check.
-    ``lax.map`` (a scan: ``f`` traced once on one slice, no batching rule involved), so the
-    compiled program holds one copy of ``f`` instead of ``n``."""
-    del n  # the slices' count is the batched arguments' own
-    mapped = [jnp.moveaxis(a, d, 0) for a, d in zip(batched_args, in_axes) if d is not None]
-
-    def one(xs):
-        it = iter(xs)
-        return f(*[a if d is None else next(it) for a, d in zip(batched_args, in_axes)])
-
-    return jax.lax.map(one, mapped)
+def _stack(outs: list, shape: tuple = ()):
+    """Per-slice results (pytrees) stacked along new leading axes of ``shape`` (default: one)."""
+    shape = shape or (len(outs),)
+    return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]).reshape(shape + np.shape(xs[0])), *outs)
 
 
-def _vmap_axes_and_nesting(f, args, cases):
-    """A batch axis other than 0 (the last) on the first argument, and a nested vmap over a
-    (2, 3) batch of it, against loops (appended to ``cases``)."""
-    n = len(_SCALES)
-    last = args[0].ndim
-    in_axes = [last] + [None] * (len(args) - 1)
-    batched = [_batch(args[0], last)] + args[1:]
-    cases.append((f"vmap in_axes={in_axes}", jax.vmap(f, in_axes=in_axes), batched,
-                  functools.partial(_loop, f, in_axes=in_axes, n=n)))
-    # Nested vmap over a (2, 3) batch of the first argument.
-    nested = np.stack([_batch(args[0]), _batch(args[0], scales=(0.99, 0.96, 0.93))])
-    rest = lambda b: f(b, *args[1:])  # noqa: E731
-    looped = lambda b: _loop(lambda row: _loop(rest, row, in_axes=[0], n=n), b, in_axes=[0], n=2)  # noqa: E731
-    cases.append(("nested vmap", jax.vmap(jax.vmap(rest)), [nested], looped))
+class _Reference:
+    """The vmap check's references: the value, gradient (of ``_loss(f, shared.loss_ct)``) and JVP
+    at each slice, one slice at a time, by the sample's shared program (already compiled: a call
+    on new values of the same shapes compiles nothing; the loop involves no batching rule)."""
+
+    def __init__(self, shared: _Shared):
+        self.shared = shared
+        self.memo: dict = {}
+
+    def at(self, args, t=None) -> dict:
+        sh = self.shared
+        args = [np.asarray(a) for a in args]
+        t = [np.asarray(v) for v in (sh.t if t is None else t)]
+        key = tuple(a.tobytes() for a in args + t)
+        if key not in self.memo:
+            self.memo[key] = sh.program(args, t, sh.s, sh.c, sh.loss_ct, sh.t_torch)
+        return self.memo[key]
+
+    def loop(self, what: str, batched: list, in_axes: list, t_batched: list | None = None):
+        """``what`` (``"value"``, ``"vjp"`` or ``"value_jvp"``) on each slice of ``batched``
+        along ``in_axes``, stacked."""
+        n = next(np.shape(b)[d] for b, d in zip(batched, in_axes) if d is not None)
+        outs = []
+        for k in range(n):
+            args = [b if d is None else np.take(b, k, axis=d) for b, d in zip(batched, in_axes)]
+            out = self.at(args, None if t_batched is None else [v[k] for v in t_batched])
+            outs.append((out["value"], out["jvp"]) if what == "value_jvp" else out[what])
+        return _stack(outs)
 
 
-def _vmap_cases(record, label, f, args, rng) -> list:
-    """``(what, batched function, its arguments, the loop's result)`` for every vmap the check
+def _vmap_cases(label, f, shared: _Shared) -> list:
+    """``(what, batched function, its arguments, the expected result)`` for every vmap the check
     compares: every non-empty subset of the arguments batched at axis 0, another axis and
     nesting (a dtype's first sample), vmap of grad, grad of vmap (the last argument unbatched
-    when there are several), vmap of jvp."""
-    n = len(_SCALES)
+    when there are several), vmap of jvp. The expected results are loops over the slices
+    (``_Reference``)."""
+    args, ref = shared.args, _Reference(shared)
     cases = []
     for r in range(1, len(args) + 1):
         for subset in itertools.combinations(range(len(args)), r):
             in_axes = [0 if i in subset else None for i in range(len(args))]
             batched = [_batch(a) if d == 0 else a for a, d in zip(args, in_axes)]
             cases.append((f"vmap in_axes={in_axes}", jax.vmap(f, in_axes=in_axes), batched,
-                          functools.partial(_loop, f, in_axes=in_axes, n=n)))
+                          ref.loop("value", batched, in_axes)))
     if _first_of_dtype(label):
-        _vmap_axes_and_nesting(f, args, cases)
-    ct = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
-    loss = _loss(f, ct)
+        # A batch axis other than 0 (the last) on the first argument.
+        last = args[0].ndim
+        in_axes = [last] + [None] * (len(args) - 1)
+        batched = [_batch(args[0], last)] + args[1:]
+        cases.append((f"vmap in_axes={in_axes}", jax.vmap(f, in_axes=in_axes), batched,
+                      ref.loop("value", batched, in_axes)))
+        # Nested vmap over a (2, 3) batch of the first argument.
+        nested = np.stack([_batch(args[0]), _batch(args[0], scales=(0.99, 0.96, 0.93))])
+        flat = nested.reshape((nested.shape[0] * nested.shape[1],) + nested.shape[2:])
+        expected = ref.loop("value", [flat, *args[1:]], [0] + [None] * (len(args) - 1))
+        expected = jax.tree.map(lambda x: x.reshape(nested.shape[:2] + x.shape[1:]), expected)
+        rest = lambda b: f(b, *args[1:])  # noqa: E731
+        cases.append(("nested vmap", jax.vmap(jax.vmap(rest)), [nested], expected))
+    loss = _loss(f, shared.loss_ct)  # its gradient is the shared program's ``vjp``
     grad = jax.jit(jax.grad(loss, argnums=tuple(range(len(args)))))  # traced once, called many times
+    every = [0] * len(args)
     batched = [_batch(a) for a in args]
-    cases.append(("vmap of grad", jax.vmap(grad), batched,
-                  functools.partial(_loop, grad, in_axes=[0] * len(args), n=n)))
+    cases.append(("vmap of grad", jax.vmap(grad), batched, ref.loop("vjp", batched, every)))
     in_axes = [0] * (len(args) - 1) + [None] if len(args) > 1 else [0]
     batched = [_batch(a) if d == 0 else a for a, d in zip(args, in_axes)]
     summed = lambda *a: jnp.sum(jax.vmap(loss, in_axes=in_axes)(*a))  # noqa: E731
-
-    def expected(*batched):
-        looped = _loop(grad, *batched, in_axes=in_axes, n=n)  # every gradient, stacked
-        return [g if d == 0 else jnp.sum(g, axis=0) for g, d in zip(looped, in_axes)]
-
+    looped = ref.loop("vjp", batched, in_axes)  # every gradient, stacked
+    expected = [g if d == 0 else np.sum(g, axis=0) for g, d in zip(looped, in_axes)]
     cases.append(("grad of vmap", jax.grad(summed, argnums=tuple(range(len(args)))), batched, expected))
-    tangents = [_batch(_like(rng, a)) for a in args]
+    tangents = [_batch(v) for v in shared.t]
     jvp = jax.jit(lambda *at: jax.jvp(f, at[: len(args)], at[len(args) :]))
-    both = [_batch(a) for a in args] + tangents
-    cases.append(("vmap of jvp", jax.vmap(jvp), both, functools.partial(_loop, jvp, in_axes=[0] * len(both), n=n)))
+    batched = [_batch(a) for a in args]
+    cases.append(("vmap of jvp", jax.vmap(jvp), batched + tangents,
+                  ref.loop("value_jvp", batched, every, t_batched=tangents)))
     return cases
 
 
 def _check_vmap(record: OpRecord) -> float:
     tol = _tol(record, "vmap", 1e-10)
     worst = 0.0
-    rng = _rng(record, "vmap")
-    for label, sample in _each_sample(record):
-        f, args = _closure(record, sample)
-        f = jax.jit(f)  # compiled once, evaluated many times (jit vs eager is the ``jit`` check)
-        cases = _vmap_cases(record, label, f, args, rng)
-        # Every batched function of the sample and its loop in one compiled program.
-        programs = [(fn, loop) for _, fn, _, loop in cases]
-        results = jax.jit(lambda arglists: [(fn(*a), loop(*a)) for (fn, loop), a in zip(programs, arglists)])(
-            [a for _, _, a, _ in cases])
-        for (what, *_), (got, expected) in zip(cases, results):
+    for label, key, sample in _each_sample(record, with_key=True):
+        shared = _shared(record, key, sample)
+        f = jax.jit(_closure(record, sample)[0])  # compiled once, evaluated many times
+        cases = _vmap_cases(label, f, shared)
+        # Every batched function of the sample in one compiled program.
+        fns = [fn for _, fn, _, _ in cases]
+        results = jax.jit(lambda arglists: [fn(*a) for fn, a in zip(fns, arglists)])([a for _, _, a, _ in cases])
+        for (what, _, _, expected), got in zip(cases, results):
             worst = max(worst, _expect_close(f"{label}: {what}", got, expected, tol))
     return worst
 
@@ -513,25 +535,17 @@ def _check_torch(record: OpRecord) -> float | str:
     tol = _tol(record, "torch", 1e-9)
     worst = 0.0
     notes = []
-    rng = _rng(record, "torch")
     points = list(_each_sample(record, with_key=True)) + [
-        (f"singular point {p.label!r}", None, p.sample()) for p in record.singular if not p.torch_differs
+        (f"singular point {p.label!r}", i, p.sample()) for i, p in enumerate(record.singular) if not p.torch_differs
     ]
     for label, key, sample in points:
-        if key is not None:  # the sample's shared program (value, gradients and JVP)
+        if isinstance(key, tuple):  # the sample's shared program (value, gradients and JVP)
             shared = _shared(record, key, sample)
             ct, tangents = shared.loss_ct, shared.t_torch
             out, grads = shared.out["value"], shared.out["vjp"]
             jvp_out = shared.out["jvp_torch" if record.torch_no_grad_args else "jvp"]
-        else:
-            f, args = _closure(record, sample)
-            ct = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
-
-            @jax.jit  # value and gradients in one compiled program (eager dispatch dominates otherwise)
-            def ours(a, c):
-                return f(*a), jax.grad(_loss(f, c), argnums=tuple(range(len(a))))(*a)
-
-            out, grads = ours(args, ct)
+        else:  # the singular point's program
+            ct, out, grads = _singular(record, key)[1]["torch"]
         t_out, t_grads = _torch_grads(torch, record, sample, ct)
         worst = max(worst, _expect_close(f"{label}: value vs torch", out, t_out, tol))
         for i, (g, tg) in enumerate(zip(grads, t_grads)):
@@ -553,34 +567,58 @@ def _check_torch(record: OpRecord) -> float | str:
     return worst if not notes else (worst, "; ".join(sorted(set(notes))))
 
 
-def _check_singular(record: OpRecord) -> float | str:
-    if not record.singular:
-        return "skipped: the record lists no singular points"
-    worst = 0.0
-    tol = _tol(record, "singular", 1e-9)
-    for point in record.singular:
-        label = f"{point.label!r} {point.kwargs}"
-        f, args = _closure(record, point.sample())
-        argnums = tuple(range(len(args)))
-        loss = lambda *a: _real_pairing(jax.tree.map(jnp.ones_like, f(*a)), f(*a))
-        ones = [jnp.asarray(np.ones(a.shape, a.dtype)) for a in args]
+def _singular(record: OpRecord, index: int) -> tuple[list, dict]:
+    """The arguments of ``record.singular[index]`` and everything the ``singular`` and ``torch``
+    checks need there, from one compiled program (kept with the record's shared programs): the
+    gradient of ``sum Re f`` and the JVP along ones, the three second derivatives (where the
+    point expects them finite), and the value and gradient of ``_loss(f, ct)`` in a random ``ct``
+    for torch (where torch's derivatives are compared there)."""
+    key = ("singular", index)
+    if _SHARED.get("record") is not record:
+        _SHARED.clear()
+        _SHARED["record"] = record
+    if key in _SHARED:
+        return _SHARED[key]
+    point = record.singular[index]
+    f, args = _closure(record, point.sample())
+    argnums = tuple(range(len(args)))
+    loss = lambda *a: _real_pairing(jax.tree.map(jnp.ones_like, f(*a)), f(*a))  # noqa: E731
+    ones = [jnp.asarray(np.ones(a.shape, a.dtype)) for a in args]
+    rng = _rng(record, f"singular/{index}")
+    ct = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
+    with_torch = record.torch_fn is not None and not point.torch_differs
 
-        @jax.jit  # everything the point needs in one compiled program (not eager op by op)
-        def program(args):
-            grads, out_t = jax.grad(loss, argnums=argnums)(*args), jax.jvp(f, tuple(args), tuple(ones))[1]
-            if not point.finite_second:
-                return grads, out_t, {}
+    @jax.jit
+    def program(args, ct):
+        out = {"grads": jax.grad(loss, argnums=argnums)(*args), "jvp": jax.jvp(f, tuple(args), tuple(ones))[1],
+               "second": {}}
+        if with_torch:
+            out["torch"] = ct, f(*args), jax.grad(_loss(f, ct), argnums=argnums)(*args)
+        if point.finite_second:
             real_loss, real_args = _as_real(loss, args)
             real_argnums = tuple(range(len(real_args)))
             first = jax.grad(real_loss, argnums=real_argnums)
-            return grads, out_t, {
+            out["second"] = {
                 "fwd-over-rev": jax.jacfwd(first, argnums=real_argnums)(*real_args),
                 "rev-over-rev": jax.jacrev(first, argnums=real_argnums)(*real_args),
                 "fwd-over-fwd": jax.jacfwd(jax.jacfwd(real_loss, argnums=real_argnums),
                                            argnums=real_argnums)(*real_args),
             }
+        return out
 
-        grads, out_t, second = program(args)
+    _SHARED[key] = result = (args, program(args, ct))
+    return result
+
+
+def _check_singular(record: OpRecord) -> float | str:
+    if not record.singular:
+        return "skipped: the record lists no singular points"
+    worst = 0.0
+    tol = _tol(record, "singular", 1e-9)
+    for index, point in enumerate(record.singular):
+        label = f"{point.label!r} {point.kwargs}"
+        args, out = _singular(record, index)
+        grads, out_t, second = out["grads"], out["jvp"], out["second"]
         if point.grad is not None:
             for i, (g, e) in enumerate(zip(grads, point.grad)):
                 if e is not None:
@@ -622,14 +660,20 @@ def _check_low_precision(record: OpRecord) -> float | str:
         f, args = _closure(record, sample)[0], shared.args
         ct, out, grads = shared.c, shared.out["value"], shared.out["vjp"]
 
-        @jax.jit  # compiled (eager dispatch dominates otherwise; jit vs eager is the ``jit`` check)
-        def value_and_grads(a, c):
-            value, pullback = jax.vjp(f, *a)
-            return value, pullback(jax.tree.map(lambda ci, o: ci.astype(o.dtype), c, value))
+        @jax.jit  # every low dtype in one compiled program (jit vs eager is the ``jit`` check)
+        def value_and_grads(lows, c):
+            results = []
+            for a in lows:
+                value, pullback = jax.vjp(f, *a)
+                results.append((value, pullback(jax.tree.map(lambda ci, o: ci.astype(o.dtype), c, value))))
+            return results
 
-        for dtype in record.low_precision:
-            low = [a.astype(jnp.result_type(dtype, jnp.complex64) if jnp.iscomplexobj(a) else dtype) for a in args]
-            low_out, low_grads = value_and_grads(low, ct)
+        def cast(a, dtype):  # on the host (an eager cast compiles a program per shape)
+            a = np.asarray(a)
+            return a.astype(jnp.result_type(dtype, jnp.complex64) if np.iscomplexobj(a) else dtype)
+
+        lows = [[cast(a, dtype) for a in args] for dtype in record.low_precision]
+        for dtype, (low_out, low_grads) in zip(record.low_precision, value_and_grads(lows, ct)):
             # Outputs keep the input's precision (complex outputs of real input, as eig's: its
             # complex counterpart).
             allowed = {jnp.dtype(dtype), jnp.result_type(dtype, jnp.complex64)}
