@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
+from jax import Array, lax
+from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
 from jaxrules import dispatch, partitioning
@@ -280,15 +282,36 @@ def _affine(op, y, weight, bias, channel_shape, channel_axis, keep_dtype=True):
     return y.astype(dtype) if keep_dtype else y
 
 
-def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, impl=None):
-    """torch.nn.functional.layer_norm: normalize over the trailing ``normalized_shape`` axes,
-    then ``* weight + bias``. JVP seed ``layer_norm_jvp``; VJP the native backward; double
-    backward seed ``layer_norm_double_backward``; vmap folds B0 into the leading axis.
+def layer_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayLike | None = None,
+               bias: ArrayLike | None = None, eps: float | ArrayLike = 1e-5, *, impl: str | None = None) -> Array:
+    """Layer normalization ``y = (x - E[x]) rsqrt(Var[x] + eps) * weight + bias`` over the
+    trailing ``normalized_shape`` axes (biased variance, statistics in float32 or wider).
 
-    ``impl``: ``None`` (the dispatch's choice, ``jaxrules.dispatch``: the kernels on a GPU where
-    they were measured faster for this shape and dtype), ``"pallas"`` (fused kernels with the
-    affine inside, ``norm_kernels``), ``"xla"`` (the jnp formulas) or ``"pallas_interpret"``
-    (tests)."""
+    Derivatives: JVP seed ``layer_norm_jvp``, VJP the native backward (``dx = rstd (gw - E[gw]
+    - x_hat E[gw x_hat])``, ``dw = sum g x_hat``, ``db = sum g``), double backward seed
+    ``layer_norm_double_backward``; vmap folds B0 into the leading axis. Mirrors
+    ``torch.nn.functional.layer_norm``.
+
+    Args:
+        x: the input, real; its trailing axes match ``normalized_shape``.
+        normalized_shape: an int (the last axis) or the trailing shape to normalize over.
+        weight: the elementwise scale, of shape ``normalized_shape``; None: 1.
+        bias: the elementwise shift, of shape ``normalized_shape``; None: 0.
+        eps: added to the variance; a finite real number (negative too, as torch), or a traced
+            scalar (then the XLA formulas run: the kernels compile ``eps`` in).
+        impl: keyword-only: None (the dispatch's choice, ``jaxrules.dispatch``: the fused
+            kernels on a GPU where they were measured faster for this shape and dtype),
+            ``"pallas"`` (the fused kernels, ``norm_kernels``), ``"xla"`` (the jnp formulas) or
+            ``"pallas_interpret"`` (the kernels interpreted, for tests).
+
+    Returns:
+        ``y``, of x's shape and dtype.
+
+    Raises:
+        ValueError: ``normalized_shape`` does not match x's trailing axes, a weight/bias of
+            another shape or an unknown ``impl``.
+        TypeError: a non-real or non-finite ``eps``.
+    """
     x = V.array("layer_norm", "x", x)
     shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
     k = len(shape)
@@ -311,14 +334,35 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, impl=No
     return y.reshape(x.shape)
 
 
-def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, impl=None):
-    """torch.nn.functional.group_norm: ``x`` of shape (N, C, *) viewed as (N, G, C/G * prod(*)),
-    normalized over the last axis, then per-channel ``* weight + bias``. JVP seed
-    ``group_norm_jvp``; VJP the native backward; vmap folds B0 into N.
+def group_norm(x: ArrayLike, num_groups: int, weight: ArrayLike | None = None, bias: ArrayLike | None = None,
+               eps: float | ArrayLike = 1e-5, *, impl: str | None = None) -> Array:
+    """Group normalization: ``x`` of shape (N, C, *) viewed as (N, G, C/G * prod(*)), each
+    group normalized ``(x - E[x]) rsqrt(Var[x] + eps)`` (biased variance), then per-channel
+    ``* weight + bias``.
 
-    ``impl``: ``None`` (the dispatch's choice, ``jaxrules.dispatch``), ``"pallas"`` (fused
-    kernels, ``norm_kernels.grouped_*``), ``"xla"`` (the jnp formulas) or ``"pallas_interpret"``
-    (tests)."""
+    Derivatives: JVP seed ``group_norm_jvp``, VJP the native backward (layer norm's per group),
+    double backward through ``normalize_backward``'s formulas; vmap folds B0 into N. Mirrors
+    ``torch.nn.functional.group_norm``.
+
+    Args:
+        x: the input (N, C, *), real.
+        num_groups: G, a positive divisor of C.
+        weight: the per-channel scale (C,); None: 1.
+        bias: the per-channel shift (C,); None: 0.
+        eps: added to the variance; a finite real number, or a traced scalar (then the XLA
+            formulas run).
+        impl: keyword-only: None (the dispatch's choice, ``jaxrules.dispatch``), ``"pallas"``
+            (the fused kernels, ``norm_kernels.grouped_*``), ``"xla"`` (the jnp formulas) or
+            ``"pallas_interpret"`` (tests).
+
+    Returns:
+        ``y``, of x's shape and dtype.
+
+    Raises:
+        ValueError: x of rank < 2, a ``num_groups`` that does not divide C, weight/bias not of
+            shape (C,) or an unknown ``impl``.
+        TypeError: a non-real or non-finite ``eps``.
+    """
     x = V.array("group_norm", "x", x)
     if x.ndim < 2:
         raise ValueError(f"group_norm: x must have shape (N, C, *), got {x.shape}")
@@ -358,11 +402,13 @@ def _grouped_channels(name, v, channels, groups):
 
 
 def batch_norm(
-    x, running_mean, running_var, weight=None, bias=None, *, training=False, momentum=0.1, eps=1e-5, axis_name=None,
-    impl=None,
-):
-    """torch.nn.functional.batch_norm, functional: returns a tuple ``(y, new_running_mean,
-    new_running_var)`` (``None`` where the running statistic is ``None``), not y alone.
+    x: ArrayLike, running_mean: ArrayLike | None, running_var: ArrayLike | None, weight: ArrayLike | None = None,
+    bias: ArrayLike | None = None, *, training: bool = False, momentum: float = 0.1, eps: float | ArrayLike = 1e-5,
+    axis_name: str | None = None, impl: str | None = None,
+) -> tuple[Array, Array | None, Array | None]:
+    """Batch normalization ``y = (x - mean) rsqrt(var + eps) * weight + bias`` per channel (axis
+    1), functional: returns ``(y, new_running_mean, new_running_var)`` (``None`` where the
+    running statistic is ``None``), not y alone. Mirrors ``torch.nn.functional.batch_norm``.
 
     Training: statistics over every axis but the channel axis 1 (and over the devices of
     ``axis_name`` — under ``shard_map``, ``pmap`` or ``vmap(axis_name=...)`` — for a global
@@ -378,6 +424,32 @@ def batch_norm(
     Under ``jax.vmap`` with a batched input and unbatched running statistics in training,
     functorch raises (it would update the statistics in place); here the new statistics are
     outputs, so the case is well defined: they come back batched, one per example.
+
+    Args:
+        x: the input (N, C, *), real.
+        running_mean: the running mean (C,), or None (training only).
+        running_var: the running variance (C,), or None (training only).
+        weight: the per-channel scale (C,); None: 1.
+        bias: the per-channel shift (C,); None: 0.
+        training: keyword-only: batch statistics (True) or the running ones (False).
+        momentum: keyword-only: ``new = (1 - momentum) old + momentum batch`` (torch's
+            convention); a finite real number or a traced scalar.
+        eps: keyword-only: added to the variance; a finite real number, or a traced scalar
+            (then the XLA formulas run).
+        axis_name: keyword-only: the mapped axis whose devices share the batch statistics
+            (training), or None.
+        impl: keyword-only (training): None (the dispatch's choice; XLA with ``axis_name``),
+            ``"pallas"``, ``"xla"`` or ``"pallas_interpret"``.
+
+    Returns:
+        ``(y, new_running_mean, new_running_var)``: y of x's shape and dtype; the running
+        statistics updated in training, unchanged in eval, None where given None.
+
+    Raises:
+        ValueError: x of rank < 2, running statistics or weight/bias not of shape (C,), eval
+            without running statistics, a non-finite ``momentum``, an unknown ``impl`` or a
+            kernel ``impl`` with ``axis_name``.
+        TypeError: a non-real or non-finite ``eps``.
     """
     x = V.array("batch_norm", "x", x)
     if x.ndim < 2:
@@ -442,10 +514,13 @@ def _check_momentum(op, momentum):
     return V.hyperparameter(op, "momentum", momentum)
 
 
-def instance_norm(x, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
-                  momentum=0.1, eps=1e-5):
-    """torch.nn.functional.instance_norm, functional: returns a tuple ``(y, new_running_mean,
-    new_running_var)`` (``None`` where the running statistics are ``None``), as ``batch_norm``.
+def instance_norm(x: ArrayLike, running_mean: ArrayLike | None = None, running_var: ArrayLike | None = None,
+                  weight: ArrayLike | None = None, bias: ArrayLike | None = None, use_input_stats: bool = True,
+                  momentum: float = 0.1, eps: float | ArrayLike = 1e-5) -> tuple[Array, Array | None, Array | None]:
+    """Instance normalization: each (sample, channel) of x (N, C, *) normalized over its spatial
+    axes, ``(x - E[x]) rsqrt(Var[x] + eps) * weight + bias``, functional: returns ``(y,
+    new_running_mean, new_running_var)`` (``None`` where the running statistics are ``None``),
+    as ``batch_norm``. Mirrors ``torch.nn.functional.instance_norm``.
 
     torch runs batch norm on x (N, C, *) viewed as (1, N*C, *): statistics per (sample, channel)
     over the spatial axes, then per-channel ``* weight + bias``. Here that is the
@@ -462,6 +537,25 @@ def instance_norm(x, running_mean=None, running_var=None, weight=None, bias=None
 
     Empty input: the running statistics come back unchanged (torch's batch norm does so for
     zero-size input; for N = 0 torch's average over no samples gives NaN instead).
+
+    Args:
+        x: the input (N, C, *), real.
+        running_mean: the running mean (C,), or None (with ``running_var``: both or neither).
+        running_var: the running variance (C,), or None.
+        weight: the per-channel scale (C,); None: 1.
+        bias: the per-channel shift (C,); None: 0.
+        use_input_stats: normalize with each instance's statistics (True) or the running ones.
+        momentum: the running statistics' update factor (torch's convention); a finite real
+            number or a traced scalar.
+        eps: added to the variance; a finite real number, or a traced scalar.
+
+    Returns:
+        ``(y, new_running_mean, new_running_var)``: y of x's shape and dtype.
+
+    Raises:
+        ValueError: x of rank < 2, only one running statistic given, shapes other than (C,),
+            ``use_input_stats=False`` without running statistics or a non-finite ``momentum``.
+        TypeError: a non-real or non-finite ``eps``.
     """
     op = "instance_norm"
     x = V.array(op, "x", x)
