@@ -38,12 +38,30 @@ def _indices(op, name, x):
     return x
 
 
-def embedding(indices, weight, padding_idx=None, scale_grad_by_freq=False):
-    """torch.nn.functional.embedding: ``weight[indices]`` with seed ``embedding_backward`` /
-    ``embedding_dense_double_backward``. torch's conventions, which are not the derivative of the
-    lookup: the ``padding_idx`` row gets no gradient (JAX's ``take`` has no such notion), and
-    ``scale_grad_by_freq`` divides each row's gradient by its index's count in ``indices``; the
-    JVP is the transpose of that backward."""
+def embedding(indices: ArrayLike, weight: ArrayLike, padding_idx: int | None = None,
+              scale_grad_by_freq: bool = False) -> Array:
+    """The lookup ``weight[indices]``, with seed ``embedding_backward`` /
+    ``embedding_dense_double_backward``: torch's conventions, which are not the derivative of
+    the lookup: the ``padding_idx`` row gets no gradient (JAX's ``take`` has no such notion),
+    and ``scale_grad_by_freq`` divides each row's gradient by its index's count in
+    ``indices``; the JVP is the transpose of that backward. Mirrors
+    ``torch.nn.functional.embedding`` (``max_norm``, an in-place renormalization, is not
+    offered).
+
+    Args:
+        indices: integer indices into the rows of ``weight``, any shape (not differentiated).
+        weight: the table (num_embeddings, embedding_dim).
+        padding_idx: a row, in ``[-num_embeddings, num_embeddings)``, whose gradient is zero;
+            None: none.
+        scale_grad_by_freq: divide each row's gradient by how often ``indices`` holds it.
+
+    Returns:
+        ``weight[indices]``: ``indices.shape + (embedding_dim,)``, in weight's dtype.
+
+    Raises:
+        ValueError: weight not 2-d, or a ``padding_idx`` out of range.
+        TypeError: ``indices`` not of an integer dtype.
+    """
     indices = _indices("embedding", "indices", indices)
     weight = V.array("embedding", "weight", weight)
     if weight.ndim != 2:
@@ -290,14 +308,32 @@ scatter_reduce_op = define_op(
 )
 
 
-def scatter_reduce(x, axis, index, src, reduce, include_self=True):
-    """torch.scatter_reduce (``input.scatter_reduce(dim, index, src, reduce, include_self)``):
-    ``out[..., index[p], ...] = reduce(x[...], src[p] for every p scattered there)`` along
+def scatter_reduce(x: ArrayLike, axis: int, index: ArrayLike, src: ArrayLike, reduce: str,
+                   include_self: bool = True) -> Array:
+    """``out[..., index[p], ...] = reduce(x[...], src[p] for every p scattered there)`` along
     ``axis``; ``src`` is cut to ``index``'s shape as torch does. Derivatives (seed
     ``scatter_reduce_backward`` / ``scatter_reduce_jvp``): sum, mean (1/count, self included
     when ``include_self``), amax/amin (ties share evenly, self included), prod (product of the
     other members, exact with zeros and duplicate indices, to any order; torch leaves its
-    forward derivative undefined and JAX raises)."""
+    forward derivative undefined and JAX raises). Mirrors torch's ``Tensor.scatter_reduce``
+    (``input.scatter_reduce(dim, index, src, reduce, include_self=True)``).
+
+    Args:
+        x: the array scattered into.
+        axis: the axis along which ``index`` addresses ``x``.
+        index: integer array of x's rank, fitting in ``src`` (and, off ``axis``, in ``x``).
+        src: the values scattered, of x's rank (cut to ``index``'s shape).
+        reduce: ``"sum"``, ``"prod"``, ``"mean"``, ``"amax"`` or ``"amin"``.
+        include_self: whether x's own entry takes part in the reduction where something is
+            scattered (where nothing is, x's entry is kept either way).
+
+    Returns:
+        The reduced array, of x's shape and of the result dtype of ``x`` and ``src``.
+
+    Raises:
+        ValueError: an unknown ``reduce``, ranks that differ, or an ``index`` that does not fit.
+        TypeError: ``amax``/``amin``/``prod`` of complex input.
+    """
     if reduce not in _REDUCES:
         raise ValueError(f"scatter_reduce: reduce must be one of {_REDUCES}, got {reduce!r}")
     x = V.array("scatter_reduce", "x", x)
@@ -319,11 +355,29 @@ def scatter_reduce(x, axis, index, src, reduce, include_self=True):
 _INDEX_REDUCES = ("prod", "mean", "amax", "amin")
 
 
-def index_reduce(x, axis, index, source, reduce, include_self=True):
-    """torch's ``index_reduce`` (``x.index_reduce(dim, index, source, reduce, include_self)``):
-    slice ``k`` of ``source`` along ``axis`` is reduced into slice ``index[k]`` of ``x``. It is
-    ``scatter_reduce`` with the 1-d ``index`` broadcast over the other axes, so its derivatives
-    are the same formulas (seed ``index_reduce_backward``)."""
+def index_reduce(x: ArrayLike, axis: int, index: ArrayLike, source: ArrayLike, reduce: str,
+                 include_self: bool = True) -> Array:
+    """Slice ``k`` of ``source`` along ``axis`` is reduced into slice ``index[k]`` of ``x``. It
+    is ``scatter_reduce`` with the 1-d ``index`` broadcast over the other axes, so its
+    derivatives are the same formulas (seed ``index_reduce_backward``). Mirrors torch's
+    ``Tensor.index_reduce`` (``x.index_reduce(dim, index, source, reduce, include_self)``).
+
+    Args:
+        x: the array reduced into.
+        axis: the axis along which ``index`` addresses ``x``.
+        index: 1-d integer array, one slice of x per slice of ``source``.
+        source: x's shape with ``axis`` of length ``len(index)``.
+        reduce: ``"prod"``, ``"mean"``, ``"amax"`` or ``"amin"`` (torch's choices).
+        include_self: whether x's own slice takes part where something is reduced into it.
+
+    Returns:
+        The reduced array, of x's shape.
+
+    Raises:
+        ValueError: an unknown ``reduce``, an ``index`` that is not 1-d or a ``source`` of
+            another shape.
+        TypeError: ``amax``/``amin``/``prod`` of complex input.
+    """
     if reduce not in _INDEX_REDUCES:
         raise ValueError(f"index_reduce: reduce must be one of {_INDEX_REDUCES}, got {reduce!r}")
     x = V.array("index_reduce", "x", x)
