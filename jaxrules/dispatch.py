@@ -4,8 +4,9 @@ A pure function of (platform, device kind, shape, dtype): no device is queried h
 decision can be tested on a machine without a GPU (``tests/test_dispatch.py`` checks it, and the
 launch grids it implies, for every benchmark program).
 
-* ``layer_norm_plan`` / ``grouped_plan`` -> ``Plan(impl, launch, reason)``: ``impl`` is
-  ``"pallas"`` (the fused kernels of ``jaxrules.norm_kernels``) or ``"xla"`` (the jnp formulas).
+* ``layer_norm_plan`` / ``rms_norm_plan`` / ``grouped_plan`` -> ``Plan(impl, launch, reason)``:
+  ``impl`` is ``"pallas"`` (the fused kernels of ``jaxrules.norm_kernels``) or ``"xla"`` (the jnp
+  formulas).
 * The choice on a GPU comes from measurements recorded in the repository per device kind,
   ``jaxrules/dispatch_data/<device kind>.json``, written by ``python -m jaxrules bench --suite
   sweep --record FILE`` on that GPU: the kernel runs where, at the nearest measured shape (same op
@@ -138,7 +139,9 @@ def _decide(op: str, device_kind: str, dtype, weight_dtype, features: tuple) -> 
     same_weights = [p for p in points if p["weight_dtype"] == _dtype_key(weight_dtype or dtype)]
     points = same_weights or points
     if not points:
-        return "xla", f"no {op} {key} measurements for {device_kind}"
+        return "xla", (f"no {op} {key} measurements for {device_kind} ({table_kind(device_kind)}'s table): the XLA "
+                       "formulas run until a GPU sweep (python -m jaxrules bench --suite sweep --record FILE) "
+                       "measures the kernels")
     here = [math.log2(max(f, 1)) for f in features]
     for i, h in enumerate(here):  # no evidence, no kernel: a shape outside the measured box runs XLA
         measured = [math.log2(max(p["features"][i], 1)) for p in points]
@@ -197,10 +200,22 @@ def layer_norm_features(m: int, n: int) -> tuple:
 def layer_norm_plan(platform: str, device_kind: str, m: int, n: int, dtype, weight_dtype=None) -> Plan:
     """Layer norm over the last axis of (m, n); ``weight_dtype`` that of the affine weight (x's
     if None)."""
+    return _rows_plan("layer_norm", platform, device_kind, m, n, dtype, weight_dtype)
+
+
+def rms_norm_plan(platform: str, device_kind: str, m: int, n: int, dtype, weight_dtype=None) -> Plan:
+    """RMS norm over the last axis of (m, n) (the layer-norm kernels without centering), decided
+    like ``layer_norm_plan`` from the ``rms_norm`` points of the sweep. Until a GPU sweep records
+    them, every shape runs the XLA formulas: no evidence, no kernel (the layer-norm points do not
+    stand in, their kernels do more work per element)."""
+    return _rows_plan("rms_norm", platform, device_kind, m, n, dtype, weight_dtype)
+
+
+def _rows_plan(op: str, platform: str, device_kind: str, m: int, n: int, dtype, weight_dtype) -> Plan:
     blocked = _gate(platform, dtype) or (f"width {n} > {MAX_WIDTH}" if n > MAX_WIDTH else None)
     if blocked or m * n == 0:
         return Plan("xla", None, blocked or "empty input")
-    impl, reason = _decide("layer_norm", device_kind, dtype, weight_dtype, layer_norm_features(m, n))
+    impl, reason = _decide(op, device_kind, dtype, weight_dtype, layer_norm_features(m, n))
     return Plan(impl, rows_launch(m, n) if impl == "pallas" else None, reason)
 
 

@@ -1,14 +1,17 @@
 """Fused GPU kernels (Pallas, Triton backend) for normalization, with the affine weight and
-bias inside: layer norm over the last axis of an (M, N) array (this first part), batch norm and
-group norm on (N, C, L) (the second part, "Grouped statistics"). Launch parameters come from
-``jaxrules.dispatch`` (``RowsLaunch``, ``GroupedLaunch``), a pure function of the device kind and
-the shape.
+bias inside: layer norm and RMS norm over the last axis of an (M, N) array (this first part), batch
+norm and group norm on (N, C, L) (the second part, "Grouped statistics"). Launch parameters come
+from ``jaxrules.dispatch`` (``RowsLaunch``, ``GroupedLaunch``), a pure function of the device kind
+and the shape.
 
 * forward: one program per tile of ``launch.rows`` rows: mean, rstd (float32) and
   ``y = x_hat w + b``;
 * backward: ``launch.programs`` programs, each walking ``launch.steps`` consecutive tiles:
   ``dx`` (the native backward with weight, plus the terms of the mean/rstd outputs' cotangents)
   and per-program partial sums of ``dw = sum g x_hat`` and ``db = sum g``, added up by XLA.
+* RMS norm is the same two kernels with the static ``center=False``: no mean subtracted
+  (``x_hat = x rstd``, ``rstd = rsqrt(E[x^2] + eps)``), no bias, no mean output (``rms_forward``,
+  ``rms_backward``).
 
 Any M and N: a tile is ``rows`` by ``width`` (powers of two, ``width >= N``), loads and stores are
 masked past the last row and column, so no shape falls back to a one-program launch.
@@ -72,16 +75,25 @@ def _vector(ref, launch, n, dtype):
     return plgpu.load(ref.at[pl.ds(jnp.int32(0), launch.width)], mask=columns < n, other=0).astype(dtype)
 
 
-def _forward_kernel(x_ref, w_ref, b_ref, y_ref, mean_ref, rstd_ref, *, eps, launch):
-    n, stat, tile = x_ref.shape[1], mean_ref.dtype, pl.program_id(0)
-    x = _load(x_ref, tile, launch, n, stat)
-    mean = x.sum(1) / n
-    valid = lax.broadcasted_iota(jnp.int32, (1, launch.width), 1) < n
-    centered = jnp.where(valid, x - mean[:, None], 0)
-    rstd = lax.rsqrt((centered * centered).sum(1) / n + eps)
-    y = centered * rstd[:, None] * _vector(w_ref, launch, n, stat)[None, :] + _vector(b_ref, launch, n, stat)[None, :]
+def _forward_kernel(*refs, eps, launch, center):
+    """One tile of rows: layer norm (``center``: refs x, w, b -> y, mean, rstd) or RMS norm (x, w
+    -> y, rstd: no mean subtracted, no bias)."""
+    if center:
+        x_ref, w_ref, b_ref, y_ref, mean_ref, rstd_ref = refs
+    else:
+        x_ref, w_ref, y_ref, rstd_ref = refs
+    n, stat, tile = x_ref.shape[1], rstd_ref.dtype, pl.program_id(0)
+    x = _load(x_ref, tile, launch, n, stat)  # zeros past column N
+    if center:
+        mean = x.sum(1) / n
+        valid = lax.broadcasted_iota(jnp.int32, (1, launch.width), 1) < n
+        x = jnp.where(valid, x - mean[:, None], 0)
+        _store(mean_ref, tile, launch, n, mean)
+    rstd = lax.rsqrt((x * x).sum(1) / n + eps)
+    y = x * rstd[:, None] * _vector(w_ref, launch, n, stat)[None, :]
+    if center:
+        y = y + _vector(b_ref, launch, n, stat)[None, :]
     _store(y_ref, tile, launch, n, y)
-    _store(mean_ref, tile, launch, n, mean)
     _store(rstd_ref, tile, launch, n, rstd)
 
 
@@ -93,43 +105,64 @@ def forward(x, w, b, *, eps, launch: RowsLaunch):
     return partitioning.layer_norm_forward(x, w, b, eps=eps, launch=launch)
 
 
+def rms_forward(x, w, *, eps, launch: RowsLaunch):
+    """``(y, rstd)`` of RMS norm over the last axis of ``x`` (M, N): ``y = x rstd w``, ``rstd =
+    rsqrt(E[x^2] + eps)``; partitioned as ``forward``."""
+    from jaxrules import partitioning
+
+    return partitioning.rms_norm_forward(x, w, eps=eps, launch=launch)
+
+
 def local_forward(x, w, b, *, eps, launch: RowsLaunch):
-    """``forward`` on one device's array (the kernel itself)."""
+    """``forward`` on one device's array (the kernel itself); ``b=None``: RMS norm (``rms_forward``,
+    outputs ``(y, rstd)``)."""
+    center = b is not None
     m, n = x.shape
-    stat = stat_dtype(x.dtype)
+    per_row = jax.ShapeDtypeStruct((m,), stat_dtype(x.dtype))
     return pl.pallas_call(
-        functools.partial(_forward_kernel, eps=eps, launch=launch),
+        functools.partial(_forward_kernel, eps=eps, launch=launch, center=center),
         grid=(launch.forward_programs(m),),
-        out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((m,), stat),
-                   jax.ShapeDtypeStruct((m,), stat)],
-        interpret=launch.interpret, name="layer_norm_fwd", **_compiler_params(launch),
-    )(x, w, b)
+        out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype)] + [per_row] * (2 if center else 1),
+        interpret=launch.interpret, name=f"{'layer' if center else 'rms'}_norm_fwd", **_compiler_params(launch),
+    )(x, w, *([b] if center else []))
 
 
-def _backward_kernel(x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, dx_ref, dw_ref, db_ref, *,
-                     launch):
-    n, stat = x_ref.shape[1], mean_ref.dtype
+def _backward_kernel(*refs, launch, center):
+    """``launch.steps`` tiles of rows: ``dx`` and this program's partial sums of ``dw`` (and
+    ``db``). Layer norm (``center``): refs x, g, w, mean, rstd, g_mean, g_rstd -> dx, dw, db;
+    RMS norm: x, g, w, rstd, g_rstd -> dx, dw."""
+    if center:
+        x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, dx_ref, *sum_refs = refs
+    else:
+        x_ref, g_ref, w_ref, rstd_ref, grstd_ref, dx_ref, *sum_refs = refs
+    n, stat = x_ref.shape[1], rstd_ref.dtype
     w = _vector(w_ref, launch, n, stat)
     valid = lax.broadcasted_iota(jnp.int32, (1, launch.width), 1) < n
     first = pl.program_id(0) * launch.steps
 
-    def body(step, carry):
-        dw, db = carry
+    def body(step, sums):
         tile = first + step
         x, g = _load(x_ref, tile, launch, n, stat), _load(g_ref, tile, launch, n, stat)
-        mean, rstd = _load(mean_ref, tile, launch, n, stat), _load(rstd_ref, tile, launch, n, stat)
-        xhat = jnp.where(valid, (x - mean[:, None]) * rstd[:, None], 0)
+        rstd = _load(rstd_ref, tile, launch, n, stat)
+        if center:
+            x = jnp.where(valid, x - _load(mean_ref, tile, launch, n, stat)[:, None], 0)
+        xhat = x * rstd[:, None]
         gw = g * w[None, :]
-        dx = rstd[:, None] * (gw - gw.sum(1)[:, None] / n - xhat * (gw * xhat).sum(1)[:, None] / n)
-        gmean, grstd = _load(gmean_ref, tile, launch, n, stat), _load(grstd_ref, tile, launch, n, stat)
-        dx = dx + (gmean[:, None] - (grstd * rstd * rstd)[:, None] * xhat) / n
+        projection = xhat * (gw * xhat).sum(1)[:, None] / n
+        if center:
+            projection = projection + gw.sum(1)[:, None] / n
+        grstd = _load(grstd_ref, tile, launch, n, stat)
+        dx = rstd[:, None] * (gw - projection) - (grstd * rstd * rstd)[:, None] * xhat / n
+        if center:
+            dx = dx + _load(gmean_ref, tile, launch, n, stat)[:, None] / n
         _store(dx_ref, tile, launch, n, dx)
-        return dw + (g * xhat).sum(0), db + g.sum(0)
+        terms = ((g * xhat).sum(0), g.sum(0)) if center else ((g * xhat).sum(0),)
+        return tuple(s + t for s, t in zip(sums, terms))
 
     zeros = jnp.zeros((launch.width,), stat)
-    dw, db = lax.fori_loop(0, launch.steps, body, (zeros, zeros))
-    dw_ref[...] = dw
-    db_ref[...] = db
+    sums = lax.fori_loop(0, launch.steps, body, (zeros,) * len(sum_refs))
+    for ref, total in zip(sum_refs, sums):
+        ref[...] = total
 
 
 def backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: RowsLaunch):
@@ -142,23 +175,37 @@ def backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: RowsLaunch):
     return dx, dw.astype(w.dtype), db.astype(w.dtype)
 
 
+def rms_backward(x, g, w, rstd, g_rstd, *, launch: RowsLaunch):
+    """``(dx, dw)``: the VJP of ``rms_forward`` for cotangents ``g`` (of y) and ``g_rstd``, ``dx =
+    rstd (g w - x_hat E[g w x_hat]) - g_rstd rstd^2 x_hat / N``, ``dw = sum g x_hat``; partitioned
+    as ``backward``."""
+    from jaxrules import partitioning
+
+    dx, dw = partitioning.rms_norm_backward(x, g, w, rstd, g_rstd, launch=launch)
+    return dx, dw.astype(w.dtype)
+
+
 def local_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: RowsLaunch):
     """``backward`` on one device's rows (the kernel itself), with ``dw``, ``db`` in the
-    statistics' dtype (summed over devices before the cast to the weight's)."""
+    statistics' dtype (summed over devices before the cast to the weight's). ``mean=None`` (and
+    ``g_mean=None``): RMS norm's (``rms_backward``), ``(dx, dw)``."""
+    center = mean is not None
     m, n = x.shape
+    stat = rstd.dtype
     programs = launch.backward_programs(m)
+    stats = (mean, rstd, g_mean, g_rstd) if center else (rstd, g_rstd)
+    n_sums = 2 if center else 1
     partial_spec = pl.BlockSpec((None, launch.width), lambda i: (i, 0))
-    full = [pl.no_block_spec] * 7  # whole arrays: the kernel indexes its own tiles
-    dx, dw, db = pl.pallas_call(
-        functools.partial(_backward_kernel, launch=launch),
+    partial_shape = jax.ShapeDtypeStruct((programs, launch.width), stat)
+    dx, *sums = pl.pallas_call(
+        functools.partial(_backward_kernel, launch=launch, center=center),
         grid=(programs,),
-        in_specs=full,
-        out_specs=[pl.no_block_spec, partial_spec, partial_spec],
-        out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((programs, launch.width), mean.dtype),
-                   jax.ShapeDtypeStruct((programs, launch.width), mean.dtype)],
-        interpret=launch.interpret, name="layer_norm_bwd", **_compiler_params(launch),
-    )(x, g, w, mean, rstd, g_mean.astype(mean.dtype), g_rstd.astype(mean.dtype))
-    return dx, dw.sum(0)[:n], db.sum(0)[:n]
+        in_specs=[pl.no_block_spec] * (3 + len(stats)),  # whole arrays: the kernel indexes its own tiles
+        out_specs=[pl.no_block_spec] + [partial_spec] * n_sums,
+        out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype)] + [partial_shape] * n_sums,
+        interpret=launch.interpret, name=f"{'layer' if center else 'rms'}_norm_bwd", **_compiler_params(launch),
+    )(x, g, w, *[v.astype(stat) for v in stats])
+    return (dx, *(s.sum(0)[:n] for s in sums))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -7,9 +7,9 @@ Shardy ``sharding_rule`` for propagation, and a ``partition`` callback (run when
 that picks the shardings the kernel can honour and lowers the kernel on each device's shard,
 with the collectives the math needs:
 
-* layer norm (x (M, N)): rows sharded over any mesh axes, the normalized axis N replicated
-  (gathered if it came sharded); the weight and bias replicated (gathered if sharded, FSDP
-  style); the backward sums ``dw``, ``db`` over the row axes (one all-reduce, float32).
+* layer norm and RMS norm (x (M, N)): rows sharded over any mesh axes, the normalized axis N
+  replicated (gathered if it came sharded); the weight and bias replicated (gathered if sharded,
+  FSDP style); the backward sums ``dw`` (and ``db``) over the row axes (one all-reduce, float32).
 * group norm (x (N, G, K, L)): samples and groups sharded, K and L replicated; no collective
   (each group's statistics are local; XLA adds up ``dw``/``db`` over the samples).
 * batch norm, training (x (N, C, L)): samples and channels sharded, L replicated. The statistics
@@ -176,7 +176,7 @@ def _explicit_call(partition, impl, mesh, arrays, statics):
 
 
 # ----------------------------------------------------------------------------------------------
-# Layer norm: x (M, N), rows sharded.
+# Layer norm and RMS norm: x (M, N), rows sharded.
 
 
 def _rows_launch(launch, m_local: int, n: int):
@@ -189,23 +189,44 @@ def _ln_forward_impl(x, w, b, eps, launch):
     return norm_kernels.local_forward(x, w, b, eps=eps, launch=launch)
 
 
-def _ln_forward_partition(eps, launch, mesh, arg_shapes, result_shape):
-    x = arg_shapes[0]
-    rows = even_axes(mesh, x, 0)
-    local = _rows_launch(launch, x.shape[0] // shards(mesh, rows), x.shape[1])
-    lower = functools.partial(_ln_forward_impl, eps=eps, launch=local)
-    return lower, (named(mesh, rows, ()), named(mesh, rows), named(mesh, rows)), (
-        named(mesh, rows, ()), named(mesh, ()), named(mesh, ()))
+def _rms_forward_impl(x, w, eps, launch):
+    from jaxrules import norm_kernels
+
+    return norm_kernels.local_forward(x, w, None, eps=eps, launch=launch)
+
+
+def _rows_forward_partition(impl, n_stats: int):
+    """The ``partition`` of a rows forward (``impl``, ``n_stats`` per-row outputs after y): rows
+    sharded, N and the weight (and bias) replicated."""
+
+    def partition(eps, launch, mesh, arg_shapes, result_shape):
+        x = arg_shapes[0]
+        rows = even_axes(mesh, x, 0)
+        local = _rows_launch(launch, x.shape[0] // shards(mesh, rows), x.shape[1])
+        lower = functools.partial(impl, eps=eps, launch=local)
+        matrix = named(mesh, rows, ())
+        return lower, (matrix,) + (named(mesh, rows),) * n_stats, (matrix,) + (named(mesh, ()),) * (
+            len(arg_shapes) - 1)
+
+    return partition
 
 
 _ln_forward = _kernel_op(
     _ln_forward_impl, 3, lambda *_: ("m n, n, n -> m n, m, m", {"need_replication_factors": ("n",)}),
-    _ln_forward_partition)
+    _rows_forward_partition(_ln_forward_impl, 2))
+_rms_forward = _kernel_op(
+    _rms_forward_impl, 2, lambda *_: ("m n, n -> m n, m", {"need_replication_factors": ("n",)}),
+    _rows_forward_partition(_rms_forward_impl, 1))
 
 
 def layer_norm_forward(x, w, b, *, eps: float, launch):
     """``norm_kernels.forward``, partitioned: ``(y, mean, rstd)``."""
     return tuple(_ln_forward(x, w, b, eps, launch))
+
+
+def rms_norm_forward(x, w, *, eps: float, launch):
+    """``norm_kernels.rms_forward``, partitioned: ``(y, rstd)``."""
+    return tuple(_rms_forward(x, w, eps, launch))
 
 
 def _ln_backward_impl(x, g, w, mean, rstd, g_mean, g_rstd, launch):
@@ -214,25 +235,41 @@ def _ln_backward_impl(x, g, w, mean, rstd, g_mean, g_rstd, launch):
     return norm_kernels.local_backward(x, g, w, mean, rstd, g_mean, g_rstd, launch=launch)
 
 
-def _ln_backward_partition(launch, mesh, arg_shapes, result_shape):
-    x = arg_shapes[0]
-    rows = even_axes(mesh, x, 0)
-    local = _rows_launch(launch, x.shape[0] // shards(mesh, rows), x.shape[1])
+def _rms_backward_impl(x, g, w, rstd, g_rstd, launch):
+    from jaxrules import norm_kernels
 
-    def lower(*args):
-        dx, dw, db = _ln_backward_impl(*args, local)
-        if rows:  # the weight's gradient sums over every row: one all-reduce of both sums
-            dw, db = lax.psum((dw, db), rows)
-        return dx, dw, db
+    return norm_kernels.local_backward(x, g, w, None, rstd, None, g_rstd, launch=launch)
 
-    matrix, vector, per_row = named(mesh, rows, ()), named(mesh, ()), named(mesh, rows)
-    return lower, (matrix, vector, vector), (matrix, matrix, vector, per_row, per_row, per_row, per_row)
+
+def _rows_backward_partition(impl, n_stats: int, n_sums: int):
+    """The ``partition`` of a rows backward (``impl``: x, g, w, then ``n_stats`` per-row arrays ->
+    dx and ``n_sums`` weight gradients): rows sharded, the weight gradients summed over the row
+    axes (one all-reduce)."""
+
+    def partition(launch, mesh, arg_shapes, result_shape):
+        x = arg_shapes[0]
+        rows = even_axes(mesh, x, 0)
+        local = _rows_launch(launch, x.shape[0] // shards(mesh, rows), x.shape[1])
+
+        def lower(*args):
+            dx, *sums = impl(*args, local)
+            if rows:  # the weight's gradient sums over every row: one all-reduce of the sums
+                sums = lax.psum(tuple(sums), rows)
+            return (dx, *sums)
+
+        matrix, vector, per_row = named(mesh, rows, ()), named(mesh, ()), named(mesh, rows)
+        return lower, (matrix,) + (vector,) * n_sums, (matrix, matrix, vector) + (per_row,) * n_stats
+
+    return partition
 
 
 _ln_backward = _kernel_op(
     _ln_backward_impl, 7,
     lambda *_: ("m n, m n, n, m, m, m, m -> m n, n, n", {"need_replication_factors": ("n",)}),
-    _ln_backward_partition)
+    _rows_backward_partition(_ln_backward_impl, 4, 2))
+_rms_backward = _kernel_op(
+    _rms_backward_impl, 5, lambda *_: ("m n, m n, n, m, m -> m n, n", {"need_replication_factors": ("n",)}),
+    _rows_backward_partition(_rms_backward_impl, 2, 1))
 
 
 def layer_norm_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch):
@@ -240,6 +277,12 @@ def layer_norm_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch):
     the statistics' dtype, summed over the devices."""
     stat = mean.dtype
     return tuple(_ln_backward(x, g, w, mean, rstd, g_mean.astype(stat), g_rstd.astype(stat), launch))
+
+
+def rms_norm_backward(x, g, w, rstd, g_rstd, *, launch):
+    """``norm_kernels.local_backward`` of RMS norm, partitioned: ``(dx, dw)``, ``dw`` in the
+    statistics' dtype, summed over the devices."""
+    return tuple(_rms_backward(x, g, w, rstd, g_rstd.astype(rstd.dtype), launch))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -398,4 +441,5 @@ def grouped_backward(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout: 
 
 
 __all__ = ["dim_axes", "even_axes", "explicit_mesh", "grouped_backward", "grouped_stats", "layer_norm_backward",
-           "layer_norm_forward", "local_shape", "named", "replicated", "shards"]
+           "layer_norm_forward", "local_shape", "named", "replicated", "rms_norm_backward", "rms_norm_forward",
+           "shards"]

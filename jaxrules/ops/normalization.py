@@ -10,7 +10,8 @@ formulas are the seed's double backward, so Hessian-vector products run them. It
 
 On GPU, where the dispatch chooses them (``jaxrules.dispatch``: from measurements per device
 kind), the three run fused Pallas kernels instead (``jaxrules.norm_kernels``), as ops of their own:
-``layer_norm_rows`` and ``grouped_norm`` (batch and group norm). Their JVP formulas are jnp; their
+``layer_norm_rows`` and ``grouped_norm`` (batch and group norm); so does ``rms_norm`` (XLA ops
+``rms_norm``/``rms_norm_backward``, kernel op ``rms_norm_rows``). Their JVP formulas are jnp; their
 VJP formulas run the backward kernels, whose own derivatives are those of the jnp form of the same
 backward (``mechanism.differentiated_as``), so double backward and every transform still compose.
 Under ``jit`` with sharded arrays the kernels run on each device's shard (``jaxrules.partitioning``:
@@ -35,7 +36,7 @@ from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
 from jaxrules.batching import affine_norm_batch_rule
-from jaxrules.mechanism import define_op
+from jaxrules.mechanism import define_op, differentiated_as
 from jaxrules.ops._sampling import normal
 from jaxrules.registry import OpRecord, Sample, SingularPoint, register
 
@@ -89,27 +90,82 @@ def _layer_norm_rows_primal(x, w, b, *, eps, launch):
     return norm_kernels.forward(x, w, b, eps=eps, launch=launch)
 
 
-def _layer_norm_rows_batch(args, dims, *, vmap_axis_name, eps, launch):
-    """The vmap dimension folded into the rows (one kernel launch, as functorch's
-    ``native_layer_norm_batch_rule``) when the weight and bias are shared; else the kernel under
-    ``jax.vmap``."""
-    import jax
+def _rms_norm_rows_primal(x, w, *, eps, launch):
+    """``(y, rstd)`` of RMS norm over the last axis of x (M, N), the fused kernel
+    (``norm_kernels.rms_forward``)."""
+    from jaxrules import norm_kernels
 
-    (x, w, b), (x_dim, w_dim, b_dim) = args, dims
-    if x_dim is not None and w_dim is None and b_dim is None:
-        x = jnp.moveaxis(x, x_dim, 0)
-        batch, m, n = x.shape
-        folded = dispatch.rows_launch(batch * m, n, interpret=launch.interpret)
-        y, mean, rstd = _layer_norm_rows_primal(x.reshape(batch * m, n), w, b, eps=eps, launch=folded)
-        return (y.reshape(batch, m, n), mean.reshape(batch, m), rstd.reshape(batch, m)), (0, 0, 0)
-    moved = [a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
-    fn = lambda *a: _layer_norm_rows_primal(*a, eps=eps, launch=launch)  # noqa: E731
-    return jax.vmap(fn, in_axes=[None if d is None else 0 for d in dims])(*moved), (0, 0, 0)
+    return norm_kernels.rms_forward(x, w, eps=eps, launch=launch)
+
+
+def _rows_batch(primal):
+    """The vmap rule of a rows kernel op (``primal(x, *vectors) -> (y, *per-row statistics)``):
+    the vmap dimension folded into the rows (one kernel launch, as functorch's
+    ``native_layer_norm_batch_rule``) when the weight (and bias) are shared; else the kernel under
+    ``jax.vmap``."""
+
+    def rule(args, dims, *, vmap_axis_name, eps, launch):
+        import jax
+
+        x, x_dim = args[0], dims[0]
+        if x_dim is not None and all(d is None for d in dims[1:]):
+            x = jnp.moveaxis(x, x_dim, 0)
+            batch, m, n = x.shape
+            folded = dispatch.rows_launch(batch * m, n, interpret=launch.interpret)
+            y, *stats = primal(x.reshape(batch * m, n), *args[1:], eps=eps, launch=folded)
+            out = (y.reshape(batch, m, n), *(s.reshape(batch, m) for s in stats))
+        else:
+            moved = [a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
+            fn = lambda *a: primal(*a, eps=eps, launch=launch)  # noqa: E731
+            out = tuple(jax.vmap(fn, in_axes=[None if d is None else 0 for d in dims])(*moved))
+        return out, (0,) * len(out)
+
+    return rule
 
 
 layer_norm_rows_op = define_op(
     "layer_norm_rows", _layer_norm_rows_primal, J.layer_norm_rows_jvp, R.layer_norm_rows_vjp,
-    lambda outs, x, w, b, **_: (x, w, outs[1], outs[2]), _layer_norm_rows_batch,
+    lambda outs, x, w, b, **_: (x, w, outs[1], outs[2]), _rows_batch(_layer_norm_rows_primal),
+)
+
+
+def _rms_norm_rows_jvp(res, tx, tw, *, eps, launch):
+    """Outputs ``(y, rstd)`` of the fused RMS norm on rows (M, N): the XLA op's formula
+    (``jvp_rules.rms_norm_jvp``: ``drstd = -rstd^2 E[x_hat dx]``, ``dy = rstd (dx - x_hat E[x_hat
+    dx]) w + x_hat dw``) over axis 1, rstd (M,) as (M, 1)."""
+    x, w, rstd = res
+    dy, drstd = J.rms_norm_jvp((x, w, rstd[:, None]), tx, tw, axes=(1,), eps=eps)
+    return dy, None if drstd is None else drstd[:, 0]
+
+
+def _rms_norm_rows_reference_vjp(res, ct, eps, launch):
+    """The jnp form of the fused RMS-norm backward (what ``norm_kernels.rms_backward`` computes):
+    the XLA op's VJP formula (``vjp_rules.rms_norm_vjp``: seed ``_fused_rms_norm_backward`` with
+    the rstd output's term, dx through the ``rms_norm_backward`` op) over axis 1, ``dw = sum g
+    x_hat`` over the rows."""
+    x, w, rstd = res
+    g, g_rstd = ct
+    dx, g_xhat = R.rms_norm_vjp((x, w, rstd[:, None]), (g, g_rstd[:, None]), axes=(1,), eps=eps)
+    return dx.astype(x.dtype), g_xhat.sum(0).astype(w.dtype)
+
+
+@differentiated_as(_rms_norm_rows_reference_vjp, n_static=2)
+def _rms_norm_rows_kernel_vjp(res, ct, eps, launch):
+    from jaxrules import norm_kernels
+
+    x, w, rstd = res
+    return norm_kernels.rms_backward(x, ct[0], w, rstd, ct[1], launch=launch)
+
+
+def _rms_norm_rows_vjp(res, ct, *, eps, launch):
+    """The fused backward kernel; its own derivative is that of ``_rms_norm_rows_reference_vjp``
+    (the kernel is never differentiated)."""
+    return _rms_norm_rows_kernel_vjp(res, tuple(ct), eps, launch)
+
+
+rms_norm_rows_op = define_op(
+    "rms_norm_rows", _rms_norm_rows_primal, _rms_norm_rows_jvp, _rms_norm_rows_vjp,
+    lambda outs, x, w, **_: (x, w, outs[1]), _rows_batch(_rms_norm_rows_primal),
 )
 
 
@@ -636,22 +692,49 @@ def rms_norm_backward(x, rstd, v, *, axes, eps):
     return rms_norm_backward_op(x, lax.stop_gradient(rstd), v, axes=axes, eps=eps)
 
 
-def rms_norm(x, normalized_shape, weight=None, eps=None):
-    """torch.nn.functional.rms_norm (torch 2.4+): ``x rsqrt(E[x^2] + eps) * weight`` with the mean
-    over the trailing ``normalized_shape`` axes; ``eps=None`` is the machine epsilon of the dtype
-    the statistics are computed in (float32 for bfloat16/float16 input, computed in float32 as
-    torch does — torch 2.13 takes its ``opmath`` type's epsilon, not ``finfo(x.dtype).eps`` as
-    its documentation says). Output in x's dtype.
+def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayLike | None = None,
+             eps: float | ArrayLike | None = None, *, impl: str | None = None) -> Array:
+    """RMS normalization ``y = x rsqrt(E[x^2] + eps) * weight`` with the mean over the trailing
+    ``normalized_shape`` axes (statistics in float32 or wider, output in x's dtype). Mirrors
+    ``torch.nn.functional.rms_norm`` (torch 2.4+).
 
-    JVP ``dy = rstd (dx - x_hat E[x_hat dx]) w + x_hat dw``; VJP ``dx = rstd (gw - x_hat E[gw
-    x_hat])``, ``dw = sum g x_hat`` (``x_hat = x rstd``), the dx part computed by the op
-    ``rms_norm_backward``, whose own formulas give the double backward. vmap: the primal and the
-    formulas under ``jax.vmap`` (reductions over trailing axes need no fold). The op returns ``(y,
-    rstd)`` as torch's ``_fused_rms_norm`` (seeds ``rms_norm_jvp``, ``rms_norm_rstd_jvp``,
-    ``_fused_rms_norm_backward``, ``infinitely_differentiable_native_rms_norm_backward``; torch's
-    CPU path is the composite of the same math). XLA formulas only:
-    a fused kernel like layer norm's is pending. Complex input is refused (torch squares it
-    without conjugating)."""
+    Derivatives: JVP ``dy = rstd (dx - x_hat E[x_hat dx]) w + x_hat dw``; VJP ``dx = rstd (gw -
+    x_hat E[gw x_hat])``, ``dw = sum g x_hat`` (``x_hat = x rstd``), the dx part computed by the
+    op ``rms_norm_backward``, whose own formulas give the double backward (seeds
+    ``rms_norm_jvp``, ``rms_norm_rstd_jvp``, ``_fused_rms_norm_backward``,
+    ``infinitely_differentiable_native_rms_norm_backward``; the op returns ``(y, rstd)`` as
+    torch's ``_fused_rms_norm``). vmap: the XLA formulas under ``jax.vmap`` (reductions over
+    trailing axes need no fold); the kernels' op folds B0 into the rows.
+
+    On a GPU the fused kernels (``norm_kernels.rms_forward``/``rms_backward``: layer norm's row
+    kernels without centering) run where the dispatch chooses them (``dispatch.rms_norm_plan``,
+    from measurements per device kind; none are recorded yet, so the default is the XLA formulas
+    until a GPU sweep measures the kernels faster). Their VJP runs the backward kernel, whose own
+    derivatives are those of the jnp formulas above, so double backward and every transform
+    compose; under ``jit`` with sharded rows they run on each device's rows
+    (``jaxrules.partitioning``).
+
+    Args:
+        x: the input, real; its trailing axes match ``normalized_shape``.
+        normalized_shape: an int (the last axis) or the trailing shape to normalize over.
+        weight: the elementwise scale, of shape ``normalized_shape``; None: 1.
+        eps: added to the mean square; None: the machine epsilon of the statistics' dtype
+            (float32 for bfloat16/float16 input: torch 2.13 takes its ``opmath`` type's epsilon,
+            not ``finfo(x.dtype).eps`` as its documentation says); a finite real number, or a
+            traced scalar (then the XLA formulas run: the kernels compile ``eps`` in).
+        impl: keyword-only: None (the dispatch's choice, ``jaxrules.dispatch``), ``"pallas"``
+            (the fused kernels), ``"xla"`` (the jnp formulas) or ``"pallas_interpret"`` (the
+            kernels interpreted, for tests).
+
+    Returns:
+        ``y``, of x's shape and dtype.
+
+    Raises:
+        ValueError: ``normalized_shape`` does not match x's trailing axes, a weight of another
+            shape, an unknown ``impl``, or a kernel ``impl`` with a traced ``eps``.
+        TypeError: complex ``x`` (torch squares it without conjugating), a non-real or
+            non-finite ``eps``.
+    """
     op = "rms_norm"
     x = V.array(op, "x", x)
     if jnp.iscomplexobj(x):
@@ -667,6 +750,16 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
         w = V.array(op, "weight", weight)
         if w.shape != shape:
             raise ValueError(f"{op}: weight must have shape {shape}, got {w.shape}")
+    impl = _eps_plan(op, impl, eps)
+    n = math.prod(shape)
+    m_local = math.prod(partitioning.local_shape(x)[: x.ndim - k])  # each device's rows, where known
+    plan = _kernel_plan(op, impl, x,
+                        lambda platform, kind: dispatch.rms_norm_plan(platform, kind, m_local, n, x.dtype, w.dtype),
+                        lambda interpret: dispatch.rows_launch(m_local, n, interpret=interpret))
+    if plan.impl != "xla":
+        y, _ = rms_norm_rows_op(x.reshape(x.size // n, n), partitioning.replicated(w).reshape(n), eps=eps,
+                                launch=plan.launch)
+        return y.reshape(x.shape)
     axes = tuple(range(x.ndim - k, x.ndim))
     if not isinstance(eps, float):  # traced: an argument, in the statistics' dtype
         return rms_norm_eps_op(x, w, eps.astype(P.stat_dtype(x.dtype)), axes=axes)[0]
