@@ -830,6 +830,26 @@ register(OpRecord(
 ))
 
 
+def _fused_rms_norm_fn(x, weight, eps=None):
+    return rms_norm(x, x.shape[-1], weight, eps, impl=_kernel_mode(x))
+
+
+_RMS_SEEDS = ("rms_norm_jvp", "rms_norm_rstd_jvp", "_fused_rms_norm_backward",
+              "infinitely_differentiable_native_rms_norm_backward")
+register(OpRecord(
+    "rms_norm[pallas]", _fused_rms_norm_fn, (_NN + "rms_norm(impl='pallas')",), ("rms_norm_rows",), _RMS_SEEDS,
+    lambda rng, dt: [Sample((normal(rng, dt, 5, 24), normal(rng, dt, 24) + 1))],
+    lambda torch, x, w, eps=None: torch.nn.functional.rms_norm(x, x.shape[-1:], w, eps),
+    "torch.nn.functional.rms_norm", low_precision=("float32", "bfloat16"), double_backward=_GROUPED_DOUBLE,
+    batching="primal: vmap folded into the rows (one launch) when the weight is shared; formulas: the kernels "
+    "under jax.vmap",
+    # rstd = rsqrt(0 + eps) = 2, x_hat = 0: dx = rstd w, dw = 0 (as the XLA path's record).
+    singular=(SingularPoint("all-zero rows, eps=0.25", (np.zeros((2, 3)), np.array([1.0, 2.0, 3.0])),
+                            (np.tile([2.0, 4.0, 6.0], (2, 1)), np.zeros(3)), {"eps": 0.25},
+                            jvp=np.tile([2.0, 4.0, 6.0], (2, 1))),),
+))
+
+
 register(OpRecord(
     "layer_norm", layer_norm, (_NN + "layer_norm",), _FORMULAS,
     ("layer_norm_jvp", "layer_norm_double_backward", *_SEED_SHARED),
@@ -906,9 +926,7 @@ register(OpRecord(
                             (np.zeros((2, 3, 4)), np.zeros(3), np.full(3, 8.0))),),
 ))
 register(OpRecord(
-    "rms_norm", rms_norm, (_NN + "rms_norm",), ("rms_norm", "rms_norm_backward"),
-    ("rms_norm_jvp", "rms_norm_rstd_jvp", "_fused_rms_norm_backward",
-     "infinitely_differentiable_native_rms_norm_backward"),
+    "rms_norm", rms_norm, (_NN + "rms_norm",), ("rms_norm", "rms_norm_backward"), _RMS_SEEDS,
     lambda rng, dt: [
         Sample((normal(rng, dt, 4, 3, 5), (5,), normal(rng, dt, 5) + 1)),
         Sample((normal(rng, dt, 2, 3, 4), (3, 4))),
