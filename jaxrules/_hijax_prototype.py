@@ -1,0 +1,333 @@
+"""Prototype: jaxrules' ``define_op`` contract on ``jax.experimental.hijax`` (issue 15, item 4).
+
+NOT imported by the package; ``tests/test_hijax_prototype.py`` drives it and ``docs/hijax.md``
+records what it showed. It answers one question: can an op with a hand-written JVP formula
+and a hand-written VJP formula be one public ``VJPHiPrimitive`` instead of the private
+``custom_jvp`` + linear ``Primitive`` of ``jaxrules/mechanism.py``?
+
+``hijax_op(name, primal, jvp, vjp, save, batch)`` takes the same formulas as
+``define_op`` (same signatures, ``None`` for a zero tangent or cotangent) and returns a
+callable. Each call builds a ``RuleOp`` (a ``VJPHiPrimitive`` whose avals are the call's) and
+binds it. The hijax hooks map onto the formulas as:
+
+* ``expand`` (what ``jit``/eager run): the primal;
+* ``jvp`` (``jax.jvp``, ``jacfwd``): the primal, then the op's JVP formula on the tangents;
+* ``lin`` / ``linearized`` (``jax.linearize``): ``save``, then the JVP formula;
+* ``vjp_fwd`` / ``vjp_bwd_retval`` (``grad``, ``vjp``, ``jacrev``): ``save``, then the VJP
+  formula. hijax hands ``vjp_bwd_retval`` symbolic zeros (``hijax.Zero``) for unused outputs;
+* ``batch`` (vmap): the op's own ``batch`` rule when it has one (it binds ``RuleOp`` again at
+  the batched avals, so derivatives of the batched op still run the op's formulas); else
+  hijax's ``VmapOf`` (``jax.vmap`` of each hook), with ``batch_dim_rule`` taken from
+  ``jax.eval_shape`` of a vmapped primal.
+
+``formula_spy`` is the same kind of recorder as ``jaxrules.mechanism.formula_spy`` but counts
+the formula calls at trace time (hijax runs the hooks in Python while tracing).
+
+``Ragged`` / ``RaggedTy`` is the NestedTensor question in miniature: a ``HiType`` whose
+``offsets`` are an int32 array that is part of the *type's value* but has no tangent (the
+tangent type carries only ``values``), instead of a float pytree leaf.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import hijax
+
+__all__ = ["Ragged", "RaggedTy", "RuleOp", "formula_spy", "hijax_op", "ragged_scale"]
+
+_SPIES: list[list[tuple[str, str]]] = []
+
+
+@contextlib.contextmanager
+def formula_spy():
+    """Record ``(kind, name)`` for each formula evaluation (``"jvp"``/``"vjp"``) in the block."""
+    calls: list[tuple[str, str]] = []
+    _SPIES.append(calls)
+    try:
+        yield calls
+    finally:
+        _SPIES.remove(calls)
+
+
+def _record(kind: str, name: str) -> None:
+    for calls in _SPIES:
+        calls.append((kind, name))
+
+
+def _zero(t) -> bool:
+    return isinstance(t, hijax.Zero)
+
+
+def _none_for_zero(ts) -> tuple:
+    return tuple(None if _zero(t) else t for t in ts)
+
+
+def _fit(t, aval):
+    """A formula's ``None`` (no term) as zeros; otherwise cast and broadcast to ``aval``."""
+    if t is None:
+        return jnp.zeros(aval.shape, aval.dtype)
+    return jnp.broadcast_to(jnp.asarray(t), aval.shape).astype(aval.dtype)
+
+
+def _fit_cotangent(ct, aval):
+    """A cotangent summed over the axes its argument was broadcast along (torch's ``sum_to``)."""
+    if ct is None:
+        return jnp.zeros(aval.shape, aval.dtype)
+    ct = jnp.asarray(ct)
+    lead = ct.ndim - len(aval.shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, (n, m) in enumerate(zip(aval.shape, ct.shape[lead:])) if n == 1 and m != 1)
+    return jnp.sum(ct, axis=axes).reshape(aval.shape).astype(aval.dtype) if axes else ct.astype(aval.dtype)
+
+
+class RuleOp(hijax.VJPHiPrimitive):
+    """One application of an op at fixed input avals; ``spec`` holds the op's formulas."""
+
+    def __init__(self, spec: _Spec, in_avals: tuple, static: tuple):
+        self.in_avals = in_avals
+        kw = dict(static)
+        # Traced at the avals themselves, so types beyond shape and dtype (shard_map's varying
+        # manual axes) come out as the primal makes them.
+        self.out_aval = jax.jit(lambda *a: spec.primal(*a, **kw)).trace(*in_avals).out_avals
+        self.params = {"spec": spec, "static": static}
+        super().__init__()
+
+    # The op's formulas and static keywords (``self.spec``, ``self.static`` come from params).
+    @property
+    def _kw(self) -> dict:
+        return dict(self.static)
+
+    def expand(self, *args):
+        return self.spec.primal(*args, **self._kw)
+
+    def _out_tangent(self, res, tangents):
+        _record("jvp", self.spec.name)
+        out = self.spec.jvp(res, *_none_for_zero(tangents), **self._kw)
+        return jax.tree.map(_fit, out, self.out_aval)
+
+    # forward mode: jax.jvp, jacfwd
+    def jvp(self, primals, tangents):
+        out = self(*primals)
+        if all(_zero(t) for t in tangents):
+            return out, jax.tree.map(lambda a: hijax.Zero(a.to_tangent_aval()), self.out_aval)
+        res = self.spec.save(out, *primals, **self._kw)
+        return out, self._out_tangent(res, tangents)
+
+    # jax.linearize
+    def lin(self, nzs_in, *primals):
+        out = self(*primals)
+        return out, self.spec.save(out, *primals, **self._kw)
+
+    def linearized(self, res, *tangents):
+        return self._out_tangent(res, tangents)
+
+    # reverse mode: grad, vjp, jacrev
+    def vjp_fwd(self, nzs_in, *primals):
+        out = self(*primals)
+        return out, self.spec.save(out, *primals, **self._kw)
+
+    def vjp_bwd_retval(self, res, ct):
+        _record("vjp", self.spec.name)
+        if isinstance(ct, tuple):
+            ct = tuple(None if _zero(c) else c for c in ct)
+        cts = self.spec.vjp(res, ct, **self._kw)
+        return tuple(_fit_cotangent(c, a) for c, a in zip(cts, self.in_avals))
+
+    # vmap. hijax's default (``VJPHiPrimitive.batch`` -> ``VmapOf``) crashes under nested vmap
+    # when an inner application is unbatched (see docs/hijax.md), so every batched application
+    # is this class again, with formulas vmapped once more (``_BatchedSpec``).
+    def batch(self, axis_data, args, dims):
+        if all(d is None for d in dims):  # hijax calls batchers for unbatched arguments too
+            return self(*args), jax.tree.map(lambda _: None, self.out_aval)
+        args = tuple(a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims))
+        dims = tuple(None if d is None else 0 for d in dims)
+        spec = _BatchedSpec(self.spec, dims, axis_data.name, axis_data.size)
+        out = RuleOp(spec, tuple(jax.typeof(a) for a in args), self.static)(*args)
+        return out, jax.tree.map(lambda _: 0, out)
+
+
+class _Spec:
+    """The formulas of one op, hashable by identity (jit caches key on the ``RuleOp`` params)."""
+
+    def __init__(self, name, primal, jvp, vjp, save, batch):
+        self.name, self.primal, self.jvp, self.vjp, self.save, self.batch = name, primal, jvp, vjp, save, batch
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class _BatchedSpec(_Spec):
+    """``parent``'s formulas under one more vmap (batch at axis 0 of the arguments with a dim).
+
+    The primal is the op's own ``batch`` rule if it has one (as functorch's batch rules), else
+    ``jax.vmap`` of its primal; ``save``, ``jvp`` and ``vjp`` are the parent's under ``jax.vmap``,
+    and a cotangent of an unbatched argument is summed over the batch (functorch's reductify).
+    Residuals come out batched at 0 (broadcast where unbatched: a cost the mechanism avoids).
+    """
+
+    def __init__(self, parent: _Spec, dims: tuple, axis_name, axis_size: int):
+        self.parent, self.dims, self.axis_name, self.axis_size = parent, dims, axis_name, axis_size
+        super().__init__(parent.name, self._primal, self._jvp, self._vjp, self._save, None)
+
+    def _vmap(self, f, in_axes):
+        return jax.vmap(f, in_axes=in_axes, axis_name=self.axis_name, axis_size=self.axis_size)
+
+    def _primal(self, *args, **kw):
+        if self.parent.batch is not None:
+            out, out_dims = self.parent.batch(list(args), self.dims, vmap_axis_name=self.axis_name, **kw)
+            return jax.tree.map(lambda o, d: jnp.moveaxis(o, d, 0), out, out_dims)
+        return self._vmap(functools.partial(self.parent.primal, **kw), self.dims)(*args)
+
+    def _save(self, out, *args, **kw):
+        return self._vmap(lambda o, *a: self.parent.save(o, *a, **kw), (0, *self.dims))(out, *args)
+
+    def _jvp(self, res, *tangents, **kw):
+        present = [i for i, t in enumerate(tangents) if t is not None]
+
+        def one(r, *ts):
+            full = [None] * len(tangents)
+            for i, t in zip(present, ts):
+                full[i] = t
+            return self.parent.jvp(r, *full, **kw)
+
+        out = self._vmap(one, (0, *(self.dims[i] for i in present)))(res, *(tangents[i] for i in present))
+        return out
+
+    def _vjp(self, res, ct, **kw):
+        cts = self._vmap(lambda r, c: tuple(self.parent.vjp(r, c, **kw)), (0, 0))(res, ct)
+        return tuple(c if d is not None or c is None else c.sum(0) for c, d in zip(cts, self.dims))
+
+
+def _save_arguments(out, *arrays, **static):
+    return arrays[0] if len(arrays) == 1 else arrays
+
+
+def hijax_op(
+    name: str,
+    primal: Callable,
+    jvp: Callable,
+    vjp: Callable,
+    save: Callable | None = None,
+    batch: Callable | None = None,
+) -> Callable:
+    """``define_op``'s signature on a ``VJPHiPrimitive`` (see the module docstring).
+
+    Args:
+        name: the op's name (for the spy and jaxprs).
+        primal: ``primal(*arrays, **static) -> out``.
+        jvp: ``jvp(residuals, *tangents, **static) -> out_tangent`` (``None`` tangent: zero).
+        vjp: ``vjp(residuals, out_cotangent, **static) -> tuple`` of cotangents.
+        save: ``save(out, *arrays, **static) -> residuals`` (default: the arguments).
+        batch: optional ``batch(args, dims, *, vmap_axis_name, **static) -> (out, out_dims)``.
+
+    Returns:
+        A function of the arrays (and static keywords) that binds the op.
+    """
+    spec = _Spec(name, primal, jvp, vjp, save or _save_arguments, batch)
+
+    def op(*arrays, **static):
+        arrays = tuple(jnp.asarray(a) if not isinstance(a, jax.Array) else a for a in arrays)
+        in_avals = tuple(jax.typeof(a) for a in arrays)
+        return RuleOp(spec, in_avals, tuple(sorted(static.items())))(*arrays)
+
+    op.__name__ = name
+    return op
+
+
+# ----------------------------------------------------------------------------------------------
+# A NestedTensor-like HiType: values (float, differentiable) + offsets (int32, no tangent).
+
+
+class Ragged:
+    """B rows packed as ``values`` (N,) with ``offsets`` (B + 1,) int32 (a NestedTensor in small)."""
+
+    def __init__(self, values, offsets):
+        self.values, self.offsets = values, offsets
+
+
+class RaggedTy(hijax.HiType):
+    """Type of a ``Ragged`` (``tangent=False``) or of its tangent (``tangent=True``: values only)."""
+
+    def __init__(self, n: int, b: int, dtype, tangent: bool = False):
+        self.n, self.b, self.dtype, self.tangent = n, b, jnp.dtype(dtype), tangent
+
+    def __hash__(self):
+        return hash((self.n, self.b, self.dtype, self.tangent))
+
+    def __eq__(self, other):
+        return isinstance(other, RaggedTy) and (self.n, self.b, self.dtype, self.tangent) == (
+            other.n, other.b, other.dtype, other.tangent)
+
+    def str_short(self, short_dtypes=False, **_) -> str:
+        return f"Ragged{'T' if self.tangent else ''}[{self.n};{self.b}]"
+
+    def lo_ty(self):
+        vals = hijax.ShapedArray((self.n,), self.dtype)
+        return [vals] if self.tangent else [vals, hijax.ShapedArray((self.b + 1,), jnp.dtype("int32"))]
+
+    def lower_val(self, hi_val):
+        return [hi_val.values] if self.tangent else [hi_val.values, hi_val.offsets]
+
+    def raise_val(self, *lo_vals):
+        return Ragged(lo_vals[0], None if self.tangent else lo_vals[1])
+
+    def to_tangent_aval(self):
+        return RaggedTy(self.n, self.b, self.dtype, tangent=True)
+
+    def vspace_zero(self):
+        return Ragged(jnp.zeros((self.n,), self.dtype), None)
+
+    def vspace_add(self, x, y):
+        return Ragged(x.values + y.values, None)
+
+
+hijax.register_hitype(Ragged, lambda r: RaggedTy(r.values.shape[0], r.offsets.shape[0] - 1, r.values.dtype))
+
+
+def _segment_ids(offsets, n):
+    return jnp.searchsorted(offsets[1:], jnp.arange(n), side="right")
+
+
+class RaggedScale(hijax.VJPHiPrimitive):
+    """``values * w[row]``: a Ragged and a per-row weight ``w`` (B,) -> a Ragged (same offsets)."""
+
+    def __init__(self, rty: RaggedTy, w_aval):
+        self.in_avals = (rty, w_aval)
+        self.out_aval = rty
+        self.params = {}
+        super().__init__()
+
+    def expand(self, r, w):
+        return Ragged(r.values * w[_segment_ids(r.offsets, r.values.shape[0])], r.offsets)
+
+    def jvp(self, primals, tangents):
+        (r, w), (dr, dw) = primals, tangents
+        _record("jvp", "ragged_scale")
+        seg = _segment_ids(r.offsets, r.values.shape[0])
+        dv = jnp.zeros_like(r.values)
+        if not _zero(dr):
+            dv = dv + dr.values * w[seg]
+        if not _zero(dw):
+            dv = dv + r.values * dw[seg]
+        return self(r, w), Ragged(dv, None)
+
+    def vjp_fwd(self, nzs_in, r, w):
+        return self(r, w), (r.values, r.offsets, w)
+
+    def vjp_bwd_retval(self, res, ct):
+        _record("vjp", "ragged_scale")
+        values, offsets, w = res
+        seg = _segment_ids(offsets, values.shape[0])
+        dw = jax.ops.segment_sum(ct.values * values, seg, num_segments=w.shape[0])
+        return Ragged(ct.values * w[seg], None), dw
+
+
+@functools.wraps(RaggedScale.expand)
+def ragged_scale(r: Ragged, w: jax.Array) -> Ragged:
+    """``values * w[row]`` on a ``Ragged`` (bound as the ``RaggedScale`` hi-primitive)."""
+    return RaggedScale(jax.typeof(r), jax.typeof(w))(r, w)
