@@ -4,7 +4,9 @@ dispatch table of their device kind, ``jaxrules/dispatch_data/<kind>.json``: eac
 longer ``stale`` (the table's list of points measured with earlier code). A record without
 kernel times (``--variants default,xla,jax``, after a change to the XLA formulas only) updates
 the XLA and plain-JAX times of the table's points, and their kernel time where the row's plan
-was the kernel (its "default" time); other kernel times stay.
+was the kernel (its "default" time); other kernel times stay. It then names the sweep cases the
+table still lacks, by op (an op no sweep has measured yet, such as ``rms_norm`` before its first
+GPU run, keeps the XLA formulas as its default: ``dispatch.rms_norm_plan``).
 
     python benchmarks/record_dispatch.py sweep0.json sweep1.json --command "python -m jaxrules bench ..."
 """
@@ -52,6 +54,17 @@ def merge(records, command):
                                                                    p["features"]))}
 
 
+def missing(table) -> dict:
+    """``{op: [case names]}`` of the sweep cases (``bench.sweep_cases``) without a point in
+    ``table``."""
+    points = {_key(p) for p in table["points"]}
+    lacking = {}
+    for c in bench.sweep_cases():
+        if (c.op, c.dtype, c.weight_dtype, bench.sweep_features(c)) not in points:
+            lacking.setdefault(c.op, []).append(c.name)
+    return lacking
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("records", nargs="+")
@@ -61,6 +74,8 @@ def main():
     path, table = merge(records, args.command)
     path.write_text(json.dumps(table, indent=1) + "\n")
     print(f"{path}: {len(table['points'])} points")
+    for op, names in missing(table).items():
+        print(f"  not measured: {len(names)} {op} sweep cases (e.g. {names[0]}); its plan stays XLA there")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import numpy as np
 
 import jaxrules.numpy as rnp
 from jaxrules.differentiate import differentiate
-from jaxrules.nn import batch_norm, group_norm, layer_norm, log_softmax, logsumexp, softmax
+from jaxrules.nn import batch_norm, group_norm, layer_norm, log_softmax, logsumexp, rms_norm, softmax
 
 
 @dataclasses.dataclass(frozen=True)
@@ -434,14 +434,15 @@ SWEEP_FEATURE_MAPS = ((256, 64, 112, 112), (8, 64, 112, 112), (128, 128, 56, 56)
                       (3, 384, 14, 14), (128, 512, 7, 7), (32, 1024, 7, 7), (2, 64, 7, 7))
 SWEEP_DTYPES = (("float32", "float32"), ("bfloat16", "bfloat16"), ("bfloat16", "float32"))  # (x, weights)
 SWEEP_VARIANTS = ("default", "pallas", "xla", "jax")
+ROW_OPS = ("layer_norm", "rms_norm")  # normalized over the last axis: (rows, width) shapes
 NOISE_MS = 0.100  # below this (host-dispatch-bound programs: < 20 us of device work) a ratio gets a margin
 NOISE_MARGIN = 0.025  # ms: p90 of the run-to-run difference of one such program between two sweeps (H100)
 
 
 @dataclasses.dataclass(frozen=True)
 class SweepCase:
-    """One point of the sweep: op (``layer_norm``, ``batch_norm``, ``group_norm``), the shape of
-    x, the dtypes of x and of the weights."""
+    """One point of the sweep: op (``layer_norm``, ``rms_norm``, ``batch_norm``, ``group_norm``),
+    the shape of x, the dtypes of x and of the weights."""
 
     op: str
     shape: tuple
@@ -455,13 +456,13 @@ class SweepCase:
 
     @property
     def channels(self) -> int:
-        return self.shape[-1] if self.op == "layer_norm" else self.shape[1]
+        return self.shape[-1] if self.op in ROW_OPS else self.shape[1]
 
 
 def sweep_cases() -> list:
-    """Every point of the sweep: layer norm at each width x row count (rows reduced to keep
-    2**28 elements, minus one so they stay odd) plus the issue's shapes, batch and group norm
-    (32 groups) at each feature map, in each dtype pair."""
+    """Every point of the sweep: layer norm and RMS norm at each width x row count (rows reduced
+    to keep 2**28 elements, minus one so they stay odd) plus the issue's shapes, batch and group
+    norm (32 groups) at each feature map, in each dtype pair."""
     shapes = []
     for n in SWEEP_WIDTHS:
         for m in SWEEP_ROWS:
@@ -469,7 +470,7 @@ def sweep_cases() -> list:
     shapes += [s for s in SWEEP_EXTRA_ROWS if s not in shapes]
     cases = []
     for dtype, weight_dtype in SWEEP_DTYPES:
-        cases += [SweepCase("layer_norm", s, dtype, weight_dtype) for s in shapes]
+        cases += [SweepCase(op, s, dtype, weight_dtype) for op in ROW_OPS for s in shapes]
         cases += [SweepCase(op, s, dtype, weight_dtype)
                   for op in ("batch_norm", "group_norm") for s in SWEEP_FEATURE_MAPS]
     return cases
@@ -477,8 +478,11 @@ def sweep_cases() -> list:
 
 def _plain_norm(op, x, w, b, eps=1e-5):
     """The op as plain JAX (what a user writes; JAX's autodiff differentiates it), computed in
-    float32 for half inputs and returned in x's dtype."""
+    float32 for half inputs and returned in x's dtype (RMS norm: no bias, torch's default eps)."""
     xf = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    if op == "rms_norm":
+        eps = jnp.finfo(xf.dtype).eps
+        return (xf * jax.lax.rsqrt(jnp.mean(jnp.square(xf), -1, keepdims=True) + eps) * w).astype(x.dtype)
     if op == "layer_norm":
         axes, view = (-1,), lambda v: v
     elif op == "batch_norm":
@@ -495,7 +499,8 @@ def _plain_norm(op, x, w, b, eps=1e-5):
 
 
 def sweep_fn(case: SweepCase, variant: str) -> Callable:
-    """``(x, w, b) -> y`` of ``case`` in ``variant`` (``default``, ``pallas``, ``xla``, ``jax``)."""
+    """``(x, w, b) -> y`` of ``case`` in ``variant`` (``default``, ``pallas``, ``xla``, ``jax``);
+    RMS norm ignores ``b``."""
     if variant == "jax":
         return functools.partial(_plain_norm, case.op)
     impl = None if variant == "default" else variant
@@ -503,6 +508,8 @@ def sweep_fn(case: SweepCase, variant: str) -> Callable:
         impl = "pallas_interpret"  # the same kernels, interpreted (to try the sweep on a CPU)
     if case.op == "layer_norm":
         return lambda x, w, b: layer_norm(x, x.shape[-1], w, b, impl=impl)
+    if case.op == "rms_norm":
+        return lambda x, w, b: rms_norm(x, x.shape[-1], w, impl=impl)
     if case.op == "batch_norm":
         return lambda x, w, b: batch_norm(x, None, None, w, b, training=True, impl=impl)[0]
     return lambda x, w, b: group_norm(x, 32, w, b, impl=impl)
@@ -511,22 +518,35 @@ def sweep_fn(case: SweepCase, variant: str) -> Callable:
 def sweep_bytes(case: SweepCase, with_value: bool = False) -> int:
     """Bytes a forward+backward must move at the least, the speed-of-light model: the forward
     reads x (statistics) and writes y only if the value is returned; the backward reads x and the
-    cotangent and writes dx; weights and statistics read and written once each."""
+    cotangent and writes dx; weights and statistics read and written once each (RMS norm: a
+    weight and its gradient, no bias)."""
     itemsize, weight_itemsize = np.dtype(jnp.dtype(case.dtype)).itemsize, np.dtype(case.weight_dtype).itemsize
     tensor = math.prod(case.shape) * itemsize
-    return (4 + with_value) * tensor + 6 * case.channels * weight_itemsize
+    vectors = 3 if case.op == "rms_norm" else 6
+    return (4 + with_value) * tensor + vectors * case.channels * weight_itemsize
 
 
 def sweep_features(case: SweepCase) -> tuple:
     """The dispatch's features of ``case`` (``jaxrules.dispatch``)."""
     from jaxrules import dispatch
 
-    if case.op == "layer_norm":
+    if case.op in ROW_OPS:
         return dispatch.layer_norm_features(math.prod(case.shape[:-1]), case.shape[-1])
     n, c, length = case.shape[0], case.shape[1], math.prod(case.shape[2:])
     if case.op == "batch_norm":
         return dispatch.grouped_features(c, n, length)
     return dispatch.grouped_features(n * 32, c // 32, length)
+
+
+def sweep_plan(case: SweepCase, platform: str, device_kind: str):
+    """The dispatch's ``Plan`` of ``case`` on ``platform`` / ``device_kind``."""
+    from jaxrules import dispatch
+
+    features, dtype, weight_dtype = sweep_features(case), jnp.dtype(case.dtype), jnp.dtype(case.weight_dtype)
+    if case.op in ROW_OPS:
+        plan = dispatch.rms_norm_plan if case.op == "rms_norm" else dispatch.layer_norm_plan
+        return plan(platform, device_kind, *features, dtype, weight_dtype)
+    return dispatch.grouped_plan(case.op, platform, device_kind, *features, dtype, weight_dtype)
 
 
 def _sweep_inputs(case, rng):
@@ -544,8 +564,6 @@ def run_sweep(cases, variants=SWEEP_VARIANTS, repeats: int = 15, with_value: boo
     each variant's ms, the kernel plan's impl, the speed-of-light fraction of the default, and
     the ratios of the default to the faster of XLA and plain JAX."""
     from concurrent.futures import ThreadPoolExecutor
-
-    from jaxrules import dispatch
 
     platform = "gpu" if jax.default_backend() == "gpu" else "cpu"
     probe = copy_probe(platform)
@@ -566,10 +584,7 @@ def run_sweep(cases, variants=SWEEP_VARIANTS, repeats: int = 15, with_value: boo
             print(f"  {case.name}: failed: {type(err).__name__}: {str(err)[:300]}", file=sys.stderr)
             continue
         features = sweep_features(case)
-        if case.op == "layer_norm":
-            plan = dispatch.layer_norm_plan(platform, meta["device"], *features, x.dtype, w.dtype)
-        else:
-            plan = dispatch.grouped_plan(case.op, platform, meta["device"], *features, x.dtype, w.dtype)
+        plan = sweep_plan(case, platform, meta["device"])
         row = {"op": case.op, "shape": list(case.shape), "dtype": case.dtype, "weight_dtype": case.weight_dtype,
                "features": list(features), "plan": plan.impl, **{f"{v}_ms": t for v, t in timings.items()},
                "bytes": sweep_bytes(case, with_value)}
