@@ -2,16 +2,18 @@
 
 The only jaxrules-specific lines are the two imports below: ``jaxrules.numpy`` and ``jaxrules.nn``
 are drop-in namespaces for ``jax.numpy`` and ``jax.nn`` (names jaxrules has no rule for are JAX's
-own objects), plus torch's ``layer_norm`` and ``cross_entropy``, which ``jax.nn`` lacks.
+own objects), plus torch's ``layer_norm``, ``scaled_dot_product_attention`` and ``cross_entropy``,
+which ``jax.nn`` lacks (or spells differently).
 ``tests/test_examples.py`` loads this file a second time with ``jax.numpy`` / ``jax.nn`` (and plain
 JAX versions of those two torch functions) in place of the two namespaces and checks that the
 gradients agree.
 
 Model: token + position embedding, pre-norm transformer blocks (layer_norm, causal multi-head
-self-attention masked with ``where`` + ``softmax``, GELU MLP), a final layer_norm and a linear
-head; loss: ``nn.cross_entropy`` of the next token. The model is an Equinox module, trained with
-optax's Adam on a synthetic task (each sequence counts up from a random start in a random step,
-modulo the vocabulary: the next token follows from the two before it).
+self-attention with torch's ``scaled_dot_product_attention(..., is_causal=True)``, GELU MLP), a
+final layer_norm and a linear head; loss: ``nn.cross_entropy`` of the next token. The model is an
+Equinox module, trained with optax's Adam on a synthetic task (each sequence counts up from a
+random start in a random step, modulo the vocabulary: the next token follows from the two before
+it).
 
 Run it: ``python examples/gpt.py`` (CPU, a few seconds).
 """
@@ -63,10 +65,8 @@ class Block(eqx.Module):
         qkv = jnp.matmul(x, self.w_qkv) + self.b_qkv
         # (batch, seq, 3 * d_model) -> three (batch, heads, seq, head)
         q, k, v = (jnp.swapaxes(t.reshape(batch, seq, self.n_heads, head), 1, 2) for t in jnp.split(qkv, 3, axis=-1))
-        scores = jnp.matmul(q, jnp.swapaxes(k, -1, -2)) / jnp.sqrt(jnp.float32(head))
-        causal = jnp.tril(jnp.ones((seq, seq), dtype=bool))
-        weights = nn.softmax(jnp.where(causal, scores, -jnp.inf), axis=-1)
-        y = jnp.swapaxes(jnp.matmul(weights, v), 1, 2).reshape(batch, seq, d_model)
+        y = nn.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = jnp.swapaxes(y, 1, 2).reshape(batch, seq, d_model)
         return jnp.matmul(y, self.w_out) + self.b_out
 
     def __call__(self, x):

@@ -1,89 +1,28 @@
 """The models of examples/ (issue 18, requirement 6): they train with optax (the loss falls), and the
 same file with plain JAX swapped in for jaxrules' two namespaces gives the same gradients.
 
-"Swapped in" is literal: each example is loaded twice from its file; in the second copy the module
-globals ``jnp`` and ``nn`` (the only jaxrules objects it holds, checked) become ``jax.numpy`` and
-``PLAIN_NN`` -- ``jax.nn`` plus plain-JAX versions of the torch functions jax.nn lacks
-(``layer_norm``, ``batch_norm``, ``conv2d``, ``max_pool2d``, ``cross_entropy``), differentiated
-by JAX's own autodiff. The models avoid the points where the two conventions differ (ties in max
+"Swapped in" is literal: each example is loaded twice from its file (``examples/plain.py``'s
+``load``); in the second copy the module globals ``jnp`` and ``nn`` become ``jax.numpy`` and
+plain-JAX versions of the torch functions jax.nn lacks, differentiated by JAX's own autodiff.
+The models avoid the points where the two conventions differ (ties in max
 pooling, relu at 0; see examples/cnn.py), so the gradients must agree to float32 rounding.
 """
 
 import importlib.util
 import pathlib
-import types
 
 import equinox as eqx
 import jax
-import jax.numpy
 import numpy as np
-from jax import lax
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+_spec = importlib.util.spec_from_file_location(
+    "examples_plain", pathlib.Path(__file__).resolve().parents[1] / "examples" / "plain.py")
+plain_jax = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(plain_jax)
+load = plain_jax.load
+
 # Gradient agreement, relative to each parameter's largest gradient entry (float32 models).
 GRAD_RTOL = 1e-5
-
-
-def _cross_entropy(input, target):
-    logp = jax.nn.log_softmax(input, axis=1)
-    return -jax.numpy.mean(jax.numpy.take_along_axis(logp, target[:, None], axis=1))
-
-
-def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
-    axes = tuple(range(-len(normalized_shape), 0))
-    mean = jax.numpy.mean(x, axes, keepdims=True)
-    var = jax.numpy.var(x, axes, keepdims=True)
-    y = (x - mean) / jax.numpy.sqrt(var + eps)
-    return y * weight + bias
-
-
-def _batch_norm(x, running_mean, running_var, weight=None, bias=None, *, training=False, momentum=0.1, eps=1e-5):
-    axes = (0, *range(2, x.ndim))
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-    if training:
-        mean, var = jax.numpy.mean(x, axes), jax.numpy.var(x, axes)
-        n = x.size // x.shape[1]
-        new_mean = (1 - momentum) * running_mean + momentum * lax.stop_gradient(mean)
-        new_var = (1 - momentum) * running_var + momentum * lax.stop_gradient(var) * n / (n - 1)
-    else:
-        mean, var, new_mean, new_var = running_mean, running_var, running_mean, running_var
-    y = (x - mean.reshape(shape)) / jax.numpy.sqrt(var.reshape(shape) + eps)
-    return y * weight.reshape(shape) + bias.reshape(shape), new_mean, new_var
-
-
-def _conv2d(input, weight, bias=None, stride=1, padding=0):
-    y = lax.conv_general_dilated(input, weight, (stride, stride), [(padding, padding)] * 2,
-                                 dimension_numbers=("NCHW", "OIHW", "NCHW"))
-    return y if bias is None else y + bias.reshape(1, -1, 1, 1)
-
-
-def _max_pool2d(input, kernel_size, stride=None):
-    stride = stride or kernel_size
-    return lax.reduce_window(input, -jax.numpy.inf, lax.max, (1, 1, kernel_size, kernel_size),
-                             (1, 1, stride, stride), "VALID")
-
-
-PLAIN_NN = types.SimpleNamespace(
-    **{name: getattr(jax.nn, name) for name in dir(jax.nn) if not name.startswith("_")},
-    cross_entropy=_cross_entropy, layer_norm=_layer_norm, batch_norm=_batch_norm, conv2d=_conv2d,
-    max_pool2d=_max_pool2d)
-
-
-def load(name, plain=False):
-    """A fresh copy of examples/<name>.py; ``plain``: jax.numpy / PLAIN_NN in place of jaxrules'."""
-    spec = importlib.util.spec_from_file_location(f"example_{name}_{'plain' if plain else 'jaxrules'}",
-                                                  EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    import jaxrules.nn
-    import jaxrules.numpy
-    assert module.jnp is jaxrules.numpy and module.nn is jaxrules.nn
-    others = [k for k, v in vars(module).items()
-              if k not in ("jnp", "nn") and getattr(v, "__module__", "").startswith("jaxrules")]
-    assert not others, f"{name}.py holds jaxrules objects besides jnp and nn: {others}"
-    if plain:
-        module.jnp, module.nn = jax.numpy, PLAIN_NN
-    return module
 
 
 def grad_errors(grads, reference):
