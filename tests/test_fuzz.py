@@ -16,7 +16,7 @@ For each drawn case:
   here is a pointwise function or a reduction torch has) where both are finite.
 
 The shapes come from a few buckets so that XLA's compiled programs are reused; ``derandomize``
-makes the examples the same on every run (CI reproducibility), ``max_examples`` (6 per op) keeps
+makes the examples the same on every run (CI reproducibility), ``max_examples`` (5 per op) keeps
 the file within about 15 s on 2 cores; ``JAXRULES_FUZZ_EXAMPLES=N`` runs N per op."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ DTYPES = [np.float64, np.float32]
 SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0]
 RTOL = {np.dtype(np.float64): 1e-9, np.dtype(np.float32): 1e-5}
 # JAXRULES_FUZZ_EXAMPLES=200 runs many more (a search, not CI).
-FUZZ = settings(max_examples=int(os.environ.get("JAXRULES_FUZZ_EXAMPLES", "6")), deadline=None, derandomize=True,
+FUZZ = settings(max_examples=int(os.environ.get("JAXRULES_FUZZ_EXAMPLES", "5")), deadline=None, derandomize=True,
                 database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -54,11 +54,10 @@ def _elements(dtype):
 
 
 @st.composite
-def arrays(draw, shape=None, dtype=None):
-    """A float array of a bucketed shape (or ``shape``), with NaN, +-inf and signed zeros likely."""
+def arrays(draw, shapes=SHAPES, dtype=None):
+    """A float array of one of ``shapes``, with NaN, +-inf and signed zeros likely."""
     dtype = draw(st.sampled_from(DTYPES)) if dtype is None else dtype
-    shape = draw(st.sampled_from(SHAPES)) if shape is None else shape
-    return draw(hnp.arrays(dtype, shape, elements=_elements(dtype)))
+    return draw(hnp.arrays(dtype, draw(st.sampled_from(shapes)), elements=_elements(dtype)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +74,7 @@ class Op:
     draw_kw: Callable = lambda draw, x: {}
     no_grad: tuple[int, ...] = ()  # arrays torch does not differentiate
     documented: Callable | None = None  # xs -> the entries of a documented deviation (not compared)
+    shapes: tuple[tuple[int, ...], ...] = tuple(SHAPES)
 
 
 def _axis(draw, x, none=True):
@@ -97,12 +97,20 @@ def _torch_reduce(fn, *, all_fn=None):
     return run
 
 
+def _moment_kw(draw, x):
+    return {**_reduction_kw(draw, x), "ddof": draw(st.integers(0, 3))}
+
+
+def _torch_moment(fn, ddof):
+    return lambda t, axis, keepdim=False: fn(t, axis, correction=ddof, keepdim=keepdim)
+
+
+def _scan_kw(draw, x):
+    return {"axis": _axis(draw, x, none=False)}
+
+
 def _loss_kw(draw, x):
     return {"reduction": draw(st.sampled_from(["none", "mean", "sum"]))}
-
-
-def _softmax_kw(draw, x):
-    return {"axis": _axis(draw, x, none=False)}
 
 
 OPS = [
@@ -114,12 +122,20 @@ OPS = [
     Op("max", rnp.max, jnp.max, _torch_reduce(torch.amax), draw_kw=_reduction_kw),
     Op("prod", rnp.prod, jnp.prod, _torch_reduce(torch.prod), draw_kw=_reduction_kw),
     Op("logsumexp", rnn.logsumexp, jax.nn.logsumexp, _torch_reduce(torch.logsumexp), draw_kw=_reduction_kw),
-    Op("cumsum", rnp.cumsum, jnp.cumsum, lambda t, axis: torch.cumsum(t, axis),
-       draw_kw=lambda draw, x: {"axis": _axis(draw, x, none=False)}),
+    Op("min", rnp.min, jnp.min, _torch_reduce(torch.amin), draw_kw=_reduction_kw),
+    Op("var", rnp.var, jnp.var, lambda t, ddof=0, **kw: _torch_reduce(_torch_moment(torch.var, ddof))(t, **kw),
+       draw_kw=_moment_kw),
+    Op("std", rnp.std, jnp.std, lambda t, ddof=0, **kw: _torch_reduce(_torch_moment(torch.std, ddof))(t, **kw),
+       draw_kw=_moment_kw),
+    Op("cumsum", rnp.cumsum, jnp.cumsum, lambda t, axis: torch.cumsum(t, axis), draw_kw=_scan_kw),
+    Op("cumprod", rnp.cumprod, jnp.cumprod, lambda t, axis: torch.cumprod(t, axis), draw_kw=_scan_kw),
+    # (open, ops/reductions.py: logcumsumexp refuses a 0-d input, torch accepts it with dim 0 or -1)
+    Op("logcumsumexp", rnp.logcumsumexp, None, lambda t, axis: torch.logcumsumexp(t, axis), draw_kw=_scan_kw,
+       shapes=tuple(shape for shape in SHAPES if shape)),
     # jax.nn names with torch's extras: jax.nn's semantics for the softmaxes, torch's otherwise.
-    Op("softmax", rnn.softmax, jax.nn.softmax, lambda t, axis: torch.softmax(t, axis), draw_kw=_softmax_kw),
+    Op("softmax", rnn.softmax, jax.nn.softmax, lambda t, axis: torch.softmax(t, axis), draw_kw=_scan_kw),
     Op("log_softmax", rnn.log_softmax, jax.nn.log_softmax, lambda t, axis: torch.log_softmax(t, axis),
-       draw_kw=_softmax_kw),
+       draw_kw=_scan_kw),
     Op("relu", rnn.relu, None, F.relu),
     Op("silu", rnn.silu, None, F.silu),
     # (gelu: torch's float32 exact kernel gives NaN at +inf, where x Phi(x) is +inf, as in float64)
@@ -141,9 +157,10 @@ OPS = [
     Op("binary_cross_entropy_with_logits", rnn.binary_cross_entropy_with_logits, None,
        F.binary_cross_entropy_with_logits, 2, _loss_kw,
        documented=lambda xs: (xs[0] == -np.inf) | ((xs[0] == np.inf) & (xs[1] == 1))),
-    # (kl_div: 0 at target 0 and an infinite input, where torch's 0 inf is NaN; see its docstring)
+    # (kl_div: 0 at target 0 and an infinite input, where torch's 0 inf is NaN, see its docstring; +inf at target
+    # +inf, where torch's xlogy(t, t) - t x is inf - inf for x >= 0, TORCH_WRONG in tests/test_nonfinite.py)
     Op("kl_div", rnn.kl_div, None, F.kl_div, 2, _loss_kw,
-       documented=lambda xs: (xs[1] == 0) & np.isinf(xs[0])),
+       documented=lambda xs: ((xs[1] == 0) & np.isinf(xs[0])) | (xs[1] == np.inf)),
 ]
 
 
@@ -185,8 +202,8 @@ def _assert_close(what, ours, expected, dtype, skip=False):
 @FUZZ
 @given(data=st.data())
 def test_fuzz(op, data):
-    x = data.draw(arrays(), "x")
-    xs = [x] + [data.draw(arrays(x.shape, x.dtype), f"arg{i}") for i in range(1, op.n_arrays)]
+    x = data.draw(arrays(op.shapes), "x")
+    xs = [x] + [data.draw(arrays([x.shape], x.dtype), f"arg{i}") for i in range(1, op.n_arrays)]
     kw = op.draw_kw(data.draw, x)
     expected = _reference(op, xs, kw)
     try:
