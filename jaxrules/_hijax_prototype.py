@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import hijax
 
-__all__ = ["Ragged", "RaggedTy", "RuleOp", "formula_spy", "hijax_op", "ragged_scale"]
+__all__ = ["Ragged", "RaggedTy", "RuleOp", "formula_spy", "hijax_op", "make_ragged", "ragged_parts", "ragged_scale"]
 
 _SPIES: list[list[tuple[str, str]]] = []
 
@@ -74,6 +74,13 @@ def _fit(t, aval):
     return jnp.broadcast_to(jnp.asarray(t), aval.shape).astype(aval.dtype)
 
 
+def _fit_tangent(t, aval):
+    """An output tangent: float0 symbolic zero for an integer output, else ``_fit``."""
+    if not jnp.issubdtype(aval.dtype, jnp.inexact):
+        return hijax.Zero(aval.to_tangent_aval())
+    return _fit(t, aval)
+
+
 def _fit_cotangent(ct, aval):
     """A cotangent summed over the axes its argument was broadcast along (torch's ``sum_to``)."""
     if ct is None:
@@ -82,7 +89,22 @@ def _fit_cotangent(ct, aval):
     lead = ct.ndim - len(aval.shape)
     axes = tuple(range(lead)) + tuple(
         lead + i for i, (n, m) in enumerate(zip(aval.shape, ct.shape[lead:])) if n == 1 and m != 1)
-    return jnp.sum(ct, axis=axes).reshape(aval.shape).astype(aval.dtype) if axes else ct.astype(aval.dtype)
+    ct = jnp.sum(ct, axis=axes).reshape(aval.shape) if axes else ct
+    return _psum_varying(ct, aval).astype(aval.dtype)
+
+
+def _varying_axes(aval) -> frozenset:
+    if hasattr(aval, "vma"):
+        return frozenset(aval.vma)
+    return frozenset(getattr(getattr(aval, "manual_axis_type", None), "varying", ()))
+
+
+def _psum_varying(ct, aval):
+    """Under ``shard_map``, a cotangent varying over manual axes along which its argument is
+    replicated is summed over them (the transpose of the implicit ``pvary``): hijax checks the
+    cotangent's type against the argument's and raises otherwise."""
+    extra = tuple(sorted(_varying_axes(jax.typeof(ct)) - _varying_axes(aval)))
+    return jax.lax.psum(ct, extra) if extra else ct
 
 
 class RuleOp(hijax.VJPHiPrimitive):
@@ -108,7 +130,9 @@ class RuleOp(hijax.VJPHiPrimitive):
     def _out_tangent(self, res, tangents):
         _record("jvp", self.spec.name)
         out = self.spec.jvp(res, *_none_for_zero(tangents), **self._kw)
-        return jax.tree.map(_fit, out, self.out_aval)
+        out_tree = jax.tree.structure(self.out_aval)
+        leaves = out_tree.flatten_up_to(out)
+        return out_tree.unflatten([_fit_tangent(t, a) for t, a in zip(leaves, jax.tree.leaves(self.out_aval))])
 
     # forward mode: jax.jvp, jacfwd
     def jvp(self, primals, tangents):
@@ -277,7 +301,7 @@ class RaggedTy(hijax.HiType):
         return Ragged(lo_vals[0], None if self.tangent else lo_vals[1])
 
     def to_tangent_aval(self):
-        return RaggedTy(self.n, self.b, self.dtype, tangent=True)
+        return RaggedTy(self.n, 0, self.dtype, tangent=True)  # no offsets: ``b`` is not known
 
     def vspace_zero(self):
         return Ragged(jnp.zeros((self.n,), self.dtype), None)
@@ -286,7 +310,94 @@ class RaggedTy(hijax.HiType):
         return Ragged(x.values + y.values, None)
 
 
-hijax.register_hitype(Ragged, lambda r: RaggedTy(r.values.shape[0], r.offsets.shape[0] - 1, r.values.dtype))
+def _typeof_ragged(r: Ragged) -> RaggedTy:
+    if r.offsets is None:  # a tangent
+        return RaggedTy(r.values.shape[0], 0, r.values.dtype, tangent=True)
+    return RaggedTy(r.values.shape[0], r.offsets.shape[0] - 1, r.values.dtype)
+
+
+hijax.register_hitype(Ragged, _typeof_ragged)
+
+
+def _is_accum(x) -> bool:
+    """A linear input's cotangent accumulator in ``transpose`` (``ad.GradAccum``, exported by
+    ``jax.experimental.hijax`` only from jax 0.11)."""
+    return hasattr(x, "accum")
+
+
+class RaggedParts(hijax.VJPHiPrimitive):
+    """Projection ``Ragged -> (values, offsets)`` (a tangent Ragged -> ``(values,)``).
+
+    Under tracing a hi value is opaque: reading a field is a primitive, with its own jvp,
+    transpose and vjp (as ``GetTupElt`` in jax's tests/hijax_test.py)."""
+
+    def __init__(self, rty: RaggedTy):
+        self.in_avals = (rty,)
+        self.out_aval = tuple(rty.lo_ty())
+        self.params = {}
+        super().__init__()
+
+    def expand(self, r):
+        return (r.values,) if self.in_avals[0].tangent else (r.values, r.offsets)
+
+    def jvp(self, primals, tangents):
+        (r,), (dr,) = primals, tangents
+        out = self(r)
+        dv = hijax.Zero(self.out_aval[0].to_tangent_aval()) if _zero(dr) else ragged_parts(dr)[0]
+        return out, (dv, *(hijax.Zero(a.to_tangent_aval()) for a in self.out_aval[1:]))
+
+    def vjp_fwd(self, nzs_in, r):
+        return self(r), None
+
+    def vjp_bwd_retval(self, res, ct):
+        return (make_ragged(_instantiate(ct[0], self.out_aval[0])),)
+
+    def transpose(self, ct, accum):
+        if _is_accum(accum):
+            accum.accum(make_ragged(_instantiate(ct[0], self.out_aval[0])))
+
+
+class MakeRagged(hijax.VJPHiPrimitive):
+    """``(values, offsets) -> Ragged``; ``(values,) -> `` a tangent Ragged."""
+
+    def __init__(self, in_avals: tuple):
+        self.in_avals = in_avals
+        (n,), b = in_avals[0].shape, (in_avals[1].shape[0] - 1 if len(in_avals) == 2 else 0)
+        self.out_aval = RaggedTy(n, b, in_avals[0].dtype, tangent=len(in_avals) == 1)
+        self.params = {}
+        super().__init__()
+
+    def expand(self, values, offsets=None):
+        return Ragged(values, offsets)
+
+    def jvp(self, primals, tangents):
+        return self(*primals), make_ragged(_instantiate(tangents[0], self.in_avals[0]))
+
+    def vjp_fwd(self, nzs_in, *args):
+        return self(*args), None
+
+    def vjp_bwd_retval(self, res, ct):
+        values_ct = ragged_parts(ct)[0] if not _zero(ct) else None
+        return (values_ct, *(hijax.Zero(a.to_ct_aval()) for a in self.in_avals[1:]))
+
+    def transpose(self, ct, *accums):
+        if _is_accum(accums[0]):
+            accums[0].accum(ragged_parts(ct)[0])
+
+
+def _instantiate(t, aval):
+    return jnp.zeros(aval.shape, aval.dtype) if _zero(t) else t
+
+
+def ragged_parts(r) -> tuple:
+    """``(values, offsets)`` of a Ragged (``(values,)`` of a tangent one), traceable."""
+    return RaggedParts(jax.typeof(r))(r)
+
+
+def make_ragged(values, offsets=None):
+    """A Ragged from ``values`` and int32 ``offsets`` (a tangent Ragged without offsets)."""
+    args = (values,) if offsets is None else (values, offsets)
+    return MakeRagged(tuple(jax.typeof(a) for a in args))(*args)
 
 
 def _segment_ids(offsets, n):
@@ -294,7 +405,8 @@ def _segment_ids(offsets, n):
 
 
 class RaggedScale(hijax.VJPHiPrimitive):
-    """``values * w[row]``: a Ragged and a per-row weight ``w`` (B,) -> a Ragged (same offsets)."""
+    """``values * w[row]``: a Ragged and a per-row weight ``w`` (B,) -> a Ragged (same offsets),
+    with a JVP formula and a VJP formula of its own."""
 
     def __init__(self, rty: RaggedTy, w_aval):
         self.in_avals = (rty, w_aval)
@@ -308,26 +420,27 @@ class RaggedScale(hijax.VJPHiPrimitive):
     def jvp(self, primals, tangents):
         (r, w), (dr, dw) = primals, tangents
         _record("jvp", "ragged_scale")
-        seg = _segment_ids(r.offsets, r.values.shape[0])
-        dv = jnp.zeros_like(r.values)
+        values, offsets = ragged_parts(r)
+        seg = _segment_ids(offsets, values.shape[0])
+        dv = jnp.zeros_like(values)
         if not _zero(dr):
-            dv = dv + dr.values * w[seg]
+            dv = dv + ragged_parts(dr)[0] * w[seg]
         if not _zero(dw):
-            dv = dv + r.values * dw[seg]
-        return self(r, w), Ragged(dv, None)
+            dv = dv + values * dw[seg]
+        return self(r, w), make_ragged(dv)
 
     def vjp_fwd(self, nzs_in, r, w):
-        return self(r, w), (r.values, r.offsets, w)
+        return self(r, w), (*ragged_parts(r), w)
 
     def vjp_bwd_retval(self, res, ct):
         _record("vjp", "ragged_scale")
         values, offsets, w = res
         seg = _segment_ids(offsets, values.shape[0])
-        dw = jax.ops.segment_sum(ct.values * values, seg, num_segments=w.shape[0])
-        return Ragged(ct.values * w[seg], None), dw
+        ct_values = ragged_parts(ct)[0]
+        dw = jax.ops.segment_sum(ct_values * values, seg, num_segments=w.shape[0])
+        return make_ragged(ct_values * w[seg]), dw
 
 
-@functools.wraps(RaggedScale.expand)
 def ragged_scale(r: Ragged, w: jax.Array) -> Ragged:
     """``values * w[row]`` on a ``Ragged`` (bound as the ``RaggedScale`` hi-primitive)."""
     return RaggedScale(jax.typeof(r), jax.typeof(w))(r, w)
