@@ -2,6 +2,10 @@
 sharded over a mesh axis "data", 1 device with half the batch vs 2 devices with the whole batch,
 jaxrules' default vs plain JAX (``jaxrules.bench._plain_norm``, JAX's autodiff).
 
+``--ops`` may also name ``gpt``: the gradient step of ``examples/gpt.py``'s transformer (float32,
+batch 32 tokens of 512, d_model 512, 4 layers), the model replicated and the batch sharded, with
+jaxrules vs the same file with plain JAX swapped in (``examples/plain.py``).
+
 For each (op, variant): milliseconds per step on 1 and 2 devices (``jaxrules.bench.median_ms``),
 weak-scaling efficiency ``t1 / t2`` (1.0: twice the work in the same time), the all-gathers and
 all-reduces in the 2-device compiled program (and the largest all-gather, in elements, against
@@ -16,7 +20,9 @@ the kernels run in Pallas interpret mode off the GPU, so CPU times say nothing a
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
+import pathlib
 import re
 import sys
 
@@ -95,6 +101,47 @@ def measure(op: str, variant: str, shape: tuple, dtype, repeats: int, impl, axis
             "x_size": math.prod(shape), "grad_sharding": str(grads[0].sharding.spec)}
 
 
+def _load_example(name: str, plain: bool):
+    spec = importlib.util.spec_from_file_location(
+        "examples_plain", pathlib.Path(__file__).resolve().parents[1] / "examples" / "plain.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.load(name, plain=plain)
+
+
+def measure_gpt(variant: str, scale: int, repeats: int, axis_type) -> dict:
+    """One row for the GPT's gradient step: 1 device with half the batch vs 2 devices with the
+    whole batch sharded over "data", the parameters replicated (plain data parallelism)."""
+    import equinox as eqx
+
+    gpt = _load_example("gpt", plain=variant == "plain JAX")
+    sizes = {"vocab": 1024, "seq_len": max(8, 512 // scale), "d_model": max(32, 512 // scale), "n_heads": 8,
+             "n_layers": 4}
+    batch = 2 * max(1, 16 // scale)
+    params, static = eqx.partition(gpt.GPT(jax.random.PRNGKey(0), **sizes), eqx.is_array)
+    tokens = gpt.make_batch(jax.random.PRNGKey(1), batch=batch, seq_len=sizes["seq_len"], vocab=sizes["vocab"])
+
+    def grads(params, tokens):
+        return jax.grad(lambda p: gpt.loss_fn(eqx.combine(p, static), tokens))(params)
+
+    devices = jax.devices()[:2]
+    one = jax.device_put((params, tokens[: batch // 2]), devices[0])
+    step1 = jax.jit(grads)
+    t1 = median_ms(lambda: step1(*one), repeats)
+    mesh = jax.make_mesh((2,), ("data",), devices=devices, axis_types=(axis_type,))
+    two = (jax.device_put(params, NamedSharding(mesh, P())), jax.device_put(tokens, NamedSharding(mesh, P("data"))))
+    with jax.set_mesh(mesh):
+        compiled = jax.jit(grads).lower(*two).compile()
+        t2 = median_ms(lambda: compiled(*two), repeats)
+        out = compiled(*two)
+    gathers, reduces, largest = _collectives(compiled.as_text())
+    activation = batch * sizes["seq_len"] * sizes["d_model"]
+    return {"op": "gpt (examples/gpt.py)", "variant": variant,
+            "shape": f"{batch}x{sizes['seq_len']} tokens, d {sizes['d_model']}", "t1": t1, "t2": t2,
+            "efficiency": t1 / t2, "all_gathers": gathers, "all_reduces": reduces, "largest_gather": largest,
+            "x_size": activation, "grad_sharding": str(jax.tree.leaves(out)[0].sharding.spec)}
+
+
 def functools_partial_plain(op: str):
     return lambda x, w, b: _plain_norm(op, x, w, b)
 
@@ -118,7 +165,7 @@ def main(argv=None) -> int:
     parser.add_argument("--scale", type=int, default=1, help="divide the shapes (CPU smoke runs)")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--ops", default="layer_norm,group_norm,batch_norm")
+    parser.add_argument("--ops", default="layer_norm,group_norm,batch_norm,gpt")
     parser.add_argument("--axis-type", choices=("auto", "explicit"), default="auto",
                         help="the mesh axis type (plain JAX's group norm fails under explicit in jax 0.10)")
     parser.add_argument("--out", help="also write the Markdown table here")
@@ -131,10 +178,13 @@ def main(argv=None) -> int:
     axis_type = {"auto": AxisType.Auto, "explicit": AxisType.Explicit}[args.axis_type]
     rows = []
     for op in args.ops.split(","):
-        shape = _shapes(args.scale)[op]
+        shape = _shapes(args.scale).get(op, ())
         for variant in ("jaxrules", "plain JAX"):
             try:
-                rows.append(measure(op, variant, shape, dtype, args.repeats, impl, axis_type))
+                if op == "gpt":
+                    rows.append(measure_gpt(variant, args.scale, args.repeats, axis_type))
+                else:
+                    rows.append(measure(op, variant, shape, dtype, args.repeats, impl, axis_type))
             except Exception as e:  # noqa: BLE001 - reported in the table
                 rows.append({"op": op, "variant": variant, "shape": "x".join(map(str, shape)),
                              "error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"})
