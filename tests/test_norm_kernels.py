@@ -1,7 +1,8 @@
 """The fused normalization kernels (``jaxrules.norm_kernels``) beyond the registry records: every
 tiling path of the batch/group-norm kernels in Pallas interpret mode against the jnp formulas,
-running statistics from the kernels' statistics, the Triton lowering for CUDA (which catches
-lowering errors without a GPU), bad input."""
+running statistics from the kernels' statistics, RMS norm's kernels (layer norm's without
+centering) against the XLA formulas and torch, through second order and vmap, the Triton
+lowering for CUDA (which catches lowering errors without a GPU), bad input."""
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +12,7 @@ from jax import export
 
 from jaxrules import dispatch, norm_kernels
 from jaxrules.nn import batch_norm, group_norm, layer_norm
+from jaxrules.ops.normalization import rms_norm, rms_norm_op, rms_norm_rows_op
 
 RNG = np.random.default_rng(11)
 
@@ -62,11 +64,12 @@ def test_statistics_of_shifted_data_keep_their_precision():
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
-@pytest.mark.parametrize("op", ["group_norm", "batch_norm", "layer_norm"])
+@pytest.mark.parametrize("op", ["group_norm", "batch_norm", "layer_norm", "rms_norm"])
 def test_half_precision_kernels_track_the_float64_result(op, dtype):
     """Inputs, outputs and gradients in the half type, statistics and sums in float32."""
-    fns = dict(_ops("pallas_interpret"), layer_norm=lambda x, w, b: layer_norm(x, 128, w, b, impl="pallas_interpret"))
-    shape, channels = ((4, 128), 128) if op == "layer_norm" else ((4, 6, 20), 6)
+    fns = dict(_ops("pallas_interpret"), layer_norm=lambda x, w, b: layer_norm(x, 128, w, b, impl="pallas_interpret"),
+               rms_norm=lambda x, w, b: rms_norm(x, 128, w, impl="pallas_interpret"))
+    shape, channels = ((4, 128), 128) if op in ("layer_norm", "rms_norm") else ((4, 6, 20), 6)
     x, ct = RNG.standard_normal(shape), RNG.standard_normal(shape)
     w, b = RNG.standard_normal(channels) + 1, RNG.standard_normal(channels)
     want = _value_and_grads(fns[op], *map(jnp.asarray, (x, w, b, ct)))
@@ -96,6 +99,7 @@ def test_kernels_lower_for_cuda(dtype):
         (lambda x, w, b: group_norm(x, 4, w, b, impl="pallas"), x4, vec8),
         (lambda x, w, b: batch_norm(x, None, None, w, b, training=True, impl="pallas")[0], x4, vec8),
         (lambda x, w, b: layer_norm(x, 256, w, b, impl="pallas"), rows, vec256),
+        (lambda x, w, b: rms_norm(x, 256, w, impl="pallas"), rows, vec256),
     ]
     for f, x, v in cases:
         step = jax.jit(lambda g, x, w, b, f=f: jax.vjp(f, x, w, b))
@@ -109,9 +113,110 @@ def test_kernels_lower_for_cuda(dtype):
     (lambda x: batch_norm(x, None, None, training=True, impl="cuda"), ["batch_norm", "impl"]),
     (lambda x: batch_norm(x, None, None, training=True, impl="pallas", axis_name="d"), ["batch_norm", "axis_name"]),
     (lambda x: group_norm(x, 2, jnp.ones(3), impl="pallas_interpret"), ["group_norm", "weight"]),
+    (lambda x: rms_norm(x, 3, impl="triton"), ["rms_norm", "impl"]),
+    (lambda x: rms_norm(x, 3, jnp.ones(4), impl="pallas_interpret"), ["rms_norm", "weight"]),
+    (lambda x: jax.jit(lambda e: rms_norm(x, 3, eps=e, impl="pallas_interpret"))(1e-3), ["rms_norm", "eps"]),
 ])
 def test_bad_input(call, words):
     with pytest.raises(ValueError) as err:
         call(jnp.ones((2, 4, 3)))
     for word in words:
         assert word in str(err.value)
+
+
+# ----------------------------------------------------------------------------------------------
+# RMS norm: the layer-norm row kernels with center=False.
+
+
+def _rms(impl, shape):
+    return lambda x, w: rms_norm(x, shape, w, impl=impl)
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 2e-6)])
+@pytest.mark.parametrize("x_shape, normalized", [((3, 5, 7), (7,)), ((2, 3, 4), (3, 4)), ((9,), 9)])
+def test_rms_norm_kernels_match_the_xla_formulas(x_shape, normalized, dtype, tol):
+    """Values and gradients (x, weight) of the kernels in interpret mode against the XLA path."""
+    x = jnp.asarray(RNG.standard_normal(x_shape) * 2 + 1, dtype)
+    w_shape = (normalized,) if isinstance(normalized, int) else normalized
+    w = jnp.asarray(RNG.standard_normal(w_shape) + 1, dtype)
+    ct = jnp.asarray(RNG.standard_normal(x_shape), dtype)
+    results = []
+    for impl in ("xla", "pallas_interpret"):
+        y, pullback = jax.vjp(_rms(impl, normalized), x, w)
+        results.append((y, *pullback(ct)))
+    for got, want in zip(results[1], results[0]):
+        assert got.dtype == want.dtype == dtype
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def test_rms_norm_kernels_match_torch():
+    """Against torch.nn.functional.rms_norm (float64): value and the gradients of x and weight,
+    with and without a weight, default and given eps."""
+    torch = pytest.importorskip("torch")
+    x, w, ct = RNG.standard_normal((6, 10)), RNG.standard_normal(10) + 1, RNG.standard_normal((6, 10))
+    for weight, eps in ((w, None), (None, 1e-2)):
+        tx = torch.tensor(x, requires_grad=True)
+        tw = None if weight is None else torch.tensor(weight, requires_grad=True)
+        ty = torch.nn.functional.rms_norm(tx, (10,), tw, eps)
+        grads = torch.autograd.grad(ty, [t for t in (tx, tw) if t is not None], torch.tensor(ct))
+        args = (jnp.asarray(x),) if weight is None else (jnp.asarray(x), jnp.asarray(weight))
+        fn = lambda *a, eps=eps: rms_norm(a[0], 10, *a[1:], eps=eps, impl="pallas_interpret")  # noqa: E731
+        y, pullback = jax.vjp(fn, *args)
+        for got, want in zip((y, *pullback(jnp.asarray(ct))), (ty, *grads)):
+            np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_rms_norm_kernels_rstd_cotangent():
+    """The kernel op's second output (rstd, (M,)): the backward kernel's ``g_rstd`` terms against
+    the XLA op's, both outputs' cotangents at once."""
+    x, w = jnp.asarray(RNG.standard_normal((7, 5))), jnp.asarray(RNG.standard_normal(5) + 1)
+    g, g_rstd = jnp.asarray(RNG.standard_normal((7, 5))), jnp.asarray(RNG.standard_normal(7))
+    launch = dispatch.rows_launch(7, 5, interpret=True)
+    (y, rstd), pullback = jax.vjp(lambda x, w: rms_norm_rows_op(x, w, eps=1e-3, launch=launch), x, w)
+    (y_ref, rstd_ref), pullback_ref = jax.vjp(lambda x, w: rms_norm_op(x, w, axes=(1,), eps=1e-3), x, w)
+    np.testing.assert_allclose(y, y_ref, rtol=1e-13)
+    np.testing.assert_allclose(rstd, rstd_ref[:, 0], rtol=1e-13)
+    for got, want in zip(pullback((g, g_rstd)), pullback_ref((g, g_rstd[:, None]))):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_rms_norm_kernels_second_order_through_the_formulas():
+    """Reverse-over-reverse and forward-over-reverse of the kernel path equal the XLA path's (the
+    backward kernel is never differentiated: its derivatives are those of the jnp formulas)."""
+    x, w = jnp.asarray(RNG.standard_normal((4, 6)) + 0.5), jnp.asarray(RNG.standard_normal(6) + 1)
+    ct, v = jnp.asarray(RNG.standard_normal((4, 6))), jnp.asarray(RNG.standard_normal((4, 6)))
+
+    def second_order(impl):
+        def loss(x, w):
+            return jnp.sum(jnp.sin(rms_norm(x, 6, w, impl=impl)) * ct)
+
+        grad = jax.grad(loss, (0, 1))
+        reverse = jax.grad(lambda x, w: jnp.sum(grad(x, w)[0] * v) + jnp.sum(grad(x, w)[1] ** 2), (0, 1))(x, w)
+        forward = jax.jvp(lambda x: grad(x, w), (x,), (v,))[1]
+        return jax.tree.leaves((reverse, forward))
+
+    for got, want in zip(second_order("pallas_interpret"), second_order("xla")):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("weight_batched", [False, True], ids=["shared-weight", "batched-weight"])
+def test_rms_norm_kernels_under_vmap(weight_batched):
+    """vmap over a leading axis (shared weight: folded into the kernel's rows; batched weight: the
+    kernel under ``jax.vmap``), values and gradients against the XLA path."""
+    x, ct = jnp.asarray(RNG.standard_normal((3, 4, 5))), jnp.asarray(RNG.standard_normal((3, 4, 5)))
+    w = jnp.asarray(RNG.standard_normal((3, 5) if weight_batched else 5) + 1)
+    results = []
+    for impl in ("xla", "pallas_interpret"):
+        fn = jax.vmap(_rms(impl, 5), in_axes=(1, 0 if weight_batched else None), out_axes=1)
+        y, pullback = jax.vjp(fn, jnp.swapaxes(x, 0, 1), w)
+        results.append((y, *pullback(jnp.swapaxes(ct, 0, 1))))
+    for got, want in zip(results[1], results[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_rms_norm_default_off_the_gpu_is_the_xla_formulas():
+    """impl=None on a CPU: the XLA op (no kernel op in the program); empty input too."""
+    jaxpr = str(jax.make_jaxpr(lambda x: rms_norm(x, 4))(jnp.ones((2, 4))))
+    assert "rms_norm_rows" not in jaxpr and "rsqrt" in jaxpr
+    assert "rms_norm_rows" in str(jax.make_jaxpr(lambda x: rms_norm(x, 4, impl="pallas_interpret"))(jnp.ones((2, 4))))
+    assert rms_norm(jnp.ones((0, 4)), 4, impl="pallas_interpret").shape == (0, 4)
