@@ -128,11 +128,18 @@ class RuleOp(hijax.VJPHiPrimitive):
         return self.spec.primal(*args, **self._kw)
 
     def _out_tangent(self, res, tangents):
+        """The output tangent: through ``_LinearRuleOp`` (``spec.linear``) or the JVP formula inline."""
+        if self.spec.linear:
+            res_leaves, res_tree = jax.tree.flatten(res)
+            mask = tuple(not _zero(t) for t in tangents)
+            present = tuple(t for t in tangents if not _zero(t))
+            lin = _LinearRuleOp(self.spec, self.static, res_tree, mask, self.out_aval,
+                                tuple(map(jax.typeof, res_leaves)), tuple(map(jax.typeof, present)))
+            it = iter(lin(tuple(res_leaves), present))
+            return jax.tree.map(lambda a: next(it) if _inexact(a) else hijax.Zero(a.to_tangent_aval()),
+                                self.out_aval)
         _record("jvp", self.spec.name)
-        out = self.spec.jvp(res, *_none_for_zero(tangents), **self._kw)
-        out_tree = jax.tree.structure(self.out_aval)
-        leaves = out_tree.flatten_up_to(out)
-        return out_tree.unflatten([_fit_tangent(t, a) for t, a in zip(leaves, jax.tree.leaves(self.out_aval))])
+        return _tangent_tree(self.spec.jvp(res, *_none_for_zero(tangents), **self._kw), self.out_aval)
 
     # forward mode: jax.jvp, jacfwd
     def jvp(self, primals, tangents):
@@ -175,11 +182,137 @@ class RuleOp(hijax.VJPHiPrimitive):
         return out, jax.tree.map(lambda _: 0, out)
 
 
-class _Spec:
-    """The formulas of one op, hashable by identity (jit caches key on the ``RuleOp`` params)."""
+def _inexact(aval) -> bool:
+    return jnp.issubdtype(aval.dtype, jnp.inexact)
 
-    def __init__(self, name, primal, jvp, vjp, save, batch):
+
+def _tangent_tree(out, out_aval):
+    """A JVP formula's output (``None`` for no term) as tangents shaped like ``out_aval``."""
+    out_tree = jax.tree.structure(out_aval)
+    leaves = out_tree.flatten_up_to(out)
+    return out_tree.unflatten([_fit_tangent(t, a) for t, a in zip(leaves, jax.tree.leaves(out_aval))])
+
+
+class _LinearRuleOp(hijax.VJPHiPrimitive):
+    """``(residual leaves, present tangents) -> inexact output tangents``, linear in the
+    tangents: ``jaxrules_rule`` of ``mechanism.py`` as a ``VJPHiPrimitive``.
+
+    ``expand`` is the JVP formula and ``transpose`` the VJP formula, so reverse mode reached by
+    transposing forward mode (``jax.checkpoint``, ``jax.linear_transpose`` of ``linearize``)
+    still runs the VJP formula; its own derivative is itself on the new tangents plus JAX's
+    derivative of the JVP formula with respect to the residuals; under vmap it is itself with
+    ``parent``'s formulas vmapped (``dims``: batch axes of residual leaves and tangents).
+    """
+
+    def __init__(self, spec, static, res_tree, mask, op_out_aval, res_avals, t_avals, parent=None, dims=None):
+        self.in_avals = (res_avals, t_avals)
+        self.params = {"spec": spec, "static": static, "res_tree": res_tree, "mask": mask,
+                       "op_out_aval": op_out_aval, "parent": parent, "dims": dims}
+        if parent is None:  # the op's output types (no formula traced for the types)
+            self.out_aval = tuple(a.to_tangent_aval() for a in jax.tree.leaves(op_out_aval) if _inexact(a))
+        else:
+            self.out_aval = jax.jit(self._formula).trace(res_avals, t_avals).out_avals
+        super().__init__()
+
+    def _formula(self, res_leaves, ts):
+        if self.params["parent"] is not None:
+            rdims, tdims = self.params["dims"]
+            return jax.vmap(self.params["parent"]._formula, in_axes=(rdims, tdims))(res_leaves, ts)
+        spec, kw = self.params["spec"], dict(self.params["static"])
+        it = iter(ts)
+        full = [next(it) if m else None for m in self.params["mask"]]
+        out = spec.jvp(self.params["res_tree"].unflatten(res_leaves), *full, **kw)
+        out_aval = self.params["op_out_aval"]
+        out_tree = jax.tree.structure(out_aval)
+        pairs = zip(out_tree.flatten_up_to(out), jax.tree.leaves(out_aval))
+        return tuple(_fit(t, a) for t, a in pairs if _inexact(a))
+
+    def _vjp_present(self, res_leaves, ct):
+        """Cotangents of the present tangents (``ct``: one per inexact output, ``None`` for zero)."""
+        if self.params["parent"] is not None:
+            rdims, tdims = self.params["dims"]
+            cts = jax.vmap(self.params["parent"]._vjp_present, in_axes=(rdims, 0))(res_leaves, ct)
+            return tuple(c if d is not None else c.sum(0) for c, d in zip(cts, tdims))
+        spec, kw = self.params["spec"], dict(self.params["static"])
+        out_aval = self.params["op_out_aval"]
+        it = iter(ct)
+        full = jax.tree.structure(out_aval).unflatten(
+            [next(it) if _inexact(a) else None for a in jax.tree.leaves(out_aval)])
+        cts = spec.vjp(self.params["res_tree"].unflatten(res_leaves), full, **kw)
+        present = [c for c, m in zip(cts, self.params["mask"]) if m]
+        return tuple(_fit_cotangent(c, a) for c, a in zip(present, self._example_t_avals()))
+
+    def _example_t_avals(self):
+        return self.in_avals[1]
+
+    def expand(self, res_leaves, ts):
+        _record("jvp", self.params["spec"].name)
+        return self._formula(res_leaves, ts)
+
+    def transpose(self, ct, res_leaves, t_accums):
+        if any(_is_accum(r) for r in res_leaves):
+            raise TypeError(f"{self.params['spec'].name}: the rule is linear in its tangents only")
+        if all(_zero(c) for c in ct):
+            return
+        _record("vjp", self.params["spec"].name)
+        ct = tuple(_instantiate(c, a) for c, a in zip(ct, self.out_aval))
+        for c, acc in zip(self._vjp_present(res_leaves, ct), t_accums):
+            if _is_accum(acc):
+                acc.accum(c)
+
+    def _derivative(self, res_leaves, ts, dres, dts):
+        terms = []
+        if any(not _zero(d) for d in dts):
+            terms.append(self(res_leaves, tuple(_instantiate(d, a) for d, a in zip(dts, self.in_avals[1]))))
+        if any(not _zero(d) for d in dres):
+            dres = tuple(_instantiate(d, a) for d, a in zip(dres, self.in_avals[0]))
+            terms.append(jax.jvp(lambda r: self._formula(r, ts), (res_leaves,), (dres,))[1])
+        if not terms:
+            return tuple(hijax.Zero(a.to_tangent_aval()) for a in self.out_aval)
+        return tuple(functools.reduce(jnp.add, parts) for parts in zip(*terms))
+
+    def jvp(self, primals, tangents):
+        (res_leaves, ts), (dres, dts) = primals, tangents
+        return self(res_leaves, ts), self._derivative(res_leaves, ts, dres, dts)
+
+    def lin(self, nzs_in, res_leaves, ts):
+        return self(res_leaves, ts), (res_leaves, ts)
+
+    def linearized(self, saved, dres, dts):
+        return self._derivative(*saved, dres, dts)
+
+    def vjp_fwd(self, nzs_in, res_leaves, ts):
+        return self(res_leaves, ts), (res_leaves, ts)
+
+    def vjp_bwd_retval(self, saved, ct):
+        res_leaves, ts = saved
+        ct = tuple(_instantiate(c, a) for c, a in zip(ct, self.out_aval))
+        _record("vjp", self.params["spec"].name)
+        t_cts = self._vjp_present(res_leaves, ct)
+        res_cts = jax.vjp(lambda r: self._formula(r, ts), res_leaves)[1](ct)[0]
+        return tuple(res_cts), t_cts
+
+    def batch(self, axis_data, args, dims):
+        (res_leaves, ts), (rdims, tdims) = args, dims
+        if all(d is None for d in (*rdims, *tdims)):
+            return self(res_leaves, ts), tuple(None for _ in self.out_aval)
+        move = lambda xs, ds: tuple(x if d is None else jnp.moveaxis(x, d, 0) for x, d in zip(xs, ds))  # noqa: E731
+        zero = lambda ds: tuple(None if d is None else 0 for d in ds)  # noqa: E731
+        res_leaves, ts, rdims, tdims = move(res_leaves, rdims), move(ts, tdims), zero(rdims), zero(tdims)
+        p = self.params
+        batched = _LinearRuleOp(p["spec"], p["static"], p["res_tree"], p["mask"], p["op_out_aval"],
+                                tuple(map(jax.typeof, res_leaves)), tuple(map(jax.typeof, ts)),
+                                parent=self, dims=(rdims, tdims))
+        return batched(res_leaves, ts), tuple(0 for _ in self.out_aval)
+
+
+class _Spec:
+    """The formulas of one op, hashable by identity (jit caches key on the ``RuleOp`` params).
+    ``linear``: route output tangents through ``_LinearRuleOp`` (else the JVP formula inline)."""
+
+    def __init__(self, name, primal, jvp, vjp, save, batch, linear=True):
         self.name, self.primal, self.jvp, self.vjp, self.save, self.batch = name, primal, jvp, vjp, save, batch
+        self.linear = linear
 
     def __repr__(self) -> str:
         return self.name
@@ -196,7 +329,7 @@ class _BatchedSpec(_Spec):
 
     def __init__(self, parent: _Spec, dims: tuple, axis_name, axis_size: int):
         self.parent, self.dims, self.axis_name, self.axis_size = parent, dims, axis_name, axis_size
-        super().__init__(parent.name, self._primal, self._jvp, self._vjp, self._save, None)
+        super().__init__(parent.name, self._primal, self._jvp, self._vjp, self._save, None, parent.linear)
 
     def _vmap(self, f, in_axes):
         return jax.vmap(f, in_axes=in_axes, axis_name=self.axis_name, axis_size=self.axis_size)
@@ -238,6 +371,7 @@ def hijax_op(
     vjp: Callable,
     save: Callable | None = None,
     batch: Callable | None = None,
+    linear: bool = True,
 ) -> Callable:
     """``define_op``'s signature on a ``VJPHiPrimitive`` (see the module docstring).
 
@@ -248,11 +382,13 @@ def hijax_op(
         vjp: ``vjp(residuals, out_cotangent, **static) -> tuple`` of cotangents.
         save: ``save(out, *arrays, **static) -> residuals`` (default: the arguments).
         batch: optional ``batch(args, dims, *, vmap_axis_name, **static) -> (out, out_dims)``.
+        linear: output tangents through the linear hi-primitive ``_LinearRuleOp`` (whose
+            transpose is the VJP formula); ``False``: the JVP formula inline in ``jvp``.
 
     Returns:
         A function of the arrays (and static keywords) that binds the op.
     """
-    spec = _Spec(name, primal, jvp, vjp, save or _save_arguments, batch)
+    spec = _Spec(name, primal, jvp, vjp, save or _save_arguments, batch, linear)
 
     def op(*arrays, **static):
         arrays = tuple(jnp.asarray(a) if not isinstance(a, jax.Array) else a for a in arrays)
