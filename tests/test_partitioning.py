@@ -17,9 +17,11 @@ import pytest
 
 # (op, mesh axis types, spec of x, spec of the weights): every op in both modes; FSDP weights.
 CASES = [
-    *[(op, mode, ("data",), weights) for op in ("layer_norm", "group_norm", "batch_norm")
+    *[(op, mode, ("data",), weights) for op in ("layer_norm", "rms_norm", "group_norm", "batch_norm")
       for mode, weights in (("auto", None), ("explicit", ("data",)))],
     ("layer_norm", "auto", ("data",), ("data",)),
+    ("rms_norm", "auto", ("data",), ("data",)),
+    ("rms_norm", "auto", (None, None, "model"), None),  # the normalized axis split
     ("batch_norm", "explicit", ("data",), None),
     # Shardings the kernels cannot honour as they are: a correct program all the same.
     ("layer_norm", "auto", (None, None, "model"), None),  # the normalized axis split
@@ -38,11 +40,12 @@ def _worker(cases):
 
     jax.config.update("jax_enable_x64", True)
     jax.config.update("jax_disable_most_optimizations", True)
-    from jaxrules.ops.normalization import batch_norm, group_norm, layer_norm
+    from jaxrules.ops.normalization import batch_norm, group_norm, layer_norm, rms_norm
 
     impl = "pallas_interpret"
     ops = {
         "layer_norm": (lambda x, w, b: layer_norm(x, 8, w, b, impl=impl), (8, 3, 8), 8),
+        "rms_norm": (lambda x, w, b: rms_norm(x, 8, w, impl=impl), (8, 3, 8), 8),  # b unused: zero gradient
         "group_norm": (lambda x, w, b: group_norm(x, 2, w, b, impl=impl), (8, 4, 3, 2), 4),
         "batch_norm": (lambda x, w, b: batch_norm(x, None, None, w, b, training=True, impl=impl)[0], (8, 4, 3, 2), 4),
     }
@@ -87,7 +90,7 @@ def _worker_extras():
     from jax.sharding import PartitionSpec as P
 
     from jaxrules import dispatch
-    from jaxrules.ops.normalization import batch_norm, layer_norm
+    from jaxrules.ops.normalization import batch_norm, layer_norm, rms_norm
 
     rng = np.random.default_rng(1)
     x, w = rng.standard_normal((8, 3, 5)), rng.standard_normal(3) + 1
@@ -106,15 +109,18 @@ def _worker_extras():
     print(json.dumps({"case": "uneven", "error": error}), flush=True)
 
     seen = []
-    original = dispatch.layer_norm_plan, dispatch.grouped_plan
+    original = dispatch.layer_norm_plan, dispatch.grouped_plan, dispatch.rms_norm_plan
     dispatch.layer_norm_plan = lambda platform, kind, m, n, *a: seen.append(("layer_norm", m, n)) or original[0](
+        platform, kind, m, n, *a)
+    dispatch.rms_norm_plan = lambda platform, kind, m, n, *a: seen.append(("rms_norm", m, n)) or original[2](
         platform, kind, m, n, *a)
     dispatch.grouped_plan = lambda op, platform, kind, p, k, length, *a: seen.append((op, p, k, length)) or original[1](
         op, platform, kind, p, k, length, *a)
     mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
     with jax.set_mesh(mesh):
         xs = jax.device_put(rng.standard_normal((8, 3, 4)), NamedSharding(mesh, P("data")))
-        for fn in (lambda x: layer_norm(x, 4), lambda x: batch_norm(x, None, None, training=True)[0]):
+        for fn in (lambda x: layer_norm(x, 4), lambda x: rms_norm(x, 4),
+                   lambda x: batch_norm(x, None, None, training=True)[0]):
             try:  # on a CPU the dispatch picks the XLA formulas, whose batch-norm statistics do not
                 jax.jit(fn).trace(xs)  # trace under an Explicit mesh in jax 0.10 (issue 19 req 2)
             except Exception:  # noqa: BLE001, S110 - only the dispatch's arguments matter here
@@ -179,10 +185,10 @@ def test_an_unevenly_sharded_batch_gets_the_unsharded_statistics(results):
 
 
 def test_the_dispatch_decides_on_each_devices_shard_under_an_explicit_mesh(results):
-    """8 x 3 rows of 4 on 4 devices: the layer-norm dispatch sees 6 rows per device; batch norm
-    (4 channel groups of N rows) sees 2 samples per device."""
+    """8 x 3 rows of 4 on 4 devices: the layer-norm and RMS-norm dispatches see 6 rows per device;
+    batch norm (4 channel groups of N rows) sees 2 samples per device."""
     seen = [tuple(s) for s in results["dispatch"]["seen"]]
-    assert ("layer_norm", 6, 4) in seen and ("batch_norm", 3, 2, 4) in seen, seen
+    assert ("layer_norm", 6, 4) in seen and ("rms_norm", 6, 4) in seen and ("batch_norm", 3, 2, 4) in seen, seen
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
