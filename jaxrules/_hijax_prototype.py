@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 from collections.abc import Callable
 
 import jax
@@ -146,13 +147,13 @@ class RuleOp(hijax.VJPHiPrimitive):
         out = self(*primals)
         if all(_zero(t) for t in tangents):
             return out, jax.tree.map(lambda a: hijax.Zero(a.to_tangent_aval()), self.out_aval)
-        res = self.spec.save(out, *primals, **self._kw)
+        res = self._save(out, primals, tuple(not _zero(t) for t in tangents))
         return out, self._out_tangent(res, tangents)
 
     # jax.linearize
     def lin(self, nzs_in, *primals):
         out = self(*primals)
-        return out, self.spec.save(out, *primals, **self._kw)
+        return out, self._save(out, primals, nzs_in)
 
     def linearized(self, res, *tangents):
         return self._out_tangent(res, tangents)
@@ -160,7 +161,13 @@ class RuleOp(hijax.VJPHiPrimitive):
     # reverse mode: grad, vjp, jacrev
     def vjp_fwd(self, nzs_in, *primals):
         out = self(*primals)
-        return out, self.spec.save(out, *primals, **self._kw)
+        return out, self._save(out, primals, nzs_in)
+
+    def _save(self, out, primals, mask):
+        """``save``, given ``needs_input_grad`` when it asks (hijax hands ``lin``/``vjp_fwd`` the
+        mask of inputs with a nonzero tangent: ``nzs_in``)."""
+        extra = {"needs_input_grad": tuple(mask)} if self.spec.save_wants_mask else {}
+        return self.spec.save(out, *primals, **self._kw, **extra)
 
     def vjp_bwd_retval(self, res, ct):
         _record("vjp", self.spec.name)
@@ -313,6 +320,7 @@ class _Spec:
     def __init__(self, name, primal, jvp, vjp, save, batch, linear=True):
         self.name, self.primal, self.jvp, self.vjp, self.save, self.batch = name, primal, jvp, vjp, save, batch
         self.linear = linear
+        self.save_wants_mask = "needs_input_grad" in inspect.signature(save).parameters
 
     def __repr__(self) -> str:
         return self.name
@@ -330,6 +338,7 @@ class _BatchedSpec(_Spec):
     def __init__(self, parent: _Spec, dims: tuple, axis_name, axis_size: int):
         self.parent, self.dims, self.axis_name, self.axis_size = parent, dims, axis_name, axis_size
         super().__init__(parent.name, self._primal, self._jvp, self._vjp, self._save, None, parent.linear)
+        self.save_wants_mask = parent.save_wants_mask
 
     def _vmap(self, f, in_axes):
         return jax.vmap(f, in_axes=in_axes, axis_name=self.axis_name, axis_size=self.axis_size)
@@ -342,6 +351,7 @@ class _BatchedSpec(_Spec):
 
     def _save(self, out, *args, **kw):
         return self._vmap(lambda o, *a: self.parent.save(o, *a, **kw), (0, *self.dims))(out, *args)
+
 
     def _jvp(self, res, *tangents, **kw):
         present = [i for i, t in enumerate(tangents) if t is not None]
