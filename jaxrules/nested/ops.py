@@ -180,13 +180,19 @@ def sum(x: NestedTensor, axis):  # noqa: A001 - the numpy name
     """Sum over ``axis``: the ragged axis 1 gives a dense (B, *inner) array (seed
     ``_nested_sum_backward``: the cotangent is broadcast over each component); inner axes give a
     NestedTensor. A tuple may mix them."""
-    x = _nested("sum", "x", x)
-    axes = sorted({_logical_axis("sum", x, a) for a in (axis if isinstance(axis, tuple | list) else (axis,))})
+    return _reduce("sum", x, axis, dense_sum, ragged_sum_op)
+
+
+def _reduce(name, x, axis, dense_reduce, ragged_op):
+    """``name`` over ``axis`` (an int or a tuple; the ragged axis 1 and inner axes >= 2): the
+    inner axes by ``dense_reduce`` on the values, then the ragged axis by ``ragged_op``."""
+    x = _nested(name, "x", x)
+    axes = sorted({_logical_axis(name, x, a) for a in (axis if isinstance(axis, tuple | list) else (axis,))})
     inner = tuple(a - 1 for a in axes if a >= 2)
-    values = dense_sum(x.values, axis=inner) if inner else x.values
+    values = dense_reduce(x.values, axis=inner) if inner else x.values
     if 1 not in axes:
         return x.with_values(values)
-    return ragged_sum_op(values, x.segment_ids(), num_segments=x.batch_size)
+    return ragged_op(values, x.segment_ids(), num_segments=x.batch_size)
 
 
 def softmax(x: NestedTensor, axis: int = -1) -> NestedTensor:
@@ -236,13 +242,7 @@ def mean(x: NestedTensor, axis: int | tuple[int, ...]) -> jax.Array | NestedTens
         A dense (B, *remaining inner) array when the ragged axis is reduced, else a
         NestedTensor with ``x``'s offsets.
     """
-    x = _nested("mean", "x", x)
-    axes = sorted({_logical_axis("mean", x, a) for a in (axis if isinstance(axis, tuple | list) else (axis,))})
-    inner = tuple(a - 1 for a in axes if a >= 2)
-    values = dense_mean(x.values, axis=inner) if inner else x.values
-    if 1 not in axes:
-        return x.with_values(values)
-    return ragged_mean_op(values, x.segment_ids(), num_segments=x.batch_size)
+    return _reduce("mean", x, axis, dense_mean, ragged_mean_op)
 
 
 def layer_norm(x: NestedTensor, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> NestedTensor:

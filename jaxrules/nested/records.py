@@ -160,17 +160,28 @@ def _sum_samples(rng, dt):
     ]
 
 
-def _sum_fn(values, offsets, axis):
-    out = N.sum(_nt(values, offsets), axis)
-    return out.values if isinstance(out, N.NestedTensor) else out
+def _reduction_fn(reduce):
+    """``reduce(nested, axis)`` as the harness calls it: its values, or the dense result."""
+
+    def fn(values, offsets, axis):
+        out = reduce(_nt(values, offsets), axis)
+        return out.values if isinstance(out, N.NestedTensor) else out
+
+    return fn
 
 
-def _sum_torch(t, values, offsets, axis):
-    axes = axis if isinstance(axis, tuple) else (axis,)
-    dims = tuple(a - 1 if a > 0 else a for a in axes)
-    return _per_component(t, offsets, lambda x: x.sum(dims), values, cat=1 not in axes)
+def _reduction_torch(method):
+    """torch's ``Tensor.<method>`` over the same (logical) axes of each component."""
+
+    def torch_fn(t, values, offsets, axis):
+        axes = axis if isinstance(axis, tuple) else (axis,)
+        dims = tuple(a - 1 if a > 0 else a for a in axes)
+        return _per_component(t, offsets, lambda x: getattr(x, method)(dims), values, cat=1 not in axes)
+
+    return torch_fn
 
 
+_sum_fn, _sum_torch = _reduction_fn(N.sum), _reduction_torch("sum")
 _record("sum", _sum_fn, ("_nested_sum_backward",), ("nested_ragged_sum", "sum"), _sum_samples, _sum_torch,
         torch_name="torch.sum")
 
@@ -184,15 +195,7 @@ def _mean_samples(rng, dt):
     ]
 
 
-def _mean_fn(values, offsets, axis):
-    out = N.mean(_nt(values, offsets), axis)
-    return out.values if isinstance(out, N.NestedTensor) else out
-
-
-def _mean_torch(t, values, offsets, axis):
-    axes = axis if isinstance(axis, tuple) else (axis,)
-    dims = tuple(a - 1 if a > 0 else a for a in axes)
-    return _per_component(t, offsets, lambda x: x.mean(dims), values, cat=1 not in axes)
+_mean_fn, _mean_torch = _reduction_fn(N.mean), _reduction_torch("mean")
 
 
 _record(
