@@ -48,9 +48,13 @@ def test_the_sweep_covers_the_issues_shapes_and_dtypes():
     cases = bench.sweep_cases()
     names = {c.name for c in cases}
     for name in ("layer_norm 66850x256 bfloat16", "layer_norm 8192x5120 float32", "layer_norm 3x12288 float32",
-                 "batch_norm 256x64x112x112 bfloat16", "group_norm 128x512x7x7 bfloat16+float32-weights"):
+                 "batch_norm 256x64x112x112 bfloat16", "group_norm 128x512x7x7 bfloat16+float32-weights",
+                 "rms_norm 66850x256 bfloat16", "rms_norm 3x12288 float32"):
         assert name in names
-    assert len(names) == len(cases) == 201
+    # 201 layer/batch/group-norm points, and rms_norm at layer_norm's 129 shapes and dtypes
+    assert len(names) == len(cases) == 330
+    assert sorted(c.name.replace("rms_norm", "layer_norm") for c in cases if c.op == "rms_norm") == sorted(
+        c.name for c in cases if c.op == "layer_norm")
     widths = {c.shape[-1] for c in cases if c.op == "layer_norm"}
     assert {768, 1536, 5120, 12288} <= widths and min(widths) == 64 and max(widths) == 16384
 
