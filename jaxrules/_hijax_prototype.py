@@ -5,23 +5,26 @@ records what it showed. It answers one question: can an op with a hand-written J
 and a hand-written VJP formula be one public ``VJPHiPrimitive`` instead of the private
 ``custom_jvp`` + linear ``Primitive`` of ``jaxrules/mechanism.py``?
 
-``hijax_op(name, primal, jvp, vjp, save, batch)`` takes the same formulas as
-``define_op`` (same signatures, ``None`` for a zero tangent or cotangent) and returns a
-callable. Each call builds a ``RuleOp`` (a ``VJPHiPrimitive`` whose avals are the call's) and
-binds it. The hijax hooks map onto the formulas as:
+``hijax_op(name, primal, jvp, vjp, save, batch)`` takes the same formulas as ``define_op``
+(same signatures, ``None`` for a zero tangent or cotangent, ``needs_input_grad`` for ``save``)
+and returns a callable. Each call builds a ``RuleOp`` (a ``VJPHiPrimitive`` at the call's
+input types) and binds it. The hijax hooks map onto the formulas as:
 
-* ``expand`` (what ``jit``/eager run): the primal;
-* ``jvp`` (``jax.jvp``, ``jacfwd``): the primal, then the op's JVP formula on the tangents;
-* ``lin`` / ``linearized`` (``jax.linearize``): ``save``, then the JVP formula;
+* ``expand`` (eager, ``jit`` lowering): the primal;
+* ``jvp`` (``jax.jvp``, ``jacfwd``) and ``lin``/``linearized`` (``jax.linearize``): the primal,
+  ``save``, then the output tangent through ``_LinearRuleOp``, the mechanism's linear
+  ``jaxrules_rule`` as a ``VJPHiPrimitive``: ``expand`` = JVP formula, ``transpose`` = VJP
+  formula. (``linear=False`` computes the JVP formula inline instead, hijax's direct mapping:
+  ``jax.checkpoint`` then transposes the JVP formula and the VJP formula never runs.)
 * ``vjp_fwd`` / ``vjp_bwd_retval`` (``grad``, ``vjp``, ``jacrev``): ``save``, then the VJP
-  formula. hijax hands ``vjp_bwd_retval`` symbolic zeros (``hijax.Zero``) for unused outputs;
-* ``batch`` (vmap): the op's own ``batch`` rule when it has one (it binds ``RuleOp`` again at
-  the batched avals, so derivatives of the batched op still run the op's formulas); else
-  hijax's ``VmapOf`` (``jax.vmap`` of each hook), with ``batch_dim_rule`` taken from
-  ``jax.eval_shape`` of a vmapped primal.
+  formula; hijax's symbolic zeros (``hijax.Zero``) reach the formulas as ``None``;
+* ``batch`` (vmap): ``RuleOp`` again at the batched types (``_BatchedSpec``: the op's own
+  ``batch`` rule for the primal if it has one, else ``jax.vmap``; the formulas under
+  ``jax.vmap``). hijax's default (``VmapOf``) is not used: it fails under nested vmap.
 
-``formula_spy`` is the same kind of recorder as ``jaxrules.mechanism.formula_spy`` but counts
-the formula calls at trace time (hijax runs the hooks in Python while tracing).
+``formula_spy`` records like ``jaxrules.mechanism.formula_spy``: ``"jvp"`` when the JVP formula is
+expanded (evaluated or lowered), ``"vjp"`` when the VJP formula runs (transposition, or
+``vjp_bwd_retval``).
 
 ``Ragged`` / ``RaggedTy`` is the NestedTensor question in miniature: a ``HiType`` whose
 ``offsets`` are an int32 array that is part of the *type's value* but has no tangent (the
@@ -352,7 +355,6 @@ class _BatchedSpec(_Spec):
     def _save(self, out, *args, **kw):
         return self._vmap(lambda o, *a: self.parent.save(o, *a, **kw), (0, *self.dims))(out, *args)
 
-
     def _jvp(self, res, *tangents, **kw):
         present = [i for i, t in enumerate(tangents) if t is not None]
 
@@ -414,31 +416,45 @@ def hijax_op(
 
 
 class Ragged:
-    """B rows packed as ``values`` (N,) with ``offsets`` (B + 1,) int32 (a NestedTensor in small)."""
+    """B rows packed as ``values`` (N,) with ``offsets`` (B + 1,) int32 (a NestedTensor in small);
+    under vmap both carry the same leading batch axes. A tangent has ``offsets=None``."""
 
     def __init__(self, values, offsets):
         self.values, self.offsets = values, offsets
 
+    @property
+    def shape(self) -> tuple:
+        """``lead + (N,)``: ``jax.vmap`` reads an argument's batch size from its ``shape``."""
+        return tuple(self.values.shape)
+
 
 class RaggedTy(hijax.HiType):
-    """Type of a ``Ragged`` (``tangent=False``) or of its tangent (``tangent=True``: values only)."""
+    """Type of a ``Ragged`` (``tangent=False``) or of its tangent (``tangent=True``: values only).
+    ``lead``: the leading (vmap) axes of both parts."""
 
-    def __init__(self, n: int, b: int, dtype, tangent: bool = False):
-        self.n, self.b, self.dtype, self.tangent = n, b, jnp.dtype(dtype), tangent
+    def __init__(self, n: int, b: int, dtype, tangent: bool = False, lead: tuple = ()):
+        self.n, self.b, self.dtype, self.tangent, self.lead = n, b, jnp.dtype(dtype), tangent, tuple(lead)
+
+    def _key(self):
+        return (self.n, self.b, self.dtype, self.tangent, self.lead)
+
+    @property
+    def shape(self) -> tuple:
+        """``lead + (n,)``: a ``BatchTracer`` with an int batch axis reads the size from it."""
+        return (*self.lead, self.n)
 
     def __hash__(self):
-        return hash((self.n, self.b, self.dtype, self.tangent))
+        return hash(self._key())
 
     def __eq__(self, other):
-        return isinstance(other, RaggedTy) and (self.n, self.b, self.dtype, self.tangent) == (
-            other.n, other.b, other.dtype, other.tangent)
+        return isinstance(other, RaggedTy) and self._key() == other._key()
 
     def str_short(self, short_dtypes=False, **_) -> str:
-        return f"Ragged{'T' if self.tangent else ''}[{self.n};{self.b}]"
+        return f"Ragged{'T' if self.tangent else ''}[{self.lead}{self.n};{self.b}]"
 
     def lo_ty(self):
-        vals = hijax.ShapedArray((self.n,), self.dtype)
-        return [vals] if self.tangent else [vals, hijax.ShapedArray((self.b + 1,), jnp.dtype("int32"))]
+        vals = hijax.ShapedArray((*self.lead, self.n), self.dtype)
+        return [vals] if self.tangent else [vals, hijax.ShapedArray((*self.lead, self.b + 1), jnp.dtype("int32"))]
 
     def lower_val(self, hi_val):
         return [hi_val.values] if self.tangent else [hi_val.values, hi_val.offsets]
@@ -447,19 +463,31 @@ class RaggedTy(hijax.HiType):
         return Ragged(lo_vals[0], None if self.tangent else lo_vals[1])
 
     def to_tangent_aval(self):
-        return RaggedTy(self.n, 0, self.dtype, tangent=True)  # no offsets: ``b`` is not known
+        return RaggedTy(self.n, 0, self.dtype, True, self.lead)  # no offsets: ``b`` is not known
 
     def vspace_zero(self):
-        return Ragged(jnp.zeros((self.n,), self.dtype), None)
+        return make_ragged(jnp.zeros((*self.lead, self.n), self.dtype))
 
     def vspace_add(self, x, y):
-        return Ragged(x.values + y.values, None)
+        return make_ragged(ragged_parts(x)[0] + ragged_parts(y)[0])
+
+    # vmap: a batch axis is a new leading axis of both parts (only axis 0 is supported here).
+    def dec_rank(self, size, spec):
+        if spec != 0:
+            raise NotImplementedError(f"Ragged is batched along axis 0 only, not {spec}")
+        return RaggedTy(self.n, self.b, self.dtype, self.tangent, self.lead[1:])
+
+    def inc_rank(self, size, spec):
+        if spec != 0:
+            raise NotImplementedError(f"Ragged is batched along axis 0 only, not {spec}")
+        return RaggedTy(self.n, self.b, self.dtype, self.tangent, (size, *self.lead))
 
 
 def _typeof_ragged(r: Ragged) -> RaggedTy:
+    *lead, n = r.values.shape
     if r.offsets is None:  # a tangent
-        return RaggedTy(r.values.shape[0], 0, r.values.dtype, tangent=True)
-    return RaggedTy(r.values.shape[0], r.offsets.shape[0] - 1, r.values.dtype)
+        return RaggedTy(n, 0, r.values.dtype, True, tuple(lead))
+    return RaggedTy(n, r.offsets.shape[-1] - 1, r.values.dtype, False, tuple(lead))
 
 
 hijax.register_hitype(Ragged, _typeof_ragged)
@@ -471,11 +499,28 @@ def _is_accum(x) -> bool:
     return hasattr(x, "accum")
 
 
+def _broadcast_batch(args, dims, size):
+    """Every argument batched along axis 0 (unbatched ones broadcast): the Ragged primitives'
+    vmap rules bind themselves again at the batched types."""
+    out = []
+    for a, d in zip(args, dims):
+        if isinstance(jax.typeof(a), RaggedTy):
+            parts = ragged_parts(a)
+            if d is None:
+                parts = tuple(jnp.broadcast_to(p, (size, *p.shape)) for p in parts)
+            out.append(make_ragged(*parts))
+        elif d is None:
+            out.append(jnp.broadcast_to(a, (size, *jnp.shape(a))))
+        else:
+            out.append(jnp.moveaxis(a, d, 0))
+    return out
+
+
 class RaggedParts(hijax.VJPHiPrimitive):
     """Projection ``Ragged -> (values, offsets)`` (a tangent Ragged -> ``(values,)``).
 
     Under tracing a hi value is opaque: reading a field is a primitive, with its own jvp,
-    transpose and vjp (as ``GetTupElt`` in jax's tests/hijax_test.py)."""
+    transpose, vjp and batching (as ``GetTupElt`` in jax's tests/hijax_test.py)."""
 
     def __init__(self, rty: RaggedTy):
         self.in_avals = (rty,)
@@ -502,14 +547,20 @@ class RaggedParts(hijax.VJPHiPrimitive):
         if _is_accum(accum):
             accum.accum(make_ragged(_instantiate(ct[0], self.out_aval[0])))
 
+    def batch(self, axis_data, args, dims):
+        if dims[0] is None:
+            return self(*args), tuple(None for _ in self.out_aval)
+        return ragged_parts(args[0]), tuple(0 for _ in self.out_aval)  # the batched type's parts
+
 
 class MakeRagged(hijax.VJPHiPrimitive):
     """``(values, offsets) -> Ragged``; ``(values,) -> `` a tangent Ragged."""
 
     def __init__(self, in_avals: tuple):
         self.in_avals = in_avals
-        (n,), b = in_avals[0].shape, (in_avals[1].shape[0] - 1 if len(in_avals) == 2 else 0)
-        self.out_aval = RaggedTy(n, b, in_avals[0].dtype, tangent=len(in_avals) == 1)
+        *lead, n = in_avals[0].shape
+        b = in_avals[1].shape[-1] - 1 if len(in_avals) == 2 else 0
+        self.out_aval = RaggedTy(n, b, in_avals[0].dtype, len(in_avals) == 1, tuple(lead))
         self.params = {}
         super().__init__()
 
@@ -530,6 +581,11 @@ class MakeRagged(hijax.VJPHiPrimitive):
         if _is_accum(accums[0]):
             accums[0].accum(ragged_parts(ct)[0])
 
+    def batch(self, axis_data, args, dims):
+        if all(d is None for d in dims):
+            return self(*args), None
+        return make_ragged(*_broadcast_batch(args, dims, axis_data.size)), 0
+
 
 def _instantiate(t, aval):
     return jnp.zeros(aval.shape, aval.dtype) if _zero(t) else t
@@ -546,13 +602,29 @@ def make_ragged(values, offsets=None):
     return MakeRagged(tuple(jax.typeof(a) for a in args))(*args)
 
 
+def _over_lead(fn, nlead: int):
+    """``fn`` (written for one Ragged) mapped over ``nlead`` leading batch axes of every argument."""
+    for _ in range(nlead):
+        fn = jax.vmap(fn)
+    return fn
+
+
 def _segment_ids(offsets, n):
     return jnp.searchsorted(offsets[1:], jnp.arange(n), side="right")
 
 
+def _scale(values, offsets, w):
+    return values * w[_segment_ids(offsets, values.shape[0])]
+
+
+def _scale_vjp(values, offsets, w, ct):
+    seg = _segment_ids(offsets, values.shape[0])
+    return ct * w[seg], jax.ops.segment_sum(ct * values, seg, num_segments=w.shape[0])
+
+
 class RaggedScale(hijax.VJPHiPrimitive):
     """``values * w[row]``: a Ragged and a per-row weight ``w`` (B,) -> a Ragged (same offsets),
-    with a JVP formula and a VJP formula of its own."""
+    with a JVP formula and a VJP formula of its own; under vmap, itself at the batched types."""
 
     def __init__(self, rty: RaggedTy, w_aval):
         self.in_avals = (rty, w_aval)
@@ -560,19 +632,23 @@ class RaggedScale(hijax.VJPHiPrimitive):
         self.params = {}
         super().__init__()
 
+    @property
+    def _nlead(self) -> int:
+        return len(self.in_avals[0].lead)
+
     def expand(self, r, w):
-        return Ragged(r.values * w[_segment_ids(r.offsets, r.values.shape[0])], r.offsets)
+        return Ragged(_over_lead(_scale, self._nlead)(r.values, r.offsets, w), r.offsets)
 
     def jvp(self, primals, tangents):
         (r, w), (dr, dw) = primals, tangents
         _record("jvp", "ragged_scale")
         values, offsets = ragged_parts(r)
-        seg = _segment_ids(offsets, values.shape[0])
+        scale = _over_lead(_scale, self._nlead)
         dv = jnp.zeros_like(values)
         if not _zero(dr):
-            dv = dv + ragged_parts(dr)[0] * w[seg]
+            dv = dv + scale(ragged_parts(dr)[0], offsets, w)
         if not _zero(dw):
-            dv = dv + values * dw[seg]
+            dv = dv + scale(values, offsets, dw)
         return self(r, w), make_ragged(dv)
 
     def vjp_fwd(self, nzs_in, r, w):
@@ -580,11 +656,13 @@ class RaggedScale(hijax.VJPHiPrimitive):
 
     def vjp_bwd_retval(self, res, ct):
         _record("vjp", "ragged_scale")
-        values, offsets, w = res
-        seg = _segment_ids(offsets, values.shape[0])
-        ct_values = ragged_parts(ct)[0]
-        dw = jax.ops.segment_sum(ct_values * values, seg, num_segments=w.shape[0])
-        return make_ragged(ct_values * w[seg]), dw
+        ct_values, dw = _over_lead(_scale_vjp, self._nlead)(*res, ragged_parts(ct)[0])
+        return make_ragged(ct_values), dw
+
+    def batch(self, axis_data, args, dims):
+        if all(d is None for d in dims):
+            return self(*args), None
+        return ragged_scale(*_broadcast_batch(args, dims, axis_data.size)), 0
 
 
 def ragged_scale(r: Ragged, w: jax.Array) -> Ragged:

@@ -376,12 +376,25 @@ def test_hitype_op_formulas_under_transforms():
     _close(jax.grad(jax.checkpoint(lambda w: loss(RG.values, w)))(W), want[1])
 
 
-def test_hitype_vmap_needs_a_batch_rule_on_every_hi_primitive():
-    """vmap (hence jacfwd/hessian) of a function of a HiType needs ``batch`` (or
-    ``batch_dim_rule``) on every hi-primitive touching it and ``inc_rank``/``dec_rank`` on the
-    type; the prototype's Ragged primitives have none, and hijax says so."""
-    with pytest.raises(NotImplementedError, match="must implement `batch` or `batch_dim_rule`"):
-        jax.vmap(lambda w: _values(ragged_scale(RG, w)))(jnp.stack([W, 2 * W]))
+def test_hitype_vmap_with_per_example_offsets():
+    """vmap over Ragged values whose offsets differ per example (the batch is a leading axis of
+    both parts: ``RaggedTy.dec_rank``/``inc_rank``, a ``batch`` rule on every Ragged primitive),
+    and over the weight: ``vmap``, ``grad`` of ``vmap``, ``vmap`` of ``grad``, ``hessian``."""
+    offsets2 = jnp.array([0, 1, 5], jnp.int32)
+    seg2 = jnp.array([0, 1, 1, 1, 1])
+    rb = Ragged(jnp.stack([RG.values, 2 * RG.values]), jnp.stack([RG.offsets, offsets2]))
+    out = jax.vmap(lambda r: _values(ragged_scale(r, W)))(rb)
+    _close(out, jnp.stack([RG.values * W[SEG], 2 * RG.values * W[seg2]]))
+    loss = lambda r, w: jnp.sum(_values(ragged_scale(r, w)) ** 2)  # noqa: E731
+    dloss_dw = lambda v, w, seg: jax.ops.segment_sum(2 * v**2 * w[seg], seg, 2)  # noqa: E731
+    want = dloss_dw(RG.values, W, SEG) + dloss_dw(2 * RG.values, W, seg2)
+    with formula_spy() as calls:
+        _close(jax.grad(lambda w: jax.vmap(loss, (0, None))(rb, w).sum())(W), want)
+    assert set(calls) == {("vjp", "ragged_scale")}
+    ws = jnp.stack([W, 2 * W])
+    _close(jax.vmap(jax.grad(loss, 1), (None, 0))(RG, ws), jax.vmap(lambda w: dloss_dw(RG.values, w, SEG))(ws))
+    h = jax.hessian(lambda w: jnp.sum(_values(ragged_scale(RG, w)) ** 3))(W)
+    _close(h, jnp.diag(6 * W * jax.ops.segment_sum(RG.values**3, SEG, 2)))
 
 
 def test_prototype_uses_only_public_jax_and_is_not_imported_by_the_package():
