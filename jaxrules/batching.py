@@ -76,3 +76,19 @@ def fold_batch(primal, x, x_dim, w, b, params):
         return jnp.moveaxis(v, into, 0)
 
     return tuple(unfold(v) for v in primal(folded, w, b, **params))
+
+
+def leading_batch_rule(primal):
+    """The vmap rule of a primal that treats every leading axis of its (batched) arguments as a
+    batch axis (stacks of matrices): one call with the vmap dimension moved to 0, unbatched
+    arguments broadcast along it. Under an ``Explicit`` mesh the primal then sees the batch
+    axis and its sharding (``jax.vmap`` would hide them from what it builds from scratch)."""
+
+    def rule(args, dims, *, vmap_axis_name, **static):
+        size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+        args = [jnp.moveaxis(a, d, 0) if d is not None else jnp.broadcast_to(a, (size, *jnp.shape(a)))
+                for a, d in zip(args, dims)]
+        out = primal(*args, **static)
+        return out, jax.tree_util.tree_map(lambda _: 0, out)
+
+    return rule

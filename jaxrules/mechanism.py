@@ -48,7 +48,7 @@ from jax.custom_derivatives import SymbolicZero
 from jax.extend.core import Primitive, mapped_aval, unmapped_aval
 from jax.interpreters import ad, batching, mlir
 
-__all__ = ["Op", "concrete_value", "define_op", "differentiated_as", "formula_spy"]
+__all__ = ["Op", "concrete_value", "define_op", "differentiated_as", "explicit_sharding", "formula_spy"]
 
 
 # The loggers through which JAX reports a failed host callback (jax.debug.callback and
@@ -90,6 +90,59 @@ def differentiated_as(reference: Callable, n_static: int = 0):
         return functools.wraps(fn)(wrapped)
 
     return wrap
+
+
+def explicit_sharding(x):
+    """The ``NamedSharding`` in the type of ``x`` when its mesh has ``Explicit`` axes (JAX's
+    explicit sharding mode: shardings are part of array types), else ``None``. Formulas that
+    build an array from scratch or contract a sharded axis pass it as ``out_sharding``."""
+    return _explicit_sharding_of_aval(jax.typeof(x))
+
+
+def _explicit_sharding_of_aval(aval):
+    sharding = getattr(aval, "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or mesh.empty or jax.sharding.AxisType.Explicit not in tuple(mesh.axis_types):
+        return None
+    return sharding
+
+
+def _spec(sharding, ndim: int) -> tuple:
+    spec = tuple(sharding.spec)
+    return spec + (None,) * (ndim - len(spec))
+
+
+def _reshard_like(x, aval):
+    """``x`` resharded to the explicit sharding of ``aval`` where the two differ: a cotangent
+    keeps its primal's sharding, an output tangent its output's."""
+    want = _explicit_sharding_of_aval(aval)
+    if want is None or jnp.ndim(x) != len(aval.shape):
+        return x
+    have = explicit_sharding(x)
+    if have is not None and _spec(have, jnp.ndim(x)) == _spec(want, jnp.ndim(x)):
+        return x
+    return jax.sharding.reshard(x, want.spec)
+
+
+def _align_batch_axes(arrays, dims):
+    """Under an ``Explicit`` mesh, ``jax.vmap`` wants every argument mapped along axis 0 to shard
+    that axis alike: the batched arguments without the common sharding are resharded to it (the
+    first batched argument's that is sharded)."""
+    specs = [explicit_sharding(a) for a, d in zip(arrays, dims) if d is not None]
+    target = next((s.spec[0] for s in specs if s is not None and s.spec and s.spec[0] is not None), None)
+    if target is None:
+        return arrays
+    used = set(target) if isinstance(target, tuple) else {target}
+    out = []
+    for a, d in zip(arrays, dims):
+        s = explicit_sharding(a) if d is not None else None
+        if d is not None and (s is None or not s.spec or s.spec[0] != target):
+            rest = [] if s is None else list(s.spec[1:])
+            rest = [None if e is not None and set(e if isinstance(e, tuple) else (e,)) & used else e for e in rest]
+            rest += [None] * (a.ndim - 1 - len(rest))
+            a = jax.sharding.reshard(a, jax.sharding.PartitionSpec(target, *rest))
+        out.append(a)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -191,7 +244,8 @@ class LinearRule:
         res_dims, t_dims = self._split_dims()
         in_axes = (list(res_dims), list(t_dims))
         vmapped = jax.vmap(self.parent.apply_jvp, in_axes=in_axes, axis_name=self.batch_axis_name)
-        return vmapped(list(res_leaves), list(tangents))
+        args = _align_batch_axes([*res_leaves, *tangents], self.batch_dims)
+        return vmapped(args[: len(res_dims)], args[len(res_dims) :])
 
     def _batched_vjp(self, res_leaves, ct_leaves, tangent_avals):
         res_dims, t_dims = self._split_dims()
@@ -206,7 +260,8 @@ class LinearRule:
         # Every cotangent comes out with the batch at 0; a tangent that was not batched gets
         # the batch summed out (functorch's reductify).
         vmapped = jax.vmap(vjp_one, in_axes=(list(res_dims), 0), axis_name=self.batch_axis_name)
-        in_cts = vmapped(list(res_leaves), list(ct_leaves))
+        args = _align_batch_axes([*res_leaves, *ct_leaves], [*res_dims, *[0] * len(ct_leaves)])
+        in_cts = vmapped(args[: len(res_dims)], args[len(res_dims) :])
         return [c if d is not None else c.sum(0) for c, d in zip(in_cts, t_dims)]
 
 
@@ -246,7 +301,7 @@ def _transpose(cts, *args, rule):
         return [None] * len(args)
     out_avals = _abstract_eval(*(_aval(a) for a in args), rule=rule)
     cts = [
-        (None if rule.none_for_zero_cotangents else jnp.zeros(a.shape, a.dtype)) if type(c) is ad.Zero else c
+        (None if rule.none_for_zero_cotangents else _zeros(a)) if type(c) is ad.Zero else c
         for c, a in zip(cts, out_avals)
     ]
     _record("vjp", rule.name)
@@ -259,25 +314,29 @@ def _aval(x):
     return x.aval if ad.is_undefined_primal(x) else jax.typeof(x)
 
 
+def _zeros(aval):
+    return jnp.zeros(aval.shape, aval.dtype, out_sharding=_explicit_sharding_of_aval(aval))
+
+
 def _fit_tangent(t, aval):
     """Zero for ``None`` (a formula's zero output tangent: no term contributed); else broadcast
     and cast to the output's aval."""
     if t is None:
-        return jnp.zeros(aval.shape, aval.dtype)
-    return jnp.broadcast_to(t, aval.shape).astype(aval.dtype)
+        return _zeros(aval)
+    return _reshard_like(jnp.broadcast_to(t, aval.shape).astype(aval.dtype), aval)
 
 
 def _fit_cotangent(ct, aval, name):
     """Zero for ``None``; real part for a real primal (torch's ``handle_r_to_c``); summed over
     broadcast dimensions (torch's ``sum_to``) when the argument was broadcast."""
     if ct is None:
-        return jnp.zeros(aval.shape, aval.dtype)
+        return _zeros(aval)
     ct = jnp.asarray(ct)
     if jnp.iscomplexobj(ct) and not jnp.issubdtype(aval.dtype, jnp.complexfloating):
         ct = ct.real
     if ct.shape != aval.shape:
         ct = _sum_to_shape(ct, aval.shape, name)
-    return _sum_over_varying_axes(ct, aval).astype(aval.dtype)
+    return _reshard_like(_sum_over_varying_axes(ct, aval).astype(aval.dtype), aval)
 
 
 def _sum_over_varying_axes(ct, aval):

@@ -990,6 +990,12 @@ def lu_parts(lu):
     return lower, jnp.triu(lu[..., :k, :])
 
 
+def permutation_rows(perm, dtype):
+    """``I[perm]`` (the rows of the identity in the order ``perm``: ``P^T``), as a comparison
+    rather than a gather, so it keeps ``perm``'s batch sharding under an ``Explicit`` mesh."""
+    return (perm[..., :, None] == jnp.arange(perm.shape[-1], dtype=perm.dtype)).astype(dtype)
+
+
 def permute_rows(x, perm):
     """``x[perm]`` (row permutation, batched): ``P^T X``."""
     return jnp.take_along_axis(x, perm[..., :, None], axis=-2)

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxrules import partials as P
-from jaxrules.mechanism import differentiated_as
+from jaxrules.mechanism import differentiated_as, explicit_sharding
 from jaxrules.partials import expand_reduced, reduced_size
 
 # ----------------------------------------------------------------------------------------------
@@ -468,7 +468,8 @@ def linear_vjp(res, ct, **_):
     mechanism). Its derivative (bilinear in ct and the inputs) is seed
     ``linear_double_backward``."""
     x, w = res
-    gw = jnp.einsum("...o,...i->oi", ct, x)
+    # Contracting a batch-sharded axis: the sum is sharded like w (an Explicit mesh wants it said).
+    gw = jnp.einsum("...o,...i->oi", ct, x, out_sharding=explicit_sharding(w))
     return jnp.einsum("...o,oi->...i", ct, w), gw, ct
 
 

@@ -23,7 +23,8 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
-from jaxrules.mechanism import concrete_value, define_op
+from jaxrules.batching import leading_batch_rule
+from jaxrules.mechanism import concrete_value, define_op, explicit_sharding
 from jaxrules.ops._sampling import normal
 from jaxrules.registry import OpRecord, Sample, SingularPoint, register
 
@@ -143,7 +144,14 @@ def linear(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None) -
 # Inverse, determinants
 
 
-inv_op = define_op("inv", jnp.linalg.inv, J.inv_jvp, R.inv_vjp, lambda out, a: out)
+def _inv_primal(a):
+    """``solve(A, I)`` as ``jax.numpy.linalg.inv``, with the identity built sharded like ``a``
+    (an ``Explicit`` mesh refuses the vmapped solve of a sharded ``A`` and a replicated ``I``)."""
+    eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape, out_sharding=explicit_sharding(a))
+    return jnp.linalg.solve(a, eye)
+
+
+inv_op = define_op("inv", _inv_primal, J.inv_jvp, R.inv_vjp, lambda out, a: out, batch=leading_batch_rule(_inv_primal))
 
 
 def _adjugate_by_svd(a):
@@ -168,7 +176,7 @@ def _adjugate_primal(a):
 
     def by_lu():
         lower, upper = P.lu_parts(lu_)
-        p_transpose = jnp.eye(n, dtype=a.dtype)[perm]
+        p_transpose = P.permutation_rows(perm, a.dtype)
         inverse = P.tri_solve(upper, P.tri_solve(lower, p_transpose, lower=True, unit=True), lower=False)
         return det[..., None, None] * inverse
 
@@ -1194,7 +1202,7 @@ def _save_lu(out, a, **_):
 
 def _permutation_matrix(perm, dtype):
     """``P`` with ``P^T A = A[perm]``."""
-    return P.mT(jnp.eye(perm.shape[-1], dtype=dtype)[perm])
+    return P.mT(P.permutation_rows(perm, dtype))
 
 
 def _lu_primal(a):
