@@ -339,7 +339,7 @@ def test_sinc_runs_each_formula_and_matches_the_derivative():
     assert calls == [("vjp", "sinc")]
     _close(t, _sinc_derivative(S))
     _close(g, _sinc_derivative(S))
-    h = jax.vmap(jax.grad(jax.grad(sinc)))(S)
+    h = jax.jit(jax.vmap(jax.grad(jax.grad(sinc))))(S)
     eps = 1e-5
     fd = (_sinc_derivative(S + eps) - _sinc_derivative(S - eps)) / (2 * eps)
     np.testing.assert_allclose(h, fd, rtol=1e-6, atol=1e-8)
@@ -383,18 +383,30 @@ def test_hitype_vmap_with_per_example_offsets():
     offsets2 = jnp.array([0, 1, 5], jnp.int32)
     seg2 = jnp.array([0, 1, 1, 1, 1])
     rb = Ragged(jnp.stack([RG.values, 2 * RG.values]), jnp.stack([RG.offsets, offsets2]))
-    out = jax.vmap(lambda r: _values(ragged_scale(r, W)))(rb)
+    out = jax.jit(jax.vmap(lambda r: _values(ragged_scale(r, W))))(rb)
     _close(out, jnp.stack([RG.values * W[SEG], 2 * RG.values * W[seg2]]))
     loss = lambda r, w: jnp.sum(_values(ragged_scale(r, w)) ** 2)  # noqa: E731
     dloss_dw = lambda v, w, seg: jax.ops.segment_sum(2 * v**2 * w[seg], seg, 2)  # noqa: E731
     want = dloss_dw(RG.values, W, SEG) + dloss_dw(2 * RG.values, W, seg2)
     with formula_spy() as calls:
-        _close(jax.grad(lambda w: jax.vmap(loss, (0, None))(rb, w).sum())(W), want)
+        _close(jax.jit(jax.grad(lambda r, w: jax.vmap(loss, (0, None))(r, w).sum(), 1))(rb, W), want)
     assert set(calls) == {("vjp", "ragged_scale")}
     ws = jnp.stack([W, 2 * W])
-    _close(jax.vmap(jax.grad(loss, 1), (None, 0))(RG, ws), jax.vmap(lambda w: dloss_dw(RG.values, w, SEG))(ws))
-    h = jax.hessian(lambda w: jnp.sum(_values(ragged_scale(RG, w)) ** 3))(W)
+    _close(jax.jit(jax.vmap(jax.grad(loss, 1), (None, 0)))(RG, ws), jax.vmap(lambda w: dloss_dw(RG.values, w, SEG))(ws))
+    h = jax.jit(jax.hessian(lambda r, w: jnp.sum(_values(ragged_scale(r, w)) ** 3), 1))(RG, W)
     _close(h, jnp.diag(6 * W * jax.ops.segment_sum(RG.values**3, SEG, 2)))
+
+
+def test_hitype_constant_closed_over_by_jit_of_grad_fails():
+    """jax 0.10.2: ``jit`` of a derivative of a function that closes over a concrete HiType value
+    fails inside the hi-to-lo lowering (``partial_eval.lower_jaxpr`` reads ``.val`` of the
+    constant); ``jit`` without AD, or the value passed as an argument, works. (0.11 rewrote
+    ``lower_jaxpr``; not run here.)"""
+    loss = lambda r, w: jnp.sum(_values(ragged_scale(r, w)))  # noqa: E731
+    _close(jax.jit(lambda w: loss(RG, w))(W), jnp.sum(RG.values * W[SEG]))
+    _close(jax.jit(jax.grad(loss, 1))(RG, W), jax.ops.segment_sum(RG.values, SEG, 2))
+    with pytest.raises(AttributeError, match="object has no attribute 'val'"):
+        jax.jit(jax.grad(lambda w: loss(RG, w)))(W)
 
 
 def test_prototype_uses_only_public_jax_and_is_not_imported_by_the_package():
