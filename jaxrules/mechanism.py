@@ -92,11 +92,20 @@ def differentiated_as(reference: Callable, n_static: int = 0):
     return wrap
 
 
-def explicit_sharding(x):
+def explicit_sharding(x, *others):
     """The ``NamedSharding`` in the type of ``x`` when its mesh has ``Explicit`` axes (JAX's
-    explicit sharding mode: shardings are part of array types), else ``None``. Formulas that
-    build an array from scratch or contract a sharded axis pass it as ``out_sharding``."""
-    return _explicit_sharding_of_aval(jax.typeof(x))
+    explicit sharding mode: shardings are part of array types); else replicated on the mesh of
+    the first of ``others`` that has one (``x`` a constant beside sharded operands); else
+    ``None``. Formulas that build an array from scratch or contract a sharded axis pass it as
+    ``out_sharding``."""
+    own = _explicit_sharding_of_aval(jax.typeof(x))
+    if own is not None:
+        return own
+    for other in others:
+        sharding = _explicit_sharding_of_aval(jax.typeof(other))
+        if sharding is not None:
+            return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
+    return None
 
 
 def _explicit_sharding_of_aval(aval):

@@ -18,6 +18,7 @@ import numpy as np
 from jax import lax
 
 from jaxrules.checking import runtime_check
+from jaxrules.mechanism import explicit_sharding
 
 # ----------------------------------------------------------------------------------------------
 # Small guards.
@@ -556,7 +557,16 @@ def _first_of_group(x, axes):
     if x.size == 0:
         return jnp.zeros((), x.dtype)
     axes = {a % x.ndim for a in axes}
-    return x[tuple(slice(0, 1) if a in axes else slice(None) for a in range(x.ndim))]
+    sharding = explicit_sharding(x)
+    spec = (() if sharding is None else tuple(sharding.spec)) + (None,) * x.ndim
+    sharded = tuple(a for a in sorted(axes) if spec[a] is not None)
+    first = x[tuple(slice(0, 1) if a in axes and a not in sharded else slice(None) for a in range(x.ndim))]
+    if not sharded:
+        return first
+    # An Explicit mesh refuses to slice a sharded axis: there the first element is picked by a
+    # masked sum instead (elementwise, then a reduction, as the statistics are).
+    at_zero = functools.reduce(jnp.logical_and, [lax.broadcasted_iota(np.int32, first.shape, a) == 0 for a in sharded])
+    return jnp.sum(jnp.where(at_zero, first, jnp.zeros((), x.dtype)), axis=sharded, keepdims=True)
 
 
 def rms_rstd(x, axes, eps):
@@ -1262,15 +1272,16 @@ def conv_input_grad(g, w, in_spatial, stride, padding, dilation, groups):
     )
 
 
-def conv_weight_grad(x, g, kernel, stride, padding, dilation, groups):
+def conv_weight_grad(x, g, kernel, stride, padding, dilation, groups, out_sharding=None):
     """seed ``convolution_backward``'s grad_weight: ``x`` (channels as the batch) correlated with
-    ``g`` (strides become kernel dilation), one group per batch group."""
+    ``g`` (strides become kernel dilation), one group per batch group; ``out_sharding`` the
+    weight's (an ``Explicit`` mesh asks for it: the batch contracted may be sharded)."""
     pads = []
     for n, k, s, (lo, _), d, out in zip(x.shape[2:], kernel, stride, padding, dilation, g.shape[2:]):
         pads.append((lo, (k - 1) * d + (out - 1) * s + 1 - n - lo))
     return lax.conv_general_dilated(
         x, g, window_strides=dilation, padding=pads, rhs_dilation=stride, batch_group_count=groups,
-        dimension_numbers=_conv_numbers(x.ndim, (1, 0), (1, 0), (1, 0)),
+        dimension_numbers=_conv_numbers(x.ndim, (1, 0), (1, 0), (1, 0)), out_sharding=out_sharding,
     )
 
 
@@ -1356,8 +1367,11 @@ def pool_flat_gather(x, flat_index):
 def pool_flat_scatter(g, flat_index, shape):
     """The transpose of ``pool_flat_gather``: ``g`` scatter-added into zeros of ``shape``."""
     idx = flat_index.reshape(flat_index.shape[:2] + (math.prod(flat_index.shape[2:]),))
-    planes = scatter_add(shape[:2] + (math.prod(shape[2:]),), scatter_coords(idx, 2), g.reshape(idx.shape))
-    return planes.reshape(shape)
+
+    def plane(values, index):  # one (sample, channel): vmapped, the scatter has batching dims,
+        return jnp.zeros((math.prod(shape[2:]),), values.dtype).at[index].add(values)  # which shard
+
+    return jax.vmap(jax.vmap(plane))(g.reshape(idx.shape), idx).reshape(shape)
 
 
 def _spatial_pads(pads):

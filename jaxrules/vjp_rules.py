@@ -469,7 +469,7 @@ def linear_vjp(res, ct, **_):
     ``linear_double_backward``."""
     x, w = res
     # Contracting a batch-sharded axis: the sum is sharded like w (an Explicit mesh wants it said).
-    gw = jnp.einsum("...o,...i->oi", ct, x, out_sharding=explicit_sharding(w))
+    gw = jnp.einsum("...o,...i->oi", ct, x, out_sharding=explicit_sharding(w, x, ct))
     return jnp.einsum("...o,oi->...i", ct, w), gw, ct
 
 
@@ -939,7 +939,7 @@ def convolution_vjp(res, ct, *, stride, padding, dilation, groups):
     correlating the input with ``ct``, grad_bias the sum over batch and space."""
     x, w = res
     gx = P.conv_input_grad(ct, w, x.shape[2:], stride, padding, dilation, groups)
-    gw = P.conv_weight_grad(x, ct, w.shape[2:], stride, padding, dilation, groups)
+    gw = P.conv_weight_grad(x, ct, w.shape[2:], stride, padding, dilation, groups, explicit_sharding(w, x, ct))
     gb = ct.sum(axis=(0, *range(2, ct.ndim)))
     return gx, gw, gb
 
@@ -951,7 +951,7 @@ def conv_transpose_vjp(res, ct, *, stride, padding, dilation, groups):
     space."""
     x, w = res
     gx = P.conv(ct, w, stride, padding, dilation, groups)
-    gw = P.conv_weight_grad(ct, x, w.shape[2:], stride, padding, dilation, groups)
+    gw = P.conv_weight_grad(ct, x, w.shape[2:], stride, padding, dilation, groups, explicit_sharding(w, x, ct))
     gb = ct.sum(axis=(0, *range(2, ct.ndim)))
     return gx, gw, gb
 

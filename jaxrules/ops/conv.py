@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import jax.numpy as jnp
 import numpy as np
-from jax import Array
+from jax import Array, lax
 from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
@@ -62,15 +62,16 @@ def _window_argmax(x, positions):
     input element): the first maximum in the window's row-major order, the last NaN where there
     is one; padding never wins, not even over -inf."""
     planes = x.reshape(x.shape[:2] + (math.prod(x.shape[2:]),))  # not -1: the batch may be empty
-    padded = jnp.concatenate([planes, jnp.full(x.shape[:2] + (1,), -jnp.inf, x.dtype)], axis=2)
+    padded = lax.pad(planes, np.array(-np.inf, x.dtype), ((0, 0, 0), (0, 0, 0), (0, 1, 0)))  # keeps x's sharding
     windows = padded[:, :, np.where(positions >= 0, positions, planes.shape[2])]  # (N, C, window, *out)
     top = jnp.max(windows, axis=2, keepdims=True)
     first = jnp.argmax((windows == top) & (positions >= 0), axis=2)
     nan = jnp.isnan(windows)
     last_nan = positions.shape[0] - 1 - jnp.argmax(jnp.flip(nan, axis=2), axis=2)
     pick = jnp.where(nan.any(axis=2), last_nan, first)
-    rest = tuple(np.indices(positions.shape[1:], sparse=True))
-    return jnp.asarray(positions)[(pick, *rest)].astype(jnp.int32)
+    # positions[pick] as a one-hot sum over the window (elementwise: sharded like x, no gather)
+    chosen = pick[:, :, None] == np.arange(positions.shape[0]).reshape((-1,) + (1,) * (positions.ndim - 1))
+    return jnp.sum(jnp.where(chosen, positions.astype(np.int32), 0), axis=2, dtype=jnp.int32)
 
 
 def _max_pool_primal(x, *, kernel, stride, padding, dilation, **_):
