@@ -133,12 +133,17 @@ def _reshard_like(x, aval):
     return jax.sharding.reshard(x, want.spec)
 
 
+def _batch_mesh_axis(shardings):
+    """The mesh axis (or axes) sharding the vmapped axis 0: the first batched argument's that is
+    sharded there (``None``: none is)."""
+    return next((s.spec[0] for s in shardings if s is not None and s.spec and s.spec[0] is not None), None)
+
+
 def _align_batch_axes(arrays, dims):
     """Under an ``Explicit`` mesh, ``jax.vmap`` wants every argument mapped along axis 0 to shard
     that axis alike: the batched arguments without the common sharding are resharded to it (the
     first batched argument's that is sharded)."""
-    specs = [explicit_sharding(a) for a, d in zip(arrays, dims) if d is not None]
-    target = next((s.spec[0] for s in specs if s is not None and s.spec and s.spec[0] is not None), None)
+    target = _batch_mesh_axis([explicit_sharding(a) for a, d in zip(arrays, dims) if d is not None])
     if target is None:
         return arrays
     used = set(target) if isinstance(target, tuple) else {target}
@@ -299,7 +304,9 @@ def _abstract_eval(*avals, rule):
         return list(rule.out_avals)
     size = next(a.shape[0] for a, d in zip(avals, rule.batch_dims) if d is not None)
     example = [a if d is None else mapped_aval(size, 0, a) for a, d in zip(avals, rule.batch_dims)]
-    return [unmapped_aval(size, 0, a) for a in _abstract_eval(*example, rule=rule.parent)]
+    batched = [a for a, d in zip(avals, rule.batch_dims) if d is not None]
+    mesh_axis = _batch_mesh_axis([_explicit_sharding_of_aval(a) for a in batched])
+    return [unmapped_aval(size, 0, a, mesh_axis) for a in _abstract_eval(*example, rule=rule.parent)]
 
 
 def _transpose(cts, *args, rule):
