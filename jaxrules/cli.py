@@ -71,11 +71,13 @@ def default_cache_dir() -> str:
 def _check_record(record, checks: tuple) -> list:
     """Every check of one record (a record, or its name in a worker process)."""
     from jaxrules import records
-    from jaxrules.testing import run_check
+    from jaxrules.testing import release_programs, run_check
 
     if isinstance(record, str):
         (record,) = [r for r in records() if r.name == record]
-    return [run_check(record, check) for check in checks]
+    results = [run_check(record, check) for check in checks]
+    release_programs()  # memory stays flat over a worker's records
+    return results
 
 
 def _run_checks(selected, checks, workers: int, quiet: bool, cache_dir: str | None = None) -> list:

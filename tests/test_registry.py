@@ -8,7 +8,7 @@ check alone."""
 import pytest
 
 from jaxrules import records
-from jaxrules.testing import CHECKS, check_op
+from jaxrules.testing import CHECKS, check_op, release_programs
 
 RECORDS = records()
 
@@ -16,6 +16,7 @@ RECORDS = records()
 @pytest.mark.parametrize("record", RECORDS, ids=[r.name for r in RECORDS])
 def test_op(record):
     results = check_op(record)
+    release_programs()  # each xdist worker's memory stays flat over its records
     assert [r.check for r in results] == list(CHECKS)
     failed = [f"{r.check}: {r.detail}" for r in results if not r.passed]
     assert not failed, "\n".join(failed)
