@@ -98,11 +98,11 @@ def explicit_sharding(x, *others):
     the first of ``others`` that has one (``x`` a constant beside sharded operands); else
     ``None``. Formulas that build an array from scratch or contract a sharded axis pass it as
     ``out_sharding``."""
-    own = _explicit_sharding_of_aval(jax.typeof(x))
+    own = None if x is None else _explicit_sharding_of_aval(jax.typeof(x))
     if own is not None:
         return own
     for other in others:
-        sharding = _explicit_sharding_of_aval(jax.typeof(other))
+        sharding = None if other is None else _explicit_sharding_of_aval(jax.typeof(other))
         if sharding is not None:
             return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
     return None
@@ -143,6 +143,7 @@ def _align_batch_axes(arrays, dims):
     """Under an ``Explicit`` mesh, ``jax.vmap`` wants every argument mapped along axis 0 to shard
     that axis alike: the batched arguments without the common sharding are resharded to it (the
     first batched argument's that is sharded)."""
+    dims = [None if a is None else d for a, d in zip(arrays, dims)]  # None: a zero cotangent left out
     target = _batch_mesh_axis([explicit_sharding(a) for a, d in zip(arrays, dims) if d is not None])
     if target is None:
         return arrays

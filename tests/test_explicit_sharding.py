@@ -1,0 +1,123 @@
+"""Ops under ``jit(value_and_grad)`` with a batch-sharded input (issue 19, requirement 2), on 8
+forced host devices (a subprocess: JAX starts with one device in the test process), under
+``Auto`` and ``Explicit`` meshes: values and gradients equal the unsharded ones (float64) and
+the gradients of batch-sharded arguments stay sharded ``P("data", ...)``.
+
+Two kinds of cases: the ops that failed under an ``Explicit`` mesh (linear, conv, max pooling,
+the determinants and the inverse, eigh, batch norm's XLA formulas), called on an input whose
+axis 0 is the batch, weights replicated; and a sample of registry records with every
+differentiable argument given a vmapped batch of 8 (``benchmarks/explicit_sharding_sweep.py``
+runs them all)."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+# name -> (input shape); the functions are built in the worker (JAX is not imported here).
+DIRECT = {
+    "linear": (8, 3),  # x only differentiated: the weight's gradient is not needed
+    "linear_xw": (8, 3),  # x, w and b differentiated: dw sums over the sharded batch
+    "conv2d": (8, 2, 5, 5),
+    "max_pool2d": (8, 2, 4, 4),
+    "slogdet": (16, 4, 4),
+    "det": (16, 4, 4),
+    "inv": (16, 4, 4),
+    "eigh": (16, 4, 4),
+    "batch_norm": (8, 3, 4),
+}
+RECORDS = ["deg2rad", "softmax", "cumsum", "sort", "linear", "slogdet", "det", "lu", "svd", "cross_entropy",
+           "cosine_similarity", "max_pool", "avg_pool", "layer_norm", "inv"]
+MODES = ["auto", "explicit"]
+
+
+def _worker():
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    import explicit_sharding_sweep as sweep
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    jax.config.update("jax_enable_x64", True)
+    from jaxrules import registry
+    from jaxrules.ops.conv import conv, max_pool
+    from jaxrules.ops.linalg import det, eigh, inv, linear, slogdet
+    from jaxrules.ops.normalization import batch_norm
+
+    rng = np.random.default_rng(0)
+    w_lin, b_lin, w_conv = rng.standard_normal((4, 3)), rng.standard_normal(4), rng.standard_normal((3, 2, 3, 3))
+    shift = 4 * np.eye(4)
+    direct = {  # (function of the differentiable arguments, the extra (replicated) arguments)
+        "linear": (lambda x: linear(x, w_lin, b_lin), ()),
+        "linear_xw": (lambda x, w, b: linear(x, w, b), (w_lin, b_lin)),
+        "conv2d": (lambda x, w: conv(x, w, padding=1), (w_conv,)),
+        "max_pool2d": (lambda x: max_pool(x, 2), ()),
+        "slogdet": (lambda a: slogdet(a + shift)[1], ()),
+        "det": (lambda a: det(a + shift), ()),
+        "inv": (lambda a: inv(a + shift), ()),
+        "eigh": (lambda a: eigh(a + jnp.swapaxes(a, -1, -2))[1], ()),
+        "batch_norm": (lambda x: batch_norm(x, None, None, training=True)[0], ()),
+    }
+    cases = [("direct", name, DIRECT[name], direct[name]) for name in DIRECT]
+    for name in RECORDS:
+        built = sweep.build(registry.get(name), "vmap", np.random.default_rng(1))
+        cases.append(("record", name, None, built))
+    for kind, name, shape, spec in cases:
+        if kind == "direct":
+            fn, extra = spec
+            x = rng.standard_normal(shape)
+            diff, batched = [x, *extra], [True] + [False] * len(extra)
+
+            def loss(*d, fn=fn):
+                return jnp.sum(jnp.sin(fn(*d)))
+        else:
+            loss, diff, batched = spec
+            diff = [np.asarray(d, np.float64) for d in diff]
+        grad = jax.jit(jax.value_and_grad(loss, tuple(range(len(diff)))))
+        want = grad(*diff)
+        for mode in MODES:
+            axis_type = AxisType.Explicit if mode == "explicit" else AxisType.Auto
+            mesh = jax.make_mesh((8,), ("data",), axis_types=(axis_type,))
+            row = {"case": f"{kind}-{name}-{mode}"}
+            try:
+                with jax.set_mesh(mesh):
+                    args = [jax.device_put(d, NamedSharding(mesh, P("data") if b else P()))
+                            for d, b in zip(diff, batched)]
+                    got = jax.jit(jax.value_and_grad(loss, tuple(range(len(diff)))))(*args)
+                pairs = list(zip([got[0], *got[1]], [want[0], *want[1]]))
+                row["error"] = max(float(np.max(np.abs(np.asarray(g) - np.asarray(e)), initial=0)) for g, e in pairs)
+                row["scale"] = max(float(np.max(np.abs(np.asarray(e)), initial=0)) for _, e in pairs)
+                row["specs"] = [str(g.sharding.spec) for g, b in zip(got[1], batched) if b]
+            except Exception as e:  # noqa: BLE001 - reported by the test
+                row["failure"] = f"{type(e).__name__}: {str(e)[:300]}"
+            print(json.dumps(row), flush=True)
+
+
+@pytest.fixture(scope="module")
+def results():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+               PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1]))
+    done = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return {r["case"]: r for r in rows}
+
+
+CASES = [f"direct-{n}-{m}" for n in DIRECT for m in MODES] + [f"record-{n}-{m}" for n in RECORDS for m in MODES]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_sharded_values_and_gradients_equal_the_unsharded_ones_and_stay_sharded(results, case):
+    row = results[case]
+    assert "failure" not in row, row
+    assert row["error"] <= 1e-9 * (1 + row["scale"]), row
+    assert all(s.startswith("P('data'") for s in row["specs"]), row
+
+
+if __name__ == "__main__":
+    _worker()
