@@ -870,9 +870,10 @@ def matmul_nt(a, b):
     return jnp.einsum("...ij,...kj->...ik", a, b)
 
 
-def matmul_tn(a, b):
-    """``A^T B`` without materializing the transpose."""
-    return jnp.einsum("...ji,...jk->...ik", a, b)
+def matmul_tn(a, b, out_sharding=None):
+    """``A^T B`` without materializing the transpose; ``out_sharding`` for an ``Explicit`` mesh
+    (the contracted rows may be sharded)."""
+    return jnp.einsum("...ji,...jk->...ik", a, b, out_sharding=out_sharding)
 
 
 def herm(x):
@@ -1133,16 +1134,49 @@ def hermitian_weights(n, m, dtype):
 # by the index).
 
 
+class _CoordsAlong(tuple):
+    """Scatter coordinates that are ``index`` along ``axis`` and the position elsewhere."""
+
+    index: jax.Array
+    axis: int
+
+
 def scatter_coords(index, axis):
     """The scatter target coordinates of ``index`` along ``axis``."""
     coords = list(jnp.indices(index.shape, sparse=True))
     coords[axis] = index
-    return tuple(coords)
+    out = _CoordsAlong(coords)
+    out.index, out.axis = index, axis % index.ndim
+    return out
+
+
+def zeros_sharded_like(shape, dtype, like):
+    """``zeros(shape)`` sharded as ``like`` along the axes where both have the same size, under an
+    ``Explicit`` mesh (the operand of a scatter, sharded as its updates); else plain zeros."""
+    sharding = explicit_sharding(like)
+    if sharding is None or jnp.ndim(like) != len(shape):
+        return jnp.zeros(shape, dtype)
+    spec = tuple(sharding.spec) + (None,) * len(shape)
+    spec = [e if jnp.shape(like)[a] == n else None for a, (e, n) in enumerate(zip(spec, shape))]
+    return jnp.zeros(shape, dtype, out_sharding=jax.sharding.PartitionSpec(*spec))
 
 
 def scatter_add(shape, coords, values):
     """``zeros(shape).at[coords].add(values)``."""
-    return jnp.zeros(shape, values.dtype).at[coords].add(values)
+    if isinstance(coords, _CoordsAlong) and values.shape == coords.index.shape and all(
+            n == m for a, (n, m) in enumerate(zip(shape, values.shape)) if a != coords.axis):
+        # One scatter per line along the axis, vmapped: the other axes become the scatter's
+        # batching dimensions, which XLA's partitioner keeps sharded (it replicates a scatter of
+        # sparse iotas into replicated zeros) and which an Explicit mesh resolves.
+        def line(index, values):
+            return jnp.zeros((shape[coords.axis],), values.dtype).at[index].add(values)
+
+        for _ in range(values.ndim - 1):
+            line = jax.vmap(line)
+        moved = line(jnp.moveaxis(coords.index, coords.axis, -1), jnp.moveaxis(values, coords.axis, -1))
+        return jnp.moveaxis(moved, -1, coords.axis)
+    zeros = zeros_sharded_like(shape, values.dtype, values)
+    return zeros.at[coords].add(values, out_sharding=explicit_sharding(zeros))
 
 
 def repeat_along(x, counts, axis):
@@ -1159,7 +1193,9 @@ def sum_repeats(ct, counts, axis):
 
 def scattered_mask(shape, coords):
     """Which target elements receive at least one scattered value."""
-    return jnp.zeros(shape, bool).at[coords].set(True)
+    index = max(coords, key=jnp.size)  # the scattered index (the others are sparse iotas)
+    zeros = zeros_sharded_like(shape, bool, index)
+    return zeros.at[coords].set(True, out_sharding=explicit_sharding(zeros))
 
 
 def _segmented_cumprod(values, starts):
@@ -1351,7 +1387,7 @@ def fold(cols, spatial, kernel, stride, padding, dilation):
     n, ck, blocks = cols.shape
     c = ck // index.shape[0]
     acc = stat_dtype(cols.dtype)
-    planes = jnp.zeros((n, c, size), acc).at[:, :, index].add(
+    planes = zeros_sharded_like((n, c, size), acc, cols).at[:, :, index].add(
         cols.astype(acc).reshape(n, c, *index.shape), mode="drop")
     return planes.reshape(n, c, *spatial).astype(cols.dtype)
 
@@ -1461,7 +1497,7 @@ def _window_means_transpose(g, axis, n, out):
     index, valid, length = _adaptive_window_index(n, out)
     g = jnp.moveaxis(g, axis, -1)
     shares = jnp.where(valid, (g / length.astype(g.dtype))[..., None], 0)  # (..., out, width)
-    spread = jnp.zeros(g.shape[:-1] + (n,), g.dtype).at[..., index].add(shares)
+    spread = zeros_sharded_like(g.shape[:-1] + (n,), g.dtype, g).at[..., index].add(shares)
     return jnp.moveaxis(spread, -1, axis)
 
 
@@ -1508,7 +1544,7 @@ def cummaxmin_select(x, axis, largest):
     replaces the running one when it is NaN or (the running one is not NaN and) it is ``>=``
     (``<=``): NaN propagates with the index of the latest NaN, ties take the later index. This is
     the maximum in the order (is NaN, +-value, index), hence associative (a parallel scan)."""
-    index = lax.broadcasted_iota(jnp.zeros((), int).dtype, x.shape, axis)
+    index = lax.broadcasted_iota(jnp.zeros((), int).dtype, x.shape, axis, out_sharding=explicit_sharding(x))
 
     def combine(a, b):
         (va, ia), (vb, ib) = a, b

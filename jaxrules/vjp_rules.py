@@ -460,7 +460,9 @@ def matmul_vjp(res, ct, **_):
     """``(ct B^T, A^T ct)`` (seed ``mm_mat1_backward`` / ``mm_mat2_backward``, JAX convention);
     broadcast batch dims are summed by the mechanism."""
     a, b = res
-    return P.matmul_nt(ct, b), P.matmul_tn(a, ct)
+    # b's gradient sums over a's rows, which may be sharded: it is sharded as b (Explicit mesh)
+    out = explicit_sharding(b, a, ct) if a.ndim >= b.ndim else None
+    return P.matmul_nt(ct, b), P.matmul_tn(a, ct, out_sharding=out)
 
 
 def linear_vjp(res, ct, **_):

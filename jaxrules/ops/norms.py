@@ -190,7 +190,7 @@ def cdist(x1: ArrayLike, x2: ArrayLike, p: float = 2.0) -> Array:
         raise ValueError(f"cdist: x1 and x2 must have rank >= 2, got {x1.shape} and {x2.shape}")
     if x1.shape[-1] != x2.shape[-1]:
         raise ValueError(f"cdist: x1 and x2 must have the same last dimension, got {x1.shape} and {x2.shape}")
-    V.broadcast("cdist", x1=x1[..., :1, :1], x2=x2[..., :1, :1])
+    V.broadcast("cdist", x1=np.empty(x1.shape[:-2] + (1, 1), bool), x2=np.empty(x2.shape[:-2] + (1, 1), bool))
     diff = x1[..., :, None, :] - x2[..., None, :, :]
     return vector_norm(diff, axis=-1, ord=_check_ord("cdist", p, "p"))
 
