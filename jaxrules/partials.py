@@ -1535,7 +1535,7 @@ def sort_permutation(x, axis, descending=False):
     if descending:  # ~ reverses integer and boolean order without overflow
         value = -value if jnp.issubdtype(x.dtype, jnp.inexact) else ~value
     first, second = (~nan, value) if descending else (nan, value)
-    iota = lax.broadcasted_iota(jnp.zeros((), int).dtype, x.shape, axis)
+    iota = lax.broadcasted_iota(jnp.zeros((), int).dtype, x.shape, axis, out_sharding=explicit_sharding(x))
     return lax.sort((first, second, iota), dimension=axis, num_keys=2, is_stable=True)[2]
 
 
