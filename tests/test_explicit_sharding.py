@@ -1,7 +1,8 @@
 """Ops under ``jit(value_and_grad)`` with a batch-sharded input (issue 19, requirement 2), on 8
 forced host devices (a subprocess: JAX starts with one device in the test process), under
 ``Auto`` and ``Explicit`` meshes: values and gradients equal the unsharded ones (float64) and
-the gradients of batch-sharded arguments stay sharded ``P("data", ...)``.
+the gradients of batch-sharded arguments stay sharded ``P("data", ...)`` (and, for the ops
+called directly, the output tangent of a batch-sharded tangent too).
 
 Two kinds of cases: the ops that failed under an ``Explicit`` mesh (linear, conv, max pooling,
 the determinants and the inverse, eigh, batch norm's XLA formulas), called on an input whose
@@ -97,6 +98,14 @@ def _worker():
                 row["error"] = max(float(np.max(np.abs(np.asarray(g) - np.asarray(e)), initial=0)) for g, e in pairs)
                 row["scale"] = max(float(np.max(np.abs(np.asarray(e)), initial=0)) for _, e in pairs)
                 row["specs"] = [str(g.sharding.spec) for g, b in zip(got[1], batched) if b]
+                if kind == "direct":  # forward mode too: the output tangent of a tangent of x
+                    t = rng.standard_normal(diff[0].shape)
+                    jvp = jax.jit(lambda x, t, *rest, fn=fn: jax.jvp(lambda x: fn(x, *rest), (x,), (t,))[1])
+                    want_t = jvp(diff[0], t, *diff[1:])
+                    with jax.set_mesh(mesh):
+                        got_t = jvp(args[0], jax.device_put(t, args[0].sharding), *args[1:])
+                    row["error"] = max(row["error"], float(np.max(np.abs(np.asarray(got_t) - np.asarray(want_t)))))
+                    row["specs"].append(str(got_t.sharding.spec))
             except Exception as e:  # noqa: BLE001 - reported by the test
                 row["failure"] = f"{type(e).__name__}: {str(e)[:300]}"
             print(json.dumps(row), flush=True)
