@@ -906,7 +906,15 @@ def tile_vjp(_, ct, *, reps, shape):
     """Seed ``repeat_backward`` (torch's ``repeat`` is numpy's ``tile``): the tiled copies summed."""
     full = (1,) * (ct.ndim - len(shape)) + tuple(shape)
     reps = (1,) * (ct.ndim - len(reps)) + tuple(reps)
-    split = ct.reshape(tuple(v for r, s in zip(reps, full) for v in (r, s)))
+    split_shape = tuple(v for r, s in zip(reps, full) for v in (r, s))
+    sharding = explicit_sharding(ct)
+    spec = None if sharding is None else tuple(sharding.spec) + (None,) * ct.ndim
+    if spec is not None and all(e is None or r == 1 for r, e in zip(reps, spec)):
+        # An Explicit mesh: an axis not tiled keeps its sharding (the copies' axes have none)
+        out = jax.sharding.PartitionSpec(*(v for e in spec[: ct.ndim] for v in (None, e)))
+        split = lax.reshape(ct, split_shape, out_sharding=out)
+    else:
+        split = ct.reshape(split_shape)
     summed = split.sum(axis=tuple(range(0, split.ndim, 2)))
     return (summed.reshape(shape),)
 
