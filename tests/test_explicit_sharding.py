@@ -32,7 +32,7 @@ DIRECT = {
     "cummax": (8, 5),  # a scatter-add along the other axis in the VJP
     "matmul": (8, 3),  # b's gradient sums over the sharded rows
 }
-RECORDS = ["deg2rad", "softmax", "cumsum", "kthvalue", "sort", "lu", "svd", "cross_entropy", "layer_norm"]
+RECORDS = ["deg2rad", "softmax", "cumsum", "kthvalue", "sort", "tile", "lu", "svd", "cross_entropy", "layer_norm"]
 MODES = ["auto", "explicit"]
 
 
