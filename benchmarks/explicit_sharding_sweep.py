@@ -21,6 +21,8 @@ import os
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 
 import argparse  # noqa: E402
+import pathlib  # noqa: E402
+import sys  # noqa: E402
 import traceback  # noqa: E402
 
 import jax  # noqa: E402
@@ -29,6 +31,7 @@ import numpy as np  # noqa: E402
 from jax.sharding import AxisType, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # this checkout's jaxrules
 from jaxrules import registry  # noqa: E402
 
 B = 8
