@@ -11,12 +11,11 @@ differentiable argument given a vmapped batch of 8 (``benchmarks/explicit_shardi
 runs them all)."""
 
 import json
-import os
 import pathlib
-import subprocess
 import sys
 
 import pytest
+from _forced_devices import worker_rows
 
 # name -> (input shape); the functions are built in the worker (JAX is not imported here).
 DIRECT = {
@@ -113,11 +112,7 @@ def _worker():
 
 @pytest.fixture(scope="module")
 def results():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-               PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1]))
-    done = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    rows = worker_rows(__file__)
     return {r["case"]: r for r in rows}
 
 

@@ -7,13 +7,10 @@ shardings a kernel cannot honour (the normalized or channel axis split, an uneve
 give the unsharded answer."""
 
 import json
-import os
-import pathlib
 import re
-import subprocess
-import sys
 
 import pytest
+from _forced_devices import worker_rows
 
 # (op, mesh axis types, spec of x, spec of the weights): every op in both modes; FSDP weights.
 CASES = [
@@ -137,11 +134,7 @@ def math_size(dims: str) -> int:
 
 @pytest.fixture(scope="module")
 def results():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-               PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1]))
-    done = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    rows = worker_rows(__file__)
     return {r["case"] if isinstance(r["case"], str) else json.dumps(r["case"]): r for r in rows}
 
 
