@@ -77,6 +77,9 @@ class OpRecord:
     * ``deviations``: where and why jaxrules deliberately differs from torch (COVERAGE.md).
     * ``batching`` / ``double_backward``: how vmap and second-order reverse mode are handled
       (for the coverage table).
+    * ``kernel_backed``: the record runs the fused Pallas kernels (their ``impl="pallas"``
+      path): in a JAX without Pallas' Triton backend the op falls back to its XLA formulas, so
+      the harness skips the record's checks, saying why (another record checks those formulas).
     """
 
     name: str
@@ -96,6 +99,7 @@ class OpRecord:
     torch_jvp_differs: str = ""  # non-empty: torch's forward AD is wrong here, not compared
     batching: str = "vmapped formulas"
     double_backward: str = "JAX's derivative of the VJP formula"
+    kernel_backed: bool = False
 
     @property
     def complex_support(self) -> bool:

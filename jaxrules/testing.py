@@ -710,6 +710,11 @@ def run_check(record: OpRecord, check: str) -> CheckResult:
 
 
 def _run(record: OpRecord, check: str) -> CheckResult:
+    if record.kernel_backed:
+        from jaxrules import dispatch
+
+        if missing := dispatch.triton_backend_missing():
+            return CheckResult(record.name, check, True, None, f"not applicable: {missing}", skipped=True)
     try:
         outcome = _RUNNERS[check](record)
     except CheckFailure as err:

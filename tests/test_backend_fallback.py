@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrules import dispatch
+from jaxrules import dispatch, nn
 from jaxrules import nested as N
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -75,3 +75,46 @@ def test_nested_attention_kernel_impl_falls_back(hidden_triton):
     np.testing.assert_allclose(value, want_value, rtol=1e-6)
     for got, want in zip(grads, want_grads):
         np.testing.assert_allclose(got.values, want.values, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "group_norm", "batch_norm"])
+def test_a_norm_kernel_impl_falls_back(hidden_triton, op):
+    """``impl="pallas_interpret"`` (the kernels' code path on a CPU, which imports the backend's
+    loads and stores) runs the XLA formulas instead: same values and gradients as ``impl="xla"``."""
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((4, 8, 3)), jnp.float32)
+    w = jnp.linspace(0.5, 1.5, 8 if op in ("group_norm", "batch_norm") else 3)
+    calls = {
+        "layer_norm": lambda x, w, impl: nn.layer_norm(x, 3, w, impl=impl),
+        "rms_norm": lambda x, w, impl: nn.rms_norm(x, 3, w, impl=impl),
+        "group_norm": lambda x, w, impl: nn.group_norm(x, 2, w, impl=impl),
+        "batch_norm": lambda x, w, impl: nn.batch_norm(x, None, None, w, training=True, impl=impl)[0],
+    }
+
+    def loss(x, w, impl):
+        return jnp.sum(jnp.sin(calls[op](x, w, impl)))
+
+    with pytest.warns(dispatch.KernelFallbackWarning):
+        got = jax.value_and_grad(loss, argnums=(0, 1))(x, w, "pallas_interpret")
+    want = jax.value_and_grad(loss, argnums=(0, 1))(x, w, "xla")
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    for a, b in zip(got[1], want[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_kernel_records_are_not_applicable_without_the_backend(hidden_triton):
+    """The harness skips every check of a kernel-backed record, saying why (its XLA twin record
+    checks the formulas that then run); with the backend, the same check runs and passes."""
+    from jaxrules import registry, testing
+
+    kernel_records = [r for r in registry.records() if r.kernel_backed]
+    assert sorted(r.name for r in kernel_records) == sorted(r.name for r in registry.records()
+                                                            if r.name.endswith("[pallas]"))
+    assert len(kernel_records) == 5
+    record = registry.get("layer_norm[pallas]")
+    with pytest.warns(dispatch.KernelFallbackWarning):
+        hidden = testing.run_check(record, "formulas")
+    assert hidden.passed and hidden.skipped and "Triton backend is not available" in hidden.detail
+    sys.modules.pop(TRITON)  # the backend back
+    dispatch.triton_backend_missing.cache_clear()
+    present = testing.run_check(record, "formulas")
+    assert present.passed and not present.skipped, present

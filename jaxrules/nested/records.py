@@ -358,4 +358,5 @@ register(OpRecord(
     tolerance=_TF32,
     batching="vmapped formulas (the kernels under jax.vmap)",
     double_backward="JAX's derivative of the XLA formula attention_vjp (the kernels are not differentiated)",
+    kernel_backed=True,
 ))

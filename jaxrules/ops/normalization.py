@@ -218,11 +218,15 @@ _KERNEL_IMPLS = ("xla", "pallas", "pallas_interpret")
 def _kernel_plan(op, impl, x, auto_plan, launch):
     """``dispatch.Plan`` of the implementation to run: ``impl`` if given (checked; ``launch(interpret)``
     gives its launch parameters), else ``auto_plan(platform, device kind)`` — the dispatch's pure
-    decision for this shape and dtype. Empty inputs always take the XLA formulas."""
+    decision for this shape and dtype. Empty inputs always take the XLA formulas, and so does a
+    kernel ``impl`` in a JAX without Pallas' Triton backend (``dispatch.triton_backend_missing``,
+    warned once)."""
     if impl is not None and impl not in _KERNEL_IMPLS:
         raise ValueError(f"{op}: impl must be one of {_KERNEL_IMPLS}, got {impl!r}")
     if impl == "xla" or x.size == 0:
         return dispatch.Plan("xla", None, "impl='xla'" if impl else "empty input")
+    if impl is not None and (missing := dispatch.triton_backend_missing()):
+        return dispatch.Plan("xla", None, missing)
     if impl is not None:
         return dispatch.Plan("pallas", launch(impl == "pallas_interpret"), f"impl={impl!r}")
     import jax
@@ -805,6 +809,7 @@ register(OpRecord(
     low_precision=("float32", "bfloat16"), double_backward=_GROUPED_DOUBLE, batching=_GROUPED_BATCHING,
     singular=(SingularPoint("constant groups", (np.full((2, 4, 3), 1.5), 2, np.ones(4), np.zeros(4)),
                             (np.zeros((2, 4, 3)), np.zeros(4), None)),),
+    kernel_backed=True,
 ))
 register(OpRecord(
     "batch_norm[pallas]", _fused_batch_norm_fn, (_NN + "batch_norm(impl='pallas')",), ("grouped_norm",),
@@ -815,6 +820,7 @@ register(OpRecord(
     low_precision=("float32", "bfloat16"), double_backward=_GROUPED_DOUBLE, batching=_GROUPED_BATCHING,
     singular=(SingularPoint("constant channels", (np.full((3, 2, 2), -1.0), np.ones(2), np.zeros(2)),
                             (np.zeros((3, 2, 2)), np.zeros(2), None)),),
+    kernel_backed=True,
 ))
 
 
@@ -827,6 +833,7 @@ register(OpRecord(
     double_backward=_GROUPED_DOUBLE,
     batching="primal: vmap folded into the rows (one launch) when weight and bias are shared; formulas: "
     "the kernels under jax.vmap",
+    kernel_backed=True,
 ))
 
 
@@ -847,6 +854,7 @@ register(OpRecord(
     singular=(SingularPoint("all-zero rows, eps=0.25", (np.zeros((2, 3)), np.array([1.0, 2.0, 3.0])),
                             (np.tile([2.0, 4.0, 6.0], (2, 1)), np.zeros(3)), {"eps": 0.25},
                             jvp=np.tile([2.0, 4.0, 6.0], (2, 1))),),
+    kernel_backed=True,
 ))
 
 
