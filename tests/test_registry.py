@@ -32,3 +32,38 @@ def test_every_record_is_complete():
         assert r.formula_ops, r.name
         assert r.torch_fn is not None, r.name
         assert "float64" in r.dtypes, r.name
+
+
+def _resolve(public_name: str):
+    """The object a record's public name (``jaxrules.nn.layer_norm(impl='pallas')``, a method
+    ``jaxrules.nested.NestedTensor.__add__``) names: the longest importable module prefix, then
+    attributes; a call suffix ``(...)`` is dropped."""
+    import importlib
+    import re
+
+    parts = re.sub(r"\(.*\)$", "", public_name).split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(public_name)
+
+
+def test_every_public_name_a_record_lists_resolves_to_jaxrules_own_function():
+    """Issue 15: a record's public names are the functions users call; each must exist and be
+    jaxrules' own (a name forwarded from JAX carries JAX's rule, not the record's)."""
+    wrong = []
+    for r in RECORDS:
+        for name in r.public:
+            try:
+                obj = _resolve(name)
+            except (ImportError, AttributeError) as err:
+                wrong.append((r.name, name, repr(err)))
+                continue
+            if not callable(obj) or not (getattr(obj, "__module__", "") or "").startswith("jaxrules"):
+                wrong.append((r.name, name, getattr(obj, "__module__", None)))
+    assert wrong == []
