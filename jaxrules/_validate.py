@@ -39,7 +39,7 @@ def axes(op: str, ndim: int, axis, name: str = "axis") -> tuple[int, ...]:
             a = operator.index(a)
         except TypeError:
             raise TypeError(f"{op}: {name} must be an int or a tuple of ints, got {axis!r}") from None
-        if not -ndim <= a < max(ndim, 1) or (ndim == 0 and a not in (0, -1)):
+        if (ndim and not -ndim <= a < ndim) or (ndim == 0 and a not in (0, -1)):  # 0-d: 0 and -1, as torch
             raise ValueError(f"{op}: {name}={axis!r} is out of range for an array of rank {ndim}")
         out.append(a % ndim if ndim else 0)
     if len(set(out)) != len(out):

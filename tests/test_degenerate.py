@@ -246,3 +246,21 @@ def test_var_mean_and_std_mean_correction_none_is_torchs_one(op):
     ours = getattr(rnp, op)(x, axis=1, correction=None)
     expected = getattr(torch, op)(torch.tensor(x), dim=1, correction=None)
     _close(tuple(ours), tuple(t.numpy() for t in expected))
+
+
+@pytest.mark.parametrize("axis", [0, -1])
+def test_a_0d_array_takes_axis_0_and_minus_1_as_torch(axis):
+    """torch reduces a 0-d tensor over dim 0 or -1 (jax.numpy refuses both); jaxrules accepted 0
+    and refused -1. Values and gradients as torch's; axis 1 and -2 stay errors."""
+    x = jnp.asarray(2.5)
+    for ours, theirs in ((lambda a: rnp.sum(a, axis=axis), lambda t: t.sum(axis)),
+                         (lambda a: rnp.mean(a, axis=axis), lambda t: t.mean(axis)),
+                         (lambda a: rnn.softmax(a, axis=axis), lambda t: torch.softmax(t, axis))):
+        t = torch.tensor(2.5, dtype=torch.float64, requires_grad=True)
+        out = theirs(t)
+        out.backward()
+        np.testing.assert_allclose(ours(x), out.detach().numpy())
+        np.testing.assert_allclose(jax.grad(ours)(x), t.grad.numpy())
+    for bad in (1, -2):
+        with pytest.raises(ValueError, match="sum: axis=.* out of range"):
+            rnp.sum(x, axis=bad)

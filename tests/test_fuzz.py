@@ -8,7 +8,7 @@ For each drawn case:
   and only where the semantic reference (jax.numpy for a jax.numpy name, jax.nn for the
   softmaxes, torch 2.13 for the torch names) refuses the input too — never an internal JAX/XLA
   error, a Python crash, or a refusal of what the reference accepts; it may accept what the
-  reference refuses only where torch accepts it (axis 0 of a 0-d array, ``_validate.axes``),
+  reference refuses only where torch accepts it (axis 0 or -1 of a 0-d array, ``_validate.axes``),
   and then matches torch;
 * the value has the reference's shape and dtype, and equals it where both are finite, with the
   same NaN positions;
