@@ -613,30 +613,10 @@ def silu_derivative(x):
     return s * (1 + x * (1 - s))
 
 
-def threshold_derivatives(x, threshold, value):
-    """``(d/dx, d/dthreshold, d/dvalue)`` of ``x if x > threshold else value``: ``[x > threshold]``
-    (torch's ``threshold_backward``: 0 at x == threshold, so relu'(0) = 0), 0 (the threshold is
-    a switch point: no gradient, as for a step), ``[x <= threshold]``."""
-    above = x > threshold
-    return above.astype(x.dtype), jnp.zeros_like(x), jnp.logical_not(above).astype(x.dtype)
 
 
-def hardtanh_derivatives(x, min_val, max_val):
-    """``(d/dx, d/dmin_val, d/dmax_val)`` of ``clip(x, min_val, max_val)``: ``[min_val < x <
-    max_val]`` (torch's ``hardtanh_backward``: 0 at the bounds, so relu6'(0) = relu6'(6) = 0;
-    JAX's ``hard_tanh`` gives 1 at +-1), ``[x <= min_val]``, ``[x >= max_val]`` (the bounds take
-    the gradient where x does not: the three sum to 1)."""
-    low, high = x <= min_val, x >= max_val
-    inside = jnp.logical_not(low | high)
-    return inside.astype(x.dtype), low.astype(x.dtype), (high & jnp.logical_not(low)).astype(x.dtype)
 
 
-def leaky_relu_derivatives(x, negative_slope):
-    """``(d/dx, d/dnegative_slope)``: 1 for x > 0, ``negative_slope`` otherwise (torch's
-    ``leaky_relu_backward``: the slope at 0; JAX gives 1); ``0`` for x > 0, ``x`` otherwise."""
-    negative = x <= 0
-    return (jnp.where(negative, negative_slope, 1).astype(x.dtype),
-            jnp.where(negative, x, 0).astype(x.dtype))
 
 
 def hardsigmoid_derivative(x):
@@ -650,11 +630,6 @@ def hardswish_derivative(x):
     return jnp.where(x <= -3, 0, jnp.where(x >= 3, 1, x / 3 + 0.5)).astype(x.dtype)
 
 
-def prelu_derivatives(x, weight):
-    """``(d/dx, d/dweight) = (1 or weight, 0 or x)`` for x > 0 or x <= 0 (torch's
-    ``_prelu_kernel_backward``: the weight's branch at 0)."""
-    negative = x <= 0
-    return jnp.where(negative, weight, 1).astype(x.dtype), jnp.where(negative, x, 0).astype(x.dtype)
 
 
 def mish_derivative(x):
@@ -753,10 +728,6 @@ def mse_derivatives(x, y):
     return d, -d
 
 
-def l1_derivatives(x, y):
-    """Of ``|x - y|``: ``(sgn(x - y), -sgn(x - y))``, 0 where x == y (torch's ``sgn`` backward)."""
-    d = jnp.sign(x - y)
-    return d, -d
 
 
 def kl_div_derivatives(x, t, log_target):
@@ -817,15 +788,6 @@ def soft_margin_derivatives(x, y):
     return -y * s, -x * s
 
 
-def gaussian_nll_derivatives(x, y, var, eps, **_):
-    """Of ``(log v + (x - y)^2 / v) / 2`` with ``v = max(var, eps)`` clamped as torch 2.13 does
-    (``var.clamp_(min=eps)`` under ``no_grad``): the clamp passes the gradient straight through,
-    so every order is the formula's at the clamped value: ``(d / v, -d / v, (1 / v - d^2 / v^2) / 2)``
-    with ``d = x - y`` (torch's ``gaussian_nll_loss`` through ``log`` and ``div`` backward); eps
-    (an argument: it may be traced) gets 0, the clamp's gradient going to var."""
-    v = var + jax.lax.stop_gradient(jnp.maximum(var, eps) - var)
-    d = x - y
-    return d / v, -d / v, 0.5 * (1 / v - d * d / (v * v)), jnp.zeros_like(d)
 
 
 def poisson_nll_derivatives(x, t, eps, *, log_input, full, **_):
