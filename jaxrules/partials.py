@@ -587,11 +587,12 @@ def rms_projection_eps_partial(x, v, eps, axes):
 def rms_projection(x, rstd, v, axes):
     """``rstd (v - x_hat E[v x_hat])`` with ``x_hat = x rstd``: both the JVP of x -> x_hat for
     the RMS norm and its transpose (the operator is symmetric), as ``norm_projection`` without
-    the mean. Computed in the statistics' dtype."""
+    the mean. Computed in the statistics' dtype, as ``rstd v - rstd^3 x E[v x]``: the row sum
+    ``E[v x]`` does not wait for ``rstd``, so XLA computes it in the pass that reads x for the
+    statistics (on the H100, ``E[v x_hat]`` cost a pass: 0.85x of plain JAX at 16384x4096)."""
     stat = rstd.dtype
-    xhat = x.astype(stat) * rstd
-    v = v.astype(stat)
-    return rstd * (v - xhat * jnp.mean(v * xhat, axis=axes, keepdims=True))
+    xs, v = x.astype(stat), v.astype(stat)
+    return rstd * v - (rstd * rstd * rstd) * xs * jnp.mean(v * xs, axis=axes, keepdims=True)
 
 
 # ----------------------------------------------------------------------------------------------
