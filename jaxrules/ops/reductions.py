@@ -244,14 +244,27 @@ def prod(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dt
     return product if initial is None else product * initial
 
 
-def _scan_input(op, a, axis, dtype, out):
+def _scan(op, x, axis, apply):
+    """``apply(x, axis)`` with ``axis`` normalized; a 0-d ``x`` takes axis 0 or -1 and gives a
+    0-d result (its one-element scan), as torch."""
+    if x.ndim == 0:
+        if axis is None or isinstance(axis, tuple | list):
+            raise TypeError(f"{op}: axis must be a single int, got {axis!r}")
+        V.axes(op, 0, axis)
+        return apply(x.reshape(1), 0).reshape(())
+    return apply(x, V.single_axis(op, x.ndim, axis))
+
+
+def _scan_input(op, a, axis, dtype, out, exact_fn, scan_op):
+    """cumsum/cumprod: ``a`` (cast to ``dtype``) scanned along ``axis`` (None: flattened) by
+    ``exact_fn`` for integer/boolean input, else by ``scan_op``."""
     V.unsupported(op, out=out)
     x = V.array(op, "a", a, inexact=False)
     if dtype is not None:
         x = x.astype(dtype)
     if axis is None:
-        return x.ravel(), 0
-    return x, V.single_axis(op, x.ndim, axis)
+        x, axis = x.ravel(), 0
+    return _scan(op, x, axis, lambda x, ax: exact_fn(x, ax) if _is_exact(x) else scan_op(x, axis=ax))
 
 
 def cumsum(a: ArrayLike, axis: int | None = None, dtype: DTypeLike | None = None, out: None = None) -> Array:
@@ -260,15 +273,15 @@ def cumsum(a: ArrayLike, axis: int | None = None, dtype: DTypeLike | None = None
 
     Args:
         a: the array. Integer and boolean input goes to ``jax.numpy.cumsum`` (no rule).
-        axis: one axis (an int); None: over the flattened array.
+        axis: one axis (an int; 0 or -1 for a 0-d ``a``, as torch); None: over the flattened
+            array.
         dtype: cast ``a`` to this dtype first; None keeps its dtype.
         out: not supported: must be None (``TypeError`` otherwise).
 
     Returns:
         The running sums, of ``a``'s shape (1-d when ``axis`` is None).
     """
-    x, ax = _scan_input("cumsum", a, axis, dtype, out)
-    return jnp.cumsum(x, ax) if _is_exact(x) else cumsum_op(x, axis=ax)
+    return _scan_input("cumsum", a, axis, dtype, out, jnp.cumsum, cumsum_op)
 
 
 def cumprod(a: ArrayLike, axis: int | None = None, dtype: DTypeLike | None = None, out: None = None) -> Array:
@@ -278,15 +291,15 @@ def cumprod(a: ArrayLike, axis: int | None = None, dtype: DTypeLike | None = Non
 
     Args:
         a: the array. Integer and boolean input goes to ``jax.numpy.cumprod`` (no rule).
-        axis: one axis (an int); None: over the flattened array.
+        axis: one axis (an int; 0 or -1 for a 0-d ``a``, as torch); None: over the flattened
+            array.
         dtype: cast ``a`` to this dtype first; None keeps its dtype.
         out: not supported: must be None (``TypeError`` otherwise).
 
     Returns:
         The running products, of ``a``'s shape (1-d when ``axis`` is None).
     """
-    x, ax = _scan_input("cumprod", a, axis, dtype, out)
-    return jnp.cumprod(x, ax) if _is_exact(x) else cumprod_op(x, axis=ax)
+    return _scan_input("cumprod", a, axis, dtype, out, jnp.cumprod, cumprod_op)
 
 
 def _correction(op, ddof, correction):
@@ -658,15 +671,14 @@ def logcumsumexp(x: ArrayLike, axis: int) -> Array:
     JAX's convention (torch's gradient conjugated). Mirrors ``torch.logcumsumexp``.
 
     Args:
-        x: the array, real or complex, of rank >= 1 (integer and boolean input is promoted to
-            float).
-        axis: one axis (an int; required).
+        x: the array, real or complex (integer and boolean input is promoted to float).
+        axis: one axis (an int; required; 0 or -1 for a 0-d ``x``, as torch).
 
     Returns:
         The running ``log(sum(exp(x)))`` along ``axis``, of ``x``'s shape.
     """
     x = V.array("logcumsumexp", "x", x)
-    return logcumsumexp_op(x, axis=V.single_axis("logcumsumexp", x.ndim, axis))
+    return _scan("logcumsumexp", x, axis, lambda x, ax: logcumsumexp_op(x, axis=ax))
 
 
 # ----------------------------------------------------------------------------------------------
