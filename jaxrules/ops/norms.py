@@ -137,7 +137,8 @@ def renorm(input: ArrayLike, p: float, dim: int, maxnorm: float) -> Array:  # no
         p: the norm's order, a positive Python or NumPy real number (+inf included).
         dim: the axis whose slices (``input[..., i, ...]`` over every other axis) are
             renormalized, an int.
-        maxnorm: the largest norm kept, a non-negative Python or NumPy real number (static).
+        maxnorm: the largest norm kept, a non-negative Python or NumPy real number (static;
+            NaN raises ``ValueError``, as torch).
 
     Returns:
         ``input`` with each slice whose ``p``-norm exceeds ``maxnorm`` rescaled, of its shape.
@@ -146,7 +147,7 @@ def renorm(input: ArrayLike, p: float, dim: int, maxnorm: float) -> Array:  # no
     p = _check_ord("renorm", p, "p")
     if p <= 0:
         raise ValueError(f"renorm: p must be positive, got {p!r}")
-    if not isinstance(maxnorm, numbers.Real) or maxnorm < 0:
+    if isinstance(maxnorm, bool) or not isinstance(maxnorm, numbers.Real) or not maxnorm >= 0:  # NaN too
         raise ValueError(f"renorm: maxnorm must be a non-negative number, got {maxnorm!r}")
     d = V.single_axis("renorm", x.ndim, dim, "dim")
     others = tuple(a for a in range(x.ndim) if a != d)
@@ -180,7 +181,8 @@ def cdist(x1: ArrayLike, x2: ArrayLike, p: float = 2.0) -> Array:
         x1: points ``(..., P, M)``, rank >= 2 (integer and boolean input is promoted to float).
         x2: points ``(..., R, M)``, rank >= 2, the same ``M``; the batch dims broadcast with
             ``x1``'s.
-        p: the norm's order, a real number as ``vector_norm``'s ``ord``.
+        p: the norm's order, a non-negative real number (+inf included) as ``vector_norm``'s
+            ``ord``; negative raises ``ValueError`` (torch refuses it too).
 
     Returns:
         The distances, ``(..., P, R)`` over the broadcast batch dims.
@@ -191,8 +193,10 @@ def cdist(x1: ArrayLike, x2: ArrayLike, p: float = 2.0) -> Array:
     if x1.shape[-1] != x2.shape[-1]:
         raise ValueError(f"cdist: x1 and x2 must have the same last dimension, got {x1.shape} and {x2.shape}")
     V.broadcast("cdist", x1=np.empty(x1.shape[:-2] + (1, 1), bool), x2=np.empty(x2.shape[:-2] + (1, 1), bool))
-    diff = x1[..., :, None, :] - x2[..., None, :, :]
-    return vector_norm(diff, axis=-1, ord=_check_ord("cdist", p, "p"))
+    p = _check_ord("cdist", p, "p")
+    if p < 0:
+        raise ValueError(f"cdist: p must be non-negative (as torch.cdist), got {p!r}")
+    return vector_norm(x1[..., :, None, :] - x2[..., None, :, :], axis=-1, ord=p)
 
 
 # ----------------------------------------------------------------------------------------------

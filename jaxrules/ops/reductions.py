@@ -114,6 +114,14 @@ logcumsumexp_op = define_op("logcumsumexp", lambda x, *, axis: lax.cumlogsumexp(
 # Public functions
 
 
+def _real(op, x, name="a"):
+    """``x`` as an array (integer and boolean kept); ``TypeError`` naming ``op`` if complex."""
+    x = V.array(op, name, x, inexact=False)
+    if jnp.iscomplexobj(x):
+        raise TypeError(f"{op}: argument {name!r} must be real (complex numbers have no order), got {x.dtype}")
+    return x
+
+
 def _prepare(op, a, axis, dtype=None, out=None, **unsupported):
     """Validate a reduction's arguments: (array, normalized axes)."""
     V.unsupported(op, out=out, **unsupported)
@@ -493,9 +501,7 @@ class ValuesIndices(NamedTuple):
 def _value_selection(op, kind, a, axis, keepdims, k=0):
     """torch's ``max``/``min``/``median``/``kthvalue`` along one ``axis``: values and indices;
     the derivative goes to the returned index only (seed ``value_selecting_reduction_backward``)."""
-    x = V.array(op, "a", a)
-    if jnp.iscomplexobj(x):
-        raise TypeError(f"{op}: complex input has no ordering, got {x.dtype}")
+    x = V.array(op, "a", _real(op, a))
     ax = V.single_axis(op, x.ndim or 1, axis)
     x = x.reshape(1) if x.ndim == 0 else x
     if x.shape[ax] == 0:
@@ -591,7 +597,8 @@ def median(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, 
     without ``return_indices``).
 
     Args:
-        a: the array, real (integer and boolean input is promoted to float); not zero-size.
+        a: the array, real (complex raises ``TypeError``; integer and boolean input is
+            promoted to float); not zero-size.
         axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes); with
             ``return_indices``, one axis (an int).
         out: not supported: must be None (``TypeError`` otherwise; ``ValueError`` with
@@ -607,7 +614,7 @@ def median(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, 
     if return_indices:
         _no_extras("median", out=out)
         return _value_selection("median", "median", a, axis, keepdims)
-    x, ax = _prepare("median", a, axis, None, out)
+    x, ax = _prepare("median", _real("median", a), axis, None, out)
     x = V.array("median", "a", x)
     if x.size == 0:
         raise ValueError("median: zero-size array has no median")

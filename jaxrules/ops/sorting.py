@@ -25,7 +25,7 @@ from jaxrules import partials as P
 from jaxrules import vjp_rules as R
 from jaxrules.mechanism import define_op
 from jaxrules.ops._sampling import distinct, f64
-from jaxrules.ops.reductions import ValuesIndices
+from jaxrules.ops.reductions import ValuesIndices, _real
 from jaxrules.registry import OpRecord, Sample, SingularPoint, register
 
 
@@ -66,13 +66,6 @@ quantile_op = define_op(
 
 # ----------------------------------------------------------------------------------------------
 # Public functions
-
-
-def _real(op, x, name="a"):
-    x = V.array(op, name, x, inexact=False)
-    if jnp.iscomplexobj(x):
-        raise TypeError(f"{op}: argument {name!r} must be real (complex numbers have no order), got {x.dtype}")
-    return x
 
 
 def _flag(op, name, value):
@@ -149,9 +142,7 @@ def _count(op, name, value, high):
 
 def _single_axis_input(op, x, axis, name="x"):
     """``x`` (integer and boolean input kept, as torch keeps it) and its one normalized axis."""
-    x = V.array(op, name, x, inexact=False)
-    if jnp.iscomplexobj(x):
-        raise TypeError(f"{op}: argument {name!r} must be real (complex numbers have no order), got {x.dtype}")
+    x = _real(op, x, name)
     x = x.reshape(1) if x.ndim == 0 else x
     return x, V.single_axis(op, x.ndim, axis)
 
