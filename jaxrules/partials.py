@@ -1377,6 +1377,76 @@ def _spatial_pads(pads):
     return ((0, 0, 0), (0, 0, 0), *pads)
 
 
+def _window_grid(spatial, kernel, stride, padding, dilation):
+    """Per spatial axis ``(out, padded length)`` of the windows over an input padded by
+    ``padding`` ((lo, hi), ...; ``hi`` negative where trailing input lies in no window)."""
+    return [((n + lo + hi - d * (k - 1) - 1) // s + 1, n + lo + hi)
+            for n, k, s, (lo, hi), d in zip(spatial, kernel, stride, padding, dilation)]
+
+
+def _window_offsets(kernel):
+    """Every element of a window, row-major (``window_positions``' order), as per-axis offsets."""
+    return [np.unravel_index(j, kernel) for j in range(math.prod(kernel))]
+
+
+def window_slices(x, kernel, stride, padding, dilation, fill):
+    """(N, C, prod(kernel), *out): element ``j`` (row-major) of every window of ``x`` (N, C,
+    *spatial) padded with ``fill``, as one strided slice per window element: no gather, so XLA
+    fuses it and a batch-sharded ``x`` stays sharded (the windows of ``window_positions``)."""
+    padded = lax.pad(x, np.array(fill, x.dtype), _spatial_pads((lo, hi, 0) for lo, hi in padding))
+    grid = _window_grid(x.shape[2:], kernel, stride, padding, dilation)
+    slices = []
+    for offset in _window_offsets(kernel):
+        start = [o * d for o, d in zip(offset, dilation)]
+        limit = [b + (m - 1) * s + 1 for b, (m, _), s in zip(start, grid, stride)]
+        slices.append(lax.slice(padded, (0, 0, *start), (*x.shape[:2], *limit), (1, 1, *stride)))
+    return jnp.stack(slices, axis=2)
+
+
+def window_slices_transpose(windows, shape, kernel, stride, padding, dilation):
+    """The transpose of ``window_slices`` for an input of ``shape``: element ``j`` of every window
+    (``windows`` (N, C, prod(kernel), *out)) added back at its input position, each as the
+    slice's transpose (the slice spread out with ``stride - 1`` zeros between entries); the
+    padding dropped. No scatter (seed ``max_pool2d_with_indices_backward``'s scatter-add)."""
+    zero = np.zeros((), windows.dtype)
+    grid = _window_grid(shape[2:], kernel, stride, padding, dilation)
+    total = None
+    for j, offset in enumerate(_window_offsets(kernel)):
+        pads = []
+        for o, d, (m, length), s in zip(offset, dilation, grid, stride):
+            lo = o * d
+            pads.append((lo, length - lo - (m - 1) * s - 1, s - 1))
+        piece = lax.pad(windows[:, :, j], zero, _spatial_pads(pads))
+        total = piece if total is None else total + piece
+    return lax.pad(total, zero, _spatial_pads((-lo, -hi, 0) for lo, hi in padding))
+
+
+def window_element(flat_index, spatial, kernel, stride, padding, dilation):
+    """Which element (row-major) of its window each flat input position of ``flat_index`` (N, C,
+    *out; a position of that output's window) is: per axis ``(i + lo - o s) / d``."""
+    coords = jnp.unravel_index(flat_index, spatial)
+    element = jnp.zeros(flat_index.shape, jnp.int32)
+    for axis, (i, k, s, (lo, _), d) in enumerate(zip(coords, kernel, stride, padding, dilation)):
+        out = lax.broadcasted_iota(jnp.int32, flat_index.shape, 2 + axis)
+        element = element * k + (i.astype(jnp.int32) + lo - out * s) // d
+    return element
+
+
+def window_select(windows, element):
+    """``windows`` (N, C, K, *out) read at window element ``element`` (N, C, *out): a masked
+    sum over the window (elementwise; the unselected entries, NaN or not, do not enter)."""
+    chosen = element[:, :, None] == lax.broadcasted_iota(jnp.int32, windows.shape, 2)
+    return jnp.sum(jnp.where(chosen, windows, 0), axis=2).astype(windows.dtype)
+
+
+def window_place(g, element, shape, kernel, stride, padding, dilation):
+    """The transpose of ``window_select`` after ``window_slices``: ``g`` (N, C, *out) added at
+    window element ``element`` of each window of an input of ``shape``."""
+    k = math.prod(kernel)
+    chosen = element[:, :, None] == lax.broadcasted_iota(jnp.int32, (*g.shape[:2], k, *g.shape[2:]), 2)
+    return window_slices_transpose(jnp.where(chosen, g[:, :, None], 0), shape, kernel, stride, padding, dilation)
+
+
 def window_sum(x, kernel, stride, padding):
     """The sum over every window of (N, C, *spatial) (no dilation); ``padding`` ((lo, hi), ...)
     per spatial axis of zeros, ``hi`` negative where trailing input lies in no window."""

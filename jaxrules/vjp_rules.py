@@ -978,8 +978,17 @@ def fold_vjp(_, ct, *, kernel, stride, padding, dilation, spatial):
     return (P.unfold(ct, kernel, stride, padding, dilation),)
 
 
-def max_pool_vjp(index, ct, *, shape, **_):
-    """Seed ``max_pool2d_with_indices_backward``: each cotangent added at its window's argmax."""
+def max_pool_vjp(index, ct, *, kernel, stride, padding, dilation, shape):
+    """Seed ``max_pool2d_with_indices_backward``: each cotangent added at its window's argmax, as
+    the transpose of the window slices (``partials.window_place``: no scatter)."""
+    g, _ = ct
+    element = P.window_element(index, shape[2:], kernel, stride, padding, dilation)
+    return (P.window_place(g, element, shape, kernel, stride, padding, dilation),)
+
+
+def adaptive_max_pool_vjp(index, ct, *, shape, **_):
+    """Seed ``adaptive_max_pool2d_backward``: each cotangent added at its window's argmax (a
+    scatter: adaptive windows differ in size)."""
     g, _ = ct
     return (P.pool_flat_scatter(g, index, shape),)
 

@@ -40,6 +40,9 @@ def test_conv_double_backward_matches_torch():
         (RNG.integers(0, 2, (1, 2, 4, 5, 3)).astype(float), {"kernel_size": 2, "dilation": (1, 2, 1), "padding": 1}),
         (np.array([[[np.nan, np.nan, 1.0, np.nan, 2.0, np.nan]]]), {"kernel_size": 3}),  # torch: the last NaN
         (np.array([[[-np.inf, -np.inf, 1.0, -np.inf]]]), {"kernel_size": 2, "padding": 1}),  # -inf beats padding
+        # overlapping dilated windows, a trailing row and column no window reaches
+        (RNG.standard_normal((2, 2, 8, 9)),
+         {"kernel_size": (3, 2), "stride": (2, 3), "dilation": (2, 1), "padding": (1, 0)}),
     ],
 )
 def test_max_pool_values_indices_and_gradient_match_torch(x, kwargs):
@@ -55,6 +58,24 @@ def test_max_pool_values_indices_and_gradient_match_torch(x, kwargs):
         (tv * torch.tensor(g)).sum().backward()
         ours = jax.grad(lambda a: jnp.sum(g * nn.max_pool(a, **kwargs)))(x)
         np.testing.assert_array_equal(ours, tx.grad.numpy())
+
+
+def test_max_pool_lowers_without_gather_or_scatter():
+    """max_pool's forward, JVP and VJP are strided slices, pads and elementwise selects (XLA
+    fuses them; a gather/scatter pair made a CNN training step 0.79x of plain JAX on an H100,
+    benchmarks/RESULTS.md, sixth pass); the adaptive windows, of unequal sizes, keep the gather."""
+    x = RNG.standard_normal((2, 3, 8, 8))
+
+    def hlo(f, *args):
+        return jax.jit(f).lower(*args).as_text()
+
+    programs = {
+        "vjp": hlo(jax.grad(lambda a: jnp.sum(nn.max_pool2d(a, 3, stride=2, padding=1) ** 2)), x),
+        "jvp": hlo(lambda a, t: jax.jvp(lambda b: nn.max_pool2d(b, 2), (a,), (t,)), x, x),
+    }
+    for name, text in programs.items():
+        assert "gather" not in text and "scatter" not in text, name
+    assert "gather" in hlo(lambda a: nn.adaptive_max_pool2d(a, 3), x)
 
 
 def test_max_pool_double_backward_is_a_gather_at_the_argmax():

@@ -57,26 +57,30 @@ def _adaptive_positions(spatial, output_size):
     return P.combine_windows(axes, spatial)
 
 
-def _window_argmax(x, positions):
-    """torch's index (the CPU kernels' ``val > maxval || isnan(val)`` scan from the window's first
-    input element): the first maximum in the window's row-major order, the last NaN where there
-    is one; padding never wins, not even over -inf."""
-    planes = x.reshape(x.shape[:2] + (math.prod(x.shape[2:]),))  # not -1: the batch may be empty
-    padded = lax.pad(planes, np.array(-np.inf, x.dtype), ((0, 0, 0), (0, 0, 0), (0, 1, 0)))  # keeps x's sharding
-    windows = padded[:, :, np.where(positions >= 0, positions, planes.shape[2])]  # (N, C, window, *out)
+def _window_argmax(windows, positions):
+    """torch's window element (the CPU kernels' ``val > maxval || isnan(val)`` scan from the
+    window's first input element) of ``windows`` (N, C, K, *out): the first maximum in the
+    window's row-major order, the last NaN where there is one; padding (``positions`` -1, static
+    (K, *out)) never wins, not even over -inf."""
     top = jnp.max(windows, axis=2, keepdims=True)
     first = jnp.argmax((windows == top) & (positions >= 0), axis=2)
     nan = jnp.isnan(windows)
     last_nan = positions.shape[0] - 1 - jnp.argmax(jnp.flip(nan, axis=2), axis=2)
-    pick = jnp.where(nan.any(axis=2), last_nan, first)
-    # positions[pick] as a one-hot sum over the window (elementwise: sharded like x, no gather)
-    chosen = pick[:, :, None] == np.arange(positions.shape[0]).reshape((-1,) + (1,) * (positions.ndim - 1))
+    return jnp.where(nan.any(axis=2), last_nan, first).astype(jnp.int32)
+
+
+def _flat_positions(element, positions):
+    """``positions[element]``: the flat input position of each output's chosen window element,
+    as a one-hot sum over the window (elementwise: sharded like the input, no gather)."""
+    chosen = element[:, :, None] == np.arange(positions.shape[0]).reshape((-1,) + (1,) * (positions.ndim - 1))
     return jnp.sum(jnp.where(chosen, positions.astype(np.int32), 0), axis=2, dtype=jnp.int32)
 
 
 def _max_pool_primal(x, *, kernel, stride, padding, dilation, **_):
-    index = _window_argmax(x, P.window_positions(x.shape[2:], kernel, stride, padding, dilation))
-    return P.pool_flat_gather(x, index), index
+    positions = P.window_positions(x.shape[2:], kernel, stride, padding, dilation)
+    windows = P.window_slices(x, kernel, stride, padding, dilation, -np.inf)  # strided slices, no gather
+    element = _window_argmax(windows, positions)
+    return P.window_select(windows, element), _flat_positions(element, positions)
 
 
 max_pool_op = define_op("max_pool", _max_pool_primal, J.max_pool_jvp, R.max_pool_vjp,
@@ -84,13 +88,17 @@ max_pool_op = define_op("max_pool", _max_pool_primal, J.max_pool_jvp, R.max_pool
 
 
 def _adaptive_max_pool_primal(x, *, output_size, shape):
-    index = _window_argmax(x, _adaptive_positions(x.shape[2:], output_size))
+    positions = _adaptive_positions(x.shape[2:], output_size)
+    planes = x.reshape(x.shape[:2] + (math.prod(x.shape[2:]),))  # not -1: the batch may be empty
+    padded = lax.pad(planes, np.array(-np.inf, x.dtype), ((0, 0, 0), (0, 0, 0), (0, 1, 0)))  # keeps x's sharding
+    windows = padded[:, :, np.where(positions >= 0, positions, planes.shape[2])]  # (N, C, window, *out)
+    index = _flat_positions(_window_argmax(windows, positions), positions)
     return P.pool_flat_gather(x, index), index
 
 
 # The gradient goes to the argmax as in max_pool (seed ``adaptive_max_pool2d_backward``).
-adaptive_max_pool_op = define_op("adaptive_max_pool", _adaptive_max_pool_primal, J.max_pool_jvp, R.max_pool_vjp,
-                                 lambda out, x, **_: out[1])
+adaptive_max_pool_op = define_op("adaptive_max_pool", _adaptive_max_pool_primal, J.adaptive_max_pool_jvp,
+                                 R.adaptive_max_pool_vjp, lambda out, x, **_: out[1])
 avg_pool_op = define_op("avg_pool", lambda x, *, shape, **static: P.avg_pool(x, **static), J.avg_pool_jvp,
                         R.avg_pool_vjp, lambda out, x, **_: ())
 adaptive_avg_pool_op = define_op("adaptive_avg_pool", lambda x, *, output_size, shape: P.adaptive_avg_pool(x, output_size),
