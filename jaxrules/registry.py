@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Sample", "SingularPoint", "OpRecord", "register", "records", "get"]
+__all__ = ["Sample", "SingularPoint", "OpRecord", "derive_empty_samples", "register", "records", "get"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +77,11 @@ class OpRecord:
     * ``deviations``: where and why jaxrules deliberately differs from torch (COVERAGE.md).
     * ``batching`` / ``double_backward``: how vmap and second-order reverse mode are handled
       (for the coverage table).
+    * ``empty_samples(rng, dtype)``: zero-size inputs (empty batches, reduced axes, 0x0 and
+      (0, n) matrices, empty index arrays) for the harness's ``empty`` check; ``None``: derived
+      from ``samples`` (``derive_empty_samples``). ``no_empty``: instead of samples, why no
+      zero-size input makes sense for the op (torch and jax.numpy refuse them all); the check
+      reports it.
     * ``kernel_backed``: the record runs the fused Pallas kernels (their ``impl="pallas"``
       path): in a JAX without Pallas' Triton backend the op falls back to its XLA formulas, so
       the harness skips the record's checks, saying why (another record checks those formulas).
@@ -100,10 +105,68 @@ class OpRecord:
     batching: str = "vmapped formulas"
     double_backward: str = "JAX's derivative of the VJP formula"
     kernel_backed: bool = False
+    empty_samples: SampleFn | None = None
+    no_empty: str = ""
 
     @property
     def complex_support(self) -> bool:
         return any(d.startswith("complex") for d in self.dtypes)
+
+    def zero_size_samples(self, rng: np.random.Generator, dtype: np.dtype) -> list[Sample]:
+        """The record's zero-size samples: declared (``empty_samples``), else derived from its
+        samples (``derive_empty_samples``); none where ``no_empty`` says why."""
+        if self.no_empty:
+            return []
+        if self.empty_samples is not None:
+            return self.empty_samples(rng, dtype)
+        return derive_empty_samples(self.samples(rng, dtype))
+
+
+_MAX_DERIVED = 4  # zero-size samples derived per record (each is compiled: the check stays cheap)
+
+
+def _cut(sample: Sample, size: int) -> Sample | None:
+    """``sample`` with every axis of length ``size``, of every array argument, cut to length 0
+    (arrays that share a dimension share its length in the samples, so they stay consistent); None
+    where a signed integer array (indices, offsets) keeps elements: its values could point past
+    the cut axis. Unsigned integer arrays (PRNG keys) are kept whole."""
+    args = []
+    for a in sample.args:
+        if isinstance(a, np.ndarray) and a.ndim >= 1 and size in a.shape and not _is_key(a):
+            a = a[tuple(slice(0, 0) if n == size else slice(None) for n in a.shape)]
+        elif isinstance(a, np.ndarray) and np.issubdtype(a.dtype, np.signedinteger) and a.size:
+            return None
+        args.append(a)
+    return Sample(tuple(args), dict(sample.kwargs))
+
+
+def _is_key(a: np.ndarray) -> bool:
+    """Unsigned integers: PRNG key data, never cut."""
+    return np.issubdtype(a.dtype, np.unsignedinteger)
+
+
+def derive_empty_samples(samples: list[Sample], limit: int = _MAX_DERIVED) -> list[Sample]:
+    """Zero-size samples derived from ``samples``: for each length of an axis of a sample's array
+    arguments (the first argument's first), every axis of that length cut to 0 (``(3, 4)``'s rows:
+    an empty batch, ``(0, 4)``; its columns: an empty reduced axis, ``(3, 0)``; a square ``(3,
+    3)``: ``(0, 0)``; a contraction ``(3, 4) @ (4, 2)``: ``(3, 0) @ (0, 2)``; indices ``(4,)``
+    with their values ``(4, 2)``: no indices). The samples taken in turn (their first cut each,
+    then their second ...), duplicates dropped, at most ``limit``."""
+    per_sample = []
+    for sample in samples:
+        shapes = [a.shape for a in sample.args if isinstance(a, np.ndarray)]
+        sizes = list(dict.fromkeys(n for shape in shapes for n in shape if n > 1))  # 1: broadcasting
+        per_sample.append([c for c in (_cut(sample, n) for n in sizes) if c is not None])
+    out, seen = [], set()
+    for k in range(max(map(len, per_sample), default=0)):
+        for cuts in per_sample:
+            if k < len(cuts):
+                key = repr([(np.shape(a), getattr(a, "dtype", type(a))) if isinstance(a, np.ndarray) else a
+                            for a in cuts[k].args]) + repr(cuts[k].kwargs)
+                if key not in seen:
+                    seen.add(key)
+                    out.append(cuts[k])
+    return out[:limit]
 
 
 _REGISTRY: dict[str, OpRecord] = {}

@@ -14,7 +14,12 @@ Checks (names used by the CLI, the tests and the JSON report):
 * ``torch``       values, gradients (conjugated for complex) and JVPs against torch;
 * ``singular``    the record's expected derivatives at its singular points, finite second
   derivatives (forward-over-reverse, reverse-over-reverse, forward-over-forward);
-* ``low_precision`` float32/bfloat16 values and gradients against float64.
+* ``low_precision`` float32/bfloat16 values and gradients against float64;
+* ``empty``       zero-size inputs (the record's ``empty_samples``, else derived from its samples:
+  ``registry.derive_empty_samples``): the value, JVP and VJP, jitted and vmapped over a batch of
+  two, run; shapes and dtypes as the primal's, ``<ct, jvp(t)> == <vjp(ct), t>``; value, dtype and
+  gradients as torch's where torch accepts the input; where jaxrules refuses it, a ValueError or
+  TypeError naming the op, and torch must refuse it too.
 
 Everything runs in float64: enable it first (``jax.config.update("jax_enable_x64", True)``).
 
@@ -43,7 +48,7 @@ from jaxrules.registry import OpRecord, Sample
 
 __all__ = ["CHECKS", "CheckResult", "check_op", "release_programs", "run_check"]
 
-CHECKS = ("gradients", "jvp_vjp", "formulas", "vmap", "jit", "torch", "singular", "low_precision")
+CHECKS = ("gradients", "jvp_vjp", "formulas", "vmap", "jit", "torch", "singular", "low_precision", "empty")
 
 _TOL = {"float64": 1e-9, "complex128": 1e-9, "float32": 2e-4, "complex64": 2e-4, "bfloat16": 6e-2}
 
@@ -685,6 +690,132 @@ def _check_low_precision(record: OpRecord) -> float | str:
     return worst
 
 
+def _op_names(record: OpRecord) -> set[str]:
+    """The names an error message of ``record``'s op may start with: the record's, its public
+    functions' and its formula ops'."""
+    public = {p.split("(")[0].rsplit(".", 1)[-1] for p in record.public}
+    return {record.name, record.name.split("[")[0], *record.formula_ops, *public}
+
+
+def _names_the_op(record: OpRecord, err: BaseException) -> bool:
+    """Whether ``err`` is the library's own clear refusal: a ValueError or TypeError whose message
+    names the op (``"<op>: ..."``)."""
+    text = str(err)
+    return isinstance(err, ValueError | TypeError) and any(f"{n}:" in text for n in _op_names(record))
+
+
+def _shapes(sample: Sample) -> str:
+    return ", ".join(f"{a.dtype}{list(a.shape)}" if isinstance(a, np.ndarray) else repr(a)
+                     for a in sample.args) + (f" {sample.kwargs}" if sample.kwargs else "")
+
+
+def _empty_program(f: Callable) -> Callable:
+    """``program(args, t, c)``: the value, ``jax.jvp`` along ``t``, ``jax.vjp`` of ``c`` and both
+    vmapped over a batch of two copies of the arguments, in one jitted program."""
+
+    def value_and_vjp(args, c):
+        value, pullback = jax.vjp(f, *args)
+        return value, pullback(c)
+
+    @jax.jit
+    def program(args, t, c):
+        value, jvp = jax.jvp(f, tuple(args), tuple(t))
+        grads = value_and_vjp(args, c)[1]
+        twice = [jnp.stack([a, a]) for a in args]
+        batched = jax.vmap(lambda a: value_and_vjp(a, c))(twice)
+        return {"value": value, "jvp": jvp, "vjp": grads, "vmap": batched}
+
+    return program
+
+
+def _torch_on(torch, record: OpRecord, sample: Sample, ct=None):
+    """torch's value on ``sample`` and its gradients of ``_loss(f, ct)`` (``_torch_grads``), or
+    the exception it raised on the value. The gradients are ``None`` (not compared) where ``ct`` is
+    None or only the value works, and zero (not asked of torch: its ``pdist`` backward crashes the
+    process on an empty input) where every output is empty."""
+    try:
+        value = _from_torch(record.torch_fn(torch, *_to_torch(torch, sample, False), **sample.kwargs))
+    except Exception as err:  # torch refuses the input
+        return err
+    if ct is None:
+        return value, None
+    if all(np.size(v) == 0 for v in jax.tree.leaves(value)):
+        return value, [np.zeros(np.shape(sample.args[i]), sample.args[i].dtype) for i in sample.diff_argnums()]
+    try:
+        return _torch_grads(torch, record, sample, ct)
+    except Exception:  # torch's refusal of the gradient: the value alone
+        return value, None
+
+
+def _check_empty_sample(record: OpRecord, label: str, sample: Sample, torch, notes: list) -> float:
+    """The ``empty`` check of one zero-size sample (``notes``: what was seen besides passing)."""
+    f, args = _closure(record, sample)
+    with_torch = torch is not None and record.torch_fn is not None
+    try:
+        out_shape = jax.eval_shape(f, *args)
+    except Exception as err:  # jaxrules refuses the input: clearly, and as torch
+        if not _names_the_op(record, err):
+            raise CheckFailure(f"{label}: {type(err).__name__} not naming the op: {str(err)[:300]}") from None
+        if with_torch and not isinstance(_torch_on(torch, record, sample), BaseException):
+            raise CheckFailure(f"{label}: torch accepts it, jaxrules raises {type(err).__name__}: {err}") from None
+        notes.append("refused as torch")
+        return 0.0
+    rng = _rng(record, f"empty/{label}")
+    t = [_like(rng, a) for a in args]
+    c = jax.tree.map(lambda o: _like(rng, o) if jnp.issubdtype(o.dtype, jnp.inexact)
+                     else np.zeros(o.shape, jax.dtypes.float0), out_shape)
+    out = _empty_program(f)(args, t, c)
+    value, jvp, grads = out["value"], out["jvp"], out["vjp"]
+    inexact = [o for o in jax.tree.leaves(value) if jnp.issubdtype(o.dtype, jnp.inexact)]
+    tangents = [o for o in jax.tree.leaves(jvp) if o.dtype != jax.dtypes.float0]
+    if [(o.shape, o.dtype) for o in tangents] != [(o.shape, o.dtype) for o in inexact]:
+        raise CheckFailure(f"{label}: JVP {[o.shape for o in tangents]} for the value {[o.shape for o in inexact]}")
+    if [(g.shape, g.dtype) for g in grads] != [(a.shape, a.dtype) for a in args]:
+        raise CheckFailure(f"{label}: VJP {[g.shape for g in grads]} for the arguments {[a.shape for a in args]}")
+    cts = [x for x in jax.tree.leaves(c) if x.dtype != jax.dtypes.float0]
+    lhs, rhs = _host_pairing(cts, tangents), _host_pairing(grads, t)
+    worst = abs(lhs - rhs) / max(1.0, abs(lhs))
+    if not worst <= 1e-9:
+        raise CheckFailure(f"{label}: <ct, jvp(t)> = {lhs:.12g} but <vjp(ct), t> = {rhs:.12g}")
+    twice = jax.tree.map(lambda x: np.stack([np.asarray(x)] * 2), (value, grads))
+    worst = max(worst, _expect_close(f"{label}: vmap over two copies", out["vmap"], twice, 1e-10))
+    if not with_torch:
+        return worst
+    theirs = _torch_on(torch, record, sample, jax.tree.map(lambda x: np.conj(np.asarray(x)), cts))
+    if isinstance(theirs, BaseException):
+        notes.append("accepted where torch refuses")
+        return worst
+    t_value, t_grads = theirs
+    ours_leaves, their_leaves = jax.tree.leaves(value), jax.tree.leaves(t_value)
+    if [(np.shape(o), np.dtype(o.dtype)) for o in ours_leaves] != [(np.shape(o), o.dtype) for o in their_leaves]:
+        raise CheckFailure(f"{label}: value {[(o.shape, str(o.dtype)) for o in ours_leaves]} but torch's "
+                           f"{[(o.shape, str(o.dtype)) for o in their_leaves]}")
+    tol = _tol(record, "torch", 1e-9)
+    worst = max(worst, _expect_close(f"{label}: value vs torch", value, t_value, tol))
+    for i, (g, tg) in enumerate(zip(grads, t_grads or ())):
+        if tg is not False:
+            expected = np.zeros_like(np.asarray(g)) if tg is None else tg
+            worst = max(worst, _expect_close(f"{label}: gradient {i} vs torch", g, expected, tol))
+    return worst
+
+
+def _check_empty(record: OpRecord) -> float | str | tuple:
+    if record.no_empty:
+        return f"skipped: no zero-size input: {record.no_empty}"
+    samples = record.zero_size_samples(_rng(record, "empty"), np.dtype("float64"))
+    if not samples:
+        raise CheckFailure("no zero-size samples: none derived from the samples (integer arrays keep their "
+                           "elements); declare the record's empty_samples, or no_empty with the reason")
+    torch = _torch()
+    worst, notes = 0.0, []
+    for k, sample in enumerate(samples):
+        label = f"zero-size sample {k} ({_shapes(sample)})"
+        worst = max(worst, _check_empty_sample(record, label, sample, torch, notes))
+    summary = f"{len(samples)} zero-size samples" + "".join(
+        f"; {notes.count(n)} {n}" for n in dict.fromkeys(notes))
+    return worst, summary
+
+
 _RUNNERS = {
     "gradients": _check_gradients,
     "jvp_vjp": _check_jvp_vjp,
@@ -694,6 +825,7 @@ _RUNNERS = {
     "torch": _check_torch,
     "singular": _check_singular,
     "low_precision": _check_low_precision,
+    "empty": _check_empty,
 }
 
 

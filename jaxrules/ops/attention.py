@@ -354,13 +354,24 @@ def _attention_samples(rng, dt):
     ]
 
 
+def _attention_empty_samples(rng, dt):
+    """Zero-size batch, queries, keys (a softmax over no keys) and query/key features (every score
+    0: the values' mean, whose gradient is not empty)."""
+    return [
+        Sample((normal(rng, dt, 0, 3, 4), normal(rng, dt, 0, 5, 4), normal(rng, dt, 0, 5, 3))),
+        Sample((normal(rng, dt, 2, 0, 4), normal(rng, dt, 2, 5, 4), normal(rng, dt, 2, 5, 3))),
+        Sample((normal(rng, dt, 2, 3, 4), normal(rng, dt, 2, 0, 4), normal(rng, dt, 2, 0, 3))),
+        Sample((normal(rng, dt, 2, 3, 0), normal(rng, dt, 2, 5, 0), normal(rng, dt, 2, 5, 3)), {"scale": 0.5}),
+    ]
+
+
 _ALL_MASKED = np.zeros((2, 3), bool)
 register(OpRecord(
     "scaled_dot_product_attention", scaled_dot_product_attention,
     ("jaxrules.nn.scaled_dot_product_attention",), ("scaled_dot_product_attention",),
     ("_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward"),
     _attention_samples, _torch_attention, "torch.nn.functional.scaled_dot_product_attention",
-    low_precision=("float32", "bfloat16"), tolerance={"bfloat16": 0.1},
+    low_precision=("float32", "bfloat16"), tolerance={"bfloat16": 0.1}, empty_samples=_attention_empty_samples,
     singular=(
         SingularPoint("every key masked: output 0, zero gradients (torch 2.13 CPU: the same)",
                       (f64(1.0, 2.0).reshape(2, 1), f64(0.5, -1.0, 2.0).reshape(3, 1), f64(3.0, 1.0, -2.0).reshape(3, 1),

@@ -146,6 +146,14 @@ def _reduce(op, loss, reduction):
     return loss
 
 
+def _quotient(total, count, empty: bool):
+    """``total / count``, a mean's division. Over no elements (``empty``: a zero-size loss; 0 / 0
+    = NaN, as torch) the quotient is a constant, whose derivatives are 0 as for every zero-size
+    input (the map from an empty space), not the NaN that 0 / 0 would give them."""
+    quotient = total / count
+    return jax.lax.stop_gradient(quotient) if empty else quotient
+
+
 def _pair(op, input, target, reduction):
     if reduction not in _REDUCTIONS:
         raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
@@ -271,7 +279,7 @@ def kl_div(input: ArrayLike, target: ArrayLike, reduction: str = "mean", log_tar
     x, t = _pair("kl_div", input, target, "sum" if batchmean else reduction)
     loss = _kl_div(x, t, log_target=bool(log_target))
     if batchmean:
-        return reductions.sum(loss) / (x.shape[0] if x.ndim else 1)
+        return _quotient(reductions.sum(loss), x.shape[0] if x.ndim else 1, loss.size == 0)
     return _reduce("kl_div", loss, reduction)
 
 
@@ -503,7 +511,7 @@ def multilabel_soft_margin_loss(input: ArrayLike, target: ArrayLike, weight: Arr
     if x.ndim == 0:
         raise ValueError(f"{op}: input must have a class axis (rank >= 1), got a 0-d array")
     loss = _weighted(op, _bce_logits(x, y, jnp.ones((), x.dtype)), weight)
-    return _reduce(op, reductions.sum(loss, axis=-1) / x.shape[-1], reduction)
+    return _reduce(op, _quotient(reductions.sum(loss, axis=-1), x.shape[-1], x.shape[-1] == 0), reduction)
 
 
 _COS_EPS = float(np.float32(1e-12))  # torch's Loss.cpp EPSILON, a float
@@ -632,7 +640,7 @@ def _nll(x, t, w, ignore_index, reduction):
     if reduction == "none":
         return losses
     total = reductions.sum(losses)
-    return total / jnp.sum(w_t) if reduction == "mean" else total
+    return _quotient(total, jnp.sum(w_t), losses.size == 0) if reduction == "mean" else total
 
 
 def _check_targets(op, x, t):
@@ -720,7 +728,7 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
     kept = t != ignore_index
     smooth = jnp.where(kept, -reductions.sum(logp * w.reshape(view), axis=axis), 0)
     if reduction == "mean":
-        smooth = reductions.sum(smooth) / jnp.sum(jnp.where(kept, w[jnp.where(kept, t, 0)], 0))
+        smooth = _quotient(reductions.sum(smooth), jnp.sum(jnp.where(kept, w[jnp.where(kept, t, 0)], 0)), smooth.size == 0)
     elif reduction == "sum":
         smooth = reductions.sum(smooth)
     term = smooth * (label_smoothing / classes)

@@ -542,7 +542,7 @@ def batch_norm(
     plan = _grouped_kernel_plan("batch_norm", "xla" if axis_name is not None else impl, x, weight, None)
     axes = (0,) + tuple(range(2, x.ndim))
     count = math.prod(x.shape[a] for a in axes) * (1 if axis_name is None else lax.psum(1, axis_name))
-    if isinstance(count, int) and count <= 1:
+    if isinstance(count, int) and count == 1:  # torch: none (an empty x) is accepted
         raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got input {x.shape}")
     if plan.impl == "xla":
         y = _affine_normalize("batch_norm", x, weight, bias, axes, (channels,), 1, eps, axis_name)[0]
@@ -560,7 +560,10 @@ def batch_norm(
 
 
 def _updated_running_stats(mean, var, count, running_mean, running_var, momentum):
-    """torch's momentum update with the unbiased batch variance (``var`` is the biased one)."""
+    """torch's momentum update with the unbiased batch variance (``var`` is the biased one); an
+    empty batch (``count`` 0) leaves them as they are, as torch."""
+    if isinstance(count, int) and count == 0:
+        return running_mean, running_var
     var = var * (count / (count - 1))
     new = []
     for s, batch in ((running_mean, mean), (running_var, var)):
