@@ -76,7 +76,7 @@ TORCH_WRONG: dict[str, str] = {
                                              "torch's own binary_cross_entropy_with_logits); torch's two-term form "
                                              "gives inf - inf = NaN",
 }
-# Not fixed yet; the owners' files (normalization, indexing, linalg, nested),
+# Not fixed yet; the owners' files (normalization, linalg, nested),
 # or not fixable in a formula (XLA's FFT and convolution).
 _NORM_WEIGHT = "open: infinite weight: values +-inf where torch has NaN (torch's fused scale-shift " \
     "gives inf - inf; w x_hat + b is +-inf) and input gradients NaN where torch's are +-inf or the reverse"
@@ -100,9 +100,6 @@ OPEN: dict[str, str] = {
                                                   "non-finite key",
     "nested.scaled_dot_product_attention[[]pallas]/arg[01]/*": "open: the kernel returns 0 (and finite gradients) "
                                                               "where torch's output is NaN",
-    # ops/indexing.py
-    "scatter_reduce_am[ai][xn]/arg[03]/nan": "open: self and source gradients 0 where torch's are NaN "
-                                             "(a NaN source or self entry)",
     # ops/linalg.py
     "cholesky_inverse/arg0/nan": "open: all NaN; torch keeps entry [2, 2] = 1/L22^2 finite, the exact value "
                                  "(the NaN is L11)",

@@ -303,8 +303,36 @@ def _save_scatter_reduce(out, x, index, src, *, axis, reduce, include_self):
     return x, index, src, out, prod_weights
 
 
+def _nan_factor(mask, dtype):
+    """NaN where ``mask``, 1 elsewhere: multiplied into a derivative, it marks the entries of a
+    NaN output (a mask, not a branch: the finite path gains one comparison and one multiply)."""
+    return jnp.where(mask, jnp.nan, 1).astype(dtype)
+
+
+def _scatter_reduce_jvp(res, tx, ti, tsrc, *, axis, reduce, include_self):
+    """Seed ``scatter_reduce_jvp`` (``jvp_rules.scatter_reduce_jvp``); amax/amin: NaN at a NaN
+    output (the ties mask ``member == out`` is empty there, the seed's ``grad / 0``)."""
+    t = J.scatter_reduce_jvp(res, tx, ti, tsrc, axis=axis, reduce=reduce, include_self=include_self)
+    if reduce not in ("amax", "amin") or t is None:
+        return t
+    return t * _nan_factor(jnp.isnan(res[3]), t.dtype)
+
+
+def _scatter_reduce_vjp(res, ct, *, axis, reduce, include_self):
+    """Seed ``scatter_reduce_backward`` (``vjp_rules.scatter_reduce_vjp``); amax/amin: NaN for
+    every member (x's entry where it takes part, each src entry scattered there) of a NaN
+    output, as the seed's ``grad / N_to_distribute`` with no ties."""
+    gx, gi, gsrc = R.scatter_reduce_vjp(res, ct, axis=axis, reduce=reduce, include_self=include_self)
+    if reduce not in ("amax", "amin"):
+        return gx, gi, gsrc
+    x, index, _, out, _ = res
+    nan_out, coords = jnp.isnan(out), P.scatter_coords(index, axis)
+    nan_x = nan_out if include_self else nan_out & ~P.scattered_mask(x.shape, coords)
+    return gx * _nan_factor(nan_x, gx.dtype), gi, gsrc * _nan_factor(nan_out[coords], gsrc.dtype)
+
+
 scatter_reduce_op = define_op(
-    "scatter_reduce", _scatter_reduce_primal, J.scatter_reduce_jvp, R.scatter_reduce_vjp, _save_scatter_reduce
+    "scatter_reduce", _scatter_reduce_primal, _scatter_reduce_jvp, _scatter_reduce_vjp, _save_scatter_reduce
 )
 
 
@@ -313,7 +341,8 @@ def scatter_reduce(x: ArrayLike, axis: int, index: ArrayLike, src: ArrayLike, re
     """``out[..., index[p], ...] = reduce(x[...], src[p] for every p scattered there)`` along
     ``axis``; ``src`` is cut to ``index``'s shape as torch does. Derivatives (seed
     ``scatter_reduce_backward`` / ``scatter_reduce_jvp``): sum, mean (1/count, self included
-    when ``include_self``), amax/amin (ties share evenly, self included), prod (product of the
+    when ``include_self``), amax/amin (ties share evenly, self included; at a NaN output,
+    from NaN members, NaN for every member, as torch), prod (product of the
     other members, exact with zeros and duplicate indices, to any order; torch leaves its
     forward derivative undefined and JAX raises). Mirrors torch's ``Tensor.scatter_reduce``
     (``input.scatter_reduce(dim, index, src, reduce, include_self=True)``).
