@@ -764,7 +764,12 @@ def _check_empty_sample(record: OpRecord, label: str, sample: Sample, torch, not
     t = [_like(rng, a) for a in args]
     c = jax.tree.map(lambda o: _like(rng, o) if jnp.issubdtype(o.dtype, jnp.inexact)
                      else np.zeros(o.shape, jax.dtypes.float0), out_shape)
-    out = _empty_program(f)(args, t, c)
+    try:
+        out = _empty_program(f)(args, t, c)
+    except Exception as err:  # the value traced, so its derivatives must run too
+        where = traceback.extract_tb(err.__traceback__)[-1]
+        raise CheckFailure(f"{label}: derivatives: {type(err).__name__}: {str(err)[:300]} "
+                           f"({where.filename.split('/')[-1]}:{where.lineno})") from None
     value, jvp, grads = out["value"], out["jvp"], out["vjp"]
     inexact = [o for o in jax.tree.leaves(value) if jnp.issubdtype(o.dtype, jnp.inexact)]
     tangents = [o for o in jax.tree.leaves(jvp) if o.dtype != jax.dtypes.float0]

@@ -11,13 +11,15 @@ from jaxrules import records
 from jaxrules.testing import CHECKS, check_op, release_programs
 
 RECORDS = records()
+# ``empty`` (zero-size inputs) runs in tests/test_empty.py, beside the records still open there.
+REGISTRY_CHECKS = tuple(c for c in CHECKS if c != "empty")
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=[r.name for r in RECORDS])
 def test_op(record):
-    results = check_op(record)
+    results = check_op(record, REGISTRY_CHECKS)
     release_programs()  # each xdist worker's memory stays flat over its records
-    assert [r.check for r in results] == list(CHECKS)
+    assert [r.check for r in results] == list(REGISTRY_CHECKS)
     failed = [f"{r.check}: {r.detail}" for r in results if not r.passed]
     assert not failed, "\n".join(failed)
     torch = next(r for r in results if r.check == "torch")
