@@ -1,0 +1,330 @@
+"""Convolution and pooling (channels first). Part of ``jaxrules.partials``."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxrules.partials.indexing import zeros_sharded_like
+from jaxrules.partials.normalization import stat_dtype
+
+# ----------------------------------------------------------------------------------------------
+# Convolution (channels first: x (N, C, *spatial), weight (O, C / groups, *kernel)) and pooling
+
+
+def _conv_numbers(ndim, lhs, rhs, out):
+    return lax.ConvDimensionNumbers(lhs_spec=lhs + tuple(range(2, ndim)), rhs_spec=rhs + tuple(range(2, ndim)),
+                                    out_spec=out + tuple(range(2, ndim)))
+
+
+def conv(x, w, stride, padding, dilation, groups):
+    """torch's convolution without bias: ``padding`` is ((lo, hi), ...) per spatial axis."""
+    return lax.conv_general_dilated(
+        x, w, window_strides=stride, padding=padding, rhs_dilation=dilation, feature_group_count=groups,
+        dimension_numbers=_conv_numbers(x.ndim, (0, 1), (0, 1), (0, 1)),
+    )
+
+
+def conv_input_grad(g, w, in_spatial, stride, padding, dilation, groups):
+    """The transposed convolution (seed ``convolution_backward``'s grad_input): ``g`` (strides
+    become input dilation) against the flipped kernel with in/out channels swapped per group."""
+    o, i_g, *kernel = w.shape
+    swapped = w.reshape(groups, o // groups, i_g, *kernel).swapaxes(1, 2).reshape(groups * i_g, o // groups, *kernel)
+    flipped = jnp.flip(swapped, axis=tuple(range(2, w.ndim)))
+    pads = []
+    for n, k, s, (lo, _), d, out in zip(in_spatial, kernel, stride, padding, dilation, g.shape[2:]):
+        span = d * (k - 1) + 1
+        pads.append((span - 1 - lo, n - 1 - (out - 1) * s + lo))
+    return lax.conv_general_dilated(
+        g, flipped, window_strides=(1,) * len(kernel), padding=pads, lhs_dilation=stride, rhs_dilation=dilation,
+        feature_group_count=groups, dimension_numbers=_conv_numbers(g.ndim, (0, 1), (0, 1), (0, 1)),
+    )
+
+
+def conv_weight_grad(x, g, kernel, stride, padding, dilation, groups, out_sharding=None):
+    """seed ``convolution_backward``'s grad_weight: ``x`` (channels as the batch) correlated with
+    ``g`` (strides become kernel dilation), one group per batch group; ``out_sharding`` the
+    weight's (an ``Explicit`` mesh asks for it: the batch contracted may be sharded)."""
+    pads = []
+    for n, k, s, (lo, _), d, out in zip(x.shape[2:], kernel, stride, padding, dilation, g.shape[2:]):
+        pads.append((lo, (k - 1) * d + (out - 1) * s + 1 - n - lo))
+    return lax.conv_general_dilated(
+        x, g, window_strides=dilation, padding=pads, rhs_dilation=stride, batch_group_count=groups,
+        dimension_numbers=_conv_numbers(x.ndim, (1, 0), (1, 0), (1, 0)), out_sharding=out_sharding,
+    )
+
+
+def conv_transpose(x, w, stride, padding, dilation, groups):
+    """torch's transposed convolution without bias, ``x`` (N, C_in, *spatial) and ``w`` (C_in,
+    C_out / groups, *kernel): the transpose of ``conv(., w)`` with ``padding`` ((lo, hi), ...)
+    whose output ``x`` would be (``conv_input_grad``); torch's ``padding``/``output_padding``
+    are ``lo = padding``, ``hi = padding - output_padding``, so each output axis has
+    ``(n - 1) stride + dilation (k - 1) + 1 - lo - hi`` entries."""
+    spatial = tuple((n - 1) * s + d * (k - 1) + 1 - lo - hi
+                    for n, k, s, (lo, hi), d in zip(x.shape[2:], w.shape[2:], stride, padding, dilation))
+    return conv_input_grad(x, w, spatial, stride, padding, dilation, groups)
+
+
+def bias_view(b, ndim):
+    """A per-channel vector shaped to broadcast against (N, C, *spatial)."""
+    return b.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def window_positions(spatial, kernel, stride, padding, dilation):
+    """Static (prod(kernel), *out) flat input positions of every window element, row-major in
+    the window; -1 where the window covers padding (``padding`` ((lo, hi), ...) per axis)."""
+    axes = []
+    for n, k, s, (lo, hi), d in zip(spatial, kernel, stride, padding, dilation):
+        out = (n + lo + hi - d * (k - 1) - 1) // s + 1
+        pos = np.arange(out)[None, :] * s + np.arange(k)[:, None] * d - lo  # (k, out)
+        axes.append(np.where((pos >= 0) & (pos < n), pos, -1))
+    return combine_windows(axes, spatial)
+
+
+def combine_windows(axes, spatial):
+    """Per-axis (k, out) input positions (-1: none) -> (prod(k), *out) flat positions, row-major
+    in the window; -1 where any axis has none."""
+    grids = np.meshgrid(*[np.arange(a.shape[0]) for a in axes], *[np.arange(a.shape[1]) for a in axes], indexing="ij")
+    dims = len(axes)
+    coords = [axes[i][grids[i], grids[dims + i]] for i in range(dims)]
+    inside = np.all([c >= 0 for c in coords], axis=0)
+    flat = np.ravel_multi_index([np.maximum(c, 0) for c in coords], spatial)
+    flat = np.where(inside, flat, -1)
+    return flat.reshape(math.prod(a.shape[0] for a in axes), *flat.shape[dims:])
+
+
+def _block_index(spatial, kernel, stride, padding, dilation):
+    """``(index, size)``: the (prod(kernel), L) flat positions of ``window_positions`` with the
+    blocks flattened (row-major) and padding sent to ``size``, one past the plane."""
+    pos = window_positions(spatial, kernel, stride, padding, dilation)
+    size = math.prod(spatial)
+    return np.where(pos >= 0, pos, size).reshape(pos.shape[0], math.prod(pos.shape[1:])), size
+
+
+def unfold(x, kernel, stride, padding, dilation):
+    """torch's ``im2col``: (N, C, *spatial) -> (N, C prod(kernel), L), entry ``(c, j)`` of block
+    ``l`` the input under element ``j`` (row-major) of the ``l``-th window (row-major), 0 on the
+    ``padding`` ((lo, hi), ...). A gather: exact in every dtype."""
+    n, c = x.shape[:2]
+    index, size = _block_index(x.shape[2:], kernel, stride, padding, dilation)
+    planes = x.reshape(n, c, size)  # not -1: the batch may be empty
+    cols = jnp.take(planes, index, axis=2, mode="fill", fill_value=0)  # (N, C, K, L)
+    return cols.reshape(n, c * index.shape[0], index.shape[1])
+
+
+def fold(cols, spatial, kernel, stride, padding, dilation):
+    """torch's ``col2im``, the transpose of ``unfold`` for an input of ``spatial`` size: each
+    entry of (N, C prod(kernel), L) added at its window position (padding dropped), summed in
+    float32 for half precision."""
+    index, size = _block_index(spatial, kernel, stride, padding, dilation)
+    n, ck, blocks = cols.shape
+    c = ck // index.shape[0]
+    acc = stat_dtype(cols.dtype)
+    planes = zeros_sharded_like((n, c, size), acc, cols).at[:, :, index].add(
+        cols.astype(acc).reshape(n, c, *index.shape), mode="drop")
+    return planes.reshape(n, c, *spatial).astype(cols.dtype)
+
+
+def pool_flat_gather(x, flat_index):
+    """``x`` (N, C, *spatial) read at per-plane flat spatial indices (N, C, *out)."""
+    planes = x.reshape(x.shape[:2] + (math.prod(x.shape[2:]),))  # not -1: the batch may be empty
+    picked = jnp.take_along_axis(planes, flat_index.reshape(flat_index.shape[:2] + (math.prod(flat_index.shape[2:]),)),
+                                 axis=2)
+    return picked.reshape(flat_index.shape)
+
+
+def pool_flat_scatter(g, flat_index, shape):
+    """The transpose of ``pool_flat_gather``: ``g`` scatter-added into zeros of ``shape``."""
+    idx = flat_index.reshape(flat_index.shape[:2] + (math.prod(flat_index.shape[2:]),))
+
+    def plane(values, index):  # one (sample, channel): vmapped, the scatter has batching dims,
+        return jnp.zeros((math.prod(shape[2:]),), values.dtype).at[index].add(values)  # which shard
+
+    return jax.vmap(jax.vmap(plane))(g.reshape(idx.shape), idx).reshape(shape)
+
+
+def _spatial_pads(pads):
+    return ((0, 0, 0), (0, 0, 0), *pads)
+
+
+def _window_grid(spatial, kernel, stride, padding, dilation):
+    """Per spatial axis ``(out, padded length)`` of the windows over an input padded by
+    ``padding`` ((lo, hi), ...; ``hi`` negative where trailing input lies in no window)."""
+    return [((n + lo + hi - d * (k - 1) - 1) // s + 1, n + lo + hi)
+            for n, k, s, (lo, hi), d in zip(spatial, kernel, stride, padding, dilation)]
+
+
+def _window_offsets(kernel):
+    """Every element of a window, row-major (``window_positions``' order), as per-axis offsets."""
+    return [np.unravel_index(j, kernel) for j in range(math.prod(kernel))]
+
+
+def window_slices(x, kernel, stride, padding, dilation, fill):
+    """(N, C, prod(kernel), *out): element ``j`` (row-major) of every window of ``x`` (N, C,
+    *spatial) padded with ``fill``, as one strided slice per window element: no gather, so XLA
+    fuses it and a batch-sharded ``x`` stays sharded (the windows of ``window_positions``)."""
+    padded = lax.pad(x, np.array(fill, x.dtype), _spatial_pads((lo, hi, 0) for lo, hi in padding))
+    grid = _window_grid(x.shape[2:], kernel, stride, padding, dilation)
+    slices = []
+    for offset in _window_offsets(kernel):
+        start = [o * d for o, d in zip(offset, dilation)]
+        limit = [b + (m - 1) * s + 1 for b, (m, _), s in zip(start, grid, stride)]
+        slices.append(lax.slice(padded, (0, 0, *start), (*x.shape[:2], *limit), (1, 1, *stride)))
+    return jnp.stack(slices, axis=2)
+
+
+def window_slices_transpose(windows, shape, kernel, stride, padding, dilation):
+    """The transpose of ``window_slices`` for an input of ``shape``: element ``j`` of every window
+    (``windows`` (N, C, prod(kernel), *out)) added back at its input position, each as the
+    slice's transpose (the slice spread out with ``stride - 1`` zeros between entries); the
+    padding dropped. No scatter (seed ``max_pool2d_with_indices_backward``'s scatter-add)."""
+    zero = np.zeros((), windows.dtype)
+    grid = _window_grid(shape[2:], kernel, stride, padding, dilation)
+    total = None
+    for j, offset in enumerate(_window_offsets(kernel)):
+        pads = []
+        for o, d, (m, length), s in zip(offset, dilation, grid, stride):
+            lo = o * d
+            pads.append((lo, length - lo - (m - 1) * s - 1, s - 1))
+        piece = lax.pad(windows[:, :, j], zero, _spatial_pads(pads))
+        total = piece if total is None else total + piece
+    return lax.pad(total, zero, _spatial_pads((-lo, -hi, 0) for lo, hi in padding))
+
+
+def window_element(flat_index, spatial, kernel, stride, padding, dilation):
+    """Which element (row-major) of its window each flat input position of ``flat_index`` (N, C,
+    *out; a position of that output's window) is: per axis ``(i + lo - o s) / d``."""
+    coords = jnp.unravel_index(flat_index, spatial)
+    element = jnp.zeros(flat_index.shape, jnp.int32)
+    for axis, (i, k, s, (lo, _), d) in enumerate(zip(coords, kernel, stride, padding, dilation)):
+        out = lax.broadcasted_iota(jnp.int32, flat_index.shape, 2 + axis)
+        element = element * k + (i.astype(jnp.int32) + lo - out * s) // d
+    return element
+
+
+def window_select(windows, element):
+    """``windows`` (N, C, K, *out) read at window element ``element`` (N, C, *out): a masked
+    sum over the window (elementwise; the unselected entries, NaN or not, do not enter)."""
+    chosen = element[:, :, None] == lax.broadcasted_iota(jnp.int32, windows.shape, 2)
+    return jnp.sum(jnp.where(chosen, windows, 0), axis=2).astype(windows.dtype)
+
+
+def window_place(g, element, shape, kernel, stride, padding, dilation):
+    """The transpose of ``window_select`` after ``window_slices``: ``g`` (N, C, *out) added at
+    window element ``element`` of each window of an input of ``shape``."""
+    k = math.prod(kernel)
+    chosen = element[:, :, None] == lax.broadcasted_iota(jnp.int32, (*g.shape[:2], k, *g.shape[2:]), 2)
+    return window_slices_transpose(jnp.where(chosen, g[:, :, None], 0), shape, kernel, stride, padding, dilation)
+
+
+def window_sum(x, kernel, stride, padding):
+    """The sum over every window of (N, C, *spatial) (no dilation); ``padding`` ((lo, hi), ...)
+    per spatial axis of zeros, ``hi`` negative where trailing input lies in no window."""
+    zero = np.zeros((), x.dtype)
+    padded = lax.pad(x, zero, _spatial_pads((lo, hi, 0) for lo, hi in padding))
+    return lax.reduce_window(padded, zero, lax.add, (1, 1, *kernel), (1, 1, *stride), "VALID")
+
+
+def window_sum_transpose(g, kernel, stride, padding):
+    """The transpose of ``window_sum``: each input position gets the sum of ``g`` over the windows
+    that cover it. ``g`` spread out with ``stride - 1`` zeros between entries and ``kernel - 1``
+    around, summed over windows of ``kernel`` at stride 1 (the padded input's length
+    ``(out - 1) stride + kernel``), the padding cut off again (seed ``avg_pool2d_backward``'s
+    scatter, as a gather)."""
+    zero = np.zeros((), g.dtype)
+    spread = lax.pad(g, zero, _spatial_pads((k - 1, k - 1, s - 1) for k, s in zip(kernel, stride)))
+    full = lax.reduce_window(spread, zero, lax.add, (1, 1, *kernel), (1,) * g.ndim, "VALID")
+    return lax.pad(full, zero, _spatial_pads((-lo, -hi, 0) for lo, hi in padding))
+
+
+def avg_pool_divisor(spatial, kernel, stride, padding, count_include_pad, divisor_override):
+    """torch's avg_pool divisor per output position (static): ``divisor_override``, else the
+    window's size clipped to the padded input (``count_include_pad``) or to the input itself;
+    both are products of one length per axis."""
+    lengths = []
+    for n, k, s, (lo, hi) in zip(spatial, kernel, stride, padding):
+        out = (n + lo + hi - k) // s + 1
+        start = np.arange(out) * s - lo
+        end = np.minimum(start + k, n + lo)  # torch clips a ceil_mode window to the padding
+        if not count_include_pad:
+            start, end = np.maximum(start, 0), np.minimum(end, n)
+        lengths.append(end - start)
+    if divisor_override is not None:
+        return np.full([len(v) for v in lengths], float(divisor_override))
+    return functools.reduce(np.multiply.outer, lengths).astype(float)
+
+
+def avg_pool(x, kernel, stride, padding, count_include_pad, divisor_override):
+    """torch's avg_pool: the window sums over the divisor, summed in float32 for half precision."""
+    divisor = avg_pool_divisor(x.shape[2:], kernel, stride, padding, count_include_pad, divisor_override)
+    acc = stat_dtype(x.dtype)
+    return (window_sum(x.astype(acc), kernel, stride, padding) / divisor.astype(acc)).astype(x.dtype)
+
+
+def avg_pool_transpose(g, shape, kernel, stride, padding, count_include_pad, divisor_override):
+    """The transpose of ``avg_pool`` for an input of ``shape``: ``g`` over the divisor, spread
+    back over the windows (``window_sum_transpose``)."""
+    divisor = avg_pool_divisor(shape[2:], kernel, stride, padding, count_include_pad, divisor_override)
+    acc = stat_dtype(g.dtype)
+    return window_sum_transpose(g.astype(acc) / divisor.astype(acc), kernel, stride, padding).astype(g.dtype)
+
+
+def adaptive_windows(n, out):
+    """torch's adaptive pooling windows of an axis of length ``n``: ``[floor(i n / out),
+    ceil((i + 1) n / out))`` for i < out (static)."""
+    i = np.arange(out)
+    return (i * n) // out, -((-(i + 1) * n) // out)
+
+
+def _adaptive_window_index(n, out):
+    """``(index, valid, length)`` of the adaptive windows of an axis of length ``n``: ``index``
+    (out, width) the positions of each window (padded with the last position), ``valid`` which
+    of them belong to it, ``length`` its length."""
+    start, end = adaptive_windows(n, out)
+    length = end - start
+    k = np.arange(int(length.max(initial=0)))
+    return np.minimum(start[:, None] + k, max(n - 1, 0)), k < length[:, None], length
+
+
+def _window_means(y, axis, n, out):
+    """The mean of each adaptive window along ``axis``: a sum per window (no product with a
+    dense averaging matrix, whose zeros would turn an inf elsewhere on the axis into NaN)."""
+    index, valid, length = _adaptive_window_index(n, out)
+    windows = jnp.take(jnp.moveaxis(y, axis, -1), index, axis=-1)  # (..., out, width)
+    means = jnp.where(valid, windows, 0).sum(-1) / length.astype(y.dtype)
+    return jnp.moveaxis(means, -1, axis)
+
+
+def _window_means_transpose(g, axis, n, out):
+    """The transpose of ``_window_means``: each window's cotangent shared evenly over it."""
+    index, valid, length = _adaptive_window_index(n, out)
+    g = jnp.moveaxis(g, axis, -1)
+    shares = jnp.where(valid, (g / length.astype(g.dtype))[..., None], 0)  # (..., out, width)
+    spread = zeros_sharded_like(g.shape[:-1] + (n,), g.dtype, g).at[..., index].add(shares)
+    return jnp.moveaxis(spread, -1, axis)
+
+
+def _along_spatial_axes(x, step, sizes, output_size):
+    """``step`` applied to each spatial axis of x (N, C, *spatial) in turn, accumulated in
+    float32 for half precision."""
+    y = x.astype(stat_dtype(x.dtype))
+    for axis, (n, out) in enumerate(zip(sizes, output_size), start=2):
+        y = step(y, axis, n, out)
+    return y.astype(x.dtype)
+
+
+def adaptive_avg_pool(x, output_size):
+    """torch's adaptive_avg_pool: the mean of each adaptive window, axis by axis (it is separable:
+    the window's size is the product of its lengths)."""
+    return _along_spatial_axes(x, _window_means, x.shape[2:], output_size)
+
+
+def adaptive_avg_pool_transpose(g, shape, output_size):
+    """The transpose of ``adaptive_avg_pool`` (seed ``_adaptive_avg_pool2d_backward``: each
+    cotangent shared evenly over its window)."""
+    return _along_spatial_axes(g, _window_means_transpose, shape[2:], output_size)

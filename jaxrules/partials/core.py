@@ -1,0 +1,170 @@
+"""Small guards (the double-``where``) and elementwise factors. Part of ``jaxrules.partials``."""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+
+# ----------------------------------------------------------------------------------------------
+# Small guards.
+
+
+def safe_reciprocal(x, zero_at):
+    """``1/x`` where ``zero_at`` is false, exactly 0 where it is true (double-where guard)."""
+    return jnp.where(zero_at, 0, 1 / jnp.where(zero_at, 1, x))
+
+
+def sgn(x):
+    """torch.sgn: ``x/|x|`` (complex) or ``sign(x)`` (real); 0 at 0."""
+    if not jnp.iscomplexobj(x):
+        return jnp.sign(x)
+    mag = jnp.abs(x)
+    return x * safe_reciprocal(mag, mag == 0)
+
+
+def expand_reduced(g, shape, axis, keepdims):
+    """Broadcast a reduction's output-shaped array back to the input ``shape`` (torch's
+    ``unsqueeze_multiple`` + ``expand``, seed ``sum_backward``). ``axis`` is a normalized tuple."""
+    if not keepdims:
+        g = jnp.expand_dims(g, axis)
+    return jnp.broadcast_to(g, shape)
+
+
+def reduced_size(shape, axis):
+    """Number of elements folded into each output element (seed ``_safe_size``)."""
+    return math.prod(shape[a] for a in axis)
+
+
+# ----------------------------------------------------------------------------------------------
+# Elementwise factors.
+
+
+def _ops():
+    """The elementwise ops, for factors whose own derivative must follow jaxrules' conventions
+    (imported late: the ops import this module)."""
+    from jaxrules.ops import elementwise
+
+    return elementwise
+
+
+def sgn_parts(x):
+    """``(sgn(x), 1/(2|x|))`` with both 0 at x = 0 (complex ``sgn_backward``)."""
+    mag = jnp.abs(x)
+    return x * safe_reciprocal(mag, mag == 0), 0.5 * safe_reciprocal(mag, mag == 0)
+
+
+def abs2_reciprocal(x):
+    """``1/|x|^2``, 0 at x = 0."""
+    mag2 = (x * jnp.conj(x)).real
+    return safe_reciprocal(mag2, mag2 == 0)
+
+
+def arctan2_factors(y, x):
+    """``(x, -y) / (x^2 + y^2)``, both 0 at (0, 0) (the zero subgradient; the seed's
+    ``atan2_backward`` gives NaN there, torch 2.13's VJP 0 and its JVP NaN)."""
+    d = x * x + y * y
+    inv = safe_reciprocal(d, d == 0)
+    return x * inv, -y * inv
+
+
+def pow_scalar_exponent_factor(x, exponent):
+    """``e x^(e-1)``, exactly 0 when e = 0 (seed ``pow_backward``: avoids ``0 * inf``)."""
+    if exponent == 0:
+        return jnp.zeros_like(x)
+    return exponent * _ops().power(x, exponent - 1)
+
+
+def pow_base_factor(x, y):
+    """``y x^(y-1)``, 0 where y = 0 (seed ``pow_backward_self``)."""
+    zero = y == 0
+    y_safe = jnp.where(zero, 1, y)
+    return jnp.where(zero, 0, y_safe * _ops().power(x, y_safe - 1))
+
+
+def pow_exponent_factor(x, y, out):
+    """``x^y log(x)``, 0 where x = 0 and y >= 0 (real part of y for complex y with zero imaginary
+    part; seed ``pow_backward_exponent``)."""
+    if jnp.iscomplexobj(y):
+        nonneg = (y.imag == 0) & (y.real >= 0)
+    else:
+        nonneg = y >= 0
+    mask = (x == 0) & nonneg
+    x_safe = jnp.where(mask, 1, x)
+    log_x = jnp.log(x_safe.astype(out.dtype) if jnp.iscomplexobj(out) else x_safe)
+    return jnp.where(mask, 0, out * log_x)
+
+
+def copysign_factor(x, y):
+    """``copysign(x, y) / x``: +-1, 0 where x = 0, NaN where x is NaN (seed
+    ``copysign_tensor_self_backward``; +-1 at x = +-inf, where the seed's ratio is inf/inf = NaN)."""
+    same = jnp.signbit(x) == jnp.signbit(y)
+    factor = jnp.where(x == 0, 0, jnp.where(same, 1.0, -1.0))
+    return jnp.where(jnp.isnan(x), jnp.nan, factor).astype(jnp.result_type(x, y))
+
+
+def sinc_derivative(x):
+    """``d sinc / dx = (cos(pi x) - sinc(x)) / x``; the Taylor series
+    ``-pi^2 x/3 + pi^4 x^3/30`` for ``|pi x| < 1e-2`` (no cancellation; 0 at 0)."""
+    small = jnp.abs(math.pi * x) < 1e-2
+    x_safe = jnp.where(small, 1, x)
+    exact = (jnp.cos(math.pi * x_safe) - jnp.sinc(x_safe)) / x_safe
+    series = -(math.pi**2) * x / 3 + math.pi**4 * x**3 / 30
+    return jnp.where(small, series, exact)
+
+
+def clip_masks(x, lo, hi):
+    """Which of ``x, lo, hi`` the output follows (seed ``clamp_jvp``'s selection): ``hi`` when
+    lo > hi, else ``lo`` when x < lo, ``hi`` when x > hi, else ``x`` when lo <= x <= hi (ties go
+    to x). None of them where x or the bound it is compared with is NaN (seed
+    ``clamp_backward_min_max``: the output is NaN, every gradient 0)."""
+    # jnp's logical ops, not ``~``/``&``: under jit a scalar bound may be a Python bool here,
+    # and ``~False == -1``.
+    crossed = jnp.greater(lo, hi)
+    below = jnp.logical_and(jnp.logical_not(crossed), jnp.less(x, lo))
+    above = jnp.logical_or(crossed, jnp.greater(x, hi))
+    inside = jnp.logical_and(jnp.greater_equal(x, lo), jnp.less_equal(x, hi))
+    return inside, below, jnp.logical_and(above, jnp.logical_not(below))
+
+
+def logit_factor(x, eps):
+    """``1/(x(1 - x))`` inside ``[eps, 1 - eps]`` (0 outside); with ``eps=None`` inside
+    ``[0, 1]`` (NaN outside) — seed ``infinitely_differentiable_logit_backward``."""
+    lo, hi, outside = (0.0, 1.0, jnp.nan) if eps is None else (eps, 1 - eps, 0.0)
+    inside = (x >= lo) & (x <= hi)
+    x_safe = jnp.where(inside, x, 0.5)
+    return jnp.where(inside, 1 / (x_safe * (1 - x_safe)), outside)
+
+
+def _bessel_ratio(x, i1x):
+    """``i1(x)/x`` (or ``i1e(x)/x``) with its limit 1/2 at 0."""
+    zero = x == 0
+    return jnp.where(zero, 0.5, i1x / jnp.where(zero, 1, x))
+
+
+def i1_factor(x, out):
+    """``i0(x) - i1(x)/x``; 1/2 at 0 (torch ``i1_backward``)."""
+    from jax.scipy import special
+
+    return special.i0(x) - _bessel_ratio(x, out)
+
+
+def i1e_factor(x, out):
+    """``i0e(x) - i1e(x) (sign(x) + 1/x)``; 1/2 at 0 (torch ``i1e_backward``)."""
+    from jax.scipy import special
+
+    return special.i0e(x) - jnp.sign(x) * out - _bessel_ratio(x, out)
+
+
+def multigammaln_factor(a, d):
+    """``sum_{i<d} digamma(a - i/2)`` (seed ``mvlgamma_backward``)."""
+    from jax.scipy import special
+
+    return sum(special.digamma(a - i / 2) for i in range(d))
+
+
+def xlogy_factors(x, y):
+    """``(xlogy(x != 0, y), x / y)``, both 0 where x = 0 (x log y is identically 0 there)."""
+    zero = x == 0
+    y_safe = jnp.where(zero, 1, y)
+    return jnp.where(zero, 0, jnp.log(y_safe)), jnp.where(zero, 0, x / y_safe)

@@ -1,0 +1,156 @@
+"""Scatter / gather along one axis (torch's ``scatter_reduce``). Part of ``jaxrules.partials``."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxrules.mechanism import explicit_sharding
+from jaxrules.partials.core import safe_reciprocal
+
+# Scatter / gather along one axis (torch's ``scatter_reduce``): ``coords`` addresses, for each
+# position of ``index``, the target element (the position with its ``axis`` coordinate replaced
+# by the index).
+
+
+class _CoordsAlong(tuple):
+    """Scatter coordinates that are ``index`` along ``axis`` and the position elsewhere."""
+
+    index: jax.Array
+    axis: int
+
+
+def scatter_coords(index, axis):
+    """The scatter target coordinates of ``index`` along ``axis``."""
+    coords = list(jnp.indices(index.shape, sparse=True))
+    coords[axis] = index
+    out = _CoordsAlong(coords)
+    out.index, out.axis = index, axis % index.ndim
+    return out
+
+
+def zeros_sharded_like(shape, dtype, like):
+    """``zeros(shape)`` sharded as ``like`` along the axes where both have the same size, under an
+    ``Explicit`` mesh (the operand of a scatter, sharded as its updates); else plain zeros."""
+    sharding = explicit_sharding(like)
+    if sharding is None or jnp.ndim(like) != len(shape):
+        return jnp.zeros(shape, dtype)
+    spec = tuple(sharding.spec) + (None,) * len(shape)
+    spec = [e if jnp.shape(like)[a] == n else None for a, (e, n) in enumerate(zip(spec, shape))]
+    return jnp.zeros(shape, dtype, out_sharding=jax.sharding.PartitionSpec(*spec))
+
+
+def scatter_add(shape, coords, values):
+    """``zeros(shape).at[coords].add(values)``."""
+    if isinstance(coords, _CoordsAlong) and values.shape == coords.index.shape and all(
+            n == m for a, (n, m) in enumerate(zip(shape, values.shape)) if a != coords.axis):
+        # One scatter per line along the axis, vmapped: the other axes become the scatter's
+        # batching dimensions, which XLA's partitioner keeps sharded (it replicates a scatter of
+        # sparse iotas into replicated zeros) and which an Explicit mesh resolves.
+        def line(index, values):
+            return jnp.zeros((shape[coords.axis],), values.dtype).at[index].add(values)
+
+        for _ in range(values.ndim - 1):
+            line = jax.vmap(line)
+        moved = line(jnp.moveaxis(coords.index, coords.axis, -1), jnp.moveaxis(values, coords.axis, -1))
+        return jnp.moveaxis(moved, -1, coords.axis)
+    zeros = zeros_sharded_like(shape, values.dtype, values)
+    return zeros.at[coords].add(values, out_sharding=explicit_sharding(zeros))
+
+
+def repeat_along(x, counts, axis):
+    """Entry ``i`` of ``x`` along ``axis`` repeated ``counts[i]`` times (``counts`` static)."""
+    return jnp.repeat(x, jnp.asarray(counts), axis=axis, total_repeat_length=sum(counts))
+
+
+def sum_repeats(ct, counts, axis):
+    """The transpose of ``repeat_along``: each entry's copies summed (a segment sum)."""
+    ids = np.repeat(np.arange(len(counts)), counts)
+    moved = jnp.moveaxis(ct, axis, 0)
+    return jnp.moveaxis(jax.ops.segment_sum(moved, ids, num_segments=len(counts)), 0, axis)
+
+
+def scattered_mask(shape, coords):
+    """Which target elements receive at least one scattered value."""
+    index = max(coords, key=jnp.size)  # the scattered index (the others are sparse iotas)
+    zeros = zeros_sharded_like(shape, bool, index)
+    return zeros.at[coords].set(True, out_sharding=explicit_sharding(zeros))
+
+
+def _segmented_cumprod(values, starts):
+    """Inclusive cumulative products that restart where ``starts`` is true (an associative scan:
+    products only, so JAX differentiates it to any order)."""
+
+    def combine(a, b):
+        (a_value, a_start), (b_value, b_start) = a, b
+        return jnp.where(b_start, b_value, a_value * b_value), a_start | b_start
+
+    return lax.associative_scan(combine, (values, starts))[0]
+
+
+def segment_products_of_others(values, segments):
+    """``prod_{j != i, segments[j] == segments[i]} values[j]`` for each ``i`` (1-D), zero-safe
+    and division-free: exclusive segmented products forward and backward over the members
+    sorted by segment (seed ``scatter_reduce_backward``'s prod, without its single-zero special
+    case, so second and higher derivatives are exact with any number of zeros)."""
+    order = jnp.argsort(segments, stable=True)
+    v, s = values[order], segments[order]
+    boundary = s[1:] != s[:-1]
+    starts = jnp.concatenate([jnp.ones(1, bool), boundary])
+    ends = jnp.concatenate([boundary, jnp.ones(1, bool)])
+    one = jnp.ones(1, v.dtype)
+    before = jnp.where(starts, 1, jnp.concatenate([one, _segmented_cumprod(v, starts)[:-1]]))
+    after = jnp.where(ends, 1, jnp.concatenate([_segmented_cumprod(v[::-1], ends[::-1])[:-1][::-1], one]))
+    return jnp.zeros_like(values).at[order].set(before * after)
+
+
+def embedding_row_weights(indices, padding_idx, scale_grad_by_freq, num, dtype):
+    """Per looked-up row: 0 for ``padding_idx``, ``1/count(index)`` with ``scale_grad_by_freq``,
+    else 1."""
+    weights = jnp.ones(indices.shape, dtype)
+    if scale_grad_by_freq:
+        counts = jnp.zeros(num, dtype).at[indices].add(1)
+        weights = weights / counts[indices]
+    if padding_idx is not None:
+        weights = jnp.where(indices == padding_idx, 0.0, weights)
+    return weights
+
+
+def scatter_prod_weights(x, index, src, axis, include_self):
+    """``(w_x, w_src)`` of a scatter product: each member's product of the other members of its
+    slot (``segment_products_of_others``); an element not kept (``include_self=False`` and
+    scattered) has weight 0, one not scattered and not kept weight 1."""
+    coords = scatter_coords(index, axis)
+    target = jnp.ravel_multi_index(jnp.broadcast_arrays(*coords), x.shape, mode="clip").ravel()
+    own = jnp.arange(x.size)
+    if include_self:
+        others = segment_products_of_others(jnp.concatenate([x.ravel(), src.ravel()]), jnp.concatenate([own, target]))
+        return others[: x.size].reshape(x.shape), others[x.size :].reshape(src.shape)
+    others = segment_products_of_others(src.ravel(), target)
+    return jnp.where(scattered_mask(x.shape, coords), 0, 1).astype(x.dtype), others.reshape(src.shape)
+
+
+def scatter_reduce_weights(res, *, axis, reduce, include_self):
+    """``(w_x, w_src, coords)``: the derivative of each output element with respect to its own
+    ``x`` element and to each scattered ``src`` element (seed ``scatter_reduce_backward`` /
+    ``scatter_reduce_jvp``). Residuals: ``(x, index, src, out, prod_weights)`` (the last only
+    for prod)."""
+    x, index, src, out, prod_weights = res
+    coords = scatter_coords(index, axis)
+    hit = scattered_mask(x.shape, coords)
+    keeps_x = jnp.ones(x.shape, bool) if include_self else ~hit
+    if reduce == "sum":
+        return keeps_x.astype(x.dtype), jnp.ones(src.shape, src.dtype), coords
+    if reduce == "mean":
+        count = keeps_x.astype(x.real.dtype) + scatter_add(x.shape, coords, jnp.ones(src.shape, x.real.dtype))
+        inverse = 1 / jnp.maximum(count, 1)
+        return keeps_x * inverse, inverse[coords], coords
+    if reduce in ("amax", "amin"):
+        x_ties = keeps_x & (x == out)
+        src_ties = src == out[coords]
+        count = x_ties.astype(x.dtype) + scatter_add(x.shape, coords, src_ties.astype(x.dtype))
+        inverse = safe_reciprocal(count, count == 0)
+        return x_ties * inverse, src_ties * inverse[coords], coords
+    return (*prod_weights, coords)  # prod: the product of the slot's other members

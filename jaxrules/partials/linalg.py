@@ -1,0 +1,262 @@
+"""Linear algebra: matrix helpers shared by the JVP and VJP formulas (pinv, LU, Householder). Part of
+``jaxrules.partials``."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+from jaxrules.checking import runtime_check
+from jaxrules.partials.core import safe_reciprocal
+from jaxrules.partials.reductions import prod_of_others
+
+# ----------------------------------------------------------------------------------------------
+# Linear algebra: matrix helpers shared by the JVP and VJP formulas (batched over leading dims).
+
+
+def mT(x):
+    """Transpose of the last two axes."""
+    return jnp.swapaxes(x, -1, -2)
+
+
+def mH(x):
+    """Conjugate transpose of the last two axes."""
+    return jnp.conj(mT(x))
+
+
+def matmul(a, b):
+    """``A B`` over broadcast leading dims, as one ``dot_general`` (no transposed copies)."""
+    return jnp.einsum("...ij,...jk->...ik", a, b)
+
+
+def matmul_nt(a, b):
+    """``A B^T`` without materializing the transpose (the contraction names the axes)."""
+    return jnp.einsum("...ij,...kj->...ik", a, b)
+
+
+def matmul_tn(a, b, out_sharding=None):
+    """``A^T B`` without materializing the transpose; ``out_sharding`` for an ``Explicit`` mesh
+    (the contracted rows may be sharded)."""
+    return jnp.einsum("...ji,...jk->...ik", a, b, out_sharding=out_sharding)
+
+
+def herm(x):
+    """Hermitian part ``(X + X^H) / 2``."""
+    return (x + mH(x)) / 2
+
+
+def diagonal(x):
+    """The main diagonal of each matrix, shape ``(..., min(m, n))``."""
+    return jnp.diagonal(x, axis1=-2, axis2=-1)
+
+
+def diag_embed(d):
+    """Square matrices with ``d`` on the diagonal (torch's ``diag_embed``)."""
+    return d[..., :, None] * jnp.eye(d.shape[-1], dtype=d.dtype)
+
+
+def half_diagonal(x):
+    """``x`` with its diagonal halved (torch's ``syminv`` / ``syminvadj`` / ``triliminv``)."""
+    return x - diag_embed(diagonal(x)) / 2
+
+
+def band(x, lower, strict=False):
+    """``tril(x)`` or ``triu(x)``; strictly below (above) the diagonal when ``strict``."""
+    if lower:
+        return jnp.tril(x, -1 if strict else 0)
+    return jnp.triu(x, 1 if strict else 0)
+
+
+def tri_solve(a, b, *, lower, left=True, transpose=False, conjugate=False, unit=False):
+    """``op(A)^{-1} B`` (``left``) or ``B op(A)^{-1}``, ``op(A)`` = ``A`` transposed and/or
+    conjugated; only the ``lower`` (or upper) triangle of ``A`` is read."""
+    return lax.linalg.triangular_solve(
+        a, b, left_side=left, lower=lower, transpose_a=transpose, conjugate_a=conjugate, unit_diagonal=unit
+    )
+
+
+def gap_reciprocal(values, squared=False):
+    """``F[..., i, j] = 1 / (w_j - w_i)`` (``w = values**2`` when ``squared``), exactly 0 on the
+    diagonal and for *degenerate* pairs, ``|w_j - w_i| <= n eps max|w|``.
+
+    The torch formulas divide by these gaps (``E`` in seed ``linalg_eig_backward`` and
+    ``svd_backward``) and give inf/NaN at repeated values. Zeroing the degenerate pairs is the
+    derivative in the gauge that does not rotate a degenerate subspace: a loss that depends only
+    on the values, or only on well-separated subspaces, gets its exact (finite) derivative.
+    """
+    w = values * values if squared else values
+    diff = w[..., None, :] - w[..., :, None]
+    n = w.shape[-1]
+    scale = jnp.max(jnp.abs(w), axis=-1, keepdims=True)[..., None]
+    tiny = n * jnp.finfo(diff.dtype).eps * scale
+    return safe_reciprocal(diff, jnp.abs(diff) <= tiny)
+
+
+def pair_products(s):
+    """``Q[..., i, k] = prod_{j not in {i, k}} s_j`` for ``i != k`` and 0 on the diagonal,
+    zero-safe (exclusive products, no division): the second-order cofactors of ``diag(s)``."""
+    n = s.shape[-1]
+    eye = jnp.eye(n, dtype=bool)
+    without_i = jnp.where(eye, jnp.ones_like(s)[..., None, :], s[..., None, :])
+    return jnp.where(eye, 0, prod_of_others(without_i, (without_i.ndim - 1,)))
+
+
+def check_gauge(im_diag, op):
+    """torch's gauge check for complex eigen/singular vectors: the loss must not depend on
+    their phases, i.e. ``Im diag(V^H gV)`` must vanish (``allclose(., 0, 1e-2, 1e-2)``)."""
+    runtime_check(
+        jnp.any(jnp.abs(im_diag) > 1e-2),
+        f"{op}: the eigenvectors/singular vectors in the complex case are specified up to "
+        "multiplication by e^{i phi}; the loss depends on this phase, so its gradient is "
+        "ill-defined (make the loss invariant, e.g. use abs(V) or V @ V^H).",
+    )
+
+
+def lu_solve(lu, piv, b, trans=0):
+    """``A^{-1} B`` (``trans`` 0), ``A^{-T} B`` (1) or ``A^{-H} B`` (2) from ``lu_factor(A)``."""
+    from jax.scipy.linalg import lu_solve as _lu_solve
+
+    return _lu_solve((lu, piv), b, trans=trans)
+
+
+def lu_factor(a):
+    """``(lu, piv)`` of ``A`` (LAPACK's packed LU with partial pivoting)."""
+    from jax.scipy.linalg import lu_factor as _lu_factor
+
+    return _lu_factor(a)
+
+
+def cho_solve(c, lower, b):
+    """``(L L^H)^{-1} B`` (``lower``) or ``(U^H U)^{-1} B`` from the triangle of ``c``."""
+    from jax.scipy.linalg import cho_solve as _cho_solve
+
+    return _cho_solve((c, lower), b)
+
+
+# Moore-Penrose pseudo-inverse (shared by pinv and lstsq).
+
+
+def pinv_tangent(a, x, da):
+    """``dX = -X dA X + (I - XA) dA^H X^H X + X X^H dA^H (I - AX)`` for ``X = A^+`` of locally
+    constant rank (Golub-Pereyra; seed ``pinv_jvp``)."""
+    dah = mH(da)
+    return -(x @ da @ x) + (dah @ (mH(x) @ x) - x @ (a @ (dah @ (mH(x) @ x)))) + (
+        (x @ mH(x)) @ dah - ((x @ mH(x)) @ dah @ a) @ x
+    )
+
+
+def pinv_adjoint(a, x, g):
+    """Hermitian adjoint of ``pinv_tangent`` (seed ``pinv_backward``, torch's convention):
+    ``-X^H G X^H + X^H X G^H (I - XA) + (I - AX) G^H X X^H``."""
+    gh = mH(g)
+    xhx, xxh = mH(x) @ x, x @ mH(x)
+    return -(mH(x) @ g @ mH(x)) + (xhx @ gh - ((xhx @ gh) @ x) @ a) + (gh @ xxh - a @ (x @ (gh @ xxh)))
+
+
+# LU factorization with partial pivoting: ``A[perm] = L U`` (``lax.linalg.lu``), L unit lower
+# (m x k), U upper (k x n), k = min(m, n).
+
+
+def lu_parts(lu):
+    """``(L, U)`` from the packed factors."""
+    m, n = lu.shape[-2:]
+    k = min(m, n)
+    lower = jnp.tril(lu[..., :, :k], -1) + jnp.eye(m, k, dtype=lu.dtype)
+    return lower, jnp.triu(lu[..., :k, :])
+
+
+def permutation_rows(perm, dtype):
+    """``I[perm]`` (the rows of the identity in the order ``perm``: ``P^T``), as a comparison
+    rather than a gather, so it keeps ``perm``'s batch sharding under an ``Explicit`` mesh."""
+    return (perm[..., :, None] == jnp.arange(perm.shape[-1], dtype=perm.dtype)).astype(dtype)
+
+
+def permute_rows(x, perm):
+    """``x[perm]`` (row permutation, batched): ``P^T X``."""
+    return jnp.take_along_axis(x, perm[..., :, None], axis=-2)
+
+
+def unpermute_rows(x, perm):
+    """``P X``: the inverse of ``permute_rows``."""
+    return jnp.take_along_axis(x, jnp.argsort(perm, axis=-1)[..., :, None], axis=-2)
+
+
+def lu_tangent(lower, upper, da_perm):
+    """``(dL, dU)`` from ``P^T dA`` (seed ``linalg_lu_jvp``): ``dK = L1^{-1} dA1 U1^{-1}``,
+    ``dL1 = L1 tril(dK, -1)``, ``dU1 = triu(dK) U1``; wide: ``dU2 = L1^{-1} dA2 - tril(dK, -1) U2``;
+    tall: ``dL2 = dA2 U1^{-1} - L2 triu(dK)``."""
+    m, n = da_perm.shape[-2:]
+    k = min(m, n)
+    l1, u1 = lower[..., :k, :], upper[..., :, :k]
+    dk = tri_solve(l1, da_perm[..., :k, :k], lower=True, unit=True)
+    dk = tri_solve(u1, dk, lower=False, left=False)
+    strict, upper_part = jnp.tril(dk, -1), jnp.triu(dk)
+    dl, du = l1 @ strict, upper_part @ u1
+    if n > k:
+        du2 = tri_solve(l1, da_perm[..., :, k:], lower=True, unit=True) - strict @ upper[..., :, k:]
+        du = jnp.concatenate([du, du2], axis=-1)
+    if m > k:
+        dl2 = tri_solve(u1, da_perm[..., k:, :], lower=False, left=False) - lower[..., k:, :] @ upper_part
+        dl = jnp.concatenate([dl, dl2], axis=-2)
+    return dl, du
+
+
+def lu_adjoint(lower, upper, gl, gu):
+    """Hermitian adjoint of ``lu_tangent``: ``P^T``-side cotangent of A from ``(gL, gU)`` (seed
+    ``linalg_lu_backward``)."""
+    m, k = lower.shape[-2:]
+    n = upper.shape[-1]
+    l1, u1 = lower[..., :k, :], upper[..., :, :k]
+    gk = jnp.tril(mH(l1) @ gl[..., :k, :], -1) + jnp.triu(gu[..., :, :k] @ mH(u1))
+    if n > k:
+        gk = gk - jnp.tril(gu[..., :, k:] @ mH(upper[..., :, k:]), -1)
+    if m > k:
+        gk = gk - jnp.triu(mH(lower[..., k:, :]) @ gl[..., k:, :])
+    ga1 = tri_solve(l1, gk, lower=True, unit=True, transpose=True, conjugate=True)
+    ga1 = tri_solve(u1, ga1, lower=False, left=False, transpose=True, conjugate=True)
+    if n > k:
+        ga2 = tri_solve(l1, gu[..., :, k:], lower=True, unit=True, transpose=True, conjugate=True)
+        return jnp.concatenate([ga1, ga2], axis=-1)
+    if m > k:
+        ga2 = tri_solve(u1, gl[..., k:, :], lower=False, left=False, transpose=True, conjugate=True)
+        return jnp.concatenate([ga1, ga2], axis=-2)
+    return ga1
+
+
+def pack_lu(dl, du):
+    """Packed ``tril(dL, -1) + triu(dU)`` in the shape of ``lu`` (seed ``lu_factor_ex_jvp``)."""
+    m, k = dl.shape[-2:]
+    n = du.shape[-1]
+    out = jnp.zeros(dl.shape[:-2] + (m, n), jnp.result_type(dl, du))
+    out = out.at[..., :, :k].add(jnp.tril(dl, -1))
+    return out.at[..., :k, :].add(jnp.triu(du))
+
+
+def unpack_lu(g, k):
+    """Cotangents ``(gL, gU)`` of the packed factors' cotangent ``g`` (seed
+    ``lu_factor_ex_backward``)."""
+    return jnp.tril(g[..., :, :k], -1), jnp.triu(g[..., :k, :])
+
+
+# Householder reflectors ``H_j = I - tau_j v_j v_j^H`` with ``v_j = [0, ..., 0, 1, A[j+1:, j]]``.
+
+
+def reflector(a, j):
+    """``v_j`` from column ``j`` of the packed reflectors ``a``."""
+    m = a.shape[-2]
+    rows = jnp.arange(m)
+    return jnp.where(rows == j, jnp.ones((), a.dtype), jnp.where(rows > j, a[..., :, j], 0))
+
+
+def apply_reflector(tau, v, y):
+    """``(I - tau v v^H) Y``."""
+    return y - tau[..., None, None] * (v[..., :, None] * (jnp.conj(v)[..., None, :] @ y))
+
+
+def reflector_sequence(a, tau, *, adjoint, reverse):
+    """``[(j, conjugate)]`` in the order the reflectors are applied to the right-hand side:
+    ``H_1 H_2 ... H_k C`` applies ``H_k`` first (``reverse``); ``Q^H C`` applies ``H_1^H``
+    first."""
+    k = tau.shape[-1]
+    order = range(k - 1, -1, -1) if reverse else range(k)
+    return [(j, adjoint) for j in order]

@@ -1,0 +1,219 @@
+"""Normalization: ``x_hat = (x - mean) rstd``; statistics, projections and their partials
+(layer/batch/group/RMS norm). Part of ``jaxrules.partials``."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxrules.mechanism import explicit_sharding
+from jaxrules.partials.reductions import max_or_neg_inf
+
+# ----------------------------------------------------------------------------------------------
+# Normalization: x_hat = (x - mean) * rstd over ``axes`` (and over the devices of ``axis_name``).
+# Statistics are computed in float32 for half-precision input, as torch does.
+
+
+def stat_dtype(dtype):
+    """float32 for float16/bfloat16, else the dtype itself."""
+    return jnp.float32 if jnp.dtype(dtype).itemsize < 4 else dtype
+
+
+def group_mean(v, axes, axis_name):
+    """Mean over ``axes`` (kept), and over the devices of ``axis_name`` when given."""
+    m = jnp.mean(v, axis=axes, keepdims=True)
+    return m if axis_name is None else lax.pmean(m, axis_name)
+
+
+def norm_stats(x, axes, eps, axis_name):
+    """``(mean, rstd)`` with the biased variance (torch's saved statistics), in ``stat_dtype``.
+
+    Each device's ``(mean, var)`` comes, on a GPU, from one pass over x (``welford_moments``:
+    XLA then reads x once for them instead of twice, 1.1-1.2x faster forward+backward on an H100,
+    ``benchmarks/RESULTS.md``), elsewhere from two (the mean, then the centered mean square:
+    faster on a CPU); across the devices of ``axis_name`` they merge as Chan et al.'s parallel
+    variance, ``var = E_dev[var_d + (mean_d - mean)^2]`` (equal counts per device)."""
+    xf = x.astype(stat_dtype(x.dtype))
+    one_pass = functools.partial(welford_moments, axes=axes)
+    mean, var = lax.platform_dependent(xf, cuda=one_pass, rocm=one_pass,
+                                       default=functools.partial(_two_pass_moments, axes=axes))
+    if axis_name is not None:
+        local_mean = mean
+        mean = lax.pmean(local_mean, axis_name)
+        var = lax.pmean(var + jnp.square(local_mean - mean), axis_name)
+    return mean, lax.rsqrt(var + eps)
+
+
+def _two_pass_moments(x, axes):
+    """``(mean, biased var)`` over ``axes`` (kept): the mean, then the centered mean square."""
+    mean = jnp.mean(x, axis=axes, keepdims=True)
+    return mean, jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def welford_moments(x, axes):
+    """``(mean, biased var)`` over ``axes`` (kept) in one read of x: one variadic reduction of
+    (count, mean, M2) triples merged as Chan et al. (``M2 = Ma + Mb + d^2 na nb / n``, ``d = mb -
+    ma``; torch's GPU kernels use Welford too), over x minus the group's first element (without
+    the shift a float32 mean near 4096 costs 3e-4 of the variance; with it the relative error is
+    ~1e-5 at worst, ``tests/test_norm_stats.py``, against ~1e-7 for two passes). An empty group
+    gives NaN for both, as ``jnp.mean``. Derivatives (JAX cannot differentiate a variadic
+    reduction): ``d mean = E[dx]``, ``d var = 2 E[(x - mean) dx]``."""
+    axes = tuple(a % x.ndim for a in axes)
+    shift = _first_of_group(x, axes)
+
+    def merge(a, b):
+        (na, ma, sa), (nb, mb, sb) = a, b
+        n = na + nb
+        frac = jnp.where(n > 0, nb / jnp.where(n > 0, n, 1), 0)
+        delta = mb - ma
+        return n, ma + delta * frac, sa + sb + delta * delta * na * frac
+
+    zero = jnp.zeros((), x.dtype)
+    n, mean, m2 = lax.reduce((jnp.ones_like(x), x - shift, jnp.zeros_like(x)), (zero, zero, zero), merge, axes)
+    kept = tuple(1 if a in axes else d for a, d in enumerate(x.shape))
+    mean = jnp.where(n > 0, mean, jnp.nan).reshape(kept) + shift
+    return mean, (m2 / n).reshape(kept)
+
+
+@welford_moments.defjvp
+def _welford_moments_jvp(axes, primals, tangents):
+    (x,), (dx,) = primals, tangents
+    mean, var = welford_moments(x, axes)
+    dmean = jnp.mean(dx, axis=axes, keepdims=True)
+    return (mean, var), (dmean, 2 * jnp.mean((x - mean) * dx, axis=axes, keepdims=True))
+
+
+def norm_projection_eps_partial(x, g, eps, axes, axis_name):
+    """``dB(g)/deps`` of the normalization's backward ``B(g) = rstd (g - E[g] - x_hat E[g
+    x_hat]) = rstd (g - E[g]) - rstd^3 (x - mean) E[g (x - mean)]``, ``rstd = rsqrt(var + eps)``:
+    ``((g - E[g]) - 3 rstd^2 (x - mean) E[g (x - mean)]) (-rstd^3 / 2)``, statistics from x."""
+    mean, rstd = norm_stats(x, axes, eps, axis_name)
+    xm = x.astype(rstd.dtype) - mean
+    g = g.astype(rstd.dtype)
+    e = lambda v: group_mean(v, axes, axis_name)  # noqa: E731
+    return ((g - e(g)) - 3 * rstd * rstd * xm * e(g * xm)) * (-0.5 * rstd * rstd * rstd)
+
+
+def affine_norm_backward(xhat, rstd, gw, g_mean, g_rstd, axes):
+    """dx of ``y = x_hat w + b`` with the statistics as outputs too, ``gw = g w`` and every
+    per-group value kept along ``axes``: ``rstd (gw - E[gw] - x_hat E[gw x_hat]) + (g_mean -
+    g_rstd rstd^2 x_hat) / count`` (the native backward with weight plus the statistics'
+    cotangents; the fused norm kernels compute it, their reference VJPs call this)."""
+    count = math.prod(xhat.shape[a] for a in axes)
+    dx = rstd * (gw - gw.mean(axes, keepdims=True) - xhat * (gw * xhat).mean(axes, keepdims=True))
+    return dx + (g_mean - g_rstd * rstd * rstd * xhat) / count
+
+
+def softmax_parts(x, axis):
+    """``(e, s)``: ``e = exp(x - max x)`` and ``s = sum e`` over ``axis`` (kept), softmax = e / s.
+    The shift is a constant for differentiation (softmax does not depend on it)."""
+    e = jnp.exp(x - lax.stop_gradient(max_or_neg_inf(x, axis)))
+    return e, jnp.sum(e, axis=axis, keepdims=True)
+
+
+def masked_softmax_parts(x, mask, axis):
+    """``(e, s)`` of the softmax over the entries where ``mask`` (jax.nn's ``where=``): ``e =
+    exp(x - max x)`` there and 0 elsewhere, ``s = sum e`` (kept axes), 1 where no entry is
+    included (softmax 0 there, as JAX's; log_softmax -inf). The shift is a constant."""
+    xs = jnp.where(mask, x, -jnp.inf)
+    m = jnp.max(xs, axis=axis, keepdims=True, initial=-jnp.inf)
+    m = lax.stop_gradient(jnp.where(jnp.isfinite(m), m, 0))
+    e = jnp.where(mask, jnp.exp(xs - m), 0)
+    s = jnp.sum(e, axis=axis, keepdims=True)
+    return e, jnp.where(jnp.any(mask, axis=axis, keepdims=True), s, 1)
+
+
+def groups_first(x3, layout, groups):
+    """(N, C, L) as (P, K, L): P statistic groups of K rows. ``layout`` ``"group"``: P = N G,
+    K = C / G (group norm); ``"batch"``: P = C, K = N (batch norm)."""
+    if layout == "group":
+        return x3.reshape(x3.shape[0] * groups, x3.shape[1] // groups, x3.shape[2])
+    return jnp.swapaxes(x3, 0, 1)
+
+
+def groups_last(u, layout, shape):
+    """The inverse of ``groups_first``: (P, K, L) back to ``shape`` (N, C, L)."""
+    return u.reshape(shape) if layout == "group" else jnp.swapaxes(u, 0, 1)
+
+
+def rows_to_samples(rows, layout, n):
+    """Per-row values (P, K) as per (sample, channel) values (N, C)."""
+    return rows.reshape(n, -1) if layout == "group" else rows.T
+
+
+def channel_rows(v, layout, groups, n):
+    """A per-channel vector (C,) as per-row values (P, K)."""
+    if layout == "group":
+        return jnp.tile(v.reshape(groups, -1), (n, 1))
+    return jnp.broadcast_to(v[:, None], (v.shape[0], n))
+
+
+def norm_projection(x, mean, rstd, v, axes, axis_name):
+    """``rstd (v - E[v] - x_hat E[v x_hat])``: both the JVP of x -> x_hat (seed ``_norm_jvp`` with
+    ``_invstd_jvp``) and its transpose (the native backward without weight), since the operator
+    is symmetric. Computed in the statistics' dtype.
+
+    ``E[v x_hat]`` is summed over shifted data, ``rstd (E[v (x - s)] - (mean - s) E[v])`` with
+    ``s`` the group's first element (on each device): exact in exact arithmetic for any ``s``;
+    the sums do not wait for the statistics, so XLA computes them in the pass that reads x for
+    the statistics or for dx (1.3-1.9x faster on an H100 than summing ``v x_hat``,
+    ``benchmarks/RESULTS.md``). torch's kernels sum over unshifted x (``s = 0``), which cancels
+    when ``|mean| >> std``; with the shift only ``|mean - s| / std`` matters."""
+    stat = rstd.dtype
+    v, xs = v.astype(stat), x.astype(stat)
+    shift = lax.stop_gradient(_first_of_group(xs, axes))
+    mean_v = jnp.mean(v, axes, keepdims=True)
+    centered = jnp.mean(v * (xs - shift), axes, keepdims=True) - (mean - shift) * mean_v  # E[v (x - mean)]
+    if axis_name is not None:  # each device's shift is undone before the devices' means are taken
+        mean_v, centered = lax.pmean((mean_v, centered), axis_name)
+    xhat = (xs - mean) * rstd
+    return rstd * (v - mean_v - xhat * (rstd * centered))
+
+
+def _first_of_group(x, axes):
+    """x at index 0 of each of ``axes`` (kept, so it broadcasts against x); 0 when x is empty."""
+    if x.size == 0:
+        return jnp.zeros((), x.dtype)
+    axes = {a % x.ndim for a in axes}
+    sharding = explicit_sharding(x)
+    spec = (() if sharding is None else tuple(sharding.spec)) + (None,) * x.ndim
+    sharded = tuple(a for a in sorted(axes) if spec[a] is not None)
+    first = x[tuple(slice(0, 1) if a in axes and a not in sharded else slice(None) for a in range(x.ndim))]
+    if not sharded:
+        return first
+    # An Explicit mesh refuses to slice a sharded axis: there the first element is picked by a
+    # masked sum instead (elementwise, then a reduction, as the statistics are).
+    at_zero = functools.reduce(jnp.logical_and, [lax.broadcasted_iota(np.int32, first.shape, a) == 0 for a in sharded])
+    return jnp.sum(jnp.where(at_zero, first, jnp.zeros((), x.dtype)), axis=sharded, keepdims=True)
+
+
+def rms_rstd(x, axes, eps):
+    """``rsqrt(E[x^2] + eps)`` over ``axes`` (kept), in ``stat_dtype`` (torch's ``rms_norm``)."""
+    xf = x.astype(stat_dtype(x.dtype))
+    return lax.rsqrt(jnp.mean(jnp.square(xf), axis=axes, keepdims=True) + eps)
+
+
+def rms_projection_eps_partial(x, v, eps, axes):
+    """``dB(v)/deps`` of the RMS normalization's backward ``B(v) = rstd (v - x_hat E[v x_hat]) =
+    rstd v - rstd^3 x E[v x]``, ``rstd = rsqrt(E[x^2] + eps)``: ``(v - 3 rstd^2 x E[v x])
+    (-rstd^3 / 2)``, rstd from x."""
+    rstd = rms_rstd(x, axes, eps)
+    xs, v = x.astype(rstd.dtype), v.astype(rstd.dtype)
+    return (v - 3 * rstd * rstd * xs * jnp.mean(v * xs, axis=axes, keepdims=True)) * (-0.5 * rstd * rstd * rstd)
+
+
+def rms_projection(x, rstd, v, axes):
+    """``rstd (v - x_hat E[v x_hat])`` with ``x_hat = x rstd``: both the JVP of x -> x_hat for
+    the RMS norm and its transpose (the operator is symmetric), as ``norm_projection`` without
+    the mean. Computed in the statistics' dtype, as ``rstd v - rstd^3 x E[v x]``: the row sum
+    ``E[v x]`` does not wait for ``rstd``, so XLA computes it in the pass that reads x for the
+    statistics (on the H100, ``E[v x_hat]`` cost a pass: 0.85x of plain JAX at 16384x4096)."""
+    stat = rstd.dtype
+    xs, v = x.astype(stat), v.astype(stat)
+    return rstd * v - (rstd * rstd * rstd) * xs * jnp.mean(v * xs, axis=axes, keepdims=True)

@@ -1,0 +1,87 @@
+"""Sorting (sort, topk, cummax/cummin, nanmedian, quantile). Part of ``jaxrules.partials``."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+from jaxrules.mechanism import explicit_sharding
+
+# ----------------------------------------------------------------------------------------------
+# Sorting (sort, topk, cummax/cummin, nanmedian, quantile)
+
+
+def sort_permutation(x, axis, descending=False):
+    """torch's stable sort order along ``axis`` (default-int indices): NaN after every number
+    (before, when ``descending``), equal values (``-0.0 == 0.0``) in their positions' order."""
+    axis = axis % x.ndim
+    nan = jnp.isnan(x)
+    value = jnp.where(nan | (x == 0), jnp.zeros((), x.dtype), x)  # XLA's total order splits -0.0 and 0.0
+    if descending:  # ~ reverses integer and boolean order without overflow
+        value = -value if jnp.issubdtype(x.dtype, jnp.inexact) else ~value
+    first, second = (~nan, value) if descending else (nan, value)
+    iota = lax.broadcasted_iota(jnp.zeros((), int).dtype, x.shape, axis, out_sharding=explicit_sharding(x))
+    return lax.sort((first, second, iota), dimension=axis, num_keys=2, is_stable=True)[2]
+
+
+def cummaxmin_select(x, axis, largest):
+    """torch's ``cummax`` (``largest``) / ``cummin``: ``(values, indices)``. A later entry
+    replaces the running one when it is NaN or (the running one is not NaN and) it is ``>=``
+    (``<=``): NaN propagates with the index of the latest NaN, ties take the later index. This is
+    the maximum in the order (is NaN, +-value, index), hence associative (a parallel scan)."""
+    index = lax.broadcasted_iota(jnp.zeros((), int).dtype, x.shape, axis, out_sharding=explicit_sharding(x))
+
+    def combine(a, b):
+        (va, ia), (vb, ib) = a, b
+        better = vb >= va if largest else vb <= va
+        take_b = jnp.isnan(vb) | (~jnp.isnan(va) & better)
+        return jnp.where(take_b, vb, va), jnp.where(take_b, ib, ia)
+
+    return lax.associative_scan(combine, (x, index), axis=axis)
+
+
+QUANTILE_METHODS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+def quantile_selection(x, q, method, ignore_nan):
+    """The two order statistics each quantile reads and the weight of the upper one, for ``x``
+    with the reduced axis last, ``(..., n)``, and ``q`` a tuple of ``m`` numbers in [0, 1]:
+    ``(lower index, upper index, weight)``, each ``(..., m)``, indices into ``x``'s last axis.
+
+    torch's ``quantile_compute``: rank ``q (c - 1)`` in the stable NaN-last order, ``c`` the count
+    of numbers (``ignore_nan``: nanquantile/nanmedian; 0 numbers read position 0) or ``n``, where
+    a NaN in the slice moves the rank to the last position (a NaN: the result is NaN). ``linear``
+    reads floor and ceil with weight ``rank - floor``; ``midpoint`` weight 1/2; ``lower``,
+    ``higher`` and ``nearest`` (half to even, as torch and numpy) one position. The weight is 0
+    where both positions are one entry."""
+    n = x.shape[-1]
+    perm = sort_permutation(x, -1)
+    nan = jnp.isnan(x)
+    if ignore_nan:
+        count = n - jnp.sum(nan, axis=-1, keepdims=True)
+    else:
+        count = jnp.full(x.shape[:-1] + (1,), n)
+    rank = jnp.asarray(q, x.dtype) * jnp.maximum(count - 1, 0).astype(x.dtype)
+    if not ignore_nan:
+        rank = jnp.where(jnp.any(nan, axis=-1, keepdims=True), jnp.asarray(n - 1, x.dtype), rank)
+    below, above = jnp.floor(rank), jnp.ceil(rank)
+    if method == "linear":
+        weight = rank - below
+    elif method == "midpoint":
+        weight = jnp.full_like(rank, 0.5)
+    else:
+        below = above = {"lower": below, "higher": above, "nearest": jnp.round(rank)}[method]
+        weight = jnp.zeros_like(rank)
+    weight = jnp.where(below == above, 0, weight)
+    lo = jnp.take_along_axis(perm, below.astype(perm.dtype), axis=-1)
+    hi = jnp.take_along_axis(perm, above.astype(perm.dtype), axis=-1)
+    return lo, hi, weight
+
+
+def lerp_selected(x, lo, hi, weight):
+    """``x[lo] + weight (x[hi] - x[lo])`` along the last axis (torch's ``lerp``: from the upper
+    end for weights >= 1/2), exactly ``x[lo]`` where ``lo == hi`` (no ``inf - inf``)."""
+    a = jnp.take_along_axis(x, lo, axis=-1)
+    b = jnp.take_along_axis(x, hi, axis=-1)
+    mixed = jnp.where(weight < 0.5, a + weight * (b - a), b - (b - a) * (1 - weight))
+    return jnp.where(lo == hi, a, mixed)
