@@ -88,6 +88,8 @@ def test_a_correct_op_passes_every_check():
         # A function whose value under jit differs from eager evaluation.
         (_record("test_jit_differs", fn=lambda x: _JIT_DIFFERS(x) + (0.0 if isinstance(x, jax.core.Tracer) else 1.0)),
          {"jit"}),
+        # A function that fails on a zero-size input with JAX's own error (a max without identity).
+        (_record("test_bad_empty", fn=lambda x: GOOD.fn(x) * jnp.max(x)), {"empty"}),
         # A torch reference that disagrees.
         (dataclasses.replace(GOOD, name="test_bad_torch", torch_fn=lambda torch, x: x * x * 1.5), {"torch"}),
     ],
