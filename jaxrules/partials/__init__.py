@@ -6,9 +6,10 @@ Every helper is branch-free (masks, not ``if``) so it works under jit and vmap, 
 double-``where`` guard so that JAX's derivative of the helper (second order) has no NaN at the
 masked points.
 
-One module per family (``core``: guards and elementwise factors; ``reductions``; ``normalization``;
-``activations``; ``losses``; ``linalg``; ``fft``; ``indexing``; ``conv``: convolution and pooling;
-``sorting``); this package exports every public helper, so formulas write ``P.name``.
+One module per family, mirroring ``jaxrules.ops``: ``elementwise`` (guards and elementwise
+factors), ``reductions``, ``normalization``, ``activations``, ``losses``, ``linalg``, ``fft``,
+``indexing``, ``conv`` (convolution and pooling), ``sorting``. This package exports every public
+helper, so formulas write ``P.name``.
 """
 
 from jaxrules.checking import runtime_check  # noqa: F401 (re-exported: the formulas call P.runtime_check)
@@ -48,7 +49,7 @@ from jaxrules.partials.conv import (  # noqa: F401
     window_sum,
     window_sum_transpose,
 )
-from jaxrules.partials.core import (  # noqa: F401
+from jaxrules.partials.elementwise import (  # noqa: F401
     abs2_reciprocal,
     arctan2_factors,
     clip_masks,

@@ -8,7 +8,7 @@ import numpy as np
 from jax import lax
 
 from jaxrules.mechanism import explicit_sharding
-from jaxrules.partials.core import safe_reciprocal
+from jaxrules.partials.elementwise import safe_reciprocal
 
 # Scatter / gather along one axis (torch's ``scatter_reduce``): ``coords`` addresses, for each
 # position of ``index``, the target element (the position with its ``axis`` coordinate replaced

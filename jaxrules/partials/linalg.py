@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxrules.checking import runtime_check
-from jaxrules.partials.core import safe_reciprocal
+from jaxrules.partials.elementwise import safe_reciprocal
 from jaxrules.partials.reductions import prod_of_others
 
 # ----------------------------------------------------------------------------------------------

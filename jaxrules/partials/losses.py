@@ -8,7 +8,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from jaxrules.partials.core import safe_reciprocal
+from jaxrules.partials.elementwise import safe_reciprocal
 
 # ----------------------------------------------------------------------------------------------
 # Pointwise losses: the partial derivatives with respect to each input.

@@ -8,7 +8,7 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
-from jaxrules.partials.core import expand_reduced, reduced_size, safe_reciprocal, sgn
+from jaxrules.partials.elementwise import expand_reduced, reduced_size, safe_reciprocal, sgn
 
 # ----------------------------------------------------------------------------------------------
 # Linear recurrences h_k = a_k h_{k-1} + b_k (h_{-1} = 0), used by cumprod and logcumsumexp.

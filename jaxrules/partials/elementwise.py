@@ -1,4 +1,5 @@
-"""Small guards (the double-``where``) and elementwise factors. Part of ``jaxrules.partials``."""
+"""Small guards (the double-``where``, used by every family) and elementwise factors. Part of
+``jaxrules.partials``."""
 
 from __future__ import annotations
 
