@@ -220,7 +220,8 @@ def interpolate(x: ArrayLike, size: int | Sequence[int] | None = None, scale_fac
 
     Args:
         x: the input ``(N, C, *spatial)`` with 1 to 3 spatial axes (rank 3 for ``linear``, 4
-            for ``bilinear``/``bicubic``, 5 for ``trilinear``), real; only the batch may be empty.
+            for ``bilinear``/``bicubic``, 5 for ``trilinear``), real; only the batch (and for
+            ``area`` the channels: torch's) may be empty.
         size: the output's spatial size, an int or one per spatial axis (exactly one of
             ``size`` and ``scale_factor``).
         scale_factor: the multiplier of each spatial size, a number or one per spatial axis;
@@ -259,9 +260,9 @@ def interpolate(x: ArrayLike, size: int | Sequence[int] | None = None, scale_fac
         raise ValueError(f"{op}: antialias=True needs mode 'bilinear' or 'bicubic' (4-d input), got mode={mode!r}")
     if recompute_scale_factor and size is not None:
         raise ValueError(f"{op}: recompute_scale_factor is not meaningful with an explicit size")
-    if any(n == 0 for n in x.shape[1:]):
-        raise ValueError(f"{op}: x must have non-empty channel and spatial axes (only the batch may be empty), "
-                         f"got shape {x.shape}")
+    if any(n == 0 for n in x.shape[1 if mode != "area" else 2:]):  # area: torch's adaptive pool takes C = 0
+        raise ValueError(f"{op}: x must have non-empty channel and spatial axes (only the batch, and for 'area' "
+                         f"the channels, may be empty), got shape {x.shape}")
     if size is not None:
         out = tuple(int(v) for v in _sizes(op, "size", size, dims, numbers.Integral))
         scales = (None,) * dims
@@ -469,7 +470,8 @@ def grid_sample(x: ArrayLike, grid: ArrayLike, mode: str = "bilinear", padding_m
     grid derivative is zero. Mirrors ``torch.nn.functional.grid_sample``.
 
     Args:
-        x: the input ``(N, C, H, W)`` or ``(N, C, D, H, W)``, real; only the batch may be empty.
+        x: the input ``(N, C, H, W)`` or ``(N, C, D, H, W)``, real; the batch and the channels may
+            be empty (as torch), and so may ``grid``'s points.
         grid: the sampling positions ``(N, H_out, W_out, 2)`` or ``(N, D_out, H_out, W_out, 3)``
             (last axis x, y[, z]: width first), same batch as ``x``.
         mode: ``"bilinear"`` (trilinear for 5-d input), ``"nearest"`` or ``"bicubic"`` (4-d input
@@ -603,6 +605,18 @@ def _interpolate_samples(rng, dt):
     ]
 
 
+def _interpolate_empty_samples(rng, dt):
+    """Empty batches through each mode (torch takes them), and no channels (torch refuses)."""
+    return [
+        Sample((normal(rng, dt, 0, 2, 5),), {"size": 7}),
+        Sample((normal(rng, dt, 0, 2, 5),), {"scale_factor": 1.7, "mode": "linear"}),
+        Sample((normal(rng, dt, 0, 2, 4, 3),), {"size": (5, 6), "mode": "bicubic"}),
+        Sample((normal(rng, dt, 0, 1, 2, 3, 2),), {"size": (3, 2, 4), "mode": "trilinear"}),
+        Sample((normal(rng, dt, 0, 1, 7, 5),), {"size": (3, 2), "mode": "bilinear", "antialias": True}),
+        Sample((normal(rng, dt, 2, 0, 5, 4),), {"size": (3, 2), "mode": "area"}),
+    ]
+
+
 _INTERPOLATE_DEVIATIONS = (
     "torch's CPU backward is not the transpose of its forward in two cases, and jaxrules' VJP is "
     "(the derivative of the values, which match torch's): nearest on 3-d/5-d input with a "
@@ -622,6 +636,7 @@ register(OpRecord(
      "_adaptive_avg_pool2d_backward"),
     _interpolate_samples, _torch_interpolate, "torch.nn.functional.interpolate",
     low_precision=("float32", "bfloat16"), deviations=_INTERPOLATE_DEVIATIONS,
+    empty_samples=_interpolate_empty_samples,
 ))
 
 
@@ -659,6 +674,22 @@ def _grid_sample_samples(rng, dt):
     ]
 
 
+def _grid_sample_empty_samples(rng, dt):
+    """An empty batch (2-d, 3-d), no sampled points (the input's gradient is zeros, not empty) and
+    no channels (the grid's gradient is zeros); torch takes all of them."""
+    def sample(x_shape, out_spatial, **kwargs):
+        grid = _grid(rng, dt, x_shape[0], out_spatial, x_shape[2:], kwargs.get("align_corners", False), 1)
+        return Sample((normal(rng, dt, *x_shape), grid), kwargs)
+
+    return [
+        sample((0, 2, 3, 4), (2, 3), align_corners=False),
+        sample((0, 1, 2, 3, 3), (1, 2, 2), padding_mode="border", align_corners=True),
+        sample((1, 2, 3, 4), (0, 3), align_corners=False),
+        sample((1, 1, 4, 3), (2, 0), mode="bicubic", padding_mode="reflection", align_corners=True),
+        sample((1, 0, 3, 4), (2, 3), mode="nearest", align_corners=False),
+    ]
+
+
 def _row(*values):
     return f64(*values).reshape(1, 1, 1, -1)
 
@@ -684,7 +715,7 @@ register(OpRecord(
     "grid_sample", grid_sample, ("jaxrules.nn.grid_sample",), ("grid_sample",),
     ("grid_sampler_2d_backward", "grid_sampler_3d_backward"),  # CPU kernels (GridSamplerKernel.cpp)
     _grid_sample_samples, _torch_grid_sample, "torch.nn.functional.grid_sample",
-    low_precision=("float32",), singular=_GRID_SAMPLE_SINGULAR,
+    low_precision=("float32",), singular=_GRID_SAMPLE_SINGULAR, empty_samples=_grid_sample_empty_samples,
 ))
 
 
@@ -700,4 +731,10 @@ register(OpRecord(
         Sample((normal(rng, dt, 1, 3, 4), (1, 2, 2, 3, 2)), {"align_corners": True}),
     ],
     _torch_affine_grid, "torch.nn.functional.affine_grid", low_precision=("float32", "bfloat16"),
+    # torch refuses every zero-size size ("Expected non-zero, positive output size")
+    empty_samples=lambda rng, dt: [
+        Sample((normal(rng, dt, 0, 2, 3), (0, 3, 3, 4)), {"align_corners": False}),
+        Sample((normal(rng, dt, 2, 2, 3), (2, 3, 0, 4)), {"align_corners": True}),
+        Sample((normal(rng, dt, 0, 3, 4), (0, 2, 2, 3, 2)), {"align_corners": True}),
+    ],
 ))
