@@ -721,8 +721,10 @@ def _empty_program(f: Callable) -> Callable:
     def program(args, t, c):
         value, jvp = jax.jvp(f, tuple(args), tuple(t))
         grads = value_and_vjp(args, c)[1]
-        twice = [jnp.stack([a, a]) for a in args]
-        batched = jax.vmap(lambda a: value_and_vjp(a, c))(twice)
+        if args:
+            batched = jax.vmap(lambda a: value_and_vjp(a, c))([jnp.stack([a, a]) for a in args])
+        else:  # nothing to batch
+            batched = jax.tree.map(lambda x: jnp.stack([x, x]), (value, grads))
         return {"value": value, "jvp": jvp, "vjp": grads, "vmap": batched}
 
     return program
