@@ -173,10 +173,33 @@ _Q, _K, _V = np.ones((2, 3, 4)), np.ones((2, 5, 4)), np.ones((2, 5, 3))
     (lambda: scaled_dot_product_attention(np.ones((1, 4, 3, 2)), np.ones((1, 2, 5, 2)), np.ones((1, 2, 5, 2))),
      ValueError, "enable_gqa"),
     (lambda: scaled_dot_product_attention(None, _K, _V), TypeError, "query"),
+    (lambda: scaled_dot_product_attention(_Q, _K, _V, impl="cudnn"), ValueError, "impl"),
+    # the kernels take no mask, L == S and a power-of-two head dim >= 16
+    (lambda: scaled_dot_product_attention(_Q, _K, _V, impl="pallas_interpret"), ValueError, "impl='pallas_interpret'"),
+    (lambda: scaled_dot_product_attention(*(np.ones((1, 3, 16)),) * 3, BOOL_MASK[:, :3], impl="pallas"),
+     ValueError, "impl='pallas'"),
 ])
 def test_bad_input_names_the_op_and_argument(call, error, match):
     with pytest.raises(error, match=f"scaled_dot_product_attention.*{match}"):
         call()
+
+
+def test_kernel_impl_matches_the_xla_formulas_with_a_batch_axis_and_under_vmap_and_jit():
+    """``impl="pallas_interpret"`` (the ragged flash kernels, jaxrules.nested.dense) against the
+    default XLA formulas: (B, L, E) without a head axis (the record's samples have one), causal,
+    under jit and vmap; values and gradients."""
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((3, 2, 9, 16)) for _ in range(3))
+
+    def loss(impl):
+        return lambda *a: jnp.sum(jnp.sin(scaled_dot_product_attention(*a, is_causal=True, impl=impl)))
+
+    np.testing.assert_allclose(jax.jit(loss("pallas_interpret"))(q[0], k[0], v[0]), loss(None)(q[0], k[0], v[0]),
+                               atol=1e-12)
+    ours = jax.vmap(jax.grad(loss("pallas_interpret"), argnums=(0, 1, 2)))(q, k, v)
+    reference = jax.vmap(jax.grad(loss("xla"), argnums=(0, 1, 2)))(q, k, v)
+    for a, b in zip(ours, reference):
+        np.testing.assert_allclose(a, b, atol=1e-12)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -125,6 +125,7 @@ attention_op = define_op("scaled_dot_product_attention", _attention_primal, _att
                          _save_attention, none_for_zero_cotangents=True)
 
 _SDPA = "scaled_dot_product_attention"
+_KERNEL_IMPLS = ("pallas", "pallas_interpret")  # jaxrules.nested.dense.KERNEL_IMPLS
 
 
 def _attention_inputs(query, key, value):
@@ -166,7 +167,7 @@ def _gqa_split(q, k, v, bias, keep):
     return q, k[..., None, :, :], v[..., None, :, :], split(bias), split(keep)
 
 
-def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = None, dropout_p: float = 0.0, is_causal: bool = False, *, scale: float | None = None, enable_gqa: bool = False, dropout_key: ArrayLike | None = None) -> Array:
+def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = None, dropout_p: float = 0.0, is_causal: bool = False, *, scale: float | None = None, enable_gqa: bool = False, dropout_key: ArrayLike | None = None, impl: str | None = None) -> Array:
     """Softmax attention ``softmax(scale q k^T + mask) v``, torch.nn.functional's semantics.
 
     The forward keeps each row's logsumexp (as flash attention does); the VJP is the
@@ -175,9 +176,11 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
     forward-mode counterpart; with dropout, ``P`` becomes ``P o Z`` (``Z`` the dropout
     factors) in the output and ``dv``, and ``dP`` is ``Z o (dO v^T)``. A row whose every key is masked (boolean False or a ``-inf`` float
     mask) gives output 0 and zero gradients, as torch 2.13 on the CPU does (its flash and math
-    backends both; flash kernels on GPUs too). Runs the portable XLA formulas on every platform; a
-    GPU kernel (cuDNN or Pallas flash attention, chosen as ``docs/design.md`` §3 says) would
-    compute the same (out, lse) and dq/dk/dv and keep these formulas as their reference. Mirrors
+    backends both; flash kernels on GPUs too). Runs the portable XLA formulas by
+    default on every platform; ``impl="pallas"`` runs the fused flash-attention kernels of the
+    ragged attention (``jaxrules.nested.dense``: the scores never stored, the backward from the
+    saved log-sum-exp) where they apply; they become the GPU default once measured against cuDNN
+    and these formulas (``docs/design.md`` §3). Mirrors
     ``torch.nn.functional.scaled_dot_product_attention``.
 
     Args:
@@ -200,9 +203,17 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
             ``key`` is the attention key): a ``jax.random`` key for the dropout mask; ignored
             when ``dropout_p`` is 0.
 
+        impl: keyword-only: None or ``"xla"`` (the formulas above), ``"pallas"`` (the fused
+            kernels: no ``attn_mask``, no dropout, no ``enable_gqa``, the batch and head axes of
+            query, key and value equal, ``L == S`` and a power-of-two head dim >= 16; otherwise a
+            ``ValueError``; on a JAX without Pallas' Triton backend the XLA formulas, warned once)
+            or ``"pallas_interpret"`` (the kernels in Pallas' interpret mode, for tests on a CPU).
+
     Returns:
         The attention output ``(..., L, Ev)`` in the operands' result dtype.
     """
+    if impl not in (None, "xla", *_KERNEL_IMPLS):
+        raise ValueError(f"{_SDPA}: impl must be None, 'xla', 'pallas' or 'pallas_interpret', got {impl!r}")
     q, k, v = _attention_inputs(query, key, value)
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real) or not 0 <= dropout_p <= 1:
         raise ValueError(f"{_SDPA}: dropout_p must be a static number in [0, 1], got {dropout_p!r}")
@@ -225,6 +236,14 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
             bias = mask.astype(q.dtype)
         else:
             raise TypeError(f"{_SDPA}: attn_mask must be boolean or real floating, got {mask.dtype}")
+    if impl in _KERNEL_IMPLS:
+        from jaxrules.nested import dense  # late: jaxrules.nn loads no Pallas kernels
+
+        if not dense.kernel_applies(q, k, v, attn_mask, dropout_p, gqa):
+            raise ValueError(f"{_SDPA}: impl={impl!r} needs no attn_mask, no dropout, no enable_gqa, equal batch and "
+                             f"head axes, L == S and a power-of-two head dim >= 16; got query {q.shape}, key "
+                             f"{k.shape}, value {v.shape}")
+        return dense.dense_attention(q, k, v, scale=scale, is_causal=causal, impl=impl)
     heads = q.shape[-3] if gqa and q.ndim >= 3 else None
     if gqa:
         q, k, v, bias, keep = _gqa_split(q, k, v, bias, keep)
@@ -382,6 +401,31 @@ register(OpRecord(
     ),
     deviations="Convention pinned: a row with every key masked gives output 0 and zero gradients (torch 2.13's CPU "
     "flash and math backends agree). Dropout draws its mask from a keyword-only dropout_key.",
+))
+
+
+def _kernel_attention(query, key, value, is_causal=False):
+    """The fused kernels: compiled on a GPU (float32 and narrower), interpreted elsewhere."""
+    compiled = jax.default_backend() == "gpu" and query.dtype != np.float64
+    return scaled_dot_product_attention(query, key, value, is_causal=is_causal,
+                                        impl="pallas" if compiled else "pallas_interpret")
+
+
+def _kernel_attention_samples(rng, dt):
+    # (B, H, L, E) with L = 21: two 16-row blocks, the second partial; E = 16, the kernels' least
+    args = tuple(normal(rng, dt, 2, 2, 21, 16) for _ in range(3))
+    return [Sample(args), Sample(args, {"is_causal": True})]
+
+
+register(OpRecord(
+    "scaled_dot_product_attention[pallas]", _kernel_attention,
+    ("jaxrules.nn.scaled_dot_product_attention(impl='pallas')",), ("nested_attention_fused",),
+    ("(flash attention's forward and backward kernels)",), _kernel_attention_samples, _torch_attention,
+    "torch.nn.functional.scaled_dot_product_attention", low_precision=("float32", "bfloat16"),
+    tolerance={"bfloat16": 0.1}, no_empty="the kernels need L >= 1 and E >= 16 (the XLA record checks zero sizes)",
+    batching="vmapped formulas (the kernels under jax.vmap)",
+    double_backward="JAX's derivative of the XLA formula attention_vjp (the kernels are not differentiated)",
+    kernel_backed=True,
 ))
 
 
