@@ -255,8 +255,8 @@ def build(record, case: Case) -> tuple[Sample, tuple[int, ...], str]:
         args = [np.asarray(a) if isinstance(a, np.generic) else a for a in args]
     elif case.kind == "broadcast":
         a = args[case.arg]
-        args[case.arg] = a[0] if case.axis is None else a[tuple(slice(0, 1) if k == case.axis else slice(None)
-                                                             for k in range(a.ndim))]
+        cut = tuple(slice(0, 1) if k == case.axis else slice(None) for k in range(a.ndim))
+        args[case.arg] = np.asarray(a[0]) if case.axis is None else a[cut]
     elif case.kind == "axis":
         if case.axis == "keepdims":
             kwargs["keepdims"] = not kwargs.get("keepdims", _params(record)["keepdims"].default)
