@@ -363,7 +363,12 @@ _PROGRAMS: dict = {}
 
 def _program(record, sample: Sample, diff):
     """``program(diff_args, ct) -> (value, vjp)``, jitted; the other arguments fixed (cached by
-    their values, so that the jit's own cache reuses the compiled programs across cases)."""
+    their values, so that the jit's own cache reuses the compiled programs across cases). Kept for
+    one record at a time: JAX's caches are dropped when the record changes (memory stays flat)."""
+    if _PROGRAMS.get("record") != record.name:
+        _PROGRAMS.clear()
+        _PROGRAMS["record"] = record.name
+        jax.clear_caches()
     key = (record.name, _static_key(sample, diff))
     if key not in _PROGRAMS:
         def f(*d):
