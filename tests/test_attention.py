@@ -178,6 +178,8 @@ _Q, _K, _V = np.ones((2, 3, 4)), np.ones((2, 5, 4)), np.ones((2, 5, 3))
     (lambda: scaled_dot_product_attention(_Q, _K, _V, impl="pallas_interpret"), ValueError, "impl='pallas_interpret'"),
     (lambda: scaled_dot_product_attention(*(np.ones((1, 3, 16)),) * 3, BOOL_MASK[:, :3], impl="pallas"),
      ValueError, "impl='pallas'"),
+    (lambda: scaled_dot_product_attention(*(np.ones((1, 3, 16)),) * 2, np.ones((1, 3, 1)), impl="pallas"),
+     ValueError, r"E == Ev"),
 ])
 def test_bad_input_names_the_op_and_argument(call, error, match):
     with pytest.raises(error, match=f"scaled_dot_product_attention.*{match}"):

@@ -208,6 +208,28 @@ def test_attention_rejects_a_sequence_longer_than_max_seqlen():
         jax.block_until_ready(N.scaled_dot_product_attention(q, q, q, max_seqlen=4).values)
 
 
+@pytest.mark.parametrize("impl", ["xla", "pallas_interpret"])
+def test_attention_with_zero_size_heads_averages_the_values(impl):
+    """Head dim 0: every score is 0, so each query gets its sequence's mean value (torch: the
+    same); the kernels hand zero-size heads to the XLA formulas. Found by the fuzz test."""
+    offsets = np.array([0, 3, 3, 5])
+    q = N.from_jagged(np.ones((5, 2, 0)), offsets)
+    v = np.random.default_rng(1).standard_normal((5, 2, 3))
+    f = lambda values: N.scaled_dot_product_attention(q, q, N.from_jagged(values, offsets), impl=impl).values  # noqa: E731
+    expected = np.concatenate([np.broadcast_to(v[:3].mean(0), (3, 2, 3)), np.broadcast_to(v[3:].mean(0), (2, 2, 3))])
+    np.testing.assert_allclose(f(v), expected, atol=1e-15)
+    grad = jax.grad(lambda values: jnp.sum(f(values)))(v)  # each value enters its sequence's n means with 1/n
+    np.testing.assert_allclose(grad, np.ones_like(v), atol=1e-15)
+
+
+def test_attention_kernels_refuse_values_of_another_head_dim():
+    q = N.from_jagged(np.ones((5, 16)), np.array([0, 3, 5]))
+    v = q.with_values(np.ones((5, 1)))
+    with pytest.raises(ValueError, match="nested.scaled_dot_product_attention: impl='pallas_interpret' needs v's head"):
+        N.scaled_dot_product_attention(q, q, v, impl="pallas_interpret")
+    np.testing.assert_allclose(N.scaled_dot_product_attention(q, q, v, impl="xla").values, np.ones((5, 1)))
+
+
 def test_select_and_to_padded_gradients_are_the_seed_backward():
     nt = _nt()
     g = jax.grad(lambda x: jnp.sum(x.select(2) ** 2))(nt)

@@ -105,12 +105,12 @@ def num_blocks_of(slot_token, block: int) -> int:
 def to_blocks(x, slot_token, block: int):
     """(total, *rest) -> (num_blocks + 1, block, *rest), zeros in empty slots."""
     padded = jnp.concatenate([x, jnp.zeros((1, *x.shape[1:]), x.dtype)])
-    return padded[slot_token].reshape(-1, block, *x.shape[1:])
+    return padded[slot_token].reshape(num_blocks_of(slot_token, block), block, *x.shape[1:])  # not -1: rest may be 0
 
 
 def from_blocks(xb, token_slot):
     """(num_blocks + 1, block, *rest) -> (total, *rest)."""
-    return xb.reshape(-1, *xb.shape[2:])[token_slot]
+    return xb.reshape(xb.shape[0] * xb.shape[1], *xb.shape[2:])[token_slot]  # not -1: rest may be 0
 
 
 def slot_valid(slot_token, total: int, block: int):

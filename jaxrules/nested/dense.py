@@ -22,14 +22,14 @@ KERNEL_IMPLS = ("pallas", "pallas_interpret")
 def kernel_applies(query, key, value, attn_mask, dropout_p, enable_gqa) -> bool:
     """Whether the dense call fits the ragged kernels: no mask (``is_causal`` is fine), no
     dropout, query, key and value of rank >= 3 with the same batch and head axes (no
-    broadcasting, no grouped-query heads) and as many keys as queries, a power-of-two head dim
-    of at least 16."""
+    broadcasting, no grouped-query heads), as many keys as queries and one power-of-two head dim
+    of at least 16 for all three."""
     if attn_mask is not None or dropout_p != 0 or enable_gqa:
         return False
     if min(query.ndim, key.ndim, value.ndim) < 3 or not query.shape[:-2] == key.shape[:-2] == value.shape[:-2]:
         return False
     length, dim = query.shape[-2:]
-    return key.shape[-2:] == (length, dim) and value.shape[-2] == length and dim >= 16 and dim & (dim - 1) == 0
+    return key.shape[-2:] == value.shape[-2:] == (length, dim) and dim >= 16 and dim & (dim - 1) == 0
 
 
 def dense_attention(query, key, value, *, scale: float, is_causal: bool, impl: str):

@@ -292,18 +292,25 @@ def _positive(name, value) -> int:
     return int(value)
 
 
-def _attention_impl(impl, dtype, dim: int, block: int) -> str:
+def _attention_impl(impl, dtype, dim: int, value_dim: int, block: int) -> str:
     """The attention's implementation: ``impl`` if given, else the Pallas kernels on a GPU for
-    the dtypes and head dims they take; the XLA formulas wherever the kernels cannot run
-    (``dispatch.triton_backend_missing``; a kernel ``impl`` then falls back too, warned once)."""
+    the dtypes and head dims they take (values as wide as queries); the XLA formulas for zero-size
+    heads and wherever the kernels cannot run (``dispatch.triton_backend_missing``; a kernel ``impl`` then falls back
+    too, warned once)."""
     if impl is not None and impl not in _IMPLS:
         raise ValueError(f"nested.scaled_dot_product_attention: impl must be one of {_IMPLS}, got {impl!r}")
+    if 0 in (dim, value_dim):
+        return "xla"  # zero-size heads: nothing for the kernels to do (the XLA formulas give the empty result)
+    if impl not in (None, "xla") and value_dim != dim:
+        raise ValueError(f"nested.scaled_dot_product_attention: impl={impl!r} needs v's head dim ({value_dim}) equal "
+                         f"to q's ({dim}); impl='xla' takes any")
     if impl != "xla" and (impl is not None or jax.default_backend() == "gpu") and dispatch.triton_backend_missing():
         return "xla"
     if impl is not None:
         return impl
     kernel_ok = (
         jax.default_backend() == "gpu"
+        and value_dim == dim
         and jnp.dtype(dtype) in (jnp.float32, jnp.bfloat16, jnp.float16)
         and dim >= 16 and dim & (dim - 1) == 0 and block >= 16
     )
@@ -348,7 +355,7 @@ def scaled_dot_product_attention(
     block = K.default_block(max_len) if block is None else _positive("block", block)
     heads_axis = len(q.inner_shape) == 2
     dim = q.inner_shape[-1]
-    scale = 1.0 / math.sqrt(dim) if scale is None else float(scale)
+    scale = (1.0 / math.sqrt(dim) if dim else 1.0) if scale is None else float(scale)  # dim 0: every score 0
     offsets = q.offsets
     total = q.values.shape[0]
     lengths = jnp.diff(offsets)
@@ -361,7 +368,7 @@ def scaled_dot_product_attention(
     if pairs_per_step is not None:
         chunk = _positive("pairs_per_step", pairs_per_step)
     plan = K.attention_plan(offsets, total, block, max_len, chunk, causal)
-    impl = _attention_impl(impl, q.dtype, dim, block)
+    impl = _attention_impl(impl, q.dtype, dim, v.inner_shape[-1], block)
     qv, kv, vv = ((t.values if heads_axis else t.values[:, None]) for t in (q, k, v))
     if impl == "xla":
         work = jnp.promote_types(q.dtype, jnp.float32)

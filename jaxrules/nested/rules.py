@@ -295,7 +295,7 @@ def attention_vjp(res, ct, *, scale, block, chunk, causal=False):
 
 def _heads_first(x, slot_token, block):
     """(total, heads, ...) -> (heads, slots, ...) in the slot layout."""
-    return jnp.moveaxis(K.to_blocks(x, slot_token, block).reshape(-1, *x.shape[1:]), 1, 0)
+    return jnp.moveaxis(K.to_blocks(x, slot_token, block).reshape(slot_token.shape[0], *x.shape[1:]), 1, 0)
 
 
 def _tokens(xs, token_slot):

@@ -205,7 +205,8 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
 
         impl: keyword-only: None or ``"xla"`` (the formulas above), ``"pallas"`` (the fused
             kernels: no ``attn_mask``, no dropout, no ``enable_gqa``, the batch and head axes of
-            query, key and value equal, ``L == S`` and a power-of-two head dim >= 16; otherwise a
+            query, key and value equal, ``L == S`` and one power-of-two head dim >= 16 (``E ==
+            Ev``); otherwise a
             ``ValueError``; on a JAX without Pallas' Triton backend the XLA formulas, warned once)
             or ``"pallas_interpret"`` (the kernels in Pallas' interpret mode, for tests on a CPU).
 
@@ -241,7 +242,7 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
 
         if not dense.kernel_applies(q, k, v, attn_mask, dropout_p, gqa):
             raise ValueError(f"{_SDPA}: impl={impl!r} needs no attn_mask, no dropout, no enable_gqa, equal batch and "
-                             f"head axes, L == S and a power-of-two head dim >= 16; got query {q.shape}, key "
+                             f"head axes, L == S and one power-of-two head dim >= 16 (E == Ev); got query {q.shape}, key "
                              f"{k.shape}, value {v.shape}")
         return dense.dense_attention(q, k, v, scale=scale, is_causal=causal, impl=impl)
     heads = q.shape[-3] if gqa and q.ndim >= 3 else None

@@ -727,14 +727,16 @@ def adaptive_max_pool3d(input: ArrayLike, output_size: int | Sequence[int | None
 
 
 def _adaptive_avg_pool_nd(input, output_size):  # noqa: A002
-    """The record's entry: ``adaptive_avg_pool1d/2d/3d`` by the input's rank."""
-    dims = np.ndim(input) - 2
+    """The record's entry: ``adaptive_avg_pool1d/2d/3d`` by the input's rank (below rank 3: 1d,
+    whose own check names the shape it needs)."""
+    dims = max(np.ndim(input) - 2, 1)
     return _adaptive_pool(f"adaptive_avg_pool{dims}d", dims, input, output_size)
 
 
 def _adaptive_max_pool_nd(input, output_size, return_indices=False):  # noqa: A002
-    """The record's entry: ``adaptive_max_pool1d/2d/3d`` by the input's rank."""
-    dims = np.ndim(input) - 2
+    """The record's entry: ``adaptive_max_pool1d/2d/3d`` by the input's rank (below rank 3: 1d,
+    whose own check names the shape it needs)."""
+    dims = max(np.ndim(input) - 2, 1)
     return _adaptive_pool(f"adaptive_max_pool{dims}d", dims, input, output_size, bool(return_indices))
 
 
