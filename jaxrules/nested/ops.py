@@ -364,6 +364,9 @@ def scaled_dot_product_attention(
         f"nested.scaled_dot_product_attention: a sequence is longer than max_seqlen={max_len}",
     )
     heads = q.inner_shape[0] if heads_axis else 1
+    if total == 0:  # no rows (no sequences, or all empty): an empty result, nothing to plan
+        result = q.with_values(jnp.zeros(v.values.shape, v.dtype))
+        return (result, q.with_values(jnp.zeros(q.values.shape[:-1], P.stat_dtype(q.dtype)))) if with_lse else result
     chunk = K.chunk_size(K.plan_sizes(total, q.batch_size, block, max_len, 1, causal)[1], heads, block)
     if pairs_per_step is not None:
         chunk = _positive("pairs_per_step", pairs_per_step)

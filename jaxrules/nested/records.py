@@ -39,8 +39,34 @@ def _nt(values, offsets):
     return N.from_jagged(values, offsets)
 
 
+def _empty_components(samples, no_batch=True):
+    """The record's zero-size samples, from its samples: every component empty (offsets all 0,
+    the packed arguments, those with ``offsets[-1]`` rows, with none) and, with ``no_batch``, no
+    component at all (offsets ``[0]``); dense operands unchanged. (Cutting axes as
+    ``derive_empty_samples`` does would cut the offsets too.)"""
+
+    def derive(rng, dt):
+        out = []
+        for sample in samples(rng, dt):
+            where = [i for i, a in enumerate(sample.args)
+                     if isinstance(a, np.ndarray) and a.ndim == 1 and a.dtype == np.int64 and a.size and a[0] == 0]
+            if not where:
+                continue
+            offsets = sample.args[where[-1]]
+            total = int(offsets[-1])
+            for empty in (np.zeros_like(offsets), np.zeros(1, np.int64))[:2 if no_batch else 1]:
+                args = [empty if i == where[-1] else
+                        a[:0] if isinstance(a, np.ndarray) and a.ndim and a.shape[0] == total and i < where[-1] else a
+                        for i, a in enumerate(sample.args)]
+                out.append(Sample(tuple(args), sample.kwargs))
+        return out
+
+    return derive
+
+
 def _record(name, fn, seed, formula_ops, samples, torch_fn, **kw):
     public = kw.pop("public", (f"jaxrules.nested.{name}",))
+    kw.setdefault("empty_samples", _empty_components(samples))
     register(OpRecord(
         f"nested.{name}", fn, public, formula_ops, seed, samples, torch_fn,
         "per component: " + kw.pop("torch_name"), **kw,
@@ -292,6 +318,7 @@ _record(
     "arithmetic", _arith_fn, ("index_select_backward (the per-component operand's gather)",), ("take",),
     _arith_samples,
     _arith_torch, torch_name="* - / + with a row and a per-component (B, 1, *inner) dense operand",
+    empty_samples=_empty_components(_arith_samples, no_batch=False),  # the (B, 1, *inner) operand fixes B
     public=tuple(f"jaxrules.nested.NestedTensor.__{op}__" for op in ("add", "sub", "mul", "truediv", "pow")),
     deviations="Elementwise math on the packed values uses JAX's own rules for + - * / ** (exact; the seed "
     "has no nested arithmetic); the per-component dense operand's gather is jaxrules' take.",
@@ -358,5 +385,5 @@ register(OpRecord(
     tolerance=_TF32,
     batching="vmapped formulas (the kernels under jax.vmap)",
     double_backward="JAX's derivative of the XLA formula attention_vjp (the kernels are not differentiated)",
-    kernel_backed=True,
+    kernel_backed=True, empty_samples=_empty_components(_fused_samples),
 ))
