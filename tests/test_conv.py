@@ -60,6 +60,21 @@ def test_max_pool_values_indices_and_gradient_match_torch(x, kwargs):
         np.testing.assert_array_equal(ours, tx.grad.numpy())
 
 
+@pytest.mark.parametrize("batch", [0, 2])
+def test_conv_without_input_channels_is_the_bias_where_torch_drops_the_output_channels(batch):
+    """A convolution over no input channels sums nothing: the output is the bias, with the
+    weight's O channels (torch 2.13 returns 0 channels: its shape rule takes C for O); the
+    gradients are the bias's (the batch's count of each position) and empty ones."""
+    x, w, b = np.zeros((batch, 0, 6)), np.zeros((3, 0, 3)), np.array([1.0, -2.0, 0.5])
+    out = nn.conv1d(x, w, b, padding="same", dilation=2)
+    np.testing.assert_array_equal(out, np.broadcast_to(b[:, None], (batch, 3, 6)))
+    assert torch.nn.functional.conv1d(torch.zeros(batch, 0, 6), torch.zeros(3, 0, 3), padding="same",
+                                      dilation=2).shape == (batch, 0, 6)  # torch's, documented in the record
+    gx, gw, gb = jax.grad(lambda *a: jnp.sum(nn.conv1d(*a, padding="same", dilation=2)), argnums=(0, 1, 2))(x, w, b)
+    assert gx.shape == x.shape and gw.shape == w.shape
+    np.testing.assert_array_equal(gb, np.full(3, batch * 6.0))
+
+
 def test_max_pool_lowers_without_gather_or_scatter():
     """max_pool's forward, JVP and VJP are strided slices, pads and elementwise selects (XLA
     fuses them; a gather/scatter pair made a CNN training step 0.79x of plain JAX on an H100,
@@ -105,6 +120,9 @@ def test_max_pool_double_backward_is_a_gather_at_the_argmax():
         (lambda: nn.conv2d(np.ones((1, 2, 5)), np.ones((2, 2, 3))), ValueError, "rank 4"),
         (lambda: nn.conv(np.ones((1, 2, 5)) + 1j, np.ones((2, 2, 3))), TypeError, "real"),
         (lambda: nn.max_pool(np.ones((1, 2, 5)), 2, padding=2), ValueError, "half the kernel"),
+        (lambda: nn.conv2d(np.ones((1, 3, 4, 4)), np.ones((0, 3, 2, 2))), ValueError, "at least one output channel"),
+        (lambda: nn.conv2d(np.ones((1, 3, 4, 4)), np.ones((2, 3, 0, 2))), ValueError, "at least one element"),
+        (lambda: nn.adaptive_avg_pool1d(np.ones((2, 3, 0)), 2), ValueError, "empty spatial axis"),
         (lambda: nn.max_pool(np.ones((2, 5)), 2), ValueError, r"\(N, C, \*spatial\)"),
         (lambda: nn.max_pool(np.ones((1, 1, 5)), (2, 2)), ValueError, "kernel_size"),
         (lambda: nn.max_pool2d(np.ones((1, 1, 5)), 2), ValueError, "rank 4"),

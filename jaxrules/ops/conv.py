@@ -147,6 +147,9 @@ def conv(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, str
             f"conv: input has {x.shape[1]} channels and weight {w.shape}: need in_channels = weight.shape[1] * groups "
             f"and out_channels divisible by groups={groups}"
         )
+    if w.shape[0] == 0 or 0 in w.shape[2:]:
+        raise ValueError(f"conv: weight {w.shape} needs at least one output channel and a kernel of at least one "
+                         "element per axis (as torch)")
     stride = _per_axis("conv", "stride", stride, dims, 1)
     dilation = _per_axis("conv", "dilation", dilation, dims, 1)
     kernel = w.shape[2:]
@@ -533,9 +536,10 @@ def max_pool3d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int |
     return max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
-def _pool_input(op, input, dims):  # noqa: A002
+def _pool_input(op, input, dims, empty_channels=False):  # noqa: A002
     """torch's pooling input, (N, C, *spatial) or unbatched (C, *spatial) with ``dims`` spatial
-    axes (only the batch may be empty), with a batch axis; and whether it had one."""
+    axes (only the batch may be empty, and the channels where ``empty_channels``: torch's
+    adaptive average pooling), with a batch axis; and whether it had one."""
     x = V.array(op, "input", input)
     if jnp.iscomplexobj(x):
         raise TypeError(f"{op}: input must be real, got {x.dtype}")
@@ -543,8 +547,10 @@ def _pool_input(op, input, dims):  # noqa: A002
         raise ValueError(f"{op}: input must have shape (N, C, *spatial) or (C, *spatial) with {dims} spatial "
                          f"axes, got {x.shape}")
     batched = x.ndim == dims + 2
-    if 0 in x.shape[int(batched):]:
-        raise ValueError(f"{op}: input {x.shape} has an empty channel or spatial axis (only the batch may be empty)")
+    if 0 in x.shape[int(batched) + int(empty_channels):]:
+        may = "the batch and the channels" if empty_channels else "only the batch"
+        raise ValueError(f"{op}: input {x.shape} has an empty {'spatial' if empty_channels else 'channel or spatial'} "
+                         f"axis ({may} may be empty)")
     return (x if batched else x[None]), batched
 
 
@@ -649,7 +655,7 @@ def _output_size(op, output_size, spatial):
 
 def _adaptive_pool(op, dims, input, output_size, return_indices=None):  # noqa: A002
     """Adaptive average pooling (``return_indices`` None) or max pooling."""
-    x, batched = _pool_input(op, input, dims)
+    x, batched = _pool_input(op, input, dims, empty_channels=return_indices is None)
     size = _output_size(op, output_size, x.shape[2:])
     if return_indices is None:
         out = adaptive_avg_pool_op(x, output_size=size, shape=x.shape)
@@ -761,6 +767,14 @@ register(OpRecord(
     ],
     _torch_conv, "torch.nn.functional.conv1d/2d/3d", low_precision=("float32",),
     tolerance={"float32": 1e-3},  # float32 convolutions may run in TF32 on a GPU
+    empty_samples=lambda rng, dt: [  # no input channels: tests/test_conv.py (torch's output has no channels)
+        Sample((normal(rng, dt, 0, 3, 7), normal(rng, dt, 4, 3, 3), normal(rng, dt, 4)), {"stride": 2, "padding": 1}),
+        Sample((normal(rng, dt, 0, 4, 5, 6), normal(rng, dt, 2, 2, 2, 3), normal(rng, dt, 2)),
+               {"padding": (1, 0), "dilation": (2, 1), "groups": 2}),
+        Sample((normal(rng, dt, 0, 2, 6), normal(rng, dt, 3, 2, 3)), {"padding": "same", "dilation": 2}),
+    ],
+    deviations="No input channels (C = 0): the output has the weight's O channels, the bias (the sum over no "
+    "channels is 0); torch 2.13 returns C = 0 output channels.",
 ))
 
 
