@@ -133,6 +133,8 @@ FUZZ_OPEN: dict[str, tuple[Case, str]] = {
     "ifft/axis/unclear error": (Case("float64", 2, "axis", axis=2), _AXES),
     "irfft/axis/unclear error": (Case("float64", 2, "axis", axis=2), _AXES),
     "rfft/axis/unclear error": (Case("float64", 2, "axis", axis=2), _AXES),
+    "irfftn/nonfinite/silent nan": (Case("float64", 0, "nonfinite", salt=11924),
+                                    "open: as irfft: NaN in the discarded imaginary parts spreads"),
     "irfft/nonfinite/silent nan": (
         Case("float64", 1, "nonfinite", salt=36742),
         "open: NaN in the imaginary part of the DC/Nyquist entries (which a real inverse FFT discards) spreads "
@@ -159,6 +161,9 @@ FUZZ_OPEN: dict[str, tuple[Case, str]] = {
     "norm/size/unclear error": (Case("float64", 9, "size", size=4),
                                 "open: an empty matrix with ord=-2 (or -1, -inf): the error names the internal "
                                 "'amin', not norm"),
+    "scaled_dot_product_attention[pallas]/size/crash": (
+        Case("float64", 1, "size", size=21), "open: L = S = 0: ZeroDivisionError: integer modulo by zero (in JAX's "
+                                             "array methods, from the kernel's blocking)"),
     "lu_unpack/size/value": (
         Case("complex128", 2, "size", size=5),
         "open: pivots longer than min(m, n) (a (3, 0) LU with 3 pivots) are applied; torch ignores the extra ones "
@@ -172,9 +177,6 @@ REFERENCE_DIFFERS: dict[str, tuple[Case, str]] = {
     "eigvals/dtype/value": (Case("float64", 1, "dtype", cast="float32"),
                             "eigenvalues come in LAPACK's order, which a float32 run need not share with torch's "
                             "float64 one (the harness's low_precision check compares them in one order)"),
-    "eig/integer/value": (Case("complex128", 2, "integer", cast="bool"),
-                          "a bool matrix is promoted to float64 and LAPACK's real eig orders a conjugate pair its "
-                          "own way; torch is given it in complex128 (the record's dtype)"),
     "lu/nonfinite/value": (Case("float64", 1, "nonfinite", salt=4008),
                            "the pivot order with +-inf/NaN entries is the LAPACK build's (comparisons with NaN)"),
     "lu_factor/nonfinite/value": (Case("float64", 1, "nonfinite", salt=4008),
@@ -405,9 +407,10 @@ def _clear(record, err: Exception) -> bool:
 
 
 def _upcast(sample: Sample, promote=(), base="float64") -> Sample:
-    """``sample`` in float64/complex128 (and the integer arrays at ``promote`` in the ``base``
-    dtype, the values jaxrules computes with once it promotes them and meets the other arguments;
-    torch's integer arithmetic and mixed dtypes are not the reference)."""
+    """``sample`` in float64/complex128 (and the integer arrays at ``promote`` in ``base``: float64,
+    or complex128 beside complex arguments, the values jaxrules computes with once it promotes
+    them and meets the other arguments; torch's integer arithmetic and mixed dtypes are not the
+    reference)."""
     def up(i, a):
         if not _is_array(a) or not (_inexact(a) or i in promote):
             return a
@@ -470,7 +473,8 @@ def run_case(record, case: Case) -> tuple[str, str]:
     # Integer input: torch on the float64 promotion (as jaxrules promotes it), unless the op kept the integer
     # dtype (pad, tile ...: then torch on the same integers)
     promote = case.kind == "integer" and (ours is not None or all(_inexact(x) for x in _leaves(value)))
-    up = _upcast(sample, diff if promote else (), case.base)
+    others = [sample.args[i].dtype for i in diff if _inexact(sample.args[i])]
+    up = _upcast(sample, diff if promote else (), np.result_type(np.float64, *others))
     finite = all(np.isfinite(np.asarray(sample.args[i], np.complex128)).all() for i in diff)
     with_grads = case.kind != "integer" and finite and ours is None
     loss_ct = None
