@@ -23,25 +23,13 @@ from jaxrules.testing import run_check
 
 RECORDS = records()
 
-_NESTED = ("open: the derived samples cut the offsets (their length equals an axis'), which from_jagged "
-           "refuses; jaxrules/nested/records.py should declare empty_samples (empty components, offsets "
-           "[0, 0, ...], and values with no rows)")
 EMPTY_OPEN = {
-    "adaptive_avg_pool": "open: ops/conv.py refuses an empty channel axis, (0, 0, 7), which torch accepts",
     "adjugate": "open: ops/linalg.py, adjugate of a 0x0 matrix: an internal 'zero-size array to reduction "
     "operation min' (torch: a 0x0 result)",
-    "conv": "open: ops/conv.py / partials.py, conv of a (1, 0, 4, 3, 3) input with (0, 0, 0, 0, 0) weights (a "
-    "zero-size kernel window): XLA's verifier error when the derivatives are compiled, not the library's "
-    "ValueError or torch's result",
     "median": "open: ops/reductions.py, median over every axis of a (0, 5) array raises; torch gives NaN",
     "nanmedian": "open: ops/reductions.py, nanmedian over every axis of a (0, 5) array raises; torch gives NaN",
     "vector_norm": "open: ops/norms.py, vector_norm(ord=-inf) of a (0, 4) array: JAX's internal 'zero-size array "
     "to reduction operation min' where torch refuses with its own error: expected a ValueError naming the op",
-    **{name: _NESTED for name in (
-        "nested.arithmetic", "nested.dropout", "nested.gelu", "nested.layer_norm", "nested.linear",
-        "nested.log_softmax", "nested.matmul", "nested.matmul_ragged", "nested.mean", "nested.relu",
-        "nested.scaled_dot_product_attention", "nested.scaled_dot_product_attention[pallas]", "nested.silu",
-        "nested.softmax", "nested.sum")},
 }
 
 
