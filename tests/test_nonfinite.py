@@ -57,6 +57,14 @@ TORCH_WRONG: dict[str, str] = {
                               "output); torch: NaN",
     "var_mean/arg0/?inf": "the mean of values with one +-inf is +-inf; torch's var_mean (Welford) gives NaN",
     "std_mean/arg0/?inf": "the mean of values with one +-inf is +-inf; torch's var_mean (Welford) gives NaN",
+    "adjugate/arg0/?inf": "one infinite entry: adj(A) = cof(A)^T, 2x2 determinants: +-inf in the four cofactors "
+                          "it enters, finite in the other five (checked against numpy's minors); torch's "
+                          "reference det(A) inv(A): NaN",
+    "slogdet/arg0/nan": "the sign of a NaN determinant is NaN (checked; as jaxrules.numpy.sign); torch: 0, "
+                        "the sign of a zero determinant",
+    "svdvals/arg0/?inf": "the singular values are NaN (as torch's) and so is their gradient (checked); torch's "
+                         "gradient U V^H of LAPACK's unconverged vectors is finite (the identity), not the "
+                         "gradient's limit as the entry grows",
     "lstsq/arg1/?inf": "x = pinv(A) b with one infinite b_k is sign(pinv(A)[:, k]) inf (checked); torch's "
                        "Householder QR mixes inf - inf into NaN",
     "kl_div/arg1/+inf": "t (log t - x) -> +inf as t -> +inf, and d/dt = log t + 1 - x -> +inf; torch's "
@@ -102,19 +110,29 @@ OPEN: dict[str, str] = {
                                                               "where torch's output is NaN",
     # ops/linalg.py
     "cholesky_inverse/arg0/nan": "open: all NaN; torch keeps entry [2, 2] = 1/L22^2 finite, the exact value "
-                                 "(the NaN is L11)",
-    "det/arg0/?inf": "open: NaN where torch's (and the exact cofactor expansion's) value is +-inf",
-    "inv/arg0/nan": _LINALG + " (3 entries finite, torch all NaN)",
-    "solve/arg0/nan": _LINALG + " (1 entry finite, torch all NaN)",
-    "slogdet/arg0/nan": _LINALG + " (sign 1 and a finite gradient column, torch sign 0 and NaN)",
-    "lu/arg0/?inf": _LINALG + " (gradient all NaN, torch finite)",
-    "lu_solve/arg0/nan": _LINALG + " (LU gradient NaN where torch's is finite)",
-    "lu_solve/arg2/?inf": _LINALG + " (LU gradient NaN where torch's is finite or +-inf)",
-    "ormqr/arg0/?inf": _LINALG + " (gradient of C NaN where torch's is +-inf)",
-    "ormqr/arg1/*": _LINALG + " (gradient of C NaN where torch's is finite or +-inf)",
-    "pinv/arg0/?inf": _LINALG + " (0 where torch NaN)",
-    "qr/arg0/*": _LINALG,
-    "svd/arg0/?inf": _LINALG + " (Vh 0 where torch NaN)",
+                                 "(the NaN is L11): cho_solve(L, I) and XLA's triangular solves divide the "
+                                 "structural zeros of L^{-1} by L11 (0/NaN); LAPACK's potri skips them",
+    "det/arg0/?inf": "open: the value NaN where torch's (and the exact cofactor expansion's) is +-inf: "
+                     "jax.numpy's 3x3 closed form sums the six Leibniz products, which meet the infinite entry "
+                     "with both signs; the expansion along its row would cost 1.3-1.7x on finite 3x3 batches. "
+                     "The gradient, cof(A) (adjugate's 3x3 cofactors), is exact: +-inf at the 4 cofactors the "
+                     "entry enters, finite at the other 5 (torch: NaN at 8)",
+    "lu/arg0/?inf": _LINALG + ": gradient NaN in the first 3 columns where torch's is finite: the "
+                    "limit (equal to both gradients at 1e100 in place of inf); partials/linalg.py "
+                    "lu_adjoint's triangular solves with U's infinite pivot (XLA's solve gives 0 inf = NaN "
+                    "where LAPACK's trsm skips)",
+    "lu_solve/arg0/nan": _LINALG + ": the LU gradient's U part is -triu(U^{-H} g X^H); entry [0, 2] needs only "
+                         "row 0 of U^{-H} g and row 2 of X, finite (torch). vjp_rules.lu_solve_vjp forms "
+                         "gB = A^{-H} g first (all NaN) and multiplies back by L^H: NaN everywhere",
+    "lu_solve/arg2/?inf": _LINALG + " (LU gradient NaN where torch's is +-inf, as the 1e100 limit; the same "
+                          "order of products in vjp_rules.lu_solve_vjp)",
+    "ormqr/arg0/?inf": _LINALG + ": the gradient of C NaN where torch's is +-inf: ours forms Q "
+                       "(householder_product) and multiplies; applying the reflectors in turn (torch, LAPACK) "
+                       "leaves the rows a reflector does not touch exact",
+    "ormqr/arg1/*": _LINALG + ": the gradient of C NaN where torch's is finite or +-inf (as ormqr/arg0)",
+    "qr/arg0/*": _LINALG + ": column c of A enters Q[:, k] and R[:, k] for k >= c only; XLA's blocked "
+                           "Householder QR gives NaN in R[0, 0] (torch: the exact -||a_0||) and finite entries "
+                           "where torch's are NaN",
     # ops/fft.py, ops/conv.py: XLA's primitives, not a formula
     "irfft/arg0/?inf": "open: XLA's FFT gives NaN (inf - inf in its butterflies) at 3 of 14 outputs whose exact "
                        "value is +-inf (torch's pocketfft: +-inf)",
@@ -230,6 +248,16 @@ def _check_right_answer(record, sample, argnum, value, reason, out, grads) -> li
         ours, clean = np.asarray(grads[j]).reshape(-1)[k], np.asarray(t_grads[j]).reshape(-1)[k]
         if not abs(ours - clean) <= RTOL * max(1.0, abs(clean)):
             return [f"the poisoned entry's gradient {ours} is not torch's at the clean input, {clean}"]
+    if record.name == "adjugate":  # the cofactors, from numpy's determinants of the minors
+        a = np.asarray(_poisoned(sample, argnum, value).args[0])
+        n = a.shape[-1]
+        cof = np.array([[(-1) ** (i + j) * np.linalg.det(np.delete(np.delete(a, i, 0), j, 1)) for j in range(n)]
+                        for i in range(n)])
+        return _differences("value", out, cof.T)
+    if record.name in ("slogdet", "svdvals"):
+        leaves = jax.tree.leaves(out) + (list(grads) if record.name == "svdvals" else [])
+        if not all(np.isnan(np.asarray(x)).all() for x in leaves):
+            return ["not all NaN"]
     if record.name == "lstsq" and argnum == 1:
         a = np.asarray(sample.args[0])
         expected = np.sign(np.linalg.pinv(a)[:, k]) * value

@@ -144,11 +144,30 @@ def linear(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None) -
 # Inverse, determinants
 
 
+def _all_nan_where(bad, a, out):
+    """``out`` (an array or a tuple of arrays, each with ``a``'s batch dims leading) with every
+    entry NaN for the matrices of ``a`` that have an entry where ``bad`` holds: a factorization
+    mixes every entry into every result entry, but the LAPACK-style algorithms leave some
+    finite, depending on where the entry sits. One reduction and one select (``O(n^2)`` beside
+    the factorization's ``O(n^3)``)."""
+    poisoned = jnp.any(bad(a), axis=(-2, -1))
+
+    def one(o):
+        return jnp.where(poisoned.reshape(poisoned.shape + (1,) * (o.ndim - poisoned.ndim)), jnp.nan, o)
+
+    return tuple(map(one, out)) if isinstance(out, tuple) else one(out)
+
+
+def _nonfinite(a):
+    return ~jnp.isfinite(a)
+
+
 def _inv_primal(a):
     """``solve(A, I)`` as ``jax.numpy.linalg.inv``, with the identity built sharded like ``a``
-    (an ``Explicit`` mesh refuses the vmapped solve of a sharded ``A`` and a replicated ``I``)."""
+    (an ``Explicit`` mesh refuses the vmapped solve of a sharded ``A`` and a replicated ``I``);
+    all NaN for an ``A`` with a NaN entry (each entry of ``A^{-1} = adj(A)/det(A)`` involves it)."""
     eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape, out_sharding=explicit_sharding(a))
-    return jnp.linalg.solve(a, eye)
+    return _all_nan_where(jnp.isnan, a, jnp.linalg.solve(a, eye))
 
 
 inv_op = define_op("inv", _inv_primal, J.inv_jvp, R.inv_vjp, lambda out, a: out, batch=leading_batch_rule(_inv_primal))
@@ -160,10 +179,27 @@ def _adjugate_by_svd(a):
     return c[..., None, None] * ((P.mH(vh) * P.prod_of_others(s, (s.ndim - 1,))[..., None, :]) @ P.mH(u))
 
 
+def _cofactors_3x3(a):
+    """The cofactors ``C_ij = a[i+1, j+1] a[i+2, j+2] - a[i+1, j+2] a[i+2, j+1]`` (indices mod 3)
+    of 3x3 matrices: each a 2x2 determinant of the entries outside row i and column j, so an
+    infinite entry gives the exact +-inf in the four cofactors it enters and leaves the other
+    five finite (the LU and SVD routes mix it into NaN everywhere)."""
+    e = [[a[..., i, j] for j in range(3)] for i in range(3)]
+
+    def cofactor(i, j):
+        i1, i2, j1, j2 = (i + 1) % 3, (i + 2) % 3, (j + 1) % 3, (j + 2) % 3
+        return e[i1][j1] * e[i2][j2] - e[i1][j2] * e[i2][j1]
+
+    return jnp.stack([jnp.stack([cofactor(i, j) for j in range(3)], -1) for i in range(3)], -2)
+
+
 def _adjugate_primal(a):
     """``det(A) A^{-1}`` from one LU factorization when no pivot is (relatively) zero, else
     through the SVD (``c V diag(prod of the other singular values) U^H``, exact at every rank).
-    The SVD branch runs only when some matrix of the batch needs it."""
+    The SVD branch runs only when some matrix of the batch needs it. A 3x3 matrix with an
+    infinite entry: its cofactors, transposed (exact: +-inf where the entry enters)."""
+    if a.size == 0:
+        return jnp.zeros_like(a)  # no entries (an empty batch, or 0x0 matrices)
     lu_, pivots, perm = lax.linalg.lu(a)
     diag = P.diagonal(lu_)
     n = a.shape[-1]
@@ -180,8 +216,11 @@ def _adjugate_primal(a):
         inverse = P.tri_solve(upper, P.tri_solve(lower, p_transpose, lower=True, unit=True), lower=False)
         return det[..., None, None] * inverse
 
-    def mixed():
-        return jnp.where(regular[..., None, None], by_lu(), _adjugate_by_svd(a))
+    def mixed():  # an infinite entry is not regular
+        adjugate = jnp.where(regular[..., None, None], by_lu(), _adjugate_by_svd(a))
+        if n != 3:
+            return adjugate
+        return jnp.where(jnp.any(jnp.isinf(a), (-2, -1))[..., None, None], P.mT(_cofactors_3x3(a)), adjugate)
 
     return lax.cond(jnp.all(regular), by_lu, mixed)
 
@@ -191,9 +230,14 @@ def _save_adjugate(out, a):
     return u, s, vh, jnp.linalg.det(u) * jnp.linalg.det(vh)
 
 
+def _slogdet_primal(a):
+    """``jax.numpy.linalg.slogdet``; sign and logabsdet NaN for an ``A`` with a NaN entry."""
+    return _all_nan_where(jnp.isnan, a, tuple(jnp.linalg.slogdet(a)))
+
+
 adjugate_op = define_op("adjugate", _adjugate_primal, J.adjugate_jvp, R.adjugate_vjp, _save_adjugate)
 det_op = define_op("det", jnp.linalg.det, J.det_jvp, R.det_vjp, lambda out, a: adjugate_op(a))
-slogdet_op = define_op("slogdet", lambda a: tuple(jnp.linalg.slogdet(a)), J.slogdet_jvp, R.slogdet_vjp, lambda out, a: (inv_op(a), out[0]))
+slogdet_op = define_op("slogdet", _slogdet_primal, J.slogdet_jvp, R.slogdet_vjp, lambda out, a: (inv_op(a), out[0]))
 
 
 def inv(a: ArrayLike) -> Array:
@@ -276,10 +320,12 @@ def slogdet(a: ArrayLike) -> tuple[Array, Array]:
 
 
 def _solve_primal(a, b, *, left):
+    """``A^{-1} B`` (``left``) or ``B A^{-1}`` from A's LU factors; all NaN for an ``A`` with a NaN
+    entry (as ``inv``)."""
     lu, piv = P.lu_factor(a)
     if left:
-        return P.lu_solve(lu, piv, b)
-    return P.mT(P.lu_solve(lu, piv, P.mT(b), trans=1))
+        return _all_nan_where(jnp.isnan, a, P.lu_solve(lu, piv, b))
+    return _all_nan_where(jnp.isnan, a, P.mT(P.lu_solve(lu, piv, P.mT(b), trans=1)))
 
 
 solve_op = define_op("solve", _solve_primal, J.solve_jvp, R.solve_vjp, lambda out, a, b, **_: (*P.lu_factor(a), out))
@@ -755,8 +801,10 @@ eigh_op = define_op("eigh", _eigh_primal, J.eigh_jvp, R.eigh_vjp, lambda out, a:
 # The values-only ops save vectors computed by the full op, so their second derivatives go through
 # the full op's rules (finite at repeated values).
 eigvalsh_op = define_op("eigvalsh", lambda a: jnp.linalg.eigh(a)[0], J.eigvalsh_jvp, R.eigvalsh_vjp, lambda out, a: eigh_op(a)[1])
-svd_op = define_op("svd", lambda a, *, full_matrices: tuple(jnp.linalg.svd(a, full_matrices=full_matrices)), J.svd_jvp, R.svd_vjp, lambda out, a, **_: out)
-svdvals_op = define_op("svdvals", lambda a: jnp.linalg.svd(a, full_matrices=False)[1], J.svdvals_jvp, R.svdvals_vjp, lambda out, a: svd_op(a, full_matrices=False)[::2])
+# A NaN or infinite entry makes the whole SVD NaN (and so pinv and lstsq, through it): LAPACK
+# leaves some singular vectors finite (a permutation) that belong to no limit; torch: all NaN.
+svd_op = define_op("svd", lambda a, *, full_matrices: _all_nan_where(_nonfinite, a, tuple(jnp.linalg.svd(a, full_matrices=full_matrices))), J.svd_jvp, R.svd_vjp, lambda out, a, **_: out)
+svdvals_op = define_op("svdvals", lambda a: _all_nan_where(_nonfinite, a, jnp.linalg.svd(a, full_matrices=False)[1]), J.svdvals_jvp, R.svdvals_vjp, lambda out, a: svd_op(a, full_matrices=False)[::2])
 qr_op = define_op("qr", lambda a, *, complete: tuple(jnp.linalg.qr(a, "complete" if complete else "reduced")), J.qr_jvp, R.qr_vjp, lambda out, a, **_: out)
 eig_op = define_op("eig", lambda a: tuple(jnp.linalg.eig(a)), J.eig_jvp, R.eig_vjp, lambda out, a: out)
 eigvals_op = define_op("eigvals", lambda a: jnp.linalg.eig(a)[0], J.eigvals_jvp, R.eigvals_vjp, lambda out, a: eig_op(a)[1])
@@ -1087,8 +1135,12 @@ register(OpRecord(
 # ``rtol`` is an array argument (a number, an array over the batch, a tracer): the cutoff moves
 # no singular value across it under a small change, so its derivative is 0 (the formulas
 # ignore its tangent and give it no cotangent).
-pinv_op = define_op("pinv", lambda a, rtol: jnp.linalg.pinv(a, rtol=rtol), J.pinv_jvp, R.pinv_vjp, lambda out, a, rtol: (a, out))
-lstsq_op = define_op("lstsq", lambda a, b, rtol: jnp.linalg.pinv(a, rtol=rtol) @ b, J.lstsq_jvp, R.lstsq_vjp, lambda out, a, b, rtol: (a, pinv_op(a, rtol), b))
+def _pinv_primal(a, rtol):
+    return _all_nan_where(_nonfinite, a, jnp.linalg.pinv(a, rtol=rtol))
+
+
+pinv_op = define_op("pinv", _pinv_primal, J.pinv_jvp, R.pinv_vjp, lambda out, a, rtol: (a, out))
+lstsq_op = define_op("lstsq", lambda a, b, rtol: _pinv_primal(a, rtol) @ b, J.lstsq_jvp, R.lstsq_vjp, lambda out, a, b, rtol: (a, pinv_op(a, rtol), b))
 
 
 def _rtol(op, value, a, name="rtol/rcond"):
