@@ -35,7 +35,8 @@ Known failures are listed with a case that shows each (``FUZZ_OPEN``: jaxrules b
 Budget (compilation is the cost; the variations reuse the samples' shapes): each run fuzzes a
 rotating subset of the records, chosen by ``JAXRULES_FUZZ_SEED`` or else the commit
 (``git rev-parse HEAD``; fixed seed 0 outside git), ``FUZZ_SUBSET`` records with
-``FUZZ_EXAMPLES`` cases each. ``JAXRULES_FUZZ_ALL=1`` fuzzes every record;
+``FUZZ_EXAMPLES`` cases each (96 records x 6 cases: 53-78 s of pytest time on 2 shared cores,
+seeds 2-8 and HEAD, the known-failure pins included). ``JAXRULES_FUZZ_ALL=1`` fuzzes every record;
 ``JAXRULES_FUZZ_EXAMPLES=N`` sets the cases per record; ``JAXRULES_FUZZ_RECORDS=glob,...`` picks records
 (``registry.records``' patterns, with ``JAXRULES_FUZZ_ALL``); ``JAXRULES_FUZZ_LOG=path`` appends one
 JSON line per case (the triage of a full run) and reports failures without failing.
@@ -68,7 +69,7 @@ torch = _torch()
 
 FUZZ_EXAMPLES = int(os.environ.get("JAXRULES_FUZZ_EXAMPLES", "6"))
 FUZZ_ALL = os.environ.get("JAXRULES_FUZZ_ALL", "") not in ("", "0")
-FUZZ_SUBSET = 96  # records per CI run: about 1 minute on 2 shared cores with FUZZ_EXAMPLES cases each
+FUZZ_SUBSET = 96  # records per CI run (of 183): about 1 minute on 2 shared cores, see the docstring
 FUZZ_LOG = os.environ.get("JAXRULES_FUZZ_LOG")
 KINDS = ("dtype", "size", "scalar", "broadcast", "axis", "nonfinite", "integer")
 
@@ -127,6 +128,7 @@ FUZZ_OPEN: dict[str, tuple[Case, str]] = {
     "cross_entropy/size/crash": (Case("float64", 5, "size", size=4), _NO_CLASSES + " (IndexError)"),
     "cross_entropy/size/unclear error": (Case("float64", 0, "size", size=5), _NO_CLASSES + " (TypeError: gather)"),
     "nll_loss/size/crash": (Case("float64", 3, "size", size=4), _NO_CLASSES + " (IndexError)"),
+    "nll_loss/size/unclear error": (Case("float64", 2, "size", size=4), _NO_CLASSES + " (TypeError: gather)"),
     "embedding/size/crash": (Case("float64", 0, "size", size=5),
                              "open: an empty (0, d) table crashes: IndexError from jnp.take; torch: a clear error"),
     "fft/axis/unclear error": (Case("float64", 2, "axis", axis=2), _AXES),
