@@ -144,13 +144,15 @@ def linear(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None) -
 # Inverse, determinants
 
 
-def _all_nan_where(bad, a, out):
-    """``out`` (an array or a tuple of arrays, each with ``a``'s batch dims leading) with every
+def _all_nan_where(bad, a, fn):
+    """``fn(a)`` (an array or a tuple of arrays, each with ``a``'s batch dims leading) with every
     entry NaN for the matrices of ``a`` that have an entry where ``bad`` holds: a factorization
     mixes every entry into every result entry, but the LAPACK-style algorithms leave some
-    finite, depending on where the entry sits. One reduction and one select (``O(n^2)`` beside
-    the factorization's ``O(n^3)``)."""
+    finite, depending on where the entry sits (and LAPACK's SVD may not return at all on an
+    infinite matrix: ``fn`` gets zeros in place of those matrices). Two selects and one
+    reduction (``O(n^2)`` beside the factorization's ``O(n^3)``)."""
     poisoned = jnp.any(bad(a), axis=(-2, -1))
+    out = fn(jnp.where(poisoned[..., None, None], jnp.zeros((), a.dtype), a))
 
     def one(o):
         return jnp.where(poisoned.reshape(poisoned.shape + (1,) * (o.ndim - poisoned.ndim)), jnp.nan, o)
@@ -167,7 +169,7 @@ def _inv_primal(a):
     (an ``Explicit`` mesh refuses the vmapped solve of a sharded ``A`` and a replicated ``I``);
     all NaN for an ``A`` with a NaN entry (each entry of ``A^{-1} = adj(A)/det(A)`` involves it)."""
     eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape, out_sharding=explicit_sharding(a))
-    return _all_nan_where(jnp.isnan, a, jnp.linalg.solve(a, eye))
+    return _all_nan_where(jnp.isnan, a, lambda a: jnp.linalg.solve(a, eye))
 
 
 inv_op = define_op("inv", _inv_primal, J.inv_jvp, R.inv_vjp, lambda out, a: out, batch=leading_batch_rule(_inv_primal))
@@ -216,8 +218,8 @@ def _adjugate_primal(a):
         inverse = P.tri_solve(upper, P.tri_solve(lower, p_transpose, lower=True, unit=True), lower=False)
         return det[..., None, None] * inverse
 
-    def mixed():  # an infinite entry is not regular
-        adjugate = jnp.where(regular[..., None, None], by_lu(), _adjugate_by_svd(a))
+    def mixed():  # a non-finite entry is not regular: NaN, exact cofactors for 3x3 with infinities
+        adjugate = jnp.where(regular[..., None, None], by_lu(), _all_nan_where(_nonfinite, a, _adjugate_by_svd))
         if n != 3:
             return adjugate
         return jnp.where(jnp.any(jnp.isinf(a), (-2, -1))[..., None, None], P.mT(_cofactors_3x3(a)), adjugate)
@@ -226,13 +228,13 @@ def _adjugate_primal(a):
 
 
 def _save_adjugate(out, a):
-    u, s, vh = jnp.linalg.svd(a)
+    u, s, vh = _all_nan_where(_nonfinite, a, lambda a: tuple(jnp.linalg.svd(a)))
     return u, s, vh, jnp.linalg.det(u) * jnp.linalg.det(vh)
 
 
 def _slogdet_primal(a):
     """``jax.numpy.linalg.slogdet``; sign and logabsdet NaN for an ``A`` with a NaN entry."""
-    return _all_nan_where(jnp.isnan, a, tuple(jnp.linalg.slogdet(a)))
+    return _all_nan_where(jnp.isnan, a, lambda a: tuple(jnp.linalg.slogdet(a)))
 
 
 adjugate_op = define_op("adjugate", _adjugate_primal, J.adjugate_jvp, R.adjugate_vjp, _save_adjugate)
@@ -322,10 +324,11 @@ def slogdet(a: ArrayLike) -> tuple[Array, Array]:
 def _solve_primal(a, b, *, left):
     """``A^{-1} B`` (``left``) or ``B A^{-1}`` from A's LU factors; all NaN for an ``A`` with a NaN
     entry (as ``inv``)."""
-    lu, piv = P.lu_factor(a)
-    if left:
-        return _all_nan_where(jnp.isnan, a, P.lu_solve(lu, piv, b))
-    return _all_nan_where(jnp.isnan, a, P.mT(P.lu_solve(lu, piv, P.mT(b), trans=1)))
+    def solve(a):
+        lu, piv = P.lu_factor(a)
+        return P.lu_solve(lu, piv, b) if left else P.mT(P.lu_solve(lu, piv, P.mT(b), trans=1))
+
+    return _all_nan_where(jnp.isnan, a, solve)
 
 
 solve_op = define_op("solve", _solve_primal, J.solve_jvp, R.solve_vjp, lambda out, a, b, **_: (*P.lu_factor(a), out))
@@ -803,8 +806,8 @@ eigh_op = define_op("eigh", _eigh_primal, J.eigh_jvp, R.eigh_vjp, lambda out, a:
 eigvalsh_op = define_op("eigvalsh", lambda a: jnp.linalg.eigh(a)[0], J.eigvalsh_jvp, R.eigvalsh_vjp, lambda out, a: eigh_op(a)[1])
 # A NaN or infinite entry makes the whole SVD NaN (and so pinv and lstsq, through it): LAPACK
 # leaves some singular vectors finite (a permutation) that belong to no limit; torch: all NaN.
-svd_op = define_op("svd", lambda a, *, full_matrices: _all_nan_where(_nonfinite, a, tuple(jnp.linalg.svd(a, full_matrices=full_matrices))), J.svd_jvp, R.svd_vjp, lambda out, a, **_: out)
-svdvals_op = define_op("svdvals", lambda a: _all_nan_where(_nonfinite, a, jnp.linalg.svd(a, full_matrices=False)[1]), J.svdvals_jvp, R.svdvals_vjp, lambda out, a: svd_op(a, full_matrices=False)[::2])
+svd_op = define_op("svd", lambda a, *, full_matrices: _all_nan_where(_nonfinite, a, lambda a: tuple(jnp.linalg.svd(a, full_matrices=full_matrices))), J.svd_jvp, R.svd_vjp, lambda out, a, **_: out)
+svdvals_op = define_op("svdvals", lambda a: _all_nan_where(_nonfinite, a, lambda a: jnp.linalg.svd(a, full_matrices=False)[1]), J.svdvals_jvp, R.svdvals_vjp, lambda out, a: svd_op(a, full_matrices=False)[::2])
 qr_op = define_op("qr", lambda a, *, complete: tuple(jnp.linalg.qr(a, "complete" if complete else "reduced")), J.qr_jvp, R.qr_vjp, lambda out, a, **_: out)
 eig_op = define_op("eig", lambda a: tuple(jnp.linalg.eig(a)), J.eig_jvp, R.eig_vjp, lambda out, a: out)
 eigvals_op = define_op("eigvals", lambda a: jnp.linalg.eig(a)[0], J.eigvals_jvp, R.eigvals_vjp, lambda out, a: eig_op(a)[1])
@@ -1136,7 +1139,7 @@ register(OpRecord(
 # no singular value across it under a small change, so its derivative is 0 (the formulas
 # ignore its tangent and give it no cotangent).
 def _pinv_primal(a, rtol):
-    return _all_nan_where(_nonfinite, a, jnp.linalg.pinv(a, rtol=rtol))
+    return _all_nan_where(_nonfinite, a, lambda a: jnp.linalg.pinv(a, rtol=rtol))
 
 
 pinv_op = define_op("pinv", _pinv_primal, J.pinv_jvp, R.pinv_vjp, lambda out, a, rtol: (a, out))

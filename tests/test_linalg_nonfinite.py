@@ -1,0 +1,88 @@
+"""Linear algebra at NaN and infinite entries, beyond tests/test_nonfinite.py's one poisoned
+entry per record: batches (only the poisoned matrix changes), both sides of solve, the SVD
+family, the exact 3x3 adjugate, and values against torch 2.13 in float64 (the all-NaN SVD of one
+non-finite matrix is compared with torch by tests/test_nonfinite.py; torch's batched SVD raises)."""
+
+import jax
+import numpy as np
+import pytest
+
+import jaxrules.linalg as jrl
+import jaxrules.numpy.linalg as rla
+
+torch = pytest.importorskip("torch")
+RNG = np.random.default_rng(7)
+A = RNG.normal(size=(3, 4, 4)) + 4 * np.eye(4)  # three well-conditioned matrices
+
+
+def _poison(a, value, k=1, at=(1, 2)):
+    a = a.copy()
+    a[(k, *at)] = value
+    return a
+
+
+@pytest.mark.parametrize("name", ["inv", "slogdet", "solve_left", "solve_right"])
+def test_nan_entry_poisons_its_matrix_only(name):
+    b = RNG.normal(size=(3, 4, 2))
+    fns = {"inv": rla.inv, "slogdet": lambda a: rla.slogdet(a), "solve_left": lambda a: jrl.solve(a, b),
+           "solve_right": lambda a: jrl.solve(a, np.swapaxes(b, -1, -2), left=False)}
+    clean = jax.tree.leaves(fns[name](A))
+    poisoned = jax.tree.leaves(fns[name](_poison(A, np.nan)))
+    for c, p in zip(clean, poisoned):
+        c, p = np.asarray(c), np.asarray(p)
+        assert np.isnan(p[1]).all()  # every entry of A^{-1}, det and the solution involves the NaN entry
+        np.testing.assert_array_equal(p[[0, 2]], c[[0, 2]])
+
+
+def test_nan_entry_inv_and_solve_match_torch():
+    a = _poison(A, np.nan)
+    b = RNG.normal(size=(3, 4, 2))
+    np.testing.assert_array_equal(np.isnan(rla.inv(a)), np.isnan(torch.linalg.inv(torch.tensor(a)).numpy()))
+    np.testing.assert_array_equal(np.isnan(jrl.solve(a, b)),
+                                  np.isnan(torch.linalg.solve(torch.tensor(a), torch.tensor(b)).numpy()))
+
+
+def test_nan_entry_slogdet_gradient_all_nan_as_torch():
+    a = _poison(A, np.nan)
+    g = np.asarray(jax.grad(lambda a: rla.slogdet(a)[1].sum())(a))
+    ta = torch.tensor(a, requires_grad=True)
+    torch.linalg.slogdet(ta)[1].sum().backward()
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(ta.grad.numpy()))
+    assert np.isnan(g[1]).all() and np.isfinite(g[[0, 2]]).all()
+
+
+@pytest.mark.parametrize("value", [np.inf, -np.inf])
+@pytest.mark.parametrize("name", ["svd", "svdvals", "pinv"])
+def test_infinite_entry_makes_the_svd_family_nan(name, value):
+    a = _poison(RNG.normal(size=(3, 5, 3)), value, at=(2, 1))
+    fns = {"svd": lambda a: rla.svd(a, full_matrices=False), "svdvals": rla.svdvals, "pinv": rla.pinv}
+    leaves = [np.asarray(x) for x in jax.tree.leaves(fns[name](a))]
+    for x in leaves:
+        assert np.isnan(x[1]).all() and np.isfinite(x[[0, 2]]).all()
+    tfn = {"svd": lambda t: torch.linalg.svd(t, full_matrices=False), "svdvals": torch.linalg.svdvals,
+           "pinv": torch.linalg.pinv}[name]
+    theirs = tfn(torch.tensor(a[[0, 2]]))  # torch's batched SVD raises for the poisoned batch
+    for x, t in zip(leaves, theirs if isinstance(theirs, tuple) else (theirs,)):
+        np.testing.assert_allclose(np.abs(x[[0, 2]]), np.abs(t.numpy()), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("at", [(0, 0), (1, 1), (2, 0), (1, 2)])
+@pytest.mark.parametrize("value", [np.inf, -np.inf])
+def test_adjugate_3x3_with_infinite_entry_is_the_cofactor_matrix(at, value):
+    a = RNG.normal(size=(2, 3, 3))
+    a[(1, *at)] = value
+    ours = np.asarray(jrl.adjugate(a))
+    cof = np.array([[(-1) ** (i + j) * np.linalg.det(np.delete(np.delete(a[1], i, 0), j, 1)) for j in range(3)]
+                    for i in range(3)])
+    np.testing.assert_array_equal(np.isinf(ours[1]), np.isinf(cof.T))
+    np.testing.assert_allclose(ours[1], cof.T, rtol=1e-12)  # equal infinities (signs too), finite entries close
+    assert np.isinf(ours[1]).sum() == 4
+    np.testing.assert_allclose(ours[0], np.linalg.det(a[0]) * np.linalg.inv(a[0]), rtol=1e-10)
+    # det's gradient is the cofactor matrix (its residual is the adjugate)
+    np.testing.assert_allclose(np.asarray(jax.grad(lambda m: rla.det(m).sum())(a))[1], cof, rtol=1e-12)
+
+
+def test_adjugate_of_empty_batches():
+    assert rla.det(np.zeros((0, 4, 4))).shape == (0,)
+    assert jrl.adjugate(np.zeros((0, 4, 4))).shape == (0, 4, 4)
+    assert jrl.adjugate(np.zeros((2, 0, 0))).shape == (2, 0, 0)
