@@ -186,6 +186,15 @@ def test_bad_input_names_the_op_and_argument(call, error, match):
         call()
 
 
+def test_kernel_impl_with_zero_size_inputs_gives_the_formulas_empty_result():
+    for shape in ((2, 0, 16), (0, 3, 16)):
+        q = np.ones(shape)
+        out = scaled_dot_product_attention(q, q, q, impl="pallas_interpret")
+        assert out.shape == shape
+        grad = jax.grad(lambda a: jnp.sum(scaled_dot_product_attention(a, a, a, impl="pallas_interpret")))(q)
+        assert grad.shape == shape
+
+
 def test_kernel_impl_matches_the_xla_formulas_with_a_batch_axis_and_under_vmap_and_jit():
     """``impl="pallas_interpret"`` (the ragged flash kernels, jaxrules.nested.dense) against the
     default XLA formulas: (B, L, E) without a head axis (the record's samples have one), causal,

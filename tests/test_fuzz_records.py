@@ -171,9 +171,6 @@ FUZZ_OPEN: dict[str, tuple[Case, str]] = {
     "norm/size/unclear error": (Case("float64", 9, "size", size=4),
                                 "open: an empty matrix with ord=-2 (or -1, -inf): the error names the internal "
                                 "'amin', not norm"),
-    "scaled_dot_product_attention[pallas]/size/crash": (
-        Case("float64", 1, "size", size=21), "open: L = S = 0: ZeroDivisionError: integer modulo by zero (in JAX's "
-                                             "array methods, from the kernel's blocking)"),
     "lu_unpack/size/value": (
         Case("complex128", 2, "size", size=5),
         "open: pivots longer than min(m, n) (a (3, 0) LU with 3 pivots) are applied; torch ignores the extra ones "

@@ -237,7 +237,7 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
             bias = mask.astype(q.dtype)
         else:
             raise TypeError(f"{_SDPA}: attn_mask must be boolean or real floating, got {mask.dtype}")
-    if impl in _KERNEL_IMPLS:
+    if impl in _KERNEL_IMPLS and 0 not in q.shape + k.shape + v.shape:  # zero-size: the formulas (no work)
         from jaxrules.nested import dense  # late: jaxrules.nn loads no Pallas kernels
 
         if not dense.kernel_applies(q, k, v, attn_mask, dropout_p, gqa):
