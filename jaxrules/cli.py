@@ -121,6 +121,9 @@ def _check(args) -> int:
     import jax
 
     cache_dir = None if args.no_cache else default_cache_dir()
+    if args.host_devices:  # before the backend starts here; the spawned workers inherit it
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   f" --xla_force_host_platform_device_count={args.host_devices}").strip()
     configure_check_process(cache_dir)
     from jaxrules import records
     from jaxrules.testing import CHECKS
@@ -400,6 +403,8 @@ def main(argv=None) -> int:
     check.add_argument("--shard", help="K/N: only every N-th op starting at K (to run N processes in parallel)")
     check.add_argument("--quiet", action="store_true", help="no progress bar")
     check.add_argument("--workers", type=int, help="worker processes (default: one per CPU core; 1: this process)")
+    check.add_argument("--host-devices", type=int,
+                       help="on a CPU, split it into this many JAX devices (the sharded check needs several: 8)")
     check.add_argument("--no-cache", action="store_true",
                        help="no compilation cache kept between runs (default: $JAXRULES_CHECK_CACHE or "
                        "~/.cache/jaxrules/check, which makes a second run faster and changes no result)")

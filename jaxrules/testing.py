@@ -48,7 +48,7 @@ from jaxrules.registry import OpRecord, Sample
 
 __all__ = ["CHECKS", "CheckResult", "check_op", "release_programs", "run_check"]
 
-CHECKS = ("gradients", "jvp_vjp", "formulas", "vmap", "jit", "torch", "singular", "low_precision", "empty")
+CHECKS = ("gradients", "jvp_vjp", "formulas", "vmap", "jit", "torch", "singular", "low_precision", "empty", "sharded")
 
 _TOL = {"float64": 1e-9, "complex128": 1e-9, "float32": 2e-4, "complex64": 2e-4, "bfloat16": 6e-2}
 
@@ -823,6 +823,18 @@ def _check_empty(record: OpRecord) -> float | str | tuple:
     return worst, summary
 
 
+def _check_sharded(record: OpRecord) -> float | str:
+    """``jaxrules.sharding_check.check_sharded``: the op on batch-sharded inputs over every device,
+    in both mesh modes, equals it unsharded (skipped in a process with one device: ``python -m
+    jaxrules check --checks sharded --host-devices 8`` on a CPU)."""
+    from jaxrules.sharding_check import ShardedMismatch, check_sharded
+
+    try:
+        return check_sharded(record)
+    except ShardedMismatch as err:
+        raise CheckFailure(str(err)) from None
+
+
 _RUNNERS = {
     "gradients": _check_gradients,
     "jvp_vjp": _check_jvp_vjp,
@@ -833,6 +845,7 @@ _RUNNERS = {
     "singular": _check_singular,
     "low_precision": _check_low_precision,
     "empty": _check_empty,
+    "sharded": _check_sharded,
 }
 
 

@@ -12,11 +12,11 @@ import subprocess
 import sys
 
 
-def worker_rows(script: str, devices: int = 8, timeout: int = 600) -> list[dict]:
-    """The JSON rows ``python script`` prints with ``devices`` host devices (the repository first
-    on the path); fails with its output when it exits non-zero."""
+def worker_rows(script: str, devices: int = 8, timeout: int = 600, args=()) -> list[dict]:
+    """The JSON rows ``python script *args`` prints with ``devices`` host devices (the repository
+    first on the path); fails with its output when it exits non-zero."""
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
                PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1]))
-    done = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=timeout)
+    done = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env, timeout=timeout)
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

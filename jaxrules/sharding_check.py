@@ -1,0 +1,142 @@
+"""The harness's ``sharded`` check (issue 19): a record's op under ``jit`` with its inputs sharded
+along a batch axis over every device, in both of JAX's mesh modes (``AxisType.Auto`` and
+``AxisType.Explicit``), against the same program unsharded.
+
+Two forms per record, from its first sample with a non-empty differentiable argument (float64):
+
+* ``vmap``: every differentiable argument gets a leading batch axis (one entry per device) and
+  the op is vmapped over it; all of them are sharded ``P("data")``;
+* ``direct``: the first argument's axis 0 is tiled to one entry per device and sharded, the
+  other differentiable arguments (weights) stay replicated, as in data-parallel training
+  (skipped where the op refuses the longer axis 0, where its first argument is not
+  differentiated, and for a vector, whose axis 0 is its data).
+
+For each: the outputs, the JVP and the VJP (of ``sum(sin(real(out)))`` over the inexact
+outputs) equal the unsharded ones, and the gradient of every batch-sharded argument keeps the
+batch sharding, unless it is zero (a constant, which XLA replicates); in the direct form only
+under an ``Explicit`` mesh (under ``Auto``, XLA's propagation picks the shardings of a ``jit``'s
+un-annotated outputs: replicated after a reduction over the batch). Needs several devices: run
+in a process with 8 host devices on a CPU (``HOST_DEVICES``; ``tests/test_sharded.py``); in a
+process with one device it is skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as PSpec
+
+HOST_DEVICES = 8
+_MODES = {"auto": AxisType.Auto, "explicit": AxisType.Explicit}
+
+
+class ShardedMismatch(AssertionError):
+    """The sharded program differs from the unsharded one (the message says where)."""
+
+
+def _loss(out):
+    leaves = [o for o in jax.tree_util.tree_leaves(out) if jnp.issubdtype(jnp.result_type(o), jnp.inexact)]
+    return sum(jnp.sum(jnp.sin(jnp.real(o))) for o in leaves)
+
+
+def _forms(record, rng, batch):
+    """``[(form, fn, diff_args, batched)]``: ``fn(*diff_args)`` the op's outputs."""
+    samples = [s for s in record.samples(rng, np.float64)
+               if s.diff_argnums() and all(np.size(s.args[i]) > 0 for i in s.diff_argnums())]
+    if not samples:
+        return []
+    sample = samples[0]
+    argnums = sample.diff_argnums()
+
+    def call(*diff):
+        full = list(sample.args)
+        for i, d in zip(argnums, diff):
+            full[i] = d
+        return record.fn(*full, **sample.kwargs)
+
+    def jitter(shape):
+        return 1 + 0.01 * rng.standard_normal(shape)
+
+    forms = [("vmap", jax.vmap(call),
+              [np.asarray(sample.args[i])[None] * jitter((batch, *np.shape(sample.args[i]))) for i in argnums],
+              [True] * len(argnums))]
+    first = np.asarray(sample.args[0])
+    if argnums[0] == 0 and first.ndim >= 2 and first.shape[0]:  # a vector's axis 0 is its data, not a batch
+        tiled = np.concatenate([first] * -(-batch // first.shape[0]))[:batch] * jitter((batch, *first.shape[1:]))
+        forms.append(("direct", call, [tiled] + [np.asarray(sample.args[i]) for i in argnums[1:]],
+                      [True] + [False] * (len(argnums) - 1)))
+    return forms
+
+
+def _programs(fn, n):
+    """``(values, (loss, jvp), (loss, grads))`` of ``fn`` under ``jit`` for tangents ``ts``."""
+    def run(args, tangents):
+        loss = lambda *a: _loss(fn(*a))  # noqa: E731
+        return fn(*args), jax.jvp(loss, args, tangents), jax.value_and_grad(loss, tuple(range(n)))(*args)
+
+    return jax.jit(run)
+
+
+def _leaves(tree):
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
+
+
+def _compare(label, got, want) -> float:
+    worst = 0.0
+    for i, (g, w) in enumerate(zip(_leaves(got), _leaves(want))):
+        if g.shape != w.shape:
+            raise ShardedMismatch(f"{label}: output {i} has shape {g.shape}, unsharded {w.shape}")
+        finite = np.isfinite(w)
+        if not np.array_equal(finite, np.isfinite(g)) or not np.array_equal(g[~finite], w[~finite], equal_nan=True):
+            raise ShardedMismatch(f"{label}: output {i}'s non-finite entries differ from the unsharded program's")
+        scale = 1.0 + np.max(np.abs(w[finite]), initial=0.0)
+        err = float(np.max(np.abs(g[finite] - w[finite]), initial=0.0)) / scale
+        if not err <= 1e-9:
+            raise ShardedMismatch(f"{label}: output {i} differs from the unsharded program's by {err:.3g} (relative)")
+        worst = max(worst, err)
+    return worst
+
+
+def check_sharded(record) -> float | str:
+    """The worst relative difference between the sharded and unsharded programs over the forms
+    and modes, or why the check does not apply; raises ``ShardedMismatch`` (or the sharded
+    program's own error) on a failure."""
+    devices = jax.device_count()
+    if devices < 2:
+        return (f"needs several devices ({devices} here); `python -m jaxrules check` runs it with "
+                f"{HOST_DEVICES} host devices")
+    rng = np.random.default_rng(19)
+    forms = _forms(record, rng, devices)
+    if not forms:
+        return "no sample with a non-empty differentiable argument"
+    worst, ran = 0.0, []
+    for form, fn, diff, batched in forms:
+        tangents = [rng.standard_normal(np.shape(d)).astype(np.asarray(d).dtype) for d in diff]
+        program = _programs(fn, len(diff))
+        try:
+            want = jax.block_until_ready(program(diff, tangents))
+        except Exception:  # noqa: BLE001 - the op refuses this form's input (the other checks cover it)
+            continue
+        for mode, kind in _MODES.items():
+            label = f"{form} form, {mode} mesh"
+            mesh = jax.make_mesh((devices,), ("data",), axis_types=(kind,))
+            with jax.set_mesh(mesh):
+                specs = [NamedSharding(mesh, PSpec("data") if b else PSpec()) for b in batched]
+                args = [jax.device_put(d, s) for d, s in zip(diff, specs)]
+                ts = [jax.device_put(t, s) for t, s in zip(tangents, specs)]
+                got = jax.block_until_ready(program(args, ts))
+            worst = max(worst, _compare(label, got, want))
+            if form == "direct" and mode == "auto":
+                continue  # XLA's propagation picks un-annotated outputs' shardings (a reduction's: replicated)
+            for i, (g, w, b) in enumerate(zip(got[2][1], want[2][1], batched)):
+                spec = getattr(g.sharding, "spec", None)
+                zero = not np.any(np.asarray(w))  # a zero gradient is a constant: XLA replicates it
+                if b and not zero and (spec is None or not spec or spec[0] != "data"):
+                    raise ShardedMismatch(f"{label}: the gradient of batch-sharded argument {i} lost the batch "
+                                          f"sharding ({g.sharding})")
+        ran.append(form)
+    if not ran:
+        return "the op refuses both forms' inputs unsharded"
+    return worst
