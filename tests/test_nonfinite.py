@@ -108,6 +108,8 @@ OPEN: dict[str, str] = {
                                                   "non-finite key",
     "nested.scaled_dot_product_attention[[]pallas]/arg[01]/*": "open: the kernel returns 0 (and finite gradients) "
                                                               "where torch's output is NaN",
+    "scaled_dot_product_attention[[]pallas]/arg[01]/*": "open: the ragged kernels (impl='pallas', not the default) "
+                                                        "return 0 or +-inf where torch's output is NaN",
     # ops/linalg.py
     "cholesky_inverse/arg0/nan": "open: all NaN; torch keeps entry [2, 2] = 1/L22^2 finite, the exact value "
                                  "(the NaN is L11): cho_solve(L, I) and XLA's triangular solves divide the "
