@@ -72,6 +72,9 @@ def vector_norm(x: ArrayLike, /, *, axis: int | tuple[int, ...] | list[int] | No
     ord = _check_ord("vector_norm", ord)
     x = V.array("vector_norm", "x", x)
     axes = V.axes("vector_norm", x.ndim, axis)
+    if ord == -np.inf and any(x.shape[d] == 0 for d in axes):
+        raise ValueError(f"vector_norm: the -inf norm (a minimum) of an empty axis has no value; axes {axis!r} of shape "
+                         f"{x.shape} (as torch refuses)")
     return vector_norm_op(x, ord=ord, axis=axes, keepdims=bool(keepdims))
 
 

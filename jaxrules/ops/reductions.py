@@ -598,7 +598,7 @@ def median(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, 
 
     Args:
         a: the array, real (complex raises ``TypeError``; integer and boolean input is
-            promoted to float); not zero-size.
+            promoted to float); zero-size: NaN (torch and numpy), except with ``return_indices``.
         axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes); with
             ``return_indices``, one axis (an int).
         out: not supported: must be None (``TypeError`` otherwise; ``ValueError`` with
@@ -617,8 +617,15 @@ def median(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, 
     x, ax = _prepare("median", _real("median", a), axis, None, out)
     x = V.array("median", "a", x)
     if x.size == 0:
-        raise ValueError("median: zero-size array has no median")
+        return nan_of_empty(x, ax, keepdims)
     return median_op(x, axis=ax, keepdims=bool(keepdims))
+
+
+def nan_of_empty(x, axes, keepdims) -> Array:
+    """The median of a zero-size ``x`` over ``axes``: NaN (of no elements, as torch and numpy), in
+    the reduction's shape (empty where another axis is); a constant, so its derivative is 0."""
+    shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape) if keepdims or d not in axes)
+    return jnp.full(shape, jnp.nan, jnp.result_type(x, 1.0))
 
 
 def logsumexp(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, b: ArrayLike | None = None, keepdims: bool = False, return_sign: bool = False, where: ArrayLike | None = None) -> Array | tuple[Array, Array]:

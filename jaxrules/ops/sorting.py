@@ -25,7 +25,7 @@ from jaxrules import partials as P
 from jaxrules import vjp_rules as R
 from jaxrules.mechanism import define_op
 from jaxrules.ops._sampling import distinct, f64
-from jaxrules.ops.reductions import ValuesIndices, _real
+from jaxrules.ops.reductions import ValuesIndices, _real, nan_of_empty
 from jaxrules.registry import OpRecord, Sample, SingularPoint, register
 
 
@@ -298,7 +298,8 @@ def nanmedian(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = Non
         a: the array, real (complex raises ``TypeError``; integer and boolean input is
             promoted to float).
         axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes); with
-            ``return_indices``, one axis (an int). Not zero-size (``ValueError``).
+            ``return_indices``, one axis (an int). Zero-size: NaN (as torch), except with
+            ``return_indices`` (``ValueError``).
         out: not supported: must be None (``TypeError`` otherwise).
         overwrite_input: accepted for NumPy compatibility and ignored.
         keepdims: keep the reduced axes with length 1.
@@ -311,6 +312,8 @@ def nanmedian(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = Non
     V.unsupported("nanmedian", out=out)
     x = V.array("nanmedian", "a", _real("nanmedian", a))
     if not return_indices:
+        if x.size == 0:
+            return nan_of_empty(x, V.axes("nanmedian", x.ndim, axis), keepdims)
         flat, finish = _reduce_last("nanmedian", x, axis, bool(keepdims))
         values, _ = quantile_op(flat, q=(0.5,), method="linear", ignore_nan=True, shape=flat.shape)
         return finish(values, ())
