@@ -28,6 +28,8 @@ import numpy as np
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as PSpec
 
+from jaxrules.testing import _closure  # the op as a function of its differentiable arguments
+
 HOST_DEVICES = 8
 _MODES = {"auto": AxisType.Auto, "explicit": AxisType.Explicit}
 
@@ -49,12 +51,7 @@ def _forms(record, rng, batch):
         return []
     sample = samples[0]
     argnums = sample.diff_argnums()
-
-    def call(*diff):
-        full = list(sample.args)
-        for i, d in zip(argnums, diff):
-            full[i] = d
-        return record.fn(*full, **sample.kwargs)
+    call, _ = _closure(record, sample)
 
     def jitter(shape):
         return 1 + 0.01 * rng.standard_normal(shape)
