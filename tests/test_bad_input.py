@@ -46,6 +46,10 @@ X = np.ones((2, 3))
         (lambda: rnp.amax(np.ones((0, 2))), ValueError, ["amax", "zero-size"]),
         (lambda: rnp.amax(np.ones((3, 0)), axis=1), ValueError, ["amax", "zero-size", "axis=1"]),
         (lambda: rnp.logcumsumexp(X, (0, 1)), TypeError, ["logcumsumexp", "axis"]),
+        # the one-axis transforms name their parameter, axis (found by the fuzz test); the n-d ones, axes
+        (lambda: rnp.fft.rfft(X, 7, 2), ValueError, ["rfft", "axis=2"]),
+        (lambda: rnp.fft.ifft(X, None, -3), ValueError, ["ifft", "axis=-3"]),
+        (lambda: rnp.fft.fftn(X, axes=(0, 5)), ValueError, ["fftn", "axes=5"]),
     ],
 )
 def test_bad_input_names_op_and_argument(call, error, words):

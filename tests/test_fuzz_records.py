@@ -112,7 +112,6 @@ class Case:
 # record, kind and outcome is reported (a warning), not failed; ``test_known_still_fail`` runs each
 # case and fails once it no longer fails that way (then remove the entry). FUZZ_OPEN: bugs of
 # jaxrules, to fix (in the op files, not here); REFERENCE_DIFFERS: torch is no reference there.
-_AXES = "open: the message names the argument 'axes' where the parameter is 'axis' (_validate.axes(..., name=))"
 _WITH_INDICES = "open: a 0-d input with axis=0, keepdims=True gives values of shape (1,); torch keeps ()"
 _TAU_0D = "open: a 0-d tau crashes with IndexError: tuple index out of range (linalg.py, no rank check)"
 _NO_CLASSES = "open: an empty class axis (and so out-of-range targets) crashes in JAX's indexing; torch: a clear error"
@@ -136,10 +135,6 @@ FUZZ_OPEN: dict[str, tuple[Case, str]] = {
     "grid_sample/nonfinite/value": (Case("float64", 4, "nonfinite", salt=5),
                                     "open, not analysed: with +-inf/NaN in x and grid, -inf where torch gives 0.539 "
                                     "(which input entry torch samples at a non-finite coordinate)"),
-    "fft/axis/unclear error": (Case("float64", 2, "axis", axis=2), _AXES),
-    "ifft/axis/unclear error": (Case("float64", 2, "axis", axis=2), _AXES),
-    "irfft/axis/unclear error": (Case("float64", 2, "axis", axis=2), _AXES),
-    "rfft/axis/unclear error": (Case("float64", 2, "axis", axis=2), _AXES),
     "irfftn/nonfinite/silent nan": (Case("float64", 0, "nonfinite", salt=11924),
                                     "open: as irfft: NaN in the discarded imaginary parts spreads"),
     "irfft/nonfinite/silent nan": (

@@ -31,9 +31,9 @@ fft_op = define_op(
 )
 
 
-def _transform(kind, a, sizes, axes, norm, name):
+def _transform(kind, a, sizes, axes, norm, name, axes_arg="axes"):
     """Validate and call the op; ``sizes`` per axis (None: the input's length, or for the last
-    axis of a c2r transform ``2 (m - 1)``)."""
+    axis of a c2r transform ``2 (m - 1)``); ``axes_arg``: the caller's name for ``axes``."""
     if norm not in _NORMS:
         raise ValueError(f"{name}: norm must be None, 'backward', 'ortho' or 'forward', got {norm!r}")
     x = V.array(name, "a", a)
@@ -41,7 +41,7 @@ def _transform(kind, a, sizes, axes, norm, name):
         x = x.astype(np.result_type(x.dtype, np.complex64))
     if x.ndim == 0:
         raise ValueError(f"{name}: a must have rank >= 1")
-    axes = tuple(V.single_axis(name, x.ndim, ax, "axes") for ax in axes)
+    axes = tuple(V.single_axis(name, x.ndim, ax, axes_arg) for ax in axes)
     if len(set(axes)) != len(axes):
         raise ValueError(f"{name}: axes {axes} repeat an axis")
     resolved = []
@@ -99,7 +99,7 @@ def _doc(name, kind, length_args):
 
 def _one_axis(kind):
     def transform(a: ArrayLike, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
-        return _transform(kind, a, (n,), (axis,), norm, kind)
+        return _transform(kind, a, (n,), (axis,), norm, kind, axes_arg="axis")
 
     transform.__name__ = transform.__qualname__ = kind
     transform.__doc__ = _doc(kind, kind, "    n: {length} (a positive int); None: {default}.\n"
