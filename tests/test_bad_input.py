@@ -7,6 +7,7 @@ import pytest
 
 import jaxrules.linalg as jrl
 import jaxrules.numpy as rnp
+import jaxrules.scipy.linalg as rsl
 import jaxrules.scipy.special as rsp
 
 X = np.ones((2, 3))
@@ -50,6 +51,12 @@ X = np.ones((2, 3))
         (lambda: rnp.fft.rfft(X, 7, 2), ValueError, ["rfft", "axis=2"]),
         (lambda: rnp.fft.ifft(X, None, -3), ValueError, ["ifft", "axis=-3"]),
         (lambda: rnp.fft.fftn(X, axes=(0, 5)), ValueError, ["fftn", "axes=5"]),
+        # a 0-d right-hand side or tau (were IndexErrors; found by the fuzz test)
+        (lambda: jrl.householder_product(np.ones((3, 2)), np.float64(0.5)), ValueError,
+         ["householder_product", "tau", "rank >= 1"]),
+        (lambda: jrl.ormqr(np.ones((3, 2)), np.float64(0.5), np.ones((3, 3))), ValueError, ["ormqr", "tau", "rank"]),
+        (lambda: rsl.lu_solve((np.eye(3), np.arange(3)), np.float64(1.0)), ValueError, ["lu_solve", "b", "rank"]),
+        (lambda: rsl.cho_solve((np.eye(3), True), np.float64(1.0)), ValueError, ["cho_solve", "b", "rank"]),
     ],
 )
 def test_bad_input_names_op_and_argument(call, error, words):

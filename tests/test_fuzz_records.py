@@ -113,7 +113,6 @@ class Case:
 # case and fails once it no longer fails that way (then remove the entry). FUZZ_OPEN: bugs of
 # jaxrules, to fix (in the op files, not here); REFERENCE_DIFFERS: torch is no reference there.
 _WITH_INDICES = "open: a 0-d input with axis=0, keepdims=True gives values of shape (1,); torch keeps ()"
-_TAU_0D = "open: a 0-d tau crashes with IndexError: tuple index out of range (linalg.py, no rank check)"
 _NO_CLASSES = "open: an empty class axis (and so out-of-range targets) crashes in JAX's indexing; torch: a clear error"
 FUZZ_OPEN: dict[str, tuple[Case, str]] = {
     "cho_solve/scalar/unclear error": (Case("float64", 0, "scalar"), "open: a 0-d factor reaches jnp.tril: "
@@ -141,17 +140,9 @@ FUZZ_OPEN: dict[str, tuple[Case, str]] = {
         Case("float64", 1, "nonfinite", salt=36742),
         "open: NaN in the imaginary part of the DC/Nyquist entries (which a real inverse FFT discards) spreads "
         "NaN through the output; torch (pocketfft) ignores them"),
-    "householder_product/broadcast/crash": (Case("complex128", 0, "broadcast", arg=1), _TAU_0D),
-    "ormqr/broadcast/crash": (Case("float64", 1, "broadcast", arg=1), _TAU_0D),
     "block_diag/size/vjp": (Case("complex128", 0, "size", size=3),
                             "open: a 1-d empty block (shape (0,)) is a 1x0 row in the value, as torch's, but no row "
                             "in the VJP: the later blocks' gradients are read one row off"),
-    "cho_solve/broadcast/crash": (Case("complex128", 1, "broadcast", arg=1),
-                                  "open: a 0-d b crashes with IndexError: tuple index out of range (linalg.py, no "
-                                  "rank check); torch: a clear error"),
-    "lu_solve/broadcast/crash": (Case("complex128", 1, "broadcast", arg=2),
-                                 "open: a 0-d b crashes with IndexError: tuple index out of range (linalg.py, no rank "
-                                 "check); torch: a clear error"),
     "layer_norm[pallas]/scalar/crash": (Case("float64", 0, "scalar"),
                                         "open: a 0-d input: IndexError: tuple index out of range (normalization.py)"),
     "rms_norm[pallas]/scalar/crash": (Case("float64", 0, "scalar"),

@@ -524,7 +524,7 @@ def cho_solve(c_and_lower: tuple[ArrayLike, bool], b: ArrayLike, overwrite_b: bo
     except (TypeError, ValueError):
         raise TypeError("cho_solve: c_and_lower must be a pair (c, lower)") from None
     c = _matrix("cho_solve", "c", c, square=True)
-    b = V.array("cho_solve", "b", b)
+    b = _matrix("cho_solve", "b", b, min_ndim=1)
     c, b = _same_dtype(c, b)
     vector = b.ndim == 1
     b2 = b[:, None] if vector else b
@@ -1363,7 +1363,7 @@ def lu_solve(lu_and_piv: tuple[ArrayLike, ArrayLike], b: ArrayLike, trans: int =
         raise TypeError(f"lu_solve: piv must be integer pivots of shape {lu_.shape[:-1]}, got {piv.dtype} {piv.shape}")
     if trans not in (0, 1, 2) or isinstance(trans, bool):
         raise ValueError(f"lu_solve: trans must be 0, 1 or 2, got {trans!r}")
-    b = V.array("lu_solve", "b", b)
+    b = _matrix("lu_solve", "b", b, min_ndim=1)
     lu_, b = _same_dtype(lu_, b)
     vector = b.ndim == lu_.ndim - 1
     b2 = b[..., None] if vector else b
@@ -1464,7 +1464,7 @@ ormqr_op = define_op("ormqr", _ormqr_primal, J.ormqr_jvp, R.ormqr_vjp, lambda ou
 
 def _reflectors(op, a, tau):
     a = _matrix(op, "input", a)
-    tau = V.array(op, "tau", tau)
+    tau = _matrix(op, "tau", tau, min_ndim=1)
     a, tau = _same_dtype(a, tau)
     m, n = a.shape[-2:]
     if m < n or tau.shape != a.shape[:-2] + (tau.shape[-1],) or tau.shape[-1] > n:
