@@ -96,20 +96,20 @@ def _compare(label, got, want) -> float:
     return worst
 
 
-def check_sharded(record) -> float | str:
-    """The worst relative difference between the sharded and unsharded programs over the forms
-    and modes, or why the check does not apply; raises ``ShardedMismatch`` (or the sharded
+def check_sharded(record, forms=("vmap", "direct")) -> float | str:
+    """The worst relative difference between the sharded and unsharded programs over ``forms``
+    and both modes, or why the check does not apply; raises ``ShardedMismatch`` (or the sharded
     program's own error) on a failure."""
     devices = jax.device_count()
     if devices < 2:
         return (f"needs several devices ({devices} here); `python -m jaxrules check` runs it with "
                 f"{HOST_DEVICES} host devices")
     rng = np.random.default_rng(19)
-    forms = _forms(record, rng, devices)
-    if not forms:
+    built = [f for f in _forms(record, rng, devices) if f[0] in forms]
+    if not built:
         return "no sample with a non-empty differentiable argument"
     worst, ran = 0.0, []
-    for form, fn, diff, batched in forms:
+    for form, fn, diff, batched in built:
         tangents = [rng.standard_normal(np.shape(d)).astype(np.asarray(d).dtype) for d in diff]
         program = _programs(fn, len(diff))
         try:
