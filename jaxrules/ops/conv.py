@@ -72,8 +72,8 @@ def _window_argmax(windows, positions):
 def _flat_positions(element, positions):
     """``positions[element]``: the flat input position of each output's chosen window element,
     as a one-hot sum over the window (elementwise: sharded like the input, no gather)."""
-    chosen = element[:, :, None] == np.arange(positions.shape[0]).reshape((-1,) + (1,) * (positions.ndim - 1))
-    return jnp.sum(jnp.where(chosen, positions.astype(np.int32), 0), axis=2, dtype=jnp.int32)
+    shape = element.shape[:2] + positions.shape
+    return P.window_select(jnp.broadcast_to(positions.astype(np.int32), shape), element)
 
 
 def _max_pool_primal(x, *, kernel, stride, padding, dilation, **_):
