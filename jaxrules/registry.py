@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Sample", "SingularPoint", "OpRecord", "derive_empty_samples", "register", "records", "get"]
+__all__ = ["Sample", "SingularPoint", "OpRecord", "derive_empty_samples", "record", "register", "records", "get"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,6 +178,52 @@ def register(record: OpRecord) -> OpRecord:
         raise ValueError(f"register: an op named {record.name!r} is already registered")
     _REGISTRY[record.name] = record
     return record
+
+
+def record(
+    name: str,
+    *,
+    fn: Callable,
+    public: tuple[str, ...],
+    formula_ops: tuple[str, ...],
+    seed: tuple[str, ...],
+    samples: SampleFn,
+    torch_fn: Callable | None,
+    torch_name: str,
+    **options: Any,
+) -> OpRecord:
+    """Register the op ``name``'s record and return it: the one way the op modules declare a record.
+
+    Everything after the name is a keyword:
+
+    * ``fn``: the function the harness calls (the public function, or an entry that adapts its
+      signature); ``public``: the public names it is reached by (``"jaxrules.nn.silu"``).
+    * ``formula_ops``: the names of the mechanism ops (``define_op``) whose formulas carry its
+      derivatives: the op itself, or the ops it is composed of (the ``formulas`` check spies on
+      them).
+    * ``seed``: the seed functions it mirrors: the functions of PyTorch's
+      ``torch/csrc/autograd/FunctionsManual.cpp`` (or ``derivatives.yaml``, functorch's batching
+      rules, ``NestedTensorBackward.cpp``) whose formulas it ports (``docs/design.md`` §1).
+    * ``samples(rng, dtype)``: sample inputs of that dtype, away from singular points.
+    * ``torch_fn(torch, *args, **kwargs)``: the same computation in torch (``None``: no torch
+      equivalent); ``torch_name``: the torch function, for the coverage table.
+    * ``options``: the rest of ``OpRecord``'s fields (``dtypes``, ``low_precision``,
+      ``singular``, ``deviations``, ``tolerance``, ``torch_no_grad_args``,
+      ``torch_jvp_differs``, ``batching``, ``double_backward``, ``kernel_backed``,
+      ``empty_samples``, ``no_empty``); see ``OpRecord``.
+
+    A name already registered, or an option ``OpRecord`` has no field for, is an error.
+    """
+    unknown = sorted(set(options) - _OPTIONS)
+    if unknown:
+        raise TypeError(f"record: {name!r} got unknown option(s) {', '.join(unknown)}; OpRecord's options are "
+                        f"{', '.join(sorted(_OPTIONS))}")
+    return register(OpRecord(name=name, fn=fn, public=public, formula_ops=formula_ops, seed=seed, samples=samples,
+                             torch_fn=torch_fn, torch_name=torch_name, **options))
+
+
+_OPTIONS = frozenset(f.name for f in dataclasses.fields(OpRecord) if f.default is not dataclasses.MISSING
+                     or f.default_factory is not dataclasses.MISSING)
 
 
 def _load_all() -> None:
