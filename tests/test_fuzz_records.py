@@ -143,10 +143,6 @@ FUZZ_OPEN: dict[str, tuple[Case, str]] = {
     "block_diag/size/vjp": (Case("complex128", 0, "size", size=3),
                             "open: a 1-d empty block (shape (0,)) is a 1x0 row in the value, as torch's, but no row "
                             "in the VJP: the later blocks' gradients are read one row off"),
-    "layer_norm[pallas]/scalar/crash": (Case("float64", 0, "scalar"),
-                                        "open: a 0-d input: IndexError: tuple index out of range (normalization.py)"),
-    "rms_norm[pallas]/scalar/crash": (Case("float64", 0, "scalar"),
-                                      "open: a 0-d input: IndexError: tuple index out of range (normalization.py)"),
     "logcumsumexp/nonfinite/silent nan": (
         Case("complex128", 0, "nonfinite", salt=512),
         "open: complex input with -inf real parts (exp = 0): every later entry NaN; torch: finite"),

@@ -342,6 +342,17 @@ def _affine(op, y, weight, bias, channel_shape, channel_axis, keep_dtype=True):
     return y.astype(dtype) if keep_dtype else y
 
 
+def _trailing_shape(op: str, x: Array, normalized_shape) -> tuple[int, ...]:
+    """``normalized_shape`` as a tuple, checked: at least one axis (torch: "Expected
+    normalized_shape to be at least 1-dimensional"), equal to x's trailing axes."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
+    if not shape:
+        raise ValueError(f"{op}: normalized_shape must name at least one axis, got () (x of shape {x.shape})")
+    if x.ndim < len(shape) or tuple(x.shape[x.ndim - len(shape):]) != shape:
+        raise ValueError(f"{op}: normalized_shape {shape} does not match the trailing axes of x {x.shape}")
+    return shape
+
+
 def layer_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayLike | None = None,
                bias: ArrayLike | None = None, eps: float | ArrayLike = 1e-5, *, impl: str | None = None) -> Array:
     """Layer normalization ``y = (x - E[x]) rsqrt(Var[x] + eps) * weight + bias`` over the
@@ -373,10 +384,8 @@ def layer_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: Arra
         TypeError: a non-real or non-finite ``eps``.
     """
     x = V.array("layer_norm", "x", x)
-    shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
+    shape = _trailing_shape("layer_norm", x, normalized_shape)
     k = len(shape)
-    if k == 0 or x.ndim < k or tuple(x.shape[x.ndim - k :]) != shape:
-        raise ValueError(f"layer_norm: normalized_shape {shape} does not match the trailing axes of x {x.shape}")
     axes = tuple(range(x.ndim - k, x.ndim))
     eps = _check_eps("layer_norm", eps)
     impl = _eps_plan("layer_norm", impl, eps)
@@ -746,10 +755,8 @@ def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayL
     x = V.array(op, "x", x)
     if jnp.iscomplexobj(x):
         raise TypeError(f"{op}: x must be real, got dtype {x.dtype}")
-    shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
+    shape = _trailing_shape(op, x, normalized_shape)
     k = len(shape)
-    if k == 0 or x.ndim < k or tuple(x.shape[x.ndim - k :]) != shape:
-        raise ValueError(f"{op}: normalized_shape {shape} does not match the trailing axes of x {x.shape}")
     eps = float(jnp.finfo(P.stat_dtype(x.dtype)).eps) if eps is None else _check_eps(op, eps)
     if weight is None:
         w = jnp.ones(shape, x.dtype)
@@ -789,7 +796,7 @@ def _kernel_mode(x):
 
 
 def _fused_layer_norm_fn(x, weight, bias):
-    return layer_norm(x, x.shape[-1], weight, bias, impl=_kernel_mode(x))
+    return layer_norm(x, x.shape[-1:], weight, bias, impl=_kernel_mode(x))  # (0-d x: () refused, as torch)
 
 
 def _fused_group_norm_fn(x, num_groups, weight, bias):
@@ -841,7 +848,7 @@ register(OpRecord(
 
 
 def _fused_rms_norm_fn(x, weight, eps=None):
-    return rms_norm(x, x.shape[-1], weight, eps, impl=_kernel_mode(x))
+    return rms_norm(x, x.shape[-1:], weight, eps, impl=_kernel_mode(x))  # (0-d x: () refused, as torch)
 
 
 _RMS_SEEDS = ("rms_norm_jvp", "rms_norm_rstd_jvp", "_fused_rms_norm_backward",
