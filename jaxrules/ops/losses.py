@@ -647,7 +647,7 @@ def _check_targets(op, x, t):
     axis_shape = x.shape[:1] + x.shape[2:] if x.ndim > 1 else ()
     if not jnp.issubdtype(t.dtype, jnp.integer) or t.shape != axis_shape:
         raise ValueError(f"{op}: class-index target must be integers of shape {axis_shape}, got {t.dtype}{t.shape}")
-    if t.size and not x.shape[x.ndim > 1]:  # (torch: "Target 1 is out of bounds"; ignored targets only: NaN)
+    if t.size and x.shape[0 if x.ndim == 1 else 1] == 0:  # (torch: "Target 1 is out of bounds"; ignored targets only: NaN)
         raise ValueError(f"{op}: input has an empty class axis (C = 0): no class-index target is in range")
 
 
