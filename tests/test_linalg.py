@@ -320,6 +320,8 @@ def test_batched_ormqr_and_householder_product_equal_a_loop():
         (lambda: rnp.linalg.pinv(np.eye(3), rtol=-1.0), ValueError, ["pinv", "rtol"]),
         (lambda: rnp.linalg.lstsq(np.eye(3), np.ones(4)), ValueError, ["lstsq", "b"]),
         (lambda: rnp.linalg.lstsq(np.ones((2, 3, 3)), np.ones((4, 3, 1))), ValueError, ["lstsq", "batch"]),
+        (lambda: rsl.cho_solve((np.float64(2.0), True), np.ones(3)), ValueError, ["cho_solve", "c", "rank"]),
+        (lambda: jrl.cholesky_inverse(np.float64(2.0)), ValueError, ["cholesky_inverse", "L", "rank"]),
     ],
 )
 def test_bad_input(call, error, words):
@@ -327,6 +329,23 @@ def test_bad_input(call, error, words):
         call()
     for word in words:
         assert word in str(info.value)
+
+
+@pytest.mark.parametrize("shape, pivots", [((4, 3), [[0, 1, 2, 0], [2, 2, 2, 1]]), ((3, 0), [[1, 2, 2], [2, 1, 2]])])
+def test_lu_unpack_ignores_pivots_past_min_m_n_as_torch(shape, pivots):
+    """torch.lu_unpack reads the first min(m, n) pivots and ignores the others (here the 4th of a
+    4x3 LU swaps rows 3 and 0 or 1: not applied); jaxrules does the same (values, gradient)."""
+    lu_ = RNG.standard_normal((2, *shape))
+    piv = np.array(pivots, np.int32)
+    weights = [RNG.standard_normal((2, *s)) for s in ((shape[0],) * 2, (shape[0], min(shape)), (min(shape), shape[1]))]
+    loss = lambda out: sum((w * o).sum() for w, o in zip(weights, out))  # noqa: E731
+    ours = jrl.lu_unpack(lu_, piv)
+    t_lu = torch.tensor(lu_, requires_grad=True)
+    theirs = torch.lu_unpack(t_lu, torch.tensor(piv + 1))
+    for o, t in zip(ours, theirs):
+        np.testing.assert_array_equal(o, t.detach().numpy())
+    sum((torch.tensor(w) * t).sum() for w, t in zip(weights, theirs)).backward()
+    np.testing.assert_array_equal(jax.grad(lambda a: loss(jrl.lu_unpack(a, piv)))(lu_), t_lu.grad.numpy())
 
 
 def test_torch_solve_takes_a_batch_of_vectors_as_torch():

@@ -746,7 +746,7 @@ def _torch_cholesky_solve(torch, c, b, lower=True):
 def _cho_solve_tril(c, b, lower=True):
     """cho_solve with the factor's unused triangle zeroed (the records' function: the factor's
     dense gradient, torch's convention, then agrees with finite differences)."""
-    return cho_solve((P.band(c, lower), lower), b)
+    return cho_solve((P.band(_matrix("cho_solve", "c", c, square=True), lower), lower), b)
 
 
 register(OpRecord(
@@ -765,7 +765,8 @@ register(OpRecord(
 
 
 def _cholesky_inverse_tril(c, upper=False):
-    return cholesky_inverse(P.band(c, not upper), upper)
+    """cholesky_inverse with the factor's unused triangle zeroed (as ``_cho_solve_tril``)."""
+    return cholesky_inverse(P.band(_matrix("cholesky_inverse", "L", c, square=True), not upper), upper)
 
 
 register(OpRecord(
@@ -1381,7 +1382,8 @@ def lu_unpack(LU: ArrayLike, pivots: ArrayLike) -> tuple[Array, Array, Array]:  
 
     Args:
         LU: the packed factors (..., m, n) (integer and boolean input is promoted to float).
-        pivots: the 0-based integer row pivots (..., min(m, n)); no derivative.
+        pivots: the 0-based integer row pivots (..., min(m, n)); no derivative. Pivots past
+            the first ``min(m, n)`` are ignored, as torch ignores them.
 
     Returns:
         ``(P, L, U)``: the permutation (..., m, m), unit lower L (..., m, k) and upper U
@@ -1395,7 +1397,8 @@ def lu_unpack(LU: ArrayLike, pivots: ArrayLike) -> tuple[Array, Array, Array]:  
     piv = jnp.asarray(pivots)
     if not jnp.issubdtype(piv.dtype, jnp.integer):
         raise TypeError(f"lu_unpack: pivots must be integers, got {piv.dtype}")
-    return lu_unpack_op(lu_, piv.astype(jnp.int32), k=min(lu_.shape[-2:]))
+    k = min(lu_.shape[-2:])
+    return lu_unpack_op(lu_, piv[..., :k].astype(jnp.int32), k=k)
 
 
 # ----------------------------------------------------------------------------------------------
