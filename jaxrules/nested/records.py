@@ -14,7 +14,7 @@ import numpy as np
 
 from jaxrules import nested as N
 from jaxrules.ops._sampling import normal
-from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+from jaxrules.registry import Sample, SingularPoint, record
 
 _LENGTHS = ((2, 0, 3, 1), (1, 4))
 
@@ -64,13 +64,10 @@ def _empty_components(samples, no_batch=True):
     return derive
 
 
-def _record(name, fn, seed, formula_ops, samples, torch_fn, **kw):
-    public = kw.pop("public", (f"jaxrules.nested.{name}",))
-    kw.setdefault("empty_samples", _empty_components(samples))
-    register(OpRecord(
-        f"nested.{name}", fn, public, formula_ops, seed, samples, torch_fn,
-        "per component: " + kw.pop("torch_name"), **kw,
-    ))
+def _with_empty_components(samples):
+    """A record's ``samples`` and its ``empty_samples``, those samples with their components emptied
+    (``_empty_components``): the keywords of most nested records."""
+    return {"samples": samples, "empty_samples": _empty_components(samples)}
 
 
 def _unary_samples(inner=(3,), scale=2.0):
@@ -79,21 +76,23 @@ def _unary_samples(inner=(3,), scale=2.0):
     ]
 
 
-_record(
-    "gelu", lambda values, offsets: N.gelu(_nt(values, offsets)).values, ("gelu_backwards_nested",), ("gelu",),
-    _unary_samples(),
-    lambda t, values, offsets: _per_component(t, offsets, lambda x: t.nn.functional.gelu(x, approximate="tanh"), values),
-    torch_name="torch.nn.functional.gelu(approximate='tanh')",
+record(
+    "nested.gelu", fn=lambda values, offsets: N.gelu(_nt(values, offsets)).values, public=("jaxrules.nested.gelu",),
+    formula_ops=("gelu",), seed=("gelu_backwards_nested",), **_with_empty_components(_unary_samples()),
+    torch_fn=lambda t, values, offsets: _per_component(t, offsets, lambda x: t.nn.functional.gelu(x, approximate="tanh"), values),
+    torch_name="per component: torch.nn.functional.gelu(approximate='tanh')",
 )
-_record(
-    "relu", lambda values, offsets: N.relu(_nt(values, offsets)).values, ("threshold_backwards_nested",),
-    ("threshold",), _unary_samples(), lambda t, values, offsets: _per_component(t, offsets, t.relu, values),
-    torch_name="torch.relu",
+record(
+    "nested.relu", fn=lambda values, offsets: N.relu(_nt(values, offsets)).values, public=("jaxrules.nested.relu",),
+    formula_ops=("threshold",), seed=("threshold_backwards_nested",), **_with_empty_components(_unary_samples()),
+    torch_fn=lambda t, values, offsets: _per_component(t, offsets, t.relu, values),
+    torch_name="per component: torch.relu",
 )
-_record(
-    "silu", lambda values, offsets: N.silu(_nt(values, offsets)).values, ("silu_backward_nested",), ("silu",),
-    _unary_samples(), lambda t, values, offsets: _per_component(t, offsets, t.nn.functional.silu, values),
-    torch_name="torch.nn.functional.silu",
+record(
+    "nested.silu", fn=lambda values, offsets: N.silu(_nt(values, offsets)).values, public=("jaxrules.nested.silu",),
+    formula_ops=("silu",), seed=("silu_backward_nested",), **_with_empty_components(_unary_samples()),
+    torch_fn=lambda t, values, offsets: _per_component(t, offsets, t.nn.functional.silu, values),
+    torch_name="per component: torch.nn.functional.silu",
 )
 
 
@@ -104,13 +103,14 @@ def _linear_samples(rng, dt):
     ]
 
 
-_record(
-    "linear", lambda values, weight, bias, offsets: N.linear(_nt(values, offsets), weight, bias).values,
-    ("nested_linear_backward",), ("linear",), _linear_samples,
-    lambda t, values, weight, bias, offsets: _per_component(
+record(
+    "nested.linear", fn=lambda values, weight, bias, offsets: N.linear(_nt(values, offsets), weight, bias).values,
+    public=("jaxrules.nested.linear",), formula_ops=("linear",), seed=("nested_linear_backward",),
+    **_with_empty_components(_linear_samples),
+    torch_fn=lambda t, values, weight, bias, offsets: _per_component(
         t, offsets, lambda x: t.nn.functional.linear(x, weight, bias), values
     ),
-    torch_name="torch.nn.functional.linear",
+    torch_name="per component: torch.nn.functional.linear",
     deviations="The bias gradient is defined (torch's nested linear backward leaves it unimplemented).",
 )
 
@@ -133,8 +133,11 @@ def _matmul_torch(t, a, b, offsets, nested_rhs):
     return _per_component(t, offsets, lambda x: t.matmul(x, b), a)
 
 
-_record("matmul", _matmul_fn, ("matmul_backward_nested",), ("matmul",), _matmul_samples, _matmul_torch,
-        torch_name="torch.matmul")
+record(
+    "nested.matmul", fn=_matmul_fn, public=("jaxrules.nested.matmul",), formula_ops=("matmul",),
+    seed=("matmul_backward_nested",), **_with_empty_components(_matmul_samples), torch_fn=_matmul_torch,
+    torch_name="per component: torch.matmul",
+)
 
 
 def _softmax_samples(rng, dt):
@@ -145,11 +148,12 @@ def _softmax_samples(rng, dt):
     ]
 
 
-_record(
-    "softmax", lambda values, offsets, axis: N.softmax(_nt(values, offsets), axis).values,
-    ("nested_softmax_backward",), ("nested_ragged_softmax", "softmax"), _softmax_samples,
-    lambda t, values, offsets, axis: _per_component(t, offsets, lambda x: t.softmax(x, axis - 1 if axis > 0 else axis), values),
-    torch_name="torch.softmax",
+record(
+    "nested.softmax", fn=lambda values, offsets, axis: N.softmax(_nt(values, offsets), axis).values,
+    public=("jaxrules.nested.softmax",), formula_ops=("nested_ragged_softmax", "softmax"),
+    seed=("nested_softmax_backward",), **_with_empty_components(_softmax_samples),
+    torch_fn=lambda t, values, offsets, axis: _per_component(t, offsets, lambda x: t.softmax(x, axis - 1 if axis > 0 else axis), values),
+    torch_name="per component: torch.softmax",
     singular=(SingularPoint(
         "-inf logit in a component", (np.array([[-np.inf], [0.0], [1.0]]), _offsets((2, 1))),
         (np.zeros((3, 1)), None), {"axis": 1},
@@ -161,13 +165,14 @@ def _log_softmax_fn(values, offsets, axis):
     return N.log_softmax(_nt(values, offsets), axis).values
 
 
-_record(
-    "log_softmax", _log_softmax_fn, ("nested_softmax_backward",), ("nested_ragged_log_softmax", "log_softmax"),
-    _softmax_samples,
-    lambda t, values, offsets, axis: _per_component(
+record(
+    "nested.log_softmax", fn=_log_softmax_fn, public=("jaxrules.nested.log_softmax",),
+    formula_ops=("nested_ragged_log_softmax", "log_softmax"), seed=("nested_softmax_backward",),
+    **_with_empty_components(_softmax_samples),
+    torch_fn=lambda t, values, offsets, axis: _per_component(
         t, offsets, lambda x: t.log_softmax(x, axis - 1 if axis > 0 else axis), values
     ),
-    torch_name="torch.log_softmax", low_precision=("float32", "bfloat16"),
+    torch_name="per component: torch.log_softmax", low_precision=("float32", "bfloat16"),
     singular=(SingularPoint(
         "-inf logit in a component", (np.array([[-np.inf], [0.0], [1.0]]), _offsets((2, 1))),
         (np.array([[1.0], [-1.0], [0.0]]), None), {"axis": 1},
@@ -208,8 +213,11 @@ def _reduction_torch(method):
 
 
 _sum_fn, _sum_torch = _reduction_fn(N.sum), _reduction_torch("sum")
-_record("sum", _sum_fn, ("_nested_sum_backward",), ("nested_ragged_sum", "sum"), _sum_samples, _sum_torch,
-        torch_name="torch.sum")
+record(
+    "nested.sum", fn=_sum_fn, public=("jaxrules.nested.sum",), formula_ops=("nested_ragged_sum", "sum"),
+    seed=("_nested_sum_backward",), **_with_empty_components(_sum_samples), torch_fn=_sum_torch,
+    torch_name="per component: torch.sum",
+)
 
 
 def _mean_samples(rng, dt):
@@ -224,9 +232,10 @@ def _mean_samples(rng, dt):
 _mean_fn, _mean_torch = _reduction_fn(N.mean), _reduction_torch("mean")
 
 
-_record(
-    "mean", _mean_fn, ("mean_backward (per component)",), ("nested_ragged_mean", "mean"), _mean_samples, _mean_torch,
-    torch_name="torch.mean", low_precision=("float32", "bfloat16"),
+record(
+    "nested.mean", fn=_mean_fn, public=("jaxrules.nested.mean",), formula_ops=("nested_ragged_mean", "mean"),
+    seed=("mean_backward (per component)",), **_with_empty_components(_mean_samples), torch_fn=_mean_torch,
+    torch_name="per component: torch.mean", low_precision=("float32", "bfloat16"),
     deviations="A tuple mixing the ragged axis and inner axes is the mean over those entries of each component "
     "(torch's jagged layout refuses it). torch 2.13's jagged mean over the ragged axis has no working backward "
     "(a SymInt error); the reference is per-component dense torch.mean.",
@@ -248,9 +257,10 @@ def _dropout_samples(rng, dt):
     return [Sample((normal(rng, dt, 6, 3), key, 0.3, _offsets((2, 0, 3, 1))))]
 
 
-_record(
-    "dropout", _dropout_fn, ("infinitely_differentiable_native_dropout_backward",), ("dropout",), _dropout_samples,
-    _dropout_torch, torch_name="x * mask / (1 - p) (torch's dropout with the same mask)",
+record(
+    "nested.dropout", fn=_dropout_fn, public=("jaxrules.nested.dropout",), formula_ops=("dropout",),
+    seed=("infinitely_differentiable_native_dropout_backward",), **_with_empty_components(_dropout_samples),
+    torch_fn=_dropout_torch, torch_name="per component: x * mask / (1 - p) (torch's dropout with the same mask)",
     low_precision=("float32", "bfloat16"),
     deviations="A dropped NaN or infinite entry gives 0, as jaxrules.nn.dropout (a select); torch's "
     "x * mask / (1 - p) gives NaN there. The gradients agree.",
@@ -268,11 +278,12 @@ def _contract_fn(a, b, offsets):
     return N.matmul(_nt(a, offsets), _nt(b, offsets), transpose_a=True)
 
 
-_record(
-    "matmul_ragged", _contract_fn, ("matmul_backward_nested",), ("nested_ragged_contract",), _contract_samples,
-    lambda t, a, b, offsets: _per_component(t, offsets, lambda x, y: x.mT @ y, a, b, cat=False),
-    torch_name="a_i^T @ b_i (torch's jagged (B, D, j) @ (B, j, E))",
-    public=("jaxrules.nested.matmul(transpose_a=True)",),
+record(
+    "nested.matmul_ragged", fn=_contract_fn, public=("jaxrules.nested.matmul(transpose_a=True)",),
+    formula_ops=("nested_ragged_contract",), seed=("matmul_backward_nested",),
+    **_with_empty_components(_contract_samples),
+    torch_fn=lambda t, a, b, offsets: _per_component(t, offsets, lambda x, y: x.mT @ y, a, b, cat=False),
+    torch_name="per component: a_i^T @ b_i (torch's jagged (B, D, j) @ (B, j, E))",
 )
 
 
@@ -287,12 +298,13 @@ def _layer_norm_fn(values, weight, bias, offsets):
     return N.layer_norm(_nt(values, offsets), values.shape[-1:], weight, bias).values
 
 
-_record(
-    "layer_norm", _layer_norm_fn, ("layer_norm_backward_nested",), ("affine_normalize",), _layer_norm_samples,
-    lambda t, values, weight, bias, offsets: _per_component(
+record(
+    "nested.layer_norm", fn=_layer_norm_fn, public=("jaxrules.nested.layer_norm",), formula_ops=("affine_normalize",),
+    seed=("layer_norm_backward_nested",), **_with_empty_components(_layer_norm_samples),
+    torch_fn=lambda t, values, weight, bias, offsets: _per_component(
         t, offsets, lambda x: t.nn.functional.layer_norm(x, x.shape[-1:], weight, bias), values
     ),
-    torch_name="torch.nn.functional.layer_norm",
+    torch_name="per component: torch.nn.functional.layer_norm",
     deviations="weight and bias are optional (torch's strided nested layer_norm requires both).",
 )
 
@@ -314,12 +326,13 @@ def _arith_torch(t, a, b, row, per_component, offsets):
     return _per_component(t, offsets, lambda x, y, c: (x * y - row) / (2.0 + c * c) + x, a, b, expanded)
 
 
-_record(
-    "arithmetic", _arith_fn, ("index_select_backward (the per-component operand's gather)",), ("take",),
-    _arith_samples,
-    _arith_torch, torch_name="* - / + with a row and a per-component (B, 1, *inner) dense operand",
-    empty_samples=_empty_components(_arith_samples, no_batch=False),  # the (B, 1, *inner) operand fixes B
+record(
+    "nested.arithmetic", fn=_arith_fn,
     public=tuple(f"jaxrules.nested.NestedTensor.__{op}__" for op in ("add", "sub", "mul", "truediv", "pow")),
+    formula_ops=("take",), seed=("index_select_backward (the per-component operand's gather)",), samples=_arith_samples,
+    torch_fn=_arith_torch,
+    torch_name="per component: * - / + with a row and a per-component (B, 1, *inner) dense operand",
+    empty_samples=_empty_components(_arith_samples, no_batch=False),  # the (B, 1, *inner) operand fixes B
     deviations="Elementwise math on the packed values uses JAX's own rules for + - * / ** (exact; the seed "
     "has no nested arithmetic); the per-component dense operand's gather is jaxrules' take.",
 )
@@ -364,10 +377,11 @@ def _attention_torch(t, q, k, v, offsets, is_causal=False, block=None):
     return _per_component(t, offsets, one, q, k, v)
 
 
-_record(
-    "scaled_dot_product_attention", _attention_fn, ("(flash attention's backward per block pair)",),
-    ("nested_attention",), _attention_samples, _attention_torch, torch_name="softmax(q k^T / sqrt(d)) v",
-    low_precision=("float32", "bfloat16"), tolerance=_TF32,
+record(
+    "nested.scaled_dot_product_attention", fn=_attention_fn, public=("jaxrules.nested.scaled_dot_product_attention",),
+    formula_ops=("nested_attention",), seed=("(flash attention's backward per block pair)",),
+    **_with_empty_components(_attention_samples), torch_fn=_attention_torch,
+    torch_name="per component: softmax(q k^T / sqrt(d)) v", low_precision=("float32", "bfloat16"), tolerance=_TF32,
 )
 
 
@@ -377,13 +391,12 @@ def _fused_samples(rng, dt):
     return [Sample(args, {"block": 16}), Sample(args, {"is_causal": True, "block": 16})]
 
 
-register(OpRecord(
-    "nested.scaled_dot_product_attention[pallas]", _fused_attention_fn,
-    ("jaxrules.nested.scaled_dot_product_attention(impl='pallas')",), ("nested_attention_fused",),
-    ("(flash attention's forward and backward kernels)",), _fused_samples, _attention_torch,
-    "per component: softmax(q k^T / sqrt(d)) v", low_precision=("float32", "bfloat16"),
-    tolerance=_TF32,
+record(
+    "nested.scaled_dot_product_attention[pallas]", fn=_fused_attention_fn,
+    public=("jaxrules.nested.scaled_dot_product_attention(impl='pallas')",), formula_ops=("nested_attention_fused",),
+    seed=("(flash attention's forward and backward kernels)",), samples=_fused_samples, torch_fn=_attention_torch,
+    torch_name="per component: softmax(q k^T / sqrt(d)) v", low_precision=("float32", "bfloat16"), tolerance=_TF32,
     batching="vmapped formulas (the kernels under jax.vmap)",
     double_backward="JAX's derivative of the XLA formula attention_vjp (the kernels are not differentiated)",
     kernel_backed=True, empty_samples=_empty_components(_fused_samples),
-))
+)

@@ -18,7 +18,7 @@ from jaxrules import partials as P
 from jaxrules import vjp_rules as R
 from jaxrules.mechanism import define_op
 from jaxrules.ops._sampling import f64, normal
-from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+from jaxrules.registry import Sample, SingularPoint, record
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
@@ -589,99 +589,145 @@ def dropout(x: ArrayLike, p: float | ArrayLike = 0.5, training: bool = True, *, 
 _NN = "jaxrules.nn."
 
 
-def _record(name, fn, seed, samples, torch_fn, torch_name, **kw):
-    return register(OpRecord(name, fn, (_NN + name,), kw.pop("formula_ops", (name,)), seed, samples, torch_fn,
-                             torch_name, **kw))
-
-
 def _samples(scale=2.0):
     return lambda rng, dt: [Sample((scale * normal(rng, dt, 3, 4),)), Sample((scale * normal(rng, dt, 5),))]
 
 
 _F = "torch.nn.functional."
-_record("silu", silu, ("infinitely_differentiable_silu_backward",), _samples(),
-        lambda t, x: t.nn.functional.silu(x), _F + "silu", low_precision=("float32", "bfloat16"),
-        singular=(SingularPoint("saturation", (f64(-800.0, 800.0),), (f64(0, 1),)),))
-_record("relu", relu, ("threshold_backward",), _samples(),
-        lambda t, x: t.relu(x), "torch.relu", formula_ops=("threshold",), low_precision=("float32", "bfloat16"),
-        singular=(SingularPoint("kink", (f64(0.0, -1.0, 2.0),), (f64(0, 0, 1),)),))
-_record("hardtanh", hardtanh, ("hardtanh_backward (derivatives.yaml)",),
-        lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4) + 0.01,)), Sample((3 * normal(rng, dt, 5), -0.5, 2.0))],
-        lambda t, x, lo=-1.0, hi=1.0: t.nn.functional.hardtanh(x, lo, hi), _F + "hardtanh",
-        low_precision=("float32", "bfloat16"),
-        singular=(SingularPoint("at the bounds", (f64(-1.0, 1.0, 0.5, 3.0),), (f64(0, 0, 1, 0),)),))
-register(OpRecord("relu6", relu6, (_NN + "relu6",), ("hardtanh",), ("hardtanh_backward (derivatives.yaml)",),
-                  lambda rng, dt: [Sample((4 * normal(rng, dt, 3, 4) + 3,))],
-                  lambda t, x: t.nn.functional.relu6(x), _F + "relu6",
-                  singular=(SingularPoint("at 0 and 6", (f64(0.0, 6.0, 3.0, 7.0),), (f64(0, 0, 1, 0),)),)))
-_record("leaky_relu", leaky_relu, ("leaky_relu_backward (derivatives.yaml)",),
-        lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4),)), Sample((2 * normal(rng, dt, 5), 0.2))],
-        lambda t, x, slope=0.01: t.nn.functional.leaky_relu(x, slope), _F + "leaky_relu",
-        low_precision=("float32", "bfloat16"),
-        singular=(SingularPoint("at 0", (f64(0.0, -1.0, 2.0), 0.1), (f64(0.1, 0.1, 1),)),))
-_record("hardsigmoid", hardsigmoid, ("hardsigmoid_backward (derivatives.yaml)",), _samples(3.0),
-        lambda t, x: t.nn.functional.hardsigmoid(x), _F + "hardsigmoid", low_precision=("float32", "bfloat16"),
-        tolerance={"torch": 1e-7},
-        deviations="The slope is 1/6 exactly; torch's CPU kernel multiplies by the float32 constant "
-        "1.0f/6.0f (3e-8 relative off in float64), so the torch check's tolerance is 1e-7.",
-        singular=(SingularPoint("at +-3", (f64(-3.0, 3.0, 0.0),), (f64(0, 0, 1 / 6),)),))
-_record("hardswish", hardswish, ("hardswish_backward (derivatives.yaml)",), _samples(3.0),
-        lambda t, x: t.nn.functional.hardswish(x), _F + "hardswish", low_precision=("float32", "bfloat16"),
-        singular=(SingularPoint("at +-3", (f64(-3.0, 3.0, 0.0, -4.0),), (f64(0, 1, 0.5, 0),)),))
-_record("prelu", prelu, ("_prelu_kernel_backward (derivatives.yaml)",),
-        lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4, 2), normal(rng, dt, 4))),
-                         Sample((2 * normal(rng, dt, 5), normal(rng, dt, 1)))],
-        lambda t, x, w: t.nn.functional.prelu(x, w), _F + "prelu", low_precision=("float32", "bfloat16"),
-        singular=(SingularPoint("at 0", (f64(0.0, -1.0, 2.0), f64(0.25)), (f64(0.25, 0.25, 1), f64(-1.0))),))
-_record("threshold", threshold, ("threshold_backward",),
-        lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4) + 0.01, 0.5, -2.0))],
-        lambda t, x, th, value: t.nn.functional.threshold(x, th, value), _F + "threshold",
-        singular=(SingularPoint("at the threshold", (f64(0.5, 1.0), 0.5, -2.0), (f64(0, 1),)),))
-_record("mish", mish, ("infinitely_differentiable_mish_backward",), _samples(),
-        lambda t, x: t.nn.functional.mish(x), _F + "mish",
-        singular=(SingularPoint("large x", (f64(800.0),), (f64(1),),
-                                torch_differs="torch's second derivative at 800 is NaN (exp overflows); the "
-                                "first derivative agrees, and jaxrules' second is 0."),),
-        deviations="Finite second derivative at large x (torch: NaN at 800).")
-_record("gelu", gelu, ("gelu_double_backward", "gelu_backward (derivatives.yaml)"),
-        lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4),)), Sample((2 * normal(rng, dt, 5),), {"approximate": False})],
-        lambda t, x, approximate=True: t.nn.functional.gelu(x, approximate="tanh" if approximate else "none"),
-        _F + "gelu", low_precision=("float32", "bfloat16"))
-_record("elu", elu, ("elu_double_backward", "elu_backward"),
-        lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4) + 0.01,)), Sample((2 * normal(rng, dt, 5),), {"alpha": 1.5})],
-        lambda t, x, alpha=1.0: t.nn.functional.elu(x, alpha), _F + "elu", formula_ops=("elu",),
-        singular=(SingularPoint("kink", (f64(0.0),), (f64(1.5),), {"alpha": 1.5}),),
-        deviations="Second derivative 0 at x = 0 (torch's; JAX gives alpha).")
-_record("selu", selu, ("elu_double_backward", "elu_backward"), _samples(),
-        lambda t, x: t.nn.functional.selu(x), _F + "selu", formula_ops=("elu",),
-        singular=(SingularPoint("kink", (f64(0.0),), (f64(_SELU_ALPHA * _SELU_SCALE),)),))
-_record("celu", celu, ("elu_double_backward", "elu_backward"),
-        lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4),), {"alpha": 2.0})],
-        lambda t, x, alpha=1.0: t.nn.functional.celu(x, alpha), _F + "celu", formula_ops=("elu",),
-        singular=(SingularPoint("kink", (f64(0.0),), (f64(1.0),), {"alpha": 2.0}),))
-_record("softplus", softplus, ("softplus_double_backward", "softplus_backward"),
-        lambda rng, dt: [Sample((3 * normal(rng, dt, 3, 4),)), Sample((3 * normal(rng, dt, 5),), {"beta": 2, "threshold": 5})],
-        lambda t, x, beta=1, threshold=20: t.nn.functional.softplus(x, beta, threshold), _F + "softplus",
-        singular=(SingularPoint("at the threshold", (f64(10.0),), (f64(1 / (1 + math.exp(-20))),), {"beta": 2}),))
-_record("log_sigmoid", log_sigmoid, ("log_sigmoid_double_backward",), _samples(3.0),
-        lambda t, x: t.nn.functional.logsigmoid(x), _F + "logsigmoid",
-        singular=(SingularPoint("saturation", (f64(-800.0, 800.0),), (f64(1, 0),)),))
+record(
+    "silu", fn=silu, public=(_NN + "silu",), formula_ops=("silu",), seed=("infinitely_differentiable_silu_backward",),
+    samples=_samples(), torch_fn=lambda t, x: t.nn.functional.silu(x), torch_name=_F + "silu",
+    low_precision=("float32", "bfloat16"), singular=(SingularPoint("saturation", (f64(-800.0, 800.0),), (f64(0, 1),)),),
+)
+record(
+    "relu", fn=relu, public=(_NN + "relu",), formula_ops=("threshold",), seed=("threshold_backward",),
+    samples=_samples(), torch_fn=lambda t, x: t.relu(x), torch_name="torch.relu", low_precision=("float32", "bfloat16"),
+    singular=(SingularPoint("kink", (f64(0.0, -1.0, 2.0),), (f64(0, 0, 1),)),),
+)
+record(
+    "hardtanh", fn=hardtanh, public=(_NN + "hardtanh",), formula_ops=("hardtanh",),
+    seed=("hardtanh_backward (derivatives.yaml)",),
+    samples=lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4) + 0.01,)), Sample((3 * normal(rng, dt, 5), -0.5, 2.0))],
+    torch_fn=lambda t, x, lo=-1.0, hi=1.0: t.nn.functional.hardtanh(x, lo, hi), torch_name=_F + "hardtanh",
+    low_precision=("float32", "bfloat16"),
+    singular=(SingularPoint("at the bounds", (f64(-1.0, 1.0, 0.5, 3.0),), (f64(0, 0, 1, 0),)),),
+)
+record(
+    "relu6", fn=relu6, public=(_NN + "relu6",), formula_ops=("hardtanh",),
+    seed=("hardtanh_backward (derivatives.yaml)",), samples=lambda rng, dt: [Sample((4 * normal(rng, dt, 3, 4) + 3,))],
+    torch_fn=lambda t, x: t.nn.functional.relu6(x), torch_name=_F + "relu6",
+    singular=(SingularPoint("at 0 and 6", (f64(0.0, 6.0, 3.0, 7.0),), (f64(0, 0, 1, 0),)),),
+)
+record(
+    "leaky_relu", fn=leaky_relu, public=(_NN + "leaky_relu",), formula_ops=("leaky_relu",),
+    seed=("leaky_relu_backward (derivatives.yaml)",),
+    samples=lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4),)), Sample((2 * normal(rng, dt, 5), 0.2))],
+    torch_fn=lambda t, x, slope=0.01: t.nn.functional.leaky_relu(x, slope), torch_name=_F + "leaky_relu",
+    low_precision=("float32", "bfloat16"),
+    singular=(SingularPoint("at 0", (f64(0.0, -1.0, 2.0), 0.1), (f64(0.1, 0.1, 1),)),),
+)
+record(
+    "hardsigmoid", fn=hardsigmoid, public=(_NN + "hardsigmoid",), formula_ops=("hardsigmoid",),
+    seed=("hardsigmoid_backward (derivatives.yaml)",), samples=_samples(3.0),
+    torch_fn=lambda t, x: t.nn.functional.hardsigmoid(x), torch_name=_F + "hardsigmoid",
+    low_precision=("float32", "bfloat16"), tolerance={"torch": 1e-7},
+    deviations="The slope is 1/6 exactly; torch's CPU kernel multiplies by the float32 constant "
+    "1.0f/6.0f (3e-8 relative off in float64), so the torch check's tolerance is 1e-7.",
+    singular=(SingularPoint("at +-3", (f64(-3.0, 3.0, 0.0),), (f64(0, 0, 1 / 6),)),),
+)
+record(
+    "hardswish", fn=hardswish, public=(_NN + "hardswish",), formula_ops=("hardswish",),
+    seed=("hardswish_backward (derivatives.yaml)",), samples=_samples(3.0),
+    torch_fn=lambda t, x: t.nn.functional.hardswish(x), torch_name=_F + "hardswish",
+    low_precision=("float32", "bfloat16"),
+    singular=(SingularPoint("at +-3", (f64(-3.0, 3.0, 0.0, -4.0),), (f64(0, 1, 0.5, 0),)),),
+)
+record(
+    "prelu", fn=prelu, public=(_NN + "prelu",), formula_ops=("prelu",),
+    seed=("_prelu_kernel_backward (derivatives.yaml)",),
+    samples=lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4, 2), normal(rng, dt, 4))),
+                             Sample((2 * normal(rng, dt, 5), normal(rng, dt, 1)))],
+    torch_fn=lambda t, x, w: t.nn.functional.prelu(x, w), torch_name=_F + "prelu",
+    low_precision=("float32", "bfloat16"),
+    singular=(SingularPoint("at 0", (f64(0.0, -1.0, 2.0), f64(0.25)), (f64(0.25, 0.25, 1), f64(-1.0))),),
+)
+record(
+    "threshold", fn=threshold, public=(_NN + "threshold",), formula_ops=("threshold",), seed=("threshold_backward",),
+    samples=lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4) + 0.01, 0.5, -2.0))],
+    torch_fn=lambda t, x, th, value: t.nn.functional.threshold(x, th, value), torch_name=_F + "threshold",
+    singular=(SingularPoint("at the threshold", (f64(0.5, 1.0), 0.5, -2.0), (f64(0, 1),)),),
+)
+record(
+    "mish", fn=mish, public=(_NN + "mish",), formula_ops=("mish",), seed=("infinitely_differentiable_mish_backward",),
+    samples=_samples(), torch_fn=lambda t, x: t.nn.functional.mish(x), torch_name=_F + "mish",
+    singular=(SingularPoint("large x", (f64(800.0),), (f64(1),),
+                            torch_differs="torch's second derivative at 800 is NaN (exp overflows); the "
+                            "first derivative agrees, and jaxrules' second is 0."),),
+    deviations="Finite second derivative at large x (torch: NaN at 800).",
+)
+record(
+    "gelu", fn=gelu, public=(_NN + "gelu",), formula_ops=("gelu",),
+    seed=("gelu_double_backward", "gelu_backward (derivatives.yaml)"),
+    samples=lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4),)), Sample((2 * normal(rng, dt, 5),), {"approximate": False})],
+    torch_fn=lambda t, x, approximate=True: t.nn.functional.gelu(x, approximate="tanh" if approximate else "none"),
+    torch_name=_F + "gelu", low_precision=("float32", "bfloat16"),
+)
+record(
+    "elu", fn=elu, public=(_NN + "elu",), formula_ops=("elu",), seed=("elu_double_backward", "elu_backward"),
+    samples=lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4) + 0.01,)), Sample((2 * normal(rng, dt, 5),), {"alpha": 1.5})],
+    torch_fn=lambda t, x, alpha=1.0: t.nn.functional.elu(x, alpha), torch_name=_F + "elu",
+    singular=(SingularPoint("kink", (f64(0.0),), (f64(1.5),), {"alpha": 1.5}),),
+    deviations="Second derivative 0 at x = 0 (torch's; JAX gives alpha).",
+)
+record(
+    "selu", fn=selu, public=(_NN + "selu",), formula_ops=("elu",), seed=("elu_double_backward", "elu_backward"),
+    samples=_samples(), torch_fn=lambda t, x: t.nn.functional.selu(x), torch_name=_F + "selu",
+    singular=(SingularPoint("kink", (f64(0.0),), (f64(_SELU_ALPHA * _SELU_SCALE),)),),
+)
+record(
+    "celu", fn=celu, public=(_NN + "celu",), formula_ops=("elu",), seed=("elu_double_backward", "elu_backward"),
+    samples=lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4),), {"alpha": 2.0})],
+    torch_fn=lambda t, x, alpha=1.0: t.nn.functional.celu(x, alpha), torch_name=_F + "celu",
+    singular=(SingularPoint("kink", (f64(0.0),), (f64(1.0),), {"alpha": 2.0}),),
+)
+record(
+    "softplus", fn=softplus, public=(_NN + "softplus",), formula_ops=("softplus",),
+    seed=("softplus_double_backward", "softplus_backward"),
+    samples=lambda rng, dt: [Sample((3 * normal(rng, dt, 3, 4),)), Sample((3 * normal(rng, dt, 5),), {"beta": 2, "threshold": 5})],
+    torch_fn=lambda t, x, beta=1, threshold=20: t.nn.functional.softplus(x, beta, threshold),
+    torch_name=_F + "softplus",
+    singular=(SingularPoint("at the threshold", (f64(10.0),), (f64(1 / (1 + math.exp(-20))),), {"beta": 2}),),
+)
+record(
+    "log_sigmoid", fn=log_sigmoid, public=(_NN + "log_sigmoid",), formula_ops=("log_sigmoid",),
+    seed=("log_sigmoid_double_backward",), samples=_samples(3.0), torch_fn=lambda t, x: t.nn.functional.logsigmoid(x),
+    torch_name=_F + "logsigmoid", singular=(SingularPoint("saturation", (f64(-800.0, 800.0),), (f64(1, 0),)),),
+)
 
 
 def _axis_samples(rng, dt):
     return [Sample((normal(rng, dt, 3, 4),)), Sample((normal(rng, dt, 3, 4),), {"axis": 0})]
 
 
-_record("softmax", softmax, ("softmax_double_backward", "_softmax_backward_data"), _axis_samples,
-        lambda t, x, axis=-1: t.softmax(x, axis), _F + "softmax", low_precision=("float32", "bfloat16"),
-        singular=(SingularPoint("-inf logit", (f64(-np.inf, 0.0, 1.0),), (f64(0, 0, 0),)),))
-_record("log_softmax", log_softmax, ("_log_softmax_backward_data",), _axis_samples,
-        lambda t, x, axis=-1: t.log_softmax(x, axis), _F + "log_softmax",
-        singular=(SingularPoint("-inf logit", (f64(-np.inf, 0.0, 1.0),),
-                                (f64(1, 1 - 3 / (1 + math.e), 1 - 3 * math.e / (1 + math.e)),)),))
-_record("glu", glu, ("glu_double_backward", "glu_double_backward_grad_output"),
-        lambda rng, dt: [Sample((normal(rng, dt, 3, 4),)), Sample((normal(rng, dt, 4, 3),), {"axis": 0})],
-        lambda t, x, axis=-1: t.nn.functional.glu(x, axis), _F + "glu")
+record(
+    "softmax", fn=softmax, public=(_NN + "softmax",), formula_ops=("softmax",),
+    seed=("softmax_double_backward", "_softmax_backward_data"), samples=_axis_samples,
+    torch_fn=lambda t, x, axis=-1: t.softmax(x, axis), torch_name=_F + "softmax", low_precision=("float32", "bfloat16"),
+    singular=(SingularPoint("-inf logit", (f64(-np.inf, 0.0, 1.0),), (f64(0, 0, 0),)),),
+)
+record(
+    "log_softmax", fn=log_softmax, public=(_NN + "log_softmax",), formula_ops=("log_softmax",),
+    seed=("_log_softmax_backward_data",), samples=_axis_samples, torch_fn=lambda t, x, axis=-1: t.log_softmax(x, axis),
+    torch_name=_F + "log_softmax",
+    singular=(SingularPoint("-inf logit", (f64(-np.inf, 0.0, 1.0),),
+                            (f64(1, 1 - 3 / (1 + math.e), 1 - 3 * math.e / (1 + math.e)),)),),
+)
+record(
+    "glu", fn=glu, public=(_NN + "glu",), formula_ops=("glu",),
+    seed=("glu_double_backward", "glu_double_backward_grad_output"),
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 3, 4),)), Sample((normal(rng, dt, 4, 3),), {"axis": 0})],
+    torch_fn=lambda t, x, axis=-1: t.nn.functional.glu(x, axis), torch_name=_F + "glu",
+)
 
 
 def _dropout_record_fn(x, key_data, p):
@@ -693,7 +739,10 @@ def _dropout_torch(t, x, key_data, p):
     return x * t.tensor(mask) / (1 - p)
 
 
-_record("dropout", _dropout_record_fn, ("infinitely_differentiable_native_dropout_backward", "native_dropout_double_backward"),
-        lambda rng, dt: [Sample((normal(rng, dt, 4, 5), np.asarray(jax.random.key_data(jax.random.key(int(rng.integers(1 << 30))))), 0.3))],
-        _dropout_torch, "x * mask / (1 - p) (torch's dropout with the same mask)",
-        low_precision=("float32", "bfloat16"))
+record(
+    "dropout", fn=_dropout_record_fn, public=(_NN + "dropout",), formula_ops=("dropout",),
+    seed=("infinitely_differentiable_native_dropout_backward", "native_dropout_double_backward"),
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 4, 5), np.asarray(jax.random.key_data(jax.random.key(int(rng.integers(1 << 30))))), 0.3))],
+    torch_fn=_dropout_torch, torch_name="x * mask / (1 - p) (torch's dropout with the same mask)",
+    low_precision=("float32", "bfloat16"),
+)

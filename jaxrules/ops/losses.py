@@ -18,7 +18,7 @@ from jaxrules import partials as P
 from jaxrules.ops import reductions
 from jaxrules.ops._sampling import f64, normal, uniform
 from jaxrules.ops.activations import pointwise_op
-from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+from jaxrules.registry import Sample, SingularPoint, record
 
 
 def _bce_primal(x, y, **_):
@@ -743,11 +743,6 @@ _NN = "jaxrules.nn."
 _F = "torch.nn.functional."
 
 
-def _record(name, fn, formula, seed, samples, torch_fn, **kw):
-    return register(OpRecord(name, fn, (_NN + name,), (formula, "mean", "sum"), seed, samples, torch_fn,
-                             _F + name, **kw))
-
-
 def _reductions(make):
     def samples(rng, dt):
         x, y = make(rng, dt)
@@ -756,97 +751,136 @@ def _reductions(make):
     return samples
 
 
-_record("binary_cross_entropy", binary_cross_entropy, "bce",
-        ("binary_cross_entropy_target_backward", "binary_cross_entropy_double_backward",
-         "binary_cross_entropy_double_backward_target"),
-        lambda rng, dt: [
-            Sample((uniform(rng, dt, 0.1, 0.9, 3, 4), uniform(rng, dt, 0, 1, 3, 4))),
-            Sample((uniform(rng, dt, 0.1, 0.9, 5), uniform(rng, dt, 0, 1, 5), uniform(rng, dt, 0.5, 2, 5)), {"reduction": "sum"}),
-            Sample((uniform(rng, dt, 0.1, 0.9, 4), uniform(rng, dt, 0, 1, 4)), {"reduction": "none"}),
-        ],
-        lambda t, x, y, w=None, reduction="mean": t.nn.functional.binary_cross_entropy(x, y, w, reduction=reduction),
-        singular=(SingularPoint(
-            "probability 0", (f64(0.0, 0.5), f64(0.2, 0.5)), (f64(0.8, 0.0) / 2, f64(100.0, 0.0) / 2),
-            torch_differs="torch's target gradient is -logit(0) = +inf and its input gradient divides by "
-            "1e-12; the clamped forward is locally constant in the clamped log, so jaxrules gives its "
-            "exact derivative (target: 100, input: the unclamped term only)."),),
-        deviations="Both derivatives are those of the clamped forward at x in {0, 1} (torch: inf and 1e12-scale).",
-        torch_no_grad_args=(2,))
-_record("binary_cross_entropy_with_logits", binary_cross_entropy_with_logits, "bce_with_logits",
-        ("binary_cross_entropy_with_logits_backward", "binary_cross_entropy_with_logits_target_backward"),
-        lambda rng, dt: [
-            Sample((2 * normal(rng, dt, 3, 4), uniform(rng, dt, 0, 1, 3, 4))),
-            Sample((2 * normal(rng, dt, 3, 4), uniform(rng, dt, 0, 1, 3, 4), None, uniform(rng, dt, 0.5, 3, 4))),
-            Sample((2 * normal(rng, dt, 5), uniform(rng, dt, 0, 1, 5), uniform(rng, dt, 0.5, 2, 5)), {"reduction": "none"}),
-        ],
-        lambda t, x, y, w=None, pw=None, reduction="mean": t.nn.functional.binary_cross_entropy_with_logits(
-            x, y, w, pos_weight=pw, reduction=reduction),
-        singular=(SingularPoint("saturation", (f64(-800.0, 800.0), f64(1.0, 0.0)), (f64(-0.5, 0.5), f64(400.0, -400.0))),),
-        torch_no_grad_args=(2, 3))
-_record("mse_loss", mse_loss, "mse", ("mse_loss_double_backward",),
-        _reductions(lambda rng, dt: (normal(rng, dt, 3, 4), normal(rng, dt, 3, 4))),
-        lambda t, x, y, reduction="mean": t.nn.functional.mse_loss(x, y, reduction=reduction))
-_record("l1_loss", l1_loss, "l1", ("sgn backward (derivatives.yaml l1_loss via abs)",),
-        _reductions(lambda rng, dt: (normal(rng, dt, 3, 4), normal(rng, dt, 3, 4))),
-        lambda t, x, y, reduction="mean": t.nn.functional.l1_loss(x, y, reduction=reduction),
-        singular=(SingularPoint("x == y", (f64(1.0, 2.0), f64(1.0, 0.0)), (f64(0, 0.5), f64(0, -0.5))),))
-_record("kl_div", kl_div, "kl_div", ("kl_div (derivatives.yaml)",),
-        lambda rng, dt: [
-            Sample((normal(rng, dt, 3, 4), uniform(rng, dt, 0.1, 1, 3, 4))),
-            Sample((normal(rng, dt, 3, 4), uniform(rng, dt, 0.1, 1, 3, 4)), {"reduction": "batchmean"}),
-            Sample((normal(rng, dt, 5), normal(rng, dt, 5)), {"reduction": "sum", "log_target": True}),
-            Sample((normal(rng, dt, 4), uniform(rng, dt, 0.1, 1, 4)), {"reduction": "none"}),
-        ],
-        lambda t, x, y, reduction="mean", log_target=False: t.nn.functional.kl_div(
-            x, y, reduction=reduction, log_target=log_target),
-        singular=(SingularPoint(
-            "target 0", (f64(0.5, -1.0), f64(0.0, 0.5)), (f64(0.0, -0.25), f64(-np.inf, (np.log(0.5) + 2) / 2)),
-            finite_second=False,
-            torch_differs="torch's target gradient at target 0 is NaN; the one-sided derivative of t log t "
-            "there is -inf (log t + 1 - input)."),),
-        deviations="The target's gradient at target 0 is -inf (torch: NaN). At target 0 the term is 0 also for an "
-        "infinite input (torch: 0 inf = NaN).")
-_record("margin_ranking_loss", margin_ranking_loss, "margin_ranking", ("clamp_min backward (derivatives.yaml)",),
-        lambda rng, dt: [
-            Sample((normal(rng, dt, 6), normal(rng, dt, 6), np.sign(normal(rng, dt, 6)))),
-            Sample((normal(rng, dt, 3, 4), normal(rng, dt, 3, 4), np.sign(normal(rng, dt, 3, 4)), 0.5),
-                   {"reduction": "sum"}),
-        ],
-        lambda t, x1, x2, y, margin=0.0, reduction="mean": t.nn.functional.margin_ranking_loss(
-            x1, x2, y, margin, reduction=reduction),
-        singular=(SingularPoint("at the bound", (f64(1.0, 2.0), f64(1.0, 0.0), f64(1.0, 1.0)),
-                                (f64(-0.5, 0), f64(0.5, 0), f64(0, 0))),),
-        torch_no_grad_args=(2,))
-_record("hinge_embedding_loss", hinge_embedding_loss, "hinge_embedding", ("clamp_min backward (derivatives.yaml)",),
-        lambda rng, dt: [
-            Sample((2 * normal(rng, dt, 6), np.where(normal(rng, dt, 6).real > 0, 1, -1))),
-            Sample((2 * normal(rng, dt, 3, 4), np.where(normal(rng, dt, 3, 4).real > 0, 1, -1), 0.5), {"reduction": "sum"}),
-        ],
-        lambda t, x, y, margin=1.0, reduction="mean": t.nn.functional.hinge_embedding_loss(
-            x, y, margin, reduction=reduction),
-        singular=(SingularPoint("at the margin", (f64(1.0, 0.5), np.array([-1, -1])), (f64(-0.5, -0.5),)),))
-_record("huber_loss", huber_loss, "huber", ("huber_loss_double_backward", "huber_loss_double_backward_grad_output"),
-        _reductions(lambda rng, dt: (2 * normal(rng, dt, 3, 4), normal(rng, dt, 3, 4))),
-        lambda t, x, y, reduction="mean", delta=1.0: t.nn.functional.huber_loss(x, y, reduction=reduction, delta=delta),
-        singular=(SingularPoint("on the boundary", (f64(1.0, -1.0), f64(0.0, 0.0)), (f64(0.5, -0.5), f64(-0.5, 0.5))),))
-_record("smooth_l1_loss", smooth_l1_loss, "smooth_l1", ("smooth_l1_loss_double_backward",),
-        lambda rng, dt: [
-            Sample((2 * normal(rng, dt, 3, 4), normal(rng, dt, 3, 4))),
-            Sample((2 * normal(rng, dt, 5), normal(rng, dt, 5)), {"beta": 0.5, "reduction": "sum"}),
-            Sample((2 * normal(rng, dt, 5), normal(rng, dt, 5)), {"beta": 0.0, "reduction": "none"}),
-        ],
-        lambda t, x, y, reduction="mean", beta=1.0: t.nn.functional.smooth_l1_loss(x, y, reduction=reduction, beta=beta),
-        singular=(SingularPoint("beta = 0", (f64(1.0, -2.0), f64(0.0, 0.0)), (f64(0.5, -0.5), f64(-0.5, 0.5)), {"beta": 0.0}),))
-_record("soft_margin_loss", soft_margin_loss, "soft_margin",
-        ("soft_margin_loss_double_backward", "soft_margin_loss_double_backward_grad_output"),
-        _reductions(lambda rng, dt: (2 * normal(rng, dt, 3, 4), np.sign(normal(rng, dt, 3, 4)))),
-        lambda t, x, y, reduction="mean": t.nn.functional.soft_margin_loss(x, y, reduction=reduction),
-        singular=(SingularPoint(
-            "|x| = 800", (f64(-800.0, 800.0), f64(1.0, 1.0)), (f64(-0.5, 0.0), f64(400.0, 0.0)),
-            torch_differs="torch's backward overflows to NaN at x = -800; softplus(-y x) has derivative -y "
-            "sigmoid(-y x) = -1 there."),),
-        deviations="Finite derivatives at |x| = 800 (torch: NaN).",
-        torch_no_grad_args=(1,))
+record(
+    "binary_cross_entropy", fn=binary_cross_entropy, public=(_NN + "binary_cross_entropy",),
+    formula_ops=("bce", "mean", "sum"),
+    seed=("binary_cross_entropy_target_backward", "binary_cross_entropy_double_backward",
+          "binary_cross_entropy_double_backward_target"),
+    samples=lambda rng, dt: [
+        Sample((uniform(rng, dt, 0.1, 0.9, 3, 4), uniform(rng, dt, 0, 1, 3, 4))),
+        Sample((uniform(rng, dt, 0.1, 0.9, 5), uniform(rng, dt, 0, 1, 5), uniform(rng, dt, 0.5, 2, 5)), {"reduction": "sum"}),
+        Sample((uniform(rng, dt, 0.1, 0.9, 4), uniform(rng, dt, 0, 1, 4)), {"reduction": "none"}),
+    ],
+    torch_fn=lambda t, x, y, w=None, reduction="mean": t.nn.functional.binary_cross_entropy(x, y, w, reduction=reduction),
+    torch_name=_F + "binary_cross_entropy",
+    singular=(SingularPoint(
+        "probability 0", (f64(0.0, 0.5), f64(0.2, 0.5)), (f64(0.8, 0.0) / 2, f64(100.0, 0.0) / 2),
+        torch_differs="torch's target gradient is -logit(0) = +inf and its input gradient divides by "
+        "1e-12; the clamped forward is locally constant in the clamped log, so jaxrules gives its "
+        "exact derivative (target: 100, input: the unclamped term only)."),),
+    deviations="Both derivatives are those of the clamped forward at x in {0, 1} (torch: inf and 1e12-scale).",
+    torch_no_grad_args=(2,),
+)
+record(
+    "binary_cross_entropy_with_logits", fn=binary_cross_entropy_with_logits,
+    public=(_NN + "binary_cross_entropy_with_logits",), formula_ops=("bce_with_logits", "mean", "sum"),
+    seed=("binary_cross_entropy_with_logits_backward", "binary_cross_entropy_with_logits_target_backward"),
+    samples=lambda rng, dt: [
+        Sample((2 * normal(rng, dt, 3, 4), uniform(rng, dt, 0, 1, 3, 4))),
+        Sample((2 * normal(rng, dt, 3, 4), uniform(rng, dt, 0, 1, 3, 4), None, uniform(rng, dt, 0.5, 3, 4))),
+        Sample((2 * normal(rng, dt, 5), uniform(rng, dt, 0, 1, 5), uniform(rng, dt, 0.5, 2, 5)), {"reduction": "none"}),
+    ],
+    torch_fn=lambda t, x, y, w=None, pw=None, reduction="mean": t.nn.functional.binary_cross_entropy_with_logits(
+        x, y, w, pos_weight=pw, reduction=reduction),
+    torch_name=_F + "binary_cross_entropy_with_logits",
+    singular=(SingularPoint("saturation", (f64(-800.0, 800.0), f64(1.0, 0.0)), (f64(-0.5, 0.5), f64(400.0, -400.0))),),
+    torch_no_grad_args=(2, 3),
+)
+record(
+    "mse_loss", fn=mse_loss, public=(_NN + "mse_loss",), formula_ops=("mse", "mean", "sum"),
+    seed=("mse_loss_double_backward",),
+    samples=_reductions(lambda rng, dt: (normal(rng, dt, 3, 4), normal(rng, dt, 3, 4))),
+    torch_fn=lambda t, x, y, reduction="mean": t.nn.functional.mse_loss(x, y, reduction=reduction),
+    torch_name=_F + "mse_loss",
+)
+record(
+    "l1_loss", fn=l1_loss, public=(_NN + "l1_loss",), formula_ops=("l1", "mean", "sum"),
+    seed=("sgn backward (derivatives.yaml l1_loss via abs)",),
+    samples=_reductions(lambda rng, dt: (normal(rng, dt, 3, 4), normal(rng, dt, 3, 4))),
+    torch_fn=lambda t, x, y, reduction="mean": t.nn.functional.l1_loss(x, y, reduction=reduction),
+    torch_name=_F + "l1_loss",
+    singular=(SingularPoint("x == y", (f64(1.0, 2.0), f64(1.0, 0.0)), (f64(0, 0.5), f64(0, -0.5))),),
+)
+record(
+    "kl_div", fn=kl_div, public=(_NN + "kl_div",), formula_ops=("kl_div", "mean", "sum"),
+    seed=("kl_div (derivatives.yaml)",),
+    samples=lambda rng, dt: [
+        Sample((normal(rng, dt, 3, 4), uniform(rng, dt, 0.1, 1, 3, 4))),
+        Sample((normal(rng, dt, 3, 4), uniform(rng, dt, 0.1, 1, 3, 4)), {"reduction": "batchmean"}),
+        Sample((normal(rng, dt, 5), normal(rng, dt, 5)), {"reduction": "sum", "log_target": True}),
+        Sample((normal(rng, dt, 4), uniform(rng, dt, 0.1, 1, 4)), {"reduction": "none"}),
+    ],
+    torch_fn=lambda t, x, y, reduction="mean", log_target=False: t.nn.functional.kl_div(
+        x, y, reduction=reduction, log_target=log_target),
+    torch_name=_F + "kl_div",
+    singular=(SingularPoint(
+        "target 0", (f64(0.5, -1.0), f64(0.0, 0.5)), (f64(0.0, -0.25), f64(-np.inf, (np.log(0.5) + 2) / 2)),
+        finite_second=False,
+        torch_differs="torch's target gradient at target 0 is NaN; the one-sided derivative of t log t "
+        "there is -inf (log t + 1 - input)."),),
+    deviations="The target's gradient at target 0 is -inf (torch: NaN). At target 0 the term is 0 also for an "
+    "infinite input (torch: 0 inf = NaN).",
+)
+record(
+    "margin_ranking_loss", fn=margin_ranking_loss, public=(_NN + "margin_ranking_loss",),
+    formula_ops=("margin_ranking", "mean", "sum"), seed=("clamp_min backward (derivatives.yaml)",),
+    samples=lambda rng, dt: [
+        Sample((normal(rng, dt, 6), normal(rng, dt, 6), np.sign(normal(rng, dt, 6)))),
+        Sample((normal(rng, dt, 3, 4), normal(rng, dt, 3, 4), np.sign(normal(rng, dt, 3, 4)), 0.5),
+               {"reduction": "sum"}),
+    ],
+    torch_fn=lambda t, x1, x2, y, margin=0.0, reduction="mean": t.nn.functional.margin_ranking_loss(
+        x1, x2, y, margin, reduction=reduction),
+    torch_name=_F + "margin_ranking_loss",
+    singular=(SingularPoint("at the bound", (f64(1.0, 2.0), f64(1.0, 0.0), f64(1.0, 1.0)),
+                            (f64(-0.5, 0), f64(0.5, 0), f64(0, 0))),),
+    torch_no_grad_args=(2,),
+)
+record(
+    "hinge_embedding_loss", fn=hinge_embedding_loss, public=(_NN + "hinge_embedding_loss",),
+    formula_ops=("hinge_embedding", "mean", "sum"), seed=("clamp_min backward (derivatives.yaml)",),
+    samples=lambda rng, dt: [
+        Sample((2 * normal(rng, dt, 6), np.where(normal(rng, dt, 6).real > 0, 1, -1))),
+        Sample((2 * normal(rng, dt, 3, 4), np.where(normal(rng, dt, 3, 4).real > 0, 1, -1), 0.5), {"reduction": "sum"}),
+    ],
+    torch_fn=lambda t, x, y, margin=1.0, reduction="mean": t.nn.functional.hinge_embedding_loss(
+        x, y, margin, reduction=reduction),
+    torch_name=_F + "hinge_embedding_loss",
+    singular=(SingularPoint("at the margin", (f64(1.0, 0.5), np.array([-1, -1])), (f64(-0.5, -0.5),)),),
+)
+record(
+    "huber_loss", fn=huber_loss, public=(_NN + "huber_loss",), formula_ops=("huber", "mean", "sum"),
+    seed=("huber_loss_double_backward", "huber_loss_double_backward_grad_output"),
+    samples=_reductions(lambda rng, dt: (2 * normal(rng, dt, 3, 4), normal(rng, dt, 3, 4))),
+    torch_fn=lambda t, x, y, reduction="mean", delta=1.0: t.nn.functional.huber_loss(x, y, reduction=reduction, delta=delta),
+    torch_name=_F + "huber_loss",
+    singular=(SingularPoint("on the boundary", (f64(1.0, -1.0), f64(0.0, 0.0)), (f64(0.5, -0.5), f64(-0.5, 0.5))),),
+)
+record(
+    "smooth_l1_loss", fn=smooth_l1_loss, public=(_NN + "smooth_l1_loss",), formula_ops=("smooth_l1", "mean", "sum"),
+    seed=("smooth_l1_loss_double_backward",),
+    samples=lambda rng, dt: [
+        Sample((2 * normal(rng, dt, 3, 4), normal(rng, dt, 3, 4))),
+        Sample((2 * normal(rng, dt, 5), normal(rng, dt, 5)), {"beta": 0.5, "reduction": "sum"}),
+        Sample((2 * normal(rng, dt, 5), normal(rng, dt, 5)), {"beta": 0.0, "reduction": "none"}),
+    ],
+    torch_fn=lambda t, x, y, reduction="mean", beta=1.0: t.nn.functional.smooth_l1_loss(x, y, reduction=reduction, beta=beta),
+    torch_name=_F + "smooth_l1_loss",
+    singular=(SingularPoint("beta = 0", (f64(1.0, -2.0), f64(0.0, 0.0)), (f64(0.5, -0.5), f64(-0.5, 0.5)), {"beta": 0.0}),),
+)
+record(
+    "soft_margin_loss", fn=soft_margin_loss, public=(_NN + "soft_margin_loss",),
+    formula_ops=("soft_margin", "mean", "sum"),
+    seed=("soft_margin_loss_double_backward", "soft_margin_loss_double_backward_grad_output"),
+    samples=_reductions(lambda rng, dt: (2 * normal(rng, dt, 3, 4), np.sign(normal(rng, dt, 3, 4)))),
+    torch_fn=lambda t, x, y, reduction="mean": t.nn.functional.soft_margin_loss(x, y, reduction=reduction),
+    torch_name=_F + "soft_margin_loss",
+    singular=(SingularPoint(
+        "|x| = 800", (f64(-800.0, 800.0), f64(1.0, 1.0)), (f64(-0.5, 0.0), f64(400.0, 0.0)),
+        torch_differs="torch's backward overflows to NaN at x = -800; softplus(-y x) has derivative -y "
+        "sigmoid(-y x) = -1 there."),),
+    deviations="Finite derivatives at |x| = 800 (torch: NaN).", torch_no_grad_args=(1,),
+)
 
 
 
@@ -874,25 +908,27 @@ def _cross_entropy_samples(rng, dt):
             Sample((x2, probs, w[:4]), {"label_smoothing": 0.1}), Sample((x2[0], np.asarray(t2[0])),)]
 
 
-register(OpRecord(
-    "nll_loss", nll_loss, (_NN + "nll_loss",), ("take_along_axis", "sum"), ("nll_loss_backward (derivatives.yaml)",),
-    _nll_samples, lambda t, x, y, w=None, reduction="mean": t.nn.functional.nll_loss(x, y, w, reduction=reduction),
-    _F + "nll_loss", low_precision=("float32", "bfloat16"), torch_no_grad_args=(2,),
+record(
+    "nll_loss", fn=nll_loss, public=(_NN + "nll_loss",), formula_ops=("take_along_axis", "sum"),
+    seed=("nll_loss_backward (derivatives.yaml)",), samples=_nll_samples,
+    torch_fn=lambda t, x, y, w=None, reduction="mean": t.nn.functional.nll_loss(x, y, w, reduction=reduction),
+    torch_name=_F + "nll_loss", low_precision=("float32", "bfloat16"), torch_no_grad_args=(2,),
     singular=(SingularPoint("an ignored target", (np.array([[0.5, -1.0, 2.0], [1.0, 0.0, -3.0]]), np.array([1, -100])),
                             (np.array([[0.0, -1.0, 0.0], [0.0, 0.0, 0.0]]),)),),
     deviations="The class weights are differentiable (torch refuses a gradient for them).",
-))
-register(OpRecord(
-    "cross_entropy", cross_entropy, (_NN + "cross_entropy",), ("log_softmax", "take_along_axis", "sum"),
-    ("_log_softmax_backward_data", "nll_loss_backward (derivatives.yaml)"), _cross_entropy_samples,
-    lambda t, x, y, w=None, reduction="mean", label_smoothing=0.0: t.nn.functional.cross_entropy(
+)
+record(
+    "cross_entropy", fn=cross_entropy, public=(_NN + "cross_entropy",),
+    formula_ops=("log_softmax", "take_along_axis", "sum"),
+    seed=("_log_softmax_backward_data", "nll_loss_backward (derivatives.yaml)"), samples=_cross_entropy_samples,
+    torch_fn=lambda t, x, y, w=None, reduction="mean", label_smoothing=0.0: t.nn.functional.cross_entropy(
         x, y, w, reduction=reduction, label_smoothing=label_smoothing),
-    _F + "cross_entropy", low_precision=("float32", "bfloat16"), torch_no_grad_args=(2,),
+    torch_name=_F + "cross_entropy", low_precision=("float32", "bfloat16"), torch_no_grad_args=(2,),
     # Saturated logits: softmax - one_hot exactly, finite at second order (no exp overflow).
     singular=(SingularPoint("saturated logits", (np.array([[800.0, 0.0, 0.0], [0.0, -800.0, 0.0]]), np.array([1, 2])),
                             (np.array([[0.5, -0.5, 0.0], [0.25, 0.0, -0.25]]),)),),
     deviations="The class weights are differentiable (torch refuses a gradient for them).",
-))
+)
 
 
 def _gaussian_nll_samples(rng, dt):
@@ -904,19 +940,23 @@ def _gaussian_nll_samples(rng, dt):
             Sample((x, y, 0.7))]
 
 
-_record("gaussian_nll_loss", gaussian_nll_loss, "gaussian_nll", ("log backward, div backward (gaussian_nll_loss)",),
-        _gaussian_nll_samples,
-        lambda t, x, y, v, full=False, eps=1e-6, reduction="mean": t.nn.functional.gaussian_nll_loss(
-            x, y, v, full=full, eps=eps, reduction=reduction),
-        singular=(
-            # var below eps: d = 1, v = eps = 1e-6; straight through (torch): dvar = (1/eps - 1/eps^2)/2.
-            SingularPoint("var below eps (straight-through clamp)", (f64(1.0, 2.0), f64(0.0, 0.0), f64(1e-8, 2.0)),
-                          (f64(1e6, 1.0) / 2, f64(-1e6, -1.0) / 2, f64((1e6 - 1e12) / 2, (0.5 - 1.0) / 2) / 2)),
-            SingularPoint("var 0", (f64(1.0,), f64(3.0,), f64(0.0,)),
-                          (f64(-2e6,), f64(2e6,), f64((1e6 - 4e12) / 2,))),
-        ),
-        deviations="None at first or second order: var's clamp at eps passes the gradient straight through, as "
-        "torch 2.13's no_grad clamp (the forward is constant in var there).")
+record(
+    "gaussian_nll_loss", fn=gaussian_nll_loss, public=(_NN + "gaussian_nll_loss",),
+    formula_ops=("gaussian_nll", "mean", "sum"), seed=("log backward, div backward (gaussian_nll_loss)",),
+    samples=_gaussian_nll_samples,
+    torch_fn=lambda t, x, y, v, full=False, eps=1e-6, reduction="mean": t.nn.functional.gaussian_nll_loss(
+        x, y, v, full=full, eps=eps, reduction=reduction),
+    torch_name=_F + "gaussian_nll_loss",
+    singular=(
+        # var below eps: d = 1, v = eps = 1e-6; straight through (torch): dvar = (1/eps - 1/eps^2)/2.
+        SingularPoint("var below eps (straight-through clamp)", (f64(1.0, 2.0), f64(0.0, 0.0), f64(1e-8, 2.0)),
+                      (f64(1e6, 1.0) / 2, f64(-1e6, -1.0) / 2, f64((1e6 - 1e12) / 2, (0.5 - 1.0) / 2) / 2)),
+        SingularPoint("var 0", (f64(1.0,), f64(3.0,), f64(0.0,)),
+                      (f64(-2e6,), f64(2e6,), f64((1e6 - 4e12) / 2,))),
+    ),
+    deviations="None at first or second order: var's clamp at eps passes the gradient straight through, as "
+    "torch 2.13's no_grad clamp (the forward is constant in var there).",
+)
 
 
 def _poisson_samples(rng, dt):
@@ -927,20 +967,24 @@ def _poisson_samples(rng, dt):
             Sample((pos, t), {"log_input": False, "full": True, "eps": 1e-3})]
 
 
-_record("poisson_nll_loss", poisson_nll_loss, "poisson_nll", ("poisson_nll_loss (Loss.cpp, composite)",),
-        _poisson_samples,
-        lambda t, x, y, log_input=True, full=False, eps=1e-8, reduction="mean": t.nn.functional.poisson_nll_loss(
-            x, y, log_input=log_input, full=full, eps=eps, reduction=reduction),
-        singular=(
-            SingularPoint("target 0 and 1 with full", (f64(0.5, 0.5, 0.5), f64(0.0, 1.0, 2.0)),
-                          (f64(np.exp(0.5), np.exp(0.5) - 1, np.exp(0.5) - 2) / 3,
-                           f64(-0.5, -0.5, -0.5 + np.log(2.0) + 0.25) / 3), {"full": True},
-                          torch_differs="torch's target gradient at target 0 is NaN (0 * log 0 in the masked "
-                          "Stirling term's backward); the term is 0 for t <= 1, so jaxrules gives -input."),
-            SingularPoint("input 0 without log_input", (f64(0.0, 1.0), f64(2.0, 0.0)),
-                          (f64(1 - 2 / 1e-8, 1.0) / 2, f64(-np.log(1e-8), -np.log(1 + 1e-8)) / 2), {"log_input": False}),
-        ),
-        deviations="With full=True the target's gradient at target 0 is -input (torch: NaN).")
+record(
+    "poisson_nll_loss", fn=poisson_nll_loss, public=(_NN + "poisson_nll_loss",),
+    formula_ops=("poisson_nll", "mean", "sum"), seed=("poisson_nll_loss (Loss.cpp, composite)",),
+    samples=_poisson_samples,
+    torch_fn=lambda t, x, y, log_input=True, full=False, eps=1e-8, reduction="mean": t.nn.functional.poisson_nll_loss(
+        x, y, log_input=log_input, full=full, eps=eps, reduction=reduction),
+    torch_name=_F + "poisson_nll_loss",
+    singular=(
+        SingularPoint("target 0 and 1 with full", (f64(0.5, 0.5, 0.5), f64(0.0, 1.0, 2.0)),
+                      (f64(np.exp(0.5), np.exp(0.5) - 1, np.exp(0.5) - 2) / 3,
+                       f64(-0.5, -0.5, -0.5 + np.log(2.0) + 0.25) / 3), {"full": True},
+                      torch_differs="torch's target gradient at target 0 is NaN (0 * log 0 in the masked "
+                      "Stirling term's backward); the term is 0 for t <= 1, so jaxrules gives -input."),
+        SingularPoint("input 0 without log_input", (f64(0.0, 1.0), f64(2.0, 0.0)),
+                      (f64(1 - 2 / 1e-8, 1.0) / 2, f64(-np.log(1e-8), -np.log(1 + 1e-8)) / 2), {"log_input": False}),
+    ),
+    deviations="With full=True the target's gradient at target 0 is -input (torch: NaN).",
+)
 
 
 def _multilabel_samples(rng, dt):
@@ -950,15 +994,16 @@ def _multilabel_samples(rng, dt):
             Sample((2 * normal(rng, dt, 5), uniform(rng, dt, 0, 1, 5)))]
 
 
-register(OpRecord(
-    "multilabel_soft_margin_loss", multilabel_soft_margin_loss, (_NN + "multilabel_soft_margin_loss",),
-    ("bce_with_logits", "sum", "mean"), ("binary_cross_entropy_with_logits_backward", "sum_backward"),
-    _multilabel_samples, lambda t, x, y, w=None, reduction="mean": t.nn.functional.multilabel_soft_margin_loss(
+record(
+    "multilabel_soft_margin_loss", fn=multilabel_soft_margin_loss, public=(_NN + "multilabel_soft_margin_loss",),
+    formula_ops=("bce_with_logits", "sum", "mean"), seed=("binary_cross_entropy_with_logits_backward", "sum_backward"),
+    samples=_multilabel_samples,
+    torch_fn=lambda t, x, y, w=None, reduction="mean": t.nn.functional.multilabel_soft_margin_loss(
         x, y, w, reduction=reduction),
-    _F + "multilabel_soft_margin_loss",
+    torch_name=_F + "multilabel_soft_margin_loss",
     # One row of two classes: d/dx = (sigmoid(x) - y) / 2, d/dy = (logsigmoid(-x) - logsigmoid(x)) / 2.
     singular=(SingularPoint("saturation", (f64(-800.0, 800.0), f64(1.0, 0.0)), (f64(-0.5, 0.5), f64(400.0, -400.0))),),
-))
+)
 
 
 def _cosine_embedding_samples(rng, dt):
@@ -968,12 +1013,13 @@ def _cosine_embedding_samples(rng, dt):
             Sample((x1, x2, y, 0.2), {"reduction": "none"}), Sample((x1[0], x2[0], np.asarray(-1)))]
 
 
-register(OpRecord(
-    "cosine_embedding_loss", cosine_embedding_loss, (_NN + "cosine_embedding_loss",), ("sum", "clip", "mean"),
-    ("sum_backward", "clamp_min backward (derivatives.yaml)"), _cosine_embedding_samples,
-    lambda t, x1, x2, y, margin=0.0, reduction="mean": t.nn.functional.cosine_embedding_loss(
+record(
+    "cosine_embedding_loss", fn=cosine_embedding_loss, public=(_NN + "cosine_embedding_loss",),
+    formula_ops=("sum", "clip", "mean"), seed=("sum_backward", "clamp_min backward (derivatives.yaml)"),
+    samples=_cosine_embedding_samples,
+    torch_fn=lambda t, x1, x2, y, margin=0.0, reduction="mean": t.nn.functional.cosine_embedding_loss(
         x1, x2, y, margin, reduction=reduction),
-    _F + "cosine_embedding_loss",
+    torch_name=_F + "cosine_embedding_loss",
     singular=(
         # cos = 0 = margin: clamp_min passes; d cos/dx1 = x2 / (1 + e), d cos/dx2 = x1 / (1 + e),
         # e = float32(1e-12) (torch's EPSILON).
@@ -983,20 +1029,21 @@ register(OpRecord(
         SingularPoint("zero input1", (f64(0.0, 0.0), f64(3.0, 4.0), np.asarray(1)),
                       (-f64(3.0, 4.0) / np.sqrt(9.99999996e-13 * (25 + 9.99999996e-13)), f64(0.0, 0.0))),
     ),
-))
-register(OpRecord(
-    "triplet_margin_loss", triplet_margin_loss, (_NN + "triplet_margin_loss",), ("vector_norm", "clip", "mean", "sum"),
-    ("norm_backward", "clamp_min backward (derivatives.yaml)", "min backward (derivatives.yaml)"),
-    lambda rng, dt: [
+)
+record(
+    "triplet_margin_loss", fn=triplet_margin_loss, public=(_NN + "triplet_margin_loss",),
+    formula_ops=("vector_norm", "clip", "mean", "sum"),
+    seed=("norm_backward", "clamp_min backward (derivatives.yaml)", "min backward (derivatives.yaml)"),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 5, 3), normal(rng, dt, 5, 3), normal(rng, dt, 5, 3))),
         Sample((normal(rng, dt, 5, 3), normal(rng, dt, 5, 3), normal(rng, dt, 5, 3), 2.0, 1.0), {"reduction": "sum"}),
         Sample((normal(rng, dt, 5, 3), normal(rng, dt, 5, 3), normal(rng, dt, 5, 3), 3.0, 3.0, 1e-6, True),
                {"reduction": "none"}),
         Sample((normal(rng, dt, 4), normal(rng, dt, 4), normal(rng, dt, 4)), {"swap": True, "margin": 4.0}),
     ],
-    lambda t, a, p_, n, margin=1.0, p=2.0, eps=1e-6, swap=False, reduction="mean": t.nn.functional.triplet_margin_loss(
+    torch_fn=lambda t, a, p_, n, margin=1.0, p=2.0, eps=1e-6, swap=False, reduction="mean": t.nn.functional.triplet_margin_loss(
         a, p_, n, margin, p, eps, swap, reduction=reduction),
-    _F + "triplet_margin_loss",
+    torch_name=_F + "triplet_margin_loss",
     singular=(
         # anchor = positive (eps = 0): d(a, p) has the zero subgradient; d(a, n) = 1 = margin: the
         # bound, where the gradient passes: -(a - n)/|a - n| to a, +(a - n)/|a - n| to n.
@@ -1007,4 +1054,4 @@ register(OpRecord(
                       (f64(-1.0, 0.0) + f64(0.3, 0.4), f64(1.0, 0.0) + f64(-0.3, 0.4), f64(-0.3, -0.4) + f64(0.3, -0.4)),
                       {"eps": 0.0, "swap": True, "margin": 10.0}),
     ),
-))
+)

@@ -21,7 +21,7 @@ from jaxrules import partials as P
 from jaxrules import vjp_rules as R
 from jaxrules.mechanism import define_op
 from jaxrules.ops._sampling import distinct, f64, normal
-from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+from jaxrules.registry import Sample, SingularPoint, record
 
 
 def _save_nothing(out, x, **_):
@@ -702,11 +702,6 @@ _NP = "jaxrules.numpy."
 _CPLX = ("float64", "complex128")
 
 
-def _record(name, fn, public, seed, samples, torch_fn, torch_name, **kw):
-    formula_ops = kw.pop("formula_ops", (name,))
-    return register(OpRecord(name, fn, public, formula_ops, seed, samples, torch_fn, torch_name, **kw))
-
-
 def _axis_samples(make):
     """Samples over the usual axis choices; ``make(rng, dtype, *shape)`` draws the input."""
 
@@ -725,51 +720,53 @@ def _torch_dim(axis):
     return () if axis is None else axis
 
 
-_record(
-    "sum", sum, (_NP + "sum",), ("sum_backward",), _axis_samples(normal),
-    lambda torch, x, axis=None, keepdims=False: torch.sum(x, dim=_torch_dim(axis), keepdim=keepdims), "torch.sum",
-    dtypes=_CPLX, low_precision=("float32", "bfloat16"),
+record(
+    "sum", fn=sum, public=(_NP + "sum",), formula_ops=("sum",), seed=("sum_backward",), samples=_axis_samples(normal),
+    torch_fn=lambda torch, x, axis=None, keepdims=False: torch.sum(x, dim=_torch_dim(axis), keepdim=keepdims),
+    torch_name="torch.sum", dtypes=_CPLX, low_precision=("float32", "bfloat16"),
 )
-_record(
-    "mean", mean, (_NP + "mean",), ("mean_backward",), _axis_samples(normal),
-    lambda torch, x, axis=None, keepdims=False: torch.mean(x, dim=_torch_dim(axis), keepdim=keepdims), "torch.mean",
-    dtypes=_CPLX, low_precision=("float32", "bfloat16"),
+record(
+    "mean", fn=mean, public=(_NP + "mean",), formula_ops=("mean",), seed=("mean_backward",),
+    samples=_axis_samples(normal),
+    torch_fn=lambda torch, x, axis=None, keepdims=False: torch.mean(x, dim=_torch_dim(axis), keepdim=keepdims),
+    torch_name="torch.mean", dtypes=_CPLX, low_precision=("float32", "bfloat16"),
 )
-_record(
-    "nansum", nansum, (_NP + "nansum",), ("nansum_backward",),
-    lambda rng, dt: [
+record(
+    "nansum", fn=nansum, public=(_NP + "nansum",), formula_ops=("nansum",), seed=("nansum_backward",),
+    samples=lambda rng, dt: [
         Sample((np.where(rng.uniform(size=(3, 4)) < 0.3, np.nan, normal(rng, dt, 3, 4)).astype(dt),)),
         Sample((normal(rng, dt, 3, 4),), {"axis": 0, "keepdims": True}),
     ],
-    lambda torch, x, axis=None, keepdims=False: torch.nansum(x, dim=_torch_dim(axis), keepdim=keepdims), "torch.nansum",
-    singular=(SingularPoint("NaN entry", (f64(1.0, np.nan, 2.0),), (f64(1, 0, 1),)),),
+    torch_fn=lambda torch, x, axis=None, keepdims=False: torch.nansum(x, dim=_torch_dim(axis), keepdim=keepdims),
+    torch_name="torch.nansum", singular=(SingularPoint("NaN entry", (f64(1.0, np.nan, 2.0),), (f64(1, 0, 1),)),),
 )
-_record(
-    "prod", prod, (_NP + "prod",), ("prod_backward", "prod_safe_zeros_backward"),
-    lambda rng, dt: [
+record(
+    "prod", fn=prod, public=(_NP + "prod",), formula_ops=("prod",), seed=("prod_backward", "prod_safe_zeros_backward"),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 3, 4),)),
         Sample((normal(rng, dt, 3, 4),), {"axis": 1}),
         Sample((normal(rng, dt, 2, 3, 4),), {"axis": -1, "keepdims": True}),
     ],
-    lambda torch, x, axis=None, keepdims=False: torch.prod(x) if axis is None else torch.prod(x, dim=axis, keepdim=keepdims),
-    "torch.prod", dtypes=_CPLX,
+    torch_fn=lambda torch, x, axis=None, keepdims=False: torch.prod(x) if axis is None else torch.prod(x, dim=axis, keepdim=keepdims),
+    torch_name="torch.prod", dtypes=_CPLX,
     singular=(
         SingularPoint("one zero", (f64(2.0, 0.0, 3.0),), (f64(0, 6, 0),)),
         SingularPoint("two zeros", (f64(0.0, 0.0, 3.0),), (f64(0, 0, 0),)),
         SingularPoint("zero in a row", (np.array([[2.0, 0.0], [3.0, 4.0]]),), (np.array([[0.0, 2.0], [4.0, 3.0]]),), {"axis": 1}),
     ),
 )
-_record(
-    "cumsum", cumsum, (_NP + "cumsum",), ("cumsum_backward",),
-    lambda rng, dt: [Sample((normal(rng, dt, 3, 4),), {"axis": 1}), Sample((normal(rng, dt, 3, 4),))],
-    lambda torch, x, axis=None: torch.cumsum(x.reshape(-1) if axis is None else x, dim=0 if axis is None else axis),
-    "torch.cumsum", dtypes=_CPLX,
+record(
+    "cumsum", fn=cumsum, public=(_NP + "cumsum",), formula_ops=("cumsum",), seed=("cumsum_backward",),
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 3, 4),), {"axis": 1}), Sample((normal(rng, dt, 3, 4),))],
+    torch_fn=lambda torch, x, axis=None: torch.cumsum(x.reshape(-1) if axis is None else x, dim=0 if axis is None else axis),
+    torch_name="torch.cumsum", dtypes=_CPLX,
 )
-_record(
-    "cumprod", cumprod, (_NP + "cumprod",), ("cumprod_backward (derivatives.yaml)",),
-    lambda rng, dt: [Sample((normal(rng, dt, 3, 4),), {"axis": 1}), Sample((normal(rng, dt, 2, 3),), {"axis": 0})],
-    lambda torch, x, axis=None: torch.cumprod(x.reshape(-1) if axis is None else x, dim=0 if axis is None else axis),
-    "torch.cumprod", dtypes=_CPLX,
+record(
+    "cumprod", fn=cumprod, public=(_NP + "cumprod",), formula_ops=("cumprod",),
+    seed=("cumprod_backward (derivatives.yaml)",),
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 3, 4),), {"axis": 1}), Sample((normal(rng, dt, 2, 3),), {"axis": 0})],
+    torch_fn=lambda torch, x, axis=None: torch.cumprod(x.reshape(-1) if axis is None else x, dim=0 if axis is None else axis),
+    torch_name="torch.cumprod", dtypes=_CPLX,
     singular=(
         SingularPoint("one zero", (f64(2.0, 0.0, 3.0),), (f64(1, 8, 0),), {"axis": 0}),
         SingularPoint("two zeros", (f64(0.0, 0.0, 3.0),), (f64(1, 0, 0),), {"axis": 0}),
@@ -792,9 +789,9 @@ def _torch_var(name):
     return call
 
 
-_record(
-    "var", var, (_NP + "var",), ("var_backward",), _var_samples, _torch_var("var"), "torch.var",
-    dtypes=_CPLX, low_precision=("float32", "bfloat16"),
+record(
+    "var", fn=var, public=(_NP + "var",), formula_ops=("var",), seed=("var_backward",), samples=_var_samples,
+    torch_fn=_torch_var("var"), torch_name="torch.var", dtypes=_CPLX, low_precision=("float32", "bfloat16"),
     singular=(
         SingularPoint("constant input", (f64(2.0, 2.0, 2.0),), (f64(0, 0, 0),), {"ddof": 1}),
         SingularPoint(
@@ -806,9 +803,9 @@ _record(
     deviations="With N - correction <= 0 the value is NaN, as in jax.numpy (torch: inf), and "
     "the gradient +-inf with the sign of x - mean (torch: +inf everywhere).",
 )
-_record(
-    "std", std, (_NP + "std",), ("std_backward",), _var_samples, _torch_var("std"), "torch.std",
-    dtypes=_CPLX, low_precision=("float32", "bfloat16"),
+record(
+    "std", fn=std, public=(_NP + "std",), formula_ops=("std",), seed=("std_backward",), samples=_var_samples,
+    torch_fn=_torch_var("std"), torch_name="torch.std", dtypes=_CPLX, low_precision=("float32", "bfloat16"),
     singular=(
         SingularPoint("constant input", (f64(2.0, 2.0, 2.0),), (f64(0, 0, 0),), {"ddof": 1}),
         SingularPoint("constant rows", (np.full((2, 3), 5.0),), (np.zeros((2, 3)),), {"axis": 1}),
@@ -830,14 +827,14 @@ def _moment_samples(rng, dt):
     ]
 
 
-_record(
-    "var_mean", var_mean, (_NP + "var_mean",), ("var_mean_backward",), _moment_samples,
-    _torch_moments("var_mean"), "torch.var_mean", dtypes=_CPLX,
+record(
+    "var_mean", fn=var_mean, public=(_NP + "var_mean",), formula_ops=("var_mean",), seed=("var_mean_backward",),
+    samples=_moment_samples, torch_fn=_torch_moments("var_mean"), torch_name="torch.var_mean", dtypes=_CPLX,
     singular=(SingularPoint("constant input", (f64(2.0, 2.0, 2.0),), (f64(1, 1, 1) / 3,)),),
 )
-_record(
-    "std_mean", std_mean, (_NP + "std_mean",), ("std_mean_backward",), _moment_samples,
-    _torch_moments("std_mean"), "torch.std_mean", dtypes=_CPLX,
+record(
+    "std_mean", fn=std_mean, public=(_NP + "std_mean",), formula_ops=("std_mean",), seed=("std_mean_backward",),
+    samples=_moment_samples, torch_fn=_torch_moments("std_mean"), torch_name="torch.std_mean", dtypes=_CPLX,
     singular=(SingularPoint("constant input", (f64(2.0, 2.0, 2.0),), (f64(1, 1, 1) / 3,)),),
 )
 
@@ -864,16 +861,17 @@ def _selection_singular(sign):
     )
 
 
-_record(
-    "amax", amax, (_NP + "max", _NP + "amax"), ("evenly_distribute_backward", "scale_grad_by_count", "evenly_read_jvp"),
-    _axis_samples(distinct), _torch_extremum("max", "amax"), "torch.max() / torch.amax",
+record(
+    "amax", fn=amax, public=(_NP + "max", _NP + "amax"), formula_ops=("amax",),
+    seed=("evenly_distribute_backward", "scale_grad_by_count", "evenly_read_jvp"), samples=_axis_samples(distinct),
+    torch_fn=_torch_extremum("max", "amax"), torch_name="torch.max() / torch.amax",
     low_precision=("float32", "bfloat16"), singular=_selection_singular(1.0),
     deviations="The JVP handles NaN like the VJP (the seed's evenly_read_jvp ignores NaN).",
 )
-_record(
-    "amin", amin, (_NP + "min", _NP + "amin"), ("evenly_distribute_backward", "scale_grad_by_count", "evenly_read_jvp"),
-    _axis_samples(distinct), _torch_extremum("min", "amin"), "torch.min() / torch.amin",
-    singular=_selection_singular(-1.0),
+record(
+    "amin", fn=amin, public=(_NP + "min", _NP + "amin"), formula_ops=("amin",),
+    seed=("evenly_distribute_backward", "scale_grad_by_count", "evenly_read_jvp"), samples=_axis_samples(distinct),
+    torch_fn=_torch_extremum("min", "amin"), torch_name="torch.min() / torch.amin", singular=_selection_singular(-1.0),
 )
 
 
@@ -886,15 +884,16 @@ def _torch_median(torch, x, axis=None, keepdims=False):
     return 0.5 * (lower - torch.median(-x, dim=axis, keepdim=keepdims).values)
 
 
-_record(
-    "median", median, (_NP + "median",), ("evenly_distribute_backward", "evenly_read_jvp"),
-    lambda rng, dt: [
+record(
+    "median", fn=median, public=(_NP + "median",), formula_ops=("median",),
+    seed=("evenly_distribute_backward", "evenly_read_jvp"),
+    samples=lambda rng, dt: [
         Sample((distinct(rng, dt, 3, 5),)),
         Sample((distinct(rng, dt, 3, 4),)),
         Sample((distinct(rng, dt, 3, 5),), {"axis": 1}),
         Sample((distinct(rng, dt, 4, 3),), {"axis": 0, "keepdims": True}),
     ],
-    _torch_median, "torch.median (numpy's even-count convention)",
+    torch_fn=_torch_median, torch_name="torch.median (numpy's even-count convention)",
     singular=(
         SingularPoint("ties", (f64(1.0, 3.0, 3.0),), (f64(0, 0.5, 0.5),)),
         SingularPoint("even count", (f64(4.0, 1.0, 3.0, 2.0),), (f64(0, 0, 0.5, 0.5),)),
@@ -902,11 +901,11 @@ _record(
     deviations="Follows numpy: the median of an even count is the mean of the two middle values "
     "(torch.median returns the lower one).",
 )
-_record(
-    "logsumexp", logsumexp, ("jaxrules.nn.logsumexp", "jaxrules.scipy.special.logsumexp"), ("logsumexp_backward",),
-    _axis_samples(normal),
-    lambda torch, x, axis=None, keepdims=False: torch.logsumexp(x, dim=tuple(range(x.ndim)) if axis is None else axis, keepdim=keepdims),
-    "torch.logsumexp", dtypes=_CPLX, low_precision=("float32", "bfloat16"),
+record(
+    "logsumexp", fn=logsumexp, public=("jaxrules.nn.logsumexp", "jaxrules.scipy.special.logsumexp"),
+    formula_ops=("logsumexp",), seed=("logsumexp_backward",), samples=_axis_samples(normal),
+    torch_fn=lambda torch, x, axis=None, keepdims=False: torch.logsumexp(x, dim=tuple(range(x.ndim)) if axis is None else axis, keepdim=keepdims),
+    torch_name="torch.logsumexp", dtypes=_CPLX, low_precision=("float32", "bfloat16"),
     singular=(
         SingularPoint("one -inf", (f64(-np.inf, 0.0),), (f64(0, 1),)),
         SingularPoint("all -inf", (f64(-np.inf, -np.inf),), (f64(0.5, 0.5),),
@@ -928,15 +927,16 @@ def _principal_branch(torch, y):
     return torch.complex(y.real, torch.remainder(y.imag + math.pi, 2 * math.pi) - math.pi)
 
 
-_record(
-    "logcumsumexp", logcumsumexp, (_NP + "logcumsumexp",), ("logcumsumexp_backward", "logcumsumexp_jvp"),
-    lambda rng, dt: [
+record(
+    "logcumsumexp", fn=logcumsumexp, public=(_NP + "logcumsumexp",), formula_ops=("logcumsumexp",),
+    seed=("logcumsumexp_backward", "logcumsumexp_jvp"),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 3, 5),), {"axis": 1}),
         Sample((normal(rng, dt, 4, 2),), {"axis": 0}),
         Sample((3 * normal(rng, dt, 6),), {"axis": -1}),
     ],
-    lambda torch, x, axis: _principal_branch(torch, torch.logcumsumexp(x, dim=axis)), "torch.logcumsumexp",
-    dtypes=_CPLX,
+    torch_fn=lambda torch, x, axis: _principal_branch(torch, torch.logcumsumexp(x, dim=axis)),
+    torch_name="torch.logcumsumexp", dtypes=_CPLX,
     singular=(
         SingularPoint(
             "leading -inf", (f64(-np.inf, -np.inf, 0.0),), (f64(1.5, 0.5, 1),), {"axis": 0},
@@ -982,20 +982,21 @@ for _name, _fn, _point in (
     ("min", min, (f64(1.0, 3.0, 1.0), (f64(1, 0, 0),))),
     ("median", median, (f64(2.0, 2.0, 1.0, 5.0), (f64(1, 0, 0, 0),))),
 ):
-    _record(
-        f"{_name}_with_indices", _values_of(functools.partial(_fn, return_indices=True)),
-        (_NP + f"{_name}(..., return_indices=True)",),
-        ("value_selecting_reduction_backward", "value_selecting_reduction_jvp"), _selection_samples,
-        _torch_selection(_name), f"torch.{_name}(dim)", formula_ops=("value_selection",),
+    record(
+        f"{_name}_with_indices", fn=_values_of(functools.partial(_fn, return_indices=True)),
+        public=(_NP + f"{_name}(..., return_indices=True)",), formula_ops=("value_selection",),
+        seed=("value_selecting_reduction_backward", "value_selecting_reduction_jvp"), samples=_selection_samples,
+        torch_fn=_torch_selection(_name), torch_name=f"torch.{_name}(dim)",
         singular=(SingularPoint("ties: the derivative to the returned index only", (_point[0],), _point[1],
                                 {"axis": 0}),),
         deviations=_TIE_INDEX if _name == "median" else "",
     )
-_record(
-    "kthvalue", _values_of(kthvalue), (_NP + "kthvalue",), ("value_selecting_reduction_backward", "value_selecting_reduction_jvp"),
-    lambda rng, dt: [Sample((distinct(rng, dt, 3, 5), 2)), Sample((distinct(rng, dt, 4, 3), 4), {"axis": 0})],
-    lambda torch, x, k, axis=-1, keepdims=False: torch.kthvalue(x, k, dim=axis, keepdim=keepdims).values,
-    "torch.kthvalue", formula_ops=("value_selection",), deviations=_TIE_INDEX,
+record(
+    "kthvalue", fn=_values_of(kthvalue), public=(_NP + "kthvalue",), formula_ops=("value_selection",),
+    seed=("value_selecting_reduction_backward", "value_selecting_reduction_jvp"),
+    samples=lambda rng, dt: [Sample((distinct(rng, dt, 3, 5), 2)), Sample((distinct(rng, dt, 4, 3), 4), {"axis": 0})],
+    torch_fn=lambda torch, x, k, axis=-1, keepdims=False: torch.kthvalue(x, k, dim=axis, keepdim=keepdims).values,
+    torch_name="torch.kthvalue", deviations=_TIE_INDEX,
     singular=(SingularPoint("ties: the derivative to the returned index only", (f64(2.0, 1.0, 2.0), 2), (f64(1, 0, 0),),
                             {"axis": 0}),),
 )

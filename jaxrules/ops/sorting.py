@@ -26,7 +26,7 @@ from jaxrules import vjp_rules as R
 from jaxrules.mechanism import define_op
 from jaxrules.ops._sampling import distinct, f64
 from jaxrules.ops.reductions import ValuesIndices, _real, nan_of_empty
-from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+from jaxrules.registry import Sample, SingularPoint, record
 
 
 def _save_indices(out, x, **_):
@@ -335,11 +335,6 @@ _NP = "jaxrules.numpy."
 _SELECT = ("value_selecting_reduction_backward",)
 
 
-def _record(name, fn, public, seed, samples, torch_fn, torch_name, **kw):
-    formula_ops = kw.pop("formula_ops", (name,))
-    return register(OpRecord(name, fn, public, formula_ops, seed, samples, torch_fn, torch_name, **kw))
-
-
 def _values_of(fn):
     """The record's function: the values (the indices are integers; tests/test_sorting.py
     compares them with torch's)."""
@@ -357,26 +352,29 @@ def _torch_sort(torch, x, axis=-1, descending=False):
     return torch.sort(x, dim=axis, descending=descending, stable=True).values
 
 
-_record(
-    "sort", sort, (_NP + "sort",), ("value_selecting_reduction_backward (sort)", "gather_with_keepdimed_indices"),
-    lambda rng, dt: [
+record(
+    "sort", fn=sort, public=(_NP + "sort",), formula_ops=("sort",),
+    seed=("value_selecting_reduction_backward (sort)", "gather_with_keepdimed_indices"),
+    samples=lambda rng, dt: [
         Sample((distinct(rng, dt, 3, 5),)),
         Sample((distinct(rng, dt, 4, 3),), {"axis": 0, "descending": True}),
         Sample((distinct(rng, dt, 2, 3),), {"axis": None}),
     ],
-    _torch_sort, "torch.sort(stable=True)", low_precision=("float32", "bfloat16"),
+    torch_fn=_torch_sort, torch_name="torch.sort(stable=True)", low_precision=("float32", "bfloat16"),
     singular=(
         SingularPoint("ties", (f64(2.0, 1.0, 2.0, 2.0),), (f64(1, 1, 1, 1),)),
         SingularPoint("NaN and signed zeros", (f64(0.0, np.nan, -0.0, 1.0),), (f64(1, 1, 1, 1),), {"descending": True}),
     ),
 )
-_record(
-    "topk", _values_of(topk), (_NP + "topk",), _SELECT + ("gather_with_keepdimed_indices",),
-    lambda rng, dt: [
+record(
+    "topk", fn=_values_of(topk), public=(_NP + "topk",), formula_ops=("topk",),
+    seed=_SELECT + ("gather_with_keepdimed_indices",),
+    samples=lambda rng, dt: [
         Sample((distinct(rng, dt, 3, 5), 2)),
         Sample((distinct(rng, dt, 4, 3), 3), {"axis": 0, "largest": False}),
     ],
-    lambda torch, x, k, axis=-1, largest=True: torch.topk(x, k, dim=axis, largest=largest).values, "torch.topk",
+    torch_fn=lambda torch, x, k, axis=-1, largest=True: torch.topk(x, k, dim=axis, largest=largest).values,
+    torch_name="torch.topk",
     singular=(
         SingularPoint("NaN is the largest", (f64(1.0, np.nan, 2.0), 1), (f64(0, 1, 0),)),
         SingularPoint("ties: the earlier positions", (f64(3.0, 1.0, 3.0, 3.0), 2), (f64(1, 0, 1, 0),),
@@ -396,18 +394,20 @@ def _cummaxmin_samples(rng, dt):
     return [Sample((distinct(rng, dt, 3, 5),), {"axis": 1}), Sample((distinct(rng, dt, 4, 3),), {"axis": 0})]
 
 
-_record(
-    "cummax", _values_of(cummax), (_NP + "cummax",), ("cummaxmin_backward",), _cummaxmin_samples,
-    lambda torch, x, axis: torch.cummax(x, dim=axis).values, "torch.cummax",
+record(
+    "cummax", fn=_values_of(cummax), public=(_NP + "cummax",), formula_ops=("cummax",), seed=("cummaxmin_backward",),
+    samples=_cummaxmin_samples, torch_fn=lambda torch, x, axis: torch.cummax(x, dim=axis).values,
+    torch_name="torch.cummax",
     singular=(
         SingularPoint("ties: the later index", (f64(1.0, 3.0, 3.0, 2.0),), (f64(1, 1, 2, 0),), {"axis": 0}),
         SingularPoint("NaN: the latest NaN's index", (f64(1.0, np.nan, 2.0, np.nan, 0.0),), (f64(1, 2, 0, 2, 0),),
                       {"axis": 0}),
     ),
 )
-_record(
-    "cummin", _values_of(cummin), (_NP + "cummin",), ("cummaxmin_backward",), _cummaxmin_samples,
-    lambda torch, x, axis: torch.cummin(x, dim=axis).values, "torch.cummin",
+record(
+    "cummin", fn=_values_of(cummin), public=(_NP + "cummin",), formula_ops=("cummin",), seed=("cummaxmin_backward",),
+    samples=_cummaxmin_samples, torch_fn=lambda torch, x, axis: torch.cummin(x, dim=axis).values,
+    torch_name="torch.cummin",
     singular=(
         SingularPoint("ties: the later index", (f64(2.0, 1.0, 1.0, 3.0),), (f64(1, 1, 2, 0),), {"axis": 0}),
         SingularPoint("NaN: the latest NaN's index", (f64(1.0, np.nan, 0.0, np.nan, 2.0),), (f64(1, 2, 0, 2, 0),),
@@ -428,14 +428,15 @@ def _torch_nanmedian(torch, x, axis=None, keepdims=False):
 _TIES = ("Among equal values the index is the stable order's (earlier position first); torch documents no tie rule "
          "for nanmedian's index (its CPU kernel uses nth_element). An all-NaN slice gives index 0 (torch 2.13 CPU: "
          "0 for up to 3 entries, then 2, 2, 3, 5, 6 for 4..8 entries).")
-_record(
-    "nanmedian", nanmedian, (_NP + "nanmedian",), ("lerp and sort backward (torch's composite quantile)",),
-    lambda rng, dt: [
+record(
+    "nanmedian", fn=nanmedian, public=(_NP + "nanmedian",), formula_ops=("quantile",),
+    seed=("lerp and sort backward (torch's composite quantile)",),
+    samples=lambda rng, dt: [
         Sample((_with_nan(rng, dt, 3, 5),)),
         Sample((_with_nan(rng, dt, 3, 6),), {"axis": 1}),
         Sample((_with_nan(rng, dt, 4, 3),), {"axis": 0, "keepdims": True}),
     ],
-    _torch_nanmedian, "torch.nanmedian (numpy's even-count convention)", formula_ops=("quantile",),
+    torch_fn=_torch_nanmedian, torch_name="torch.nanmedian (numpy's even-count convention)",
     singular=(
         SingularPoint("even count with NaN", (f64(4.0, np.nan, 1.0, 3.0, 2.0),), (f64(0, 0, 0, 0.5, 0.5),)),
         SingularPoint("ties: the middle positions", (f64(2.0, 2.0, 2.0, 1.0),), (f64(0.5, 0.5, 0, 0),),
@@ -449,15 +450,15 @@ _record(
     deviations="Follows numpy: an even count gives the mean of the two middle numbers (torch: the lower one), "
     "half the derivative to each; ties are not spread (torch.nanmedian() without dim spreads over them). " + _TIES,
 )
-_record(
-    "nanmedian_with_indices", _values_of(lambda x, **kw: nanmedian(x, return_indices=True, **kw)),
-    (_NP + "nanmedian(..., return_indices=True)",), _SELECT,
-    lambda rng, dt: [
+record(
+    "nanmedian_with_indices", fn=_values_of(lambda x, **kw: nanmedian(x, return_indices=True, **kw)),
+    public=(_NP + "nanmedian(..., return_indices=True)",), formula_ops=("quantile",), seed=_SELECT,
+    samples=lambda rng, dt: [
         Sample((_with_nan(rng, dt, 3, 6),), {"axis": 1}),
         Sample((_with_nan(rng, dt, 5, 3),), {"axis": 0, "keepdims": True}),
     ],
-    lambda torch, x, axis=-1, keepdims=False: torch.nanmedian(x, dim=axis, keepdim=keepdims).values,
-    "torch.nanmedian(dim)", formula_ops=("quantile",), deviations=_TIES,
+    torch_fn=lambda torch, x, axis=-1, keepdims=False: torch.nanmedian(x, dim=axis, keepdim=keepdims).values,
+    torch_name="torch.nanmedian(dim)", deviations=_TIES,
     singular=(
         SingularPoint("even count: the lower middle", (f64(4.0, np.nan, 1.0, 3.0, 2.0),), (f64(0, 0, 0, 0, 1),),
                       {"axis": 0}),
@@ -473,9 +474,10 @@ def _torch_quantile(torch, x, q, axis=None, method="linear", keepdims=False):
     return torch.quantile(x, qt, dim=axis, keepdim=keepdims, interpolation=method)
 
 
-_record(
-    "quantile", quantile, (_NP + "quantile",), ("lerp and sort backward (torch's composite quantile)",),
-    lambda rng, dt: [
+record(
+    "quantile", fn=quantile, public=(_NP + "quantile",), formula_ops=("quantile",),
+    seed=("lerp and sort backward (torch's composite quantile)",),
+    samples=lambda rng, dt: [
         Sample((distinct(rng, dt, 3, 5), 0.3)),
         Sample((distinct(rng, dt, 3, 6), [0.1, 0.5, 0.85]), {"axis": 1}),
         Sample((distinct(rng, dt, 5, 2), 0.4), {"axis": 0, "method": "midpoint", "keepdims": True}),
@@ -483,7 +485,7 @@ _record(
         Sample((distinct(rng, dt, 5, 3), [0.2, 0.7]), {"axis": 0, "method": "higher"}),
         Sample((distinct(rng, dt, 6, 3), [0.3, 0.9]), {"axis": 0, "method": "nearest"}),
     ],
-    _torch_quantile, "torch.quantile",
+    torch_fn=_torch_quantile, torch_name="torch.quantile",
     singular=(
         SingularPoint("linear between ties", (f64(3.0, 1.0, 2.0, 2.0, 5.0), 0.3), (f64(0, 0, 0.8, 0.2, 0),)),
         SingularPoint("NaN: the last NaN", (f64(3.0, 1.0, np.nan, 2.0, np.nan), 0.3), (f64(0, 0, 0, 0, 1),)),
