@@ -17,7 +17,7 @@ from jax.typing import ArrayLike
 from jaxrules import _validate as V
 from jaxrules.mechanism import define_op
 from jaxrules.ops._sampling import f64, normal
-from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+from jaxrules.registry import Sample, SingularPoint, record
 
 __all__ = ["bilinear", "scaled_dot_product_attention"]
 
@@ -386,12 +386,13 @@ def _attention_empty_samples(rng, dt):
 
 
 _ALL_MASKED = np.zeros((2, 3), bool)
-register(OpRecord(
-    "scaled_dot_product_attention", scaled_dot_product_attention,
-    ("jaxrules.nn.scaled_dot_product_attention",), ("scaled_dot_product_attention",),
-    ("_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward"),
-    _attention_samples, _torch_attention, "torch.nn.functional.scaled_dot_product_attention",
-    low_precision=("float32", "bfloat16"), tolerance={"bfloat16": 0.1}, empty_samples=_attention_empty_samples,
+record(
+    "scaled_dot_product_attention", fn=scaled_dot_product_attention,
+    public=("jaxrules.nn.scaled_dot_product_attention",), formula_ops=("scaled_dot_product_attention",),
+    seed=("_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward"),
+    samples=_attention_samples, torch_fn=_torch_attention,
+    torch_name="torch.nn.functional.scaled_dot_product_attention", low_precision=("float32", "bfloat16"),
+    tolerance={"bfloat16": 0.1}, empty_samples=_attention_empty_samples,
     singular=(
         SingularPoint("every key masked: output 0, zero gradients (torch 2.13 CPU: the same)",
                       (f64(1.0, 2.0).reshape(2, 1), f64(0.5, -1.0, 2.0).reshape(3, 1), f64(3.0, 1.0, -2.0).reshape(3, 1),
@@ -402,7 +403,7 @@ register(OpRecord(
     ),
     deviations="Convention pinned: a row with every key masked gives output 0 and zero gradients (torch 2.13's CPU "
     "flash and math backends agree). Dropout draws its mask from a keyword-only dropout_key.",
-))
+)
 
 
 def _kernel_attention(query, key, value, is_causal=False):
@@ -418,31 +419,32 @@ def _kernel_attention_samples(rng, dt):
     return [Sample(args), Sample(args, {"is_causal": True})]
 
 
-register(OpRecord(
-    "scaled_dot_product_attention[pallas]", _kernel_attention,
-    ("jaxrules.nn.scaled_dot_product_attention(impl='pallas')",), ("nested_attention_fused",),
-    ("(flash attention's forward and backward kernels)",), _kernel_attention_samples, _torch_attention,
-    "torch.nn.functional.scaled_dot_product_attention", low_precision=("float32", "bfloat16"),
-    tolerance={"bfloat16": 0.1}, no_empty="the kernels need L >= 1 and E >= 16 (the XLA record checks zero sizes)",
+record(
+    "scaled_dot_product_attention[pallas]", fn=_kernel_attention,
+    public=("jaxrules.nn.scaled_dot_product_attention(impl='pallas')",), formula_ops=("nested_attention_fused",),
+    seed=("(flash attention's forward and backward kernels)",), samples=_kernel_attention_samples,
+    torch_fn=_torch_attention, torch_name="torch.nn.functional.scaled_dot_product_attention",
+    low_precision=("float32", "bfloat16"), tolerance={"bfloat16": 0.1},
+    no_empty="the kernels need L >= 1 and E >= 16 (the XLA record checks zero sizes)",
     batching="vmapped formulas (the kernels under jax.vmap)",
     double_backward="JAX's derivative of the XLA formula attention_vjp (the kernels are not differentiated)",
     kernel_backed=True,
-))
+)
 
 
 def _torch_bilinear(torch, input1, input2, weight, bias=None):
     return torch.nn.functional.bilinear(input1, input2, weight, bias)
 
 
-register(OpRecord(
-    "bilinear", bilinear, ("jaxrules.nn.bilinear",), ("bilinear",), ("_trilinear_backward",),
-    lambda rng, dt: [
+record(
+    "bilinear", fn=bilinear, public=("jaxrules.nn.bilinear",), formula_ops=("bilinear",), seed=("_trilinear_backward",),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 3, 2), normal(rng, dt, 3, 4), normal(rng, dt, 5, 2, 4), normal(rng, dt, 5))),
         Sample((normal(rng, dt, 2, 2, 3), normal(rng, dt, 2, 2, 2), normal(rng, dt, 2, 3, 2))),
         # zero-size: torch takes an empty batch or O = 0, whose output is empty (no formula runs,
         # tests/test_attention.py), and rejects H1 = 0
     ],
-    _torch_bilinear, "torch.nn.functional.bilinear",
+    torch_fn=_torch_bilinear, torch_name="torch.nn.functional.bilinear",
     deviations="One infinite entry of an input: the other input's gradient is the exact +-inf ((g W) contracted "
     "first); torch's _trilinear gives NaN there. Pinned in tests/test_attention.py.",
-))
+)
