@@ -22,7 +22,7 @@ from jaxrules import partials as P
 from jaxrules import vjp_rules as R
 from jaxrules.mechanism import define_op
 from jaxrules.ops._sampling import distinct, f64, normal
-from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+from jaxrules.registry import Sample, SingularPoint, record
 
 
 def _convolution_primal(x, w, b, *, stride, padding, dilation, groups):
@@ -755,17 +755,17 @@ def _torch_conv(torch, x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
     return fn(x, w, b, stride, padding, dilation, groups)
 
 
-register(OpRecord(
-    "conv", conv, ("jaxrules.nn.conv", "jaxrules.nn.conv1d", "jaxrules.nn.conv2d", "jaxrules.nn.conv3d"),
-    ("convolution",), ("convolution_jvp", "convolution_backward", "_convolution_double_backward"),
-    lambda rng, dt: [
+record(
+    "conv", fn=conv, public=("jaxrules.nn.conv", "jaxrules.nn.conv1d", "jaxrules.nn.conv2d", "jaxrules.nn.conv3d"),
+    formula_ops=("convolution",), seed=("convolution_jvp", "convolution_backward", "_convolution_double_backward"),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 2, 3, 7), normal(rng, dt, 4, 3, 3), normal(rng, dt, 4)), {"stride": 2, "padding": 1}),
         Sample((normal(rng, dt, 1, 4, 5, 6), normal(rng, dt, 2, 2, 2, 3), normal(rng, dt, 2)),
                {"padding": (1, 0), "dilation": (2, 1), "groups": 2}),
         Sample((normal(rng, dt, 1, 2, 4, 3, 3), normal(rng, dt, 2, 2, 2, 2, 2), None), {"stride": (1, 2, 1)}),
         Sample((normal(rng, dt, 2, 2, 6), normal(rng, dt, 3, 2, 3)), {"padding": "same", "dilation": 2}),
     ],
-    _torch_conv, "torch.nn.functional.conv1d/2d/3d", low_precision=("float32",),
+    torch_fn=_torch_conv, torch_name="torch.nn.functional.conv1d/2d/3d", low_precision=("float32",),
     tolerance={"float32": 1e-3},  # float32 convolutions may run in TF32 on a GPU
     empty_samples=lambda rng, dt: [  # no input channels: tests/test_conv.py (torch's output has no channels)
         Sample((normal(rng, dt, 0, 3, 7), normal(rng, dt, 4, 3, 3), normal(rng, dt, 4)), {"stride": 2, "padding": 1}),
@@ -775,7 +775,7 @@ register(OpRecord(
     ],
     deviations="No input channels (C = 0): the output has the weight's O channels, the bias (the sum over no "
     "channels is 0); torch 2.13 returns C = 0 output channels.",
-))
+)
 
 
 def _torch_conv_transpose(torch, x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
@@ -783,11 +783,12 @@ def _torch_conv_transpose(torch, x, w, b=None, stride=1, padding=0, output_paddi
     return fn(x, w, b, stride, padding, output_padding, groups, dilation)
 
 
-register(OpRecord(
-    "conv_transpose", conv_transpose, ("jaxrules.nn.conv_transpose", "jaxrules.nn.conv_transpose1d",
-                                       "jaxrules.nn.conv_transpose2d", "jaxrules.nn.conv_transpose3d"),
-    ("conv_transpose",), ("convolution_jvp", "convolution_backward", "_convolution_double_backward"),
-    lambda rng, dt: [
+record(
+    "conv_transpose", fn=conv_transpose,
+    public=("jaxrules.nn.conv_transpose", "jaxrules.nn.conv_transpose1d",
+            "jaxrules.nn.conv_transpose2d", "jaxrules.nn.conv_transpose3d"),
+    formula_ops=("conv_transpose",), seed=("convolution_jvp", "convolution_backward", "_convolution_double_backward"),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 2, 3, 4), normal(rng, dt, 3, 2, 3), normal(rng, dt, 2)),
                {"stride": 2, "padding": 1, "output_padding": 1}),
         # output_padding 1 < dilation 2 on axis 0 (stride 1), < stride 2 on axis 1
@@ -799,37 +800,39 @@ register(OpRecord(
         # an empty batch (the weight is never empty) is in tests/test_conv_transpose.py: the
         # harness expects formulas to run unless every argument is empty
     ],
-    _torch_conv_transpose, "torch.nn.functional.conv_transpose1d/2d/3d", low_precision=("float32",),
+    torch_fn=_torch_conv_transpose, torch_name="torch.nn.functional.conv_transpose1d/2d/3d", low_precision=("float32",),
     tolerance={"float32": 1e-3},  # float32 convolutions may run in TF32 on a GPU
     deviations="a non-finite input entry (weight tap) whose product with a weight tap (input entry) lands only on "
                "output positions cut off by padding is not in the output, and the weight (input) gradient leaves "
                "that product out: finite, the exact partial derivative, where torch's is NaN (its backward "
                "multiplies the zeros it pads the cotangent with)",
-))
+)
 
 
-register(OpRecord(
-    "unfold", unfold, ("jaxrules.nn.unfold",), ("unfold",), ("im2col (derivatives.yaml)", "col2im (derivatives.yaml)"),
-    lambda rng, dt: [
+record(
+    "unfold", fn=unfold, public=("jaxrules.nn.unfold",), formula_ops=("unfold",),
+    seed=("im2col (derivatives.yaml)", "col2im (derivatives.yaml)"),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 2, 2, 3, 4), (2, 3)), {"dilation": (1, 2), "padding": 1, "stride": (2, 1)}),
         Sample((normal(rng, dt, 2, 3, 3), 2)),  # unbatched
         Sample((normal(rng, dt, 0, 1, 3, 3), 2)),  # empty batch
     ],
-    lambda torch, *args, **kwargs: torch.nn.functional.unfold(*args, **kwargs), "torch.nn.functional.unfold",
-    low_precision=("float32", "bfloat16"),
-))
+    torch_fn=lambda torch, *args, **kwargs: torch.nn.functional.unfold(*args, **kwargs),
+    torch_name="torch.nn.functional.unfold", low_precision=("float32", "bfloat16"),
+)
 
 
-register(OpRecord(
-    "fold", fold, ("jaxrules.nn.fold",), ("fold",), ("col2im (derivatives.yaml)", "im2col (derivatives.yaml)"),
-    lambda rng, dt: [
+record(
+    "fold", fn=fold, public=("jaxrules.nn.fold",), formula_ops=("fold",),
+    seed=("col2im (derivatives.yaml)", "im2col (derivatives.yaml)"),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 2, 12, 4), (3, 4), (2, 3)), {"dilation": (1, 2), "padding": 1, "stride": (2, 1)}),
         Sample((normal(rng, dt, 8, 6), (3, 4), 2)),  # unbatched, overlapping blocks summed
         Sample((normal(rng, dt, 0, 4, 4), 3, 2)),  # empty batch
     ],
-    lambda torch, *args, **kwargs: torch.nn.functional.fold(*args, **kwargs), "torch.nn.functional.fold",
-    low_precision=("float32", "bfloat16"),
-))
+    torch_fn=lambda torch, *args, **kwargs: torch.nn.functional.fold(*args, **kwargs),
+    torch_name="torch.nn.functional.fold", low_precision=("float32", "bfloat16"),
+)
 
 
 def _torch_max_pool(torch, x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
@@ -845,15 +848,16 @@ def _pool_samples(rng, dt):
     ]
 
 
-register(OpRecord(
-    "max_pool", max_pool, ("jaxrules.nn.max_pool", "jaxrules.nn.max_pool1d", "jaxrules.nn.max_pool2d",
-                           "jaxrules.nn.max_pool3d"),
-    ("max_pool",), ("max_pool2d_with_indices_backward", "max_pool_double_backward"), _pool_samples,
-    _torch_max_pool, "torch.nn.functional.max_pool1d/2d/3d",
+record(
+    "max_pool", fn=max_pool,
+    public=("jaxrules.nn.max_pool", "jaxrules.nn.max_pool1d", "jaxrules.nn.max_pool2d",
+            "jaxrules.nn.max_pool3d"),
+    formula_ops=("max_pool",), seed=("max_pool2d_with_indices_backward", "max_pool_double_backward"),
+    samples=_pool_samples, torch_fn=_torch_max_pool, torch_name="torch.nn.functional.max_pool1d/2d/3d",
     singular=(SingularPoint("ties: the derivative to the first maximum only",
                             (f64(1.0, 3.0, 3.0, 2.0).reshape(1, 1, 4), 2), (f64(0, 2, 1, 0).reshape(1, 1, 4),),
                             {"stride": 1}),),
-))
+)
 
 
 def _torch_avg_pool(torch, x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
@@ -863,11 +867,12 @@ def _torch_avg_pool(torch, x, kernel_size, stride=None, padding=0, ceil_mode=Fal
     return fn(x, kernel_size, stride, padding, ceil_mode, count_include_pad, **extra)
 
 
-register(OpRecord(
-    "avg_pool", avg_pool, ("jaxrules.nn.avg_pool", "jaxrules.nn.avg_pool1d", "jaxrules.nn.avg_pool2d",
-                           "jaxrules.nn.avg_pool3d"),
-    ("avg_pool",), ("avg_pool2d_backward", "avg_pool3d_backward"),
-    lambda rng, dt: [
+record(
+    "avg_pool", fn=avg_pool,
+    public=("jaxrules.nn.avg_pool", "jaxrules.nn.avg_pool1d", "jaxrules.nn.avg_pool2d",
+            "jaxrules.nn.avg_pool3d"),
+    formula_ops=("avg_pool",), seed=("avg_pool2d_backward", "avg_pool3d_backward"),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 2, 2, 7), 3), {"stride": 2, "padding": 1}),
         Sample((normal(rng, dt, 1, 3, 8), 3), {"stride": 2, "padding": 1, "ceil_mode": True,
                                                "count_include_pad": False}),
@@ -879,8 +884,8 @@ register(OpRecord(
                                                      "count_include_pad": False}),
         Sample((normal(rng, dt, 2, 2, 9, 4), (3, 2)), {"stride": (4, 1)}),  # trailing input in no window
     ],
-    _torch_avg_pool, "torch.nn.functional.avg_pool1d/2d/3d",
-))
+    torch_fn=_torch_avg_pool, torch_name="torch.nn.functional.avg_pool1d/2d/3d",
+)
 
 
 def _torch_adaptive_pool(kind):
@@ -890,31 +895,34 @@ def _torch_adaptive_pool(kind):
     return reference
 
 
-register(OpRecord(
-    "adaptive_avg_pool", _adaptive_avg_pool_nd, ("jaxrules.nn.adaptive_avg_pool1d", "jaxrules.nn.adaptive_avg_pool2d",
-                                                 "jaxrules.nn.adaptive_avg_pool3d"),
-    ("adaptive_avg_pool",), ("_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward"),
-    lambda rng, dt: [
+record(
+    "adaptive_avg_pool", fn=_adaptive_avg_pool_nd,
+    public=("jaxrules.nn.adaptive_avg_pool1d", "jaxrules.nn.adaptive_avg_pool2d",
+            "jaxrules.nn.adaptive_avg_pool3d"),
+    formula_ops=("adaptive_avg_pool",), seed=("_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward"),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 2, 2, 7), 3)),
         Sample((normal(rng, dt, 1, 2, 5, 6), (3, None))),
         Sample((normal(rng, dt, 1, 1, 4, 5, 3), (2, 7, 1))),  # 7 > 5: overlapping windows
     ],
-    _torch_adaptive_pool("avg"), "torch.nn.functional.adaptive_avg_pool1d/2d/3d",
-))
+    torch_fn=_torch_adaptive_pool("avg"), torch_name="torch.nn.functional.adaptive_avg_pool1d/2d/3d",
+)
 
 
-register(OpRecord(
-    "adaptive_max_pool", _adaptive_max_pool_nd, ("jaxrules.nn.adaptive_max_pool1d", "jaxrules.nn.adaptive_max_pool2d",
-                                                 "jaxrules.nn.adaptive_max_pool3d"),
-    ("adaptive_max_pool",), ("adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward",
-                             "max_pool_double_backward"),
-    lambda rng, dt: [
+record(
+    "adaptive_max_pool", fn=_adaptive_max_pool_nd,
+    public=("jaxrules.nn.adaptive_max_pool1d", "jaxrules.nn.adaptive_max_pool2d",
+            "jaxrules.nn.adaptive_max_pool3d"),
+    formula_ops=("adaptive_max_pool",),
+    seed=("adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward",
+          "max_pool_double_backward"),
+    samples=lambda rng, dt: [
         Sample((distinct(rng, dt, 2, 2, 7), 3)),
         Sample((distinct(rng, dt, 1, 2, 5, 6), (4, None))),
         Sample((distinct(rng, dt, 1, 1, 4, 5, 3), (2, 7, 1))),
     ],
-    _torch_adaptive_pool("max"), "torch.nn.functional.adaptive_max_pool1d/2d/3d",
+    torch_fn=_torch_adaptive_pool("max"), torch_name="torch.nn.functional.adaptive_max_pool1d/2d/3d",
     # windows [0, 2), [1, 3), [2, 4): the tie 3, 3 goes to the first; the middle 3 wins twice
     singular=(SingularPoint("ties: the derivative to the first maximum only", (f64(1.0, 3.0, 3.0, 2.0).reshape(1, 1, 4), 3),
                             (f64(0, 2, 1, 0).reshape(1, 1, 4),)),),
-))
+)
