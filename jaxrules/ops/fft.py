@@ -17,7 +17,7 @@ from jaxrules import partials as P
 from jaxrules import vjp_rules as R
 from jaxrules.mechanism import define_op
 from jaxrules.ops._sampling import normal
-from jaxrules.registry import OpRecord, Sample, register
+from jaxrules.registry import Sample, record
 
 _KINDS = ("fft", "ifft", "rfft", "irfft")
 _NORMS = (None, "backward", "ortho", "forward")
@@ -176,10 +176,9 @@ _SEEDS = {"fft": ("fft_c2c (self-transpose)",), "ifft": ("fft_c2c (self-transpos
 for _kind in _KINDS:
     for _n_dims, _fn in ((False, globals()[_kind]), (True, globals()[_kind + "n"])):
         _name = _kind + ("n" if _n_dims else "")
-        register(OpRecord(
-            _name, _fn, (f"jaxrules.numpy.fft.{_name}",), ("fft",), _SEEDS[_kind],
-            _samples(_kind, _n_dims), _torch_fft(_kind, _n_dims), f"torch.fft.{_name}",
-            dtypes=("float64", "complex128") if _kind in ("fft",) else ("float64",),
-            low_precision=("float32",),
+        record(
+            _name, fn=_fn, public=(f"jaxrules.numpy.fft.{_name}",), formula_ops=("fft",), seed=_SEEDS[_kind],
+            samples=_samples(_kind, _n_dims), torch_fn=_torch_fft(_kind, _n_dims), torch_name=f"torch.fft.{_name}",
+            dtypes=("float64", "complex128") if _kind in ("fft",) else ("float64",), low_precision=("float32",),
             double_backward="linear: the VJP formula is the (linear) transform",
-        ))
+        )
