@@ -38,7 +38,7 @@ from jaxrules import vjp_rules as R
 from jaxrules.batching import affine_norm_batch_rule
 from jaxrules.mechanism import define_op, differentiated_as
 from jaxrules.ops._sampling import normal
-from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+from jaxrules.registry import Sample, SingularPoint, record
 
 
 def _affine_normalize_primal(x, w, b, *, axes, eps, axis_name):
@@ -811,40 +811,42 @@ _GROUPED_BATCHING = ("primal: vmap folded into the kernels' launch (group norm: 
                      "channels, weight and bias tiled) when weight and bias are shared; formulas: the kernels "
                      "under jax.vmap")
 _GROUPED_DOUBLE = "JAX's derivative of the jnp form of the kernel's backward (the kernel is not differentiated)"
-register(OpRecord(
-    "group_norm[pallas]", _fused_group_norm_fn, (_NN + "group_norm(impl='pallas')",), ("grouped_norm",),
-    ("group_norm_jvp", "native_group_norm_backward", "infinitely_differentiable_native_group_norm_backward"),
-    lambda rng, dt: [Sample((normal(rng, dt, 2, 4, 3, 5), 2, normal(rng, dt, 4) + 1, normal(rng, dt, 4)))],
-    lambda torch, x, g, w, b: torch.nn.functional.group_norm(x, g, w, b), "torch.nn.functional.group_norm",
-    low_precision=("float32", "bfloat16"), double_backward=_GROUPED_DOUBLE, batching=_GROUPED_BATCHING,
+record(
+    "group_norm[pallas]", fn=_fused_group_norm_fn, public=(_NN + "group_norm(impl='pallas')",),
+    formula_ops=("grouped_norm",),
+    seed=("group_norm_jvp", "native_group_norm_backward", "infinitely_differentiable_native_group_norm_backward"),
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 2, 4, 3, 5), 2, normal(rng, dt, 4) + 1, normal(rng, dt, 4)))],
+    torch_fn=lambda torch, x, g, w, b: torch.nn.functional.group_norm(x, g, w, b),
+    torch_name="torch.nn.functional.group_norm", low_precision=("float32", "bfloat16"), double_backward=_GROUPED_DOUBLE,
+    batching=_GROUPED_BATCHING,
     singular=(SingularPoint("constant groups", (np.full((2, 4, 3), 1.5), 2, np.ones(4), np.zeros(4)),
                             (np.zeros((2, 4, 3)), np.zeros(4), None)),),
     kernel_backed=True,
-))
-register(OpRecord(
-    "batch_norm[pallas]", _fused_batch_norm_fn, (_NN + "batch_norm(impl='pallas')",), ("grouped_norm",),
-    ("batch_norm_jvp", "batchnorm_backward", "batchnorm_double_backward"),
-    lambda rng, dt: [Sample((normal(rng, dt, 3, 2, 5, 2), normal(rng, dt, 2) + 1, normal(rng, dt, 2)))],
-    lambda torch, x, w, b: torch.nn.functional.batch_norm(x, None, None, w, b, training=True),
-    "torch.nn.functional.batch_norm (training)",
-    low_precision=("float32", "bfloat16"), double_backward=_GROUPED_DOUBLE, batching=_GROUPED_BATCHING,
+)
+record(
+    "batch_norm[pallas]", fn=_fused_batch_norm_fn, public=(_NN + "batch_norm(impl='pallas')",),
+    formula_ops=("grouped_norm",), seed=("batch_norm_jvp", "batchnorm_backward", "batchnorm_double_backward"),
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 3, 2, 5, 2), normal(rng, dt, 2) + 1, normal(rng, dt, 2)))],
+    torch_fn=lambda torch, x, w, b: torch.nn.functional.batch_norm(x, None, None, w, b, training=True),
+    torch_name="torch.nn.functional.batch_norm (training)", low_precision=("float32", "bfloat16"),
+    double_backward=_GROUPED_DOUBLE, batching=_GROUPED_BATCHING,
     singular=(SingularPoint("constant channels", (np.full((3, 2, 2), -1.0), np.ones(2), np.zeros(2)),
                             (np.zeros((3, 2, 2)), np.zeros(2), None)),),
     kernel_backed=True,
-))
+)
 
 
-register(OpRecord(
-    "layer_norm[pallas]", _fused_layer_norm_fn, (_NN + "layer_norm(impl='pallas')",), ("layer_norm_rows",),
-    ("layer_norm_jvp", "native_layer_norm_backward", "layer_norm_double_backward"),
-    lambda rng, dt: [Sample((normal(rng, dt, 8, 128), normal(rng, dt, 128) + 1, normal(rng, dt, 128)))],
-    lambda torch, x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b), "torch.nn.functional.layer_norm",
-    low_precision=("float32", "bfloat16"),
-    double_backward=_GROUPED_DOUBLE,
+record(
+    "layer_norm[pallas]", fn=_fused_layer_norm_fn, public=(_NN + "layer_norm(impl='pallas')",),
+    formula_ops=("layer_norm_rows",),
+    seed=("layer_norm_jvp", "native_layer_norm_backward", "layer_norm_double_backward"),
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 8, 128), normal(rng, dt, 128) + 1, normal(rng, dt, 128)))],
+    torch_fn=lambda torch, x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b),
+    torch_name="torch.nn.functional.layer_norm", low_precision=("float32", "bfloat16"), double_backward=_GROUPED_DOUBLE,
     batching="primal: vmap folded into the rows (one launch) when weight and bias are shared; formulas: "
     "the kernels under jax.vmap",
     kernel_backed=True,
-))
+)
 
 
 def _fused_rms_norm_fn(x, weight, eps=None):
@@ -853,11 +855,12 @@ def _fused_rms_norm_fn(x, weight, eps=None):
 
 _RMS_SEEDS = ("rms_norm_jvp", "rms_norm_rstd_jvp", "_fused_rms_norm_backward",
               "infinitely_differentiable_native_rms_norm_backward")
-register(OpRecord(
-    "rms_norm[pallas]", _fused_rms_norm_fn, (_NN + "rms_norm(impl='pallas')",), ("rms_norm_rows",), _RMS_SEEDS,
-    lambda rng, dt: [Sample((normal(rng, dt, 5, 24), normal(rng, dt, 24) + 1))],
-    lambda torch, x, w, eps=None: torch.nn.functional.rms_norm(x, x.shape[-1:], w, eps),
-    "torch.nn.functional.rms_norm", low_precision=("float32", "bfloat16"), double_backward=_GROUPED_DOUBLE,
+record(
+    "rms_norm[pallas]", fn=_fused_rms_norm_fn, public=(_NN + "rms_norm(impl='pallas')",),
+    formula_ops=("rms_norm_rows",), seed=_RMS_SEEDS,
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 5, 24), normal(rng, dt, 24) + 1))],
+    torch_fn=lambda torch, x, w, eps=None: torch.nn.functional.rms_norm(x, x.shape[-1:], w, eps),
+    torch_name="torch.nn.functional.rms_norm", low_precision=("float32", "bfloat16"), double_backward=_GROUPED_DOUBLE,
     batching="primal: vmap folded into the rows (one launch) when the weight is shared; formulas: the kernels "
     "under jax.vmap",
     # rstd = rsqrt(0 + eps) = 2, x_hat = 0: dx = rstd w, dw = 0 (as the XLA path's record).
@@ -865,76 +868,76 @@ register(OpRecord(
                             (np.tile([2.0, 4.0, 6.0], (2, 1)), np.zeros(3)), {"eps": 0.25},
                             jvp=np.tile([2.0, 4.0, 6.0], (2, 1))),),
     kernel_backed=True,
-))
+)
 
 
-register(OpRecord(
-    "layer_norm", layer_norm, (_NN + "layer_norm",), _FORMULAS,
-    ("layer_norm_jvp", "layer_norm_double_backward", *_SEED_SHARED),
-    lambda rng, dt: [
+record(
+    "layer_norm", fn=layer_norm, public=(_NN + "layer_norm",), formula_ops=_FORMULAS,
+    seed=("layer_norm_jvp", "layer_norm_double_backward", *_SEED_SHARED),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 4, 3, 5), (5,), normal(rng, dt, 5) + 1, normal(rng, dt, 5))),
         Sample((normal(rng, dt, 2, 3, 4), (3, 4))),
         Sample((normal(rng, dt, 6), 6, normal(rng, dt, 6)), {"eps": 1e-3}),
     ],
-    lambda torch, x, shape, w=None, b=None, eps=1e-5: torch.nn.functional.layer_norm(
+    torch_fn=lambda torch, x, shape, w=None, b=None, eps=1e-5: torch.nn.functional.layer_norm(
         x, (shape,) if isinstance(shape, int) else shape, w, b, eps),
-    "torch.nn.functional.layer_norm", low_precision=("float32", "bfloat16"),
+    torch_name="torch.nn.functional.layer_norm", low_precision=("float32", "bfloat16"),
     batching="own rule: B0 folded into the leading axis (native_layer_norm_batch_rule); batched weights after",
     double_backward="normalize_backward op: seed layer_norm_double_backward (weight terms by the product rule)",
     singular=(SingularPoint("constant rows", (np.full((2, 3), 4.0), (3,)), (np.zeros((2, 3)),)),),
-))
-register(OpRecord(
-    "group_norm", group_norm, (_NN + "group_norm",), _FORMULAS,
-    ("group_norm_jvp", "infinitely_differentiable_native_group_norm_backward", *_SEED_SHARED),
-    lambda rng, dt: [
+)
+record(
+    "group_norm", fn=group_norm, public=(_NN + "group_norm",), formula_ops=_FORMULAS,
+    seed=("group_norm_jvp", "infinitely_differentiable_native_group_norm_backward", *_SEED_SHARED),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 2, 6, 3, 2), 3, normal(rng, dt, 6) + 1, normal(rng, dt, 6))),
         Sample((normal(rng, dt, 3, 4, 5), 2)),
         Sample((normal(rng, dt, 2, 4), 4, normal(rng, dt, 4) + 1)),
     ],
-    lambda torch, x, g, w=None, b=None, eps=1e-5: torch.nn.functional.group_norm(x, g, w, b, eps),
-    "torch.nn.functional.group_norm", low_precision=("float32", "bfloat16"),
+    torch_fn=lambda torch, x, g, w=None, b=None, eps=1e-5: torch.nn.functional.group_norm(x, g, w, b, eps),
+    torch_name="torch.nn.functional.group_norm", low_precision=("float32", "bfloat16"),
     batching="own rule: B0 folded into N (native_group_norm_plumbing); batched weights after",
     double_backward="normalize_backward op: the seed's group-norm double backward "
     "(infinitely_differentiable_native_group_norm_backward's math, weight by the product rule)",
     singular=(SingularPoint("constant groups", (np.full((2, 4, 3), 1.5), 2), (np.zeros((2, 4, 3)),)),),
-))
+)
 
 
 def _batch_norm_train(x, weight=None, bias=None, eps=1e-5):
     return batch_norm(x, None, None, weight, bias, training=True, eps=eps)[0]
 
 
-register(OpRecord(
-    "batch_norm", _batch_norm_train, (_NN + "batch_norm",), _FORMULAS,
-    ("batch_norm_jvp", "batchnorm_double_backward", *_SEED_SHARED),
-    lambda rng, dt: [
+record(
+    "batch_norm", fn=_batch_norm_train, public=(_NN + "batch_norm",), formula_ops=_FORMULAS,
+    seed=("batch_norm_jvp", "batchnorm_double_backward", *_SEED_SHARED),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 4, 3, 5), normal(rng, dt, 3) + 1, normal(rng, dt, 3))),
         Sample((normal(rng, dt, 3, 2, 2, 3),)),
         Sample((normal(rng, dt, 5, 4), normal(rng, dt, 4) + 1), {"eps": 1e-3}),
     ],
-    lambda torch, x, w=None, b=None, eps=1e-5: torch.nn.functional.batch_norm(x, None, None, w, b, training=True, eps=eps),
-    "torch.nn.functional.batch_norm (training)", low_precision=("float32", "bfloat16"),
+    torch_fn=lambda torch, x, w=None, b=None, eps=1e-5: torch.nn.functional.batch_norm(x, None, None, w, b, training=True, eps=eps),
+    torch_name="torch.nn.functional.batch_norm (training)", low_precision=("float32", "bfloat16"),
     batching="own rule: B0 folded into the channels, weights tiled (batch_norm_batch_rule); batched weights after; "
     "batched input with unbatched running stats allowed (new stats come back batched)",
     double_backward="normalize_backward op: seed batchnorm_double_backward (weight terms by the product rule)",
     singular=(SingularPoint("constant channels", (np.full((3, 2, 2), -1.0),), (np.zeros((3, 2, 2)),)),),
-))
+)
 
 
 def _instance_norm_train(x, weight=None, bias=None, eps=1e-5):
     return instance_norm(x, None, None, weight, bias, eps=eps)[0]
 
 
-register(OpRecord(
-    "instance_norm", _instance_norm_train, (_NN + "instance_norm",), _FORMULAS,
-    ("batch_norm_jvp", "batchnorm_double_backward", *_SEED_SHARED),
-    lambda rng, dt: [
+record(
+    "instance_norm", fn=_instance_norm_train, public=(_NN + "instance_norm",), formula_ops=_FORMULAS,
+    seed=("batch_norm_jvp", "batchnorm_double_backward", *_SEED_SHARED),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 4, 3, 5), normal(rng, dt, 3) + 1, normal(rng, dt, 3))),
         Sample((normal(rng, dt, 2, 3, 2, 3),)),
         Sample((normal(rng, dt, 3, 2, 4), normal(rng, dt, 2) + 1), {"eps": 1e-3}),
     ],
-    lambda torch, x, w=None, b=None, eps=1e-5: torch.nn.functional.instance_norm(x, None, None, w, b, eps=eps),
-    "torch.nn.functional.instance_norm", low_precision=("float32", "bfloat16"),
+    torch_fn=lambda torch, x, w=None, b=None, eps=1e-5: torch.nn.functional.instance_norm(x, None, None, w, b, eps=eps),
+    torch_name="torch.nn.functional.instance_norm", low_precision=("float32", "bfloat16"),
     batching="affine_normalize's rule: B0 folded into N (statistics per sample and channel); batched weights "
     "after; batched input with unbatched running stats gives batched new stats",
     double_backward="normalize_backward op: seed batchnorm_double_backward (weight terms by the product rule)",
@@ -942,17 +945,17 @@ register(OpRecord(
     "no per-sample updates)",
     singular=(SingularPoint("constant maps", (np.full((2, 3, 4), 1.5), np.ones(3), np.zeros(3)),
                             (np.zeros((2, 3, 4)), np.zeros(3), np.full(3, 8.0))),),
-))
-register(OpRecord(
-    "rms_norm", rms_norm, (_NN + "rms_norm",), ("rms_norm", "rms_norm_backward"), _RMS_SEEDS,
-    lambda rng, dt: [
+)
+record(
+    "rms_norm", fn=rms_norm, public=(_NN + "rms_norm",), formula_ops=("rms_norm", "rms_norm_backward"), seed=_RMS_SEEDS,
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 4, 3, 5), (5,), normal(rng, dt, 5) + 1)),
         Sample((normal(rng, dt, 2, 3, 4), (3, 4))),
         Sample((normal(rng, dt, 6), 6, normal(rng, dt, 6)), {"eps": 1e-3}),
     ],
-    lambda torch, x, shape, w=None, eps=None: torch.nn.functional.rms_norm(
+    torch_fn=lambda torch, x, shape, w=None, eps=None: torch.nn.functional.rms_norm(
         x, (shape,) if isinstance(shape, int) else shape, w, eps),
-    "torch.nn.functional.rms_norm", low_precision=("float32", "bfloat16"),
+    torch_name="torch.nn.functional.rms_norm", low_precision=("float32", "bfloat16"),
     batching="vmapped primal and formulas (reductions over trailing axes: no fold needed)",
     double_backward="rms_norm_backward op: its own JVP/VJP formulas (weight terms by the product rule)",
     singular=(
@@ -963,4 +966,4 @@ register(OpRecord(
         # Default eps of float64: 2^-52, rstd = 2^26.
         SingularPoint("all-zero row, default eps", (np.zeros((1, 4)), 4), (np.full((1, 4), 2.0 ** 26),)),
     ),
-))
+)
