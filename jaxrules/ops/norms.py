@@ -18,7 +18,7 @@ from jaxrules import vjp_rules as R
 from jaxrules.mechanism import define_op
 from jaxrules.ops import reductions
 from jaxrules.ops._sampling import away_from_zero, f64, normal
-from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+from jaxrules.registry import Sample, SingularPoint, record
 
 
 def _vector_norm_primal(x, *, ord, axis, keepdims):
@@ -347,23 +347,24 @@ _norm_singular = tuple(
     ),
 )
 
-register(OpRecord(
-    "vector_norm", vector_norm, ("jaxrules.numpy.linalg.vector_norm",), ("vector_norm",),
-    ("norm_backward", "norm_jvp", "linalg_vector_norm_backward", "linalg_vector_norm_jvp"),
-    _norm_samples, _torch_vector_norm, "torch.linalg.vector_norm",
-    dtypes=("float64", "complex128"), low_precision=("float32", "bfloat16"), singular=_norm_singular,
+record(
+    "vector_norm", fn=vector_norm, public=("jaxrules.numpy.linalg.vector_norm",), formula_ops=("vector_norm",),
+    seed=("norm_backward", "norm_jvp", "linalg_vector_norm_backward", "linalg_vector_norm_jvp"), samples=_norm_samples,
+    torch_fn=_torch_vector_norm, torch_name="torch.linalg.vector_norm", dtypes=("float64", "complex128"),
+    low_precision=("float32", "bfloat16"), singular=_norm_singular,
     deviations="ord=0 has gradient 0 (torch: undefined). The zero subgradient also holds at "
     "second order (torch's second derivative at 0 is NaN, functorch#1097).",
-))
+)
 
 
 def _torch_norm(torch, x, ord=None, axis=None, keepdims=False):
     return torch.linalg.norm(x, ord=ord, dim=axis, keepdim=keepdims)
 
 
-register(OpRecord(
-    "norm", norm, ("jaxrules.numpy.linalg.norm",), ("vector_norm", "abs", "sum", "amax", "amin", "svdvals"), ("norm_backward", "norm_jvp"),
-    lambda rng, dt: [
+record(
+    "norm", fn=norm, public=("jaxrules.numpy.linalg.norm",),
+    formula_ops=("vector_norm", "abs", "sum", "amax", "amin", "svdvals"), seed=("norm_backward", "norm_jvp"),
+    samples=lambda rng, dt: [
         Sample((away_from_zero(rng, dt, 4),)),
         Sample((away_from_zero(rng, dt, 3, 4),)),
         Sample((away_from_zero(rng, dt, 3, 4),), {"ord": 1, "axis": 1}),
@@ -372,9 +373,9 @@ register(OpRecord(
         Sample((away_from_zero(rng, dt, 3, 4),), {"ord": o}) for o in (1, -1, math.inf, -math.inf)
     ]) + [Sample((normal(rng, dt, 3, 4),), {"ord": o}) for o in (2, -2, "nuc")]
     + [Sample((normal(rng, dt, 2, 3, 4),), {"ord": "nuc", "axis": (0, 2), "keepdims": True})],
-    _torch_norm, "torch.linalg.norm", dtypes=("float64", "complex128"),
+    torch_fn=_torch_norm, torch_name="torch.linalg.norm", dtypes=("float64", "complex128"),
     singular=(SingularPoint("zero matrix", (np.zeros((2, 2)),), (np.zeros((2, 2)),)),),
-))
+)
 
 
 def _renorm_samples(rng, dt):
@@ -387,9 +388,10 @@ def _renorm_samples(rng, dt):
     ]
 
 
-register(OpRecord(
-    "renorm", renorm, ("jaxrules.linalg.renorm",), ("renorm",), ("renorm_backward", "renorm_jvp"),
-    _renorm_samples, lambda torch, x, p, dim, maxnorm: torch.renorm(x, p, dim, maxnorm), "torch.renorm",
+record(
+    "renorm", fn=renorm, public=("jaxrules.linalg.renorm",), formula_ops=("renorm",),
+    seed=("renorm_backward", "renorm_jvp"), samples=_renorm_samples,
+    torch_fn=lambda torch, x, p, dim, maxnorm: torch.renorm(x, p, dim, maxnorm), torch_name="torch.renorm",
     dtypes=("float64", "complex128"),
     singular=(
         SingularPoint(
@@ -398,66 +400,69 @@ register(OpRecord(
         ),
     ),
     tolerance={"singular": 1e-7},  # the expected values leave out torch's 1e-7 in norm + 1e-7
-))
-register(OpRecord(
-    "dist", dist, ("jaxrules.linalg.dist",), ("vector_norm",), ("norm_backward", "norm_jvp"),
-    lambda rng, dt: [
+)
+record(
+    "dist", fn=dist, public=("jaxrules.linalg.dist",), formula_ops=("vector_norm",), seed=("norm_backward", "norm_jvp"),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 3, 4), normal(rng, dt, 3, 4))),
         Sample((normal(rng, dt, 3, 4), normal(rng, dt, 4), 1)),
         Sample((normal(rng, dt, 5), normal(rng, dt, 5), 3.5)),
     ],
-    lambda torch, x, y, p=2: torch.dist(x, y, p), "torch.dist", dtypes=("float64", "complex128"),
+    torch_fn=lambda torch, x, y, p=2: torch.dist(x, y, p), torch_name="torch.dist", dtypes=("float64", "complex128"),
     singular=(SingularPoint("zero distance", (f64(1.0, 2.0), f64(1.0, 2.0)), (f64(0, 0), f64(0, 0))),),
-))
-register(OpRecord(
-    "cdist", cdist, ("jaxrules.linalg.cdist",), ("vector_norm",), ("norm_backward", "_euclidean_dist_backward"),
-    lambda rng, dt: [
+)
+record(
+    "cdist", fn=cdist, public=("jaxrules.linalg.cdist",), formula_ops=("vector_norm",),
+    seed=("norm_backward", "_euclidean_dist_backward"),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 4, 3), normal(rng, dt, 5, 3))),
         Sample((normal(rng, dt, 2, 4, 3), normal(rng, dt, 2, 2, 3), 1.0)),
         Sample((normal(rng, dt, 3, 2), normal(rng, dt, 4, 2), 3.0)),
     ],
-    lambda torch, x1, x2, p=2.0: torch.cdist(x1, x2, p), "torch.cdist",
+    torch_fn=lambda torch, x1, x2, p=2.0: torch.cdist(x1, x2, p), torch_name="torch.cdist",
     singular=(
         SingularPoint(
             "coincident points", (np.array([[0.0, 0.0], [1.0, 1.0]]), np.array([[0.0, 0.0]])),
             (np.array([[0.0, 0.0], [2**-0.5, 2**-0.5]]), np.array([[-(2**-0.5), -(2**-0.5)]])),
         ),
     ),
-))
-register(OpRecord(
-    "normalize", normalize, ("jaxrules.nn.normalize",), ("vector_norm", "clip"), ("norm_backward", "clamp_backward"),
-    lambda rng, dt: [
+)
+record(
+    "normalize", fn=normalize, public=("jaxrules.nn.normalize",), formula_ops=("vector_norm", "clip"),
+    seed=("norm_backward", "clamp_backward"),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 3, 4),)),
         Sample((normal(rng, dt, 2, 3, 4), 1.0, -1)),
         Sample((normal(rng, dt, 5), 3.0, 0, 1e-3)),
     ],
-    lambda torch, x, p=2.0, axis=1, eps=1e-12: torch.nn.functional.normalize(x, p, axis, eps),
-    "torch.nn.functional.normalize",
+    torch_fn=lambda torch, x, p=2.0, axis=1, eps=1e-12: torch.nn.functional.normalize(x, p, axis, eps),
+    torch_name="torch.nn.functional.normalize",
     singular=(SingularPoint("zero vector", (f64(0.0, 0.0, 0.0), 2.0, 0, 0.5), (f64(2.0, 2.0, 2.0),)),),
-))
-register(OpRecord(
-    "pairwise_distance", pairwise_distance, ("jaxrules.nn.pairwise_distance",), ("vector_norm",), ("norm_backward",),
-    lambda rng, dt: [
+)
+record(
+    "pairwise_distance", fn=pairwise_distance, public=("jaxrules.nn.pairwise_distance",), formula_ops=("vector_norm",),
+    seed=("norm_backward",),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 4, 3), normal(rng, dt, 4, 3))),
         Sample((normal(rng, dt, 4, 3), normal(rng, dt, 3), 1.0, 1e-6, True)),
         Sample((normal(rng, dt, 5), normal(rng, dt, 5), 3.0)),
     ],
-    lambda torch, x1, x2, p=2.0, eps=1e-6, keepdims=False: torch.nn.functional.pairwise_distance(x1, x2, p, eps, keepdims),
-    "torch.nn.functional.pairwise_distance",
+    torch_fn=lambda torch, x1, x2, p=2.0, eps=1e-6, keepdims=False: torch.nn.functional.pairwise_distance(x1, x2, p, eps, keepdims),
+    torch_name="torch.nn.functional.pairwise_distance",
     singular=(SingularPoint("equal points", (f64(1.0, 2.0), f64(1.0, 2.0), 2.0, 0.0), (f64(0, 0), f64(0, 0))),),
-))
-register(OpRecord(
-    "cosine_similarity", cosine_similarity, ("jaxrules.nn.cosine_similarity",), ("vector_norm", "clip", "sum"),
-    ("norm_backward", "clamp_backward", "sum_backward"),
-    lambda rng, dt: [
+)
+record(
+    "cosine_similarity", fn=cosine_similarity, public=("jaxrules.nn.cosine_similarity",),
+    formula_ops=("vector_norm", "clip", "sum"), seed=("norm_backward", "clamp_backward", "sum_backward"),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 4, 3), normal(rng, dt, 4, 3))),
         Sample((normal(rng, dt, 2, 3, 4), normal(rng, dt, 3, 1), -1)),
         Sample((normal(rng, dt, 5), normal(rng, dt, 5), 0, 1e-3)),
         Sample((normal(rng, dt, 3, 4), normal(rng, dt, 3, 4), 0)),
         Sample((normal(rng, dt, 0, 3), normal(rng, dt, 0, 3))),  # zero-size: no formula runs, as torch
     ],
-    lambda torch, x1, x2, axis=1, eps=1e-8: torch.nn.functional.cosine_similarity(x1, x2, axis, eps),
-    "torch.nn.functional.cosine_similarity",
+    torch_fn=lambda torch, x1, x2, axis=1, eps=1e-8: torch.nn.functional.cosine_similarity(x1, x2, axis, eps),
+    torch_name="torch.nn.functional.cosine_similarity",
     singular=(
         # x1 = 0: the output is <x1, x2 / ||x2||> / eps near it: gradient x2 / (3 eps) in x1, 0 in x2.
         SingularPoint("zero x1", (f64(0.0, 0.0, 0.0), f64(1.0, 2.0, 2.0), 0), (f64(1.0, 2.0, 2.0) / 3e-8, f64(0, 0, 0))),
@@ -471,17 +476,18 @@ register(OpRecord(
     ),
     deviations="Finite second derivatives at a zero vector (torch: NaN); below eps the norm's gradient is "
     "dropped, as the forward's (torch keeps it through its no_grad clamp).",
-))
-register(OpRecord(
-    "pdist", pdist, ("jaxrules.nn.pdist",), ("vector_norm",), ("_pdist_backward", "norm_backward"),
-    lambda rng, dt: [
+)
+record(
+    "pdist", fn=pdist, public=("jaxrules.nn.pdist",), formula_ops=("vector_norm",),
+    seed=("_pdist_backward", "norm_backward"),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 4, 3),)),
         Sample((normal(rng, dt, 5, 2), 1.0)),
         Sample((normal(rng, dt, 3, 4), 3.0)),
         Sample((normal(rng, dt, 3, 4), 0.5)),
         Sample((normal(rng, dt, 4, 3), np.inf)),
     ],
-    lambda torch, x, p=2.0: torch.nn.functional.pdist(x, p), "torch.nn.functional.pdist",
+    torch_fn=lambda torch, x, p=2.0: torch.nn.functional.pdist(x, p), torch_name="torch.nn.functional.pdist",
     singular=(
         # Rows 0 and 1 coincide: that distance has the zero subgradient; the others 5 = ||(3, 4)||.
         SingularPoint("coincident rows", (np.array([[1.0, 2.0], [1.0, 2.0], [4.0, 6.0]]),),
@@ -490,4 +496,4 @@ register(OpRecord(
                       (np.array([[-1.0, -1.0], [-1.0, -1.0], [2.0, 2.0]]),)),
     ),
     deviations="Finite second derivatives at coincident rows (torch has no double backward for pdist).",
-))
+)
