@@ -25,7 +25,7 @@ from jaxrules import _validate as V
 from jaxrules.mechanism import define_op
 from jaxrules.ops._sampling import f64, normal
 from jaxrules.ops.conv import adaptive_avg_pool_op
-from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+from jaxrules.registry import Sample, SingularPoint, record
 
 __all__ = ["interpolate", "grid_sample", "affine_grid"]
 
@@ -628,16 +628,16 @@ _INTERPOLATE_DEVIATIONS = (
     "and its height and width passes run one after the other agree with it)."
 )
 
-register(OpRecord(
-    "interpolate", interpolate, ("jaxrules.nn.interpolate",), ("interpolate", "adaptive_avg_pool"),
-    ("upsample_nearest1d_backward", "upsample_nearest2d_backward", "upsample_nearest3d_backward",
-     "upsample_linear1d_backward", "upsample_bilinear2d_backward", "upsample_bicubic2d_backward",
-     "upsample_trilinear3d_backward", "_upsample_bilinear2d_aa_backward", "_upsample_bicubic2d_aa_backward",
-     "_adaptive_avg_pool2d_backward"),
-    _interpolate_samples, _torch_interpolate, "torch.nn.functional.interpolate",
-    low_precision=("float32", "bfloat16"), deviations=_INTERPOLATE_DEVIATIONS,
-    empty_samples=_interpolate_empty_samples,
-))
+record(
+    "interpolate", fn=interpolate, public=("jaxrules.nn.interpolate",),
+    formula_ops=("interpolate", "adaptive_avg_pool"),
+    seed=("upsample_nearest1d_backward", "upsample_nearest2d_backward", "upsample_nearest3d_backward",
+          "upsample_linear1d_backward", "upsample_bilinear2d_backward", "upsample_bicubic2d_backward",
+          "upsample_trilinear3d_backward", "_upsample_bilinear2d_aa_backward", "_upsample_bicubic2d_aa_backward",
+          "_adaptive_avg_pool2d_backward"),
+    samples=_interpolate_samples, torch_fn=_torch_interpolate, torch_name="torch.nn.functional.interpolate",
+    low_precision=("float32", "bfloat16"), deviations=_INTERPOLATE_DEVIATIONS, empty_samples=_interpolate_empty_samples,
+)
 
 
 def _torch_grid_sample(torch, x, grid, **kwargs):
@@ -711,30 +711,31 @@ _GRID_SAMPLE_SINGULAR = (
                   {"mode": "nearest"}),
 )
 
-register(OpRecord(
-    "grid_sample", grid_sample, ("jaxrules.nn.grid_sample",), ("grid_sample",),
-    ("grid_sampler_2d_backward", "grid_sampler_3d_backward"),  # CPU kernels (GridSamplerKernel.cpp)
-    _grid_sample_samples, _torch_grid_sample, "torch.nn.functional.grid_sample",
+record(
+    "grid_sample", fn=grid_sample, public=("jaxrules.nn.grid_sample",), formula_ops=("grid_sample",),
+    seed=("grid_sampler_2d_backward", "grid_sampler_3d_backward"),  # CPU kernels (GridSamplerKernel.cpp)
+    samples=_grid_sample_samples, torch_fn=_torch_grid_sample, torch_name="torch.nn.functional.grid_sample",
     low_precision=("float32",), singular=_GRID_SAMPLE_SINGULAR, empty_samples=_grid_sample_empty_samples,
-))
+)
 
 
 def _torch_affine_grid(torch, theta, size, **kwargs):
     return torch.nn.functional.affine_grid(theta, size, **kwargs)
 
 
-register(OpRecord(
-    "affine_grid", affine_grid, ("jaxrules.nn.affine_grid",), ("affine_grid",), ("affine_grid_generator_backward",),
-    lambda rng, dt: [
+record(
+    "affine_grid", fn=affine_grid, public=("jaxrules.nn.affine_grid",), formula_ops=("affine_grid",),
+    seed=("affine_grid_generator_backward",),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 2, 2, 3), (2, 3, 3, 4)), {"align_corners": False}),
         Sample((normal(rng, dt, 1, 2, 3), (1, 1, 1, 3)), {"align_corners": True}),
         Sample((normal(rng, dt, 1, 3, 4), (1, 2, 2, 3, 2)), {"align_corners": True}),
     ],
-    _torch_affine_grid, "torch.nn.functional.affine_grid", low_precision=("float32", "bfloat16"),
+    torch_fn=_torch_affine_grid, torch_name="torch.nn.functional.affine_grid", low_precision=("float32", "bfloat16"),
     # torch refuses every zero-size size ("Expected non-zero, positive output size")
     empty_samples=lambda rng, dt: [
         Sample((normal(rng, dt, 0, 2, 3), (0, 3, 3, 4)), {"align_corners": False}),
         Sample((normal(rng, dt, 2, 2, 3), (2, 3, 0, 4)), {"align_corners": True}),
         Sample((normal(rng, dt, 0, 3, 4), (0, 2, 2, 3, 2)), {"align_corners": True}),
     ],
-))
+)
