@@ -17,7 +17,7 @@ from jaxrules import partials as P
 from jaxrules import vjp_rules as R
 from jaxrules.mechanism import concrete_value, define_op
 from jaxrules.ops._sampling import distinct, normal
-from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+from jaxrules.registry import Sample, SingularPoint, record
 
 # ----------------------------------------------------------------------------------------------
 # embedding
@@ -431,17 +431,17 @@ def _torch_embedding(torch, indices, weight, padding_idx=None, scale_grad_by_fre
     return torch.nn.functional.embedding(indices, weight, padding_idx, scale_grad_by_freq=scale_grad_by_freq)
 
 
-register(OpRecord(
-    "embedding", embedding, ("jaxrules.nn.embedding",), ("embedding",),
-    ("embedding_backward", "embedding_dense_double_backward"),
-    lambda rng, dt: [
+record(
+    "embedding", fn=embedding, public=("jaxrules.nn.embedding",), formula_ops=("embedding",),
+    seed=("embedding_backward", "embedding_dense_double_backward"),
+    samples=lambda rng, dt: [
         Sample((np.array([[0, 2, 4], [2, 2, 1]]), normal(rng, dt, 5, 3))),
         Sample((np.array([3, 0, 3]), normal(rng, dt, 4, 2)), {"padding_idx": 1}),  # padding row unused
     ],
-    _torch_embedding, "torch.nn.functional.embedding",
+    torch_fn=_torch_embedding, torch_name="torch.nn.functional.embedding",
     deviations="torch's conventions (not the lookup's derivative): no gradient into padding_idx, and "
     "scale_grad_by_freq divides by the index counts; pinned against torch in tests/test_indexing.py.",
-))
+)
 
 
 def _scatter_samples(reduce):
@@ -470,10 +470,11 @@ _TIES = (
 )
 
 for _reduce in _REDUCES:
-    register(OpRecord(
-        f"scatter_reduce_{_reduce}", scatter_reduce, ("jaxrules.numpy.scatter_reduce",), ("scatter_reduce",),
-        ("scatter_reduce_backward", "scatter_reduce_jvp"), _scatter_samples(_reduce), _torch_scatter_reduce,
-        "torch.scatter_reduce",  # complex sum/mean work, but torch cannot differentiate them to compare
+    record(
+        f"scatter_reduce_{_reduce}", fn=scatter_reduce, public=("jaxrules.numpy.scatter_reduce",),
+        formula_ops=("scatter_reduce",), seed=("scatter_reduce_backward", "scatter_reduce_jvp"),
+        samples=_scatter_samples(_reduce), torch_fn=_torch_scatter_reduce,
+        torch_name="torch.scatter_reduce",  # complex sum/mean work, but torch cannot differentiate them to compare
         torch_jvp_differs="torch's forward AD of scatter_reduce(prod) gives a wrong tangent (the seed's "
         "scatter_reduce_jvp leaves prod undefined)" if _reduce == "prod" else "",
         singular={"prod": _PROD_ZEROS, "amax": _TIES}.get(_reduce, ()),
@@ -481,7 +482,7 @@ for _reduce in _REDUCES:
         "DelayedError with two zeros)." if _reduce == "prod" else "",
         double_backward="JAX's derivative of the saved products of the others (segmented scans)"
         if _reduce == "prod" else "JAX's derivative of the VJP formula",
-    ))
+    )
 
 
 def _index_reduce_samples(rng, dt):
@@ -497,15 +498,15 @@ def _torch_index_reduce(torch, x, axis, index, source, reduce, include_self=True
     return x.index_reduce(axis, index, source, reduce, include_self=include_self)
 
 
-register(OpRecord(
-    "index_reduce", index_reduce, ("jaxrules.numpy.index_reduce",),
-    ("scatter_reduce",), ("index_reduce_backward",), _index_reduce_samples,
-    _torch_index_reduce, "torch.Tensor.index_reduce",
+record(
+    "index_reduce", fn=index_reduce, public=("jaxrules.numpy.index_reduce",), formula_ops=("scatter_reduce",),
+    seed=("index_reduce_backward",), samples=_index_reduce_samples, torch_fn=_torch_index_reduce,
+    torch_name="torch.Tensor.index_reduce",
     torch_jvp_differs="torch's forward AD of index_reduce(prod) is not the derivative (as scatter_reduce's)",
     singular=(SingularPoint("prod with a zero in a slot", (np.array([[1.0, 2.0], [3.0, 4.0]]), 0, np.array([0, 0]),
                                                           np.array([[0.0, 2.0], [5.0, 0.5]]), "prod")),),
     deviations="prod: forward-mode and higher derivatives are defined (as scatter_reduce's).",
-))
+)
 
 
 def _embedding_bag_entry(input, weight, per_sample_weights=None, offsets=None, **kwargs):  # noqa: A002
@@ -520,10 +521,11 @@ def _torch_embedding_bag(torch, input, weight, per_sample_weights=None, offsets=
 _BAG_INPUT = np.array([1, 2, 4, 4, 0, 5, 2])
 _BAG_OFFSETS = np.array([0, 2, 2, 5])  # the second bag is empty
 
-register(OpRecord(
-    "embedding_bag", _embedding_bag_entry, ("jaxrules.nn.embedding_bag",), ("embedding_bag_sum", "embedding_bag_max"),
-    ("_embedding_bag_backward", "_embedding_bag_dense_backward", "_embedding_bag_per_sample_weights_backward"),
-    lambda rng, dt: [
+record(
+    "embedding_bag", fn=_embedding_bag_entry, public=("jaxrules.nn.embedding_bag",),
+    formula_ops=("embedding_bag_sum", "embedding_bag_max"),
+    seed=("_embedding_bag_backward", "_embedding_bag_dense_backward", "_embedding_bag_per_sample_weights_backward"),
+    samples=lambda rng, dt: [
         Sample((_BAG_INPUT, distinct(rng, dt, 6, 3), None, _BAG_OFFSETS)),
         Sample((_BAG_INPUT, distinct(rng, dt, 6, 2), normal(rng, dt, 7), _BAG_OFFSETS), {"mode": "sum", "padding_idx": 2}),
         Sample((np.array([[0, 3, 3], [2, 1, 3]]), distinct(rng, dt, 4, 3)), {"mode": "max"}),
@@ -532,7 +534,7 @@ register(OpRecord(
         Sample((np.array([[1, 1, 3], [0, 1, 1]]), distinct(rng, dt, 4, 2)), {"padding_idx": 0}),  # mean
         Sample((np.zeros(0, int), normal(rng, dt, 3, 2), None, np.array([0, 0])), {"mode": "sum"}),  # empty bags: 0
     ],
-    _torch_embedding_bag, "torch.nn.functional.embedding_bag",
+    torch_fn=_torch_embedding_bag, torch_name="torch.nn.functional.embedding_bag",
     singular=(SingularPoint("max: ties go to the first maximum in bag order",
                             (np.array([[0, 1, 2], [2, 1, 0]]), np.array([[1.0, 5.0], [3.0, 5.0], [3.0, 0.0], [0.0, 0.0]])),
                             (np.array([[0.0, 1.0], [1.0, 1.0], [1.0, 0.0], [0.0, 0.0]]),), {"mode": "max"}),),
@@ -540,4 +542,4 @@ register(OpRecord(
     "embedding (torch 2.13's CPU embedding_bag divides some rows by another index's count); max_norm is not "
     "supported (ValueError); include_last_offset needs offsets[-1] == len(input) (torch's float32 and float64 CPU "
     "kernels disagree otherwise); pinned in tests/test_embedding_bag.py.",
-))
+)
