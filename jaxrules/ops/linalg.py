@@ -26,7 +26,7 @@ from jaxrules import vjp_rules as R
 from jaxrules.batching import leading_batch_rule
 from jaxrules.mechanism import concrete_value, define_op, explicit_sharding
 from jaxrules.ops._sampling import normal
-from jaxrules.registry import OpRecord, Sample, SingularPoint, register
+from jaxrules.registry import Sample, SingularPoint, record
 
 
 def _matrix(op: str, name: str, x, *, square=False, min_ndim=2):
@@ -605,30 +605,33 @@ _C = ("float64", "complex128")
 # Records
 
 
-register(OpRecord(
-    "matmul", matmul, ("jaxrules.numpy.matmul",), ("matmul",), ("mm_mat1_backward", "mm_mat2_backward"),
-    lambda rng, dt: [
+record(
+    "matmul", fn=matmul, public=("jaxrules.numpy.matmul",), formula_ops=("matmul",),
+    seed=("mm_mat1_backward", "mm_mat2_backward"),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 3, 4), normal(rng, dt, 4, 2))),
         Sample((normal(rng, dt, 2, 3, 4), normal(rng, dt, 4, 5))),
         Sample((normal(rng, dt, 4), normal(rng, dt, 2, 4, 3))),
         Sample((normal(rng, dt, 3, 4), normal(rng, dt, 4))),
     ],
-    lambda torch, a, b: torch.matmul(a, b), "torch.matmul", dtypes=_C,
-))
-register(OpRecord(
-    "linear", linear, ("jaxrules.nn.linear",), ("linear",), ("linear_double_backward",),
-    lambda rng, dt: [
+    torch_fn=lambda torch, a, b: torch.matmul(a, b), torch_name="torch.matmul", dtypes=_C,
+)
+record(
+    "linear", fn=linear, public=("jaxrules.nn.linear",), formula_ops=("linear",), seed=("linear_double_backward",),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 5, 3), normal(rng, dt, 4, 3), normal(rng, dt, 4))),
         Sample((normal(rng, dt, 2, 5, 3), normal(rng, dt, 4, 3))),
         Sample((normal(rng, dt, 3), normal(rng, dt, 4, 3), normal(rng, dt, 4))),
     ],
-    lambda torch, x, w, b=None: torch.nn.functional.linear(x, w, b), "torch.nn.functional.linear", dtypes=_C,
-))
-register(OpRecord(
-    "inv", inv, ("jaxrules.numpy.linalg.inv",), ("inv",), ("linalg_inv_ex (derivatives.yaml)",),
-    lambda rng, dt: [Sample((well_conditioned(rng, dt, 3, 3),)), Sample((well_conditioned(rng, dt, 2, 4, 4),))],
-    lambda torch, a: torch.linalg.inv(a), "torch.linalg.inv", dtypes=_C,
-))
+    torch_fn=lambda torch, x, w, b=None: torch.nn.functional.linear(x, w, b), torch_name="torch.nn.functional.linear",
+    dtypes=_C,
+)
+record(
+    "inv", fn=inv, public=("jaxrules.numpy.linalg.inv",), formula_ops=("inv",),
+    seed=("linalg_inv_ex (derivatives.yaml)",),
+    samples=lambda rng, dt: [Sample((well_conditioned(rng, dt, 3, 3),)), Sample((well_conditioned(rng, dt, 2, 4, 4),))],
+    torch_fn=lambda torch, a: torch.linalg.inv(a), torch_name="torch.linalg.inv", dtypes=_C,
+)
 
 _SINGULAR = (
     ("rank 2 of 3", np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])),
@@ -649,10 +652,11 @@ def _adjugate_np(a):
     return out
 
 
-register(OpRecord(
-    "det", det, ("jaxrules.numpy.linalg.det",), ("det", "adjugate"), ("linalg_det_jvp", "linalg_det_backward"),
-    lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((normal(rng, dt, 2, 4, 4),))],
-    lambda torch, a: torch.linalg.det(a), "torch.linalg.det", dtypes=_C,
+record(
+    "det", fn=det, public=("jaxrules.numpy.linalg.det",), formula_ops=("det", "adjugate"),
+    seed=("linalg_det_jvp", "linalg_det_backward"),
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((normal(rng, dt, 2, 4, 4),))],
+    torch_fn=lambda torch, a: torch.linalg.det(a), torch_name="torch.linalg.det", dtypes=_C,
     singular=tuple(
         SingularPoint(
             label, (a,), (_adjugate_np(a).T,),
@@ -664,11 +668,13 @@ register(OpRecord(
     deviations="At singular matrices the gradient is the adjugate (torch's default path gives 0) "
     "and second derivatives are finite (JAX: NaN in 10-35% of random singular cases).",
     double_backward="adjugate op's rules (SVD with fixed singular vectors; finite at every rank)",
-))
-register(OpRecord(
-    "adjugate", adjugate, ("jaxrules.linalg.adjugate",), ("adjugate",), ("linalg_det_backward (SVD branch)",),
-    lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((normal(rng, dt, 2, 4, 4),))],
-    lambda torch, a: torch.linalg.det(a)[..., None, None] * torch.linalg.inv(a), "det(A) inv(A) in torch", dtypes=_C,
+)
+record(
+    "adjugate", fn=adjugate, public=("jaxrules.linalg.adjugate",), formula_ops=("adjugate",),
+    seed=("linalg_det_backward (SVD branch)",),
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((normal(rng, dt, 2, 4, 4),))],
+    torch_fn=lambda torch, a: torch.linalg.det(a)[..., None, None] * torch.linalg.inv(a),
+    torch_name="det(A) inv(A) in torch", dtypes=_C,
     singular=tuple(
         # Finite second derivatives asked where at most one singular value is zero: with repeated
         # zero singular values they go through JAX's SVD derivative (1 / (s_i^2 - s_j^2)), NaN when
@@ -679,13 +685,14 @@ register(OpRecord(
     ),
     deviations="Second derivatives (det's third) at matrices with repeated zero singular values, "
     "such as the zero matrix, are NaN: they go through JAX's SVD derivative.",
-))
-register(OpRecord(
-    "slogdet", slogdet, ("jaxrules.numpy.linalg.slogdet",), ("slogdet",), ("slogdet_jvp", "slogdet_backward"),
-    lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((well_conditioned(rng, dt, 2, 4, 4),))],
-    lambda torch, a: tuple(torch.linalg.slogdet(a)), "torch.linalg.slogdet", dtypes=_C,
+)
+record(
+    "slogdet", fn=slogdet, public=("jaxrules.numpy.linalg.slogdet",), formula_ops=("slogdet",),
+    seed=("slogdet_jvp", "slogdet_backward"),
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((well_conditioned(rng, dt, 2, 4, 4),))],
+    torch_fn=lambda torch, a: tuple(torch.linalg.slogdet(a)), torch_name="torch.linalg.slogdet", dtypes=_C,
     double_backward="inv op's rules (the saved A^{-1} is computed by the inv op)",
-))
+)
 
 
 def _torch_solve(torch, a, b, left=True):
@@ -694,16 +701,16 @@ def _torch_solve(torch, a, b, left=True):
     return torch.linalg.solve(a, b, left=left)
 
 
-register(OpRecord(
-    "solve", torch_solve, ("jaxrules.numpy.linalg.solve", "jaxrules.linalg.solve"), ("solve",),
-    ("linalg_solve_jvp", "linalg_solve_backward"),
-    lambda rng, dt: [
+record(
+    "solve", fn=torch_solve, public=("jaxrules.numpy.linalg.solve", "jaxrules.linalg.solve"), formula_ops=("solve",),
+    seed=("linalg_solve_jvp", "linalg_solve_backward"),
+    samples=lambda rng, dt: [
         Sample((well_conditioned(rng, dt, 3, 3), normal(rng, dt, 3))),
         Sample((well_conditioned(rng, dt, 2, 3, 3), normal(rng, dt, 3, 4))),
         Sample((well_conditioned(rng, dt, 3, 3), normal(rng, dt, 2, 3)), {"left": False}),
     ],
-    _torch_solve, "torch.linalg.solve", dtypes=_C,
-))
+    torch_fn=_torch_solve, torch_name="torch.linalg.solve", dtypes=_C,
+)
 
 
 def _triangular_samples(rng, dt):
@@ -719,21 +726,23 @@ def _torch_solve_triangular(torch, a, b, **kw):
     return torch.linalg.solve_triangular(a, b, **kw)
 
 
-register(OpRecord(
-    "solve_triangular", torch_solve_triangular,
-    ("jaxrules.scipy.linalg.solve_triangular", "jaxrules.linalg.solve_triangular"), ("solve_triangular",),
-    ("linalg_solve_triangular_forward_AD", "linalg_solve_triangular_backward"),
-    _triangular_samples, _torch_solve_triangular, "torch.linalg.solve_triangular", dtypes=_C,
-))
+record(
+    "solve_triangular", fn=torch_solve_triangular,
+    public=("jaxrules.scipy.linalg.solve_triangular", "jaxrules.linalg.solve_triangular"),
+    formula_ops=("solve_triangular",), seed=("linalg_solve_triangular_forward_AD", "linalg_solve_triangular_backward"),
+    samples=_triangular_samples, torch_fn=_torch_solve_triangular, torch_name="torch.linalg.solve_triangular",
+    dtypes=_C,
+)
 
 
-register(OpRecord(
-    "cholesky", cholesky, ("jaxrules.numpy.linalg.cholesky",), ("cholesky",), ("cholesky_jvp", "cholesky_backward"),
-    lambda rng, dt: [Sample((positive_definite(rng, dt, 3, 3),)), Sample((positive_definite(rng, dt, 2, 4, 4),))],
-    lambda torch, a: torch.linalg.cholesky((a + a.mH) / 2), "torch.linalg.cholesky", dtypes=_C,
+record(
+    "cholesky", fn=cholesky, public=("jaxrules.numpy.linalg.cholesky",), formula_ops=("cholesky",),
+    seed=("cholesky_jvp", "cholesky_backward"),
+    samples=lambda rng, dt: [Sample((positive_definite(rng, dt, 3, 3),)), Sample((positive_definite(rng, dt, 2, 4, 4),))],
+    torch_fn=lambda torch, a: torch.linalg.cholesky((a + a.mH) / 2), torch_name="torch.linalg.cholesky", dtypes=_C,
     deviations="The input and its tangent are symmetrized, (A + A^H)/2, as jax.numpy does; torch "
     "reads the lower triangle and its JVP assumes a Hermitian tangent (equal for Hermitian tangents).",
-))
+)
 
 
 def _torch_cholesky_solve(torch, c, b, lower=True):
@@ -749,19 +758,18 @@ def _cho_solve_tril(c, b, lower=True):
     return cho_solve((P.band(_matrix("cho_solve", "c", c, square=True), lower), lower), b)
 
 
-register(OpRecord(
-    "cho_solve", _cho_solve_tril, ("jaxrules.scipy.linalg.cho_solve", "jaxrules.linalg.cholesky_solve"), ("cho_solve",),
-    ("cholesky_solve_backward", "cholesky_solve_jvp"),
-    lambda rng, dt: [
+record(
+    "cho_solve", fn=_cho_solve_tril, public=("jaxrules.scipy.linalg.cho_solve", "jaxrules.linalg.cholesky_solve"),
+    formula_ops=("cho_solve",), seed=("cholesky_solve_backward", "cholesky_solve_jvp"),
+    samples=lambda rng, dt: [
         Sample((_lower_factor(rng, dt, 3, 3), normal(rng, dt, 3, 2))),
         Sample((np.conj(np.swapaxes(_lower_factor(rng, dt, 3, 3), -1, -2)), normal(rng, dt, 3)), {"lower": False}),
         Sample((_lower_factor(rng, dt, 2, 4, 4), normal(rng, dt, 4, 2))),
     ],
-    _torch_cholesky_solve,
-    "torch.cholesky_solve", dtypes=_C,
+    torch_fn=_torch_cholesky_solve, torch_name="torch.cholesky_solve", dtypes=_C,
     deviations="The factor's gradient is torch's (not projected on the triangle the forward reads); "
     "the harness checks cho_solve of tril(L), and tests/test_linalg.py pins the dense gradient.",
-))
+)
 
 
 def _cholesky_inverse_tril(c, upper=False):
@@ -769,21 +777,21 @@ def _cholesky_inverse_tril(c, upper=False):
     return cholesky_inverse(P.band(_matrix("cholesky_inverse", "L", c, square=True), not upper), upper)
 
 
-register(OpRecord(
-    "cholesky_inverse", _cholesky_inverse_tril, ("jaxrules.linalg.cholesky_inverse",), ("cholesky_inverse",),
-    ("cholesky_inverse_backward", "cholesky_inverse_jvp (corrected)"),
-    lambda rng, dt: [
+record(
+    "cholesky_inverse", fn=_cholesky_inverse_tril, public=("jaxrules.linalg.cholesky_inverse",),
+    formula_ops=("cholesky_inverse",), seed=("cholesky_inverse_backward", "cholesky_inverse_jvp (corrected)"),
+    samples=lambda rng, dt: [
         Sample((_lower_factor(rng, dt, 3, 3),)),
         Sample((np.conj(np.swapaxes(_lower_factor(rng, dt, 3, 3), -1, -2)), True)),
         Sample((_lower_factor(rng, dt, 2, 4, 4),)),
     ],
-    lambda torch, c, upper=False: torch.cholesky_inverse(torch.triu(c) if upper else torch.tril(c), upper=upper),
-    "torch.cholesky_inverse", dtypes=_C,
+    torch_fn=lambda torch, c, upper=False: torch.cholesky_inverse(torch.triu(c) if upper else torch.tril(c), upper=upper),
+    torch_name="torch.cholesky_inverse", dtypes=_C,
     torch_jvp_differs="torch's cholesky_inverse_jvp is wrong (the seed's formula)",
     deviations="JVP: the seed's (and torch 2.13's) cholesky_inverse_jvp is wrong (K = -X dL X L^H "
     "instead of -X dL L^H X; error 0.016-0.02 against finite differences); jaxrules uses the "
     "correct one, so `torch` JVP parity is not expected for this op.",
-))
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1048,14 +1056,15 @@ def _spectral(rng, dt, values, *batch):
     return (q * np.asarray(values)) @ np.conj(np.swapaxes(q, -1, -2))
 
 
-register(OpRecord(
-    "eigh", _eigh_invariants, ("jaxrules.numpy.linalg.eigh",), ("eigh",), ("linalg_eig_jvp", "linalg_eig_backward"),
-    lambda rng, dt: [
+record(
+    "eigh", fn=_eigh_invariants, public=("jaxrules.numpy.linalg.eigh",), formula_ops=("eigh",),
+    seed=("linalg_eig_jvp", "linalg_eig_backward"),
+    samples=lambda rng, dt: [
         Sample((_spectral(rng, dt, [-1.0, 0.5, 2.0]),)),
         Sample((_spectral(rng, dt, [-2.0, -0.5, 1.0, 3.0], 2),)),
     ],
-    lambda torch, a: (lambda w, v: (w, (v * v.conj()).real))(*torch.linalg.eigh((a + a.mH) / 2)),
-    "torch.linalg.eigh", dtypes=_C,
+    torch_fn=lambda torch, a: (lambda w, v: (w, (v * v.conj()).real))(*torch.linalg.eigh((a + a.mH) / 2)),
+    torch_name="torch.linalg.eigh", dtypes=_C,
     singular=(SingularPoint(
         "repeated eigenvalue", (np.diag([1.0, 1.0, 2.0]),), (np.eye(3),),
         torch_differs="torch gives NaN at repeated eigenvalues (the loss sum(w) + sum|V|^2 = tr A + n "
@@ -1063,13 +1072,14 @@ register(OpRecord(
     ),),
     deviations="Repeated eigenvalues: the degenerate pairs' terms are dropped (torch and JAX: NaN), "
     "so eigenvalue-only and separated-subspace losses have finite exact gradients.",
-))
-register(OpRecord(
-    "eigvalsh", eigvalsh, ("jaxrules.numpy.linalg.eigvalsh",), ("eigvalsh",), ("linalg_eig_backward",),
-    lambda rng, dt: [Sample((_spectral(rng, dt, [-1.0, 0.5, 2.0]),)), Sample((_spectral(rng, dt, [1.0, 2.0, 3.0, 4.0], 2),))],
-    lambda torch, a: torch.linalg.eigvalsh((a + a.mH) / 2), "torch.linalg.eigvalsh", dtypes=_C,
+)
+record(
+    "eigvalsh", fn=eigvalsh, public=("jaxrules.numpy.linalg.eigvalsh",), formula_ops=("eigvalsh",),
+    seed=("linalg_eig_backward",),
+    samples=lambda rng, dt: [Sample((_spectral(rng, dt, [-1.0, 0.5, 2.0]),)), Sample((_spectral(rng, dt, [1.0, 2.0, 3.0, 4.0], 2),))],
+    torch_fn=lambda torch, a: torch.linalg.eigvalsh((a + a.mH) / 2), torch_name="torch.linalg.eigvalsh", dtypes=_C,
     singular=(SingularPoint("identity (all repeated)", (np.eye(3),), (np.eye(3),)),),
-))
+)
 
 
 def _svd_samples(rng, dt):
@@ -1081,32 +1091,35 @@ def _svd_samples(rng, dt):
     ]
 
 
-register(OpRecord(
-    "svd", _svd_invariants, ("jaxrules.numpy.linalg.svd",), ("svd",), ("linalg_svd_jvp", "svd_backward"),
-    _svd_samples, _torch_svd_invariants, "torch.linalg.svd", dtypes=_C,
+record(
+    "svd", fn=_svd_invariants, public=("jaxrules.numpy.linalg.svd",), formula_ops=("svd",),
+    seed=("linalg_svd_jvp", "svd_backward"), samples=_svd_samples, torch_fn=_torch_svd_invariants,
+    torch_name="torch.linalg.svd", dtypes=_C,
     deviations="full_matrices=True is differentiable (JAX raises): the extra columns get the tangent "
     "that keeps the basis orthonormal (torch: zero, which makes d(U_e U_e^H) wrong). Repeated "
     "singular values: degenerate pairs dropped (torch, JAX: NaN); 1/S is 0 at S = 0.",
-))
-register(OpRecord(
-    "svdvals", svdvals, ("jaxrules.numpy.linalg.svdvals",), ("svdvals",), ("svd_backward (svdvals path)",),
-    lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((normal(rng, dt, 2, 4, 2),))],
-    lambda torch, a: torch.linalg.svdvals(a), "torch.linalg.svdvals", dtypes=_C,
+)
+record(
+    "svdvals", fn=svdvals, public=("jaxrules.numpy.linalg.svdvals",), formula_ops=("svdvals",),
+    seed=("svd_backward (svdvals path)",),
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((normal(rng, dt, 2, 4, 2),))],
+    torch_fn=lambda torch, a: torch.linalg.svdvals(a), torch_name="torch.linalg.svdvals", dtypes=_C,
     singular=(SingularPoint("identity (all repeated)", (np.eye(3),), (np.eye(3),)),),
-))
-register(OpRecord(
-    "qr", _qr_invariants, ("jaxrules.numpy.linalg.qr",), ("qr",), ("linalg_qr_jvp", "linalg_qr_backward"),
-    lambda rng, dt: [
+)
+record(
+    "qr", fn=_qr_invariants, public=("jaxrules.numpy.linalg.qr",), formula_ops=("qr",),
+    seed=("linalg_qr_jvp", "linalg_qr_backward"),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 2, 3, 3),)),
         Sample((normal(rng, dt, 2, 4),)),
         Sample((normal(rng, dt, 4, 3),)),
         Sample((normal(rng, dt, 4, 2), "complete")),
         # ('complete' with m <= n is 'reduced': the formulas branch on m > n only; no sample)
     ],
-    _torch_qr_invariants, "torch.linalg.qr", dtypes=_C,
+    torch_fn=_torch_qr_invariants, torch_name="torch.linalg.qr", dtypes=_C,
     deviations="mode='complete' with more rows than columns is differentiable (torch raises): the "
     "extra columns get the tangent that keeps Q orthonormal.",
-))
+)
 
 
 def _eig_samples(rng, dt):
@@ -1119,17 +1132,19 @@ def _eig_samples(rng, dt):
             Sample((normal(rng, dt, 3, 3),))]
 
 
-register(OpRecord(
-    "eig", _eig_invariants, ("jaxrules.numpy.linalg.eig",), ("eig",), ("linalg_eig_jvp", "linalg_eig_backward"),
-    _eig_samples, _torch_eig_invariants, "torch.linalg.eig",
-    dtypes=_C, tolerance={"float32": 1e-3},  # eigenvector gradients amplify float32 rounding by 1/gap
+record(
+    "eig", fn=_eig_invariants, public=("jaxrules.numpy.linalg.eig",), formula_ops=("eig",),
+    seed=("linalg_eig_jvp", "linalg_eig_backward"), samples=_eig_samples, torch_fn=_torch_eig_invariants,
+    torch_name="torch.linalg.eig", dtypes=_C,
+    tolerance={"float32": 1e-3},  # eigenvector gradients amplify float32 rounding by 1/gap
     deviations="Differentiable (jnp.linalg.eig raises even for eigenvalue-only losses); repeated "
     "eigenvalues: degenerate pairs dropped (torch: NaN).",
-))
-register(OpRecord(
-    "eigvals", eigvals, ("jaxrules.numpy.linalg.eigvals",), ("eigvals",), ("linalg_eig_backward",),
-    _eig_samples, lambda torch, a: torch.linalg.eigvals(a), "torch.linalg.eigvals", dtypes=_C,
-))
+)
+record(
+    "eigvals", fn=eigvals, public=("jaxrules.numpy.linalg.eigvals",), formula_ops=("eigvals",),
+    seed=("linalg_eig_backward",), samples=_eig_samples, torch_fn=lambda torch, a: torch.linalg.eigvals(a),
+    torch_name="torch.linalg.eigvals", dtypes=_C,
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1528,51 +1543,53 @@ def ormqr(input: ArrayLike, tau: ArrayLike, other: ArrayLike, left: bool = True,
 # Records (pseudo-inverse, least squares, LU, expm, Householder)
 
 
-register(OpRecord(
-    "pinv", pinv, ("jaxrules.numpy.linalg.pinv",), ("pinv",), ("pinv_jvp", "pinv_backward"),
-    lambda rng, dt: [Sample((normal(rng, dt, 3, 5),)), Sample((normal(rng, dt, 5, 3),)), Sample((normal(rng, dt, 2, 3, 3),))],
-    lambda torch, a: torch.linalg.pinv(a), "torch.linalg.pinv", dtypes=_C,
+record(
+    "pinv", fn=pinv, public=("jaxrules.numpy.linalg.pinv",), formula_ops=("pinv",), seed=("pinv_jvp", "pinv_backward"),
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 3, 5),)), Sample((normal(rng, dt, 5, 3),)), Sample((normal(rng, dt, 2, 3, 3),))],
+    torch_fn=lambda torch, a: torch.linalg.pinv(a), torch_name="torch.linalg.pinv", dtypes=_C,
     deviations="Rank-deficient inputs: the constant-rank derivative (as torch); tests/test_linalg.py "
     "checks it along perturbations that keep the rank.",
-))
+)
 
 
 def _lstsq_solution(a, b, rcond=None):
     return lstsq(a, b, rcond)[0]
 
 
-register(OpRecord(
-    "lstsq", _lstsq_solution, ("jaxrules.numpy.linalg.lstsq",), ("lstsq",), ("linalg_lstsq_jvp", "linalg_lstsq_backward"),
-    lambda rng, dt: [
+record(
+    "lstsq", fn=_lstsq_solution, public=("jaxrules.numpy.linalg.lstsq",), formula_ops=("lstsq",),
+    seed=("linalg_lstsq_jvp", "linalg_lstsq_backward"),
+    samples=lambda rng, dt: [
         Sample((normal(rng, dt, 5, 3), normal(rng, dt, 5))),
         Sample((normal(rng, dt, 2, 4), normal(rng, dt, 2, 3))),
         Sample((normal(rng, dt, 2, 4, 3) + 2 * np.eye(4, 3), normal(rng, dt, 4, 2))),  # batched, well-conditioned
     ],
-    lambda torch, a, b, rcond=None: torch.linalg.lstsq(a, b.expand(a.shape[:-2] + b.shape), driver="gelsd").solution,
-    "torch.linalg.lstsq", dtypes=_C,
-))
+    torch_fn=lambda torch, a, b, rcond=None: torch.linalg.lstsq(a, b.expand(a.shape[:-2] + b.shape), driver="gelsd").solution,
+    torch_name="torch.linalg.lstsq", dtypes=_C,
+)
 
 
 def _lu_samples(rng, dt):
     return [Sample((normal(rng, dt, 3, 5),)), Sample((normal(rng, dt, 5, 3),)), Sample((normal(rng, dt, 2, 3, 3),))]
 
 
-register(OpRecord(
-    "lu", lu, ("jaxrules.scipy.linalg.lu",), ("lu",), ("linalg_lu_jvp", "linalg_lu_backward"),
-    _lu_samples, lambda torch, a: tuple(torch.linalg.lu(a)), "torch.linalg.lu", dtypes=_C,
-))
+record(
+    "lu", fn=lu, public=("jaxrules.scipy.linalg.lu",), formula_ops=("lu",),
+    seed=("linalg_lu_jvp", "linalg_lu_backward"), samples=_lu_samples,
+    torch_fn=lambda torch, a: tuple(torch.linalg.lu(a)), torch_name="torch.linalg.lu", dtypes=_C,
+)
 def _packed_factors(a):
     """lu_factor's differentiable output (the pivots are integers; tests/test_linalg.py compares
     them with torch's)."""
     return lu_factor(a)[0]
 
 
-register(OpRecord(
-    "lu_factor", _packed_factors, ("jaxrules.scipy.linalg.lu_factor", "jaxrules.linalg.lu_factor"), ("lu_factor",),
-    ("lu_factor_ex_jvp", "lu_factor_ex_backward"),
-    _lu_samples, lambda torch, a: torch.linalg.lu_factor(a)[0], "torch.linalg.lu_factor",
-    dtypes=_C, deviations="Pivots are 0-based (jax.scipy's convention; torch's are 1-based).",
-))
+record(
+    "lu_factor", fn=_packed_factors, public=("jaxrules.scipy.linalg.lu_factor", "jaxrules.linalg.lu_factor"),
+    formula_ops=("lu_factor",), seed=("lu_factor_ex_jvp", "lu_factor_ex_backward"), samples=_lu_samples,
+    torch_fn=lambda torch, a: torch.linalg.lu_factor(a)[0], torch_name="torch.linalg.lu_factor", dtypes=_C,
+    deviations="Pivots are 0-based (jax.scipy's convention; torch's are 1-based).",
+)
 
 
 def _factored(rng, dt, *shape):
@@ -1605,24 +1622,25 @@ def _torch_lu_solve(torch, lu_, piv, b, trans=0):
     return x[..., 0] if vector else x
 
 
-register(OpRecord(
-    "lu_solve", _lu_solve_unpacked, ("jaxrules.scipy.linalg.lu_solve",), ("lu_solve",),
-    ("linalg_lu_solve_LU", "linalg_lu_solve_jvp"),
-    _lu_solve_samples, _torch_lu_solve, "torch.linalg.lu_solve", dtypes=_C, torch_no_grad_args=(1,),
-))
-register(OpRecord(
-    "lu_unpack", lu_unpack, ("jaxrules.linalg.lu_unpack",), ("lu_unpack",), ("lu_unpack_backward",),
-    lambda rng, dt: [Sample(_factored(rng, dt, 4, 4)), Sample(_factored(rng, dt, 2, 3, 3))]
-    + [Sample(tuple(np.asarray(x) for x in P.lu_factor(normal(rng, dt, *s)))) for s in ((3, 5), (5, 3))],
-    lambda torch, lu_, piv: tuple(torch.lu_unpack(lu_, piv.to(torch.int32) + 1)), "torch.lu_unpack", dtypes=_C,
-    deviations="Pivots are 0-based, as lu_factor returns them.",
-))
-register(OpRecord(
-    "expm", expm, ("jaxrules.scipy.linalg.expm", "jaxrules.linalg.matrix_exp"), ("expm",),
-    ("linalg_matrix_exp_differential", "differential_analytic_matrix_function"),
-    lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((0.5 * normal(rng, dt, 2, 4, 4),))],
-    lambda torch, a: torch.linalg.matrix_exp(a), "torch.linalg.matrix_exp", dtypes=_C,
-))
+record(
+    "lu_solve", fn=_lu_solve_unpacked, public=("jaxrules.scipy.linalg.lu_solve",), formula_ops=("lu_solve",),
+    seed=("linalg_lu_solve_LU", "linalg_lu_solve_jvp"), samples=_lu_solve_samples, torch_fn=_torch_lu_solve,
+    torch_name="torch.linalg.lu_solve", dtypes=_C, torch_no_grad_args=(1,),
+)
+record(
+    "lu_unpack", fn=lu_unpack, public=("jaxrules.linalg.lu_unpack",), formula_ops=("lu_unpack",),
+    seed=("lu_unpack_backward",),
+    samples=lambda rng, dt: [Sample(_factored(rng, dt, 4, 4)), Sample(_factored(rng, dt, 2, 3, 3))]
+            + [Sample(tuple(np.asarray(x) for x in P.lu_factor(normal(rng, dt, *s)))) for s in ((3, 5), (5, 3))],
+    torch_fn=lambda torch, lu_, piv: tuple(torch.lu_unpack(lu_, piv.to(torch.int32) + 1)), torch_name="torch.lu_unpack",
+    dtypes=_C, deviations="Pivots are 0-based, as lu_factor returns them.",
+)
+record(
+    "expm", fn=expm, public=("jaxrules.scipy.linalg.expm", "jaxrules.linalg.matrix_exp"), formula_ops=("expm",),
+    seed=("linalg_matrix_exp_differential", "differential_analytic_matrix_function"),
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((0.5 * normal(rng, dt, 2, 4, 4),))],
+    torch_fn=lambda torch, a: torch.linalg.matrix_exp(a), torch_name="torch.linalg.matrix_exp", dtypes=_C,
+)
 
 
 def _geqrf(rng, dt, *shape):
@@ -1632,13 +1650,14 @@ def _geqrf(rng, dt, *shape):
     return np.swapaxes(h, -1, -2).astype(dt), tau.astype(dt)
 
 
-register(OpRecord(
-    "householder_product", householder_product, ("jaxrules.linalg.householder_product",), ("householder_product",),
-    ("householder_product_jvp", "householder_product_backward"),
-    lambda rng, dt: [Sample(_geqrf(rng, dt, 4, 4)), Sample(_geqrf(rng, dt, 5, 3)), Sample(_geqrf(rng, dt, 2, 4, 2))],
-    lambda torch, a, tau: torch.linalg.householder_product(a, tau), "torch.linalg.householder_product", dtypes=_C,
+record(
+    "householder_product", fn=householder_product, public=("jaxrules.linalg.householder_product",),
+    formula_ops=("householder_product",), seed=("householder_product_jvp", "householder_product_backward"),
+    samples=lambda rng, dt: [Sample(_geqrf(rng, dt, 4, 4)), Sample(_geqrf(rng, dt, 5, 3)), Sample(_geqrf(rng, dt, 2, 4, 2))],
+    torch_fn=lambda torch, a, tau: torch.linalg.householder_product(a, tau),
+    torch_name="torch.linalg.householder_product", dtypes=_C,
     deviations="Differentiable (JAX has no derivative rule for it).",
-))
+)
 
 
 def _ormqr_samples(rng, dt):
@@ -1650,8 +1669,9 @@ def _ormqr_samples(rng, dt):
     return out
 
 
-register(OpRecord(
-    "ormqr", ormqr, ("jaxrules.linalg.ormqr",), ("ormqr",), ("ormqr_backward",),
-    _ormqr_samples, lambda torch, a, tau, c, left=True, transpose=False: torch.ormqr(a, tau, c, left, transpose),
-    "torch.ormqr", dtypes=_C, deviations="Differentiable (JAX has no derivative rule for it).",
-))
+record(
+    "ormqr", fn=ormqr, public=("jaxrules.linalg.ormqr",), formula_ops=("ormqr",), seed=("ormqr_backward",),
+    samples=_ormqr_samples,
+    torch_fn=lambda torch, a, tau, c, left=True, transpose=False: torch.ormqr(a, tau, c, left, transpose),
+    torch_name="torch.ormqr", dtypes=_C, deviations="Differentiable (JAX has no derivative rule for it).",
+)
