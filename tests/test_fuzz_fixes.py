@@ -51,3 +51,37 @@ def test_class_loss_no_classes_no_targets(op):
     value, grad = jax.value_and_grad(lambda x: getattr(nn, op)(x, jnp.asarray(t)))(jnp.asarray(x))
     np.testing.assert_equal(np.asarray(value), expected.numpy())
     assert grad.shape == (0, 0)
+
+
+# ----------------------------------------------------------------------------------------------
+# embedding / embedding_bag: an empty (0, d) table (was IndexError from jnp.take)
+
+
+def test_embedding_empty_table():
+    w = np.zeros((0, 3))
+    with pytest.raises(RuntimeError):  # torch: "index_select(): self indexing axis dim should be positive"
+        torch.nn.functional.embedding(torch.tensor([[0, 1]]), torch.tensor(w))
+    with pytest.raises(ValueError, match="embedding: weight has no rows"):
+        nn.embedding(jnp.array([[0, 1]]), jnp.asarray(w))
+    # no index: an empty lookup, as torch
+    none = np.zeros((2, 0), np.int64)
+    expected = torch.nn.functional.embedding(torch.tensor(none), torch.tensor(w))
+    out, grad = jax.value_and_grad(lambda w: nn.embedding(jnp.asarray(none), w).sum())(jnp.asarray(w))
+    assert nn.embedding(jnp.asarray(none), jnp.asarray(w)).shape == tuple(expected.shape) == (2, 0, 3)
+    assert grad.shape == (0, 3)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_empty_table(mode):
+    w = np.zeros((0, 2))
+    with pytest.raises(RuntimeError):  # torch: "Expected idx >= 0 && idx < num_embeddings"
+        torch.nn.functional.embedding_bag(torch.tensor([[0, 1]]), torch.tensor(w), mode=mode)
+    with pytest.raises(ValueError, match="embedding_bag: weight has no rows"):
+        jax.jit(lambda w: nn.embedding_bag(jnp.array([[0, 1]]), w, mode=mode))(jnp.asarray(w))
+    # no index: every bag empty, zeros, as torch
+    none, offsets = np.zeros(0, np.int64), np.array([0, 0])
+    expected = torch.nn.functional.embedding_bag(torch.tensor(none), torch.tensor(w), torch.tensor(offsets), mode=mode)
+    out = nn.embedding_bag(jnp.asarray(none), jnp.asarray(w), jnp.asarray(offsets), mode=mode)
+    np.testing.assert_array_equal(np.asarray(out), expected.numpy())
+    grad = jax.grad(lambda w: nn.embedding_bag(jnp.asarray(none), w, jnp.asarray(offsets), mode=mode).sum())
+    assert grad(jnp.asarray(w)).shape == (0, 2)

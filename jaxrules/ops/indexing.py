@@ -22,9 +22,15 @@ from jaxrules.registry import Sample, SingularPoint, record
 # ----------------------------------------------------------------------------------------------
 # embedding
 
+def _lookup(indices, weight, **_):
+    """``weight[indices]``, of shape ``indices.shape + weight.shape[1:]`` (through the flat
+    indices: jnp.take of empty indices from an empty axis drops their shape)."""
+    return jnp.take(weight, indices.reshape(-1), axis=0).reshape(indices.shape + weight.shape[1:])
+
+
 embedding_op = define_op(
     "embedding",
-    lambda indices, weight, **_: jnp.take(weight, indices, axis=0),
+    _lookup,
     J.embedding_jvp,
     R.embedding_vjp,
     lambda out, indices, weight, **_: indices,
@@ -36,6 +42,14 @@ def _indices(op, name, x):
     if not jnp.issubdtype(x.dtype, jnp.integer):
         raise TypeError(f"{op}: {name} must be an integer array, got {x.dtype}")
     return x
+
+
+def _check_rows(op, name, indices, weight):
+    """An empty table admits no index (torch: "index_select(): self indexing axis dim should be
+    positive", embedding_bag's "Expected idx >= 0 && idx < num_embeddings"); no index: empty output."""
+    if weight.shape[0] == 0 and indices.size:
+        raise ValueError(f"{op}: weight has no rows (num_embeddings = 0), so no entry of {name} (shape "
+                         f"{indices.shape}) is in range")
 
 
 def embedding(indices: ArrayLike, weight: ArrayLike, padding_idx: int | None = None,
@@ -59,13 +73,15 @@ def embedding(indices: ArrayLike, weight: ArrayLike, padding_idx: int | None = N
         ``weight[indices]``: ``indices.shape + (embedding_dim,)``, in weight's dtype.
 
     Raises:
-        ValueError: weight not 2-d, or a ``padding_idx`` out of range.
+        ValueError: weight not 2-d, an empty weight (0 rows) with indices, or a ``padding_idx`` out
+            of range.
         TypeError: ``indices`` not of an integer dtype.
     """
     indices = _indices("embedding", "indices", indices)
     weight = V.array("embedding", "weight", weight)
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be (num_embeddings, embedding_dim), got {weight.shape}")
+    _check_rows("embedding", "indices", indices, weight)
     num = weight.shape[0]
     if padding_idx is not None:
         if not isinstance(padding_idx, int | np.integer) or not -num <= padding_idx < num:
@@ -245,6 +261,7 @@ def embedding_bag(input: ArrayLike, weight: ArrayLike, offsets: ArrayLike | None
         raise ValueError(f"{_BAG}: weight must be a real (num_embeddings, embedding_dim) array, got {w.shape} {w.dtype}")
     if indices.ndim not in (1, 2):
         raise ValueError(f"{_BAG}: input must be 1-d (with offsets) or 2-d (a bag per row), got shape {indices.shape}")
+    _check_rows(_BAG, "input", indices, w)
     num, n = w.shape[0], indices.size
     host = concrete_value(indices)
     if host is not None and host.size and (host.min() < 0 or host.max() >= num):
