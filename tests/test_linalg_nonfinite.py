@@ -86,3 +86,41 @@ def test_adjugate_of_empty_batches():
     assert rla.det(np.zeros((0, 4, 4))).shape == (0,)
     assert jrl.adjugate(np.zeros((0, 4, 4))).shape == (0, 4, 4)
     assert jrl.adjugate(np.zeros((2, 0, 0))).shape == (2, 0, 0)
+
+
+def _torch_value_and_grad(fn, *args):
+    """torch's value and gradients of ``sum(out)`` (float64)."""
+    ts = [torch.tensor(a, requires_grad=True) for a in args]
+    out = fn(*ts)
+    out.sum().backward()
+    return out.detach().numpy(), [t.grad.numpy() for t in ts]
+
+
+def _assert_like_torch(ours, theirs):
+    """Same NaN and infinity positions (and signs), finite entries close."""
+    ours, theirs = np.asarray(ours), np.asarray(theirs)
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(theirs))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)  # (equal_nan; infinities must be equal)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("value, at", [(np.nan, (1, 1)), (np.nan, (2, 1)), (np.nan, (3, 0)), (np.inf, (1, 1)),
+                                       (-np.inf, (0, 0)), (np.inf, (3, 3))])
+def test_cholesky_inverse_nonfinite_factor_entry_keeps_the_trailing_block(at, value, upper):
+    """A NaN ``L[p, q]`` enters ``X = (L L^H)^{-1}`` in the rows and columns ``<= q`` only:
+    ``X[q+1:, q+1:] = (L22 L22^H)^{-1}`` stays finite, as torch's (LAPACK potri); an infinite
+    diagonal entry too; the gradient as torch's. (An infinite entry below the diagonal is not
+    covered: XLA's triangular solve multiplies the structural zeros of L^{-1} by it, NaN where
+    LAPACK's trtri, skipping them, gives the limit +-inf.)"""
+    factor = np.linalg.cholesky(A @ np.swapaxes(A, -1, -2) / 4 + np.eye(4))
+    factor[(1, *at)] = value
+    if upper:
+        factor = np.swapaxes(factor, -1, -2)
+    fn = lambda c: jrl.cholesky_inverse(c, upper=upper)  # noqa: E731
+    ours, grad = fn(factor), jax.grad(lambda c: fn(c).sum())(factor)
+    theirs, (t_grad,) = _torch_value_and_grad(lambda c: torch.cholesky_inverse(c, upper=upper), factor)
+    q = at[1]
+    if value != value:  # NaN: the trailing block is finite
+        assert np.isfinite(np.asarray(ours)[1, q + 1:, q + 1:]).all() and np.isnan(np.asarray(ours)[1, q]).all()
+    _assert_like_torch(ours, theirs)
+    _assert_like_torch(grad, t_grad)

@@ -111,9 +111,6 @@ OPEN: dict[str, str] = {
     "scaled_dot_product_attention[[]pallas]/arg[01]/*": "open: the ragged kernels (impl='pallas', not the default) "
                                                         "return 0 or +-inf where torch's output is NaN",
     # ops/linalg.py
-    "cholesky_inverse/arg0/nan": "open: all NaN; torch keeps entry [2, 2] = 1/L22^2 finite, the exact value "
-                                 "(the NaN is L11): cho_solve(L, I) and XLA's triangular solves divide the "
-                                 "structural zeros of L^{-1} by L11 (0/NaN); LAPACK's potri skips them",
     "det/arg0/?inf": "open: the value NaN where torch's (and the exact cofactor expansion's) is +-inf: "
                      "jax.numpy's 3x3 closed form sums the six Leibniz products, which meet the infinite entry "
                      "with both signs; the expansion along its row would cost 1.3-1.7x on finite 3x3 batches. "

@@ -554,7 +554,23 @@ def torch_cholesky_solve(B: ArrayLike, L: ArrayLike, upper: bool = False) -> Arr
     return cho_solve((L, not upper), B)
 
 
-cholesky_inverse_op = define_op("cholesky_inverse", lambda c, *, lower: P.cho_solve(c, lower, jnp.broadcast_to(jnp.eye(c.shape[-1], dtype=c.dtype), c.shape)), J.cholesky_inverse_jvp, R.cholesky_inverse_vjp, lambda out, c, **_: (c, out))
+def _cholesky_inverse_primal(c, *, lower):
+    """``X = L^{-H} L^{-1} = Y^H Y`` with ``Y = L^{-1}`` (lower), ``X = U^{-1} U^{-H} = Y Y^H`` with
+    ``Y = U^{-1}`` (upper), as LAPACK's potri (trtri, then the triangular product). ``Y`` is solved
+    in the order that keeps its entries exact at a non-finite factor entry ``L[p, q]``: ``I L^{-1}``
+    (the columns from the last: NaN in the columns ``<= q``, the others exact) and its strict upper
+    triangle, the structural zeros the solve divides by the entry, set to 0. Then ``X[q+1:, q+1:]``
+    = ``(L22 L22^H)^{-1}`` stays finite, as torch's (``cho_solve(L, I)`` solves ``L^{-1} I`` by rows
+    first: NaN in every row ``>= p``, so every entry of X)."""
+    eye = jnp.broadcast_to(jnp.eye(c.shape[-1], dtype=c.dtype), c.shape)
+    if lower:  # Y = I L^{-1} by columns from the last, X = Y^H Y
+        y = jnp.tril(P.tri_solve(c, eye, lower=True, left=False))
+        return P.matmul(P.mH(y), y)
+    y = jnp.triu(P.tri_solve(c, eye, lower=False))  # Y = U^{-1} I by rows from the last, X = Y Y^H
+    return P.matmul(y, P.mH(y))
+
+
+cholesky_inverse_op = define_op("cholesky_inverse", _cholesky_inverse_primal, J.cholesky_inverse_jvp, R.cholesky_inverse_vjp, lambda out, c, **_: (c, out))
 
 
 def cholesky_inverse(L: ArrayLike, upper: bool = False) -> Array:  # noqa: N803 - torch's argument name
