@@ -710,21 +710,27 @@ def lu_factor_vjp(res, g, **_):
 
 @_torch_convention
 def lu_solve_vjp(res, g, *, trans):
-    """Seed ``linalg_lu_solve_LU``: ``gB = op(A)^{-H} g``, ``gA = op*(-gB X^H)``, then the
-    packed factors' cotangent ``tril(gA' U^H, -1) + triu(L^H gA')`` with ``gA' = P^T gA``
-    (the seed's translated adjoint branch is truncated; this is upstream's math)."""
+    """Seed ``linalg_lu_solve_LU`` in its order of products (``A = P L U``, packed factors'
+    cotangent ``tril(gL, -1) + triu(gU)``). ``trans`` 0: ``W = U^{-H} g``, ``gB = P L^{-H} W``,
+    ``gR = -W X^H``, ``gL = L^{-H} gR U^H``, ``gU = gR``; 2 (``A^H``; 1: ``A^T``, ``M``
+    conjugated): ``gB = A^{-1} g``, ``gR = -P^T M P L^{-H}`` with ``M = X g^H``, ``gL = gR``,
+    ``gU = L^H gR U^{-H}``. Each entry then involves only the factor entries and rows of X it
+    depends on: a NaN pivot of U leaves the entries of ``triu(gR)`` finite that torch's are
+    (``P^T gA = -L^{-H} U^{-H} g X^H`` formed first and multiplied back by ``L^H`` spreads it)."""
     lu, piv, perm, x = res
-    gb = P.lu_solve(lu, piv, g, trans=2) if trans == 0 else (
-        jnp.conj(P.lu_solve(lu, piv, jnp.conj(g), trans=0)) if trans == 1 else P.lu_solve(lu, piv, g, trans=0)
-    )
-    gm = -(gb @ _mH(x))
-    ga = P.permute_rows(gm if trans == 0 else (_mT(gm) if trans == 1 else _mH(gm)), perm)
     lower, upper = P.lu_parts(lu)
-    k = lower.shape[-1]
-    glu = jnp.zeros(lu.shape, ga.dtype)
-    glu = glu.at[..., :, :k].add(jnp.tril(ga @ _mH(upper), -1))
-    glu = glu.at[..., :k, :].add(jnp.triu(_mH(lower) @ ga))
-    return glu, None, gb
+    solve_h = functools.partial(P.tri_solve, lu, transpose=True, conjugate=True)  # op(T) = T^H
+    if trans == 0:
+        w = solve_h(g, lower=False)
+        gb = P.unpermute_rows(solve_h(w, lower=True, unit=True), perm)
+        gr = -(w @ _mH(x))
+        return jnp.tril(solve_h(gr @ _mH(upper), lower=True, unit=True), -1) + jnp.triu(gr), None, gb
+    gb = jnp.conj(P.lu_solve(lu, piv, jnp.conj(g), trans=0)) if trans == 1 else P.lu_solve(lu, piv, g, trans=0)
+    m = x @ _mH(g)
+    m = jnp.conj(m) if trans == 1 else m
+    pmp = _mT(P.permute_rows(_mT(P.permute_rows(m, perm)), perm))  # P^T M P
+    gr = solve_h(-pmp, lower=True, unit=True, left=False)
+    return jnp.tril(gr, -1) + jnp.triu(solve_h(_mH(lower) @ gr, lower=False, left=False)), None, gb
 
 
 def lu_unpack_vjp(res, g, *, k):

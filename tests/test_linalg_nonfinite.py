@@ -9,6 +9,7 @@ import pytest
 
 import jaxrules.linalg as jrl
 import jaxrules.numpy.linalg as rla
+import jaxrules.scipy.linalg as rsl
 
 torch = pytest.importorskip("torch")
 RNG = np.random.default_rng(7)
@@ -96,9 +97,17 @@ def _torch_value_and_grad(fn, *args):
     return out.detach().numpy(), [t.grad.numpy() for t in ts]
 
 
-def _assert_like_torch(ours, theirs):
-    """Same NaN and infinity positions (and signs), finite entries close."""
+def _assert_like_torch(ours, theirs, limit=None):
+    """Same NaN and infinity positions (and signs), finite entries close. With ``limit`` (the
+    result with 1e100 in place of the infinite input entry): where torch gives NaN, ours may be
+    the limit's +-inf instead (an entry that grows without bound with the input entry)."""
     ours, theirs = np.asarray(ours), np.asarray(theirs)
+    if limit is not None:
+        limit = np.asarray(limit)
+        better = np.isnan(theirs) & ~np.isnan(ours)
+        np.testing.assert_array_equal(ours[better], np.sign(limit[better]) * np.inf)
+        assert (np.abs(limit[better]) > 1e90).all()
+        theirs = np.where(better, ours, theirs)
     np.testing.assert_array_equal(np.isnan(ours), np.isnan(theirs))
     np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)  # (equal_nan; infinities must be equal)
 
@@ -124,3 +133,31 @@ def test_cholesky_inverse_nonfinite_factor_entry_keeps_the_trailing_block(at, va
         assert np.isfinite(np.asarray(ours)[1, q + 1:, q + 1:]).all() and np.isnan(np.asarray(ours)[1, q]).all()
     _assert_like_torch(ours, theirs)
     _assert_like_torch(grad, t_grad)
+
+
+@pytest.mark.parametrize("trans", [0, 1, 2])
+@pytest.mark.parametrize("arg, at, value", [(0, (1, 1), np.nan), (0, (0, 2), np.nan), (0, (2, 2), np.inf),
+                                            (2, (1, 0), np.inf), (2, (2, 1), -np.inf), (2, (0, 1), np.nan)])
+def test_lu_solve_nonfinite_entry_gradients_as_torch(trans, arg, at, value):
+    """lu_solve's gradients in the seed's order of products: a non-finite pivot of U or entry of B
+    leaves finite (or +-inf) the entries of the factors' gradient that torch's are (it was NaN
+    everywhere: ``gA = -gB X^H`` formed first, then multiplied back by ``L^H``). With an infinite
+    entry of B and trans 1 or 2, two entries are the limit -inf where torch's are NaN."""
+    lu_, piv = (np.asarray(x) for x in jax.scipy.linalg.lu_factor(A[1]))
+    clean = [lu_, RNG.normal(size=(4, 3))]
+    fn = lambda lu_, b: rsl.lu_solve((lu_, piv), b, trans=trans)  # noqa: E731
+    grad = jax.grad(lambda lu_, b: fn(lu_, b).sum(), (0, 1))
+
+    def poisoned(v):
+        args = [x.copy() for x in clean]
+        args[arg // 2][at] = v
+        return args
+
+    ours, grads = fn(*poisoned(value)), grad(*poisoned(value))
+    limits = grad(*poisoned(np.sign(value) * 1e100)) if np.isinf(value) else (None, None)
+    t_piv = torch.tensor(piv + 1, dtype=torch.int32)
+    theirs, t_grads = _torch_value_and_grad(lambda lu_, b: torch.linalg.lu_solve(lu_, t_piv, b, adjoint=trans > 0),
+                                            *poisoned(value))
+    _assert_like_torch(ours, theirs)
+    for g, tg, limit in zip(grads, t_grads, limits):
+        _assert_like_torch(g, tg, limit)

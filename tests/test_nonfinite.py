@@ -120,11 +120,6 @@ OPEN: dict[str, str] = {
                     "limit (equal to both gradients at 1e100 in place of inf); partials/linalg.py "
                     "lu_adjoint's triangular solves with U's infinite pivot (XLA's solve gives 0 inf = NaN "
                     "where LAPACK's trsm skips)",
-    "lu_solve/arg0/nan": _LINALG + ": the LU gradient's U part is -triu(U^{-H} g X^H); entry [0, 2] needs only "
-                         "row 0 of U^{-H} g and row 2 of X, finite (torch). vjp_rules.lu_solve_vjp forms "
-                         "gB = A^{-H} g first (all NaN) and multiplies back by L^H: NaN everywhere",
-    "lu_solve/arg2/?inf": _LINALG + " (LU gradient NaN where torch's is +-inf, as the 1e100 limit; the same "
-                          "order of products in vjp_rules.lu_solve_vjp)",
     "ormqr/arg0/?inf": _LINALG + ": the gradient of C NaN where torch's is +-inf: ours forms Q "
                        "(householder_product) and multiplies; applying the reflectors in turn (torch, LAPACK) "
                        "leaves the rows a reflector does not touch exact",
