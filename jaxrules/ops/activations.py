@@ -42,62 +42,21 @@ def _softplus_primal(x, beta, threshold, **_):
     return jnp.where(bx > threshold, x, jax.nn.softplus(jnp.minimum(bx, threshold)) / beta)
 
 
-# The derivative factors of the switch-like activations below use torch's kernels' comparisons,
-# so that a NaN input takes torch's branch: ``x <= threshold`` is false at NaN (threshold and relu
-# pass the gradient: NaN in, NaN out), ``x > 0`` is false (leaky_relu and prelu take the slope
-# branch), ``min_val < x < max_val`` is false (hardtanh's gradient is 0, its vectorized kernel's).
-
-
-def _threshold_derivatives(x, threshold, value):
-    """``(d/dx, d/dthreshold, d/dvalue)`` of torch's ``x <= threshold ? value : x``: ``[not x <=
-    threshold]`` (``threshold_backward``: 0 at the threshold, so relu'(0) = 0, and 1 at NaN), 0
-    (a switch point: no gradient, as for a step), ``[x <= threshold]``."""
-    below = x <= threshold
-    return jnp.logical_not(below).astype(x.dtype), jnp.zeros_like(x), below.astype(x.dtype)
-
-
-def _hardtanh_derivatives(x, min_val, max_val):
-    """``(d/dx, d/dmin_val, d/dmax_val)`` of ``clip(x, min_val, max_val)``: ``[min_val < x <
-    max_val]`` (torch's ``hardtanh_backward``: 0 at the bounds, so relu6'(0) = relu6'(6) = 0, and
-    0 at NaN; JAX's ``hard_tanh`` gives 1 at +-1), ``[x <= min_val]``, ``[x >= max_val]`` (the
-    bounds take the gradient where x does not: the three sum to 1 except at NaN)."""
-    low, high = x <= min_val, x >= max_val
-    inside = (x > min_val) & (x < max_val)
-    return inside.astype(x.dtype), low.astype(x.dtype), (high & jnp.logical_not(low)).astype(x.dtype)
-
-
-def _slope_derivatives(x, slope):
-    """``(d/dx, d/dslope)`` of ``x > 0 ? x : slope x`` (leaky_relu, prelu): 1 for x > 0, ``slope``
-    otherwise, also at 0 and NaN (torch's ``leaky_relu_backward`` and ``_prelu_kernel_backward``;
-    JAX gives 1 at 0); 0 for x > 0, ``x`` otherwise (NaN at NaN)."""
-    positive = x > 0
-    return jnp.where(positive, 1, slope).astype(x.dtype), jnp.where(positive, 0, x).astype(x.dtype)
-
-
-def _softplus_derivatives(x, beta, threshold):
-    """``partials.softplus_derivatives`` with torch's ``beta x > threshold`` test for the linear
-    branch, so that d/dx at NaN is ``sigmoid(NaN) = NaN`` (torch ``softplus_backward``), not the
-    linear branch's 1."""
-    dx, dbeta, dthreshold = P.softplus_derivatives(x, beta, threshold)
-    bx = x * beta
-    return jnp.where(jnp.isnan(bx), bx, dx), dbeta, dthreshold
-
-
 _threshold = pointwise_op("threshold", lambda x, threshold, value, **_: jnp.where(x <= threshold, value, x).astype(x.dtype),
-                          _threshold_derivatives)
+                          P.activations.threshold_derivatives)
 _silu = pointwise_op("silu", lambda x, **_: jax.nn.silu(x), P.silu_derivative)
 _mish = pointwise_op("mish", lambda x, **_: x * jnp.tanh(jax.nn.softplus(x)), P.mish_derivative)
 _gelu = pointwise_op("gelu", lambda x, *, approximate, **_: jax.nn.gelu(x, approximate=approximate), P.gelu_derivative)
 _elu = pointwise_op("elu", _elu_primal, P.elu_derivatives)
-_softplus = pointwise_op("softplus", _softplus_primal, _softplus_derivatives)
+_softplus = pointwise_op("softplus", _softplus_primal, P.softplus_derivatives)
 _log_sigmoid = pointwise_op("log_sigmoid", lambda x, **_: jax.nn.log_sigmoid(x), P.log_sigmoid_derivative)
 _hardtanh = pointwise_op("hardtanh", lambda x, min_val, max_val, **_: jnp.clip(x, min_val, max_val).astype(x.dtype),
-                         _hardtanh_derivatives)
+                         P.activations.hardtanh_derivatives)
 _leaky_relu = pointwise_op("leaky_relu", lambda x, slope, **_: jnp.where(x > 0, x, x * slope).astype(x.dtype),
-                           _slope_derivatives)
+                           P.activations.slope_derivatives)
 _hardsigmoid = pointwise_op("hardsigmoid", lambda x, **_: (jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype), P.hardsigmoid_derivative)
 _hardswish = pointwise_op("hardswish", lambda x, **_: (x * jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype), P.hardswish_derivative)
-_prelu = pointwise_op("prelu", lambda x, w, **_: jnp.where(x > 0, x, w * x).astype(x.dtype), _slope_derivatives)
+_prelu = pointwise_op("prelu", lambda x, w, **_: jnp.where(x > 0, x, w * x).astype(x.dtype), P.activations.slope_derivatives)
 softmax_op = define_op("softmax", lambda x, *, axis: jax.nn.softmax(x, axis=axis), J.softmax_jvp, R.softmax_vjp,
                        lambda out, x, **_: x)
 def _log_softmax_primal(x, *, axis):

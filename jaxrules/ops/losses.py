@@ -38,22 +38,6 @@ def _bce_logits_primal(x, y, pos_weight, **_):
     return jnp.where(jnp.isinf(x), jnp.where(coef == 0, 0, coef * x), linear)
 
 
-def _bce_logits_derivatives(x, y, pos_weight):
-    """``partials.bce_with_logits_derivatives`` with d/dx written as ``sigmoid(x) - y (1 + (p - 1)
-    sigmoid(-x))`` (the same function: ``(p y + 1 - y) sigmoid(x) - p y``), linear in y: -+inf at a
-    +-inf target with p = 1, as torch's ``sigmoid(x) - y``, not inf - inf."""
-    _, dy, dpos_weight = P.bce_with_logits_derivatives(x, y, pos_weight)
-    return jax.nn.sigmoid(x) - y * (1 + (pos_weight - 1) * jax.nn.sigmoid(-x)), dy, dpos_weight
-
-
-def _l1_derivatives(x, y):
-    """Of ``|x - y|``: ``(sgn(x - y), -sgn(x - y))``, 0 where x == y and where the difference is
-    NaN (torch's ``sgn`` backward: torch.sign(NaN) = 0; jnp.sign gives NaN)."""
-    d = x - y
-    s = jnp.where(d > 0, 1, jnp.where(d < 0, -1, 0)).astype(d.dtype)
-    return s, -s
-
-
 def _kl_div_primal(x, t, *, log_target, **_):
     """torch's pointwise KL term: ``exp(t) (t - x)`` with ``log_target``, else ``t (log t - x)``:
     NaN at a negative or NaN target (torch's ``xlogy(t, t) - t x``); at t == 0 the limit 0, also
@@ -62,15 +46,6 @@ def _kl_div_primal(x, t, *, log_target, **_):
     if log_target:
         return jnp.exp(t) * (t - x)
     return jnp.where(t == 0, jnp.where(jnp.isnan(x), x, 0), t * (jnp.log(jnp.where(t == 0, 1, t)) - x))
-
-
-def _margin_ranking_derivatives(x1, x2, y, margin):
-    """``partials.margin_ranking_derivatives`` (0 where the hinge is inactive, also at an infinite
-    target), except at a NaN target: NaN (whether the hinge is active is undefined; torch: NaN, its
-    chain rule's ``0 * NaN``)."""
-    nan_target = jnp.isnan(y)
-    return tuple(jnp.where(nan_target, jnp.nan, d).astype(d.dtype)
-                 for d in P.margin_ranking_derivatives(x1, x2, y, margin))
 
 
 def _huber_primal(x, y, delta, **_):
@@ -85,39 +60,21 @@ def _smooth_l1_primal(x, y, beta, **_):
 
 
 _bce = pointwise_op("bce", _bce_primal, P.bce_derivatives)
-_bce_logits = pointwise_op("bce_with_logits", _bce_logits_primal, _bce_logits_derivatives)
+_bce_logits = pointwise_op("bce_with_logits", _bce_logits_primal, P.bce_with_logits_derivatives)
 _mse = pointwise_op("mse", lambda x, y, **_: jnp.square(x - y), P.mse_derivatives)
 _huber = pointwise_op("huber", _huber_primal, P.huber_derivatives)
 _smooth_l1 = pointwise_op("smooth_l1", _smooth_l1_primal, P.smooth_l1_derivatives)
-_l1 = pointwise_op("l1", lambda x, y, **_: jnp.abs(x - y), _l1_derivatives)
+_l1 = pointwise_op("l1", lambda x, y, **_: jnp.abs(x - y), P.losses.l1_derivatives)
 _kl_div = pointwise_op("kl_div", _kl_div_primal, P.kl_div_derivatives)
 _margin_ranking = pointwise_op("margin_ranking", lambda x1, x2, y, margin, **_: jnp.maximum(-y * (x1 - x2) + margin, 0),
-                               _margin_ranking_derivatives)
+                               P.margin_ranking_derivatives)
 _hinge_embedding = pointwise_op("hinge_embedding", lambda x, y, margin, **_: (
     jnp.where(y != 1, jnp.maximum(margin - x, 0), 0) + jnp.where(y != -1, x, 0)), P.hinge_embedding_derivatives)
 _soft_margin = pointwise_op("soft_margin", lambda x, y, **_: jax.nn.softplus(-y * x), P.soft_margin_derivatives)
 
 
-def _clamped_var(var, eps):
-    """``max(var, eps)`` passing var's gradient straight through (torch 2.13's ``var.clamp_(min=eps)``
-    under ``no_grad``: the clamp's own derivative is 1 at every order), +inf at var = +inf, and NaN
-    at a negative var (torch raises; that check needs a concrete var)."""
-    clamped = jnp.where(var < eps, var + jax.lax.stop_gradient(eps - var), var)
-    return jnp.where(var < 0, jnp.nan, clamped)
-
-
-def _gaussian_nll_derivatives(x, y, var, eps, **_):
-    """Of ``(log v + (x - y)^2 / v) / 2`` with ``v`` the clamped var (``_clamped_var``): ``(d / v, -d
-    / v, (1 / v - d^2 / v^2) / 2, 0)`` with ``d = x - y`` (torch's ``gaussian_nll_loss`` through
-    ``log`` and ``div`` backward; 0 at var = +inf, their limit); eps (an argument: it may be
-    traced) gets 0, the clamp's gradient going to var."""
-    v = _clamped_var(var, eps)
-    d = x - y
-    return d / v, -d / v, 0.5 * (1 / v - d * d / (v * v)), jnp.zeros_like(d)
-
-
 def _gaussian_nll_primal(x, y, var, eps, *, full, **_):
-    v = _clamped_var(var, eps)
+    v = P.losses.clamped_var(var, eps)
     loss = 0.5 * (jnp.log(v) + jnp.square(x - y) / v)
     return loss + 0.5 * math.log(2 * math.pi) if full else loss
 
@@ -131,7 +88,7 @@ def _poisson_nll_primal(x, t, eps, *, log_input, full, **_):
     return loss
 
 
-_gaussian_nll = pointwise_op("gaussian_nll", _gaussian_nll_primal, _gaussian_nll_derivatives)
+_gaussian_nll = pointwise_op("gaussian_nll", _gaussian_nll_primal, P.losses.gaussian_nll_derivatives)
 _poisson_nll = pointwise_op("poisson_nll", _poisson_nll_primal, P.poisson_nll_derivatives)
 
 _REDUCTIONS = ("none", "mean", "sum")

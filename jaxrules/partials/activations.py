@@ -83,17 +83,52 @@ def softplus_derivatives(x, beta, threshold):
     """``(d/dx, d/dbeta, d/dthreshold)`` of torch's softplus ``log(1 + exp(beta x)) / beta``
     where ``beta x <= threshold``, ``x`` above. d/dx: ``sigmoid(beta x)`` below, 1 above (torch
     ``softplus_backward``), second derivative 0 at the threshold (seed
-    ``softplus_double_backward``'s strict mask). d/dbeta: ``(x sigmoid(beta x) - softplus(beta
-    x) / beta) / beta`` below, 0 above. d/dthreshold: 0 (the switch point moves a discontinuity
-    of size ``softplus(t)/beta - t/beta``, ~2e-9 at torch's default 20; no gradient, as for a
-    step)."""
+    ``softplus_double_backward``'s strict mask), and ``sigmoid(NaN) = NaN`` at a NaN ``beta x``
+    (torch's ``beta x > threshold`` test for the linear branch is false there), not the linear
+    branch's 1. d/dbeta: ``(x sigmoid(beta x) - softplus(beta x) / beta) / beta`` below, 0 above.
+    d/dthreshold: 0 (the switch point moves a discontinuity of size ``softplus(t)/beta - t/beta``,
+    ~2e-9 at torch's default 20; no gradient, as for a step)."""
     bx = x * beta
     s = jax.nn.sigmoid(bx)
     below = bx <= threshold
     dbeta = jnp.where(below, (x * s - jax.nn.softplus(jnp.minimum(bx, threshold)) / beta) / beta, 0)
-    return _kink(bx, threshold, s, jnp.ones_like(s), s), dbeta.astype(x.dtype), jnp.zeros_like(x)
+    dx = _kink(bx, threshold, s, jnp.ones_like(s), s)
+    return jnp.where(jnp.isnan(bx), bx, dx), dbeta.astype(x.dtype), jnp.zeros_like(x)
 
 
 def log_sigmoid_derivative(x):
     """``sigmoid(-x)`` (stable at +-800; seed ``log_sigmoid_double_backward``)."""
     return jax.nn.sigmoid(-x)
+
+
+# ----------------------------------------------------------------------------------------------
+# Switch-like activations. Their derivative factors use torch's kernels' comparisons, so that a
+# NaN input takes torch's branch: ``x <= threshold`` is false at NaN (threshold and relu pass the
+# gradient: NaN in, NaN out), ``x > 0`` is false (leaky_relu and prelu take the slope branch),
+# ``min_val < x < max_val`` is false (hardtanh's gradient is 0, its vectorized kernel's).
+
+
+def threshold_derivatives(x, threshold, value):
+    """``(d/dx, d/dthreshold, d/dvalue)`` of torch's ``x <= threshold ? value : x``: ``[not x <=
+    threshold]`` (``threshold_backward``: 0 at the threshold, so relu'(0) = 0, and 1 at NaN), 0
+    (a switch point: no gradient, as for a step), ``[x <= threshold]``."""
+    below = x <= threshold
+    return jnp.logical_not(below).astype(x.dtype), jnp.zeros_like(x), below.astype(x.dtype)
+
+
+def hardtanh_derivatives(x, min_val, max_val):
+    """``(d/dx, d/dmin_val, d/dmax_val)`` of ``clip(x, min_val, max_val)``: ``[min_val < x <
+    max_val]`` (torch's ``hardtanh_backward``: 0 at the bounds, so relu6'(0) = relu6'(6) = 0, and
+    0 at NaN; JAX's ``hard_tanh`` gives 1 at +-1), ``[x <= min_val]``, ``[x >= max_val]`` (the
+    bounds take the gradient where x does not: the three sum to 1 except at NaN)."""
+    low, high = x <= min_val, x >= max_val
+    inside = (x > min_val) & (x < max_val)
+    return inside.astype(x.dtype), low.astype(x.dtype), (high & jnp.logical_not(low)).astype(x.dtype)
+
+
+def slope_derivatives(x, slope):
+    """``(d/dx, d/dslope)`` of ``x > 0 ? x : slope x`` (leaky_relu, prelu): 1 for x > 0, ``slope``
+    otherwise, also at 0 and NaN (torch's ``leaky_relu_backward`` and ``_prelu_kernel_backward``;
+    JAX gives 1 at 0); 0 for x > 0, ``x`` otherwise (NaN at NaN)."""
+    positive = x > 0
+    return jnp.where(positive, 1, slope).astype(x.dtype), jnp.where(positive, 0, x).astype(x.dtype)

@@ -33,10 +33,21 @@ def bce_derivatives(x, y):
 def bce_with_logits_derivatives(x, y, pos_weight):
     """Of ``-(p y logsigmoid(x) + (1 - y) logsigmoid(-x))`` (seed
     ``binary_cross_entropy_with_logits_backward`` and ``..._target_backward``):
-    ``((p y + 1 - y) sigmoid(x) - p y, logsigmoid(-x) - p logsigmoid(x), -y logsigmoid(x))``."""
-    dx = (pos_weight * y + 1 - y) * jax.nn.sigmoid(x) - pos_weight * y
+    ``(sigmoid(x) - y (1 + (p - 1) sigmoid(-x)), logsigmoid(-x) - p logsigmoid(x), -y
+    logsigmoid(x))``. d/dx is ``(p y + 1 - y) sigmoid(x) - p y`` written linear in y: -+inf at a
+    +-inf target with p = 1, as torch's ``sigmoid(x) - y``, not inf - inf."""
+    dx = jax.nn.sigmoid(x) - y * (1 + (pos_weight - 1) * jax.nn.sigmoid(-x))
     dy = jax.nn.log_sigmoid(-x) - pos_weight * jax.nn.log_sigmoid(x)
     return dx, dy, -y * jax.nn.log_sigmoid(x)
+
+
+def l1_derivatives(x, y):
+    """Of ``|x - y|``: ``(sgn(x - y), -sgn(x - y))``, 0 where x == y and where the difference is
+    NaN (torch's ``sgn`` backward, derivatives.yaml's l1_loss through abs: torch.sign(NaN) = 0;
+    jnp.sign gives NaN)."""
+    d = x - y
+    s = jnp.where(d > 0, 1, jnp.where(d < 0, -1, 0)).astype(d.dtype)
+    return s, -s
 
 
 def mse_derivatives(x, y):
@@ -59,9 +70,12 @@ def kl_div_derivatives(x, t, log_target):
 def margin_ranking_derivatives(x1, x2, y, margin):
     """Of ``max(0, -y (x1 - x2) + margin)``: ``(-y, y, -(x1 - x2), 1)`` where the hinge is
     active, including at 0 (torch's ``clamp_min`` backward passes the gradient at the bound), 0
-    elsewhere; the last is the margin's."""
+    elsewhere, also at an infinite target; the last is the margin's. At a NaN target all are NaN
+    (whether the hinge is active is undefined; torch: NaN, its chain rule's ``0 * NaN``)."""
     active = (-y * (x1 - x2) + margin >= 0).astype(x1.dtype)
-    return -y * active, y * active, -(x1 - x2) * active, active
+    nan_target = jnp.isnan(y)
+    return tuple(jnp.where(nan_target, jnp.nan, d).astype(d.dtype)
+                 for d in (-y * active, y * active, -(x1 - x2) * active, active))
 
 
 def hinge_embedding_derivatives(x, y, margin):
@@ -119,3 +133,22 @@ def poisson_nll_derivatives(x, t, eps, *, log_input, full, **_):
         safe = jnp.where(big, t, 2)
         dt = dt + jnp.where(big, jnp.log(safe) + 0.5 / safe, 0)
     return dx, dt, deps
+
+
+def clamped_var(var, eps):
+    """``max(var, eps)`` passing var's gradient straight through (torch 2.13's ``var.clamp_(min=eps)``
+    under ``no_grad`` in ``gaussian_nll_loss``: the clamp's own derivative is 1 at every order),
+    +inf at var = +inf, and NaN at a negative var (torch raises; that check needs a concrete
+    var)."""
+    clamped = jnp.where(var < eps, var + jax.lax.stop_gradient(eps - var), var)
+    return jnp.where(var < 0, jnp.nan, clamped)
+
+
+def gaussian_nll_derivatives(x, y, var, eps, **_):
+    """Of ``(log v + (x - y)^2 / v) / 2`` with ``v`` the clamped var (``clamped_var``): ``(d / v, -d
+    / v, (1 / v - d^2 / v^2) / 2, 0)`` with ``d = x - y`` (torch's ``gaussian_nll_loss`` through
+    ``log`` and ``div`` backward; 0 at var = +inf, their limit); eps (an argument: it may be
+    traced) gets 0, the clamp's gradient going to var."""
+    v = clamped_var(var, eps)
+    d = x - y
+    return d / v, -d / v, 0.5 * (1 / v - d * d / (v * v)), jnp.zeros_like(d)
