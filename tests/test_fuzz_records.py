@@ -113,19 +113,17 @@ class Case:
 # case and fails once it no longer fails that way (then remove the entry). FUZZ_OPEN: bugs of
 # jaxrules, to fix (in the op files, not here); REFERENCE_DIFFERS: torch is no reference there.
 _WITH_INDICES = "open: a 0-d input with axis=0, keepdims=True gives values of shape (1,); torch keeps ()"
+_FFT_ZERO = ("open (analysed; not the DC/Nyquist imaginary parts, whose NaN is ignored as torch's: pinned in "
+             "tests/test_fuzz_fixes.py): a NaN or infinite entry of the half spectrum whose coefficient at an output "
+             "point is exactly 0 meets a 0 twiddle factor in XLA's FFT (inf * 0 = NaN); torch's FFT applies the "
+             "+-1/+-i factors without multiplying, so gives the finite rest there (and +-inf where ours gives NaN). "
+             "A fix needs its own pass over the non-finite entries (a dense DFT of them), not done")
 FUZZ_OPEN: dict[str, tuple[Case, str]] = {
-    "grid_sample/nonfinite/value": (Case("float64", 4, "nonfinite", salt=5),
-                                    "open, not analysed: with +-inf/NaN in x and grid, -inf where torch gives 0.539 "
-                                    "(which input entry torch samples at a non-finite coordinate)"),
     "irfftn/nonfinite/silent nan": (Case("float64", 0, "nonfinite", salt=11924),
-                                    "open: as irfft: NaN in the discarded imaginary parts spreads"),
-    "irfft/nonfinite/silent nan": (
-        Case("float64", 1, "nonfinite", salt=36742),
-        "open: NaN in the imaginary part of the DC/Nyquist entries (which a real inverse FFT discards) spreads "
-        "NaN through the output; torch (pocketfft) ignores them"),
-    "block_diag/size/vjp": (Case("complex128", 0, "size", size=3),
-                            "open: a 1-d empty block (shape (0,)) is a 1x0 row in the value, as torch's, but no row "
-                            "in the VJP: the later blocks' gradients are read one row off"),
+                                    _FFT_ZERO + " (here a NaN at X[1, 3] of a (4, 10) output: its coefficient "
+                                    "cos(2 pi (t1/4 + 3 t2/10)) is 0 at t = (1, 0), (1, 5), (3, 0), (3, 5))"),
+    "irfft/nonfinite/silent nan": (Case("float64", 1, "nonfinite", salt=36742),
+                                   _FFT_ZERO + " (here X_3 = -inf of n = 12: cos(2 pi 3 t / 12) = 0 at t = 3, 9)"),
     "logcumsumexp/nonfinite/silent nan": (
         Case("complex128", 0, "nonfinite", salt=512),
         "open: complex input with -inf real parts (exp = 0): every later entry NaN; torch: finite"),
@@ -137,6 +135,10 @@ FUZZ_OPEN: dict[str, tuple[Case, str]] = {
     "median_with_indices/scalar/value": (Case("float64", 1, "scalar"), _WITH_INDICES),
     "nanmedian_with_indices/scalar/value": (Case("float64", 1, "scalar"), _WITH_INDICES),
 }
+_GRID_NAN = ("a NaN (or reflected infinite) sampling coordinate of a 3-d grid_sample: torch's 3-d CPU kernel "
+             "clamps it to the last index (std::min/max order) where its 2-d kernel clamps it to 0, and its 3-d "
+             "zero padding gives 0 where the 2-d one gives NaN; ours follows the 2-d kernel in every dimension "
+             "(pinned: tests/test_resampling.py, tests/test_fuzz_fixes.py) ")
 REFERENCE_DIFFERS: dict[str, tuple[Case, str]] = {
     "eigvals/dtype/value": (Case("float64", 1, "dtype", cast="float32"),
                             "eigenvalues come in LAPACK's order, which a float32 run need not share with torch's "
@@ -148,6 +150,14 @@ REFERENCE_DIFFERS: dict[str, tuple[Case, str]] = {
     "cross_entropy/size/value": (Case("float64", 4, "size", size=4),
                                  "zero classes with probability targets: the loss is a mean of empty sums, 0; torch "
                                  "divides by numel / C = 0 / 0 (NaN)"),
+    "block_diag/size/vjp": (Case("complex128", 0, "size", size=3),
+                            "a 1-d empty block (shape (0,)) is a 1x0 row in the value (torch's too) and in our VJP; "
+                            "torch 2.13's block_diag_backward skips that row and reads the later blocks' gradients "
+                            "one row too high (pinned: tests/test_fuzz_fixes.py)"),
+    "grid_sample/nonfinite/value": (Case("float64", 4, "nonfinite", salt=5),
+                                    _GRID_NAN + "(-inf: the first row read; torch: 0.539, the last row's)"),
+    "grid_sample/nonfinite/silent nan": (Case("float64", 4, "nonfinite", salt=7),
+                                         _GRID_NAN + "(NaN: the first row's NaN read; torch: 1.21, the last row's)"),
     "group_norm[pallas]/size/vjp": (Case("float64", 0, "size", size=3),
                                     "an empty spatial axis: the weight's gradient is an empty sum, 0; torch: NaN "
                                     "(its rstd of an empty group)"),
