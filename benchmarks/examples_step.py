@@ -72,13 +72,54 @@ def cnn_steps(scale: int):
     return label, steps
 
 
+def cnn_layer_calls(scale: int):
+    """``[(label, {"jaxrules": call, "plain JAX": call})]``: forward+backward (``jit`` of ``vjp``
+    with a ones cotangent) of each layer op of the CNN step at its shapes, to find which op a
+    slower step comes from (``--layers``)."""
+    import jax.numpy as jnp
+
+    import jaxrules.nn as nn
+
+    channels, size, batch = (1, 64, 128, 256), max(8, 64 // scale), max(2, 128 // scale)
+    plain = plain_jax.PLAIN_NN
+    key = jax.random.PRNGKey(0)
+    calls = []
+
+    def timed(label, make, *args):
+        def call(fn):
+            run = jax.jit(lambda *a: jax.vjp(fn, *a)[1](jax.tree.map(jnp.ones_like, jax.eval_shape(fn, *a))))
+            return lambda: run(*args)
+
+        calls.append((label, {"jaxrules": call(make(nn)), "plain JAX": call(make(plain))}))
+
+    for c_in, c_out in zip(channels, channels[1:]):
+        x = jax.random.normal(key, (batch, c_in, size, size), jnp.float32)
+        w = jax.random.normal(key, (c_out, c_in, 3, 3), jnp.float32)
+        y = jax.random.normal(key, (batch, c_out, size, size), jnp.float32)
+        ones = jnp.ones(c_out, jnp.float32)
+        shape = f"{batch}x{c_in}x{size}x{size}"
+        timed(f"conv2d {shape} -> {c_out}", lambda m: lambda x, w: m.conv2d(x, w, padding=1), x, w)
+        timed(f"batch_norm (training) {batch}x{c_out}x{size}x{size}",
+              lambda m, r=ones: lambda y, w, b: m.batch_norm(y, r, r, w, b, training=True)[0], y, ones, ones)
+        timed(f"max_pool2d {batch}x{c_out}x{size}x{size}", lambda m: lambda y: m.max_pool2d(y, 2), y)
+        size //= 2
+    return calls
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=int, default=1, help="divide the sizes (CPU smoke runs)")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--models", default="gpt,cnn")
     parser.add_argument("--out")
+    parser.add_argument("--layers", action="store_true", help="time the CNN's layer ops one by one instead")
     args = parser.parse_args(argv)
+    if args.layers:
+        for label, calls in cnn_layer_calls(args.scale):
+            times = bench.interleaved_median_ms(calls, args.repeats)
+            print(f"| {label} | {times['jaxrules']:.3f} | {times['plain JAX']:.3f} | "
+                  f"{times['plain JAX'] / times['jaxrules']:.2f}x |", flush=True)
+        return
     lines = [f"Device: {jax.devices()[0].device_kind}, jax {jax.__version__}; ms per training step (median of "
              f"{args.repeats} runs of {bench.CALLS_PER_RUN} queued steps, the two programs alternating).", "",
              "| model | jaxrules ms | plain JAX ms | plain / jaxrules |", "| --- | --- | --- | --- |"]
