@@ -62,7 +62,8 @@ SampleFn = Callable[[np.random.Generator, np.dtype], list[Sample]]
 
 @dataclasses.dataclass(frozen=True)
 class OpRecord:
-    """Everything the harness, the CLI and the coverage table need to know about an op.
+    """Everything the harness, the CLI and the coverage table need to know about an op. The op
+    modules declare theirs with ``record(name, fn=..., ...)``, which builds and registers it.
 
     * ``fn``: the public function; ``public``: its public names.
     * ``formula_ops``: names of the mechanism ops whose formulas carry its derivatives (the op
