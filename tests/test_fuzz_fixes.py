@@ -172,3 +172,26 @@ def test_irfftn_self_conjugate_imaginary_nan():
     (expected * torch.tensor(ct)).sum().backward()
     np.testing.assert_allclose(np.asarray(value), expected.detach().numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(np.conj(np.asarray(pullback(jnp.asarray(ct))[0])), tx.grad.numpy(), rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# norm of an empty matrix (the error named the internal amin; amax's refused what torch gives 0)
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (0, 3), (0, 0), (2, 3, 0)])
+@pytest.mark.parametrize("ord", [1, -1, np.inf, -np.inf, 2, -2])
+def test_norm_empty_matrix(shape, ord):
+    from jaxrules.numpy.linalg import norm
+
+    axis = (-2, -1)
+    x = np.zeros(shape)
+    try:
+        expected = torch.linalg.norm(torch.tensor(x), ord, dim=axis).numpy()
+    except (IndexError, RuntimeError):  # torch: "amin(): Expected reduction dim ... to have non-zero size"
+        with pytest.raises(ValueError, match=f"norm: ord={ord!r} of an empty matrix"):
+            norm(jnp.asarray(x), ord, axis=axis)
+        assert ord < 0
+        return
+    value, grad = jax.value_and_grad(lambda a: norm(a, ord, axis=axis).sum())(jnp.asarray(x))
+    np.testing.assert_array_equal(np.asarray(norm(jnp.asarray(x), ord, axis=axis)), expected)
+    assert grad.shape == shape

@@ -88,7 +88,8 @@ def norm(x: ArrayLike, ord: int | float | str | None = None, axis: int | tuple[i
         x: the array, real or complex (integer and boolean input is promoted to float).
         ord: for a vector norm (one axis) a real number as in ``vector_norm`` (None: 2); for a
             matrix norm (two axes) None or ``"fro"``/``"f"`` (Frobenius), 1, -1, inf, -inf,
-            2, -2 or ``"nuc"`` (``ValueError`` otherwise).
+            2, -2 or ``"nuc"`` (``ValueError`` otherwise). Of an empty matrix, 1, inf and 2 give
+            0 and -1, -inf, -2 (a minimum over no entries) ``ValueError``, as torch.
         axis: one axis (a vector norm) or two (a matrix norm), as an int or a tuple or list of
             ints. None: with ``ord`` None the 2-norm of the flattened ``x`` of any rank (0-d
             included, as ``jax.numpy``); with an ``ord``, every axis of a 1-d or 2-d ``x`` (the
@@ -112,6 +113,19 @@ def norm(x: ArrayLike, ord: int | float | str | None = None, axis: int | tuple[i
         raise ValueError(f"norm: axis must name 1 or 2 axes, got {axis!r}")
     if ord in (None, "fro", "f"):
         return vector_norm(x, axis=axes, keepdims=keepdims, ord=2)
+    if ord in (1, -1, math.inf, -math.inf, 2, -2):
+        # the maximum (minimum) over an empty axis: of column/row sums (1, inf) or of min(m, n)
+        # singular values (2): 0, the least norm, for ord > 0 and refused for ord < 0, as torch
+        if ord in (2, -2):
+            picked = min(x.shape[a] for a in axes)
+        else:
+            picked = x.shape[axes[1] if ord in (1, -1) else axes[0]]
+        if picked == 0 and ord < 0:
+            raise ValueError(f"norm: ord={ord!r} of an empty matrix (axes {axes} of shape {x.shape}) is a minimum "
+                             "over no entries (torch refuses it too)")
+        if picked == 0:
+            shape = tuple(1 if k in axes else n for k, n in enumerate(x.shape) if keepdims or k not in axes)
+            return jnp.zeros(shape, jnp.finfo(x.dtype).dtype)
     if ord in (1, -1, math.inf, -math.inf):
         from jaxrules.ops import elementwise
 
