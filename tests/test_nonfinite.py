@@ -116,10 +116,6 @@ OPEN: dict[str, str] = {
                      "with both signs; the expansion along its row would cost 1.3-1.7x on finite 3x3 batches. "
                      "The gradient, cof(A) (adjugate's 3x3 cofactors), is exact: +-inf at the 4 cofactors the "
                      "entry enters, finite at the other 5 (torch: NaN at 8)",
-    "lu/arg0/?inf": _LINALG + ": gradient NaN in the first 3 columns where torch's is finite: the "
-                    "limit (equal to both gradients at 1e100 in place of inf); partials/linalg.py "
-                    "lu_adjoint's triangular solves with U's infinite pivot (XLA's solve gives 0 inf = NaN "
-                    "where LAPACK's trsm skips)",
     "ormqr/arg0/?inf": _LINALG + ": the gradient of C NaN where torch's is +-inf: ours forms Q "
                        "(householder_product) and multiplies; applying the reflectors in turn (torch, LAPACK) "
                        "leaves the rows a reflector does not touch exact",

@@ -202,25 +202,27 @@ def lu_tangent(lower, upper, da_perm):
 
 
 def lu_adjoint(lower, upper, gl, gu):
-    """Hermitian adjoint of ``lu_tangent``: ``P^T``-side cotangent of A from ``(gL, gU)`` (seed
-    ``linalg_lu_backward``)."""
+    """Hermitian adjoint of ``lu_tangent``: ``P^T``-side cotangent of A from ``(gL, gU)``, in the
+    seed's order of products (``linalg_lu_backward``'s wide and tall branches; the wide one for
+    square A). Square and wide: ``L^{-H} [tril(L^H gL - gU U^H, -1) U1^{-H} + triu(gU1), gU2]``;
+    tall: ``[L1^{-H} triu(gU U^H - L^H gL) + tril(gL1, -1); gL2] U^{-H}``. An infinite pivot of
+    ``U1`` then meets only the solve's divisions (its ``gU U^H`` entries lie in the dropped
+    triangle): the gradient is its finite limit, as torch's (``L^{-H} (tril(L^H gL, -1) +
+    triu(gU1 U1^H)) U1^{-H}`` multiplies the pivot into the upper triangle first: NaN)."""
     m, k = lower.shape[-2:]
     n = upper.shape[-1]
+    gl, gu = jnp.tril(gl, -1), jnp.triu(gu)
     l1, u1 = lower[..., :k, :], upper[..., :, :k]
-    gk = jnp.tril(mH(l1) @ gl[..., :k, :], -1) + jnp.triu(gu[..., :, :k] @ mH(u1))
-    if n > k:
-        gk = gk - jnp.tril(gu[..., :, k:] @ mH(upper[..., :, k:]), -1)
-    if m > k:
-        gk = gk - jnp.triu(mH(lower[..., k:, :]) @ gl[..., k:, :])
-    ga1 = tri_solve(l1, gk, lower=True, unit=True, transpose=True, conjugate=True)
-    ga1 = tri_solve(u1, ga1, lower=False, left=False, transpose=True, conjugate=True)
-    if n > k:
-        ga2 = tri_solve(l1, gu[..., :, k:], lower=True, unit=True, transpose=True, conjugate=True)
-        return jnp.concatenate([ga1, ga2], axis=-1)
-    if m > k:
-        ga2 = tri_solve(u1, gl[..., k:, :], lower=False, left=False, transpose=True, conjugate=True)
-        return jnp.concatenate([ga1, ga2], axis=-2)
-    return ga1
+    if m <= n:
+        inner = jnp.tril(mH(lower) @ gl - gu @ mH(upper), -1)
+        inner = tri_solve(u1, inner, lower=False, left=False, transpose=True, conjugate=True) + gu[..., :, :k]
+        if n > k:
+            inner = jnp.concatenate([inner, gu[..., :, k:]], axis=-1)
+        return tri_solve(l1, inner, lower=True, unit=True, transpose=True, conjugate=True)
+    inner = jnp.triu(gu @ mH(upper) - mH(lower) @ gl)
+    inner = tri_solve(l1, inner, lower=True, unit=True, transpose=True, conjugate=True) + gl[..., :k, :]
+    inner = jnp.concatenate([inner, gl[..., k:, :]], axis=-2)
+    return tri_solve(u1, inner, lower=False, left=False, transpose=True, conjugate=True)
 
 
 def pack_lu(dl, du):
