@@ -195,3 +195,45 @@ def test_norm_empty_matrix(shape, ord):
     value, grad = jax.value_and_grad(lambda a: norm(a, ord, axis=axis).sum())(jnp.asarray(x))
     np.testing.assert_array_equal(np.asarray(norm(jnp.asarray(x), ord, axis=axis)), expected)
     assert grad.shape == shape
+
+
+# ----------------------------------------------------------------------------------------------
+# Non-finite inputs (tests/test_nonfinite.py's OPEN entries fixed): values and gradients against
+# torch on the record's first sample with one entry poisoned, through that test's own comparison
+
+
+def _nonfinite_differences(name, argnum, poison):
+    from test_nonfinite import POISONS, _differences, _first_sample, _poisoned, _program
+
+    from jaxrules import registry
+    from jaxrules.testing import _torch_grads
+
+    record = registry.get(name)
+    sample = _first_sample(record)
+    program, ct = _program(record, sample)
+    case = _poisoned(sample, argnum, POISONS[poison])
+    diff = sample.diff_argnums()
+    out, grads = program([np.asarray(case.args[i]) for i in diff])
+    t_out, t_grads = _torch_grads(torch, record, case, ct)
+    found = _differences("value", out, t_out)
+    for i, g, tg in zip(diff, grads, t_grads):
+        found += _differences(f"gradient of arg{i}", g, np.zeros_like(np.asarray(g)) if tg is None else tg)
+    nan = np.isnan(np.asarray(out)).any() or any(np.isnan(np.asarray(g)).any() for g in grads)
+    return found, nan
+
+
+@pytest.mark.parametrize("poison", ["+inf", "-inf", "nan"])
+def test_nested_softmax_nonfinite_as_torch(poison):
+    """A +inf logit makes its component NaN (inf - inf), as torch and the dense softmax (was: 0 at
+    the other entries)."""
+    found, nan = _nonfinite_differences("nested.softmax", 0, poison)
+    assert not found and nan == (poison != "-inf")  # (a -inf logit: weight 0, all finite)
+
+
+@pytest.mark.parametrize("argnum", [0, 1, 2])
+@pytest.mark.parametrize("poison", ["+inf", "-inf", "nan"])
+def test_nested_attention_nonfinite_as_torch(argnum, poison):
+    """Non-finite q, k or v: NaN rows (and gradients) where torch's softmax meets inf - inf or a
+    row of -inf scores (was: 0 values, finite gradients)."""
+    found, nan = _nonfinite_differences("nested.scaled_dot_product_attention", argnum, poison)
+    assert not found and nan

@@ -100,12 +100,6 @@ OPEN: dict[str, str] = {
     "layer_norm[[]pallas]/arg1/?inf": "open: infinite weight: input gradient -+inf where torch's is NaN",
     "nested.layer_norm/arg1/?inf": "open: infinite weight: input gradient -+inf where torch's is NaN",
     # nested/
-    "nested.softmax/arg0/+inf": "open: 0 at the other entries of a row with a +inf logit where torch (and the dense "
-                                "softmax) give NaN",
-    "nested.scaled_dot_product_attention/arg0/?inf": "open: the value finite where torch's is NaN (+inf query) and "
-                                                     "the value-input gradient +-inf or finite where torch's is NaN",
-    "nested.scaled_dot_product_attention/arg1/*": "open: the value-input gradient finite where torch's is NaN for a "
-                                                  "non-finite key",
     "nested.scaled_dot_product_attention[[]pallas]/arg[01]/*": "open: the kernel returns 0 (and finite gradients) "
                                                               "where torch's output is NaN",
     "scaled_dot_product_attention[[]pallas]/arg[01]/*": "open: the ragged kernels (impl='pallas', not the default) "

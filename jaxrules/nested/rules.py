@@ -53,8 +53,11 @@ def ragged_sum_vjp(seg, g, *, num_segments):
 
 
 def ragged_softmax_primal(x, seg, *, num_segments):
+    """``exp(x - m) / sum_component exp(x - m)``, ``m`` the component's maximum: a +inf logit
+    makes the component NaN, as the dense softmax and torch (inf - inf); only an all -inf (or
+    empty) component is not shifted (0 / 0 = NaN there too, as torch)."""
     m = jax.ops.segment_max(x, seg, num_segments=num_segments)
-    e = jnp.exp(x - jnp.where(jnp.isfinite(m), m, 0)[seg])
+    e = jnp.exp(x - jnp.where(m == -jnp.inf, 0, m)[seg])
     return e / _expand(_segment_sum(e, seg, num_segments), seg)
 
 
@@ -188,8 +191,10 @@ def attention_primal(q, k, v, token_slot, slot_token, pair_q, pair_k, *, scale, 
         pq, pk = pairs
         s = jnp.where(K.pair_mask(valid, pq, pk, causal), scale * K.scores(qb, kb, pq, pk), -jnp.inf)
         m_new = jnp.maximum(m, jax.ops.segment_max(s.max(-1), pq, num_segments=nb))
-        m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0)
-        rescale = jnp.where(jnp.isfinite(m), jnp.exp(m - m_safe), 0)
+        # only a -inf maximum (no key yet) is not shifted by: a +inf score makes its row NaN
+        # (inf - inf), as torch's softmax; a NaN maximum carries on
+        m_safe = jnp.where(m_new == -jnp.inf, 0, m_new)
+        rescale = jnp.where(m == -jnp.inf, 0, jnp.exp(m - m_safe))
         e = jnp.exp(s - m_safe[pq][..., None])
         norm = norm * rescale + K.combine(e.sum(-1), pq, nb)
         acc = acc * jnp.swapaxes(rescale, 1, 2)[..., None] + K.combine(
@@ -204,8 +209,9 @@ def attention_primal(q, k, v, token_slot, slot_token, pair_q, pair_k, *, scale, 
     )
     (m, norm, acc), _ = jax.lax.scan(step, init, K.chunked(pair_q, pair_k, chunk))
     norm_t = jnp.swapaxes(norm, 1, 2)  # (nb, block, heads)
-    out_b = acc / jnp.where(norm_t > 0, norm_t, 1)[..., None]
-    lse_b = jnp.swapaxes(jnp.where(jnp.isfinite(m), m, 0), 1, 2) + jnp.log(norm_t)
+    # (a query whose every score is -inf: 0 / 0 = NaN, as torch's softmax; empty slots divide by 1)
+    out_b = acc / jnp.where(valid[..., None], norm_t, 1)[..., None]
+    lse_b = jnp.swapaxes(jnp.where(m == -jnp.inf, 0, m), 1, 2) + jnp.log(norm_t)
     return K.from_blocks(out_b, token_slot), K.from_blocks(lse_b, token_slot)
 
 
@@ -219,7 +225,7 @@ def _pair_probabilities(res, pq, pk, block, scale, causal):
     flash attention's backward does, with the blocked q, k, v."""
     q, k, v, _, lse, _, slot_token, _, _ = res
     qb, kb, vb = (_layout(x, slot_token, block) for x in (q, k, v))
-    lse_b = _layout(jnp.where(jnp.isfinite(lse), lse, 0), slot_token, block)
+    lse_b = _layout(lse, slot_token, block)  # (empty slots: 0; a non-finite row's weights are NaN, as torch's)
     valid = K.slot_valid(slot_token, q.shape[0], block)
     return K.probabilities(qb, kb, lse_b, valid, pq, pk, scale, causal), qb, kb, vb
 
