@@ -77,7 +77,9 @@ def _vector(ref, launch, n, dtype):
 
 def _forward_kernel(*refs, eps, launch, center):
     """One tile of rows: layer norm (``center``: refs x, w, b -> y, mean, rstd) or RMS norm (x, w
-    -> y, rstd: no mean subtracted, no bias)."""
+    -> y, rstd: no mean subtracted, no bias). Layer norm's branch keeps the fifth pass's operation
+    order, as ``_backward_kernel``'s: sharing one sequence with RMS norm's made the backward 20-28%
+    slower on the H100 (``benchmarks/RESULTS.md``, seventh pass)."""
     if center:
         x_ref, w_ref, b_ref, y_ref, mean_ref, rstd_ref = refs
     else:
@@ -87,13 +89,15 @@ def _forward_kernel(*refs, eps, launch, center):
     if center:
         mean = x.sum(1) / n
         valid = lax.broadcasted_iota(jnp.int32, (1, launch.width), 1) < n
-        x = jnp.where(valid, x - mean[:, None], 0)
+        centered = jnp.where(valid, x - mean[:, None], 0)
+        rstd = lax.rsqrt((centered * centered).sum(1) / n + eps)
+        y = (centered * rstd[:, None] * _vector(w_ref, launch, n, stat)[None, :]
+             + _vector(b_ref, launch, n, stat)[None, :])
+        _store(y_ref, tile, launch, n, y)
         _store(mean_ref, tile, launch, n, mean)
-    rstd = lax.rsqrt((x * x).sum(1) / n + eps)
-    y = x * rstd[:, None] * _vector(w_ref, launch, n, stat)[None, :]
-    if center:
-        y = y + _vector(b_ref, launch, n, stat)[None, :]
-    _store(y_ref, tile, launch, n, y)
+    else:
+        rstd = lax.rsqrt((x * x).sum(1) / n + eps)
+        _store(y_ref, tile, launch, n, x * rstd[:, None] * _vector(w_ref, launch, n, stat)[None, :])
     _store(rstd_ref, tile, launch, n, rstd)
 
 
@@ -144,19 +148,21 @@ def _backward_kernel(*refs, launch, center):
         tile = first + step
         x, g = _load(x_ref, tile, launch, n, stat), _load(g_ref, tile, launch, n, stat)
         rstd = _load(rstd_ref, tile, launch, n, stat)
-        if center:
-            x = jnp.where(valid, x - _load(mean_ref, tile, launch, n, stat)[:, None], 0)
-        xhat = x * rstd[:, None]
         gw = g * w[None, :]
-        projection = xhat * (gw * xhat).sum(1)[:, None] / n
         if center:
-            projection = projection + gw.sum(1)[:, None] / n
-        grstd = _load(grstd_ref, tile, launch, n, stat)
-        dx = rstd[:, None] * (gw - projection) - (grstd * rstd * rstd)[:, None] * xhat / n
-        if center:
-            dx = dx + _load(gmean_ref, tile, launch, n, stat)[:, None] / n
+            mean = _load(mean_ref, tile, launch, n, stat)
+            xhat = jnp.where(valid, (x - mean[:, None]) * rstd[:, None], 0)
+            dx = rstd[:, None] * (gw - gw.sum(1)[:, None] / n - xhat * (gw * xhat).sum(1)[:, None] / n)
+            gmean, grstd = _load(gmean_ref, tile, launch, n, stat), _load(grstd_ref, tile, launch, n, stat)
+            dx = dx + (gmean[:, None] - (grstd * rstd * rstd)[:, None] * xhat) / n
+            terms = ((g * xhat).sum(0), g.sum(0))
+        else:
+            xhat = x * rstd[:, None]
+            grstd = _load(grstd_ref, tile, launch, n, stat)
+            dx = (rstd[:, None] * (gw - xhat * (gw * xhat).sum(1)[:, None] / n)
+                  - (grstd * rstd * rstd)[:, None] * xhat / n)
+            terms = ((g * xhat).sum(0),)
         _store(dx_ref, tile, launch, n, dx)
-        terms = ((g * xhat).sum(0), g.sum(0)) if center else ((g * xhat).sum(0),)
         return tuple(s + t for s, t in zip(sums, terms))
 
     zeros = jnp.zeros((launch.width,), stat)
