@@ -263,7 +263,10 @@ def affine_normalize_vjp(res, ct, *, axes, eps, axis_name):
     stat = rstd.dtype
     xhat = (x.astype(stat) - mean) * rstd
     g = jnp.zeros(x.shape, stat) if g is None else g.astype(stat)
-    dx = normalize_backward(x, mean, rstd, g * w.astype(stat), axes=axes, eps=eps, axis_name=axis_name)
+    if all(w.shape[a] == 1 for a in axes):  # one weight per group (batch, instance norm): B(g w) = w B(g)
+        dx = w.astype(stat) * normalize_backward(x, mean, rstd, g, axes=axes, eps=eps, axis_name=axis_name)
+    else:
+        dx = normalize_backward(x, mean, rstd, g * w.astype(stat), axes=axes, eps=eps, axis_name=axis_name)
     if g_mean is not None or g_rstd is not None:  # None: unused statistics (the usual case)
         count = math.prod(x.shape[a] for a in axes) * (1 if axis_name is None else lax.psum(1, axis_name))
         g_mean = 0 if g_mean is None else g_mean

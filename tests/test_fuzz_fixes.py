@@ -237,3 +237,29 @@ def test_nested_attention_nonfinite_as_torch(argnum, poison):
     row of -inf scores (was: 0 values, finite gradients)."""
     found, nan = _nonfinite_differences("nested.scaled_dot_product_attention", argnum, poison)
     assert not found and nan
+
+
+@pytest.mark.parametrize("op", ["batch_norm", "instance_norm"])
+@pytest.mark.parametrize("w_inf", [np.inf, -np.inf])
+def test_per_channel_infinite_weight(op, w_inf):
+    """An infinite weight of one channel (one weight per normalized group): y = w x_hat + b is
+    +-inf there (numpy's; torch: NaN from its fused scale-shift), and for a generic cotangent the
+    input gradient w B(g) is +-inf on that channel, as torch's (was NaN: B(g w) meets inf - inf)."""
+    rng = np.random.default_rng(3)
+    x, w, b = rng.normal(size=(4, 3, 5)), rng.normal(size=3) + 1, rng.normal(size=3)
+    w[1] = w_inf
+    ct = rng.normal(size=x.shape)
+    fn = {"batch_norm": lambda x, w, b: nn.batch_norm(x, None, None, w, b, training=True)[0],
+          "instance_norm": lambda x, w, b: nn.instance_norm(x, weight=w, bias=b)[0]}[op]
+    value, pullback = jax.vjp(fn, jnp.asarray(x), jnp.asarray(w), jnp.asarray(b))
+    axes = (0, 2) if op == "batch_norm" else (2,)
+    xhat = (x - x.mean(axes, keepdims=True)) / np.sqrt(x.var(axes, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(np.asarray(value), w[:, None] * xhat + b[:, None], rtol=1e-12)
+    assert np.isinf(np.asarray(value)[:, 1]).all()
+    t = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    t_fn = getattr(torch.nn.functional, op)
+    (t_fn(t[0], None, None, t[1], t[2], **({"training": True} if op == "batch_norm" else {}))
+     * torch.tensor(ct)).sum().backward()
+    for ours, theirs in zip(pullback(jnp.asarray(ct)), t):
+        np.testing.assert_allclose(np.asarray(ours), theirs.grad.numpy(), rtol=1e-9)
+    assert np.isinf(np.asarray(pullback(jnp.asarray(ct))[0])[:, 1]).all()
