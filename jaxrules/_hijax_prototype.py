@@ -58,7 +58,7 @@ def formula_spy():
         _SPIES.remove(calls)
 
 
-def _record(kind: str, name: str) -> None:
+def _spy_record(kind: str, name: str) -> None:
     for calls in _SPIES:
         calls.append((kind, name))
 
@@ -142,7 +142,7 @@ class RuleOp(hijax.VJPHiPrimitive):
             it = iter(lin(tuple(res_leaves), present))
             return jax.tree.map(lambda a: next(it) if _inexact(a) else hijax.Zero(a.to_tangent_aval()),
                                 self.out_aval)
-        _record("jvp", self.spec.name)
+        _spy_record("jvp", self.spec.name)
         return _tangent_tree(self.spec.jvp(res, *_none_for_zero(tangents), **self._kw), self.out_aval)
 
     # forward mode: jax.jvp, jacfwd
@@ -173,7 +173,7 @@ class RuleOp(hijax.VJPHiPrimitive):
         return self.spec.save(out, *primals, **self._kw, **extra)
 
     def vjp_bwd_retval(self, res, ct):
-        _record("vjp", self.spec.name)
+        _spy_record("vjp", self.spec.name)
         if isinstance(ct, tuple):
             ct = tuple(None if _zero(c) else c for c in ct)
         cts = self.spec.vjp(res, ct, **self._kw)
@@ -256,7 +256,7 @@ class _LinearRuleOp(hijax.VJPHiPrimitive):
         return self.in_avals[1]
 
     def expand(self, res_leaves, ts):
-        _record("jvp", self.params["spec"].name)
+        _spy_record("jvp", self.params["spec"].name)
         return self._formula(res_leaves, ts)
 
     def transpose(self, ct, res_leaves, t_accums):
@@ -264,7 +264,7 @@ class _LinearRuleOp(hijax.VJPHiPrimitive):
             raise TypeError(f"{self.params['spec'].name}: the rule is linear in its tangents only")
         if all(_zero(c) for c in ct):
             return
-        _record("vjp", self.params["spec"].name)
+        _spy_record("vjp", self.params["spec"].name)
         ct = tuple(_instantiate(c, a) for c, a in zip(ct, self.out_aval))
         for c, acc in zip(self._vjp_present(res_leaves, ct), t_accums):
             if _is_accum(acc):
@@ -297,7 +297,7 @@ class _LinearRuleOp(hijax.VJPHiPrimitive):
     def vjp_bwd_retval(self, saved, ct):
         res_leaves, ts = saved
         ct = tuple(_instantiate(c, a) for c, a in zip(ct, self.out_aval))
-        _record("vjp", self.params["spec"].name)
+        _spy_record("vjp", self.params["spec"].name)
         t_cts = self._vjp_present(res_leaves, ct)
         res_cts = jax.vjp(lambda r: self._formula(r, ts), res_leaves)[1](ct)[0]
         return tuple(res_cts), t_cts
@@ -641,7 +641,7 @@ class RaggedScale(hijax.VJPHiPrimitive):
 
     def jvp(self, primals, tangents):
         (r, w), (dr, dw) = primals, tangents
-        _record("jvp", "ragged_scale")
+        _spy_record("jvp", "ragged_scale")
         values, offsets = ragged_parts(r)
         scale = _over_lead(_scale, self._nlead)
         dv = jnp.zeros_like(values)
@@ -655,7 +655,7 @@ class RaggedScale(hijax.VJPHiPrimitive):
         return self(r, w), (*ragged_parts(r), w)
 
     def vjp_bwd_retval(self, res, ct):
-        _record("vjp", "ragged_scale")
+        _spy_record("vjp", "ragged_scale")
         ct_values, dw = _over_lead(_scale_vjp, self._nlead)(*res, ragged_parts(ct)[0])
         return make_ragged(ct_values), dw
 

@@ -183,7 +183,7 @@ def formula_spy():
         _SPIES.remove(calls)
 
 
-def _record(kind: str, name: str) -> None:
+def _spy_record(kind: str, name: str) -> None:
     for calls in _SPIES:
         calls.append((kind, name))
 
@@ -294,7 +294,7 @@ def _split(args, rule):
 
 def _impl(*args, rule):
     res, tangents = _split(args, rule)
-    _record("jvp", rule.name)
+    _spy_record("jvp", rule.name)
     return rule.apply_jvp(res, tangents)
 
 
@@ -321,7 +321,7 @@ def _transpose(cts, *args, rule):
         (None if rule.none_for_zero_cotangents else _zeros(a)) if type(c) is ad.Zero else c
         for c, a in zip(cts, out_avals)
     ]
-    _record("vjp", rule.name)
+    _spy_record("vjp", rule.name)
     in_cts = rule.apply_vjp(res, cts, [_aval(t) for t in tangents])
     result = [ct if ad.is_undefined_primal(t) else None for ct, t in zip(in_cts, tangents)]
     return [None] * len(res) + result

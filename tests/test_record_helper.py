@@ -12,9 +12,6 @@ from jaxrules import registry
 from jaxrules.registry import Sample
 
 PACKAGE = pathlib.Path(__file__).parent.parent / "jaxrules"
-# ``_record`` in these two is the formula spy's hook (``mechanism.spy``: which formula ran), not a
-# record helper; the test below checks that it registers nothing.
-SPY_HOOKS = {"mechanism.py", "_hijax_prototype.py"}
 RECORD_MODULES = sorted(
     [f"ops/{p.name}" for p in (PACKAGE / "ops").glob("*.py") if p.name not in ("__init__.py", "_sampling.py")]
     + ["nested/records.py"]
@@ -45,10 +42,7 @@ def test_no_private_record_helper():
     for name, tree in _modules():
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == "_record":
-                if name not in SPY_HOOKS:
-                    offenders.append(f"{name}:{node.lineno}")
-                elif any(_called(n) in ("record", "register", "OpRecord") for n in ast.walk(node)):
-                    offenders.append(f"{name}:{node.lineno} (the spy hook registers records)")
+                offenders.append(f"{name}:{node.lineno}")
     assert not offenders, f"a private _record helper (use registry.record): {offenders}"
 
 

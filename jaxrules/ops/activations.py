@@ -43,7 +43,7 @@ def _softplus_primal(x, beta, threshold, **_):
 
 
 _threshold = pointwise_op("threshold", lambda x, threshold, value, **_: jnp.where(x <= threshold, value, x).astype(x.dtype),
-                          P.activations.threshold_derivatives)
+                          P.threshold_derivatives)
 _silu = pointwise_op("silu", lambda x, **_: jax.nn.silu(x), P.silu_derivative)
 _mish = pointwise_op("mish", lambda x, **_: x * jnp.tanh(jax.nn.softplus(x)), P.mish_derivative)
 _gelu = pointwise_op("gelu", lambda x, *, approximate, **_: jax.nn.gelu(x, approximate=approximate), P.gelu_derivative)
@@ -51,12 +51,12 @@ _elu = pointwise_op("elu", _elu_primal, P.elu_derivatives)
 _softplus = pointwise_op("softplus", _softplus_primal, P.softplus_derivatives)
 _log_sigmoid = pointwise_op("log_sigmoid", lambda x, **_: jax.nn.log_sigmoid(x), P.log_sigmoid_derivative)
 _hardtanh = pointwise_op("hardtanh", lambda x, min_val, max_val, **_: jnp.clip(x, min_val, max_val).astype(x.dtype),
-                         P.activations.hardtanh_derivatives)
+                         P.hardtanh_derivatives)
 _leaky_relu = pointwise_op("leaky_relu", lambda x, slope, **_: jnp.where(x > 0, x, x * slope).astype(x.dtype),
-                           P.activations.slope_derivatives)
+                           P.slope_derivatives)
 _hardsigmoid = pointwise_op("hardsigmoid", lambda x, **_: (jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype), P.hardsigmoid_derivative)
 _hardswish = pointwise_op("hardswish", lambda x, **_: (x * jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype), P.hardswish_derivative)
-_prelu = pointwise_op("prelu", lambda x, w, **_: jnp.where(x > 0, x, w * x).astype(x.dtype), P.activations.slope_derivatives)
+_prelu = pointwise_op("prelu", lambda x, w, **_: jnp.where(x > 0, x, w * x).astype(x.dtype), P.slope_derivatives)
 softmax_op = define_op("softmax", lambda x, *, axis: jax.nn.softmax(x, axis=axis), J.softmax_jvp, R.softmax_vjp,
                        lambda out, x, **_: x)
 def _log_softmax_primal(x, *, axis):

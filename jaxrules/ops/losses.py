@@ -64,7 +64,7 @@ _bce_logits = pointwise_op("bce_with_logits", _bce_logits_primal, P.bce_with_log
 _mse = pointwise_op("mse", lambda x, y, **_: jnp.square(x - y), P.mse_derivatives)
 _huber = pointwise_op("huber", _huber_primal, P.huber_derivatives)
 _smooth_l1 = pointwise_op("smooth_l1", _smooth_l1_primal, P.smooth_l1_derivatives)
-_l1 = pointwise_op("l1", lambda x, y, **_: jnp.abs(x - y), P.losses.l1_derivatives)
+_l1 = pointwise_op("l1", lambda x, y, **_: jnp.abs(x - y), P.l1_derivatives)
 _kl_div = pointwise_op("kl_div", _kl_div_primal, P.kl_div_derivatives)
 _margin_ranking = pointwise_op("margin_ranking", lambda x1, x2, y, margin, **_: jnp.maximum(-y * (x1 - x2) + margin, 0),
                                P.margin_ranking_derivatives)
@@ -74,7 +74,7 @@ _soft_margin = pointwise_op("soft_margin", lambda x, y, **_: jax.nn.softplus(-y 
 
 
 def _gaussian_nll_primal(x, y, var, eps, *, full, **_):
-    v = P.losses.clamped_var(var, eps)
+    v = P.clamped_var(var, eps)
     loss = 0.5 * (jnp.log(v) + jnp.square(x - y) / v)
     return loss + 0.5 * math.log(2 * math.pi) if full else loss
 
@@ -88,7 +88,7 @@ def _poisson_nll_primal(x, t, eps, *, log_input, full, **_):
     return loss
 
 
-_gaussian_nll = pointwise_op("gaussian_nll", _gaussian_nll_primal, P.losses.gaussian_nll_derivatives)
+_gaussian_nll = pointwise_op("gaussian_nll", _gaussian_nll_primal, P.gaussian_nll_derivatives)
 _poisson_nll = pointwise_op("poisson_nll", _poisson_nll_primal, P.poisson_nll_derivatives)
 
 _REDUCTIONS = ("none", "mean", "sum")

@@ -18,10 +18,13 @@ from jaxrules.partials.activations import (  # noqa: F401
     gelu_derivative,
     hardsigmoid_derivative,
     hardswish_derivative,
+    hardtanh_derivatives,
     log_sigmoid_derivative,
     mish_derivative,
     silu_derivative,
+    slope_derivatives,
     softplus_derivatives,
+    threshold_derivatives,
 )
 from jaxrules.partials.conv import (  # noqa: F401
     adaptive_avg_pool,
@@ -121,9 +124,12 @@ from jaxrules.partials.linalg import (  # noqa: F401
 from jaxrules.partials.losses import (  # noqa: F401
     bce_derivatives,
     bce_with_logits_derivatives,
+    clamped_var,
+    gaussian_nll_derivatives,
     hinge_embedding_derivatives,
     huber_derivatives,
     kl_div_derivatives,
+    l1_derivatives,
     margin_ranking_derivatives,
     mse_derivatives,
     poisson_nll_derivatives,
