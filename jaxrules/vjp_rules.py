@@ -715,12 +715,13 @@ def lu_factor_vjp(res, g, **_):
 def lu_solve_vjp(res, g, *, trans):
     """Seed ``linalg_lu_solve_LU`` in its order of products (``A = P L U``, packed factors'
     cotangent ``tril(gL, -1) + triu(gU)``). ``trans`` 0: ``W = U^{-H} g``, ``gB = P L^{-H} W``,
-    ``gR = -W X^H``, ``gL = L^{-H} gR U^H``, ``gU = gR``; 2 (``A^H``; 1: ``A^T``, ``M``
-    conjugated): ``gB = A^{-1} g``, ``gR = -P^T M P L^{-H}`` with ``M = X g^H``, ``gL = gR``,
-    ``gU = L^H gR U^{-H}``. Each entry then involves only the factor entries and rows of X it
-    depends on: a NaN pivot of U leaves the entries of ``triu(gR)`` finite that torch's are
-    (``P^T gA = -L^{-H} U^{-H} g X^H`` formed first and multiplied back by ``L^H`` spreads it)."""
-    lu, piv, perm, x = res
+    ``gR = -W X^H``, ``gL = L^{-H} gR U^H``, ``gU = gR``. ``trans`` 2 (``A^H``; 1: ``A^T``, with
+    g and X conjugated): ``V = L^{-1} P^T g``, ``gB = A^{-1} g = U^{-1} V``,
+    ``gR = -P^T X g^H P L^{-H} = -P^T X V^H``, ``gL = gR``, ``gU = L^H gR U^{-H}``. Each entry
+    then involves only the factor entries and rows of X it depends on: a NaN pivot of U leaves
+    the entries of ``triu(gR)`` finite that torch's are (``P^T gA = -L^{-H} U^{-H} g X^H`` formed
+    first and multiplied back by ``L^H`` spreads it)."""
+    lu, _, perm, x = res
     lower, upper = P.lu_parts(lu)
     solve_h = functools.partial(P.tri_solve, lu, transpose=True, conjugate=True)  # op(T) = T^H
     if trans == 0:
@@ -728,12 +729,12 @@ def lu_solve_vjp(res, g, *, trans):
         gb = P.unpermute_rows(solve_h(w, lower=True, unit=True), perm)
         gr = -(w @ _mH(x))
         return jnp.tril(solve_h(gr @ _mH(upper), lower=True, unit=True), -1) + jnp.triu(gr), None, gb
-    gb = jnp.conj(P.lu_solve(lu, piv, jnp.conj(g), trans=0)) if trans == 1 else P.lu_solve(lu, piv, g, trans=0)
-    m = x @ _mH(g)
-    m = jnp.conj(m) if trans == 1 else m
-    pmp = _mT(P.permute_rows(_mT(P.permute_rows(m, perm)), perm))  # P^T M P
-    gr = solve_h(-pmp, lower=True, unit=True, left=False)
-    return jnp.tril(gr, -1) + jnp.triu(solve_h(_mH(lower) @ gr, lower=False, left=False)), None, gb
+    g, x = (jnp.conj(g), jnp.conj(x)) if trans == 1 else (g, x)
+    v = P.tri_solve(lu, P.permute_rows(g, perm), lower=True, unit=True)  # L^{-1} P^T g
+    gb = P.tri_solve(lu, v, lower=False)  # A^{-1} g
+    gr = -(P.permute_rows(x, perm) @ _mH(v))  # -P^T X g^H P L^{-H}
+    gu = jnp.triu(solve_h(_mH(lower) @ gr, lower=False, left=False))
+    return jnp.tril(gr, -1) + gu, None, jnp.conj(gb) if trans == 1 else gb
 
 
 def lu_unpack_vjp(res, g, *, k):

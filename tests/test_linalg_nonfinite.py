@@ -83,6 +83,26 @@ def test_adjugate_3x3_with_infinite_entry_is_the_cofactor_matrix(at, value):
     np.testing.assert_allclose(np.asarray(jax.grad(lambda m: rla.det(m).sum())(a))[1], cof, rtol=1e-12)
 
 
+@pytest.mark.parametrize("at", [(0, 0), (1, 1), (2, 0), (1, 2)])
+@pytest.mark.parametrize("value", [np.inf, -np.inf])
+def test_det_3x3_with_infinite_entry_is_the_cofactor_expansion(at, value):
+    """det of a 3x3 matrix with one infinite entry: the expansion along its row, a_rc C_rc + finite
+    terms = +-inf (jax.numpy's closed form: inf - inf = NaN), as torch's where its LU meets the
+    entry as a pivot (at (1, 2) here torch's elimination gives inf - inf, NaN); the other matrices
+    of the batch keep jax.numpy's value; jit and vmap agree."""
+    a = np.random.default_rng(10).normal(size=(2, 3, 3))
+    a[(1, *at)] = value
+    r, c = at
+    minor = np.delete(np.delete(a[1], r, 0), c, 1)
+    expected = np.sign((-1) ** (r + c) * np.linalg.det(minor)) * value
+    theirs = torch.linalg.det(torch.tensor(a[1])).item()
+    assert theirs == expected or (np.isnan(theirs) and at == (1, 2))
+    for ours in (rla.det(a), jax.jit(rla.det)(a), jax.vmap(rla.det)(a)):
+        ours = np.asarray(ours)
+        assert ours[1] == expected
+        np.testing.assert_allclose(ours[0], np.linalg.det(a[0]), rtol=1e-12)
+
+
 def test_adjugate_of_empty_batches():
     assert rla.det(np.zeros((0, 4, 4))).shape == (0,)
     assert jrl.adjugate(np.zeros((0, 4, 4))).shape == (0, 4, 4)
@@ -99,8 +119,9 @@ def _torch_value_and_grad(fn, *args):
 
 def _assert_like_torch(ours, theirs, limit=None):
     """Same NaN and infinity positions (and signs), finite entries close. With ``limit`` (the
-    result with 1e100 in place of the infinite input entry): where torch gives NaN, ours may be
-    the limit instead (+-inf where it is beyond 1e90: an entry that grows with the input entry)."""
+    result with 1e100 in place of an infinite input entry; for a NaN entry, the result where it is
+    the same at two finite values of the entry, else NaN): where torch gives NaN, ours may be the
+    limit instead (+-inf where it is beyond 1e90: an entry that grows with the input entry)."""
     ours, theirs = np.asarray(ours), np.asarray(theirs)
     if limit is not None:
         limit = np.asarray(limit)
@@ -137,12 +158,14 @@ def test_cholesky_inverse_nonfinite_factor_entry_keeps_the_trailing_block(at, va
 
 @pytest.mark.parametrize("trans", [0, 1, 2])
 @pytest.mark.parametrize("arg, at, value", [(0, (1, 1), np.nan), (0, (0, 2), np.nan), (0, (2, 2), np.inf),
+                                            (0, (2, 0), np.nan), (0, (3, 1), -np.inf),
                                             (2, (1, 0), np.inf), (2, (2, 1), -np.inf), (2, (0, 1), np.nan)])
 def test_lu_solve_nonfinite_entry_gradients_as_torch(trans, arg, at, value):
     """lu_solve's gradients in the seed's order of products: a non-finite pivot of U or entry of B
     leaves finite (or +-inf) the entries of the factors' gradient that torch's are (it was NaN
-    everywhere: ``gA = -gB X^H`` formed first, then multiplied back by ``L^H``). With an infinite
-    entry of B and trans 1 or 2, two entries are the limit -inf where torch's are NaN."""
+    everywhere: ``gA = -gB X^H`` formed first, then multiplied back by ``L^H``). Where torch's
+    are NaN, ours may be exact: with an infinite entry of B and trans 1 or 2, two entries are the
+    limit -inf; with a NaN in L and trans 1 or 2, five entries of gL do not depend on it."""
     lu_, piv = (np.asarray(x) for x in jax.scipy.linalg.lu_factor(A[1]))
     clean = [lu_, np.random.default_rng(8).normal(size=(4, 3))]
     fn = lambda lu_, b: rsl.lu_solve((lu_, piv), b, trans=trans)  # noqa: E731
@@ -154,7 +177,11 @@ def test_lu_solve_nonfinite_entry_gradients_as_torch(trans, arg, at, value):
         return args
 
     ours, grads = fn(*poisoned(value)), grad(*poisoned(value))
-    limits = grad(*poisoned(np.sign(value) * 1e100)) if np.isinf(value) else (None, None)
+    if np.isinf(value):
+        limits = grad(*poisoned(np.sign(value) * 1e100))
+    else:  # the entries that do not depend on the NaN entry
+        limits = [np.where(np.isclose(g1, g2, rtol=1e-12, atol=1e-14), g1, np.nan)
+                  for g1, g2 in zip(grad(*poisoned(0.5)), grad(*poisoned(-1.5)))]
     t_piv = torch.tensor(piv + 1, dtype=torch.int32)
     theirs, t_grads = _torch_value_and_grad(lambda lu_, b: torch.linalg.lu_solve(lu_, t_piv, b, adjoint=trans > 0),
                                             *poisoned(value))

@@ -59,6 +59,9 @@ TORCH_WRONG: dict[str, str] = {
                               "output); torch: NaN",
     "var_mean/arg0/?inf": "the mean of values with one +-inf is +-inf; torch's var_mean (Welford) gives NaN",
     "std_mean/arg0/?inf": "the mean of values with one +-inf is +-inf; torch's var_mean (Welford) gives NaN",
+    "det/arg0/?inf": "one infinite entry of a 3x3 A: the gradient is cof(A), 2x2 determinants: +-inf at the four "
+                     "cofactors the entry enters, finite at the other five (checked against numpy's minors; the "
+                     "value, +-inf, is torch's); torch's gradient through its LU: NaN at 8",
     "adjugate/arg0/?inf": "one infinite entry: adj(A) = cof(A)^T, 2x2 determinants: +-inf in the four cofactors "
                           "it enters, finite in the other five (checked against numpy's minors); torch's "
                           "reference det(A) inv(A): NaN",
@@ -116,11 +119,6 @@ OPEN: dict[str, str] = {
     "scaled_dot_product_attention[[]pallas]/arg[01]/*": "open: the ragged kernels (impl='pallas', not the default) "
                                                         "return 0 or +-inf where torch's output is NaN",
     # ops/linalg.py
-    "det/arg0/?inf": "open: the value NaN where torch's (and the exact cofactor expansion's) is +-inf: "
-                     "jax.numpy's 3x3 closed form sums the six Leibniz products, which meet the infinite entry "
-                     "with both signs; the expansion along its row would cost 1.3-1.7x on finite 3x3 batches. "
-                     "The gradient, cof(A) (adjugate's 3x3 cofactors), is exact: +-inf at the 4 cofactors the "
-                     "entry enters, finite at the other 5 (torch: NaN at 8)",
     "ormqr/arg0/?inf": _LINALG + ": the gradient of C NaN where torch's is +-inf: ours forms Q "
                        "(householder_product) and multiplies; applying the reflectors in turn (torch, LAPACK) "
                        "leaves the rows a reflector does not touch exact",
@@ -243,11 +241,13 @@ def _check_right_answer(record, sample, argnum, value, reason, out, grads) -> li
         ours, clean = np.asarray(grads[j]).reshape(-1)[k], np.asarray(t_grads[j]).reshape(-1)[k]
         if not abs(ours - clean) <= RTOL * max(1.0, abs(clean)):
             return [f"the poisoned entry's gradient {ours} is not torch's at the clean input, {clean}"]
-    if record.name == "adjugate":  # the cofactors, from numpy's determinants of the minors
+    if record.name in ("adjugate", "det"):  # the cofactors, from numpy's determinants of the minors
         a = np.asarray(_poisoned(sample, argnum, value).args[0])
         n = a.shape[-1]
         cof = np.array([[(-1) ** (i + j) * np.linalg.det(np.delete(np.delete(a, i, 0), j, 1)) for j in range(n)]
                         for i in range(n)])
+        if record.name == "det":  # its gradient
+            return _differences("gradient", grads[0], cof)
         return _differences("value", out, cof.T)
     if record.name == "batch_norm" and argnum == 1:  # numpy's w x_hat + b (training statistics)
         x, w, b = (np.asarray(a) for a in _poisoned(sample, argnum, value).args[:3])

@@ -238,7 +238,26 @@ def _slogdet_primal(a):
 
 
 adjugate_op = define_op("adjugate", _adjugate_primal, J.adjugate_jvp, R.adjugate_vjp, _save_adjugate)
-det_op = define_op("det", jnp.linalg.det, J.det_jvp, R.det_vjp, lambda out, a: adjugate_op(a))
+def _det_primal(a):
+    """``jax.numpy.linalg.det``; a 3x3 matrix with an infinite entry whose closed form gives NaN
+    (its six Leibniz products meet the entry with both signs): the cofactor expansion along the
+    first row holding an infinite entry, exact (+-inf for one infinite entry, as torch's LU).
+    The expansion runs only when some matrix of the batch needs it."""
+    det = jnp.linalg.det(a)
+    if a.shape[-1] != 3 or a.size == 0:
+        return det
+    infinite_rows = jnp.any(jnp.isinf(a), axis=-1)
+    redo = jnp.isnan(det) & jnp.any(infinite_rows, axis=-1)
+
+    def expanded():
+        by_row = jnp.sum(a * _cofactors_3x3(a), axis=-1)
+        exact = jnp.take_along_axis(by_row, jnp.argmax(infinite_rows, axis=-1)[..., None], axis=-1)[..., 0]
+        return jnp.where(redo, exact, det)
+
+    return lax.cond(jnp.any(redo), expanded, lambda: det)
+
+
+det_op = define_op("det", _det_primal, J.det_jvp, R.det_vjp, lambda out, a: adjugate_op(a))
 slogdet_op = define_op("slogdet", _slogdet_primal, J.slogdet_jvp, R.slogdet_vjp, lambda out, a: (inv_op(a), out[0]))
 
 

@@ -211,14 +211,15 @@ def lu_adjoint(lower, upper, gl, gu):
     triu(gU1 U1^H)) U1^{-H}`` multiplies the pivot into the upper triangle first: NaN)."""
     m, k = lower.shape[-2:]
     n = upper.shape[-1]
-    gl, gu = jnp.tril(gl, -1), jnp.triu(gu)
     l1, u1 = lower[..., :k, :], upper[..., :, :k]
-    if m <= n:
+    if m <= n:  # (the entries of gU below the diagonal, and of gL on and above it, are not read)
+        gu = jnp.triu(gu)
         inner = jnp.tril(mH(lower) @ gl - gu @ mH(upper), -1)
         inner = tri_solve(u1, inner, lower=False, left=False, transpose=True, conjugate=True) + gu[..., :, :k]
         if n > k:
             inner = jnp.concatenate([inner, gu[..., :, k:]], axis=-1)
         return tri_solve(l1, inner, lower=True, unit=True, transpose=True, conjugate=True)
+    gl = jnp.tril(gl, -1)
     inner = jnp.triu(gu @ mH(upper) - mH(lower) @ gl)
     inner = tri_solve(l1, inner, lower=True, unit=True, transpose=True, conjugate=True) + gl[..., :k, :]
     inner = jnp.concatenate([inner, gl[..., k:, :]], axis=-2)
