@@ -754,8 +754,8 @@ def _reflector_jvp(a, tau, c, ta, ttau, tc, steps):
     for j, conjugate in steps:
         v = P.reflector(a, j)
         t = jnp.conj(tau[..., j]) if conjugate else tau[..., j]
-        new_y = P.apply_reflector(t, v, y)
-        terms = [] if dy is None else [P.apply_reflector(t, v, dy)]
+        new_y = P.apply_reflector(t, v, y, j)
+        terms = [] if dy is None else [P.apply_reflector(t, v, dy, j)]
         vh_y = jnp.conj(v)[..., None, :] @ y
         if ttau is not None:
             dt = jnp.conj(ttau[..., j]) if conjugate else ttau[..., j]

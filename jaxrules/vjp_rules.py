@@ -765,14 +765,14 @@ def _reflector_adjoint(a, tau, out, g, steps):
         v = P.reflector(a, j)
         t = jnp.conj(tau[..., j]) if conjugate else tau[..., j]
         norm2 = jnp.sum((v * jnp.conj(v)).real, axis=-1)
-        y = P.apply_reflector(t / (t * norm2 - 1), v, y)
+        y = P.apply_reflector(t / (t * norm2 - 1), v, y, j)
         gs = gy @ _mH(y)
         gs_v = (gs @ v[..., :, None])[..., 0]
         gt = -jnp.sum(jnp.conj(v) * gs_v, axis=-1)
         gv = -(jnp.conj(t)[..., None] * gs_v) - t[..., None] * (_mH(gs) @ v[..., :, None])[..., 0]
         ga = ga.at[..., :, j].add(jnp.where(rows > j, gv, 0))
         gtau = gtau.at[..., j].add(jnp.conj(gt) if conjugate else gt)
-        gy = P.apply_reflector(jnp.conj(t), v, gy)
+        gy = P.apply_reflector(jnp.conj(t), v, gy, j)
     return ga, gtau, gy
 
 

@@ -219,3 +219,23 @@ def test_lu_infinite_entry_gradient_is_torchs_or_the_limit(shape, at, value):
     _assert_like_torch(ours_grad, ta.grad.numpy(), limit)
     finite = np.isfinite(ours_grad)
     np.testing.assert_allclose(ours_grad[finite], limit[finite], rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("left, transpose", [(True, False), (True, True), (False, False), (False, True)])
+@pytest.mark.parametrize("arg, at, value", [(0, (2, 0), np.inf), (0, (3, 1), -np.inf), (0, (1, 0), np.nan),
+                                            (1, (1,), np.nan), (1, (0,), np.inf), (1, (2,), -np.inf)])
+def test_ormqr_nonfinite_reflector_gradient_of_c_as_torch(left, transpose, arg, at, value):
+    """The reflectors are applied to C's cotangent one at a time on the rows each touches (LAPACK's
+    larf): a non-finite reflector entry or tau leaves the rows above its reflector exact, as
+    torch's (``0 (v^H Y)`` with an infinite ``v^H Y`` made them NaN); values and all three
+    gradients as torch's."""
+    rng = np.random.default_rng(12)
+    h, tau = np.linalg.qr(rng.normal(size=(4, 3)), mode="raw")
+    args = [np.swapaxes(h, -1, -2).copy(), tau.copy(), rng.normal(size=(4, 2) if left else (2, 4))]
+    args[arg][at] = value
+    ours = jrl.ormqr(*args, left=left, transpose=transpose)
+    grads = jax.grad(lambda *x: jrl.ormqr(*x, left=left, transpose=transpose).sum(), (0, 1, 2))(*args)
+    theirs, t_grads = _torch_value_and_grad(lambda *x: torch.ormqr(*x, left=left, transpose=transpose), *args)
+    _assert_like_torch(ours, theirs)
+    for g, tg in zip(grads, t_grads):
+        _assert_like_torch(g, tg)

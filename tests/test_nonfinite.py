@@ -119,10 +119,6 @@ OPEN: dict[str, str] = {
     "scaled_dot_product_attention[[]pallas]/arg[01]/*": "open: the ragged kernels (impl='pallas', not the default) "
                                                         "return 0 or +-inf where torch's output is NaN",
     # ops/linalg.py
-    "ormqr/arg0/?inf": _LINALG + ": the gradient of C NaN where torch's is +-inf: ours forms Q "
-                       "(householder_product) and multiplies; applying the reflectors in turn (torch, LAPACK) "
-                       "leaves the rows a reflector does not touch exact",
-    "ormqr/arg1/*": _LINALG + ": the gradient of C NaN where torch's is finite or +-inf (as ormqr/arg0)",
     "qr/arg0/*": _LINALG + ": column c of A enters Q[:, k] and R[:, k] for k >= c only; XLA's blocked "
                            "Householder QR gives NaN in R[0, 0] (torch: the exact -||a_0||) and finite entries "
                            "where torch's are NaN",

@@ -251,9 +251,13 @@ def reflector(a, j):
     return jnp.where(rows == j, jnp.ones((), a.dtype), jnp.where(rows > j, a[..., :, j], 0))
 
 
-def apply_reflector(tau, v, y):
-    """``(I - tau v v^H) Y``."""
-    return y - tau[..., None, None] * (v[..., :, None] * (jnp.conj(v)[..., None, :] @ y))
+def apply_reflector(tau, v, y, start=0):
+    """``(I - tau v v^H) Y`` for ``v`` zero above row ``start`` (a static int): rows ``start:``
+    only, as LAPACK's larf; the other rows stay exact also where ``tau`` or ``v`` is not finite
+    (``0 v^H Y`` with an infinite ``v^H Y`` would be NaN)."""
+    vs, ys = v[..., start:], y[..., start:, :]
+    out = ys - tau[..., None, None] * (vs[..., :, None] * (jnp.conj(vs)[..., None, :] @ ys))
+    return out if start == 0 else jnp.concatenate([y[..., :start, :], out], axis=-2)
 
 
 def reflector_sequence(a, tau, *, adjoint, reverse):
