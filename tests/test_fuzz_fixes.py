@@ -263,3 +263,20 @@ def test_per_channel_infinite_weight(op, w_inf):
     for ours, theirs in zip(pullback(jnp.asarray(ct)), t):
         np.testing.assert_allclose(np.asarray(ours), theirs.grad.numpy(), rtol=1e-9)
     assert np.isinf(np.asarray(pullback(jnp.asarray(ct))[0])[:, 1]).all()
+
+
+# ----------------------------------------------------------------------------------------------
+# nested attention with no heads (found by the fuzz test: ZeroDivisionError planning the chunks;
+# the kernels failed inside Pallas): values and VJP against torch through the fuzz test's case
+
+
+@pytest.mark.parametrize("name", ["nested.scaled_dot_product_attention", "nested.scaled_dot_product_attention[pallas]"])
+@pytest.mark.parametrize("index", [0, 1])  # (not causal, causal)
+def test_nested_attention_zero_heads(name, index):
+    from test_fuzz_records import Case, build, run_case
+
+    from jaxrules import registry
+
+    record, case = registry.get(name), Case("float64", index, "size", size=2, to=0)
+    assert build(record, case)[0].args[0].shape[1] == 0  # (total, heads = 0, dim)
+    assert run_case(record, case) == ("ok", "values and vjp")

@@ -50,7 +50,7 @@ def plan_sizes(total: int, batch: int, block: int, max_len: int, chunk: int, cau
 
 def chunk_size(num_pairs_bound: int, heads: int, block: int, budget: int = 1 << 25) -> int:
     """Pairs per scan step: about ``budget`` scores (128 MiB of float32) per step."""
-    return int(max(1, min(num_pairs_bound, budget // (heads * block * block))))
+    return int(max(1, min(num_pairs_bound, budget // (max(heads, 1) * block * block))))  # (0 heads: no scores)
 
 
 def chunked(pair_q, pair_k, chunk: int):

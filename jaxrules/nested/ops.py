@@ -292,15 +292,15 @@ def _positive(name, value) -> int:
     return int(value)
 
 
-def _attention_impl(impl, dtype, dim: int, value_dim: int, block: int) -> str:
+def _attention_impl(impl, dtype, dim: int, value_dim: int, block: int, heads: int = 1) -> str:
     """The attention's implementation: ``impl`` if given, else the Pallas kernels on a GPU for
     the dtypes and head dims they take (values as wide as queries); the XLA formulas for zero-size
     heads and wherever the kernels cannot run (``dispatch.triton_backend_missing``; a kernel ``impl`` then falls back
     too, warned once)."""
     if impl is not None and impl not in _IMPLS:
         raise ValueError(f"nested.scaled_dot_product_attention: impl must be one of {_IMPLS}, got {impl!r}")
-    if 0 in (dim, value_dim):
-        return "xla"  # zero-size heads: nothing for the kernels to do (the XLA formulas give the empty result)
+    if 0 in (dim, value_dim, heads):
+        return "xla"  # zero-size heads, or none: nothing for the kernels to do (the XLA formulas give the result)
     if impl not in (None, "xla") and value_dim != dim:
         raise ValueError(f"nested.scaled_dot_product_attention: impl={impl!r} needs v's head dim ({value_dim}) equal "
                          f"to q's ({dim}); impl='xla' takes any")
@@ -371,7 +371,7 @@ def scaled_dot_product_attention(
     if pairs_per_step is not None:
         chunk = _positive("pairs_per_step", pairs_per_step)
     plan = K.attention_plan(offsets, total, block, max_len, chunk, causal)
-    impl = _attention_impl(impl, q.dtype, dim, v.inner_shape[-1], block)
+    impl = _attention_impl(impl, q.dtype, dim, v.inner_shape[-1], block, heads)
     qv, kv, vv = ((t.values if heads_axis else t.values[:, None]) for t in (q, k, v))
     if impl == "xla":
         work = jnp.promote_types(q.dtype, jnp.float32)
