@@ -932,11 +932,10 @@ def fold_jvp(_, tx, *, kernel, stride, padding, dilation, spatial):
     return P.fold(tx, spatial, kernel, stride, padding, dilation)
 
 
-def max_pool_jvp(index, tx, *, kernel, stride, padding, dilation, shape):
+def max_pool_jvp(element, tx, *, kernel, stride, padding, dilation, shape):
     """The tangent read at the argmax (seed ``max_pool_double_backward``'s gather), as the
-    tangent's window slices read at the argmax's window element (``partials.window_select``: no
-    gather); the indices have no tangent."""
-    element = P.window_element(index, shape[2:], kernel, stride, padding, dilation)
+    tangent's window slices read at the argmax's window element ``element``
+    (``partials.window_select``: no gather); the window elements have no tangent."""
     return P.window_select(P.window_slices(tx, kernel, stride, padding, dilation, 0), element), None
 
 

@@ -988,11 +988,11 @@ def fold_vjp(_, ct, *, kernel, stride, padding, dilation, spatial):
     return (P.unfold(ct, kernel, stride, padding, dilation),)
 
 
-def max_pool_vjp(index, ct, *, kernel, stride, padding, dilation, shape):
-    """Seed ``max_pool2d_with_indices_backward``: each cotangent added at its window's argmax, as
-    the transpose of the window slices (``partials.window_place``: no scatter)."""
+def max_pool_vjp(element, ct, *, kernel, stride, padding, dilation, shape):
+    """Seed ``max_pool2d_with_indices_backward``: each cotangent added at its window's argmax
+    (``element``: which element of the window), as the transpose of the window slices
+    (``partials.window_place``: no scatter)."""
     g, _ = ct
-    element = P.window_element(index, shape[2:], kernel, stride, padding, dilation)
     return (P.window_place(g, element, shape, kernel, stride, padding, dilation),)
 
 

@@ -77,10 +77,13 @@ def _flat_positions(element, positions):
 
 
 def _max_pool_primal(x, *, kernel, stride, padding, dilation, **_):
+    """``(values, element)``: each window's maximum (NaN if it holds one) and which element of
+    the window (row-major, the narrowest integer type) torch's argmax is: the residual, small and
+    read by the JVP and VJP as is; ``max_pool`` turns it into torch's flat indices on request."""
     positions = P.window_positions(x.shape[2:], kernel, stride, padding, dilation)
     windows = P.window_slices(x, kernel, stride, padding, dilation, -np.inf)  # strided slices, no gather
-    element = _window_argmax(windows, positions)
-    return P.window_select(windows, element), _flat_positions(element, positions)
+    element = _window_argmax(windows, positions).astype(np.int8 if windows.shape[2] <= 127 else np.int32)
+    return jnp.max(windows, axis=2), element
 
 
 max_pool_op = define_op("max_pool", _max_pool_primal, J.max_pool_jvp, R.max_pool_vjp,
@@ -497,8 +500,10 @@ def max_pool(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | S
     stride = kernel if stride is None or stride == () else _per_axis("max_pool", "stride", stride, dims, 1)
     dilation = _per_axis("max_pool", "dilation", dilation, dims, 1)
     pads = _pool_pads("max_pool", x.shape, kernel, stride, padding, dilation, ceil_mode)
-    values, index = max_pool_op(x, kernel=kernel, stride=stride, padding=pads, dilation=dilation, shape=x.shape)
-    return (values, index) if return_indices else values
+    values, element = max_pool_op(x, kernel=kernel, stride=stride, padding=pads, dilation=dilation, shape=x.shape)
+    if not return_indices:
+        return values
+    return values, _flat_positions(element, P.window_positions(x.shape[2:], kernel, stride, pads, dilation))
 
 
 max_pool.__doc__ = """torch.nn.functional.max_pool1d/2d/3d over the trailing ``len(kernel_size)`` axes of
