@@ -239,3 +239,41 @@ def test_ormqr_nonfinite_reflector_gradient_of_c_as_torch(left, transpose, arg, 
     _assert_like_torch(ours, theirs)
     for g, tg in zip(grads, t_grads):
         _assert_like_torch(g, tg)
+
+
+@pytest.mark.parametrize("at", [(0, 0), (2, 1), (1, 2)])
+def test_qr_nan_entry_poisons_its_column_and_the_later_ones(at):
+    """Column c of A enters Q[:, c:], R[c:, c:] and R[:, c] only (R[i, j] = q_i^H a_j): a NaN
+    there leaves the other entries exact, as torch's, and makes those NaN (torch's R[0, 0] for a
+    NaN in column 0 is LAPACK's dlapy2(NaN, ||a_0[1:]||) = sqrt(2) ||a_0[1:]||, not a norm:
+    listed in tests/test_nonfinite.py's TORCH_WRONG)."""
+    a = np.random.default_rng(13).normal(size=(4, 3))
+    a[at] = np.nan
+    c = at[1]
+    q, r = (np.asarray(x) for x in rla.qr(a))
+    i, j = np.indices((3, 3))
+    entered = (i <= j) & ((i >= c) | (j == c))
+    assert np.isnan(q[:, c:]).all() and np.isnan(r[entered]).all()
+    assert np.isfinite(q[:, :c]).all() and np.isfinite(r[~entered]).all()
+    tq, tr = (x.numpy() for x in torch.linalg.qr(torch.tensor(a)))
+    np.testing.assert_allclose(q[:, :c], tq[:, :c], rtol=1e-12)
+    if c > 0:
+        np.testing.assert_allclose(r[~entered], tr[~entered], rtol=1e-12, atol=1e-15)
+        assert np.isnan(tr[entered]).all()
+
+
+@pytest.mark.parametrize("value", [np.inf, -np.inf])
+def test_qr_infinite_corner_is_the_limit_where_not_nan(value):
+    """An infinite a_00: q_0 -> -+e_0 and Q[:, 1:], R[1:, 1:] tend to the QR of A[1:, 1:]. Ours
+    gives that limit (numpy's QR with 1e100 in place of inf) at every entry that is not NaN, and
+    R[0, 0] = -+inf as torch's (torch's are NaN at Q[1:, 1:] and R[1:, 1:] too)."""
+    a = np.random.default_rng(14).normal(size=(4, 3))
+    a[0, 0] = value
+    limit_input = a.copy()
+    limit_input[0, 0] = np.sign(value) * 1e100
+    ours = [np.asarray(x) for x in rla.qr(a)]
+    assert ours[1][0, 0] == -value == torch.linalg.qr(torch.tensor(a))[1][0, 0].item()
+    for o, limit in zip(ours, np.linalg.qr(limit_input)):
+        limit = np.where(np.abs(limit) > 1e90, np.sign(limit) * np.inf, limit)
+        np.testing.assert_allclose(o[~np.isnan(o)], limit[~np.isnan(o)], rtol=1e-10, atol=1e-12)
+    assert np.isfinite(ours[0][1:, 1:]).all() and np.isfinite(ours[1][1:, 1:]).all()

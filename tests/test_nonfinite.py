@@ -62,6 +62,12 @@ TORCH_WRONG: dict[str, str] = {
     "det/arg0/?inf": "one infinite entry of a 3x3 A: the gradient is cof(A), 2x2 determinants: +-inf at the four "
                      "cofactors the entry enters, finite at the other five (checked against numpy's minors; the "
                      "value, +-inf, is torch's); torch's gradient through its LU: NaN at 8",
+    "qr/arg0/nan": "the NaN is in column 0, which enters every entry of Q and of R's upper triangle (R[0, 0] = "
+                   "-+||a_0||): all NaN (checked); torch's R[0, 0] is sqrt(2) ||a_0[1:]||, LAPACK's dlapy2(NaN, "
+                   "||a_0[1:]||) with the NaN dropped by Fortran's MAX/MIN, not a norm of the column",
+    "qr/arg0/?inf": "an infinite a_00: q_0 -> -+e_0, and Q[:, 1:], R[1:, 1:] tend to the QR of A[1:, 1:]: ours is "
+                    "the limit (numpy's QR with 1e100 in place of inf, checked) wherever it is not NaN, NaN at "
+                    "Q[:, 0] and R[0, 1:] as torch's; torch's Householder step also gives NaN at Q[1:, 1:], R[1:, 1:]",
     "adjugate/arg0/?inf": "one infinite entry: adj(A) = cof(A)^T, 2x2 determinants: +-inf in the four cofactors "
                           "it enters, finite in the other five (checked against numpy's minors); torch's "
                           "reference det(A) inv(A): NaN",
@@ -119,9 +125,6 @@ OPEN: dict[str, str] = {
     "scaled_dot_product_attention[[]pallas]/arg[01]/*": "open: the ragged kernels (impl='pallas', not the default) "
                                                         "return 0 or +-inf where torch's output is NaN",
     # ops/linalg.py
-    "qr/arg0/*": _LINALG + ": column c of A enters Q[:, k] and R[:, k] for k >= c only; XLA's blocked "
-                           "Householder QR gives NaN in R[0, 0] (torch: the exact -||a_0||) and finite entries "
-                           "where torch's are NaN",
     # ops/fft.py, ops/conv.py: XLA's primitives, not a formula
     "irfft/arg0/?inf": "open: XLA's FFT gives NaN (inf - inf in its butterflies) at 3 of 14 outputs whose exact "
                        "value is +-inf (torch's pocketfft: +-inf)",
@@ -251,6 +254,23 @@ def _check_right_answer(record, sample, argnum, value, reason, out, grads) -> li
         view = (1, -1) + (1,) * (x.ndim - 2)
         xhat = (x - x.mean(axes, keepdims=True)) / np.sqrt(x.var(axes, keepdims=True) + 1e-5)
         return _differences("value", out, w.reshape(view) * xhat + b.reshape(view))
+    if record.name == "qr":  # the poisoned column c enters Q[:, c:], R[c:, c:] and R[:, c] (R[i, j] = q_i^H a_j)
+        a = np.asarray(_poisoned(sample, argnum, value).args[0])
+        ours = [np.asarray(x) for x in jax.tree.leaves(out)]
+        if np.isnan(value):
+            b, _, c = np.unravel_index(k, a.shape)
+            i, j = np.indices(ours[1].shape[-2:])
+            entered = (i <= j) & ((i >= c) | (j == c))
+            if not (np.isnan(ours[0][b][:, c:]).all() and np.isnan(ours[1][b][entered]).all()):
+                return ["not NaN at every entry of Q[:, c:], R[c:, c:] and R[:, c] (c the poisoned column)"]
+            return []
+        a[np.isinf(a)] = np.sign(value) * 1e100
+        problems = []
+        for name, o, limit in zip("QR", ours, np.linalg.qr(a)):
+            limit = np.where(np.abs(limit) > 1e90, np.sign(limit) * np.inf, limit)
+            if not np.allclose(o[~np.isnan(o)], limit[~np.isnan(o)], rtol=1e-8, atol=1e-12):
+                problems.append(f"{name}: entries other than NaN are not the limit (1e100 in place of inf)")
+        return problems
     if record.name in ("slogdet", "svdvals"):
         leaves = jax.tree.leaves(out) + (list(grads) if record.name == "svdvals" else [])
         if not all(np.isnan(np.asarray(x)).all() for x in leaves):
