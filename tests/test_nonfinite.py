@@ -109,7 +109,6 @@ _GROUP_WEIGHT = "open: infinite weight, one per group: the values are right (see
     "implementation's residual (the loss sum(y) is itself inf - inf = NaN there): nothing to match"
 _KERNEL_WEIGHT = "open: infinite weight through the fused kernels (norm_kernels.py; their backward computes " \
     "B(g w) as the XLA formula did before w B(g) for per-channel weights): see _NORM_WEIGHT / _GROUP_WEIGHT"
-_LINALG = "open: a non-finite entry spreads differently through the factorization than through torch's LAPACK calls"
 OPEN: dict[str, str] = {
     # ops/normalization.py, nested/
     "batch_norm[[]pallas]/arg1/?inf": _KERNEL_WEIGHT,
@@ -124,7 +123,6 @@ OPEN: dict[str, str] = {
                                                               "where torch's output is NaN",
     "scaled_dot_product_attention[[]pallas]/arg[01]/*": "open: the ragged kernels (impl='pallas', not the default) "
                                                         "return 0 or +-inf where torch's output is NaN",
-    # ops/linalg.py
     # ops/fft.py, ops/conv.py: XLA's primitives, not a formula
     "irfft/arg0/?inf": "open: XLA's FFT gives NaN (inf - inf in its butterflies) at 3 of 14 outputs whose exact "
                        "value is +-inf (torch's pocketfft: +-inf)",
