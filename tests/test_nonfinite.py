@@ -96,7 +96,7 @@ TORCH_WRONG: dict[str, str] = {
                                              "torch's own binary_cross_entropy_with_logits); torch's two-term form "
                                              "gives inf - inf = NaN",
 }
-# Not fixed yet; the owners' files (normalization, linalg, nested),
+# Not fixed yet; the owners' files (normalization, nested),
 # or not fixable in a formula (XLA's FFT and convolution).
 _NORM_WEIGHT = "open: infinite weight w_j varying within a normalized group: the values are right (+-inf; torch: " \
     "NaN, see _AFFINE_INF), but the input gradient B(g w) = rstd (g w - E[g w] - x_hat E[g w x_hat]) meets " \
