@@ -280,3 +280,17 @@ def test_nested_attention_zero_heads(name, index):
     record, case = registry.get(name), Case("float64", index, "size", size=2, to=0)
     assert build(record, case)[0].args[0].shape[1] == 0  # (total, heads = 0, dim)
     assert run_case(record, case) == ("ok", "values and vjp")
+
+
+def test_group_norm_empty_group_weight_gradient():
+    """An empty spatial axis: the weight's and bias's gradients are empty sums, 0 (REFERENCE_DIFFERS:
+    torch's weight gradient is NaN, from its rstd of an empty group)."""
+    x, w, b = jnp.zeros((2, 6, 0, 2)), jnp.ones(6), jnp.zeros(6)
+    grads = jax.grad(lambda x, w, b: nn.group_norm(x, 3, w, b).sum(), argnums=(0, 1, 2))(x, w, b)
+    assert grads[0].shape == x.shape
+    np.testing.assert_array_equal(np.asarray(grads[1]), np.zeros(6))
+    np.testing.assert_array_equal(np.asarray(grads[2]), np.zeros(6))
+    t = [torch.zeros(2, 6, 0, 2, dtype=torch.float64, requires_grad=True)] + [
+        torch.tensor(np.asarray(a), requires_grad=True) for a in (w, b)]
+    torch.nn.functional.group_norm(t[0], 3, t[1], t[2]).sum().backward()
+    assert np.isnan(t[1].grad.numpy()).all()  # torch's (the documented difference)
