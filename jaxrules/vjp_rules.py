@@ -251,7 +251,9 @@ def renorm_vjp(res, ct, *, p, axis, maxnorm, **_):
 def affine_normalize_vjp(res, ct, *, axes, eps, axis_name):
     """The native backward with weight (seed ``native_layer_norm_backward`` /
     ``batch_norm_backward`` / ``native_group_norm_backward``): ``dx = B(g w)`` with ``B(v) = rstd
-    (v - E[v] - x_hat E[v x_hat])`` computed by the ``normalize_backward`` op (so its own VJP, the
+    (v - E[v] - x_hat E[v x_hat])`` (``w B(g)`` where w is one number per group, batch and instance
+    norm, as torch: an infinite weight then gives +-inf, not inf - inf) computed by the
+    ``normalize_backward`` op (so its own VJP, the
     seed's double backward, runs under a second reverse pass), plus the statistics outputs'
     terms ``(g_mean - g_rstd rstd^2 x_hat) / count`` when they are used (the op passes ``None``
     for a symbolic zero cotangent); ``dw = sum g x_hat``, ``db = sum g`` over the axes where the
