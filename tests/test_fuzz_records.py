@@ -115,9 +115,10 @@ class Case:
 _WITH_INDICES = "open: a 0-d input with axis=0, keepdims=True gives values of shape (1,); torch keeps ()"
 _FFT_ZERO = ("open (analysed; not the DC/Nyquist imaginary parts, whose NaN is ignored as torch's: pinned in "
              "tests/test_fuzz_fixes.py): a NaN or infinite entry of the half spectrum whose coefficient at an output "
-             "point is exactly 0 meets a 0 twiddle factor in XLA's FFT (inf * 0 = NaN); torch's FFT applies the "
-             "+-1/+-i factors without multiplying, so gives the finite rest there (and +-inf where ours gives NaN). "
-             "A fix needs its own pass over the non-finite entries (a dense DFT of them), not done")
+             "point is exactly 0 meets that 0 factor in XLA's FFT (inf * 0 = NaN, as numpy's pocketfft); torch's CPU "
+             "FFT (MKL in this build) gives the finite rest there, the output not depending on that entry (and +-inf "
+             "where ours gives NaN). A fix needs its own pass over the non-finite entries (a dense DFT of them), not "
+             "done")
 FUZZ_OPEN: dict[str, tuple[Case, str]] = {
     "irfftn/nonfinite/silent nan": (Case("float64", 0, "nonfinite", salt=11924),
                                     _FFT_ZERO + " (here a NaN at X[1, 3] of a (4, 10) output: its coefficient "
