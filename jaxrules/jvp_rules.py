@@ -934,9 +934,9 @@ def fold_jvp(_, tx, *, kernel, stride, padding, dilation, spatial):
 
 def max_pool_jvp(element, tx, *, kernel, stride, padding, dilation, shape):
     """The tangent read at the argmax (seed ``max_pool_double_backward``'s gather), as the
-    tangent's window slices read at the argmax's window element ``element``
-    (``partials.window_select``: no gather); the window elements have no tangent."""
-    return P.window_select(P.window_slices(tx, kernel, stride, padding, dilation, 0), element), None
+    tangent's windows read at the argmax's window element ``element`` (``partials.window_read``:
+    no gather); the window elements have no tangent."""
+    return P.window_read(tx, element, kernel, stride, padding, dilation), None
 
 
 def adaptive_max_pool_jvp(index, tx, *, shape, **_):

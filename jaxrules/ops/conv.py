@@ -57,16 +57,16 @@ def _adaptive_positions(spatial, output_size):
     return P.combine_windows(axes, spatial)
 
 
-def _window_argmax(windows, positions):
-    """torch's window element (the CPU kernels' ``val > maxval || isnan(val)`` scan from the
-    window's first input element) of ``windows`` (N, C, K, *out): the first maximum in the
-    window's row-major order, the last NaN where there is one; padding (``positions`` -1, static
-    (K, *out)) never wins, not even over -inf."""
-    top = jnp.max(windows, axis=2, keepdims=True)
-    first = jnp.argmax((windows == top) & (positions >= 0), axis=2)
-    nan = jnp.isnan(windows)
-    last_nan = positions.shape[0] - 1 - jnp.argmax(jnp.flip(nan, axis=2), axis=2)
-    return jnp.where(nan.any(axis=2), last_nan, first).astype(jnp.int32)
+def _window_max(windows, ids, valid, axes):
+    """torch's maximum and argmax (the CPU kernels' ``val > maxval || isnan(val)`` scan from the
+    window's first input element) of each window over ``axes``: ``(values, element)``, the first
+    maximum in the window's row-major order (``ids``), the last NaN where there is one, padding
+    (``valid`` false) never chosen, not even over -inf. Two plain reductions (min and max of
+    element ids), which XLA fuses with the read of the windows."""
+    top = jnp.max(windows, axis=axes, keepdims=True)
+    first = jnp.min(jnp.where((windows == top) & valid, ids, np.iinfo(np.int32).max), axis=axes)
+    last_nan = jnp.max(jnp.where(jnp.isnan(windows), ids, -1), axis=axes)
+    return jnp.squeeze(top, axes), jnp.where(last_nan >= 0, last_nan, first)
 
 
 def _flat_positions(element, positions):
@@ -79,11 +79,18 @@ def _flat_positions(element, positions):
 def _max_pool_primal(x, *, kernel, stride, padding, dilation, **_):
     """``(values, element)``: each window's maximum (NaN if it holds one) and which element of
     the window (row-major, the narrowest integer type) torch's argmax is: the residual, small and
-    read by the JVP and VJP as is; ``max_pool`` turns it into torch's flat indices on request."""
-    positions = P.window_positions(x.shape[2:], kernel, stride, padding, dilation)
-    windows = P.window_slices(x, kernel, stride, padding, dilation, -np.inf)  # strided slices, no gather
-    element = _window_argmax(windows, positions).astype(np.int8 if windows.shape[2] <= 127 else np.int32)
-    return jnp.max(windows, axis=2), element
+    read by the JVP and VJP as is; ``max_pool`` turns it into torch's flat indices on request.
+    Windows that tile the input (stride == kernel) are a reshape of it, others strided slices."""
+    if P.tiled(kernel, stride, dilation):
+        windows = P.tiled_windows(x, kernel, padding, -np.inf)
+        ids, axes = P.tiled_element_ids(windows.shape, kernel), P.tiled_axes(kernel)
+        valid = P.tiled_valid(windows.shape, x.shape[2:], kernel, padding)
+    else:
+        positions = P.window_positions(x.shape[2:], kernel, stride, padding, dilation)
+        windows = P.window_slices(x, kernel, stride, padding, dilation, -np.inf)  # strided slices, no gather
+        ids, axes, valid = lax.broadcasted_iota(jnp.int32, windows.shape, 2), (2,), positions >= 0
+    values, element = _window_max(windows, ids, valid, axes)
+    return values, element.astype(np.int8 if math.prod(kernel) <= 127 else np.int32)
 
 
 max_pool_op = define_op("max_pool", _max_pool_primal, J.max_pool_jvp, R.max_pool_vjp,
@@ -95,7 +102,8 @@ def _adaptive_max_pool_primal(x, *, output_size, shape):
     planes = x.reshape(x.shape[:2] + (math.prod(x.shape[2:]),))  # not -1: the batch may be empty
     padded = lax.pad(planes, np.array(-np.inf, x.dtype), ((0, 0, 0), (0, 0, 0), (0, 1, 0)))  # keeps x's sharding
     windows = padded[:, :, np.where(positions >= 0, positions, planes.shape[2])]  # (N, C, window, *out)
-    index = _flat_positions(_window_argmax(windows, positions), positions)
+    element = _window_max(windows, lax.broadcasted_iota(jnp.int32, windows.shape, 2), positions >= 0, (2,))[1]
+    index = _flat_positions(element, positions)
     return P.pool_flat_gather(x, index), index
 
 

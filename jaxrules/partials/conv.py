@@ -196,17 +196,6 @@ def window_slices_transpose(windows, shape, kernel, stride, padding, dilation):
     return lax.pad(total, zero, _spatial_pads((-lo, -hi, 0) for lo, hi in padding))
 
 
-def window_element(flat_index, spatial, kernel, stride, padding, dilation):
-    """Which element (row-major) of its window each flat input position of ``flat_index`` (N, C,
-    *out; a position of that output's window) is: per axis ``(i + lo - o s) / d``."""
-    coords = jnp.unravel_index(flat_index, spatial)
-    element = jnp.zeros(flat_index.shape, jnp.int32)
-    for axis, (i, k, s, (lo, _), d) in enumerate(zip(coords, kernel, stride, padding, dilation)):
-        out = lax.broadcasted_iota(jnp.int32, flat_index.shape, 2 + axis)
-        element = element * k + (i.astype(jnp.int32) + lo - out * s) // d
-    return element
-
-
 def window_select(windows, element):
     """``windows`` (N, C, K, *out) read at window element ``element`` (N, C, *out): a masked
     sum over the window (elementwise; the unselected entries, NaN or not, do not enter)."""
@@ -214,9 +203,76 @@ def window_select(windows, element):
     return jnp.sum(jnp.where(chosen, windows, 0), axis=2).astype(windows.dtype)
 
 
+def tiled(kernel, stride, dilation):
+    """Whether the windows tile the (padded) input: stride == kernel and no dilation. Then they
+    are a reshape of it (``tiled_windows``), which XLA reads and reduces in one pass."""
+    return tuple(stride) == tuple(kernel) and set(dilation) == {1}
+
+
+def _tiled_pads(spatial, kernel, padding):
+    """Per axis ``(lo, hi)``: the padding that makes each spatial axis ``out k`` long (``hi``
+    negative where trailing input lies in no window), and the outputs ``out``."""
+    grid = _window_grid(spatial, kernel, kernel, padding, (1,) * len(kernel))
+    pads = [(lo, m * k - n - lo) for (m, _), k, n, (lo, _) in zip(grid, kernel, spatial, padding)]
+    return pads, [m for m, _ in grid]
+
+
+def tiled_windows(x, kernel, padding, fill):
+    """(N, C, out_1, k_1, out_2, k_2, ...): the windows of ``x`` (N, C, *spatial) when they
+    tile it (``tiled``), as ``x`` padded with ``fill`` (or cut) to ``out k`` per axis, reshaped."""
+    pads, out = _tiled_pads(x.shape[2:], kernel, padding)
+    padded = lax.pad(x, np.array(fill, x.dtype), _spatial_pads((lo, hi, 0) for lo, hi in pads))
+    return padded.reshape(*x.shape[:2], *(v for m, k in zip(out, kernel) for v in (m, k)))
+
+
+def tiled_axes(kernel):
+    """The window axes of ``tiled_windows``' layout."""
+    return tuple(3 + 2 * i for i in range(len(kernel)))
+
+
+def tiled_element_ids(shape, kernel):
+    """int32 of ``tiled_windows``' ``shape``: each entry's element (row-major) in its window."""
+    ids = jnp.zeros(shape, jnp.int32)
+    for axis, k in zip(tiled_axes(kernel), kernel):
+        ids = ids * k + lax.broadcasted_iota(jnp.int32, shape, axis)
+    return ids
+
+
+def tiled_valid(shape, spatial, kernel, padding):
+    """bool of ``tiled_windows``' ``shape``: the entry is input, not padding."""
+    valid = jnp.ones(shape, bool)
+    for axis, n, k, (lo, _) in zip(tiled_axes(kernel), spatial, kernel, padding):
+        position = lax.broadcasted_iota(jnp.int32, shape, axis - 1) * k + lax.broadcasted_iota(jnp.int32, shape, axis)
+        valid = valid & (position >= lo) & (position < lo + n)
+    return valid
+
+
+def _tiled_expand(v, kernel):
+    """(N, C, *out) -> (N, C, out_1, 1, out_2, 1, ...): broadcastable against the tiled windows."""
+    return v.reshape(*v.shape[:2], *(d for m in v.shape[2:] for d in (m, 1)))
+
+
+def window_read(x, element, kernel, stride, padding, dilation):
+    """``x`` (N, C, *spatial), zero-padded, read at window element ``element`` (N, C, *out) of
+    each window: the tiled windows' masked sum, or ``window_select`` of the window slices."""
+    if not tiled(kernel, stride, dilation):
+        return window_select(window_slices(x, kernel, stride, padding, dilation, 0), element)
+    windows = tiled_windows(x, kernel, padding, 0)
+    chosen = tiled_element_ids(windows.shape, kernel) == _tiled_expand(element, kernel)
+    return jnp.sum(jnp.where(chosen, windows, 0), axis=tiled_axes(kernel)).astype(x.dtype)
+
+
 def window_place(g, element, shape, kernel, stride, padding, dilation):
-    """The transpose of ``window_select`` after ``window_slices``: ``g`` (N, C, *out) added at
-    window element ``element`` of each window of an input of ``shape``."""
+    """The transpose of ``window_read``: ``g`` (N, C, *out) added at window element ``element``
+    of each window of an input of ``shape`` (tiled windows: a reshape and the padding cut off;
+    otherwise the transpose of the window slices)."""
+    if tiled(kernel, stride, dilation):
+        pads, out = _tiled_pads(shape[2:], kernel, padding)
+        tiled_shape = (*shape[:2], *(v for m, k in zip(out, kernel) for v in (m, k)))
+        chosen = tiled_element_ids(tiled_shape, kernel) == _tiled_expand(element, kernel)
+        spread = jnp.where(chosen, _tiled_expand(g, kernel), 0)
+        spread = spread.reshape(*shape[:2], *(m * k for m, k in zip(out, kernel)))
+        return lax.pad(spread, np.zeros((), g.dtype), _spatial_pads((-lo, -hi, 0) for lo, hi in pads))
     k = math.prod(kernel)
     chosen = element[:, :, None] == lax.broadcasted_iota(jnp.int32, (*g.shape[:2], k, *g.shape[2:]), 2)
     return window_slices_transpose(jnp.where(chosen, g[:, :, None], 0), shape, kernel, stride, padding, dilation)
