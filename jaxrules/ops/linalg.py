@@ -242,19 +242,19 @@ def _det_primal(a):
     """``jax.numpy.linalg.det``; a 3x3 matrix with an infinite entry whose closed form gives NaN
     (its six Leibniz products meet the entry with both signs): the cofactor expansion along the
     first row holding an infinite entry, exact (+-inf for one infinite entry, as torch's LU).
-    The expansion runs only when some matrix of the batch needs it."""
+    The expansion runs only when some determinant of the batch is NaN (one check: their sum)."""
     det = jnp.linalg.det(a)
     if a.shape[-1] != 3 or a.size == 0:
         return det
-    infinite_rows = jnp.any(jnp.isinf(a), axis=-1)
-    redo = jnp.isnan(det) & jnp.any(infinite_rows, axis=-1)
 
     def expanded():
+        infinite_rows = jnp.any(jnp.isinf(a), axis=-1)
+        redo = jnp.isnan(det) & jnp.any(infinite_rows, axis=-1)
         by_row = jnp.sum(a * _cofactors_3x3(a), axis=-1)
         exact = jnp.take_along_axis(by_row, jnp.argmax(infinite_rows, axis=-1)[..., None], axis=-1)[..., 0]
         return jnp.where(redo, exact, det)
 
-    return lax.cond(jnp.any(redo), expanded, lambda: det)
+    return lax.cond(jnp.isnan(jnp.sum(det)), expanded, lambda: det)
 
 
 det_op = define_op("det", _det_primal, J.det_jvp, R.det_vjp, lambda out, a: adjugate_op(a))

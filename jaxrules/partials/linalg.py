@@ -257,7 +257,7 @@ def apply_reflector(tau, v, y, start=0):
     (``0 v^H Y`` with an infinite ``v^H Y`` would be NaN)."""
     vs, ys = v[..., start:], y[..., start:, :]
     out = ys - tau[..., None, None] * (vs[..., :, None] * (jnp.conj(vs)[..., None, :] @ ys))
-    return out if start == 0 else jnp.concatenate([y[..., :start, :], out], axis=-2)
+    return out if start == 0 else lax.dynamic_update_slice_in_dim(y, out, start, axis=-2)
 
 
 def reflector_sequence(a, tau, *, adjoint, reverse):
