@@ -194,12 +194,12 @@ def test_lu_solve_nonfinite_entry_gradients_as_torch(trans, arg, at, value):
                                        ((4, 4), (0, 1)), ((5, 3), (1, 2)), ((5, 3), (4, 0))])
 @pytest.mark.parametrize("value", [np.inf, -np.inf])
 def test_lu_infinite_entry_gradient_is_torchs_or_the_limit(shape, at, value):
-    """lu's gradient in the seed's wide/tall order of products: an infinite entry (here it becomes
-    an infinite pivot of U, or an entry of U2 / L2) gives the finite gradient torch's wide branch
-    gives, equal to the gradient at 1e100 (the limit); where torch's (square branch) is NaN, ours
-    may be the limit. Values as torch's (or the limit where torch's are NaN). (Not covered: an
-    entry that makes two pivots infinite, e.g. (1, 2) of this 4x4, where XLA's LU gives L[3, 2] = 0,
-    the limit 0.51, torch's inf/inf NaN: the factorization, not a formula of jaxrules.)"""
+    """lu's gradient in the seed's orders of products: an infinite entry (here it becomes an
+    infinite pivot of U, or an entry of U2 / L2) gives the finite gradient torch's wide and tall
+    branches give, equal to the gradient at 1e100 (the limit); square A: torch's branch, NaN
+    where torch's is. Values as torch's (or the limit where torch's are NaN). (Not covered: an
+    entry that makes two pivots infinite, e.g. (1, 2) of this 4x4, where XLA's LU gives
+    L[3, 2] = 0, the limit 0.51, torch's inf/inf NaN: the factorization, not a formula.)"""
     rng = np.random.default_rng(9)
     a = rng.normal(size=shape)
     a[at] = value
