@@ -719,10 +719,10 @@ def lu_solve_vjp(res, g, *, trans):
     cotangent ``tril(gL, -1) + triu(gU)``). ``trans`` 0: ``W = U^{-H} g``, ``gB = P L^{-H} W``,
     ``gR = -W X^H``, ``gL = L^{-H} gR U^H``, ``gU = gR``. ``trans`` 2 (``A^H``; 1: ``A^T``, with
     g and X conjugated): ``V = L^{-1} P^T g``, ``gB = A^{-1} g = U^{-1} V``,
-    ``gR = -P^T X g^H P L^{-H} = -P^T X V^H``, ``gL = gR``, ``gU = L^H gR U^{-H}``. Each entry
-    then involves only the factor entries and rows of X it depends on: a NaN pivot of U leaves
-    the entries of ``triu(gR)`` finite that torch's are (``P^T gA = -L^{-H} U^{-H} g X^H`` formed
-    first and multiplied back by ``L^H`` spreads it)."""
+    ``gR = -P^T X g^H P L^{-H} = -P^T X V^H``, ``gL = gR``, ``gU = L^H gR U^{-H} =
+    -L^H P^T X gB^H``. Each entry then involves only the factor entries and rows of X it depends
+    on: a NaN pivot of U leaves the entries of ``triu(gR)`` finite that torch's are
+    (``P^T gA = -L^{-H} U^{-H} g X^H`` formed first and multiplied back by ``L^H`` spreads it)."""
     lu, _, perm, x = res
     lower, upper = P.lu_parts(lu)
     solve_h = functools.partial(P.tri_solve, lu, transpose=True, conjugate=True)  # op(T) = T^H
@@ -734,8 +734,9 @@ def lu_solve_vjp(res, g, *, trans):
     g, x = (jnp.conj(g), jnp.conj(x)) if trans == 1 else (g, x)
     v = P.tri_solve(lu, P.permute_rows(g, perm), lower=True, unit=True)  # L^{-1} P^T g
     gb = P.tri_solve(lu, v, lower=False)  # A^{-1} g
-    gr = -(P.permute_rows(x, perm) @ _mH(v))  # -P^T X g^H P L^{-H}
-    gu = jnp.triu(solve_h(_mH(lower) @ gr, lower=False, left=False))
+    px = -P.permute_rows(x, perm)
+    gr = px @ _mH(v)  # -P^T X g^H P L^{-H}
+    gu = jnp.triu((_mH(lower) @ px) @ _mH(gb))  # L^H gR U^{-H} = -L^H P^T X gB^H
     return jnp.tril(gr, -1) + gu, None, jnp.conj(gb) if trans == 1 else gb
 
 

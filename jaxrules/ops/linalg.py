@@ -574,19 +574,16 @@ def torch_cholesky_solve(B: ArrayLike, L: ArrayLike, upper: bool = False) -> Arr
 
 
 def _cholesky_inverse_primal(c, *, lower):
-    """``X = L^{-H} L^{-1} = Y^H Y`` with ``Y = L^{-1}`` (lower), ``X = U^{-1} U^{-H} = Y Y^H`` with
-    ``Y = U^{-1}`` (upper), as LAPACK's potri (trtri, then the triangular product). ``Y`` is solved
-    in the order that keeps its entries exact at a non-finite factor entry ``L[p, q]``: ``I L^{-1}``
-    (the columns from the last: NaN in the columns ``<= q``, the others exact) and its strict upper
-    triangle, the structural zeros the solve divides by the entry, set to 0. Then ``X[q+1:, q+1:]``
-    = ``(L22 L22^H)^{-1}`` stays finite, as torch's (``cho_solve(L, I)`` solves ``L^{-1} I`` by rows
-    first: NaN in every row ``>= p``, so every entry of X)."""
+    """``X = W W^H`` with ``W = L^{-H}`` (lower) or ``U^{-1}`` (upper), upper triangular, as
+    LAPACK's potri (trtri, then the triangular product). ``W`` is solved from the left by rows from
+    the last, which keeps its rows exact below a non-finite factor entry ``L[p, q]`` (NaN in the
+    rows ``<= q``), and its strict lower triangle, the structural zeros the solve divides by the
+    entry, is set to 0. Then ``X[q+1:, q+1:] = (L22 L22^H)^{-1}`` stays finite, as torch's
+    (``cho_solve(L, I)`` solves ``L^{-1} I`` by rows from the first: NaN in every row ``>= p``,
+    so every entry of X)."""
     eye = jnp.broadcast_to(jnp.eye(c.shape[-1], dtype=c.dtype), c.shape)
-    if lower:  # Y = I L^{-1} by columns from the last, X = Y^H Y
-        y = jnp.tril(P.tri_solve(c, eye, lower=True, left=False))
-        return P.matmul(P.mH(y), y)
-    y = jnp.triu(P.tri_solve(c, eye, lower=False))  # Y = U^{-1} I by rows from the last, X = Y Y^H
-    return P.matmul(y, P.mH(y))
+    w = jnp.triu(P.tri_solve(c, eye, lower=lower, transpose=lower, conjugate=lower))
+    return P.matmul(w, P.mH(w))
 
 
 cholesky_inverse_op = define_op("cholesky_inverse", _cholesky_inverse_primal, J.cholesky_inverse_jvp, R.cholesky_inverse_vjp, lambda out, c, **_: (c, out))
