@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import jaxrules.nn as nn
+import jaxrules.numpy
 
 torch = pytest.importorskip("torch")
 
@@ -294,3 +295,16 @@ def test_group_norm_empty_group_weight_gradient():
         torch.tensor(np.asarray(a), requires_grad=True) for a in (w, b)]
     torch.nn.functional.group_norm(t[0], 3, t[1], t[2]).sum().backward()
     assert np.isnan(t[1].grad.numpy()).all()  # torch's (the documented difference)
+
+
+@pytest.mark.parametrize("name", ["max", "min", "median", "nanmedian"])
+@pytest.mark.parametrize("keepdims", [True, False])
+def test_value_selection_of_a_0d_input_stays_0d_as_torch(name, keepdims):
+    """torch.max/min/median/nanmedian(x, dim=0, keepdim=...) of a 0-d x: 0-d values and indices
+    (its axis 0 has length 1), the gradient 1 (found by the fuzz test: keepdims gave shape (1,))."""
+    fn = getattr(jaxrules.numpy, name)
+    out = fn(jnp.array(2.5), axis=0, keepdims=keepdims, return_indices=True)
+    theirs = getattr(torch, name)(torch.tensor(2.5), dim=0, keepdim=keepdims)
+    assert out.values.shape == tuple(theirs.values.shape) == () and out.indices.shape == ()
+    assert float(out.values) == float(theirs.values) and int(out.indices) == int(theirs.indices) == 0
+    assert float(jax.grad(lambda x: fn(x, axis=0, keepdims=keepdims, return_indices=True).values)(2.5)) == 1.0

@@ -112,7 +112,6 @@ class Case:
 # record, kind and outcome is reported (a warning), not failed; ``test_known_still_fail`` runs each
 # case and fails once it no longer fails that way (then remove the entry). FUZZ_OPEN: bugs of
 # jaxrules, to fix (in the op files, not here); REFERENCE_DIFFERS: torch is no reference there.
-_WITH_INDICES = "open: a 0-d input with axis=0, keepdims=True gives values of shape (1,); torch keeps ()"
 _FFT_ZERO = ("open (analysed; not the DC/Nyquist imaginary parts, whose NaN is ignored as torch's: pinned in "
              "tests/test_fuzz_fixes.py): a NaN or infinite entry of the half spectrum whose coefficient at an output "
              "point is exactly 0 meets that 0 factor in XLA's FFT (inf * 0 = NaN, as numpy's pocketfft); torch's CPU "
@@ -128,10 +127,6 @@ FUZZ_OPEN: dict[str, tuple[Case, str]] = {
     "logcumsumexp/nonfinite/silent nan": (
         Case("complex128", 0, "nonfinite", salt=512),
         "open: complex input with -inf real parts (exp = 0): every later entry NaN; torch: finite"),
-    "max_with_indices/scalar/value": (Case("float64", 1, "scalar"), _WITH_INDICES),
-    "min_with_indices/scalar/value": (Case("float64", 1, "scalar"), _WITH_INDICES),
-    "median_with_indices/scalar/value": (Case("float64", 1, "scalar"), _WITH_INDICES),
-    "nanmedian_with_indices/scalar/value": (Case("float64", 1, "scalar"), _WITH_INDICES),
 }
 _GRID_NAN = ("a NaN (or reflected infinite) sampling coordinate of a 3-d grid_sample: torch's 3-d CPU kernel "
              "clamps it to the last index (std::min/max order) where its 2-d kernel clamps it to 0, and its 3-d "

@@ -503,12 +503,14 @@ def _value_selection(op, kind, a, axis, keepdims, k=0):
     the derivative goes to the returned index only (seed ``value_selecting_reduction_backward``)."""
     x = V.array(op, "a", _real(op, a))
     ax = V.single_axis(op, x.ndim or 1, axis)
-    x = x.reshape(1) if x.ndim == 0 else x
+    scalar = x.ndim == 0  # torch: a 0-d input's axis 0 has length 1, and the result stays 0-d
+    x = x.reshape(1) if scalar else x
     if x.shape[ax] == 0:
         raise ValueError(f"{op}: axis {axis} has length 0")
     if kind == "median":
         k = (x.shape[ax] - 1) // 2
-    values, indices = value_selection_op(x, kind=kind, k=k, axis=ax, keepdims=bool(keepdims), shape=x.shape)
+    values, indices = value_selection_op(x, kind=kind, k=k, axis=ax, keepdims=bool(keepdims) and not scalar,
+                                         shape=x.shape)
     return ValuesIndices(values, indices)
 
 

@@ -317,13 +317,14 @@ def nanmedian(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = Non
         flat, finish = _reduce_last("nanmedian", x, axis, bool(keepdims))
         values, _ = quantile_op(flat, q=(0.5,), method="linear", ignore_nan=True, shape=flat.shape)
         return finish(values, ())
+    scalar = x.ndim == 0  # torch: a 0-d input's axis 0 has length 1, and the result stays 0-d
     x, ax = _single_axis_input("nanmedian", x, axis, "a")
     if x.shape[ax] == 0:
         raise ValueError(f"nanmedian: axis {axis} has length 0")
     moved = jnp.moveaxis(x, ax, -1)
     values, indices = quantile_op(moved, q=(0.5,), method="lower", ignore_nan=True, shape=moved.shape)
     values, indices = jnp.moveaxis(values, -1, ax), jnp.moveaxis(indices, -1, ax)
-    if not keepdims:
+    if not keepdims or scalar:
         values, indices = jnp.squeeze(values, ax), jnp.squeeze(indices, ax)
     return ValuesIndices(values, indices)
 
