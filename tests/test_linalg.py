@@ -322,6 +322,7 @@ def test_batched_ormqr_and_householder_product_equal_a_loop():
         (lambda: rnp.linalg.lstsq(np.ones((2, 3, 3)), np.ones((4, 3, 1))), ValueError, ["lstsq", "batch"]),
         (lambda: rsl.cho_solve((np.float64(2.0), True), np.ones(3)), ValueError, ["cho_solve", "c", "rank"]),
         (lambda: jrl.cholesky_inverse(np.float64(2.0)), ValueError, ["cholesky_inverse", "L", "rank"]),
+        (lambda: jrl.ormqr(np.ones((4, 3)), np.ones(3), np.ones(2)), ValueError, ["ormqr", "other", "rank"]),
     ],
 )
 def test_bad_input(call, error, words):

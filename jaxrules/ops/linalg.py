@@ -1561,10 +1561,10 @@ def ormqr(input: ArrayLike, tau: ArrayLike, other: ArrayLike, left: bool = True,
         The product, of ``other``'s shape, in the common dtype.
 
     Raises:
-        ValueError: when the shapes do not match.
+        ValueError: when ``other`` has rank < 2 (as torch) or the shapes do not match.
     """
     a, tau = _reflectors("ormqr", input, tau)
-    c = V.array("ormqr", "other", other)
+    c = _matrix("ormqr", "other", other)
     a, tau, c = _same_dtype(a, tau, c)
     if c.shape[-2 if left else -1] != a.shape[-2]:
         raise ValueError(f"ormqr: other of shape {c.shape} does not match input of shape {a.shape}")
