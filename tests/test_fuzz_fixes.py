@@ -308,3 +308,20 @@ def test_value_selection_of_a_0d_input_stays_0d_as_torch(name, keepdims):
     assert out.values.shape == tuple(theirs.values.shape) == () and out.indices.shape == ()
     assert float(out.values) == float(theirs.values) and int(out.indices) == int(theirs.indices) == 0
     assert float(jax.grad(lambda x: fn(x, axis=0, keepdims=keepdims, return_indices=True).values)(2.5)) == 1.0
+
+
+def test_complex_logcumsumexp_with_minus_infinite_real_parts_is_torchs():
+    """exp(-inf + iy) = 0: such a term adds nothing, and a prefix of them is -inf + 0j, as torch's
+    (JAX's cumlogsumexp gave NaN from there on; found by the fuzz test). The gradient at the
+    finite terms is torch's, conjugated (JAX's convention for complex inputs)."""
+    x = np.array([complex(-np.inf, 0.3), 1 + 2j, complex(-np.inf, 1.0), 0.5 - 1j, complex(-np.inf, -2.0)])
+    ours = np.asarray(jaxrules.numpy.logcumsumexp(x, 0))
+    theirs = torch.logcumsumexp(torch.tensor(x), 0).numpy()
+    wrapped = theirs.real + 1j * (np.remainder(theirs.imag + np.pi, 2 * np.pi) - np.pi)  # the principal branch
+    np.testing.assert_allclose(ours, wrapped, rtol=1e-12)
+    g = np.array([0.5 + 1j, -1.0, 2.0 - 0.5j, 0.25j, 1.0])
+    xt = torch.tensor(x, requires_grad=True)
+    (torch.logcumsumexp(xt, 0) * torch.tensor(g).conj()).real.sum().backward()
+    grad = jax.grad(lambda v: jnp.real(jnp.sum(jaxrules.numpy.logcumsumexp(v, 0) * jnp.conj(g))))(jnp.asarray(x))
+    finite = np.isfinite(x.real)
+    np.testing.assert_allclose(np.asarray(grad)[finite], np.conj(xt.grad.resolve_conj().numpy()[finite]), rtol=1e-12)

@@ -124,9 +124,6 @@ FUZZ_OPEN: dict[str, tuple[Case, str]] = {
                                     "cos(2 pi (t1/4 + 3 t2/10)) is 0 at t = (1, 0), (1, 5), (3, 0), (3, 5))"),
     "irfft/nonfinite/silent nan": (Case("float64", 1, "nonfinite", salt=36742),
                                    _FFT_ZERO + " (here X_3 = -inf of n = 12: cos(2 pi 3 t / 12) = 0 at t = 3, 9)"),
-    "logcumsumexp/nonfinite/silent nan": (
-        Case("complex128", 0, "nonfinite", salt=512),
-        "open: complex input with -inf real parts (exp = 0): every later entry NaN; torch: finite"),
 }
 _GRID_NAN = ("a NaN (or reflected infinite) sampling coordinate of a 3-d grid_sample: torch's 3-d CPU kernel "
              "clamps it to the last index (std::min/max order) where its 2-d kernel clamps it to 0, and its 3-d "

@@ -107,7 +107,29 @@ def _logsumexp_primal(x, *, axis, keepdims):
 
 
 logsumexp_op = define_op("logsumexp", _logsumexp_primal, J.logsumexp_jvp, R.logsumexp_vjp, _save_softmax)
-logcumsumexp_op = define_op("logcumsumexp", lambda x, *, axis: lax.cumlogsumexp(x, axis), J.logcumsumexp_jvp, R.logcumsumexp_vjp, _save_x_and_out)
+def _log_add_exp_complex(a, b):
+    """``log(exp(a) + exp(b))`` of complex ``a``, ``b``, shifted by the one with the larger real
+    part; a term whose real part is -inf is exp(-inf) = 0 exactly, so the other is returned as is
+    (two such: -inf + 0j, torch's), never the NaN of (-inf) - (-inf)."""
+    big = jnp.where(a.real >= b.real, a, b)
+    small = jnp.where(a.real >= b.real, b, a)
+    empty = jnp.isneginf(small.real)
+    total = big + jnp.log1p(jnp.exp(jnp.where(empty, 0, small - big)))
+    total = jnp.where(empty, big, total)
+    return jnp.where(jnp.isneginf(total.real), jnp.array(-jnp.inf, total.dtype), total)
+
+
+def _logcumsumexp_primal(x, *, axis):
+    """``log(cumsum(exp(x)))``: JAX's ``cumlogsumexp`` for real ``x``; for complex ``x`` an
+    associative scan of ``_log_add_exp_complex`` (JAX's gives NaN after a term of real part -inf;
+    torch: exp(-inf) = 0), its imaginary part in [-pi, pi)."""
+    if not jnp.iscomplexobj(x):
+        return lax.cumlogsumexp(x, axis)
+    out = lax.associative_scan(_log_add_exp_complex, jnp.where(jnp.isneginf(x.real), -jnp.inf, x), axis=axis)
+    return lax.complex(out.real, jnp.remainder(out.imag + jnp.pi, 2 * jnp.pi) - jnp.pi)  # the principal branch
+
+
+logcumsumexp_op = define_op("logcumsumexp", _logcumsumexp_primal, J.logcumsumexp_jvp, R.logcumsumexp_vjp, _save_x_and_out)
 
 
 # ----------------------------------------------------------------------------------------------
