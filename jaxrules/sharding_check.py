@@ -22,6 +22,8 @@ process with one device it is skipped, saying so.
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -96,10 +98,22 @@ def _compare(label, got, want) -> float:
     return worst
 
 
-def check_sharded(record, forms=("vmap", "direct")) -> float | str:
+def modes_in_use() -> tuple[str, ...]:
+    """The mesh modes ``check_sharded`` uses by default: ``$JAXRULES_SHARDED_MODES`` (comma-separated;
+    ``python -m jaxrules check --sharded-modes`` sets it for its workers), else both."""
+    names = tuple(m for m in os.environ.get("JAXRULES_SHARDED_MODES", "").split(",") if m) or tuple(_MODES)
+    unknown = set(names) - set(_MODES)
+    if unknown:
+        raise ValueError(f"check_sharded: unknown mesh modes {sorted(unknown)}; choose from {', '.join(_MODES)}")
+    return names
+
+
+def check_sharded(record, forms=("vmap", "direct"), modes=None) -> float | str:
     """The worst relative difference between the sharded and unsharded programs over ``forms``
-    and both modes, or why the check does not apply; raises ``ShardedMismatch`` (or the sharded
-    program's own error) on a failure."""
+    and ``modes`` (default: ``modes_in_use()``, both unless told otherwise), or why the check does
+    not apply; raises ``ShardedMismatch`` (or the sharded program's own error) on a failure. Each
+    form compiles one unsharded program and one per mode."""
+    modes = modes_in_use() if modes is None else tuple(modes)
     devices = jax.device_count()
     if devices < 2:
         return (f"needs several devices ({devices} here); `python -m jaxrules check` runs it with "
@@ -116,7 +130,8 @@ def check_sharded(record, forms=("vmap", "direct")) -> float | str:
             want = jax.block_until_ready(program(diff, tangents))
         except Exception:  # noqa: BLE001 - the op refuses this form's input (the other checks cover it)
             continue
-        for mode, kind in _MODES.items():
+        for mode in modes:
+            kind = _MODES[mode]
             label = f"{form} form, {mode} mesh"
             mesh = jax.make_mesh((devices,), ("data",), axis_types=(kind,))
             with jax.set_mesh(mesh):

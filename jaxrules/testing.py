@@ -93,7 +93,13 @@ def _closure(record: OpRecord, sample: Sample) -> tuple[Callable, list]:
             args[i] = d
         return record.fn(*args, **sample.kwargs)
 
-    return f, [jnp.asarray(sample.args[i]) for i in idx]
+    return f, [_on_device(sample.args[i]) for i in idx]
+
+
+def _on_device(x) -> jax.Array:
+    """The host array ``x`` as a JAX array, by a transfer (``jax.device_put``): ``jnp.asarray``
+    of a NumPy array compiles an identity program (``stage``) per shape and dtype on jax 0.10."""
+    return jax.device_put(np.asarray(x))
 
 
 def _like(rng: np.random.Generator, x) -> jax.Array:
@@ -102,7 +108,7 @@ def _like(rng: np.random.Generator, x) -> jax.Array:
     values = rng.standard_normal(shape)
     if np.issubdtype(dtype, np.complexfloating):
         values = values + 1j * rng.standard_normal(shape)
-    return jnp.asarray(values.astype(dtype))
+    return _on_device(values.astype(dtype))
 
 
 def _host_pairing(a_tree, b_tree) -> float:
@@ -187,33 +193,52 @@ def _derivatives_program(f: Callable, jit: bool = True) -> Callable:
     """``program(args, t, s, c)``: everything ``check_grads(f, order=2, modes=("fwd", "rev"))``
     compares, computed by one jitted program (the checks it replaces compiled about a dozen
     programs per sample): with ``Jt(x) = jvp(f)(x; t)`` and ``Jc(x) = vjp(f)(x)(c)``, their first
-    derivatives along ``s`` by JVP, their transposes by VJP, and central differences of ``f``,
-    ``Jt`` and ``Jc``."""
+    derivatives along ``s`` by JVP, their transposes by VJP, and central differences of ``f``
+    (along ``t``), ``Jt`` and ``Jc`` (along ``s``)."""
 
-    def central(g, args, d):
+    def central(args, t, s, c):
         # Fourth-order central differences, (8 (g(x+h) - g(x-h)) - (g(x+2h) - g(x-2h))) / 12h: the
         # truncation error of check_grads' two-point rule, h^2 g^(3) / 6, exceeds the tolerance
         # for ops with large third derivatives (lstsq of a badly conditioned system).
-        # The four points by ``lax.map`` (one copy of ``g`` in the program, not four).
-        at = jax.lax.map(lambda h: g(*[a + h.astype(a.real.dtype) * v for a, v in zip(args, d)]), _FD_STEPS)
-        return jax.tree.map(lambda p: (8 * (p[1] - p[2]) - (p[0] - p[3])) / (12 * _FD_EPS), at)
+        # ``f``, ``Jt`` and ``Jc`` from one linearization of ``f`` at each of eight points (four
+        # along ``t`` for ``f``, four along ``s`` for ``Jt`` and ``Jc``), by ``lax.map``: one copy
+        # of ``f``'s forward pass in the program, not eight.
+        def three(a):
+            value, lin = jax.linearize(f, *a)
+            return value, lin(*t), jax.linear_transpose(lin, *a)(c)
+
+        def at(step):
+            h, along_s = step
+            return three([a + (h * along_s).astype(a.real.dtype) * vs + (h * (1 - along_s)).astype(a.real.dtype) * vt
+                          for a, vs, vt in zip(args, s, t)])
+
+        along_s = np.array([0.0] * len(_FD_STEPS) + [1.0] * len(_FD_STEPS))
+        values, jts, jcs = jax.lax.map(at, (np.concatenate([_FD_STEPS, _FD_STEPS]), along_s))
+
+        def rule(p, first):  # the stencil on points ``first`` .. ``first + 3``
+            return (8 * (p[first + 1] - p[first + 2]) - (p[first] - p[first + 3])) / (12 * _FD_EPS)
+
+        along = len(_FD_STEPS)
+        return (jax.tree.map(lambda p: rule(p, 0), values), jax.tree.map(lambda p: rule(p, along), jts),
+                jax.tree.map(lambda p: rule(p, along), jcs))
 
     def program(args, t, s, c):
         args, t, s = tuple(args), tuple(t), tuple(s)
-        jt = lambda *a: jax.jvp(f, a, t)[1]  # noqa: E731
+
+        def jt(*a):  # ``Jt``, with ``f`` as the auxiliary output
+            value, tangent = jax.jvp(f, a, t)
+            return tangent, value
+
         jc = lambda *a: jax.vjp(f, *a)[1](c)  # noqa: E731
-
-        def both(*a):  # ``Jt`` and ``Jc`` at ``a`` from one linearization (one forward pass of ``f``)
-            lin = jax.linearize(f, *a)[1]
-            return lin(*t), jax.linear_transpose(lin, *a)(c)
-
         # The second derivatives from one linearization of ``Jt`` and one of ``Jc``: JVP by the
         # linear map, VJP by its transpose (what ``jax.vjp`` computes; the forward passes shared).
-        (value, jvp), pullback = jax.jvp(f, args, t), jax.vjp(f, *args)[1]
-        lin_t, lin_c = jax.linearize(jt, *args)[1], jax.linearize(jc, *args)[1]
-        fd_t, fd_c = central(both, args, s)
+        # The first-order JVP and VJP (and the value) are the linearizations' primal outputs:
+        # ``Jt(x)`` is ``jax.jvp``'s tangent, ``Jc(x)`` ``jax.vjp``'s cotangent.
+        jvp, lin_t, value = jax.linearize(jt, *args, has_aux=True)
+        vjp, lin_c = jax.linearize(jc, *args)
+        fd, fd_t, fd_c = central(args, t, s, c)
         return {
-            "value": value, "jvp": jvp, "jvp_fd": central(f, args, t), "vjp": pullback(c),
+            "value": value, "jvp": jvp, "jvp_fd": fd, "vjp": vjp,
             "jvp_of_jvp": lin_t(*s), "jvp_fd_of_jvp": fd_t, "vjp_of_jvp": jax.linear_transpose(lin_t, *args)(c),
             "jvp_of_vjp": lin_c(*s), "jvp_fd_of_vjp": fd_c, "vjp_of_vjp": jax.linear_transpose(lin_c, *args)(t),
         }
@@ -254,10 +279,10 @@ def _shared(record: OpRecord, key: tuple, sample: Sample) -> _Shared:
     f, args = _closure(record, sample)
     t, s = [_like(rng, a) for a in args], [_like(rng, a) for a in args]
     c = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
-    t_torch = [jnp.asarray(np.zeros(a.shape, a.dtype)) if i in record.torch_no_grad_args else v
+    t_torch = [_on_device(np.zeros(a.shape, a.dtype)) if i in record.torch_no_grad_args else v
                for i, a, v in zip(sample.diff_argnums(), args, t)]
     derivatives = _derivatives_program(f, jit=False)
-    loss_ct = jax.tree.map(lambda x: jnp.asarray(np.conj(np.asarray(x))), c)
+    loss_ct = jax.tree.map(lambda x: _on_device(np.conj(np.asarray(x))), c)
 
     @jax.jit
     def program(args, t, s, c, loss_ct, t_torch):
@@ -466,9 +491,10 @@ def _check_jit(record: OpRecord) -> float:
         shared = _shared(record, key, sample)
         if label == first:  # eager evaluation is slow: jit vs eager on the record's first sample
             # The shared program's jitted value, gradient and JVP against eager evaluation.
+            # The eager gradient is ``jax.vjp``'s pullback of ``c`` (the gradient of the loss,
+            # without the loss's own eager operations, each of which compiles a program).
             f, args = _closure(record, sample)[0], shared.args  # the shared program's arguments
-            grad = jax.grad(_loss(f, shared.loss_ct), argnums=tuple(range(len(args))))
-            eager = f(*args), grad(*args), jax.jvp(f, tuple(args), tuple(shared.t))[1]
+            eager = f(*args), jax.vjp(f, *args)[1](shared.c), jax.jvp(f, tuple(args), tuple(shared.t))[1]
             jitted = shared.out["value"], shared.out["vjp"], shared.out["jvp"]
             for what, a, e in zip(("value", "grad", "jvp"), jitted, eager):
                 worst = max(worst, _expect_close(f"{label}: jit {what}", a, e, tol))
@@ -588,7 +614,7 @@ def _singular(record: OpRecord, index: int) -> tuple[list, dict]:
     f, args = _closure(record, point.sample())
     argnums = tuple(range(len(args)))
     loss = lambda *a: _real_pairing(jax.tree.map(jnp.ones_like, f(*a)), f(*a))  # noqa: E731
-    ones = [jnp.asarray(np.ones(a.shape, a.dtype)) for a in args]
+    ones = [_on_device(np.ones(a.shape, a.dtype)) for a in args]
     rng = _rng(record, f"singular/{index}")
     ct = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
     with_torch = record.torch_fn is not None and not point.torch_differs

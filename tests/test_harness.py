@@ -138,9 +138,12 @@ def test_cli_check_fails_on_a_failing_op(monkeypatch, capsys):
     assert "FAIL test_cli_broken / jvp_vjp" in capsys.readouterr().out
 
 
-def test_cli_check_rejects_unknown_ops_and_checks(capsys):
+def test_cli_check_rejects_unknown_ops_and_checks(capsys, monkeypatch):
     assert main(["check", "--ops", "no_such_op", "--quiet"]) == 2
     assert main(["check", "--checks", "bogus", "--quiet"]) == 2
+    monkeypatch.setenv("JAXRULES_SHARDED_MODES", "")  # main sets it; restored (removed) afterwards
+    assert main(["check", "--checks", "sharded", "--sharded-modes", "auto,bogus", "--quiet"]) == 2
+    assert "unknown mesh modes ['bogus']" in capsys.readouterr().err
 
 
 def test_cli_list_covers_every_op(capsys):

@@ -109,6 +109,19 @@ def test_the_check_skips_in_a_process_with_one_device():
     assert "needs several devices" in check_sharded(registry.get("relu"))
 
 
+def test_the_mesh_modes_come_from_the_environment(monkeypatch):
+    """``check --sharded-modes`` hands its workers the modes through ``JAXRULES_SHARDED_MODES``."""
+    from jaxrules.sharding_check import modes_in_use
+
+    monkeypatch.delenv("JAXRULES_SHARDED_MODES", raising=False)
+    assert modes_in_use() == ("auto", "explicit")
+    monkeypatch.setenv("JAXRULES_SHARDED_MODES", "explicit")
+    assert modes_in_use() == ("explicit",)
+    monkeypatch.setenv("JAXRULES_SHARDED_MODES", "explicit,manual")
+    with pytest.raises(ValueError, match=r"unknown mesh modes \['manual'\]"):
+        modes_in_use()
+
+
 def _worker(names):
     import jax
 
