@@ -41,10 +41,17 @@ def _swap(x):
     return jnp.swapaxes(x, -1, -2)
 
 
+def _matmul(a, b, dtype):
+    """``a @ b`` with operands in the inputs' ``dtype`` and the product accumulated in
+    ``_acc_dtype(dtype)``: bfloat16/float16 operands keep the tensor cores' fast rate (and a
+    statistics-dtype ``P`` or ``dS`` is rounded to ``dtype`` first, as flash kernels and torch's
+    math backend do); float32/float64 as a plain matmul."""
+    return jnp.matmul(a.astype(dtype), b.astype(dtype), preferred_element_type=_acc_dtype(dtype))
+
+
 def _logits(q, k, bias, keep, scale):
     """``s = scale q k^T + bias``, ``-inf`` where ``keep`` is False, in the accumulation dtype."""
-    acc = _acc_dtype(q.dtype)
-    s = jnp.matmul(q.astype(acc), _swap(k).astype(acc)) * scale + bias.astype(acc)
+    s = _matmul(q, _swap(k), q.dtype) * scale + bias.astype(_acc_dtype(q.dtype))
     return jnp.where(keep, s, -jnp.inf)
 
 
@@ -68,7 +75,7 @@ def _attention_primal(q, k, v, bias, keep, drop, *, scale, dropout):
     total = jnp.sum(e, axis=-1, keepdims=True)
     # A row with no finite logit (every key masked) has total 0: output 0, lse -inf.
     p = e / jnp.where(total > 0, total, 1)
-    out = jnp.matmul(_dropped(p, drop, dropout), v.astype(p.dtype)).astype(v.dtype)
+    out = _matmul(_dropped(p, drop, dropout), v, v.dtype).astype(v.dtype)
     return out, (top + jnp.log(total))[..., 0]
 
 
@@ -82,16 +89,16 @@ def _attention_jvp(res, tq, tk, tv, tbias, tkeep, tdrop, *, scale, dropout):
     dropout factors, 1 without dropout)."""
     q, k, v, bias, keep, drop, out, lse = res
     p = _probs(q, k, bias, keep, lse, scale)
-    terms = [None if tq is None else jnp.matmul(tq, _swap(k)) * scale,
-             None if tk is None else jnp.matmul(q, _swap(tk)) * scale,
+    terms = [None if tq is None else _matmul(tq, _swap(k), q.dtype) * scale,
+             None if tk is None else _matmul(q, _swap(tk), q.dtype) * scale,
              tbias]
     terms = [t for t in terms if t is not None]
-    d_out = None if tv is None else jnp.matmul(_dropped(p, drop, dropout), tv.astype(p.dtype))
+    d_out = None if tv is None else _matmul(_dropped(p, drop, dropout), tv, v.dtype)
     d_lse = None
     if terms:
         p_ds = p * sum(terms[1:], terms[0]).astype(p.dtype)
         d_lse = jnp.sum(p_ds, axis=-1)
-        d_scores = jnp.matmul(_dropped(p_ds, drop, dropout), v.astype(p.dtype)) - d_lse[..., None] * out.astype(p.dtype)
+        d_scores = _matmul(_dropped(p_ds, drop, dropout), v, v.dtype) - d_lse[..., None] * out.astype(p.dtype)
         d_out = d_scores if d_out is None else d_out + d_scores
     return d_out, d_lse
 
@@ -106,14 +113,13 @@ def _attention_vjp(res, ct, *, scale, dropout):
     d_v = None
     d_s = 0
     if g_out is not None:
-        g = g_out.astype(p.dtype)
-        d_v = jnp.matmul(_swap(_dropped(p, drop, dropout)), g)
-        d_p = _dropped(jnp.matmul(g, _swap(v).astype(p.dtype)), drop, dropout)
-        d_s = p * (d_p - jnp.sum(g * out.astype(p.dtype), axis=-1, keepdims=True))
+        d_v = _matmul(_swap(_dropped(p, drop, dropout)), g_out, v.dtype)
+        d_p = _dropped(_matmul(g_out, _swap(v), v.dtype), drop, dropout)
+        d_s = p * (d_p - jnp.sum(g_out.astype(p.dtype) * out.astype(p.dtype), axis=-1, keepdims=True))
     if g_lse is not None:
         d_s = d_s + p * g_lse[..., None].astype(p.dtype)
-    d_q = jnp.matmul(d_s, k.astype(p.dtype)) * scale
-    d_k = jnp.matmul(_swap(d_s), q.astype(p.dtype)) * scale
+    d_q = _matmul(d_s, k, q.dtype) * scale
+    d_k = _matmul(_swap(d_s), q, q.dtype) * scale
     return d_q, d_k, d_v, d_s, None, None
 
 
