@@ -81,7 +81,7 @@ def _max_pool_primal(x, *, kernel, stride, padding, dilation, **_):
     the window (row-major, the narrowest integer type) torch's argmax is: the residual, small and
     read by the JVP and VJP as is; ``max_pool`` turns it into torch's flat indices on request.
     Windows that tile the input (stride == kernel) are a reshape of it, others strided slices."""
-    if P.tiled(kernel, stride, dilation):
+    if P.tiled(x, kernel, stride, dilation):
         windows = P.tiled_windows(x, kernel, padding, -np.inf)
         ids, axes = P.tiled_element_ids(windows.shape, kernel), P.tiled_axes(kernel)
         valid = P.tiled_valid(windows.shape, x.shape[2:], kernel, padding)

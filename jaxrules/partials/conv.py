@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxrules.mechanism import explicit_sharding
 from jaxrules.partials.indexing import zeros_sharded_like
 from jaxrules.partials.normalization import stat_dtype
 
@@ -203,10 +204,23 @@ def window_select(windows, element):
     return jnp.sum(jnp.where(chosen, windows, 0), axis=2).astype(windows.dtype)
 
 
-def tiled(kernel, stride, dilation):
-    """Whether the windows tile the (padded) input: stride == kernel and no dilation. Then they
-    are a reshape of it (``tiled_windows``), which XLA reads and reduces in one pass."""
-    return tuple(stride) == tuple(kernel) and set(dilation) == {1}
+def tiled(x, kernel, stride, dilation):
+    """Whether the windows tile the (padded) input ``x``: stride == kernel, no dilation, and
+    (under an ``Explicit`` mesh) no sharded spatial axis. Then they are a reshape of it
+    (``tiled_windows``), which XLA reads and reduces in one pass."""
+    sharding = explicit_sharding(x)
+    spatial_sharded = sharding is not None and any(e is not None for e in tuple(sharding.spec)[2:])
+    return tuple(stride) == tuple(kernel) and set(dilation) == {1} and not spatial_sharded
+
+
+def _reshape_spatial(v, shape):
+    """``v`` (N, C, ...) reshaped to ``shape`` (N, C, ...), only its spatial axes regrouped: an
+    ``Explicit`` mesh keeps the batch and channel axes' sharding (the spatial ones unsharded)."""
+    sharding = explicit_sharding(v)
+    if sharding is None:
+        return v.reshape(shape)
+    spec = (tuple(sharding.spec) + (None, None))[:2]
+    return jnp.reshape(v, shape, out_sharding=jax.sharding.PartitionSpec(*spec, *(None,) * (len(shape) - 2)))
 
 
 def _tiled_pads(spatial, kernel, padding):
@@ -222,7 +236,7 @@ def tiled_windows(x, kernel, padding, fill):
     tile it (``tiled``), as ``x`` padded with ``fill`` (or cut) to ``out k`` per axis, reshaped."""
     pads, out = _tiled_pads(x.shape[2:], kernel, padding)
     padded = lax.pad(x, np.array(fill, x.dtype), _spatial_pads((lo, hi, 0) for lo, hi in pads))
-    return padded.reshape(*x.shape[:2], *(v for m, k in zip(out, kernel) for v in (m, k)))
+    return _reshape_spatial(padded, (*x.shape[:2], *(v for m, k in zip(out, kernel) for v in (m, k))))
 
 
 def tiled_axes(kernel):
@@ -249,13 +263,13 @@ def tiled_valid(shape, spatial, kernel, padding):
 
 def _tiled_expand(v, kernel):
     """(N, C, *out) -> (N, C, out_1, 1, out_2, 1, ...): broadcastable against the tiled windows."""
-    return v.reshape(*v.shape[:2], *(d for m in v.shape[2:] for d in (m, 1)))
+    return _reshape_spatial(v, (*v.shape[:2], *(d for m in v.shape[2:] for d in (m, 1))))
 
 
 def window_read(x, element, kernel, stride, padding, dilation):
     """``x`` (N, C, *spatial), zero-padded, read at window element ``element`` (N, C, *out) of
     each window: the tiled windows' masked sum, or ``window_select`` of the window slices."""
-    if not tiled(kernel, stride, dilation):
+    if not tiled(x, kernel, stride, dilation):
         return window_select(window_slices(x, kernel, stride, padding, dilation, 0), element)
     windows = tiled_windows(x, kernel, padding, 0)
     chosen = tiled_element_ids(windows.shape, kernel) == _tiled_expand(element, kernel)
@@ -266,12 +280,12 @@ def window_place(g, element, shape, kernel, stride, padding, dilation):
     """The transpose of ``window_read``: ``g`` (N, C, *out) added at window element ``element``
     of each window of an input of ``shape`` (tiled windows: a reshape and the padding cut off;
     otherwise the transpose of the window slices)."""
-    if tiled(kernel, stride, dilation):
+    if tiled(g, kernel, stride, dilation):
         pads, out = _tiled_pads(shape[2:], kernel, padding)
         tiled_shape = (*shape[:2], *(v for m, k in zip(out, kernel) for v in (m, k)))
         chosen = tiled_element_ids(tiled_shape, kernel) == _tiled_expand(element, kernel)
         spread = jnp.where(chosen, _tiled_expand(g, kernel), 0)
-        spread = spread.reshape(*shape[:2], *(m * k for m, k in zip(out, kernel)))
+        spread = _reshape_spatial(spread, (*shape[:2], *(m * k for m, k in zip(out, kernel))))
         return lax.pad(spread, np.zeros((), g.dtype), _spatial_pads((-lo, -hi, 0) for lo, hi in pads))
     k = math.prod(kernel)
     chosen = element[:, :, None] == lax.broadcasted_iota(jnp.int32, (*g.shape[:2], k, *g.shape[2:]), 2)
