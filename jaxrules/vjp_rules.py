@@ -851,7 +851,7 @@ def scatter_reduce_vjp(res, ct, *, axis, reduce, include_self):
     per-member weights of ``partials.scatter_reduce_weights`` (1 for sum, 1/count for mean,
     1/ties for amax/amin, the product of the others for prod)."""
     x_weight, src_weight, coords = P.scatter_reduce_weights(res, axis=axis, reduce=reduce, include_self=include_self)
-    return ct * x_weight, None, ct[coords] * src_weight
+    return ct * x_weight, None, P.gather_at(ct, coords, src_weight) * src_weight
 
 
 # ----------------------------------------------------------------------------------------------

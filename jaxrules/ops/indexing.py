@@ -15,7 +15,7 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
-from jaxrules.mechanism import concrete_value, define_op
+from jaxrules.mechanism import concrete_value, define_op, explicit_sharding
 from jaxrules.ops._sampling import distinct, normal
 from jaxrules.registry import Sample, SingularPoint, record
 
@@ -302,17 +302,18 @@ _REDUCES = ("sum", "prod", "mean", "amax", "amin")
 def _scatter_reduce_primal(x, index, src, *, axis, reduce, include_self):
     coords = P.scatter_coords(index, axis)
     identity = {"sum": 0, "mean": 0, "prod": 1, "amax": -jnp.inf, "amin": jnp.inf}[reduce]
-    base = x if include_self else x.at[coords].set(identity)
+    like_x = {"out_sharding": explicit_sharding(x)}  # an Explicit mesh: the result is sharded as x
+    base = x if include_self else x.at[coords].set(identity, **like_x)
     if reduce in ("sum", "mean"):
-        total = base.at[coords].add(src)
+        total = base.at[coords].add(src, **like_x)
         if reduce == "sum":
             return total
         keeps_x = jnp.ones(x.shape, bool) if include_self else ~P.scattered_mask(x.shape, coords)
         count = keeps_x.astype(x.real.dtype) + P.scatter_add(x.shape, coords, jnp.ones(src.shape, x.real.dtype))
         return total / jnp.maximum(count, 1)
     if reduce == "prod":
-        return base.at[coords].multiply(src)
-    return base.at[coords].max(src) if reduce == "amax" else base.at[coords].min(src)
+        return base.at[coords].multiply(src, **like_x)
+    return base.at[coords].max(src, **like_x) if reduce == "amax" else base.at[coords].min(src, **like_x)
 
 
 def _save_scatter_reduce(out, x, index, src, *, axis, reduce, include_self):
@@ -345,7 +346,7 @@ def _scatter_reduce_vjp(res, ct, *, axis, reduce, include_self):
     x, index, _, out, _ = res
     nan_out, coords = jnp.isnan(out), P.scatter_coords(index, axis)
     nan_x = nan_out if include_self else nan_out & ~P.scattered_mask(x.shape, coords)
-    return gx * _nan_factor(nan_x, gx.dtype), gi, gsrc * _nan_factor(nan_out[coords], gsrc.dtype)
+    return gx * _nan_factor(nan_x, gx.dtype), gi, gsrc * _nan_factor(P.gather_at(nan_out, coords, gsrc), gsrc.dtype)
 
 
 scatter_reduce_op = define_op(

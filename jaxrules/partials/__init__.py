@@ -84,6 +84,7 @@ from jaxrules.partials.fft import (  # noqa: F401
 )
 from jaxrules.partials.indexing import (  # noqa: F401
     embedding_row_weights,
+    gather_at,
     repeat_along,
     scatter_add,
     scatter_coords,

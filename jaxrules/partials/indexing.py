@@ -42,6 +42,13 @@ def zeros_sharded_like(shape, dtype, like):
     return jnp.zeros(shape, dtype, out_sharding=jax.sharding.PartitionSpec(*spec))
 
 
+def gather_at(a, coords, like):
+    """``a[coords]`` (the values at scattered positions), sharded as ``like`` (the scattered
+    values, of the result's shape) under an ``Explicit`` mesh, where ``a`` sharded along a
+    scattered axis leaves the result's sharding ambiguous; else a plain gather."""
+    return jnp.asarray(a).at[coords].get(out_sharding=explicit_sharding(like, a))
+
+
 def scatter_add(shape, coords, values):
     """``zeros(shape).at[coords].add(values)``."""
     if isinstance(coords, _CoordsAlong) and values.shape == coords.index.shape and all(
@@ -146,11 +153,11 @@ def scatter_reduce_weights(res, *, axis, reduce, include_self):
     if reduce == "mean":
         count = keeps_x.astype(x.real.dtype) + scatter_add(x.shape, coords, jnp.ones(src.shape, x.real.dtype))
         inverse = 1 / jnp.maximum(count, 1)
-        return keeps_x * inverse, inverse[coords], coords
+        return keeps_x * inverse, gather_at(inverse, coords, src), coords
     if reduce in ("amax", "amin"):
         x_ties = keeps_x & (x == out)
-        src_ties = src == out[coords]
+        src_ties = src == gather_at(out, coords, src)
         count = x_ties.astype(x.dtype) + scatter_add(x.shape, coords, src_ties.astype(x.dtype))
         inverse = safe_reciprocal(count, count == 0)
-        return x_ties * inverse, src_ties * inverse[coords], coords
+        return x_ties * inverse, src_ties * gather_at(inverse, coords, src), coords
     return (*prod_weights, coords)  # prod: the product of the slot's other members
