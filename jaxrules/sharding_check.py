@@ -17,7 +17,9 @@ batch sharding, unless it is zero (a constant, which XLA replicates); in the dir
 under an ``Explicit`` mesh (under ``Auto``, XLA's propagation picks the shardings of a ``jit``'s
 un-annotated outputs: replicated after a reduction over the batch). Needs several devices: run
 in a process with 8 host devices on a CPU (``HOST_DEVICES``; ``tests/test_sharded.py``); in a
-process with one device it is skipped, saying so.
+process with one device it is skipped, saying so. ``modes`` (``check --sharded-modes``,
+``$JAXRULES_SHARDED_MODES``) picks the mesh modes, both by default; each form compiles one
+unsharded program and one per mode (about 0.36 CPU s a record with both, 0.23 with one).
 """
 
 from __future__ import annotations
