@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrules import partials as P
+from jaxrules.mechanism import unsharded_along
 from jaxrules.partials import real_inner
 
 
@@ -882,8 +883,8 @@ def repeat_jvp(_, tx, *, counts, axis):
 
 
 def take_jvp(indices, tx, _, *, axis, shape):
-    """``take(dx, indices, axis)``."""
-    return jnp.take(tx, indices, axis=axis)
+    """``take(dx, indices, axis)`` (``axis`` unsharded first under an ``Explicit`` mesh)."""
+    return jnp.take(unsharded_along(tx, (axis,)), indices, axis=axis)
 
 
 def value_selection_jvp(idx, tx, *, axis, keepdims, **_):

@@ -108,6 +108,20 @@ def explicit_sharding(x, *others):
     return None
 
 
+def unsharded_along(x, axes):
+    """``x`` with the axes ``axes`` (a tuple) unsharded under an ``Explicit`` mesh (resharded:
+    the formula reshapes or pairs entries along them, which an axis split over devices forbids),
+    its other axes as they are; else ``x``. The mechanism reshards cotangents and tangents back
+    to their primal's sharding."""
+    sharding = explicit_sharding(x)
+    if sharding is None:
+        return x
+    spec = _spec(sharding, jnp.ndim(x))
+    if all(spec[a] is None for a in axes):
+        return x
+    return jax.sharding.reshard(x, jax.sharding.PartitionSpec(*(None if a in axes else e for a, e in enumerate(spec))))
+
+
 def _explicit_sharding_of_aval(aval):
     sharding = getattr(aval, "sharding", None)
     mesh = getattr(sharding, "mesh", None)

@@ -940,9 +940,12 @@ def repeat_vjp(_, ct, *, counts, axis):
 def take_vjp(indices, ct, *, axis, shape):
     """Seed ``index_select_backward`` / ``take_backward``: ``ct`` scatter-added at the taken
     positions (duplicates accumulate)."""
-    moved = jnp.moveaxis(jnp.zeros(shape, ct.dtype), axis, 0)
     ct_moved = jnp.moveaxis(ct, tuple(range(axis, axis + indices.ndim)), tuple(range(indices.ndim)))
-    return jnp.moveaxis(moved.at[indices].add(ct_moved), 0, axis), None
+    sharding = explicit_sharding(ct_moved)  # an Explicit mesh: the other axes as ct's, axis unsharded
+    spec = None if sharding is None else jax.sharding.PartitionSpec(
+        None, *(tuple(sharding.spec) + (None,) * ct.ndim)[indices.ndim:ct.ndim])
+    moved = jnp.zeros((shape[axis], *shape[:axis], *shape[axis + 1:]), ct.dtype, out_sharding=spec)
+    return jnp.moveaxis(moved.at[indices].add(ct_moved, out_sharding=spec), 0, axis), None
 
 
 def value_selection_vjp(idx, ct, *, axis, keepdims, shape, **_):

@@ -15,7 +15,7 @@ from jax.typing import ArrayLike
 from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import vjp_rules as R
-from jaxrules.mechanism import define_op
+from jaxrules.mechanism import define_op, unsharded_along
 from jaxrules.ops import reductions
 from jaxrules.ops._sampling import away_from_zero, f64, normal
 from jaxrules.registry import Sample, SingularPoint, record
@@ -332,6 +332,7 @@ def pdist(x: ArrayLike, p: float = 2.0) -> Array:
     if p < 0:
         raise ValueError(f"pdist: p must be non-negative, got {p!r}")
     i, j = np.triu_indices(x.shape[0], 1)
+    x = unsharded_along(x, (0,))  # an Explicit mesh: the pairs of rows are read whole
     return vector_norm(x[i] - x[j], axis=-1, ord=p)
 
 

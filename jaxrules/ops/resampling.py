@@ -22,7 +22,8 @@ from jax import Array
 from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
-from jaxrules.mechanism import define_op
+from jaxrules import partials as P
+from jaxrules.mechanism import define_op, explicit_sharding
 from jaxrules.ops._sampling import f64, normal
 from jaxrules.ops.conv import adaptive_avg_pool_op
 from jaxrules.registry import Sample, SingularPoint, record
@@ -162,7 +163,8 @@ def _resample_transpose(g, tables, spatial):
     for axis, (index, weight), n in reversed(list(zip(range(-dims, 0), tables, spatial))):
         moved = jnp.moveaxis(g, axis, -1)
         spread = moved[..., None] * jnp.asarray(weight, g.dtype)
-        moved = jnp.zeros(moved.shape[:-1] + (n,), g.dtype).at[..., index].add(spread)
+        zeros = P.zeros_sharded_like(moved.shape[:-1] + (n,), g.dtype, moved)  # an Explicit mesh: as g
+        moved = zeros.at[..., index].add(spread, out_sharding=explicit_sharding(zeros))
         g = jnp.moveaxis(moved, -1, axis)
     return g
 

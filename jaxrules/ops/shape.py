@@ -19,7 +19,7 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
-from jaxrules.mechanism import concrete_value, define_op
+from jaxrules.mechanism import concrete_value, define_op, unsharded_along
 from jaxrules.ops._sampling import normal
 from jaxrules.registry import Sample, record
 
@@ -39,7 +39,8 @@ unstack_op = define_op("unstack", lambda x, *, axis: tuple(jnp.moveaxis(x, axis,
 block_diag_op = define_op("block_diag", lambda *xs, shapes: jax.scipy.linalg.block_diag(*xs), J.block_diag_jvp, R.block_diag_vjp, _save_nothing)
 tile_op = define_op("tile", lambda x, *, reps, shape: jnp.tile(x, reps), J.tile_jvp, R.tile_vjp, _save_nothing)
 repeat_op = define_op("repeat", lambda x, *, counts, axis: P.repeat_along(x, counts, axis), J.repeat_jvp, R.repeat_vjp, _save_nothing)
-take_op = define_op("take", lambda x, indices, *, axis, shape: jnp.take(x, indices, axis=axis), J.take_jvp, R.take_vjp, lambda out, x, indices, **_: indices)
+take_op = define_op("take", lambda x, indices, *, axis, shape: jnp.take(unsharded_along(x, (axis,)), indices, axis=axis),
+                    J.take_jvp, R.take_vjp, lambda out, x, indices, **_: indices)
 
 
 def _same_dtype_arrays(op, arrays, dtype=None):

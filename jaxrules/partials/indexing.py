@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxrules.mechanism import explicit_sharding
+from jaxrules.mechanism import explicit_sharding, unsharded_along
 from jaxrules.partials.elementwise import safe_reciprocal
 
 # Scatter / gather along one axis (torch's ``scatter_reduce``): ``coords`` addresses, for each
@@ -68,8 +68,11 @@ def scatter_add(shape, coords, values):
 
 
 def repeat_along(x, counts, axis):
-    """Entry ``i`` of ``x`` along ``axis`` repeated ``counts[i]`` times (``counts`` static)."""
-    return jnp.repeat(x, jnp.asarray(counts), axis=axis, total_repeat_length=sum(counts))
+    """Entry ``i`` of ``x`` along ``axis`` repeated ``counts[i]`` times (``counts`` static);
+    under an ``Explicit`` mesh ``axis`` unsharded, the others kept."""
+    x = unsharded_along(x, (axis % x.ndim,))
+    return jnp.repeat(x, jnp.asarray(counts), axis=axis, total_repeat_length=sum(counts),
+                      out_sharding=explicit_sharding(x))
 
 
 def sum_repeats(ct, counts, axis):
