@@ -21,9 +21,8 @@ from _forced_devices import worker_rows
 SUBSET = 24
 
 _EXPLICIT_RESHAPE = "open: under an Explicit mesh a reshape of the batch-sharded input needs out_sharding"
-_SCATTER = ("open: under an Explicit mesh the VJP's scatter (.at[].add) needs out_sharding: its sharding is "
-            "ambiguous")
-_GATHER = "open: under an Explicit mesh the gather (.at[].get) needs out_sharding"
+_CONCATENATE = ("open: under an Explicit mesh the prod weights concatenate x (batch-sharded) with src (replicated): "
+                "operands of different shardings")
 _BATCH_ONLY_LINALG = ("open: the direct form shards a matrix's row axis (its first argument is one matrix); JAX's "
                       "own lu/svd refuse that too; needs a batch axis in the record's sample")
 _SORT = "open: sort along the batch-sharded axis (the direct form's axis 0 is the reduced axis)"
@@ -39,28 +38,19 @@ SHARDED_OPEN = {
     "expm": "open: the Padé scaling's shard_map finds no 'data' axis in the mesh under vmap",
     "grid_sample": _EXPLICIT_RESHAPE,
     "householder_product": _BATCH_ONLY_LINALG,
-    "index_reduce": _SCATTER,
-    "interpolate": "open: under an Explicit mesh a broadcast loses the batch sharding",
+    "index_reduce": _CONCATENATE,
     "lu": _BATCH_ONLY_LINALG,
     "lu_factor": _BATCH_ONLY_LINALG,
     "lu_unpack": "open: the direct form slices the sharded axis 0 (4 rows of 8 shards)",
     "median": _SORT,
     "nanmedian": _SORT,
     "pad": "open: the direct form pads the sharded axis 0 to 11 (not divisible by 8)",
-    "pdist": _GATHER,
     "pinv": _BATCH_ONLY_LINALG,
-    "prod": _EXPLICIT_RESHAPE,
     "qr": "open: under an Explicit mesh a select's condition and cases have different shardings",
     "quantile": _SORT,
-    "repeat": "open: jnp.repeat of the sharded axis needs out_sharding",
-    "scatter_reduce_amax": _SCATTER,
-    "scatter_reduce_amin": _SCATTER,
-    "scatter_reduce_mean": _SCATTER,
-    "scatter_reduce_prod": _SCATTER,
-    "scatter_reduce_sum": _SCATTER,
+    "scatter_reduce_prod": _CONCATENATE,
     "svd": _BATCH_ONLY_LINALG,
     "svdvals": _BATCH_ONLY_LINALG,
-    "take": _GATHER,
     "unstack": "open: the direct form unstacks the sharded axis 0",
     **{name: _KERNEL_VMAP for name in (
         "batch_norm[pallas]", "group_norm[pallas]", "layer_norm[pallas]", "rms_norm[pallas]",
