@@ -1019,4 +1019,5 @@ def quantile_jvp(res, tx, **_):
     ``sort`` and ``lerp`` that torch's composite quantile chains); the indices have no tangent.
     quantile and nanmedian."""
     lo, hi, w = res
+    tx = unsharded_along(tx, (tx.ndim - 1,))  # an Explicit mesh: reads along the axis
     return (1 - w) * jnp.take_along_axis(tx, lo, axis=-1) + w * jnp.take_along_axis(tx, hi, axis=-1), None

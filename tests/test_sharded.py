@@ -25,7 +25,6 @@ _CONCATENATE = ("open: under an Explicit mesh the prod weights concatenate x (ba
                 "operands of different shardings")
 _BATCH_ONLY_LINALG = ("open: the direct form shards a matrix's row axis (its first argument is one matrix); JAX's "
                       "own lu/svd refuse that too; needs a batch axis in the record's sample")
-_SORT = "open: sort along the batch-sharded axis (the direct form's axis 0 is the reduced axis)"
 _KERNEL_VMAP = ("open: under vmap the fused kernels run unpartitioned (custom_vmap), so the sharded batch is "
                 "gathered and the gradient comes back replicated")
 SHARDED_OPEN = {
@@ -42,12 +41,9 @@ SHARDED_OPEN = {
     "lu": _BATCH_ONLY_LINALG,
     "lu_factor": _BATCH_ONLY_LINALG,
     "lu_unpack": "open: the direct form slices the sharded axis 0 (4 rows of 8 shards)",
-    "median": _SORT,
-    "nanmedian": _SORT,
     "pad": "open: the direct form pads the sharded axis 0 to 11 (not divisible by 8)",
     "pinv": _BATCH_ONLY_LINALG,
     "qr": "open: under an Explicit mesh a select's condition and cases have different shardings",
-    "quantile": _SORT,
     "scatter_reduce_prod": _CONCATENATE,
     "svd": _BATCH_ONLY_LINALG,
     "svdvals": _BATCH_ONLY_LINALG,

@@ -19,7 +19,7 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
-from jaxrules.mechanism import define_op
+from jaxrules.mechanism import define_op, unsharded_along
 from jaxrules.ops._sampling import distinct, f64, normal
 from jaxrules.registry import Sample, SingularPoint, record
 
@@ -92,7 +92,8 @@ value_selection_op = define_op(
     "value_selection", _value_selection_primal, J.value_selection_jvp, R.value_selection_vjp,
     lambda out, x, **static: _selected_index(x, **static),
 )
-median_op = define_op("median", lambda x, *, axis, keepdims: jnp.median(x, axis, keepdims=keepdims), J.median_jvp, R.median_vjp)
+median_op = define_op("median", lambda x, *, axis, keepdims: jnp.median(unsharded_along(x, axis), axis, keepdims=keepdims),
+                      J.median_jvp, R.median_vjp)
 def _save_softmax(out, x, *, axis, keepdims):
     """``exp(x - out)`` (with its limits at infinite ``out``): what both formulas multiply by,
     the same bytes as ``x``, so the backward is one product instead of an exp (under jit the

@@ -125,6 +125,7 @@ def median_weights(x, axis, keepdims):
     """``d median / dx`` for numpy's median (mean of the two middle values when the count is
     even): each middle value's weight 1/2 (1 when odd) spread evenly over its ties."""
     n = reduced_size(x.shape, axis)
+    x = unsharded_along(x, tuple(a % x.ndim for a in axis))  # an Explicit mesh: sorted along the axes
     moved = jnp.moveaxis(x, axis, tuple(range(x.ndim - len(axis), x.ndim)))
     flat = moved.reshape(moved.shape[: x.ndim - len(axis)] + (n,))
     ordered = jnp.sort(flat, axis=-1)  # NaNs sort last

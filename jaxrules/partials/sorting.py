@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from jaxrules.mechanism import explicit_sharding
+from jaxrules.mechanism import explicit_sharding, unsharded_along
 
 # ----------------------------------------------------------------------------------------------
 # Sorting (sort, topk, cummax/cummin, nanmedian, quantile)
@@ -15,6 +15,7 @@ def sort_permutation(x, axis, descending=False):
     """torch's stable sort order along ``axis`` (default-int indices): NaN after every number
     (before, when ``descending``), equal values (``-0.0 == 0.0``) in their positions' order."""
     axis = axis % x.ndim
+    x = unsharded_along(x, (axis,))  # an Explicit mesh: XLA sorts along unsharded axes only
     nan = jnp.isnan(x)
     value = jnp.where(nan | (x == 0), jnp.zeros((), x.dtype), x)  # XLA's total order splits -0.0 and 0.0
     if descending:  # ~ reverses integer and boolean order without overflow
@@ -55,6 +56,7 @@ def quantile_selection(x, q, method, ignore_nan):
     ``higher`` and ``nearest`` (half to even, as torch and numpy) one position. The weight is 0
     where both positions are one entry."""
     n = x.shape[-1]
+    x = unsharded_along(x, (x.ndim - 1,))  # an Explicit mesh: the sort and reads along the axis
     perm = sort_permutation(x, -1)
     nan = jnp.isnan(x)
     if ignore_nan:
@@ -81,6 +83,7 @@ def quantile_selection(x, q, method, ignore_nan):
 def lerp_selected(x, lo, hi, weight):
     """``x[lo] + weight (x[hi] - x[lo])`` along the last axis (torch's ``lerp``: from the upper
     end for weights >= 1/2), exactly ``x[lo]`` where ``lo == hi`` (no ``inf - inf``)."""
+    x = unsharded_along(x, (x.ndim - 1,))  # an Explicit mesh: reads along the axis
     a = jnp.take_along_axis(x, lo, axis=-1)
     b = jnp.take_along_axis(x, hi, axis=-1)
     mixed = jnp.where(weight < 0.5, a + weight * (b - a), b - (b - a) * (1 - weight))
