@@ -20,6 +20,9 @@ from jaxrules.mechanism import define_op
 from jaxrules.ops._sampling import f64, normal
 from jaxrules.registry import Sample, SingularPoint, record
 
+# ----------------------------------------------------------------------------------------------
+# Ops
+
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
@@ -92,6 +95,9 @@ glu_op = define_op("glu", lambda x, *, axis: jax.nn.glu(x, axis=axis), J.glu_jvp
 dropout_op = define_op("dropout", lambda x, mask, scale: jnp.where(mask, x * scale, 0).astype(x.dtype),
                        J.dropout_jvp, R.dropout_vjp, lambda out, x, mask, scale: (mask, scale))
 
+
+# ----------------------------------------------------------------------------------------------
+# Public functions
 
 def _real(op, x):
     x = V.array(op, "x", x)
