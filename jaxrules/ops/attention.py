@@ -23,13 +23,12 @@ __all__ = ["bilinear", "scaled_dot_product_attention"]
 
 
 # ----------------------------------------------------------------------------------------------
-# scaled_dot_product_attention
+# Ops: scaled_dot_product_attention
 #
 # Shapes: q (..., L, E), k (..., S, E), v (..., S, Ev), bias (additive, float) and keep (boolean,
 # True = attend) broadcast to (..., L, S); the batch axes "..." broadcast. The op returns
 # (out (..., L, Ev), lse (..., L)): lse is the row logsumexp of the logits, what flash attention
 # saves for its backward; the public function drops it.
-
 
 def _acc_dtype(dtype):
     """The dtype of the softmax statistics: at least float32 (bfloat16/float16 input
@@ -129,6 +128,54 @@ def _attention_vjp(res, ct, *, scale, dropout):
 # mechanism.differentiated_as so that second derivatives come from these formulas.
 attention_op = define_op("scaled_dot_product_attention", _attention_primal, _attention_jvp, _attention_vjp,
                          _save_attention, none_for_zero_cotangents=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Ops: bilinear (seed ``_trilinear_backward``): y[..., o] = x1[..., i] W[o, i, j] x2[..., j] + b[o]
+
+def _form(x1, w, x2):
+    """``x1 W x2``, contracting ``x1`` with ``W`` first (torch's ``_trilinear`` order, so a
+    non-finite entry of ``x2`` gives the same +-inf as torch's)."""
+    return jnp.einsum("...oj,...j->...o", jnp.einsum("...i,oij->...oj", x1, w), x2)
+
+
+def _bilinear_primal(x1, x2, w, b):
+    return _form(x1, w, x2) + b
+
+
+def _bilinear_jvp(res, t1, t2, tw, tb):
+    """The product rule: ``dy = dx1 W x2 + x1 dW x2 + x1 W dx2 + db``."""
+    x1, x2, w = res
+    terms = [
+        None if t1 is None else _form(t1, w, x2),
+        None if tw is None else _form(x1, tw, x2),
+        None if t2 is None else _form(x1, w, t2),
+        tb,
+    ]
+    present = [t for t in terms if t is not None]
+    return sum(present[1:], present[0])
+
+
+def _bilinear_vjp(res, g):
+    """Seed ``_trilinear_backward``: each factor's gradient is the trilinear form with the
+    cotangent in its place (``gx1 = g W x2``, ``gx2 = x1 W^T g``, ``gW = g x1 x2``), and the
+    bias gets ``g`` summed over the batch."""
+    x1, x2, w = res
+    return (
+        # g contracted with W first: exact (+-inf) with one infinite entry of the other input
+        jnp.einsum("...ij,...j->...i", jnp.einsum("...o,oij->...ij", g, w), x2),
+        jnp.einsum("...ij,...i->...j", jnp.einsum("...o,oij->...ij", g, w), x1),
+        jnp.einsum("...o,...i,...j->oij", g, x1, x2),
+        g.reshape(-1, g.shape[-1]).sum(0),
+    )
+
+
+bilinear_op = define_op("bilinear", _bilinear_primal, _bilinear_jvp, _bilinear_vjp,
+                        lambda out, x1, x2, w, b: (x1, x2, w))
+
+
+# ----------------------------------------------------------------------------------------------
+# Public functions: scaled_dot_product_attention
 
 _SDPA = "scaled_dot_product_attention"
 _KERNEL_IMPLS = ("pallas", "pallas_interpret")  # jaxrules.nested.dense.KERNEL_IMPLS
@@ -277,49 +324,7 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
 
 
 # ----------------------------------------------------------------------------------------------
-# bilinear (seed ``_trilinear_backward``): y[..., o] = x1[..., i] W[o, i, j] x2[..., j] + b[o]
-
-
-def _form(x1, w, x2):
-    """``x1 W x2``, contracting ``x1`` with ``W`` first (torch's ``_trilinear`` order, so a
-    non-finite entry of ``x2`` gives the same +-inf as torch's)."""
-    return jnp.einsum("...oj,...j->...o", jnp.einsum("...i,oij->...oj", x1, w), x2)
-
-
-def _bilinear_primal(x1, x2, w, b):
-    return _form(x1, w, x2) + b
-
-
-def _bilinear_jvp(res, t1, t2, tw, tb):
-    """The product rule: ``dy = dx1 W x2 + x1 dW x2 + x1 W dx2 + db``."""
-    x1, x2, w = res
-    terms = [
-        None if t1 is None else _form(t1, w, x2),
-        None if tw is None else _form(x1, tw, x2),
-        None if t2 is None else _form(x1, w, t2),
-        tb,
-    ]
-    present = [t for t in terms if t is not None]
-    return sum(present[1:], present[0])
-
-
-def _bilinear_vjp(res, g):
-    """Seed ``_trilinear_backward``: each factor's gradient is the trilinear form with the
-    cotangent in its place (``gx1 = g W x2``, ``gx2 = x1 W^T g``, ``gW = g x1 x2``), and the
-    bias gets ``g`` summed over the batch."""
-    x1, x2, w = res
-    return (
-        # g contracted with W first: exact (+-inf) with one infinite entry of the other input
-        jnp.einsum("...ij,...j->...i", jnp.einsum("...o,oij->...ij", g, w), x2),
-        jnp.einsum("...ij,...i->...j", jnp.einsum("...o,oij->...ij", g, w), x1),
-        jnp.einsum("...o,...i,...j->oij", g, x1, x2),
-        g.reshape(-1, g.shape[-1]).sum(0),
-    )
-
-
-bilinear_op = define_op("bilinear", _bilinear_primal, _bilinear_jvp, _bilinear_vjp,
-                        lambda out, x1, x2, w, b: (x1, x2, w))
-
+# Public functions: bilinear
 
 def bilinear(input1: ArrayLike, input2: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None) -> Array:
     """The bilinear form ``y[..., o] = sum_ij x1[..., i] W[o, i, j] x2[..., j] + b[o]``.
@@ -357,7 +362,6 @@ def bilinear(input1: ArrayLike, input2: ArrayLike, weight: ArrayLike, bias: Arra
 
 # ----------------------------------------------------------------------------------------------
 # Records
-
 
 def _torch_attention(torch, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                      enable_gqa=False):
