@@ -24,6 +24,8 @@ from jaxrules.mechanism import define_op
 from jaxrules.ops._sampling import distinct, f64, normal
 from jaxrules.registry import Sample, SingularPoint, record
 
+# ----------------------------------------------------------------------------------------------
+# Ops
 
 def _convolution_primal(x, w, b, *, stride, padding, dilation, groups):
     return P.conv(x, w, stride, padding, dilation, groups) + P.bias_view(b, x.ndim)
@@ -117,8 +119,9 @@ adaptive_avg_pool_op = define_op("adaptive_avg_pool", lambda x, *, output_size, 
 
 
 # ----------------------------------------------------------------------------------------------
-# Argument handling (torch's: an int or one value per spatial axis)
-
+# Public functions
+#
+# Argument handling (torch's: an int or one value per spatial axis), then the functions.
 
 def _per_axis(op, name, value, dims, minimum):
     values = (value,) * dims if isinstance(value, numbers.Integral) else tuple(value)
@@ -745,6 +748,9 @@ def adaptive_max_pool3d(input: ArrayLike, output_size: int | Sequence[int | None
     return _adaptive_pool("adaptive_max_pool3d", 3, input, output_size, bool(return_indices))
 
 
+# ----------------------------------------------------------------------------------------------
+# Records
+
 def _adaptive_avg_pool_nd(input, output_size):  # noqa: A002
     """The record's entry: ``adaptive_avg_pool1d/2d/3d`` by the input's rank (below rank 3: 1d,
     whose own check names the shape it needs)."""
@@ -757,10 +763,6 @@ def _adaptive_max_pool_nd(input, output_size, return_indices=False):  # noqa: A0
     whose own check names the shape it needs)."""
     dims = max(np.ndim(input) - 2, 1)
     return _adaptive_pool(f"adaptive_max_pool{dims}d", dims, input, output_size, bool(return_indices))
-
-
-# ----------------------------------------------------------------------------------------------
-# Records
 
 
 def _torch_conv(torch, x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
