@@ -21,13 +21,11 @@ from jaxrules.mechanism import define_op
 from jaxrules.ops._sampling import away_from_zero, f64, normal, uniform
 from jaxrules.registry import Sample, SingularPoint, record
 
+# ----------------------------------------------------------------------------------------------
+# Ops
 
 def _save_x_and_out(out, x, **_):
     return x, out
-
-
-# ----------------------------------------------------------------------------------------------
-# Ops
 
 def _save_sign(out, x):
     """``sgn(x)``: int8 for real x (all the backward needs; built from two comparisons: forward
@@ -61,8 +59,7 @@ xlogy_op = define_op("xlogy", jsp_special.xlogy, J.xlogy_jvp, R.xlogy_vjp)
 
 
 # ----------------------------------------------------------------------------------------------
-# polar: z = r e^{i theta} (real arguments, complex output; formulas here, beside the op)
-
+# Ops: polar: z = r e^{i theta} (real arguments, complex output; formulas here, beside the op)
 
 def _polar_primal(r, theta):
     return jax.lax.complex(r * jnp.cos(theta), r * jnp.sin(theta))
@@ -95,8 +92,7 @@ polar_op = define_op("polar", _polar_primal, _polar_jvp, _polar_vjp, _polar_save
 
 
 # ----------------------------------------------------------------------------------------------
-# Public functions (jax.numpy / jax.scipy.special signatures)
-
+# Public functions: jax.numpy / jax.scipy.special signatures
 
 def abs(x: ArrayLike, /) -> Array:  # noqa: A001 - mirrors jax.numpy.abs
     """``|x|`` for real and complex x; derivative ``sgn(x)``, 0 at 0 (seed ``abs_backward``).
@@ -406,7 +402,6 @@ def polar(abs: ArrayLike, angle: ArrayLike) -> Array:  # noqa: A002 - torch's ar
 
 # ----------------------------------------------------------------------------------------------
 # Records
-
 
 _NP = "jaxrules.numpy."
 _SP = "jaxrules.scipy.special."
