@@ -19,6 +19,9 @@ from jaxrules.mechanism import define_op
 from jaxrules.ops._sampling import normal
 from jaxrules.registry import Sample, record
 
+# ----------------------------------------------------------------------------------------------
+# Ops
+
 _KINDS = ("fft", "ifft", "rfft", "irfft")
 _NORMS = (None, "backward", "ortho", "forward")
 
@@ -30,6 +33,9 @@ fft_op = define_op(
     lambda out, x, **_: (),
 )
 
+
+# ----------------------------------------------------------------------------------------------
+# Public functions
 
 def _transform(kind, a, sizes, axes, norm, name, axes_arg="axes"):
     """Validate and call the op; ``sizes`` per axis (None: the input's length, or for the last
@@ -134,7 +140,6 @@ fftn, ifftn, rfftn, irfftn = (_n_axes(k) for k in _KINDS)
 
 # ----------------------------------------------------------------------------------------------
 # Records
-
 
 def _torch_fft(kind, n_dims):
     def call(torch, a, *args, **kwargs):
