@@ -20,7 +20,7 @@ from jaxrules.ops._sampling import distinct, normal
 from jaxrules.registry import Sample, SingularPoint, record
 
 # ----------------------------------------------------------------------------------------------
-# embedding
+# Ops: embedding
 
 def _lookup(indices, weight, **_):
     """``weight[indices]``, of shape ``indices.shape + weight.shape[1:]`` (through the flat
@@ -37,63 +37,9 @@ embedding_op = define_op(
 )
 
 
-def _indices(op, name, x):
-    x = jnp.asarray(x)
-    if not jnp.issubdtype(x.dtype, jnp.integer):
-        raise TypeError(f"{op}: {name} must be an integer array, got {x.dtype}")
-    return x
-
-
-def _check_rows(op, name, indices, weight):
-    """An empty table admits no index (torch: "index_select(): self indexing axis dim should be
-    positive", embedding_bag's "Expected idx >= 0 && idx < num_embeddings"); no index: empty output."""
-    if weight.shape[0] == 0 and indices.size:
-        raise ValueError(f"{op}: weight has no rows (num_embeddings = 0), so no entry of {name} (shape "
-                         f"{indices.shape}) is in range")
-
-
-def embedding(indices: ArrayLike, weight: ArrayLike, padding_idx: int | None = None,
-              scale_grad_by_freq: bool = False) -> Array:
-    """The lookup ``weight[indices]``, with seed ``embedding_backward`` /
-    ``embedding_dense_double_backward``: torch's conventions, which are not the derivative of
-    the lookup: the ``padding_idx`` row gets no gradient (JAX's ``take`` has no such notion),
-    and ``scale_grad_by_freq`` divides each row's gradient by its index's count in
-    ``indices``; the JVP is the transpose of that backward. Mirrors
-    ``torch.nn.functional.embedding`` (``max_norm``, an in-place renormalization, is not
-    offered).
-
-    Args:
-        indices: integer indices into the rows of ``weight``, any shape (not differentiated).
-        weight: the table (num_embeddings, embedding_dim).
-        padding_idx: a row, in ``[-num_embeddings, num_embeddings)``, whose gradient is zero;
-            None: none.
-        scale_grad_by_freq: divide each row's gradient by how often ``indices`` holds it.
-
-    Returns:
-        ``weight[indices]``: ``indices.shape + (embedding_dim,)``, in weight's dtype.
-
-    Raises:
-        ValueError: weight not 2-d, an empty weight (0 rows) with indices, or a ``padding_idx`` out
-            of range.
-        TypeError: ``indices`` not of an integer dtype.
-    """
-    indices = _indices("embedding", "indices", indices)
-    weight = V.array("embedding", "weight", weight)
-    if weight.ndim != 2:
-        raise ValueError(f"embedding: weight must be (num_embeddings, embedding_dim), got {weight.shape}")
-    _check_rows("embedding", "indices", indices, weight)
-    num = weight.shape[0]
-    if padding_idx is not None:
-        if not isinstance(padding_idx, int | np.integer) or not -num <= padding_idx < num:
-            raise ValueError(f"embedding: padding_idx must be an int in [-{num}, {num}), got {padding_idx!r}")
-        padding_idx = int(padding_idx) % num
-    return embedding_op(indices, weight, padding_idx=padding_idx, scale_grad_by_freq=bool(scale_grad_by_freq), num=num)
-
-
 # ----------------------------------------------------------------------------------------------
-# embedding_bag: every looked-up entry i has a row ``indices[i]`` and a bag ``bags[i]`` (bags ==
+# Ops: embedding_bag: every looked-up entry i has a row ``indices[i]`` and a bag ``bags[i]`` (bags ==
 # num_bags: in no bag, e.g. padding_idx); its formulas live here, beside the ops.
-
 
 def _bag_row_scale(indices, bags, coef, num, num_bags, scale_grad_by_freq):
     """Each entry's factor in the derivative with respect to ``weight``: its coefficient, divided
@@ -179,6 +125,126 @@ def _bag_max_vjp(arg, ct, *, num_bags, num):
 embedding_bag_max_op = define_op("embedding_bag_max", _bag_max_primal, _bag_max_jvp, _bag_max_vjp,
                                  lambda out, *_, **__: out[1])
 
+
+# ----------------------------------------------------------------------------------------------
+# Ops: scatter_reduce
+
+_REDUCES = ("sum", "prod", "mean", "amax", "amin")
+
+
+def _scatter_reduce_primal(x, index, src, *, axis, reduce, include_self):
+    coords = P.scatter_coords(index, axis)
+    identity = {"sum": 0, "mean": 0, "prod": 1, "amax": -jnp.inf, "amin": jnp.inf}[reduce]
+    like_x = {"out_sharding": explicit_sharding(x)}  # an Explicit mesh: the result is sharded as x
+    base = x if include_self else x.at[coords].set(identity, **like_x)
+    if reduce in ("sum", "mean"):
+        total = base.at[coords].add(src, **like_x)
+        if reduce == "sum":
+            return total
+        keeps_x = jnp.ones(x.shape, bool) if include_self else ~P.scattered_mask(x.shape, coords)
+        count = keeps_x.astype(x.real.dtype) + P.scatter_add(x.shape, coords, jnp.ones(src.shape, x.real.dtype))
+        return total / jnp.maximum(count, 1)
+    if reduce == "prod":
+        return base.at[coords].multiply(src, **like_x)
+    return base.at[coords].max(src, **like_x) if reduce == "amax" else base.at[coords].min(src, **like_x)
+
+
+def _save_scatter_reduce(out, x, index, src, *, axis, reduce, include_self):
+    prod_weights = P.scatter_prod_weights(x, index, src, axis, include_self) if reduce == "prod" else None
+    return x, index, src, out, prod_weights
+
+
+def _nan_factor(mask, dtype):
+    """NaN where ``mask``, 1 elsewhere: multiplied into a derivative, it marks the entries of a
+    NaN output (a mask, not a branch: the finite path gains one comparison and one multiply)."""
+    return jnp.where(mask, jnp.nan, 1).astype(dtype)
+
+
+def _scatter_reduce_jvp(res, tx, ti, tsrc, *, axis, reduce, include_self):
+    """Seed ``scatter_reduce_jvp`` (``jvp_rules.scatter_reduce_jvp``); amax/amin: NaN at a NaN
+    output (the ties mask ``member == out`` is empty there, the seed's ``grad / 0``)."""
+    t = J.scatter_reduce_jvp(res, tx, ti, tsrc, axis=axis, reduce=reduce, include_self=include_self)
+    if reduce not in ("amax", "amin") or t is None:
+        return t
+    return t * _nan_factor(jnp.isnan(res[3]), t.dtype)
+
+
+def _scatter_reduce_vjp(res, ct, *, axis, reduce, include_self):
+    """Seed ``scatter_reduce_backward`` (``vjp_rules.scatter_reduce_vjp``); amax/amin: NaN for
+    every member (x's entry where it takes part, each src entry scattered there) of a NaN
+    output, as the seed's ``grad / N_to_distribute`` with no ties."""
+    gx, gi, gsrc = R.scatter_reduce_vjp(res, ct, axis=axis, reduce=reduce, include_self=include_self)
+    if reduce not in ("amax", "amin"):
+        return gx, gi, gsrc
+    x, index, _, out, _ = res
+    nan_out, coords = jnp.isnan(out), P.scatter_coords(index, axis)
+    nan_x = nan_out if include_self else nan_out & ~P.scattered_mask(x.shape, coords)
+    return gx * _nan_factor(nan_x, gx.dtype), gi, gsrc * _nan_factor(P.gather_at(nan_out, coords, gsrc), gsrc.dtype)
+
+
+scatter_reduce_op = define_op(
+    "scatter_reduce", _scatter_reduce_primal, _scatter_reduce_jvp, _scatter_reduce_vjp, _save_scatter_reduce
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# Public functions: embedding
+
+def _indices(op, name, x):
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.integer):
+        raise TypeError(f"{op}: {name} must be an integer array, got {x.dtype}")
+    return x
+
+
+def _check_rows(op, name, indices, weight):
+    """An empty table admits no index (torch: "index_select(): self indexing axis dim should be
+    positive", embedding_bag's "Expected idx >= 0 && idx < num_embeddings"); no index: empty output."""
+    if weight.shape[0] == 0 and indices.size:
+        raise ValueError(f"{op}: weight has no rows (num_embeddings = 0), so no entry of {name} (shape "
+                         f"{indices.shape}) is in range")
+
+
+def embedding(indices: ArrayLike, weight: ArrayLike, padding_idx: int | None = None,
+              scale_grad_by_freq: bool = False) -> Array:
+    """The lookup ``weight[indices]``, with seed ``embedding_backward`` /
+    ``embedding_dense_double_backward``: torch's conventions, which are not the derivative of
+    the lookup: the ``padding_idx`` row gets no gradient (JAX's ``take`` has no such notion),
+    and ``scale_grad_by_freq`` divides each row's gradient by its index's count in
+    ``indices``; the JVP is the transpose of that backward. Mirrors
+    ``torch.nn.functional.embedding`` (``max_norm``, an in-place renormalization, is not
+    offered).
+
+    Args:
+        indices: integer indices into the rows of ``weight``, any shape (not differentiated).
+        weight: the table (num_embeddings, embedding_dim).
+        padding_idx: a row, in ``[-num_embeddings, num_embeddings)``, whose gradient is zero;
+            None: none.
+        scale_grad_by_freq: divide each row's gradient by how often ``indices`` holds it.
+
+    Returns:
+        ``weight[indices]``: ``indices.shape + (embedding_dim,)``, in weight's dtype.
+
+    Raises:
+        ValueError: weight not 2-d, an empty weight (0 rows) with indices, or a ``padding_idx`` out
+            of range.
+        TypeError: ``indices`` not of an integer dtype.
+    """
+    indices = _indices("embedding", "indices", indices)
+    weight = V.array("embedding", "weight", weight)
+    if weight.ndim != 2:
+        raise ValueError(f"embedding: weight must be (num_embeddings, embedding_dim), got {weight.shape}")
+    _check_rows("embedding", "indices", indices, weight)
+    num = weight.shape[0]
+    if padding_idx is not None:
+        if not isinstance(padding_idx, int | np.integer) or not -num <= padding_idx < num:
+            raise ValueError(f"embedding: padding_idx must be an int in [-{num}, {num}), got {padding_idx!r}")
+        padding_idx = int(padding_idx) % num
+    return embedding_op(indices, weight, padding_idx=padding_idx, scale_grad_by_freq=bool(scale_grad_by_freq), num=num)
+
+
+# ----------------------------------------------------------------------------------------------
+# Public functions: embedding_bag
 
 _BAG = "embedding_bag"
 _BAG_MODES = ("sum", "mean", "max")
@@ -294,65 +360,7 @@ def embedding_bag(input: ArrayLike, weight: ArrayLike, offsets: ArrayLike | None
 
 
 # ----------------------------------------------------------------------------------------------
-# scatter_reduce
-
-_REDUCES = ("sum", "prod", "mean", "amax", "amin")
-
-
-def _scatter_reduce_primal(x, index, src, *, axis, reduce, include_self):
-    coords = P.scatter_coords(index, axis)
-    identity = {"sum": 0, "mean": 0, "prod": 1, "amax": -jnp.inf, "amin": jnp.inf}[reduce]
-    like_x = {"out_sharding": explicit_sharding(x)}  # an Explicit mesh: the result is sharded as x
-    base = x if include_self else x.at[coords].set(identity, **like_x)
-    if reduce in ("sum", "mean"):
-        total = base.at[coords].add(src, **like_x)
-        if reduce == "sum":
-            return total
-        keeps_x = jnp.ones(x.shape, bool) if include_self else ~P.scattered_mask(x.shape, coords)
-        count = keeps_x.astype(x.real.dtype) + P.scatter_add(x.shape, coords, jnp.ones(src.shape, x.real.dtype))
-        return total / jnp.maximum(count, 1)
-    if reduce == "prod":
-        return base.at[coords].multiply(src, **like_x)
-    return base.at[coords].max(src, **like_x) if reduce == "amax" else base.at[coords].min(src, **like_x)
-
-
-def _save_scatter_reduce(out, x, index, src, *, axis, reduce, include_self):
-    prod_weights = P.scatter_prod_weights(x, index, src, axis, include_self) if reduce == "prod" else None
-    return x, index, src, out, prod_weights
-
-
-def _nan_factor(mask, dtype):
-    """NaN where ``mask``, 1 elsewhere: multiplied into a derivative, it marks the entries of a
-    NaN output (a mask, not a branch: the finite path gains one comparison and one multiply)."""
-    return jnp.where(mask, jnp.nan, 1).astype(dtype)
-
-
-def _scatter_reduce_jvp(res, tx, ti, tsrc, *, axis, reduce, include_self):
-    """Seed ``scatter_reduce_jvp`` (``jvp_rules.scatter_reduce_jvp``); amax/amin: NaN at a NaN
-    output (the ties mask ``member == out`` is empty there, the seed's ``grad / 0``)."""
-    t = J.scatter_reduce_jvp(res, tx, ti, tsrc, axis=axis, reduce=reduce, include_self=include_self)
-    if reduce not in ("amax", "amin") or t is None:
-        return t
-    return t * _nan_factor(jnp.isnan(res[3]), t.dtype)
-
-
-def _scatter_reduce_vjp(res, ct, *, axis, reduce, include_self):
-    """Seed ``scatter_reduce_backward`` (``vjp_rules.scatter_reduce_vjp``); amax/amin: NaN for
-    every member (x's entry where it takes part, each src entry scattered there) of a NaN
-    output, as the seed's ``grad / N_to_distribute`` with no ties."""
-    gx, gi, gsrc = R.scatter_reduce_vjp(res, ct, axis=axis, reduce=reduce, include_self=include_self)
-    if reduce not in ("amax", "amin"):
-        return gx, gi, gsrc
-    x, index, _, out, _ = res
-    nan_out, coords = jnp.isnan(out), P.scatter_coords(index, axis)
-    nan_x = nan_out if include_self else nan_out & ~P.scattered_mask(x.shape, coords)
-    return gx * _nan_factor(nan_x, gx.dtype), gi, gsrc * _nan_factor(P.gather_at(nan_out, coords, gsrc), gsrc.dtype)
-
-
-scatter_reduce_op = define_op(
-    "scatter_reduce", _scatter_reduce_primal, _scatter_reduce_jvp, _scatter_reduce_vjp, _save_scatter_reduce
-)
-
+# Public functions: scatter_reduce
 
 def scatter_reduce(x: ArrayLike, axis: int, index: ArrayLike, src: ArrayLike, reduce: str,
                    include_self: bool = True) -> Array:
@@ -443,7 +451,6 @@ def index_reduce(x: ArrayLike, axis: int, index: ArrayLike, source: ArrayLike, r
 
 # ----------------------------------------------------------------------------------------------
 # Records
-
 
 def _torch_embedding(torch, indices, weight, padding_idx=None, scale_grad_by_freq=False):
     return torch.nn.functional.embedding(indices, weight, padding_idx, scale_grad_by_freq=scale_grad_by_freq)
