@@ -28,6 +28,8 @@ from jaxrules.mechanism import concrete_value, define_op, explicit_sharding
 from jaxrules.ops._sampling import normal
 from jaxrules.registry import Sample, SingularPoint, record
 
+# ----------------------------------------------------------------------------------------------
+# Ops
 
 def _matrix(op: str, name: str, x, *, square=False, min_ndim=2):
     x = V.array(op, name, x)
@@ -53,8 +55,7 @@ def _same_dtype(*arrays):
 
 
 # ----------------------------------------------------------------------------------------------
-# Products
-
+# Ops: Products
 
 matmul_op = define_op("matmul", P.matmul, J.matmul_jvp, R.matmul_vjp)
 
@@ -90,59 +91,8 @@ linear_op = define_op(
 )
 
 
-def matmul(a, b, precision=None):
-    """``jax.numpy.matmul`` (1-D operands promoted as NumPy does, batch dims broadcast), with
-    seed ``mm_mat1_backward`` / ``mm_mat2_backward`` (complex included); ``precision`` (JAX's,
-    hashable; None: the default) applies to the forward and derivative products alike."""
-    a, b = _same_dtype(V.array("matmul", "a", a), V.array("matmul", "b", b))
-    if a.ndim == 0 or b.ndim == 0:
-        raise ValueError("matmul: operands must not be scalars (use multiply)")
-    a2 = a[None, :] if a.ndim == 1 else a
-    b2 = b[:, None] if b.ndim == 1 else b
-    if a2.shape[-1] != b2.shape[-2]:
-        raise ValueError(f"matmul: contracting dimensions differ ({a.shape} @ {b.shape})")
-    V.broadcast("matmul", a=np.empty(a2.shape[:-2] + (1, 1), bool), b=np.empty(b2.shape[:-2] + (1, 1), bool))
-    out = matmul_op(a2, b2) if precision is None else matmul_at_op(a2, b2, precision=precision)
-    if b.ndim == 1:
-        out = out[..., 0]
-    if a.ndim == 1:
-        out = out[..., 0, :] if b.ndim > 1 else out[..., 0]
-    return out
-
-
-def linear(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None) -> Array:  # noqa: A002 - torch's argument name
-    """``input @ weight^T + bias`` with ``weight`` of shape (out, in) as torch (not flax's
-    (in, out)); VJP ``g_input = g W``, ``g_W = g^T input``, ``g_bias = sum g`` (summed over the
-    batch dims). Mirrors ``torch.nn.functional.linear``; its double backward (JAX's derivative
-    of the bilinear VJP formula) is seed ``linear_double_backward``.
-
-    Args:
-        input: the input, (..., in_features) (integer and boolean input is promoted to float).
-        weight: the weight, (out_features, in_features).
-        bias: the bias, (out_features,); None adds nothing.
-
-    Returns:
-        (..., out_features), in the common dtype of the three arguments.
-
-    Raises:
-        ValueError: when ``weight`` is not 2-D, ``input``'s last axis is not in_features or
-            ``bias`` is not (out_features,).
-    """
-    x, w = V.array("linear", "input", input), _matrix("linear", "weight", weight)
-    if w.ndim != 2:
-        raise ValueError(f"linear: weight must have shape (out_features, in_features), got {w.shape}")
-    if x.ndim == 0 or x.shape[-1] != w.shape[1]:
-        raise ValueError(f"linear: input's last dimension must be in_features={w.shape[1]}, got {x.shape}")
-    b = jnp.zeros(w.shape[0], w.dtype) if bias is None else V.array("linear", "bias", bias)
-    if b.shape != (w.shape[0],):
-        raise ValueError(f"linear: bias must have shape ({w.shape[0]},), got {b.shape}")
-    x, w, b = _same_dtype(x, w, b)
-    return linear_op(x, w, b)
-
-
 # ----------------------------------------------------------------------------------------------
-# Inverse, determinants
-
+# Ops: Inverse, determinants
 
 def _all_nan_where(bad, a, fn):
     """``fn(a)`` (an array or a tuple of arrays, each with ``a``'s batch dims leading) with every
@@ -261,6 +211,213 @@ det_op = define_op("det", _det_primal, J.det_jvp, R.det_vjp, lambda out, a: adju
 slogdet_op = define_op("slogdet", _slogdet_primal, J.slogdet_jvp, R.slogdet_vjp, lambda out, a: (inv_op(a), out[0]))
 
 
+# ----------------------------------------------------------------------------------------------
+# Ops: Solves
+
+def _solve_primal(a, b, *, left):
+    """``A^{-1} B`` (``left``) or ``B A^{-1}`` from A's LU factors; all NaN for an ``A`` with a NaN
+    entry (as ``inv``)."""
+    def solve(a):
+        lu, piv = P.lu_factor(a)
+        return P.lu_solve(lu, piv, b) if left else P.mT(P.lu_solve(lu, piv, P.mT(b), trans=1))
+
+    return _all_nan_where(jnp.isnan, a, solve)
+
+
+solve_op = define_op("solve", _solve_primal, J.solve_jvp, R.solve_vjp, lambda out, a, b, **_: (*P.lu_factor(a), out))
+
+
+def _tri_flags(op, trans):
+    codes = {0: (False, False), "N": (False, False), 1: (True, False), "T": (True, False), 2: (True, True), "C": (True, True)}
+    if isinstance(trans, bool) or trans not in codes:
+        raise ValueError(f"{op}: trans must be 0/'N', 1/'T' or 2/'C', got {trans!r}")
+    return codes[trans]
+
+
+solve_triangular_op = define_op("solve_triangular", lambda a, b, *, lower, unit, transpose, conjugate, left: P.tri_solve(
+        a, b, lower=lower, left=left, transpose=transpose, conjugate=conjugate, unit=unit
+    ), J.solve_triangular_jvp, R.solve_triangular_vjp, lambda out, a, b, **_: (a, out))
+
+
+# ----------------------------------------------------------------------------------------------
+# Ops: Cholesky
+
+cholesky_op = define_op("cholesky", lambda a: jnp.linalg.cholesky(a), J.cholesky_jvp, R.cholesky_vjp, lambda out, a: out)
+
+
+cho_solve_op = define_op("cho_solve", lambda c, b, *, lower: P.cho_solve(c, lower, b), J.cho_solve_jvp, R.cho_solve_vjp, lambda out, c, b, **_: (c, out))
+
+
+def _cholesky_inverse_primal(c, *, lower):
+    """``X = W W^H`` with ``W = L^{-H}`` (lower) or ``U^{-1}`` (upper), upper triangular, as
+    LAPACK's potri (trtri, then the triangular product). ``W`` is solved from the left by rows from
+    the last, which keeps its rows exact below a non-finite factor entry ``L[p, q]`` (NaN in the
+    rows ``<= q``), and its strict lower triangle, the structural zeros the solve divides by the
+    entry, is set to 0. Then ``X[q+1:, q+1:] = (L22 L22^H)^{-1}`` stays finite, as torch's
+    (``cho_solve(L, I)`` solves ``L^{-1} I`` by rows from the first: NaN in every row ``>= p``,
+    so every entry of X)."""
+    eye = jnp.broadcast_to(jnp.eye(c.shape[-1], dtype=c.dtype), c.shape)
+    w = jnp.triu(P.tri_solve(c, eye, lower=lower, transpose=lower, conjugate=lower))
+    return P.matmul(w, P.mH(w))
+
+
+cholesky_inverse_op = define_op("cholesky_inverse", _cholesky_inverse_primal, J.cholesky_inverse_jvp, R.cholesky_inverse_vjp, lambda out, c, **_: (c, out))
+
+
+# ----------------------------------------------------------------------------------------------
+# Ops: Eigen, singular value and QR decompositions
+
+def _eigh_primal(a):
+    w, v = jnp.linalg.eigh(a)
+    return w, v
+
+
+eigh_op = define_op("eigh", _eigh_primal, J.eigh_jvp, R.eigh_vjp, lambda out, a: out)
+# The values-only ops save vectors computed by the full op, so their second derivatives go through
+# the full op's rules (finite at repeated values).
+eigvalsh_op = define_op("eigvalsh", lambda a: jnp.linalg.eigh(a)[0], J.eigvalsh_jvp, R.eigvalsh_vjp, lambda out, a: eigh_op(a)[1])
+# A NaN or infinite entry makes the whole SVD NaN (and so pinv and lstsq, through it): LAPACK
+# leaves some singular vectors finite (a permutation) that belong to no limit; torch: all NaN.
+svd_op = define_op("svd", lambda a, *, full_matrices: _all_nan_where(_nonfinite, a, lambda a: tuple(jnp.linalg.svd(a, full_matrices=full_matrices))), J.svd_jvp, R.svd_vjp, lambda out, a, **_: out)
+svdvals_op = define_op("svdvals", lambda a: _all_nan_where(_nonfinite, a, lambda a: jnp.linalg.svd(a, full_matrices=False)[1]), J.svdvals_jvp, R.svdvals_vjp, lambda out, a: svd_op(a, full_matrices=False)[::2])
+qr_op = define_op("qr", lambda a, *, complete: tuple(jnp.linalg.qr(a, "complete" if complete else "reduced")), J.qr_jvp, R.qr_vjp, lambda out, a, **_: out)
+eig_op = define_op("eig", lambda a: tuple(jnp.linalg.eig(a)), J.eig_jvp, R.eig_vjp, lambda out, a: out)
+eigvals_op = define_op("eigvals", lambda a: jnp.linalg.eig(a)[0], J.eigvals_jvp, R.eigvals_vjp, lambda out, a: eig_op(a)[1])
+
+
+# ----------------------------------------------------------------------------------------------
+# Ops: Pseudo-inverse and least squares
+
+# ``rtol`` is an array argument (a number, an array over the batch, a tracer): the cutoff moves
+# no singular value across it under a small change, so its derivative is 0 (the formulas
+# ignore its tangent and give it no cotangent).
+def _pinv_primal(a, rtol):
+    return _all_nan_where(_nonfinite, a, lambda a: jnp.linalg.pinv(a, rtol=rtol))
+
+
+pinv_op = define_op("pinv", _pinv_primal, J.pinv_jvp, R.pinv_vjp, lambda out, a, rtol: (a, out))
+lstsq_op = define_op("lstsq", lambda a, b, rtol: _pinv_primal(a, rtol) @ b, J.lstsq_jvp, R.lstsq_vjp, lambda out, a, b, rtol: (a, pinv_op(a, rtol), b))
+
+
+# ----------------------------------------------------------------------------------------------
+# Ops: LU
+
+def _save_lu(out, a, **_):
+    lu, _, perm = lax.linalg.lu(a)
+    return lu, perm
+
+
+def _permutation_matrix(perm, dtype):
+    """``P`` with ``P^T A = A[perm]``."""
+    return P.mT(P.permutation_rows(perm, dtype))
+
+
+def _lu_primal(a):
+    lu_, _, perm = lax.linalg.lu(a)
+    return (_permutation_matrix(perm, a.dtype), *P.lu_parts(lu_))
+
+
+lu_op = define_op("lu", _lu_primal, J.lu_jvp, R.lu_vjp, _save_lu)
+lu_factor_op = define_op("lu_factor", lambda a: tuple(P.lu_factor(a)), J.lu_factor_jvp, R.lu_factor_vjp, _save_lu)
+
+
+def _save_lu_solve(out, lu, piv, b, **_):
+    return lu, piv, lax.linalg.lu_pivots_to_permutation(piv, lu.shape[-2]), out
+
+
+lu_solve_op = define_op("lu_solve", lambda lu, piv, b, *, trans: P.lu_solve(lu, piv, b, trans), J.lu_solve_jvp, R.lu_solve_vjp, _save_lu_solve)
+
+
+def _lu_unpack_primal(lu, piv, *, k):
+    perm = lax.linalg.lu_pivots_to_permutation(piv, lu.shape[-2])
+    return (_permutation_matrix(perm, lu.dtype), *P.lu_parts(lu))
+
+
+lu_unpack_op = define_op("lu_unpack", _lu_unpack_primal, J.lu_unpack_jvp, R.lu_unpack_vjp, lambda out, lu, piv, **_: ())
+
+
+# ----------------------------------------------------------------------------------------------
+# Ops: Matrix exponential, Householder products
+
+def _expm_primal(a):
+    from jax.scipy.linalg import expm as _expm
+
+    return _expm(a)
+
+
+expm_op = define_op("expm", _expm_primal, J.expm_jvp, R.expm_vjp)
+
+
+def _householder_primal(a, tau):
+    return lax.linalg.householder_product(a, tau)
+
+
+householder_product_op = define_op("householder_product", _householder_primal, J.householder_product_jvp, R.householder_product_vjp, lambda out, a, tau: (a, tau, out))
+
+
+def _ormqr_primal(a, tau, c, *, left, transpose):
+    return lax.linalg.ormqr(a, tau, c, left=left, transpose=transpose)
+
+
+ormqr_op = define_op("ormqr", _ormqr_primal, J.ormqr_jvp, R.ormqr_vjp, lambda out, a, tau, c, **_: (a, tau, c, out))
+
+
+# ----------------------------------------------------------------------------------------------
+# Public functions: Products
+
+def matmul(a, b, precision=None):
+    """``jax.numpy.matmul`` (1-D operands promoted as NumPy does, batch dims broadcast), with
+    seed ``mm_mat1_backward`` / ``mm_mat2_backward`` (complex included); ``precision`` (JAX's,
+    hashable; None: the default) applies to the forward and derivative products alike."""
+    a, b = _same_dtype(V.array("matmul", "a", a), V.array("matmul", "b", b))
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("matmul: operands must not be scalars (use multiply)")
+    a2 = a[None, :] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise ValueError(f"matmul: contracting dimensions differ ({a.shape} @ {b.shape})")
+    V.broadcast("matmul", a=np.empty(a2.shape[:-2] + (1, 1), bool), b=np.empty(b2.shape[:-2] + (1, 1), bool))
+    out = matmul_op(a2, b2) if precision is None else matmul_at_op(a2, b2, precision=precision)
+    if b.ndim == 1:
+        out = out[..., 0]
+    if a.ndim == 1:
+        out = out[..., 0, :] if b.ndim > 1 else out[..., 0]
+    return out
+
+
+def linear(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None) -> Array:  # noqa: A002 - torch's argument name
+    """``input @ weight^T + bias`` with ``weight`` of shape (out, in) as torch (not flax's
+    (in, out)); VJP ``g_input = g W``, ``g_W = g^T input``, ``g_bias = sum g`` (summed over the
+    batch dims). Mirrors ``torch.nn.functional.linear``; its double backward (JAX's derivative
+    of the bilinear VJP formula) is seed ``linear_double_backward``.
+
+    Args:
+        input: the input, (..., in_features) (integer and boolean input is promoted to float).
+        weight: the weight, (out_features, in_features).
+        bias: the bias, (out_features,); None adds nothing.
+
+    Returns:
+        (..., out_features), in the common dtype of the three arguments.
+
+    Raises:
+        ValueError: when ``weight`` is not 2-D, ``input``'s last axis is not in_features or
+            ``bias`` is not (out_features,).
+    """
+    x, w = V.array("linear", "input", input), _matrix("linear", "weight", weight)
+    if w.ndim != 2:
+        raise ValueError(f"linear: weight must have shape (out_features, in_features), got {w.shape}")
+    if x.ndim == 0 or x.shape[-1] != w.shape[1]:
+        raise ValueError(f"linear: input's last dimension must be in_features={w.shape[1]}, got {x.shape}")
+    b = jnp.zeros(w.shape[0], w.dtype) if bias is None else V.array("linear", "bias", bias)
+    if b.shape != (w.shape[0],):
+        raise ValueError(f"linear: bias must have shape ({w.shape[0]},), got {b.shape}")
+    x, w, b = _same_dtype(x, w, b)
+    return linear_op(x, w, b)
+
+
+# ----------------------------------------------------------------------------------------------
+# Public functions: Inverse, determinants
+
 def inv(a: ArrayLike) -> Array:
     """The inverse ``X = A^{-1}``; JVP ``dX = -X dA X``, VJP ``gA = -X^T g X^T`` (``^H`` for
     complex, torch's convention). Mirrors ``jax.numpy.linalg.inv`` (``torch.linalg.inv``).
@@ -337,21 +494,7 @@ def slogdet(a: ArrayLike) -> tuple[Array, Array]:
 
 
 # ----------------------------------------------------------------------------------------------
-# Solves
-
-
-def _solve_primal(a, b, *, left):
-    """``A^{-1} B`` (``left``) or ``B A^{-1}`` from A's LU factors; all NaN for an ``A`` with a NaN
-    entry (as ``inv``)."""
-    def solve(a):
-        lu, piv = P.lu_factor(a)
-        return P.lu_solve(lu, piv, b) if left else P.mT(P.lu_solve(lu, piv, P.mT(b), trans=1))
-
-    return _all_nan_where(jnp.isnan, a, solve)
-
-
-solve_op = define_op("solve", _solve_primal, J.solve_jvp, R.solve_vjp, lambda out, a, b, **_: (*P.lu_factor(a), out))
-
+# Public functions: Solves
 
 def _solve_with(op_name, bound_op, a, b, left):
     """Shared by the solves: validate, make a 1-D ``b`` a column (``left``) or row, broadcast the
@@ -414,18 +557,6 @@ def torch_solve(A: ArrayLike, B: ArrayLike, *, left: bool = True) -> Array:  # n
     return _solve("solve", a, b, bool(left))
 
 
-def _tri_flags(op, trans):
-    codes = {0: (False, False), "N": (False, False), 1: (True, False), "T": (True, False), 2: (True, True), "C": (True, True)}
-    if isinstance(trans, bool) or trans not in codes:
-        raise ValueError(f"{op}: trans must be 0/'N', 1/'T' or 2/'C', got {trans!r}")
-    return codes[trans]
-
-
-solve_triangular_op = define_op("solve_triangular", lambda a, b, *, lower, unit, transpose, conjugate, left: P.tri_solve(
-        a, b, lower=lower, left=left, transpose=transpose, conjugate=conjugate, unit=unit
-    ), J.solve_triangular_jvp, R.solve_triangular_vjp, lambda out, a, b, **_: (a, out))
-
-
 def _solve_triangular(op, a, b, *, lower, unit, trans, left):
     transpose, conjugate = _tri_flags(op, trans)
     flags = dict(lower=bool(lower), unit=bool(unit), transpose=transpose, conjugate=conjugate, left=left)
@@ -480,11 +611,7 @@ def torch_solve_triangular(A: ArrayLike, B: ArrayLike, *, upper: bool, left: boo
 
 
 # ----------------------------------------------------------------------------------------------
-# Cholesky
-
-
-cholesky_op = define_op("cholesky", lambda a: jnp.linalg.cholesky(a), J.cholesky_jvp, R.cholesky_vjp, lambda out, a: out)
-
+# Public functions: Cholesky
 
 def cholesky(a: ArrayLike, *, upper: bool = False, symmetrize_input: bool = True) -> Array:
     """The Cholesky factor L of ``(A + A^H)/2 = L L^H`` (jax.numpy's convention; the tangent is
@@ -510,9 +637,6 @@ def cholesky(a: ArrayLike, *, upper: bool = False, symmetrize_input: bool = True
         raise TypeError("cholesky: symmetrize_input=False is not supported by jaxrules (the rules assume it)")
     factor = cholesky_op(_matrix("cholesky", "a", a, square=True))
     return P.mH(factor) if upper else factor
-
-
-cho_solve_op = define_op("cho_solve", lambda c, b, *, lower: P.cho_solve(c, lower, b), J.cho_solve_jvp, R.cho_solve_vjp, lambda out, c, b, **_: (c, out))
 
 
 def cho_solve(c_and_lower: tuple[ArrayLike, bool], b: ArrayLike, overwrite_b: bool = False, check_finite: bool = True) -> Array:
@@ -573,22 +697,6 @@ def torch_cholesky_solve(B: ArrayLike, L: ArrayLike, upper: bool = False) -> Arr
     return cho_solve((L, not upper), B)
 
 
-def _cholesky_inverse_primal(c, *, lower):
-    """``X = W W^H`` with ``W = L^{-H}`` (lower) or ``U^{-1}`` (upper), upper triangular, as
-    LAPACK's potri (trtri, then the triangular product). ``W`` is solved from the left by rows from
-    the last, which keeps its rows exact below a non-finite factor entry ``L[p, q]`` (NaN in the
-    rows ``<= q``), and its strict lower triangle, the structural zeros the solve divides by the
-    entry, is set to 0. Then ``X[q+1:, q+1:] = (L22 L22^H)^{-1}`` stays finite, as torch's
-    (``cho_solve(L, I)`` solves ``L^{-1} I`` by rows from the first: NaN in every row ``>= p``,
-    so every entry of X)."""
-    eye = jnp.broadcast_to(jnp.eye(c.shape[-1], dtype=c.dtype), c.shape)
-    w = jnp.triu(P.tri_solve(c, eye, lower=lower, transpose=lower, conjugate=lower))
-    return P.matmul(w, P.mH(w))
-
-
-cholesky_inverse_op = define_op("cholesky_inverse", _cholesky_inverse_primal, J.cholesky_inverse_jvp, R.cholesky_inverse_vjp, lambda out, c, **_: (c, out))
-
-
 def cholesky_inverse(L: ArrayLike, upper: bool = False) -> Array:  # noqa: N803 - torch's argument name
     """``X = (L L^H)^{-1}`` (or ``(U^H U)^{-1}``) from a Cholesky factor, with seed
     ``cholesky_inverse_backward`` (``gL = -X (g + g^H) X L``, dense, as torch) and a corrected
@@ -610,8 +718,503 @@ def cholesky_inverse(L: ArrayLike, upper: bool = False) -> Array:  # noqa: N803 
 
 
 # ----------------------------------------------------------------------------------------------
-# Sample inputs
+# Public functions: Eigen, singular value and QR decompositions
 
+EighResult = collections.namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
+SVDResult = collections.namedtuple("SVDResult", ["U", "S", "Vh"])
+QRResult = collections.namedtuple("QRResult", ["Q", "R"])
+EigResult = collections.namedtuple("EigResult", ["eigenvalues", "eigenvectors"])
+
+
+def _hermitian_input(op, a, UPLO, symmetrize_input):
+    if UPLO not in (None, "L", "U"):
+        raise ValueError(f"{op}: UPLO must be 'L' or 'U', got {UPLO!r}")
+    if not symmetrize_input:
+        raise TypeError(f"{op}: symmetrize_input=False is not supported by jaxrules (the rules assume it)")
+    return _matrix(op, "a", a, square=True)
+
+
+def eigh(a: ArrayLike, UPLO: str | None = None, symmetrize_input: bool = True) -> EighResult:  # noqa: N803 - jax.numpy's argument name
+    """The eigendecomposition ``A = V diag(w) V^H`` of ``(A + A^H)/2``; JVP ``dP = V^H dA V``,
+    ``dw = Re diag(dP)``, ``dV = V (F o dP)`` with ``F_ij = 1/(w_j - w_i)`` (seed
+    ``linalg_eig_jvp`` / ``linalg_eig_backward``, hermitian). Mirrors
+    ``jax.numpy.linalg.eigh`` (``torch.linalg.eigh``). Repeated eigenvalues: the degenerate
+    pairs' terms are dropped (``partials.gap_reciprocal``), so losses of the eigenvalues or of
+    well-separated eigenspaces have finite, exact derivatives (torch and JAX: NaN). Complex: a
+    loss that depends on the eigenvectors' phases raises (torch's check).
+
+    Args:
+        a: Hermitian matrices (..., n, n) (integer and boolean input is promoted to float).
+        UPLO: None, ``"L"`` or ``"U"``, accepted for jax.numpy's signature: the input is
+            symmetrized, so both triangles are read (torch reads only the one named).
+        symmetrize_input: must be True (``TypeError`` otherwise: the rules assume it).
+
+    Returns:
+        ``EighResult(eigenvalues, eigenvectors)``: the real eigenvalues (..., n) in ascending
+        order and the unit eigenvectors as columns (..., n, n).
+
+    Raises:
+        ValueError: when ``a`` is not square or ``UPLO`` is invalid.
+        TypeError: when ``symmetrize_input`` is False.
+    """
+    return EighResult(*eigh_op(_hermitian_input("eigh", a, UPLO, symmetrize_input)))
+
+
+def eigvalsh(a: ArrayLike, UPLO: str | None = "L", *, symmetrize_input: bool = True) -> Array:  # noqa: N803 - jax.numpy's signature
+    """The eigenvalues of the Hermitian ``(A + A^H)/2``; JVP ``dw = Re diag(V^H dA V)``, VJP
+    ``gA = V diag(gw) V^H`` (finite at repeated eigenvalues). Mirrors
+    ``jax.numpy.linalg.eigvalsh`` (``torch.linalg.eigvalsh``).
+
+    Args:
+        a: Hermitian matrices (..., n, n) (integer and boolean input is promoted to float).
+        UPLO: None, ``"L"`` or ``"U"``, accepted for jax.numpy's signature: the input is
+            symmetrized, so both triangles are read (torch reads only the one named).
+        symmetrize_input: must be True (``TypeError`` otherwise: the rules assume it).
+
+    Returns:
+        The real eigenvalues (..., n), in ascending order.
+
+    Raises:
+        ValueError: when ``a`` is not square or ``UPLO`` is invalid.
+        TypeError: when ``symmetrize_input`` is False.
+    """
+    return eigvalsh_op(_hermitian_input("eigvalsh", a, UPLO, symmetrize_input))
+
+
+def svd(a: ArrayLike, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False, subset_by_index: None = None) -> SVDResult | Array:
+    """The SVD ``A = U diag(S) Vh``; JVP ``dP = U^H dA V``, ``dS = Re diag(dP)``, ``dU``, ``dV``
+    through ``F_ij = 1/(S_j^2 - S_i^2)`` (seed ``linalg_svd_jvp`` / ``svd_backward``),
+    ``full_matrices`` included (JAX raises there). Mirrors ``jax.numpy.linalg.svd``
+    (``torch.linalg.svd``). The extra columns of a full U (or rows of Vh) get the tangent that
+    keeps the basis orthonormal without rotating the complement (torch: 0, which makes
+    ``d(U_e U_e^H)`` wrong). Repeated singular values: degenerate pairs dropped (as ``eigh``);
+    ``1/S`` is taken as 0 at ``S = 0``. Complex: a phase-dependent loss raises (torch's check).
+
+    Args:
+        a: matrices (..., m, n) (integer and boolean input is promoted to float).
+        full_matrices: return the square U (..., m, m) and Vh (..., n, n); else
+            (..., m, k) and (..., k, n), ``k = min(m, n)``.
+        compute_uv: return ``(U, S, Vh)``; when False only S (``svdvals``' rule).
+        hermitian: accepted; the general SVD is used (results agree to rounding).
+        subset_by_index: must be None (``TypeError`` otherwise).
+
+    Returns:
+        ``SVDResult(U, S, Vh)``, or S alone when ``compute_uv`` is False: the singular values
+        (..., k), real, in descending order.
+
+    Raises:
+        ValueError: when ``a`` has rank < 2.
+        TypeError: when ``subset_by_index`` is given.
+    """
+    a = _matrix("svd", "a", a)
+    V.unsupported("svd", subset_by_index=subset_by_index)
+    del hermitian
+    if not compute_uv:
+        return svdvals_op(a)
+    return SVDResult(*svd_op(a, full_matrices=bool(full_matrices)))
+
+
+def svdvals(x: ArrayLike, /) -> Array:
+    """The singular values; JVP ``dS = Re diag(U^H dA V)``, VJP ``gA = U diag(gS) V^H``.
+    Mirrors ``jax.numpy.linalg.svdvals`` (``torch.linalg.svdvals``).
+
+    Args:
+        x: matrices (..., m, n) (integer and boolean input is promoted to float).
+
+    Returns:
+        The singular values (..., min(m, n)), real, in descending order.
+
+    Raises:
+        ValueError: when ``x`` has rank < 2.
+    """
+    return svdvals_op(_matrix("svdvals", "x", x))
+
+
+def qr(a: ArrayLike, mode: str = "reduced") -> QRResult | Array:
+    """The QR decomposition ``A = Q R``; JVP (m >= n) ``dR' = syminv(sym(Q^H dA R^{-1}))``,
+    ``dQ = dA R^{-1} - Q dR'``, ``dR = dR' R`` (seed ``linalg_qr_jvp`` /
+    ``linalg_qr_backward``). Mirrors ``jax.numpy.linalg.qr`` (``torch.linalg.qr``).
+    ``"complete"`` with more rows than columns (torch raises in backward): the extra columns
+    get the tangent that keeps Q orthonormal without rotating the complement.
+
+    Args:
+        a: matrices (..., m, n) (integer and boolean input is promoted to float).
+        mode: ``"reduced"`` (Q (..., m, k), R (..., k, n), ``k = min(m, n)``),
+            ``"complete"`` (Q (..., m, m), R (..., m, n)) or ``"r"`` (R alone, reduced).
+
+    Returns:
+        ``QRResult(Q, R)``, or R alone in mode ``"r"``.
+
+    Raises:
+        ValueError: when ``a`` has rank < 2 or ``mode`` is invalid.
+    """
+    a = _matrix("qr", "a", a)
+    if mode not in ("reduced", "complete", "r"):
+        raise ValueError(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}")
+    q, r = qr_op(a, complete=mode == "complete")
+    return r if mode == "r" else QRResult(q, r)
+
+
+def eig(a: ArrayLike) -> EigResult:
+    """The eigendecomposition ``A V = V diag(w)`` of a general matrix, differentiable (JAX
+    raises); JVP ``dP = V^{-1} dA V``, ``dw = diag(dP)``, ``dV = V (F o dP)`` renormalized
+    (``F_ij = 1/(w_j - w_i)``; seed ``linalg_eig_jvp`` / ``linalg_eig_backward``). Mirrors
+    ``jax.numpy.linalg.eig`` (``torch.linalg.eig``): unit-norm eigenvectors in torch's gauge,
+    torch's phase check (a loss that depends on the phases raises), degenerate pairs dropped.
+
+    Args:
+        a: square matrices (..., n, n) (integer and boolean input is promoted to float).
+
+    Returns:
+        ``EigResult(eigenvalues, eigenvectors)``, complex: (..., n) and the unit eigenvectors
+        as columns (..., n, n), in LAPACK's order.
+
+    Raises:
+        ValueError: when ``a`` has rank < 2 or is not square.
+    """
+    return EigResult(*eig_op(_matrix("eig", "a", a, square=True)))
+
+
+def eigvals(a: ArrayLike) -> Array:
+    """The eigenvalues of a general matrix; JVP ``dw = diag(V^{-1} dA V)``, VJP
+    ``gA = V^{-H} diag(gw) V^H``. Mirrors ``jax.numpy.linalg.eigvals``
+    (``torch.linalg.eigvals``).
+
+    Args:
+        a: square matrices (..., n, n) (integer and boolean input is promoted to float).
+
+    Returns:
+        The complex eigenvalues (..., n), in LAPACK's order.
+
+    Raises:
+        ValueError: when ``a`` has rank < 2 or is not square.
+    """
+    return eigvals_op(_matrix("eigvals", "a", a, square=True))
+
+
+# ----------------------------------------------------------------------------------------------
+# Public functions: Pseudo-inverse and least squares
+
+def _rtol(op, value, a, name="rtol/rcond"):
+    """The relative cutoff as a real array broadcasting over ``a``'s batch (default
+    ``10 max(m, n) eps``, jax.numpy's): a number, an array or a tracer."""
+    real = jnp.finfo(a.dtype).dtype
+    if value is None:
+        return jnp.asarray(10.0 * max(a.shape[-2:]) * jnp.finfo(real).eps, real)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | jax.Array | np.ndarray | np.generic):
+        raise TypeError(f"{op}: {name} must be a real number or array, got {value!r}")
+    tol = jnp.asarray(value)
+    if tol.dtype == bool or not (jnp.issubdtype(tol.dtype, jnp.integer) or jnp.issubdtype(tol.dtype, jnp.floating)):
+        raise TypeError(f"{op}: {name} must be real, got dtype {tol.dtype}")
+    try:
+        jnp.broadcast_shapes(tol.shape, a.shape[:-2])
+    except ValueError:
+        raise ValueError(f"{op}: {name} of shape {tol.shape} does not broadcast over the batch {a.shape[:-2]}") from None
+    known = concrete_value(tol)
+    if known is not None and np.any(known < 0):
+        raise ValueError(f"{op}: {name} must be non-negative, got {value!r}")
+    return tol.astype(real)
+
+
+def pinv(a: ArrayLike, rtol: ArrayLike | None = None, hermitian: bool = False, *, rcond: ArrayLike | None = None) -> Array:
+    """The Moore-Penrose pseudo-inverse ``A^+``; JVP ``dA^+ = -A^+ dA A^+ + A^+ A^{+H} dA^H
+    (I - A A^+) + (I - A^+ A) dA^H A^{+H} A^+`` (Golub-Pereyra; seed ``pinv_jvp`` /
+    ``pinv_backward``: the derivative where the rank is locally constant). Mirrors
+    ``jax.numpy.linalg.pinv`` (``torch.linalg.pinv``).
+
+    Args:
+        a: matrices (..., m, n) (integer and boolean input is promoted to float).
+        rtol: singular values below ``rtol * max(S)`` are taken as zero: a non-negative number
+            or array broadcasting over the batch; None: ``10 max(m, n) eps`` (jax.numpy's).
+            No derivative.
+        hermitian: accepted; the general SVD is used.
+        rcond: the older spelling of ``rtol``; give one of the two.
+
+    Returns:
+        The pseudo-inverses, (..., n, m).
+
+    Raises:
+        ValueError: when ``a`` has rank < 2, both ``rtol`` and ``rcond`` are given, or a
+            tolerance is negative or does not broadcast.
+        TypeError: when a tolerance is not real.
+    """
+    del hermitian
+    if rtol is not None and rcond is not None:
+        raise ValueError("pinv: give rtol or rcond, not both")
+    a = _matrix("pinv", "a", a)
+    return pinv_op(a, _rtol("pinv", rtol if rcond is None else rcond, a))
+
+
+def lstsq(a: ArrayLike, b: ArrayLike, rcond: ArrayLike | None = None, *, numpy_resid: bool = False) -> tuple[Array, Array, Array, Array]:
+    """The least-squares solution ``x = A^+ B`` (the minimum-norm one when A is
+    rank-deficient); JVP ``dx = d(A^+) B + A^+ dB`` (seed ``linalg_lstsq_jvp`` /
+    ``linalg_lstsq_backward``). Mirrors ``jax.numpy.linalg.lstsq`` (``torch.linalg.lstsq``
+    with driver ``"gelsd"``), batched over leading dims.
+
+    Args:
+        a: matrices (..., m, n) (integer and boolean input is promoted to float).
+        b: right-hand sides (..., m, k), or one vector (m,); batch dims broadcast.
+        rcond: singular values below ``rcond * max(S)`` are taken as zero; None:
+            ``max(m, n) eps`` (jax.numpy's). No derivative.
+        numpy_resid: False (JAX's default): the residuals are always returned; True:
+            NumPy's convention, empty when m <= n or some matrix is rank-deficient (under
+            ``jit``, where the rank is traced: zeros for the rank-deficient ones).
+
+    Returns:
+        ``(x, residuals, rank, singular_values)``: x (..., n, k) (or (n,) for a 1-D ``b``);
+        the residuals ``|B - A x|^2`` summed over rows, (..., k) (see ``numpy_resid``); the
+        int32 rank; the singular values (``svdvals``).
+
+    Raises:
+        ValueError: when ``a`` has rank < 2 or the shapes do not match or broadcast.
+        TypeError: when ``numpy_resid`` is not a bool.
+    """
+    numpy_resid = V.flag("lstsq", "numpy_resid", numpy_resid)
+    a = _matrix("lstsq", "a", a)
+    b = V.array("lstsq", "b", b)
+    a, b = _same_dtype(a, b)
+    vector = b.ndim == 1
+    b2 = b[:, None] if vector else b
+    if b2.ndim < 2 or b2.shape[-2] != a.shape[-2]:
+        raise ValueError(f"lstsq: b of shape {b.shape} does not match a of shape {a.shape}")
+    a, b2 = _broadcast_batch("lstsq", a, b2, 2)
+    rtol = _rtol("lstsq", rcond, a, "rcond")
+    x = lstsq_op(a, b2, rtol)
+    s = svdvals(a)
+    m, n = a.shape[-2:]
+    tol = (max(m, n) * jnp.finfo(s.dtype).eps if rcond is None else rtol[..., None]) * s[..., :1]
+    rank = jnp.sum(s > tol, axis=-1).astype(jnp.int32)
+    r = b2 - a @ x
+    resid = jnp.sum((r * jnp.conj(r)).real, axis=-2)
+    if numpy_resid:  # NumPy's: empty unless every matrix has full column rank and m > n
+        known = concrete_value(rank)
+        if m <= n or (known is not None and np.any(known < n)):
+            resid = jnp.zeros(resid.shape[:-1] + (0,), resid.dtype)
+        else:
+            resid = jnp.where((rank == n)[..., None], resid, jnp.zeros_like(resid))
+    return (x[..., 0] if vector else x), resid, rank, s
+
+
+# ----------------------------------------------------------------------------------------------
+# Public functions: LU
+
+def lu(a: ArrayLike, permute_l: bool = False, overwrite_a: bool = False, check_finite: bool = True) -> tuple[Array, Array, Array] | tuple[Array, Array]:
+    """The LU decomposition ``A = P L U`` with partial pivoting, square, wide and tall; JVP
+    ``P^T dA = dL U + L dU`` solved for the triangles (seed ``linalg_lu_jvp``, whose
+    translated tall branch is damaged; this is upstream's math / ``linalg_lu_backward``); P
+    has a zero derivative. Mirrors ``jax.scipy.linalg.lu`` (``torch.linalg.lu``).
+
+    Args:
+        a: matrices (..., m, n) (integer and boolean input is promoted to float).
+        permute_l: return ``(P L, U)`` instead of ``(P, L, U)``.
+        overwrite_a: SciPy's; ignored (as JAX).
+        check_finite: SciPy's; ignored (as JAX).
+
+    Returns:
+        ``(P, L, U)``: the permutation (..., m, m), unit lower L (..., m, k) and upper U
+        (..., k, n), ``k = min(m, n)``; or ``(P L, U)``.
+
+    Raises:
+        ValueError: when ``a`` has rank < 2.
+    """
+    del overwrite_a, check_finite
+    p, lower, upper = lu_op(_matrix("lu", "a", a))
+    return (p @ lower, upper) if permute_l else (p, lower, upper)
+
+
+def lu_factor(a: ArrayLike, overwrite_a: bool = False, check_finite: bool = True) -> tuple[Array, Array]:
+    """The packed LU factorization ``A = P L U``: ``lu = tril(L, -1) + U`` and the pivots;
+    JVP the packed ``tril(dL, -1) + triu(dU)`` (seed ``lu_factor_ex_jvp`` /
+    ``lu_factor_ex_backward``). Mirrors ``jax.scipy.linalg.lu_factor``
+    (``torch.linalg.lu_factor``, whose pivots are 1-based).
+
+    Args:
+        a: matrices (..., m, n) (integer and boolean input is promoted to float).
+        overwrite_a: SciPy's; ignored (as JAX).
+        check_finite: SciPy's; ignored (as JAX).
+
+    Returns:
+        ``(lu, piv)``: the packed factors (..., m, n) and the 0-based int32 row pivots
+        (..., min(m, n)) (no derivative).
+
+    Raises:
+        ValueError: when ``a`` has rank < 2.
+    """
+    del overwrite_a, check_finite
+    return lu_factor_op(_matrix("lu_factor", "a", a))
+
+
+def lu_solve(lu_and_piv: tuple[ArrayLike, ArrayLike], b: ArrayLike, trans: int = 0, overwrite_b: bool = False, check_finite: bool = True) -> Array:
+    """Solves ``op(A) X = B`` from ``lu_factor(A)``; JVP ``dX = op(A)^{-1} (dB - op(dA) X)``
+    with ``dA = P (dL U + L dU)``, differentiable in the packed factors (seed
+    ``linalg_lu_solve_LU``) and in B (seed ``linalg_lu_solve_jvp``). Mirrors
+    ``jax.scipy.linalg.lu_solve`` (``torch.linalg.lu_solve``).
+
+    Args:
+        lu_and_piv: the pair ``(lu, piv)`` of ``lu_factor``: packed factors (..., n, n) and
+            integer 0-based pivots (..., n).
+        b: right-hand sides (..., n, k) with the same batch dims, or vectors (..., n).
+        trans: ``op``: 0 (A), 1 (A^T) or 2 (A^H).
+        overwrite_b: SciPy's; ignored (as JAX).
+        check_finite: SciPy's; ignored (as JAX).
+
+    Returns:
+        X, of ``b``'s shape, in the common dtype.
+
+    Raises:
+        TypeError: when ``lu_and_piv`` is not a pair or the pivots are not integers of shape
+            ``lu.shape[:-1]``.
+        ValueError: when ``lu`` is not square, ``trans`` is invalid or ``b`` does not match.
+    """
+    del overwrite_b, check_finite
+    try:
+        lu_, piv = lu_and_piv
+    except (TypeError, ValueError):
+        raise TypeError("lu_solve: lu_and_piv must be a pair (lu, piv) from lu_factor") from None
+    lu_ = _matrix("lu_solve", "lu", lu_, square=True)
+    piv = jnp.asarray(piv)
+    if not jnp.issubdtype(piv.dtype, jnp.integer) or piv.shape != lu_.shape[:-1]:
+        raise TypeError(f"lu_solve: piv must be integer pivots of shape {lu_.shape[:-1]}, got {piv.dtype} {piv.shape}")
+    if trans not in (0, 1, 2) or isinstance(trans, bool):
+        raise ValueError(f"lu_solve: trans must be 0, 1 or 2, got {trans!r}")
+    b = _matrix("lu_solve", "b", b, min_ndim=1)
+    lu_, b = _same_dtype(lu_, b)
+    vector = b.ndim == lu_.ndim - 1
+    b2 = b[..., None] if vector else b
+    if b2.shape[-2] != lu_.shape[-1] or b2.shape[:-2] != lu_.shape[:-2]:
+        raise ValueError(f"lu_solve: b of shape {b.shape} does not match lu of shape {lu_.shape}")
+    x = lu_solve_op(lu_, piv.astype(jnp.int32), b2, trans=int(trans))
+    return x[..., 0] if vector else x
+
+
+def lu_unpack(LU: ArrayLike, pivots: ArrayLike) -> tuple[Array, Array, Array]:  # noqa: N803 - torch's argument name
+    """Unpacks ``lu_factor``'s output into ``(P, L, U)`` with ``A = P L U``; linear in LU: JVP
+    ``(0, tril(dLU, -1), triu(dLU))``, VJP the packed sum (seed ``lu_unpack_backward``).
+    Mirrors ``torch.lu_unpack``, with 0-based pivots (as ``jaxrules.scipy.linalg.lu_factor``
+    returns; torch's are 1-based).
+
+    Args:
+        LU: the packed factors (..., m, n) (integer and boolean input is promoted to float).
+        pivots: the 0-based integer row pivots (..., min(m, n)); no derivative. Pivots past
+            the first ``min(m, n)`` are ignored, as torch ignores them.
+
+    Returns:
+        ``(P, L, U)``: the permutation (..., m, m), unit lower L (..., m, k) and upper U
+        (..., k, n), ``k = min(m, n)``.
+
+    Raises:
+        ValueError: when ``LU`` has rank < 2.
+        TypeError: when ``pivots`` are not integers.
+    """
+    lu_ = _matrix("lu_unpack", "LU", LU)
+    piv = jnp.asarray(pivots)
+    if not jnp.issubdtype(piv.dtype, jnp.integer):
+        raise TypeError(f"lu_unpack: pivots must be integers, got {piv.dtype}")
+    k = min(lu_.shape[-2:])
+    return lu_unpack_op(lu_, piv[..., :k].astype(jnp.int32), k=k)
+
+
+# ----------------------------------------------------------------------------------------------
+# Public functions: Matrix exponential, Householder products
+
+def expm(A: ArrayLike, *, upper_triangular: bool = False, max_squarings: int = 16) -> Array:  # noqa: N803 - jax.scipy's argument name
+    """The matrix exponential ``exp(A)``; JVP ``expm([[A, dA], [0, A]])_12``, VJP
+    ``expm([[A^T, g], [0, A^T]])_12`` (seed ``linalg_matrix_exp_differential`` /
+    ``differential_analytic_matrix_function``). Mirrors ``jax.scipy.linalg.expm``
+    (``torch.linalg.matrix_exp``).
+
+    Args:
+        A: square matrices (..., n, n) (integer and boolean input is promoted to float).
+        upper_triangular: JAX's hint; ignored (the general algorithm is used).
+        max_squarings: JAX's cap on the squarings; ignored (JAX's default, 16, is used).
+
+    Returns:
+        ``exp(A)``, of ``A``'s shape.
+
+    Raises:
+        ValueError: when ``A`` has rank < 2 or is not square.
+    """
+    del upper_triangular, max_squarings
+    return expm_op(_matrix("expm", "A", A, square=True))
+
+
+def matrix_exp(A: ArrayLike) -> Array:  # noqa: N803 - torch's argument name
+    """The matrix exponential ``exp(A)`` (``expm``: JVP ``expm([[A, dA], [0, A]])_12``).
+    Mirrors ``torch.linalg.matrix_exp``.
+
+    Args:
+        A: square matrices (..., n, n) (integer and boolean input is promoted to float).
+
+    Returns:
+        ``exp(A)``, of ``A``'s shape.
+
+    Raises:
+        ValueError: when ``A`` has rank < 2 or is not square.
+    """
+    return expm(A)
+
+
+def _reflectors(op, a, tau):
+    a = _matrix(op, "input", a)
+    tau = _matrix(op, "tau", tau, min_ndim=1)
+    a, tau = _same_dtype(a, tau)
+    m, n = a.shape[-2:]
+    if m < n or tau.shape != a.shape[:-2] + (tau.shape[-1],) or tau.shape[-1] > n:
+        raise ValueError(f"{op}: input must be (..., m, n) with m >= n and tau (..., k) with k <= n, got {a.shape} and {tau.shape}")
+    return a, tau
+
+
+def householder_product(input: ArrayLike, tau: ArrayLike) -> Array:  # noqa: A002 - torch's argument name
+    """The first n columns of ``H_1 ... H_k``, ``H_i = I - tau_i v_i v_i^H`` (LAPACK orgqr);
+    differentiable (JAX has no rule) by the product rule along the reflectors,
+    ``dH_i = -dtau_i v_i v_i^H - tau_i (dv_i v_i^H + v_i dv_i^H)`` (seed
+    ``householder_product_jvp`` / ``householder_product_backward``; assumes
+    ``tau_i |v_i|^2 != 1``, true for geqrf's output). Mirrors
+    ``torch.linalg.householder_product``.
+
+    Args:
+        input: the reflectors (..., m, n), m >= n: ``v_i`` is column i below the diagonal
+            with an implicit 1 on it (as ``torch.geqrf`` returns).
+        tau: the scales (..., k), k <= n.
+
+    Returns:
+        Q's first n columns, (..., m, n).
+
+    Raises:
+        ValueError: when m < n, k > n or the batch dims differ.
+    """
+    return householder_product_op(*_reflectors("householder_product", input, tau))
+
+
+def ormqr(input: ArrayLike, tau: ArrayLike, other: ArrayLike, left: bool = True, transpose: bool = False) -> Array:  # noqa: A002 - torch's argument names
+    """``op(Q) C`` (``left``) or ``C op(Q)``, Q the full product ``H_1 ... H_k`` of the
+    reflectors, ``op`` the conjugate transpose when ``transpose``; differentiable in all three
+    arguments by the product rule along the reflectors (JAX has no rule; seed
+    ``ormqr_backward``). Mirrors ``torch.ormqr``.
+
+    Args:
+        input: the reflectors (..., m, n), m >= n, as ``householder_product``'s.
+        tau: the scales (..., k), k <= n.
+        other: C, (..., m, p) when ``left``, else (..., p, m).
+        left: multiply from the left (``op(Q) C``) or from the right (``C op(Q)``).
+        transpose: use ``Q^H`` instead of Q.
+
+    Returns:
+        The product, of ``other``'s shape, in the common dtype.
+
+    Raises:
+        ValueError: when ``other`` has rank < 2 (as torch) or the shapes do not match.
+    """
+    a, tau = _reflectors("ormqr", input, tau)
+    c = _matrix("ormqr", "other", other)
+    a, tau, c = _same_dtype(a, tau, c)
+    if c.shape[-2 if left else -1] != a.shape[-2]:
+        raise ValueError(f"ormqr: other of shape {c.shape} does not match input of shape {a.shape}")
+    return ormqr_op(a, tau, c, left=bool(left), transpose=bool(transpose))
+
+
+# ----------------------------------------------------------------------------------------------
+# Records
 
 def well_conditioned(rng, dt, *shape):
     """``normal + 2 sqrt(n) I``: eigenvalues away from 0 (well-conditioned, invertible)."""
@@ -631,10 +1234,6 @@ def _lower_factor(rng, dt, *shape):
 
 
 _C = ("float64", "complex128")
-
-
-# ----------------------------------------------------------------------------------------------
-# Records
 
 
 record(
@@ -826,200 +1425,6 @@ record(
 )
 
 
-# ----------------------------------------------------------------------------------------------
-# Eigen, singular value and QR decompositions
-
-
-EighResult = collections.namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
-SVDResult = collections.namedtuple("SVDResult", ["U", "S", "Vh"])
-QRResult = collections.namedtuple("QRResult", ["Q", "R"])
-EigResult = collections.namedtuple("EigResult", ["eigenvalues", "eigenvectors"])
-
-
-def _eigh_primal(a):
-    w, v = jnp.linalg.eigh(a)
-    return w, v
-
-
-eigh_op = define_op("eigh", _eigh_primal, J.eigh_jvp, R.eigh_vjp, lambda out, a: out)
-# The values-only ops save vectors computed by the full op, so their second derivatives go through
-# the full op's rules (finite at repeated values).
-eigvalsh_op = define_op("eigvalsh", lambda a: jnp.linalg.eigh(a)[0], J.eigvalsh_jvp, R.eigvalsh_vjp, lambda out, a: eigh_op(a)[1])
-# A NaN or infinite entry makes the whole SVD NaN (and so pinv and lstsq, through it): LAPACK
-# leaves some singular vectors finite (a permutation) that belong to no limit; torch: all NaN.
-svd_op = define_op("svd", lambda a, *, full_matrices: _all_nan_where(_nonfinite, a, lambda a: tuple(jnp.linalg.svd(a, full_matrices=full_matrices))), J.svd_jvp, R.svd_vjp, lambda out, a, **_: out)
-svdvals_op = define_op("svdvals", lambda a: _all_nan_where(_nonfinite, a, lambda a: jnp.linalg.svd(a, full_matrices=False)[1]), J.svdvals_jvp, R.svdvals_vjp, lambda out, a: svd_op(a, full_matrices=False)[::2])
-qr_op = define_op("qr", lambda a, *, complete: tuple(jnp.linalg.qr(a, "complete" if complete else "reduced")), J.qr_jvp, R.qr_vjp, lambda out, a, **_: out)
-eig_op = define_op("eig", lambda a: tuple(jnp.linalg.eig(a)), J.eig_jvp, R.eig_vjp, lambda out, a: out)
-eigvals_op = define_op("eigvals", lambda a: jnp.linalg.eig(a)[0], J.eigvals_jvp, R.eigvals_vjp, lambda out, a: eig_op(a)[1])
-
-
-def _hermitian_input(op, a, UPLO, symmetrize_input):
-    if UPLO not in (None, "L", "U"):
-        raise ValueError(f"{op}: UPLO must be 'L' or 'U', got {UPLO!r}")
-    if not symmetrize_input:
-        raise TypeError(f"{op}: symmetrize_input=False is not supported by jaxrules (the rules assume it)")
-    return _matrix(op, "a", a, square=True)
-
-
-def eigh(a: ArrayLike, UPLO: str | None = None, symmetrize_input: bool = True) -> EighResult:  # noqa: N803 - jax.numpy's argument name
-    """The eigendecomposition ``A = V diag(w) V^H`` of ``(A + A^H)/2``; JVP ``dP = V^H dA V``,
-    ``dw = Re diag(dP)``, ``dV = V (F o dP)`` with ``F_ij = 1/(w_j - w_i)`` (seed
-    ``linalg_eig_jvp`` / ``linalg_eig_backward``, hermitian). Mirrors
-    ``jax.numpy.linalg.eigh`` (``torch.linalg.eigh``). Repeated eigenvalues: the degenerate
-    pairs' terms are dropped (``partials.gap_reciprocal``), so losses of the eigenvalues or of
-    well-separated eigenspaces have finite, exact derivatives (torch and JAX: NaN). Complex: a
-    loss that depends on the eigenvectors' phases raises (torch's check).
-
-    Args:
-        a: Hermitian matrices (..., n, n) (integer and boolean input is promoted to float).
-        UPLO: None, ``"L"`` or ``"U"``, accepted for jax.numpy's signature: the input is
-            symmetrized, so both triangles are read (torch reads only the one named).
-        symmetrize_input: must be True (``TypeError`` otherwise: the rules assume it).
-
-    Returns:
-        ``EighResult(eigenvalues, eigenvectors)``: the real eigenvalues (..., n) in ascending
-        order and the unit eigenvectors as columns (..., n, n).
-
-    Raises:
-        ValueError: when ``a`` is not square or ``UPLO`` is invalid.
-        TypeError: when ``symmetrize_input`` is False.
-    """
-    return EighResult(*eigh_op(_hermitian_input("eigh", a, UPLO, symmetrize_input)))
-
-
-def eigvalsh(a: ArrayLike, UPLO: str | None = "L", *, symmetrize_input: bool = True) -> Array:  # noqa: N803 - jax.numpy's signature
-    """The eigenvalues of the Hermitian ``(A + A^H)/2``; JVP ``dw = Re diag(V^H dA V)``, VJP
-    ``gA = V diag(gw) V^H`` (finite at repeated eigenvalues). Mirrors
-    ``jax.numpy.linalg.eigvalsh`` (``torch.linalg.eigvalsh``).
-
-    Args:
-        a: Hermitian matrices (..., n, n) (integer and boolean input is promoted to float).
-        UPLO: None, ``"L"`` or ``"U"``, accepted for jax.numpy's signature: the input is
-            symmetrized, so both triangles are read (torch reads only the one named).
-        symmetrize_input: must be True (``TypeError`` otherwise: the rules assume it).
-
-    Returns:
-        The real eigenvalues (..., n), in ascending order.
-
-    Raises:
-        ValueError: when ``a`` is not square or ``UPLO`` is invalid.
-        TypeError: when ``symmetrize_input`` is False.
-    """
-    return eigvalsh_op(_hermitian_input("eigvalsh", a, UPLO, symmetrize_input))
-
-
-def svd(a: ArrayLike, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False, subset_by_index: None = None) -> SVDResult | Array:
-    """The SVD ``A = U diag(S) Vh``; JVP ``dP = U^H dA V``, ``dS = Re diag(dP)``, ``dU``, ``dV``
-    through ``F_ij = 1/(S_j^2 - S_i^2)`` (seed ``linalg_svd_jvp`` / ``svd_backward``),
-    ``full_matrices`` included (JAX raises there). Mirrors ``jax.numpy.linalg.svd``
-    (``torch.linalg.svd``). The extra columns of a full U (or rows of Vh) get the tangent that
-    keeps the basis orthonormal without rotating the complement (torch: 0, which makes
-    ``d(U_e U_e^H)`` wrong). Repeated singular values: degenerate pairs dropped (as ``eigh``);
-    ``1/S`` is taken as 0 at ``S = 0``. Complex: a phase-dependent loss raises (torch's check).
-
-    Args:
-        a: matrices (..., m, n) (integer and boolean input is promoted to float).
-        full_matrices: return the square U (..., m, m) and Vh (..., n, n); else
-            (..., m, k) and (..., k, n), ``k = min(m, n)``.
-        compute_uv: return ``(U, S, Vh)``; when False only S (``svdvals``' rule).
-        hermitian: accepted; the general SVD is used (results agree to rounding).
-        subset_by_index: must be None (``TypeError`` otherwise).
-
-    Returns:
-        ``SVDResult(U, S, Vh)``, or S alone when ``compute_uv`` is False: the singular values
-        (..., k), real, in descending order.
-
-    Raises:
-        ValueError: when ``a`` has rank < 2.
-        TypeError: when ``subset_by_index`` is given.
-    """
-    a = _matrix("svd", "a", a)
-    V.unsupported("svd", subset_by_index=subset_by_index)
-    del hermitian
-    if not compute_uv:
-        return svdvals_op(a)
-    return SVDResult(*svd_op(a, full_matrices=bool(full_matrices)))
-
-
-def svdvals(x: ArrayLike, /) -> Array:
-    """The singular values; JVP ``dS = Re diag(U^H dA V)``, VJP ``gA = U diag(gS) V^H``.
-    Mirrors ``jax.numpy.linalg.svdvals`` (``torch.linalg.svdvals``).
-
-    Args:
-        x: matrices (..., m, n) (integer and boolean input is promoted to float).
-
-    Returns:
-        The singular values (..., min(m, n)), real, in descending order.
-
-    Raises:
-        ValueError: when ``x`` has rank < 2.
-    """
-    return svdvals_op(_matrix("svdvals", "x", x))
-
-
-def qr(a: ArrayLike, mode: str = "reduced") -> QRResult | Array:
-    """The QR decomposition ``A = Q R``; JVP (m >= n) ``dR' = syminv(sym(Q^H dA R^{-1}))``,
-    ``dQ = dA R^{-1} - Q dR'``, ``dR = dR' R`` (seed ``linalg_qr_jvp`` /
-    ``linalg_qr_backward``). Mirrors ``jax.numpy.linalg.qr`` (``torch.linalg.qr``).
-    ``"complete"`` with more rows than columns (torch raises in backward): the extra columns
-    get the tangent that keeps Q orthonormal without rotating the complement.
-
-    Args:
-        a: matrices (..., m, n) (integer and boolean input is promoted to float).
-        mode: ``"reduced"`` (Q (..., m, k), R (..., k, n), ``k = min(m, n)``),
-            ``"complete"`` (Q (..., m, m), R (..., m, n)) or ``"r"`` (R alone, reduced).
-
-    Returns:
-        ``QRResult(Q, R)``, or R alone in mode ``"r"``.
-
-    Raises:
-        ValueError: when ``a`` has rank < 2 or ``mode`` is invalid.
-    """
-    a = _matrix("qr", "a", a)
-    if mode not in ("reduced", "complete", "r"):
-        raise ValueError(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}")
-    q, r = qr_op(a, complete=mode == "complete")
-    return r if mode == "r" else QRResult(q, r)
-
-
-def eig(a: ArrayLike) -> EigResult:
-    """The eigendecomposition ``A V = V diag(w)`` of a general matrix, differentiable (JAX
-    raises); JVP ``dP = V^{-1} dA V``, ``dw = diag(dP)``, ``dV = V (F o dP)`` renormalized
-    (``F_ij = 1/(w_j - w_i)``; seed ``linalg_eig_jvp`` / ``linalg_eig_backward``). Mirrors
-    ``jax.numpy.linalg.eig`` (``torch.linalg.eig``): unit-norm eigenvectors in torch's gauge,
-    torch's phase check (a loss that depends on the phases raises), degenerate pairs dropped.
-
-    Args:
-        a: square matrices (..., n, n) (integer and boolean input is promoted to float).
-
-    Returns:
-        ``EigResult(eigenvalues, eigenvectors)``, complex: (..., n) and the unit eigenvectors
-        as columns (..., n, n), in LAPACK's order.
-
-    Raises:
-        ValueError: when ``a`` has rank < 2 or is not square.
-    """
-    return EigResult(*eig_op(_matrix("eig", "a", a, square=True)))
-
-
-def eigvals(a: ArrayLike) -> Array:
-    """The eigenvalues of a general matrix; JVP ``dw = diag(V^{-1} dA V)``, VJP
-    ``gA = V^{-H} diag(gw) V^H``. Mirrors ``jax.numpy.linalg.eigvals``
-    (``torch.linalg.eigvals``).
-
-    Args:
-        a: square matrices (..., n, n) (integer and boolean input is promoted to float).
-
-    Returns:
-        The complex eigenvalues (..., n), in LAPACK's order.
-
-    Raises:
-        ValueError: when ``a`` has rank < 2 or is not square.
-    """
-    return eigvals_op(_matrix("eigvals", "a", a, square=True))
-
-
 def _abs2(x):
     return (x * jnp.conj(x)).real
 
@@ -1177,402 +1582,6 @@ record(
     seed=("linalg_eig_backward",), samples=_eig_samples, torch_fn=lambda torch, a: torch.linalg.eigvals(a),
     torch_name="torch.linalg.eigvals", dtypes=_C,
 )
-
-
-# ----------------------------------------------------------------------------------------------
-# Pseudo-inverse and least squares
-
-
-# ``rtol`` is an array argument (a number, an array over the batch, a tracer): the cutoff moves
-# no singular value across it under a small change, so its derivative is 0 (the formulas
-# ignore its tangent and give it no cotangent).
-def _pinv_primal(a, rtol):
-    return _all_nan_where(_nonfinite, a, lambda a: jnp.linalg.pinv(a, rtol=rtol))
-
-
-pinv_op = define_op("pinv", _pinv_primal, J.pinv_jvp, R.pinv_vjp, lambda out, a, rtol: (a, out))
-lstsq_op = define_op("lstsq", lambda a, b, rtol: _pinv_primal(a, rtol) @ b, J.lstsq_jvp, R.lstsq_vjp, lambda out, a, b, rtol: (a, pinv_op(a, rtol), b))
-
-
-def _rtol(op, value, a, name="rtol/rcond"):
-    """The relative cutoff as a real array broadcasting over ``a``'s batch (default
-    ``10 max(m, n) eps``, jax.numpy's): a number, an array or a tracer."""
-    real = jnp.finfo(a.dtype).dtype
-    if value is None:
-        return jnp.asarray(10.0 * max(a.shape[-2:]) * jnp.finfo(real).eps, real)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real | jax.Array | np.ndarray | np.generic):
-        raise TypeError(f"{op}: {name} must be a real number or array, got {value!r}")
-    tol = jnp.asarray(value)
-    if tol.dtype == bool or not (jnp.issubdtype(tol.dtype, jnp.integer) or jnp.issubdtype(tol.dtype, jnp.floating)):
-        raise TypeError(f"{op}: {name} must be real, got dtype {tol.dtype}")
-    try:
-        jnp.broadcast_shapes(tol.shape, a.shape[:-2])
-    except ValueError:
-        raise ValueError(f"{op}: {name} of shape {tol.shape} does not broadcast over the batch {a.shape[:-2]}") from None
-    known = concrete_value(tol)
-    if known is not None and np.any(known < 0):
-        raise ValueError(f"{op}: {name} must be non-negative, got {value!r}")
-    return tol.astype(real)
-
-
-def pinv(a: ArrayLike, rtol: ArrayLike | None = None, hermitian: bool = False, *, rcond: ArrayLike | None = None) -> Array:
-    """The Moore-Penrose pseudo-inverse ``A^+``; JVP ``dA^+ = -A^+ dA A^+ + A^+ A^{+H} dA^H
-    (I - A A^+) + (I - A^+ A) dA^H A^{+H} A^+`` (Golub-Pereyra; seed ``pinv_jvp`` /
-    ``pinv_backward``: the derivative where the rank is locally constant). Mirrors
-    ``jax.numpy.linalg.pinv`` (``torch.linalg.pinv``).
-
-    Args:
-        a: matrices (..., m, n) (integer and boolean input is promoted to float).
-        rtol: singular values below ``rtol * max(S)`` are taken as zero: a non-negative number
-            or array broadcasting over the batch; None: ``10 max(m, n) eps`` (jax.numpy's).
-            No derivative.
-        hermitian: accepted; the general SVD is used.
-        rcond: the older spelling of ``rtol``; give one of the two.
-
-    Returns:
-        The pseudo-inverses, (..., n, m).
-
-    Raises:
-        ValueError: when ``a`` has rank < 2, both ``rtol`` and ``rcond`` are given, or a
-            tolerance is negative or does not broadcast.
-        TypeError: when a tolerance is not real.
-    """
-    del hermitian
-    if rtol is not None and rcond is not None:
-        raise ValueError("pinv: give rtol or rcond, not both")
-    a = _matrix("pinv", "a", a)
-    return pinv_op(a, _rtol("pinv", rtol if rcond is None else rcond, a))
-
-
-def lstsq(a: ArrayLike, b: ArrayLike, rcond: ArrayLike | None = None, *, numpy_resid: bool = False) -> tuple[Array, Array, Array, Array]:
-    """The least-squares solution ``x = A^+ B`` (the minimum-norm one when A is
-    rank-deficient); JVP ``dx = d(A^+) B + A^+ dB`` (seed ``linalg_lstsq_jvp`` /
-    ``linalg_lstsq_backward``). Mirrors ``jax.numpy.linalg.lstsq`` (``torch.linalg.lstsq``
-    with driver ``"gelsd"``), batched over leading dims.
-
-    Args:
-        a: matrices (..., m, n) (integer and boolean input is promoted to float).
-        b: right-hand sides (..., m, k), or one vector (m,); batch dims broadcast.
-        rcond: singular values below ``rcond * max(S)`` are taken as zero; None:
-            ``max(m, n) eps`` (jax.numpy's). No derivative.
-        numpy_resid: False (JAX's default): the residuals are always returned; True:
-            NumPy's convention, empty when m <= n or some matrix is rank-deficient (under
-            ``jit``, where the rank is traced: zeros for the rank-deficient ones).
-
-    Returns:
-        ``(x, residuals, rank, singular_values)``: x (..., n, k) (or (n,) for a 1-D ``b``);
-        the residuals ``|B - A x|^2`` summed over rows, (..., k) (see ``numpy_resid``); the
-        int32 rank; the singular values (``svdvals``).
-
-    Raises:
-        ValueError: when ``a`` has rank < 2 or the shapes do not match or broadcast.
-        TypeError: when ``numpy_resid`` is not a bool.
-    """
-    numpy_resid = V.flag("lstsq", "numpy_resid", numpy_resid)
-    a = _matrix("lstsq", "a", a)
-    b = V.array("lstsq", "b", b)
-    a, b = _same_dtype(a, b)
-    vector = b.ndim == 1
-    b2 = b[:, None] if vector else b
-    if b2.ndim < 2 or b2.shape[-2] != a.shape[-2]:
-        raise ValueError(f"lstsq: b of shape {b.shape} does not match a of shape {a.shape}")
-    a, b2 = _broadcast_batch("lstsq", a, b2, 2)
-    rtol = _rtol("lstsq", rcond, a, "rcond")
-    x = lstsq_op(a, b2, rtol)
-    s = svdvals(a)
-    m, n = a.shape[-2:]
-    tol = (max(m, n) * jnp.finfo(s.dtype).eps if rcond is None else rtol[..., None]) * s[..., :1]
-    rank = jnp.sum(s > tol, axis=-1).astype(jnp.int32)
-    r = b2 - a @ x
-    resid = jnp.sum((r * jnp.conj(r)).real, axis=-2)
-    if numpy_resid:  # NumPy's: empty unless every matrix has full column rank and m > n
-        known = concrete_value(rank)
-        if m <= n or (known is not None and np.any(known < n)):
-            resid = jnp.zeros(resid.shape[:-1] + (0,), resid.dtype)
-        else:
-            resid = jnp.where((rank == n)[..., None], resid, jnp.zeros_like(resid))
-    return (x[..., 0] if vector else x), resid, rank, s
-
-
-# ----------------------------------------------------------------------------------------------
-# LU
-
-
-def _save_lu(out, a, **_):
-    lu, _, perm = lax.linalg.lu(a)
-    return lu, perm
-
-
-def _permutation_matrix(perm, dtype):
-    """``P`` with ``P^T A = A[perm]``."""
-    return P.mT(P.permutation_rows(perm, dtype))
-
-
-def _lu_primal(a):
-    lu_, _, perm = lax.linalg.lu(a)
-    return (_permutation_matrix(perm, a.dtype), *P.lu_parts(lu_))
-
-
-lu_op = define_op("lu", _lu_primal, J.lu_jvp, R.lu_vjp, _save_lu)
-lu_factor_op = define_op("lu_factor", lambda a: tuple(P.lu_factor(a)), J.lu_factor_jvp, R.lu_factor_vjp, _save_lu)
-
-
-def _save_lu_solve(out, lu, piv, b, **_):
-    return lu, piv, lax.linalg.lu_pivots_to_permutation(piv, lu.shape[-2]), out
-
-
-lu_solve_op = define_op("lu_solve", lambda lu, piv, b, *, trans: P.lu_solve(lu, piv, b, trans), J.lu_solve_jvp, R.lu_solve_vjp, _save_lu_solve)
-
-
-def _lu_unpack_primal(lu, piv, *, k):
-    perm = lax.linalg.lu_pivots_to_permutation(piv, lu.shape[-2])
-    return (_permutation_matrix(perm, lu.dtype), *P.lu_parts(lu))
-
-
-lu_unpack_op = define_op("lu_unpack", _lu_unpack_primal, J.lu_unpack_jvp, R.lu_unpack_vjp, lambda out, lu, piv, **_: ())
-
-
-def lu(a: ArrayLike, permute_l: bool = False, overwrite_a: bool = False, check_finite: bool = True) -> tuple[Array, Array, Array] | tuple[Array, Array]:
-    """The LU decomposition ``A = P L U`` with partial pivoting, square, wide and tall; JVP
-    ``P^T dA = dL U + L dU`` solved for the triangles (seed ``linalg_lu_jvp``, whose
-    translated tall branch is damaged; this is upstream's math / ``linalg_lu_backward``); P
-    has a zero derivative. Mirrors ``jax.scipy.linalg.lu`` (``torch.linalg.lu``).
-
-    Args:
-        a: matrices (..., m, n) (integer and boolean input is promoted to float).
-        permute_l: return ``(P L, U)`` instead of ``(P, L, U)``.
-        overwrite_a: SciPy's; ignored (as JAX).
-        check_finite: SciPy's; ignored (as JAX).
-
-    Returns:
-        ``(P, L, U)``: the permutation (..., m, m), unit lower L (..., m, k) and upper U
-        (..., k, n), ``k = min(m, n)``; or ``(P L, U)``.
-
-    Raises:
-        ValueError: when ``a`` has rank < 2.
-    """
-    del overwrite_a, check_finite
-    p, lower, upper = lu_op(_matrix("lu", "a", a))
-    return (p @ lower, upper) if permute_l else (p, lower, upper)
-
-
-def lu_factor(a: ArrayLike, overwrite_a: bool = False, check_finite: bool = True) -> tuple[Array, Array]:
-    """The packed LU factorization ``A = P L U``: ``lu = tril(L, -1) + U`` and the pivots;
-    JVP the packed ``tril(dL, -1) + triu(dU)`` (seed ``lu_factor_ex_jvp`` /
-    ``lu_factor_ex_backward``). Mirrors ``jax.scipy.linalg.lu_factor``
-    (``torch.linalg.lu_factor``, whose pivots are 1-based).
-
-    Args:
-        a: matrices (..., m, n) (integer and boolean input is promoted to float).
-        overwrite_a: SciPy's; ignored (as JAX).
-        check_finite: SciPy's; ignored (as JAX).
-
-    Returns:
-        ``(lu, piv)``: the packed factors (..., m, n) and the 0-based int32 row pivots
-        (..., min(m, n)) (no derivative).
-
-    Raises:
-        ValueError: when ``a`` has rank < 2.
-    """
-    del overwrite_a, check_finite
-    return lu_factor_op(_matrix("lu_factor", "a", a))
-
-
-def lu_solve(lu_and_piv: tuple[ArrayLike, ArrayLike], b: ArrayLike, trans: int = 0, overwrite_b: bool = False, check_finite: bool = True) -> Array:
-    """Solves ``op(A) X = B`` from ``lu_factor(A)``; JVP ``dX = op(A)^{-1} (dB - op(dA) X)``
-    with ``dA = P (dL U + L dU)``, differentiable in the packed factors (seed
-    ``linalg_lu_solve_LU``) and in B (seed ``linalg_lu_solve_jvp``). Mirrors
-    ``jax.scipy.linalg.lu_solve`` (``torch.linalg.lu_solve``).
-
-    Args:
-        lu_and_piv: the pair ``(lu, piv)`` of ``lu_factor``: packed factors (..., n, n) and
-            integer 0-based pivots (..., n).
-        b: right-hand sides (..., n, k) with the same batch dims, or vectors (..., n).
-        trans: ``op``: 0 (A), 1 (A^T) or 2 (A^H).
-        overwrite_b: SciPy's; ignored (as JAX).
-        check_finite: SciPy's; ignored (as JAX).
-
-    Returns:
-        X, of ``b``'s shape, in the common dtype.
-
-    Raises:
-        TypeError: when ``lu_and_piv`` is not a pair or the pivots are not integers of shape
-            ``lu.shape[:-1]``.
-        ValueError: when ``lu`` is not square, ``trans`` is invalid or ``b`` does not match.
-    """
-    del overwrite_b, check_finite
-    try:
-        lu_, piv = lu_and_piv
-    except (TypeError, ValueError):
-        raise TypeError("lu_solve: lu_and_piv must be a pair (lu, piv) from lu_factor") from None
-    lu_ = _matrix("lu_solve", "lu", lu_, square=True)
-    piv = jnp.asarray(piv)
-    if not jnp.issubdtype(piv.dtype, jnp.integer) or piv.shape != lu_.shape[:-1]:
-        raise TypeError(f"lu_solve: piv must be integer pivots of shape {lu_.shape[:-1]}, got {piv.dtype} {piv.shape}")
-    if trans not in (0, 1, 2) or isinstance(trans, bool):
-        raise ValueError(f"lu_solve: trans must be 0, 1 or 2, got {trans!r}")
-    b = _matrix("lu_solve", "b", b, min_ndim=1)
-    lu_, b = _same_dtype(lu_, b)
-    vector = b.ndim == lu_.ndim - 1
-    b2 = b[..., None] if vector else b
-    if b2.shape[-2] != lu_.shape[-1] or b2.shape[:-2] != lu_.shape[:-2]:
-        raise ValueError(f"lu_solve: b of shape {b.shape} does not match lu of shape {lu_.shape}")
-    x = lu_solve_op(lu_, piv.astype(jnp.int32), b2, trans=int(trans))
-    return x[..., 0] if vector else x
-
-
-def lu_unpack(LU: ArrayLike, pivots: ArrayLike) -> tuple[Array, Array, Array]:  # noqa: N803 - torch's argument name
-    """Unpacks ``lu_factor``'s output into ``(P, L, U)`` with ``A = P L U``; linear in LU: JVP
-    ``(0, tril(dLU, -1), triu(dLU))``, VJP the packed sum (seed ``lu_unpack_backward``).
-    Mirrors ``torch.lu_unpack``, with 0-based pivots (as ``jaxrules.scipy.linalg.lu_factor``
-    returns; torch's are 1-based).
-
-    Args:
-        LU: the packed factors (..., m, n) (integer and boolean input is promoted to float).
-        pivots: the 0-based integer row pivots (..., min(m, n)); no derivative. Pivots past
-            the first ``min(m, n)`` are ignored, as torch ignores them.
-
-    Returns:
-        ``(P, L, U)``: the permutation (..., m, m), unit lower L (..., m, k) and upper U
-        (..., k, n), ``k = min(m, n)``.
-
-    Raises:
-        ValueError: when ``LU`` has rank < 2.
-        TypeError: when ``pivots`` are not integers.
-    """
-    lu_ = _matrix("lu_unpack", "LU", LU)
-    piv = jnp.asarray(pivots)
-    if not jnp.issubdtype(piv.dtype, jnp.integer):
-        raise TypeError(f"lu_unpack: pivots must be integers, got {piv.dtype}")
-    k = min(lu_.shape[-2:])
-    return lu_unpack_op(lu_, piv[..., :k].astype(jnp.int32), k=k)
-
-
-# ----------------------------------------------------------------------------------------------
-# Matrix exponential, Householder products
-
-
-def _expm_primal(a):
-    from jax.scipy.linalg import expm as _expm
-
-    return _expm(a)
-
-
-expm_op = define_op("expm", _expm_primal, J.expm_jvp, R.expm_vjp)
-
-
-def expm(A: ArrayLike, *, upper_triangular: bool = False, max_squarings: int = 16) -> Array:  # noqa: N803 - jax.scipy's argument name
-    """The matrix exponential ``exp(A)``; JVP ``expm([[A, dA], [0, A]])_12``, VJP
-    ``expm([[A^T, g], [0, A^T]])_12`` (seed ``linalg_matrix_exp_differential`` /
-    ``differential_analytic_matrix_function``). Mirrors ``jax.scipy.linalg.expm``
-    (``torch.linalg.matrix_exp``).
-
-    Args:
-        A: square matrices (..., n, n) (integer and boolean input is promoted to float).
-        upper_triangular: JAX's hint; ignored (the general algorithm is used).
-        max_squarings: JAX's cap on the squarings; ignored (JAX's default, 16, is used).
-
-    Returns:
-        ``exp(A)``, of ``A``'s shape.
-
-    Raises:
-        ValueError: when ``A`` has rank < 2 or is not square.
-    """
-    del upper_triangular, max_squarings
-    return expm_op(_matrix("expm", "A", A, square=True))
-
-
-def matrix_exp(A: ArrayLike) -> Array:  # noqa: N803 - torch's argument name
-    """The matrix exponential ``exp(A)`` (``expm``: JVP ``expm([[A, dA], [0, A]])_12``).
-    Mirrors ``torch.linalg.matrix_exp``.
-
-    Args:
-        A: square matrices (..., n, n) (integer and boolean input is promoted to float).
-
-    Returns:
-        ``exp(A)``, of ``A``'s shape.
-
-    Raises:
-        ValueError: when ``A`` has rank < 2 or is not square.
-    """
-    return expm(A)
-
-
-def _householder_primal(a, tau):
-    return lax.linalg.householder_product(a, tau)
-
-
-householder_product_op = define_op("householder_product", _householder_primal, J.householder_product_jvp, R.householder_product_vjp, lambda out, a, tau: (a, tau, out))
-
-
-def _ormqr_primal(a, tau, c, *, left, transpose):
-    return lax.linalg.ormqr(a, tau, c, left=left, transpose=transpose)
-
-
-ormqr_op = define_op("ormqr", _ormqr_primal, J.ormqr_jvp, R.ormqr_vjp, lambda out, a, tau, c, **_: (a, tau, c, out))
-
-
-def _reflectors(op, a, tau):
-    a = _matrix(op, "input", a)
-    tau = _matrix(op, "tau", tau, min_ndim=1)
-    a, tau = _same_dtype(a, tau)
-    m, n = a.shape[-2:]
-    if m < n or tau.shape != a.shape[:-2] + (tau.shape[-1],) or tau.shape[-1] > n:
-        raise ValueError(f"{op}: input must be (..., m, n) with m >= n and tau (..., k) with k <= n, got {a.shape} and {tau.shape}")
-    return a, tau
-
-
-def householder_product(input: ArrayLike, tau: ArrayLike) -> Array:  # noqa: A002 - torch's argument name
-    """The first n columns of ``H_1 ... H_k``, ``H_i = I - tau_i v_i v_i^H`` (LAPACK orgqr);
-    differentiable (JAX has no rule) by the product rule along the reflectors,
-    ``dH_i = -dtau_i v_i v_i^H - tau_i (dv_i v_i^H + v_i dv_i^H)`` (seed
-    ``householder_product_jvp`` / ``householder_product_backward``; assumes
-    ``tau_i |v_i|^2 != 1``, true for geqrf's output). Mirrors
-    ``torch.linalg.householder_product``.
-
-    Args:
-        input: the reflectors (..., m, n), m >= n: ``v_i`` is column i below the diagonal
-            with an implicit 1 on it (as ``torch.geqrf`` returns).
-        tau: the scales (..., k), k <= n.
-
-    Returns:
-        Q's first n columns, (..., m, n).
-
-    Raises:
-        ValueError: when m < n, k > n or the batch dims differ.
-    """
-    return householder_product_op(*_reflectors("householder_product", input, tau))
-
-
-def ormqr(input: ArrayLike, tau: ArrayLike, other: ArrayLike, left: bool = True, transpose: bool = False) -> Array:  # noqa: A002 - torch's argument names
-    """``op(Q) C`` (``left``) or ``C op(Q)``, Q the full product ``H_1 ... H_k`` of the
-    reflectors, ``op`` the conjugate transpose when ``transpose``; differentiable in all three
-    arguments by the product rule along the reflectors (JAX has no rule; seed
-    ``ormqr_backward``). Mirrors ``torch.ormqr``.
-
-    Args:
-        input: the reflectors (..., m, n), m >= n, as ``householder_product``'s.
-        tau: the scales (..., k), k <= n.
-        other: C, (..., m, p) when ``left``, else (..., p, m).
-        left: multiply from the left (``op(Q) C``) or from the right (``C op(Q)``).
-        transpose: use ``Q^H`` instead of Q.
-
-    Returns:
-        The product, of ``other``'s shape, in the common dtype.
-
-    Raises:
-        ValueError: when ``other`` has rank < 2 (as torch) or the shapes do not match.
-    """
-    a, tau = _reflectors("ormqr", input, tau)
-    c = _matrix("ormqr", "other", other)
-    a, tau, c = _same_dtype(a, tau, c)
-    if c.shape[-2 if left else -1] != a.shape[-2]:
-        raise ValueError(f"ormqr: other of shape {c.shape} does not match input of shape {a.shape}")
-    return ormqr_op(a, tau, c, left=bool(left), transpose=bool(transpose))
-
-
-# ----------------------------------------------------------------------------------------------
-# Records (pseudo-inverse, least squares, LU, expm, Householder)
 
 
 record(
