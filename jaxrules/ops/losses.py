@@ -20,6 +20,8 @@ from jaxrules.ops._sampling import f64, normal, uniform
 from jaxrules.ops.activations import pointwise_op
 from jaxrules.registry import Sample, SingularPoint, record
 
+# ----------------------------------------------------------------------------------------------
+# Ops
 
 def _bce_primal(x, y, **_):
     log_x = jnp.maximum(jnp.log(x), -100.0)
@@ -90,6 +92,10 @@ def _poisson_nll_primal(x, t, eps, *, log_input, full, **_):
 
 _gaussian_nll = pointwise_op("gaussian_nll", _gaussian_nll_primal, P.gaussian_nll_derivatives)
 _poisson_nll = pointwise_op("poisson_nll", _poisson_nll_primal, P.poisson_nll_derivatives)
+
+
+# ----------------------------------------------------------------------------------------------
+# Public functions
 
 _REDUCTIONS = ("none", "mean", "sum")
 
@@ -560,10 +566,6 @@ def triplet_margin_loss(anchor: ArrayLike, positive: ArrayLike, negative: ArrayL
     hinge = margin.astype(dist_pos.dtype) + dist_pos - dist_neg
     return _reduce(op, clip(hinge, jnp.zeros((), hinge.dtype), None), reduction)
 
-
-# ----------------------------------------------------------------------------------------------
-# Records
-
 def _class_inputs(op, input, target, weight, reduction):
     """``(x, target, weight)`` checked for the class-index losses: x (C,) with a 0-d target, or
     (N, C, *) with target (N, *); weight (C,) (ones when None; differentiable here, where torch refuses a gradient for it)."""
@@ -695,6 +697,9 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
         term = jnp.where((label_smoothing == 0) & jnp.isinf(smooth), 0, term)
     return (1 - label_smoothing) * nll + term
 
+
+# ----------------------------------------------------------------------------------------------
+# Records
 
 _NN = "jaxrules.nn."
 _F = "torch.nn.functional."
