@@ -40,6 +40,8 @@ from jaxrules.mechanism import define_op, differentiated_as
 from jaxrules.ops._sampling import normal
 from jaxrules.registry import Sample, SingularPoint, record
 
+# ----------------------------------------------------------------------------------------------
+# Ops
 
 def _affine_normalize_primal(x, w, b, *, axes, eps, axis_name):
     """``(y, mean, rstd)``: ``y = (x - mean) rstd w + b`` in x's dtype, the statistics over
@@ -212,6 +214,43 @@ grouped_norm_op = define_op(
     "grouped_norm", _grouped_norm_primal, J.grouped_norm_jvp, R.grouped_norm_vjp,
     lambda outs, x, w, b, **_: (x, w, outs[1], outs[2]), _grouped_norm_batch,
 )
+
+
+def _rms_norm_primal(x, w, *, axes, eps):
+    """``(y, rstd)``: ``y = x rstd w`` in x's dtype, ``rstd = rsqrt(E[x^2] + eps)`` over ``axes``
+    (kept, in ``stat_dtype``); ``w`` broadcasts against x."""
+    rstd = P.rms_rstd(x, axes, eps)
+    stat = rstd.dtype
+    return (x.astype(stat) * rstd * w.astype(stat)).astype(x.dtype), rstd
+
+
+def _rms_norm_backward_primal(x, rstd, v, *, axes, eps):
+    return P.rms_projection(x, rstd, v, axes).astype(x.dtype)
+
+
+rms_norm_op = define_op(
+    "rms_norm", _rms_norm_primal, J.rms_norm_jvp, R.rms_norm_vjp,
+    lambda outs, x, w, **_: (x, w, outs[1]), none_for_zero_cotangents=True,
+)
+rms_norm_backward_op = define_op(
+    "rms_norm_backward", _rms_norm_backward_primal, J.rms_norm_backward_jvp, R.rms_norm_backward_vjp
+)
+
+
+# The same two ops with ``eps`` an array argument (traced).
+rms_norm_eps_op = define_op(
+    "rms_norm", lambda x, w, eps, *, axes: _rms_norm_primal(x, w, axes=axes, eps=eps), J.rms_norm_eps_jvp,
+    R.rms_norm_eps_vjp, lambda outs, x, w, eps, **_: (x, w, outs[1], eps), none_for_zero_cotangents=True,
+)
+rms_norm_backward_eps_op = define_op(
+    "rms_norm_backward", lambda x, rstd, v, eps, *, axes: _rms_norm_backward_primal(x, rstd, v, axes=axes, eps=eps),
+    J.rms_norm_backward_eps_jvp, R.rms_norm_backward_eps_vjp,
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# Public functions
+
 _KERNEL_IMPLS = ("xla", "pallas", "pallas_interpret")
 
 
@@ -288,10 +327,6 @@ def _affine_normalize(op, x, weight, bias, axes, weight_shape, weight_axis, eps,
         return affine_normalize_eps_op(x, w.reshape(view), b.reshape(view), eps.astype(P.stat_dtype(x.dtype)),
                                        axes=axes, axis_name=axis_name)
     return affine_normalize_op(x, w.reshape(view), b.reshape(view), axes=axes, eps=eps, axis_name=axis_name)
-
-
-# ----------------------------------------------------------------------------------------------
-# Public functions (torch.nn.functional semantics)
 
 
 def _check_eps(op, eps):
@@ -665,38 +700,6 @@ def instance_norm(x: ArrayLike, running_mean: ArrayLike | None = None, running_v
     new_mean, new_var = _updated_running_stats(jnp.mean(mean, 0), jnp.mean(var, 0), spatial, running_mean,
                                                running_var, momentum)
     return y, new_mean, new_var
-
-
-def _rms_norm_primal(x, w, *, axes, eps):
-    """``(y, rstd)``: ``y = x rstd w`` in x's dtype, ``rstd = rsqrt(E[x^2] + eps)`` over ``axes``
-    (kept, in ``stat_dtype``); ``w`` broadcasts against x."""
-    rstd = P.rms_rstd(x, axes, eps)
-    stat = rstd.dtype
-    return (x.astype(stat) * rstd * w.astype(stat)).astype(x.dtype), rstd
-
-
-def _rms_norm_backward_primal(x, rstd, v, *, axes, eps):
-    return P.rms_projection(x, rstd, v, axes).astype(x.dtype)
-
-
-rms_norm_op = define_op(
-    "rms_norm", _rms_norm_primal, J.rms_norm_jvp, R.rms_norm_vjp,
-    lambda outs, x, w, **_: (x, w, outs[1]), none_for_zero_cotangents=True,
-)
-rms_norm_backward_op = define_op(
-    "rms_norm_backward", _rms_norm_backward_primal, J.rms_norm_backward_jvp, R.rms_norm_backward_vjp
-)
-
-
-# The same two ops with ``eps`` an array argument (traced).
-rms_norm_eps_op = define_op(
-    "rms_norm", lambda x, w, eps, *, axes: _rms_norm_primal(x, w, axes=axes, eps=eps), J.rms_norm_eps_jvp,
-    R.rms_norm_eps_vjp, lambda outs, x, w, eps, **_: (x, w, outs[1], eps), none_for_zero_cotangents=True,
-)
-rms_norm_backward_eps_op = define_op(
-    "rms_norm_backward", lambda x, rstd, v, eps, *, axes: _rms_norm_backward_primal(x, rstd, v, axes=axes, eps=eps),
-    J.rms_norm_backward_eps_jvp, R.rms_norm_backward_eps_vjp,
-)
 
 
 def rms_norm_backward(x, rstd, v, *, axes, eps):
