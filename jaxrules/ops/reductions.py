@@ -23,6 +23,8 @@ from jaxrules.mechanism import define_op, unsharded_along
 from jaxrules.ops._sampling import distinct, f64, normal
 from jaxrules.registry import Sample, SingularPoint, record
 
+# ----------------------------------------------------------------------------------------------
+# Ops
 
 def _save_nothing(out, x, **_):
     return ()
@@ -135,7 +137,6 @@ logcumsumexp_op = define_op("logcumsumexp", _logcumsumexp_primal, J.logcumsumexp
 
 # ----------------------------------------------------------------------------------------------
 # Public functions
-
 
 def _real(op, x, name="a"):
     """``x`` as an array (integer and boolean kept); ``TypeError`` naming ``op`` if complex."""
