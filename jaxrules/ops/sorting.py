@@ -28,6 +28,8 @@ from jaxrules.ops._sampling import distinct, f64
 from jaxrules.ops.reductions import ValuesIndices, _real, nan_of_empty
 from jaxrules.registry import Sample, SingularPoint, record
 
+# ----------------------------------------------------------------------------------------------
+# Ops
 
 def _save_indices(out, x, **_):
     return out[1]
@@ -66,7 +68,6 @@ quantile_op = define_op(
 
 # ----------------------------------------------------------------------------------------------
 # Public functions
-
 
 def _flag(op, name, value):
     if not isinstance(value, bool | np.bool_):
