@@ -20,6 +20,8 @@ from jaxrules.ops import reductions
 from jaxrules.ops._sampling import away_from_zero, f64, normal
 from jaxrules.registry import Sample, SingularPoint, record
 
+# ----------------------------------------------------------------------------------------------
+# Ops
 
 def _vector_norm_primal(x, *, ord, axis, keepdims):
     return jnp.linalg.vector_norm(x, axis=axis, keepdims=keepdims, ord=ord)
@@ -43,7 +45,6 @@ renorm_op = define_op(
 
 # ----------------------------------------------------------------------------------------------
 # Public functions
-
 
 def _check_ord(op, ord, name="ord"):
     if isinstance(ord, bool) or not isinstance(ord, numbers.Real) or math.isnan(ord):
@@ -216,12 +217,6 @@ def cdist(x1: ArrayLike, x2: ArrayLike, p: float = 2.0) -> Array:
     return vector_norm(x1[..., :, None, :] - x2[..., None, :, :], axis=-1, ord=p)
 
 
-# ----------------------------------------------------------------------------------------------
-# Records
-
-_ORDS = (2, 1, math.inf, -math.inf, 0.5, 3, 1.5)
-
-
 def _eps(op, eps):
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps):
         raise TypeError(f"{op}: eps must be a finite real number, got {eps!r}")
@@ -334,6 +329,12 @@ def pdist(x: ArrayLike, p: float = 2.0) -> Array:
     i, j = np.triu_indices(x.shape[0], 1)
     x = unsharded_along(x, (0,))  # an Explicit mesh: the pairs of rows are read whole
     return vector_norm(x[i] - x[j], axis=-1, ord=p)
+
+
+# ----------------------------------------------------------------------------------------------
+# Records
+
+_ORDS = (2, 1, math.inf, -math.inf, 0.5, 3, 1.5)
 
 
 def _norm_samples(rng, dt):
