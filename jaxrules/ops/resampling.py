@@ -30,12 +30,16 @@ from jaxrules.registry import Sample, SingularPoint, record
 
 __all__ = ["interpolate", "grid_sample", "affine_grid"]
 
+
+# ----------------------------------------------------------------------------------------------
+# Ops
+
 _LINEAR_RANK = {"linear": 3, "bilinear": 4, "bicubic": 4, "trilinear": 5}
 _MODES = ("nearest", "nearest-exact", "area", *_LINEAR_RANK)
 
-# ----------------------------------------------------------------------------------------------
-# interpolate: per-axis tables (static, NumPy) of torch's source indices and weights
 
+# ----------------------------------------------------------------------------------------------
+# Ops: interpolate: per-axis tables (static, NumPy) of torch's source indices and weights
 
 def _scale(n_in, n_out, align_corners, scale):
     """torch's ``area_pixel_compute_scale``: the step in the input per output element."""
@@ -187,102 +191,8 @@ interpolate_op = define_op("interpolate", _interpolate_primal, interpolate_jvp, 
                            lambda out, x, **_: ())
 
 
-def _sizes(op, name, value, dims, kind):
-    """An int/float or one per spatial axis, as a tuple of ``dims`` positive numbers."""
-    values = value if isinstance(value, Sequence) and not isinstance(value, str) else (value,) * dims
-    values = tuple(values)
-    ok = len(values) == dims and all(
-        isinstance(v, kind) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in values
-    )
-    if not ok:
-        what = "int" if kind is numbers.Integral else "number"
-        raise ValueError(f"{op}: {name} must be a positive {what} or {dims} of them (one per spatial axis), "
-                         f"got {value!r}")
-    return values
-
-
-def interpolate(x: ArrayLike, size: int | Sequence[int] | None = None, scale_factor: float | Sequence[float] | None = None,
-                mode: str = "nearest", align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
-                antialias: bool = False) -> Array:
-    """torch.nn.functional.interpolate over the spatial axes of ``(N, C, *spatial)``.
-
-    Along each axis output ``i`` reads torch's CPU source position, with the step ``s`` equal
-    to ``1 / scale_factor`` when ``scale_factor`` is given and ``recompute_scale_factor`` is not
-    True, else ``n / out`` (``(n - 1) / (out - 1)`` with ``align_corners``): ``nearest``
-    ``floor(s i)`` and ``nearest-exact`` ``floor(s (i + 0.5))`` (4-d input: torch's float32
-    ``nearest_idx``, with its copy and halving shortcuts), clamped to ``n - 1``;
-    ``linear``/``bilinear``/``trilinear`` two taps around ``s i`` (``align_corners``) or
-    ``max(s (i + 0.5) - 0.5, 0)``, weighted by the fraction; ``bicubic`` four taps of the A =
-    -0.75 cubic convolution, clamped at the border; ``antialias`` Pillow's filters (below);
-    ``area`` is ``adaptive_avg_pool``. Linear in ``x``: JVP the op on the tangent, VJP its
-    transpose, a scatter-add per axis (seed ``upsample_nearest2d_backward``,
-    ``upsample_bilinear2d_backward``, ``upsample_bicubic2d_backward``, ...; where torch's backward
-    is not the transpose of its forward, the record's deviations say so). Mirrors
-    ``torch.nn.functional.interpolate``.
-
-    Args:
-        x: the input ``(N, C, *spatial)`` with 1 to 3 spatial axes (rank 3 for ``linear``, 4
-            for ``bilinear``/``bicubic``, 5 for ``trilinear``), real; only the batch (and for
-            ``area`` the channels: torch's) may be empty.
-        size: the output's spatial size, an int or one per spatial axis (exactly one of
-            ``size`` and ``scale_factor``).
-        scale_factor: the multiplier of each spatial size, a number or one per spatial axis;
-            the output size is ``floor(n * scale_factor)``.
-        mode: ``"nearest"``, ``"nearest-exact"``, ``"linear"``, ``"bilinear"``, ``"bicubic"``,
-            ``"trilinear"`` or ``"area"``.
-        align_corners: for the linear and cubic modes, whether the corner pixels' centres of
-            input and output coincide (None: False); must be None for the other modes.
-        recompute_scale_factor: True: with ``scale_factor``, sample at ``n / out`` instead of
-            ``1 / scale_factor`` (not meaningful with ``size``).
-        antialias: for ``bilinear`` and ``bicubic``, torch's antialiased resampling (Pillow's):
-            output ``i`` averages the inputs within the filter's support around ``s (i + 0.5)``,
-            the triangle (or the A = -0.5 cubic) stretched by ``s`` when downsampling,
-            normalized to sum 1.
-
-    Returns:
-        The resampled ``(N, C, *out_spatial)``.
-    """
-    op = "interpolate"
-    x = V.array(op, "x", x)
-    if jnp.iscomplexobj(x):
-        raise TypeError(f"{op}: x must be real, got {x.dtype}")
-    if not isinstance(mode, str) or mode not in _MODES:
-        raise ValueError(f"{op}: mode must be one of {_MODES}, got {mode!r}")
-    if x.ndim not in (3, 4, 5) or _LINEAR_RANK.get(mode, x.ndim) != x.ndim:
-        want = f"rank {_LINEAR_RANK[mode]}" if mode in _LINEAR_RANK else "rank 3, 4 or 5"
-        raise ValueError(f"{op}: mode={mode!r} needs x of {want} ((N, C, *spatial)), got shape {x.shape}")
-    dims = x.ndim - 2
-    if (size is None) == (scale_factor is None):
-        raise ValueError(f"{op}: exactly one of size and scale_factor must be given, got size={size!r} and "
-                         f"scale_factor={scale_factor!r}")
-    if align_corners is not None and mode not in _LINEAR_RANK:
-        raise ValueError(f"{op}: align_corners must be None for mode={mode!r} (only the linear and cubic modes "
-                         f"take it), got {align_corners!r}")
-    if antialias and mode not in ("bilinear", "bicubic"):
-        raise ValueError(f"{op}: antialias=True needs mode 'bilinear' or 'bicubic' (4-d input), got mode={mode!r}")
-    if recompute_scale_factor and size is not None:
-        raise ValueError(f"{op}: recompute_scale_factor is not meaningful with an explicit size")
-    if any(n == 0 for n in x.shape[1 if mode != "area" else 2:]):  # area: torch's adaptive pool takes C = 0
-        raise ValueError(f"{op}: x must have non-empty channel and spatial axes (only the batch, and for 'area' "
-                         f"the channels, may be empty), got shape {x.shape}")
-    if size is not None:
-        out = tuple(int(v) for v in _sizes(op, "size", size, dims, numbers.Integral))
-        scales = (None,) * dims
-    else:
-        factors = tuple(float(v) for v in _sizes(op, "scale_factor", scale_factor, dims, numbers.Real))
-        out = tuple(math.floor(n * f) for n, f in zip(x.shape[2:], factors))
-        if any(o < 1 for o in out) and mode != "area":
-            raise ValueError(f"{op}: scale_factor={scale_factor!r} gives an empty output for spatial size "
-                             f"{x.shape[2:]}")
-        scales = (None,) * dims if recompute_scale_factor else factors
-    if mode == "area":
-        return adaptive_avg_pool_op(x, output_size=out, shape=x.shape)
-    return interpolate_op(x, mode=mode, size=out, align_corners=bool(align_corners), scales=scales,
-                          antialias=bool(antialias), shape=x.shape)
-
-
 # ----------------------------------------------------------------------------------------------
-# grid_sample: the corners of each sampling point (torch's CPU kernels, GridSamplerKernel.cpp)
+# Ops: grid_sample: the corners of each sampling point (torch's CPU kernels, GridSamplerKernel.cpp)
 
 _PADDING_MODES = ("zeros", "border", "reflection")
 
@@ -453,6 +363,142 @@ def grid_sample_vjp(res, g, *, mode, padding_mode, align_corners):
 grid_sample_op = define_op("grid_sample", _grid_sample_primal, grid_sample_jvp, grid_sample_vjp)
 
 
+# ----------------------------------------------------------------------------------------------
+# Ops: affine_grid
+
+def _base_grid(spatial, align_corners, dtype):
+    """torch's base grid (*spatial, dims + 1): the normalized x, y[, z] of each output pixel
+    (``linspace(-1, 1, n)``, times ``(n - 1) / n`` unless ``align_corners``; 0 for n = 1) and a
+    column of ones."""
+    lines = []
+    for n in reversed(spatial):  # x (the last axis) first
+        line = np.linspace(-1.0, 1.0, n) if n > 1 else np.zeros(n)
+        lines.append(line if align_corners or n <= 1 else line * (n - 1) / n)
+    mesh = np.meshgrid(*reversed(lines), indexing="ij")  # (D,) H, W
+    return jnp.asarray(np.stack([*reversed(mesh), np.ones(tuple(spatial))], axis=-1), dtype)
+
+
+def _affine_grid_primal(theta, *, spatial, align_corners):
+    base = _base_grid(spatial, align_corners, theta.dtype)
+    return jnp.einsum("...k,njk->n...j", base, theta)
+
+
+def affine_grid_jvp(res, t, *, spatial, align_corners):
+    """JVP formula: linear in ``theta``, the op on the tangent."""
+    return _affine_grid_primal(t, spatial=spatial, align_corners=align_corners)
+
+
+def affine_grid_vjp(res, g, *, spatial, align_corners):
+    """VJP formula (seed ``affine_grid_generator_backward``): ``theta``'s cotangent is the
+    cotangent contracted with the base grid, ``sum_p g[n, p, j] base[p, k]``."""
+    base = _base_grid(spatial, align_corners, g.dtype)
+    return (jnp.einsum("...k,n...j->njk", base, g),)
+
+
+affine_grid_op = define_op("affine_grid", _affine_grid_primal, affine_grid_jvp, affine_grid_vjp,
+                           lambda out, theta, **_: ())
+
+
+# ----------------------------------------------------------------------------------------------
+# Public functions: interpolate
+
+def _sizes(op, name, value, dims, kind):
+    """An int/float or one per spatial axis, as a tuple of ``dims`` positive numbers."""
+    values = value if isinstance(value, Sequence) and not isinstance(value, str) else (value,) * dims
+    values = tuple(values)
+    ok = len(values) == dims and all(
+        isinstance(v, kind) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in values
+    )
+    if not ok:
+        what = "int" if kind is numbers.Integral else "number"
+        raise ValueError(f"{op}: {name} must be a positive {what} or {dims} of them (one per spatial axis), "
+                         f"got {value!r}")
+    return values
+
+
+def interpolate(x: ArrayLike, size: int | Sequence[int] | None = None, scale_factor: float | Sequence[float] | None = None,
+                mode: str = "nearest", align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
+                antialias: bool = False) -> Array:
+    """torch.nn.functional.interpolate over the spatial axes of ``(N, C, *spatial)``.
+
+    Along each axis output ``i`` reads torch's CPU source position, with the step ``s`` equal
+    to ``1 / scale_factor`` when ``scale_factor`` is given and ``recompute_scale_factor`` is not
+    True, else ``n / out`` (``(n - 1) / (out - 1)`` with ``align_corners``): ``nearest``
+    ``floor(s i)`` and ``nearest-exact`` ``floor(s (i + 0.5))`` (4-d input: torch's float32
+    ``nearest_idx``, with its copy and halving shortcuts), clamped to ``n - 1``;
+    ``linear``/``bilinear``/``trilinear`` two taps around ``s i`` (``align_corners``) or
+    ``max(s (i + 0.5) - 0.5, 0)``, weighted by the fraction; ``bicubic`` four taps of the A =
+    -0.75 cubic convolution, clamped at the border; ``antialias`` Pillow's filters (below);
+    ``area`` is ``adaptive_avg_pool``. Linear in ``x``: JVP the op on the tangent, VJP its
+    transpose, a scatter-add per axis (seed ``upsample_nearest2d_backward``,
+    ``upsample_bilinear2d_backward``, ``upsample_bicubic2d_backward``, ...; where torch's backward
+    is not the transpose of its forward, the record's deviations say so). Mirrors
+    ``torch.nn.functional.interpolate``.
+
+    Args:
+        x: the input ``(N, C, *spatial)`` with 1 to 3 spatial axes (rank 3 for ``linear``, 4
+            for ``bilinear``/``bicubic``, 5 for ``trilinear``), real; only the batch (and for
+            ``area`` the channels: torch's) may be empty.
+        size: the output's spatial size, an int or one per spatial axis (exactly one of
+            ``size`` and ``scale_factor``).
+        scale_factor: the multiplier of each spatial size, a number or one per spatial axis;
+            the output size is ``floor(n * scale_factor)``.
+        mode: ``"nearest"``, ``"nearest-exact"``, ``"linear"``, ``"bilinear"``, ``"bicubic"``,
+            ``"trilinear"`` or ``"area"``.
+        align_corners: for the linear and cubic modes, whether the corner pixels' centres of
+            input and output coincide (None: False); must be None for the other modes.
+        recompute_scale_factor: True: with ``scale_factor``, sample at ``n / out`` instead of
+            ``1 / scale_factor`` (not meaningful with ``size``).
+        antialias: for ``bilinear`` and ``bicubic``, torch's antialiased resampling (Pillow's):
+            output ``i`` averages the inputs within the filter's support around ``s (i + 0.5)``,
+            the triangle (or the A = -0.5 cubic) stretched by ``s`` when downsampling,
+            normalized to sum 1.
+
+    Returns:
+        The resampled ``(N, C, *out_spatial)``.
+    """
+    op = "interpolate"
+    x = V.array(op, "x", x)
+    if jnp.iscomplexobj(x):
+        raise TypeError(f"{op}: x must be real, got {x.dtype}")
+    if not isinstance(mode, str) or mode not in _MODES:
+        raise ValueError(f"{op}: mode must be one of {_MODES}, got {mode!r}")
+    if x.ndim not in (3, 4, 5) or _LINEAR_RANK.get(mode, x.ndim) != x.ndim:
+        want = f"rank {_LINEAR_RANK[mode]}" if mode in _LINEAR_RANK else "rank 3, 4 or 5"
+        raise ValueError(f"{op}: mode={mode!r} needs x of {want} ((N, C, *spatial)), got shape {x.shape}")
+    dims = x.ndim - 2
+    if (size is None) == (scale_factor is None):
+        raise ValueError(f"{op}: exactly one of size and scale_factor must be given, got size={size!r} and "
+                         f"scale_factor={scale_factor!r}")
+    if align_corners is not None and mode not in _LINEAR_RANK:
+        raise ValueError(f"{op}: align_corners must be None for mode={mode!r} (only the linear and cubic modes "
+                         f"take it), got {align_corners!r}")
+    if antialias and mode not in ("bilinear", "bicubic"):
+        raise ValueError(f"{op}: antialias=True needs mode 'bilinear' or 'bicubic' (4-d input), got mode={mode!r}")
+    if recompute_scale_factor and size is not None:
+        raise ValueError(f"{op}: recompute_scale_factor is not meaningful with an explicit size")
+    if any(n == 0 for n in x.shape[1 if mode != "area" else 2:]):  # area: torch's adaptive pool takes C = 0
+        raise ValueError(f"{op}: x must have non-empty channel and spatial axes (only the batch, and for 'area' "
+                         f"the channels, may be empty), got shape {x.shape}")
+    if size is not None:
+        out = tuple(int(v) for v in _sizes(op, "size", size, dims, numbers.Integral))
+        scales = (None,) * dims
+    else:
+        factors = tuple(float(v) for v in _sizes(op, "scale_factor", scale_factor, dims, numbers.Real))
+        out = tuple(math.floor(n * f) for n, f in zip(x.shape[2:], factors))
+        if any(o < 1 for o in out) and mode != "area":
+            raise ValueError(f"{op}: scale_factor={scale_factor!r} gives an empty output for spatial size "
+                             f"{x.shape[2:]}")
+        scales = (None,) * dims if recompute_scale_factor else factors
+    if mode == "area":
+        return adaptive_avg_pool_op(x, output_size=out, shape=x.shape)
+    return interpolate_op(x, mode=mode, size=out, align_corners=bool(align_corners), scales=scales,
+                          antialias=bool(antialias), shape=x.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# Public functions: grid_sample
+
 def _choice(op, name, value, options):
     if not isinstance(value, str) or value not in options:
         raise ValueError(f"{op}: {name} must be one of {options}, got {value!r}")
@@ -509,41 +555,7 @@ def grid_sample(x: ArrayLike, grid: ArrayLike, mode: str = "bilinear", padding_m
 
 
 # ----------------------------------------------------------------------------------------------
-# affine_grid
-
-
-def _base_grid(spatial, align_corners, dtype):
-    """torch's base grid (*spatial, dims + 1): the normalized x, y[, z] of each output pixel
-    (``linspace(-1, 1, n)``, times ``(n - 1) / n`` unless ``align_corners``; 0 for n = 1) and a
-    column of ones."""
-    lines = []
-    for n in reversed(spatial):  # x (the last axis) first
-        line = np.linspace(-1.0, 1.0, n) if n > 1 else np.zeros(n)
-        lines.append(line if align_corners or n <= 1 else line * (n - 1) / n)
-    mesh = np.meshgrid(*reversed(lines), indexing="ij")  # (D,) H, W
-    return jnp.asarray(np.stack([*reversed(mesh), np.ones(tuple(spatial))], axis=-1), dtype)
-
-
-def _affine_grid_primal(theta, *, spatial, align_corners):
-    base = _base_grid(spatial, align_corners, theta.dtype)
-    return jnp.einsum("...k,njk->n...j", base, theta)
-
-
-def affine_grid_jvp(res, t, *, spatial, align_corners):
-    """JVP formula: linear in ``theta``, the op on the tangent."""
-    return _affine_grid_primal(t, spatial=spatial, align_corners=align_corners)
-
-
-def affine_grid_vjp(res, g, *, spatial, align_corners):
-    """VJP formula (seed ``affine_grid_generator_backward``): ``theta``'s cotangent is the
-    cotangent contracted with the base grid, ``sum_p g[n, p, j] base[p, k]``."""
-    base = _base_grid(spatial, align_corners, g.dtype)
-    return (jnp.einsum("...k,n...j->njk", base, g),)
-
-
-affine_grid_op = define_op("affine_grid", _affine_grid_primal, affine_grid_jvp, affine_grid_vjp,
-                           lambda out, theta, **_: ())
-
+# Public functions: affine_grid
 
 def affine_grid(theta: ArrayLike, size: Sequence[int], align_corners: bool | None = False) -> Array:
     """torch.nn.functional.affine_grid: the sampling grid of the affine maps ``theta``,
@@ -581,7 +593,6 @@ def affine_grid(theta: ArrayLike, size: Sequence[int], align_corners: bool | Non
 
 # ----------------------------------------------------------------------------------------------
 # Records
-
 
 def _torch_interpolate(torch, x, **kwargs):
     return torch.nn.functional.interpolate(x, **kwargs)
