@@ -23,6 +23,8 @@ from jaxrules.mechanism import concrete_value, define_op, unsharded_along
 from jaxrules.ops._sampling import normal
 from jaxrules.registry import Sample, record
 
+# ----------------------------------------------------------------------------------------------
+# Ops
 
 def _save_nothing(out, *arrays, **_):
     """Linear ops: the formulas read no residual."""
@@ -42,6 +44,28 @@ repeat_op = define_op("repeat", lambda x, *, counts, axis: P.repeat_along(x, cou
 take_op = define_op("take", lambda x, indices, *, axis, shape: jnp.take(unsharded_along(x, (axis,)), indices, axis=axis),
                     J.take_jvp, R.take_vjp, lambda out, x, indices, **_: indices)
 
+
+def _masked_fill_array_jvp(mask, tx, _, tvalue):
+    """``d value`` under the mask, ``dx`` elsewhere."""
+    if tvalue is None:
+        return J.masked_fill_jvp(mask, tx, None)
+    return jnp.where(mask, tvalue, 0 if tx is None else tx)
+
+
+def _masked_fill_array_vjp(mask, ct):
+    """Seed ``masked_fill_backward``: the fill value gets the sum of ``ct`` under the mask (the
+    seed's ``where(mask, grad, 0).sum()``); ``x`` gets ``ct`` off the mask."""
+    return jnp.where(mask, 0, ct), None, jnp.sum(jnp.where(mask, ct, 0))
+
+
+masked_fill_array_op = define_op(
+    "masked_fill_array", lambda x, mask, value: jnp.where(mask, value, x), _masked_fill_array_jvp,
+    _masked_fill_array_vjp, lambda out, x, mask, value: mask,
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# Public functions
 
 def _same_dtype_arrays(op, arrays, dtype=None):
     """The arrays in their common dtype (or in ``dtype``, jax.numpy's argument, when given);
@@ -222,25 +246,6 @@ def take_along_axis(arr: ArrayLike, indices: ArrayLike, axis: int | None = -1, m
         return jnp.take_along_axis(x, indices, axis=ax, mode=mode, fill_value=fill_value, wrap_negative_indices=wrap)
     safe, bad = _in_bounds(op, indices, n, mode, wrap)
     return _fill(op, take_along_axis_op(x, safe, axis=ax, shape=x.shape), bad, fill_value, mode)
-
-
-def _masked_fill_array_jvp(mask, tx, _, tvalue):
-    """``d value`` under the mask, ``dx`` elsewhere."""
-    if tvalue is None:
-        return J.masked_fill_jvp(mask, tx, None)
-    return jnp.where(mask, tvalue, 0 if tx is None else tx)
-
-
-def _masked_fill_array_vjp(mask, ct):
-    """Seed ``masked_fill_backward``: the fill value gets the sum of ``ct`` under the mask (the
-    seed's ``where(mask, grad, 0).sum()``); ``x`` gets ``ct`` off the mask."""
-    return jnp.where(mask, 0, ct), None, jnp.sum(jnp.where(mask, ct, 0))
-
-
-masked_fill_array_op = define_op(
-    "masked_fill_array", lambda x, mask, value: jnp.where(mask, value, x), _masked_fill_array_jvp,
-    _masked_fill_array_vjp, lambda out, x, mask, value: mask,
-)
 
 
 def masked_fill(x: ArrayLike, mask: ArrayLike, value: ArrayLike) -> Array:
