@@ -55,3 +55,100 @@ def test_the_nested_records_live_in_the_nested_package():
 
     modules = {r.fn.__module__ for r in registry.records("nested.*")}
     assert modules == {"jaxrules.nested.records"}, modules
+
+
+# ---- Every ops module has the same layout (issue 15, CONTRIBUTING.md "Layout of an ops module") ----
+
+OPS_MODULES = sorted(p.name for p in (PACKAGE / "ops").glob("*.py") if p.name not in ("__init__.py", "_sampling.py"))
+_HEADER = re.compile(r"(Ops|Public functions)(: \S.*)?|Records")
+_FORMULA = re.compile(r".*_(jvp|vjp|primal|save|batch)")  # a formula or op helper: goes with its op
+
+
+def _calls(node):
+    """The names called anywhere in ``node`` (``f(...)`` and ``module.f(...)``)."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            func = sub.func
+            if isinstance(func, ast.Name):
+                yield func.id
+            elif isinstance(func, ast.Attribute):
+                yield func.attr
+
+
+def _op_factories(trees):
+    """``define_op`` and every top-level function of the ops modules that calls an op factory
+    (``pointwise_op``, ...), found by a fixpoint."""
+    factories = {"define_op"}
+    while True:
+        found = {node.name for tree in trees for node in tree.body
+                 if isinstance(node, ast.FunctionDef) and factories & set(_calls(node))}
+        if found <= factories:
+            return factories
+        factories |= found
+
+
+def _sections(lines):
+    """``[(line, header)]``: a header is the comment line right under a ``# ----`` rule."""
+    return [(i + 1, lines[i][2:].strip()) for i in range(1, len(lines))
+            if lines[i - 1].startswith("# ---") and lines[i].startswith("# ") and not lines[i].startswith("# ---")]
+
+
+def _names(nodes):
+    return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _layout_errors(name, factories):
+    """What in ``jaxrules/ops/<name>`` breaks the layout (CONTRIBUTING.md), one line each."""
+    source = (PACKAGE / "ops" / name).read_text()
+    tree, lines = ast.parse(source), source.splitlines()
+    sections = _sections(lines)
+    errors = [f"line {line}: section header {text!r} is none of 'Ops[: topic]', 'Public functions[: topic]', "
+              "'Records'" for line, text in sections if not _HEADER.fullmatch(text)]
+    kinds = [text.split(":")[0] for _, text in sections]
+    if kinds.count("Records") != 1 or kinds[-1] != "Records":
+        errors.append(f"the module needs one '# Records' section, its last: {kinds}")
+    ranks = [{"Ops": 0, "Public functions": 1, "Records": 2}.get(k, -1) for k in kinds]
+    if ranks != sorted(ranks):
+        errors.append(f"the sections are out of order (Ops, then Public functions, then Records): {kinds}")
+    records_line = next((line for line, text in sections if text == "Records"), len(lines) + 1)
+    head = [node for node in tree.body if node.lineno < records_line]
+    tail = [node for node in tree.body if node.lineno > records_line]
+    tail_names = _names(tail)
+
+    for node in tree.body:
+        where = next((k for (line, _), k in zip(sections[::-1], kinds[::-1], strict=True) if line < node.lineno),
+                     None)
+        calls = set(_calls(node))
+        is_def = isinstance(node, ast.FunctionDef)
+        what = f"line {node.lineno} ({node.name if is_def else type(node).__name__})"
+        is_record = "record" in calls and not is_def
+        is_op = (node.name in factories or _FORMULA.fullmatch(node.name)) if is_def else bool(calls & factories)
+        public = is_def and not node.name.startswith("_") and not is_op
+        if is_record and where != "Records":
+            errors.append(f"{what}: a record(...) call outside the Records section")
+        if is_op and where != "Ops":
+            errors.append(f"{what}: an op (a define_op call, an op factory or a formula) outside an Ops section")
+        if public and where not in ("Public functions", "Records"):
+            errors.append(f"{what}: a public function outside a Public functions section")
+        if where == "Records" and not (is_record or is_def and node.name in _names(n for n in tail if n is not node)
+                                       or isinstance(node, ast.Assign | ast.AnnAssign) and not is_op):
+            errors.append(f"{what}: the Records section holds only records, the sample helpers they use, constants")
+        if where is None and not isinstance(node, ast.Import | ast.ImportFrom | ast.Assign | ast.Expr):
+            errors.append(f"{what}: before the first section (only the docstring, imports, __all__ go there)")
+        if node in tail and is_def and node.name in _names(head):
+            errors.append(f"{what}: in the Records section but used before it")
+        if (node in head and is_def and node.name.startswith("_") and node.name in tail_names and not is_op
+                and not any(node.name in _names([other]) for other in head if other is not node)):
+            errors.append(f"{what}: used by the records only, so it goes in the Records section")
+    return errors
+
+
+def test_every_ops_module_has_the_same_layout():
+    """Each ``jaxrules/ops`` module: docstring, imports; ``# Ops`` sections (``define_op`` calls,
+    op factories and their private helpers); ``# Public functions`` sections; one final
+    ``# Records`` section holding every ``record(...)`` call and the sample helpers only the
+    records use (CONTRIBUTING.md, "Layout of an ops module")."""
+    trees = [ast.parse((PACKAGE / "ops" / name).read_text()) for name in OPS_MODULES]
+    factories = _op_factories(trees)
+    errors = {name: e for name in OPS_MODULES if (e := _layout_errors(name, factories))}
+    assert not errors, "\n".join(f"jaxrules/ops/{name}: {line}" for name, e in errors.items() for line in e)
