@@ -434,7 +434,9 @@ record(
     public=("jaxrules.nn.scaled_dot_product_attention(impl='pallas')",), formula_ops=("nested_attention_fused",),
     seed=("(flash attention's forward and backward kernels)",), samples=_kernel_attention_samples,
     torch_fn=_torch_attention, torch_name="torch.nn.functional.scaled_dot_product_attention",
-    low_precision=("float32", "bfloat16"), tolerance={"bfloat16": 0.1},
+    # the kernels' float32 dots run in TF32 on a GPU (10-bit mantissa): 4.8e-4 on the H100 (stop
+    # 18's GPU check), above the default 2e-4; the nested kernel records allow 2e-3 likewise
+    low_precision=("float32", "bfloat16"), tolerance={"bfloat16": 0.1, "float32": 2e-3},
     no_empty="the kernels need L >= 1 and E >= 16 (the XLA record checks zero sizes)",
     batching="vmapped formulas (the kernels under jax.vmap)",
     double_backward="JAX's derivative of the XLA formula attention_vjp (the kernels are not differentiated)",
