@@ -325,3 +325,14 @@ def test_complex_logcumsumexp_with_minus_infinite_real_parts_is_torchs():
     grad = jax.grad(lambda v: jnp.real(jnp.sum(jaxrules.numpy.logcumsumexp(v, 0) * jnp.conj(g))))(jnp.asarray(x))
     finite = np.isfinite(x.real)
     np.testing.assert_allclose(np.asarray(grad)[finite], np.conj(xt.grad.resolve_conj().numpy()[finite]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("keepdims", [True, False])
+def test_median_of_a_0d_input_stays_0d(keepdims):
+    """median(x, axis=0, keepdims=...) of a 0-d x: x itself, 0-d (torch.median(x, 0, keepdim) keeps
+    0-d; the keepdims result was shape (1,) and its VJP failed to broadcast back; found by the fuzz
+    test), the gradient 1."""
+    out = jaxrules.numpy.median(jnp.array(2.5), axis=0, keepdims=keepdims)
+    assert out.shape == tuple(torch.median(torch.tensor(2.5), dim=0, keepdim=keepdims).values.shape) == ()
+    assert float(out) == 2.5
+    assert float(jax.grad(lambda x: jaxrules.numpy.median(x, axis=0, keepdims=keepdims))(2.5)) == 1.0

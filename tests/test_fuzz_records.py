@@ -127,7 +127,11 @@ _GRID_NAN = ("a NaN (or reflected infinite) sampling coordinate of a 3-d grid_sa
              "clamps it to the last index (std::min/max order) where its 2-d kernel clamps it to 0, and its 3-d "
              "zero padding gives 0 where the 2-d one gives NaN; ours follows the 2-d kernel in every dimension "
              "(pinned: tests/test_resampling.py, tests/test_fuzz_fixes.py) ")
+_KEEPDIMS_NONE = ("a jax.numpy name: axis=None with keepdims=True keeps every axis with length 1 (jax.numpy's and "
+                  "numpy's shape (1, 1)); torch's reduction over all entries has no keepdim (0-d)")
 REFERENCE_DIFFERS: dict[str, tuple[Case, str]] = {
+    "median/axis/value": (Case("float64", 3, "axis"), _KEEPDIMS_NONE),
+    "nanmedian/axis/value": (Case("float64", 2, "axis"), _KEEPDIMS_NONE),
     "eigvals/dtype/value": (Case("float64", 1, "dtype", cast="float32"),
                             "eigenvalues come in LAPACK's order, which a float32 run need not share with torch's "
                             "float64 one (the harness's low_precision check compares them in one order)"),

@@ -644,6 +644,8 @@ def median(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, 
     x = V.array("median", "a", x)
     if x.size == 0:
         return nan_of_empty(x, ax, keepdims)
+    if x.ndim == 0:  # as torch: a 0-d input's axis 0 has length 1, and the result stays 0-d
+        return median_op(x.reshape(1), axis=(0,), keepdims=False)
     return median_op(x, axis=ax, keepdims=bool(keepdims))
 
 
