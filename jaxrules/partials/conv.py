@@ -231,12 +231,17 @@ def _tiled_pads(spatial, kernel, padding):
     return pads, [m for m, _ in grid]
 
 
+def _tiled_shape(lead, out, kernel):
+    """``lead`` (N, C) then ``(out_i, k_i)`` per spatial axis: the tiled windows' shape."""
+    return (*lead, *(v for m, k in zip(out, kernel) for v in (m, k)))
+
+
 def tiled_windows(x, kernel, padding, fill):
     """(N, C, out_1, k_1, out_2, k_2, ...): the windows of ``x`` (N, C, *spatial) when they
     tile it (``tiled``), as ``x`` padded with ``fill`` (or cut) to ``out k`` per axis, reshaped."""
     pads, out = _tiled_pads(x.shape[2:], kernel, padding)
     padded = lax.pad(x, np.array(fill, x.dtype), _spatial_pads((lo, hi, 0) for lo, hi in pads))
-    return _reshape_spatial(padded, (*x.shape[:2], *(v for m, k in zip(out, kernel) for v in (m, k))))
+    return _reshape_spatial(padded, _tiled_shape(x.shape[:2], out, kernel))
 
 
 def tiled_axes(kernel):
@@ -282,8 +287,7 @@ def window_place(g, element, shape, kernel, stride, padding, dilation):
     otherwise the transpose of the window slices)."""
     if tiled(g, kernel, stride, dilation):
         pads, out = _tiled_pads(shape[2:], kernel, padding)
-        tiled_shape = (*shape[:2], *(v for m, k in zip(out, kernel) for v in (m, k)))
-        chosen = tiled_element_ids(tiled_shape, kernel) == _tiled_expand(element, kernel)
+        chosen = tiled_element_ids(_tiled_shape(shape[:2], out, kernel), kernel) == _tiled_expand(element, kernel)
         spread = jnp.where(chosen, _tiled_expand(g, kernel), 0)
         spread = _reshape_spatial(spread, (*shape[:2], *(m * k for m, k in zip(out, kernel))))
         return lax.pad(spread, np.zeros((), g.dtype), _spatial_pads((-lo, -hi, 0) for lo, hi in pads))
