@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax._src import api_util
+from jax._src import dispatch as jax_dispatch
 from jax._src.interpreters import partial_eval as pe
 from jax.custom_derivatives import SymbolicZero
 from jax.extend.core import Primitive, mapped_aval, unmapped_aval
@@ -507,10 +508,14 @@ def define_op(
     return Op(name, primal, jvp, vjp, save or _save_arguments, batch, none_for_zero_cotangents)
 
 
-# The primal of an op with its own vmap rule is bound through this primitive, whose batching
-# rule is the op's. It is never differentiated: the op's custom_jvp rule stands in front of it.
+# The primal of an op with its own vmap rule is bound through one of these primitives, whose
+# batching rule is the op's. They are never differentiated: the op's custom_jvp rule stands in
+# front of them. The second is for a primal that lowers a primitive which needs the program's
+# devices (``custom_partitioning``: the fused kernels on several devices). JAX finds those by
+# walking the jaxpr, where a primal hidden in ``primal_p`` is invisible, so ``jit`` would lower
+# it with no device assignment and ``custom_partitioning`` fails (docs/hijax.md).
 primal_p = Primitive("jaxrules_primal")
-primal_p.multiple_results = True
+primal_on_devices_p = Primitive("jaxrules_primal_on_devices")
 
 
 def _primal_call(op: Op, static_items, out_tree, arrays):
@@ -528,9 +533,9 @@ def _primal_abstract_eval(*avals, op, static_items, out_tree):
     return pe.abstract_eval_fun(fun, *avals, debug_info=api_util.debug_info(op.name, fun, avals, {}))
 
 
-def _primal_batch(axis_data, args, dims, *, op, static_items, out_tree):
+def _primal_batch(prim, axis_data, args, dims, *, op, static_items, out_tree):
     if all(d is None for d in dims):
-        return primal_p.bind(*args, op=op, static_items=static_items, out_tree=out_tree), [None] * out_tree.num_leaves
+        return prim.bind(*args, op=op, static_items=static_items, out_tree=out_tree), [None] * out_tree.num_leaves
     out, out_dims = op.batch(list(args), tuple(dims), vmap_axis_name=axis_data.name, **dict(static_items))
     return out_tree.flatten_up_to(out), out_tree.flatten_up_to(out_dims)
 
@@ -539,11 +544,23 @@ def _primal_jvp(primals, tangents, *, op, **_):
     raise TypeError(f"{op.name}: the primal was differentiated directly; call the op, not its primal")
 
 
-primal_p.def_impl(_primal_impl)
-primal_p.def_abstract_eval(_primal_abstract_eval)
-mlir.register_lowering(primal_p, mlir.lower_fun(_primal_impl, multiple_results=True))
-batching.fancy_primitive_batchers[primal_p] = _primal_batch
-ad.primitive_jvps[primal_p] = _primal_jvp
+for _prim in (primal_p, primal_on_devices_p):
+    _prim.multiple_results = True
+    _prim.def_impl(_primal_impl)
+    _prim.def_abstract_eval(_primal_abstract_eval)
+    mlir.register_lowering(_prim, mlir.lower_fun(_primal_impl, multiple_results=True))
+    batching.fancy_primitive_batchers[_prim] = functools.partial(_primal_batch, _prim)
+    ad.primitive_jvps[_prim] = _primal_jvp
+jax_dispatch.prim_requires_devices_during_lowering.add(primal_on_devices_p)
+
+
+def _primal_primitive(op: Op, static: dict, arrays) -> tuple[Primitive, Any]:
+    """The primitive binding ``op``'s primal on ``arrays``, and the primal's output tree: the
+    primal traced once to see whether it lowers a primitive that needs the devices."""
+    shapes = [jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)) for a in arrays]
+    jaxpr, out_shape = jax.make_jaxpr(lambda *a: op.primal(*a, **static), return_shape=True)(*shapes)
+    prim = primal_on_devices_p if jax_dispatch.jaxpr_has_prim_requiring_devices(jaxpr.jaxpr) else primal_p
+    return prim, jax.tree_util.tree_structure(out_shape)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -553,9 +570,8 @@ def _custom_jvp_function(op: Op, static_items: tuple):
     def primal(*arrays):
         if op.batch is None:
             return op.primal(*arrays, **static)
-        shapes = [jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)) for a in arrays]
-        out_tree = jax.tree_util.tree_structure(jax.eval_shape(lambda *a: op.primal(*a, **static), *shapes))
-        outs = primal_p.bind(*arrays, op=op, static_items=static_items, out_tree=out_tree)
+        prim, out_tree = _primal_primitive(op, static, arrays)
+        outs = prim.bind(*arrays, op=op, static_items=static_items, out_tree=out_tree)
         return jax.tree_util.tree_unflatten(out_tree, outs)
 
     def jvp_rule(primals, tangents):

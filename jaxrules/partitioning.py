@@ -23,8 +23,9 @@ A dimension sharded unevenly (its size not a multiple of the shards) is replicat
 padded rows would enter the sums. The launch parameters are recomputed for the shard's shape.
 In a process with one device the kernels are called directly; on one device of several, under
 ``shard_map`` (every mesh axis manual) or with no sharding at all, JAX lowers the kernel as it
-is. (``jax.export`` of these kernels in a process with several devices trips an assertion in
-jax 0.10's ``custom_partitioning`` lowering, which finds no device assignment.) Under ``vmap``
+is. (``custom_partitioning``'s lowering needs the program's devices, which ``jit`` provides only
+when its jaxpr shows such a primitive: the ops' primals bind ``mechanism.primal_on_devices_p``
+for it.) Under ``vmap``
 the kernels run unpartitioned (``custom_vmap``: the kernel under ``jax.vmap``). Under an
 ``Explicit`` mesh the shardings are known when tracing: the same ``partition`` callbacks decide
 then and the kernels run under ``jax.shard_map``.
@@ -118,8 +119,8 @@ def _kernel_op(impl, n_arrays: int, rule, partition):
 
     def call(*args):
         arrays, statics = args[:n_arrays], args[n_arrays:]
-        if jax.device_count() == 1:  # nothing to partition (and jax.export, whose lowering has no
-            return impl(*args)  # device assignment, trips custom_partitioning's lowering)
+        if jax.device_count() == 1:  # nothing to partition
+            return impl(*args)
         mesh = explicit_mesh(arrays)
         if mesh is not None:
             return _explicit_call(partition, impl, mesh, arrays, statics)
