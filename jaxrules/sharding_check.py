@@ -48,27 +48,92 @@ def _loss(out):
 
 
 def _forms(record, rng, batch):
-    """``[(form, fn, diff_args, batched)]``: ``fn(*diff_args)`` the op's outputs."""
+    """``[(form, sample, diff_args, batched)]``: ``_form_function(record, sample, form)(*diff_args)``
+    the op's outputs."""
     samples = [s for s in record.samples(rng, np.float64)
                if s.diff_argnums() and all(np.size(s.args[i]) > 0 for i in s.diff_argnums())]
     if not samples:
         return []
     sample = samples[0]
     argnums = sample.diff_argnums()
-    call, _ = _closure(record, sample)
 
     def jitter(shape):
         return 1 + 0.01 * rng.standard_normal(shape)
 
-    forms = [("vmap", jax.vmap(call),
+    forms = [("vmap", sample,
               [np.asarray(sample.args[i])[None] * jitter((batch, *np.shape(sample.args[i]))) for i in argnums],
               [True] * len(argnums))]
     first = np.asarray(sample.args[0])
     if argnums[0] == 0 and first.ndim >= 2 and first.shape[0]:  # a vector's axis 0 is its data, not a batch
         tiled = np.concatenate([first] * -(-batch // first.shape[0]))[:batch] * jitter((batch, *first.shape[1:]))
-        forms.append(("direct", call, [tiled] + [np.asarray(sample.args[i]) for i in argnums[1:]],
+        forms.append(("direct", sample, [tiled] + [np.asarray(sample.args[i]) for i in argnums[1:]],
                       [True] + [False] * (len(argnums) - 1)))
     return forms
+
+
+def _form_function(record, sample, form):
+    """The record's function of the sample's differentiable arguments, vmapped in the ``vmap``
+    form."""
+    call, _ = _closure(record, sample)
+    return jax.vmap(call) if form == "vmap" else call
+
+
+# Where the record's public function has a namesake in JAX, JAX's own function is what a user
+# would otherwise call: a sharding JAX refuses with a ``ShardingTypeError`` (an uneven split of
+# a sharded axis under an ``Explicit`` mesh, operands of different shardings) is refused alike.
+_JAX_NAMESAKES = {"jaxrules.numpy.": "jax.numpy.", "jaxrules.scipy.": "jax.scipy.",
+                  "jaxrules.linalg.": "jax.lax.linalg."}
+
+
+def _resolve(path: str):
+    import importlib
+
+    module, _, attr = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return None
+
+
+def _jax_namesake(record):
+    """``(name, fn)``: the record's function with its public function replaced by JAX's function of
+    the same name (``jaxrules.numpy.pad`` -> ``jax.numpy.pad``), or None. The record's function is
+    the public one, or a lambda calling it by its name."""
+    import types
+
+    public = record.public[0]
+    ours = _resolve(public)
+    for prefix, theirs in _JAX_NAMESAKES.items():
+        name = theirs + public[len(prefix):]
+        namesake = _resolve(name) if public.startswith(prefix) else None
+        if namesake is None or ours is None:
+            continue
+        fn = record.fn
+        if fn is ours:
+            return name, namesake
+        attr = public.rpartition(".")[2]
+        if getattr(fn, "__globals__", {}).get(attr) is ours:  # a lambda calling it
+            swapped = types.FunctionType(fn.__code__, {**fn.__globals__, attr: namesake}, fn.__name__,
+                                         fn.__defaults__, fn.__closure__)
+            swapped.__kwdefaults__ = fn.__kwdefaults__
+            return name, swapped
+    return None
+
+
+def _jax_refuses_too(record, sample, form, args) -> str | None:
+    """The name of JAX's namesake of the record's function when it, too, raises a
+    ``ShardingTypeError`` on ``args`` (already sharded) under ``jit``; else None."""
+    import dataclasses
+
+    namesake = _jax_namesake(record)
+    if namesake is None:
+        return None
+    fn = _form_function(dataclasses.replace(record, fn=namesake[1]), sample, form)
+    try:
+        jax.jit(fn).lower(*args)
+    except Exception as err:  # noqa: BLE001 - which error JAX raises is the question
+        return namesake[0] if type(err).__name__ == "ShardingTypeError" else None
+    return None
 
 
 def _programs(fn, n):
@@ -124,8 +189,9 @@ def check_sharded(record, forms=("vmap", "direct"), modes=None) -> float | str:
     built = [f for f in _forms(record, rng, devices) if f[0] in forms]
     if not built:
         return "no sample with a non-empty differentiable argument"
-    worst, ran = 0.0, []
-    for form, fn, diff, batched in built:
+    worst, ran, refused = 0.0, [], []
+    for form, sample, diff, batched in built:
+        fn = _form_function(record, sample, form)
         tangents = [rng.standard_normal(np.shape(d)).astype(np.asarray(d).dtype) for d in diff]
         program = _programs(fn, len(diff))
         try:
@@ -140,7 +206,15 @@ def check_sharded(record, forms=("vmap", "direct"), modes=None) -> float | str:
                 specs = [NamedSharding(mesh, PSpec("data") if b else PSpec()) for b in batched]
                 args = [jax.device_put(d, s) for d, s in zip(diff, specs)]
                 ts = [jax.device_put(t, s) for t, s in zip(tangents, specs)]
-                got = jax.block_until_ready(program(args, ts))
+                try:
+                    got = jax.block_until_ready(program(args, ts))
+                except Exception as err:
+                    refusal = type(err).__name__ == "ShardingTypeError"
+                    namesake = refusal and _jax_refuses_too(record, sample, form, args)
+                    if not namesake:
+                        raise
+                    refused.append(f"{label}: refused (ShardingTypeError), as {namesake} refuses it")
+                    continue
             worst = max(worst, _compare(label, got, want))
             if form == "direct" and mode == "auto":
                 continue  # XLA's propagation picks un-annotated outputs' shardings (a reduction's: replicated)
@@ -153,4 +227,4 @@ def check_sharded(record, forms=("vmap", "direct"), modes=None) -> float | str:
         ran.append(form)
     if not ran:
         return "the op refuses both forms' inputs unsharded"
-    return worst
+    return (worst, "; ".join(refused)) if refused else worst
