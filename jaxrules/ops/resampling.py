@@ -340,7 +340,9 @@ def grid_sample_jvp(res, tx, tgrid, *, mode, padding_mode, align_corners):
     out = None if tx is None else _sample(tx, corners, grid.shape[1:-1])
     if tgrid is None or mode == "nearest":
         return out
-    t = tgrid.reshape(tgrid.shape[0], 1, math.prod(tgrid.shape[1:-1]), tgrid.shape[-1])
+    # (N, P, dims) then the channel axis: one reshape inserting it too is refused for a sharded N
+    # under an Explicit mesh
+    t = tgrid.reshape(tgrid.shape[0], math.prod(tgrid.shape[1:-1]), tgrid.shape[-1])[:, None]
     d_grid = jnp.sum(_grid_slope(x, corners) * t, axis=-1).reshape(x.shape[:2] + grid.shape[1:-1])
     return d_grid if out is None else out + d_grid
 
