@@ -131,15 +131,22 @@ def embedding_row_weights(indices, padding_idx, scale_grad_by_freq, num, dtype):
 def scatter_prod_weights(x, index, src, axis, include_self):
     """``(w_x, w_src)`` of a scatter product: each member's product of the other members of its
     slot (``segment_products_of_others``); an element not kept (``include_self=False`` and
-    scattered) has weight 0, one not scattered and not kept weight 1."""
+    scattered) has weight 0, one not scattered and not kept weight 1.
+
+    With ``include_self``, x's entry is a factor 1 in the segmented products (``w_x``: the
+    product of the slot's src members) and is multiplied into ``w_src`` by a gather: x is never
+    concatenated with src, so a batch-sharded x beside a replicated src stays sharded under an
+    ``Explicit`` mesh (only the entries scattered into are gathered)."""
     coords = scatter_coords(index, axis)
     target = jnp.ravel_multi_index(jnp.broadcast_arrays(*coords), x.shape, mode="clip").ravel()
-    own = jnp.arange(x.size)
-    if include_self:
-        others = segment_products_of_others(jnp.concatenate([x.ravel(), src.ravel()]), jnp.concatenate([own, target]))
-        return others[: x.size].reshape(x.shape), others[x.size :].reshape(src.shape)
-    others = segment_products_of_others(src.ravel(), target)
-    return jnp.where(scattered_mask(x.shape, coords), 0, 1).astype(x.dtype), others.reshape(src.shape)
+    if not include_self:
+        others = segment_products_of_others(src.ravel(), target)
+        return jnp.where(scattered_mask(x.shape, coords), 0, 1).astype(x.dtype), others.reshape(src.shape)
+    slots = jnp.ones(x.size, src.dtype)  # x's own factor, multiplied in below
+    others = segment_products_of_others(jnp.concatenate([slots, src.ravel()]),
+                                        jnp.concatenate([jnp.arange(x.size), target]))
+    w_src = others[x.size :].reshape(src.shape) * gather_at(x, coords, src)
+    return others[: x.size].reshape(x.shape), w_src
 
 
 def scatter_reduce_weights(res, *, axis, reduce, include_self):
