@@ -1,7 +1,7 @@
 """scaled_dot_product_attention and bilinear beyond the registry harness: torch 2.13 parity in
 float64 (values and gradients, masks of both kinds, causal with L != S, GQA, broadcasting),
 fully masked rows (output 0, zero gradients: torch 2.13's CPU kernels agree), zero-size
-inputs, and bad input naming the op and the argument."""
+inputs, bad input naming the op and the argument, and NaN/inf inputs through the kernel impl."""
 
 import jax
 import jax.numpy as jnp
@@ -211,6 +211,76 @@ def test_kernel_impl_matches_the_xla_formulas_with_a_batch_axis_and_under_vmap_a
     reference = jax.vmap(jax.grad(loss("xla"), argnums=(0, 1, 2)))(q, k, v)
     for a, b in zip(ours, reference):
         np.testing.assert_allclose(a, b, atol=1e-12)
+
+
+def _poisoned_qkv(where, value):
+    rng = np.random.default_rng(5)
+    q, k, v, ct = (rng.standard_normal((2, 9, 16)) for _ in range(4))
+    if where == "all keys":  # every score of query row 4 is -inf
+        k[..., 0] = np.abs(k[..., 0]) + 0.1
+        q[1, 4, 0] = value
+    else:
+        (q if where == "q" else k)[1, 4, 3] = value
+    return q, k, v, ct
+
+
+def _value_and_grads(impl, q, k, v, ct, is_causal):
+    f = lambda *a: scaled_dot_product_attention(*a, is_causal=is_causal, impl=impl)  # noqa: E731
+    return [f(q, k, v), *jax.grad(lambda *a: jnp.sum(ct * f(*a)), argnums=(0, 1, 2))(q, k, v)]
+
+
+def _assert_same(ours, expected):
+    for a, b in zip(ours, expected):
+        np.testing.assert_allclose(a, b, atol=1e-12, equal_nan=True)
+
+
+POISONS = [("q", np.nan), ("q", np.inf), ("q", -np.inf), ("k", np.nan), ("k", np.inf)]
+
+
+@pytest.mark.parametrize("where, value", POISONS)
+def test_kernel_impl_propagates_nonfinite_inputs_as_torch(where, value):
+    """A NaN or infinite q or k entry: the kernels' value and gradients (NaN pattern, infinities,
+    finite entries) are torch's and the XLA formulas'."""
+    q, k, v, ct = _poisoned_qkv(where, value)
+    tf = [torch.tensor(a, requires_grad=True) for a in (q, k, v)]
+    theirs = F.scaled_dot_product_attention(*tf)
+    (torch.tensor(ct) * theirs).sum().backward()
+    expected = [theirs.detach().numpy()] + [t.grad.numpy() for t in tf]
+    assert np.isnan(expected[0][1]).any() and np.isfinite(expected[0][0]).all()  # the poison reaches the output
+    _assert_same(_value_and_grads("pallas_interpret", q, k, v, ct, False), expected)
+    _assert_same(_value_and_grads("xla", q, k, v, ct, False), expected)
+
+
+@pytest.mark.parametrize("where, value", POISONS)
+def test_causal_kernel_impl_propagates_nonfinite_inputs_within_the_lower_triangle(where, value):
+    """Causal: the value is numpy's softmax over the keys at or before each query (a poisoned
+    key reaches the later queries only), as the XLA formulas'; dq and dk are the XLA formulas'.
+    dv_j = sum_(i >= j) P_ij dO_i is numpy's too: finite for the keys after a NaN query row,
+    which that row does not see. torch 2.13's causal kernel (and the XLA formulas' dv) give NaN
+    there as well: not compared."""
+    q, k, v, ct = _poisoned_qkv(where, value)
+    with np.errstate(invalid="ignore"):
+        s = np.where(np.tri(9, dtype=bool), q @ k.swapaxes(1, 2) / 4, -np.inf)  # scale 1/sqrt(16)
+        e = np.exp(s - s.max(-1, keepdims=True))
+        p = np.where(np.tri(9, dtype=bool), e / e.sum(-1, keepdims=True), 0)
+    ours = _value_and_grads("pallas_interpret", q, k, v, ct, True)
+    _assert_same([ours[0], ours[3]], [p @ v, p.swapaxes(1, 2) @ ct])
+    _assert_same(ours[:3], _value_and_grads("xla", q, k, v, ct, True)[:3])
+    assert np.isnan(ours[0][1]).any() and np.isfinite(ours[0][0]).all()
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_kernel_impl_gives_nan_where_every_score_is_minus_inf(is_causal):
+    """Query row 4's scores are all -inf (q[4, 0] = -inf, every k[:, 0] > 0): its softmax is
+    0 / 0 = NaN in the kernels, as in the nested XLA formulas; the masked keys of its block (9
+    rows in a block of 16; causal: the later keys) take no weight. The dense XLA formulas and
+    torch 2.13's CPU kernel give 0 there (their fully masked rows' convention)."""
+    q, k, v, ct = _poisoned_qkv("all keys", -np.inf)
+    ours = _value_and_grads("pallas_interpret", q, k, v, ct, is_causal)[0]
+    assert np.isnan(ours[1, 4]).all() and not np.isnan(np.delete(ours, 4, 1)).any()
+    theirs = F.scaled_dot_product_attention(*(torch.tensor(a) for a in (q, k, v)), is_causal=is_causal)
+    assert np.all(theirs[1, 4].numpy() == 0)
+    np.testing.assert_allclose(np.delete(ours, 4, 1), np.delete(theirs.numpy(), 4, 1), atol=1e-12)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -82,10 +82,12 @@ def _forward_kernel(first_ref, count_ref, length_ref, local_ref, q_ref, k_ref, v
         acc, m, norm = carry
         rows = pl.ds((first + i) * block, block)
         s = scale * _mm_nt(q, k_ref[rows, :])
-        s = jnp.where(_keep(local, i, length, block, causal), s, _NEG)
+        keep = _keep(local, i, length, block, causal)
+        s = jnp.where(keep, s, _NEG)
         m_new = jnp.maximum(m, s.max(-1))
         rescale = jnp.exp(m - m_new)
-        p = jnp.exp(s - m_new[:, None])
+        # masked keys weigh 0 also when every score of the row is below _NEG (-inf: then 0 / 0)
+        p = jnp.where(keep, jnp.exp(s - m_new[:, None]), 0)
         acc = acc * rescale[:, None] + _mm(p.astype(v_ref.dtype), v_ref[rows, :])
         return acc, m_new, norm * rescale + p.sum(-1)
 
@@ -93,7 +95,9 @@ def _forward_kernel(first_ref, count_ref, length_ref, local_ref, q_ref, k_ref, v
     stats = jnp.zeros((block,), acc_dtype)
     init = (jnp.zeros((block, dim), acc_dtype), stats + _NEG, stats)
     acc, m, norm = jax.lax.fori_loop(0, local + 1 if causal else count, body, init)
-    inside = _rows(local, length, block) & (norm > 0)
+    # only the rows outside the sequence are masked: a NaN normalizer (a NaN or +inf score) or a
+    # zero one (every score -inf) gives NaN, as torch's softmax and the XLA formulas
+    inside = _rows(local, length, block)
     safe = jnp.where(inside, norm, 1.0)
     o_ref[...] = jnp.where(inside[:, None], acc / safe[:, None], 0).astype(o_ref.dtype)
     lse_ref[...] = jnp.where(inside, m + jnp.log(safe), 0).astype(lse_ref.dtype)
