@@ -10,12 +10,17 @@ infinities with their signs, and the finite entries within a tolerance.
 Cases where they differ are listed below, each with its reason, and checked to differ (so that a
 fix shows up here as a failure to update the table): ``TORCH_WRONG`` where torch's answer is
 mathematically wrong and jaxrules keeps the right one (checked independently where that is
-simple), ``OPEN`` for differences not fixed yet, ``TORCH_RAISES`` where torch refuses the input
-(ours must then give a non-finite value). ``NOT_COMPARED``: the gradients torch cannot give."""
+simple), ``FOLLOWS_JAX`` where jaxrules gives what JAX's own op gives (an XLA primitive's
+non-finite arithmetic; checked: value and gradients equal JAX's), ``OPEN`` for differences not
+fixed yet, ``TORCH_RAISES`` where torch refuses the input (ours must then give a non-finite
+value). ``NOT_COMPARED``: the gradients torch cannot give."""
 
+import dataclasses
 import fnmatch
+from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -96,8 +101,7 @@ TORCH_WRONG: dict[str, str] = {
                                              "torch's own binary_cross_entropy_with_logits); torch's two-term form "
                                              "gives inf - inf = NaN",
 }
-# Not fixed yet; the owners' files (normalization, nested),
-# or not fixable in a formula (XLA's FFT and convolution).
+# Not fixed yet (normalization).
 _NORM_WEIGHT = "open: infinite weight w_j varying within a normalized group: the values are right (+-inf; torch: " \
     "NaN, see _AFFINE_INF), but the input gradient B(g w) = rstd (g w - E[g w] - x_hat E[g w x_hat]) meets " \
     "inf - inf in both (NaN at different entries); its limit is +-inf at every entry of the group (coefficient " \
@@ -118,17 +122,35 @@ OPEN: dict[str, str] = {
     "layer_norm/arg2/?inf": _NORM_WEIGHT,
     "layer_norm[[]pallas]/arg1/?inf": _KERNEL_WEIGHT,
     "nested.layer_norm/arg1/?inf": _NORM_WEIGHT,
-    # nested/
-    "nested.scaled_dot_product_attention[[]pallas]/arg[01]/*": "open: the kernel returns 0 (and finite gradients) "
-                                                              "where torch's output is NaN",
-    "scaled_dot_product_attention[[]pallas]/arg[01]/*": "open: the ragged kernels (impl='pallas', not the default) "
-                                                        "return 0 or +-inf where torch's output is NaN",
-    # ops/fft.py, ops/conv.py: XLA's primitives, not a formula
-    "irfft/arg0/?inf": "open: XLA's FFT gives NaN (inf - inf in its butterflies) at 3 of 14 outputs whose exact "
-                       "value is +-inf (torch's pocketfft: +-inf)",
-    "conv/arg1/*": "open: XLA's convolution skips the zero-padding taps, so outputs where a non-finite weight tap "
-                   "only meets padding stay finite; torch multiplies the padding zeros (0 inf = NaN)",
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class FollowsJax:
+    """``reason``; ``op``: JAX's own op with the record's signature, whose value and gradients at
+    the poisoned input ours must equal; ``numpy``: NumPy's op, whose value must equal too."""
+    reason: str
+    op: Callable
+    numpy: Callable | None = None
+
+
+def _lax_conv1d(x, w, b, stride, padding):
+    """The conv record's first sample (1-d, stride and symmetric padding) through lax."""
+    out = jax.lax.conv_general_dilated(x, w, (stride,), [(padding, padding)], dimension_numbers=("NCH", "OIH", "NCH"))
+    return out + b[:, None]
+
+
+# torch differs, and jaxrules gives what JAX's own op gives: a non-finite entry meeting an XLA
+# primitive's arithmetic, which no formula of ours can change.
+FOLLOWS_JAX: dict[str, FollowsJax] = {
+    "conv/arg1/*": FollowsJax("XLA's convolution (jax.lax.conv_general_dilated) skips the zero-padding taps, so an "
+                              "output where a non-finite weight tap meets only padding stays finite; torch multiplies "
+                              "the padding zeros (0 inf = NaN)", _lax_conv1d),
+    "irfft/arg0/?inf": FollowsJax("jaxrules.numpy.fft follows jax.numpy.fft (XLA's FFT): NaN (inf - inf in the "
+                                  "butterflies) at 3 of 14 outputs whose exact value is +-inf, as numpy.fft.irfft; "
+                                  "torch's pocketfft: +-inf there", jnp.fft.irfft, np.fft.irfft),
+}
+
 # torch refuses the input; ours must then return at least one non-finite value (never all finite;
 # a case also in ``OPEN`` must still return only finite values).
 TORCH_RAISES: dict[str, str] = {
@@ -281,6 +303,19 @@ def _check_right_answer(record, sample, argnum, value, reason, out, grads) -> li
     return []
 
 
+def _jax_differences(record, case, follows, out, grads) -> list[str]:
+    """How our value and gradients at ``case`` differ from JAX's own op's (and the value from
+    NumPy's): empty when equal (NaN pattern, infinities, finite entries within the tolerance)."""
+    program, _ = _program(dataclasses.replace(record, fn=follows.op), case)
+    j_out, j_grads = program([np.asarray(case.args[i]) for i in case.diff_argnums()])
+    found = _differences("value vs JAX's", out, j_out)
+    found += [d for g, jg in zip(grads, j_grads) for d in _differences("gradient vs JAX's", g, jg)]
+    if follows.numpy is not None:
+        with np.errstate(invalid="ignore"):
+            found += _differences("value vs NumPy's", out, follows.numpy(*case.args, **case.kwargs))
+    return found
+
+
 def _param(record):
     if record.torch_fn is None:
         return pytest.param(record, id=record.name, marks=pytest.mark.skip(reason="no torch reference to compare"))
@@ -322,12 +357,15 @@ def test_nonfinite_inputs_propagate_like_torch(record):
                     continue
                 expected = np.zeros_like(np.asarray(g)) if tg is None else tg
                 found += _differences(f"gradient of arg{i}", g, expected)
-            wrong, reason = _listed(TORCH_WRONG, key), _listed(OPEN, key)
+            wrong, reason, follows = _listed(TORCH_WRONG, key), _listed(OPEN, key), _listed(FOLLOWS_JAX, key)
             if wrong is not None and found:
                 right = _check_right_answer(record, sample, argnum, value, wrong, out, grads)
                 problems += [f"{key}: {p}" for p in right]
                 continue
-            reason = wrong or reason
+            if follows is not None and found:
+                problems += [f"{key}: {p}" for p in _jax_differences(record, case, follows, out, grads)]
+                continue
+            reason = wrong or reason or (follows and follows.reason)
             if reason is None and found:
                 problems.append(f"{key}: " + "; ".join(found))
             elif reason is not None and not found:
@@ -346,6 +384,6 @@ def test_uncompared_gradients_are_listed():
 def test_every_listed_case_exists():
     """Each key of the tables names a record and matches one of its cases."""
     keys = {_case_key(r, i, p) for r in RECORDS for i in _first_sample(r).diff_argnums() for p in POISONS}
-    for table in (TORCH_WRONG, OPEN, TORCH_RAISES):
+    for table in (TORCH_WRONG, FOLLOWS_JAX, OPEN, TORCH_RAISES):
         for pattern in table:
             assert any(fnmatch.fnmatchcase(k, pattern) for k in keys), pattern
