@@ -727,15 +727,16 @@ def lu_solve_jvp(res, tlu, tpiv, tb, *, trans):
 
 def lu_unpack_jvp(res, tlu, tpiv, *, k):
     """``(0, tril(dLU, -1), triu(dLU))`` restricted to L's and U's shapes (the unpacking is
-    linear)."""
+    linear; the matrix axes unsharded under an ``Explicit`` mesh, as the primal's)."""
     m, n = tlu.shape[-2:]
+    tlu = unsharded_along(tlu, (tlu.ndim - 2, tlu.ndim - 1))
     return jnp.zeros(tlu.shape[:-2] + (m, m), tlu.dtype), jnp.tril(tlu[..., :, :k], -1), jnp.triu(tlu[..., :k, :])
 
 
 def _block_exp_corner(a, e):
     """``expm([[A, E], [0, A]])[:n, n:]``: the Frechet derivative of expm at A along E (seed
     ``differential_analytic_matrix_function``)."""
-    from jax.scipy.linalg import expm
+    from jaxrules.partials.linalg import expm
 
     n = a.shape[-1]
     top = jnp.concatenate([a, e], axis=-1)

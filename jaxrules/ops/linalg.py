@@ -24,8 +24,9 @@ from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
 from jaxrules.batching import leading_batch_rule
-from jaxrules.mechanism import concrete_value, define_op, explicit_sharding
+from jaxrules.mechanism import concrete_value, define_op, explicit_sharding, unsharded_along
 from jaxrules.ops._sampling import normal
+from jaxrules.partials.linalg import expm as scaling_and_squaring_expm
 from jaxrules.registry import Sample, SingularPoint, record
 
 # ----------------------------------------------------------------------------------------------
@@ -280,7 +281,22 @@ eigvalsh_op = define_op("eigvalsh", lambda a: jnp.linalg.eigh(a)[0], J.eigvalsh_
 # leaves some singular vectors finite (a permutation) that belong to no limit; torch: all NaN.
 svd_op = define_op("svd", lambda a, *, full_matrices: _all_nan_where(_nonfinite, a, lambda a: tuple(jnp.linalg.svd(a, full_matrices=full_matrices))), J.svd_jvp, R.svd_vjp, lambda out, a, **_: out)
 svdvals_op = define_op("svdvals", lambda a: _all_nan_where(_nonfinite, a, lambda a: jnp.linalg.svd(a, full_matrices=False)[1]), J.svdvals_jvp, R.svdvals_vjp, lambda out, a: svd_op(a, full_matrices=False)[::2])
-qr_op = define_op("qr", lambda a, *, complete: tuple(jnp.linalg.qr(a, "complete" if complete else "reduced")), J.qr_jvp, R.qr_vjp, lambda out, a, **_: out)
+def _qr_primal(a, *, complete):
+    """``jnp.linalg.qr``; under an ``Explicit`` mesh the matrix axes unsharded and the factoring
+    run per shard of the leading (batch) axes (JAX's QR lowering builds its triangle mask
+    unsharded beside a sharded batch and fails)."""
+    def factor(x):
+        return tuple(jnp.linalg.qr(x, "complete" if complete else "reduced"))
+
+    a = unsharded_along(a, (a.ndim - 2, a.ndim - 1))
+    sharding = explicit_sharding(a)
+    if sharding is None or all(e is None for e in sharding.spec):
+        return factor(a)
+    spec = jax.sharding.PartitionSpec(*sharding.spec, *(None,) * (a.ndim - len(sharding.spec)))
+    return jax.shard_map(factor, mesh=sharding.mesh, in_specs=spec, out_specs=(spec, spec))(a)
+
+
+qr_op = define_op("qr", _qr_primal, J.qr_jvp, R.qr_vjp, lambda out, a, **_: out, batch=leading_batch_rule(_qr_primal))
 eig_op = define_op("eig", lambda a: tuple(jnp.linalg.eig(a)), J.eig_jvp, R.eig_vjp, lambda out, a: out)
 eigvals_op = define_op("eigvals", lambda a: jnp.linalg.eig(a)[0], J.eigvals_jvp, R.eigvals_vjp, lambda out, a: eig_op(a)[1])
 
@@ -329,8 +345,10 @@ lu_solve_op = define_op("lu_solve", lambda lu, piv, b, *, trans: P.lu_solve(lu, 
 
 
 def _lu_unpack_primal(lu, piv, *, k):
+    """The parts are cut out of the matrix: under an ``Explicit`` mesh its two axes unsharded
+    first (leading batch axes stay as they are)."""
     perm = lax.linalg.lu_pivots_to_permutation(piv, lu.shape[-2])
-    return (_permutation_matrix(perm, lu.dtype), *P.lu_parts(lu))
+    return (_permutation_matrix(perm, lu.dtype), *P.lu_parts(unsharded_along(lu, (lu.ndim - 2, lu.ndim - 1))))
 
 
 lu_unpack_op = define_op("lu_unpack", _lu_unpack_primal, J.lu_unpack_jvp, R.lu_unpack_vjp, lambda out, lu, piv, **_: ())
@@ -339,13 +357,7 @@ lu_unpack_op = define_op("lu_unpack", _lu_unpack_primal, J.lu_unpack_jvp, R.lu_u
 # ----------------------------------------------------------------------------------------------
 # Ops: Matrix exponential, Householder products
 
-def _expm_primal(a):
-    from jax.scipy.linalg import expm as _expm
-
-    return _expm(a)
-
-
-expm_op = define_op("expm", _expm_primal, J.expm_jvp, R.expm_vjp)
+expm_op = define_op("expm", scaling_and_squaring_expm, J.expm_jvp, R.expm_vjp)
 
 
 def _householder_primal(a, tau):
@@ -1474,9 +1486,10 @@ def _torch_qr_invariants(torch, a, mode="reduced"):
 
 def _eig_invariants(a):
     """Eigenvalues and ``|V|^2``, ordered by the eigenvalues (LAPACK's order is not stable across
-    precisions)."""
+    precisions). The order is piecewise constant: its keys carry no tangent (JAX's sort JVP rule
+    adds an iota without the batch sharding, refused under vmap on an ``Explicit`` mesh)."""
     w, v = eig(a)
-    order = jnp.lexsort((w.imag, w.real))
+    order = jnp.lexsort(lax.stop_gradient((w.imag, w.real)))
     return jnp.take_along_axis(w, order, -1), jnp.take_along_axis(_abs2(v), order[..., None, :], -1)
 
 

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import math
+
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -101,11 +104,26 @@ def pair_products(s):
     return jnp.where(eye, 0, prod_of_others(without_i, (without_i.ndim - 1,)))
 
 
+@jax.custom_batching.custom_vmap
+def _any_over_batch(bad):
+    """``any(bad)``; under ``vmap`` over the batch too, so the result is not batched: JAX's
+    batching rule of a host callback slices its batched arguments one entry at a time, which a
+    batch axis sharded over an ``Explicit`` mesh refuses (a slice of one of 8 shards)."""
+    return jnp.any(bad)
+
+
+@_any_over_batch.def_vmap
+def _any_over_batch_vmap(axis_size, in_batched, bad):
+    del axis_size, in_batched
+    return _any_over_batch(bad), False
+
+
 def check_gauge(im_diag, op):
     """torch's gauge check for complex eigen/singular vectors: the loss must not depend on
-    their phases, i.e. ``Im diag(V^H gV)`` must vanish (``allclose(., 0, 1e-2, 1e-2)``)."""
+    their phases, i.e. ``Im diag(V^H gV)`` must vanish (``allclose(., 0, 1e-2, 1e-2)``); under
+    ``vmap``, for any entry of the batch."""
     runtime_check(
-        jnp.any(jnp.abs(im_diag) > 1e-2),
+        _any_over_batch(jnp.abs(im_diag) > 1e-2),
         f"{op}: the eigenvectors/singular vectors in the complex case are specified up to "
         "multiplication by e^{i phi}; the loss depends on this phase, so its gradient is "
         "ill-defined (make the loss invariant, e.g. use abs(V) or V @ V^H).",
@@ -273,3 +291,52 @@ def reflector_sequence(a, tau, *, adjoint, reverse):
     k = tau.shape[-1]
     order = range(k - 1, -1, -1) if reverse else range(k)
     return [(j, adjoint) for j in order]
+
+
+# Scaling and squaring (Higham 2005, as ``jax.scipy.linalg.expm``): the Pade order m whose bound
+# theta_m covers ||A||_1, else order 13 after scaling A by 2^-s; float64 and float32 bounds.
+_EXPM_ORDERS = {
+    8: ((3, 5, 7, 9, 13), (1.495585217958292e-2, 2.539398330063230e-1, 9.504178996162932e-1, 2.097847961257068,
+                           5.371920351148152)),
+    4: ((3, 5, 7), (4.258730016922831e-1, 1.880152677804762, 3.925724783138660)),
+}
+
+
+def _precise(a, b):
+    return jnp.matmul(a, b, precision=lax.Precision.HIGHEST)
+
+
+def _pade(a, m):
+    """The numerator and denominator of exp's ``[m/m]`` Pade approximant at A: ``V + U`` and
+    ``V - U``, ``U`` the odd terms, ``V`` the even ones (coefficients
+    ``(2m-k)! m! / ((2m)! k! (m-k)!)``)."""
+    f = math.factorial
+    c = [f(2 * m - k) * f(m) / (f(2 * m) * f(k) * f(m - k)) for k in range(m + 1)]
+    powers = [jnp.eye(a.shape[-1], dtype=a.dtype), _precise(a, a)]
+    while len(powers) <= m // 2:
+        powers.append(_precise(powers[-1], powers[1]))
+    u = _precise(a, sum(c[2 * j + 1] * powers[j] for j in range(len(powers)) if 2 * j + 1 <= m))
+    v = sum(c[2 * j] * powers[j] for j in range(len(powers)))
+    return v + u, v - u
+
+
+def expm(a, max_squarings=16):
+    """``exp(A)`` of square matrices ``(..., n, n)`` by scaling and squaring with Pade
+    approximants, ``jax.scipy.linalg.expm``'s algorithm (NaN beyond ``max_squarings``). The order
+    is picked by comparisons of ``||A||_1`` with its bounds, where JAX's ``jnp.digitize`` runs a
+    searchsorted scan that fails under ``vmap`` on an ``Explicit`` mesh."""
+    if a.ndim > 2:
+        return jax.vmap(lambda x: expm(x, max_squarings))(a)
+    orders, bounds = _EXPM_ORDERS[8 if a.real.dtype.itemsize >= 8 else 4]
+    norm = jnp.max(jnp.sum(jnp.abs(a), axis=0), initial=0)
+    squarings = jnp.maximum(0, jnp.floor(jnp.log2(norm / bounds[-1])))
+    order = sum((norm >= b).astype(jnp.int32) for b in bounds[:-1])
+    scaled = a / (2 ** squarings).astype(a.dtype)
+    p, q = lax.switch(order, [lambda x, m=m: _pade(x, m) for m in orders], scaled)
+    r = jnp.linalg.solve(q, p)
+
+    def square(r, i):
+        return lax.cond(i < squarings, lambda x: _precise(x, x), lambda x: x, r), None
+
+    r = lax.scan(square, r, jnp.arange(max_squarings, dtype=squarings.dtype))[0]
+    return jnp.where(squarings > max_squarings, jnp.nan, r)
