@@ -2,8 +2,9 @@
 
 For every record: its first float64 sample, one element of each differentiable argument in turn
 set to NaN, +inf and -inf (the middle element, flat index ``size // 2``): 168 records, 741 cases.
-The op's value and the gradient of ``sum(Re(out))`` (one jitted program per record, called for
-every poisoned input) against the record's torch reference with autograd on the same input
+The op's value and the gradient of ``sum(Re(out))`` (of ``sum(Re(g out))``, ``g`` standard
+normal, for the cases in ``GENERIC_COTANGENT``; one jitted program per record, called for every
+poisoned input) against the record's torch reference with autograd on the same input
 (``jaxrules.testing._torch_grads``, as the harness's torch check): the NaN pattern, the
 infinities with their signs, and the finite entries within a tolerance.
 
@@ -96,6 +97,9 @@ TORCH_WRONG: dict[str, str] = {
                                                   "is -inf + inf = NaN",
     "hardswish/arg0/nan": "NaN in, NaN out; torch's where chain falls through to the x > 3 branch (gradient 1)",
     "batch_norm/arg1/?inf": _AFFINE_INF + " (checked against numpy's w x_hat + b); the gradients agree here",
+    "instance_norm/arg1/?inf": _AFFINE_INF + " (checked against numpy's w x_hat + b); the gradients agree at "
+                               "the generic cotangent g (see GENERIC_COTANGENT; the input gradient checked "
+                               "against numpy's w B(g))",
     "multilabel_soft_margin_loss/arg1/?inf": "the loss -(y logsigmoid(x) + (1 - y) logsigmoid(-x)) = (1 - y) x - "
                                              "logsigmoid(x) is linear in the target y: -+inf x at y = +-inf (as "
                                              "torch's own binary_cross_entropy_with_logits); torch's two-term form "
@@ -107,16 +111,15 @@ _NORM_WEIGHT = "open: infinite weight w_j varying within a normalized group: the
     "inf - inf in both (NaN at different entries); its limit is +-inf at every entry of the group (coefficient " \
     "-(1 + x_hat_i x_hat_j) / n + [i = j] of w_j). Right would be B(g w_finite) + inf B(g sign(w) [|w| = inf]), " \
     "a second projection pass in the backward (or a device-side cond), not done"
-_GROUP_WEIGHT = "open: infinite weight, one per group: the values are right (see _AFFINE_INF); the input gradient " \
-    "w B(g) (w B(g) = B(g w) for a per-group w: +-inf for a generic cotangent) at this test's all-ones " \
-    "cotangent is w times B(1) = 0 computed as rounding residuals, +-inf or NaN (an exact 0) by each " \
-    "implementation's residual (the loss sum(y) is itself inf - inf = NaN there): nothing to match"
+_GROUP_WEIGHT = "infinite weight, one per normalized group: the input gradient w B(g) (w B(g) = B(g w) for a " \
+    "per-group w: +-inf for a generic cotangent) at the all-ones cotangent is w times B(1) = 0 computed as " \
+    "rounding residuals, +-inf or NaN (an exact 0) by each implementation's residual (the loss sum(y) is itself " \
+    "inf - inf = NaN there): nothing to match; compared at a generic cotangent instead"
 _KERNEL_WEIGHT = "open: infinite weight through the fused kernels (norm_kernels.py; their backward computes " \
     "B(g w) as the XLA formula did before w B(g) for per-channel weights): see _NORM_WEIGHT / _GROUP_WEIGHT"
 OPEN: dict[str, str] = {
     # ops/normalization.py, nested/
     "batch_norm[[]pallas]/arg1/?inf": _KERNEL_WEIGHT,
-    "instance_norm/arg1/?inf": _GROUP_WEIGHT,
     "group_norm/arg2/?inf": _NORM_WEIGHT,
     "group_norm[[]pallas]/arg2/?inf": _KERNEL_WEIGHT,
     "layer_norm/arg2/?inf": _NORM_WEIGHT,
@@ -149,6 +152,11 @@ FOLLOWS_JAX: dict[str, FollowsJax] = {
     "irfft/arg0/?inf": FollowsJax("jaxrules.numpy.fft follows jax.numpy.fft (XLA's FFT): NaN (inf - inf in the "
                                   "butterflies) at 3 of 14 outputs whose exact value is +-inf, as numpy.fft.irfft; "
                                   "torch's pocketfft: +-inf there", jnp.fft.irfft, np.fft.irfft),
+}
+
+# Cases compared at a generic cotangent (standard normal, seed 0) instead of all ones.
+GENERIC_COTANGENT: dict[str, str] = {
+    "instance_norm/arg1/?inf": _GROUP_WEIGHT,
 }
 
 # torch refuses the input; ours must then return at least one non-finite value (never all finite;
@@ -241,15 +249,21 @@ def _program(record, sample):
     ct = jax.tree.map(lambda o: np.ones(o.shape, o.dtype), jax.eval_shape(f, *args))
 
     @jax.jit
-    def value_and_grads(a):
+    def value_and_grads(a, ct):
         return f(*a), jax.grad(_loss(f, ct), argnums=tuple(range(len(a))))(*a)
 
     return value_and_grads, ct
 
 
-def _check_right_answer(record, sample, argnum, value, reason, out, grads) -> list[str]:
-    """Where torch is listed as wrong, what jaxrules gives instead is checked independently for the
-    cases where that is simple: ``[]`` when right (or not checked), else the problems."""
+def _generic(ct):
+    """A cotangent like ``ct``, standard normal (seed 0)."""
+    return jax.tree.map(lambda o: np.random.default_rng(0).standard_normal(o.shape).astype(o.dtype), ct)
+
+
+def _check_right_answer(record, sample, argnum, value, reason, out, grads, ct) -> list[str]:
+    """Where torch is listed as wrong, what jaxrules gives instead (at the cotangent ``ct``) is
+    checked independently for the cases where that is simple: ``[]`` when right (or not checked),
+    else the problems."""
     k = np.asarray(sample.args[argnum]).size // 2
     if reason == _MULTILINEAR:
         # The poisoned entry's own partial derivative is torch's at the unpoisoned sample.
@@ -268,12 +282,18 @@ def _check_right_answer(record, sample, argnum, value, reason, out, grads) -> li
         if record.name == "det":  # its gradient
             return _differences("gradient", grads[0], cof)
         return _differences("value", out, cof.T)
-    if record.name == "batch_norm" and argnum == 1:  # numpy's w x_hat + b (training statistics)
+    if record.name in ("batch_norm", "instance_norm") and argnum == 1:  # numpy's w x_hat + b (batch statistics)
         x, w, b = (np.asarray(a) for a in _poisoned(sample, argnum, value).args[:3])
-        axes = (0, *range(2, x.ndim))
-        view = (1, -1) + (1,) * (x.ndim - 2)
-        xhat = (x - x.mean(axes, keepdims=True)) / np.sqrt(x.var(axes, keepdims=True) + 1e-5)
-        return _differences("value", out, w.reshape(view) * xhat + b.reshape(view))
+        axes = (0, *range(2, x.ndim)) if record.name == "batch_norm" else tuple(range(2, x.ndim))
+        w, b = (a.reshape((1, -1) + (1,) * (x.ndim - 2)) for a in (w, b))
+        rstd = 1 / np.sqrt(x.var(axes, keepdims=True) + 1e-5)
+        xhat = (x - x.mean(axes, keepdims=True)) * rstd
+        problems = _differences("value", out, w * xhat + b)
+        if record.name == "instance_norm":  # the input gradient w B(g)
+            g = np.asarray(ct)
+            proj = rstd * (g - g.mean(axes, keepdims=True) - xhat * (g * xhat).mean(axes, keepdims=True))
+            problems += _differences("input gradient", grads[0], w * proj)
+        return problems
     if record.name == "qr":  # the poisoned column c enters Q[:, c:], R[c:, c:] and R[:, c] (R[i, j] = q_i^H a_j)
         a = np.asarray(_poisoned(sample, argnum, value).args[0])
         ours = [np.asarray(x) for x in jax.tree.leaves(out)]
@@ -303,11 +323,11 @@ def _check_right_answer(record, sample, argnum, value, reason, out, grads) -> li
     return []
 
 
-def _jax_differences(record, case, follows, out, grads) -> list[str]:
+def _jax_differences(record, case, follows, out, grads, ct) -> list[str]:
     """How our value and gradients at ``case`` differ from JAX's own op's (and the value from
     NumPy's): empty when equal (NaN pattern, infinities, finite entries within the tolerance)."""
     program, _ = _program(dataclasses.replace(record, fn=follows.op), case)
-    j_out, j_grads = program([np.asarray(case.args[i]) for i in case.diff_argnums()])
+    j_out, j_grads = program([np.asarray(case.args[i]) for i in case.diff_argnums()], ct)
     found = _differences("value vs JAX's", out, j_out)
     found += [d for g, jg in zip(grads, j_grads) for d in _differences("gradient vs JAX's", g, jg)]
     if follows.numpy is not None:
@@ -333,10 +353,11 @@ def test_nonfinite_inputs_propagate_like_torch(record):
         for poison, value in POISONS.items():
             case = _poisoned(sample, argnum, value)
             key = _case_key(record, argnum, poison)
-            out, grads = program([np.asarray(case.args[i]) for i in diff])
+            case_ct = _generic(ct) if _listed(GENERIC_COTANGENT, key) else ct
+            out, grads = program([np.asarray(case.args[i]) for i in diff], case_ct)
             raises = _listed(TORCH_RAISES, key)
             try:
-                t_out, t_grads = _torch_grads(torch, record, case, ct)
+                t_out, t_grads = _torch_grads(torch, record, case, case_ct)
             except (RuntimeError, ValueError) as err:  # e.g. LAPACK refusing a NaN matrix
                 finite = all(np.isfinite(np.asarray(o, np.complex128)).all() for o in jax.tree.leaves(out))
                 if raises is None:
@@ -359,11 +380,11 @@ def test_nonfinite_inputs_propagate_like_torch(record):
                 found += _differences(f"gradient of arg{i}", g, expected)
             wrong, reason, follows = _listed(TORCH_WRONG, key), _listed(OPEN, key), _listed(FOLLOWS_JAX, key)
             if wrong is not None and found:
-                right = _check_right_answer(record, sample, argnum, value, wrong, out, grads)
+                right = _check_right_answer(record, sample, argnum, value, wrong, out, grads, case_ct)
                 problems += [f"{key}: {p}" for p in right]
                 continue
             if follows is not None and found:
-                problems += [f"{key}: {p}" for p in _jax_differences(record, case, follows, out, grads)]
+                problems += [f"{key}: {p}" for p in _jax_differences(record, case, follows, out, grads, case_ct)]
                 continue
             reason = wrong or reason or (follows and follows.reason)
             if reason is None and found:
@@ -384,6 +405,6 @@ def test_uncompared_gradients_are_listed():
 def test_every_listed_case_exists():
     """Each key of the tables names a record and matches one of its cases."""
     keys = {_case_key(r, i, p) for r in RECORDS for i in _first_sample(r).diff_argnums() for p in POISONS}
-    for table in (TORCH_WRONG, FOLLOWS_JAX, OPEN, TORCH_RAISES):
+    for table in (TORCH_WRONG, FOLLOWS_JAX, GENERIC_COTANGENT, OPEN, TORCH_RAISES):
         for pattern in table:
             assert any(fnmatch.fnmatchcase(k, pattern) for k in keys), pattern
