@@ -25,8 +25,8 @@ In a process with one device the kernels are called directly; on one device of s
 ``shard_map`` (every mesh axis manual) or with no sharding at all, JAX lowers the kernel as it
 is. (``custom_partitioning``'s lowering needs the program's devices, which ``jit`` provides only
 when its jaxpr shows such a primitive: the ops' primals bind ``mechanism.primal_on_devices_p``
-for it.) Under ``vmap``
-the kernels run unpartitioned (``custom_vmap``: the kernel under ``jax.vmap``). Under an
+for it.) Under ``vmap`` (``custom_vmap``) the vmapped kernel is an op of its own, partitioned
+along the vmapped axis: the examples are independent, each device runs its slice. Under an
 ``Explicit`` mesh the shardings are known when tracing: the same ``partition`` callbacks decide
 then and the kernels run under ``jax.shard_map``.
 """
@@ -102,12 +102,15 @@ def local_shape(x: jax.Array) -> tuple:
     return tuple(out)
 
 
-def _kernel_op(impl, n_arrays: int, rule, partition):
+def _kernel_op(impl, n_arrays: int, rule, partition, n_static: int | None = None):
     """``impl(*arrays, *statics)`` as a partitioned op: ``rule(*statics, mesh, value_types,
     result_types)`` its Shardy rule (an einsum-like string, or one with a dict of its keywords),
     ``partition(*statics, mesh, arg_shapes, result_shape) -> (lower_fn, result_shardings,
-    arg_shardings)`` its per-device lowering; under ``vmap`` ``impl`` runs unpartitioned."""
-    n_static = len(inspect.signature(impl).parameters) - n_arrays
+    arg_shardings)`` its per-device lowering (``n_static``: the number of statics, by default
+    read from ``impl``'s signature); under ``vmap`` the vmapped ``impl`` is partitioned along the
+    batch (``_vmapped_kernel_op``)."""
+    if n_static is None:
+        n_static = len(inspect.signature(impl).parameters) - n_arrays
     op = custom_partitioning(impl, static_argnums=tuple(range(n_arrays, n_arrays + n_static)))
 
     def _partition(*args):
@@ -121,22 +124,56 @@ def _kernel_op(impl, n_arrays: int, rule, partition):
         arrays, statics = args[:n_arrays], args[n_arrays:]
         if jax.device_count() == 1:  # nothing to partition
             return impl(*args)
-        mesh = explicit_mesh(arrays)
-        if mesh is not None:
-            return _explicit_call(partition, impl, mesh, arrays, statics)
 
         @jax.custom_batching.custom_vmap
-        def run(*arrays):
+        def run(*arrays):  # the mesh is read here, where the arrays are whole (not vmap's examples)
+            mesh = explicit_mesh(arrays)
+            if mesh is not None:
+                return _explicit_call(partition, impl, mesh, arrays, statics)
             return op(*arrays, *statics)
 
         @run.def_vmap
         def _vmap_rule(axis_size, in_batched, *arrays):
-            out = jax.vmap(lambda *a: impl(*a, *statics), in_axes=[0 if b else None for b in in_batched])(*arrays)
+            out = _vmapped_kernel_op(impl, tuple(statics), tuple(in_batched), tuple(a.ndim for a in arrays))(*arrays)
             return out, jax.tree_util.tree_map(lambda _: True, out)
 
         return run(*arrays)
 
     return call
+
+
+@functools.lru_cache(maxsize=256)
+def _vmapped_kernel_op(impl, statics: tuple, in_batched: tuple, ndims: tuple):
+    """``impl`` under ``jax.vmap`` (leading axis of the arrays ``in_batched``) as a partitioned op:
+    the examples are independent, so each device runs the vmapped kernel on its slice of the
+    batch (sharded as the first batched array's leading axis, where it splits evenly), the
+    unbatched arrays replicated; every other dimension replicated. ``ndims``: the arrays' ranks."""
+
+    def vmapped(*arrays):
+        return jax.vmap(lambda *a: impl(*a, *statics), in_axes=[0 if b else None for b in in_batched])(*arrays)
+
+    def rule(mesh, value_types, result_types):
+        factors = []
+
+        def dims(batched, ndim):
+            names = [f"d{len(factors) + i}" for i in range(ndim - batched)]
+            factors.extend(names)
+            return " ".join((["b"] if batched else []) + names)
+
+        args = [dims(b, n) for b, n in zip(in_batched, ndims)]
+        results = [dims(True, len(t.shape)) for t in result_types]
+        return f"{', '.join(args)} -> {', '.join(results)}", {"need_replication_factors": tuple(factors)}
+
+    def partition(mesh, arg_shapes, result_shape):
+        axes = even_axes(mesh, next(a for a, b in zip(arg_shapes, in_batched) if b), 0)
+
+        def sharding(shape, batched):
+            return named(mesh, *([axes] if batched else []), *[()] * (len(shape) - batched))
+
+        results = jax.tree_util.tree_map(lambda r: sharding(r.shape, True), result_shape)
+        return vmapped, results, tuple(sharding(a.shape, b) for a, b in zip(arg_shapes, in_batched))
+
+    return _kernel_op(vmapped, len(in_batched), rule, partition, n_static=0)
 
 
 def explicit_mesh(arrays) -> jax.sharding.Mesh | None:

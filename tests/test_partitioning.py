@@ -120,6 +120,25 @@ def _worker_extras():
                                                              jax.tree.leaves(p(x, w))))
     print(json.dumps({"case": "uncommitted", "errors": errors}), flush=True)
 
+    # Under vmap with per-example weights (the weights batched too: the kernels under jax.vmap):
+    # the vmapped kernels are partitioned along the vmapped axis, in both mesh modes.
+    for name, fn in (("layer_norm", lambda x, w: layer_norm(x, 5, w, impl="pallas_interpret")),
+                     ("rms_norm", lambda x, w: rms_norm(x, 5, w, impl="pallas_interpret"))):
+        xb, wb = rng.standard_normal((8, 3, 5)), rng.standard_normal((8, 5)) + 1
+        grad = jax.value_and_grad(lambda x, w: jnp.sum(jnp.sin(jax.vmap(fn)(x, w))), (0, 1))  # noqa: B023
+        want = grad(xb, wb)
+        for kind in (AxisType.Auto, AxisType.Explicit):
+            mesh = jax.make_mesh((8,), ("data",), axis_types=(kind,))
+            with jax.set_mesh(mesh):
+                args = [jax.device_put(v, NamedSharding(mesh, P("data"))) for v in (xb, wb)]
+                compiled = jax.jit(grad).lower(*args).compile()
+                got = compiled(*args)
+            print(json.dumps({"case": f"vmap {name} {kind}", "error": max(
+                float(np.max(np.abs(np.asarray(g) - np.asarray(e)))) for g, e in zip([got[0], *got[1]],
+                                                                                    [want[0], *want[1]])),
+                "specs": [str(g.sharding.spec) for g in got[1]],
+                "gathers": len(re.findall(r" all-gather(?:-start)?\(", compiled.as_text()))}), flush=True)
+
     seen = []
     original = dispatch.layer_norm_plan, dispatch.grouped_plan, dispatch.rms_norm_plan
     dispatch.layer_norm_plan = lambda platform, kind, m, n, *a: seen.append(("layer_norm", m, n)) or original[0](
@@ -200,6 +219,17 @@ def test_jit_lowers_the_kernels_of_arrays_on_no_mesh_in_a_process_of_several_dev
     errors = results["uncommitted"]["errors"]
     assert set(errors) == {"layer_norm", "rms_norm", "batch_norm"}
     assert all(e < 1e-12 for e in errors.values()), errors
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("mode", ["Auto", "Explicit"])
+def test_vmapped_kernels_are_partitioned_along_the_vmapped_axis(results, op, mode):
+    """vmap over a batch-sharded axis with per-example weights: the kernels run under jax.vmap (no
+    rows fold), each device on its examples: no all-gather, gradients sharded as the inputs."""
+    row = results[f"vmap {op} AxisType.{mode}"]
+    assert row["error"] < 1e-12, row
+    assert row["gathers"] == 0, row
+    assert all(spec.startswith("P('data'") for spec in row["specs"]), row
 
 
 def test_the_dispatch_decides_on_each_devices_shard_under_an_explicit_mesh(results):

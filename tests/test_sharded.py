@@ -23,7 +23,7 @@ SUBSET = 24
 _EXPLICIT_RESHAPE = "open: under an Explicit mesh a reshape of the batch-sharded input needs out_sharding"
 _CONCATENATE = ("open: under an Explicit mesh the prod weights concatenate x (batch-sharded) with src (replicated): "
                 "operands of different shardings")
-_KERNEL_VMAP = ("open: under vmap the fused kernels run unpartitioned (custom_vmap), so the sharded batch is "
+_KERNEL_VMAP = ("open: the ragged attention kernels have no partitioning rule: under jit the sharded batch is "
                 "gathered and the gradient comes back replicated")
 SHARDED_OPEN = {
     "conv": _EXPLICIT_RESHAPE,
@@ -36,7 +36,6 @@ SHARDED_OPEN = {
     "qr": "open: under an Explicit mesh a select's condition and cases have different shardings",
     "scatter_reduce_prod": _CONCATENATE,
     **{name: _KERNEL_VMAP for name in (
-        "batch_norm[pallas]", "group_norm[pallas]", "layer_norm[pallas]", "rms_norm[pallas]",
         "scaled_dot_product_attention[pallas]", "nested.scaled_dot_product_attention[pallas]")},
 }
 # Refused as JAX's own function of the same name refuses the same sharding (the check says so in
