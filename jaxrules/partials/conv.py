@@ -9,8 +9,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.sharding import PartitionSpec
 
-from jaxrules.mechanism import explicit_sharding
+from jaxrules.mechanism import define_op, explicit_sharding
 from jaxrules.partials.indexing import zeros_sharded_like
 from jaxrules.partials.normalization import stat_dtype
 
@@ -23,17 +24,14 @@ def _conv_numbers(ndim, lhs, rhs, out):
                                     out_spec=out + tuple(range(2, ndim)))
 
 
-def conv(x, w, stride, padding, dilation, groups):
-    """torch's convolution without bias: ``padding`` is ((lo, hi), ...) per spatial axis."""
+def _conv(x, w, stride, padding, dilation, groups):
     return lax.conv_general_dilated(
         x, w, window_strides=stride, padding=padding, rhs_dilation=dilation, feature_group_count=groups,
         dimension_numbers=_conv_numbers(x.ndim, (0, 1), (0, 1), (0, 1)),
     )
 
 
-def conv_input_grad(g, w, in_spatial, stride, padding, dilation, groups):
-    """The transposed convolution (seed ``convolution_backward``'s grad_input): ``g`` (strides
-    become input dilation) against the flipped kernel with in/out channels swapped per group."""
+def _conv_input_grad(g, w, in_spatial, stride, padding, dilation, groups):
     o, i_g, *kernel = w.shape
     swapped = w.reshape(groups, o // groups, i_g, *kernel).swapaxes(1, 2).reshape(groups * i_g, o // groups, *kernel)
     flipped = jnp.flip(swapped, axis=tuple(range(2, w.ndim)))
@@ -47,10 +45,7 @@ def conv_input_grad(g, w, in_spatial, stride, padding, dilation, groups):
     )
 
 
-def conv_weight_grad(x, g, kernel, stride, padding, dilation, groups, out_sharding=None):
-    """seed ``convolution_backward``'s grad_weight: ``x`` (channels as the batch) correlated with
-    ``g`` (strides become kernel dilation), one group per batch group; ``out_sharding`` the
-    weight's (an ``Explicit`` mesh asks for it: the batch contracted may be sharded)."""
+def _conv_weight_grad(x, g, kernel, stride, padding, dilation, groups, out_sharding=None):
     pads = []
     for n, k, s, (lo, _), d, out in zip(x.shape[2:], kernel, stride, padding, dilation, g.shape[2:]):
         pads.append((lo, (k - 1) * d + (out - 1) * s + 1 - n - lo))
@@ -58,6 +53,100 @@ def conv_weight_grad(x, g, kernel, stride, padding, dilation, groups, out_shardi
         x, g, window_strides=dilation, padding=pads, rhs_dilation=stride, batch_group_count=groups,
         dimension_numbers=_conv_numbers(x.ndim, (1, 0), (1, 0), (1, 0)), out_sharding=out_sharding,
     )
+
+
+# The three bilinear maps of a convolution are the gradients of the trilinear form
+# T(x, w, g) = <conv(x, w), g> in each argument: "out" conv(x, w) (T's gradient in g), "input"
+# conv_input_grad(g, w) (in x), "weight" conv_weight_grad(x, g) (in w). One op of two arguments
+# ``(a, b)`` computes each, so the formulas of the convolution ops are calls of it, and vmapping
+# them uses its batching rule, not JAX's: under an ``Explicit`` mesh jax 0.10.2's rule for
+# ``lax.conv_general_dilated`` folds a sharded vmapped axis into the channels with a reshape it
+# refuses ("This reshape is not supported"). Its derivatives are calls of itself: its JVP is
+# ``op(da, b) + op(a, db)``; its transpose in either argument is T's gradient in the third.
+
+
+def _bilinear_primal(a, b, *, which, shape, out_sharding, stride, padding, dilation, groups):
+    """``conv(a, b)`` (``which="out"``: a = x, b = w), ``conv_input_grad(a, b, shape)``
+    (``"input"``: a = g, b = w, ``shape`` x's spatial) or ``conv_weight_grad(a, b, shape,
+    out_sharding=...)`` (``"weight"``: a = x, b = g, ``shape`` the kernel)."""
+    conv = (stride, padding, dilation, groups)
+    if which == "out":
+        return _conv(a, b, *conv)
+    if which == "input":
+        return _conv_input_grad(a, b, shape, *conv)
+    return _conv_weight_grad(a, b, shape, *conv, out_sharding)
+
+
+def _bilinear(which, a, b, shape, stride, padding, dilation, groups, out_sharding=None):
+    """The op ``_bilinear_primal`` of ``a`` and ``b``, differentiable and batched by its rules."""
+    return _conv_bilinear_op(a, b, which=which, shape=tuple(shape), out_sharding=out_sharding, stride=stride,
+                             padding=padding, dilation=dilation, groups=groups)
+
+
+def _bilinear_jvp(res, ta, tb, *, which, **static):
+    """``op(ta, b) + op(a, tb)`` (bilinear)."""
+    a, b = res
+    pairs = [(t, u) for t, u in ((ta, b), (a, tb)) if t is not None and u is not None]
+    return functools.reduce(jnp.add, [_conv_bilinear_op(t, u, which=which, **static) for t, u in pairs])
+
+
+def _bilinear_vjp(res, ct, *, which, shape, out_sharding, **conv):
+    """The transposes of ``op(., b)`` and ``op(a, .)``: the gradients of T in the third argument
+    (``out``: x's by ``input``, w's by ``weight``; ``input``: g's by ``out``, w's by ``weight``;
+    ``weight``: x's by ``input``, g's by ``out``), as seed ``_convolution_double_backward``'s
+    terms are convolutions of the same three kinds."""
+    a, b = res
+    if which == "out":  # a = x, b = w
+        return (_bilinear("input", ct, b, a.shape[2:], **conv),
+                _bilinear("weight", a, ct, b.shape[2:], **conv, out_sharding=explicit_sharding(b, a, ct)))
+    if which == "input":  # a = g, b = w, ct x-shaped
+        return (_bilinear("out", ct, b, (), **conv),
+                _bilinear("weight", ct, a, b.shape[2:], **conv, out_sharding=explicit_sharding(b, a, ct)))
+    # weight: a = x, b = g, ct w-shaped
+    return _bilinear("input", b, ct, a.shape[2:], **conv), _bilinear("out", a, ct, (), **conv)
+
+
+def _bilinear_batch(args, dims, *, vmap_axis_name, **static):
+    """``jax.vmap`` of the primal (JAX's batching rule of the convolution), except where a
+    batched argument's vmapped axis is sharded under an ``Explicit`` mesh: then the vmapped
+    primal runs per device in a ``shard_map`` (each device convolves its own samples; JAX's rule
+    folds the local batch into the channels). The arguments' other axes are gathered there: a
+    batch sharded over a mesh axis, the rest replicated, needs no communication."""
+    args = [x if d is None else jnp.moveaxis(x, d, 0) for x, d in zip(args, dims)]
+    in_axes = tuple(None if d is None else 0 for d in dims)
+    primal = functools.partial(_bilinear_primal, **static)
+    shardings = [explicit_sharding(x) for x, d in zip(args, in_axes) if d is not None]
+    sharded = next((s for s in shardings if s is not None and s.spec and s.spec[0] is not None), None)
+    if sharded is None:
+        return jax.vmap(primal, in_axes=in_axes)(*args), 0
+    axis = sharded.spec[0]
+    per_device = functools.partial(_bilinear_primal, **{**static, "out_sharding": None})
+    specs = tuple(PartitionSpec() if d is None else PartitionSpec(axis) for d in in_axes)
+    args = [jax.sharding.reshard(x, spec) if explicit_sharding(x) is not None else x for x, spec in zip(args, specs)]
+    mapped = jax.shard_map(jax.vmap(per_device, in_axes=in_axes), mesh=sharded.mesh, in_specs=specs,
+                           out_specs=PartitionSpec(axis))
+    return mapped(*args), 0
+
+
+_conv_bilinear_op = define_op("conv_bilinear", _bilinear_primal, _bilinear_jvp, _bilinear_vjp, batch=_bilinear_batch)
+
+
+def conv(x, w, stride, padding, dilation, groups):
+    """torch's convolution without bias: ``padding`` is ((lo, hi), ...) per spatial axis."""
+    return _bilinear("out", x, w, (), stride, padding, dilation, groups)
+
+
+def conv_input_grad(g, w, in_spatial, stride, padding, dilation, groups):
+    """The transposed convolution (seed ``convolution_backward``'s grad_input): ``g`` (strides
+    become input dilation) against the flipped kernel with in/out channels swapped per group."""
+    return _bilinear("input", g, w, in_spatial, stride, padding, dilation, groups)
+
+
+def conv_weight_grad(x, g, kernel, stride, padding, dilation, groups, out_sharding=None):
+    """seed ``convolution_backward``'s grad_weight: ``x`` (channels as the batch) correlated with
+    ``g`` (strides become kernel dilation), one group per batch group; ``out_sharding`` the
+    weight's (an ``Explicit`` mesh asks for it: the batch contracted may be sharded)."""
+    return _bilinear("weight", x, g, kernel, stride, padding, dilation, groups, out_sharding)
 
 
 def conv_transpose(x, w, stride, padding, dilation, groups):
