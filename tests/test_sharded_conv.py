@@ -14,6 +14,8 @@ gradients keep the batch sharding (``check_sharded`` raises otherwise).
   channels with a ``lax.reshape`` given no ``out_sharding``: "This reshape is not supported");
   ``partials.conv``'s op batches them per device in a ``shard_map``. The row also records what
   JAX's own vmapped convolution does on the same sharding (the reason for that op).
+* That op's derivatives (calls of itself) to third order against finite differences (one
+  device, in this process).
 """
 
 import json
@@ -65,8 +67,8 @@ def _conv_case(name):
 
 def _vmapped_rows(name):
     """vmap over a sharded batch of inputs with shared (replicated) weights, ``Explicit`` mesh:
-    the largest difference of the value and both gradients from the unsharded program, the
-    sharding of x's gradient, and what JAX's own vmapped convolution (inputs and weights
+    the largest difference of the value and both gradients from the unsharded program (or the
+    sharded program's error), the sharding of x's gradient, and what JAX's own vmapped convolution (inputs and weights
     batched, then inputs alone) raises under ``jit`` (``"<Error>: message"`` or ``"ok"``)."""
     import jax
     import jax.numpy as jnp
@@ -83,7 +85,10 @@ def _vmapped_rows(name):
     jax_errors = []
     with jax.set_mesh(mesh):
         xs = jax.device_put(x, NamedSharding(mesh, P("data")))
-        got = program(xs, w)
+        try:
+            got = program(xs, w)
+        except Exception as err:  # noqa: BLE001 - the row reports it; the test fails on it
+            got = f"{type(err).__name__}: {err}"
         ws = jax.device_put(rng.standard_normal((8, *w_shape)), NamedSharding(mesh, P("data")))
         for fn, args in ((jax.vmap(theirs), (xs, ws)),
                          (jax.grad(lambda x, w: jnp.sum(jnp.sin(jax.vmap(theirs, (0, None))(x, w))), (0, 1)), (xs, w))):
@@ -92,6 +97,8 @@ def _vmapped_rows(name):
                 jax_errors.append("ok")
             except Exception as err:  # noqa: BLE001 - which error JAX raises is the row's content
                 jax_errors.append(f"{type(err).__name__}: {err}")
+    if isinstance(got, str):
+        return {"error": got, "dx_spec": None, "jax": jax_errors}
     error = max(float(np.max(np.abs(np.asarray(g) - np.asarray(e)))) for g, e in
                 zip(jax.tree.leaves(got), jax.tree.leaves(want)))
     return {"error": error, "dx_spec": str(got[1][0].sharding.spec), "jax": jax_errors}
@@ -152,7 +159,7 @@ def test_convolutions_vmapped_over_sharded_inputs_and_weights(results, name):
 def test_convolutions_vmapped_over_sharded_inputs_with_shared_weights(results, name):
     """Per-sample programs with one weight (its gradient the sum over the sharded samples)."""
     row = _row(results, name, 0, "vmap x")
-    assert row["error"] <= 1e-12, row
+    assert isinstance(row["error"], float) and row["error"] <= 1e-12, row
     assert row["dx_spec"].startswith("P('data'"), row
 
 
