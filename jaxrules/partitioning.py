@@ -108,7 +108,7 @@ def _kernel_op(impl, n_arrays: int, rule, partition, n_static: int | None = None
     ``partition(*statics, mesh, arg_shapes, result_shape) -> (lower_fn, result_shardings,
     arg_shardings)`` its per-device lowering (``n_static``: the number of statics, by default
     read from ``impl``'s signature); under ``vmap`` the vmapped ``impl`` is partitioned along the
-    batch (``_vmapped_kernel_op``)."""
+    batch (``_leading_axis_op``)."""
     if n_static is None:
         n_static = len(inspect.signature(impl).parameters) - n_arrays
     op = custom_partitioning(impl, static_argnums=tuple(range(n_arrays, n_arrays + n_static)))
@@ -134,7 +134,8 @@ def _kernel_op(impl, n_arrays: int, rule, partition, n_static: int | None = None
 
         @run.def_vmap
         def _vmap_rule(axis_size, in_batched, *arrays):
-            out = _vmapped_kernel_op(impl, tuple(statics), tuple(in_batched), tuple(a.ndim for a in arrays))(*arrays)
+            op = _leading_axis_op(impl, tuple(statics), tuple(in_batched), tuple(a.ndim for a in arrays), vmapped=True)
+            out = op(*arrays)
             return out, jax.tree_util.tree_map(lambda _: True, out)
 
         return run(*arrays)
@@ -143,37 +144,40 @@ def _kernel_op(impl, n_arrays: int, rule, partition, n_static: int | None = None
 
 
 @functools.lru_cache(maxsize=256)
-def _vmapped_kernel_op(impl, statics: tuple, in_batched: tuple, ndims: tuple):
-    """``impl`` under ``jax.vmap`` (leading axis of the arrays ``in_batched``) as a partitioned op:
-    the examples are independent, so each device runs the vmapped kernel on its slice of the
-    batch (sharded as the first batched array's leading axis, where it splits evenly), the
-    unbatched arrays replicated; every other dimension replicated. ``ndims``: the arrays' ranks."""
+def _leading_axis_op(impl, statics: tuple, leading: tuple, ndims: tuple, vmapped: bool = False):
+    """``impl(*arrays, *statics)`` as a partitioned op when the leading axis of the arrays
+    ``leading`` and of every output indexes independent problems (attention heads, or vmap's
+    examples with ``vmapped``: ``impl`` under ``jax.vmap`` over that axis): each device runs its
+    slice (sharded as the first such array's leading axis, where it splits evenly); the other
+    arrays and every other dimension replicated. ``ndims``: the arrays' ranks."""
 
-    def vmapped(*arrays):
-        return jax.vmap(lambda *a: impl(*a, *statics), in_axes=[0 if b else None for b in in_batched])(*arrays)
+    def fn(*arrays):
+        if vmapped:
+            return jax.vmap(lambda *a: impl(*a, *statics), in_axes=[0 if b else None for b in leading])(*arrays)
+        return impl(*arrays, *statics)
 
     def rule(mesh, value_types, result_types):
         factors = []
 
-        def dims(batched, ndim):
-            names = [f"d{len(factors) + i}" for i in range(ndim - batched)]
+        def dims(split, ndim):
+            names = [f"d{len(factors) + i}" for i in range(ndim - split)]
             factors.extend(names)
-            return " ".join((["b"] if batched else []) + names)
+            return " ".join((["b"] if split else []) + names)
 
-        args = [dims(b, n) for b, n in zip(in_batched, ndims)]
+        args = [dims(b, n) for b, n in zip(leading, ndims)]
         results = [dims(True, len(t.shape)) for t in result_types]
         return f"{', '.join(args)} -> {', '.join(results)}", {"need_replication_factors": tuple(factors)}
 
     def partition(mesh, arg_shapes, result_shape):
-        axes = even_axes(mesh, next(a for a, b in zip(arg_shapes, in_batched) if b), 0)
+        axes = even_axes(mesh, next(a for a, b in zip(arg_shapes, leading) if b), 0)
 
-        def sharding(shape, batched):
-            return named(mesh, *([axes] if batched else []), *[()] * (len(shape) - batched))
+        def sharding(shape, split):
+            return named(mesh, *([axes] if split else []), *[()] * (len(shape) - split))
 
         results = jax.tree_util.tree_map(lambda r: sharding(r.shape, True), result_shape)
-        return vmapped, results, tuple(sharding(a.shape, b) for a, b in zip(arg_shapes, in_batched))
+        return fn, results, tuple(sharding(a.shape, b) for a, b in zip(arg_shapes, leading))
 
-    return _kernel_op(vmapped, len(in_batched), rule, partition, n_static=0)
+    return _kernel_op(fn, len(leading), rule, partition, n_static=0)
 
 
 def explicit_mesh(arrays) -> jax.sharding.Mesh | None:
@@ -481,3 +485,40 @@ def grouped_backward(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout: 
 __all__ = ["dim_axes", "even_axes", "explicit_mesh", "grouped_backward", "grouped_stats", "layer_norm_backward",
            "layer_norm_forward", "local_shape", "named", "replicated", "rms_norm_backward", "rms_norm_forward",
            "shards"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Ragged attention (``nested.kernels``): heads independent, the slot layout (heads, slots, ...)
+# sharded over heads; the per-block integer metadata replicated.
+
+
+def _ragged_forward_impl(first, count, length, local, qs, ks, vs, scale, block, interpret, causal):
+    from jaxrules.nested import kernels
+
+    return kernels.forward((first, count, length, local), qs, ks, vs, scale=scale, block=block,
+                           interpret=interpret, causal=causal)
+
+
+def _ragged_backward_impl(first, count, length, local, qs, ks, vs, dos, lse, delta, scale, block, interpret, causal):
+    from jaxrules.nested import kernels
+
+    return kernels.backward((first, count, length, local), qs, ks, vs, dos, lse, delta, scale=scale, block=block,
+                            interpret=interpret, causal=causal)
+
+
+def _over_heads(impl, meta, arrays, statics):
+    arrays = (*meta, *arrays)
+    leading = (False,) * len(meta) + (True,) * (len(arrays) - len(meta))
+    return tuple(_leading_axis_op(impl, statics, leading, tuple(a.ndim for a in arrays))(*arrays))
+
+
+def ragged_attention_forward(meta, qs, ks, vs, *, scale, block, interpret, causal=False):
+    """``nested.kernels.forward``, partitioned over heads (and over vmap's examples under vmap):
+    ``(out, lse)``."""
+    return _over_heads(_ragged_forward_impl, meta, (qs, ks, vs), (scale, block, interpret, causal))
+
+
+def ragged_attention_backward(meta, qs, ks, vs, dos, lse, delta, *, scale, block, interpret, causal=False):
+    """``nested.kernels.backward``, partitioned over heads (and over vmap's examples under vmap):
+    ``(dq, dk, dv)``."""
+    return _over_heads(_ragged_backward_impl, meta, (qs, ks, vs, dos, lse, delta), (scale, block, interpret, causal))

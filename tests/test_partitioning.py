@@ -139,6 +139,29 @@ def _worker_extras():
                 "specs": [str(g.sharding.spec) for g in got[1]],
                 "gathers": len(re.findall(r" all-gather(?:-start)?\(", compiled.as_text()))}), flush=True)
 
+    # The ragged attention kernels: independent over heads (sharded heads run on their devices)
+    # and over vmap's examples.
+    from jaxrules.nn import scaled_dot_product_attention
+
+    def attention(q, k, v):
+        return scaled_dot_product_attention(q, k, v, is_causal=True, impl="pallas_interpret")
+
+    qkv = [rng.standard_normal((8, 2, 8, 21, 16)) for _ in range(3)]  # vmapped (8,), then (B, H, L, E)
+    for form, fn, spec in (("vmap", jax.vmap(attention), P("data")),
+                           ("heads", lambda *a: attention(*(x[0] for x in a)), P(None, None, "data"))):
+        grad = jax.value_and_grad(lambda q, k, v: jnp.sum(jnp.sin(fn(q, k, v))), (0, 1, 2))  # noqa: B023
+        want = grad(*qkv)
+        mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Auto,))
+        with jax.set_mesh(mesh):
+            args = [jax.device_put(v, NamedSharding(mesh, spec)) for v in qkv]
+            compiled = jax.jit(grad).lower(*args).compile()
+            got = compiled(*args)
+        gathered = [math_size(d) for d in re.findall(r"= \w+\[([\d,]*)\][^=]* all-gather\(", compiled.as_text())]
+        print(json.dumps({"case": f"attention {form}", "error": max(
+            float(np.max(np.abs(np.asarray(g) - np.asarray(e)))) for g, e in zip([got[0], *got[1]],
+                                                                                [want[0], *want[1]])),
+            "specs": [str(g.sharding.spec) for g in got[1]], "largest_gather": max(gathered, default=0)}), flush=True)
+
     seen = []
     original = dispatch.layer_norm_plan, dispatch.grouped_plan, dispatch.rms_norm_plan
     dispatch.layer_norm_plan = lambda platform, kind, m, n, *a: seen.append(("layer_norm", m, n)) or original[0](
@@ -230,6 +253,17 @@ def test_vmapped_kernels_are_partitioned_along_the_vmapped_axis(results, op, mod
     assert row["error"] < 1e-12, row
     assert row["gathers"] == 0, row
     assert all(spec.startswith("P('data'") for spec in row["specs"]), row
+
+
+@pytest.mark.parametrize("form", ["vmap", "heads"])
+def test_ragged_attention_kernels_run_on_each_devices_examples_or_heads(results, form):
+    """The ragged attention kernels under vmap over a sharded axis, and with the heads sharded:
+    each device runs its share (no all-gather of q, k, v), gradients keep the sharding."""
+    row = results[f"attention {form}"]
+    assert row["error"] < 1e-12, row
+    assert row["largest_gather"] == 0, row
+    want = "P('data'" if form == "vmap" else "P(None, None, 'data'"
+    assert all(spec.startswith(want) for spec in row["specs"]), row
 
 
 def test_the_dispatch_decides_on_each_devices_shard_under_an_explicit_mesh(results):

@@ -20,24 +20,7 @@ from _forced_devices import worker_rows
 
 SUBSET = 24
 
-_EXPLICIT_RESHAPE = "open: under an Explicit mesh a reshape of the batch-sharded input needs out_sharding"
-_CONCATENATE = ("open: under an Explicit mesh the prod weights concatenate x (batch-sharded) with src (replicated): "
-                "operands of different shardings")
-_KERNEL_VMAP = ("open: the ragged attention kernels have no partitioning rule: under jit the sharded batch is "
-                "gathered and the gradient comes back replicated")
-SHARDED_OPEN = {
-    "conv": _EXPLICIT_RESHAPE,
-    "conv_transpose": _EXPLICIT_RESHAPE,
-    "eig": "open: under an Explicit mesh the eigenvalues' sort gets arguments of different shardings",
-    "expm": "open: the Padé scaling's shard_map finds no 'data' axis in the mesh under vmap",
-    "grid_sample": _EXPLICIT_RESHAPE,
-    "index_reduce": _CONCATENATE,
-    "lu_unpack": "open: the direct form slices the sharded axis 0 (4 rows of 8 shards)",
-    "qr": "open: under an Explicit mesh a select's condition and cases have different shardings",
-    "scatter_reduce_prod": _CONCATENATE,
-    **{name: _KERNEL_VMAP for name in (
-        "scaled_dot_product_attention[pallas]", "nested.scaled_dot_product_attention[pallas]")},
-}
+SHARDED_OPEN: dict[str, str] = {}  # record -> why it fails the sharded check today (none)
 # Refused as JAX's own function of the same name refuses the same sharding (the check says so in
 # its result: "refused (ShardingTypeError), as jax.numpy.pad refuses it"): the direct form splits,
 # pads, slices or concatenates the sharded axis unevenly, or factors one matrix with its rows split.
