@@ -292,7 +292,8 @@ class LinearRule:
         vmapped = jax.vmap(vjp_one, in_axes=(list(res_dims), 0), axis_name=self.batch_axis_name)
         args = _align_batch_axes([*res_leaves, *ct_leaves], [*res_dims, *[0] * len(ct_leaves)])
         in_cts = vmapped(args[: len(res_dims)], args[len(res_dims) :])
-        return [c if d is not None else c.sum(0) for c, d in zip(in_cts, t_dims)]
+        # The per-example avals above carry no sharding: each cotangent takes its primal's here.
+        return [_reshard_like(c if d is not None else c.sum(0), a) for c, d, a in zip(in_cts, t_dims, tangent_avals)]
 
 
 rule_p = Primitive("jaxrules_rule")

@@ -104,6 +104,32 @@ def _vmapped_rows(name):
     return {"error": error, "dx_spec": str(got[1][0].sharding.spec), "jax": jax_errors}
 
 
+def _model_sharded_weights_row():
+    """vmapped conv with per-example weights sharded over a second mesh axis too (x ``P("data")``,
+    w ``P("data", "model")``, Explicit): the gradients' error and shardings (the mechanism's
+    batched VJP gives each cotangent its primal's sharding)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    ours, _, x_shape, w_shape = _conv_case("conv")
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((8, *x_shape)), rng.standard_normal((8, *w_shape))
+    program = jax.jit(jax.grad(lambda x, w: jnp.sum(jnp.sin(jax.vmap(ours)(x, w))), (0, 1)))
+    want = program(x, w)
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+    with jax.set_mesh(mesh):
+        try:
+            got = program(jax.device_put(x, NamedSharding(mesh, P("data"))),
+                          jax.device_put(w, NamedSharding(mesh, P("data", "model"))))
+        except Exception as err:  # noqa: BLE001 - the row reports it; the test fails on it
+            return {"error": f"{type(err).__name__}: {err}"[:300], "specs": None}
+    error = max(float(np.max(np.abs(np.asarray(g) - np.asarray(e)))) for g, e in zip(got, want))
+    return {"error": error, "specs": [str(g.sharding.spec) for g in got]}
+
+
 def _worker():
     """Runs in the subprocess: one line of JSON per case."""
     from jaxrules.cli import use_fast_compile_flags
@@ -121,6 +147,7 @@ def _worker():
     for name in VMAPPED:
         print(json.dumps({"case": [name, 0, "vmap"], "result": _check(name, 0, ("vmap",))}), flush=True)
         print(json.dumps({"case": [name, 0, "vmap x"], **_vmapped_rows(name)}), flush=True)
+    print(json.dumps({"case": ["conv", 0, "model-sharded weights"], **_model_sharded_weights_row()}), flush=True)
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +197,12 @@ def test_jax_own_vmapped_convolution_refuses_these_shardings(results, name):
     both, inputs = _row(results, name, 0, "vmap x")["jax"]
     assert both.startswith("ShardingTypeError") and "reshape is not supported" in both, both
     assert inputs.startswith("ShardingTypeError"), inputs
+
+
+def test_gradients_of_per_example_weights_sharded_over_two_mesh_axes_keep_their_sharding(results):
+    row = _row(results, "conv", 0, "model-sharded weights")
+    assert isinstance(row["error"], float) and row["error"] < 1e-12, row
+    assert row["specs"][0].startswith("P('data'") and row["specs"][1].startswith("P('data', 'model'"), row
 
 
 @pytest.mark.parametrize("name", VMAPPED)
