@@ -22,6 +22,7 @@ import functools
 import logging
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxrules.mechanism import CALLBACK_LOGGERS
@@ -40,10 +41,25 @@ def _raise_if(bad, message):
         raise RuntimeCheckError(message)
 
 
+@jax.custom_batching.custom_vmap
+def _any_over_batch(bad):
+    """``any(bad)``; under ``vmap`` over the batch too, so the result is not batched: JAX's
+    batching rule of a host callback slices its batched arguments one entry at a time, which a
+    batch axis sharded over an ``Explicit`` mesh refuses (a slice of one of 8 shards)."""
+    return jnp.any(bad)
+
+
+@_any_over_batch.def_vmap
+def _any_over_batch_vmap(axis_size, in_batched, bad):
+    del axis_size, in_batched
+    return _any_over_batch(bad), False
+
+
 def runtime_check(bad, message: str) -> None:
     """Raise ``RuntimeCheckError(message)`` if any of ``bad`` (a boolean array) is true, from a
-    host callback, so the check also fires under ``jit``."""
-    jax.debug.callback(functools.partial(_raise_if, message=message), bad)
+    host callback, so the check also fires under ``jit``; under ``vmap``, if it is true for any
+    entry of the batch (the callback gets one boolean)."""
+    jax.debug.callback(functools.partial(_raise_if, message=message), _any_over_batch(bad))
 
 
 class _DropOwnCallbackErrors(logging.Filter):

@@ -103,6 +103,28 @@ def _worker():
         row["vs_reference"] = max(float(np.max(np.abs(np.asarray(v) - r))) for v, r in zip(value, ref, strict=True))
         print(json.dumps(row), flush=True)
 
+    # A run-time check under vmap over a batch sharded on an Explicit mesh: one boolean reaches
+    # the callback (JAX's batching of a callback slices a sharded batch one entry at a time).
+    from jaxrules.checking import checked, runtime_check
+
+    def positive(x):
+        runtime_check(x[0] <= 0, "positive: x[0] must be positive")
+        return 2 * x
+
+    outcomes = []
+    with jax.set_mesh(mesh):
+        for first in (1.0, -1.0):
+            x = np.ones((8, 3))
+            x[5, 0] = first
+            try:
+                checked(jax.jit(jax.vmap(positive)))(jax.device_put(x, NamedSharding(mesh, P("data"))))
+                outcomes.append("ok")
+            except ValueError as err:  # checked(...) raises the library's message as a ValueError
+                outcomes.append(f"ValueError: {err}")
+            except Exception as err:  # noqa: BLE001 - the outcome is the result
+                outcomes.append(f"{type(err).__name__}: {str(err)[:200]}")
+    print(json.dumps({"case": "runtime_check", "outcomes": outcomes}), flush=True)
+
 
 @pytest.fixture(scope="module")
 def results():
@@ -116,6 +138,10 @@ def test_sharded_program_equals_the_unsharded_one_and_keeps_the_batch_sharding(r
     assert row["sharded_vs_unsharded"] <= 1e-12, row
     assert row["vs_reference"] <= 1e-10, row
     assert row["grad_spec"].startswith("P('data'"), row
+
+
+def test_a_runtime_check_under_vmap_over_a_sharded_batch_fires_only_on_bad_values(results):
+    assert results["runtime_check"]["outcomes"] == ["ok", "ValueError: positive: x[0] must be positive"]
 
 
 if __name__ == "__main__":

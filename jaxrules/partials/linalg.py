@@ -104,26 +104,12 @@ def pair_products(s):
     return jnp.where(eye, 0, prod_of_others(without_i, (without_i.ndim - 1,)))
 
 
-@jax.custom_batching.custom_vmap
-def _any_over_batch(bad):
-    """``any(bad)``; under ``vmap`` over the batch too, so the result is not batched: JAX's
-    batching rule of a host callback slices its batched arguments one entry at a time, which a
-    batch axis sharded over an ``Explicit`` mesh refuses (a slice of one of 8 shards)."""
-    return jnp.any(bad)
-
-
-@_any_over_batch.def_vmap
-def _any_over_batch_vmap(axis_size, in_batched, bad):
-    del axis_size, in_batched
-    return _any_over_batch(bad), False
-
-
 def check_gauge(im_diag, op):
     """torch's gauge check for complex eigen/singular vectors: the loss must not depend on
     their phases, i.e. ``Im diag(V^H gV)`` must vanish (``allclose(., 0, 1e-2, 1e-2)``); under
     ``vmap``, for any entry of the batch."""
     runtime_check(
-        _any_over_batch(jnp.abs(im_diag) > 1e-2),
+        jnp.abs(im_diag) > 1e-2,
         f"{op}: the eigenvectors/singular vectors in the complex case are specified up to "
         "multiplication by e^{i phi}; the loss depends on this phase, so its gradient is "
         "ill-defined (make the loss invariant, e.g. use abs(V) or V @ V^H).",
