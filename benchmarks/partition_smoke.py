@@ -58,10 +58,9 @@ def main() -> None:
     n = 4 * jax.device_count()
     xb, wb = rng.standard_normal((n, 2048, 1024)), rng.standard_normal((n, 1024)) + 1
     for dtype in (jnp.float32, jnp.bfloat16):
-        _sharded_row("vmap layer_norm, per-example weights", jax.vmap(lambda x, w: layer_norm(x, 1024, w, impl="pallas")),
-                     [xb, wb], P("data"), dtype)
-        _sharded_row("vmap rms_norm, per-example weights", jax.vmap(lambda x, w: rms_norm(x, 1024, w, impl="pallas")),
-                     [xb, wb], P("data"), dtype)
+        for norm in (layer_norm, rms_norm):
+            _sharded_row(f"vmap {norm.__name__}, per-example weights",
+                         jax.vmap(lambda x, w, norm=norm: norm(x, 1024, w, impl="pallas")), [xb, wb], P("data"), dtype)
         qkv = [rng.standard_normal((2, 4 * jax.device_count(), 1000, 64)) for _ in range(3)]
         attention = lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=True, impl="pallas")  # noqa: E731
         _sharded_row("attention, heads sharded", attention, qkv, P(None, "data"), dtype)
