@@ -252,8 +252,7 @@ def affine_normalize_vjp(res, ct, *, axes, eps, axis_name):
     """The native backward with weight (seed ``native_layer_norm_backward`` /
     ``batch_norm_backward`` / ``native_group_norm_backward``): ``dx = B(g w)`` with ``B(v) = rstd
     (v - E[v] - x_hat E[v x_hat])`` (``w B(g)`` where w is one number per group, batch and instance
-    norm, as torch: an infinite weight then gives +-inf, not inf - inf; a weight varying within
-    the group: its limit there, ``_infinite_weight_limit``) computed by the
+    norm, as torch: an infinite weight then gives +-inf, not inf - inf) computed by the
     ``normalize_backward`` op (so its own VJP, the
     seed's double backward, runs under a second reverse pass), plus the statistics outputs'
     terms ``(g_mean - g_rstd rstd^2 x_hat) / count`` when they are used (the op passes ``None``
@@ -269,8 +268,7 @@ def affine_normalize_vjp(res, ct, *, axes, eps, axis_name):
     if all(w.shape[a] == 1 for a in axes):  # one weight per group (batch, instance norm): B(g w) = w B(g)
         dx = w.astype(stat) * normalize_backward(x, mean, rstd, g, axes=axes, eps=eps, axis_name=axis_name)
     else:
-        w, scale = _infinite_weight_limit(w.astype(stat), axes, axis_name)
-        dx = scale * normalize_backward(x, mean, rstd, g * w, axes=axes, eps=eps, axis_name=axis_name)
+        dx = normalize_backward(x, mean, rstd, g * w.astype(stat), axes=axes, eps=eps, axis_name=axis_name)
     if g_mean is not None or g_rstd is not None:  # None: unused statistics (the usual case)
         count = math.prod(x.shape[a] for a in axes) * (1 if axis_name is None else lax.psum(1, axis_name))
         g_mean = 0 if g_mean is None else g_mean
@@ -278,18 +276,6 @@ def affine_normalize_vjp(res, ct, *, axes, eps, axis_name):
         dx = dx + (g_mean - g_rstd * rstd * rstd * xhat) / count
     spread = tuple(a for a in range(x.ndim) if w.shape[a] == 1)
     return dx, (g * xhat).sum(spread, keepdims=True), g.sum(spread, keepdims=True)
-
-
-def _infinite_weight_limit(w, axes, axis_name):
-    """``(w', c)`` with ``B(g w) = c B(g w')`` in the limit: ``(w, 1)`` in a group of finite
-    weights; in a group with an infinite weight, ``(sign(w) [|w| = inf], inf)``, the limit of
-    ``B(g w)`` as the infinite weights grow (B(g w) itself meets inf - inf in its means). Costs
-    a select on w and a multiply fused into dx's pass, nothing more for finite weights."""
-    infinite = jnp.isinf(w).any(axes, keepdims=True)
-    if axis_name is not None:  # a group spread over devices: the same choice on each
-        infinite = lax.pmax(infinite.astype(jnp.int32), axis_name) > 0
-    w = jnp.where(infinite, jnp.where(jnp.isinf(w), jnp.sign(w), 0), w)
-    return w, jnp.where(infinite, jnp.inf, 1).astype(w.dtype)
 
 
 def normalize_backward_vjp(res, ct, *, axes, eps, axis_name):
