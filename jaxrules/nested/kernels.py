@@ -86,8 +86,7 @@ def _forward_kernel(first_ref, count_ref, length_ref, local_ref, q_ref, k_ref, v
         s = jnp.where(keep, s, _NEG)
         m_new = jnp.maximum(m, s.max(-1))
         rescale = jnp.exp(m - m_new)
-        # masked keys weigh 0 also when every score of the row is below _NEG (-inf: then 0 / 0)
-        p = jnp.where(keep, jnp.exp(s - m_new[:, None]), 0)
+        p = jnp.exp(s - m_new[:, None])
         acc = acc * rescale[:, None] + _mm(p.astype(v_ref.dtype), v_ref[rows, :])
         return acc, m_new, norm * rescale + p.sum(-1)
 
@@ -95,12 +94,15 @@ def _forward_kernel(first_ref, count_ref, length_ref, local_ref, q_ref, k_ref, v
     stats = jnp.zeros((block,), acc_dtype)
     init = (jnp.zeros((block, dim), acc_dtype), stats + _NEG, stats)
     acc, m, norm = jax.lax.fori_loop(0, local + 1 if causal else count, body, init)
-    # only the rows outside the sequence are masked: a NaN normalizer (a NaN or +inf score) or a
-    # zero one (every score -inf) gives NaN, as torch's softmax and the XLA formulas
+    # Only the rows outside the sequence are masked: a NaN normalizer (a NaN or +inf score) gives
+    # NaN, as torch's softmax and the XLA formulas. A row whose every score is -inf kept the max at
+    # _NEG, where the masked keys weighed exp(0) = 1: it is 0 / 0 = NaN (lse -inf), as the nested XLA
+    # formulas (decided here, per row, not per score in the loop).
     inside = _rows(local, length, block)
-    safe = jnp.where(inside, norm, 1.0)
+    dead = m <= _NEG
+    safe = jnp.where(inside & ~dead, norm, jnp.nan)
     o_ref[...] = jnp.where(inside[:, None], acc / safe[:, None], 0).astype(o_ref.dtype)
-    lse_ref[...] = jnp.where(inside, m + jnp.log(safe), 0).astype(lse_ref.dtype)
+    lse_ref[...] = jnp.where(inside, jnp.where(dead, -jnp.inf, m + jnp.log(safe)), 0).astype(lse_ref.dtype)
 
 
 def _dq_kernel(first_ref, count_ref, length_ref, local_ref, q_ref, do_ref, lse_ref, delta_ref, k_ref, v_ref, dq_ref,
