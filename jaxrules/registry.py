@@ -86,6 +86,8 @@ class OpRecord:
     * ``kernel_backed``: the record runs the fused Pallas kernels (their ``impl="pallas"``
       path): in a JAX without Pallas' Triton backend the op falls back to its XLA formulas, so
       the harness skips the record's checks, saying why (another record checks those formulas).
+    * ``needs_gpu``: why the record runs only on a GPU (cuDNN); elsewhere its checks are skipped
+      with that reason.
     """
 
     name: str
@@ -106,6 +108,7 @@ class OpRecord:
     batching: str = "vmapped formulas"
     double_backward: str = "JAX's derivative of the VJP formula"
     kernel_backed: bool = False
+    needs_gpu: str = ""
     empty_samples: SampleFn | None = None
     no_empty: str = ""
 
@@ -210,7 +213,7 @@ def record(
       equivalent); ``torch_name``: the torch function, for the coverage table.
     * ``options``: the rest of ``OpRecord``'s fields (``dtypes``, ``low_precision``,
       ``singular``, ``deviations``, ``tolerance``, ``torch_no_grad_args``,
-      ``torch_jvp_differs``, ``batching``, ``double_backward``, ``kernel_backed``,
+      ``torch_jvp_differs``, ``batching``, ``double_backward``, ``kernel_backed``, ``needs_gpu``,
       ``empty_samples``, ``no_empty``); see ``OpRecord``.
 
     A name already registered, or an option ``OpRecord`` has no field for, is an error.

@@ -888,6 +888,8 @@ def run_check(record: OpRecord, check: str) -> CheckResult:
 
 
 def _run(record: OpRecord, check: str) -> CheckResult:
+    if record.needs_gpu and jax.default_backend() != "gpu":
+        return CheckResult(record.name, check, True, None, f"not applicable: {record.needs_gpu}", skipped=True)
     if record.kernel_backed:
         from jaxrules import dispatch
 

@@ -15,7 +15,7 @@ from jax import Array
 from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
-from jaxrules.mechanism import define_op
+from jaxrules.mechanism import define_op, differentiated_as
 from jaxrules.ops._sampling import f64, normal
 from jaxrules.registry import Sample, SingularPoint, record
 
@@ -122,12 +122,84 @@ def _attention_vjp(res, ct, *, scale, dropout):
     return d_q, d_k, d_v, d_s, None, None
 
 
-# A GPU fast path plugs in here: a fused forward returning (out, lse) and a fused backward
-# returning (dq, dk, dv) from (q, k, v, out, lse, dO) -- the residuals above -- selected by
-# jaxrules.dispatch (platform, device kind, shape, dtype) and wrapped with
-# mechanism.differentiated_as so that second derivatives come from these formulas.
 attention_op = define_op("scaled_dot_product_attention", _attention_primal, _attention_jvp, _attention_vjp,
                          _save_attention, none_for_zero_cotangents=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Ops: scaled_dot_product_attention on cuDNN (the GPU default in half precision)
+#
+# cuDNN's fused flash attention (``jax.nn.dot_product_attention(implementation="cudnn")``) for
+# q, k, v (B, L, E) with no mask (or causal, L == S): forward and backward are cuDNN's; the JVP is
+# the XLA formula above (forward mode is not the training path); second derivatives come from the
+# XLA formulas (``differentiated_as``: cuDNN is never differentiated).
+
+CUDNN_DTYPES = ("bfloat16", "float16")
+
+
+def _cudnn(q, k, v, scale, causal):
+    """cuDNN attention of (B, L, E) arrays, as (B, L, 1, E): one head per batch entry."""
+    out = jax.nn.dot_product_attention(q[:, :, None], k[:, :, None], v[:, :, None], scale=scale, is_causal=causal,
+                                       implementation="cudnn")
+    return out[:, :, 0]
+
+
+def _plain_masks(q, k, causal):
+    """The XLA op's (bias, keep, drop) for no mask (or a causal one) and no dropout."""
+    keep = jnp.asarray(np.tri(q.shape[-2], k.shape[-2], dtype=bool)) if causal else jnp.ones((1, 1), bool)
+    return jnp.zeros((1, 1), q.dtype), keep, jnp.ones((1, 1), q.dtype)
+
+
+def _cudnn_reference_vjp(q, k, v, g, scale, causal):
+    """``(dq, dk, dv)`` by the XLA op's VJP formula (what cuDNN's backward computes)."""
+    masks = _plain_masks(q, k, causal)
+    return jax.vjp(lambda q, k, v: attention_op(q, k, v, *masks, scale=scale, dropout=False)[0], q, k, v)[1](g)
+
+
+@differentiated_as(_cudnn_reference_vjp, n_static=2)
+def _cudnn_backward(q, k, v, g, scale, causal):
+    """cuDNN's backward (its forward run again inside ``jax.vjp``: XLA merges it with the
+    primal's identical call); second derivatives those of ``_cudnn_reference_vjp``."""
+    return jax.vjp(lambda q, k, v: _cudnn(q, k, v, scale, causal), q, k, v)[1](g)
+
+
+def _cudnn_primal(q, k, v, *, scale, causal):
+    # the training-mode forward (the one jax.vjp runs), so that the backward's call is the same
+    return jax.vjp(lambda q, k, v: _cudnn(q, k, v, scale, causal), q, k, v)[0]
+
+
+def _cudnn_jvp(res, tq, tk, tv, *, scale, causal):
+    """The XLA op's JVP formula, on the row logsumexp recomputed by its forward."""
+    q, k, v = res
+    masks = _plain_masks(q, k, causal)
+    out, lse = _attention_primal(q, k, v, *masks, scale=scale, dropout=False)
+    d_out, _ = _attention_jvp((q, k, v, *masks, out, lse), tq, tk, tv, None, None, None, scale=scale, dropout=False)
+    return d_out
+
+
+def _cudnn_vjp(res, g, *, scale, causal):
+    return _cudnn_backward(*res, g, scale, causal)
+
+
+cudnn_attention_op = define_op("scaled_dot_product_attention_cudnn", _cudnn_primal, _cudnn_jvp, _cudnn_vjp,
+                               lambda out, q, k, v, **_: (q, k, v))
+
+
+def _cudnn_applies(q, k, v, attn_mask, dropout_p, gqa, causal) -> bool:
+    """Whether cuDNN's flash attention runs this call: a GPU, float16/bfloat16, no mask (causal
+    only with L == S), no dropout, no GQA, equal batch axes, ``E == Ev`` a multiple of 8 up to
+    128, no zero size."""
+    return (jax.default_backend() == "gpu" and q.dtype.name in CUDNN_DTYPES and attn_mask is None
+            and dropout_p == 0 and not gqa and q.ndim >= 2 and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
+            and k.shape == v.shape and q.shape[-1] == k.shape[-1] and q.shape[-1] % 8 == 0
+            and q.shape[-1] <= 128 and (not causal or q.shape[-2] == k.shape[-2]) and 0 not in q.shape + k.shape)
+
+
+def _cudnn_attention(q, k, v, *, scale, causal):
+    """``cudnn_attention_op`` on (..., L, E): the batch axes flattened to one."""
+    batch = q.shape[:-2]
+    flat = [x.reshape(-1, *x.shape[-2:]) for x in (q, k, v)]
+    return cudnn_attention_op(*flat, scale=scale, causal=causal).reshape(*batch, *q.shape[-2:-1], v.shape[-1])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -229,8 +301,10 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
     forward-mode counterpart; with dropout, ``P`` becomes ``P o Z`` (``Z`` the dropout
     factors) in the output and ``dv``, and ``dP`` is ``Z o (dO v^T)``. A row whose every key is masked (boolean False or a ``-inf`` float
     mask) gives output 0 and zero gradients, as torch 2.13 on the CPU does (its flash and math
-    backends both; flash kernels on GPUs too). Runs the portable XLA formulas by
-    default on every platform; ``impl="pallas"`` runs the fused flash-attention kernels of the
+    backends both; flash kernels on GPUs too). On a GPU, in float16/bfloat16, where cuDNN's flash
+    attention applies (see ``impl="cudnn"``) it runs by default: cuDNN's forward and backward, the
+    JVP and second derivatives from the formulas above; elsewhere the portable XLA formulas.
+    ``impl="pallas"`` runs the fused flash-attention kernels of the
     ragged attention (``jaxrules.nested.dense``: the scores never stored, the backward from the
     saved log-sum-exp) where they apply; they become the GPU default once measured against cuDNN
     and these formulas (``docs/design.md`` §3). Mirrors
@@ -256,7 +330,11 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
             ``key`` is the attention key): a ``jax.random`` key for the dropout mask; ignored
             when ``dropout_p`` is 0.
 
-        impl: keyword-only: None or ``"xla"`` (the formulas above), ``"pallas"`` (the fused
+        impl: keyword-only: None (cuDNN where it applies, else the formulas above), ``"xla"``
+            (the formulas above), ``"cudnn"`` (cuDNN's flash attention via
+            ``jax.nn.dot_product_attention``: a GPU, float16/bfloat16, no ``attn_mask``,
+            ``is_causal`` only with ``L == S``, no dropout, no ``enable_gqa``, equal batch axes,
+            ``E == Ev`` a multiple of 8 up to 128; otherwise a ``ValueError``), ``"pallas"`` (the fused
             kernels: no ``attn_mask``, no dropout, no ``enable_gqa``, the batch and head axes of
             query, key and value equal, ``L == S`` and one power-of-two head dim >= 16 (``E ==
             Ev``); otherwise a
@@ -266,8 +344,8 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
     Returns:
         The attention output ``(..., L, Ev)`` in the operands' result dtype.
     """
-    if impl not in (None, "xla", *_KERNEL_IMPLS):
-        raise ValueError(f"{_SDPA}: impl must be None, 'xla', 'pallas' or 'pallas_interpret', got {impl!r}")
+    if impl not in (None, "xla", "cudnn", *_KERNEL_IMPLS):
+        raise ValueError(f"{_SDPA}: impl must be None, 'xla', 'cudnn', 'pallas' or 'pallas_interpret', got {impl!r}")
     q, k, v = _attention_inputs(query, key, value)
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real) or not 0 <= dropout_p <= 1:
         raise ValueError(f"{_SDPA}: dropout_p must be a static number in [0, 1], got {dropout_p!r}")
@@ -290,6 +368,14 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
             bias = mask.astype(q.dtype)
         else:
             raise TypeError(f"{_SDPA}: attn_mask must be boolean or real floating, got {mask.dtype}")
+    if impl in (None, "cudnn"):
+        if _cudnn_applies(q, k, v, attn_mask, dropout_p, gqa, causal):
+            return _cudnn_attention(q, k, v, scale=scale, causal=causal)
+        if impl == "cudnn":
+            raise ValueError(f"{_SDPA}: impl='cudnn' needs a GPU, float16 or bfloat16, no attn_mask (is_causal only "
+                             "with L == S), no dropout, no enable_gqa, equal batch axes and one head dim (E == Ev) a "
+                             f"multiple of 8 up to 128; got query {q.shape} {q.dtype}, key {k.shape}, value {v.shape} "
+                             f"on {jax.default_backend()}")
     if impl in _KERNEL_IMPLS and 0 not in q.shape + k.shape + v.shape:  # zero-size: the formulas (no work)
         from jaxrules.nested import dense  # late: jaxrules.nn loads no Pallas kernels
 
@@ -441,6 +527,33 @@ record(
     batching="vmapped formulas (the kernels under jax.vmap)",
     double_backward="JAX's derivative of the XLA formula attention_vjp (the kernels are not differentiated)",
     kernel_backed=True,
+)
+
+
+def _cudnn_record_attention(query, key, value, is_causal=False):
+    """cuDNN in float16/bfloat16 (the low-precision check, against the float64 result); the XLA
+    formulas in float64, which cuDNN does not run."""
+    impl = "cudnn" if jnp.dtype(query.dtype).name in CUDNN_DTYPES else "xla"
+    return scaled_dot_product_attention(query, key, value, is_causal=is_causal, impl=impl)
+
+
+def _cudnn_samples(rng, dt):
+    # (B, H, L, E): a length that is not a multiple of cuDNN's tiles; head dims 16 and 64
+    return [Sample(tuple(normal(rng, dt, 2, 2, 21, 16) for _ in range(3))),
+            Sample(tuple(normal(rng, dt, 1, 3, 40, 64) for _ in range(3)), {"is_causal": True})]
+
+
+record(
+    "scaled_dot_product_attention[cudnn]", fn=_cudnn_record_attention,
+    public=("jaxrules.nn.scaled_dot_product_attention(impl='cudnn')",),
+    formula_ops=("scaled_dot_product_attention", "scaled_dot_product_attention_cudnn"),
+    seed=("(cuDNN's fused flash attention, forward and backward)",), samples=_cudnn_samples,
+    torch_fn=_torch_attention, torch_name="torch.nn.functional.scaled_dot_product_attention",
+    low_precision=("bfloat16", "float16"), tolerance={"bfloat16": 0.1, "float16": 0.02},
+    needs_gpu="cuDNN's flash attention needs a GPU (the XLA record checks the formulas everywhere)",
+    no_empty="cuDNN needs L >= 1 (zero sizes run the XLA formulas: the XLA record checks them)",
+    batching="JAX's batching of jax.nn.dot_product_attention (the batch axes flattened into cuDNN's)",
+    double_backward="JAX's derivative of the XLA formula attention_vjp (cuDNN is not differentiated)",
 )
 
 
