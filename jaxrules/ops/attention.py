@@ -5,6 +5,7 @@ the ops (attention: the flash-attention backward from the saved row logsumexp; b
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -129,31 +130,37 @@ attention_op = define_op("scaled_dot_product_attention", _attention_primal, _att
 # ----------------------------------------------------------------------------------------------
 # Ops: scaled_dot_product_attention on cuDNN (the GPU default in half precision)
 #
-# cuDNN's fused flash attention (``jax.nn.dot_product_attention(implementation="cudnn")``) for
-# q, k, v (B, L, E) with no mask (or causal, L == S): forward and backward are cuDNN's; the JVP is
-# the XLA formula above (forward mode is not the training path); second derivatives come from the
-# XLA formulas (``differentiated_as``: cuDNN is never differentiated).
+# cuDNN's fused flash attention (``jax.nn.dot_product_attention(implementation="cudnn")``) on
+# q, k, v in its layout (B, L, N, E) with no mask (or causal, L == S): forward and backward are
+# cuDNN's; the JVP is the XLA formula above (forward mode is not the training path); second
+# derivatives come from the XLA formulas (``differentiated_as``: cuDNN is never differentiated).
 
 CUDNN_DTYPES = ("bfloat16", "float16")
 
 
 def _cudnn(q, k, v, scale, causal):
-    """cuDNN attention of (B, L, E) arrays, as (B, L, 1, E): one head per batch entry."""
-    out = jax.nn.dot_product_attention(q[:, :, None], k[:, :, None], v[:, :, None], scale=scale, is_causal=causal,
-                                       implementation="cudnn")
-    return out[:, :, 0]
+    return jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=causal, implementation="cudnn")
+
+
+def _heads_first(x):
+    """(B, L, N, E) <-> (B, N, L, E)."""
+    return jnp.swapaxes(x, 1, 2)
 
 
 def _plain_masks(q, k, causal):
-    """The XLA op's (bias, keep, drop) for no mask (or a causal one) and no dropout."""
-    keep = jnp.asarray(np.tri(q.shape[-2], k.shape[-2], dtype=bool)) if causal else jnp.ones((1, 1), bool)
+    """The XLA op's (bias, keep, drop) for no mask (or a causal one) and no dropout, on (B, L, N, E)."""
+    keep = jnp.asarray(np.tri(q.shape[1], k.shape[1], dtype=bool)) if causal else jnp.ones((1, 1), bool)
     return jnp.zeros((1, 1), q.dtype), keep, jnp.ones((1, 1), q.dtype)
 
 
 def _cudnn_reference_vjp(q, k, v, g, scale, causal):
     """``(dq, dk, dv)`` by the XLA op's VJP formula (what cuDNN's backward computes)."""
     masks = _plain_masks(q, k, causal)
-    return jax.vjp(lambda q, k, v: attention_op(q, k, v, *masks, scale=scale, dropout=False)[0], q, k, v)[1](g)
+
+    def f(q, k, v):
+        return _heads_first(attention_op(*map(_heads_first, (q, k, v)), *masks, scale=scale, dropout=False)[0])
+
+    return jax.vjp(f, q, k, v)[1](g)
 
 
 @differentiated_as(_cudnn_reference_vjp, n_static=2)
@@ -170,11 +177,12 @@ def _cudnn_primal(q, k, v, *, scale, causal):
 
 def _cudnn_jvp(res, tq, tk, tv, *, scale, causal):
     """The XLA op's JVP formula, on the row logsumexp recomputed by its forward."""
-    q, k, v = res
-    masks = _plain_masks(q, k, causal)
+    q, k, v = map(_heads_first, res)
+    masks = _plain_masks(*res[:2], causal)
     out, lse = _attention_primal(q, k, v, *masks, scale=scale, dropout=False)
+    tq, tk, tv = (None if t is None else _heads_first(t) for t in (tq, tk, tv))
     d_out, _ = _attention_jvp((q, k, v, *masks, out, lse), tq, tk, tv, None, None, None, scale=scale, dropout=False)
-    return d_out
+    return _heads_first(d_out)
 
 
 def _cudnn_vjp(res, g, *, scale, causal):
@@ -185,21 +193,44 @@ cudnn_attention_op = define_op("scaled_dot_product_attention_cudnn", _cudnn_prim
                                lambda out, q, k, v, **_: (q, k, v))
 
 
-def _cudnn_applies(q, k, v, attn_mask, dropout_p, gqa, causal) -> bool:
+def _cudnn_layout(x):
+    """(..., L, E) -> cuDNN's (B, L, N, E): the heads axis -3 (one head for a 2-d input), the
+    batch axes before it flattened."""
+    if x.ndim == 2:
+        return x[None, :, None]
+    return _heads_first(x.reshape(-1, *x.shape[-3:]))
+
+
+@functools.lru_cache(maxsize=256)
+def _cudnn_accepts(shape, keys, dtype, scale, causal) -> bool:
+    """Whether JAX's cuDNN attention takes these (B, L, N, E) / (B, S, N, E) shapes (traced once:
+    its rules on sequence lengths and head dims vary with the cuDNN version and the GPU)."""
+    q = jax.ShapeDtypeStruct(shape, dtype)
+    k = jax.ShapeDtypeStruct(keys, dtype)
+    try:
+        jax.eval_shape(lambda q, k, v: jax.vjp(lambda *a: _cudnn(*a, scale, causal), q, k, v)[0], q, k, k)
+    except (NotImplementedError, ValueError, RuntimeError):
+        return False
+    return True
+
+
+def _cudnn_applies(q, k, v, attn_mask, dropout_p, gqa, causal, scale) -> bool:
     """Whether cuDNN's flash attention runs this call: a GPU, float16/bfloat16, no mask (causal
-    only with L == S), no dropout, no GQA, equal batch axes, ``E == Ev`` a multiple of 8 up to
-    128, no zero size."""
-    return (jax.default_backend() == "gpu" and q.dtype.name in CUDNN_DTYPES and attn_mask is None
+    only with L == S), no dropout, no GQA, equal batch axes, ``E == Ev``, no zero size, and
+    shapes JAX's cuDNN attention accepts (e.g. head dim a multiple of 8 up to 128 or 256, even
+    sequence lengths)."""
+    if not (jax.default_backend() == "gpu" and q.dtype.name in CUDNN_DTYPES and attn_mask is None
             and dropout_p == 0 and not gqa and q.ndim >= 2 and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
-            and k.shape == v.shape and q.shape[-1] == k.shape[-1] and q.shape[-1] % 8 == 0
-            and q.shape[-1] <= 128 and (not causal or q.shape[-2] == k.shape[-2]) and 0 not in q.shape + k.shape)
+            and k.shape == v.shape and q.shape[-1] == k.shape[-1]
+            and (not causal or q.shape[-2] == k.shape[-2]) and 0 not in q.shape + k.shape):
+        return False
+    return _cudnn_accepts(_cudnn_layout(q).shape, _cudnn_layout(k).shape, q.dtype, scale, causal)
 
 
 def _cudnn_attention(q, k, v, *, scale, causal):
-    """``cudnn_attention_op`` on (..., L, E): the batch axes flattened to one."""
-    batch = q.shape[:-2]
-    flat = [x.reshape(-1, *x.shape[-2:]) for x in (q, k, v)]
-    return cudnn_attention_op(*flat, scale=scale, causal=causal).reshape(*batch, *q.shape[-2:-1], v.shape[-1])
+    """``cudnn_attention_op`` on (..., L, E), through cuDNN's layout (B, L, N, E)."""
+    out = cudnn_attention_op(*map(_cudnn_layout, (q, k, v)), scale=scale, causal=causal)
+    return _heads_first(out).reshape(*q.shape[:-1], v.shape[-1])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -334,7 +365,8 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
             (the formulas above), ``"cudnn"`` (cuDNN's flash attention via
             ``jax.nn.dot_product_attention``: a GPU, float16/bfloat16, no ``attn_mask``,
             ``is_causal`` only with ``L == S``, no dropout, no ``enable_gqa``, equal batch axes,
-            ``E == Ev`` a multiple of 8 up to 128; otherwise a ``ValueError``), ``"pallas"`` (the fused
+            ``E == Ev``, shapes JAX's cuDNN attention accepts (head dim a multiple of 8 up to 128,
+            256 from Hopper on; even lengths); otherwise a ``ValueError``), ``"pallas"`` (the fused
             kernels: no ``attn_mask``, no dropout, no ``enable_gqa``, the batch and head axes of
             query, key and value equal, ``L == S`` and one power-of-two head dim >= 16 (``E ==
             Ev``); otherwise a
@@ -369,12 +401,13 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
         else:
             raise TypeError(f"{_SDPA}: attn_mask must be boolean or real floating, got {mask.dtype}")
     if impl in (None, "cudnn"):
-        if _cudnn_applies(q, k, v, attn_mask, dropout_p, gqa, causal):
+        if _cudnn_applies(q, k, v, attn_mask, dropout_p, gqa, causal, scale):
             return _cudnn_attention(q, k, v, scale=scale, causal=causal)
         if impl == "cudnn":
             raise ValueError(f"{_SDPA}: impl='cudnn' needs a GPU, float16 or bfloat16, no attn_mask (is_causal only "
-                             "with L == S), no dropout, no enable_gqa, equal batch axes and one head dim (E == Ev) a "
-                             f"multiple of 8 up to 128; got query {q.shape} {q.dtype}, key {k.shape}, value {v.shape} "
+                             "with L == S), no dropout, no enable_gqa, equal batch axes, one head dim (E == Ev) and "
+                             "shapes JAX's cuDNN attention accepts (head dim a multiple of 8 up to 128, or 256 from "
+                             f"Hopper on; even lengths); got query {q.shape} {q.dtype}, key {k.shape}, value {v.shape} "
                              f"on {jax.default_backend()}")
     if impl in _KERNEL_IMPLS and 0 not in q.shape + k.shape + v.shape:  # zero-size: the formulas (no work)
         from jaxrules.nested import dense  # late: jaxrules.nn loads no Pallas kernels
@@ -538,8 +571,10 @@ def _cudnn_record_attention(query, key, value, is_causal=False):
 
 
 def _cudnn_samples(rng, dt):
-    # (B, H, L, E): a length that is not a multiple of cuDNN's tiles; head dims 16 and 64
-    return [Sample(tuple(normal(rng, dt, 2, 2, 21, 16) for _ in range(3))),
+    # (B, H, L, E): lengths that are not multiples of cuDNN's tiles (even: JAX's cuDNN attention
+    # refuses odd ones, which run the XLA formulas); head dims 16 and 64; a 3-d input (one head)
+    return [Sample(tuple(normal(rng, dt, 2, 2, 22, 16) for _ in range(3))),
+            Sample(tuple(normal(rng, dt, 3, 10, 8) for _ in range(3))),
             Sample(tuple(normal(rng, dt, 1, 3, 40, 64) for _ in range(3)), {"is_causal": True})]
 
 
