@@ -15,6 +15,7 @@ import time
 # faster than the fusion emitters (jaxlib 0.10; 0.11's XLA no longer has the flag and aborts on
 # it), and one LLVM module per program (no parallel codegen split) is cheaper when every core
 # already runs a worker.
+HOST_DEVICES = 8  # the JAX devices a CPU is split into for the sharded check (``check --host-devices``)
 FAST_COMPILE_XLA_FLAGS = ("--xla_cpu_parallel_codegen_split_count=1",)
 _FLAGS_OF_JAXLIB = {"0.10": ("--xla_cpu_use_fusion_emitters=false",)}
 
@@ -140,9 +141,13 @@ def _check(args) -> int:
     cache_dir = None if args.no_cache else default_cache_dir()
     if args.sharded_modes:  # read by the sharded check, here and in the spawned workers
         os.environ["JAXRULES_SHARDED_MODES"] = args.sharded_modes
-    if args.host_devices:  # before the backend starts here; the spawned workers inherit it
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                                   f" --xla_force_host_platform_device_count={args.host_devices}").strip()
+    # The host's devices, before the backend starts here (the spawned workers inherit it): 8 by
+    # default, for the sharded check (a CPU split into 8 JAX devices; a GPU's devices are its
+    # own), unless XLA_FLAGS already says how many.
+    flags = os.environ.get("XLA_FLAGS", "")
+    host_devices = args.host_devices or (None if "host_platform_device_count" in flags else HOST_DEVICES)
+    if host_devices and host_devices > 1:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={host_devices}".strip()
     configure_check_process(cache_dir)
     from jaxrules import records
     from jaxrules.sharding_check import modes_in_use
@@ -429,7 +434,8 @@ def main(argv=None) -> int:
     check.add_argument("--quiet", action="store_true", help="no progress bar")
     check.add_argument("--workers", type=int, help="worker processes (default: one per CPU core; 1: this process)")
     check.add_argument("--host-devices", type=int,
-                       help="on a CPU, split it into this many JAX devices (the sharded check needs several: 8)")
+                       help=f"on a CPU, split it into this many JAX devices (default {HOST_DEVICES}, for the sharded "
+                            "check; 1: one device, the sharded check skipped)")
     check.add_argument("--sharded-modes",
                        help="the sharded check's mesh modes, comma-separated: auto, explicit (default: both)")
     check.add_argument("--no-cache", action="store_true",

@@ -32,9 +32,9 @@ import numpy as np
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as PSpec
 
+from jaxrules.cli import HOST_DEVICES
 from jaxrules.testing import _closure  # the op as a function of its differentiable arguments
 
-HOST_DEVICES = 8
 _MODES = {"auto": AxisType.Auto, "explicit": AxisType.Explicit}
 
 
@@ -183,8 +183,8 @@ def check_sharded(record, forms=("vmap", "direct"), modes=None) -> float | str:
     modes = modes_in_use() if modes is None else tuple(modes)
     devices = jax.device_count()
     if devices < 2:
-        return (f"needs several devices ({devices} here); `python -m jaxrules check` runs it with "
-                f"{HOST_DEVICES} host devices")
+        return (f"needs several devices ({devices} here); `python -m jaxrules check` splits a CPU into "
+                f"{HOST_DEVICES} devices for it")
     rng = np.random.default_rng(19)
     built = [f for f in _forms(record, rng, devices) if f[0] in forms]
     if not built:
