@@ -50,7 +50,7 @@ __all__ = ["CHECKS", "CheckResult", "check_op", "release_programs", "run_check"]
 
 CHECKS = ("gradients", "jvp_vjp", "formulas", "vmap", "jit", "torch", "singular", "low_precision", "empty", "sharded")
 
-_TOL = {"float64": 1e-9, "complex128": 1e-9, "float32": 2e-4, "complex64": 2e-4, "bfloat16": 6e-2}
+_TOL = {"float64": 1e-9, "complex128": 1e-9, "float32": 2e-4, "complex64": 2e-4, "bfloat16": 6e-2, "float16": 1e-2}
 
 
 @dataclasses.dataclass
