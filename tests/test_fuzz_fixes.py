@@ -136,8 +136,28 @@ def test_grid_sample_3d_nonfinite_coordinates_as_2d(mode, padding_mode):
 
 
 # ----------------------------------------------------------------------------------------------
-# irfft / irfftn: NaN in the imaginary parts a real inverse FFT discards does not spread (the
-# FUZZ_OPEN entries' cause is another: see _FFT_ZERO there)
+# irfft / irfftn: NaN in the imaginary parts a real inverse FFT discards does not spread; an
+# infinite entry meeting an exactly-zero coefficient gives NaN, as jax.numpy.fft and numpy.fft
+# (test_fuzz_records.REFERENCE_DIFFERS, _FFT_ZERO)
+
+
+@pytest.mark.parametrize("name", ["irfft", "irfftn"])
+def test_irfft_of_nonfinite_spectra_equals_jax_numpy_and_numpy(name):
+    """The fuzz cases where torch's MKL FFT stays finite: ours equals jax.numpy.fft's and
+    numpy.fft's values, NaN pattern included (the entries are REFERENCE_DIFFERS, not bugs)."""
+    from test_fuzz_records import REFERENCE_DIFFERS, build
+
+    from jaxrules import registry
+    from jaxrules.numpy import fft
+
+    case, _ = REFERENCE_DIFFERS[f"{name}/nonfinite/silent nan"]
+    sample, _, _ = build(registry.get(name), case)
+    ours = np.asarray(getattr(fft, name)(*sample.args, **sample.kwargs))
+    assert np.isnan(ours).any()  # the case still shows the difference from torch
+    for reference in (getattr(jnp.fft, name), getattr(np.fft, name)):
+        np.testing.assert_array_equal(np.isnan(ours), np.isnan(np.asarray(reference(*sample.args, **sample.kwargs))))
+        np.testing.assert_allclose(ours, np.asarray(reference(*sample.args, **sample.kwargs)), rtol=1e-10,
+                                   atol=1e-10, equal_nan=True)
 
 
 @pytest.mark.parametrize("n", [12, 13])

@@ -110,19 +110,13 @@ class Case:
 # record, kind and outcome is reported (a warning), not failed; ``test_known_still_fail`` runs each
 # case and fails once it no longer fails that way (then remove the entry). FUZZ_OPEN: bugs of
 # jaxrules, to fix (in the op files, not here); REFERENCE_DIFFERS: torch is no reference there.
-_FFT_ZERO = ("open (analysed; not the DC/Nyquist imaginary parts, whose NaN is ignored as torch's: pinned in "
-             "tests/test_fuzz_fixes.py): a NaN or infinite entry of the half spectrum whose coefficient at an output "
-             "point is exactly 0 meets that 0 factor in XLA's FFT (inf * 0 = NaN, as numpy's pocketfft); torch's CPU "
-             "FFT (MKL in this build) gives the finite rest there, the output not depending on that entry (and +-inf "
-             "where ours gives NaN). A fix needs its own pass over the non-finite entries (a dense DFT of them), not "
-             "done")
-FUZZ_OPEN: dict[str, tuple[Case, str]] = {
-    "irfftn/nonfinite/silent nan": (Case("float64", 0, "nonfinite", salt=11924),
-                                    _FFT_ZERO + " (here a NaN at X[1, 3] of a (4, 10) output: its coefficient "
-                                    "cos(2 pi (t1/4 + 3 t2/10)) is 0 at t = (1, 0), (1, 5), (3, 0), (3, 5))"),
-    "irfft/nonfinite/silent nan": (Case("float64", 1, "nonfinite", salt=36742),
-                                   _FFT_ZERO + " (here X_3 = -inf of n = 12: cos(2 pi 3 t / 12) = 0 at t = 3, 9)"),
-}
+_FFT_ZERO = ("a jax.numpy name: jax.numpy.fft's values (XLA's FFT) and numpy.fft's (pocketfft), checked equal to "
+             "ours, NaN pattern included (tests/test_fuzz_fixes.py): a NaN or infinite entry of the half spectrum "
+             "whose coefficient at an output point is exactly 0 meets that 0 factor (inf * 0 = NaN); torch's CPU FFT "
+             "(MKL in this build) gives the finite rest there, the output not depending on that entry (and +-inf "
+             "where these give NaN). (Not the DC/Nyquist imaginary parts, whose NaN is ignored as torch's: pinned "
+             "in tests/test_fuzz_fixes.py)")
+FUZZ_OPEN: dict[str, tuple[Case, str]] = {}
 _GRID_NAN = ("a NaN (or reflected infinite) sampling coordinate of a 3-d grid_sample: torch's 3-d CPU kernel "
              "clamps it to the last index (std::min/max order) where its 2-d kernel clamps it to 0, and its 3-d "
              "zero padding gives 0 where the 2-d one gives NaN; ours follows the 2-d kernel in every dimension "
@@ -130,6 +124,11 @@ _GRID_NAN = ("a NaN (or reflected infinite) sampling coordinate of a 3-d grid_sa
 _KEEPDIMS_NONE = ("a jax.numpy name: axis=None with keepdims=True keeps every axis with length 1 (jax.numpy's and "
                   "numpy's shape (1, 1)); torch's reduction over all entries has no keepdim (0-d)")
 REFERENCE_DIFFERS: dict[str, tuple[Case, str]] = {
+    "irfftn/nonfinite/silent nan": (Case("float64", 0, "nonfinite", salt=11924),
+                                    _FFT_ZERO + " (here a NaN at X[1, 3] of a (4, 10) output: its coefficient "
+                                    "cos(2 pi (t1/4 + 3 t2/10)) is 0 at t = (1, 0), (1, 5), (3, 0), (3, 5))"),
+    "irfft/nonfinite/silent nan": (Case("float64", 1, "nonfinite", salt=36742),
+                                   _FFT_ZERO + " (here X_3 = -inf of n = 12: cos(2 pi 3 t / 12) = 0 at t = 3, 9)"),
     "median/axis/value": (Case("float64", 3, "axis"), _KEEPDIMS_NONE),
     "nanmedian/axis/value": (Case("float64", 2, "axis"), _KEEPDIMS_NONE),
     "eigvals/dtype/value": (Case("float64", 1, "dtype", cast="float32"),
