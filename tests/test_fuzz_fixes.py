@@ -234,7 +234,7 @@ def _nonfinite_differences(name, argnum, poison):
     program, ct = _program(record, sample)
     case = _poisoned(sample, argnum, POISONS[poison])
     diff = sample.diff_argnums()
-    out, grads = program([np.asarray(case.args[i]) for i in diff])
+    out, grads = program([np.asarray(case.args[i]) for i in diff], ct)
     t_out, t_grads = _torch_grads(torch, record, case, ct)
     found = _differences("value", out, t_out)
     for i, g, tg in zip(diff, grads, t_grads):
