@@ -482,11 +482,6 @@ def grouped_backward(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout: 
     return dx.reshape(x3.shape), sum_g.reshape(row_weight.shape), sum_gxhat.reshape(row_weight.shape)
 
 
-__all__ = ["dim_axes", "even_axes", "explicit_mesh", "grouped_backward", "grouped_stats", "layer_norm_backward",
-           "layer_norm_forward", "local_shape", "named", "replicated", "rms_norm_backward", "rms_norm_forward",
-           "shards"]
-
-
 # ----------------------------------------------------------------------------------------------
 # Ragged attention (``nested.kernels``): heads independent, the slot layout (heads, slots, ...)
 # sharded over heads; the per-block integer metadata replicated.
@@ -522,3 +517,9 @@ def ragged_attention_backward(meta, qs, ks, vs, dos, lse, delta, *, scale, block
     """``nested.kernels.backward``, partitioned over heads (and over vmap's examples under vmap):
     ``(dq, dk, dv)``."""
     return _over_heads(_ragged_backward_impl, meta, (qs, ks, vs, dos, lse, delta), (scale, block, interpret, causal))
+
+
+__all__ = ["dim_axes", "even_axes", "explicit_mesh", "grouped_backward", "grouped_stats", "layer_norm_backward",
+           "layer_norm_forward", "local_shape", "named", "ragged_attention_backward",
+           "ragged_attention_forward", "replicated", "rms_norm_backward", "rms_norm_forward",
+           "shards"]

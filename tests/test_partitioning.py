@@ -68,8 +68,7 @@ def _worker(cases):
         gathered = [math_size(s) for s in re.findall(r"= \w+\[([\d,]*)\][^=]* all-gather\(", hlo)]
         print(json.dumps({
             "case": [op, mode, x_spec, w_spec],
-            "error": max(float(np.max(np.abs(np.asarray(g) - np.asarray(e))))
-                         for g, e in zip([got[0], *got[1]], [want[0], *want[1]])),
+            "error": max_gap(got, want),
             "scale": max(float(np.max(np.abs(np.asarray(e)))) for e in [want[0], *want[1]]),
             "dx_spec": str(got[1][0].sharding.spec), "dw_spec": str(got[1][1].sharding.spec),
             "largest_gather": max(gathered, default=0), "x_size": x.size,
@@ -101,9 +100,7 @@ def _worker_extras():
     with jax.set_mesh(mesh):
         args = jax.device_put(x, NamedSharding(mesh, P("data"))), jax.device_put(w, NamedSharding(mesh, P()))
         got = jax.jit(grad)(*args)
-    error = max(float(np.max(np.abs(np.asarray(g) - np.asarray(e)))) for g, e in zip([got[0], *got[1]],
-                                                                                    [want[0], *want[1]]))
-    print(json.dumps({"case": "uneven", "error": error}), flush=True)
+    print(json.dumps({"case": "uneven", "error": max_gap(got, want)}), flush=True)
 
     # Arrays on no mesh (uncommitted) in a process of several devices: jit of the op, its JVP and
     # its gradient lower the kernels (their custom_partitioning needs the program's devices).
@@ -115,9 +112,7 @@ def _worker_extras():
         y = rng.standard_normal((8, 3, 5))
         programs = (lambda x, w: fn(x, w), lambda x, w: jax.jvp(fn, (x, w), (y, w)),  # noqa: B023
                     jax.grad(lambda x, w: jnp.sum(fn(x, w) ** 3), (0, 1)))  # noqa: B023
-        errors[name] = max(float(np.max(np.abs(np.asarray(g) - np.asarray(e))))
-                           for p in programs for g, e in zip(jax.tree.leaves(jax.jit(p)(x, w)),
-                                                             jax.tree.leaves(p(x, w))))
+        errors[name] = max(max_gap(jax.jit(p)(x, w), p(x, w)) for p in programs)
     print(json.dumps({"case": "uncommitted", "errors": errors}), flush=True)
 
     # Under vmap with per-example weights (the weights batched too: the kernels under jax.vmap):
@@ -133,9 +128,7 @@ def _worker_extras():
                 args = [jax.device_put(v, NamedSharding(mesh, P("data"))) for v in (xb, wb)]
                 compiled = jax.jit(grad).lower(*args).compile()
                 got = compiled(*args)
-            print(json.dumps({"case": f"vmap {name} {kind}", "error": max(
-                float(np.max(np.abs(np.asarray(g) - np.asarray(e)))) for g, e in zip([got[0], *got[1]],
-                                                                                    [want[0], *want[1]])),
+            print(json.dumps({"case": f"vmap {name} {kind}", "error": max_gap(got, want),
                 "specs": [str(g.sharding.spec) for g in got[1]],
                 "gathers": len(re.findall(r" all-gather(?:-start)?\(", compiled.as_text()))}), flush=True)
 
@@ -157,9 +150,7 @@ def _worker_extras():
             compiled = jax.jit(grad).lower(*args).compile()
             got = compiled(*args)
         gathered = [math_size(d) for d in re.findall(r"= \w+\[([\d,]*)\][^=]* all-gather\(", compiled.as_text())]
-        print(json.dumps({"case": f"attention {form}", "error": max(
-            float(np.max(np.abs(np.asarray(g) - np.asarray(e)))) for g, e in zip([got[0], *got[1]],
-                                                                                [want[0], *want[1]])),
+        print(json.dumps({"case": f"attention {form}", "error": max_gap(got, want),
             "specs": [str(g.sharding.spec) for g in got[1]], "largest_gather": max(gathered, default=0)}), flush=True)
 
     seen = []
@@ -180,6 +171,15 @@ def _worker_extras():
             except Exception:  # noqa: BLE001, S110 - only the dispatch's arguments matter here
                 pass
     print(json.dumps({"case": "dispatch", "seen": seen}), flush=True)
+
+
+def max_gap(got, want) -> float:
+    """The largest absolute difference between two pytrees' leaves."""
+    import jax
+    import numpy as np
+
+    return max(float(np.max(np.abs(np.asarray(g) - np.asarray(e)))) for g, e in
+               zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True))
 
 
 def math_size(dims: str) -> int:

@@ -22,6 +22,7 @@ import json
 
 import pytest
 from _forced_devices import worker_rows
+from test_partitioning import max_gap
 
 GRID_SAMPLES = (0, 2, 3, 5)  # the record's bilinear (zeros, reflection), nearest and bicubic samples
 DIRECT = [("conv", 0), ("conv", 1), ("conv_transpose", 0), ("conv_transpose", 1)]  # 1-D; 2-D grouped, dilated
@@ -99,9 +100,7 @@ def _vmapped_rows(name):
                 jax_errors.append(f"{type(err).__name__}: {err}")
     if isinstance(got, str):
         return {"error": got, "dx_spec": None, "jax": jax_errors}
-    error = max(float(np.max(np.abs(np.asarray(g) - np.asarray(e)))) for g, e in
-                zip(jax.tree.leaves(got), jax.tree.leaves(want)))
-    return {"error": error, "dx_spec": str(got[1][0].sharding.spec), "jax": jax_errors}
+    return {"error": max_gap(got, want), "dx_spec": str(got[1][0].sharding.spec), "jax": jax_errors}
 
 
 def _model_sharded_weights_row():
@@ -126,8 +125,7 @@ def _model_sharded_weights_row():
                           jax.device_put(w, NamedSharding(mesh, P("data", "model"))))
         except Exception as err:  # noqa: BLE001 - the row reports it; the test fails on it
             return {"error": f"{type(err).__name__}: {err}"[:300], "specs": None}
-    error = max(float(np.max(np.abs(np.asarray(g) - np.asarray(e)))) for g, e in zip(got, want))
-    return {"error": error, "specs": [str(g.sharding.spec) for g in got]}
+    return {"error": max_gap(got, want), "specs": [str(g.sharding.spec) for g in got]}
 
 
 def _worker():

@@ -163,16 +163,20 @@ def _cudnn_reference_vjp(q, k, v, g, scale, causal):
     return jax.vjp(f, q, k, v)[1](g)
 
 
+def _cudnn_forward(q, k, v, scale, causal):
+    """``(out, pullback)`` of cuDNN's training-mode forward (what ``jax.vjp`` runs): the primal
+    and the backward call the same forward, which XLA merges into one."""
+    return jax.vjp(lambda q, k, v: _cudnn(q, k, v, scale, causal), q, k, v)
+
+
 @differentiated_as(_cudnn_reference_vjp, n_static=2)
 def _cudnn_backward(q, k, v, g, scale, causal):
-    """cuDNN's backward (its forward run again inside ``jax.vjp``: XLA merges it with the
-    primal's identical call); second derivatives those of ``_cudnn_reference_vjp``."""
-    return jax.vjp(lambda q, k, v: _cudnn(q, k, v, scale, causal), q, k, v)[1](g)
+    """cuDNN's backward; second derivatives those of ``_cudnn_reference_vjp``."""
+    return _cudnn_forward(q, k, v, scale, causal)[1](g)
 
 
 def _cudnn_primal(q, k, v, *, scale, causal):
-    # the training-mode forward (the one jax.vjp runs), so that the backward's call is the same
-    return jax.vjp(lambda q, k, v: _cudnn(q, k, v, scale, causal), q, k, v)[0]
+    return _cudnn_forward(q, k, v, scale, causal)[0]
 
 
 def _cudnn_jvp(res, tq, tk, tv, *, scale, causal):
@@ -209,7 +213,7 @@ def _cudnn_accepts(shape, keys, dtype, scale, causal) -> bool:
     k = jax.ShapeDtypeStruct(keys, dtype)
     try:
         jax.eval_shape(lambda q, k, v: jax.vjp(lambda *a: _cudnn(*a, scale, causal), q, k, v)[0], q, k, k)
-    except (NotImplementedError, ValueError, RuntimeError):
+    except (NotImplementedError, ValueError, RuntimeError):  # JAX's refusals: shapes, layouts, no cuDNN
         return False
     return True
 
