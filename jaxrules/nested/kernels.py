@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from jaxrules.interpret_cache import traced_once_when_interpreted
 from jaxrules.partials import stat_dtype
 
 _NEG = -1e30  # masked score (finite: exp underflows to 0 without inf - inf)
@@ -181,6 +182,10 @@ def _call(kernel, meta, tiled, whole, outs, *, block, interpret, name):
     )(*meta, *tiled, *whole)
 
 
+_interpreted = traced_once_when_interpreted(lambda statics: statics["interpret"])
+
+
+@_interpreted
 def forward(meta, qs, ks, vs, *, scale, block, interpret, causal=False):
     """(out, lse) in the slot layout, heads first: (heads, slots, dim) and (heads, slots); lse in
     float32 (float64 for float64 input)."""
@@ -193,6 +198,7 @@ def forward(meta, qs, ks, vs, *, scale, block, interpret, causal=False):
     return _call(kernel, meta, [qs], [ks, vs], outs, block=block, interpret=interpret, name="ragged_attention_fwd")
 
 
+@_interpreted
 def backward(meta, qs, ks, vs, dos, lse, delta, *, scale, block, interpret, causal=False):
     """(dq, dk, dv) in the slot layout; ``delta = rowsum(dO out) - g_lse`` per query."""
     like = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)  # noqa: E731
