@@ -236,78 +236,105 @@ def _locate(coord, size, padding_mode, align_corners):
     return pos, mult
 
 
+def _column(values, like):
+    """``values`` as a (T, 1) column in ``like``'s dtype, to broadcast against (N, T, P)."""
+    return jnp.asarray(values, like.dtype)[:, None]
+
+
 def _axis_taps(coord, size, mode, padding_mode, align_corners):
-    """The taps along one axis of each sampling point: ``[(index, weight, d weight / d
-    coord)]`` (the slope None for ``nearest``). Bilinear: the two pixels around the padded
-    position; bicubic (torch's): four taps of the A = -0.75 cubic convolution around the
-    unpadded position, each tap's index padded on its own, the slope times the unnormalizing
-    factor alone (no padding multiplier, as torch)."""
+    """The taps along one axis of each sampling point ``coord`` (N, P), stacked on axis 1:
+    ``(index, weight, d weight / d coord)``, each (N, T, P) (the slope None for ``nearest``, T =
+    1). Bilinear (T = 2): the pixels ``floor(pos) + (0, 1)`` around the padded position, weights
+    ``(1 - f, f)``, slopes ``(-m, m)`` (m: ``_locate``'s multiplier). Bicubic (torch's, T = 4):
+    the taps ``floor(pos) + (-1, 0, 1, 2)`` of the A = -0.75 cubic convolution around the
+    unpadded position at distances ``x = (t + 1, t, 1 - t, 2 - t)``, each tap's index padded on
+    its own, the slope ``+-d w / d x`` times the unnormalizing factor alone (no padding
+    multiplier, as torch)."""
     if mode != "bicubic":
         pos, mult = _locate(coord, size, padding_mode, align_corners)
         if mode == "nearest":
-            return [(jnp.round(pos), 1.0, None)]
+            index = jnp.round(pos)[:, None]
+            return index, jnp.ones_like(index), None
         first = jnp.floor(pos)
-        frac = pos - first
-        return [(first, 1 - frac, -mult), (first + 1, frac, mult)]
+        frac = (pos - first)[:, None]
+        return (first[:, None] + _column((0, 1), pos), jnp.concatenate([1 - frac, frac], axis=1),
+                mult[:, None] * _column((-1, 1), pos))
     pos, factor = _locate(coord, size, "zeros", align_corners)
     first = jnp.floor(pos)
-    t = pos - first
+    t = (pos - first)[:, None]
+    index = first[:, None] + _column((-1, 0, 1, 2), pos)
+    if padding_mode == "reflection":
+        index = _reflect(index, size, align_corners)[0]
+    if padding_mode != "zeros":
+        index = _clip(index, size)[0]
     a = -0.75
     near, far = _cubic_pieces(a)
-    near_slope = lambda x: (3 * (a + 2) * x - 2 * (a + 3)) * x  # noqa: E731 - d near / dx
-    far_slope = lambda x: (3 * a * x - 10 * a) * x + 8 * a  # noqa: E731 - d far / dx
-    weights = [far(t + 1), near(t), near(1 - t), far(2 - t)]
-    slopes = [far_slope(t + 1), near_slope(t), -near_slope(1 - t), -far_slope(2 - t)]
-    taps = []
-    for k in range(4):
-        index = first + (k - 1)
-        if padding_mode == "reflection":
-            index = _reflect(index, size, align_corners)[0]
-        if padding_mode != "zeros":
-            index = _clip(index, size)[0]
-        taps.append((index, weights[k], slopes[k] * factor))
-    return taps
+    sign = _column((1, 1, -1, -1), pos)
+    x = sign * t + _column((1, 0, 1, 2), pos)  # the distance to each tap
+    inner = np.array([False, True, True, False])[:, None]  # |x| <= 1: near, else far
+    weight = jnp.where(inner, near(x), far(x))
+    slope = jnp.where(inner, (3 * (a + 2) * x - 2 * (a + 3)) * x, (3 * a * x - 10 * a) * x + 8 * a)
+    return index, weight, sign * slope * factor[:, None]
 
 
 def _corners(grid, spatial, mode, padding_mode, align_corners):
-    """The corners each sampling point reads: a list of ``(flat index, inside, weight, d weight /
-    d grid)`` with shapes (N, P), (N, P), (N, P) and (N, P, dims) (None for ``nearest``, whose
-    weights are constant); a corner outside the input reads 0 (torch's zero padding: its value,
-    not its weight, is masked, so a non-finite position gives NaN as torch)."""
+    """The K = prod(T_d) corners each sampling point reads, the product of the axes' taps stacked
+    on one axis: ``(flat, inside, weight, slope)``, (N, K, P) each and (N, K, P, dims) (None for
+    ``nearest``, whose weights are constant), with ``flat`` the row-major index ``(i_z H + i_y) W
+    + i_x`` (clamped), ``weight = prod_d w_d`` and ``slope[..., d] = w_d' prod_{e != d} w_e``; a
+    corner outside the input reads 0 (torch's zero padding: its value, not its weight, is masked,
+    so a non-finite position gives NaN as torch)."""
     dims = len(spatial)
-    coords = grid.reshape(grid.shape[0], math.prod(grid.shape[1:-1]), dims)  # not -1: N may be 0
-    # per axis (size, taps); the grid's last axis is x (W) first
-    axes = [(size, _axis_taps(coords[..., d], size, mode, padding_mode, align_corners))
-            for d, size in enumerate(reversed(spatial))]
-    corners = []
-    for choice in np.ndindex(*(len(taps) for _, taps in axes)):
-        taps = [axes[d][1][c] for d, c in enumerate(choice)]
-        inside, flat = True, 0
-        for (size, _), (index, _, _) in zip(reversed(axes), reversed(taps)):  # row-major: D, H, W
-            inside = inside & (index >= 0) & (index <= size - 1)
-            flat = flat * size + jnp.clip(index, 0, size - 1).astype(jnp.int32)
-        weight = jnp.broadcast_to(functools.reduce(jnp.multiply, [w for _, w, _ in taps]), coords.shape[:2])
-        slope = None
-        if mode != "nearest":
-            slope = jnp.stack([
-                functools.reduce(jnp.multiply, [taps[e][1] for e in range(dims) if e != d], taps[d][2])
-                for d in range(dims)
-            ], axis=-1)
-        corners.append((flat, jnp.broadcast_to(inside, coords.shape[:2]), weight.astype(grid.dtype), slope))
-    return corners
+    n, p = grid.shape[0], math.prod(grid.shape[1:-1])
+    coords = grid.reshape(n, p, dims)  # not -1: N may be 0
+    sizes = spatial[::-1]  # the grid's last axis is x (W) first
+    taps = [_axis_taps(coords[..., d], size, mode, padding_mode, align_corners) for d, size in enumerate(sizes)]
+    counts = [index.shape[1] for index, _, _ in taps]
+    full = (n, *counts, p)  # the product grid: axis 1 + d holds axis d's taps (x outermost)
+
+    def spread(d, a):  # (N, T_d, P) -> broadcastable to ``full`` (expand_dims, not a reshape: N may be sharded)
+        return jnp.expand_dims(a, [1 + e for e in range(dims) if e != d])
+
+    def stacked(a):  # ``full`` -> (N, K, P)
+        return jnp.broadcast_to(a, full).reshape(n, math.prod(counts), p)
+
+    inside, flat = True, 0
+    for d in reversed(range(dims)):  # row-major: D, H, W
+        index = spread(d, taps[d][0])
+        inside = inside & (index >= 0) & (index <= sizes[d] - 1)
+        flat = flat * sizes[d] + jnp.clip(index, 0, sizes[d] - 1).astype(jnp.int32)
+    weights = [spread(d, w) for d, (_, w, _) in enumerate(taps)]
+    slope = None
+    if mode != "nearest":
+        slope = jnp.stack([stacked(functools.reduce(jnp.multiply, [
+            spread(e, taps[e][2]) if e == d else weights[e] for e in range(dims)])) for d in range(dims)], axis=-1)
+    weight = stacked(functools.reduce(jnp.multiply, weights)).astype(grid.dtype)
+    return stacked(flat), stacked(inside), weight, slope
+
+
+def _positions(flat):
+    """(N, K, P) -> (N, 1, K P): the K P positions read per sampling point's row (the channel
+    axis inserted apart: one reshape doing both is refused for a sharded N under an Explicit
+    mesh)."""
+    n, k, p = flat.shape
+    return flat.reshape(n, k * p)[:, None]
 
 
 def _gather(planes, flat, inside):
-    """``planes`` (N, C, S) read at ``flat`` (N, P), 0 where not ``inside``: (N, C, P)."""
-    return jnp.where(inside[:, None, :], jnp.take_along_axis(planes, flat[:, None, :], axis=2), 0)
+    """``planes`` (N, C, S) read at ``flat`` (N, K, P), 0 where not ``inside``: (N, C, K, P) (one
+    gather of the K P positions)."""
+    n, k, p = flat.shape
+    values = jnp.take_along_axis(planes, _positions(flat), axis=2)
+    return jnp.where(inside[:, None], values.reshape(n, planes.shape[1], k, p), 0)
 
 
 def _scatter(values, flat, inside, size):
-    """The transpose of ``_gather``: ``values`` (N, C, P) added at ``flat`` into (N, C, size)
-    where ``inside``."""
-    n, c, _ = values.shape
-    rows = (np.arange(n)[:, None, None], np.arange(c)[None, :, None], flat[:, None, :])
-    return jnp.zeros((n, c, size), values.dtype).at[rows].add(jnp.where(inside[:, None, :], values, 0))
+    """The transpose of ``_gather``: ``values`` (N, C, K, P) added at ``flat`` (N, K, P) into
+    (N, C, size) where ``inside`` (one scatter-add)."""
+    n, c, k, p = values.shape
+    rows = (np.arange(n)[:, None, None], np.arange(c)[None, :, None], _positions(flat))
+    values = jnp.where(inside[:, None], values, 0).reshape(n, c, k * p)
+    return jnp.zeros((n, c, size), values.dtype).at[rows].add(values)
 
 
 def _planes(x):
@@ -315,16 +342,17 @@ def _planes(x):
 
 
 def _sample(x, corners, out_spatial):
-    planes = _planes(x)
-    out = sum(w[:, None, :] * _gather(planes, flat, inside) for flat, inside, w, _ in corners)
+    """``out[n, c, p] = sum_k weight[n, k, p] x[n, c, flat[n, k, p]]`` (0 outside)."""
+    flat, inside, weight, _ = corners
+    out = jnp.sum(weight[:, None] * _gather(_planes(x), flat, inside), axis=2)
     return out.reshape(x.shape[:2] + out_spatial)
 
 
 def _grid_slope(x, corners):
-    """d out / d grid summed over the corners: (N, C, P, dims) (torch's ``gx``, ``gy``, ``gz``
-    before the cotangent)."""
-    planes = _planes(x)
-    return sum(_gather(planes, flat, inside)[..., None] * slope[:, None] for flat, inside, _, slope in corners)
+    """d out / d grid, ``sum_k x[n, c, flat[n, k, p]] slope[n, k, p, d]``: (N, C, P, dims)
+    (torch's ``gx``, ``gy``, ``gz`` before the cotangent)."""
+    flat, inside, _, slope = corners
+    return jnp.sum(_gather(_planes(x), flat, inside)[..., None] * slope[:, None], axis=2)
 
 
 def _grid_sample_primal(x, grid, *, mode, padding_mode, align_corners):
@@ -349,13 +377,14 @@ def grid_sample_jvp(res, tx, tgrid, *, mode, padding_mode, align_corners):
 
 def grid_sample_vjp(res, g, *, mode, padding_mode, align_corners):
     """VJP formula (seed ``grid_sampler_2d_backward`` / ``grid_sampler_3d_backward``, CPU): the
-    cotangent times each corner's weight scatter-added into the input; for the grid, the
-    cotangent times the slope summed over channels (zero for nearest)."""
+    cotangent times each corner's weight scatter-added into the input, ``gx[n, c, flat[n, k, p]]
+    += weight[n, k, p] g[n, c, p]`` (one scatter-add over the K corners); for the grid, ``sum_c
+    g[n, c, p] d out[n, c, p] / d grid[n, p, d]`` (zero for nearest)."""
     x, grid = res
     corners = _corners(grid, x.shape[2:], mode, padding_mode, align_corners)
+    flat, inside, weight, _ = corners
     g = _planes(g)
-    size = math.prod(x.shape[2:])
-    gx = sum(_scatter(g * w[:, None, :], flat, inside, size) for flat, inside, w, _ in corners).reshape(x.shape)
+    gx = _scatter(g[:, :, None] * weight[:, None], flat, inside, math.prod(x.shape[2:])).reshape(x.shape)
     if mode == "nearest":
         return gx, None
     ggrid = jnp.sum(_grid_slope(x, corners) * g[..., None], axis=1)
