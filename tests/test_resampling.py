@@ -1,6 +1,7 @@
 """interpolate, grid_sample and affine_grid beyond the registry harness: values and gradients
 against torch 2.13 (CPU, float64) over a grid of configurations, the two configurations where
-torch's backward is not the transpose of its forward, empty batches, NaN, and bad input."""
+torch's backward is not the transpose of its forward, empty batches, NaN, grid_sample's program
+size (one gather and one scatter-add for all corners), and bad input."""
 
 import jax
 import jax.numpy as jnp
@@ -195,6 +196,41 @@ def test_grid_sample_empty_batch_matches_torch():
     assert out.shape == tuple(F.grid_sample(torch.tensor(x), torch.tensor(grid), align_corners=False).shape)
     gx, gg = jax.grad(lambda a, g: jnp.sum(grid_sample(a, g)), argnums=(0, 1))(x, grid)
     assert gx.shape == x.shape and gg.shape == grid.shape
+
+
+def _count_primitives(jaxpr, names, counts):
+    """``counts`` of the equations of ``jaxpr`` (and of the jaxprs nested in its equations) whose
+    primitive is one of ``names``."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in names:
+            counts[eqn.primitive.name] = counts.get(eqn.primitive.name, 0) + 1
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                sub = getattr(sub, "jaxpr", sub)
+                if hasattr(sub, "eqns"):
+                    _count_primitives(sub, names, counts)
+    return counts
+
+
+def test_grid_sample_reads_all_corners_with_one_gather_and_writes_them_with_one_scatter_add():
+    # the corners are stacked on one axis: the value, JVP and VJP programs hold as many gathers
+    # and scatter-adds for bicubic's 16 corners and trilinear's 8 as for bilinear's 4 (they
+    # held one per corner: 48 gathers and 16 scatter-adds for bicubic)
+    def counts(x_shape, grid_shape, **kwargs):
+        x, grid = jnp.ones(x_shape), jnp.zeros(grid_shape)
+
+        def program(x, grid, ct):
+            f = lambda a, g: grid_sample(a, g, **kwargs)  # noqa: E731
+            out, pullback = jax.vjp(f, x, grid)
+            return out, pullback(ct), jax.jvp(f, (x, grid), (x, grid))
+
+        ct = jnp.ones(x_shape[:2] + grid_shape[1:-1])
+        return _count_primitives(jax.make_jaxpr(program)(x, grid, ct).jaxpr, {"gather", "scatter-add"}, {})
+
+    bilinear = counts((1, 1, 4, 3), (1, 2, 2, 2))
+    assert bilinear.get("gather", 0) >= 1 and bilinear.get("scatter-add", 0) >= 1, bilinear
+    assert counts((1, 1, 4, 3), (1, 2, 2, 2), mode="bicubic") == bilinear
+    assert counts((1, 1, 2, 3, 3), (1, 1, 2, 2, 3)) == bilinear
 
 
 X3, X4 = np.zeros((1, 2, 3)), np.zeros((1, 2, 3, 3))
