@@ -28,6 +28,7 @@ from jaxrules.partials import stat_dtype
 _NEG = -1e30  # masked score (finite: exp underflows to 0 without inf - inf)
 
 
+@functools.partial(jax.jit, static_argnums=(2, 3))  # evaluated eagerly: one program, not one per operation
 def block_meta(offsets, token_slot, num_blocks: int, block: int):
     """(first, count, length, local) per block of the slot layout (int32, num_blocks + 1 each;
     the last, empty block has count 0)."""
