@@ -311,7 +311,7 @@ def _split(args, rule):
 def _impl(*args, rule):
     res, tangents = _split(args, rule)
     _spy_record("jvp", rule.name)
-    return rule.apply_jvp(res, tangents)
+    return _compiled(rule.apply_jvp)(res, tangents)
 
 
 def _abstract_eval(*avals, rule):
@@ -338,9 +338,25 @@ def _transpose(cts, *args, rule):
         for c, a in zip(cts, out_avals)
     ]
     _spy_record("vjp", rule.name)
-    in_cts = rule.apply_vjp(res, cts, [_aval(t) for t in tangents])
+    tangent_avals = tuple(_aval(t) for t in tangents)
+    if _concrete(res, cts):  # an eager pullback: the formula as one compiled program
+        in_cts = _compiled(rule.apply_vjp, static_argnums=2)(res, cts, tangent_avals)
+    else:
+        in_cts = rule.apply_vjp(res, cts, tangent_avals)
     result = [ct if ad.is_undefined_primal(t) else None for ct, t in zip(in_cts, tangents)]
     return [None] * len(res) + result
+
+
+def _concrete(*trees) -> bool:
+    """Whether every array in ``trees`` is a value (an eager call), not a tracer."""
+    return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(trees))
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(fn: Callable, static_argnums=()) -> Callable:
+    """``jax.jit(fn)``, kept: evaluated eagerly, an op's primal or formula compiles one program per
+    shape (as ``jax.numpy``'s functions do) instead of one per primitive it calls."""
+    return jax.jit(fn, static_argnums=static_argnums)
 
 
 def _aval(x):
@@ -524,7 +540,13 @@ def _primal_call(op: Op, static_items, out_tree, arrays):
 
 
 def _primal_impl(*arrays, op, static_items, out_tree):
-    return _primal_call(op, static_items, out_tree, arrays)
+    return _compiled_primal_call(op, static_items, out_tree)(arrays)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled_primal_call(op: Op, static_items, out_tree) -> Callable:
+    """``_primal_call`` compiled (an eager primal bound through ``primal_p``; see ``_compiled``)."""
+    return jax.jit(lambda arrays: _primal_call(op, static_items, out_tree, arrays))
 
 
 def _primal_abstract_eval(*avals, op, static_items, out_tree):
@@ -598,7 +620,10 @@ def _custom_jvp_function(op: Op, static_items: tuple):
         out_tangents = [next(it) if d else _zero_tangent(o) for o, d in zip(out_leaves, diff)]
         return out, jax.tree_util.tree_unflatten(out_tree, out_tangents)
 
-    fn = jax.custom_jvp(primal)
+    def primal_or_compiled(*arrays):  # eager: one compiled program per shape
+        return primal(*arrays) if not _concrete(arrays) else _compiled(primal)(*arrays)
+
+    fn = jax.custom_jvp(primal_or_compiled)
     fn.defjvp(jvp_rule, symbolic_zeros=True)
     functools.update_wrapper(fn, primal)
     fn.__name__ = op.name

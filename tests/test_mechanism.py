@@ -47,6 +47,7 @@ def _close(a, b):
 
 
 def _counting(fn):
+    jax.clear_caches()  # the formulas run when traced: an eager call compiles them, then reuses that
     CALLS.update(jvp=0, vjp=0)
     out = fn()
     return out, dict(CALLS)
@@ -74,6 +75,43 @@ def test_reverse_mode_runs_the_vjp_formula(transform):
     out, calls = _counting(lambda: run(sinmul))
     assert calls["vjp"] >= 1 and calls["jvp"] == 0
     _close(out, run(reference))
+
+
+def _compilations(fn) -> int:
+    """How many programs XLA compiles while ``fn`` runs (JAX's compile event)."""
+    events = []
+
+    def listen(event, duration, **_):
+        events.append(event) if event == "/jax/core/compile/backend_compile_duration" else None
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        jax.block_until_ready(fn())
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    return len(events)
+
+
+_FIVE_PRIMITIVES = define_op("test_five_primitives", lambda x: jnp.exp(jnp.sin(x) * 2.0 + jnp.cos(x)) - 1.0,
+                             lambda res, t: t, lambda res, ct: (ct,))
+
+
+@pytest.mark.parametrize("transform", ["value", "jvp", "vjp"])
+def test_an_eager_call_compiles_the_primal_and_the_formula_once(transform):
+    """Eagerly (no ``jit``), an op's primal and its formula each run as one compiled program per shape,
+    as ``jax.numpy``'s functions do, not one program per primitive they call; a second call with new
+    values of the same shapes compiles nothing. (Under an eager ``vmap`` they still run primitive by
+    primitive: the arrays are tracers there.)"""
+    run = {
+        "value": lambda x: _FIVE_PRIMITIVES(x),
+        "jvp": lambda x: jax.jvp(_FIVE_PRIMITIVES, (x,), (x,)),
+        "vjp": lambda x: jax.vjp(_FIVE_PRIMITIVES, x)[1](x),
+    }[transform]
+    jax.clear_caches()
+    x, y = jnp.array([[0.5, -1.0, 2.0, 0.25, 3.0, -0.75, 1.5], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]])
+    first = _compilations(lambda: run(x))
+    assert 1 <= first <= 3, first  # op-by-op, the primal alone compiled 5 programs
+    assert _compilations(lambda: run(y)) == 0
 
 
 def test_formula_spy_records_op_names():
