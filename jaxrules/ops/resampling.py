@@ -361,8 +361,9 @@ def _grid_sample_primal(x, grid, *, mode, padding_mode, align_corners):
 
 
 def grid_sample_jvp(res, tx, tgrid, *, mode, padding_mode, align_corners):
-    """JVP formula: ``grid_sample(tx, grid)`` plus, for bilinear, ``sum_d d out / d grid_d *
-    tgrid_d`` (each corner's value times its weight's slope, times torch's ``gx_mult``)."""
+    """JVP formula: ``grid_sample(tx, grid)`` plus (bilinear, bicubic) ``sum_d d out / d grid_d
+    tgrid_d``, ``d out / d grid_d = sum_k x[flat_k] slope_k[d]`` (``_grid_slope``: each corner's
+    value times its weight's slope, which carries torch's ``gx_mult``)."""
     x, grid = res
     corners = _corners(grid, x.shape[2:], mode, padding_mode, align_corners)
     out = None if tx is None else _sample(tx, corners, grid.shape[1:-1])
