@@ -32,10 +32,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from jaxrules.dispatch import GroupedLaunch, RowsLaunch
-from jaxrules.interpret_cache import traced_once_when_interpreted
 from jaxrules.partials import stat_dtype
-
-_interpreted = traced_once_when_interpreted(lambda statics: statics["launch"].interpret)
 
 
 def _compiler_params(launch):
@@ -120,7 +117,6 @@ def rms_forward(x, w, *, eps, launch: RowsLaunch):
     return partitioning.rms_norm_forward(x, w, eps=eps, launch=launch)
 
 
-@_interpreted
 def local_forward(x, w, b, *, eps, launch: RowsLaunch):
     """``forward`` on one device's array (the kernel itself); ``b=None``: RMS norm (``rms_forward``,
     outputs ``(y, rstd)``)."""
@@ -195,7 +191,6 @@ def rms_backward(x, g, w, rstd, g_rstd, *, launch: RowsLaunch):
     return dx, dw.astype(w.dtype)
 
 
-@_interpreted
 def local_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: RowsLaunch):
     """``backward`` on one device's rows (the kernel itself), with ``dw``, ``db`` in the
     statistics' dtype (summed over devices before the cast to the weight's). ``mean=None`` (and
@@ -338,7 +333,6 @@ def grouped_stats(x3, *, layout, groups, eps, launch: GroupedLaunch):
     return partitioning.grouped_stats(x3, layout=layout, groups=groups, eps=eps, launch=launch)
 
 
-@_interpreted
 def local_moments(x3, *, layout, groups, launch: GroupedLaunch):
     """``(mean, m2)`` of each group (P,) on one device's array: the kernel's per-slice moments
     merged (Chan et al.); ``m2`` the sum of squared deviations."""
@@ -468,7 +462,6 @@ def _grouped_call(kernel, x3, layout, groups, launch, inputs, n_scalars, outputs
     return [o.reshape(x3.shape) if kind == "dx" else o for o, kind in zip(outs, outputs)]
 
 
-@_interpreted
 def local_backward_grouped(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout, groups,
                            launch: GroupedLaunch):
     """``grouped_backward`` on one device's array (one fused kernel: sums, then dx)."""
@@ -476,7 +469,6 @@ def local_backward_grouped(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, la
                                (x3, g3, row_weight, mean, rstd, g_mean, g_rstd), 4, ("dx", "rows", "rows"), "bwd"))
 
 
-@_interpreted
 def local_row_sums(x3, g3, row_weight, mean, rstd, *, layout, groups, launch: GroupedLaunch):
     """``(sum_g, sum_g_xhat)`` per row (P, K) on one device's array: the first pass of
     ``grouped_backward`` alone."""
@@ -484,7 +476,6 @@ def local_row_sums(x3, g3, row_weight, mean, rstd, *, layout, groups, launch: Gr
                                2, ("rows", "rows"), "bwd_sums"))
 
 
-@_interpreted
 def local_dx(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, mean_gw, mean_gwxhat, *, layout, groups, count,
              launch: GroupedLaunch):
     """The second pass of ``grouped_backward`` alone: ``dx`` given each group's ``E[w g]``,
