@@ -5,7 +5,9 @@ times (a function and its derivatives, as the checks compile them) lowers as man
 interpreted kernel. ``traced_once_when_interpreted`` routes an interpreted kernel entry point
 through a cached ``jax.jit``: JAX traces it once per shape and static arguments and lowers it
 once per program (one function, called at each use). The compiled path (``interpret`` false)
-calls the entry point as it is.
+calls the entry point as it is. (Not used by ``norm_kernels``: there the cached jit made XLA's
+compile of group_norm[pallas]'s sharded check hang in the CLI, WhileLoopSimplifier -> CallInliner
+-> PropagateCallMetadata; not understood yet.)
 """
 
 from __future__ import annotations
