@@ -8,10 +8,8 @@ is the nested block-pair formulas), checked by the record ``scaled_dot_product_a
 
 from __future__ import annotations
 
-import functools
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -41,24 +39,10 @@ def dense_attention(query, key, value, *, scale: float, is_causal: bool, impl: s
     *batch, heads, length, _ = query.shape
     count = math.prod(batch)
     offsets = np.arange(count + 1, dtype=np.int64) * length  # static: no sequence is longer than L
-    q, k, v = (from_jagged(x, offsets, max_seqlen=max(length, 1)) for x in _tokens(query, key, value))
+
+    def tokens(x):  # (..., H, L, E) -> (count L, H, E)
+        return jnp.moveaxis(x.reshape(count, heads, length, x.shape[-1]), 1, 2).reshape(count * length, heads, -1)
+
+    q, k, v = (from_jagged(tokens(x), offsets, max_seqlen=max(length, 1)) for x in (query, key, value))
     out = nested_attention(q, k, v, scale=scale, is_causal=is_causal, impl=impl).values
-    return _dense(out, query.shape)
-
-
-# The layout changes as programs of their own: evaluated eagerly, one compilation each, not one
-# per reshape and transpose.
-@jax.jit
-def _tokens(*xs):
-    """(..., H, L, E) -> (count L, H, E) for each array: the sequences' tokens, packed."""
-    *_, heads, length, _ = xs[0].shape
-    count = math.prod(xs[0].shape[:-3])
-    return [jnp.moveaxis(x.reshape(count, heads, length, x.shape[-1]), 1, 2).reshape(count * length, heads, -1)
-            for x in xs]
-
-
-@functools.partial(jax.jit, static_argnums=1)
-def _dense(out, shape):
-    """(count L, H, E) -> (..., H, L, E) of the query's ``shape`` (the value's head dim)."""
-    *batch, heads, length, _ = shape
-    return jnp.moveaxis(out.reshape(math.prod(batch), length, heads, -1), 2, 1).reshape(*batch, heads, length, -1)
+    return jnp.moveaxis(out.reshape(count, length, heads, -1), 2, 1).reshape(*batch, heads, length, -1)

@@ -22,13 +22,11 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from jaxrules.interpret_cache import traced_once_when_interpreted
 from jaxrules.partials import stat_dtype
 
 _NEG = -1e30  # masked score (finite: exp underflows to 0 without inf - inf)
 
 
-@functools.partial(jax.jit, static_argnums=(2, 3))  # evaluated eagerly: one program, not one per operation
 def block_meta(offsets, token_slot, num_blocks: int, block: int):
     """(first, count, length, local) per block of the slot layout (int32, num_blocks + 1 each;
     the last, empty block has count 0)."""
@@ -183,10 +181,6 @@ def _call(kernel, meta, tiled, whole, outs, *, block, interpret, name):
     )(*meta, *tiled, *whole)
 
 
-_interpreted = traced_once_when_interpreted(lambda statics: statics["interpret"])
-
-
-@_interpreted
 def forward(meta, qs, ks, vs, *, scale, block, interpret, causal=False):
     """(out, lse) in the slot layout, heads first: (heads, slots, dim) and (heads, slots); lse in
     float32 (float64 for float64 input)."""
@@ -199,7 +193,6 @@ def forward(meta, qs, ks, vs, *, scale, block, interpret, causal=False):
     return _call(kernel, meta, [qs], [ks, vs], outs, block=block, interpret=interpret, name="ragged_attention_fwd")
 
 
-@_interpreted
 def backward(meta, qs, ks, vs, dos, lse, delta, *, scale, block, interpret, causal=False):
     """(dq, dk, dv) in the slot layout; ``delta = rowsum(dO out) - g_lse`` per query."""
     like = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)  # noqa: E731
