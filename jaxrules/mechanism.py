@@ -309,9 +309,18 @@ def _split(args, rule):
 
 
 def _impl(*args, rule):
+    """Eager evaluation: the formula as one compiled program (``_compiled``)."""
     res, tangents = _split(args, rule)
     _spy_record("jvp", rule.name)
     return _compiled(rule.apply_jvp)(res, tangents)
+
+
+def _lowering(*args, rule):
+    """Inside a program: the formula traced in place (the eager path's ``jax.jit`` has nothing to
+    save there)."""
+    res, tangents = _split(args, rule)
+    _spy_record("jvp", rule.name)
+    return rule.apply_jvp(res, tangents)
 
 
 def _abstract_eval(*avals, rule):
@@ -447,7 +456,7 @@ def _batched_rule(rule: LinearRule, dims: tuple, axis_name) -> LinearRule:
 
 rule_p.def_impl(_impl)
 rule_p.def_abstract_eval(_abstract_eval)
-mlir.register_lowering(rule_p, mlir.lower_fun(_impl, multiple_results=True))
+mlir.register_lowering(rule_p, mlir.lower_fun(_lowering, multiple_results=True))
 ad.primitive_jvps[rule_p] = _prim_jvp
 ad.primitive_transposes[rule_p] = _transpose
 batching.fancy_primitive_batchers[rule_p] = _batch
@@ -543,6 +552,10 @@ def _primal_impl(*arrays, op, static_items, out_tree):
     return _compiled_primal_call(op, static_items, out_tree)(arrays)
 
 
+def _primal_lowering(*arrays, op, static_items, out_tree):
+    return _primal_call(op, static_items, out_tree, arrays)  # inlined, as ``_lowering``
+
+
 @functools.lru_cache(maxsize=4096)
 def _compiled_primal_call(op: Op, static_items, out_tree) -> Callable:
     """``_primal_call`` compiled (an eager primal bound through ``primal_p``; see ``_compiled``)."""
@@ -571,7 +584,7 @@ for _prim in (primal_p, primal_on_devices_p):
     _prim.multiple_results = True
     _prim.def_impl(_primal_impl)
     _prim.def_abstract_eval(_primal_abstract_eval)
-    mlir.register_lowering(_prim, mlir.lower_fun(_primal_impl, multiple_results=True))
+    mlir.register_lowering(_prim, mlir.lower_fun(_primal_lowering, multiple_results=True))
     batching.fancy_primitive_batchers[_prim] = functools.partial(_primal_batch, _prim)
     ad.primitive_jvps[_prim] = _primal_jvp
 jax_dispatch.prim_requires_devices_during_lowering.add(primal_on_devices_p)
