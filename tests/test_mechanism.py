@@ -92,8 +92,13 @@ def _compilations(fn) -> int:
     return len(events)
 
 
+def _five_primitives_slope(x):  # d/dx (exp(2 sin x + cos x) - 1)
+    return jnp.exp(jnp.sin(x) * 2.0 + jnp.cos(x)) * (2.0 * jnp.cos(x) - jnp.sin(x))
+
+
 _FIVE_PRIMITIVES = define_op("test_five_primitives", lambda x: jnp.exp(jnp.sin(x) * 2.0 + jnp.cos(x)) - 1.0,
-                             lambda res, t: t, lambda res, ct: (ct,))
+                             lambda x, t: _five_primitives_slope(x) * t,
+                             lambda x, ct: (_five_primitives_slope(x) * ct,))
 
 
 @pytest.mark.parametrize("transform", ["value", "jvp", "vjp"])
@@ -112,6 +117,10 @@ def test_an_eager_call_compiles_the_primal_and_the_formula_once(transform):
     first = _compilations(lambda: run(x))
     assert 1 <= first <= 3, first  # op-by-op, the primal alone compiled 5 programs
     assert _compilations(lambda: run(y)) == 0
+    value = jnp.exp(jnp.sin(y) * 2.0 + jnp.cos(y)) - 1.0
+    tangent = _five_primitives_slope(y) * y
+    expected = {"value": value, "jvp": (value, tangent), "vjp": (tangent,)}[transform]
+    _close(run(y), expected)  # the compiled eager path computes the formulas' values
 
 
 def test_formula_spy_records_op_names():
