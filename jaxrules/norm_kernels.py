@@ -32,7 +32,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from jaxrules.dispatch import GroupedLaunch, RowsLaunch
-from jaxrules.partials import stat_dtype
+from jaxrules.partials import defined_mean, stat_dtype
 
 
 def _compiler_params(launch):
@@ -152,7 +152,8 @@ def _backward_kernel(*refs, launch, center):
         if center:
             mean = _load(mean_ref, tile, launch, n, stat)
             xhat = jnp.where(valid, (x - mean[:, None]) * rstd[:, None], 0)
-            dx = rstd[:, None] * (gw - gw.sum(1)[:, None] / n - xhat * (gw * xhat).sum(1)[:, None] / n)
+            mean_gw = defined_mean(gw.sum(1) / n)
+            dx = rstd[:, None] * (gw - mean_gw[:, None] - xhat * (gw * xhat).sum(1)[:, None] / n)
             gmean, grstd = _load(gmean_ref, tile, launch, n, stat), _load(grstd_ref, tile, launch, n, stat)
             dx = dx + (gmean[:, None] - (grstd * rstd * rstd)[:, None] * xhat) / n
             terms = ((g * xhat).sum(0), g.sum(0))
@@ -367,9 +368,9 @@ def _xhat_and_g(tiling, x_ref, g_ref, mean, rstd, r, j):
     return (x - mean) * rstd, g, mask
 
 
-def _row_sums(tiling, x_ref, g_ref, w_ref, mean, rstd, sum_g_ref, sum_gxhat_ref):
+def _row_sums(tiling, x_ref, g_ref, w_ref, mean, rstd, sum_g_ref, sum_gxhat_ref, weighted):
     """Writes each row's ``sum g`` and ``sum g x_hat``; returns the group's ``sum w g`` and
-    ``sum w g x_hat``."""
+    ``sum w g x_hat`` (``sum g``, ``sum g x_hat`` unless ``weighted``)."""
     stat = mean.dtype
 
     def g_terms(r, j):
@@ -380,16 +381,19 @@ def _row_sums(tiling, x_ref, g_ref, w_ref, mean, rstd, sum_g_ref, sum_gxhat_ref)
         sum_g, sum_gxhat = tiling.sum_row(r, g_terms, 2, stat)
         tiling.rows_of(sum_g_ref, r)[...] = sum_g
         tiling.rows_of(sum_gxhat_ref, r)[...] = sum_gxhat
-        w = tiling.rows_of(w_ref, r)[...].astype(stat)
+        w = tiling.rows_of(w_ref, r)[...].astype(stat) if weighted else 1
         return carry[0] + (w * sum_g).sum(), carry[1] + (w * sum_gxhat).sum()
 
     zero = jnp.zeros((), stat)
     return tiling.for_each(tile_row_sums, (zero, zero))
 
 
-def _write_dx(tiling, x_ref, g_ref, w_ref, mean, rstd, gmean, grstd, mean_gw, mean_gwxhat, count, dx_ref):
+def _write_dx(tiling, x_ref, g_ref, w_ref, mean, rstd, gmean, grstd, mean_gw, mean_gwxhat, count, dx_ref, weighted):
     """``dx = rstd (w g - E[w g] - x_hat E[w g x_hat]) + (g_mean - g_rstd rstd^2 x_hat) / count``
-    for every row of the group, the means given."""
+    for every row of the group, the means given; unless ``weighted`` (one weight per group,
+    batch norm) ``w B(g)``, ``dx = w rstd (g - E[g] - x_hat E[g x_hat]) + ...`` (an infinite w:
+    +-inf, as torch's)."""
+    mean_gw = defined_mean(mean_gw)
     stat = mean.dtype
 
     def tile_row_dx(r, carry):
@@ -397,7 +401,8 @@ def _write_dx(tiling, x_ref, g_ref, w_ref, mean, rstd, gmean, grstd, mean_gw, me
 
         def chunk_dx(j, carry):
             xhat, g, mask = _xhat_and_g(tiling, x_ref, g_ref, mean, rstd, r, j)
-            dx = rstd * (w * g - mean_gw - xhat * mean_gwxhat) + (gmean - grstd * rstd * rstd * xhat) / count
+            projected = rstd * ((w * g if weighted else g) - mean_gw - xhat * mean_gwxhat)
+            dx = (projected if weighted else w * projected) + (gmean - grstd * rstd * rstd * xhat) / count
             tiling.store(dx_ref, r, j, dx, mask)
             return carry
 
@@ -407,25 +412,25 @@ def _write_dx(tiling, x_ref, g_ref, w_ref, mean, rstd, gmean, grstd, mean_gw, me
 
 
 def _grouped_backward_kernel(x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, dx_ref, sum_g_ref,
-                             sum_gxhat_ref, *, rows, length, launch):
+                             sum_gxhat_ref, *, rows, length, launch, weighted):
     tiling = _Tiling(rows, length, launch)
     count = rows * length
     mean, rstd = mean_ref[...], rstd_ref[...]
-    sum_gw, sum_gwxhat = _row_sums(tiling, x_ref, g_ref, w_ref, mean, rstd, sum_g_ref, sum_gxhat_ref)
+    sum_gw, sum_gwxhat = _row_sums(tiling, x_ref, g_ref, w_ref, mean, rstd, sum_g_ref, sum_gxhat_ref, weighted)
     _write_dx(tiling, x_ref, g_ref, w_ref, mean, rstd, gmean_ref[...], grstd_ref[...], sum_gw / count,
-              sum_gwxhat / count, count, dx_ref)
+              sum_gwxhat / count, count, dx_ref, weighted)
 
 
 def _grouped_sums_kernel(x_ref, g_ref, w_ref, mean_ref, rstd_ref, sum_g_ref, sum_gxhat_ref, *, rows, length,
-                         launch):
+                         launch, weighted):
     _row_sums(_Tiling(rows, length, launch), x_ref, g_ref, w_ref, mean_ref[...], rstd_ref[...], sum_g_ref,
-              sum_gxhat_ref)
+              sum_gxhat_ref, weighted)
 
 
 def _grouped_dx_kernel(x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, mean_gw_ref, mean_gwxhat_ref,
-                       dx_ref, *, rows, length, count, launch):
+                       dx_ref, *, rows, length, count, launch, weighted):
     _write_dx(_Tiling(rows, length, launch), x_ref, g_ref, w_ref, mean_ref[...], rstd_ref[...], gmean_ref[...],
-              grstd_ref[...], mean_gw_ref[...], mean_gwxhat_ref[...], count, dx_ref)
+              grstd_ref[...], mean_gw_ref[...], mean_gwxhat_ref[...], count, dx_ref, weighted)
 
 
 def grouped_backward(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout, groups, launch: GroupedLaunch):
@@ -452,7 +457,7 @@ def _grouped_call(kernel, x3, layout, groups, launch, inputs, n_scalars, outputs
     views = [grouped_view(a, layout, groups)[0] for a in inputs[:2]]
     shapes = {"dx": jax.ShapeDtypeStruct(views[0].shape, x3.dtype), "rows": jax.ShapeDtypeStruct((p, k), stat)}
     outs = pl.pallas_call(
-        functools.partial(kernel, rows=k, length=length, launch=launch, **params),
+        functools.partial(kernel, rows=k, length=length, launch=launch, weighted=layout != "batch", **params),
         grid=(p,),
         in_specs=[block, block, per_row] + [scalar] * n_scalars,
         out_specs=[block if o == "dx" else per_row for o in outputs],
@@ -479,7 +484,8 @@ def local_row_sums(x3, g3, row_weight, mean, rstd, *, layout, groups, launch: Gr
 def local_dx(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, mean_gw, mean_gwxhat, *, layout, groups, count,
              launch: GroupedLaunch):
     """The second pass of ``grouped_backward`` alone: ``dx`` given each group's ``E[w g]``,
-    ``E[w g x_hat]`` and element ``count`` (of the whole batch when it is sharded)."""
+    ``E[w g x_hat]`` (batch norm: ``E[g]``, ``E[g x_hat]``, the weight factored out) and element
+    ``count`` (of the whole batch when it is sharded)."""
     (dx,) = _grouped_call(_grouped_dx_kernel, x3, layout, groups, launch,
                           (x3, g3, row_weight, mean, rstd, g_mean, g_rstd, mean_gw, mean_gwxhat), 6, ("dx",), "bwd_dx",
                           count=count)

@@ -436,8 +436,7 @@ def _bn_backward_partition(launch, mesh, arg_shapes, result_shape):
             return _bn_backward_impl(x3, g3, w2, mean, rstd, g_mean, g_rstd, launch)
         params = dict(layout="batch", groups=1, launch=launch)
         sum_g, sum_gxhat = norm_kernels.local_row_sums(x3, g3, w2, mean, rstd, **params)
-        w = w2.astype(sum_g.dtype)
-        totals = lax.psum(((w * sum_g).sum(1), (w * sum_gxhat).sum(1)), samples)
+        totals = lax.psum((sum_g.sum(1), sum_gxhat.sum(1)), samples)  # E[g], E[g x_hat]: w factored out
         count = x3.shape[0] * shards(mesh, samples) * x3.shape[2]
         dx = norm_kernels.local_dx(x3, g3, w2, mean, rstd, g_mean, g_rstd, totals[0] / count, totals[1] / count,
                                    count=count, **params)

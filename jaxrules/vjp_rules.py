@@ -1030,7 +1030,7 @@ def layer_norm_rows_reference_vjp(res, ct, eps, launch):
     stat = rstd.dtype
     xhat = (x.astype(stat) - mean[:, None]) * rstd[:, None]
     g = g.astype(stat)
-    dx = P.affine_norm_backward(xhat, rstd[:, None], g * w.astype(stat), g_mean[:, None], g_rstd[:, None], (1,))
+    dx = P.affine_norm_backward(xhat, rstd[:, None], g, w.astype(stat), g_mean[:, None], g_rstd[:, None], (1,))
     return dx.astype(x.dtype), (g * xhat).sum(0).astype(w.dtype), g.sum(0).astype(w.dtype)
 
 
@@ -1056,16 +1056,18 @@ def _grouped_affine_grads(sum_g, sum_gxhat, w, layout, n):
 def grouped_norm_reference_vjp(res, ct, layout, groups, launch):
     """The jnp form of the fused batch/group-norm backward (what ``norm_kernels.grouped_backward``
     computes): per group ``dx = rstd (g w - E[g w] - x_hat E[g w x_hat]) + (g_mean - g_rstd
-    rstd^2 x_hat) / count`` (seeds ``batchnorm_backward`` / ``native_group_norm_backward`` with
-    weight, plus the statistics' cotangents), ``dw = sum g x_hat``, ``db = sum g``."""
+    rstd^2 x_hat) / count`` (batch norm, one weight per group: ``w`` factored out, ``w B(g)``;
+    seeds ``batchnorm_backward`` / ``native_group_norm_backward`` with weight, plus the
+    statistics' cotangents), ``dw = sum g x_hat``, ``db = sum g``."""
     x, w, mean, rstd = res
     g, g_mean, g_rstd = ct
     n, stat = x.shape[0], rstd.dtype
     xhat = (P.groups_first(x, layout, groups).astype(stat) - mean[:, None, None]) * rstd[:, None, None]
     g = P.groups_first(g, layout, groups).astype(stat)
-    gw = g * P.channel_rows(w.astype(stat), layout, groups, n)[..., None]
+    row_weight = P.channel_rows(w.astype(stat), layout, groups, n)[..., None]
     per_group = lambda v: v[:, None, None]  # noqa: E731
-    dx = P.affine_norm_backward(xhat, per_group(rstd), gw, per_group(g_mean), per_group(g_rstd), (1, 2))
+    dx = P.affine_norm_backward(xhat, per_group(rstd), g, row_weight, per_group(g_mean), per_group(g_rstd), (1, 2),
+                                per_group_weight=layout == "batch")
     dw, db = _grouped_affine_grads(g.sum(2), (g * xhat).sum(2), w, layout, n)
     return P.groups_last(dx, layout, x.shape).astype(x.dtype), dw, db
 

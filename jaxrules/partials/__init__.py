@@ -145,6 +145,7 @@ from jaxrules.partials.losses import (  # noqa: F401
 from jaxrules.partials.normalization import (  # noqa: F401
     affine_norm_backward,
     channel_rows,
+    defined_mean,
     group_mean,
     groups_first,
     groups_last,

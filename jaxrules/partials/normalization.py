@@ -100,14 +100,23 @@ def norm_projection_eps_partial(x, g, eps, axes, axis_name):
     return ((g - e(g)) - 3 * rstd * rstd * xm * e(g * xm)) * (-0.5 * rstd * rstd * rstd)
 
 
-def affine_norm_backward(xhat, rstd, gw, g_mean, g_rstd, axes):
-    """dx of ``y = x_hat w + b`` with the statistics as outputs too, ``gw = g w`` and every
-    per-group value kept along ``axes``: ``rstd (gw - E[gw] - x_hat E[gw x_hat]) + (g_mean -
-    g_rstd rstd^2 x_hat) / count`` (the native backward with weight plus the statistics'
-    cotangents; the fused norm kernels compute it, their reference VJPs call this)."""
+def defined_mean(mean_gw):
+    """``E[g w]`` of a normalized group, NaN where it is infinite: an infinite weight entry that
+    varies within the group makes the input gradient ``B(g w)`` undefined over the whole group
+    (as torch's, which is NaN there; see ``norm_projection``)."""
+    return jnp.where(jnp.isinf(mean_gw), jnp.nan, mean_gw)
+
+
+def affine_norm_backward(xhat, rstd, g, w, g_mean, g_rstd, axes, per_group_weight=False):
+    """dx of ``y = x_hat w + b`` with the statistics as outputs too, every per-group value kept
+    along ``axes``: ``rstd (g w - E[g w] - x_hat E[g w x_hat]) + (g_mean - g_rstd rstd^2 x_hat) /
+    count`` (the native backward with weight plus the statistics' cotangents; the fused norm
+    kernels compute it, their reference VJPs call this). ``per_group_weight`` (w constant over
+    each group, batch norm): ``w B(g)``, so that an infinite w gives +-inf, as torch's."""
     count = math.prod(xhat.shape[a] for a in axes)
-    dx = rstd * (gw - gw.mean(axes, keepdims=True) - xhat * (gw * xhat).mean(axes, keepdims=True))
-    return dx + (g_mean - g_rstd * rstd * rstd * xhat) / count
+    v = g if per_group_weight else g * w
+    dx = rstd * (v - defined_mean(v.mean(axes, keepdims=True)) - xhat * (v * xhat).mean(axes, keepdims=True))
+    return (w * dx if per_group_weight else dx) + (g_mean - g_rstd * rstd * rstd * xhat) / count
 
 
 def softmax_parts(x, axis):
@@ -168,7 +177,7 @@ def norm_projection(x, mean, rstd, v, axes, axis_name):
     stat = rstd.dtype
     v, xs = v.astype(stat), x.astype(stat)
     shift = lax.stop_gradient(_first_of_group(xs, axes))
-    mean_v = jnp.mean(v, axes, keepdims=True)
+    mean_v = defined_mean(jnp.mean(v, axes, keepdims=True))
     centered = jnp.mean(v * (xs - shift), axes, keepdims=True) - (mean - shift) * mean_v  # E[v (x - mean)]
     if axis_name is not None:  # each device's shift is undone before the devices' means are taken
         mean_v, centered = lax.pmean((mean_v, centered), axis_name)
