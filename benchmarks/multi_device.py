@@ -11,6 +11,17 @@ weak-scaling efficiency ``t1 / t2`` (1.0: twice the work in the same time), the 
 all-reduces in the 2-device compiled program (and the largest all-gather, in elements, against
 the activation's), and the sharding of the gradient with respect to x.
 
+Variants: ``jaxrules`` (the dispatch's choice; the table says which, decided on the global and on
+the half-batch shape), ``jaxrules pallas`` / ``jaxrules xla`` (``--impls``: the kernels / the XLA
+formulas forced), ``plain JAX``, and ``floor`` (``ct * 2, w * 2, b * 2``: one pass over the
+activation, so the time of dispatching a program on 1 and on 2 devices; a step shorter than
+that floor measures the host, not the GPUs). ``--chain K`` also times K dependent steps in one
+program (``lax.optimization_barrier`` between them), per step: the device time without the host's
+dispatch cost. A second table describes each compiled program (``jaxrules.hlo_summary``): its
+collectives with their bytes and depth (how many collectives wait on one another), custom calls
+(the Triton kernels), fusions and passes over activation-sized arrays, 1 device vs 2;
+``--hlo-dir`` writes the optimized HLO of each.
+
 GPU (2 devices): ``python benchmarks/multi_device.py --out benchmarks/multi_device.md``.
 CPU: ``XLA_FLAGS=--xla_force_host_platform_device_count=2 python benchmarks/multi_device.py
 --scale 64 --repeats 3`` (shapes divided by ``--scale`` along the batch and the feature maps;
@@ -32,6 +43,7 @@ import numpy as np
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxrules import dispatch, hlo_summary
 from jaxrules.bench import _plain_norm, median_ms
 from jaxrules.ops.normalization import batch_norm, group_norm, layer_norm
 
@@ -54,13 +66,29 @@ def _jaxrules_fn(op: str, impl):
     return lambda x, w, b: batch_norm(x, None, None, w, b, training=True, impl=impl)[0]
 
 
-def _step(fn):
-    """``jit(grad)`` of ``sum(fn(x, w, b) * ct)`` with respect to x, w and b."""
+def _step(fn, chain: int = 1):
+    """``jit(grad)`` of ``sum(fn(x, w, b) * ct)`` with respect to x, w and b; ``chain`` > 1: that
+    many steps in one program, each step's inputs behind an ``optimization_barrier`` with the
+    previous step's gradients (so none is hoisted or overlapped), the last step's gradients out."""
 
     def loss(x, w, b, ct):
         return jnp.sum(fn(x, w, b).astype(jnp.float32) * ct.astype(jnp.float32))
 
-    return jax.jit(jax.grad(loss, (0, 1, 2)))
+    grad = jax.grad(loss, (0, 1, 2))
+
+    def steps(x, w, b, ct):
+        grads = grad(x, w, b, ct)
+        for _ in range(chain - 1):
+            x, w, b, ct, _ = jax.lax.optimization_barrier((x, w, b, ct, grads))
+            grads = grad(x, w, b, ct)
+        return grads
+
+    return jax.jit(steps)
+
+
+def _floor(x, w, b, ct):
+    """The dispatch floor: one elementwise pass over the activation, nothing else."""
+    return ct * 2, w * 2, b * 2
 
 
 def _collectives(hlo: str) -> tuple[int, int, int]:
@@ -77,28 +105,76 @@ def _inputs(shape, dtype, rng):
             jnp.asarray(rng.standard_normal(channels), dtype), jnp.asarray(rng.standard_normal(shape), dtype))
 
 
-def measure(op: str, variant: str, shape: tuple, dtype, repeats: int, impl, axis_type) -> dict:
-    """One row: the step on 1 device (half the batch) and on 2 (the whole batch, sharded)."""
-    fn = functools_partial_plain(op) if variant == "plain JAX" else _jaxrules_fn(op, impl)
+def _variant_fn(op: str, variant: str, impl):
+    """``(x, w, b) -> y`` of a variant (``floor``: the whole step, see ``_floor``)."""
+    if variant == "plain JAX":
+        return functools_partial_plain(op)
+    forced = {"jaxrules pallas": impl or "pallas", "jaxrules xla": "xla"}
+    return _jaxrules_fn(op, forced.get(variant))
+
+
+def dispatch_choice(op: str, shape: tuple, dtype, weight_dtype=None) -> str:
+    """What ``impl=None`` runs for ``shape`` on this device (``jaxrules.dispatch``, as the ops
+    decide it on an Auto mesh: on the shape given)."""
+    platform, kind = jax.default_backend(), jax.devices()[0].device_kind
+    if op == "layer_norm":
+        plan = dispatch.layer_norm_plan(platform, kind, shape[0], shape[1], dtype, weight_dtype)
+    else:
+        n, c, length = shape[0], shape[1], math.prod(shape[2:])
+        p, k = (c, n) if op == "batch_norm" else (n * 32, c // 32)
+        plan = dispatch.grouped_plan(op, platform, kind, p, k, length, dtype, weight_dtype)
+    return plan.impl
+
+
+def _timed(step, args, repeats: int, chain: int) -> tuple:
+    """(compiled program, ms per step, ms per step when ``chain`` steps run in one program or None)."""
+    compiled = step(1).lower(*args).compile()
+    t = median_ms(lambda: compiled(*args), repeats)
+    if chain <= 1:
+        return compiled, t, None
+    chained = step(chain).lower(*args).compile()
+    return compiled, t, median_ms(lambda: chained(*args), repeats) / chain
+
+
+def measure(op: str, variant: str, shape: tuple, dtype, repeats: int, impl, axis_type, chain: int = 0,
+            hlo_dir: str | None = None) -> dict:
+    """One row: the step on 1 device (half the batch) and on 2 (the whole batch, sharded), and what
+    the two compiled programs contain (``jaxrules.hlo_summary``)."""
+    if variant == "floor":
+        def step(k):
+            return jax.jit(_floor)
+    else:
+        fn = _variant_fn(op, variant, impl)
+
+        def step(k):
+            return _step(fn, k)
     rng = np.random.default_rng(0)
     devices = jax.devices()[:2]
     half = (shape[0] // 2, *shape[1:])
     one = [jax.device_put(a, devices[0]) for a in _inputs(half, dtype, rng)]
-    step1 = _step(fn)
-    t1 = median_ms(lambda: step1(*one), repeats)
+    compiled1, t1, c1 = _timed(step, one, repeats, chain if variant != "floor" else 0)
     mesh = jax.make_mesh((2,), ("data",), devices=devices, axis_types=(axis_type,))
     x, w, b, ct = _inputs(shape, dtype, rng)
     rows, rep = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
     two = [jax.device_put(x, rows), jax.device_put(w, rep), jax.device_put(b, rep), jax.device_put(ct, rows)]
     with jax.set_mesh(mesh):
-        step2 = _step(fn)
-        compiled = step2.lower(*two).compile()
-        t2 = median_ms(lambda: compiled(*two), repeats)
+        compiled, t2, c2 = _timed(step, two, repeats, chain if variant != "floor" else 0)
         grads = compiled(*two)
     gathers, reduces, largest = _collectives(compiled.as_text())
-    return {"op": op, "variant": variant, "shape": "x".join(map(str, shape)), "t1": t1, "t2": t2,
+    activation = math.prod(half)  # each device's, in both programs
+    programs = {"1 device": hlo_summary.summarize(compiled1.as_text(), activation),
+                "2 devices": hlo_summary.summarize(compiled.as_text(), activation)}
+    if hlo_dir:
+        stem = pathlib.Path(hlo_dir) / f"{op}.{variant.replace(' ', '_')}"
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        for label, program in (("1dev", compiled1), ("2dev", compiled)):
+            pathlib.Path(f"{stem}.{label}.hlo.txt").write_text(program.as_text())
+    ran = "" if variant != "jaxrules" else (f" ({dispatch_choice(op, half, dtype)} on the half batch, "
+                                          f"{dispatch_choice(op, shape, dtype)} on the whole)")
+    return {"op": op, "variant": variant + ran, "shape": "x".join(map(str, shape)), "t1": t1, "t2": t2,
             "efficiency": t1 / t2, "all_gathers": gathers, "all_reduces": reduces, "largest_gather": largest,
-            "x_size": math.prod(shape), "grad_sharding": str(grads[0].sharding.spec)}
+            "x_size": math.prod(shape), "grad_sharding": str(grads[0].sharding.spec), "programs": programs,
+            "chained": None if c1 is None else (c1, c2, c1 / c2)}
 
 
 def _load_example(name: str, plain: bool):
@@ -150,14 +226,35 @@ def table(rows: list[dict], dtype_name: str, device: str) -> str:
     head = (f"Data parallel, {dtype_name}, `jit(grad)` (x, weight, bias), {device}: 1 device with half the "
             "batch vs 2 devices with the whole batch sharded over \"data\".\n\n"
             "| op | shape (whole batch) | variant | 1 device, half batch ms | 2 devices, full batch ms | "
-            "weak-scaling efficiency | all-gathers (largest, elements / activation) | all-reduces | "
-            "gradient's sharding |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+            "weak-scaling efficiency | chained steps: 1 device, 2 devices ms, efficiency | "
+            "all-gathers (largest, elements / activation) | all-reduces | "
+            "gradient's sharding |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+
+    def chained(r):
+        return "" if not r.get("chained") else "{:.3f}, {:.3f}, {:.2f}".format(*r["chained"])
+
     body = "".join(
-        f"| {r['op']} | {r['shape']} | {r['variant']} | failed: {r['error']} | | | | | |\n" if "error" in r else
+        f"| {r['op']} | {r['shape']} | {r['variant']} | failed: {r['error']} | | | | | | |\n" if "error" in r else
         f"| {r['op']} | {r['shape']} | {r['variant']} | {r['t1']:.3f} | {r['t2']:.3f} | {r['efficiency']:.2f} | "
-        f"{r['all_gathers']} ({r['largest_gather']} / {r['x_size']}) | {r['all_reduces']} | "
+        f"{chained(r)} | {r['all_gathers']} ({r['largest_gather']} / {r['x_size']}) | {r['all_reduces']} | "
         f"{r['grad_sharding']} |\n" for r in rows)
     return head + body
+
+
+def programs_table(rows: list[dict]) -> str:
+    """The compiled programs of each row, 1 device vs 2 (``jaxrules.hlo_summary``)."""
+    head = ("| op | variant | program | collectives: kind shapes bytes @depth | longest collective chain | "
+            "custom calls | fusions | activation-sized reads, writes, copies/transposes |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+    lines = []
+    for r in rows:
+        for label, s in r.get("programs", {}).items():
+            coll = "; ".join(f"{c['kind']} {c['shapes']} {c['bytes']} B @{c['depth']}" for c in s["collectives"])
+            calls = sorted(set(s["custom_calls"]))
+            lines.append(f"| {r['op']} | {r['variant']} | {label} | {coll or '-'} | {s['depth']} | "
+                         f"{len(s['custom_calls'])} {calls or ''} | {s['fusions']} | "
+                         f"{s['big_reads']}, {s['big_writes']}, {s['big_copies']} |\n")
+    return head + "".join(lines)
 
 
 def main(argv=None) -> int:
@@ -166,9 +263,14 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--ops", default="layer_norm,group_norm,batch_norm,gpt")
+    parser.add_argument("--variants", default="jaxrules,plain JAX",
+                        help="comma-separated: jaxrules (the dispatch's choice), jaxrules pallas, jaxrules xla, "
+                             "plain JAX, floor")
+    parser.add_argument("--chain", type=int, default=0, help="also time this many dependent steps in one program")
+    parser.add_argument("--hlo-dir", help="write each compiled program's optimized HLO here")
     parser.add_argument("--axis-type", choices=("auto", "explicit"), default="auto",
                         help="the mesh axis type (plain JAX's group norm fails under explicit in jax 0.10)")
-    parser.add_argument("--out", help="also write the Markdown table here")
+    parser.add_argument("--out", help="also write the Markdown tables here")
     args = parser.parse_args(argv)
     if jax.device_count() < 2:
         print("needs 2 devices (on a CPU: XLA_FLAGS=--xla_force_host_platform_device_count=2)", file=sys.stderr)
@@ -179,18 +281,19 @@ def main(argv=None) -> int:
     rows = []
     for op in args.ops.split(","):
         shape = _shapes(args.scale).get(op, ())
-        for variant in ("jaxrules", "plain JAX"):
+        for variant in args.variants.split(",") if op != "gpt" else ("jaxrules", "plain JAX"):
             try:
                 if op == "gpt":
                     rows.append(measure_gpt(variant, args.scale, args.repeats, axis_type))
                 else:
-                    rows.append(measure(op, variant, shape, dtype, args.repeats, impl, axis_type))
+                    rows.append(measure(op, variant, shape, dtype, args.repeats, impl, axis_type, args.chain,
+                                        args.hlo_dir))
             except Exception as e:  # noqa: BLE001 - reported in the table
                 rows.append({"op": op, "variant": variant, "shape": "x".join(map(str, shape)),
                              "error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"})
-            print(rows[-1], file=sys.stderr, flush=True)
+            print({k: v for k, v in rows[-1].items() if k != "programs"}, file=sys.stderr, flush=True)
     text = table(rows, args.dtype, f"{jax.devices()[0].device_kind} ({jax.default_backend()}), "
-                 f"{args.axis_type} mesh axis")
+                 f"{args.axis_type} mesh axis") + "\n" + programs_table(rows)
     print(text)
     if args.out:
         with open(args.out, "w") as f:

@@ -405,10 +405,13 @@ def _bn_stats_partition(eps, launch, mesh, arg_shapes, result_shape):
         if not samples:
             return _bn_stats_impl(x3, eps, launch)
         mean, m2 = norm_kernels.local_moments(x3, layout="batch", groups=1, launch=launch)
+        # One collective: every device's (mean_d, m2_d) gathered (2 C floats each), merged as
+        # Chan et al. (equal counts n_d): var = (sum_d m2_d + n_d sum_d (mean_d - mean)^2) / (D n_d).
+        gathered = lax.all_gather(jnp.stack([mean, m2]), samples)  # (D, 2, C)
+        means, m2s = gathered[:, 0], gathered[:, 1]
+        global_mean = means.mean(0)
         count = x3.shape[0] * x3.shape[2]
-        # Chan et al. over the devices (equal counts): var = E_dev[var_d + (mean_d - mean)^2].
-        global_mean = lax.pmean(mean, samples)
-        var = lax.pmean(m2 / count + jnp.square(mean - global_mean), samples)
+        var = (m2s.sum(0) + count * jnp.square(means - global_mean).sum(0)) / (count * means.shape[0])
         return global_mean, lax.rsqrt(var + eps)
 
     stats = named(mesh, channels)
