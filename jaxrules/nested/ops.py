@@ -19,6 +19,7 @@ from jaxrules import nn as dense_nn
 from jaxrules import partials as P
 from jaxrules.mechanism import define_op
 from jaxrules.nested import blocks as K
+from jaxrules.nested import cudnn as C
 from jaxrules.nested import kernels as KN
 from jaxrules.nested import rules as R
 from jaxrules.nested.tensor import NestedTensor, logical_axis, same_offsets
@@ -44,7 +45,7 @@ ragged_contract_op = define_op("nested_ragged_contract", R.ragged_contract_prima
 attention_op = define_op("nested_attention", R.attention_primal, R.attention_jvp, R.attention_vjp, R.attention_save)
 fused_attention_op = define_op("nested_attention_fused", R.fused_attention_primal, R.fused_attention_jvp,
                                R.fused_attention_vjp, R.fused_attention_save)
-_IMPLS = ("xla", "pallas", "pallas_interpret")
+_IMPLS = ("xla", "cudnn", "pallas", "pallas_interpret")
 
 
 def _nested(op: str, name: str, x) -> NestedTensor:
@@ -292,13 +293,24 @@ def _positive(name, value) -> int:
     return int(value)
 
 
-def _attention_impl(impl, dtype, dim: int, value_dim: int, block: int, heads: int = 1) -> str:
-    """The attention's implementation: ``impl`` if given, else the Pallas kernels on a GPU for
-    the dtypes and head dims they take (values as wide as queries); the XLA formulas for zero-size
-    heads and wherever the kernels cannot run (``dispatch.triton_backend_missing``; a kernel ``impl`` then falls back
-    too, warned once)."""
+def _attention_impl(impl, dtype, dim: int, value_dim: int, block: int, heads: int = 1, cudnn: bool = False) -> str:
+    """The attention's implementation: ``impl`` if given, else cuDNN's packed attention where it
+    applies (``cudnn``: ``jaxrules.nested.cudnn.static_applies`` and ``accepts``, decided by the
+    caller), else the Pallas kernels on a GPU for the dtypes and head dims they take (values as
+    wide as queries); the XLA formulas for zero-size heads and wherever the kernels cannot run
+    (``dispatch.triton_backend_missing``; a kernel ``impl`` then falls back too, warned once).
+    ``impl="cudnn"`` where cuDNN does not apply raises a ``ValueError`` (as the dense attention's)."""
     if impl is not None and impl not in _IMPLS:
         raise ValueError(f"nested.scaled_dot_product_attention: impl must be one of {_IMPLS}, got {impl!r}")
+    if impl in (None, "cudnn") and cudnn:
+        return "cudnn"
+    if impl == "cudnn":
+        raise ValueError(
+            "nested.scaled_dot_product_attention: impl='cudnn' needs a GPU (compute capability 9.0 for cuDNN's "
+            "packed layout), float16 or bfloat16, one head dim (q's and v's) that is a multiple of 8 up to "
+            f"{C.CUDNN_MAX_HEAD_DIM}, no with_lse, and a call JAX's cuDNN attention accepts; got {jnp.dtype(dtype)}, "
+            f"head dims {dim} and {value_dim}, {heads} heads on {jax.default_backend()}"
+        )
     if 0 in (dim, value_dim, heads):
         return "xla"  # zero-size heads, or none: nothing for the kernels to do (the XLA formulas give the result)
     if impl not in (None, "xla") and value_dim != dim:
@@ -345,10 +357,16 @@ def scaled_dot_product_attention(
     (B, ragged, heads) as a NestedTensor. Formulas: flash attention's per-block backward
     (causal: over the causal pairs, the diagonal blocks masked).
 
-    ``impl``: ``"pallas"`` (fused kernels; the default on GPU for float32/bfloat16/float16 with a
-    power-of-two head dim >= 16; inputs stay in their dtype, statistics in float32), ``"xla"``
-    (the block-pair formulas in float32 or wider; the default elsewhere), or
-    ``"pallas_interpret"`` (the kernels in Pallas interpret mode, for tests on the CPU)."""
+    ``impl``: ``"cudnn"`` (cuDNN's flash attention on the packed layout, ``jaxrules.nested.cudnn``:
+    one call on the values as one batch row of B segments, no padding; forward and backward
+    cuDNN's, the JVP and second derivatives the XLA formulas'; the default on a GPU of compute
+    capability 9.0 for float16/bfloat16 with one head dim, a multiple of 8 up to 256, without
+    ``with_lse``, where JAX's cuDNN attention accepts the call; elsewhere ``impl="cudnn"`` raises
+    a ``ValueError``), ``"pallas"`` (fused kernels; the GPU default where cuDNN does not apply, for
+    float32/bfloat16/float16 with a power-of-two head dim >= 16; inputs stay in their dtype,
+    statistics in float32), ``"xla"`` (the block-pair formulas in float32 or wider; the default
+    elsewhere), or ``"pallas_interpret"`` (the kernels in Pallas interpret mode, for tests on the
+    CPU). Without rows (every sequence empty) the result is empty whatever ``impl``."""
     _attention_inputs(q, k, v)
     causal = _flag("is_causal", is_causal)
     max_len = _max_len(q, max_seqlen)
@@ -370,9 +388,17 @@ def scaled_dot_product_attention(
     chunk = K.chunk_size(K.plan_sizes(total, q.batch_size, block, max_len, 1, causal)[1], heads, block)
     if pairs_per_step is not None:
         chunk = _positive("pairs_per_step", pairs_per_step)
-    plan = K.attention_plan(offsets, total, block, max_len, chunk, causal)
-    impl = _attention_impl(impl, q.dtype, dim, v.inner_shape[-1], block, heads)
+    dtype = jnp.result_type(q.values, k.values, v.values)
+    cudnn = (impl in (None, "cudnn")
+             and C.static_applies(jax.default_backend(), dtype, dim, v.inner_shape[-1], heads, total, bool(with_lse))
+             and C.accepts(total, q.batch_size, heads, dim, dtype, scale, causal))
+    impl = _attention_impl(impl, q.dtype, dim, v.inner_shape[-1], block, heads, cudnn)
     qv, kv, vv = ((t.values if heads_axis else t.values[:, None]) for t in (q, k, v))
+    if impl == "cudnn":  # the plan (of the XLA formulas' JVP) is built inside, where used
+        qv, kv, vv = (x.astype(dtype) for x in (qv, kv, vv))
+        out = C.attention(qv, kv, vv, offsets, scale=scale, causal=causal, block=block, chunk=chunk, max_len=max_len)
+        return q.with_values((out if heads_axis else out[:, 0]).astype(v.dtype))
+    plan = K.attention_plan(offsets, total, block, max_len, chunk, causal)
     if impl == "xla":
         work = jnp.promote_types(q.dtype, jnp.float32)
         out, lse = attention_op(
@@ -380,7 +406,6 @@ def scaled_dot_product_attention(
             causal=causal,
         )
     else:
-        dtype = jnp.result_type(qv, kv, vv)
         meta = KN.block_meta(offsets, plan.token_slot, K.num_blocks_of(plan.slot_token, block) - 1, block)
         out, lse = fused_attention_op(qv.astype(dtype), kv.astype(dtype), vv.astype(dtype), *plan, *meta, scale=scale,
                                       block=block, chunk=chunk, interpret=impl == "pallas_interpret", causal=causal)
