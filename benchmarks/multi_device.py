@@ -1,6 +1,6 @@
 """Data-parallel weak scaling of the fused norms (issue 19): ``jit(grad)`` of each op with the batch
 sharded over a mesh axis "data", 1 device with half the batch vs 2 devices with the whole batch,
-jaxrules' default vs plain JAX (``jaxrules.bench._plain_norm``, JAX's autodiff).
+jaxrules vs plain JAX (``jaxrules.bench._plain_norm``, JAX's autodiff).
 
 ``--ops`` may also name ``gpt``: the gradient step of ``examples/gpt.py``'s transformer (float32,
 batch 32 tokens of 512, d_model 512, 4 layers), the model replicated and the batch sharded, with
@@ -11,16 +11,16 @@ weak-scaling efficiency ``t1 / t2`` (1.0: twice the work in the same time), the 
 all-reduces in the 2-device compiled program (and the largest all-gather, in elements, against
 the activation's), and the sharding of the gradient with respect to x.
 
-Variants: ``jaxrules`` (the dispatch's choice; the table says which, decided on the global and on
-the half-batch shape), ``jaxrules pallas`` / ``jaxrules xla`` (``--impls``: the kernels / the XLA
-formulas forced), ``plain JAX``, and ``floor`` (``ct * 2, w * 2, b * 2``: one pass over the
-activation, so the time of dispatching a program on 1 and on 2 devices; a step shorter than
-that floor measures the host, not the GPUs). ``--chain K`` also times K dependent steps in one
-program (``lax.optimization_barrier`` between them), per step: the device time without the host's
-dispatch cost. A second table describes each compiled program (``jaxrules.hlo_summary``): its
-collectives with their bytes and depth (how many collectives wait on one another), custom calls
-(the Triton kernels), fusions and passes over activation-sized arrays, 1 device vs 2;
-``--hlo-dir`` writes the optimized HLO of each.
+Variants (``--variants``): ``jaxrules`` (the dispatch's choice, which the table names, decided on
+the half batch and on the whole), ``jaxrules pallas`` / ``jaxrules xla`` (the kernels / the XLA
+formulas forced), ``plain JAX``, and ``floor`` (``_floor``: one pass over the activation and one
+all-reduce of a scalar, the least a data-parallel step costs, dispatch included; a step near it
+measures the host, not the GPUs). ``--chain K`` also times K dependent steps in one program
+(``lax.optimization_barrier`` between them), per step: the device time without the per-call
+dispatch. A second table describes each compiled program, 1 device vs 2
+(``jaxrules.hlo_summary``): its collectives with bytes and depth (how many wait on one another),
+custom calls (the Triton kernels), fusions and passes over activation-sized arrays;
+``--hlo-dir`` writes each optimized HLO.
 
 GPU (2 devices): ``python benchmarks/multi_device.py --out benchmarks/multi_device.md``.
 CPU: ``XLA_FLAGS=--xla_force_host_platform_device_count=2 python benchmarks/multi_device.py
@@ -87,8 +87,9 @@ def _step(fn, chain: int = 1):
 
 
 def _floor(x, w, b, ct):
-    """The dispatch floor: one elementwise pass over the activation, nothing else."""
-    return ct * 2, w * 2, b * 2
+    """The dispatch floor: one elementwise pass over the activation and one all-reduce (of a
+    scalar, on 2 devices), what every data-parallel step has at least."""
+    return ct * 2, w * 2, b * 2 + jnp.sum(ct[:, :1].astype(jnp.float32)).astype(b.dtype)
 
 
 def _collectives(hlo: str) -> tuple[int, int, int]:

@@ -1,0 +1,40 @@
+"""``jaxrules.hlo_summary`` on a hand-written entry computation: two dependent all-reduces (an
+async pair counting once), an independent all-gather, a custom call, and activation-sized passes
+(the expected values read off the text by hand)."""
+
+from jaxrules.hlo_summary import summarize
+
+HLO = """HloModule m
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (p0: bf16[4,64,49], p1: f32[64]) -> (bf16[4,64,49], f32[64], f32[2,64]) {
+  %p0 = bf16[4,64,49]{2,1,0} parameter(0)
+  %p1 = f32[64]{0} parameter(1)
+  %k = (bf16[4,64,49]{2,1,0}, f32[64]{0}) custom-call(%p0, %p1), custom_call_target="__gpu$xla.gpu.triton"
+  %y = bf16[4,64,49]{2,1,0} get-tuple-element(%k), index=0
+  %s = f32[64]{0} get-tuple-element(%k), index=1
+  %ar0 = f32[64]{0} all-reduce-start(%s), channel_id=1, to_apply=%add
+  %ar0d = f32[64]{0} all-reduce-done(%ar0)
+  %f = f32[64]{0} fusion(%ar0d, %p1), kind=kLoop, calls=%add
+  %ar1 = (f32[64]{0}, f32[64]{0}) all-reduce(%f, %p1), channel_id=2, to_apply=%add
+  %g = f32[2,64]{1,0} all-gather(%p1), channel_id=3, dimensions={0}
+  %c = bf16[4,64,49]{2,1,0} copy(%y)
+  %r = f32[64]{0} get-tuple-element(%ar1), index=0
+  ROOT %t = (bf16[4,64,49]{2,1,0}, f32[64]{0}, f32[2,64]{1,0}) tuple(%c, %r, %g)
+}
+"""
+
+
+def test_collectives_depths_kernels_and_passes():
+    s = summarize(HLO, 4 * 64 * 49)
+    assert [(c["kind"], c["bytes"], c["depth"]) for c in s["collectives"]] == [
+        ("all-reduce", 256, 1), ("all-reduce", 512, 2), ("all-gather", 256, 1)]
+    assert s["depth"] == 2
+    assert s["custom_calls"] == ["__gpu$xla.gpu.triton"] and s["fusions"] == 1
+    # The kernel reads p0 and writes y; the copy reads y and writes c.
+    assert (s["big_reads"], s["big_writes"], s["big_copies"]) == (2, 2, 1)
