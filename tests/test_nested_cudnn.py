@@ -1,0 +1,259 @@
+"""``nested.scaled_dot_product_attention(impl="cudnn")`` (issue 20): cuDNN's packed-sequence
+layout. On the CPU: the packed segments in JAX's convention (checked through JAX's own
+conversion to cuDNN's offsets), the dispatch, the refusal, and the op's derivative contract with
+JAX's cuDNN call replaced by an emulation of its packed semantics (whose backward may not be
+differentiated and which has no forward mode, as cuDNN's). On a GPU (skipped elsewhere: "cuDNN
+needs a GPU"): values and gradients against the XLA formulas on ragged lengths, a JVP and a
+second-order case, under jit."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax._src.cudnn import fused_attention_stablehlo as fused
+
+import jaxrules.nested as N
+from jaxrules.nested import cudnn as C
+from jaxrules.nested import ops as nested_ops
+
+GPU = jax.default_backend() == "gpu"
+needs_gpu = pytest.mark.skipif(not GPU, reason="cuDNN needs a GPU")
+
+
+def _gap(a, b):
+    """The largest absolute difference over the leaves, relative to the largest entry of ``b``."""
+    gaps = []
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        x, y = (np.asarray(jnp.asarray(t, jnp.float32)) for t in (x, y))
+        assert np.isfinite(x).all() and np.isfinite(y).all()
+        gaps.append(np.max(np.abs(x - y), initial=0) / max(np.max(np.abs(y), initial=0), 1.0))
+    return max(gaps)
+
+
+def _nested(lengths, inner, dtype, seed):
+    rng = np.random.default_rng(seed)
+    offsets = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]), jnp.int32)
+    values = jnp.asarray(rng.standard_normal((int(sum(lengths)), *inner)), dtype)
+    return values, offsets
+
+
+def _attend(offsets, impl, causal, max_len=None):
+    def f(q, k, v):
+        q, k, v = (N.from_jagged(t, offsets, max_seqlen=max_len) for t in (q, k, v))
+        return N.scaled_dot_product_attention(q, k, v, is_causal=causal, impl=impl).values
+
+    return f
+
+
+# ----------------------------------------------------------------------------------------------
+# The packed layout (CPU)
+
+
+def test_packed_segments_follow_jaxs_convention():
+    seqlen, starts = C.packed_segments(jnp.array([0, 3, 3, 7, 8]))  # lengths 3, 0, 4, 1
+    # starts (not cumulative lengths), -1 for the empty sequence and the unused last entry
+    np.testing.assert_array_equal(seqlen, [[3, -1, 4, 1]])
+    np.testing.assert_array_equal(starts, [[0, -1, 3, 7, -1]])
+    # what JAX hands cuDNN (T = 8 tokens, 2 heads of 16: 32 elements a token): the non-empty
+    # sequences' lengths and cumulative offsets in elements, then a filler segment of length 0
+    q = jnp.zeros((1, 8, 2, 16), jnp.bfloat16)
+    cu_len, _, cu_off, _ = fused._fix_seqlen_offsets(seqlen, seqlen, starts, starts, q, q)
+    np.testing.assert_array_equal(cu_len, [[3, 4, 1, 0]])
+    np.testing.assert_array_equal(cu_off, [[0, 96, 224, 256, 256]])
+
+
+def test_one_sequence_gets_a_filler_slot():
+    # one slot would not be the packed layout (JAX's get_max_seg_per_batch needs M > 1)
+    seqlen, starts = C.packed_segments(jnp.array([0, 5]))
+    np.testing.assert_array_equal(seqlen, [[5, -1]])
+    np.testing.assert_array_equal(starts, [[0, -1, -1]])
+    assert fused.get_max_seg_per_batch(starts) == 2
+
+
+# ----------------------------------------------------------------------------------------------
+# Dispatch (CPU)
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (("gpu", jnp.bfloat16, 64, 64, 4, 100, False), True),
+    (("gpu", jnp.float16, 128, 128, 1, 1, False), True),
+    (("cpu", jnp.bfloat16, 64, 64, 4, 100, False), False),  # a GPU only
+    (("gpu", jnp.float32, 64, 64, 4, 100, False), False),  # half precision only
+    (("gpu", jnp.bfloat16, 12, 12, 4, 100, False), False),  # head dim not a multiple of 8
+    (("gpu", jnp.bfloat16, 264, 264, 4, 100, False), False),  # head dim above 256
+    (("gpu", jnp.bfloat16, 64, 32, 4, 100, False), False),  # v narrower than q
+    (("gpu", jnp.bfloat16, 64, 64, 4, 100, True), False),  # with_lse: cuDNN's statistics are per slot
+    (("gpu", jnp.bfloat16, 64, 64, 0, 100, False), False),  # no heads
+    (("gpu", jnp.bfloat16, 64, 64, 4, 2**24, False), False),  # element offsets past int32
+])
+def test_static_applies(args, expected):
+    assert C.static_applies(*args) is expected
+
+
+def test_dispatch_prefers_cudnn_where_it_applies():
+    pick = nested_ops._attention_impl
+    assert pick(None, jnp.bfloat16, 64, 64, 16, 4, cudnn=True) == "cudnn"
+    assert pick("cudnn", jnp.bfloat16, 64, 64, 16, 4, cudnn=True) == "cudnn"
+    assert pick("xla", jnp.bfloat16, 64, 64, 16, 4, cudnn=True) == "xla"
+    with pytest.raises(ValueError, match="impl='cudnn' needs a GPU"):
+        pick("cudnn", jnp.bfloat16, 64, 64, 16, 4, cudnn=False)
+
+
+@pytest.mark.skipif(GPU, reason="the CPU's refusal")
+def test_impl_cudnn_is_refused_off_a_gpu_and_the_default_runs_the_formulas():
+    values, offsets = _nested((3, 1, 0, 5), (2, 16), jnp.bfloat16, 0)
+    with pytest.raises(ValueError, match="impl='cudnn' needs a GPU"):
+        _attend(offsets, "cudnn", False)(values, values, values)
+    np.testing.assert_array_equal(_attend(offsets, None, False)(values, values, values),
+                                  _attend(offsets, "xla", False)(values, values, values))
+    assert not C.accepts(9, 4, 2, 16, jnp.bfloat16, 0.25, False)  # JAX refuses without cuDNN
+
+
+# ----------------------------------------------------------------------------------------------
+# The derivative contract, cuDNN emulated (CPU)
+
+
+@jax.custom_jvp
+def _frozen(x):
+    return x
+
+
+@_frozen.defjvp
+def _frozen_jvp(primals, tangents):
+    raise AssertionError("the emulated cuDNN backward was differentiated")
+
+
+@jax.custom_vjp
+def _masked_attention(q, k, v, keep, scale):
+    s = jnp.where(keep, scale * jnp.einsum("tnh,snh->nts", q, k), -jnp.inf)
+    return jnp.einsum("nts,snh->tnh", jax.nn.softmax(s, -1), v)
+
+
+def _masked_fwd(q, k, v, keep, scale):
+    return _masked_attention(q, k, v, keep, scale), (q, k, v, keep, scale)
+
+
+def _masked_bwd(res, g):
+    q, k, v, keep, scale = res
+    s = jnp.where(keep, scale * jnp.einsum("tnh,snh->nts", q, k), -jnp.inf)
+    p = jax.nn.softmax(s, -1)
+    dp = jnp.einsum("tnh,snh->nts", g, v)
+    ds = p * (dp - jnp.sum(dp * p, -1, keepdims=True))
+    grads = (scale * jnp.einsum("nts,snh->tnh", ds, k), scale * jnp.einsum("nts,tnh->snh", ds, q),
+             jnp.einsum("nts,tnh->snh", p, g))
+    return (*map(_frozen, grads), None, None)
+
+
+_masked_attention.defvjp(_masked_fwd, _masked_bwd)
+
+
+_CALLS = []
+
+
+def _emulated_cudnn(query, key, value, bias=None, mask=None, q_seqlen=None, kv_seqlen=None, q_offsets=None,
+                    kv_offsets=None, *, scale, mask_type, qkv_layout):
+    """JAX's cuDNN attention in packed layout, emulated: the segments cuDNN receives (JAX's
+    ``_fix_seqlen_offsets``) as a mask; forward mode and a differentiated backward fail."""
+    _CALLS.append(query.shape)
+    assert (bias, mask, qkv_layout) == (None, None, "BTNH") and query.shape[0] == 1
+    assert mask_type in (fused.MaskType.NO_MASK, fused.MaskType.PADDING_CAUSAL)
+    assert fused.get_max_seg_per_batch(q_offsets) > 1
+    lengths, _, offsets, _ = fused._fix_seqlen_offsets(q_seqlen, kv_seqlen, q_offsets, kv_offsets, query, key)
+    starts = offsets.reshape(-1)[:-1] // (query.shape[2] * query.shape[3])
+    t = jnp.arange(query.shape[1])[:, None]
+    inside = ((t >= starts) & (t < starts + lengths.reshape(-1))).astype(jnp.float32)  # (T, segments)
+    keep = (inside @ inside.T) > 0
+    if mask_type == fused.MaskType.PADDING_CAUSAL:
+        keep &= t >= t.T
+    return _masked_attention(query[0], key[0], value[0], keep, scale)[None]
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    monkeypatch.setattr(fused, "dot_product_attention", _emulated_cudnn)
+    monkeypatch.setattr(C, "static_applies", lambda *args: True)
+    yield
+    C.accepts.cache_clear()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_emulated_op_values_and_derivatives_are_the_formulas(emulated, causal):
+    values, offsets = _nested((5, 1, 0, 9, 3), (2, 8), jnp.float32, 1)
+    q, k, v = values, values[::-1] * 0.5, values + 1
+    t = _nested((5, 1, 0, 9, 3), (2, 8), jnp.float32, 2)[0]
+    f, ref = _attend(offsets, None, causal), _attend(offsets, "xla", causal)  # the default: cuDNN (patched)
+    calls = len(_CALLS)
+    jax.make_jaxpr(f)(q, k, v)
+    assert len(_CALLS) > calls  # the default ran (emulated) cuDNN
+    assert _gap(jax.jit(f)(q, k, v), ref(q, k, v)) < 1e-5
+    assert _gap(f(q, k, v), ref(q, k, v)) < 1e-5  # eager
+    loss = lambda g: lambda *a: jnp.sum(jnp.sin(g(*a)))  # noqa: E731
+    assert _gap(jax.jit(jax.grad(loss(f), (0, 1, 2)))(q, k, v), jax.grad(loss(ref), (0, 1, 2))(q, k, v)) < 1e-5
+    # forward mode: the XLA formulas' JVP (cuDNN has none: the emulation refuses it)
+    assert _gap(jax.jit(lambda: jax.jvp(f, (q, k, v), (t, t, t)))(), jax.jvp(ref, (q, k, v), (t, t, t))) < 1e-5
+    # second order: the XLA formulas' derivative of cuDNN's backward (the emulation's is frozen)
+    hvp = lambda g: jax.jvp(jax.grad(loss(g), (0, 1, 2)), (q, k, v), (t, -t, t))[1]  # noqa: E731
+    assert _gap(jax.jit(lambda: hvp(f))(), hvp(ref)) < 1e-4
+
+
+def test_emulated_op_one_sequence_and_heads_free_layout(emulated):
+    values, offsets = _nested((7,), (8,), jnp.float32, 3)  # (B, ragged, dim): one head; one sequence
+    f, ref = _attend(offsets, "cudnn", True), _attend(offsets, "xla", True)
+    pullback = lambda g: jax.vjp(g, values, values, values)[1](values)  # noqa: E731
+    assert _gap(jax.jit(lambda: pullback(f))(), pullback(ref)) < 1e-5
+
+
+# ----------------------------------------------------------------------------------------------
+# cuDNN (GPU)
+
+LENGTHS = (37, 1, 0, 130, 64, 2)  # a length-1 and an empty sequence; lengths off cuDNN's tiles
+
+
+@needs_gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("heads", "dim"), [(1, 64), (4, 64), (4, 128)])
+def test_cudnn_values_and_gradients_match_the_formulas(causal, heads, dim):
+    values, offsets = _nested(LENGTHS, (heads, dim), jnp.bfloat16, 0)
+    q, k, v = values, _nested(LENGTHS, (heads, dim), jnp.bfloat16, 1)[0], _nested(LENGTHS, (heads, dim),
+                                                                                    jnp.bfloat16, 2)[0]
+    ct = _nested(LENGTHS, (heads, dim), jnp.bfloat16, 3)[0]
+
+    def run(impl):
+        out, pullback = jax.vjp(_attend(offsets, impl, causal, max_len=max(LENGTHS)), q, k, v)
+        return out, pullback(ct)
+
+    assert _gap(jax.jit(lambda: run("cudnn"))(), jax.jit(lambda: run("xla"))()) < 0.02
+
+
+@needs_gpu
+def test_cudnn_float16_heads_free_layout_and_one_sequence():
+    values, offsets = _nested((75,), (64,), jnp.float16, 4)  # (B, ragged, dim), B = 1: a filler slot
+    run = lambda impl: jax.vjp(_attend(offsets, impl, True), values, values, values)[1](values)  # noqa: E731
+    assert _gap(jax.jit(lambda: run("cudnn"))(), jax.jit(lambda: run("xla"))()) < 0.01
+
+
+@needs_gpu
+def test_cudnn_jvp_and_second_order_are_the_formulas():
+    values, offsets = _nested(LENGTHS, (2, 64), jnp.bfloat16, 5)
+    t = _nested(LENGTHS, (2, 64), jnp.bfloat16, 6)[0]
+    f = lambda impl: _attend(offsets, impl, False, max_len=max(LENGTHS))  # noqa: E731
+    jvp = lambda impl: jax.jvp(f(impl), (values,) * 3, (t,) * 3)  # noqa: E731
+    assert _gap(jax.jit(lambda: jvp(None))(), jax.jit(lambda: jvp("xla"))()) < 0.02
+    loss = lambda impl: lambda q: jnp.sum(jnp.sin(f(impl)(q, values, values).astype(jnp.float32)))  # noqa: E731
+    hvp = lambda impl: jax.jvp(jax.grad(loss(impl)), (values,), (t,))[1]  # noqa: E731
+    assert _gap(jax.jit(lambda: hvp(None))(), jax.jit(lambda: hvp("xla"))()) < 0.05
+
+
+@needs_gpu
+def test_the_default_gradient_runs_one_cudnn_forward_and_no_pallas_kernel():
+    values, offsets = _nested(LENGTHS, (4, 64), jnp.bfloat16, 7)
+    grad = jax.jit(jax.grad(lambda q, k, v: jnp.sum(_attend(offsets, None, True)(q, k, v).astype(jnp.float32)),
+                            (0, 1, 2)))
+    hlo = grad.lower(values, values, values).compile().as_text()
+    calls = re.findall(r'custom_call_target="__cudnn\$fmha\w*"', hlo)
+    assert len([c for c in calls if "Backward" not in c]) == 1 and len(calls) == 2, calls
+    assert "triton" not in hlo.lower()
