@@ -13,11 +13,11 @@ with the collectives the math needs:
 * group norm (x (N, G, K, L)): samples and groups sharded, K and L replicated; no collective
   (each group's statistics are local; XLA adds up ``dw``/``db`` over the samples).
 * batch norm, training (x (N, C, L)): samples and channels sharded, L replicated. The statistics
-  are the global batch's: each device's per-channel moments merged as Chan et al. (``pmean`` of
-  the means, then of the variances plus squared deviations, as ``partials.norm_stats`` with
-  ``axis_name``); the backward runs the kernel's two passes as two kernels around one
-  all-reduce of the per-channel ``sum w g``, ``sum w g x_hat`` (the fused kernel cannot wait for
-  other devices between its passes).
+  are the global batch's: each device's per-channel ``(mean, m2)`` all-gathered (one collective
+  of 2 C floats a device) and merged as Chan et al. on every device; the backward runs the
+  kernel's two passes as two kernels around one all-reduce of the per-channel ``sum w g``,
+  ``sum w g x_hat`` (the fused kernel cannot wait for other devices between its passes). A step
+  thus waits on two collectives, one after the other (``tests/test_partitioning.py``).
 
 A dimension sharded unevenly (its size not a multiple of the shards) is replicated, since
 padded rows would enter the sums. The launch parameters are recomputed for the shard's shape.
