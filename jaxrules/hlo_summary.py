@@ -1,8 +1,9 @@
 """What a compiled program does, read from its optimized HLO text (``compiled.as_text()``), for the
 partitioning diagnostics of issue 19 (``benchmarks/multi_device.py``, ``tests/test_partitioning.py``).
 
-Only the entry computation is read (the partitioned program's top level: kernels, fusions,
-collectives). For each program:
+The entry computation is read, with the computations it runs inline (``call``: a GPU command
+buffer; ``async-start``: an async collective's wrapper), not the bodies of fusions and loops.
+For each program:
 
 * ``collectives``: every all-reduce, all-gather, reduce-scatter, all-to-all and
   collective-permute (an async ``-start``/``-done`` pair counts once): kind, operand shapes,
@@ -47,17 +48,35 @@ def _operands(rest: str) -> list[str]:
     return re.findall(r"%([\w.\-]+)", rest)
 
 
+def computations(hlo: str) -> tuple[dict, str]:
+    """Every computation's instructions (``name``, ``type`` text, ``op``, ``operands``, ``line``),
+    by name, and the entry computation's name."""
+    comps, entry = {}, ""
+    for header, body in re.findall(r"^((?:ENTRY )?%?[\w.\-]+ [^\n]*\{)\n(.*?)^\}", hlo, re.S | re.M):
+        name = re.match(r"(?:ENTRY )?%?([\w.\-]+)", header).group(1)
+        entry = name if header.startswith("ENTRY") else entry
+        comps[name] = []
+        for line in body.splitlines():
+            m = _LINE.match(line)
+            if m:
+                comps[name].append({"name": m.group(1), "type": m.group(2), "op": m.group(3),
+                                    "operands": _operands(m.group(4)), "line": line})
+    return comps, entry
+
+
 def entry_instructions(hlo: str) -> list[dict]:
-    """The entry computation's instructions: ``name``, ``type`` (text), ``op``, ``operands``,
-    ``line``."""
-    match = re.search(r"^ENTRY [^\n]*\{\n(.*?)^\}", hlo, re.S | re.M)
-    out = []
-    for line in (match.group(1) if match else "").splitlines():
-        m = _LINE.match(line)
-        if m:
-            out.append({"name": m.group(1), "type": m.group(2), "op": m.group(3), "operands": _operands(m.group(4)),
-                        "line": line})
-    return out
+    """The entry computation's instructions (see ``computations``)."""
+    comps, entry = computations(hlo)
+    return comps.get(entry, [])
+
+
+def _callee(i: dict, comps: dict) -> str | None:
+    """The computation a ``call`` (a GPU command buffer) or an ``async-start`` (an async
+    collective's wrapper) runs inline, else None."""
+    if i["op"] not in ("call", "async-start"):
+        return None
+    m = re.search(r"(?:to_apply|calls)=%?([\w.\-]+)", i["line"])
+    return m.group(1) if m and m.group(1) in comps else None
 
 
 def _collective_kind(op: str) -> str | None:
@@ -67,42 +86,59 @@ def _collective_kind(op: str) -> str | None:
 
 def summarize(hlo: str, big: int) -> dict:
     """The collectives, kernels and activation-sized passes of a compiled program (see the module
-    docstring); ``big``: the element count from which an array counts as activation-sized."""
-    instructions = entry_instructions(hlo)
-    by_name = {i["name"]: i for i in instructions}
-    depth: dict[str, int] = {}
-    collectives, custom_calls, fusions, reads, writes, copies = [], [], 0, 0, 0, 0
+    docstring); ``big``: the element count from which an array counts as activation-sized. The
+    computations of ``call`` and ``async-start`` instructions count as inline."""
+    comps, entry = computations(hlo)
+    out = {"collectives": [], "custom_calls": [], "fusions": 0, "big_reads": 0, "big_writes": 0, "big_copies": 0}
 
-    def components(name):  # a tuple's operands stand for it (a loop reads what its tuple holds)
-        i = by_name.get(name)
-        if i is not None and i["op"] == "tuple":
-            return [c for o in i["operands"] for c in components(o)]
-        return [name]
+    def walk(name: str, param_depths: list[int]) -> int:
+        """Adds up computation ``name``'s instructions, its parameters at ``param_depths``;
+        returns its root's depth."""
+        instructions = comps[name]
+        by_name = {i["name"]: i for i in instructions}
+        depth: dict[str, int] = {}
 
-    for i in instructions:
-        kind = _collective_kind(i["op"])
-        depth[i["name"]] = max((depth.get(o, 0) for o in i["operands"]), default=0) + (kind is not None)
-        arrays = _arrays(i["type"])
-        if kind is not None:
-            operand_arrays = arrays if kind != "all-gather" else [a for o in i["operands"]
-                                                                  for a in _arrays(by_name.get(o, {}).get("type", ""))]
-            collectives.append({"kind": kind, "shapes": re.sub(r"\{[\d,]*\}", "", i["type"]),
-                                "bytes": sum(_BYTES.get(dt, 4) * n for dt, n in operand_arrays),
-                                "depth": depth[i["name"]]})
-        if i["op"] == "custom-call":
-            target = re.search(r'custom_call_target="([^"]+)"', i["line"])
-            name = re.search(r'"name":\s*"([^"]+)"', i["line"]) or re.search(r"kernel_name=\"?([\w.]+)", i["line"])
-            custom_calls.append((name or target).group(1) if (name or target) else "?")
-        fusions += i["op"] == "fusion"
-        if i["op"] in _PLUMBING or kind is not None or i["op"].endswith("-done"):
-            continue
-        copies += i["op"] in ("copy", "transpose") and any(n >= big for _, n in arrays)
-        reads += sum(n >= big for o in i["operands"] for c in components(o)
-                     for _, n in _arrays(by_name.get(c, {}).get("type", "")))
-        writes += sum(n >= big for _, n in arrays)
-    return {"collectives": collectives, "depth": max((c["depth"] for c in collectives), default=0),
-            "custom_calls": custom_calls, "fusions": fusions, "big_reads": reads, "big_writes": writes,
-            "big_copies": copies}
+        def components(n):  # a tuple's operands stand for it (a loop reads what its tuple holds)
+            i = by_name.get(n)
+            return [c for o in i["operands"] for c in components(o)] if i and i["op"] == "tuple" else [n]
+
+        for i in instructions:
+            before = max((depth.get(o, 0) for o in i["operands"]), default=0)
+            if i["op"] == "parameter":
+                index = int(re.search(r"parameter\((\d+)\)", i["line"]).group(1))
+                depth[i["name"]] = param_depths[index] if index < len(param_depths) else 0
+                continue
+            callee = _callee(i, comps)
+            if callee is not None:
+                depth[i["name"]] = walk(callee, [depth.get(o, 0) for o in i["operands"]])
+                continue
+            kind = _collective_kind(i["op"])
+            depth[i["name"]] = before + (kind is not None)
+            arrays = _arrays(i["type"])
+            if kind is not None:
+                sent = arrays if kind != "all-gather" else [a for o in i["operands"]
+                                                            for a in _arrays(by_name.get(o, {}).get("type", ""))]
+                out["collectives"].append({"kind": kind, "shapes": re.sub(r"\{[\d,]*\}", "", i["type"]),
+                                           "bytes": sum(_BYTES.get(dt, 4) * n for dt, n in sent),
+                                           "depth": depth[i["name"]]})
+                continue
+            if i["op"] == "custom-call":
+                label = (re.search(r'"name":\s*"([^"]+)"', i["line"])
+                         or re.search(r'custom_call_target="([^"]+)"', i["line"]))
+                out["custom_calls"].append(label.group(1) if label else "?")
+            out["fusions"] += i["op"] == "fusion"
+            if i["op"] in _PLUMBING or i["op"].endswith("-done"):
+                continue
+            out["big_copies"] += i["op"] in ("copy", "transpose") and any(n >= big for _, n in arrays)
+            out["big_reads"] += sum(n >= big for o in i["operands"] for c in components(o)
+                                    for _, n in _arrays(by_name.get(c, {}).get("type", "")))
+            out["big_writes"] += sum(n >= big for _, n in arrays)
+        root = next((i["name"] for i in instructions if i["line"].lstrip().startswith("ROOT")), None)
+        return depth.get(root, max(depth.values(), default=0))
+
+    if entry:
+        walk(entry, [])
+    return {**out, "depth": max((c["depth"] for c in out["collectives"]), default=0)}
 
 
 def describe(summary: dict) -> str:
@@ -115,4 +151,4 @@ def describe(summary: dict) -> str:
             f"{summary['big_copies']}")
 
 
-__all__ = ["COLLECTIVES", "describe", "entry_instructions", "summarize"]
+__all__ = ["COLLECTIVES", "computations", "describe", "entry_instructions", "summarize"]
