@@ -10,6 +10,11 @@ not share a peak), and XLA's compiled temp size.
     python benchmarks/nested_attention_block.py --out results.md   # every variant, one process each
     python benchmarks/nested_attention_block.py --one nested --lengths uniform   # one variant, JSON
 
+``nested`` runs the nested attention's default (cuDNN's packed-sequence layout where it applies:
+a GPU of compute capability 9.0, bfloat16/float16; else the Pallas kernels on a GPU);
+``nested-pallas`` forces its Pallas kernels (``impl="pallas"``). Each result records whether the
+compiled block calls cuDNN (``cudnn_calls``). ``--variants`` picks a subset.
+
 Padded dense is what a JAX user writes without a ragged type: (B, max_len, d) arrays, the
 sequence lengths, ``jax.nn.dot_product_attention`` and JAX's autodiff: ``padded`` lets JAX pick
 the attention (XLA), ``cudnn`` asks for cuDNN's fused flash attention
@@ -41,7 +46,8 @@ LENGTH_DISTRIBUTIONS = {
 }
 
 
-VARIANTS = ("nested", "padded", "cudnn")
+VARIANTS = ("nested", "nested-pallas", "padded", "cudnn")
+NESTED_IMPLS = {"nested": None, "nested-pallas": "pallas"}  # the nested variants' attention impl
 
 
 def _params(rng, d, dtype):
@@ -55,7 +61,7 @@ def _params(rng, d, dtype):
     }
 
 
-def _nested_loss(heads, max_len, causal):
+def _nested_loss(heads, max_len, causal, impl=None):
     import jax.numpy as jnp
 
     import jaxrules.nested as N
@@ -65,7 +71,7 @@ def _nested_loss(heads, max_len, causal):
         d = x.inner_shape[-1]
         qkv = N.linear(x, params["w_qkv"], params["b_qkv"])
         q, k, v = (t.with_values(t.values.reshape(-1, heads, d // heads)) for t in qkv.split_with_sizes([d] * 3))
-        att = N.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        att = N.scaled_dot_product_attention(q, k, v, is_causal=causal, impl=impl)
         y = N.linear(att.with_values(att.values.reshape(-1, d)), params["w_out"])
         out = N.layer_norm(x + y, d, params["ln_w"], params["ln_b"])
         return jnp.sum(jnp.square(out.values.astype(jnp.float32)))
@@ -117,13 +123,14 @@ def _attention_step(variant, rng, lengths, max_len, d, heads, np_dtype, causal):
     import jaxrules.nested as N
 
     dh = d // heads
-    if variant == "nested":
+    if variant in NESTED_IMPLS:
         offsets = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
         qkv = [jnp.asarray(rng.standard_normal((int(lengths.sum()), heads, dh)).astype(np_dtype)) for _ in range(3)]
 
         def loss(q, k, v, offsets):
             q, k, v = (N.from_jagged(t, offsets, max_seqlen=max_len) for t in (q, k, v))
-            return jnp.sum(N.scaled_dot_product_attention(q, k, v, is_causal=causal).values.astype(jnp.float32))
+            att = N.scaled_dot_product_attention(q, k, v, is_causal=causal, impl=NESTED_IMPLS[variant])
+            return jnp.sum(att.values.astype(jnp.float32))
 
         return jax.jit(jax.grad(loss, argnums=(0, 1, 2))), (*qkv, offsets)
     implementation = "cudnn" if variant == "cudnn" else None
@@ -146,10 +153,10 @@ def run_one(variant, lengths_name, batch, max_len, d, heads, dtype, repeats, see
     lengths = LENGTH_DISTRIBUTIONS[lengths_name](rng, batch, max_len).astype(np.int32)
     np_dtype = jnp.dtype(dtype)
     params = jax.tree.map(jnp.asarray, _params(rng, d, np_dtype))
-    if variant == "nested":
+    if variant in NESTED_IMPLS:
         x = jnp.asarray(rng.standard_normal((int(lengths.sum()), d)).astype(np_dtype))
         aux = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
-        loss = _nested_loss(heads, max_len, causal)
+        loss = _nested_loss(heads, max_len, causal, NESTED_IMPLS[variant])
     else:
         x = jnp.asarray(rng.standard_normal((batch, max_len, d)).astype(np_dtype))
         aux = jnp.asarray(lengths)
@@ -157,6 +164,7 @@ def run_one(variant, lengths_name, batch, max_len, d, heads, dtype, repeats, see
     step = jax.jit(jax.grad(loss, argnums=(0, 1)))
     compiled = step.lower(params, x, aux).compile()
     memory = compiled.memory_analysis()
+    cudnn_calls = compiled.as_text().count("__cudnn$fmha")  # cuDNN attention calls in the block's program
     median_ms = _median_ms(step, (params, x, aux), repeats)
     stats = jax.devices()[0].memory_stats() or {}  # the block's peak: the attention-alone step runs after
     attention, attention_args = _attention_step(variant, rng, lengths, max_len, d, heads, np_dtype, causal)
@@ -168,6 +176,7 @@ def run_one(variant, lengths_name, batch, max_len, d, heads, dtype, repeats, see
         "mean_len": float(lengths.mean()), "max_len": int(max_len), "tokens": int(lengths.sum()),
         "median_ms": median_ms,
         "peak_bytes": stats.get("peak_bytes_in_use"), "temp_bytes": getattr(memory, "temp_size_in_bytes", None),
+        "cudnn_calls": cudnn_calls,
         "attention_ms": attention_ms, "attention_tflops": flops / (attention_ms * 1e-3) / 1e12,
         "device": jax.devices()[0].device_kind,
     }
@@ -186,6 +195,8 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--masks", default="none,causal", help="none, causal or both (comma-separated)")
     parser.add_argument("--causal", action="store_true", help="with --one: a causal mask")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"the variants to run (comma-separated, of {', '.join(VARIANTS)})")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     if args.one:
@@ -194,11 +205,15 @@ def main(argv=None):
                              args.repeats, args.seed, args.causal)
             print(json.dumps(result), flush=True)
         return
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variants {unknown}; choose from {VARIANTS}")
     rows = []
     for lengths_name, mask, dtype in itertools.product(LENGTH_DISTRIBUTIONS, args.masks.split(","),
                                                        args.dtypes.split(",")):
         pair = {}
-        for variant in VARIANTS:
+        for variant in variants:
             if variant == "cudnn" and dtype == "float32":
                 continue  # cuDNN's flash attention takes bfloat16 and float16 only
             cmd = [sys.executable, __file__, "--one", variant, "--lengths", lengths_name, "--dtypes", dtype,
@@ -214,10 +229,10 @@ def main(argv=None):
             print(done.stdout.strip(), flush=True)
         rows.append(pair)
     lines = [
-        "| lengths | mask | dtype | mean / max len | nested ms | padded XLA ms | padded cuDNN ms | nested vs XLA | "
-        "nested vs cuDNN | peak GiB nested / XLA / cuDNN | attention ms nested / XLA / cuDNN | "
-        "attention TFLOP/s nested / XLA / cuDNN |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| lengths | mask | dtype | mean / max len | nested ms | nested-pallas ms | padded XLA ms | padded cuDNN ms | "
+        "nested vs XLA | nested vs cuDNN | nested-pallas vs cuDNN | peak GiB nested / pallas / XLA / cuDNN | "
+        "attention ms nested / pallas / XLA / cuDNN | attention TFLOP/s nested / pallas / XLA / cuDNN |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
 
     def fmt(r, key, scale=1.0):
@@ -227,17 +242,17 @@ def main(argv=None):
         return f"{other['median_ms'] / n['median_ms']:.2f}x" if n and other else "-"
 
     for row in rows:
-        n, x, c = (row.get(v) for v in VARIANTS)
-        ref = n or x or c
+        n, p, x, c = (row.get(v) for v in VARIANTS)
+        ref = n or p or x or c
         if ref is None:
             continue
         lines.append(
             f"| {ref['lengths']} | {'causal' if ref['causal'] else 'none'} | {ref['dtype']} | "
-            f"{ref['mean_len']:.0f} / {ref['max_len']} | {fmt(n, 'median_ms')} | "
-            f"{fmt(x, 'median_ms')} | {fmt(c, 'median_ms')} | {speedup(n, x)} | {speedup(n, c)} | "
-            f"{' / '.join(fmt(r, 'peak_bytes', 2**30) for r in (n, x, c))} | "
-            f"{' / '.join(fmt(r, 'attention_ms') for r in (n, x, c))} | "
-            f"{' / '.join(fmt(r, 'attention_tflops') for r in (n, x, c))} |"
+            f"{ref['mean_len']:.0f} / {ref['max_len']} | {fmt(n, 'median_ms')} | {fmt(p, 'median_ms')} | "
+            f"{fmt(x, 'median_ms')} | {fmt(c, 'median_ms')} | {speedup(n, x)} | {speedup(n, c)} | {speedup(p, c)} | "
+            f"{' / '.join(fmt(r, 'peak_bytes', 2**30) for r in (n, p, x, c))} | "
+            f"{' / '.join(fmt(r, 'attention_ms') for r in (n, p, x, c))} | "
+            f"{' / '.join(fmt(r, 'attention_tflops') for r in (n, p, x, c))} |"
         )
     table = "\n".join(lines)
     print(table)
