@@ -320,3 +320,59 @@ def test_the_split_batch_norm_backward_kernels_lower_for_cuda(dtype):
         lowered = export.export(jax.jit(fn), platforms=["cuda"],
                                 disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])
         assert "xla.gpu.triton" in lowered(*args).mlir_module()
+
+
+def _triton_calls(fn, *args):
+    """(grid, kernel IR, name) of each Triton kernel of ``fn`` exported for CUDA (no GPU needed)."""
+    import jax
+    from jax import export
+
+    text = export.export(jax.jit(fn), platforms=["cuda"],
+                         disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])(
+        *args).mlir_module()
+    return re.findall(r"custom_call @__gpu\$xla.gpu.triton\([^)]*\) \{mhlo.backend_config = \{(.*?), ir = \"(.*?)\", "
+                      r"name = \"(\w+)\"", text, re.S)
+
+
+@pytest.mark.parametrize("kernel", ["group_stats", "group_backward", "batch_stats"])
+def test_each_devices_kernels_are_the_one_device_programs_kernels(kernel):
+    """The partition callbacks of a batch sharded over 2 devices lower, on each device's shard,
+    the same Triton kernels (grid and IR) as the one-device program of that shard's shape: the
+    launch follows the shard, not the global batch."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from jaxrules import dispatch
+    from jaxrules import partitioning as pt
+
+    launch, mesh = dispatch.GroupedLaunch(), jax.sharding.AbstractMesh((2,), ("data",))
+    n, groups, k, length = 4, 2, 4, 35  # each device's shard: 4 of 8 samples
+
+    def sharded(a, split):  # the whole batch, as the partition callback sees it
+        whole = (2 * a.shape[0], *a.shape[1:]) if split == 0 else (*a.shape[:1], 2 * a.shape[1], *a.shape[2:])
+        entries = [None] * len(whole)
+        entries[split] = "data"
+        return jax.ShapeDtypeStruct(whole, a.dtype, sharding=NamedSharding(mesh, P(*entries)))
+
+    bf, f32 = jnp.bfloat16, jnp.float32
+    if kernel == "group_stats":
+        shard = [jax.ShapeDtypeStruct((n, groups, k, length), bf)]
+        one = lambda x: pt._gn_stats_impl(x, 1e-5, launch)  # noqa: E731
+        lower = pt._gn_stats_partition(1e-5, launch, mesh, [sharded(shard[0], 0)], None)[0]
+    elif kernel == "group_backward":
+        x, rows, stats = ((n, groups, k, length), bf), ((n, groups, k), bf), ((n, groups), f32)
+        shard = [jax.ShapeDtypeStruct(*s) for s in (x, x, rows, stats, stats, stats, stats)]
+        one = lambda *a: pt._gn_backward_impl(*a, launch)  # noqa: E731
+        lower = pt._gn_backward_partition(launch, mesh, [sharded(a, 0) for a in shard], None)[0]
+    else:
+        shard = [jax.ShapeDtypeStruct((n, groups * k, length), bf)]
+        one = lambda x: pt._bn_stats_impl(x, 1e-5, launch)  # noqa: E731
+        lower = pt._bn_stats_partition(1e-5, launch, mesh, [sharded(shard[0], 0)], None)[0]
+        # its all-gather needs the mesh axis: a 1-device "data" axis here (only the kernels compared)
+        lower = jax.shard_map(lower, mesh=jax.make_mesh((1,), ("data",)), in_specs=P(), out_specs=P(),
+                              check_vma=False)
+    want, got = _triton_calls(one, *shard), _triton_calls(lower, *shard)
+    assert want and [c[0] for c in got] == [c[0] for c in want], (got, want)
+    assert [c[1] for c in got] == [c[1] for c in want]
