@@ -272,12 +272,15 @@ def test_causal_kernel_impl_propagates_nonfinite_inputs_within_the_lower_triangl
 @pytest.mark.parametrize("is_causal", [False, True])
 def test_kernel_impl_gives_nan_where_every_score_is_minus_inf(is_causal):
     """Query row 4's scores are all -inf (q[4, 0] = -inf, every k[:, 0] > 0): its softmax is
-    0 / 0 = NaN in the kernels, as in the nested XLA formulas; the masked keys of its block (9
-    rows in a block of 16; causal: the later keys) take no weight. The dense XLA formulas and
-    torch 2.13's CPU kernel give 0 there (their fully masked rows' convention)."""
+    0 / 0 = NaN in the kernels, as in the nested and the dense XLA formulas (the softmax of a row of
+    -inf logits is undefined); the masked keys of its block (9 rows in a block of 16; causal: the
+    later keys) take no weight. torch 2.13's CPU kernel gives 0 there (its ``_safe_softmax``, the
+    fully masked rows' convention, which costs a pass over the logits: a documented deviation)."""
     q, k, v, ct = _poisoned_qkv("all keys", -np.inf)
     ours = _value_and_grads("pallas_interpret", q, k, v, ct, is_causal)[0]
     assert np.isnan(ours[1, 4]).all() and not np.isnan(np.delete(ours, 4, 1)).any()
+    xla = _value_and_grads("xla", q, k, v, ct, is_causal)[0]
+    assert np.isnan(xla[1, 4]).all() and not np.isnan(np.delete(xla, 4, 1)).any()
     theirs = F.scaled_dot_product_attention(*(torch.tensor(a) for a in (q, k, v)), is_causal=is_causal)
     assert np.all(theirs[1, 4].numpy() == 0)
     np.testing.assert_allclose(np.delete(ours, 4, 1), np.delete(theirs.numpy(), 4, 1), atol=1e-12)

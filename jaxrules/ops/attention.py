@@ -56,21 +56,27 @@ def _logits(q, k, bias, keep, scale):
 
 
 def _softmax(q, k, bias, keep, scale):
-    """``(P, top, total)``: the attention weights ``P = softmax(s)`` along the keys, with the
-    row maximum ``top`` and the sum ``total`` of ``exp(s - top)`` (``lse = top + log(total)``).
-    A row with no finite logit (every key masked) has total 0: ``P`` 0 there, ``lse`` -inf; a row
-    with a NaN or +inf logit is NaN (as torch's softmax). The primal and the residual of the VJP
-    both call it on the same arguments: XLA computes it once."""
+    """``(P, s)``: the attention weights ``P = softmax(s)`` along the keys and the logits ``s``.
+    ``P`` is ``jax.nn.softmax``'s expression, which XLA's GPU compiler fuses into one kernel
+    (row max, exp, sum and divide; split into steps, they cost three more passes over ``s``);
+    a row the masks leave without a key (``attn_mask`` all False, or -inf) is 0 (torch's
+    ``_safe_softmax``), found from the masks' own shape; a row with a NaN or +inf logit is NaN
+    (as torch's). The primal and the residual of the VJP both call it on the same arguments:
+    XLA computes it once."""
     s = _logits(q, k, bias, keep, scale)
+    alive = jnp.any(keep & (bias != -jnp.inf), axis=-1, keepdims=True)  # constant without a mask
+    # a dead row's logits are replaced before the softmax too, so that no derivative meets its NaN
+    return jnp.where(alive, jax.nn.softmax(jnp.where(alive, s, 0), axis=-1), 0), s
+
+
+def _logsumexp(s):
+    """The row logsumexp of the logits, -inf for a row without a finite logit. Its shift does not
+    count for differentiation (it cancels), as ``jax.nn.softmax``'s: max's derivative divides by
+    the count of entries equal to the maximum, 0 where XLA's fused recomputation of ``s`` rounds
+    differently (NaN under ``jit``)."""
     top = jnp.max(s, axis=-1, keepdims=True, initial=-jnp.inf)  # S = 0: -inf
-    # NaN or +inf: the row is NaN, as torch's. P does not depend on ``top`` (it cancels), so its
-    # derivative (differentiating the saved P, at second order) skips max's: that one divides by
-    # the count of entries equal to the maximum, 0 where XLA's fused recomputation of ``s``
-    # rounds differently (NaN under jit); jax.nn.softmax does the same.
     top = jax.lax.stop_gradient(jnp.where(top == -jnp.inf, 0, top))
-    e = jnp.exp(s - top)
-    total = jnp.sum(e, axis=-1, keepdims=True)
-    return e / jnp.where(total == 0, 1, total), top, total  # a NaN total makes the whole row NaN
+    return (top + jnp.log(jnp.sum(jnp.exp(s - top), axis=-1, keepdims=True)))[..., 0]
 
 
 def _dropped(p, drop, dropout):
@@ -79,9 +85,9 @@ def _dropped(p, drop, dropout):
 
 
 def _attention_primal(q, k, v, bias, keep, drop, *, scale, dropout):
-    p, top, total = _softmax(q, k, bias, keep, scale)
+    p, s = _softmax(q, k, bias, keep, scale)
     out = _matmul(_dropped(p, drop, dropout), v, v.dtype).astype(v.dtype)
-    return out, (top + jnp.log(total))[..., 0]
+    return out, _logsumexp(s)
 
 
 def _save_attention(out, q, k, v, bias, keep, drop, *, scale, dropout):
@@ -111,17 +117,20 @@ def _attention_jvp(res, tq, tk, tv, tbias, tkeep, tdrop, *, scale, dropout):
 
 
 def _attention_vjp(res, ct, *, scale, dropout):
-    """The attention backward (flash attention's formulas, from the saved ``P``): ``dv = (P o Z)^T dO``, ``dP = Z o (dO v^T)``, ``dS = P o (dP -
-    rowsum(dO o out) + dlse)``, ``dq = scale dS k``, ``dk = scale dS^T q``, ``dbias = dS`` (``Z``:
-    the dropout factors, 1 without dropout)."""
-    q, k, v, drop, out, p = res
+    """The attention backward from the saved ``P`` (torch's math backend: ``_softmax_backward_data``):
+    ``dv = (P o Z)^T dO``, ``dP = Z o (dO v^T)``, ``dS = P o (dP - rowsum(dP o P) + dlse)``, ``dq =
+    scale dS k``, ``dk = scale dS^T q``, ``dbias = dS`` (``Z``: the dropout factors, 1 without
+    dropout). ``rowsum(dP o P)`` equals flash attention's ``rowsum(dO o out)``; XLA computes it in
+    the pass that forms ``dS``, where the other needs ``out``, a matmul more when the output
+    itself is not used."""
+    q, k, v, drop, _, p = res
     g_out, g_lse = ct
     d_v = None
     d_s = 0
     if g_out is not None:
         d_v = _matmul(_swap(_dropped(p, drop, dropout)), g_out, v.dtype)
         d_p = _dropped(_matmul(g_out, _swap(v), v.dtype), drop, dropout)
-        d_s = p * (d_p - jnp.sum(g_out.astype(p.dtype) * out.astype(p.dtype), axis=-1, keepdims=True))
+        d_s = p * (d_p - jnp.sum(d_p * p, axis=-1, keepdims=True))
     if g_lse is not None:
         d_s = d_s + p * g_lse[..., None].astype(p.dtype)
     d_q = _matmul(d_s, k, q.dtype) * scale
@@ -542,7 +551,10 @@ record(
                        np.array([[0.0, 1.0, -np.inf], [-np.inf, -np.inf, -np.inf]])), (None, None, None, None)),
     ),
     deviations="Convention pinned: a row with every key masked gives output 0 and zero gradients (torch 2.13's CPU "
-    "flash and math backends agree). Dropout draws its mask from a keyword-only dropout_key.",
+    "flash and math backends agree). A row whose logits are all -inf through infinite query or key entries (no "
+    "mask removes its keys) is NaN: its softmax is undefined (the limit depends on how the logits go to -inf); "
+    "torch's _safe_softmax gives 0 there, which costs a pass over the logits (pinned in tests/test_attention.py). "
+    "Dropout draws its mask from a keyword-only dropout_key.",
 )
 
 
