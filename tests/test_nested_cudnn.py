@@ -110,7 +110,8 @@ def test_impl_cudnn_is_refused_off_a_gpu_and_the_default_runs_the_formulas():
         _attend(offsets, "cudnn", False)(values, values, values)
     np.testing.assert_array_equal(_attend(offsets, None, False)(values, values, values),
                                   _attend(offsets, "xla", False)(values, values, values))
-    assert not C.accepts(9, 4, 2, 16, jnp.bfloat16, 0.25, False)  # JAX refuses without cuDNN
+    for layout in ("packed", "padded"):  # JAX refuses without cuDNN
+        assert not C.accepts(9, 4, 2, 16, jnp.bfloat16, 0.25, False, layout, 5)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -127,10 +128,16 @@ def _frozen_jvp(primals, tangents):
     raise AssertionError("the emulated cuDNN backward was differentiated")
 
 
+def _weights(q, k, keep, scale):
+    """Softmax over the kept keys; a row with none is 0 (cuDNN's padding rows)."""
+    s = jnp.where(keep, scale * jnp.einsum("tnh,snh->nts", q, k), -jnp.inf)
+    e = jnp.where(keep, jnp.exp(s - jnp.max(s, -1, keepdims=True, initial=-jnp.inf)), 0)
+    return e / jnp.maximum(jnp.sum(e, -1, keepdims=True), 1e-30)
+
+
 @jax.custom_vjp
 def _masked_attention(q, k, v, keep, scale):
-    s = jnp.where(keep, scale * jnp.einsum("tnh,snh->nts", q, k), -jnp.inf)
-    return jnp.einsum("nts,snh->tnh", jax.nn.softmax(s, -1), v)
+    return jnp.einsum("nts,snh->tnh", _weights(q, k, keep, scale), v)
 
 
 def _masked_fwd(q, k, v, keep, scale):
@@ -139,8 +146,7 @@ def _masked_fwd(q, k, v, keep, scale):
 
 def _masked_bwd(res, g):
     q, k, v, keep, scale = res
-    s = jnp.where(keep, scale * jnp.einsum("tnh,snh->nts", q, k), -jnp.inf)
-    p = jax.nn.softmax(s, -1)
+    p = _weights(q, k, keep, scale)
     dp = jnp.einsum("tnh,snh->nts", g, v)
     ds = p * (dp - jnp.sum(dp * p, -1, keepdims=True))
     grads = (scale * jnp.einsum("nts,snh->tnh", ds, k), scale * jnp.einsum("nts,tnh->snh", ds, q),
@@ -150,26 +156,30 @@ def _masked_bwd(res, g):
 
 _masked_attention.defvjp(_masked_fwd, _masked_bwd)
 
-
 _CALLS = []
 
 
 def _emulated_cudnn(query, key, value, bias=None, mask=None, q_seqlen=None, kv_seqlen=None, q_offsets=None,
                     kv_offsets=None, *, scale, mask_type, qkv_layout):
-    """JAX's cuDNN attention in packed layout, emulated: the segments cuDNN receives (JAX's
-    ``_fix_seqlen_offsets``) as a mask; forward mode and a differentiated backward fail."""
-    _CALLS.append(query.shape)
-    assert (bias, mask, qkv_layout) == (None, None, "BTNH") and query.shape[0] == 1
-    assert mask_type in (fused.MaskType.NO_MASK, fused.MaskType.PADDING_CAUSAL)
-    assert fused.get_max_seg_per_batch(q_offsets) > 1
-    lengths, _, offsets, _ = fused._fix_seqlen_offsets(q_seqlen, kv_seqlen, q_offsets, kv_offsets, query, key)
-    starts = offsets.reshape(-1)[:-1] // (query.shape[2] * query.shape[3])
+    """JAX's cuDNN attention emulated, packed (the segments cuDNN receives from JAX's
+    ``_fix_seqlen_offsets``) or padded (row ``b``'s first ``q_seqlen[b]`` rows): forward mode
+    and a differentiated backward fail."""
+    _CALLS.append("packed" if q_offsets is not None else "padded")
+    assert (bias, mask, qkv_layout) == (None, None, "BTNH")
     t = jnp.arange(query.shape[1])[:, None]
-    inside = ((t >= starts) & (t < starts + lengths.reshape(-1))).astype(jnp.float32)  # (T, segments)
-    keep = (inside @ inside.T) > 0
+    if q_offsets is not None:
+        assert query.shape[0] == 1 and fused.get_max_seg_per_batch(q_offsets) > 1
+        assert mask_type in (fused.MaskType.NO_MASK, fused.MaskType.PADDING_CAUSAL)
+        lengths, _, offsets, _ = fused._fix_seqlen_offsets(q_seqlen, kv_seqlen, q_offsets, kv_offsets, query, key)
+        starts = offsets.reshape(-1)[:-1] // (query.shape[2] * query.shape[3])
+        inside = ((t >= starts) & (t < starts + lengths.reshape(-1))).astype(jnp.float32)  # (T, segments)
+        keeps = ((inside @ inside.T) > 0)[None]
+    else:
+        assert mask_type in (fused.MaskType.PADDING, fused.MaskType.PADDING_CAUSAL) and q_seqlen.ndim == 1
+        keeps = (t[None] < q_seqlen[:, None, None]) & (t.T[None] < kv_seqlen[:, None, None])
     if mask_type == fused.MaskType.PADDING_CAUSAL:
-        keep &= t >= t.T
-    return _masked_attention(query[0], key[0], value[0], keep, scale)[None]
+        keeps &= t >= t.T
+    return jnp.stack([_masked_attention(*x, m, scale) for *x, m in zip(query, key, value, keeps, strict=True)])
 
 
 @pytest.fixture
@@ -181,14 +191,16 @@ def emulated(monkeypatch):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_emulated_op_values_and_derivatives_are_the_formulas(emulated, causal):
-    values, offsets = _nested((5, 1, 0, 9, 3), (2, 8), jnp.float32, 1)
+@pytest.mark.parametrize(("max_len", "layout"), [(None, "padded"), (18, "packed")])
+def test_emulated_op_values_and_derivatives_are_the_formulas(emulated, causal, max_len, layout):
+    lengths = (5, 1, 0, 9, 3)  # max_len 9: the padded layout; a bound of 18 (the total): one packed row
+    values, offsets = _nested(lengths, (2, 8), jnp.float32, 1)
     q, k, v = values, values[::-1] * 0.5, values + 1
-    t = _nested((5, 1, 0, 9, 3), (2, 8), jnp.float32, 2)[0]
-    f, ref = _attend(offsets, None, causal), _attend(offsets, "xla", causal)  # the default: cuDNN (patched)
-    calls = len(_CALLS)
+    t = _nested(lengths, (2, 8), jnp.float32, 2)[0]
+    f, ref = _attend(offsets, None, causal, max_len), _attend(offsets, "xla", causal, max_len)  # default: cuDNN
+    del _CALLS[:]
     jax.make_jaxpr(f)(q, k, v)
-    assert len(_CALLS) > calls  # the default ran (emulated) cuDNN
+    assert _CALLS and set(_CALLS) == {layout}  # the default ran (emulated) cuDNN, in this layout
     assert _gap(jax.jit(f)(q, k, v), ref(q, k, v)) < 1e-5
     assert _gap(f(q, k, v), ref(q, k, v)) < 1e-5  # eager
     loss = lambda g: lambda *a: jnp.sum(jnp.sin(g(*a)))  # noqa: E731
@@ -200,47 +212,64 @@ def test_emulated_op_values_and_derivatives_are_the_formulas(emulated, causal):
     assert _gap(jax.jit(lambda: hvp(f))(), hvp(ref)) < 1e-4
 
 
-def test_emulated_op_one_sequence_and_heads_free_layout(emulated):
+@pytest.mark.parametrize("max_len", [7, 8])
+def test_emulated_op_one_sequence_and_heads_free_layout(emulated, max_len):
     values, offsets = _nested((7,), (8,), jnp.float32, 3)  # (B, ragged, dim): one head; one sequence
-    f, ref = _attend(offsets, "cudnn", True), _attend(offsets, "xla", True)
+    f, ref = _attend(offsets, "cudnn", True, max_len), _attend(offsets, "xla", True, max_len)
     pullback = lambda g: jax.vjp(g, values, values, values)[1](values)  # noqa: E731
     assert _gap(jax.jit(lambda: pullback(f))(), pullback(ref)) < 1e-5
+
+
+@pytest.mark.parametrize(("batch", "total", "max_len", "expected"), [
+    (64, 33_000, 2048, "padded"),  # many sequences: padding them costs cuDNN fewer slots than one row
+    (64, 33_000, 33_000, "packed"),  # no bound on the lengths (traced offsets): the same slots, no copies
+    (4, 100, 100, "packed"),
+    (1, 50, 50, "padded"),  # one sequence: the packed row would carry an empty second slot
+    (3, 40, 16, "padded"),
+])
+def test_layout_for(batch, total, max_len, expected):
+    assert C.layout_for(batch, total, max_len) == expected
 
 
 # ----------------------------------------------------------------------------------------------
 # cuDNN (GPU)
 
 LENGTHS = (37, 1, 0, 130, 64, 2)  # a length-1 and an empty sequence; lengths off cuDNN's tiles
+BOUNDS = {"padded": 130, "packed": sum(LENGTHS)}  # max_seqlen: the longest (padded), the total (one packed row)
 
 
 @needs_gpu
+@pytest.mark.parametrize("layout", ["padded", "packed"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(("heads", "dim"), [(1, 64), (4, 64), (4, 128)])
-def test_cudnn_values_and_gradients_match_the_formulas(causal, heads, dim):
+def test_cudnn_values_and_gradients_match_the_formulas(layout, causal, heads, dim):
+    assert C.layout_for(len(LENGTHS), sum(LENGTHS), BOUNDS[layout]) == layout
     values, offsets = _nested(LENGTHS, (heads, dim), jnp.bfloat16, 0)
     q, k, v = values, _nested(LENGTHS, (heads, dim), jnp.bfloat16, 1)[0], _nested(LENGTHS, (heads, dim),
                                                                                     jnp.bfloat16, 2)[0]
     ct = _nested(LENGTHS, (heads, dim), jnp.bfloat16, 3)[0]
 
     def run(impl):
-        out, pullback = jax.vjp(_attend(offsets, impl, causal, max_len=max(LENGTHS)), q, k, v)
+        out, pullback = jax.vjp(_attend(offsets, impl, causal, max_len=BOUNDS[layout]), q, k, v)
         return out, pullback(ct)
 
     assert _gap(jax.jit(lambda: run("cudnn"))(), jax.jit(lambda: run("xla"))()) < 0.02
 
 
 @needs_gpu
-def test_cudnn_float16_heads_free_layout_and_one_sequence():
-    values, offsets = _nested((75,), (64,), jnp.float16, 4)  # (B, ragged, dim), B = 1: a filler slot
-    run = lambda impl: jax.vjp(_attend(offsets, impl, True), values, values, values)[1](values)  # noqa: E731
+@pytest.mark.parametrize("max_len", [75, 150])  # B = 1: padded, or one packed row with an empty filler slot
+def test_cudnn_float16_heads_free_layout_and_one_sequence(max_len):
+    values, offsets = _nested((75,), (64,), jnp.float16, 4)  # (B, ragged, dim)
+    run = lambda impl: jax.vjp(_attend(offsets, impl, True, max_len), values, values, values)[1](values)  # noqa: E731
     assert _gap(jax.jit(lambda: run("cudnn"))(), jax.jit(lambda: run("xla"))()) < 0.01
 
 
 @needs_gpu
-def test_cudnn_jvp_and_second_order_are_the_formulas():
+@pytest.mark.parametrize("layout", ["padded", "packed"])
+def test_cudnn_jvp_and_second_order_are_the_formulas(layout):
     values, offsets = _nested(LENGTHS, (2, 64), jnp.bfloat16, 5)
     t = _nested(LENGTHS, (2, 64), jnp.bfloat16, 6)[0]
-    f = lambda impl: _attend(offsets, impl, False, max_len=max(LENGTHS))  # noqa: E731
+    f = lambda impl: _attend(offsets, impl, False, max_len=BOUNDS[layout])  # noqa: E731
     jvp = lambda impl: jax.jvp(f(impl), (values,) * 3, (t,) * 3)  # noqa: E731
     assert _gap(jax.jit(lambda: jvp(None))(), jax.jit(lambda: jvp("xla"))()) < 0.02
     loss = lambda impl: lambda q: jnp.sum(jnp.sin(f(impl)(q, values, values).astype(jnp.float32)))  # noqa: E731
@@ -249,10 +278,11 @@ def test_cudnn_jvp_and_second_order_are_the_formulas():
 
 
 @needs_gpu
-def test_the_default_gradient_runs_one_cudnn_forward_and_no_pallas_kernel():
+@pytest.mark.parametrize("layout", ["padded", "packed"])
+def test_the_default_gradient_runs_one_cudnn_forward_and_no_pallas_kernel(layout):
     values, offsets = _nested(LENGTHS, (4, 64), jnp.bfloat16, 7)
-    grad = jax.jit(jax.grad(lambda q, k, v: jnp.sum(_attend(offsets, None, True)(q, k, v).astype(jnp.float32)),
-                            (0, 1, 2)))
+    f = _attend(offsets, None, True, max_len=BOUNDS[layout])
+    grad = jax.jit(jax.grad(lambda q, k, v: jnp.sum(f(q, k, v).astype(jnp.float32)), (0, 1, 2)))
     hlo = grad.lower(values, values, values).compile().as_text()
     calls = re.findall(r'custom_call_target="__cudnn\$fmha\w*"', hlo)
     assert len([c for c in calls if "Backward" not in c]) == 1 and len(calls) == 2, calls

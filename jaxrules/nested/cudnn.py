@@ -23,6 +23,15 @@ jax 0.10 and 0.11 alike):
 * The forward's softmax statistics are (B_rows * M, N, T) float32: here B * N * total floats
   (kept between forward and backward, as any flash attention keeps its log-sum-exp).
 
+Cost. XLA hands cuDNN ``b = B_rows * M`` segment slots of ``s_q = T`` rows each
+(``FixDimsForRaggedOffset`` in XLA's cuda_dnn.cc) and sets no ``max_total_seq_len``: cuDNN's
+grid and its backward workspace (the float32 dQ accumulator, ``b * heads * s_q * dim``, zeroed)
+grow with ``b * s_q``. One row of all B sequences is ``max(B, 2) * total`` slot rows; the padded
+layout (each sequence in its own row of ``max_len``, JAX's non-packed cuDNN call with the
+lengths as a padding mask: what padded cuDNN attention does, after a copy) is ``B * max_len``,
+the fewest any layout has (a slot is at least the longest sequence). ``layout_for`` picks the
+packed layout where it has no more slot rows than the padded one (no copies), else the padded.
+
 Derivatives as the dense cuDNN attention (``jaxrules.ops.attention``): forward and VJP are
 cuDNN's (``jax.vjp`` of its call); the JVP and second derivatives are those of the XLA formulas
 (``jaxrules.nested.ops.attention_op``, via ``differentiated_as``): cuDNN is never differentiated.
@@ -40,7 +49,7 @@ from jaxrules.mechanism import define_op, differentiated_as
 from jaxrules.nested import blocks as K
 from jaxrules.ops.attention import CUDNN_DTYPES
 
-__all__ = ["CUDNN_MAX_HEAD_DIM", "accepts", "packed_segments", "static_applies"]
+__all__ = ["CUDNN_MAX_HEAD_DIM", "accepts", "attention", "layout_for", "packed_segments", "static_applies"]
 
 CUDNN_MAX_HEAD_DIM = 256  # JAX's bound on Hopper (``check_is_flash_attention``), which packing needs
 _MIN_SEGMENTS = 2  # JAX's packed layout needs two segment slots per row (one sequence: one empty filler)
@@ -64,23 +73,53 @@ def packed_segments(offsets) -> tuple[jax.Array, jax.Array]:
     return seqlen[None], starts[None]
 
 
-def _call(q, k, v, offsets, scale, causal):
-    """JAX's cuDNN attention on the packed values (total, N, H): one row, one segment per
-    non-empty sequence."""
-    seqlen, starts = packed_segments(offsets)
-    mask = _fused.MaskType.PADDING_CAUSAL if causal else _fused.MaskType.NO_MASK
-    out = _fused.dot_product_attention(q[None], k[None], v[None], q_seqlen=seqlen, kv_seqlen=seqlen, q_offsets=starts,
-                                       kv_offsets=starts, scale=scale, mask_type=mask, qkv_layout="BTNH")
-    return out[0]
+def layout_for(batch: int, total: int, max_len: int) -> str:
+    """``"packed"`` (one row, no copies) where its ``max(B, 2) * total`` slot rows are no more
+    than the padded layout's ``B * max_len``, else ``"padded"`` (see the module docstring)."""
+    return "packed" if max(batch, _MIN_SEGMENTS) * total <= batch * max_len else "padded"
 
 
-def _forward(q, k, v, offsets, scale, causal):
+def _padded_index(offsets, total: int, max_len: int):
+    """The row of each token in the padded (B * max_len) layout: ``b * max_len + position``."""
+    lengths = jnp.diff(offsets)
+    seq = jnp.repeat(jnp.arange(lengths.shape[0], dtype=jnp.int32), lengths, total_repeat_length=total)
+    return seq * max_len + jnp.arange(total, dtype=jnp.int32) - offsets[seq]
+
+
+def _call(q, k, v, offsets, scale, causal, layout, max_len):
+    """JAX's cuDNN attention on the packed values (total, N, H), in ``layout``: ``"packed"``,
+    one row with one segment per non-empty sequence (``packed_segments``); ``"padded"``, each
+    sequence in its own row of ``max_len`` (zeros after it; an empty sequence gets length 1, a
+    row of zeros no token reads), the lengths as cuDNN's padding mask."""
+    offsets = jnp.asarray(offsets, jnp.int32)
+    if layout == "packed":
+        seqlen, starts = packed_segments(offsets)
+        mask = _fused.MaskType.PADDING_CAUSAL if causal else _fused.MaskType.NO_MASK
+        out = _fused.dot_product_attention(q[None], k[None], v[None], q_seqlen=seqlen, kv_seqlen=seqlen,
+                                           q_offsets=starts, kv_offsets=starts, scale=scale, mask_type=mask,
+                                           qkv_layout="BTNH")
+        return out[0]
+    total, batch = q.shape[0], offsets.shape[0] - 1
+    rows = _padded_index(offsets, total, max_len)
+
+    def pad(x):  # a scatter to distinct rows (its transpose a gather)
+        flat = jnp.zeros((batch * max_len, *x.shape[1:]), x.dtype)
+        return flat.at[rows].set(x, unique_indices=True).reshape(batch, max_len, *x.shape[1:])
+
+    seqlen = jnp.maximum(jnp.diff(offsets), 1)
+    mask = _fused.MaskType.PADDING_CAUSAL if causal else _fused.MaskType.PADDING
+    out = _fused.dot_product_attention(pad(q), pad(k), pad(v), q_seqlen=seqlen, kv_seqlen=seqlen, scale=scale,
+                                       mask_type=mask, qkv_layout="BTNH")
+    return out.reshape(batch * max_len, *out.shape[2:])[rows]
+
+
+def _forward(q, k, v, offsets, scale, causal, layout, max_len):
     """``(out, pullback)`` of cuDNN's training forward: the primal and the backward call the
     same forward, which XLA merges into one (as the dense cuDNN op)."""
-    return jax.vjp(lambda q, k, v: _call(q, k, v, offsets, scale, causal), q, k, v)
+    return jax.vjp(lambda q, k, v: _call(q, k, v, offsets, scale, causal, layout, max_len), q, k, v)
 
 
-def _reference(q, k, v, offsets, scale, causal, block, chunk, max_len):
+def _reference(q, k, v, offsets, scale, causal, layout, block, chunk, max_len):
     """The XLA formulas' output ``softmax(scale q_i k_i^T) v_i`` per sequence
     (``jaxrules.nested.ops.attention_op`` in float32, cast back to ``v``'s dtype)."""
     from jaxrules.nested.ops import attention_op  # late: ops imports this module
@@ -97,17 +136,17 @@ def _reference_vjp(q, k, v, offsets, g, *static):
     return jax.vjp(lambda q, k, v: _reference(q, k, v, offsets, *static), q, k, v)[1](g)
 
 
-@differentiated_as(_reference_vjp, n_static=5)
-def _backward(q, k, v, offsets, g, scale, causal, block, chunk, max_len):
+@differentiated_as(_reference_vjp, n_static=6)
+def _backward(q, k, v, offsets, g, scale, causal, layout, block, chunk, max_len):
     """cuDNN's backward; its derivatives (second order) those of ``_reference_vjp``."""
-    return _forward(q, k, v, offsets, scale, causal)[1](g)
+    return _forward(q, k, v, offsets, scale, causal, layout, max_len)[1](g)
 
 
-def _primal(q, k, v, offsets, *, scale, causal, block, chunk, max_len):
-    return _forward(q, k, v, offsets, scale, causal)[0]
+def _primal(q, k, v, offsets, *, scale, causal, layout, block, chunk, max_len):
+    return _forward(q, k, v, offsets, scale, causal, layout, max_len)[0]
 
 
-def _jvp(res, tq, tk, tv, _, *, scale, causal, block, chunk, max_len):
+def _jvp(res, tq, tk, tv, _, *, scale, causal, layout, block, chunk, max_len):
     """The XLA formulas' JVP (``attention_op``'s, through ``_reference``) on the tangents given."""
     q, k, v, offsets = res
     given = [i for i, t in enumerate((tq, tk, tv)) if t is not None]
@@ -116,31 +155,33 @@ def _jvp(res, tq, tk, tv, _, *, scale, causal, block, chunk, max_len):
         args = [q, k, v]
         for i, x in zip(given, xs):
             args[i] = x
-        return _reference(*args, offsets, scale, causal, block, chunk, max_len)
+        return _reference(*args, offsets, scale, causal, layout, block, chunk, max_len)
 
     return jax.jvp(f, [res[i] for i in given], [(tq, tk, tv)[i] for i in given])[1]
 
 
-def _vjp(res, g, *, scale, causal, block, chunk, max_len):
-    return (*_backward(*res, g, scale, causal, block, chunk, max_len), None)
+def _vjp(res, g, *, scale, causal, layout, block, chunk, max_len):
+    return (*_backward(*res, g, scale, causal, layout, block, chunk, max_len), None)
 
 
 cudnn_attention_op = define_op("nested_attention_cudnn", _primal, _jvp, _vjp)
 
 
-def attention(q, k, v, offsets, *, scale, causal, block, chunk, max_len):
+def attention(q, k, v, offsets, *, scale, causal, layout, block, chunk, max_len):
     """``softmax(scale q_i k_i^T) v_i`` per sequence (``is_causal``: top-left aligned within
-    each sequence) by cuDNN on the packed layout; mirrors torch's ``scaled_dot_product_attention``
+    each sequence) by cuDNN's flash attention; mirrors torch's ``scaled_dot_product_attention``
     on jagged NestedTensors (its cuDNN/flash varlen backends).
 
     Args:
         q, k, v: the packed values (total, heads, dim), float16 or bfloat16, one dtype.
         offsets: int (B + 1,) offsets of the sequences.
         scale: the logits' factor; causal: the causal mask.
+        layout: ``"packed"`` or ``"padded"`` (``_call``, ``layout_for``).
         block, chunk, max_len: the static plan of the XLA formulas that give the JVP and the
-            second derivatives (``jaxrules.nested.blocks.attention_plan``).
+            second derivatives (``jaxrules.nested.blocks.attention_plan``); ``max_len`` (a
+            bound of the lengths) is also the padded layout's row.
     """
-    return cudnn_attention_op(q, k, v, offsets, scale=scale, causal=causal, block=block, chunk=chunk,
+    return cudnn_attention_op(q, k, v, offsets, scale=scale, causal=causal, layout=layout, block=block, chunk=chunk,
                               max_len=max_len)
 
 
@@ -156,14 +197,15 @@ def static_applies(backend: str, dtype, dim: int, value_dim: int, heads: int, to
 
 
 @functools.lru_cache(maxsize=256)
-def accepts(total: int, batch: int, heads: int, dim: int, dtype, scale: float, causal: bool) -> bool:
-    """Whether JAX's cuDNN attention takes this packed call (its training forward traced once
-    per shape: its rules on head dims and the GPU, e.g. compute capability 9.0 for packing,
-    vary with the cuDNN version and the device)."""
+def accepts(total: int, batch: int, heads: int, dim: int, dtype, scale: float, causal: bool, layout: str,
+            max_len: int) -> bool:
+    """Whether JAX's cuDNN attention takes this call (its training forward traced once per
+    shape: its rules on head dims and the GPU, e.g. compute capability 9.0 for the packed
+    layout, vary with the cuDNN version and the device)."""
     x = jax.ShapeDtypeStruct((total, heads, dim), jnp.dtype(dtype))
     offsets = jax.ShapeDtypeStruct((batch + 1,), jnp.int32)
     try:
-        jax.eval_shape(lambda q, k, v, o: _forward(q, k, v, o, scale, causal)[0], x, x, x, offsets)
+        jax.eval_shape(lambda q, k, v, o: _forward(q, k, v, o, scale, causal, layout, max_len)[0], x, x, x, offsets)
     except (NotImplementedError, ValueError, RuntimeError):  # JAX's refusals: shapes, layouts, GPU, no cuDNN
         return False
     return True

@@ -307,7 +307,7 @@ def _attention_impl(impl, dtype, dim: int, value_dim: int, block: int, heads: in
     if impl == "cudnn":
         raise ValueError(
             "nested.scaled_dot_product_attention: impl='cudnn' needs a GPU (compute capability 9.0 for cuDNN's "
-            "packed layout), float16 or bfloat16, one head dim (q's and v's) that is a multiple of 8 up to "
+            "packed row), float16 or bfloat16, one head dim (q's and v's) that is a multiple of 8 up to "
             f"{C.CUDNN_MAX_HEAD_DIM}, no with_lse, and a call JAX's cuDNN attention accepts; got {jnp.dtype(dtype)}, "
             f"head dims {dim} and {value_dim}, {heads} heads on {jax.default_backend()}"
         )
@@ -357,16 +357,17 @@ def scaled_dot_product_attention(
     (B, ragged, heads) as a NestedTensor. Formulas: flash attention's per-block backward
     (causal: over the causal pairs, the diagonal blocks masked).
 
-    ``impl``: ``"cudnn"`` (cuDNN's flash attention on the packed layout, ``jaxrules.nested.cudnn``:
-    one call on the values as one batch row of B segments, no padding; forward and backward
-    cuDNN's, the JVP and second derivatives the XLA formulas'; the default on a GPU of compute
-    capability 9.0 for float16/bfloat16 with one head dim, a multiple of 8 up to 256, without
-    ``with_lse``, where JAX's cuDNN attention accepts the call; elsewhere ``impl="cudnn"`` raises
-    a ``ValueError``), ``"pallas"`` (fused kernels; the GPU default where cuDNN does not apply, for
-    float32/bfloat16/float16 with a power-of-two head dim >= 16; inputs stay in their dtype,
-    statistics in float32), ``"xla"`` (the block-pair formulas in float32 or wider; the default
-    elsewhere), or ``"pallas_interpret"`` (the kernels in Pallas interpret mode, for tests on the
-    CPU). Without rows (every sequence empty) the result is empty whatever ``impl``."""
+    ``impl``: ``"cudnn"`` (cuDNN's flash attention, ``jaxrules.nested.cudnn``: one call, on the
+    values as one packed row of B segments where that costs cuDNN no more than padding them to
+    (B, ``max_len``), else on the padded copy with the lengths as its padding mask; forward and
+    backward cuDNN's, the JVP and second derivatives the XLA formulas'; the default on a GPU for
+    float16/bfloat16 with one head dim, a multiple of 8 up to 256, without ``with_lse``, where
+    JAX's cuDNN attention accepts the call (the packed row needs compute capability 9.0);
+    elsewhere ``impl="cudnn"`` raises a ``ValueError``), ``"pallas"`` (fused kernels; the GPU
+    default where cuDNN does not apply, for float32/bfloat16/float16 with a power-of-two head dim
+    >= 16; inputs stay in their dtype, statistics in float32), ``"xla"`` (the block-pair formulas
+    in float32 or wider; the default elsewhere), or ``"pallas_interpret"`` (the kernels in Pallas
+    interpret mode, for tests on the CPU). Without rows (every sequence empty) the result is empty whatever ``impl``."""
     _attention_inputs(q, k, v)
     causal = _flag("is_causal", is_causal)
     max_len = _max_len(q, max_seqlen)
@@ -389,14 +390,16 @@ def scaled_dot_product_attention(
     if pairs_per_step is not None:
         chunk = _positive("pairs_per_step", pairs_per_step)
     dtype = jnp.result_type(q.values, k.values, v.values)
+    layout = C.layout_for(q.batch_size, total, max_len)
     cudnn = (impl in (None, "cudnn")
              and C.static_applies(jax.default_backend(), dtype, dim, v.inner_shape[-1], heads, total, bool(with_lse))
-             and C.accepts(total, q.batch_size, heads, dim, dtype, scale, causal))
+             and C.accepts(total, q.batch_size, heads, dim, dtype, scale, causal, layout, max_len))
     impl = _attention_impl(impl, q.dtype, dim, v.inner_shape[-1], block, heads, cudnn)
     qv, kv, vv = ((t.values if heads_axis else t.values[:, None]) for t in (q, k, v))
     if impl == "cudnn":  # the plan (of the XLA formulas' JVP) is built inside, where used
         qv, kv, vv = (x.astype(dtype) for x in (qv, kv, vv))
-        out = C.attention(qv, kv, vv, offsets, scale=scale, causal=causal, block=block, chunk=chunk, max_len=max_len)
+        out = C.attention(qv, kv, vv, offsets, scale=scale, causal=causal, layout=layout, block=block, chunk=chunk,
+                          max_len=max_len)
         return q.with_values((out if heads_axis else out[:, 0]).astype(v.dtype))
     plan = K.attention_plan(offsets, total, block, max_len, chunk, causal)
     if impl == "xla":
