@@ -1,10 +1,11 @@
-"""Ragged attention on cuDNN's packed-sequence ("THD") layout (issue 20).
+"""Ragged attention on cuDNN's flash attention (issue 20): one packed row ("THD") or padded rows.
 
 A NestedTensor's values (total, heads, dim) with offsets (B + 1,) are already a packed layout:
 JAX's cuDNN fused attention (``jax._src.cudnn.fused_attention_stablehlo.dot_product_attention``,
 the function behind ``jax.nn.dot_product_attention(implementation="cudnn")``, which does not
-expose packing) runs them as ONE batch row ``values[None]`` (1, T = total, N, H) holding the B
-sequences as segments: attention within each segment, no padding work.
+expose packing) can run them as ONE batch row ``values[None]`` (1, T = total, N, H) holding the B
+sequences as segments: attention within each segment, no copy. Or, where that costs cuDNN more
+(see Cost), each sequence is copied into its own row of ``max_len`` (the padded layout).
 
 JAX's conventions (``dot_product_attention``'s docstring, ``_fix_seqlen_offsets``, and the
 packed-layout test ``test_sdpa_packed_layout`` in tests/fused_attention_stablehlo_multigpu_test.py,
