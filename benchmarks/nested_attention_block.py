@@ -10,10 +10,12 @@ not share a peak), and XLA's compiled temp size.
     python benchmarks/nested_attention_block.py --out results.md   # every variant, one process each
     python benchmarks/nested_attention_block.py --one nested --lengths uniform   # one variant, JSON
 
-``nested`` runs the nested attention's default (cuDNN's packed-sequence layout where it applies:
-a GPU of compute capability 9.0, bfloat16/float16; else the Pallas kernels on a GPU);
-``nested-pallas`` forces its Pallas kernels (``impl="pallas"``). Each result records whether the
-compiled block calls cuDNN (``cudnn_calls``). ``--variants`` picks a subset.
+``nested`` runs the nested attention's default with ``max_seqlen=max_len`` (cuDNN where it
+applies, bfloat16/float16: here on the sequences copied into padded rows, the layout that costs
+cuDNN least; else the Pallas kernels on a GPU); ``nested-packed`` the same without a length bound,
+so cuDNN runs on the values as one packed row (THD, compute capability 9.0); ``nested-pallas``
+forces the Pallas kernels (``impl="pallas"``). Each result records the cuDNN calls in the
+compiled block (``cudnn_calls``). ``--variants`` picks a subset.
 
 Padded dense is what a JAX user writes without a ragged type: (B, max_len, d) arrays, the
 sequence lengths, ``jax.nn.dot_product_attention`` and JAX's autodiff: ``padded`` lets JAX pick
@@ -46,8 +48,9 @@ LENGTH_DISTRIBUTIONS = {
 }
 
 
-VARIANTS = ("nested", "nested-pallas", "padded", "cudnn")
-NESTED_IMPLS = {"nested": None, "nested-pallas": "pallas"}  # the nested variants' attention impl
+VARIANTS = ("nested", "nested-packed", "nested-pallas", "padded", "cudnn")
+# the nested variants: (attention impl, whether max_seqlen bounds the lengths)
+NESTED = {"nested": (None, True), "nested-packed": (None, False), "nested-pallas": ("pallas", True)}
 
 
 def _params(rng, d, dtype):
@@ -61,13 +64,13 @@ def _params(rng, d, dtype):
     }
 
 
-def _nested_loss(heads, max_len, causal, impl=None):
+def _nested_loss(heads, max_len, causal, impl=None, bounded=True):
     import jax.numpy as jnp
 
     import jaxrules.nested as N
 
     def loss(params, values, offsets):
-        x = N.from_jagged(values, offsets, max_seqlen=max_len)
+        x = N.from_jagged(values, offsets, max_seqlen=max_len if bounded else None)
         d = x.inner_shape[-1]
         qkv = N.linear(x, params["w_qkv"], params["b_qkv"])
         q, k, v = (t.with_values(t.values.reshape(-1, heads, d // heads)) for t in qkv.split_with_sizes([d] * 3))
@@ -123,13 +126,14 @@ def _attention_step(variant, rng, lengths, max_len, d, heads, np_dtype, causal):
     import jaxrules.nested as N
 
     dh = d // heads
-    if variant in NESTED_IMPLS:
+    if variant in NESTED:
         offsets = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
         qkv = [jnp.asarray(rng.standard_normal((int(lengths.sum()), heads, dh)).astype(np_dtype)) for _ in range(3)]
+        impl, bounded = NESTED[variant]
 
         def loss(q, k, v, offsets):
-            q, k, v = (N.from_jagged(t, offsets, max_seqlen=max_len) for t in (q, k, v))
-            att = N.scaled_dot_product_attention(q, k, v, is_causal=causal, impl=NESTED_IMPLS[variant])
+            q, k, v = (N.from_jagged(t, offsets, max_seqlen=max_len if bounded else None) for t in (q, k, v))
+            att = N.scaled_dot_product_attention(q, k, v, is_causal=causal, impl=impl)
             return jnp.sum(att.values.astype(jnp.float32))
 
         return jax.jit(jax.grad(loss, argnums=(0, 1, 2))), (*qkv, offsets)
@@ -153,10 +157,10 @@ def run_one(variant, lengths_name, batch, max_len, d, heads, dtype, repeats, see
     lengths = LENGTH_DISTRIBUTIONS[lengths_name](rng, batch, max_len).astype(np.int32)
     np_dtype = jnp.dtype(dtype)
     params = jax.tree.map(jnp.asarray, _params(rng, d, np_dtype))
-    if variant in NESTED_IMPLS:
+    if variant in NESTED:
         x = jnp.asarray(rng.standard_normal((int(lengths.sum()), d)).astype(np_dtype))
         aux = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
-        loss = _nested_loss(heads, max_len, causal, NESTED_IMPLS[variant])
+        loss = _nested_loss(heads, max_len, causal, *NESTED[variant])
     else:
         x = jnp.asarray(rng.standard_normal((batch, max_len, d)).astype(np_dtype))
         aux = jnp.asarray(lengths)
@@ -228,11 +232,13 @@ def main(argv=None):
             pair[variant] = json.loads(done.stdout.strip().splitlines()[-1])
             print(done.stdout.strip(), flush=True)
         rows.append(pair)
+    names = ("nested", "packed", "pallas", "XLA", "cuDNN")  # the columns of VARIANTS
     lines = [
-        "| lengths | mask | dtype | mean / max len | nested ms | nested-pallas ms | padded XLA ms | padded cuDNN ms | "
-        "nested vs XLA | nested vs cuDNN | nested-pallas vs cuDNN | peak GiB nested / pallas / XLA / cuDNN | "
-        "attention ms nested / pallas / XLA / cuDNN | attention TFLOP/s nested / pallas / XLA / cuDNN |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| lengths | mask | dtype | mean / max len | " + " | ".join(f"{n} ms" for n in names)
+        + " | nested vs XLA | nested vs cuDNN | packed vs cuDNN | pallas vs cuDNN | peak GiB "
+        + " / ".join(names) + " | attention ms " + " / ".join(names) + " | attention TFLOP/s "
+        + " / ".join(names) + " |",
+        "| --- " * (4 + len(names) + 4 + 3) + "|",
     ]
 
     def fmt(r, key, scale=1.0):
@@ -242,17 +248,18 @@ def main(argv=None):
         return f"{other['median_ms'] / n['median_ms']:.2f}x" if n and other else "-"
 
     for row in rows:
-        n, p, x, c = (row.get(v) for v in VARIANTS)
-        ref = n or p or x or c
+        results = [row.get(v) for v in VARIANTS]
+        n, packed, pallas, x, c = results
+        ref = next((r for r in results if r), None)
         if ref is None:
             continue
         lines.append(
             f"| {ref['lengths']} | {'causal' if ref['causal'] else 'none'} | {ref['dtype']} | "
-            f"{ref['mean_len']:.0f} / {ref['max_len']} | {fmt(n, 'median_ms')} | {fmt(p, 'median_ms')} | "
-            f"{fmt(x, 'median_ms')} | {fmt(c, 'median_ms')} | {speedup(n, x)} | {speedup(n, c)} | {speedup(p, c)} | "
-            f"{' / '.join(fmt(r, 'peak_bytes', 2**30) for r in (n, p, x, c))} | "
-            f"{' / '.join(fmt(r, 'attention_ms') for r in (n, p, x, c))} | "
-            f"{' / '.join(fmt(r, 'attention_tflops') for r in (n, p, x, c))} |"
+            f"{ref['mean_len']:.0f} / {ref['max_len']} | " + " | ".join(fmt(r, "median_ms") for r in results)
+            + f" | {speedup(n, x)} | {speedup(n, c)} | {speedup(packed, c)} | {speedup(pallas, c)} | "
+            + " / ".join(fmt(r, "peak_bytes", 2**30) for r in results) + " | "
+            + " / ".join(fmt(r, "attention_ms") for r in results) + " | "
+            + " / ".join(fmt(r, "attention_tflops") for r in results) + " |"
         )
     table = "\n".join(lines)
     print(table)

@@ -103,15 +103,16 @@ def _call(q, k, v, offsets, scale, causal, layout, max_len):
     total, batch = q.shape[0], offsets.shape[0] - 1
     rows = _padded_index(offsets, total, max_len)
 
-    def pad(x):  # a scatter to distinct rows (its transpose a gather)
+    def pad(x):  # a scatter to distinct, sorted rows (its transpose a gather; the output's gather transposes to one)
         flat = jnp.zeros((batch * max_len, *x.shape[1:]), x.dtype)
-        return flat.at[rows].set(x, unique_indices=True).reshape(batch, max_len, *x.shape[1:])
+        flat = flat.at[rows].set(x, indices_are_sorted=True, unique_indices=True)
+        return flat.reshape(batch, max_len, *x.shape[1:])
 
     seqlen = jnp.maximum(jnp.diff(offsets), 1)
     mask = _fused.MaskType.PADDING_CAUSAL if causal else _fused.MaskType.PADDING
     out = _fused.dot_product_attention(pad(q), pad(k), pad(v), q_seqlen=seqlen, kv_seqlen=seqlen, scale=scale,
                                        mask_type=mask, qkv_layout="BTNH")
-    return out.reshape(batch * max_len, *out.shape[2:])[rows]
+    return out.reshape(batch * max_len, *out.shape[2:]).at[rows].get(indices_are_sorted=True, unique_indices=True)
 
 
 def _forward(q, k, v, offsets, scale, causal, layout, max_len):
