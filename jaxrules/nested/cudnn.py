@@ -123,7 +123,8 @@ def _forward(q, k, v, offsets, scale, causal, layout, max_len):
 
 def _reference(q, k, v, offsets, scale, causal, layout, block, chunk, max_len):
     """The XLA formulas' output ``softmax(scale q_i k_i^T) v_i`` per sequence
-    (``jaxrules.nested.ops.attention_op`` in float32, cast back to ``v``'s dtype)."""
+    (``jaxrules.nested.ops.attention_op`` in float32, cast back to ``v``'s dtype); ``layout``
+    (cuDNN's) is unused: the signature is ``_backward``'s."""
     from jaxrules.nested.ops import attention_op  # late: ops imports this module
 
     plan = K.attention_plan(offsets, q.shape[0], block, max_len, chunk, causal)
@@ -188,11 +189,11 @@ def attention(q, k, v, offsets, *, scale, causal, layout, block, chunk, max_len)
 
 
 def static_applies(backend: str, dtype, dim: int, value_dim: int, heads: int, total: int, with_lse: bool) -> bool:
-    """Whether cuDNN's packed attention may run (before asking JAX, ``accepts``): a GPU,
+    """Whether cuDNN's attention may run (before asking JAX, ``accepts``): a GPU,
     float16/bfloat16, one head dim (``dim == value_dim``) that is a multiple of 8 up to
     ``CUDNN_MAX_HEAD_DIM``, at least one head and one row, element offsets within int32 (JAX
-    computes them in int32), and no ``with_lse`` (the statistics cuDNN returns are per segment
-    slot, (B, heads, total), not per row)."""
+    computes the packed layout's in int32), and no ``with_lse`` (JAX's cuDNN backward drops the
+    cotangent of the statistics it returns, and the packed layout's are per segment slot)."""
     return (backend == "gpu" and jnp.dtype(dtype).name in CUDNN_DTYPES and not with_lse and dim == value_dim
             and 0 < dim <= CUDNN_MAX_HEAD_DIM and dim % 8 == 0 and heads > 0 and total > 0
             and total * heads * dim < 2**31)
