@@ -253,7 +253,7 @@ def test_cudnn_values_and_gradients_match_the_formulas(layout, causal, heads, di
         out, pullback = jax.vjp(_attend(offsets, impl, causal, max_len=BOUNDS[layout]), q, k, v)
         return out, pullback(ct)
 
-    assert _gap(jax.jit(lambda: run("cudnn"))(), jax.jit(lambda: run("xla"))()) < 0.02
+    assert _gap(jax.jit(lambda: run("cudnn"))(), jax.jit(lambda: run("xla"))()) < 0.04  # bfloat16
 
 
 @needs_gpu
@@ -271,7 +271,7 @@ def test_cudnn_jvp_and_second_order_are_the_formulas(layout):
     t = _nested(LENGTHS, (2, 64), jnp.bfloat16, 6)[0]
     f = lambda impl: _attend(offsets, impl, False, max_len=BOUNDS[layout])  # noqa: E731
     jvp = lambda impl: jax.jvp(f(impl), (values,) * 3, (t,) * 3)  # noqa: E731
-    assert _gap(jax.jit(lambda: jvp(None))(), jax.jit(lambda: jvp("xla"))()) < 0.02
+    assert _gap(jax.jit(lambda: jvp(None))(), jax.jit(lambda: jvp("xla"))()) < 0.04
     loss = lambda impl: lambda q: jnp.sum(jnp.sin(f(impl)(q, values, values).astype(jnp.float32)))  # noqa: E731
     hvp = lambda impl: jax.jvp(jax.grad(loss(impl)), (values,), (t,))[1]  # noqa: E731
     assert _gap(jax.jit(lambda: hvp(None))(), jax.jit(lambda: hvp("xla"))()) < 0.05
@@ -286,4 +286,4 @@ def test_the_default_gradient_runs_one_cudnn_forward_and_no_pallas_kernel(layout
     hlo = grad.lower(values, values, values).compile().as_text()
     calls = re.findall(r'custom_call_target="__cudnn\$fmha\w*"', hlo)
     assert len([c for c in calls if "Backward" not in c]) == 1 and len(calls) == 2, calls
-    assert "triton" not in hlo.lower()
+    assert "__gpu$xla.gpu.triton" not in hlo and "triton_kernel_call" not in hlo  # no Pallas kernel
