@@ -184,9 +184,11 @@ def _emulated_cudnn(query, key, value, bias=None, mask=None, q_seqlen=None, kv_s
 
 @pytest.fixture
 def emulated(monkeypatch):
+    """cuDNN emulated in float32, matmuls at full precision (no TF32 on a GPU)."""
     monkeypatch.setattr(fused, "dot_product_attention", _emulated_cudnn)
     monkeypatch.setattr(C, "static_applies", lambda *args: True)
-    yield
+    with jax.default_matmul_precision("highest"):
+        yield
     C.accepts.cache_clear()
 
 
