@@ -130,7 +130,8 @@ def _attention_vjp(res, ct, *, scale, dropout):
     if g_out is not None:
         d_v = _matmul(_swap(_dropped(p, drop, dropout)), g_out, v.dtype)
         d_p = _dropped(_matmul(g_out, _swap(v), v.dtype), drop, dropout)
-        d_s = p * (d_p - jnp.sum(d_p * p, axis=-1, keepdims=True))
+        p_dp = p * d_p
+        d_s = p_dp - p * jnp.sum(p_dp, axis=-1, keepdims=True)  # jax.nn.softmax's transposed form: one fusion
     if g_lse is not None:
         d_s = d_s + p * g_lse[..., None].astype(p.dtype)
     d_q = _matmul(d_s, k, q.dtype) * scale
@@ -162,10 +163,15 @@ def _heads_first(x):
     return jnp.swapaxes(x, 1, 2)
 
 
+def _causal_keep(length, keys, causal):
+    """``keep`` for no mask, or the causal one (top-left aligned): an iota compare, which XLA fuses
+    into the passes over the logits (a (L, S) constant would be read by each)."""
+    return jnp.tri(length, keys, dtype=bool) if causal else jnp.ones((1, 1), bool)
+
+
 def _plain_masks(q, k, causal):
     """The XLA op's (bias, keep, drop) for no mask (or a causal one) and no dropout, on (B, L, N, E)."""
-    keep = jnp.asarray(np.tri(q.shape[1], k.shape[1], dtype=bool)) if causal else jnp.ones((1, 1), bool)
-    return jnp.zeros((1, 1), q.dtype), keep, jnp.ones((1, 1), q.dtype)
+    return jnp.zeros((1, 1), q.dtype), _causal_keep(q.shape[1], k.shape[1], causal), jnp.ones((1, 1), q.dtype)
 
 
 def _cudnn_reference_vjp(q, k, v, g, scale, causal):
@@ -409,7 +415,7 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
     scale = float(V.static_scalar(_SDPA, "scale", scale))
     length, keys = q.shape[-2], k.shape[-2]
     bias = jnp.zeros((1, 1), q.dtype)
-    keep = jnp.asarray(np.tri(length, keys, dtype=bool)) if causal else jnp.ones((1, 1), bool)
+    keep = _causal_keep(length, keys, causal)
     if attn_mask is not None:
         if causal:
             raise ValueError(f"{_SDPA}: attn_mask must be None when is_causal=True (as torch)")
