@@ -24,12 +24,13 @@ from jaxrules.ops import attention as A
 SHAPES = ((8, 12, 512, 64), (4, 16, 2048, 64), (2, 8, 4096, 128), (64, 12, 197, 64))
 
 
-def _jax_nn(q, k, v):
-    return jnp.swapaxes(jax.nn.dot_product_attention(*(jnp.swapaxes(x, 1, 2) for x in (q, k, v))), 1, 2)
-
-
-def _ours(q, k, v):
-    return A.scaled_dot_product_attention(q, k, v, impl="xla")
+def _variants(causal):
+    """``{label: fn(q, k, v)}`` on (B, H, L, E): our XLA formulas and jax.nn's XLA path."""
+    return {
+        "jaxrules XLA": lambda q, k, v: A.scaled_dot_product_attention(q, k, v, is_causal=causal, impl="xla"),
+        "jax.nn XLA": lambda q, k, v: jnp.swapaxes(jax.nn.dot_product_attention(
+            *(jnp.swapaxes(x, 1, 2) for x in (q, k, v)), is_causal=causal), 1, 2),
+    }
 
 
 def summary(hlo: str) -> str:
@@ -57,12 +58,13 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--out")
     parser.add_argument("--hlo-dir")
+    parser.add_argument("--causal", action="store_true")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
-    lines = [f"Device: {jax.devices()[0].device_kind}, jax {jax.__version__}, {args.dtype}"]
+    lines = [f"Device: {jax.devices()[0].device_kind}, jax {jax.__version__}, {args.dtype}, causal {args.causal}"]
     for shape in SHAPES:
         q, k, v, ct = (jnp.asarray(rng.standard_normal(shape), args.dtype) for _ in range(4))
-        variants = {"jaxrules XLA": _ours, "jax.nn XLA": _jax_nn}
+        variants = _variants(args.causal)
         compiled = {lb: bench.fwd_bwd(fn).lower(ct, q, k, v).compile() for lb, fn in variants.items()}
         times = bench.interleaved_median_ms({lb: (lambda c=c: c(ct, q, k, v)) for lb, c in compiled.items()},
                                             args.repeats)
