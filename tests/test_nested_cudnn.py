@@ -74,6 +74,16 @@ def test_one_sequence_gets_a_filler_slot():
     assert fused.get_max_seg_per_batch(starts) == 2
 
 
+def test_padded_rows_and_back():
+    # lengths 3, 0, 2 in rows of 4: token t of sequence b at row b * 4 + t
+    rows = C._padded_index(jnp.array([0, 3, 3, 5]), 5, 4)
+    np.testing.assert_array_equal(rows, [0, 1, 2, 8, 9])
+    x = jnp.arange(5.0)
+    padded = jnp.zeros(12).at[rows].set(x)
+    np.testing.assert_array_equal(padded, [0, 1, 2, 0, 0, 0, 0, 0, 3, 4, 0, 0])
+    np.testing.assert_array_equal(padded[rows], x)
+
+
 # ----------------------------------------------------------------------------------------------
 # Dispatch (CPU)
 
