@@ -80,45 +80,72 @@ def layout_for(batch: int, total: int, max_len: int) -> str:
     return "packed" if max(batch, _MIN_SEGMENTS) * total <= batch * max_len else "padded"
 
 
-def _padded_index(offsets, total: int, max_len: int):
-    """The row of each token in the padded (B * max_len) layout: ``b * max_len + position``."""
+def _padded_row(max_len: int) -> int:
+    """The padded layout's row length: ``max_len`` rounded up to even (JAX's cuDNN attention
+    refuses odd sequence lengths)."""
+    return max_len + max_len % 2
+
+
+def _padded_index(offsets, total: int, row: int):
+    """The slot of each token in the padded (B * row) layout: ``b * row + position``."""
     lengths = jnp.diff(offsets)
     seq = jnp.repeat(jnp.arange(lengths.shape[0], dtype=jnp.int32), lengths, total_repeat_length=total)
-    return seq * max_len + jnp.arange(total, dtype=jnp.int32) - offsets[seq]
+    return seq * row + jnp.arange(total, dtype=jnp.int32) - offsets[seq]
 
 
-def _call(q, k, v, offsets, scale, causal, layout, max_len):
-    """JAX's cuDNN attention on the packed values (total, N, H), in ``layout``: ``"packed"``,
-    one row with one segment per non-empty sequence (``packed_segments``); ``"padded"``, each
-    sequence in its own row of ``max_len`` (zeros after it; an empty sequence gets length 1, a
-    row of zeros no token reads), the lengths as cuDNN's padding mask."""
-    offsets = jnp.asarray(offsets, jnp.int32)
-    if layout == "packed":
-        seqlen, starts = packed_segments(offsets)
-        mask = _fused.MaskType.PADDING_CAUSAL if causal else _fused.MaskType.NO_MASK
-        out = _fused.dot_product_attention(q[None], k[None], v[None], q_seqlen=seqlen, kv_seqlen=seqlen,
-                                           q_offsets=starts, kv_offsets=starts, scale=scale, mask_type=mask,
-                                           qkv_layout="BTNH")
-        return out[0]
-    total, batch = q.shape[0], offsets.shape[0] - 1
-    rows = _padded_index(offsets, total, max_len)
+def _padded_source(offsets, row: int):
+    """``(token, valid)`` of each slot of the padded (B * row) layout: the token it holds (0 where
+    none) and whether it holds one."""
+    position = jnp.arange(row, dtype=jnp.int32)
+    valid = position[None, :] < jnp.diff(offsets)[:, None]
+    return jnp.where(valid, offsets[:-1, None] + position[None, :], 0).reshape(-1), valid.reshape(-1)
 
-    def pad(x):  # a scatter to distinct, sorted rows (its transpose a gather; the output's gather transposes to one)
-        flat = jnp.zeros((batch * max_len, *x.shape[1:]), x.dtype)
-        flat = flat.at[rows].set(x, indices_are_sorted=True, unique_indices=True)
-        return flat.reshape(batch, max_len, *x.shape[1:])
+
+def _packed_forward(q, k, v, offsets, scale, causal):
+    """JAX's cuDNN attention on one row, one segment per non-empty sequence (``packed_segments``)."""
+    seqlen, starts = packed_segments(offsets)
+    mask = _fused.MaskType.PADDING_CAUSAL if causal else _fused.MaskType.NO_MASK
+
+    def call(q, k, v):
+        return _fused.dot_product_attention(q[None], k[None], v[None], q_seqlen=seqlen, kv_seqlen=seqlen,
+                                            q_offsets=starts, kv_offsets=starts, scale=scale, mask_type=mask,
+                                            qkv_layout="BTNH")[0]
+
+    return jax.vjp(call, q, k, v)
+
+
+def _padded_forward(q, k, v, offsets, scale, causal, max_len):
+    """JAX's cuDNN attention with each sequence in its own row (zeros after it; an empty sequence
+    gets length 1, a row of zeros no token reads), the lengths as cuDNN's padding mask. Into and
+    out of the rows by gathers only, in both directions (the pullback pads the cotangent and
+    gathers the gradients itself: JAX would transpose a gather into a scatter-add)."""
+    total, batch, row = q.shape[0], offsets.shape[0] - 1, _padded_row(max_len)
+    source, valid = _padded_source(offsets, row)
+    slots = _padded_index(offsets, total, row)
+
+    def pad(x):
+        rows = jnp.where(valid.reshape(-1, *[1] * (x.ndim - 1)), jnp.take(x, source, axis=0), 0)
+        return rows.reshape(batch, row, *x.shape[1:])
+
+    def unpad(x):
+        return x.reshape(batch * row, *x.shape[2:]).at[slots].get(indices_are_sorted=True, unique_indices=True)
 
     seqlen = jnp.maximum(jnp.diff(offsets), 1)
     mask = _fused.MaskType.PADDING_CAUSAL if causal else _fused.MaskType.PADDING
-    out = _fused.dot_product_attention(pad(q), pad(k), pad(v), q_seqlen=seqlen, kv_seqlen=seqlen, scale=scale,
-                                       mask_type=mask, qkv_layout="BTNH")
-    return out.reshape(batch * max_len, *out.shape[2:]).at[rows].get(indices_are_sorted=True, unique_indices=True)
+    out, pullback = jax.vjp(lambda q, k, v: _fused.dot_product_attention(
+        q, k, v, q_seqlen=seqlen, kv_seqlen=seqlen, scale=scale, mask_type=mask, qkv_layout="BTNH"),
+        pad(q), pad(k), pad(v))
+    return unpad(out), lambda g: tuple(unpad(d) for d in pullback(pad(g)))
 
 
 def _forward(q, k, v, offsets, scale, causal, layout, max_len):
-    """``(out, pullback)`` of cuDNN's training forward: the primal and the backward call the
-    same forward, which XLA merges into one (as the dense cuDNN op)."""
-    return jax.vjp(lambda q, k, v: _call(q, k, v, offsets, scale, causal, layout, max_len), q, k, v)
+    """``(out, pullback)`` of cuDNN's training forward on the packed values (total, N, H) in
+    ``layout`` (``"packed"``: ``_packed_forward``; ``"padded"``: ``_padded_forward``): the primal
+    and the backward call the same forward, which XLA merges into one (as the dense cuDNN op)."""
+    offsets = jnp.asarray(offsets, jnp.int32)
+    if layout == "packed":
+        return _packed_forward(q, k, v, offsets, scale, causal)
+    return _padded_forward(q, k, v, offsets, scale, causal, max_len)
 
 
 def _reference(q, k, v, offsets, scale, causal, layout, block, chunk, max_len):
@@ -179,7 +206,7 @@ def attention(q, k, v, offsets, *, scale, causal, layout, block, chunk, max_len)
         q, k, v: the packed values (total, heads, dim), float16 or bfloat16, one dtype.
         offsets: int (B + 1,) offsets of the sequences.
         scale: the logits' factor; causal: the causal mask.
-        layout: ``"packed"`` or ``"padded"`` (``_call``, ``layout_for``).
+        layout: ``"packed"`` or ``"padded"`` (``_forward``, ``layout_for``).
         block, chunk, max_len: the static plan of the XLA formulas that give the JVP and the
             second derivatives (``jaxrules.nested.blocks.attention_plan``); ``max_len`` (a
             bound of the lengths) is also the padded layout's row.
