@@ -85,7 +85,7 @@ def test_padded_rows_and_back():
     # the same rows by a gather (what the padded layout runs): each slot's token, valid or not
     source, valid = C._padded_source(jnp.array([0, 3, 3, 5]), 4)
     np.testing.assert_array_equal(source, [0, 1, 2, 0, 0, 0, 0, 0, 3, 4, 0, 0])
-    np.testing.assert_array_equal(valid, padded != 0)
+    np.testing.assert_array_equal(valid, [1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0])
     # rows are even (JAX's cuDNN refuses odd lengths)
     assert (C._padded_row(75), C._padded_row(2048)) == (76, 2048)
 
