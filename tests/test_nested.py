@@ -203,9 +203,22 @@ def test_attention_log_sum_exp_and_its_gradient():
 
 
 def test_attention_rejects_a_sequence_longer_than_max_seqlen():
+    """Offsets known on the host: a ValueError at once. Traced offsets (under jit): the result and
+    its gradients NaN, for every implementation (no host callback: it would stall the GPU's queue
+    every step), and finite within the bound."""
     q = _nt([3, 9], (4,))
-    with pytest.raises(Exception, match="longer than max_seqlen=4"):
-        jax.block_until_ready(N.scaled_dot_product_attention(q, q, q, max_seqlen=4).values)
+    with pytest.raises(ValueError, match="longer than max_seqlen=4 \\(its length: 9\\)"):
+        N.scaled_dot_product_attention(q, q, q, max_seqlen=4)
+
+    def loss(values, offsets, bound, impl):
+        t = N.from_jagged(values, offsets)
+        return jnp.sum(N.scaled_dot_product_attention(t, t, t, max_seqlen=bound, impl=impl, block=4).values)
+
+    for impl in ("xla", "pallas_interpret"):
+        value, grad = jax.jit(jax.value_and_grad(loss), static_argnums=(2, 3))(q.values, q.offsets, 4, impl)
+        assert np.isnan(value) and np.isnan(grad).all()
+        value, grad = jax.jit(jax.value_and_grad(loss), static_argnums=(2, 3))(q.values, q.offsets, 12, impl)
+        assert np.isfinite(value) and np.isfinite(grad).all()
 
 
 @pytest.mark.parametrize("impl", ["xla", "pallas_interpret"])

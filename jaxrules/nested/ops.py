@@ -17,7 +17,7 @@ import numpy as np
 from jaxrules import dispatch
 from jaxrules import nn as dense_nn
 from jaxrules import partials as P
-from jaxrules.mechanism import define_op
+from jaxrules.mechanism import concrete_value, define_op
 from jaxrules.nested import blocks as K
 from jaxrules.nested import cudnn as C
 from jaxrules.nested import kernels as KN
@@ -351,7 +351,9 @@ def scaled_dot_product_attention(
     Work and memory grow with sum_i ceil(n_i / block)^2 blocks of ``block`` x ``block`` scores
     (``blocks``), bounded statically through ``max_seqlen`` (the argument, else ``q.max_seqlen``,
     else the longest sequence when the offsets are concrete; under jit without a bound, every
-    row may be one sequence). A sequence longer than ``max_seqlen`` raises at run time. The pairs
+    row may be one sequence). A sequence longer than ``max_seqlen`` raises a ``ValueError`` where the
+    offsets are known on the host, and makes the result and its derivatives NaN under ``jit``
+    (no host round trip: a run-time raise would stall the GPU every step). The pairs
     are visited ``pairs_per_step`` at a time (default: about 2**25 scores per step). The
     softmax is computed in float32 or wider; ``with_lse`` also returns each query's log-sum-exp
     (B, ragged, heads) as a NestedTensor. Formulas: flash attention's per-block backward
@@ -377,11 +379,7 @@ def scaled_dot_product_attention(
     scale = (1.0 / math.sqrt(dim) if dim else 1.0) if scale is None else float(scale)  # dim 0: every score 0
     offsets = q.offsets
     total = q.values.shape[0]
-    lengths = jnp.diff(offsets)
-    P.runtime_check(
-        jnp.any(lengths > max_len),
-        f"nested.scaled_dot_product_attention: a sequence is longer than max_seqlen={max_len}",
-    )
+    over_bound = _over_bound(q, max_len)
     heads = q.inner_shape[0] if heads_axis else 1
     if total == 0:  # no rows (no sequences, or all empty): an empty result, nothing to plan
         result = q.with_values(jnp.zeros(v.values.shape, v.dtype))
@@ -390,31 +388,71 @@ def scaled_dot_product_attention(
     if pairs_per_step is not None:
         chunk = _positive("pairs_per_step", pairs_per_step)
     dtype = jnp.result_type(q.values, k.values, v.values)
-    layout = C.layout_for(q.batch_size, total, max_len)
-    cudnn = (impl in (None, "cudnn")
-             and C.static_applies(jax.default_backend(), dtype, dim, v.inner_shape[-1], heads, total, bool(with_lse))
-             and C.accepts(total, q.batch_size, heads, dim, dtype, scale, causal, layout, max_len))
+    layout = None  # cuDNN's: the cheaper one (``C.layout_for``), else the padded one if JAX refuses it
+    if impl in (None, "cudnn") and C.static_applies(jax.default_backend(), dtype, dim, v.inner_shape[-1], heads, total,
+                                                    bool(with_lse)):
+        layout = next((lay for lay in dict.fromkeys((C.layout_for(q.batch_size, total, max_len), "padded"))
+                       if C.accepts(total, q.batch_size, heads, dim, dtype, scale, causal, lay, max_len)), None)
+    cudnn = layout is not None
     impl = _attention_impl(impl, q.dtype, dim, v.inner_shape[-1], block, heads, cudnn)
-    qv, kv, vv = ((t.values if heads_axis else t.values[:, None]) for t in (q, k, v))
+    qv, kv, vv = _nan_derivatives_if(over_bound, *((t.values if heads_axis else t.values[:, None]) for t in (q, k, v)))
     if impl == "cudnn":  # the plan (of the XLA formulas' JVP) is built inside, where used
         qv, kv, vv = (x.astype(dtype) for x in (qv, kv, vv))
-        out = C.attention(qv, kv, vv, offsets, scale=scale, causal=causal, layout=layout, block=block, chunk=chunk,
-                          max_len=max_len)
-        return q.with_values((out if heads_axis else out[:, 0]).astype(v.dtype))
-    plan = K.attention_plan(offsets, total, block, max_len, chunk, causal)
-    if impl == "xla":
+        out, lse = C.attention(qv, kv, vv, offsets, scale=scale, causal=causal, layout=layout, block=block,
+                               chunk=chunk, max_len=max_len), None
+    elif impl == "xla":
+        plan = K.attention_plan(offsets, total, block, max_len, chunk, causal)
         work = jnp.promote_types(q.dtype, jnp.float32)
         out, lse = attention_op(
             qv.astype(work), kv.astype(work), vv.astype(work), *plan, scale=scale, block=block, chunk=chunk,
             causal=causal,
         )
     else:
+        plan = K.attention_plan(offsets, total, block, max_len, chunk, causal)
         meta = KN.block_meta(offsets, plan.token_slot, K.num_blocks_of(plan.slot_token, block) - 1, block)
         out, lse = fused_attention_op(qv.astype(dtype), kv.astype(dtype), vv.astype(dtype), *plan, *meta, scale=scale,
                                       block=block, chunk=chunk, interpret=impl == "pallas_interpret", causal=causal)
     out = (out if heads_axis else out[:, 0]).astype(v.dtype)
-    result = q.with_values(out)
+    result = q.with_values(_nan_if(over_bound, out))
     if with_lse:
-        return result, q.with_values(lse if heads_axis else lse[:, 0])
+        return result, q.with_values(_nan_if(over_bound, lse if heads_axis else lse[:, 0]))
     return result
+
+
+def _over_bound(q: NestedTensor, max_len: int):
+    """Whether a sequence is longer than ``max_len``: ``ValueError`` at once where the offsets
+    are known on the host; else a traced boolean, which makes the result NaN (``_nan_if``): a
+    check that raises from inside ``jit`` needs a host callback, which stalls the GPU's queue
+    (0.7 ms a step in the ragged block on an H100, ``benchmarks/RESULTS.md``)."""
+    if concrete_value(q.offsets) is not None:
+        longest = int(np.diff(q.host_offsets("scaled_dot_product_attention")).max(initial=0))
+        if longest > max_len:
+            raise ValueError(f"nested.scaled_dot_product_attention: a sequence is longer than max_seqlen={max_len} "
+                             f"(its length: {longest})")
+        return None
+    return jnp.any(jnp.diff(q.offsets) > max_len)
+
+
+def _nan_if(flag, x):
+    """``x`` times NaN where ``flag`` (its derivatives then NaN too), else ``x``; ``flag`` None: ``x``."""
+    return x if flag is None else x * jnp.where(flag, jnp.nan, 1).astype(x.dtype)
+
+
+@jax.custom_jvp
+def _nan_derivative_if(flag, x):
+    """``x``, whose derivatives are NaN where ``flag`` (a traced boolean): the inputs' side of
+    ``_nan_if`` (a token a too-short plan leaves out gets no gradient otherwise), free in the
+    forward pass."""
+    return x
+
+
+@_nan_derivative_if.defjvp
+def _nan_derivative_if_jvp(primals, tangents):
+    flag, x = primals
+    return x, _nan_if(flag, tangents[1])
+
+
+def _nan_derivatives_if(flag, *xs):
+    """``_nan_derivative_if`` of each of ``xs``; ``flag`` None: ``xs``."""
+    return xs if flag is None else tuple(_nan_derivative_if(flag, x) for x in xs)
 
