@@ -400,3 +400,32 @@ record(
     double_backward="JAX's derivative of the XLA formula attention_vjp (the kernels are not differentiated)",
     kernel_backed=True, empty_samples=_empty_components(_fused_samples),
 )
+
+
+def _cudnn_attention_fn(q, k, v, offsets, is_causal=False):
+    """cuDNN in float16/bfloat16 (the low-precision check, against the float64 result); the XLA
+    formulas in float64, which cuDNN does not run."""
+    impl = "cudnn" if np.dtype(q.dtype).name in ("float16", "bfloat16") else "xla"
+    return N.scaled_dot_product_attention(_nt(q, offsets), _nt(k, offsets), _nt(v, offsets), is_causal=is_causal,
+                                          impl=impl).values
+
+
+def _cudnn_samples(rng, dt):
+    lengths = (37, 1, 0, 64, 2)  # an empty and a one-row sequence; head dims 16 and 64, with and without heads
+    return [Sample(tuple(normal(rng, dt, _rows(lengths), 2, 16) for _ in range(3)) + (_offsets(lengths),)),
+            Sample(tuple(normal(rng, dt, _rows(lengths), 64) for _ in range(3)) + (_offsets(lengths),),
+                   {"is_causal": True})]
+
+
+record(
+    "nested.scaled_dot_product_attention[cudnn]", fn=_cudnn_attention_fn,
+    public=("jaxrules.nested.scaled_dot_product_attention(impl='cudnn')",),
+    formula_ops=("nested_attention", "nested_attention_cudnn"),
+    seed=("(cuDNN's fused flash attention, forward and backward)",), samples=_cudnn_samples,
+    torch_fn=_attention_torch, torch_name="per component: softmax(q k^T / sqrt(d)) v",
+    low_precision=("bfloat16", "float16"), tolerance={"bfloat16": 0.1},
+    needs_gpu="cuDNN's flash attention needs a GPU (the XLA record checks the formulas everywhere)",
+    no_empty="cuDNN needs rows (no rows run the XLA formulas: the XLA record checks them)",
+    batching="JAX's batching of its cuDNN attention",
+    double_backward="JAX's derivative of the XLA formula attention_vjp (cuDNN is not differentiated)",
+)
