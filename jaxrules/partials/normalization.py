@@ -65,7 +65,8 @@ def welford_moments(x, axes):
     gives NaN for both, as ``jnp.mean``. Derivatives (JAX cannot differentiate a variadic
     reduction): ``d mean = E[dx]``, ``d var = 2 E[(x - mean) dx]``."""
     axes = tuple(a % x.ndim for a in axes)
-    shift = _first_of_group(x, axes)
+    outer, inner = _per_sample(x, axes)
+    shift = _first_of_group(x, inner)
 
     def merge(a, b):
         (na, ma, sa), (nb, mb, sb) = a, b
@@ -75,10 +76,38 @@ def welford_moments(x, axes):
         return n, ma + delta * frac, sa + sb + delta * delta * na * frac
 
     zero = jnp.zeros((), x.dtype)
-    n, mean, m2 = lax.reduce((jnp.ones_like(x), x - shift, jnp.zeros_like(x)), (zero, zero, zero), merge, axes)
+    n, mean, m2 = lax.reduce((jnp.ones_like(x), x - shift, jnp.zeros_like(x)), (zero, zero, zero), merge, inner)
     kept = tuple(1 if a in axes else d for a, d in enumerate(x.shape))
+    if outer is not None:  # each sample's (count, shift, mean - shift, M2), merged over the samples
+        n, base, offset, m2 = lax.reduce((n, jnp.squeeze(shift, inner), mean, m2), (zero,) * 4, _merge_shifted,
+                                         (outer,))
+        return jnp.where(n > 0, base + offset, jnp.nan).reshape(kept), (m2 / n).reshape(kept)
     mean = jnp.where(n > 0, mean, jnp.nan).reshape(kept) + shift
     return mean, (m2 / n).reshape(kept)
+
+
+def _merge_shifted(a, b):
+    """Chan et al.'s merge of ``(count, base, offset, M2)`` moments whose mean is ``base + offset``
+    (two floats: a sample's mean near 4096 rounded to one float32 would cost the variance 1e-4 of
+    its value); the result keeps ``a``'s base (``b``'s when ``a`` is empty)."""
+    (na, ba, oa, sa), (nb, bb, ob, sb) = a, b
+    n = na + nb
+    frac = jnp.where(n > 0, nb / jnp.where(n > 0, n, 1), 0)
+    delta = (bb - ba) + (ob - oa)
+    merged = (n, ba, oa + delta * frac, sa + sb + delta * delta * na * frac)
+    return tuple(jnp.where(na > 0, m, v) for m, v in zip(merged, b))
+
+
+def _per_sample(x, axes):
+    """``(outer, inner)``: ``(0, the other axes)`` when ``axes`` (sorted, non-negative) reduce over
+    the batch axis 0 and more, else ``(None, axes)``. Sums over such axes run per sample first,
+    shifted by each sample's first element, then over the samples: no value of one sample is
+    needed by another's partial sums, so a batch sharded over devices (data parallelism)
+    exchanges only the per-sample partial sums, and not first a shift from the device holding
+    sample 0."""
+    if x.size and len(axes) > 1 and 0 in axes:
+        return 0, tuple(a for a in axes if a != 0)
+    return None, axes
 
 
 @welford_moments.defjvp
@@ -176,9 +205,17 @@ def norm_projection(x, mean, rstd, v, axes, axis_name):
     when ``|mean| >> std``; with the shift only ``|mean - s| / std`` matters."""
     stat = rstd.dtype
     v, xs = v.astype(stat), x.astype(stat)
-    shift = lax.stop_gradient(_first_of_group(xs, axes))
+    axes = tuple(sorted(a % x.ndim for a in axes))
+    outer, inner = _per_sample(xs, axes)
+    shift = lax.stop_gradient(_first_of_group(xs, inner))
     mean_v = defined_mean(jnp.mean(v, axes, keepdims=True))
-    centered = jnp.mean(v * (xs - shift), axes, keepdims=True) - (mean - shift) * mean_v  # E[v (x - mean)]
+    if outer is None:
+        centered = jnp.mean(v * (xs - shift), axes, keepdims=True) - (mean - shift) * mean_v  # E[v (x - mean)]
+    else:  # each sample's shift s_n: E[v (x - mean)] = sum_n [sum v (x - s_n) - (mean - s_n) sum v] / count
+        count = math.prod(xs.shape[a] for a in axes)
+        per_sample = (jnp.sum(v * (xs - shift), inner, keepdims=True)
+                      - (mean - shift) * jnp.sum(v, inner, keepdims=True))
+        centered = jnp.sum(per_sample, outer, keepdims=True) / count
     if axis_name is not None:  # each device's shift is undone before the devices' means are taken
         mean_v, centered = lax.pmean((mean_v, centered), axis_name)
     xhat = (xs - mean) * rstd
