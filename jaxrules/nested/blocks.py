@@ -23,6 +23,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxrules.mechanism import unsharded_along
+
 
 class Plan(NamedTuple):
     token_slot: jax.Array
@@ -103,7 +105,10 @@ def num_blocks_of(slot_token, block: int) -> int:
 
 
 def to_blocks(x, slot_token, block: int):
-    """(total, *rest) -> (num_blocks + 1, block, *rest), zeros in empty slots."""
+    """(total, *rest) -> (num_blocks + 1, block, *rest), zeros in empty slots. Tokens sharded over
+    devices under an ``Explicit`` mesh are gathered first (the blocks pair tokens of any device;
+    sequence-sharded attention is not built)."""
+    x = unsharded_along(x, (0,))
     padded = jnp.concatenate([x, jnp.zeros((1, *x.shape[1:]), x.dtype)])
     return padded[slot_token].reshape(num_blocks_of(slot_token, block), block, *x.shape[1:])  # not -1: rest may be 0
 

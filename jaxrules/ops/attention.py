@@ -16,7 +16,7 @@ from jax import Array
 from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
-from jaxrules.mechanism import define_op, differentiated_as
+from jaxrules.mechanism import define_op, differentiated_as, explicit_sharding
 from jaxrules.ops._sampling import f64, normal
 from jaxrules.registry import Sample, SingularPoint, record
 
@@ -161,6 +161,27 @@ def _cudnn(q, k, v, scale, causal):
 def _heads_first(x):
     """(B, L, N, E) <-> (B, N, L, E)."""
     return jnp.swapaxes(x, 1, 2)
+
+
+def _batch_sharded_alike(*xs):
+    """Under an ``Explicit`` mesh, ``xs`` (q, k, v: (..., L, E)) with their batch axes (all but the
+    last two, aligned from the right) sharded alike, as the first one whose batch axes are sharded
+    (a query-sharded batch with replicated keys and values: each device takes its slice of them,
+    no communication); their last two axes as they are. Else ``xs``."""
+    specs = [explicit_sharding(x) for x in xs]
+    batch = max(x.ndim for x in xs) - 2
+    padded = [None if s is None else (None,) * (batch - x.ndim + 2) + tuple(s.spec) + (None,) * (x.ndim - len(s.spec))
+              for x, s in zip(xs, specs)]
+    target = next((p[:batch] for p in padded if p is not None and any(p[:batch])), None)
+    if target is None:
+        return xs
+    out = []
+    for x, p in zip(xs, padded):
+        want = tuple(None if x.shape[a] == 1 else target[batch - x.ndim + 2 + a] for a in range(x.ndim - 2))
+        if p is not None and tuple(p[batch - x.ndim + 2:batch]) != want:
+            x = jax.sharding.reshard(x, jax.sharding.PartitionSpec(*want, *p[batch:]))
+        out.append(x)
+    return tuple(out)
 
 
 def _causal_keep(length, keys, causal):
@@ -404,7 +425,7 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
     """
     if impl not in (None, "xla", "cudnn", *_KERNEL_IMPLS):
         raise ValueError(f"{_SDPA}: impl must be None, 'xla', 'cudnn', 'pallas' or 'pallas_interpret', got {impl!r}")
-    q, k, v = _attention_inputs(query, key, value)
+    q, k, v = _batch_sharded_alike(*_attention_inputs(query, key, value))
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real) or not 0 <= dropout_p <= 1:
         raise ValueError(f"{_SDPA}: dropout_p must be a static number in [0, 1], got {dropout_p!r}")
     if dropout_p > 0 and dropout_key is None:
