@@ -64,6 +64,17 @@ def test_sharded_check_over_the_registry():
         pytest.fail("no selected record ran the sharded check")
 
 
+@pytest.mark.parametrize("name", ["scaled_dot_product_attention", "scaled_dot_product_attention[pallas]"])
+def test_the_direct_form_with_two_devices(name):
+    """On 2 devices the direct form shards the samples' own batch of 2 (on 8 the tiled batch of 8
+    does not broadcast against the replicated keys, and the form is skipped): the query's batch
+    sharded, the keys and values replicated. Both failed until the keys and values took the
+    query's batch sharding (``python -m jaxrules check --host-devices 2`` found them; every other
+    record passes it)."""
+    rows = worker_rows(__file__, devices=2, timeout=600, args=[name])
+    assert rows == [{"op": name, "status": "ok", "detail": rows[0]["detail"]}], rows
+
+
 def test_the_check_skips_in_a_process_with_one_device():
     from jaxrules import registry
     from jaxrules.sharding_check import check_sharded
