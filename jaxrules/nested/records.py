@@ -14,6 +14,7 @@ import numpy as np
 
 from jaxrules import nested as N
 from jaxrules.ops._sampling import normal
+from jaxrules.ops.attention import CUDNN_RECORD
 from jaxrules.registry import Sample, SingularPoint, record
 
 _LENGTHS = ((2, 0, 3, 1), (1, 4))
@@ -420,12 +421,8 @@ def _cudnn_samples(rng, dt):
 record(
     "nested.scaled_dot_product_attention[cudnn]", fn=_cudnn_attention_fn,
     public=("jaxrules.nested.scaled_dot_product_attention(impl='cudnn')",),
-    formula_ops=("nested_attention", "nested_attention_cudnn"),
-    seed=("(cuDNN's fused flash attention, forward and backward)",), samples=_cudnn_samples,
+    formula_ops=("nested_attention", "nested_attention_cudnn"), samples=_cudnn_samples,
     torch_fn=_attention_torch, torch_name="per component: softmax(q k^T / sqrt(d)) v",
-    low_precision=("bfloat16", "float16"), tolerance={"bfloat16": 0.1},
-    needs_gpu="cuDNN's flash attention needs a GPU (the XLA record checks the formulas everywhere)",
     no_empty="cuDNN needs rows (no rows run the XLA formulas: the XLA record checks them)",
-    batching="JAX's batching of its cuDNN attention",
-    double_backward="JAX's derivative of the XLA formula attention_vjp (cuDNN is not differentiated)",
+    batching="JAX's batching of its cuDNN attention", **CUDNN_RECORD,
 )

@@ -628,17 +628,23 @@ def _cudnn_samples(rng, dt):
             Sample(tuple(normal(rng, dt, 1, 3, 40, 64) for _ in range(3)), {"is_causal": True})]
 
 
+# The fields of a cuDNN record (dense here, ragged in jaxrules/nested/records.py): cuDNN checked
+# in half precision against the float64 formulas, on a GPU only.
+CUDNN_RECORD = dict(
+    seed=("(cuDNN's fused flash attention, forward and backward)",), low_precision=("bfloat16", "float16"),
+    tolerance={"bfloat16": 0.1},
+    needs_gpu="cuDNN's flash attention needs a GPU (the XLA record checks the formulas everywhere)",
+    double_backward="JAX's derivative of the XLA formula attention_vjp (cuDNN is not differentiated)",
+)
+
 record(
     "scaled_dot_product_attention[cudnn]", fn=_cudnn_record_attention,
     public=("jaxrules.nn.scaled_dot_product_attention(impl='cudnn')",),
-    formula_ops=("scaled_dot_product_attention", "scaled_dot_product_attention_cudnn"),
-    seed=("(cuDNN's fused flash attention, forward and backward)",), samples=_cudnn_samples,
+    formula_ops=("scaled_dot_product_attention", "scaled_dot_product_attention_cudnn"), samples=_cudnn_samples,
     torch_fn=_torch_attention, torch_name="torch.nn.functional.scaled_dot_product_attention",
-    low_precision=("bfloat16", "float16"), tolerance={"bfloat16": 0.1},
-    needs_gpu="cuDNN's flash attention needs a GPU (the XLA record checks the formulas everywhere)",
     no_empty="cuDNN needs L >= 1 (zero sizes run the XLA formulas: the XLA record checks them)",
     batching="JAX's batching of jax.nn.dot_product_attention (the batch axes flattened into cuDNN's)",
-    double_backward="JAX's derivative of the XLA formula attention_vjp (cuDNN is not differentiated)",
+    **CUDNN_RECORD,
 )
 
 
