@@ -120,6 +120,8 @@ def test_zero_size_input_matches_torch(mode):
     ({"input": INPUT, "offsets": np.array([1, 3])}, ValueError, "offsets"),
     ({"input": INPUT, "offsets": np.array([0, 3, 2])}, ValueError, "offsets"),
     ({"input": INPUT, "offsets": np.array([0, 3, 5]), "include_last_offset": True}, ValueError, "offsets"),
+    # empty offsets: torch 2.13 crashes (a segfault, found by the fuzz test); no bags is a (0, N) input
+    ({"input": INPUT, "offsets": np.array([], int)}, ValueError, "offsets must be 1-d and non-empty"),
     ({"input": np.array([[0, 6]])}, ValueError, "input"),
     ({"input": np.array([[0.0, 1.0]])}, TypeError, "input"),
     ({"input": np.zeros((1, 1, 1), int)}, ValueError, "input"),

@@ -260,8 +260,9 @@ def _bag_structure(indices, offsets, include_last_offset, n):
     if offsets is None:
         raise ValueError(f"{_BAG}: offsets (a 1-d integer array of bag starts) is needed for a 1-d input")
     offsets = _indices(_BAG, "offsets", offsets)
-    if offsets.ndim != 1 or (include_last_offset and offsets.shape[0] == 0):
-        raise ValueError(f"{_BAG}: offsets must be 1-d (non-empty with include_last_offset), got shape {offsets.shape}")
+    if offsets.ndim != 1 or offsets.shape[0] == 0:  # empty: torch 2.13 crashes (a segfault); no bags: a (0, N) input
+        raise ValueError(f"{_BAG}: offsets must be 1-d and non-empty (for no bags pass a 2-d input of shape (0, N)), "
+                         f"got shape {offsets.shape}")
     host = concrete_value(offsets)
     if host is not None and host.size and (host[0] != 0 or np.any(np.diff(host) < 0) or host[-1] > n
                                            or (include_last_offset and host[-1] != n)):
@@ -540,6 +541,8 @@ def _embedding_bag_entry(input, weight, per_sample_weights=None, offsets=None, *
 
 
 def _torch_embedding_bag(torch, input, weight, per_sample_weights=None, offsets=None, **kwargs):  # noqa: A002
+    if offsets is not None and offsets.numel() == 0:  # torch 2.13 segfaults there (the fuzz test found it)
+        raise RuntimeError("embedding_bag: empty offsets (torch 2.13 crashes on them)")
     return torch.nn.functional.embedding_bag(input, weight, offsets, per_sample_weights=per_sample_weights, **kwargs)
 
 
