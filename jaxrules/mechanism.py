@@ -57,6 +57,15 @@ __all__ = ["Op", "concrete_value", "define_op", "differentiated_as", "explicit_s
 CALLBACK_LOGGERS = ("jax._src.debugging", "jax._src.callback")
 
 
+def cudnn_fused_attention():
+    """JAX's cuDNN fused attention module (``jax._src.cudnn.fused_attention_stablehlo``): its
+    ``dot_product_attention`` takes the packed (THD) layout and padding masks by sequence length,
+    which ``jax.nn.dot_product_attention`` does not expose (``jaxrules.nested.cudnn``)."""
+    from jax._src.cudnn import fused_attention_stablehlo
+
+    return fused_attention_stablehlo
+
+
 def concrete_value(x):
     """The value of ``x`` as a NumPy array when it is known on the host (an array, or a tracer
     of an eager ``grad``/``jvp`` whose primal is concrete), else ``None`` (under ``jit`` or

@@ -1,7 +1,7 @@
 """Ragged attention on cuDNN's flash attention (issue 20): one packed row ("THD") or padded rows.
 
 A NestedTensor's values (total, heads, dim) with offsets (B + 1,) are already a packed layout:
-JAX's cuDNN fused attention (``jax._src.cudnn.fused_attention_stablehlo.dot_product_attention``,
+JAX's cuDNN fused attention (``dot_product_attention`` of ``mechanism.cudnn_fused_attention()``,
 the function behind ``jax.nn.dot_product_attention(implementation="cudnn")``, which does not
 expose packing) can run them as ONE batch row ``values[None]`` (1, T = total, N, H) holding the B
 sequences as segments: attention within each segment, no copy. Or, where that costs cuDNN more
@@ -44,11 +44,12 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax._src.cudnn import fused_attention_stablehlo as _fused
 
-from jaxrules.mechanism import define_op, differentiated_as
+from jaxrules.mechanism import cudnn_fused_attention, define_op, differentiated_as
 from jaxrules.nested import blocks as K
 from jaxrules.ops.attention import CUDNN_DTYPES
+
+_fused = cudnn_fused_attention()  # JAX's cuDNN attention with the packed layout (a JAX internal: mechanism)
 
 __all__ = ["CUDNN_MAX_HEAD_DIM", "accepts", "attention", "layout_for", "packed_segments", "static_applies"]
 
