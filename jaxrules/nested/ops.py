@@ -435,7 +435,7 @@ def _over_bound(q: NestedTensor, max_len: int):
 
 def _nan_if(flag, x):
     """``x`` times NaN where ``flag`` (its derivatives then NaN too), else ``x``; ``flag`` None: ``x``."""
-    return x if flag is None else x * jnp.where(flag, jnp.nan, 1).astype(x.dtype)
+    return x if flag is None else x * P.nan_factor(flag, x.dtype)
 
 
 @jax.custom_jvp

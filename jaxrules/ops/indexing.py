@@ -154,19 +154,13 @@ def _save_scatter_reduce(out, x, index, src, *, axis, reduce, include_self):
     return x, index, src, out, prod_weights
 
 
-def _nan_factor(mask, dtype):
-    """NaN where ``mask``, 1 elsewhere: multiplied into a derivative, it marks the entries of a
-    NaN output (a mask, not a branch: the finite path gains one comparison and one multiply)."""
-    return jnp.where(mask, jnp.nan, 1).astype(dtype)
-
-
 def _scatter_reduce_jvp(res, tx, ti, tsrc, *, axis, reduce, include_self):
     """Seed ``scatter_reduce_jvp`` (``jvp_rules.scatter_reduce_jvp``); amax/amin: NaN at a NaN
     output (the ties mask ``member == out`` is empty there, the seed's ``grad / 0``)."""
     t = J.scatter_reduce_jvp(res, tx, ti, tsrc, axis=axis, reduce=reduce, include_self=include_self)
     if reduce not in ("amax", "amin") or t is None:
         return t
-    return t * _nan_factor(jnp.isnan(res[3]), t.dtype)
+    return t * P.nan_factor(jnp.isnan(res[3]), t.dtype)
 
 
 def _scatter_reduce_vjp(res, ct, *, axis, reduce, include_self):
@@ -179,7 +173,7 @@ def _scatter_reduce_vjp(res, ct, *, axis, reduce, include_self):
     x, index, _, out, _ = res
     nan_out, coords = jnp.isnan(out), P.scatter_coords(index, axis)
     nan_x = nan_out if include_self else nan_out & ~P.scattered_mask(x.shape, coords)
-    return gx * _nan_factor(nan_x, gx.dtype), gi, gsrc * _nan_factor(P.gather_at(nan_out, coords, gsrc), gsrc.dtype)
+    return gx * P.nan_factor(nan_x, gx.dtype), gi, gsrc * P.nan_factor(P.gather_at(nan_out, coords, gsrc), gsrc.dtype)
 
 
 scatter_reduce_op = define_op(

@@ -67,6 +67,7 @@ from jaxrules.partials.elementwise import (  # noqa: F401
     i1e_factor,
     logit_factor,
     multigammaln_factor,
+    nan_factor,
     pow_base_factor,
     pow_exponent_factor,
     pow_scalar_exponent_factor,

@@ -169,3 +169,10 @@ def xlogy_factors(x, y):
     zero = x == 0
     y_safe = jnp.where(zero, 1, y)
     return jnp.where(zero, 0, jnp.log(y_safe)), jnp.where(zero, 0, x / y_safe)
+
+
+def nan_factor(mask, dtype):
+    """NaN where ``mask``, 1 elsewhere: multiplied into a value or a derivative, it marks the
+    entries (or, with a scalar ``mask``, the whole array) as NaN (a mask, not a branch: the
+    finite path gains one comparison and one multiply)."""
+    return jnp.where(mask, jnp.nan, 1).astype(dtype)
