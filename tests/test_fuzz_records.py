@@ -170,9 +170,6 @@ REFERENCE_DIFFERS.update({
     "power_scalar_base/nonfinite/silent nan": (Case("complex128", 0, "nonfinite", salt=2904),
                                                "a jax.numpy name: jnp.power's values (2 ** (-inf + 0j) = NaN; "
                                                "torch: 0)"),
-    "take/axis/silent nan": (Case("float64", 2, "axis", axis=1),
-                             "a jax.numpy name: out-of-range indices give NaN (jnp.take's mode='fill'); the record's "
-                             "torch reference wraps them"),
 })
 KNOWN = {**FUZZ_OPEN, **REFERENCE_DIFFERS}
 

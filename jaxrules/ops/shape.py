@@ -793,16 +793,26 @@ record(
     torch_fn=lambda torch, x, repeats, axis=None: torch.repeat_interleave(x, torch.as_tensor(repeats), axis),
     torch_name="torch.repeat_interleave", dtypes=_C,
 )
+def _torch_take(torch, x, indices, axis=None):
+    """torch's take (``axis`` None) or index_select with jax.numpy.take's values (the convention for
+    a jax.numpy name): negative indices count from the end, out-of-range ones give NaN rows
+    (``mode="fill"``; torch raises there)."""
+    if axis is None:
+        return torch.take(x, torch.as_tensor(indices))
+    axis = axis % x.ndim
+    n, indices = x.shape[axis], np.asarray(indices)
+    valid = (indices >= -n) & (indices < n)
+    out = torch.index_select(x, axis, torch.as_tensor(np.where(valid, indices % max(n, 1), 0)).reshape(-1))
+    out = out.reshape(x.shape[:axis] + indices.shape + x.shape[axis + 1:])
+    mask = torch.as_tensor(~valid).reshape((1,) * axis + indices.shape + (1,) * (x.ndim - axis - 1))
+    return torch.where(mask, torch.full((), float("nan"), dtype=out.dtype), out)
+
+
 record(
     "take", fn=take, public=("jaxrules.numpy.take",), formula_ops=("take",),
     seed=("index_select_backward", "take_backward"),
     samples=lambda rng, dt: [Sample((normal(rng, dt, 4, 3), np.array([3, 0, 3, -1]), 0)),
                              Sample((normal(rng, dt, 2, 5), np.array([[1, 1], [4, 0]]), 1)),
                              Sample((normal(rng, dt, 3, 2), np.array([5, 0, 5])))],
-    torch_fn=lambda torch, x, indices, axis=None: (
-        torch.take(x, torch.as_tensor(indices)) if axis is None
-        else torch.index_select(x, axis, torch.as_tensor(indices % x.shape[axis]).reshape(-1)).reshape(
-            x.shape[:axis] + indices.shape + x.shape[axis + 1:])
-    ),
-    torch_name="torch.index_select / torch.take", dtypes=_C,
+    torch_fn=_torch_take, torch_name="torch.index_select / torch.take", dtypes=_C,
 )
