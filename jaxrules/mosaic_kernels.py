@@ -1,0 +1,315 @@
+"""Layer norm and RMS norm row kernels for Pallas' Mosaic GPU backend (Hopper), issue 21: the
+same contract as ``jaxrules.norm_kernels.local_forward`` / ``local_backward`` (written for the
+Triton backend, which JAX 0.11 deprecated).
+
+* ``local_forward(x, w, b, *, eps, launch)`` -> ``(y, mean, rstd)``, or ``(y, rstd)`` when ``b``
+  is None (RMS norm);
+* ``local_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch)`` -> ``(dx, dw, db)``, or
+  ``(dx, dw)`` when ``mean`` is None; ``dw``/``db`` in float32 for half inputs (the statistics'
+  dtype), summed over the programs' partial sums by XLA.
+
+The kernels work as the Triton ones do: every operand stays in GMEM (no TMA staging through
+SMEM: a block of whole rows does not fit SMEM with double buffering at the wide widths, and the
+TMA box is limited to 256 elements a dimension), a program's one warpgroup loads its block of
+``launch.rows`` rows straight into registers, chunk by chunk (``launch.chunk`` columns: the four
+warps side by side, each lane ``launch.vector`` consecutive elements), reduces each row across
+the warps, and writes the outputs from registers.
+
+* forward: one program per block of rows;
+* backward: ``launch.programs`` programs, program ``i`` walking the blocks ``i, i + P, i + 2P,
+  ...``; its ``dw``/``db`` partial sums stay in registers (the rows of a chunk are in the same
+  thread) and are written once, as row ``i`` of a (P, N) array.
+
+Any row count: the last block starts at ``M - rows`` (it overlaps the one before; the overlapping
+rows are written twice with the same values and left out of the backward's sums). Widths: a
+multiple of 128 up to ``MAX_WIDTH`` (``mosaic_supports`` says why a shape is not supported).
+
+Register layouts are Mosaic GPU ``TiledLayout``s set with ``plgpu.layout_cast``. With
+``launch.interpret`` the casts are left out and the same kernel bodies run in Pallas' (generic)
+interpret mode on the CPU, for the tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from jaxrules.partials import defined_mean, stat_dtype
+
+SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
+WARPGROUP = 128  # Mosaic GPU runs one warpgroup (4 warps of 32 lanes) per program
+MAX_WIDTH = 8192  # a block row, its gradient and the dw/db sums must stay in registers
+BLOCK_ELEMENTS = 4096  # about this many elements per block of rows (32 a thread)
+MAX_ROWS = 16
+BACKWARD_PROGRAMS = 528  # 4 per H100 SM: 16 warps an SM
+MIN_BACKWARD_STEPS = 8  # each backward program walks at least this many blocks when there are enough
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclasses.dataclass(frozen=True)
+class MosaicRowsLaunch:
+    """Launch of the Mosaic GPU row kernels on (M, N): blocks of ``rows`` rows, read in chunks of
+    ``chunk`` columns (``4 * 32 * vector``); the backward runs ``programs`` programs."""
+
+    rows: int
+    chunk: int
+    vector: int
+    programs: int
+    interpret: bool = False
+
+    def forward_programs(self, m: int) -> int:
+        return _cdiv(m, self.rows)
+
+    def blocks(self, m: int) -> int:
+        return _cdiv(m, self.rows)
+
+    def backward_steps(self, m: int) -> int:
+        return _cdiv(self.blocks(m), self.programs)
+
+
+def mosaic_supports(m: int, n: int, dtype) -> str | None:
+    """None when the Mosaic GPU kernels take an (m, n) array of ``dtype``, else the reason."""
+    import numpy as np
+
+    name = np.dtype(dtype).name
+    if name not in SUPPORTED_DTYPES:
+        return f"dtype {name} (the Mosaic GPU kernels take {', '.join(SUPPORTED_DTYPES)})"
+    if m < 2:
+        return f"{m} rows (a block has at least 2: Mosaic GPU cannot reshape a 1-row slice of a wider array)"
+    if n < 128 or n % 128:
+        return f"width {n} is not a multiple of 128"
+    if n > MAX_WIDTH:
+        return f"width {n} > {MAX_WIDTH} (a row block would not fit the registers)"
+    return None
+
+
+def mosaic_rows_launch(m: int, n: int, dtype=jnp.float32, *, interpret: bool = False) -> MosaicRowsLaunch:
+    """The launch for ``m`` rows of ``n`` (a pure function of the shape; ``dtype`` is checked by
+    ``mosaic_supports`` and kept for per-dtype tuning)."""
+    reason = mosaic_supports(m, n, dtype)
+    if reason is not None:
+        raise ValueError(f"the Mosaic GPU row kernels do not support {m}x{n} {jnp.dtype(dtype).name}: {reason}")
+    vector = next(v for v in (4, 2, 1) if n % (WARPGROUP * v) == 0)
+    rows = max(2, min(m, MAX_ROWS, BLOCK_ELEMENTS // n))
+    blocks = _cdiv(m, rows)
+    programs = max(1, min(blocks, BACKWARD_PROGRAMS, max(132, blocks // MIN_BACKWARD_STEPS)))
+    return MosaicRowsLaunch(rows, WARPGROUP * vector, vector, programs, interpret)
+
+
+class _Layouts:
+    """The register layouts of a (rows, chunk) block chunk: each warp ``chunk / 4`` consecutive
+    columns, each lane ``vector`` consecutive elements of them, the rows in each thread's
+    registers; ``row`` (rows,) the per-row values (every thread holds them all), ``column``
+    (chunk,) the per-column values (weight, dw sums)."""
+
+    def __init__(self, launch: MosaicRowsLaunch):
+        self.launch = launch
+        if launch.interpret:
+            self.block = self.row = self.column = None
+            return
+        from jax.experimental.mosaic.gpu import fragmented_array as fa
+
+        v = launch.vector
+        tiled = fa.TiledLayout(fa.Tiling(((1, WARPGROUP * v), (1, 32 * v), (1, v))), warp_dims=(-5,),
+                               lane_dims=(-3,), vector_dim=-1, _check_canonical=False).canonicalize()
+        self.block, self.row, self.column = (_pallas_layout(t) for t in (tiled, tiled.reduce([1]), tiled.reduce([0])))
+
+    def cast(self, value, layout):
+        if self.launch.interpret:
+            return value
+        from jax.experimental.pallas import mosaic_gpu as plgpu
+
+        return plgpu.layout_cast(value, layout)
+
+    def load(self, ref, idx, layout, dtype):
+        """``ref[idx]`` (in GMEM) in ``layout``, as ``dtype``."""
+        if self.launch.interpret:
+            return ref[idx].astype(dtype)
+        from jax.experimental.pallas import mosaic_gpu as plgpu
+
+        return plgpu.load(ref, idx, layout=layout, optimized=False).astype(dtype)  # optimized: SMEM only
+
+    def rows_of(self, value, rows, chunk):
+        """(rows,) per-row values as a (rows, chunk) block."""
+        return self.cast(lax.broadcast_in_dim(value, (rows, chunk), (0,)), self.block)
+
+    def columns_of(self, value, rows, chunk):
+        """(chunk,) per-column values as a (rows, chunk) block."""
+        return self.cast(lax.broadcast_in_dim(value, (rows, chunk), (1,)), self.block)
+
+    def fill(self, shape, value, dtype, layout):
+        return self.cast(jnp.full(shape, value, dtype), layout)
+
+    def row_index(self, rows, chunk):
+        return self.cast(lax.broadcasted_iota(jnp.int32, (rows, chunk), 0), self.block)
+
+
+def _pallas_layout(tiled):
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    return plgpu.Layout.TILED(tiled.tiling, warp_dims=tiled.warp_dims, lane_dims=tiled.lane_dims,
+                              vector_dim=tiled.vector_dim)
+
+
+GRID_AXIS = "blocks"
+
+
+def _call(kernel, launch, programs, out_shape, name):
+    """``kernel`` (refs: inputs, then outputs, all in GMEM) on a grid of ``programs`` programs:
+    ``plgpu.kernel`` on the GPU (JAX 0.11 dropped ``pallas_call`` for Mosaic GPU), ``pallas_call``
+    in (generic) interpret mode."""
+    if launch.interpret:
+        any_space = pl.BlockSpec(memory_space=pl.ANY)
+        return lambda *args: pl.pallas_call(kernel, grid=(programs,), in_specs=[any_space] * len(args),
+                                            out_specs=[any_space] * len(out_shape), out_shape=out_shape,
+                                            interpret=True, name=name)(*args)
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    # No automatic barriers around each load and store: no thread reads memory another writes
+    # (the cross-warp reductions synchronize their scratch themselves).
+    params = plgpu.CompilerParams(unsafe_no_auto_barriers=True)
+    out_kw = "out_type" if "out_type" in inspect.signature(plgpu.kernel).parameters else "out_shape"
+    named = {"kernel_name": name} if "kernel_name" in {f.name for f in dataclasses.fields(plgpu.Mesh)} else {}
+    return plgpu.kernel(kernel, **{out_kw: list(out_shape)}, grid=(programs,), grid_names=(GRID_AXIS,),
+                        compiler_params=params, **named)
+
+
+def _program_id(launch):
+    return pl.program_id(0) if launch.interpret else lax.axis_index(GRID_AXIS)
+
+
+def _block_start(block, m, rows):
+    """First row of block ``block``: the last block is moved back to end at row ``m``."""
+    return jnp.minimum(block * rows, m - rows)
+
+
+def _forward_kernel(*refs, eps, launch, center):
+    """One block of rows: layer norm (``center``: refs x, w, b -> y, mean, rstd) or RMS norm
+    (x, w -> y, rstd), the statistics in float32 (rstd's dtype)."""
+    if center:
+        x_ref, w_ref, b_ref, y_ref, mean_ref, rstd_ref = refs
+    else:
+        x_ref, w_ref, y_ref, rstd_ref = refs
+    (m, n), stat = x_ref.shape, rstd_ref.dtype
+    rows, chunk = launch.rows, launch.chunk
+    lay = _Layouts(launch)
+    start = _block_start(_program_id(launch), m, rows)
+    row_ix = pl.ds(start, rows)
+    columns = [pl.ds(j * chunk, chunk) for j in range(n // chunk)]
+    xs = [lay.load(x_ref, (row_ix, c), lay.block, stat) for c in columns]
+
+    def row_sum(chunks):
+        return functools.reduce(lambda a, b: a + b, chunks).sum(1)
+
+    if center:
+        mean = row_sum(xs) / n
+        xs = [x - lay.rows_of(mean, rows, chunk) for x in xs]
+    rstd = lax.rsqrt(row_sum([x * x for x in xs]) / n + eps)
+    rstd_block = lay.rows_of(rstd, rows, chunk)
+    for x, c in zip(xs, columns):
+        y = x * rstd_block * lay.columns_of(lay.load(w_ref, (c,), lay.column, stat), rows, chunk)
+        if center:
+            y = y + lay.columns_of(lay.load(b_ref, (c,), lay.column, stat), rows, chunk)
+        y_ref[row_ix, c] = y.astype(y_ref.dtype)
+    if center:
+        mean_ref[row_ix] = mean
+    rstd_ref[row_ix] = rstd
+
+
+def local_forward(x, w, b, *, eps, launch: MosaicRowsLaunch):
+    """``(y, mean, rstd)`` of layer norm over the last axis of ``x`` (M, N) on one device (the
+    kernel itself); ``b=None``: RMS norm, ``(y, rstd)``. As ``norm_kernels.local_forward``."""
+    center = b is not None
+    m, n = x.shape
+    per_row = jax.ShapeDtypeStruct((m,), stat_dtype(x.dtype))
+    n_out = 3 if center else 2
+    out_shape = [jax.ShapeDtypeStruct(x.shape, x.dtype)] + [per_row] * (n_out - 1)
+    call = _call(functools.partial(_forward_kernel, eps=eps, launch=launch, center=center), launch,
+                 launch.forward_programs(m), out_shape, f"{'layer' if center else 'rms'}_norm_fwd_mgpu")
+    return tuple(call(x, w, *([b] if center else [])))
+
+
+def _backward_kernel(*refs, launch, center, steps):
+    """Program ``i``'s blocks ``i + s P`` (s < ``steps``): ``dx``, and row ``i`` of the partial
+    sums of ``dw`` (and ``db``). Layer norm (``center``): refs x, g, w, mean, rstd, g_mean,
+    g_rstd -> dx, dw, db; RMS norm: x, g, w, rstd, g_rstd -> dx, dw."""
+    if center:
+        x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, dx_ref, *sum_refs = refs
+    else:
+        x_ref, g_ref, w_ref, rstd_ref, grstd_ref, dx_ref, *sum_refs = refs
+    (m, n), stat = x_ref.shape, rstd_ref.dtype
+    rows, chunk, programs = launch.rows, launch.chunk, launch.programs
+    lay = _Layouts(launch)
+    blocks = launch.blocks(m)
+    program = _program_id(launch)
+    columns = [pl.ds(j * chunk, chunk) for j in range(n // chunk)]
+
+    def row_sum(chunks):
+        return functools.reduce(lambda a, b: a + b, chunks).sum(1)
+
+    def step(s, sums):
+        block = s * programs + program
+        first = jnp.where(block < blocks, block * rows, m)  # rows before this are another block's
+        start = _block_start(jnp.minimum(block, blocks - 1), m, rows)
+        row_ix = pl.ds(start, rows)
+        keep = lay.row_index(rows, chunk) + start >= first
+        per_row = lambda ref: lay.rows_of(lay.load(ref, (row_ix,), lay.row, stat), rows, chunk)
+        rstd = per_row(rstd_ref)
+        xs = [lay.load(x_ref, (row_ix, c), lay.block, stat) for c in columns]
+        gs = [lay.load(g_ref, (row_ix, c), lay.block, stat) for c in columns]
+        gws = [g * lay.columns_of(lay.load(w_ref, (c,), lay.column, stat), rows, chunk) for g, c in zip(gs, columns)]
+        if center:
+            mean = per_row(mean_ref)
+            xhats = [(x - mean) * rstd for x in xs]
+            mean_gw = lay.rows_of(defined_mean(row_sum(gws) / n), rows, chunk)
+        else:
+            xhats = [x * rstd for x in xs]
+        mean_gwxhat = lay.rows_of(row_sum([gw * xhat for gw, xhat in zip(gws, xhats)]) / n, rows, chunk)
+        grstd_term = per_row(grstd_ref) * rstd * rstd
+        if center:
+            gmean = per_row(gmean_ref)
+        new_sums = []
+        for j, (c, g, gw, xhat) in enumerate(zip(columns, gs, gws, xhats)):
+            if center:
+                dx = rstd * (gw - mean_gw - xhat * mean_gwxhat) + (gmean - grstd_term * xhat) / n
+                terms = (g * xhat, g)
+            else:
+                dx = rstd * (gw - xhat * mean_gwxhat) - grstd_term * xhat / n
+                terms = (g * xhat,)
+            dx_ref[row_ix, c] = dx.astype(dx_ref.dtype)
+            zero = lay.fill((rows, chunk), 0, stat, lay.block)
+            new_sums.append(tuple(acc + jnp.where(keep, t, zero).sum(0) for acc, t in zip(sums[j], terms)))
+        return tuple(new_sums)
+
+    zeros = tuple(tuple(lay.fill((chunk,), 0, stat, lay.column) for _ in sum_refs) for _ in columns)
+    sums = lax.fori_loop(0, steps, step, zeros)
+    for c, chunk_sums in zip(columns, sums):
+        for ref, total in zip(sum_refs, chunk_sums):
+            ref[program, c] = total
+
+
+def local_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: MosaicRowsLaunch):
+    """``(dx, dw, db)`` on one device's rows (the kernel itself), ``dw``, ``db`` in the statistics'
+    dtype; ``mean=None`` (and ``g_mean=None``): RMS norm's ``(dx, dw)``. As
+    ``norm_kernels.local_backward``."""
+    center = mean is not None
+    m, n = x.shape
+    stat = rstd.dtype
+    stats = (mean, rstd, g_mean, g_rstd) if center else (rstd, g_rstd)
+    n_sums = 2 if center else 1
+    programs = min(launch.programs, launch.blocks(m))
+    launch = dataclasses.replace(launch, programs=programs)
+    out_shape = [jax.ShapeDtypeStruct(x.shape, x.dtype)] + [jax.ShapeDtypeStruct((programs, n), stat)] * n_sums
+    kernel = functools.partial(_backward_kernel, launch=launch, center=center, steps=launch.backward_steps(m))
+    call = _call(kernel, launch, programs, out_shape, f"{'layer' if center else 'rms'}_norm_bwd_mgpu")
+    dx, *sums = call(x, g, w, *[v.astype(stat) for v in stats])
+    return (dx, *(s.sum(0) for s in sums))
