@@ -15,6 +15,12 @@ Forms (each a ``jax.custom_vjp`` with residuals x, w, mean, rstd, except ``jaxru
 first element (no second, centered pass); ``welford``: ``shift`` with the statistics of
 ``partials.welford_moments`` (what the library runs on a GPU since 2026-11-27: then ``jaxrules``
 is this form).
+
+``--op rms_norm`` times RMS norm's forms instead (the same loop): ``jaxrules``: ``rms_norm(...,
+impl="xla")``; ``jax``: plain JAX; ``same``: the op's backward inline, ``dx = rstd v - rstd^3 x
+E[v x]`` (``v = g w``); ``added``: ``dx = v rstd + x c`` with ``c = -rstd^3 E[v x]`` (plain JAX's
+order of terms); ``meansq``: ``added`` with the residual ``a = E[x^2] + eps`` instead of rstd and
+``c = -rstd / a E[v x]``, as JAX's autodiff forms it.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import numpy as np
 
 from jaxrules import bench
 from jaxrules import partials as P
-from jaxrules.nn import layer_norm
+from jaxrules.nn import layer_norm, rms_norm
 
 EPS = 1e-5
 
@@ -110,15 +116,58 @@ FORMS = {
 }
 
 
+RMS_EPS = float(jnp.finfo(jnp.float32).eps)  # torch's (and bench._plain_norm's) default
+
+
+def _rms_form(dx_of, keep_meansq=False):
+    """RMS norm (b ignored) as a ``jax.custom_vjp`` with ``dx = dx_of(x, rstd, a, v)``, ``v = g w``,
+    ``a = E[x^2] + eps``; the residual is ``a`` (``keep_meansq``) or ``rstd``."""
+    def stats(x):
+        xf = x.astype(jnp.float32)
+        a = jnp.square(xf).mean(-1, keepdims=True) + RMS_EPS
+        return xf, a, jax.lax.rsqrt(a)
+
+    @jax.custom_vjp
+    def f(x, w, b):
+        xf, _, rstd = stats(x)
+        return (xf * rstd * w).astype(x.dtype)
+
+    def fwd(x, w, b):
+        xf, a, rstd = stats(x)
+        return (xf * rstd * w).astype(x.dtype), (x, w, b, a if keep_meansq else rstd)
+
+    def bwd(res, g):
+        x, w, b, kept = res
+        xf, gf = x.astype(jnp.float32), g.astype(jnp.float32)
+        a, rstd = (kept, jax.lax.rsqrt(kept)) if keep_meansq else (None, kept)
+        dx = dx_of(xf, rstd, a, gf * w)
+        return dx.astype(x.dtype), (gf * xf * rstd).sum(0).astype(w.dtype), jnp.zeros_like(b)
+
+    f.defvjp(fwd, bwd)
+    return f
+
+
+RMS_FORMS = {
+    "jaxrules": lambda x, w, b: rms_norm(x, x.shape[-1], w, impl="xla"),
+    "jax": functools.partial(bench._plain_norm, "rms_norm"),
+    "same": _rms_form(lambda x, rstd, a, v: rstd * v - rstd ** 3 * x * (v * x).mean(-1, keepdims=True)),
+    "added": _rms_form(lambda x, rstd, a, v: v * rstd + x * (-rstd ** 3 * (v * x).mean(-1, keepdims=True))),
+    "meansq": _rms_form(lambda x, rstd, a, v: v * rstd + x * (-rstd / a * (v * x).mean(-1, keepdims=True)),
+                        keep_meansq=True),
+}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", default="21844x12288:bfloat16,66850x768:float32")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--hlo", help="write each form's optimized HLO here")
+    parser.add_argument("--op", choices=("layer_norm", "rms_norm"), default="layer_norm")
     args = parser.parse_args()
+    forms = FORMS if args.op == "layer_norm" else RMS_FORMS
     rng = np.random.default_rng(0)
-    print("| shape | dtype | " + " | ".join(f"{f} ms" for f in FORMS) + " | jaxrules / jax |")
-    print("|" + " --- |" * (len(FORMS) + 3))
+    print("| shape | dtype | " + " | ".join(f"{f} ms" for f in forms) + " | jaxrules / jax |")
+    print("|" + " --- |" * (len(forms) + 3))
     for spec in args.shapes.split(","):
         shape, dtype, *weight_dtype = spec.split(":")  # shape:dtype[:weight dtype]
         weight_dtype = weight_dtype[0] if weight_dtype else dtype
@@ -127,7 +176,7 @@ def main():
         w = jnp.asarray(1 + 0.1 * rng.standard_normal(n), weight_dtype)
         b = jnp.asarray(0.1 * rng.standard_normal(n), weight_dtype)
         ct = jnp.asarray(rng.standard_normal((m, n)), dtype)
-        steps = {name: bench.fwd_bwd(fn) for name, fn in FORMS.items()}
+        steps = {name: bench.fwd_bwd(fn) for name, fn in forms.items()}
         reference = steps["jax"](ct, x, w, b)
         for name, step in steps.items():  # every form computes the same gradients
             for got, want in zip(step(ct, x, w, b), reference):
@@ -141,7 +190,7 @@ def main():
                     f.write(text)
         ms = bench.interleaved_median_ms({k: (lambda s=s: s(ct, x, w, b)) for k, s in steps.items()},
                                          args.repeats)
-        cells = " | ".join(f"{ms[f]:.3f}" for f in FORMS)
+        cells = " | ".join(f"{ms[f]:.3f}" for f in forms)
         print(f"| {m}x{n} | {dtype}/{weight_dtype} | {cells} | {ms['jax'] / ms['jaxrules']:.2f}x |", flush=True)
 
 

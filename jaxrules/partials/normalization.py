@@ -257,9 +257,12 @@ def rms_projection_eps_partial(x, v, eps, axes):
 def rms_projection(x, rstd, v, axes):
     """``rstd (v - x_hat E[v x_hat])`` with ``x_hat = x rstd``: both the JVP of x -> x_hat for
     the RMS norm and its transpose (the operator is symmetric), as ``norm_projection`` without
-    the mean. Computed in the statistics' dtype, as ``rstd v - rstd^3 x E[v x]``: the row sum
-    ``E[v x]`` does not wait for ``rstd``, so XLA computes it in the pass that reads x for the
-    statistics (on the H100, ``E[v x_hat]`` cost a pass: 0.85x of plain JAX at 16384x4096)."""
+    the mean. Computed in the statistics' dtype, as ``rstd v + x c`` with the row factor ``c =
+    -rstd^3 E[v x]``: the row sum ``E[v x]`` does not wait for ``rstd``, so XLA computes it in the
+    pass that reads x for the statistics (on the H100, ``E[v x_hat]`` cost a pass: 0.85x of plain
+    JAX at 16384x4096), and a sum of two products (plain JAX's order) where ``rstd v - rstd^3 x
+    E[v x]`` was 0.87x of plain JAX at 21844x12288 bfloat16 (1.106 vs 0.959 ms;
+    ``benchmarks/xla_layer_norm_forms.py --op rms_norm``)."""
     stat = rstd.dtype
     xs, v = x.astype(stat), v.astype(stat)
-    return rstd * v - (rstd * rstd * rstd) * xs * jnp.mean(v * xs, axis=axes, keepdims=True)
+    return rstd * v + xs * (-(rstd * rstd * rstd) * jnp.mean(v * xs, axis=axes, keepdims=True))
