@@ -17,6 +17,7 @@ from jaxrules.ops.linalg import (
     lu_factor,
     lu_unpack,
     matrix_exp,
+    matrix_power,
     ormqr,
     pinv,
     qr,
@@ -32,6 +33,6 @@ from jaxrules.ops.norms import cdist, dist, renorm, vector_norm
 __all__ = [
     "adjugate", "cdist", "cholesky", "cholesky_inverse", "cholesky_solve", "det", "dist", "eig", "eigh",
     "eigvals", "eigvalsh", "householder_product", "inv", "lstsq", "lu_factor", "lu_unpack", "matrix_exp",
-    "ormqr", "pinv", "qr", "renorm", "slogdet", "solve", "solve_triangular", "svd", "svdvals",
+    "matrix_power", "ormqr", "pinv", "qr", "renorm", "slogdet", "solve", "solve_triangular", "svd", "svdvals",
     "vector_norm",
 ]

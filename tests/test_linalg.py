@@ -419,3 +419,30 @@ def test_lstsq_residuals_follow_jax_numpy_numpy_resid(case, numpy_resid):
     np.testing.assert_allclose(ours, theirs, atol=1e-8)
     if numpy_resid:
         np.testing.assert_allclose(ours, np.linalg.lstsq(a, b, rcond=None)[1], atol=1e-8)
+
+
+@pytest.mark.parametrize("n", [0, 1, -1, 2])
+def test_matrix_power_small_exponents_match_torch(n):
+    """n = 0 (the identity, zero derivative) and n = 1 (A itself) run no product, so the record
+    leaves them out of its formula check; values and gradients against torch here."""
+    a = np.random.default_rng(3).standard_normal((2, 3, 3)) + 3 * np.eye(3)
+    weights = np.random.default_rng(4).standard_normal((2, 3, 3))
+    value, grad = jax.value_and_grad(lambda a: jnp.sum(weights * jrl.matrix_power(a, n)))(jnp.asarray(a))
+    ta = torch.tensor(a, requires_grad=True)
+    (torch.tensor(weights) * torch.linalg.matrix_power(ta, n)).sum().backward()
+    np.testing.assert_allclose(value, (weights * np.linalg.matrix_power(a, n)).sum(), rtol=1e-12)
+    np.testing.assert_allclose(grad, ta.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_matrix_power_dtypes_shapes_and_bad_exponents():
+    ints = jnp.array([[1, 2], [3, 4]])
+    assert rnp.linalg.matrix_power(ints, 3).dtype == ints.dtype  # jax.numpy keeps integers
+    np.testing.assert_array_equal(rnp.linalg.matrix_power(ints, 3), [[37, 54], [81, 118]])
+    np.testing.assert_allclose(rnp.linalg.matrix_power(ints, -1), [[-2, 1], [1.5, -0.5]], rtol=1e-5)
+    assert rnp.linalg.matrix_power(jnp.zeros((0, 3, 3)), 5).shape == (0, 3, 3)
+    assert rnp.linalg.matrix_power(jnp.zeros((2, 0, 0)), -2).shape == (2, 0, 0)
+    for bad in (1.0, True, "2", None):
+        with pytest.raises(TypeError, match="matrix_power: n must be an integer"):
+            rnp.linalg.matrix_power(ints, bad)
+    with pytest.raises(ValueError, match="matrix_power: a must be square"):
+        rnp.linalg.matrix_power(jnp.ones((2, 3)), 2)

@@ -66,7 +66,7 @@ def test_known_overrides_and_forwards():
     assert jaxrules.numpy.float32 is jax.numpy.float32 and jaxrules.numpy.zeros is jax.numpy.zeros
     assert jaxrules.nn.sigmoid is jax.nn.sigmoid and jaxrules.nn.initializers is jax.nn.initializers
     assert jaxrules.scipy.special.erf is jax.scipy.special.erf
-    assert jaxrules.numpy.linalg.matrix_power is jax.numpy.linalg.matrix_power
+    assert jaxrules.numpy.linalg.matrix_rank is jax.numpy.linalg.matrix_rank
     assert jaxrules.numpy.fft.fftfreq is jax.numpy.fft.fftfreq
     assert jaxrules.scipy.linalg.schur is jax.scipy.linalg.schur
     assert jaxrules.numpy.zeros(2, dtype=jaxrules.numpy.float32).dtype == jax.numpy.float32

@@ -15,6 +15,7 @@ from jaxrules.ops.linalg import (
     eigvalsh,
     inv,
     lstsq,
+    matrix_power,
     pinv,
     qr,
     solve,
@@ -24,8 +25,8 @@ from jaxrules.ops.linalg import (
 from jaxrules.ops.norms import norm, vector_norm
 
 __all__ = [
-    "cholesky", "det", "eig", "eigh", "eigvals", "eigvalsh", "inv", "lstsq", "norm", "pinv", "qr", "slogdet", "solve",
-    "svd", "svdvals", "vector_norm",
+    "cholesky", "det", "eig", "eigh", "eigvals", "eigvalsh", "inv", "lstsq", "matrix_power", "norm", "pinv", "qr",
+    "slogdet", "solve", "svd", "svdvals", "vector_norm",
 ]
 
 

@@ -32,8 +32,8 @@ from jaxrules.registry import Sample, SingularPoint, record
 # ----------------------------------------------------------------------------------------------
 # Ops
 
-def _matrix(op: str, name: str, x, *, square=False, min_ndim=2):
-    x = V.array(op, name, x)
+def _matrix(op: str, name: str, x, *, square=False, min_ndim=2, inexact=True):
+    x = V.array(op, name, x, inexact=inexact)
     if x.ndim < min_ndim:
         raise ValueError(f"{op}: {name} must have rank >= {min_ndim}, got shape {x.shape}")
     if square and x.shape[-1] != x.shape[-2]:
@@ -444,6 +444,46 @@ def inv(a: ArrayLike) -> Array:
         ValueError: when ``a`` has rank < 2 or is not square.
     """
     return inv_op(_matrix("inv", "a", a, square=True))
+
+
+def matrix_power(a: ArrayLike, n: int) -> Array:
+    """``A^n`` for an integer ``n``: binary exponentiation by ``matmul`` (about ``2 log2 n``
+    products), ``(A^{-1})^{|n|}`` by ``inv`` for negative ``n``, the identity for ``n = 0``. An
+    explicit composition of ops with JVP/VJP formulas, as torch's ``linalg_matrix_power`` (a
+    composite op): JVP ``d(A^n) = sum_k A^k dA A^{n-1-k}``, here through each product's seed
+    ``mm_mat1_backward`` / ``mm_mat2_backward`` and ``inv``'s ``-X dA X``. Mirrors
+    ``jax.numpy.linalg.matrix_power`` (``torch.linalg.matrix_power``).
+
+    Args:
+        a: square matrices (..., m, m). Integer and boolean input keeps its dtype for ``n >= 0``
+            (jax.numpy's result; no derivative) and is promoted to float for ``n < 0``.
+        n: the exponent, a Python or NumPy integer (static, as jax.numpy's).
+
+    Returns:
+        ``A^n``, of ``a``'s shape (inf or NaN entries for ``n < 0`` where A is singular, as
+        ``inv``).
+
+    Raises:
+        TypeError: when ``n`` is not an integer.
+        ValueError: when ``a`` has rank < 2 or is not square.
+    """
+    op = "matrix_power"
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"{op}: n must be an integer, got {type(n).__name__} {n!r}")
+    n = int(n)
+    x = _matrix(op, "a", a, square=True, inexact=n < 0)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):  # nothing to differentiate: jax.numpy's, which keeps the dtype
+        return jnp.linalg.matrix_power(x, n)
+    if n == 0:
+        return jnp.broadcast_to(jnp.eye(x.shape[-1], dtype=x.dtype), x.shape)
+    base, power, result = (inv_op(x) if n < 0 else x), abs(n), None
+    while True:
+        if power & 1:
+            result = base if result is None else matmul_op(result, base)
+        power >>= 1
+        if not power:
+            return result
+        base = matmul_op(base, base)
 
 
 def adjugate(a: ArrayLike) -> Array:
@@ -1268,6 +1308,13 @@ record(
     ],
     torch_fn=lambda torch, x, w, b=None: torch.nn.functional.linear(x, w, b), torch_name="torch.nn.functional.linear",
     dtypes=_C,
+)
+record(
+    "matrix_power", fn=matrix_power, public=("jaxrules.numpy.linalg.matrix_power", "jaxrules.linalg.matrix_power"), formula_ops=("matmul", "inv"),
+    seed=("mm_mat1_backward", "mm_mat2_backward", "linalg_inv_ex (derivatives.yaml)"),
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 3, 3), 3)), Sample((well_conditioned(rng, dt, 2, 4, 4), -2)),
+                             Sample((normal(rng, dt, 2, 3, 3), 6)), Sample((normal(rng, dt, 2, 2), -1))],
+    torch_fn=lambda torch, a, n: torch.linalg.matrix_power(a, n), torch_name="torch.linalg.matrix_power", dtypes=_C,
 )
 record(
     "inv", fn=inv, public=("jaxrules.numpy.linalg.inv",), formula_ops=("inv",),
