@@ -570,7 +570,7 @@ record(
     singular=(SingularPoint("kink", (f64(0.0, -1.0, 2.0),), (f64(0, 0, 1),)),),
 )
 record(
-    "hardtanh", fn=hardtanh, public=(_NN + "hardtanh",), formula_ops=("hardtanh",),
+    "hardtanh", fn=hardtanh, public=(_NN + "hardtanh", _NN + "hard_tanh"), formula_ops=("hardtanh",),
     seed=("hardtanh_backward (derivatives.yaml)",),
     samples=lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4) + 0.01,)), Sample((3 * normal(rng, dt, 5), -0.5, 2.0))],
     torch_fn=lambda t, x, lo=-1.0, hi=1.0: t.nn.functional.hardtanh(x, lo, hi), torch_name=_F + "hardtanh",
@@ -592,7 +592,7 @@ record(
     singular=(SingularPoint("at 0", (f64(0.0, -1.0, 2.0), 0.1), (f64(0.1, 0.1, 1),)),),
 )
 record(
-    "hardsigmoid", fn=hardsigmoid, public=(_NN + "hardsigmoid",), formula_ops=("hardsigmoid",),
+    "hardsigmoid", fn=hardsigmoid, public=(_NN + "hardsigmoid", _NN + "hard_sigmoid"), formula_ops=("hardsigmoid",),
     seed=("hardsigmoid_backward (derivatives.yaml)",), samples=_samples(3.0),
     torch_fn=lambda t, x: t.nn.functional.hardsigmoid(x), torch_name=_F + "hardsigmoid",
     low_precision=("float32", "bfloat16"), tolerance={"torch": 1e-7},
@@ -601,7 +601,7 @@ record(
     singular=(SingularPoint("at +-3", (f64(-3.0, 3.0, 0.0),), (f64(0, 0, 1 / 6),)),),
 )
 record(
-    "hardswish", fn=hardswish, public=(_NN + "hardswish",), formula_ops=("hardswish",),
+    "hardswish", fn=hardswish, public=(_NN + "hardswish", _NN + "hard_swish"), formula_ops=("hardswish",),
     seed=("hardswish_backward (derivatives.yaml)",), samples=_samples(3.0),
     torch_fn=lambda t, x: t.nn.functional.hardswish(x), torch_name=_F + "hardswish",
     low_precision=("float32", "bfloat16"),
