@@ -48,14 +48,24 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated 'op MxN dtype'")
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--mosaic-launch", default="",
+                        help="override MosaicRowsLaunch fields, e.g. rows=4,programs=264")
     args = parser.parse_args(argv)
+
+    import dataclasses
 
     import jax
     import jax.numpy as jnp
 
     from jaxrules import dispatch, mosaic_kernels, norm_kernels
 
-    print(f"device: {jax.devices()[0].device_kind}, jax {jax.__version__}", flush=True)
+    override = {k: int(v) for k, v in (f.split("=") for f in args.mosaic_launch.split(",") if f)}
+
+    def mosaic_launch(m, n, dtype):
+        return dataclasses.replace(mosaic_kernels.mosaic_rows_launch(m, n, dtype), **override)
+
+    print(f"device: {jax.devices()[0].device_kind}, jax {jax.__version__}, Mosaic launch override {override}",
+          flush=True)
     print("| op | shape | dtype | kernel | Triton ms | Mosaic ms | Mosaic/Triton |")
     print("|---|---|---|---|---:|---:|---:|", flush=True)
     for name in args.cases.split(","):
@@ -69,7 +79,7 @@ def main(argv=None):
         b = jax.random.normal(keys[3], (n,), jnp.float32) if center else None
         results = {}
         launches = (("triton", norm_kernels, lambda: dispatch.rows_launch(m, n)),
-                    ("mosaic", mosaic_kernels, lambda: mosaic_kernels.mosaic_rows_launch(m, n, dtype)))
+                    ("mosaic", mosaic_kernels, lambda: mosaic_launch(m, n, dtype)))
         for label, module, launch in launches:
             try:
                 if label == "mosaic" and (reason := mosaic_kernels.mosaic_supports(m, n, dtype)) is not None:

@@ -23,6 +23,11 @@ the warps, and writes the outputs from registers.
 Any row count: the last block starts at ``M - rows`` (it overlaps the one before; the overlapping
 rows are written twice with the same values and left out of the backward's sums). Widths: a
 multiple of 128 up to ``MAX_WIDTH`` (``mosaic_supports`` says why a shape is not supported).
+Blocks have at least 2 rows up to ``BLOCKS_WIDTH``; wider rows (and a single row) run the
+one-row kernels (``launch.rows == 1``, ``_row_forward_kernel`` / ``_row_backward_kernel``): the
+row indexed rather than sliced (Mosaic GPU cannot reshape a 1-row slice of a wider array), the
+backward in two passes over the row (the second reads it again, from L1/L2) with ``dw``/``db``
+summed in SMEM.
 
 Register layouts are Mosaic GPU ``TiledLayout``s set with ``plgpu.layout_cast``. With
 ``launch.interpret`` the casts are left out and the same kernel bodies run in Pallas' (generic)
@@ -44,7 +49,10 @@ from jaxrules.partials import defined_mean, stat_dtype
 
 SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
 WARPGROUP = 128  # Mosaic GPU runs one warpgroup (4 warps of 32 lanes) per program
-MAX_WIDTH = 8192  # a block row, its gradient and the dw/db sums must stay in registers
+MAX_WIDTH = 16384  # as the Triton kernels' (dispatch.MAX_WIDTH)
+BLOCKS_WIDTH = 8192  # up to this width blocks of >= 2 rows stay in registers; wider: one row a block
+SMEM_BYTES = 200 * 1024  # for the one-row backward's dw/db sums (float32, 8 N bytes a program)
+SMS = 132  # H100 SXM
 BLOCK_ELEMENTS = 4096  # about this many elements per block of rows (32 a thread)
 MAX_ROWS = 16
 BACKWARD_PROGRAMS = 528  # 4 per H100 SM: 16 warps an SM
@@ -83,12 +91,12 @@ def mosaic_supports(m: int, n: int, dtype) -> str | None:
     name = np.dtype(dtype).name
     if name not in SUPPORTED_DTYPES:
         return f"dtype {name} (the Mosaic GPU kernels take {', '.join(SUPPORTED_DTYPES)})"
-    if m < 2:
-        return f"{m} rows (a block has at least 2: Mosaic GPU cannot reshape a 1-row slice of a wider array)"
+    if m < 1:
+        return "no rows"
     if n < 128 or n % 128:
         return f"width {n} is not a multiple of 128"
     if n > MAX_WIDTH:
-        return f"width {n} > {MAX_WIDTH} (a row block would not fit the registers)"
+        return f"width {n} > {MAX_WIDTH} (a row would not fit the registers)"
     return None
 
 
@@ -99,6 +107,12 @@ def mosaic_rows_launch(m: int, n: int, dtype=jnp.float32, *, interpret: bool = F
     if reason is not None:
         raise ValueError(f"the Mosaic GPU row kernels do not support {m}x{n} {jnp.dtype(dtype).name}: {reason}")
     vector = next(v for v in (4, 2, 1) if n % (WARPGROUP * v) == 0)
+    if n > BLOCKS_WIDTH or m == 1:
+        # One row a block (``_Layouts.rows == 1``: Mosaic GPU cannot reshape a 1-row slice of a
+        # wider array, so these kernels index the row); the backward's programs keep their dw/db
+        # sums in SMEM, as many as fit an SM.
+        programs = max(1, min(m, SMS * max(1, SMEM_BYTES // (8 * n))))
+        return MosaicRowsLaunch(1, WARPGROUP * vector, vector, programs, interpret)
     rows = max(2, min(m, MAX_ROWS, BLOCK_ELEMENTS // n))
     blocks = _cdiv(m, rows)
     programs = max(1, min(blocks, BACKWARD_PROGRAMS, max(132, blocks // MIN_BACKWARD_STEPS)))
@@ -146,6 +160,10 @@ class _Layouts:
         """(chunk,) per-column values as a (rows, chunk) block."""
         return self.cast(lax.broadcast_in_dim(value, (rows, chunk), (1,)), self.block)
 
+    def splat(self, value, chunk):
+        """A per-row scalar as a (chunk,) row chunk (one-row blocks)."""
+        return self.cast(lax.broadcast_in_dim(value, (chunk,), ()), self.column)
+
     def fill(self, shape, value, dtype, layout):
         return self.cast(jnp.full(shape, value, dtype), layout)
 
@@ -163,24 +181,30 @@ def _pallas_layout(tiled):
 GRID_AXIS = "blocks"
 
 
-def _call(kernel, launch, programs, out_shape, name):
+def _call(kernel, launch, programs, out_shape, name, scratch=()):
     """``kernel`` (refs: inputs, then outputs, all in GMEM) on a grid of ``programs`` programs:
     ``plgpu.kernel`` on the GPU (JAX 0.11 dropped ``pallas_call`` for Mosaic GPU), ``pallas_call``
-    in (generic) interpret mode."""
+    in (generic) interpret mode. ``scratch``: (shape, dtype) of SMEM scratch refs, after the
+    outputs."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    smem = [plgpu.SMEM(shape, dtype) for shape, dtype in scratch]
     if launch.interpret:
         any_space = pl.BlockSpec(memory_space=pl.ANY)
         return lambda *args: pl.pallas_call(kernel, grid=(programs,), in_specs=[any_space] * len(args),
                                             out_specs=[any_space] * len(out_shape), out_shape=out_shape,
-                                            interpret=True, name=name)(*args)
-    from jax.experimental.pallas import mosaic_gpu as plgpu
+                                            scratch_shapes=smem, interpret=True, name=name)(*args)
 
     # No automatic barriers around each load and store: no thread reads memory another writes
     # (the cross-warp reductions synchronize their scratch themselves).
     params = plgpu.CompilerParams(unsafe_no_auto_barriers=True)
-    out_kw = "out_type" if "out_type" in inspect.signature(plgpu.kernel).parameters else "out_shape"
+    new_names = "out_type" in inspect.signature(plgpu.kernel).parameters  # jax 0.10.2: out_shape
+    types = {"out_type": list(out_shape)} if new_names else {"out_shape": list(out_shape)}
+    if smem:
+        types["scratch_types" if new_names else "scratch_shapes"] = smem
     named = {"kernel_name": name} if "kernel_name" in {f.name for f in dataclasses.fields(plgpu.Mesh)} else {}
-    return plgpu.kernel(kernel, **{out_kw: list(out_shape)}, grid=(programs,), grid_names=(GRID_AXIS,),
-                        compiler_params=params, **named)
+    return plgpu.kernel(kernel, **types, grid=(programs,), grid_names=(GRID_AXIS,), compiler_params=params,
+                        **named)
 
 
 def _program_id(launch):
@@ -233,7 +257,8 @@ def local_forward(x, w, b, *, eps, launch: MosaicRowsLaunch):
     per_row = jax.ShapeDtypeStruct((m,), stat_dtype(x.dtype))
     n_out = 3 if center else 2
     out_shape = [jax.ShapeDtypeStruct(x.shape, x.dtype)] + [per_row] * (n_out - 1)
-    call = _call(functools.partial(_forward_kernel, eps=eps, launch=launch, center=center), launch,
+    kernel = _row_forward_kernel if launch.rows == 1 else _forward_kernel
+    call = _call(functools.partial(kernel, eps=eps, launch=launch, center=center), launch,
                  launch.forward_programs(m), out_shape, f"{'layer' if center else 'rms'}_norm_fwd_mgpu")
     return tuple(call(x, w, *([b] if center else [])))
 
@@ -297,6 +322,95 @@ def _backward_kernel(*refs, launch, center, steps):
             ref[program, c] = total
 
 
+def _row_forward_kernel(*refs, eps, launch, center):
+    """``_forward_kernel`` for one-row blocks (``launch.rows == 1``): program ``i`` normalizes row
+    ``i``, held in registers as (chunk,) pieces; the statistics are scalars."""
+    if center:
+        x_ref, w_ref, b_ref, y_ref, mean_ref, rstd_ref = refs
+    else:
+        x_ref, w_ref, y_ref, rstd_ref = refs
+    n, stat, chunk = x_ref.shape[1], rstd_ref.dtype, launch.chunk
+    lay = _Layouts(launch)
+    row = _program_id(launch)
+    columns = [pl.ds(j * chunk, chunk) for j in range(n // chunk)]
+    xs = [lay.load(x_ref, (row, c), lay.column, stat) for c in columns]
+
+    def total(chunks):
+        return functools.reduce(lambda a, b: a + b, chunks).sum()
+
+    if center:
+        mean = total(xs) / n
+        xs = [x - lay.splat(mean, chunk) for x in xs]
+    rstd = lax.rsqrt(total([x * x for x in xs]) / n + eps)
+    rstd_chunk = lay.splat(rstd, chunk)
+    for x, c in zip(xs, columns):
+        y = x * rstd_chunk * lay.load(w_ref, (c,), lay.column, stat)
+        if center:
+            y = y + lay.load(b_ref, (c,), lay.column, stat)
+        y_ref[row, c] = y.astype(y_ref.dtype)
+    if center:
+        mean_ref[row] = mean
+    rstd_ref[row] = rstd
+
+
+def _row_backward_kernel(*refs, launch, center):
+    """``_backward_kernel`` for one-row blocks: program ``i`` walks rows ``i, i + P, ...``, each in
+    two passes over its chunks (the row sums, then ``dx``: a wide row and its gradient do not
+    fit the registers, the second pass reads them again, from L1/L2), ``dw`` (and ``db``) summed
+    in SMEM scratch refs (after the outputs) and written once as row ``i`` of a (P, N) array."""
+    n_sums = 2 if center else 1
+    refs, acc_refs = refs[:-n_sums], refs[-n_sums:]
+    if center:
+        x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, dx_ref, *sum_refs = refs
+    else:
+        x_ref, g_ref, w_ref, rstd_ref, grstd_ref, dx_ref, *sum_refs = refs
+    (m, n), stat, chunk, programs = x_ref.shape, rstd_ref.dtype, launch.chunk, launch.programs
+    lay = _Layouts(launch)
+    program = _program_id(launch)
+    columns = [pl.ds(j * chunk, chunk) for j in range(n // chunk)]
+    for ref in acc_refs:
+        for c in columns:
+            ref[c] = lay.fill((chunk,), 0, stat, lay.column)
+
+    def total(chunks):
+        return functools.reduce(lambda a, b: a + b, chunks).sum()
+
+    def step(s, carry):
+        row = s * programs + program
+        rstd = rstd_ref[row]
+        mean = mean_ref[row] if center else None
+
+        def chunk_terms(c):
+            x, g = lay.load(x_ref, (row, c), lay.column, stat), lay.load(g_ref, (row, c), lay.column, stat)
+            xhat = ((x - lay.splat(mean, chunk)) if center else x) * lay.splat(rstd, chunk)
+            return g, g * lay.load(w_ref, (c,), lay.column, stat), xhat
+
+        terms = [chunk_terms(c) for c in columns]
+        mean_gwxhat = lay.splat(total([gw * xhat for _, gw, xhat in terms]) / n, chunk)
+        if center:
+            mean_gw = lay.splat(defined_mean(total([gw for _, gw, _ in terms]) / n), chunk)
+            gmean = lay.splat(gmean_ref[row], chunk)
+        grstd_term = lay.splat(grstd_ref[row] * rstd * rstd, chunk)
+        rstd_chunk = lay.splat(rstd, chunk)
+        for c in columns:
+            g, gw, xhat = chunk_terms(c)
+            if center:
+                dx = rstd_chunk * (gw - mean_gw - xhat * mean_gwxhat) + (gmean - grstd_term * xhat) / n
+                new = (g * xhat, g)
+            else:
+                dx = rstd_chunk * (gw - xhat * mean_gwxhat) - grstd_term * xhat / n
+                new = (g * xhat,)
+            dx_ref[row, c] = dx.astype(dx_ref.dtype)
+            for ref, t in zip(acc_refs, new):
+                ref[c] = lay.load(ref, (c,), lay.column, stat) + t
+        return carry
+
+    lax.fori_loop(0, (m - 1 - program) // programs + 1, step, 0)  # this program's rows
+    for ref, out in zip(acc_refs, sum_refs):
+        for c in columns:
+            out[program, c] = lay.load(ref, (c,), lay.column, stat)
+
+
 def local_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: MosaicRowsLaunch):
     """``(dx, dw, db)`` on one device's rows (the kernel itself), ``dw``, ``db`` in the statistics'
     dtype; ``mean=None`` (and ``g_mean=None``): RMS norm's ``(dx, dw)``. As
@@ -309,7 +423,12 @@ def local_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: MosaicRowsLau
     programs = min(launch.programs, launch.blocks(m))
     launch = dataclasses.replace(launch, programs=programs)
     out_shape = [jax.ShapeDtypeStruct(x.shape, x.dtype)] + [jax.ShapeDtypeStruct((programs, n), stat)] * n_sums
-    kernel = functools.partial(_backward_kernel, launch=launch, center=center, steps=launch.backward_steps(m))
-    call = _call(kernel, launch, programs, out_shape, f"{'layer' if center else 'rms'}_norm_bwd_mgpu")
+    name = f"{'layer' if center else 'rms'}_norm_bwd_mgpu"
+    if launch.rows == 1:
+        kernel = functools.partial(_row_backward_kernel, launch=launch, center=center)
+        call = _call(kernel, launch, programs, out_shape, name, scratch=[((n,), stat)] * n_sums)
+    else:
+        kernel = functools.partial(_backward_kernel, launch=launch, center=center, steps=launch.backward_steps(m))
+        call = _call(kernel, launch, programs, out_shape, name)
     dx, *sums = call(x, g, w, *[v.astype(stat) for v in stats])
     return (dx, *(s.sum(0) for s in sums))

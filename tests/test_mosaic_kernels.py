@@ -94,6 +94,8 @@ SHAPES = [
     (37, 768, jnp.float16, False),
     (70, 4096, jnp.bfloat16, False),
     (66850, 768, jnp.float32, True),
+    (21844, 12288, jnp.bfloat16, True),
+    (5, 16384, jnp.float32, False),
 ]
 
 
@@ -124,6 +126,9 @@ INTERPRET_CASES = [
     (9, 512, jnp.float32, False, None),
     (203, 128, jnp.float32, True, 3),
     (203, 256, jnp.bfloat16, False, 4),
+    (1, 768, jnp.float32, True, None),  # one row: the one-row kernels
+    (3, 9216, jnp.bfloat16, False, None),  # wider than BLOCKS_WIDTH: the one-row kernels
+    (11, 256, jnp.float32, True, "rows"),  # the one-row kernels forced, 3 programs walking several rows
 ]
 
 
@@ -131,7 +136,9 @@ INTERPRET_CASES = [
 @pytest.mark.parametrize("m, n, dtype, center, programs", INTERPRET_CASES)
 def test_interpret_matches_jnp(m, n, dtype, center, programs):
     launch = mk.mosaic_rows_launch(m, n, dtype, interpret=True)
-    if programs is not None:
+    if programs == "rows":
+        launch = dataclasses.replace(launch, rows=1, programs=3)
+    elif programs is not None:
         launch = dataclasses.replace(launch, programs=programs)
         assert launch.backward_steps(m) > 1 and m % launch.rows
     _check(m, n, dtype, center, launch)
@@ -147,6 +154,10 @@ GPU_CASES = [
     (2051, 4096, jnp.bfloat16, False),
     (3, 128, jnp.float32, True),
     (66850, 768, jnp.bfloat16, True),
+    (1, 768, jnp.float32, True),
+    (1000, 12288, jnp.bfloat16, True),
+    (333, 16384, jnp.float32, False),
+    (517, 9216, jnp.float16, True),
 ]
 
 
@@ -163,6 +174,8 @@ def test_gpu_many_steps():
     launch = dataclasses.replace(mk.mosaic_rows_launch(m, n, jnp.float32), programs=7)
     assert launch.backward_steps(m) > 1 and m % launch.rows
     _check(m, n, jnp.float32, True, launch)
+    rows = dataclasses.replace(launch, rows=1, programs=7)  # the one-row kernels on a narrow width
+    _check(m, n, jnp.float32, True, rows)
 
 
 def test_supports_and_launch():
@@ -170,13 +183,16 @@ def test_supports_and_launch():
     assert mk.mosaic_supports(8192, 4096, jnp.float32) is None
     assert "multiple of 128" in mk.mosaic_supports(8192, 1000, jnp.float32)
     assert "float64" in mk.mosaic_supports(8192, 768, jnp.float64)
-    assert mk.mosaic_supports(1, 768, jnp.float32) is not None
+    assert mk.mosaic_supports(0, 768, jnp.float32) is not None
+    assert mk.mosaic_supports(1, 768, jnp.float32) is None
     assert mk.mosaic_supports(10, mk.MAX_WIDTH * 2, jnp.float32) is not None
     with pytest.raises(ValueError, match="do not support"):
         mk.mosaic_rows_launch(10, 100, jnp.float32)
-    for m, n in [(8192, 768), (16384, 4096), (65535, 4096), (66850, 768), (1000, 5120), (2, 128)]:
+    for m, n in [(8192, 768), (16384, 4096), (65535, 4096), (66850, 768), (1000, 5120), (2, 128), (21844, 12288),
+                 (1, 768)]:
         launch = mk.mosaic_rows_launch(m, n, jnp.bfloat16)
         assert launch == mk.mosaic_rows_launch(m, n, jnp.bfloat16)  # a pure function
-        assert 2 <= launch.rows <= m and n % launch.chunk == 0 and launch.chunk == 128 * launch.vector
+        assert n % launch.chunk == 0 and launch.chunk == 128 * launch.vector
+        assert launch.rows == 1 if n > mk.BLOCKS_WIDTH or m == 1 else 2 <= launch.rows <= m
         assert launch.forward_programs(m) * launch.rows >= m
         assert launch.programs * launch.backward_steps(m) >= launch.blocks(m)
