@@ -29,10 +29,11 @@ row indexed rather than sliced (Mosaic GPU cannot reshape a 1-row slice of a wid
 backward in two passes over the row (the second reads it again, from L1/L2) with ``dw``/``db``
 summed in SMEM.
 
-Measured on an H100 (jax 0.11.2, ``benchmarks/mosaic_vs_triton.py``): 0.71-1.0x the Triton
-kernels' time on the large sweep shapes (about 2.6-2.8 TB/s at 65535x4096), except the one-row
-backward in float32 (21844x12288: 1.33x; its second pass misses L1) and small launches (1000x5120,
-8192x768: within about +-25%, run to run); let the dispatch pick per measurement.
+Measured on an H100 (jax 0.11.2, ``benchmarks/mosaic_vs_triton.py``): 0.71-1.03x the Triton
+kernels' time at 16384x4096, 65535x4096, 66850x768 and 21844x12288 bfloat16 (about 2.6-2.8 TB/s at
+65535x4096), but 21844x12288 float32 0.97-1.10x (forward) and 1.33x (backward: the one-row second
+pass misses L1), and the small launches (1000x5120, 8192x768) 0.75-1.25x, varying run to run; let
+the dispatch pick per measurement.
 
 Register layouts are Mosaic GPU ``TiledLayout``s set with ``plgpu.layout_cast``. With
 ``launch.interpret`` the casts are left out and the same kernel bodies run in Pallas' (generic)
