@@ -172,6 +172,10 @@ REFERENCE_DIFFERS.update({
                                                "torch: 0)"),
 })
 KNOWN = {**FUZZ_OPEN, **REFERENCE_DIFFERS}
+# Entries whose difference is an order the LAPACK build chooses (eigenvalues, pivots): another
+# machine's build may agree with torch's there (eigvals/dtype/value gave "ok" on a machine with
+# numpy 2.4.6 where it gave "value" before), so ``test_known_still_fail`` accepts "ok" for them.
+BUILD_DEPENDENT = {"eigvals/dtype/value", "lu/nonfinite/value", "lu_factor/nonfinite/value"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -581,4 +585,5 @@ def test_known_still_fail(key):
     if record.kernel_backed and not _kernels_run():
         pytest.skip("the record runs the Pallas kernels, which this JAX cannot (its records are not fuzzed)")
     outcome = run_case(record, case)
-    assert outcome[0] == category, f"{key} gives {outcome} now; update or remove the entry ({reason})"
+    allowed = {category, "ok"} if key in BUILD_DEPENDENT else {category}
+    assert outcome[0] in allowed, f"{key} gives {outcome} now; update or remove the entry ({reason})"

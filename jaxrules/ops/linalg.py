@@ -448,7 +448,8 @@ def inv(a: ArrayLike) -> Array:
 
 def matrix_power(a: ArrayLike, n: int) -> Array:
     """``A^n`` for an integer ``n``: binary exponentiation by ``matmul`` (about ``2 log2 n``
-    products), ``(A^{-1})^{|n|}`` by ``inv`` for negative ``n``, the identity for ``n = 0``. An
+    products, in torch's order), ``(A^{-1})^{|n|}`` by ``inv`` for negative ``n``, the identity for
+    ``n = 0``. An
     explicit composition of ops with JVP/VJP formulas, as torch's ``linalg_matrix_power`` (a
     composite op): JVP ``d(A^n) = sum_k A^k dA A^{n-1-k}``, here through each product's seed
     ``mm_mat1_backward`` / ``mm_mat2_backward`` and ``inv``'s ``-X dA X``. Mirrors
@@ -477,7 +478,9 @@ def matrix_power(a: ArrayLike, n: int) -> Array:
     if n == 0:
         return jnp.broadcast_to(jnp.eye(x.shape[-1], dtype=x.dtype), x.shape)
     base, power, result = (inv_op(x) if n < 0 else x), abs(n), None
-    while True:
+    if power == 3:  # torch's (A A) A: with infinite entries the association decides where NaN appears
+        return matmul_op(matmul_op(base, base), base)
+    while True:  # torch's binary decomposition: result = result z, z = z z
         if power & 1:
             result = base if result is None else matmul_op(result, base)
         power >>= 1
