@@ -433,7 +433,7 @@ SWEEP_FEATURE_MAPS = ((256, 64, 112, 112), (8, 64, 112, 112), (128, 128, 56, 56)
                       (5, 96, 56, 56), (32, 512, 28, 28), (64, 256, 28, 28), (64, 512, 14, 14),
                       (3, 384, 14, 14), (128, 512, 7, 7), (32, 1024, 7, 7), (2, 64, 7, 7))
 SWEEP_DTYPES = (("float32", "float32"), ("bfloat16", "bfloat16"), ("bfloat16", "float32"))  # (x, weights)
-SWEEP_VARIANTS = ("default", "pallas", "xla", "jax")
+SWEEP_VARIANTS = ("default", "pallas", "xla", "jax")  # "mosaic" too, on request: the Mosaic GPU row kernels
 ROW_OPS = ("layer_norm", "rms_norm")  # normalized over the last axis: (rows, width) shapes
 NOISE_MS = 0.100  # below this (host-dispatch-bound programs: < 20 us of device work) a ratio gets a margin
 NOISE_MARGIN = 0.025  # ms: p90 of the run-to-run difference of one such program between two sweeps (H100)
@@ -498,14 +498,25 @@ def _plain_norm(op, x, w, b, eps=1e-5):
     return ((xf - mean) * jax.lax.rsqrt(var + eps) * view(w) + view(b)).astype(x.dtype)
 
 
+def sweep_applies(case: SweepCase, variant: str) -> bool:
+    """Whether ``variant`` runs ``case``: ``mosaic`` (the Mosaic GPU row kernels) only for layer
+    and RMS norm at the widths they take (``mosaic_kernels.mosaic_supports``)."""
+    if variant != "mosaic":
+        return True
+    from jaxrules import mosaic_kernels
+
+    return case.op in ROW_OPS and mosaic_kernels.mosaic_supports(math.prod(case.shape[:-1]), case.shape[-1],
+                                                                 case.dtype) is None
+
+
 def sweep_fn(case: SweepCase, variant: str) -> Callable:
-    """``(x, w, b) -> y`` of ``case`` in ``variant`` (``default``, ``pallas``, ``xla``, ``jax``);
-    RMS norm ignores ``b``."""
+    """``(x, w, b) -> y`` of ``case`` in ``variant`` (``default``, ``pallas``, ``mosaic``, ``xla``,
+    ``jax``); RMS norm ignores ``b``."""
     if variant == "jax":
         return functools.partial(_plain_norm, case.op)
     impl = None if variant == "default" else variant
-    if impl == "pallas" and jax.default_backend() != "gpu":
-        impl = "pallas_interpret"  # the same kernels, interpreted (to try the sweep on a CPU)
+    if impl in ("pallas", "mosaic") and jax.default_backend() != "gpu":
+        impl += "_interpret"  # the same kernels, interpreted (to try the sweep on a CPU)
     if case.op == "layer_norm":
         return lambda x, w, b: layer_norm(x, x.shape[-1], w, b, impl=impl)
     if case.op == "rms_norm":
@@ -577,7 +588,7 @@ def run_sweep(cases, variants=SWEEP_VARIANTS, repeats: int = 15, with_value: boo
             progress(case.name)
         try:
             x, w, b, ct = _sweep_inputs(case, rng)
-            steps = {v: fwd_bwd(sweep_fn(case, v), with_value) for v in variants}
+            steps = {v: fwd_bwd(sweep_fn(case, v), with_value) for v in variants if sweep_applies(case, v)}
             compiled = dict(zip(steps, pool.map(lambda s: s.lower(ct, x, w, b).compile(), steps.values())))
             timings = interleaved_median_ms({v: (lambda c=c: c(ct, x, w, b)) for v, c in compiled.items()}, repeats)
         except Exception as err:  # noqa: BLE001 - one broken case must not lose the others
@@ -588,7 +599,7 @@ def run_sweep(cases, variants=SWEEP_VARIANTS, repeats: int = 15, with_value: boo
         row = {"op": case.op, "shape": list(case.shape), "dtype": case.dtype, "weight_dtype": case.weight_dtype,
                "features": list(features), "plan": plan.impl, **{f"{v}_ms": t for v, t in timings.items()},
                "bytes": sweep_bytes(case, with_value)}
-        ours = next(timings[v] for v in ("default", "pallas", "xla", "jax") if v in timings)
+        ours = next(timings[v] for v in ("default", "pallas", "mosaic", "xla", "jax") if v in timings)
         row["sol"] = row["bytes"] / (ours * 1e-3) / 1e9 / meta["sol_gbps"]
         rows.append(row)
         if on_row is not None:
@@ -618,9 +629,9 @@ def sweep_markdown(rows, meta) -> str:
         f"{meta['sol_gbps']:.0f} GB/s). Ratios: the faster of XLA formulas / plain JAX over the default; "
         f"'ok' is >= 0.95 (under {NOISE_MS * 1e3:.0f} us: within {NOISE_MARGIN * 1e3:.0f} us).",
         "",
-        "| op | shape | dtype | plan | default ms | kernel ms | XLA ms | plain JAX ms | default vs best | "
+        "| op | shape | dtype | plan | default ms | kernel ms | Mosaic ms | XLA ms | plain JAX ms | default vs best | "
         "default vs JAX | XLA vs JAX | of SoL | ok |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     def over(a, b):  # row[a] / row[b] where the sweep measured both
         return r[a] / r[b] if a in r and b in r else None
@@ -630,17 +641,18 @@ def sweep_markdown(rows, meta) -> str:
         dtype = r["dtype"] + ("" if r["dtype"] == r["weight_dtype"] else f" (w {r['weight_dtype']})")
         lines.append(
             f"| {r['op']} | {'x'.join(map(str, r['shape']))} | {dtype} | {r['plan']} | {_fmt(r.get('default_ms'))} | "
-            f"{_fmt(r.get('pallas_ms'))} | {_fmt(r.get('xla_ms'))} | {_fmt(r.get('jax_ms'))} | {_fmt(ratio, 2)} | "
-            f"{_fmt(over('jax_ms', 'default_ms'), 2)} | {_fmt(over('jax_ms', 'xla_ms'), 2)} | {r['sol']:.0%} | "
-            f"{'' if ok is None else ('ok' if ok else 'LOW')} |")
+            + "".join(f"{_fmt(r.get(k))} | " for k in ("pallas_ms", "mosaic_ms", "xla_ms", "jax_ms"))
+            + f"{_fmt(ratio, 2)} | "
+            + f"{_fmt(over('jax_ms', 'default_ms'), 2)} | {_fmt(over('jax_ms', 'xla_ms'), 2)} | {r['sol']:.0%} | "
+            + f"{'' if ok is None else ('ok' if ok else 'LOW')} |")
     return "\n".join(lines) + "\n"
 
 
 def dispatch_record(rows, meta) -> dict:
     """The measurements the dispatch decides from (``jaxrules/dispatch_data/<kind>.json``)."""
     points = [{"op": r["op"], "dtype": "bfloat16" if r["dtype"] == "float16" else r["dtype"],
-               "weight_dtype": r["weight_dtype"], "features": r["features"], "pallas_ms": round(r["pallas_ms"], 5),
-               "xla_ms": round(r["xla_ms"], 5), "jax_ms": round(r["jax_ms"], 5)}
+               "weight_dtype": r["weight_dtype"], "features": r["features"],
+               **{k: round(r[k], 5) for k in ("pallas_ms", "mosaic_ms", "xla_ms", "jax_ms") if k in r}}
               for r in rows if "pallas_ms" in r and "xla_ms" in r]
     return {"device_kind": meta["device"], "jax": meta["jax"],
             "command": "python -m jaxrules bench --suite sweep --record FILE", "points": points}

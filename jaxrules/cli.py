@@ -454,7 +454,8 @@ def main(argv=None) -> int:
     bench.add_argument("--suite", default="default", choices=("default", "linalg", "all", "sweep"),
                        help="default: normalization and elementwise ops; linalg: 8192 32x32 matrices; "
                        "sweep: the kernel-backed norms over many shapes and dtypes, every implementation")
-    bench.add_argument("--variants", help="sweep: comma-separated subset of default,pallas,xla,jax")
+    bench.add_argument("--variants", help="sweep: comma-separated subset of default,pallas,mosaic,xla,jax (mosaic: "
+                       "the Mosaic GPU row kernels, layer and RMS norm; not in the default set)")
     bench.add_argument("--record", help="sweep: write the measurements (the dispatch's data format) to this JSON")
     bench.add_argument("--shard", help="sweep: K/N, every N-th case starting at K")
     bench.add_argument("--repeats", type=int, default=30, help="timed runs per measurement (median)")

@@ -5,21 +5,24 @@ decision can be tested on a machine without a GPU (``tests/test_dispatch.py`` ch
 launch grids it implies, for every benchmark program).
 
 * ``layer_norm_plan`` / ``rms_norm_plan`` / ``grouped_plan`` -> ``Plan(impl, launch, reason)``:
-  ``impl`` is ``"pallas"`` (the fused kernels of ``jaxrules.norm_kernels``) or ``"xla"`` (the jnp
-  formulas).
+  ``impl`` is ``"pallas"`` (the fused kernels of ``jaxrules.norm_kernels``, Pallas' Triton
+  backend), ``"mosaic"`` (layer and RMS norm only: the kernels of ``jaxrules.mosaic_kernels``,
+  Pallas' Mosaic GPU backend) or ``"xla"`` (the jnp formulas).
 * The choice on a GPU comes from measurements recorded in the repository per device kind,
   ``jaxrules/dispatch_data/<device kind>.json``, written by ``python -m jaxrules bench --suite
-  sweep --record FILE`` on that GPU: the kernel runs where, at the nearest measured shape (same op
-  and dtype; distance in log2 of the shape's features), it was faster than the XLA formulas. A
+  sweep --record FILE`` on that GPU: at the nearest measured shape (same op and dtype; distance in
+  log2 of the shape's features) the fastest measured implementation runs (a kernel without a
+  measurement there, such as the Mosaic GPU kernels before a sweep times them, never does). A
   GPU kind without measurements uses the H100's (the nearest evidence; say so in an issue if you
   run another kind). Off the GPU, and for float64, the XLA formulas run.
 * Launch parameters (``RowsLaunch``, ``GroupedLaunch``) are functions of the shape: every row
   count and width gets a tiled, masked launch with enough programs to fill the device, never a
   one-program backward (the 66850x256 cliff of issue 14).
-* The kernels are written for Pallas' Triton backend, which JAX 0.11 deprecated. Whether this
-  JAX still has it is checked lazily, at the first GPU decision (``triton_backend_missing``);
-  without it every kernel-backed op runs its XLA formulas (same derivatives), with one
-  ``KernelFallbackWarning``.
+* The ``"pallas"`` kernels are written for Pallas' Triton backend, which JAX 0.11 deprecated.
+  Whether this JAX still has it is checked lazily, at the first GPU decision
+  (``triton_backend_missing``); without it no ``"pallas"`` kernel is chosen: the op runs its XLA
+  formulas (same derivatives), or the Mosaic GPU kernels where they were measured faster, with
+  one ``KernelFallbackWarning``.
 """
 
 from __future__ import annotations
@@ -94,11 +97,30 @@ class GroupedLaunch:
     interpret: bool = False
 
 
+def row_launch(impl: str, m: int, n: int, dtype, *, interpret: bool = False):
+    """The launch of the rows kernels ``impl`` on (m, n) of ``dtype``: ``"pallas"``: ``RowsLaunch``
+    (``rows_launch``), ``"mosaic"``: ``mosaic_kernels.MosaicRowsLaunch``."""
+    if impl == "mosaic":
+        from jaxrules import mosaic_kernels
+
+        return mosaic_kernels.mosaic_rows_launch(m, n, dtype, interpret=interpret)
+    return rows_launch(m, n, interpret=interpret)
+
+
+def relaunch(launch, m: int, n: int, dtype):
+    """A launch of ``launch``'s kernels for another shape (a device's shard, vmap's folded rows)."""
+    impl = "pallas" if isinstance(launch, RowsLaunch) else "mosaic"
+    return row_launch(impl, m, n, dtype, interpret=launch.interpret)
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    impl: str  # "pallas" or "xla"
-    launch: RowsLaunch | GroupedLaunch | None
+    impl: str  # "pallas", "mosaic" or "xla"
+    launch: object  # RowsLaunch, GroupedLaunch, mosaic_kernels.MosaicRowsLaunch or None (XLA)
     reason: str
+
+
+_LABELS = {"pallas": "Triton kernel", "mosaic": "Mosaic GPU kernel", "xla": "XLA"}
 
 
 def _dtype_key(dtype) -> str:
@@ -133,7 +155,9 @@ def slug(device_kind: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in device_kind.lower()).strip("_")
 
 
-def _decide(op: str, device_kind: str, dtype, weight_dtype, features: tuple) -> tuple[str, str]:
+def _decide(op: str, device_kind: str, dtype, weight_dtype, features: tuple, kernels=("pallas",)) -> tuple[str, str]:
+    """``(impl, reason)``: the fastest of the XLA formulas and ``kernels`` (those that can run
+    here) at the nearest measured point."""
     key = _dtype_key(dtype)
     points = [p for p in measurements(device_kind) if p["op"] == op and p["dtype"] == key]
     same_weights = [p for p in points if p["weight_dtype"] == _dtype_key(weight_dtype or dtype)]
@@ -153,10 +177,11 @@ def _decide(op: str, device_kind: str, dtype, weight_dtype, features: tuple) -> 
         return sum((math.log2(max(f, 1)) - h) ** 2 for f, h in zip(p["features"], here))
 
     nearest = min(points, key=distance)
-    faster = nearest["pallas_ms"] <= nearest["xla_ms"]
+    times = {k: nearest[f"{k}_ms"] for k in kernels if f"{k}_ms" in nearest}
+    times["xla"] = nearest["xla_ms"]  # last: a kernel wins a tie
+    impl = min(times, key=times.get)
     where = f"{op} {key} {'x'.join(map(str, nearest['features']))} ({table_kind(device_kind)})"
-    return ("pallas" if faster else "xla"), (
-        f"nearest measurement {where}: kernel {nearest['pallas_ms']:.4f} ms, XLA {nearest['xla_ms']:.4f} ms")
+    return impl, f"nearest measurement {where}: " + ", ".join(f"{_LABELS[k]} {t:.4f} ms" for k, t in times.items())
 
 
 class KernelFallbackWarning(UserWarning):
@@ -173,24 +198,43 @@ def triton_backend_missing() -> str | None:
     except ImportError as err:
         import jax
 
-        reason = (f"Pallas' Triton backend is not available in jax {jax.__version__} ({err}); the fused "
-                  "kernels fall back to the XLA formulas (same derivatives)")
+        reason = (f"Pallas' Triton backend is not available in jax {jax.__version__} ({err}); its fused "
+                  "kernels fall back to the XLA formulas (same derivatives) or, where measured faster, the "
+                  "Mosaic GPU kernels")
         warnings.warn(f"jaxrules: {reason}", KernelFallbackWarning, stacklevel=2)
         return reason
     return None
 
 
+@functools.cache
+def mosaic_backend_missing() -> str | None:
+    """Why the Mosaic GPU kernels cannot run (``jax.experimental.pallas.mosaic_gpu`` does not
+    import in this JAX), or None when they can; checked once, at first use."""
+    try:
+        importlib.import_module("jax.experimental.pallas.mosaic_gpu")
+    except ImportError as err:
+        return f"Pallas' Mosaic GPU backend is not available ({err})"
+    return None
+
+
 def _gate(platform: str, dtype) -> str | None:
+    """Why no kernel can run (off the GPU, an unsupported dtype), or None."""
     import numpy as np
 
     if platform != "gpu":
         return f"platform {platform}: the kernels are for GPUs"
-    missing = triton_backend_missing()
-    if missing:
-        return missing
     if np.dtype(dtype).name not in KERNEL_DTYPES:
         return f"dtype {np.dtype(dtype).name}: the kernels take {', '.join(KERNEL_DTYPES)}"
     return None
+
+
+def _decide_kernels(op, device_kind, dtype, weight_dtype, features, kernels) -> tuple[str, str]:
+    """``_decide`` among the XLA formulas and those of ``{kernel: why not or None}`` that can run
+    here; the reason says so when the Triton kernels cannot (``triton_backend_missing``, which
+    warns once)."""
+    ready = tuple(k for k, why in kernels.items() if why is None)
+    impl, reason = _decide(op, device_kind, dtype, weight_dtype, features, ready)
+    return impl, f"{reason}; {kernels['pallas']}" if kernels["pallas"] else reason
 
 
 def layer_norm_features(m: int, n: int) -> tuple:
@@ -215,8 +259,12 @@ def _rows_plan(op: str, platform: str, device_kind: str, m: int, n: int, dtype, 
     blocked = _gate(platform, dtype) or (f"width {n} > {MAX_WIDTH}" if n > MAX_WIDTH else None)
     if blocked or m * n == 0:
         return Plan("xla", None, blocked or "empty input")
-    impl, reason = _decide(op, device_kind, dtype, weight_dtype, layer_norm_features(m, n))
-    return Plan(impl, rows_launch(m, n) if impl == "pallas" else None, reason)
+    from jaxrules import mosaic_kernels
+
+    kernels = {"pallas": triton_backend_missing(),
+               "mosaic": mosaic_kernels.mosaic_supports(m, n, dtype) or mosaic_backend_missing()}
+    impl, reason = _decide_kernels(op, device_kind, dtype, weight_dtype, layer_norm_features(m, n), kernels)
+    return Plan(impl, None if impl == "xla" else row_launch(impl, m, n, dtype), reason)
 
 
 def grouped_features(groups: int, rows: int, length: int) -> tuple:
@@ -232,5 +280,6 @@ def grouped_plan(op: str, platform: str, device_kind: str, groups: int, rows: in
     blocked = _gate(platform, dtype)
     if blocked or groups * rows * length == 0:
         return Plan("xla", None, blocked or "empty input")
-    impl, reason = _decide(op, device_kind, dtype, weight_dtype, grouped_features(groups, rows, length))
+    impl, reason = _decide_kernels(op, device_kind, dtype, weight_dtype, grouped_features(groups, rows, length),
+                                   {"pallas": triton_backend_missing()})
     return Plan(impl, GroupedLaunch() if impl == "pallas" else None, reason)

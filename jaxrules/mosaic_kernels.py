@@ -90,12 +90,13 @@ class MosaicRowsLaunch:
         return _cdiv(self.blocks(m), self.programs)
 
 
-def mosaic_supports(m: int, n: int, dtype) -> str | None:
-    """None when the Mosaic GPU kernels take an (m, n) array of ``dtype``, else the reason."""
+def mosaic_supports(m: int, n: int, dtype, *, interpret: bool = False) -> str | None:
+    """None when the Mosaic GPU kernels take an (m, n) array of ``dtype``, else the reason
+    (``interpret``: in Pallas' interpret mode, which also takes float64, as the Triton kernels')."""
     import numpy as np
 
     name = np.dtype(dtype).name
-    if name not in SUPPORTED_DTYPES:
+    if name not in SUPPORTED_DTYPES + (("float64",) if interpret else ()):
         return f"dtype {name} (the Mosaic GPU kernels take {', '.join(SUPPORTED_DTYPES)})"
     if m < 1:
         return "no rows"
@@ -109,7 +110,7 @@ def mosaic_supports(m: int, n: int, dtype) -> str | None:
 def mosaic_rows_launch(m: int, n: int, dtype=jnp.float32, *, interpret: bool = False) -> MosaicRowsLaunch:
     """The launch for ``m`` rows of ``n`` (a pure function of the shape; ``dtype`` is checked by
     ``mosaic_supports`` and kept for per-dtype tuning)."""
-    reason = mosaic_supports(m, n, dtype)
+    reason = mosaic_supports(m, n, dtype, interpret=interpret)
     if reason is not None:
         raise ValueError(f"the Mosaic GPU row kernels do not support {m}x{n} {jnp.dtype(dtype).name}: {reason}")
     vector = next(v for v in (4, 2, 1) if n % (WARPGROUP * v) == 0)

@@ -10,6 +10,8 @@ with the collectives the math needs:
 * layer norm and RMS norm (x (M, N)): rows sharded over any mesh axes, the normalized axis N
   replicated (gathered if it came sharded); the weight and bias replicated (gathered if sharded,
   FSDP style); the backward sums ``dw`` (and ``db``) over the row axes (one all-reduce, float32).
+  The same partitioning runs the Triton kernels (``norm_kernels``) or the Mosaic GPU ones
+  (``mosaic_kernels``), whichever the launch is for (``_row_kernels``).
 * group norm (x (N, G, K, L)): samples and groups sharded, K and L replicated; no collective
   (each group's statistics are local; XLA adds up ``dw``/``db`` over the samples).
 * batch norm, training (x (N, C, L)): samples and channels sharded, L replicated. The statistics
@@ -221,20 +223,20 @@ def _explicit_call(partition, impl, mesh, arrays, statics):
 # Layer norm and RMS norm: x (M, N), rows sharded.
 
 
-def _rows_launch(launch, m_local: int, n: int):
-    return dispatch.rows_launch(m_local, n, interpret=launch.interpret)
+def _row_kernels(launch):
+    """The module of the rows kernels ``launch`` is for: ``mosaic_kernels`` (Mosaic GPU) or
+    ``norm_kernels`` (Triton); both have ``local_forward`` / ``local_backward``."""
+    from jaxrules import mosaic_kernels, norm_kernels
+
+    return mosaic_kernels if isinstance(launch, mosaic_kernels.MosaicRowsLaunch) else norm_kernels
 
 
 def _ln_forward_impl(x, w, b, eps, launch):
-    from jaxrules import norm_kernels
-
-    return norm_kernels.local_forward(x, w, b, eps=eps, launch=launch)
+    return _row_kernels(launch).local_forward(x, w, b, eps=eps, launch=launch)
 
 
 def _rms_forward_impl(x, w, eps, launch):
-    from jaxrules import norm_kernels
-
-    return norm_kernels.local_forward(x, w, None, eps=eps, launch=launch)
+    return _row_kernels(launch).local_forward(x, w, None, eps=eps, launch=launch)
 
 
 def _rows_forward_partition(impl, n_stats: int):
@@ -244,7 +246,7 @@ def _rows_forward_partition(impl, n_stats: int):
     def partition(eps, launch, mesh, arg_shapes, result_shape):
         x = arg_shapes[0]
         rows = even_axes(mesh, x, 0)
-        local = _rows_launch(launch, x.shape[0] // shards(mesh, rows), x.shape[1])
+        local = dispatch.relaunch(launch, x.shape[0] // shards(mesh, rows), x.shape[1], x.dtype)
         lower = functools.partial(impl, eps=eps, launch=local)
         matrix = named(mesh, rows, ())
         return lower, (matrix,) + (named(mesh, rows),) * n_stats, (matrix,) + (named(mesh, ()),) * (
@@ -272,15 +274,11 @@ def rms_norm_forward(x, w, *, eps: float, launch):
 
 
 def _ln_backward_impl(x, g, w, mean, rstd, g_mean, g_rstd, launch):
-    from jaxrules import norm_kernels
-
-    return norm_kernels.local_backward(x, g, w, mean, rstd, g_mean, g_rstd, launch=launch)
+    return _row_kernels(launch).local_backward(x, g, w, mean, rstd, g_mean, g_rstd, launch=launch)
 
 
 def _rms_backward_impl(x, g, w, rstd, g_rstd, launch):
-    from jaxrules import norm_kernels
-
-    return norm_kernels.local_backward(x, g, w, None, rstd, None, g_rstd, launch=launch)
+    return _row_kernels(launch).local_backward(x, g, w, None, rstd, None, g_rstd, launch=launch)
 
 
 def _rows_backward_partition(impl, n_stats: int, n_sums: int):
@@ -291,7 +289,7 @@ def _rows_backward_partition(impl, n_stats: int, n_sums: int):
     def partition(launch, mesh, arg_shapes, result_shape):
         x = arg_shapes[0]
         rows = even_axes(mesh, x, 0)
-        local = _rows_launch(launch, x.shape[0] // shards(mesh, rows), x.shape[1])
+        local = dispatch.relaunch(launch, x.shape[0] // shards(mesh, rows), x.shape[1], x.dtype)
 
         def lower(*args):
             dx, *sums = impl(*args, local)

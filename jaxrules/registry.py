@@ -83,9 +83,10 @@ class OpRecord:
       from ``samples`` (``derive_empty_samples``). ``no_empty``: instead of samples, why no
       zero-size input makes sense for the op (torch and jax.numpy refuse them all); the check
       reports it.
-    * ``kernel_backed``: the record runs the fused Pallas kernels (their ``impl="pallas"``
-      path): in a JAX without Pallas' Triton backend the op falls back to its XLA formulas, so
-      the harness skips the record's checks, saying why (another record checks those formulas).
+    * ``kernel_backed``: the record runs the fused Pallas kernels of the Triton backend (their
+      ``impl="pallas"`` path): in a JAX without that backend the op falls back to its XLA
+      formulas, so the harness skips the record's checks, saying why (another record checks
+      those formulas). The Mosaic GPU records (``[mosaic]``) do not need it.
     * ``needs_gpu``: why the record runs only on a GPU (cuDNN); elsewhere its checks are skipped
       with that reason.
     """

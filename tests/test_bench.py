@@ -81,7 +81,7 @@ def test_sweep_table_of_some_variants_leaves_missing_ratios_empty():
     assert bench.sweep_verdict(row) == (0.5, False)
     assert bench.sweep_verdict({"default_ms": 1.0}) == (None, None)
     line = bench.sweep_markdown([row], meta).splitlines()[-1]
-    assert line == "| layer_norm | 3x64 | float32 | xla | 2.000 | — | — | 1.000 | 0.50 | 0.50 | — | 50% | LOW |"
+    assert line == "| layer_norm | 3x64 | float32 | xla | 2.000 | — | — | — | 1.000 | 0.50 | 0.50 | — | 50% | LOW |"
 
 
 def test_run_sweep_records_what_the_dispatch_reads(monkeypatch):

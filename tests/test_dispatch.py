@@ -160,6 +160,41 @@ def test_guarded_programs_lower_to_the_planned_kernels(case):
         assert min(kernels.values()) >= MIN_BACKWARD_PROGRAMS
 
 
+@pytest.mark.parametrize("case", [c for c in GUARDED if c.op in bench.ROW_OPS], ids=lambda c: c.name)
+def test_guarded_programs_lower_to_two_mosaic_kernels(case):
+    """``impl="mosaic"`` (issue 21) lowers for CUDA to the two Mosaic GPU kernels, forward and
+    backward, and no Triton kernel."""
+    x = jax.ShapeDtypeStruct(case.shape, case.dtype)
+    v = jax.ShapeDtypeStruct((case.channels,), case.weight_dtype)
+    step = jax.jit(lambda g, *a: jax.vjp(_impl_fn(case, "mosaic"), *a)[1](g))
+    text = export.export(step, platforms=["cuda"])(x, x, v, v).mlir_module()
+    assert text.count("stablehlo.custom_call @mosaic_gpu") == 2 and "triton" not in text
+
+
+ROW_POINT = {"op": "layer_norm", "dtype": "float32", "weight_dtype": "float32", "features": [16384, 4096],
+             "xla_ms": 0.48, "jax_ms": 0.48}
+
+
+@pytest.mark.parametrize("times, n, triton_missing, want", [
+    ({"pallas_ms": 0.50, "mosaic_ms": 0.45}, 4096, False, "mosaic"),  # the fastest measured kernel
+    ({"pallas_ms": 0.40, "mosaic_ms": 0.45}, 4096, False, "pallas"),
+    ({"pallas_ms": 0.50, "mosaic_ms": 0.45}, 4000, False, "xla"),  # Mosaic does not take 4000: XLA is next
+    ({"pallas_ms": 0.40}, 4096, False, "pallas"),  # no Mosaic measurement, no Mosaic kernel
+    ({"pallas_ms": 0.40, "mosaic_ms": 0.45}, 4096, True, "mosaic"),  # without Triton, Mosaic where faster
+    ({"pallas_ms": 0.40, "mosaic_ms": 0.55}, 4096, True, "xla"),
+])
+def test_the_fastest_measured_implementation_runs_mosaic_included(times, n, triton_missing, want, monkeypatch):
+    monkeypatch.setattr(dispatch, "measurements", lambda kind: ({**ROW_POINT, **times},))
+    monkeypatch.setattr(dispatch, "triton_backend_missing", lambda: "no Triton here" if triton_missing else None)
+    plan = dispatch.layer_norm_plan("gpu", "NVIDIA H100 80GB HBM3", 16384, n, jnp.float32)
+    assert plan.impl == want, plan.reason
+    from jaxrules import mosaic_kernels
+
+    kinds = {"pallas": dispatch.RowsLaunch, "mosaic": mosaic_kernels.MosaicRowsLaunch, "xla": type(None)}
+    assert isinstance(plan.launch, kinds[want])
+    assert ("no Triton here" in plan.reason) == triton_missing
+
+
 def _impl_fn(case, impl):
     if case.op == "layer_norm":
         return lambda x, w, b: layer_norm(x, x.shape[-1], w, b, impl=impl)

@@ -20,6 +20,7 @@ rows/samples sharded, weight gradients and batch norm's statistics reduced over 
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Sequence
@@ -113,7 +114,7 @@ def _rows_batch(primal):
         if x_dim is not None and all(d is None for d in dims[1:]):
             x = jnp.moveaxis(x, x_dim, 0)
             batch, m, n = x.shape
-            folded = dispatch.rows_launch(batch * m, n, interpret=launch.interpret)
+            folded = dispatch.relaunch(launch, batch * m, n, x.dtype)
             y, *stats = primal(x.reshape(batch * m, n), *args[1:], eps=eps, launch=folded)
             out = (y.reshape(batch, m, n), *(s.reshape(batch, m) for s in stats))
         else:
@@ -252,25 +253,42 @@ rms_norm_backward_eps_op = define_op(
 # Public functions
 
 _KERNEL_IMPLS = ("xla", "pallas", "pallas_interpret")
+_ROW_KERNEL_IMPLS = _KERNEL_IMPLS + ("mosaic", "mosaic_interpret")  # layer and RMS norm
 
 
-def _kernel_plan(op, impl, x, auto_plan, launch):
-    """``dispatch.Plan`` of the implementation to run: ``impl`` if given (checked; ``launch(interpret)``
-    gives its launch parameters), else ``auto_plan(platform, device kind)`` — the dispatch's pure
-    decision for this shape and dtype. Empty inputs always take the XLA formulas, and so does a
-    kernel ``impl`` in a JAX without Pallas' Triton backend (``dispatch.triton_backend_missing``,
-    warned once)."""
-    if impl is not None and impl not in _KERNEL_IMPLS:
-        raise ValueError(f"{op}: impl must be one of {_KERNEL_IMPLS}, got {impl!r}")
+def _kernel_plan(op, impl, x, auto_plan, launch, impls=_KERNEL_IMPLS):
+    """``dispatch.Plan`` of the implementation to run: ``impl`` if given (one of ``impls``, checked;
+    ``launch(kernel, interpret)`` gives the launch parameters of ``"pallas"`` or ``"mosaic"``),
+    else ``auto_plan(platform, device kind)`` — the dispatch's pure decision for this shape and
+    dtype. Empty inputs always take the XLA formulas, and so does a ``"pallas"`` impl in a JAX
+    without Pallas' Triton backend (``dispatch.triton_backend_missing``, warned once)."""
+    if impl is not None and impl not in impls:
+        raise ValueError(f"{op}: impl must be one of {impls}, got {impl!r}")
     if impl == "xla" or x.size == 0:
         return dispatch.Plan("xla", None, "impl='xla'" if impl else "empty input")
-    if impl is not None and (missing := dispatch.triton_backend_missing()):
+    kernel = None if impl is None else impl.removesuffix("_interpret")
+    if kernel == "pallas" and (missing := dispatch.triton_backend_missing()):
         return dispatch.Plan("xla", None, missing)
-    if impl is not None:
-        return dispatch.Plan("pallas", launch(impl == "pallas_interpret"), f"impl={impl!r}")
+    if kernel is not None:
+        return dispatch.Plan(kernel, launch(kernel, impl.endswith("_interpret")), f"impl={impl!r}")
     import jax
 
     return auto_plan(jax.default_backend(), jax.devices()[0].device_kind)
+
+
+def _row_launch(op, m, n, dtype):
+    """``launch(kernel, interpret)`` of the rows kernels on (m, n): a clear error where the
+    Mosaic GPU kernels do not take the shape (``mosaic_kernels.mosaic_supports``)."""
+
+    def launch(kernel, interpret):
+        if kernel == "mosaic":
+            from jaxrules import mosaic_kernels
+
+            if why := mosaic_kernels.mosaic_supports(m, n, dtype, interpret=interpret):
+                raise ValueError(f"{op}: impl='mosaic' does not take a {m}x{n} {jnp.dtype(dtype).name} input: {why}")
+        return dispatch.row_launch(kernel, m, n, dtype, interpret=interpret)
+
+    return launch
 
 
 def _affine_vectors(op, x, channels, weight, bias):
@@ -304,7 +322,7 @@ def _grouped_kernel_plan(op, impl, x, weight, groups):
     return _kernel_plan(op, impl, x,
                         lambda platform, kind: dispatch.grouped_plan(op, platform, kind, p, k, length, x.dtype,
                                                                      weight_dtype),
-                        lambda interpret: dispatch.GroupedLaunch(interpret=interpret))
+                        lambda kernel, interpret: dispatch.GroupedLaunch(interpret=interpret))
 
 
 def normalize_backward(x, mean, rstd, g, *, axes, eps, axis_name):
@@ -407,8 +425,10 @@ def layer_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: Arra
             scalar (then the XLA formulas run: the kernels compile ``eps`` in).
         impl: keyword-only: None (the dispatch's choice, ``jaxrules.dispatch``: the fused
             kernels on a GPU where they were measured faster for this shape and dtype),
-            ``"pallas"`` (the fused kernels, ``norm_kernels``), ``"xla"`` (the jnp formulas) or
-            ``"pallas_interpret"`` (the kernels interpreted, for tests).
+            ``"pallas"`` (the fused kernels, ``norm_kernels``: Pallas' Triton backend),
+            ``"mosaic"`` (the same kernels for Pallas' Mosaic GPU backend, ``mosaic_kernels``:
+            Hopper, widths a multiple of 128 up to 16384), ``"xla"`` (the jnp formulas) or
+            ``"pallas_interpret"`` / ``"mosaic_interpret"`` (the kernels interpreted, for tests).
 
     Returns:
         ``y``, of x's shape and dtype.
@@ -430,7 +450,7 @@ def layer_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: Arra
     plan = _kernel_plan("layer_norm", impl, x,
                         lambda platform, kind: dispatch.layer_norm_plan(platform, kind, m_local, n, x.dtype,
                                                                         _weight_dtype(x, weight)),
-                        lambda interpret: dispatch.rows_launch(m_local, n, interpret=interpret))
+                        _row_launch("layer_norm", m_local, n, x.dtype), _ROW_KERNEL_IMPLS)
     if plan.impl == "xla":
         return _affine_normalize("layer_norm", x, weight, bias, axes, shape, x.ndim - k, eps, None)[0]
     w, b = _affine_vectors("layer_norm", x, shape, weight, bias)
@@ -742,7 +762,8 @@ def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayL
             not ``finfo(x.dtype).eps`` as its documentation says); a finite real number, or a
             traced scalar (then the XLA formulas run: the kernels compile ``eps`` in).
         impl: keyword-only: None (the dispatch's choice, ``jaxrules.dispatch``), ``"pallas"``
-            (the fused kernels), ``"xla"`` (the jnp formulas) or ``"pallas_interpret"`` (the
+            (the fused kernels), ``"mosaic"`` (their Mosaic GPU version, as ``layer_norm``'s),
+            ``"xla"`` (the jnp formulas) or ``"pallas_interpret"`` / ``"mosaic_interpret"`` (the
             kernels interpreted, for tests).
 
     Returns:
@@ -772,7 +793,7 @@ def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayL
     m_local = math.prod(partitioning.local_shape(x)[: x.ndim - k])  # each device's rows, where known
     plan = _kernel_plan(op, impl, x,
                         lambda platform, kind: dispatch.rms_norm_plan(platform, kind, m_local, n, x.dtype, w.dtype),
-                        lambda interpret: dispatch.rows_launch(m_local, n, interpret=interpret))
+                        _row_launch(op, m_local, n, x.dtype), _ROW_KERNEL_IMPLS)
     if plan.impl != "xla":
         y, _ = rms_norm_rows_op(x.reshape(x.size // n, n), partitioning.replicated(w).reshape(n), eps=eps,
                                 launch=plan.launch)
@@ -791,15 +812,19 @@ _SEED_SHARED = ("_norm_jvp", "_invstd_jvp", "_affine_jvp")
 _FORMULAS = ("affine_normalize", "normalize_backward")
 
 
-def _kernel_mode(x):
-    """The fused kernels compiled on a GPU (float32 and narrower), interpreted elsewhere."""
+def _kernel_mode(x, kernel="pallas"):
+    """The fused kernels (``"pallas"`` or ``"mosaic"``) compiled on a GPU (float32 and narrower;
+    the Mosaic GPU kernels on Hopper or newer), interpreted elsewhere."""
     import jax
 
-    return "pallas" if jax.default_backend() == "gpu" and x.dtype != np.float64 else "pallas_interpret"
+    compiled = jax.default_backend() == "gpu" and x.dtype != np.float64
+    if kernel == "mosaic":
+        compiled = compiled and float(getattr(jax.devices()[0], "compute_capability", 0)) >= 9
+    return kernel if compiled else f"{kernel}_interpret"
 
 
-def _fused_layer_norm_fn(x, weight, bias):
-    return layer_norm(x, x.shape[-1:], weight, bias, impl=_kernel_mode(x))  # (0-d x: () refused, as torch)
+def _fused_layer_norm_fn(x, weight, bias, kernel="pallas"):
+    return layer_norm(x, x.shape[-1:], weight, bias, impl=_kernel_mode(x, kernel))  # (0-d x: () refused, as torch)
 
 
 def _fused_group_norm_fn(x, num_groups, weight, bias):
@@ -839,39 +864,41 @@ record(
 )
 
 
-record(
-    "layer_norm[pallas]", fn=_fused_layer_norm_fn, public=(_NN + "layer_norm(impl='pallas')",),
-    formula_ops=("layer_norm_rows",),
-    seed=("layer_norm_jvp", "native_layer_norm_backward", "layer_norm_double_backward"),
-    samples=lambda rng, dt: [Sample((normal(rng, dt, 8, 128), normal(rng, dt, 128) + 1, normal(rng, dt, 128)))],
-    torch_fn=lambda torch, x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b),
-    torch_name="torch.nn.functional.layer_norm", low_precision=("float32", "bfloat16"), double_backward=_GROUPED_DOUBLE,
-    batching="primal: vmap folded into the rows (one launch) when weight and bias are shared; formulas: "
-    "the kernels under jax.vmap",
-    kernel_backed=True,
-)
+_ROW_KERNEL_BACKENDS = {"pallas": "Pallas' Triton backend", "mosaic": "Pallas' Mosaic GPU backend (Hopper)"}
 
 
-def _fused_rms_norm_fn(x, weight, eps=None):
-    return rms_norm(x, x.shape[-1:], weight, eps, impl=_kernel_mode(x))  # (0-d x: () refused, as torch)
+def _fused_rms_norm_fn(x, weight, eps=None, kernel="pallas"):
+    return rms_norm(x, x.shape[-1:], weight, eps, impl=_kernel_mode(x, kernel))  # (0-d x: () refused, as torch)
 
 
 _RMS_SEEDS = ("rms_norm_jvp", "rms_norm_rstd_jvp", "_fused_rms_norm_backward",
               "infinitely_differentiable_native_rms_norm_backward")
-record(
-    "rms_norm[pallas]", fn=_fused_rms_norm_fn, public=(_NN + "rms_norm(impl='pallas')",),
-    formula_ops=("rms_norm_rows",), seed=_RMS_SEEDS,
-    samples=lambda rng, dt: [Sample((normal(rng, dt, 5, 24), normal(rng, dt, 24) + 1))],
-    torch_fn=lambda torch, x, w, eps=None: torch.nn.functional.rms_norm(x, x.shape[-1:], w, eps),
-    torch_name="torch.nn.functional.rms_norm", low_precision=("float32", "bfloat16"), double_backward=_GROUPED_DOUBLE,
-    batching="primal: vmap folded into the rows (one launch) when the weight is shared; formulas: the kernels "
-    "under jax.vmap",
-    # rstd = rsqrt(0 + eps) = 2, x_hat = 0: dx = rstd w, dw = 0 (as the XLA path's record).
-    singular=(SingularPoint("all-zero rows, eps=0.25", (np.zeros((2, 3)), np.array([1.0, 2.0, 3.0])),
-                            (np.tile([2.0, 4.0, 6.0], (2, 1)), np.zeros(3)), {"eps": 0.25},
-                            jvp=np.tile([2.0, 4.0, 6.0], (2, 1))),),
-    kernel_backed=True,
-)
+for _kernel, _backend in _ROW_KERNEL_BACKENDS.items():  # the same records for both kernels (rows of 128: Mosaic's)
+    record(
+        f"layer_norm[{_kernel}]", fn=functools.partial(_fused_layer_norm_fn, kernel=_kernel),
+        public=(_NN + f"layer_norm(impl={_kernel!r})",), formula_ops=("layer_norm_rows",),
+        seed=("layer_norm_jvp", "native_layer_norm_backward", "layer_norm_double_backward"),
+        samples=lambda rng, dt: [Sample((normal(rng, dt, 8, 128), normal(rng, dt, 128) + 1, normal(rng, dt, 128)))],
+        torch_fn=lambda torch, x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b),
+        torch_name="torch.nn.functional.layer_norm", low_precision=("float32", "bfloat16"),
+        double_backward=_GROUPED_DOUBLE, batching=f"{_backend}; primal: vmap folded into the rows (one launch) when "
+        "weight and bias are shared; formulas: the kernels under jax.vmap",
+        kernel_backed=_kernel == "pallas",  # the Mosaic GPU kernels do not need the Triton backend
+    )
+    record(
+        f"rms_norm[{_kernel}]", fn=functools.partial(_fused_rms_norm_fn, kernel=_kernel),
+        public=(_NN + f"rms_norm(impl={_kernel!r})",), formula_ops=("rms_norm_rows",), seed=_RMS_SEEDS,
+        samples=lambda rng, dt: [Sample((normal(rng, dt, 5, 128), normal(rng, dt, 128) + 1))],
+        torch_fn=lambda torch, x, w, eps=None: torch.nn.functional.rms_norm(x, x.shape[-1:], w, eps),
+        torch_name="torch.nn.functional.rms_norm", low_precision=("float32", "bfloat16"),
+        double_backward=_GROUPED_DOUBLE, batching=f"{_backend}; primal: vmap folded into the rows (one launch) when "
+        "the weight is shared; formulas: the kernels under jax.vmap",
+        # rstd = rsqrt(0 + eps) = 2, x_hat = 0: dx = rstd w, dw = 0 (as the XLA path's record).
+        singular=(SingularPoint("all-zero rows, eps=0.25", (np.zeros((2, 128)), np.arange(1.0, 129.0)),
+                                (np.tile(np.arange(2.0, 258.0, 2.0), (2, 1)), np.zeros(128)), {"eps": 0.25},
+                                jvp=np.tile(np.arange(2.0, 258.0, 2.0), (2, 1))),),
+        kernel_backed=_kernel == "pallas",
+    )
 
 
 record(
