@@ -66,6 +66,41 @@ def cudnn_fused_attention():
     return fused_attention_stablehlo
 
 
+def varying_like(tree, *refs):
+    """``tree`` (a scan's initial carry, built from constants) marked as varying over the manual
+    mesh axes any of ``refs`` varies over: under ``jax.shard_map`` a scan's carry must keep its
+    type, and the body's outputs vary with the data (``jax.lax.pcast(..., to="varying")``).
+    Unchanged outside ``shard_map``."""
+    axes = frozenset().union(*(_varying_axes(r) for r in refs if r is not None))
+
+    def cast(x):
+        missing = tuple(sorted(axes - _varying_axes(x)))
+        return jax.lax.pcast(x, missing, to="varying") if missing else x
+
+    return jax.tree.map(cast, tree)
+
+
+def varying_struct(shape, dtype, refs=()) -> jax.ShapeDtypeStruct:
+    """``jax.ShapeDtypeStruct(shape, dtype)`` for a Pallas kernel's output, varying over the
+    manual mesh axes any of ``refs`` (its inputs, at least one) varies over: under a user's
+    ``jax.shard_map`` (``check_vma=True``, the default) ``pallas_call`` needs the type; elsewhere
+    it is the plain one."""
+    refs = [r for r in refs if r is not None]
+    axes = frozenset().union(*map(_varying_axes, refs))
+    if "manual_axis_type" in inspect.signature(jax.ShapeDtypeStruct).parameters:  # JAX 0.10
+        varying = jax.typeof(refs[0]).manual_axis_type.update(varying=axes)
+        return jax.ShapeDtypeStruct(shape, dtype, manual_axis_type=varying)
+    return jax.ShapeDtypeStruct(shape, dtype, vma=axes)
+
+
+def _varying_axes(x) -> frozenset:
+    """The manual mesh axes ``x`` varies over (JAX 0.10: ``manual_axis_type.varying``; the
+    type's ``vma`` in JAX versions that name it so)."""
+    aval = jax.typeof(x)
+    mat = getattr(aval, "manual_axis_type", None)
+    return frozenset(mat.varying) if mat is not None else frozenset(getattr(aval, "vma", ()))
+
+
 def concrete_value(x):
     """The value of ``x`` as a NumPy array when it is known on the host (an array, or a tracer
     of an eager ``grad``/``jvp`` whose primal is concrete), else ``None`` (under ``jit`` or

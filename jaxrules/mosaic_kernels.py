@@ -46,11 +46,11 @@ import dataclasses
 import functools
 import inspect
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from jaxrules.mechanism import varying_like, varying_struct
 from jaxrules.partials import defined_mean, stat_dtype
 
 SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
@@ -80,11 +80,11 @@ class MosaicRowsLaunch:
     programs: int
     interpret: bool = False
 
-    def forward_programs(self, m: int) -> int:
+    def blocks(self, m: int) -> int:
+        """The blocks of rows of (m, N): the forward's programs, walked by the backward's."""
         return _cdiv(m, self.rows)
 
-    def blocks(self, m: int) -> int:
-        return _cdiv(m, self.rows)
+    forward_programs = blocks  # as dispatch.RowsLaunch names it
 
     def backward_steps(self, m: int) -> int:
         return _cdiv(self.blocks(m), self.programs)
@@ -210,8 +210,9 @@ def _call(kernel, launch, programs, out_shape, name, scratch=()):
     if smem:
         types["scratch_types" if new_names else "scratch_shapes"] = smem
     named = {"kernel_name": name} if "kernel_name" in {f.name for f in dataclasses.fields(plgpu.Mesh)} else {}
-    return plgpu.kernel(kernel, **types, grid=(programs,), grid_names=(GRID_AXIS,), compiler_params=params,
-                        **named)
+    call = plgpu.kernel(kernel, **types, grid=(programs,), grid_names=(GRID_AXIS,), compiler_params=params, **named)
+    # under jax.shard_map its outputs do not carry the inputs' varying mesh axes (their types say so)
+    return lambda *args: varying_like(call(*args), *args)
 
 
 def _program_id(launch):
@@ -261,9 +262,10 @@ def local_forward(x, w, b, *, eps, launch: MosaicRowsLaunch):
     kernel itself); ``b=None``: RMS norm, ``(y, rstd)``. As ``norm_kernels.local_forward``."""
     center = b is not None
     m, n = x.shape
-    per_row = jax.ShapeDtypeStruct((m,), stat_dtype(x.dtype))
+    struct = functools.partial(varying_struct, refs=(x, w, b))
+    per_row = struct((m,), stat_dtype(x.dtype))
     n_out = 3 if center else 2
-    out_shape = [jax.ShapeDtypeStruct(x.shape, x.dtype)] + [per_row] * (n_out - 1)
+    out_shape = [struct(x.shape, x.dtype)] + [per_row] * (n_out - 1)
     kernel = _row_forward_kernel if launch.rows == 1 else _forward_kernel
     call = _call(functools.partial(kernel, eps=eps, launch=launch, center=center), launch,
                  launch.forward_programs(m), out_shape, f"{'layer' if center else 'rms'}_norm_fwd_mgpu")
@@ -429,7 +431,8 @@ def local_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: MosaicRowsLau
     n_sums = 2 if center else 1
     programs = min(launch.programs, launch.blocks(m))
     launch = dataclasses.replace(launch, programs=programs)
-    out_shape = [jax.ShapeDtypeStruct(x.shape, x.dtype)] + [jax.ShapeDtypeStruct((programs, n), stat)] * n_sums
+    struct = functools.partial(varying_struct, refs=(x, g, w, *stats))
+    out_shape = [struct(x.shape, x.dtype)] + [struct((programs, n), stat)] * n_sums
     name = f"{'layer' if center else 'rms'}_norm_bwd_mgpu"
     if launch.rows == 1:
         kernel = functools.partial(_row_backward_kernel, launch=launch, center=center)

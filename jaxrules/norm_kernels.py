@@ -26,12 +26,12 @@ from __future__ import annotations
 import functools
 import math
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
 from jaxrules.dispatch import GroupedLaunch, RowsLaunch
+from jaxrules.mechanism import varying_struct
 from jaxrules.partials import defined_mean, stat_dtype
 
 
@@ -101,15 +101,17 @@ def _forward_kernel(*refs, eps, launch, center):
     _store(rstd_ref, tile, launch, n, rstd)
 
 
-def forward(x, w, b, *, eps, launch: RowsLaunch):
-    """``(y, mean, rstd)`` of layer norm over the last axis of ``x`` (M, N). Under ``jit`` with a
-    sharded ``x`` the kernel runs on each device's rows (``jaxrules.partitioning``)."""
+def forward(x, w, b, *, eps, launch):
+    """``(y, mean, rstd)`` of layer norm over the last axis of ``x`` (M, N), by the kernels
+    ``launch`` is for (this module's, ``RowsLaunch``, or ``mosaic_kernels``', ``MosaicRowsLaunch``).
+    Under ``jit`` with a sharded ``x`` the kernel runs on each device's rows
+    (``jaxrules.partitioning``)."""
     from jaxrules import partitioning
 
     return partitioning.layer_norm_forward(x, w, b, eps=eps, launch=launch)
 
 
-def rms_forward(x, w, *, eps, launch: RowsLaunch):
+def rms_forward(x, w, *, eps, launch):
     """``(y, rstd)`` of RMS norm over the last axis of ``x`` (M, N): ``y = x rstd w``, ``rstd =
     rsqrt(E[x^2] + eps)``; partitioned as ``forward``."""
     from jaxrules import partitioning
@@ -122,11 +124,12 @@ def local_forward(x, w, b, *, eps, launch: RowsLaunch):
     outputs ``(y, rstd)``)."""
     center = b is not None
     m, n = x.shape
-    per_row = jax.ShapeDtypeStruct((m,), stat_dtype(x.dtype))
+    struct = functools.partial(varying_struct, refs=(x, w, b))
+    per_row = struct((m,), stat_dtype(x.dtype))
     return pl.pallas_call(
         functools.partial(_forward_kernel, eps=eps, launch=launch, center=center),
         grid=(launch.forward_programs(m),),
-        out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype)] + [per_row] * (2 if center else 1),
+        out_shape=[struct(x.shape, x.dtype)] + [per_row] * (2 if center else 1),
         interpret=launch.interpret, name=f"{'layer' if center else 'rms'}_norm_fwd", **_compiler_params(launch),
     )(x, w, *([b] if center else []))
 
@@ -172,7 +175,7 @@ def _backward_kernel(*refs, launch, center):
         ref[...] = total
 
 
-def backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: RowsLaunch):
+def backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch):
     """``(dx, dw, db)``: the VJP of ``forward`` for cotangents ``g`` (of y), ``g_mean``,
     ``g_rstd``. Under ``jit`` with sharded rows the kernel runs on each device's rows and ``dw``,
     ``db`` are summed over the devices (``jaxrules.partitioning``)."""
@@ -182,7 +185,7 @@ def backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: RowsLaunch):
     return dx, dw.astype(w.dtype), db.astype(w.dtype)
 
 
-def rms_backward(x, g, w, rstd, g_rstd, *, launch: RowsLaunch):
+def rms_backward(x, g, w, rstd, g_rstd, *, launch):
     """``(dx, dw)``: the VJP of ``rms_forward`` for cotangents ``g`` (of y) and ``g_rstd``, ``dx =
     rstd (g w - x_hat E[g w x_hat]) - g_rstd rstd^2 x_hat / N``, ``dw = sum g x_hat``; partitioned
     as ``backward``."""
@@ -203,13 +206,14 @@ def local_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: RowsLaunch):
     stats = (mean, rstd, g_mean, g_rstd) if center else (rstd, g_rstd)
     n_sums = 2 if center else 1
     partial_spec = pl.BlockSpec((None, launch.width), lambda i: (i, 0))
-    partial_shape = jax.ShapeDtypeStruct((programs, launch.width), stat)
+    struct = functools.partial(varying_struct, refs=(x, g, w, *stats))
+    partial_shape = struct((programs, launch.width), stat)
     dx, *sums = pl.pallas_call(
         functools.partial(_backward_kernel, launch=launch, center=center),
         grid=(programs,),
         in_specs=[pl.no_block_spec] * (3 + len(stats)),  # whole arrays: the kernel indexes its own tiles
         out_specs=[pl.no_block_spec] + [partial_spec] * n_sums,
-        out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype)] + [partial_shape] * n_sums,
+        out_shape=[struct(x.shape, x.dtype)] + [partial_shape] * n_sums,
         interpret=launch.interpret, name=f"{'layer' if center else 'rms'}_norm_bwd", **_compiler_params(launch),
     )(x, g, w, *[v.astype(stat) for v in stats])
     return (dx, *(s.sum(0)[:n] for s in sums))
@@ -348,7 +352,7 @@ def local_moments(x3, *, layout, groups, launch: GroupedLaunch):
         grid=(p, splits),
         in_specs=[_group_block(layout, rows, length, split_axis=True)],
         out_specs=[out_spec, out_spec],
-        out_shape=[jax.ShapeDtypeStruct((p, splits), stat)] * 2,
+        out_shape=[varying_struct((p, splits), stat, refs=(x3,))] * 2,
         interpret=launch.interpret, name=f"{layout}_norm_stats", **_compiler_params(launch),
     )(view)
     mean = means.mean(1)  # equal counts per slice
@@ -455,7 +459,8 @@ def _grouped_call(kernel, x3, layout, groups, launch, inputs, n_scalars, outputs
     scalar = pl.BlockSpec((None,), lambda i: (i,))
     per_row = pl.BlockSpec((None, k), lambda i: (i, 0))
     views = [grouped_view(a, layout, groups)[0] for a in inputs[:2]]
-    shapes = {"dx": jax.ShapeDtypeStruct(views[0].shape, x3.dtype), "rows": jax.ShapeDtypeStruct((p, k), stat)}
+    struct = functools.partial(varying_struct, refs=(x3, *inputs))
+    shapes = {"dx": struct(views[0].shape, x3.dtype), "rows": struct((p, k), stat)}
     outs = pl.pallas_call(
         functools.partial(kernel, rows=k, length=length, launch=launch, weighted=layout != "batch", **params),
         grid=(p,),

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from jaxrules.mechanism import varying_struct
 from jaxrules.partials import stat_dtype
 
 _NEG = -1e30  # masked score (finite: exp underflows to 0 without inf - inf)
@@ -186,8 +187,8 @@ def forward(meta, qs, ks, vs, *, scale, block, interpret, causal=False):
     float32 (float64 for float64 input)."""
     heads, slots, _ = qs.shape
     outs = [
-        jax.ShapeDtypeStruct(qs.shape[:2] + vs.shape[2:], vs.dtype),
-        jax.ShapeDtypeStruct((heads, slots), stat_dtype(qs.dtype)),
+        varying_struct(qs.shape[:2] + vs.shape[2:], vs.dtype, refs=(*meta, qs, ks, vs)),
+        varying_struct((heads, slots), stat_dtype(qs.dtype), refs=(*meta, qs, ks, vs)),
     ]
     kernel = functools.partial(_forward_kernel, scale=scale, block=block, causal=causal)
     return _call(kernel, meta, [qs], [ks, vs], outs, block=block, interpret=interpret, name="ragged_attention_fwd")
@@ -195,7 +196,7 @@ def forward(meta, qs, ks, vs, *, scale, block, interpret, causal=False):
 
 def backward(meta, qs, ks, vs, dos, lse, delta, *, scale, block, interpret, causal=False):
     """(dq, dk, dv) in the slot layout; ``delta = rowsum(dO out) - g_lse`` per query."""
-    like = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)  # noqa: E731
+    like = lambda x: varying_struct(x.shape, x.dtype, refs=(*meta, qs, ks, vs, dos, lse, delta))  # noqa: E731
     dq_kernel = functools.partial(_dq_kernel, scale=scale, block=block, causal=causal)
     (dq,) = _call(dq_kernel, meta, [qs, dos, lse, delta], [ks, vs], [like(qs)], block=block, interpret=interpret,
                   name="ragged_attention_dq")

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from jaxrules import partials as P
 from jaxrules import partitioning
-from jaxrules.mechanism import differentiated_as
+from jaxrules.mechanism import differentiated_as, varying_like
 from jaxrules.nested import blocks as K
 
 
@@ -202,11 +202,11 @@ def attention_primal(q, k, v, token_slot, slot_token, pair_q, pair_k, *, scale, 
         )
         return (m_new, norm, acc), None
 
-    init = (
+    init = varying_like((
         jnp.full((nb, heads, block), -jnp.inf, q.dtype),
         jnp.zeros((nb, heads, block), q.dtype),
         jnp.zeros((nb, block, heads, v.shape[-1]), q.dtype),
-    )
+    ), q, k, v, token_slot, slot_token, pair_q, pair_k)
     (m, norm, acc), _ = jax.lax.scan(step, init, K.chunked(pair_q, pair_k, chunk))
     norm_t = jnp.swapaxes(norm, 1, 2)  # (nb, block, heads)
     # (a query whose every score is -inf: 0 / 0 = NaN, as torch's softmax; empty slots divide by 1)
@@ -254,7 +254,8 @@ def attention_jvp(res, tq, tk, tv, *_, scale, block, chunk, causal=False):
         return (dlse + K.combine(p_ds.sum(-1), pq, nb), num + K.combine(contribution, pq, nb)), None
 
     heads, dim, dtype = out.shape[1], out.shape[2], out.dtype
-    init = (jnp.zeros((nb, heads, block), dtype), jnp.zeros((nb, block, heads, dim), dtype))
+    init = varying_like((jnp.zeros((nb, heads, block), dtype), jnp.zeros((nb, block, heads, dim), dtype)),
+                        *res, tq, tk, tv)
     (dlse, num), _ = jax.lax.scan(step, init, K.chunked(pair_q, pair_k, chunk))
     dlse_b = jnp.swapaxes(dlse, 1, 2)  # (nb, block, heads)
     dout_b = num - _layout(out, slot_token, block) * dlse_b[..., None]
@@ -287,7 +288,7 @@ def attention_vjp(res, ct, *, scale, block, chunk, causal=False):
         dk = dk + K.combine(jnp.einsum("phqk,pqhd->pkhd", ds, qb[pq]), pk, nb)
         return (dq, dk, dv), None
 
-    init = tuple(jnp.zeros((nb, block, *x.shape[1:]), x.dtype) for x in (q, k, v))
+    init = varying_like(tuple(jnp.zeros((nb, block, *x.shape[1:]), x.dtype) for x in (q, k, v)), *res, g, g_lse)
     (dq, dk, dv), _ = jax.lax.scan(step, init, K.chunked(pair_q, pair_k, chunk))
     dv = None if g is None else K.from_blocks(dv, token_slot)
     return K.from_blocks(dq, token_slot), K.from_blocks(dk, token_slot), dv, None, None, None, None
