@@ -500,7 +500,12 @@ def _plain_norm(op, x, w, b, eps=1e-5):
 
 def sweep_applies(case: SweepCase, variant: str) -> bool:
     """Whether ``variant`` runs ``case``: ``mosaic`` (the Mosaic GPU row kernels) only for layer
-    and RMS norm at the widths they take (``mosaic_kernels.mosaic_supports``)."""
+    and RMS norm at the widths they take (``mosaic_kernels.mosaic_supports``), ``pallas`` not on
+    a GPU without Pallas' Triton backend."""
+    if variant == "pallas":  # without the Triton backend it would time the XLA fallback
+        from jaxrules import dispatch
+
+        return jax.default_backend() != "gpu" or dispatch.triton_backend_missing() is None
     if variant != "mosaic":
         return True
     from jaxrules import mosaic_kernels
@@ -653,6 +658,6 @@ def dispatch_record(rows, meta) -> dict:
     points = [{"op": r["op"], "dtype": "bfloat16" if r["dtype"] == "float16" else r["dtype"],
                "weight_dtype": r["weight_dtype"], "features": r["features"],
                **{k: round(r[k], 5) for k in ("pallas_ms", "mosaic_ms", "xla_ms", "jax_ms") if k in r}}
-              for r in rows if "pallas_ms" in r and "xla_ms" in r]
+              for r in rows if "xla_ms" in r and ("pallas_ms" in r or "mosaic_ms" in r)]
     return {"device_kind": meta["device"], "jax": meta["jax"],
             "command": "python -m jaxrules bench --suite sweep --record FILE", "points": points}

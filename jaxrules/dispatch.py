@@ -108,9 +108,14 @@ def row_launch(impl: str, m: int, n: int, dtype, *, interpret: bool = False):
 
 
 def relaunch(launch, m: int, n: int, dtype):
-    """A launch of ``launch``'s kernels for another shape (a device's shard, vmap's folded rows)."""
-    impl = "pallas" if isinstance(launch, RowsLaunch) else "mosaic"
-    return row_launch(impl, m, n, dtype, interpret=launch.interpret)
+    """A launch of ``launch``'s rows kernels for another shape (a device's shard, vmap's folded
+    rows)."""
+    from jaxrules import mosaic_kernels
+
+    kinds = {RowsLaunch: "pallas", mosaic_kernels.MosaicRowsLaunch: "mosaic"}
+    if type(launch) not in kinds:
+        raise TypeError(f"relaunch: not a rows kernels' launch: {launch!r}")
+    return row_launch(kinds[type(launch)], m, n, dtype, interpret=launch.interpret)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,8 +204,8 @@ def triton_backend_missing() -> str | None:
         import jax
 
         reason = (f"Pallas' Triton backend is not available in jax {jax.__version__} ({err}); its fused "
-                  "kernels fall back to the XLA formulas (same derivatives) or, where measured faster, the "
-                  "Mosaic GPU kernels")
+                  "kernels fall back to the XLA formulas (same derivatives) or, for layer and RMS norm where "
+                  "measured faster, the Mosaic GPU kernels")
         warnings.warn(f"jaxrules: {reason}", KernelFallbackWarning, stacklevel=2)
         return reason
     return None
@@ -261,8 +266,9 @@ def _rows_plan(op: str, platform: str, device_kind: str, m: int, n: int, dtype, 
         return Plan("xla", None, blocked or "empty input")
     from jaxrules import mosaic_kernels
 
-    kernels = {"pallas": triton_backend_missing(),
-               "mosaic": mosaic_kernels.mosaic_supports(m, n, dtype) or mosaic_backend_missing()}
+    own_table = None if table_kind(device_kind) == device_kind else f"no measurements of {device_kind} itself"
+    kernels = {"pallas": triton_backend_missing(),  # Mosaic: Hopper kernels, only on the kind they were measured on
+               "mosaic": mosaic_kernels.mosaic_supports(m, n, dtype) or mosaic_backend_missing() or own_table}
     impl, reason = _decide_kernels(op, device_kind, dtype, weight_dtype, layer_norm_features(m, n), kernels)
     return Plan(impl, None if impl == "xla" else row_launch(impl, m, n, dtype), reason)
 

@@ -1,6 +1,7 @@
 """Issue 21, requirement 1: without Pallas' Triton backend (deprecated in JAX 0.11, to be removed)
-every kernel-backed op falls back to its XLA formulas with one warning. The backend is hidden
-by making ``jax.experimental.pallas.triton`` fail to import."""
+every op backed by its kernels falls back to its XLA formulas with one warning (layer and RMS norm
+to their Mosaic GPU kernels where a sweep measured those faster: ``tests/test_dispatch.py``). The
+backend is hidden by making ``jax.experimental.pallas.triton`` fail to import."""
 
 from __future__ import annotations
 

@@ -72,3 +72,20 @@ def test_the_gradient_runs_cudnns_forward_once():
     calls = re.findall(r'custom_call_target="__cudnn\$fmha\w*"', hlo)
     forwards = [c for c in calls if "Backward" not in c]
     assert len(forwards) == 1 and len(calls) == 2, calls
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_cudnn_ops_forward_mode_is_the_formulas(causal):
+    """The cuDNN op's JVP (the XLA op's formula on cuDNN's (B, L, N, E) layout) runs without a
+    GPU: it never calls cuDNN. Against ``jax.jvp`` of the XLA path (it unpacked two masks of
+    three until stop 22, so forward mode of the cuDNN path raised on every GPU)."""
+    from jaxrules.ops import attention as A
+
+    rng = np.random.default_rng(5)
+    q, k, v, tq, tk, tv = (jnp.asarray(rng.standard_normal((2, 6, 3, 8))) for _ in range(6))  # (B, L, N, E)
+    got = A._cudnn_jvp((q, k, v), tq, tk, tv, scale=0.3, causal=causal)
+    heads = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731 - (B, N, L, E), torch's layout
+    want = jax.jvp(lambda q, k, v: heads(scaled_dot_product_attention(*map(heads, (q, k, v)), is_causal=causal,
+                                                                      scale=0.3, impl="xla")),
+                   (q, k, v), (tq, tk, tv))[1]
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)

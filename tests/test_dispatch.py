@@ -175,18 +175,22 @@ ROW_POINT = {"op": "layer_norm", "dtype": "float32", "weight_dtype": "float32", 
              "xla_ms": 0.48, "jax_ms": 0.48}
 
 
-@pytest.mark.parametrize("times, n, triton_missing, want", [
-    ({"pallas_ms": 0.50, "mosaic_ms": 0.45}, 4096, False, "mosaic"),  # the fastest measured kernel
-    ({"pallas_ms": 0.40, "mosaic_ms": 0.45}, 4096, False, "pallas"),
-    ({"pallas_ms": 0.50, "mosaic_ms": 0.45}, 4000, False, "xla"),  # Mosaic does not take 4000: XLA is next
-    ({"pallas_ms": 0.40}, 4096, False, "pallas"),  # no Mosaic measurement, no Mosaic kernel
-    ({"pallas_ms": 0.40, "mosaic_ms": 0.45}, 4096, True, "mosaic"),  # without Triton, Mosaic where faster
-    ({"pallas_ms": 0.40, "mosaic_ms": 0.55}, 4096, True, "xla"),
+@pytest.mark.parametrize("times, n, triton_missing, kind, want", [
+    ({"pallas_ms": 0.50, "mosaic_ms": 0.45}, 4096, False, KINDS[0], "mosaic"),  # the fastest measured kernel
+    ({"pallas_ms": 0.40, "mosaic_ms": 0.45}, 4096, False, KINDS[0], "pallas"),
+    ({"pallas_ms": 0.50, "mosaic_ms": 0.45}, 4000, False, KINDS[0], "xla"),  # Mosaic does not take 4000
+    ({"pallas_ms": 0.40}, 4096, False, KINDS[0], "pallas"),  # no Mosaic measurement, no Mosaic kernel
+    ({"pallas_ms": 0.40, "mosaic_ms": 0.45}, 4096, True, KINDS[0], "mosaic"),  # without Triton, Mosaic if faster
+    ({"pallas_ms": 0.40, "mosaic_ms": 0.55}, 4096, True, KINDS[0], "xla"),
+    # a kind without its own table (an A100 uses the H100's): never the Hopper kernels
+    ({"pallas_ms": 0.50, "mosaic_ms": 0.45}, 4096, False, "NVIDIA A100-SXM4-80GB", "xla"),
 ])
-def test_the_fastest_measured_implementation_runs_mosaic_included(times, n, triton_missing, want, monkeypatch):
+def test_the_fastest_measured_implementation_runs_mosaic_included(times, n, triton_missing, kind, want,
+                                                                   monkeypatch):
     monkeypatch.setattr(dispatch, "measurements", lambda kind: ({**ROW_POINT, **times},))
     monkeypatch.setattr(dispatch, "triton_backend_missing", lambda: "no Triton here" if triton_missing else None)
-    plan = dispatch.layer_norm_plan("gpu", "NVIDIA H100 80GB HBM3", 16384, n, jnp.float32)
+    monkeypatch.setattr(dispatch, "mosaic_backend_missing", lambda: None)
+    plan = dispatch.layer_norm_plan("gpu", kind, 16384, n, jnp.float32)
     assert plan.impl == want, plan.reason
     from jaxrules import mosaic_kernels
 

@@ -172,10 +172,10 @@ REFERENCE_DIFFERS.update({
                                                "torch: 0)"),
 })
 KNOWN = {**FUZZ_OPEN, **REFERENCE_DIFFERS}
-# Entries whose difference is an order the LAPACK build chooses (eigenvalues, pivots): another
-# machine's build may agree with torch's there (eigvals/dtype/value gave "ok" on a machine with
-# numpy 2.4.6 where it gave "value" before), so ``test_known_still_fail`` accepts "ok" for them.
-BUILD_DEPENDENT = {"eigvals/dtype/value", "lu/nonfinite/value", "lu_factor/nonfinite/value"}
+# Entries whose difference is an order the LAPACK build chooses: another machine's build may agree
+# with torch's there (eigvals/dtype/value gave "ok" on a machine with numpy 2.4.6 where it gave
+# "value" before), so ``test_known_still_fail`` accepts "ok" for them.
+BUILD_DEPENDENT = {"eigvals/dtype/value"}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ SHARDED_OPEN: dict[str, str] = {}  # record -> why it fails the sharded check to
 # its result: "refused (ShardingTypeError), as jax.numpy.pad refuses it"): the direct form splits,
 # pads, slices or concatenates the sharded axis unevenly, or factors one matrix with its rows split.
 REFUSED_AS_JAX = ("array_split", "block_diag", "concatenate", "householder_product", "lu", "lu_factor", "pad",
-                  "pinv", "svd", "svdvals", "unstack")
+                  "pinv", "stack", "svd", "svdvals", "unstack")
 
 
 def _all_records() -> list[str]:

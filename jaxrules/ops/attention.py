@@ -16,7 +16,7 @@ from jax import Array
 from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
-from jaxrules import partials as P
+from jaxrules import partials
 from jaxrules.mechanism import define_op, differentiated_as, explicit_sharding
 from jaxrules.ops._sampling import f64, normal
 from jaxrules.registry import Sample, SingularPoint, record
@@ -75,9 +75,11 @@ def _softmax_backward(s, alive, d_p):
     """``dS = P o (dP - rowsum(dP o P))`` written from the logits, as JAX's autodiff transposes
     ``jax.nn.softmax``: with ``e = exp(s - max s)`` and ``z = rowsum(e)``, ``dS = e o (dP / z -
     rowsum(dP o e) / z^2)``. XLA's GPU compiler fuses this with the recomputation of ``e`` into
-    one kernel that reads ``s`` and ``dP`` once (from the saved ``P``, the row sum and ``dS`` cost
-    two passes reading both: float32 8x12x512x64 was 0.87x of jax.nn's)."""
-    e, z = P.softmax_parts(jnp.where(alive, s, 0), -1)
+    one kernel that reads ``s`` and ``dP`` once (from the saved ``P``, the row sum and ``dS``
+    were two passes reading both). On an H100 in float32 (``benchmarks/RESULTS.md``, stop 22):
+    2-11% faster at L >= 2048 (now at or above jax.nn's), unchanged at 8x12x512x64 (0.86x of
+    jax.nn's), and slower at causal 64x12x197x64 (0.89 -> 1.20 ms, jax.nn 1.15)."""
+    e, z = partials.softmax_parts(jnp.where(alive, s, 0), -1)
     return jnp.where(alive, e * (d_p / z - jnp.sum(d_p * e, axis=-1, keepdims=True) / (z * z)), 0)
 
 
@@ -105,9 +107,9 @@ def _attention_primal(q, k, v, bias, keep, drop, *, scale, dropout):
 
 def _save_attention(out, q, k, v, bias, keep, drop, *, scale, dropout):
     """The residuals: q, k, v, the dropout factors, the output, the logits ``s`` and which rows
-    are alive (the weights ``P`` come back from ``s`` in one fused pass: on an H100 keeping
-    ``s`` or ``P`` beats recomputing them from the row logsumexp, 5-11%, and lowers the peak
-    memory)."""
+    are alive (the weights ``P`` come back from ``s`` in one fused pass; on an H100 keeping ``P``
+    beat recomputing it from the row logsumexp by 5-11%, with a lower peak memory, and ``s``
+    costs the same memory as ``P``)."""
     return (q, k, v, drop, out[0], *_scores(q, k, bias, keep, scale))
 
 
@@ -238,7 +240,7 @@ def _cudnn_primal(q, k, v, *, scale, causal):
 def _cudnn_jvp(res, tq, tk, tv, *, scale, causal):
     """The XLA op's JVP formula, on the output and weights recomputed by its forward."""
     q, k, v = map(_heads_first, res)
-    bias, keep = _plain_masks(*res[:2], causal)
+    bias, keep, _ = _plain_masks(*res[:2], causal)
     s, alive = _scores(q, k, bias, keep, scale)
     out = _matmul(_weights(s, alive), v, v.dtype).astype(v.dtype)
     tq, tk, tv = (None if t is None else _heads_first(t) for t in (tq, tk, tv))

@@ -1316,7 +1316,7 @@ record(
     "matrix_power", fn=matrix_power, public=("jaxrules.numpy.linalg.matrix_power", "jaxrules.linalg.matrix_power"), formula_ops=("matmul", "inv"),
     seed=("mm_mat1_backward", "mm_mat2_backward", "linalg_inv_ex (derivatives.yaml)"),
     samples=lambda rng, dt: [Sample((normal(rng, dt, 3, 3), 3)), Sample((well_conditioned(rng, dt, 2, 4, 4), -2)),
-                             Sample((normal(rng, dt, 2, 3, 3), 6)), Sample((normal(rng, dt, 2, 2), -1))],
+                             Sample((normal(rng, dt, 2, 3, 3), 6)), Sample((well_conditioned(rng, dt, 2, 2), -1))],
     torch_fn=lambda torch, a, n: torch.linalg.matrix_power(a, n), torch_name="torch.linalg.matrix_power", dtypes=_C,
 )
 record(

@@ -94,8 +94,8 @@ def _layer_norm_rows_primal(x, w, b, *, eps, launch):
 
 
 def _rms_norm_rows_primal(x, w, *, eps, launch):
-    """``(y, rstd)`` of RMS norm over the last axis of x (M, N), the fused kernel
-    (``norm_kernels.rms_forward``)."""
+    """``(y, rstd)`` of RMS norm over the last axis of x (M, N), the fused kernel of ``launch``'s
+    kind (``norm_kernels.rms_forward``: Triton or Mosaic GPU)."""
     from jaxrules import norm_kernels
 
     return norm_kernels.rms_forward(x, w, eps=eps, launch=launch)
@@ -276,16 +276,24 @@ def _kernel_plan(op, impl, x, auto_plan, launch, impls=_KERNEL_IMPLS):
     return auto_plan(jax.default_backend(), jax.devices()[0].device_kind)
 
 
-def _row_launch(op, m, n, dtype):
-    """``launch(kernel, interpret)`` of the rows kernels on (m, n): a clear error where the
-    Mosaic GPU kernels do not take the shape (``mosaic_kernels.mosaic_supports``)."""
+def _row_launch(op, shape, m, n, dtype):
+    """``launch(kernel, interpret)`` of the rows kernels on (m, n) (x of ``shape``: each device's
+    rows, flattened): a clear error where the Mosaic GPU kernels cannot run it (a shape they do
+    not take, ``mosaic_kernels.mosaic_supports``; no Mosaic GPU backend; a GPU older than Hopper)."""
 
     def launch(kernel, interpret):
         if kernel == "mosaic":
+            import jax
+
             from jaxrules import mosaic_kernels
 
-            if why := mosaic_kernels.mosaic_supports(m, n, dtype, interpret=interpret):
-                raise ValueError(f"{op}: impl='mosaic' does not take a {m}x{n} {jnp.dtype(dtype).name} input: {why}")
+            impl = "mosaic_interpret" if interpret else "mosaic"
+            gpu = jax.devices()[0]
+            why = mosaic_kernels.mosaic_supports(m, n, dtype, interpret=interpret) or dispatch.mosaic_backend_missing()
+            if not why and not interpret and gpu.platform == "gpu" and float(getattr(gpu, "compute_capability", 0)) < 9:
+                why = f"the Mosaic GPU kernels need Hopper or newer, not {gpu.device_kind}"
+            if why:
+                raise ValueError(f"{op}: impl={impl!r} cannot run x of shape {shape} {jnp.dtype(dtype).name}: {why}")
         return dispatch.row_launch(kernel, m, n, dtype, interpret=interpret)
 
     return launch
@@ -450,7 +458,7 @@ def layer_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: Arra
     plan = _kernel_plan("layer_norm", impl, x,
                         lambda platform, kind: dispatch.layer_norm_plan(platform, kind, m_local, n, x.dtype,
                                                                         _weight_dtype(x, weight)),
-                        _row_launch("layer_norm", m_local, n, x.dtype), _ROW_KERNEL_IMPLS)
+                        _row_launch("layer_norm", x.shape, m_local, n, x.dtype), _ROW_KERNEL_IMPLS)
     if plan.impl == "xla":
         return _affine_normalize("layer_norm", x, weight, bias, axes, shape, x.ndim - k, eps, None)[0]
     w, b = _affine_vectors("layer_norm", x, shape, weight, bias)
@@ -793,7 +801,7 @@ def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayL
     m_local = math.prod(partitioning.local_shape(x)[: x.ndim - k])  # each device's rows, where known
     plan = _kernel_plan(op, impl, x,
                         lambda platform, kind: dispatch.rms_norm_plan(platform, kind, m_local, n, x.dtype, w.dtype),
-                        _row_launch(op, m_local, n, x.dtype), _ROW_KERNEL_IMPLS)
+                        _row_launch(op, x.shape, m_local, n, x.dtype), _ROW_KERNEL_IMPLS)
     if plan.impl != "xla":
         y, _ = rms_norm_rows_op(x.reshape(x.size // n, n), partitioning.replicated(w).reshape(n), eps=eps,
                                 launch=plan.launch)
@@ -864,7 +872,10 @@ record(
 )
 
 
-_ROW_KERNEL_BACKENDS = {"pallas": "Pallas' Triton backend", "mosaic": "Pallas' Mosaic GPU backend (Hopper)"}
+# kernel: (its backend, the RMS record's sample width, its singular point's width): the Triton
+# kernels' masked columns at any width, the Mosaic GPU kernels' multiples of 128
+_ROW_KERNEL_BACKENDS = {"pallas": ("Pallas' Triton backend", 24, 3),
+                        "mosaic": ("Pallas' Mosaic GPU backend (Hopper)", 128, 128)}
 
 
 def _fused_rms_norm_fn(x, weight, eps=None, kernel="pallas"):
@@ -873,7 +884,7 @@ def _fused_rms_norm_fn(x, weight, eps=None, kernel="pallas"):
 
 _RMS_SEEDS = ("rms_norm_jvp", "rms_norm_rstd_jvp", "_fused_rms_norm_backward",
               "infinitely_differentiable_native_rms_norm_backward")
-for _kernel, _backend in _ROW_KERNEL_BACKENDS.items():  # the same records for both kernels (rows of 128: Mosaic's)
+for _kernel, (_backend, _width, _zeros) in _ROW_KERNEL_BACKENDS.items():  # the same records for both kernels
     record(
         f"layer_norm[{_kernel}]", fn=functools.partial(_fused_layer_norm_fn, kernel=_kernel),
         public=(_NN + f"layer_norm(impl={_kernel!r})",), formula_ops=("layer_norm_rows",),
@@ -888,15 +899,15 @@ for _kernel, _backend in _ROW_KERNEL_BACKENDS.items():  # the same records for b
     record(
         f"rms_norm[{_kernel}]", fn=functools.partial(_fused_rms_norm_fn, kernel=_kernel),
         public=(_NN + f"rms_norm(impl={_kernel!r})",), formula_ops=("rms_norm_rows",), seed=_RMS_SEEDS,
-        samples=lambda rng, dt: [Sample((normal(rng, dt, 5, 128), normal(rng, dt, 128) + 1))],
+        samples=lambda rng, dt, n=_width: [Sample((normal(rng, dt, 5, n), normal(rng, dt, n) + 1))],
         torch_fn=lambda torch, x, w, eps=None: torch.nn.functional.rms_norm(x, x.shape[-1:], w, eps),
         torch_name="torch.nn.functional.rms_norm", low_precision=("float32", "bfloat16"),
         double_backward=_GROUPED_DOUBLE, batching=f"{_backend}; primal: vmap folded into the rows (one launch) when "
         "the weight is shared; formulas: the kernels under jax.vmap",
         # rstd = rsqrt(0 + eps) = 2, x_hat = 0: dx = rstd w, dw = 0 (as the XLA path's record).
-        singular=(SingularPoint("all-zero rows, eps=0.25", (np.zeros((2, 128)), np.arange(1.0, 129.0)),
-                                (np.tile(np.arange(2.0, 258.0, 2.0), (2, 1)), np.zeros(128)), {"eps": 0.25},
-                                jvp=np.tile(np.arange(2.0, 258.0, 2.0), (2, 1))),),
+        singular=(SingularPoint("all-zero rows, eps=0.25", (np.zeros((2, _zeros)), np.arange(1.0, _zeros + 1)),
+                                (np.tile(np.arange(2.0, 2 * _zeros + 2, 2.0), (2, 1)), np.zeros(_zeros)), {"eps": 0.25},
+                                jvp=np.tile(np.arange(2.0, 2 * _zeros + 2, 2.0), (2, 1))),),
         kernel_backed=_kernel == "pallas",
     )
 
