@@ -86,16 +86,21 @@ def varying_struct(shape, dtype, refs=()) -> jax.ShapeDtypeStruct:
     ``jax.shard_map`` (``check_vma=True``, the default) ``pallas_call`` needs the type; elsewhere
     it is the plain one."""
     refs = [r for r in refs if r is not None]
-    axes = frozenset().union(*map(_varying_axes, refs))
-    if "manual_axis_type" in inspect.signature(jax.ShapeDtypeStruct).parameters:  # JAX 0.10
-        varying = jax.typeof(refs[0]).manual_axis_type.update(varying=axes)
-        return jax.ShapeDtypeStruct(shape, dtype, manual_axis_type=varying)
-    return jax.ShapeDtypeStruct(shape, dtype, vma=axes)
+    params = inspect.signature(jax.ShapeDtypeStruct).parameters
+    if not in_shard_map() or "manual_axis_type" not in params:
+        return jax.ShapeDtypeStruct(shape, dtype)
+    varying = jax.typeof(refs[0]).manual_axis_type.update(varying=frozenset().union(*map(_varying_axes, refs)))
+    return jax.ShapeDtypeStruct(shape, dtype, manual_axis_type=varying)
+
+
+def in_shard_map() -> bool:
+    """Whether this trace runs under ``jax.shard_map`` (the context mesh has ``Manual`` axes)."""
+    return jax.sharding.AxisType.Manual in getattr(jax.sharding.get_abstract_mesh(), "axis_types", ())
 
 
 def _varying_axes(x) -> frozenset:
-    """The manual mesh axes ``x`` varies over (JAX 0.10: ``manual_axis_type.varying``; the
-    type's ``vma`` in JAX versions that name it so)."""
+    """The manual mesh axes ``x`` varies over (its type's ``manual_axis_type.varying``; ``vma``
+    in the JAX versions that named it so)."""
     aval = jax.typeof(x)
     mat = getattr(aval, "manual_axis_type", None)
     return frozenset(mat.varying) if mat is not None else frozenset(getattr(aval, "vma", ()))

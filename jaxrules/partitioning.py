@@ -47,6 +47,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as PSpec
 
 from jaxrules import dispatch
+from jaxrules.mechanism import in_shard_map
 
 
 def _axes(entry) -> tuple:
@@ -104,12 +105,6 @@ def local_shape(x: jax.Array) -> tuple:
     return tuple(out)
 
 
-def _in_shard_map() -> bool:
-    """Whether this trace runs under ``jax.shard_map`` (the context mesh has ``Manual`` axes):
-    there every array is one device's, and the kernels run on it as they are."""
-    return jax.sharding.AxisType.Manual in getattr(jax.sharding.get_abstract_mesh(), "axis_types", ())
-
-
 def _kernel_op(impl, n_arrays: int, rule, partition, n_static: int | None = None):
     """``impl(*arrays, *statics)`` as a partitioned op: ``rule(*statics, mesh, value_types,
     result_types)`` its Shardy rule (an einsum-like string, or one with a dict of its keywords),
@@ -130,7 +125,7 @@ def _kernel_op(impl, n_arrays: int, rule, partition, n_static: int | None = None
 
     def call(*args):
         arrays, statics = args[:n_arrays], args[n_arrays:]
-        if jax.device_count() == 1 or _in_shard_map():  # nothing to partition: the arrays are one device's
+        if jax.device_count() == 1 or in_shard_map():  # nothing to partition: the arrays are one device's
             return impl(*args)
 
         @jax.custom_batching.custom_vmap

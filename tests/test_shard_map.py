@@ -7,7 +7,7 @@ host devices (a subprocess: JAX starts with one device in the test process):
   gradients;
 * the fused kernels (Triton and Mosaic GPU) lower for CUDA inside ``shard_map``: their outputs
   carry the shard's varying mesh axes (``mechanism.varying_struct``), and the partitioned kernel
-  ops call the kernels directly there (``partitioning._in_shard_map``). Before, every kernel-backed
+  ops call the kernels directly there (``mechanism.in_shard_map``). Before, every kernel-backed
   op failed to trace ("manual_axis_type on jax.ShapeDtypeStruct must not be None") and the nested
   attention's scans failed on their constant carries ("the manual axis types do not match").
 
