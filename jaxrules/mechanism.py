@@ -98,14 +98,6 @@ def in_shard_map() -> bool:
     return jax.sharding.AxisType.Manual in getattr(jax.sharding.get_abstract_mesh(), "axis_types", ())
 
 
-def _varying_axes(x) -> frozenset:
-    """The manual mesh axes ``x`` varies over (its type's ``manual_axis_type.varying``; ``vma``
-    in the JAX versions that named it so)."""
-    aval = jax.typeof(x)
-    mat = getattr(aval, "manual_axis_type", None)
-    return frozenset(mat.varying) if mat is not None else frozenset(getattr(aval, "vma", ()))
-
-
 def concrete_value(x):
     """The value of ``x`` as a NumPy array when it is known on the host (an array, or a tracer
     of an eager ``grad``/``jvp`` whose primal is concrete), else ``None`` (under ``jit`` or
@@ -328,8 +320,8 @@ class LinearRule:
 
     def _batched_vjp(self, res_leaves, ct_leaves, tangent_avals):
         res_dims, t_dims = self._split_dims()
-        example_avals = [
-            a if d is None else jax.core.ShapedArray(a.shape[1:], a.dtype)
+        example_avals = [  # an example's aval keeps the manual mesh axes it varies over (shard_map)
+            a if d is None else mapped_aval(a.shape[0], 0, a)
             for a, d in zip(tangent_avals, t_dims)
         ]
 
@@ -342,7 +334,8 @@ class LinearRule:
         args = _align_batch_axes([*res_leaves, *ct_leaves], [*res_dims, *[0] * len(ct_leaves)])
         in_cts = vmapped(args[: len(res_dims)], args[len(res_dims) :])
         # The per-example avals above carry no sharding: each cotangent takes its primal's here.
-        return [_reshard_like(c if d is not None else c.sum(0), a) for c, d, a in zip(in_cts, t_dims, tangent_avals)]
+        return [_vary_like(_reshard_like(c if d is not None else c.sum(0), a), a)
+                for c, d, a in zip(in_cts, t_dims, tangent_avals)]
 
 
 rule_p = Primitive("jaxrules_rule")
@@ -422,7 +415,7 @@ def _aval(x):
 
 
 def _zeros(aval):
-    return jnp.zeros(aval.shape, aval.dtype, out_sharding=_explicit_sharding_of_aval(aval))
+    return _vary_like(jnp.zeros(aval.shape, aval.dtype, out_sharding=_explicit_sharding_of_aval(aval)), aval)
 
 
 def _fit_tangent(t, aval):
@@ -430,7 +423,7 @@ def _fit_tangent(t, aval):
     and cast to the output's aval."""
     if t is None:
         return _zeros(aval)
-    return _reshard_like(jnp.broadcast_to(t, aval.shape).astype(aval.dtype), aval)
+    return _vary_like(_reshard_like(jnp.broadcast_to(t, aval.shape).astype(aval.dtype), aval), aval)
 
 
 def _fit_cotangent(ct, aval, name):
@@ -443,7 +436,7 @@ def _fit_cotangent(ct, aval, name):
         ct = ct.real
     if ct.shape != aval.shape:
         ct = _sum_to_shape(ct, aval.shape, name)
-    return _reshard_like(_sum_over_varying_axes(ct, aval).astype(aval.dtype), aval)
+    return _vary_like(_reshard_like(_sum_over_varying_axes(ct, aval).astype(aval.dtype), aval), aval)
 
 
 def _sum_over_varying_axes(ct, aval):
@@ -454,13 +447,22 @@ def _sum_over_varying_axes(ct, aval):
     return jax.lax.psum(ct, extra) if extra else ct
 
 
-def _varying_axes(aval) -> frozenset:
-    """The manual mesh axes an aval varies over (``vma`` in newer JAX, ``manual_axis_type.varying``
-    in jax 0.10)."""
+def _varying_axes(x) -> frozenset:
+    """The manual mesh axes an array or aval varies over under ``shard_map`` (``vma`` in some JAX
+    versions, ``manual_axis_type.varying`` in jax 0.10); none outside it."""
+    aval = x if isinstance(x, jax.core.ShapedArray) else jax.typeof(x)
     if hasattr(aval, "vma"):
         return frozenset(aval.vma)
     manual = getattr(aval, "manual_axis_type", None)
     return frozenset(getattr(manual, "varying", ()))
+
+
+def _vary_like(x, aval):
+    """``x`` marked as varying over the manual mesh axes ``aval`` varies over (under
+    ``shard_map`` a tangent or cotangent has its primal's type; a formula's output that depends
+    on no varying value, a zero or a constant, does not vary by itself)."""
+    missing = tuple(sorted(_varying_axes(aval) - _varying_axes(x)))
+    return jax.lax.pcast(x, missing, to="varying") if missing else x
 
 
 def _sum_to_shape(ct, shape, name):
@@ -698,8 +700,8 @@ def _size(x) -> int:
 
 def _zero_tangent(x):
     if jnp.issubdtype(jnp.result_type(x), jnp.inexact):
-        return jnp.zeros_like(x)
-    return np.zeros(jnp.shape(x), jax.dtypes.float0)
+        return _vary_like(jnp.zeros_like(x), x)
+    return _vary_like(np.zeros(jnp.shape(x), jax.dtypes.float0), x)
 
 
 @functools.lru_cache(maxsize=4096)

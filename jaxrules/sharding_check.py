@@ -11,6 +11,11 @@ Two forms per record, from its first sample with a non-empty differentiable argu
   (skipped where the op refuses the longer axis 0, where its first argument is not
   differentiated, and for a vector, whose axis 0 is its data).
 
+and a third, ``shard_map``: the ``vmap`` form under a user's ``jax.shard_map`` (each device runs its
+slice of the batch, with JAX's check of varying mesh axes, ``check_vma``), where scans with
+constant carries and kernels' output types broke (left out for records that run interpreted
+Pallas kernels on a CPU: JAX's interpreter mixes varying and invariant values there).
+
 For each: the outputs, the JVP and the VJP (of ``sum(sin(real(out)))`` over the inexact
 outputs) equal the unsharded ones, and the gradient of every batch-sharded argument keeps the
 batch sharding, unless it is zero (a constant, which XLA replicates); in the direct form only
@@ -175,7 +180,23 @@ def modes_in_use() -> tuple[str, ...]:
     return names
 
 
-def check_sharded(record, forms=("vmap", "direct"), modes=None) -> float | str:
+def _interpreted_kernels(record) -> bool:
+    """Whether the record runs Pallas kernels in interpret mode here (its ``[pallas]`` /
+    ``[mosaic]`` form off a GPU)."""
+    return record.name.endswith(("[pallas]", "[mosaic]")) and jax.default_backend() != "gpu"
+
+
+def _check_shard_map(fn, diff, tangents, want, devices) -> float:
+    """The ``vmap`` form's program under ``jax.shard_map`` over ``devices`` against ``want``."""
+    mesh = jax.make_mesh((devices,), ("data",), axis_types=(AxisType.Explicit,))
+    mapped = jax.shard_map(fn, mesh=mesh, in_specs=(PSpec("data"),) * len(diff), out_specs=PSpec("data"))
+    sharding = NamedSharding(mesh, PSpec("data"))
+    got = _programs(mapped, len(diff))([jax.device_put(d, sharding) for d in diff],
+                                       [jax.device_put(t, sharding) for t in tangents])
+    return _compare("vmap form under jax.shard_map", jax.block_until_ready(got), want)
+
+
+def check_sharded(record, forms=("vmap", "direct", "shard_map"), modes=None) -> float | str:
     """The worst relative difference between the sharded and unsharded programs over ``forms``
     and ``modes`` (default: ``modes_in_use()``, both unless told otherwise), or why the check does
     not apply; raises ``ShardedMismatch`` (or the sharded program's own error) on a failure. Each
@@ -186,7 +207,7 @@ def check_sharded(record, forms=("vmap", "direct"), modes=None) -> float | str:
         return (f"needs several devices ({devices} here); `python -m jaxrules check` splits a CPU into "
                 f"{HOST_DEVICES} devices for it")
     rng = np.random.default_rng(19)
-    built = [f for f in _forms(record, rng, devices) if f[0] in forms]
+    built = [f for f in _forms(record, rng, devices) if f[0] in forms or (f[0] == "vmap" and "shard_map" in forms)]
     if not built:
         return "no sample with a non-empty differentiable argument"
     worst, ran, refused = 0.0, [], []
@@ -197,6 +218,11 @@ def check_sharded(record, forms=("vmap", "direct"), modes=None) -> float | str:
         try:
             want = jax.block_until_ready(program(diff, tangents))
         except Exception:  # noqa: BLE001 - the op refuses this form's input (the other checks cover it)
+            continue
+        if form == "vmap" and "shard_map" in forms and not _interpreted_kernels(record):
+            worst = max(worst, _check_shard_map(fn, diff, tangents, want, devices))
+            ran.append("shard_map")
+        if form not in forms:
             continue
         for mode in modes:
             kind = _MODES[mode]

@@ -117,6 +117,7 @@ TORCH_WRONG: dict[str, str] = {
     "group_norm[[]pallas]/arg2/?inf": _UNDEFINED_GRADIENT,
     "layer_norm/arg2/?inf": _UNDEFINED_GRADIENT,
     "layer_norm[[]pallas]/arg1/?inf": _UNDEFINED_GRADIENT,
+    "layer_norm[[]mosaic]/arg1/?inf": _UNDEFINED_GRADIENT,
     "nested.layer_norm/arg1/?inf": _UNDEFINED_GRADIENT,
     "multilabel_soft_margin_loss/arg1/?inf": "the loss -(y logsigmoid(x) + (1 - y) logsigmoid(-x)) = (1 - y) x - "
                                              "logsigmoid(x) is linear in the target y: -+inf x at y = +-inf (as "

@@ -11,6 +11,11 @@ host devices (a subprocess: JAX starts with one device in the test process):
   op failed to trace ("manual_axis_type on jax.ShapeDtypeStruct must not be None") and the nested
   attention's scans failed on their constant carries ("the manual axis types do not match").
 
+Every record's op under ``shard_map`` (vmapped over each device's slice of a batch) is the
+harness's ``sharded`` check's third form (``jaxrules/sharding_check.py``): it found that the
+derivatives of 178 of 186 records failed there (a vmapped formula's cotangent lost its varying
+type and was summed over the devices: ``mechanism._batched_vjp``'s per-example avals).
+
 Not covered: the kernels in Pallas' interpret mode inside ``shard_map``: JAX's interpreter mixes
 varying and invariant values in one primitive there ("Primitive pad requires varying manual axes
 to match", JAX 0.10.2), a JAX limitation of the test mode only."""
