@@ -11,24 +11,10 @@ Triton (below 1: Mosaic faster). Run on the GPU from the repository root:
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 CASES = [f"layer_norm {s} {d}" for s in ("8192x768", "16384x4096", "65535x4096", "66850x768", "1000x5120",
                                          "21844x12288") for d in ("float32", "bfloat16")]
 CASES += [f"rms_norm {s} {d}" for s in ("16384x4096", "66850x768") for d in ("float32", "bfloat16")]
-
-
-def _median_ms(call, repeats):
-    import jax
-
-    jax.block_until_ready(call())
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready([call() for _ in range(10)])
-        times.append((time.perf_counter() - start) / 10 * 1e3)
-    return statistics.median(times)
 
 
 def _calls(module, launch, x, g, w, b, center):
@@ -57,7 +43,7 @@ def main(argv=None):
     import jax
     import jax.numpy as jnp
 
-    from jaxrules import dispatch, mosaic_kernels, norm_kernels
+    from jaxrules import bench, dispatch, mosaic_kernels, norm_kernels
 
     override = {k: int(v) for k, v in (f.split("=") for f in args.mosaic_launch.split(",") if f)}
 
@@ -85,7 +71,7 @@ def main(argv=None):
                 if label == "mosaic" and (reason := mosaic_kernels.mosaic_supports(m, n, dtype)) is not None:
                     raise ValueError(f"unsupported: {reason}")
                 fwd, bwd = _calls(module, launch(), x, g, w, b, center)
-                results[label] = (_median_ms(fwd, args.repeats), _median_ms(bwd, args.repeats))
+                results[label] = (bench.median_ms(fwd, args.repeats), bench.median_ms(bwd, args.repeats))
             except Exception as e:  # report and go on: one failing kernel must not hide the table
                 results[label] = (((str(e) or type(e).__name__).splitlines() or [''])[0][:80],) * 2
         for k, kernel in enumerate(("forward", "backward")):

@@ -272,6 +272,18 @@ def local_forward(x, w, b, *, eps, launch: MosaicRowsLaunch):
     return tuple(call(x, w, *([b] if center else [])))
 
 
+def _dx_and_terms(g, gw, xhat, rstd, mean_gwxhat, grstd_term, n, centered):
+    """One chunk's ``dx`` and its terms of the weight's (and bias's) gradient, as
+    ``norm_kernels._backward_kernel``: layer norm (``centered = (E[g w], g_mean)``) ``rstd (g w -
+    E[g w] - x_hat E[g w x_hat]) + (g_mean - g_rstd rstd^2 x_hat) / N``, terms ``(g x_hat, g)``;
+    RMS norm (``centered`` None) ``rstd (g w - x_hat E[g w x_hat]) - g_rstd rstd^2 x_hat / N``,
+    ``(g x_hat,)``. ``grstd_term`` is ``g_rstd rstd^2``."""
+    if centered is not None:
+        mean_gw, gmean = centered
+        return rstd * (gw - mean_gw - xhat * mean_gwxhat) + (gmean - grstd_term * xhat) / n, (g * xhat, g)
+    return rstd * (gw - xhat * mean_gwxhat) - grstd_term * xhat / n, (g * xhat,)
+
+
 def _backward_kernel(*refs, launch, center, steps):
     """Program ``i``'s blocks ``i + s P`` (s < ``steps``): ``dx``, and row ``i`` of the partial
     sums of ``dw`` (and ``db``). Layer norm (``center``): refs x, g, w, mean, rstd, g_mean,
@@ -313,12 +325,8 @@ def _backward_kernel(*refs, launch, center, steps):
             gmean = per_row(gmean_ref)
         new_sums = []
         for j, (c, g, gw, xhat) in enumerate(zip(columns, gs, gws, xhats)):
-            if center:
-                dx = rstd * (gw - mean_gw - xhat * mean_gwxhat) + (gmean - grstd_term * xhat) / n
-                terms = (g * xhat, g)
-            else:
-                dx = rstd * (gw - xhat * mean_gwxhat) - grstd_term * xhat / n
-                terms = (g * xhat,)
+            dx, terms = _dx_and_terms(g, gw, xhat, rstd, mean_gwxhat, grstd_term, n,
+                                      (mean_gw, gmean) if center else None)
             dx_ref[row_ix, c] = dx.astype(dx_ref.dtype)
             zero = lay.fill((rows, chunk), 0, stat, lay.block)
             new_sums.append(tuple(acc + jnp.where(keep, t, zero).sum(0) for acc, t in zip(sums[j], terms)))
@@ -403,12 +411,8 @@ def _row_backward_kernel(*refs, launch, center):
         rstd_chunk = lay.splat(rstd, chunk)
         for c in columns:
             g, gw, xhat = chunk_terms(c)
-            if center:
-                dx = rstd_chunk * (gw - mean_gw - xhat * mean_gwxhat) + (gmean - grstd_term * xhat) / n
-                new = (g * xhat, g)
-            else:
-                dx = rstd_chunk * (gw - xhat * mean_gwxhat) - grstd_term * xhat / n
-                new = (g * xhat,)
+            dx, new = _dx_and_terms(g, gw, xhat, rstd_chunk, mean_gwxhat, grstd_term, n,
+                                    (mean_gw, gmean) if center else None)
             dx_ref[row, c] = dx.astype(dx_ref.dtype)
             for ref, t in zip(acc_refs, new):
                 ref[c] = lay.load(ref, (c,), lay.column, stat) + t
