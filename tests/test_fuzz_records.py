@@ -130,6 +130,15 @@ REFERENCE_DIFFERS: dict[str, tuple[Case, str]] = {
     "irfft/nonfinite/silent nan": (Case("float64", 1, "nonfinite", salt=36742),
                                    _FFT_ZERO + " (here X_3 = -inf of n = 12: cos(2 pi 3 t / 12) = 0 at t = 3, 9)"),
     "median/axis/value": (Case("float64", 3, "axis"), _KEEPDIMS_NONE),
+    "scaled_dot_product_attention/integer/value": (
+        Case("float64", 5, "integer", arg=3, cast="bool"),
+        "a float attn_mask cast to bool is a boolean mask (True: attend), for torch as for jaxrules; the fuzz's "
+        "reference promotes the integer case's argument back to float, a 0/1 additive mask, which means something "
+        "else"),
+    "scaled_dot_product_attention/nonfinite/silent nan": (
+        Case("float64", 1, "nonfinite", arg=0, salt=407),
+        "an infinite query entry makes every logit of its row -inf: the row's softmax is undefined, NaN (the "
+        "record's documented deviation, pinned in tests/test_attention.py); torch's _safe_softmax gives 0"),
     "nanmedian/axis/value": (Case("float64", 2, "axis"), _KEEPDIMS_NONE),
     "eigvals/dtype/value": (Case("float64", 1, "dtype", cast="float32"),
                             "eigenvalues come in LAPACK's order, which a float32 run need not share with torch's "
