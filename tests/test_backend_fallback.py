@@ -119,3 +119,18 @@ def test_the_kernel_records_are_not_applicable_without_the_backend(hidden_triton
     dispatch.triton_backend_missing.cache_clear()
     present = testing.run_check(record, "formulas")
     assert present.passed and not present.skipped, present
+
+
+def test_the_mosaic_records_are_not_applicable_without_their_backend(monkeypatch):
+    """A JAX without Pallas' Mosaic GPU backend: the ``[mosaic]`` records' checks are skipped,
+    saying why (the Triton records are not)."""
+    from jaxrules import registry, testing
+
+    dispatch.mosaic_backend_missing.cache_clear()
+    monkeypatch.setitem(sys.modules, "jax.experimental.pallas.mosaic_gpu", None)
+    try:
+        hidden = testing.run_check(registry.get("layer_norm[mosaic]"), "formulas")
+        assert hidden.passed and hidden.skipped and "Mosaic GPU backend is not available" in hidden.detail
+        assert not testing.run_check(registry.get("layer_norm[pallas]"), "formulas").skipped
+    finally:
+        dispatch.mosaic_backend_missing.cache_clear()
