@@ -72,12 +72,7 @@ def varying_like(tree, *refs):
     type, and the body's outputs vary with the data (``jax.lax.pcast(..., to="varying")``).
     Unchanged outside ``shard_map``."""
     axes = frozenset().union(*(_varying_axes(r) for r in refs if r is not None))
-
-    def cast(x):
-        missing = tuple(sorted(axes - _varying_axes(x)))
-        return jax.lax.pcast(x, missing, to="varying") if missing else x
-
-    return jax.tree.map(cast, tree)
+    return jax.tree.map(lambda x: _vary_over(x, axes), tree)
 
 
 def varying_struct(shape, dtype, refs=()) -> jax.ShapeDtypeStruct:
@@ -461,7 +456,12 @@ def _vary_like(x, aval):
     """``x`` marked as varying over the manual mesh axes ``aval`` varies over (under
     ``shard_map`` a tangent or cotangent has its primal's type; a formula's output that depends
     on no varying value, a zero or a constant, does not vary by itself)."""
-    missing = tuple(sorted(_varying_axes(aval) - _varying_axes(x)))
+    return _vary_over(x, _varying_axes(aval))
+
+
+def _vary_over(x, axes: frozenset):
+    """``x`` pcast to varying over those of ``axes`` it does not vary over already."""
+    missing = tuple(sorted(axes - _varying_axes(x)))
     return jax.lax.pcast(x, missing, to="varying") if missing else x
 
 
