@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import statistics
 import sys
 import time
@@ -574,12 +575,21 @@ def _sweep_inputs(case, rng):
             jnp.asarray(ct, case.dtype))
 
 
+COMPILE_AHEAD = 8  # sweep cases whose programs compile together before they are timed
+
+
+def _report_failure(case, err):
+    print(f"  {case.name}: failed: {type(err).__name__}: {str(err)[:300]}", file=sys.stderr)
+
+
 def run_sweep(cases, variants=SWEEP_VARIANTS, repeats: int = 15, with_value: bool = False, on_row=None,
               progress=None):
     """Time ``variants`` of each sweep case (their runs alternating): ``(rows, meta)``; a row has
     each variant's ms, the kernel plan's impl, the speed-of-light fraction of the default, and
-    the ratios of the default to the faster of XLA and plain JAX."""
-    from concurrent.futures import ThreadPoolExecutor
+    the ratios of the default to the faster of XLA and plain JAX. The programs of
+    ``COMPILE_AHEAD`` cases compile on threads together (XLA releases the GIL), and all of them
+    have compiled before the first is timed, so nothing compiles while the device is timed."""
+    from concurrent.futures import ThreadPoolExecutor, wait
 
     platform = "gpu" if jax.default_backend() == "gpu" else "cpu"
     probe = copy_probe(platform)
@@ -587,28 +597,38 @@ def run_sweep(cases, variants=SWEEP_VARIANTS, repeats: int = 15, with_value: boo
             "with_value": with_value, **probe}
     rng = np.random.default_rng(0)
     rows = []
-    pool = ThreadPoolExecutor(len(variants))
-    for case in cases:
-        if progress is not None:
-            progress(case.name)
-        try:
-            x, w, b, ct = _sweep_inputs(case, rng)
-            steps = {v: fwd_bwd(sweep_fn(case, v), with_value) for v in variants if sweep_applies(case, v)}
-            compiled = dict(zip(steps, pool.map(lambda s: s.lower(ct, x, w, b).compile(), steps.values())))
-            timings = interleaved_median_ms({v: (lambda c=c: c(ct, x, w, b)) for v, c in compiled.items()}, repeats)
-        except Exception as err:  # noqa: BLE001 - one broken case must not lose the others
-            print(f"  {case.name}: failed: {type(err).__name__}: {str(err)[:300]}", file=sys.stderr)
-            continue
-        features = sweep_features(case)
-        plan = sweep_plan(case, platform, meta["device"])
-        row = {"op": case.op, "shape": list(case.shape), "dtype": case.dtype, "weight_dtype": case.weight_dtype,
-               "features": list(features), "plan": plan.impl, **{f"{v}_ms": t for v, t in timings.items()},
-               "bytes": sweep_bytes(case, with_value)}
-        ours = next(timings[v] for v in ("default", "pallas", "mosaic", "xla", "jax") if v in timings)
-        row["sol"] = row["bytes"] / (ours * 1e-3) / 1e9 / meta["sol_gbps"]
-        rows.append(row)
-        if on_row is not None:
-            on_row(rows, meta)
+    pool = ThreadPoolExecutor(min(16, os.cpu_count() or 1) * 2)
+    for start in range(0, len(cases), COMPILE_AHEAD):
+        prepared = []  # (case, inputs, {variant: future of its compiled program})
+        for case in cases[start:start + COMPILE_AHEAD]:
+            try:
+                x, w, b, ct = _sweep_inputs(case, rng)
+                lowered = {v: fwd_bwd(sweep_fn(case, v), with_value).lower(ct, x, w, b)
+                           for v in variants if sweep_applies(case, v)}
+            except Exception as err:  # noqa: BLE001 - one broken case must not lose the others
+                _report_failure(case, err)
+                continue
+            prepared.append((case, (ct, x, w, b), {v: pool.submit(low.compile) for v, low in lowered.items()}))
+        wait([f for _, _, futures in prepared for f in futures.values()])
+        for case, inputs, futures in prepared:
+            if progress is not None:
+                progress(case.name)
+            try:
+                compiled = {v: f.result() for v, f in futures.items()}
+                timings = interleaved_median_ms({v: (lambda c=c: c(*inputs)) for v, c in compiled.items()}, repeats)
+            except Exception as err:  # noqa: BLE001 - one broken case must not lose the others
+                _report_failure(case, err)
+                continue
+            features = sweep_features(case)
+            plan = sweep_plan(case, platform, meta["device"])
+            row = {"op": case.op, "shape": list(case.shape), "dtype": case.dtype, "weight_dtype": case.weight_dtype,
+                   "features": list(features), "plan": plan.impl, **{f"{v}_ms": t for v, t in timings.items()},
+                   "bytes": sweep_bytes(case, with_value)}
+            ours = next(timings[v] for v in ("default", "pallas", "mosaic", "xla", "jax") if v in timings)
+            row["sol"] = row["bytes"] / (ours * 1e-3) / 1e9 / meta["sol_gbps"]
+            rows.append(row)
+            if on_row is not None:
+                on_row(rows, meta)
     return rows, meta
 
 

@@ -50,6 +50,7 @@ def _worker():
 
     from jaxrules import nested as N
 
+    jax.config.update("jax_platforms", "cpu")  # the forced host devices, on a GPU machine too
     mesh = jax.make_mesh((DEVICES,), ("data",))
     shard = NamedSharding(mesh, P("data"))
     rng = np.random.default_rng(0)
