@@ -99,10 +99,11 @@ def test_outside_the_measured_shapes_the_xla_formulas_run():
 
 def test_an_unmeasured_gpu_kind_uses_the_h100_measurements():
     assert dispatch.table_kind("NVIDIA B200") == H100 and dispatch.table_kind("NVIDIA H200") == "NVIDIA H200"
-    b200, h100 = (dispatch.layer_norm_plan("gpu", kind, 66850, 256, jnp.dtype(jnp.bfloat16)) for kind in ("NVIDIA B200", H100))
+    kinds = ("NVIDIA B200", H100)
+    b200, h100 = (dispatch.layer_norm_plan("gpu", kind, 66850, 256, jnp.dtype(jnp.bfloat16)) for kind in kinds)
     assert (b200.impl, b200.launch) == (h100.impl, h100.launch) and H100 in b200.reason
     # where the H100 runs its Mosaic GPU kernels (Hopper code), another kind takes the next fastest
-    b200, h100 = (dispatch.layer_norm_plan("gpu", kind, 52427, 5120, jnp.dtype(jnp.bfloat16)) for kind in ("NVIDIA B200", H100))
+    b200, h100 = (dispatch.layer_norm_plan("gpu", kind, 52427, 5120, jnp.dtype(jnp.bfloat16)) for kind in kinds)
     assert (h100.impl, b200.impl) == ("mosaic", "pallas"), (h100.reason, b200.reason)
 
 
