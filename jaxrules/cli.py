@@ -174,8 +174,8 @@ def _check(args) -> int:
     results = _run_checks(selected, checks, workers, args.quiet, cache_dir)
     print(_table(selected, checks, results))
     failed = [r for r in results if not r.passed]
-    passed = len(results) - len(failed)
     skipped = sum(r.skipped for r in results)
+    passed = len(results) - len(failed) - skipped
     print(
         f"\njaxrules check on {backend} ({device}), jax {jax.__version__}: "
         f"{len(selected)} ops, {len(results)} checks in {time.time() - start:.0f} s ({workers} worker processes)"

@@ -124,6 +124,14 @@ def test_cli_check_passes_and_writes_json(tmp_path, capsys):
     assert report["backend"] == "cpu"
 
 
+def test_cli_check_counts_skipped_checks_apart_from_passed_ones(capsys):
+    """One device in this process: the sharded check is skipped, and the summary does not count it
+    as passed (it did until stop 23)."""
+    code = main(["check", "--ops", "deg2rad", "--checks", "jit,sharded", "--workers", "1", "--quiet"])
+    text = capsys.readouterr().out
+    assert code == 0 and "1 passed, 0 failed, 1 skipped" in text, text
+
+
 def test_cli_check_runs_worker_processes(capsys):
     code = main(["check", "--ops", "deg2rad,rad2deg", "--checks", "jit", "--workers", "2", "--quiet"])
     text = capsys.readouterr().out
