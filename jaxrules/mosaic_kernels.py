@@ -157,7 +157,12 @@ class _Layouts:
             return ref[idx].astype(dtype)
         from jax.experimental.pallas import mosaic_gpu as plgpu
 
-        return plgpu.load(ref, idx, layout=layout, optimized=False).astype(dtype)  # optimized: SMEM only
+        # jax >= 0.11 takes the index in the reference (a separate one is deprecated); 0.10.2 needs one
+        separate = inspect.signature(plgpu.load).parameters["idx"].default is inspect.Parameter.empty
+        view = ref.at[idx]
+        loaded = plgpu.load(view, None, layout=layout, optimized=False) if separate else \
+            plgpu.load(view, layout=layout, optimized=False)  # optimized: SMEM only
+        return loaded.astype(dtype)
 
     def rows_of(self, value, rows, chunk):
         """(rows,) per-row values as a (rows, chunk) block."""
