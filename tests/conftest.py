@@ -21,3 +21,18 @@ os.environ["JAXRULES_CHECK_CACHE"] = _CACHE  # the CLI tests' ``check`` uses it 
 jax.config.update("jax_compilation_cache_dir", _CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+# The longest items (pytest --durations on 2 cores: 20-46 s each) start first, so that no worker
+# is still in one of them after the other has run out of tests (they sorted last by name: the
+# sharded runs, the notebook), which cost CI about half a minute of one idle core.
+# (Not the modules whose tests share a module fixture: spread over both workers, each would run it.)
+LONGEST_FIRST = ("test_sharded.py::test_sharded_check_over_the_registry", "quickstart.ipynb",
+                 "test_sharded.py::test_the_direct_form",
+                 "test_registry.py::test_op[nested.scaled_dot_product_attention[pallas]]",
+                 "test_registry.py::test_op[scaled_dot_product_attention[pallas]]", "test_registry.py::test_op[expm]",
+                 "test_registry.py::test_op[svd]")
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: not any(name in item.nodeid for name in LONGEST_FIRST))  # stable otherwise

@@ -18,7 +18,7 @@ import zlib
 import pytest
 from _forced_devices import worker_rows
 
-SUBSET = 24
+SUBSET = 16
 
 SHARDED_OPEN: dict[str, str] = {}  # record -> why it fails the sharded check today (none)
 # Refused as JAX's own function of the same name refuses the same sharding (the check says so in
