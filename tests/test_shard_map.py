@@ -42,6 +42,8 @@ def _norm(op, impl):
 
 def _worker():
     import jax
+
+    jax.config.update("jax_platforms", "cpu")  # the forced host devices, on a GPU machine too (before any use)
     import jax.numpy as jnp
     import numpy as np
     from jax import export
@@ -50,7 +52,6 @@ def _worker():
 
     from jaxrules import nested as N
 
-    jax.config.update("jax_platforms", "cpu")  # the forced host devices, on a GPU machine too
     mesh = jax.make_mesh((DEVICES,), ("data",))
     shard = NamedSharding(mesh, P("data"))
     rng = np.random.default_rng(0)
