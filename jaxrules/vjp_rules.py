@@ -257,7 +257,10 @@ def affine_normalize_vjp(res, ct, *, axes, eps, axis_name):
     seed's double backward, runs under a second reverse pass), plus the statistics outputs'
     terms ``(g_mean - g_rstd rstd^2 x_hat) / count`` when they are used (the op passes ``None``
     for a symbolic zero cotangent); ``dw = sum g x_hat``, ``db = sum g`` over the axes where the
-    weight broadcasts."""
+    weight broadcasts. Where those are the normalized axes (batch norm) they are ``count rstd
+    E[g (x - mean)]`` and ``count E[g]``, the means ``B(g)`` takes (``P.projection_means``, the same
+    expressions): XLA reduces them once, and a batch sharded over devices all-reduces them once
+    (with separate sums: twice, chained, on two H100s)."""
     from jaxrules.ops.normalization import normalize_backward
 
     x, w, mean, rstd = res
@@ -269,12 +272,16 @@ def affine_normalize_vjp(res, ct, *, axes, eps, axis_name):
         dx = w.astype(stat) * normalize_backward(x, mean, rstd, g, axes=axes, eps=eps, axis_name=axis_name)
     else:
         dx = normalize_backward(x, mean, rstd, g * w.astype(stat), axes=axes, eps=eps, axis_name=axis_name)
+    count = math.prod(x.shape[a] for a in axes)  # this device's
     if g_mean is not None or g_rstd is not None:  # None: unused statistics (the usual case)
-        count = math.prod(x.shape[a] for a in axes) * (1 if axis_name is None else lax.psum(1, axis_name))
+        total = count * (1 if axis_name is None else lax.psum(1, axis_name))
         g_mean = 0 if g_mean is None else g_mean
         g_rstd = 0 if g_rstd is None else g_rstd
-        dx = dx + (g_mean - g_rstd * rstd * rstd * xhat) / count
+        dx = dx + (g_mean - g_rstd * rstd * rstd * xhat) / total
     spread = tuple(a for a in range(x.ndim) if w.shape[a] == 1)
+    if set(spread) == {a % x.ndim for a in axes} and axis_name is None and count:  # batch norm: B(g)'s means
+        mean_g, centered = P.projection_means(x.astype(stat), mean, g, axes, None)
+        return dx, count * rstd * centered, count * mean_g
     return dx, (g * xhat).sum(spread, keepdims=True), g.sum(spread, keepdims=True)
 
 

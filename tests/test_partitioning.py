@@ -94,7 +94,7 @@ def _worker_extras():
     from jax.sharding import AxisType, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from jaxrules import dispatch
+    from jaxrules import dispatch, hlo_summary
     from jaxrules.ops.normalization import batch_norm, layer_norm, rms_norm
 
     rng = np.random.default_rng(1)
@@ -161,6 +161,23 @@ def _worker_extras():
         gathered = [math_size(d) for d in re.findall(r"= \w+\[([\d,]*)\][^=]* all-gather\(", compiled.as_text())]
         print(json.dumps({"case": f"attention {form}", "error": max_gap(got, want),
             "specs": [str(g.sharding.spec) for g in got[1]], "largest_gather": max(gathered, default=0)}), flush=True)
+
+    # Batch norm's XLA formulas (the dispatch's choice at most shapes): two dependent all-reduces
+    # of the statistics (on a CPU, two passes: the mean, then the variance), and the backward's
+    # sums in the second (dw, db from the means B(g) takes: no wait for the variance).
+    xb, ctb = rng.standard_normal((8, 4, 3, 2)), rng.standard_normal((8, 4, 3, 2))
+    wb = rng.standard_normal(4) + 1
+    xla_grad = jax.grad(lambda x, w, b: jnp.sum(batch_norm(x, None, None, w, b, training=True, impl="xla")[0] * ctb),
+                        (0, 1, 2))
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Auto,))
+    with jax.set_mesh(mesh):
+        args = jax.device_put(xb, NamedSharding(mesh, P("data"))), jnp.asarray(wb), jnp.zeros(4)
+        compiled = jax.jit(xla_grad).lower(*args).compile()
+        got = compiled(*args)
+    summary = hlo_summary.summarize(compiled.as_text(), xb.size)
+    print(json.dumps({"case": "batch_norm xla", "error": max_gap(got, xla_grad(xb, wb, jnp.zeros(4))),
+                      "depth": summary["depth"], "kinds": sorted({c["kind"] for c in summary["collectives"]})}),
+          flush=True)
 
     seen = []
     original = dispatch.layer_norm_plan, dispatch.grouped_plan, dispatch.rms_norm_plan
@@ -236,6 +253,15 @@ def test_batch_norm_pays_two_collective_latencies_per_step(results, mode):
     first = [c for c in row["collectives"] if c[1] == 1]
     assert first == [["all-gather", 1, 2 * row["channels"] * 8]], row
     assert all(kind == "all-reduce" for kind, depth, _ in row["collectives"] if depth > 1), row
+    assert row["depth"] == 2, row
+
+
+def test_batch_norm_xla_formulas_wait_on_two_collectives(results):
+    """The XLA formulas (issue 19): the mean's all-reduce, then one more for the variance and every
+    backward sum together. It was three before the weight gradients reused the sums of the input
+    gradient (``vjp_rules.affine_normalize_vjp``): ``sum g x_hat`` waited for the variance."""
+    row = results["batch_norm xla"]
+    assert row["error"] <= 1e-12 and row["kinds"] == ["all-reduce"], row
     assert row["depth"] == 2, row
 
 

@@ -154,6 +154,7 @@ from jaxrules.partials.normalization import (  # noqa: F401
     norm_projection,
     norm_projection_eps_partial,
     norm_stats,
+    projection_means,
     rms_projection,
     rms_projection_eps_partial,
     rms_rstd,

@@ -205,21 +205,32 @@ def norm_projection(x, mean, rstd, v, axes, axis_name):
     when ``|mean| >> std``; with the shift only ``|mean - s| / std`` matters."""
     stat = rstd.dtype
     v, xs = v.astype(stat), x.astype(stat)
+    mean_v, centered = projection_means(xs, mean, v, axes, axis_name)
+    xhat = (xs - mean) * rstd
+    return rstd * (v - defined_mean(mean_v) - xhat * (rstd * centered))
+
+
+def projection_means(x, mean, v, axes, axis_name):
+    """``(E[v], E[v (x - mean)])`` over ``axes`` (kept; and over the devices of ``axis_name``), in
+    v's dtype: ``norm_projection``'s two means, which the weight gradients of batch norm reuse
+    (``sum g = count E[g]``, ``sum g x_hat = count rstd E[g (x - mean)]``: the same expressions,
+    so XLA reduces, and on a sharded batch all-reduces, them once). Summed over shifted data,
+    ``E[v (x - s)] - (mean - s) E[v]`` with ``s`` the group's first element, per sample where the
+    axes hold the batch axis (see ``norm_projection``)."""
     axes = tuple(sorted(a % x.ndim for a in axes))
-    outer, inner = _per_sample(xs, axes)
-    shift = lax.stop_gradient(_first_of_group(xs, inner))
-    mean_v = defined_mean(jnp.mean(v, axes, keepdims=True))
+    outer, inner = _per_sample(x, axes)
+    shift = lax.stop_gradient(_first_of_group(x, inner))
+    mean_v = jnp.mean(v, axes, keepdims=True)
     if outer is None:
-        centered = jnp.mean(v * (xs - shift), axes, keepdims=True) - (mean - shift) * mean_v  # E[v (x - mean)]
+        centered = jnp.mean(v * (x - shift), axes, keepdims=True) - (mean - shift) * mean_v  # E[v (x - mean)]
     else:  # each sample's shift s_n: E[v (x - mean)] = sum_n [sum v (x - s_n) - (mean - s_n) sum v] / count
-        count = math.prod(xs.shape[a] for a in axes)
-        per_sample = (jnp.sum(v * (xs - shift), inner, keepdims=True)
+        count = math.prod(x.shape[a] for a in axes)
+        per_sample = (jnp.sum(v * (x - shift), inner, keepdims=True)
                       - (mean - shift) * jnp.sum(v, inner, keepdims=True))
         centered = jnp.sum(per_sample, outer, keepdims=True) / count
     if axis_name is not None:  # each device's shift is undone before the devices' means are taken
         mean_v, centered = lax.pmean((mean_v, centered), axis_name)
-    xhat = (xs - mean) * rstd
-    return rstd * (v - mean_v - xhat * (rstd * centered))
+    return mean_v, centered
 
 
 def _first_of_group(x, axes):
