@@ -259,8 +259,8 @@ def affine_normalize_vjp(res, ct, *, axes, eps, axis_name):
     for a symbolic zero cotangent); ``dw = sum g x_hat``, ``db = sum g`` over the axes where the
     weight broadcasts. Where those are the normalized axes (batch norm) they are ``count rstd
     E[g (x - mean)]`` and ``count E[g]``, the means ``B(g)`` takes (``P.projection_means``, the same
-    expressions): XLA reduces them once, and a batch sharded over devices all-reduces them once
-    (with separate sums: twice, chained, on two H100s)."""
+    expressions), with rstd outside the sum: on a batch sharded over devices no all-reduce then
+    waits for the variance's (``sum g x_hat`` did: one more collective in the chain)."""
     from jaxrules.ops.normalization import normalize_backward
 
     x, w, mean, rstd = res

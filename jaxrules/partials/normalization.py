@@ -213,8 +213,8 @@ def norm_projection(x, mean, rstd, v, axes, axis_name):
 def projection_means(x, mean, v, axes, axis_name):
     """``(E[v], E[v (x - mean)])`` over ``axes`` (kept; and over the devices of ``axis_name``), in
     v's dtype: ``norm_projection``'s two means, which the weight gradients of batch norm reuse
-    (``sum g = count E[g]``, ``sum g x_hat = count rstd E[g (x - mean)]``: the same expressions,
-    so XLA reduces, and on a sharded batch all-reduces, them once). Summed over shifted data,
+    (``sum g = count E[g]``, ``sum g x_hat = count rstd E[g (x - mean)]``: no sum waits for the
+    variance, so on a sharded batch they are all-reduced with it, not after). Summed over shifted data,
     ``E[v (x - s)] - (mean - s) E[v]`` with ``s`` the group's first element, per sample where the
     axes hold the batch axis (see ``norm_projection``)."""
     axes = tuple(sorted(a % x.ndim for a in axes))
