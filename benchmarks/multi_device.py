@@ -22,6 +22,12 @@ dispatch. A second table describes each compiled program, 1 device vs 2
 custom calls (the Triton kernels), fusions and passes over activation-sized arrays;
 ``--hlo-dir`` writes each optimized HLO.
 
+``--loss sin`` differentiates ``sum(sin(y) ct)`` instead of ``sum(y ct)``: y's cotangent then
+depends on the forward, as behind a network's later layers, so the backward's collectives wait for
+the forward's statistics (with ``sum(y ct)`` a program may reduce both at once: plain JAX's batch
+norm did on two H100s, one all-reduce in all; on 2 CPU devices the XLA formulas' chain is 2
+collectives with ``linear`` and 3 with ``sin``, plain JAX's 4 with both).
+
 GPU (2 devices): ``python benchmarks/multi_device.py --out benchmarks/multi_device.md``.
 CPU: ``XLA_FLAGS=--xla_force_host_platform_device_count=2 python benchmarks/multi_device.py
 --scale 64 --repeats 3`` (shapes divided by ``--scale`` along the batch and the feature maps;
@@ -66,13 +72,20 @@ def _jaxrules_fn(op: str, impl):
     return lambda x, w, b: batch_norm(x, None, None, w, b, training=True, impl=impl)[0]
 
 
-def _step(fn, chain: int = 1):
-    """``jit(grad)`` of ``sum(fn(x, w, b) * ct)`` with respect to x, w and b; ``chain`` > 1: that
-    many steps in one program, each step's inputs behind an ``optimization_barrier`` with the
-    previous step's gradients (so none is hoisted or overlapped), the last step's gradients out."""
+LOSSES = {  # y's cotangent: ct (an input), or cos(y) ct (it waits for the forward, as in a network)
+    "linear": lambda y, ct: jnp.sum(y * ct),
+    "sin": lambda y, ct: jnp.sum(jnp.sin(y) * ct),
+}
+
+
+def _step(fn, chain: int = 1, loss_name: str = "linear"):
+    """``jit(grad)`` of ``sum(fn(x, w, b) * ct)`` (``loss_name`` "sin": ``sum(sin(fn(x, w, b)) ct)``)
+    with respect to x, w and b; ``chain`` > 1: that many steps in one program, each step's inputs
+    behind an ``optimization_barrier`` with the previous step's gradients (so none is hoisted or
+    overlapped), the last step's gradients out."""
 
     def loss(x, w, b, ct):
-        return jnp.sum(fn(x, w, b).astype(jnp.float32) * ct.astype(jnp.float32))
+        return LOSSES[loss_name](fn(x, w, b).astype(jnp.float32), ct.astype(jnp.float32))
 
     grad = jax.grad(loss, (0, 1, 2))
 
@@ -138,7 +151,7 @@ def _timed(step, args, repeats: int, chain: int) -> tuple:
 
 
 def measure(op: str, variant: str, shape: tuple, dtype, repeats: int, impl, axis_type, chain: int = 0,
-            hlo_dir: str | None = None) -> dict:
+            hlo_dir: str | None = None, loss_name: str = "linear") -> dict:
     """One row: the step on 1 device (half the batch) and on 2 (the whole batch, sharded), and what
     the two compiled programs contain (``jaxrules.hlo_summary``)."""
     if variant == "floor":
@@ -148,7 +161,7 @@ def measure(op: str, variant: str, shape: tuple, dtype, repeats: int, impl, axis
         fn = _variant_fn(op, variant, impl)
 
         def step(k):
-            return _step(fn, k)
+            return _step(fn, k, loss_name)
     rng = np.random.default_rng(0)
     devices = jax.devices()[:2]
     half = (shape[0] // 2, *shape[1:])
@@ -271,6 +284,10 @@ def main(argv=None) -> int:
     parser.add_argument("--hlo-dir", help="write each compiled program's optimized HLO here")
     parser.add_argument("--axis-type", choices=("auto", "explicit"), default="auto",
                         help="the mesh axis type (plain JAX's group norm fails under explicit in jax 0.10)")
+    parser.add_argument("--loss", choices=sorted(LOSSES), default="linear",
+                        help="the step's loss of y = op(x): sum(y ct), where y's cotangent is an input and the "
+                             "backward's sums need not wait for the forward's statistics, or sum(sin(y) ct), where "
+                             "it waits, as behind a network's later layers")
     parser.add_argument("--out", help="also write the Markdown tables here")
     args = parser.parse_args(argv)
     if jax.device_count() < 2:
@@ -288,7 +305,7 @@ def main(argv=None) -> int:
                     rows.append(measure_gpt(variant, args.scale, args.repeats, axis_type))
                 else:
                     rows.append(measure(op, variant, shape, dtype, args.repeats, impl, axis_type, args.chain,
-                                        args.hlo_dir))
+                                        args.hlo_dir, args.loss))
             except Exception as e:  # noqa: BLE001 - reported in the table
                 rows.append({"op": op, "variant": variant, "shape": "x".join(map(str, shape)),
                              "error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"})
