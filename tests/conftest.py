@@ -1,26 +1,17 @@
 import os
 import tempfile
 
-from jaxrules.cli import use_fast_compile_flags
+from jaxrules.cli import configure_check_process
 
-use_fast_compile_flags()  # before JAX's backend starts: XLA reads them once
-
-import jax  # noqa: E402
-
-jax.config.update("jax_enable_x64", True)
-# The tests compile thousands of tiny functions: XLA's optimization passes dominate their cost and
-# buy nothing at these sizes (about 15% of the suite's time on 2 cores).
-jax.config.update("jax_disable_most_optimizations", True)
-
-# The checks build the same programs many times (a fresh ``jax.jit`` per check and sample, the
-# same small eager ops in both xdist workers): a compilation cache shared by this run's workers
-# (fresh per run) skips those recompilations (about 18% of the registry tests' time on 2 cores).
+# The harness's process settings (``check``'s too): float64; XLA's optimization passes off (the
+# tests compile thousands of tiny functions, about 15% of the suite's time on 2 cores); Python's
+# garbage collector run less often; and a compilation cache shared by this run's xdist workers
+# (fresh per run: the checks build the same programs many times, a fresh ``jax.jit`` per check and
+# sample, the same small eager ops in both workers; about 18% of the registry tests' time).
 _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or str(os.getpid())
 _CACHE = os.path.join(tempfile.gettempdir(), f"jaxrules-test-compile-{_RUN}")
 os.environ["JAXRULES_CHECK_CACHE"] = _CACHE  # the CLI tests' ``check`` uses it too, not ~/.cache
-jax.config.update("jax_compilation_cache_dir", _CACHE)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+configure_check_process(_CACHE)  # before JAX's backend starts: XLA reads its flags once
 
 
 # The longest items (pytest --durations on 2 cores: 20-46 s each) start first, so that no worker
