@@ -907,7 +907,11 @@ for _kernel, (_backend, _width, _zeros) in _ROW_KERNEL_BACKENDS.items():  # the 
         # rstd = rsqrt(0 + eps) = 2, x_hat = 0: dx = rstd w, dw = 0 (as the XLA path's record).
         singular=(SingularPoint("all-zero rows, eps=0.25", (np.zeros((2, _zeros)), np.arange(1.0, _zeros + 1)),
                                 (np.tile(np.arange(2.0, 2 * _zeros + 2, 2.0), (2, 1)), np.zeros(_zeros)), {"eps": 0.25},
-                                jvp=np.tile(np.arange(2.0, 2 * _zeros + 2, 2.0), (2, 1))),),
+                                jvp=np.tile(np.arange(2.0, 2 * _zeros + 2, 2.0), (2, 1)),
+                                # Second derivatives here: the [pallas] record's (width 3). Both run the
+                                # jnp form of the backward; through the Mosaic kernels interpreted at width
+                                # 128 (256 directions) XLA's GPU compiler took 3 minutes (RESULTS.md, stop 24).
+                                finite_second=_kernel == "pallas"),),
         kernel_backed=_kernel == "pallas",
     )
 
