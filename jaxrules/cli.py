@@ -389,6 +389,8 @@ def _sweep(args) -> int:
 
         rows, meta = bench.run_sweep(cases, variants, repeats=args.repeats, with_value=args.with_value, on_row=write,
                                      progress=progress)
+    if args.recheck and bench.recheck_sweep(cases, rows, variants, args.recheck, args.with_value):
+        write(rows, meta)
     print(bench.sweep_markdown(rows, meta))
     return 0
 
@@ -458,6 +460,9 @@ def main(argv=None) -> int:
                        "the Mosaic GPU row kernels, layer and RMS norm; not in the default set)")
     bench.add_argument("--record", help="sweep: write the measurements (the dispatch's data format) to this JSON")
     bench.add_argument("--shard", help="sweep: K/N, every N-th case starting at K")
+    bench.add_argument("--recheck", type=int, default=0, metavar="REPEATS",
+                       help="sweep: time the points below 0.95x again with this many runs (their first times kept in "
+                            "the record)")
     bench.add_argument("--repeats", type=int, default=30, help="timed runs per measurement (median)")
     bench.add_argument("--out", help="write the Markdown table here")
     bench.add_argument("--plot", help="write a PNG plot here")

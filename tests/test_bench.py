@@ -95,3 +95,27 @@ def test_run_sweep_records_what_the_dispatch_reads(monkeypatch):
     (point,) = record["points"]
     assert point["features"] == [64, 2, 9] and point["op"] == "group_norm"  # N G groups, C/G rows, H W
     assert "| group_norm | 2x64x3x3 | float32 | xla |" in bench.sweep_markdown(rows, meta)
+
+
+def test_recheck_times_again_only_the_points_below_the_bar(monkeypatch):
+    cases = [bench.SweepCase("layer_norm", (3, 64), "float32", "float32"),
+             bench.SweepCase("layer_norm", (3, 128), "float32", "float32")]
+    rows = [{"op": "layer_norm", "shape": [3, 64], "dtype": "float32", "weight_dtype": "float32", "plan": "xla",
+             "default_ms": 1.0, "xla_ms": 0.5, "jax_ms": 0.6, "sol": 0.5},  # 0.5x: timed again
+            {"op": "layer_norm", "shape": [3, 128], "dtype": "float32", "weight_dtype": "float32", "plan": "xla",
+             "default_ms": 0.5, "xla_ms": 0.5, "jax_ms": 0.6, "sol": 0.5}]
+    timed = []
+
+    def run_sweep(again, variants, repeats, with_value):
+        timed.append(([c.shape for c in again], repeats))
+        return [{**rows[0], "default_ms": 0.52, "xla_ms": 0.5}], {}
+
+    monkeypatch.setattr(bench, "run_sweep", run_sweep)
+    (row,) = bench.recheck_sweep(cases, rows, ("default", "xla", "jax"), repeats=30)
+    assert timed == [([(3, 64)], 30)]
+    assert row is rows[0] and row["default_ms"] == 0.52 and row["rechecked"] == 30
+    assert row["first"] == {"default_ms": 1.0, "xla_ms": 0.5, "jax_ms": 0.6}
+    assert bench.sweep_verdict(row)[1] and rows[1].get("rechecked") is None
+    meta = {"device": "cpu", "jax": "0", "repeats": 10, "jax_copy_gbps": 1.0, "sol_gbps": 1.0}
+    assert bench.sweep_markdown(rows, meta).splitlines()[-2].endswith("| ok (rechecked) |")
+    assert bench.recheck_sweep(cases, rows, ("default", "xla", "jax"), repeats=30) == []  # none below now
