@@ -4,7 +4,9 @@ jaxrules vs plain JAX (``jaxrules.bench._plain_norm``, JAX's autodiff).
 
 ``--ops`` may also name ``gpt``: the gradient step of ``examples/gpt.py``'s transformer (float32,
 batch 32 tokens of 512, d_model 512, 4 layers), the model replicated and the batch sharded, with
-jaxrules vs the same file with plain JAX swapped in (``examples/plain.py``).
+jaxrules vs the same file with plain JAX swapped in (``examples/plain.py``); and ``nested_block``:
+the ragged block of ``benchmarks/nested_attention_block.py`` (nested attention), each device whole
+sequences (``measure_nested_block``), vs the padded block in plain JAX.
 
 For each (op, variant): milliseconds per step on 1 and 2 devices (``jaxrules.bench.median_ms``),
 weak-scaling efficiency ``t1 / t2`` (1.0: twice the work in the same time), the all-gathers and
@@ -232,6 +234,67 @@ def measure_gpt(variant: str, scale: int, repeats: int, axis_type) -> dict:
             "x_size": activation, "grad_sharding": str(jax.tree.leaves(out)[0].sharding.spec)}
 
 
+def _block_module():
+    spec = importlib.util.spec_from_file_location(
+        "nested_attention_block", pathlib.Path(__file__).resolve().parent / "nested_attention_block.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def measure_nested_block(variant: str, scale: int, repeats: int, dtype, axis_type,
+                         lengths_name: str = "long-tail") -> dict:
+    """One row for ``benchmarks/nested_attention_block.py``'s ragged block (linear, attention within
+    each sequence, output projection, residual, layer norm; 64 sequences of at most 2048 tokens, d
+    256, 4 heads), ``jit(grad)`` with respect to the parameters and the input, data parallel: each
+    device holds whole sequences. ``jaxrules``: the nested block under ``jax.shard_map``, each
+    device its own values and local offsets (the parameters' gradients summed over the devices by
+    ``shard_map``'s transpose); ``plain JAX``: the padded block (``jax.nn.dot_product_attention``
+    with the sequence lengths; cuDNN's flash attention in bfloat16/float16 on a GPU, the strongest a
+    user would pick, else JAX's choice), the batch sharded under ``jit``.
+    Device 1 holds the lengths of device 0 reversed (the same token count, as ``shard_map``'s equal
+    shards need); 1 device runs device 0's half."""
+    block = _block_module()
+    rng = np.random.default_rng(0)
+    batch, max_len, d, heads = 64, max(16, 2048 // scale), max(16, 256 // scale), 4
+    half = block.LENGTH_DISTRIBUTIONS[lengths_name](rng, batch // 2, max_len).astype(np.int32)
+    lengths = np.stack([half, half[::-1]])  # (devices, sequences per device)
+    params = jax.tree.map(jnp.asarray, block._params(rng, d, dtype))
+    devices = jax.devices()[:2]
+    mesh = jax.make_mesh((2,), ("data",), devices=devices, axis_types=(axis_type,))
+    rep, data = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+    if variant == "plain JAX":
+        cudnn = jax.default_backend() == "gpu" and jnp.dtype(dtype).name in ("bfloat16", "float16")
+        grad = jax.jit(jax.grad(block._padded_loss(heads, "cudnn" if cudnn else None, False), argnums=(0, 1)))
+        x = jnp.asarray(rng.standard_normal((batch, max_len, d)), dtype)
+        one = jax.device_put((params, x[: batch // 2], jnp.asarray(half)), devices[0])
+        two = (jax.device_put(params, rep), jax.device_put(x, data), jax.device_put(jnp.asarray(lengths.ravel()), data))
+        step1, step2 = grad, grad
+    else:
+        loss = block._nested_loss(heads, max_len, False)
+        grad = jax.grad(loss, argnums=(0, 1))
+        tokens = int(half.sum())
+        x = jnp.asarray(rng.standard_normal((2 * tokens, d)), dtype)
+        offsets = np.concatenate([np.zeros((2, 1), np.int32), np.cumsum(lengths, axis=1)], axis=1).astype(np.int32)
+        one = jax.device_put((params, x[:tokens], jnp.asarray(offsets[0])), devices[0])
+        two = (jax.device_put(params, rep), jax.device_put(x, data), jax.device_put(jnp.asarray(offsets), data))
+        step1 = jax.jit(grad)
+        step2 = jax.jit(jax.shard_map(lambda p, v, o: grad(p, v, o[0]), mesh=mesh, in_specs=(P(), P("data"), P("data")),
+                                      out_specs=(P(), P("data"))))
+    t1 = median_ms(lambda: step1(*one), repeats)
+    with jax.set_mesh(mesh):
+        compiled = step2.lower(*two).compile()
+        t2 = median_ms(lambda: compiled(*two), repeats)
+        grads = compiled(*two)
+    gathers, reduces, largest = _collectives(compiled.as_text())
+    activation = int(half.sum()) * d if variant != "plain JAX" else batch // 2 * max_len * d
+    return {"op": f"ragged block ({lengths_name})", "variant": variant,
+            "shape": f"{batch} sequences <= {max_len}, d {d}, {heads} heads", "t1": t1, "t2": t2,
+            "efficiency": t1 / t2, "all_gathers": gathers, "all_reduces": reduces, "largest_gather": largest,
+            "x_size": activation, "grad_sharding": str(grads[1].sharding.spec),
+            "programs": {"2 devices": hlo_summary.summarize(compiled.as_text(), activation)}}
+
+
 def functools_partial_plain(op: str):
     return lambda x, w, b: _plain_norm(op, x, w, b)
 
@@ -299,10 +362,12 @@ def main(argv=None) -> int:
     rows = []
     for op in args.ops.split(","):
         shape = _shapes(args.scale).get(op, ())
-        for variant in args.variants.split(",") if op != "gpt" else ("jaxrules", "plain JAX"):
+        for variant in args.variants.split(",") if op not in ("gpt", "nested_block") else ("jaxrules", "plain JAX"):
             try:
                 if op == "gpt":
                     rows.append(measure_gpt(variant, args.scale, args.repeats, axis_type))
+                elif op == "nested_block":
+                    rows.append(measure_nested_block(variant, args.scale, args.repeats, dtype, axis_type))
                 else:
                     rows.append(measure(op, variant, shape, dtype, args.repeats, impl, axis_type, args.chain,
                                         args.hlo_dir, args.loss))
