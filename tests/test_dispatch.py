@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _cuda_lowering import for_cuda
 from jax import export
 
 from jaxrules import bench, dispatch
@@ -128,7 +129,8 @@ def _lowered_kernels(fn, *args):
     step = jax.jit(lambda g, *a: jax.vjp(fn, *a)[1](g))
     module = export.export(step, platforms=["cuda"],
                            disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])
-    text = module(args[0], *args).mlir_module()
+    with for_cuda():
+        text = module(args[0], *args).mlir_module()
     calls = re.findall(r'grid_x = (\d+) : i32, grid_y = (\d+) : i32.*?name = "(\w+)"', text)
     return [(name, int(x) * int(y)) for x, y, name in calls]
 

@@ -10,6 +10,7 @@ import json
 import re
 
 import pytest
+from _cuda_lowering import for_cuda
 from _forced_devices import worker_rows
 
 # (op, mesh axis types, spec of x, spec of the weights): every op in both modes; FSDP weights.
@@ -345,17 +346,20 @@ def test_the_split_batch_norm_backward_kernels_lower_for_cuda(dtype):
     for fn, args in kernels:
         lowered = export.export(jax.jit(fn), platforms=["cuda"],
                                 disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])
-        assert "xla.gpu.triton" in lowered(*args).mlir_module()
+        with for_cuda():
+            assert "xla.gpu.triton" in lowered(*args).mlir_module()
 
 
-def _triton_calls(fn, *args):
-    """(grid, kernel IR, name) of each Triton kernel of ``fn`` exported for CUDA (no GPU needed)."""
+def _triton_calls(fn, *args, mesh=None):
+    """(grid, kernel IR, name) of each Triton kernel of ``fn`` exported for CUDA (no GPU needed;
+    ``mesh``: the axes of the context mesh, ``_cuda_lowering.for_cuda``)."""
     import jax
     from jax import export
 
-    text = export.export(jax.jit(fn), platforms=["cuda"],
-                         disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])(
-        *args).mlir_module()
+    with for_cuda(mesh):
+        text = export.export(jax.jit(fn), platforms=["cuda"],
+                             disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])(
+            *args).mlir_module()
     return re.findall(r"custom_call @__gpu\$xla.gpu.triton\([^)]*\) \{mhlo.backend_config = \{(.*?), ir = \"(.*?)\", "
                       r"name = \"(\w+)\"", text, re.S)
 
@@ -396,9 +400,10 @@ def test_each_devices_kernels_are_the_one_device_programs_kernels(kernel):
         shard = [jax.ShapeDtypeStruct((n, groups * k, length), bf)]
         one = lambda x: pt._bn_stats_impl(x, 1e-5, launch)  # noqa: E731
         lower = pt._bn_stats_partition(1e-5, launch, mesh, [sharded(shard[0], 0)], None)[0]
-        # its all-gather needs the mesh axis: a 1-device "data" axis here (only the kernels compared)
-        lower = jax.shard_map(lower, mesh=jax.make_mesh((1,), ("data",)), in_specs=P(), out_specs=P(),
-                              check_vma=False)
-    want, got = _triton_calls(one, *shard), _triton_calls(lower, *shard)
+        # its all-gather needs the mesh axis: a 1-device "data" axis here (only the kernels compared),
+        # the context's (_cuda_lowering.for_cuda)
+        lower = jax.shard_map(lower, in_specs=P(), out_specs=P(), check_vma=False)
+    one_axis = jax.make_mesh((1,), ("data",)) if kernel == "batch_stats" else None
+    want, got = _triton_calls(one, *shard), _triton_calls(lower, *shard, mesh=one_axis)
     assert want and [c[0] for c in got] == [c[0] for c in want], (got, want)
     assert [c[1] for c in got] == [c[1] for c in want]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from _cuda_lowering import for_cuda
 from _forced_devices import worker_rows
 
 DEVICES = 4
@@ -96,21 +97,20 @@ def _worker():
 
     for op, impl in KERNELS:
         f = _norm(op, impl)
-        step = jax.jit(jax.grad(lambda x: jnp.sum(jnp.sin(jax.shard_map(f, mesh=mesh, in_specs=P("data"),
+        # shard_map over the context's mesh: the same 4-device "data" axis, of H100s (_cuda_lowering)
+        step = jax.jit(jax.grad(lambda x: jnp.sum(jnp.sin(jax.shard_map(f, in_specs=P("data"),
                                                                         out_specs=P("data"))(x)))))
         shape = rows.shape if op in ("layer_norm", "rms_norm") else maps.shape
         try:
-            text = export.export(step, platforms=["cuda"],
-                                 disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])(
-                jax.ShapeDtypeStruct(shape, jnp.float32, sharding=shard)).mlir_module()
+            with for_cuda(mesh) as cuda_mesh:
+                text = export.export(step, platforms=["cuda"],
+                                     disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])(
+                    jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(cuda_mesh, P("data")))
+                ).mlir_module()
             target = "@mosaic_gpu" if impl == "mosaic" else "@__gpu$xla.gpu.triton"
             row = {"case": f"{op} {impl} export", "kernels": text.count(f"stablehlo.custom_call {target}")}
         except Exception as e:  # noqa: BLE001
             row = {"case": f"{op} {impl} export", "error": f"{type(e).__name__}: {str(e)[:300]}"}
-            if "No supported GPU devices found" in str(e):
-                # jax >= 0.11's Triton lowering reads the GPU's kind from the default device (a
-                # CPU in this worker, also on a GPU machine), not from platforms=["cuda"]
-                row = {"case": row["case"], "skip": f"jax {jax.__version__}: {row['error'][:120]}"}
         print(json.dumps(row), flush=True)
 
 
@@ -129,8 +129,6 @@ def test_the_formulas_inside_shard_map_equal_each_shard_alone(results, case):
 @pytest.mark.parametrize("op, impl", KERNELS)
 def test_the_kernels_lower_for_cuda_inside_shard_map(results, op, impl):
     row = results[f"{op} {impl} export"]
-    if "skip" in row:  # seen on a GPU machine with jax 0.11.2; CI's jax 0.10.2 lowers them on the CPU
-        pytest.skip(row["skip"])
     assert "error" not in row, row
     assert row["kernels"] == 2, row  # forward (or statistics) and backward, on each device's shard
 
