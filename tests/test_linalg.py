@@ -446,3 +446,14 @@ def test_matrix_power_dtypes_shapes_and_bad_exponents():
             rnp.linalg.matrix_power(ints, bad)
     with pytest.raises(ValueError, match="matrix_power: a must be square"):
         rnp.linalg.matrix_power(jnp.ones((2, 3)), 2)
+
+
+@pytest.mark.parametrize("a, tau, c", [((4, 3), (0,), (4, 2)), ((4, 3), (2,), (4, 0)), ((0, 4, 3), (0, 2), (0, 4, 2))])
+def test_ormqr_of_an_empty_product_is_c_without_the_lapack_kernel(a, tau, c):
+    """No entry of C, or no reflector (Q = I): C itself, LAPACK's ormqr not called (jaxlib 0.11.2's
+    CPU kernel dies of an integer division by zero on such input: SIGFPE, the process ends)."""
+    args = [jnp.asarray(np.random.default_rng(0).standard_normal(s)) for s in (a, tau, c)]
+    assert "ormqr" not in str(jax.make_jaxpr(lambda *x: jrl.ormqr(*x))(*args))
+    np.testing.assert_array_equal(jrl.ormqr(*args), args[2])
+    grads = jax.grad(lambda *x: jnp.sum(jrl.ormqr(*x) ** 2), argnums=(0, 1, 2))(*args)
+    np.testing.assert_array_equal(grads[2], 2 * args[2])
