@@ -450,8 +450,8 @@ def test_matrix_power_dtypes_shapes_and_bad_exponents():
 
 @pytest.mark.parametrize("a, tau, c", [((4, 3), (0,), (4, 2)), ((4, 3), (2,), (4, 0)), ((0, 4, 3), (0, 2), (0, 4, 2))])
 def test_ormqr_of_an_empty_product_is_c_without_the_lapack_kernel(a, tau, c):
-    """No entry of C, or no reflector (Q = I): C itself, LAPACK's ormqr not called (jaxlib 0.11.2's
-    CPU kernel dies of an integer division by zero on such input: SIGFPE, the process ends)."""
+    """No entry of C, or no reflector (Q = I): C itself, LAPACK's ormqr not called (on jaxlib
+    0.11.2's CPU the derivative program of such samples died of SIGFPE; see ``_ormqr_primal``)."""
     args = [jnp.asarray(np.random.default_rng(0).standard_normal(s)) for s in (a, tau, c)]
     assert "ormqr" not in str(jax.make_jaxpr(lambda *x: jrl.ormqr(*x))(*args))
     np.testing.assert_array_equal(jrl.ormqr(*args), args[2])

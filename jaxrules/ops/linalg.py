@@ -369,7 +369,9 @@ householder_product_op = define_op("householder_product", _householder_primal, J
 
 def _ormqr_primal(a, tau, c, *, left, transpose):
     """LAPACK's ormqr; for an empty product (no entry of C, or no reflector: Q = I) C itself, the
-    kernel not called (jaxlib 0.11.2's CPU kernel dies of an integer division by zero there)."""
+    kernel not called: on jaxlib 0.11.2's CPU the ``empty`` check's derivative program of ormqr
+    died of an integer division by zero (SIGFPE, in XLA's library) on such samples; with C
+    returned it passes. (LAPACK's ormqr itself, eagerly or jitted, returned those shapes.)"""
     if c.size == 0 or tau.shape[-1] == 0:
         return c
     return lax.linalg.ormqr(a, tau, c, left=left, transpose=transpose)
