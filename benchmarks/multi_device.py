@@ -193,12 +193,17 @@ def measure(op: str, variant: str, shape: tuple, dtype, repeats: int, impl, axis
             "chained": None if c1 is None else (c1, c2, c1 / c2)}
 
 
-def _load_example(name: str, plain: bool):
-    spec = importlib.util.spec_from_file_location(
-        "examples_plain", pathlib.Path(__file__).resolve().parents[1] / "examples" / "plain.py")
+def _load_file(relative: str):
+    """The module of a file of this repository (``examples/`` and ``benchmarks/`` are no packages)."""
+    path = pathlib.Path(__file__).resolve().parents[1] / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.load(name, plain=plain)
+    return module
+
+
+def _load_example(name: str, plain: bool):
+    return _load_file("examples/plain.py").load(name, plain=plain)
 
 
 def measure_gpt(variant: str, scale: int, repeats: int, axis_type) -> dict:
@@ -234,14 +239,6 @@ def measure_gpt(variant: str, scale: int, repeats: int, axis_type) -> dict:
             "x_size": activation, "grad_sharding": str(jax.tree.leaves(out)[0].sharding.spec)}
 
 
-def _block_module():
-    spec = importlib.util.spec_from_file_location(
-        "nested_attention_block", pathlib.Path(__file__).resolve().parent / "nested_attention_block.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def measure_nested_block(variant: str, scale: int, repeats: int, dtype, axis_type,
                          lengths_name: str = "long-tail") -> dict:
     """One row for ``benchmarks/nested_attention_block.py``'s ragged block (linear, attention within
@@ -254,7 +251,7 @@ def measure_nested_block(variant: str, scale: int, repeats: int, dtype, axis_typ
     user would pick, else JAX's choice), the batch sharded under ``jit``.
     Device 1 holds the lengths of device 0 reversed (the same token count, as ``shard_map``'s equal
     shards need); 1 device runs device 0's half."""
-    block = _block_module()
+    block = _load_file("benchmarks/nested_attention_block.py")
     rng = np.random.default_rng(0)
     batch, max_len, d, heads = 64, max(16, 2048 // scale), max(16, 256 // scale), 4
     half = block.LENGTH_DISTRIBUTIONS[lengths_name](rng, batch // 2, max_len).astype(np.int32)
