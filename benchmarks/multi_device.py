@@ -153,7 +153,7 @@ def _timed(step, args, repeats: int, chain: int) -> tuple:
 
 
 def measure(op: str, variant: str, shape: tuple, dtype, repeats: int, impl, axis_type, chain: int = 0,
-            hlo_dir: str | None = None, loss_name: str = "linear") -> dict:
+            hlo_dir: str | None = None, loss_name: str = "linear", timeline_steps: int = 0) -> dict:
     """One row: the step on 1 device (half the batch) and on 2 (the whole batch, sharded), and what
     the two compiled programs contain (``jaxrules.hlo_summary``)."""
     if variant == "floor":
@@ -185,12 +185,17 @@ def measure(op: str, variant: str, shape: tuple, dtype, repeats: int, impl, axis
         stem.parent.mkdir(parents=True, exist_ok=True)
         for label, program in (("1dev", compiled1), ("2dev", compiled)):
             pathlib.Path(f"{stem}.{label}.hlo.txt").write_text(program.as_text())
+    device_timeline = _load_file("benchmarks/device_timeline.py") if timeline_steps else None
+    timelines = "" if not timeline_steps else "\n".join(
+        device_timeline.format_timeline(f"{op} {variant} {label}", device_timeline.timeline(
+            lambda: program(*args), timeline_steps))
+        for label, program, args in (("1 device", compiled1, one), ("2 devices", compiled, two)))
     ran = "" if variant != "jaxrules" else (f" ({dispatch_choice(op, half, dtype)} on the half batch, "
                                           f"{dispatch_choice(op, shape, dtype)} on the whole)")
     return {"op": op, "variant": variant + ran, "shape": "x".join(map(str, shape)), "t1": t1, "t2": t2,
             "efficiency": t1 / t2, "all_gathers": gathers, "all_reduces": reduces, "largest_gather": largest,
             "x_size": math.prod(shape), "grad_sharding": str(grads[0].sharding.spec), "programs": programs,
-            "chained": None if c1 is None else (c1, c2, c1 / c2)}
+            "chained": None if c1 is None else (c1, c2, c1 / c2), "timeline": timelines}
 
 
 def _load_file(relative: str):
@@ -348,6 +353,9 @@ def main(argv=None) -> int:
                         help="the step's loss of y = op(x): sum(y ct), where y's cotangent is an input and the "
                              "backward's sums need not wait for the forward's statistics, or sum(sin(y) ct), where "
                              "it waits, as behind a network's later layers")
+    parser.add_argument("--timeline", type=int, default=0, metavar="STEPS",
+                        help="also profile this many calls of each norm's programs and print each GPU's "
+                             "operations in a step (benchmarks/device_timeline.py)")
     parser.add_argument("--out", help="also write the Markdown tables here")
     args = parser.parse_args(argv)
     if jax.device_count() < 2:
@@ -367,13 +375,17 @@ def main(argv=None) -> int:
                     rows.append(measure_nested_block(variant, args.scale, args.repeats, dtype, axis_type))
                 else:
                     rows.append(measure(op, variant, shape, dtype, args.repeats, impl, axis_type, args.chain,
-                                        args.hlo_dir, args.loss))
+                                        args.hlo_dir, args.loss, args.timeline))
             except Exception as e:  # noqa: BLE001 - reported in the table
                 rows.append({"op": op, "variant": variant, "shape": "x".join(map(str, shape)),
                              "error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"})
-            print({k: v for k, v in rows[-1].items() if k != "programs"}, file=sys.stderr, flush=True)
+            print({k: v for k, v in rows[-1].items() if k not in ("programs", "timeline")}, file=sys.stderr, flush=True)
     text = table(rows, args.dtype, f"{jax.devices()[0].device_kind} ({jax.default_backend()}), "
                  f"{args.axis_type} mesh axis") + "\n" + programs_table(rows)
+    timelines = [r["timeline"] for r in rows if r.get("timeline", "").strip()]
+    if timelines:
+        text += "\nOne step's operations per GPU (medians over the profiled calls):\n\n```\n" + "\n\n".join(
+            timelines) + "\n```\n"
     print(text)
     if args.out:
         with open(args.out, "w") as f:
