@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import statistics
+import sys
 import tempfile
 
 import jax
@@ -46,6 +47,9 @@ def timeline(call, steps: int = 5) -> dict[str, dict]:
         path = glob.glob(f"{d}/**/*.xplane.pb", recursive=True)[0]
         data = jax.profiler.ProfileData.from_file(path)
         result = {}
+        if not _device_planes(data):  # say what the trace holds instead (a JAX or CUPTI that names them otherwise)
+            print("device_timeline: no GPU plane in the trace; planes:",
+                  {p.name: [line.name for line in p.lines][:8] for p in data.planes}, file=sys.stderr)
         for plane in _device_planes(data):
             lines = {line.name: _events(line) for line in plane.lines}
             modules = sorted(next((v for k, v in lines.items() if k == "XLA Modules"), []), key=lambda e: e[1])

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import itertools
 import json
 import math
 import pathlib
@@ -107,11 +108,55 @@ def row_launch(impl: str, m: int, n: int, dtype, *, interpret: bool = False):
     return rows_launch(m, n, interpret=interpret)
 
 
+@dataclasses.dataclass(frozen=True)
+class ShardPlan:
+    """The launch of a rows op whose choice waits for each device's shard shape: under ``jit``
+    with an ``Auto`` mesh the shardings are known only when XLA partitions the program, and the
+    plans of the possible shard shapes differ (``shard_plan``). ``shard_launch`` decides it there
+    (``jaxrules.partitioning``'s ``partition`` callbacks), or on the whole array where nothing is
+    partitioned: the kernel of ``op``'s plan for the shard, or the XLA formulas."""
+
+    op: str  # "layer_norm" or "rms_norm"
+    platform: str
+    device_kind: str
+    weight_dtype: str
+
+
+def shard_plan(op: str, platform: str, device_kind: str, m: int, n: int, dtype, weight_dtype, mesh_sizes) -> Plan:
+    """The plan of rows op ``op`` (``layer_norm_plan`` / ``rms_norm_plan``) on (m, n) when the rows
+    may be split over any subset of mesh axes of sizes ``mesh_sizes`` (an ``Auto`` mesh: the split
+    is XLA's to choose): the plan for m rows where every evenly dividing split agrees, else a
+    ``ShardPlan`` decided per shard."""
+    plan_of = {"layer_norm": layer_norm_plan, "rms_norm": rms_norm_plan}[op]
+    whole = plan_of(platform, device_kind, m, n, dtype, weight_dtype)
+    splits = {math.prod(c) for k in range(1, len(mesh_sizes) + 1) for c in itertools.combinations(mesh_sizes, k)}
+    shards = {plan_of(platform, device_kind, m // s, n, dtype, weight_dtype).impl
+              for s in splits if s > 1 and m % s == 0}
+    if shards <= {whole.impl}:
+        return whole
+    import numpy as np
+
+    wdtype = np.dtype(weight_dtype if weight_dtype is not None else dtype).name
+    return Plan("per shard", ShardPlan(op, platform, device_kind, wdtype),
+                f"{whole.reason}; a shard's rows decide ({'/'.join(sorted(shards | {whole.impl}))})")
+
+
+def shard_launch(launch, m: int, n: int, dtype):
+    """The launch for (m, n) rows of one device: a ``ShardPlan`` decided now (``None``: the XLA
+    formulas), a kernel launch relaunched for the shape (``relaunch``)."""
+    if isinstance(launch, ShardPlan):
+        plan_of = {"layer_norm": layer_norm_plan, "rms_norm": rms_norm_plan}[launch.op]
+        return plan_of(launch.platform, launch.device_kind, m, n, dtype, launch.weight_dtype).launch
+    return relaunch(launch, m, n, dtype)
+
+
 def relaunch(launch, m: int, n: int, dtype):
     """A launch of ``launch``'s rows kernels for another shape (a device's shard, vmap's folded
-    rows)."""
+    rows); a ``ShardPlan`` stays one (it is decided on the shard)."""
     from jaxrules import mosaic_kernels
 
+    if isinstance(launch, ShardPlan):
+        return launch
     kinds = {RowsLaunch: "pallas", mosaic_kernels.MosaicRowsLaunch: "mosaic"}
     if type(launch) not in kinds:
         raise TypeError(f"relaunch: not a rows kernels' launch: {launch!r}")
@@ -120,8 +165,8 @@ def relaunch(launch, m: int, n: int, dtype):
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    impl: str  # "pallas", "mosaic" or "xla"
-    launch: object  # RowsLaunch, GroupedLaunch, mosaic_kernels.MosaicRowsLaunch or None (XLA)
+    impl: str  # "pallas", "mosaic", "xla" or "per shard" (``shard_plan``)
+    launch: object  # RowsLaunch, GroupedLaunch, mosaic_kernels.MosaicRowsLaunch, ShardPlan or None (XLA)
     reason: str
 
 

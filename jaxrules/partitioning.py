@@ -11,7 +11,9 @@ with the collectives the math needs:
   replicated (gathered if it came sharded); the weight and bias replicated (gathered if sharded,
   FSDP style); the backward sums ``dw`` (and ``db``) over the row axes (one all-reduce, float32).
   The same partitioning runs the Triton kernels (``norm_kernels``) or the Mosaic GPU ones
-  (``mosaic_kernels``), whichever the launch is for (``_row_kernels``).
+  (``mosaic_kernels``), whichever the launch is for (``_row_kernels``). Where the choice waits for
+  the shard (``dispatch.ShardPlan``: an ``Auto`` mesh), ``partition`` decides it on the shard's rows,
+  the XLA formulas included (``_XlaRows``).
 * group norm (x (N, G, K, L)): samples and groups sharded, K and L replicated; no collective
   (each group's statistics are local; XLA adds up ``dw``/``db`` over the samples).
 * batch norm, training (x (N, C, L)): samples and channels sharded, L replicated. The statistics
@@ -48,6 +50,7 @@ from jax.sharding import PartitionSpec as PSpec
 
 from jaxrules import dispatch
 from jaxrules.mechanism import in_shard_map
+from jaxrules.partials.normalization import affine_norm_backward, rms_projection, stat_dtype
 
 
 def _axes(entry) -> tuple:
@@ -103,6 +106,19 @@ def local_shape(x: jax.Array) -> tuple:
         count = math.prod(mesh.shape[a] for a in _axes(entry))
         out.append(size // count if size % count == 0 else size)
     return tuple(out)
+
+
+def auto_mesh_sizes(x: jax.Array) -> tuple | None:
+    """The axis sizes of the mesh in x's type when XLA will choose x's split (an ``Auto`` axis of
+    a mesh of several devices, and no split known when tracing: ``local_shape`` is then the
+    whole shape), else None."""
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or getattr(mesh, "size", 1) <= 1 or any(e is not None for e in getattr(sharding, "spec", ())):
+        return None
+    if all(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
+        return None
+    return tuple(mesh.shape.values())
 
 
 def _kernel_op(impl, n_arrays: int, rule, partition, n_static: int | None = None):
@@ -224,20 +240,62 @@ def _explicit_call(partition, impl, mesh, arrays, statics):
 # Layer norm and RMS norm: x (M, N), rows sharded.
 
 
-def _row_kernels(launch):
-    """The module of the rows kernels ``launch`` is for: ``mosaic_kernels`` (Mosaic GPU) or
-    ``norm_kernels`` (Triton); both have ``local_forward`` / ``local_backward``."""
+class _XlaRows:
+    """The rows kernels' math in jnp, with their arguments and outputs (``local_forward`` /
+    ``local_backward`` of ``norm_kernels``): what a ``dispatch.ShardPlan`` runs on a shard whose
+    plan is the XLA formulas. Layer norm: ``mean = E[x]``, ``rstd = rsqrt(E[(x - mean)^2] +
+    eps)``, ``y = x_hat w + b``, backward ``partials.affine_norm_backward`` and the row sums of
+    ``g x_hat`` and ``g``; RMS norm (``b``, ``mean`` None): ``rstd = rsqrt(E[x^2] + eps)``, ``y =
+    x_hat w``, ``dx = rms_projection(g w) - g_rstd rstd^2 x_hat / N``; statistics and sums in
+    ``stat_dtype``."""
+
+    @staticmethod
+    def local_forward(x, w, b, *, eps, launch=None):
+        stat = stat_dtype(x.dtype)
+        xs, ws = x.astype(stat), w.astype(stat)
+        if b is None:
+            rstd = lax.rsqrt(jnp.mean(xs * xs, axis=1) + eps)
+            return (xs * rstd[:, None] * ws).astype(x.dtype), rstd
+        mean = jnp.mean(xs, axis=1)
+        centered = xs - mean[:, None]
+        rstd = lax.rsqrt(jnp.mean(centered * centered, axis=1) + eps)
+        return (centered * rstd[:, None] * ws + b.astype(stat)).astype(x.dtype), mean, rstd
+
+    @staticmethod
+    def local_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch=None):
+        stat = rstd.dtype
+        xs, gs, ws, r, gr = x.astype(stat), g.astype(stat), w.astype(stat), rstd[:, None], g_rstd.astype(stat)[:, None]
+        if mean is None:
+            xhat = xs * r
+            dx = rms_projection(xs, r, gs * ws, (1,)) - gr * r * r * xhat / x.shape[1]
+            return dx.astype(x.dtype), (gs * xhat).sum(0)
+        xhat = (xs - mean[:, None]) * r
+        dx = affine_norm_backward(xhat, r, gs, ws, g_mean.astype(stat)[:, None], gr, (1,))
+        return dx.astype(x.dtype), (gs * xhat).sum(0), gs.sum(0)
+
+
+def _row_kernels(launch, x):
+    """``(module, launch)`` of the rows kernels for ``x``, one device's rows: ``mosaic_kernels``
+    (Mosaic GPU), ``norm_kernels`` (Triton) or ``_XlaRows`` (launch None), a
+    ``dispatch.ShardPlan`` decided on x's shape first; each has ``local_forward`` /
+    ``local_backward``."""
     from jaxrules import mosaic_kernels, norm_kernels
 
-    return mosaic_kernels if isinstance(launch, mosaic_kernels.MosaicRowsLaunch) else norm_kernels
+    if isinstance(launch, dispatch.ShardPlan):
+        launch = dispatch.shard_launch(launch, *x.shape, x.dtype)
+    if launch is None:
+        return _XlaRows, None
+    return (mosaic_kernels if isinstance(launch, mosaic_kernels.MosaicRowsLaunch) else norm_kernels), launch
 
 
 def _ln_forward_impl(x, w, b, eps, launch):
-    return _row_kernels(launch).local_forward(x, w, b, eps=eps, launch=launch)
+    kernels, launch = _row_kernels(launch, x)
+    return kernels.local_forward(x, w, b, eps=eps, launch=launch)
 
 
 def _rms_forward_impl(x, w, eps, launch):
-    return _row_kernels(launch).local_forward(x, w, None, eps=eps, launch=launch)
+    kernels, launch = _row_kernels(launch, x)
+    return kernels.local_forward(x, w, None, eps=eps, launch=launch)
 
 
 def _rows_forward_partition(impl, n_stats: int):
@@ -247,7 +305,7 @@ def _rows_forward_partition(impl, n_stats: int):
     def partition(eps, launch, mesh, arg_shapes, result_shape):
         x = arg_shapes[0]
         rows = even_axes(mesh, x, 0)
-        local = dispatch.relaunch(launch, x.shape[0] // shards(mesh, rows), x.shape[1], x.dtype)
+        local = dispatch.shard_launch(launch, x.shape[0] // shards(mesh, rows), x.shape[1], x.dtype)
         lower = functools.partial(impl, eps=eps, launch=local)
         matrix = named(mesh, rows, ())
         return lower, (matrix,) + (named(mesh, rows),) * n_stats, (matrix,) + (named(mesh, ()),) * (
@@ -275,11 +333,13 @@ def rms_norm_forward(x, w, *, eps: float, launch):
 
 
 def _ln_backward_impl(x, g, w, mean, rstd, g_mean, g_rstd, launch):
-    return _row_kernels(launch).local_backward(x, g, w, mean, rstd, g_mean, g_rstd, launch=launch)
+    kernels, launch = _row_kernels(launch, x)
+    return kernels.local_backward(x, g, w, mean, rstd, g_mean, g_rstd, launch=launch)
 
 
 def _rms_backward_impl(x, g, w, rstd, g_rstd, launch):
-    return _row_kernels(launch).local_backward(x, g, w, None, rstd, None, g_rstd, launch=launch)
+    kernels, launch = _row_kernels(launch, x)
+    return kernels.local_backward(x, g, w, None, rstd, None, g_rstd, launch=launch)
 
 
 def _rows_backward_partition(impl, n_stats: int, n_sums: int):
@@ -290,7 +350,7 @@ def _rows_backward_partition(impl, n_stats: int, n_sums: int):
     def partition(launch, mesh, arg_shapes, result_shape):
         x = arg_shapes[0]
         rows = even_axes(mesh, x, 0)
-        local = dispatch.relaunch(launch, x.shape[0] // shards(mesh, rows), x.shape[1], x.dtype)
+        local = dispatch.shard_launch(launch, x.shape[0] // shards(mesh, rows), x.shape[1], x.dtype)
 
         def lower(*args):
             dx, *sums = impl(*args, local)

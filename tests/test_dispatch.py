@@ -287,3 +287,27 @@ def test_record_dispatch_merges_by_key_and_clears_stale_points(tmp_path, monkeyp
     assert set(module.missing(kernel)["rms_norm"]) == {c.name for c in rms}
     _, measured = module.merge([{"device_kind": "GPU X", "jax": "0.11.2", "points": [point(rms[0], 0.5)]}], "cmd4")
     assert point(rms[0], 0.5) in measured["points"] and rms[0].name not in module.missing(measured)["rms_norm"]
+
+
+def test_an_auto_mesh_leaves_the_rows_choice_to_the_shard_where_the_splits_disagree(monkeypatch):
+    """``dispatch.shard_plan``: the rows may be split over any subset of the mesh axes (sizes 4
+    and 2: splits 2, 4, 8); where every split's plan is the whole array's, that plan; else a
+    ``ShardPlan``, which ``shard_launch`` decides on a shard's rows (the kernel's launch for that
+    shape, None for the XLA formulas). A plan here: the Triton kernel up to 4096 rows."""
+    def plan(platform, kind, m, n, dtype, weight_dtype=None):
+        launch = dispatch.rows_launch(m, n) if m <= 4096 else None
+        return dispatch.Plan("xla" if launch is None else "pallas", launch, f"{m} rows")
+
+    monkeypatch.setattr(dispatch, "layer_norm_plan", plan)
+    bf16 = jnp.bfloat16
+    assert dispatch.shard_plan("layer_norm", "gpu", H100, 65536, 512, bf16, bf16, (4, 2)).impl == "xla"  # 8192 a shard
+    assert dispatch.shard_plan("layer_norm", "gpu", H100, 4096, 512, bf16, bf16, (4, 2)).launch == \
+        dispatch.rows_launch(4096, 512)  # every split a kernel too: the whole array's launch, relaunched per shard
+    per_shard = dispatch.shard_plan("layer_norm", "gpu", H100, 16384, 512, bf16, bf16, (4, 2))  # 4096 on 4 devices
+    assert per_shard.impl == "per shard" and "pallas/xla" in per_shard.reason
+    assert per_shard.launch == dispatch.ShardPlan("layer_norm", "gpu", H100, "bfloat16")
+    assert dispatch.shard_launch(per_shard.launch, 4096, 512, bf16) == dispatch.rows_launch(4096, 512)
+    assert dispatch.shard_launch(per_shard.launch, 8192, 512, bf16) is None
+    assert dispatch.relaunch(per_shard.launch, 3 * 16384, 512, bf16) == per_shard.launch  # vmap's fold: still per shard
+    # a split that does not divide the rows evenly is not one XLA can choose for the kernels
+    assert dispatch.shard_plan("layer_norm", "gpu", H100, 16383, 512, bf16, bf16, (4, 2)).impl == "xla"

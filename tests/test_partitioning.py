@@ -89,6 +89,9 @@ def _worker(cases):
 def _worker_extras():
     """An unevenly sharded batch (a slice of a sharded array) and the dispatch's view of the
     per-device shape under an Explicit mesh."""
+    import functools
+    import inspect
+
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -179,6 +182,38 @@ def _worker_extras():
     print(json.dumps({"case": "batch_norm xla", "error": max_gap(got, xla_grad(xb, wb, jnp.zeros(4))),
                       "depth": summary["depth"], "kinds": sorted({c["kind"] for c in summary["collectives"]})}),
           flush=True)
+
+    # Under an Auto mesh the split is XLA's to choose: where the possible shards' plans differ,
+    # each device's partition decides on its rows (dispatch.ShardPlan). Plans here: the kernels
+    # (interpret mode) for the 6 rows of a 4-way split of 24 and the XLA formulas otherwise
+    # ("shard"), or the reverse ("whole"); answers against the unsharded XLA formulas.
+    original = dispatch.layer_norm_plan, dispatch.rms_norm_plan
+    xr, ctr = rng.standard_normal((8, 3, 4)), rng.standard_normal((8, 3, 4))
+    wr, br = rng.standard_normal(4) + 1, rng.standard_normal(4)
+    for kernel_at in ("shard", "whole"):
+        decided = []
+
+        def plan(platform, kind, m, n, dtype, weight_dtype=None, kernel_at=kernel_at, decided=decided):
+            decided.append((inspect.stack()[1].function, m))  # shard_plan when tracing, shard_launch in partition
+            if (m == 6) == (kernel_at == "shard"):
+                return dispatch.Plan("pallas", dispatch.rows_launch(m, n, interpret=True), "test")
+            return dispatch.Plan("xla", None, "test")
+
+        dispatch.layer_norm_plan = dispatch.rms_norm_plan = plan
+        for name, fn in (("layer_norm", lambda x, w, b, impl=None: layer_norm(x, 4, w, b, impl=impl)),
+                         ("rms_norm", lambda x, w, b, impl=None: rms_norm(x, 4, w, impl=impl))):
+            def loss(x, w, b, impl=None, fn=fn):
+                return jnp.sum(jnp.sin(fn(x, w, b, impl)) * ctr)
+
+            want = jax.value_and_grad(functools.partial(loss, impl="xla"), (0, 1, 2))(xr, wr, br)
+            mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+            with jax.set_mesh(mesh):
+                args = jax.device_put(xr, NamedSharding(mesh, P("data"))), jnp.asarray(wr), jnp.asarray(br)
+                got = jax.jit(jax.value_and_grad(loss, (0, 1, 2)))(*args)
+            print(json.dumps({"case": f"shard plan {name} {kernel_at}", "error": max_gap(got, want),
+                              "decided": sorted(set(decided)), "dx_spec": str(got[1][0].sharding.spec)}), flush=True)
+            decided.clear()
+    dispatch.layer_norm_plan, dispatch.rms_norm_plan = original
 
     seen = []
     original = dispatch.layer_norm_plan, dispatch.grouped_plan, dispatch.rms_norm_plan
@@ -319,6 +354,20 @@ def test_ragged_attention_kernels_run_on_each_devices_examples_or_heads(results,
     assert all(spec.startswith(want) for spec in row["specs"]), row
 
 
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("kernel_at", ["shard", "whole"])
+def test_under_an_auto_mesh_each_device_decides_on_its_rows(results, op, kernel_at):
+    """24 rows over an Auto mesh of 4 x 2 devices, x split 4 ways by its sharding: the plans of the
+    possible splits (12, 6 and 3 rows) differ, so the partition callbacks decide on each device's
+    6 rows (only they see 6 rows; custom_partitioning also traces the op on the whole 24), the
+    kernels there ("shard") or the XLA forms where the kernels were the whole batch's plan
+    ("whole"); values and gradients equal the unsharded XLA formulas', dx stays split."""
+    row = results[f"shard plan {op} {kernel_at}"]
+    decided = {tuple(d) for d in row["decided"]}
+    assert row["error"] < 1e-12 and ("shard_launch", 6) in decided and ("shard_plan", 24) in decided, row
+    assert row["dx_spec"].startswith("P('data'"), row
+
+
 def test_the_dispatch_decides_on_each_devices_shard_under_an_explicit_mesh(results):
     """8 x 3 rows of 4 on 4 devices: the layer-norm and RMS-norm dispatches see 6 rows per device;
     batch norm (4 channel groups of N rows) sees 2 samples per device."""
@@ -407,3 +456,60 @@ def test_each_devices_kernels_are_the_one_device_programs_kernels(kernel):
     want, got = _triton_calls(one, *shard), _triton_calls(lower, *shard, mesh=one_axis)
     assert want and [c[0] for c in got] == [c[0] for c in want], (got, want)
     assert [c[1] for c in got] == [c[1] for c in want]
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_the_xla_rows_forms_compute_what_the_kernels_compute(op):
+    """``partitioning._XlaRows`` (what a shard whose plan is the XLA formulas runs) against the
+    Triton kernels in interpret mode, float64, on a shape with partial tiles: forward outputs,
+    and the backward's dx and per-device weight sums with cotangents on every output (y and the
+    statistics)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxrules import dispatch
+    from jaxrules import partitioning as pt
+
+    rng = np.random.default_rng(5)
+    m, n = 37, 45
+    x, g = (jnp.asarray(rng.standard_normal((m, n)) * 2 + 1) for _ in range(2))
+    w, b = jnp.asarray(rng.standard_normal(n) + 1), jnp.asarray(rng.standard_normal(n))
+    g_mean, g_rstd = (jnp.asarray(rng.standard_normal(m)) for _ in range(2))
+    kernel = dispatch.rows_launch(m, n, interpret=True)
+    results = []
+    for launch in (None, kernel):
+        if op == "layer_norm":
+            y, mean, rstd = pt._ln_forward_impl(x, w, b, 1e-5, launch)
+            results.append((y, mean, rstd, *pt._ln_backward_impl(x, g, w, mean, rstd, g_mean, g_rstd, launch)))
+        else:
+            y, rstd = pt._rms_forward_impl(x, w, 1e-5, launch)
+            results.append((y, rstd, *pt._rms_backward_impl(x, g, w, rstd, g_rstd, launch)))
+    for got, want in zip(*results, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_each_device_decides_its_rows_kernel_when_xla_splits_the_rows_an_auto_mesh():
+    """Under an ``Auto`` mesh the op cannot see the split when tracing, so where the plans of the
+    possible shard shapes differ the launch is a ``dispatch.ShardPlan`` and the ``partition``
+    callback decides on the shard's rows: the Triton kernels of the shard's shape (here 16384
+    rows of a 32768 x 4096 bfloat16 layer norm split over 2 devices: the one-device program's
+    kernels and grids), or the XLA forms (the whole batch on one device: no kernel)."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from jaxrules import dispatch
+    from jaxrules import partitioning as pt
+
+    launch = dispatch.ShardPlan("layer_norm", "gpu", "NVIDIA H200", "bfloat16")
+    m, n = 32768, 4096
+    mesh = jax.sharding.AbstractMesh((2,), ("data",))
+    shard = [jax.ShapeDtypeStruct((m // 2, n), "bfloat16"), *[jax.ShapeDtypeStruct((n,), "bfloat16")] * 2]
+    rows = jax.ShapeDtypeStruct((m, n), "bfloat16", sharding=NamedSharding(mesh, P("data")))
+    lower = pt._rows_forward_partition(pt._ln_forward_impl, 2)(1e-5, launch, mesh, [rows, *shard[1:]], None)[0]
+    one = lambda x, w, b: pt._ln_forward_impl(x, w, b, 1e-5, dispatch.rows_launch(m // 2, n))  # noqa: E731
+    want, got = _triton_calls(one, *shard), _triton_calls(lower, *shard)
+    assert want and [c[0] for c in got] == [c[0] for c in want] and [c[1] for c in got] == [c[1] for c in want]
+    whole = jax.ShapeDtypeStruct((m, n), "bfloat16", sharding=NamedSharding(mesh, P()))
+    lower = pt._rows_forward_partition(pt._ln_forward_impl, 2)(1e-5, launch, mesh, [whole, *shard[1:]], None)[0]
+    assert _triton_calls(lower, jax.ShapeDtypeStruct((m, n), "bfloat16"), *shard[1:]) == []

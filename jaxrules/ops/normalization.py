@@ -276,6 +276,22 @@ def _kernel_plan(op, impl, x, auto_plan, launch, impls=_KERNEL_IMPLS):
     return auto_plan(jax.default_backend(), jax.devices()[0].device_kind)
 
 
+def _rows_auto_plan(op, x, m_local, n, weight_dtype):
+    """``auto_plan`` of a rows op (``"layer_norm"``/``"rms_norm"``) on x, ``m_local`` rows of
+    ``n`` on each device where the split is known when tracing; where XLA will choose it (an
+    ``Auto`` mesh, ``partitioning.auto_mesh_sizes``) the plan is the shard's, decided when XLA
+    partitions the program if the possible splits' plans differ (``dispatch.shard_plan``)."""
+    sizes = partitioning.auto_mesh_sizes(x)
+    plan_of = {"layer_norm": dispatch.layer_norm_plan, "rms_norm": dispatch.rms_norm_plan}[op]
+
+    def auto_plan(platform, kind):
+        if sizes is None:
+            return plan_of(platform, kind, m_local, n, x.dtype, weight_dtype)
+        return dispatch.shard_plan(op, platform, kind, m_local, n, x.dtype, weight_dtype, sizes)
+
+    return auto_plan
+
+
 def _row_launch(op, shape, m, n, dtype):
     """``launch(kernel, interpret)`` of the rows kernels on (m, n) (x of ``shape``: each device's
     rows, flattened): a clear error where the Mosaic GPU kernels cannot run it (a shape they do
@@ -455,9 +471,7 @@ def layer_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: Arra
     n = math.prod(shape)
     m = x.size // max(n, 1)
     m_local = math.prod(partitioning.local_shape(x)[: x.ndim - k])  # each device's rows, where known
-    plan = _kernel_plan("layer_norm", impl, x,
-                        lambda platform, kind: dispatch.layer_norm_plan(platform, kind, m_local, n, x.dtype,
-                                                                        _weight_dtype(x, weight)),
+    plan = _kernel_plan("layer_norm", impl, x, _rows_auto_plan("layer_norm", x, m_local, n, _weight_dtype(x, weight)),
                         _row_launch("layer_norm", x.shape, m_local, n, x.dtype), _ROW_KERNEL_IMPLS)
     if plan.impl == "xla":
         return _affine_normalize("layer_norm", x, weight, bias, axes, shape, x.ndim - k, eps, None)[0]
@@ -799,8 +813,7 @@ def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayL
     impl = _eps_plan(op, impl, eps)
     n = math.prod(shape)
     m_local = math.prod(partitioning.local_shape(x)[: x.ndim - k])  # each device's rows, where known
-    plan = _kernel_plan(op, impl, x,
-                        lambda platform, kind: dispatch.rms_norm_plan(platform, kind, m_local, n, x.dtype, w.dtype),
+    plan = _kernel_plan(op, impl, x, _rows_auto_plan("rms_norm", x, m_local, n, w.dtype),
                         _row_launch(op, x.shape, m_local, n, x.dtype), _ROW_KERNEL_IMPLS)
     if plan.impl != "xla":
         y, _ = rms_norm_rows_op(x.reshape(x.size // n, n), partitioning.replicated(w).reshape(n), eps=eps,
