@@ -80,27 +80,34 @@ LOSSES = {  # y's cotangent: ct (an input), or cos(y) ct (it waits for the forwa
 }
 
 
+def _chained(step, chain: int, x_arg: int, dx_out: int):
+    """``chain`` dependent calls of ``step`` in one program: each call's argument ``x_arg`` is the
+    previous call's output ``dx_out`` (the gradient with respect to that argument), behind an
+    ``optimization_barrier``: a real dependence, so no call is dead code, hoisted or overlapped
+    (with the gradients merely passed through the barrier, XLA dropped the unused calls: 0.04 ms a
+    step where one step took 0.38); the last call's outputs."""
+
+    def run(*args):
+        out = step(*args)
+        for _ in range(chain - 1):
+            args = list(args)
+            args[x_arg] = out[dx_out].astype(args[x_arg].dtype)
+            args = jax.lax.optimization_barrier(args)
+            out = step(*args)
+        return out
+
+    return run
+
+
 def _step(fn, chain: int = 1, loss_name: str = "linear"):
     """``jit(grad)`` of ``sum(fn(x, w, b) * ct)`` (``loss_name`` "sin": ``sum(sin(fn(x, w, b)) ct)``)
-    with respect to x, w and b; ``chain`` > 1: that many steps in one program, each step's x the
-    previous step's gradient with respect to x (behind an ``optimization_barrier``): a real
-    dependence, so no step is dead code, hoisted or overlapped (with the gradients merely passed
-    through the barrier, XLA dropped the unused steps: 0.04 ms a step where one step took 0.38),
-    the last step's gradients out."""
+    with respect to x, w and b; ``chain`` > 1: that many dependent steps in one program
+    (``_chained``)."""
 
     def loss(x, w, b, ct):
         return LOSSES[loss_name](fn(x, w, b).astype(jnp.float32), ct.astype(jnp.float32))
 
-    grad = jax.grad(loss, (0, 1, 2))
-
-    def steps(x, w, b, ct):
-        grads = grad(x, w, b, ct)
-        for _ in range(chain - 1):
-            x, w, b, ct = jax.lax.optimization_barrier((grads[0].astype(x.dtype), w, b, ct))
-            grads = grad(x, w, b, ct)
-        return grads
-
-    return jax.jit(steps)
+    return jax.jit(_chained(jax.grad(loss, (0, 1, 2)), chain, 0, 0))
 
 
 def _floor(x, w, b, ct):
@@ -249,7 +256,7 @@ def measure_gpt(variant: str, scale: int, repeats: int, axis_type) -> dict:
 
 
 def measure_nested_block(variant: str, scale: int, repeats: int, dtype, axis_type,
-                         lengths_name: str = "long-tail") -> dict:
+                         lengths_name: str = "long-tail", chain: int = 0) -> dict:
     """One row for ``benchmarks/nested_attention_block.py``'s ragged block (linear, attention within
     each sequence, output projection, residual, layer norm; 64 sequences of at most 2048 tokens, d
     256, 4 heads), ``jit(grad)`` with respect to the parameters and the input, data parallel: each
@@ -292,12 +299,19 @@ def measure_nested_block(variant: str, scale: int, repeats: int, dtype, axis_typ
         compiled = step2.lower(*two).compile()
         t2 = median_ms(lambda: compiled(*two), repeats)
         grads = compiled(*two)
+        c2 = jax.jit(_chained(step2, chain, 1, 1)).lower(*two).compile() if chain > 1 else None
+        chained2 = None if c2 is None else median_ms(lambda: c2(*two), repeats) / chain
+    chained = None
+    if chain > 1:  # per step, K dependent steps in one program (each step's input its input gradient)
+        c1 = jax.jit(_chained(step1, chain, 1, 1)).lower(*one).compile()
+        chained1 = median_ms(lambda: c1(*one), repeats) / chain
+        chained = (chained1, chained2, chained1 / chained2)
     gathers, reduces, largest = _collectives(compiled.as_text())
     activation = int(half.sum()) * d if variant != "plain JAX" else batch // 2 * max_len * d
     return {"op": f"ragged block ({lengths_name})", "variant": variant,
             "shape": f"{batch} sequences <= {max_len}, d {d}, {heads} heads", "t1": t1, "t2": t2,
             "efficiency": t1 / t2, "all_gathers": gathers, "all_reduces": reduces, "largest_gather": largest,
-            "x_size": activation, "grad_sharding": str(grads[1].sharding.spec),
+            "x_size": activation, "grad_sharding": str(grads[1].sharding.spec), "chained": chained,
             "programs": {"2 devices": hlo_summary.summarize(compiled.as_text(), activation)}}
 
 
@@ -376,7 +390,8 @@ def main(argv=None) -> int:
                 if op == "gpt":
                     rows.append(measure_gpt(variant, args.scale, args.repeats, axis_type))
                 elif op == "nested_block":
-                    rows.append(measure_nested_block(variant, args.scale, args.repeats, dtype, axis_type))
+                    rows.append(measure_nested_block(variant, args.scale, args.repeats, dtype, axis_type,
+                                                     chain=args.chain))
                 else:
                     rows.append(measure(op, variant, shape, dtype, args.repeats, impl, axis_type, args.chain,
                                         args.hlo_dir, args.loss, args.timeline))
