@@ -139,16 +139,19 @@ def _variant_fn(op: str, variant: str, impl):
 
 
 def dispatch_choice(op: str, shape: tuple, dtype, weight_dtype=None, devices: int = 1) -> str:
-    """What ``impl=None`` runs for ``shape`` on this device (``jaxrules.dispatch``), split over
-    ``devices`` on an Auto mesh: layer norm decides on each device's rows where the splits'
-    plans differ ("per shard"), batch and group norm on the whole shape."""
+    """What ``impl=None`` runs for ``shape`` on this device (``jaxrules.dispatch``), the batch
+    split over ``devices`` on an Auto mesh: "per shard" where the whole batch's and a shard's
+    plans differ (each device then decides on its shard)."""
     platform, kind = jax.default_backend(), jax.devices()[0].device_kind
-    if op == "layer_norm":
-        plan = dispatch.shard_plan(op, platform, kind, shape[0], shape[1], dtype, weight_dtype or dtype, (devices,))
-    else:
-        n, c, length = shape[0], shape[1], math.prod(shape[2:])
-        p, k = (c, n) if op == "batch_norm" else (n * 32, c // 32)
-        plan = dispatch.grouped_plan(op, platform, kind, p, k, length, dtype, weight_dtype)
+
+    def features(batch):
+        if op == "layer_norm":
+            return (batch, shape[1])
+        c, length = shape[1], math.prod(shape[2:])
+        return (c, batch, length) if op == "batch_norm" else (batch * 32, c // 32, length)
+
+    shards = [features(shape[0] // devices)] if devices > 1 else []
+    plan = dispatch.shard_plan(op, platform, kind, features(shape[0]), dtype, weight_dtype or dtype, shards)
     return plan.impl
 
 

@@ -110,44 +110,58 @@ def row_launch(impl: str, m: int, n: int, dtype, *, interpret: bool = False):
 
 @dataclasses.dataclass(frozen=True)
 class ShardPlan:
-    """The launch of a rows op whose choice waits for each device's shard shape: under ``jit``
-    with an ``Auto`` mesh the shardings are known only when XLA partitions the program, and the
-    plans of the possible shard shapes differ (``shard_plan``). ``shard_launch`` decides it there
-    (``jaxrules.partitioning``'s ``partition`` callbacks), or on the whole array where nothing is
-    partitioned: the kernel of ``op``'s plan for the shard, or the XLA formulas."""
+    """The launch of a kernel-backed norm whose choice waits for each device's shard shape: under
+    ``jit`` with an ``Auto`` mesh the shardings are known only when XLA partitions the program,
+    and the plans of the possible shard shapes differ (``shard_plan``). ``shard_launch`` decides
+    it there (``jaxrules.partitioning``'s ``partition`` callbacks), or on the whole array where
+    nothing is partitioned: the kernel of ``op``'s plan for the shard, or the XLA formulas."""
 
-    op: str  # "layer_norm" or "rms_norm"
+    op: str  # "layer_norm", "rms_norm", "batch_norm" or "group_norm"
     platform: str
     device_kind: str
     weight_dtype: str
 
 
-def shard_plan(op: str, platform: str, device_kind: str, m: int, n: int, dtype, weight_dtype, mesh_sizes) -> Plan:
-    """The plan of rows op ``op`` (``layer_norm_plan`` / ``rms_norm_plan``) on (m, n) when the rows
-    may be split over any subset of mesh axes of sizes ``mesh_sizes`` (an ``Auto`` mesh: the split
-    is XLA's to choose): the plan for m rows where every evenly dividing split agrees, else a
-    ``ShardPlan`` decided per shard."""
-    plan_of = {"layer_norm": layer_norm_plan, "rms_norm": rms_norm_plan}[op]
-    whole = plan_of(platform, device_kind, m, n, dtype, weight_dtype)
-    splits = {math.prod(c) for k in range(1, len(mesh_sizes) + 1) for c in itertools.combinations(mesh_sizes, k)}
-    shards = {plan_of(platform, device_kind, m // s, n, dtype, weight_dtype).impl
-              for s in splits if s > 1 and m % s == 0}
+def _plan_of(op: str):
+    """``(platform, device_kind, *features, dtype, weight_dtype) -> Plan`` of ``op``."""
+    if op in ("batch_norm", "group_norm"):
+        return functools.partial(grouped_plan, op)
+    return {"layer_norm": layer_norm_plan, "rms_norm": rms_norm_plan}[op]
+
+
+def mesh_splits(sizes) -> set:
+    """The numbers of shards a dimension can be cut into over a subset of the mesh axes of
+    ``sizes`` (more than one)."""
+    return {math.prod(c) for k in range(1, len(sizes) + 1) for c in itertools.combinations(sizes, k)} - {1}
+
+
+def shard_plan(op: str, platform: str, device_kind: str, features: tuple, dtype, weight_dtype,
+               shard_features) -> Plan:
+    """The plan of ``op`` on ``features`` (those of ``layer_norm_plan`` / ``rms_norm_plan`` /
+    ``grouped_plan``) where XLA chooses the split (an ``Auto`` mesh), ``shard_features`` the
+    features of each shard it may make: the whole array's plan where every shard's plan agrees
+    with it, else a ``ShardPlan`` decided per shard."""
+    plan_of = _plan_of(op)
+    whole = plan_of(platform, device_kind, *features, dtype, weight_dtype)
+    shards = {plan_of(platform, device_kind, *f, dtype, weight_dtype).impl for f in shard_features}
     if shards <= {whole.impl}:
         return whole
     import numpy as np
 
     wdtype = np.dtype(weight_dtype if weight_dtype is not None else dtype).name
     return Plan("per shard", ShardPlan(op, platform, device_kind, wdtype),
-                f"{whole.reason}; a shard's rows decide ({'/'.join(sorted(shards | {whole.impl}))})")
+                f"{whole.reason}; a shard's shape decides ({'/'.join(sorted(shards | {whole.impl}))})")
 
 
-def shard_launch(launch, m: int, n: int, dtype):
-    """The launch for (m, n) rows of one device: a ``ShardPlan`` decided now (``None``: the XLA
-    formulas), a kernel launch relaunched for the shape (``relaunch``)."""
+def shard_launch(launch, features: tuple, dtype):
+    """The launch on one device's shard of ``features``: a ``ShardPlan`` decided now (``None``:
+    the XLA formulas), a rows kernels' launch relaunched for the shape (``relaunch``), a grouped
+    launch as it is (it does not depend on the shape)."""
     if isinstance(launch, ShardPlan):
-        plan_of = {"layer_norm": layer_norm_plan, "rms_norm": rms_norm_plan}[launch.op]
-        return plan_of(launch.platform, launch.device_kind, m, n, dtype, launch.weight_dtype).launch
-    return relaunch(launch, m, n, dtype)
+        return _plan_of(launch.op)(launch.platform, launch.device_kind, *features, dtype, launch.weight_dtype).launch
+    if isinstance(launch, GroupedLaunch):
+        return launch
+    return relaunch(launch, *features, dtype)
 
 
 def relaunch(launch, m: int, n: int, dtype):

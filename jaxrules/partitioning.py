@@ -16,6 +16,9 @@ with the collectives the math needs:
   the XLA formulas included (``_XlaRows``).
 * group norm (x (N, G, K, L)): samples and groups sharded, K and L replicated; no collective
   (each group's statistics are local; XLA adds up ``dw``/``db`` over the samples).
+* under an ``Auto`` mesh the op cannot see the split when tracing: where the plans of the splits
+  XLA may choose differ, the launch is a ``dispatch.ShardPlan`` and each device's kernel (or the
+  kernels' math in jnp, ``_XlaRows`` / ``_XlaGrouped``) is decided on its shard, here.
 * batch norm, training (x (N, C, L)): samples and channels sharded, L replicated. The statistics
   are the global batch's: each device's per-channel ``(mean, m2)`` all-gathered (one collective
   of 2 C floats a device) and merged as Chan et al. on every device; the backward runs the
@@ -50,7 +53,7 @@ from jax.sharding import PartitionSpec as PSpec
 
 from jaxrules import dispatch
 from jaxrules.mechanism import in_shard_map
-from jaxrules.partials.normalization import affine_norm_backward, rms_projection, stat_dtype
+from jaxrules.partials.normalization import affine_norm_backward, defined_mean, groups_first, rms_projection, stat_dtype
 
 
 def _axes(entry) -> tuple:
@@ -282,7 +285,7 @@ def _row_kernels(launch, x):
     from jaxrules import mosaic_kernels, norm_kernels
 
     if isinstance(launch, dispatch.ShardPlan):
-        launch = dispatch.shard_launch(launch, *x.shape, x.dtype)
+        launch = dispatch.shard_launch(launch, x.shape, x.dtype)
     if launch is None:
         return _XlaRows, None
     return (mosaic_kernels if isinstance(launch, mosaic_kernels.MosaicRowsLaunch) else norm_kernels), launch
@@ -305,7 +308,7 @@ def _rows_forward_partition(impl, n_stats: int):
     def partition(eps, launch, mesh, arg_shapes, result_shape):
         x = arg_shapes[0]
         rows = even_axes(mesh, x, 0)
-        local = dispatch.shard_launch(launch, x.shape[0] // shards(mesh, rows), x.shape[1], x.dtype)
+        local = dispatch.shard_launch(launch, (x.shape[0] // shards(mesh, rows), x.shape[1]), x.dtype)
         lower = functools.partial(impl, eps=eps, launch=local)
         matrix = named(mesh, rows, ())
         return lower, (matrix,) + (named(mesh, rows),) * n_stats, (matrix,) + (named(mesh, ()),) * (
@@ -350,7 +353,7 @@ def _rows_backward_partition(impl, n_stats: int, n_sums: int):
     def partition(launch, mesh, arg_shapes, result_shape):
         x = arg_shapes[0]
         rows = even_axes(mesh, x, 0)
-        local = dispatch.shard_launch(launch, x.shape[0] // shards(mesh, rows), x.shape[1], x.dtype)
+        local = dispatch.shard_launch(launch, (x.shape[0] // shards(mesh, rows), x.shape[1]), x.dtype)
 
         def lower(*args):
             dx, *sums = impl(*args, local)
@@ -387,6 +390,84 @@ def rms_norm_backward(x, g, w, rstd, g_rstd, *, launch):
 
 
 # ----------------------------------------------------------------------------------------------
+# Batch and group norm: the kernels of a launch, or their math in jnp
+
+
+class _XlaGrouped:
+    """The grouped kernels' math in jnp, with their arguments and outputs (``norm_kernels``'
+    ``local_moments``, ``local_stats``, ``local_row_sums``, ``local_dx``,
+    ``local_backward_grouped``): what a ``dispatch.ShardPlan`` runs on a shard whose plan is the
+    XLA formulas. On the (P, K, L) view (``groups_first``): ``mean``, ``m2`` (sum of squared
+    deviations) per group; per row ``sum g``, ``sum g x_hat``; ``dx = rstd (w g - E[w g] - x_hat
+    E[w g x_hat]) + (g_mean - g_rstd rstd^2 x_hat) / count`` (batch norm, one weight per group:
+    ``w rstd (g - E[g] - x_hat E[g x_hat]) + ...``), as ``norm_kernels._write_dx``."""
+
+    @staticmethod
+    def _view(a, layout, groups, stat):
+        return groups_first(a.astype(stat), layout, groups)
+
+    @staticmethod
+    def local_moments(x3, *, layout, groups, launch=None):
+        v = _XlaGrouped._view(x3, layout, groups, stat_dtype(x3.dtype))
+        mean = v.mean((1, 2))
+        return mean, jnp.square(v - mean[:, None, None]).sum((1, 2))
+
+    @staticmethod
+    def local_stats(x3, *, layout, groups, eps, launch=None):
+        mean, m2 = _XlaGrouped.local_moments(x3, layout=layout, groups=groups)
+        _, k, length = groups_first(x3, layout, groups).shape
+        return mean, lax.rsqrt(m2 / (k * length) + eps)
+
+    @staticmethod
+    def _xhat_and_g(x3, g3, mean, rstd, layout, groups):
+        stat = mean.dtype
+        xhat = (_XlaGrouped._view(x3, layout, groups, stat) - mean[:, None, None]) * rstd[:, None, None]
+        return xhat, _XlaGrouped._view(g3, layout, groups, stat)
+
+    @staticmethod
+    def local_row_sums(x3, g3, row_weight, mean, rstd, *, layout, groups, launch=None):
+        xhat, g = _XlaGrouped._xhat_and_g(x3, g3, mean, rstd, layout, groups)
+        return g.sum(2), (g * xhat).sum(2)
+
+    @staticmethod
+    def local_dx(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, mean_gw, mean_gwxhat, *, layout, groups, count,
+                 launch=None):
+        xhat, g = _XlaGrouped._xhat_and_g(x3, g3, mean, rstd, layout, groups)
+        stat = mean.dtype
+        w = row_weight.astype(stat)[:, :, None]
+        r, per_group = rstd[:, None, None], (lambda v: v.astype(stat)[:, None, None])  # noqa: E731
+        weighted = layout != "batch"
+        projected = r * ((w * g if weighted else g) - per_group(defined_mean(mean_gw)) - xhat * per_group(mean_gwxhat))
+        dx = (projected if weighted else w * projected) + (per_group(g_mean) - per_group(g_rstd) * r * r * xhat) / count
+        if layout == "group":
+            return dx.reshape(x3.shape).astype(x3.dtype)
+        return jnp.swapaxes(dx, 0, 1).astype(x3.dtype)
+
+    @staticmethod
+    def local_backward_grouped(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout, groups, launch=None):
+        sum_g, sum_gxhat = _XlaGrouped.local_row_sums(x3, g3, row_weight, mean, rstd, layout=layout, groups=groups)
+        _, k, length = groups_first(x3, layout, groups).shape
+        w = row_weight.astype(mean.dtype) if layout != "batch" else 1
+        count = k * length
+        dx = _XlaGrouped.local_dx(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, (w * sum_g).sum(1) / count,
+                                  (w * sum_gxhat).sum(1) / count, layout=layout, groups=groups, count=count)
+        return dx, sum_g, sum_gxhat
+
+
+def _grouped_kernels(launch, x3, layout: str, groups: int):
+    """``(module, launch)`` of the batch/group-norm kernels for ``x3`` (N, C, L), one device's
+    array: ``norm_kernels``, or ``_XlaGrouped`` where a ``dispatch.ShardPlan`` decides, on x3's
+    shape, for the XLA formulas."""
+    from jaxrules import norm_kernels
+
+    if isinstance(launch, dispatch.ShardPlan):
+        n, c, length = x3.shape
+        features = (c, n, length) if layout == "batch" else (n * groups, c // groups, length)
+        launch = dispatch.shard_launch(launch, features, x3.dtype)
+    return (_XlaGrouped, None) if launch is None else (norm_kernels, launch)
+
+
+# ----------------------------------------------------------------------------------------------
 # Group norm: x (N, G, K, L) (the kernels' (N G, K, L) view), samples and groups sharded.
 
 
@@ -396,10 +477,10 @@ def _flat(x4):
 
 
 def _gn_stats_impl(x4, eps, launch):
-    from jaxrules import norm_kernels
 
     x3, groups = _flat(x4)
-    mean, rstd = norm_kernels.local_stats(x3, layout="group", groups=groups, eps=eps, launch=launch)
+    kernels, launch = _grouped_kernels(launch, x3, "group", groups)
+    mean, rstd = kernels.local_stats(x3, layout="group", groups=groups, eps=eps, launch=launch)
     return mean.reshape(x4.shape[:2]), rstd.reshape(x4.shape[:2])
 
 
@@ -419,11 +500,11 @@ _gn_stats = _kernel_op(_gn_stats_impl, 1, lambda *_: ("n g k l -> n g, n g", _GR
 
 
 def _gn_backward_impl(x4, g4, w3, mean, rstd, g_mean, g_rstd, launch):
-    from jaxrules import norm_kernels
 
     x3, groups = _flat(x4)
     flat = [v.reshape(-1) for v in (mean, rstd, g_mean, g_rstd)]
-    dx, sum_g, sum_gxhat = norm_kernels.local_backward_grouped(
+    kernels, launch = _grouped_kernels(launch, x3, "group", groups)
+    dx, sum_g, sum_gxhat = kernels.local_backward_grouped(
         x3, g4.reshape(x3.shape), w3.reshape(-1, w3.shape[-1]), *flat, layout="group", groups=groups, launch=launch)
     return dx.reshape(x4.shape), sum_g.reshape(w3.shape), sum_gxhat.reshape(w3.shape)
 
@@ -446,9 +527,9 @@ _gn_backward = _kernel_op(
 
 
 def _bn_stats_impl(x3, eps, launch):
-    from jaxrules import norm_kernels
 
-    return norm_kernels.local_stats(x3, layout="batch", groups=1, eps=eps, launch=launch)
+    kernels, launch = _grouped_kernels(launch, x3, "batch", 1)
+    return kernels.local_stats(x3, layout="batch", groups=1, eps=eps, launch=launch)
 
 
 def _bn_axes(mesh, x3):
@@ -459,11 +540,11 @@ def _bn_stats_partition(eps, launch, mesh, arg_shapes, result_shape):
     samples, channels = _bn_axes(mesh, arg_shapes[0])
 
     def lower(x3):
-        from jaxrules import norm_kernels
 
         if not samples:
             return _bn_stats_impl(x3, eps, launch)
-        mean, m2 = norm_kernels.local_moments(x3, layout="batch", groups=1, launch=launch)
+        kernels, local = _grouped_kernels(launch, x3, "batch", 1)
+        mean, m2 = kernels.local_moments(x3, layout="batch", groups=1, launch=local)
         # One collective: every device's (mean_d, m2_d) gathered (2 C floats each), merged as
         # Chan et al. (equal counts n_d): var = (sum_d m2_d + n_d sum_d (mean_d - mean)^2) / (D n_d).
         gathered = lax.all_gather(jnp.stack([mean, m2]), samples)  # (D, 2, C)
@@ -482,25 +563,25 @@ _bn_stats = _kernel_op(_bn_stats_impl, 1, lambda *_: ("n c l -> c, c", _BATCH_RU
 
 
 def _bn_backward_impl(x3, g3, w2, mean, rstd, g_mean, g_rstd, launch):
-    from jaxrules import norm_kernels
 
-    return norm_kernels.local_backward_grouped(x3, g3, w2, mean, rstd, g_mean, g_rstd, layout="batch", groups=1,
-                                               launch=launch)
+    kernels, launch = _grouped_kernels(launch, x3, "batch", 1)
+    return kernels.local_backward_grouped(x3, g3, w2, mean, rstd, g_mean, g_rstd, layout="batch", groups=1,
+                                          launch=launch)
 
 
 def _bn_backward_partition(launch, mesh, arg_shapes, result_shape):
     samples, channels = _bn_axes(mesh, arg_shapes[0])
 
     def lower(x3, g3, w2, mean, rstd, g_mean, g_rstd):
-        from jaxrules import norm_kernels
 
         if not samples:
             return _bn_backward_impl(x3, g3, w2, mean, rstd, g_mean, g_rstd, launch)
-        params = dict(layout="batch", groups=1, launch=launch)
-        sum_g, sum_gxhat = norm_kernels.local_row_sums(x3, g3, w2, mean, rstd, **params)
+        kernels, local = _grouped_kernels(launch, x3, "batch", 1)
+        params = dict(layout="batch", groups=1, launch=local)
+        sum_g, sum_gxhat = kernels.local_row_sums(x3, g3, w2, mean, rstd, **params)
         totals = lax.psum((sum_g.sum(1), sum_gxhat.sum(1)), samples)  # E[g], E[g x_hat]: w factored out
         count = x3.shape[0] * shards(mesh, samples) * x3.shape[2]
-        dx = norm_kernels.local_dx(x3, g3, w2, mean, rstd, g_mean, g_rstd, totals[0] / count, totals[1] / count,
+        dx = kernels.local_dx(x3, g3, w2, mean, rstd, g_mean, g_rstd, totals[0] / count, totals[1] / count,
                                    count=count, **params)
         return dx, sum_g, sum_gxhat
 

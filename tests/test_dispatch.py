@@ -289,25 +289,36 @@ def test_record_dispatch_merges_by_key_and_clears_stale_points(tmp_path, monkeyp
     assert point(rms[0], 0.5) in measured["points"] and rms[0].name not in module.missing(measured)["rms_norm"]
 
 
-def test_an_auto_mesh_leaves_the_rows_choice_to_the_shard_where_the_splits_disagree(monkeypatch):
-    """``dispatch.shard_plan``: the rows may be split over any subset of the mesh axes (sizes 4
-    and 2: splits 2, 4, 8); where every split's plan is the whole array's, that plan; else a
-    ``ShardPlan``, which ``shard_launch`` decides on a shard's rows (the kernel's launch for that
-    shape, None for the XLA formulas). A plan here: the Triton kernel up to 4096 rows."""
+def test_an_auto_mesh_leaves_the_choice_to_the_shard_where_the_splits_disagree(monkeypatch):
+    """``dispatch.shard_plan``: where every shard's plan is the whole array's, that plan; else a
+    ``ShardPlan``, which ``shard_launch`` decides on a shard's features (the kernel's launch for
+    that shape, None for the XLA formulas). A plan here: the Triton kernel up to 4096 rows (and
+    for batch norm up to 16 samples). ``mesh_splits``: the shard counts of mesh axes 4 and 2."""
     def plan(platform, kind, m, n, dtype, weight_dtype=None):
         launch = dispatch.rows_launch(m, n) if m <= 4096 else None
         return dispatch.Plan("xla" if launch is None else "pallas", launch, f"{m} rows")
 
+    def grouped(op, platform, kind, groups, rows, length, dtype, weight_dtype=None):
+        return dispatch.Plan("pallas", dispatch.GroupedLaunch(), "") if rows <= 16 else dispatch.Plan("xla", None, "")
+
     monkeypatch.setattr(dispatch, "layer_norm_plan", plan)
+    monkeypatch.setattr(dispatch, "grouped_plan", grouped)
+    assert dispatch.mesh_splits((4, 2)) == {2, 4, 8}
     bf16 = jnp.bfloat16
-    assert dispatch.shard_plan("layer_norm", "gpu", H100, 65536, 512, bf16, bf16, (4, 2)).impl == "xla"  # 8192 a shard
-    assert dispatch.shard_plan("layer_norm", "gpu", H100, 4096, 512, bf16, bf16, (4, 2)).launch == \
-        dispatch.rows_launch(4096, 512)  # every split a kernel too: the whole array's launch, relaunched per shard
-    per_shard = dispatch.shard_plan("layer_norm", "gpu", H100, 16384, 512, bf16, bf16, (4, 2))  # 4096 on 4 devices
+
+    def rows(m):
+        return dispatch.shard_plan("layer_norm", "gpu", H100, (m, 512), bf16, bf16, [(m // 4, 512), (m // 8, 512)])
+
+    assert rows(65536).impl == "xla"  # 16384 and 8192 a shard: XLA everywhere
+    assert rows(4096).launch == dispatch.rows_launch(4096, 512)  # a kernel everywhere: the whole array's launch
+    per_shard = rows(16384)  # 4096 rows on 4 devices
     assert per_shard.impl == "per shard" and "pallas/xla" in per_shard.reason
     assert per_shard.launch == dispatch.ShardPlan("layer_norm", "gpu", H100, "bfloat16")
-    assert dispatch.shard_launch(per_shard.launch, 4096, 512, bf16) == dispatch.rows_launch(4096, 512)
-    assert dispatch.shard_launch(per_shard.launch, 8192, 512, bf16) is None
+    assert dispatch.shard_launch(per_shard.launch, (4096, 512), bf16) == dispatch.rows_launch(4096, 512)
+    assert dispatch.shard_launch(per_shard.launch, (8192, 512), bf16) is None
     assert dispatch.relaunch(per_shard.launch, 3 * 16384, 512, bf16) == per_shard.launch  # vmap's fold: still per shard
-    # a split that does not divide the rows evenly is not one XLA can choose for the kernels
-    assert dispatch.shard_plan("layer_norm", "gpu", H100, 16383, 512, bf16, bf16, (4, 2)).impl == "xla"
+    batch = dispatch.shard_plan("batch_norm", "gpu", H100, (64, 32, 49), bf16, bf16, [(64, 16, 49)])
+    assert batch.launch == dispatch.ShardPlan("batch_norm", "gpu", H100, "bfloat16")
+    assert dispatch.shard_launch(batch.launch, (64, 16, 49), bf16) == dispatch.GroupedLaunch()
+    assert dispatch.shard_launch(batch.launch, (64, 32, 49), bf16) is None
+    assert dispatch.shard_launch(dispatch.GroupedLaunch(), (64, 32, 49), bf16) == dispatch.GroupedLaunch()

@@ -99,7 +99,7 @@ def _worker_extras():
     from jax.sharding import PartitionSpec as P
 
     from jaxrules import dispatch, hlo_summary
-    from jaxrules.ops.normalization import batch_norm, layer_norm, rms_norm
+    from jaxrules.ops.normalization import batch_norm, group_norm, layer_norm, rms_norm
 
     rng = np.random.default_rng(1)
     x, w = rng.standard_normal((8, 3, 5)), rng.standard_normal(3) + 1
@@ -184,26 +184,40 @@ def _worker_extras():
           flush=True)
 
     # Under an Auto mesh the split is XLA's to choose: where the possible shards' plans differ,
-    # each device's partition decides on its rows (dispatch.ShardPlan). Plans here: the kernels
-    # (interpret mode) for the 6 rows of a 4-way split of 24 and the XLA formulas otherwise
+    # each device's partition decides on its shard (dispatch.ShardPlan). x (8, 3, 4) or (8, 4, 3, 2)
+    # split 4 ways over "data": the shard's features are 6 rows of 4 (layer/RMS norm), 4 groups of
+    # 2 rows of 6 (group norm, 2 groups), 4 channels of 2 samples of 6 (batch norm). Plans here:
+    # the kernels (interpret mode) at the shard's features and the XLA formulas elsewhere
     # ("shard"), or the reverse ("whole"); answers against the unsharded XLA formulas.
-    original = dispatch.layer_norm_plan, dispatch.rms_norm_plan
-    xr, ctr = rng.standard_normal((8, 3, 4)), rng.standard_normal((8, 3, 4))
-    wr, br = rng.standard_normal(4) + 1, rng.standard_normal(4)
+    original = dispatch.layer_norm_plan, dispatch.rms_norm_plan, dispatch.grouped_plan
+    shard_features = {"layer_norm": (6, 4), "rms_norm": (6, 4), "group_norm": (4, 2, 6), "batch_norm": (4, 2, 6)}
     for kernel_at in ("shard", "whole"):
         decided = []
 
-        def plan(platform, kind, m, n, dtype, weight_dtype=None, kernel_at=kernel_at, decided=decided):
-            decided.append((inspect.stack()[1].function, m))  # shard_plan when tracing, shard_launch in partition
-            if (m == 6) == (kernel_at == "shard"):
-                return dispatch.Plan("pallas", dispatch.rows_launch(m, n, interpret=True), "test")
+        def plan(op, features, launch, kernel_at=kernel_at, decided=decided):
+            decided.append((inspect.stack()[2].function, *features))  # shard_plan: tracing; shard_launch: partition
+            if (features == shard_features[op]) == (kernel_at == "shard"):
+                return dispatch.Plan("pallas", launch, "test")
             return dispatch.Plan("xla", None, "test")
 
-        dispatch.layer_norm_plan = dispatch.rms_norm_plan = plan
-        for name, fn in (("layer_norm", lambda x, w, b, impl=None: layer_norm(x, 4, w, b, impl=impl)),
-                         ("rms_norm", lambda x, w, b, impl=None: rms_norm(x, 4, w, impl=impl))):
-            def loss(x, w, b, impl=None, fn=fn):
-                return jnp.sum(jnp.sin(fn(x, w, b, impl)) * ctr)
+        dispatch.layer_norm_plan = lambda platform, kind, m, n, *a: plan(
+            "layer_norm", (m, n), dispatch.rows_launch(m, n, interpret=True))
+        dispatch.rms_norm_plan = lambda platform, kind, m, n, *a: plan(
+            "rms_norm", (m, n), dispatch.rows_launch(m, n, interpret=True))
+        dispatch.grouped_plan = lambda op, platform, kind, *features_and_dtypes: plan(
+            op, tuple(features_and_dtypes[:3]), dispatch.GroupedLaunch(interpret=True))
+        for name, fn, shape in (
+                ("layer_norm", lambda x, w, b, impl=None: layer_norm(x, 4, w, b, impl=impl), (8, 3, 4)),
+                ("rms_norm", lambda x, w, b, impl=None: rms_norm(x, 4, w, impl=impl), (8, 3, 4)),
+                ("group_norm", lambda x, w, b, impl=None: group_norm(x, 2, w, b, impl=impl), (8, 4, 3, 2)),
+                ("batch_norm", lambda x, w, b, impl=None: batch_norm(x, None, None, w, b, training=True,
+                                                                     impl=impl)[0], (8, 4, 3, 2))):
+            xr, ctr = rng.standard_normal(shape), rng.standard_normal(shape)
+            wr, br = rng.standard_normal(shape[1 if len(shape) == 4 else -1]) + 1, rng.standard_normal(
+                shape[1 if len(shape) == 4 else -1])
+
+            def loss(x, w, b, impl=None, fn=fn, ct=ctr):
+                return jnp.sum(jnp.sin(fn(x, w, b, impl)) * ct)
 
             want = jax.value_and_grad(functools.partial(loss, impl="xla"), (0, 1, 2))(xr, wr, br)
             mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
@@ -213,7 +227,7 @@ def _worker_extras():
             print(json.dumps({"case": f"shard plan {name} {kernel_at}", "error": max_gap(got, want),
                               "decided": sorted(set(decided)), "dx_spec": str(got[1][0].sharding.spec)}), flush=True)
             decided.clear()
-    dispatch.layer_norm_plan, dispatch.rms_norm_plan = original
+    dispatch.layer_norm_plan, dispatch.rms_norm_plan, dispatch.grouped_plan = original
 
     seen = []
     original = dispatch.layer_norm_plan, dispatch.grouped_plan, dispatch.rms_norm_plan
@@ -354,17 +368,19 @@ def test_ragged_attention_kernels_run_on_each_devices_examples_or_heads(results,
     assert all(spec.startswith(want) for spec in row["specs"]), row
 
 
-@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "group_norm", "batch_norm"])
 @pytest.mark.parametrize("kernel_at", ["shard", "whole"])
-def test_under_an_auto_mesh_each_device_decides_on_its_rows(results, op, kernel_at):
-    """24 rows over an Auto mesh of 4 x 2 devices, x split 4 ways by its sharding: the plans of the
-    possible splits (12, 6 and 3 rows) differ, so the partition callbacks decide on each device's
-    6 rows (only they see 6 rows; custom_partitioning also traces the op on the whole 24), the
+def test_under_an_auto_mesh_each_device_decides_on_its_shard(results, op, kernel_at):
+    """A batch of 8 over an Auto mesh of 4 x 2 devices, x split 4 ways by its sharding: the plans
+    of the possible splits differ, so the partition callbacks decide on each device's shard (only
+    they see its features; custom_partitioning also traces the op on the whole batch), the
     kernels there ("shard") or the XLA forms where the kernels were the whole batch's plan
     ("whole"); values and gradients equal the unsharded XLA formulas', dx stays split."""
     row = results[f"shard plan {op} {kernel_at}"]
-    decided = {tuple(d) for d in row["decided"]}
-    assert row["error"] < 1e-12 and ("shard_launch", 6) in decided and ("shard_plan", 24) in decided, row
+    shard = {"layer_norm": [6, 4], "rms_norm": [6, 4], "group_norm": [4, 2, 6], "batch_norm": [4, 2, 6]}[op]
+    decided = [d for d in row["decided"] if d[0] == "shard_launch"]
+    assert row["error"] < 1e-12 and ["shard_launch", *shard] in decided, row
+    assert any(d[0] == "shard_plan" for d in row["decided"]), row
     assert row["dx_spec"].startswith("P('data'"), row
 
 
@@ -484,6 +500,37 @@ def test_the_xla_rows_forms_compute_what_the_kernels_compute(op):
         else:
             y, rstd = pt._rms_forward_impl(x, w, 1e-5, launch)
             results.append((y, rstd, *pt._rms_backward_impl(x, g, w, rstd, g_rstd, launch)))
+    for got, want in zip(*results, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["group", "batch"])
+def test_the_xla_grouped_forms_compute_what_the_kernels_compute(layout):
+    """``partitioning._XlaGrouped`` against the grouped Triton kernels in interpret mode, float64,
+    (N, C, L) = (3, 4, 7) with 2 groups: moments, statistics, the backward's per-row sums and dx
+    (one fused kernel, and the sums and dx passes apart with the means given) with cotangents on
+    y and on both statistics."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxrules import dispatch, norm_kernels
+    from jaxrules import partitioning as pt
+
+    rng = np.random.default_rng(6)
+    groups = 2 if layout == "group" else 1
+    x, g = (jnp.asarray(rng.standard_normal((3, 4, 7)) * 2 + 1) for _ in range(2))
+    p, k = (6, 2) if layout == "group" else (4, 3)
+    w = jnp.asarray(rng.standard_normal((p, k)) + 1)
+    g_mean, g_rstd, mean_gw, mean_gwxhat = (jnp.asarray(rng.standard_normal(p)) for _ in range(4))
+    params = dict(layout=layout, groups=groups)
+    results = []
+    for kernels, launch in ((pt._XlaGrouped, None), (norm_kernels, dispatch.GroupedLaunch(interpret=True))):
+        mean, rstd = kernels.local_stats(x, eps=1e-5, launch=launch, **params)
+        results.append((*kernels.local_moments(x, launch=launch, **params), mean, rstd,
+                        *kernels.local_backward_grouped(x, g, w, mean, rstd, g_mean, g_rstd, launch=launch, **params),
+                        *kernels.local_row_sums(x, g, w, mean, rstd, launch=launch, **params),
+                        kernels.local_dx(x, g, w, mean, rstd, g_mean, g_rstd, mean_gw, mean_gwxhat, count=21,
+                                         launch=launch, **params)))
     for got, want in zip(*results, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 

@@ -282,14 +282,15 @@ def _rows_auto_plan(op, x, m_local, n, weight_dtype):
     ``Auto`` mesh, ``partitioning.auto_mesh_sizes``) the plan is the shard's, decided when XLA
     partitions the program if the possible splits' plans differ (``dispatch.shard_plan``)."""
     sizes = partitioning.auto_mesh_sizes(x)
-    plan_of = {"layer_norm": dispatch.layer_norm_plan, "rms_norm": dispatch.rms_norm_plan}[op]
+    splits = () if sizes is None else [(m_local // s, n) for s in dispatch.mesh_splits(sizes) if m_local % s == 0]
+    return _auto_plan(op, (m_local, n), x.dtype, weight_dtype, splits)
 
-    def auto_plan(platform, kind):
-        if sizes is None:
-            return plan_of(platform, kind, m_local, n, x.dtype, weight_dtype)
-        return dispatch.shard_plan(op, platform, kind, m_local, n, x.dtype, weight_dtype, sizes)
 
-    return auto_plan
+def _auto_plan(op, features, dtype, weight_dtype, shard_features):
+    """``auto_plan(platform, device kind)`` of ``op`` on ``features``: ``dispatch.shard_plan``
+    over the features of the shards XLA may make (none: the plan of ``features``)."""
+    return lambda platform, kind: dispatch.shard_plan(op, platform, kind, features, dtype, weight_dtype,
+                                                      shard_features)
 
 
 def _row_launch(op, shape, m, n, dtype):
@@ -338,14 +339,18 @@ def _weight_dtype(x, weight):
 
 def _grouped_kernel_plan(op, impl, x, weight, groups):
     """The plan of batch norm (``groups=None``) or group norm on x (N, C, *), decided on each
-    device's shard where its sharding is known when tracing (an ``Explicit`` mesh)."""
+    device's shard: when tracing where its sharding is known then (an ``Explicit`` mesh), else
+    (an ``Auto`` mesh) on each device's samples when XLA partitions the program, where the
+    possible splits' plans differ (``dispatch.shard_plan``)."""
     local = partitioning.local_shape(x)
     n, c, length = local[0], local[1], math.prod(local[2:])
-    p, k = (c, n) if groups is None else (n * groups, c // groups)
-    weight_dtype = _weight_dtype(x, weight)
-    return _kernel_plan(op, impl, x,
-                        lambda platform, kind: dispatch.grouped_plan(op, platform, kind, p, k, length, x.dtype,
-                                                                     weight_dtype),
+
+    def features(samples):
+        return (c, samples, length) if groups is None else (samples * groups, c // groups, length)
+
+    sizes = partitioning.auto_mesh_sizes(x)  # an Auto mesh: XLA splits the samples, decided per shard
+    splits = () if sizes is None else [features(n // s) for s in dispatch.mesh_splits(sizes) if n % s == 0]
+    return _kernel_plan(op, impl, x, _auto_plan(op, features(n), x.dtype, _weight_dtype(x, weight), splits),
                         lambda kernel, interpret: dispatch.GroupedLaunch(interpret=interpret))
 
 
