@@ -3,8 +3,9 @@ each step on each device, from a JAX profiler trace (``jax.profiler.ProfileData`
 
 ``timeline(call, steps)`` runs ``call()`` ``steps`` times under ``jax.profiler.trace`` and returns,
 per GPU, one row per operation of a step (median over the steps): its offset from the step's
-start on that device, its duration, and the name; plus the step's span (the "XLA Modules" event)
-and the time the GPU did nothing inside it. ``format_timeline`` prints it. Used by
+start on that device, its duration, and the name; plus the step's span (the "XLA Modules" event,
+or, in a trace without them as jax 0.11.2's on an H200, the operations between the host's waits,
+``step_windows``) and the time the GPU did nothing inside it. ``format_timeline`` prints it. Used by
 ``benchmarks/multi_device.py --timeline`` to see where a second device's time goes (issue 19).
 """
 
@@ -36,6 +37,27 @@ def _union_ns(intervals) -> float:
     return covered
 
 
+def step_windows(modules, ops, steps: int) -> list[tuple[float, float]]:
+    """``(start, duration)`` of each of the last ``steps`` calls on a device: its "XLA Modules"
+    events where the trace has them, else the operations (``(name, start, duration)``) cut at
+    the ``steps - 1`` longest gaps between them (the host's wait between blocked calls)."""
+    if modules:
+        return [(start, duration) for _, start, duration in sorted(modules, key=lambda e: e[1])[-steps:]]
+    if not ops:
+        return []
+    ordered = sorted((start, start + duration) for _, start, duration in ops)
+    gaps, end = [], ordered[0][1]
+    for i in range(1, len(ordered)):
+        gaps.append((ordered[i][0] - end, i))
+        end = max(end, ordered[i][1])
+    cuts = sorted(i for _, i in sorted(gaps, reverse=True)[: steps - 1])
+    windows = []
+    for lo, hi in zip([0, *cuts], [*cuts, len(ordered)]):
+        first, last = ordered[lo][0], max(e for _, e in ordered[lo:hi])
+        windows.append((first, last - first + 1))
+    return windows
+
+
 def timeline(call, steps: int = 5) -> dict[str, dict]:
     """Per GPU plane: ``{"span_us", "idle_us", "ops": [(offset_us, duration_us, name), ...]}``,
     medians over the last ``steps`` calls of ``call`` (each blocked on)."""
@@ -46,44 +68,30 @@ def timeline(call, steps: int = 5) -> dict[str, dict]:
                 jax.block_until_ready(call())
         path = glob.glob(f"{d}/**/*.xplane.pb", recursive=True)[0]
         data = jax.profiler.ProfileData.from_file(path)
-        result = {}
-        if not _device_planes(data):  # say what the trace holds instead (a JAX or CUPTI that names them otherwise)
-            print("device_timeline: no GPU plane in the trace; planes:",
-                  {p.name: [line.name for line in p.lines][:8] for p in data.planes}, file=sys.stderr)
-        for plane in _device_planes(data):
-            lines = {line.name: _events(line) for line in plane.lines}
-            modules = sorted(next((v for k, v in lines.items() if k == "XLA Modules"), []), key=lambda e: e[1])
-            ops = [e for k, v in lines.items() if k.startswith("Stream") for e in v]
-            per_step = []
-            for _, start, duration in modules[-steps:]:
-                inside = sorted((s - start, d_, n) for n, s, d_ in ops if start <= s < start + duration)
-                busy = _union_ns([(s, s + d_) for s, d_, _ in inside])
-                per_step.append((duration, duration - busy, inside))
-            if not per_step:  # no module events (another JAX's names): per-name totals over the calls
-                print(f"device_timeline: {plane.name} has no 'XLA Modules' events; lines:",
-                      {k: len(v) for k, v in lines.items()}, file=sys.stderr)
-                if not ops:
-                    continue
-                totals = {}
-                for name, _, d_ in ops:
-                    totals[name] = totals.get(name, 0) + d_ / steps / 1e3
-                first, last = min(s for _, s, _ in ops), max(s + d_ for _, s, d_ in ops)
-                busy = _union_ns([(s, s + d_) for _, s, d_ in ops]) / steps / 1e3
-                span = (last - first) / steps / 1e3
-                ranked = sorted(totals.items(), key=lambda kv: -kv[1])
-                result[plane.name] = {"span_us": span, "idle_us": span - busy,
-                                      "ops": [(float("nan"), t, n) for n, t in ranked]}
-                continue
-            reference = per_step[-1][2]  # the op list of one step; offsets/durations as medians
-            op_rows = []
-            for i, (_, _, name) in enumerate(reference):
-                same = [step[2][i] for step in per_step if len(step[2]) == len(reference)]
-                op_rows.append((statistics.median(s for s, _, _ in same) / 1e3,
-                                statistics.median(d_ for _, d_, _ in same) / 1e3, name))
-            result[plane.name] = {"span_us": statistics.median(s for s, _, _ in per_step) / 1e3,
-                                  "idle_us": statistics.median(i for _, i, _ in per_step) / 1e3,
-                                  "ops": op_rows}
-        return result
+    if not _device_planes(data):  # say what the trace holds instead (a JAX or CUPTI that names them otherwise)
+        print("device_timeline: no GPU plane in the trace; planes:",
+              {p.name: [line.name for line in p.lines][:8] for p in data.planes}, file=sys.stderr)
+    result = {}
+    for plane in _device_planes(data):
+        lines = {line.name: _events(line) for line in plane.lines}
+        ops = [e for k, v in lines.items() if k.startswith("Stream") for e in v]
+        per_step = []
+        for start, duration in step_windows(lines.get("XLA Modules", []), ops, steps):
+            inside = sorted((s - start, d_, n) for n, s, d_ in ops if start <= s < start + duration)
+            busy = _union_ns([(s, s + d_) for s, d_, _ in inside])
+            per_step.append((duration, duration - busy, inside))
+        if not per_step:
+            continue
+        reference = per_step[-1][2]  # the op list of one step; offsets/durations as medians
+        op_rows = []
+        for i, (_, _, name) in enumerate(reference):
+            same = [step[2][i] for step in per_step if len(step[2]) == len(reference)]
+            op_rows.append((statistics.median(s for s, _, _ in same) / 1e3,
+                            statistics.median(d_ for _, d_, _ in same) / 1e3, name))
+        result[plane.name] = {"span_us": statistics.median(s for s, _, _ in per_step) / 1e3,
+                              "idle_us": statistics.median(i for _, i, _ in per_step) / 1e3,
+                              "ops": op_rows}
+    return result
 
 
 def format_timeline(label: str, planes: dict[str, dict], width: int = 90) -> str:
