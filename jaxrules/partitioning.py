@@ -53,7 +53,15 @@ from jax.sharding import PartitionSpec as PSpec
 
 from jaxrules import dispatch
 from jaxrules.mechanism import in_shard_map
-from jaxrules.partials.normalization import affine_norm_backward, defined_mean, groups_first, rms_projection, stat_dtype
+from jaxrules.partials.normalization import (
+    affine_norm_backward,
+    defined_mean,
+    groups_first,
+    norm_stats,
+    rms_projection,
+    rms_rstd,
+    stat_dtype,
+)
 
 
 def _axes(entry) -> tuple:
@@ -246,10 +254,10 @@ def _explicit_call(partition, impl, mesh, arrays, statics):
 class _XlaRows:
     """The rows kernels' math in jnp, with their arguments and outputs (``local_forward`` /
     ``local_backward`` of ``norm_kernels``): what a ``dispatch.ShardPlan`` runs on a shard whose
-    plan is the XLA formulas. Layer norm: ``mean = E[x]``, ``rstd = rsqrt(E[(x - mean)^2] +
-    eps)``, ``y = x_hat w + b``, backward ``partials.affine_norm_backward`` and the row sums of
+    plan is the XLA formulas. Layer norm: ``mean, rstd`` by ``partials.norm_stats`` (the XLA
+    formulas' statistics), ``y = x_hat w + b``, backward ``partials.affine_norm_backward`` and the row sums of
     ``g x_hat`` and ``g``; RMS norm (``b``, ``mean`` None): ``rstd = rsqrt(E[x^2] + eps)``, ``y =
-    x_hat w``, ``dx = rms_projection(g w) - g_rstd rstd^2 x_hat / N``; statistics and sums in
+    x_hat w`` (``rms_rstd``), ``dx = rms_projection(g w) - g_rstd rstd^2 x_hat / N``; statistics and sums in
     ``stat_dtype``."""
 
     @staticmethod
@@ -257,12 +265,10 @@ class _XlaRows:
         stat = stat_dtype(x.dtype)
         xs, ws = x.astype(stat), w.astype(stat)
         if b is None:
-            rstd = lax.rsqrt(jnp.mean(xs * xs, axis=1) + eps)
-            return (xs * rstd[:, None] * ws).astype(x.dtype), rstd
-        mean = jnp.mean(xs, axis=1)
-        centered = xs - mean[:, None]
-        rstd = lax.rsqrt(jnp.mean(centered * centered, axis=1) + eps)
-        return (centered * rstd[:, None] * ws + b.astype(stat)).astype(x.dtype), mean, rstd
+            rstd = rms_rstd(xs, (1,), eps)
+            return (xs * rstd * ws).astype(x.dtype), rstd[:, 0]
+        mean, rstd = norm_stats(xs, (1,), eps, None)
+        return ((xs - mean) * rstd * ws + b.astype(stat)).astype(x.dtype), mean[:, 0], rstd[:, 0]
 
     @staticmethod
     def local_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch=None):
@@ -414,9 +420,8 @@ class _XlaGrouped:
 
     @staticmethod
     def local_stats(x3, *, layout, groups, eps, launch=None):
-        mean, m2 = _XlaGrouped.local_moments(x3, layout=layout, groups=groups)
-        _, k, length = groups_first(x3, layout, groups).shape
-        return mean, lax.rsqrt(m2 / (k * length) + eps)
+        mean, rstd = norm_stats(_XlaGrouped._view(x3, layout, groups, stat_dtype(x3.dtype)), (1, 2), eps, None)
+        return mean[:, 0, 0], rstd[:, 0, 0]
 
     @staticmethod
     def _xhat_and_g(x3, g3, mean, rstd, layout, groups):
