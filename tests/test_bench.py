@@ -125,13 +125,9 @@ def test_device_timeline_cuts_a_trace_without_module_events_at_the_hosts_waits()
     """``benchmarks/device_timeline.step_windows``: with "XLA Modules" events, the last ``steps``
     of them; without (jax 0.11.2's GPU trace), the operations cut at the ``steps - 1`` longest
     gaps, each window from its first start to its last end (overlapping operations included)."""
-    import importlib.util
-    import pathlib
+    from _repo_files import load
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "device_timeline.py"
-    spec = importlib.util.spec_from_file_location("device_timeline", path)
-    timeline = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(timeline)
+    timeline = load("benchmarks/device_timeline.py")
     ops = [("a", 0, 10), ("b", 12, 5), ("nccl", 3, 30), ("c", 100, 10), ("d", 111, 3), ("e", 300, 4), ("f", 305, 2)]
     assert timeline.step_windows([], ops, 3) == [(0, 34), (100, 15), (300, 8)]
     assert timeline.step_windows([("m", 100, 15), ("m", 0, 40), ("m", 300, 9)], ops, 2) == [(100, 15), (300, 9)]

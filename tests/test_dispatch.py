@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _cuda_lowering import for_cuda
+from _repo_files import load
 from jax import export
 
 from jaxrules import bench, dispatch
@@ -248,13 +249,7 @@ def test_row_kernels_match_the_jnp_formulas_at_any_shape(op, m, n, tile_elements
 def test_record_dispatch_merges_by_key_and_clears_stale_points(tmp_path, monkeypatch):
     """benchmarks/record_dispatch.py: a measured point replaces the table's point of the same
     (op, dtypes, features) and leaves the stale list; other points and stale names stay."""
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "record_dispatch.py"
-    spec = importlib.util.spec_from_file_location("record_dispatch", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load("benchmarks/record_dispatch.py")
     monkeypatch.setattr(dispatch, "DATA", tmp_path)
     cases = bench.sweep_cases()[:2]
     point = lambda c, ms: {"op": c.op, "dtype": c.dtype, "weight_dtype": c.weight_dtype,  # noqa: E731
