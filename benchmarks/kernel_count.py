@@ -16,7 +16,6 @@ import io
 import re
 import tarfile
 
-import jax
 import numpy as np
 
 from jaxrules import bench
@@ -35,19 +34,6 @@ def entry_launches(hlo_text: str) -> list[str]:
         if found and found.group(1) not in _NO_LAUNCH:
             opcodes.append(found.group(1))
     return opcodes
-
-
-def looped(step, steps: int):
-    """One program running ``step`` ``steps`` times, each step's input x nudged by the previous
-    step's dx (a data dependence, so nothing is hoisted out of the loop)."""
-
-    def run(ct, x, w, b):
-        def body(_, x):
-            return x + (step(ct, x, w, b)[0] * 1e-6).astype(x.dtype)
-
-        return jax.lax.fori_loop(0, steps, body, x)
-
-    return jax.jit(run)
 
 
 def main():
@@ -72,7 +58,7 @@ def main():
             if args.time:
                 step = bench.fwd_bwd(bench.sweep_fn(case, variant))
                 call = f"{bench.median_ms(lambda: step(ct, x, w, b), 15):.4f}"
-                loop = looped(step, args.loop)
+                loop = bench.looped(step, args.loop)
                 step_ms = f"{bench.median_ms(lambda: loop(ct, x, w, b), 7, calls=1) / args.loop:.4f}"
             print(f"| {case.name} | {variant} | {len(ops)} | {call} | {step_ms} | {' '.join(ops)} |")
             if archive is not None:

@@ -643,64 +643,140 @@ def run_sweep(cases, variants=SWEEP_VARIANTS, repeats: int = 15, with_value: boo
 
 
 def recheck_sweep(cases, rows, variants, repeats: int, with_value: bool = False) -> list:
-    """Time again, with ``repeats`` runs, the cases whose row is below 0.95x (``sweep_verdict``;
-    under 0.2 ms one program timed twice in a sweep read up to 28 us apart, see ``NOISE_MS``).
-    Each such row takes the new times and keeps its first ones under ``"first"``; returns them."""
-    def key(op, shape, dtype, weight_dtype):
-        return op, tuple(shape), dtype, weight_dtype
-
-    low = {key(r["op"], r["shape"], r["dtype"], r["weight_dtype"]): r for r in rows if sweep_verdict(r)[1] is False}
-    again = [c for c in cases if key(c.op, c.shape, c.dtype, c.weight_dtype) in low]
+    """Time again, with ``repeats`` runs, the cases whose row is below 0.95x (``sweep_verdict`` or
+    ``xla_verdict``; under 0.2 ms one program timed twice in a sweep read up to 28 us apart, see
+    ``NOISE_MS``). Each such row takes the new times and keeps its first ones under ``"first"``;
+    returns them."""
+    low = {_row_key(r): r for r in rows if _below(r)}
+    again = [c for c in cases if _case_key(c) in low]
     if not again:
         return []
     rechecked = []
     for new in run_sweep(again, variants, repeats=repeats, with_value=with_value)[0]:
-        row = low[key(new["op"], new["shape"], new["dtype"], new["weight_dtype"])]
+        row = low[_row_key(new)]
         first = {k: v for k, v in row.items() if k.endswith("_ms")}
         row.update(new, first=first, rechecked=repeats)
         rechecked.append(row)
     return rechecked
 
 
+def _row_key(row) -> tuple:
+    return row["op"], tuple(row["shape"]), row["dtype"], row["weight_dtype"]
+
+
+def _case_key(case) -> tuple:
+    return case.op, tuple(case.shape), case.dtype, case.weight_dtype
+
+
+def _below(row) -> bool:
+    return sweep_verdict(row)[1] is False or xla_verdict(row)[1] is False
+
+
+# Device time per step: one program runs the forward+backward STEP_LOOP times in a ``fori_loop``,
+# every run of kernels launched as one CUDA graph (XLA captures a run only from
+# ``xla_gpu_graph_min_graph_size`` kernels, 5 by default: below that each kernel is launched on
+# its own from the host, and a 3-kernel program's time per call is its host launches).
+STEP_LOOP = 100
+STEP_COMPILE_OPTIONS = {"gpu": {"xla_gpu_graph_min_graph_size": 1}, "cpu": {}}
+
+
+def looped(step: Callable, steps: int, with_value: bool = False):
+    """One program running the ``fwd_bwd`` program ``step`` ``steps`` times on ``(ct, x, w, b)``,
+    each step's x nudged by the previous step's dx (a data dependence: nothing is hoisted out of
+    the loop)."""
+
+    def run(ct, x, w, b):
+        def body(_, x):
+            grads = step(ct, x, w, b)
+            dx = (grads[1] if with_value else grads)[0]
+            return x + (dx * 1e-6).astype(x.dtype)
+
+        return jax.lax.fori_loop(0, steps, body, x)
+
+    return jax.jit(run)
+
+
+def device_time_sweep(cases, rows, repeats: int = 7, with_value: bool = False) -> list:
+    """Device time per step (``STEP_LOOP``) of every variant of each row still below 0.95x whose
+    per-call times are all under ``NOISE_MS``: programs of a few us of device work, where the time
+    per call is the host's launches (up to 4x apart between identical runs, RESULTS.md stop 20)
+    and the issue compares "shapes under 20 us" by a stated rule. Adds ``<variant>_step_ms`` to
+    those rows (the verdicts then judge them on these, with no margin) and returns them."""
+    platform = "gpu" if jax.default_backend() == "gpu" else "cpu"
+    by_key = {_case_key(c): c for c in cases}
+    timed = []
+    for row in rows:
+        per_call = {k[:-3]: v for k, v in row.items() if k.endswith("_ms") and not k.endswith("_step_ms")}
+        if not _below(row) or max(per_call.values()) >= NOISE_MS or _row_key(row) not in by_key:
+            continue
+        case = by_key[_row_key(row)]
+        x, w, b, ct = _sweep_inputs(case, np.random.default_rng(0))
+        inputs = (ct, x, w, b)
+        compiled = {v: looped(fwd_bwd(sweep_fn(case, v), with_value), STEP_LOOP, with_value).lower(*inputs)
+                    .compile(STEP_COMPILE_OPTIONS[platform]) for v in per_call}
+        times = interleaved_median_ms({v: (lambda c=c: c(*inputs)) for v, c in compiled.items()}, repeats, calls=1)
+        row.update({f"{v}_step_ms": t / STEP_LOOP for v, t in times.items()})
+        timed.append(row)
+    return timed
+
+
+def _verdict(row, ours: str, alternatives: tuple) -> tuple:
+    """``(ratio, ok)`` of variant ``ours`` against the faster of ``alternatives`` (> 1: ours is
+    faster): on device time per step where the row has it (``device_time_sweep``), ok at >= 0.95;
+    else per call, ok at >= 0.95 or, under ``NOISE_MS``, within ``NOISE_MARGIN`` ms. ``(None,
+    None)`` where the row lacks ours or every alternative (a sweep of some variants only)."""
+    if all(f"{v}_step_ms" in row for v in (ours, *alternatives)):
+        ratio = min(row[f"{v}_step_ms"] for v in alternatives) / row[f"{ours}_step_ms"]
+        return ratio, ratio >= 0.95
+    times = [row[f"{v}_ms"] for v in alternatives if f"{v}_ms" in row]
+    if f"{ours}_ms" not in row or not times:
+        return None, None
+    best, mine = min(times), row[f"{ours}_ms"]
+    ratio = best / mine
+    return ratio, ratio >= 0.95 or (best < NOISE_MS and mine - best <= NOISE_MARGIN)
+
+
 def sweep_verdict(row) -> tuple:
     """``(ratio, ok)``: the default's speed relative to the faster of ``impl="xla"`` and plain JAX
-    (> 1: the default is faster), and whether it clears 0.95 (with ``NOISE_MARGIN`` ms of slack
-    under ``NOISE_MS``); ``(None, None)`` when the row lacks the default or both alternatives
-    (a sweep of some variants only)."""
-    alternatives = [row[k] for k in ("xla_ms", "jax_ms") if k in row]
-    if "default_ms" not in row or not alternatives:
-        return None, None
-    best, ours = min(alternatives), row["default_ms"]
-    ratio = best / ours
-    return ratio, ratio >= 0.95 or (best < NOISE_MS and ours - best <= NOISE_MARGIN)
+    (> 1: the default is faster), and whether it clears 0.95 (``_verdict``)."""
+    return _verdict(row, "default", ("xla", "jax"))
+
+
+def xla_verdict(row) -> tuple:
+    """``(ratio, ok)``: the XLA formulas' speed relative to plain JAX (issue 14: never below 0.95x)."""
+    return _verdict(row, "xla", ("jax",))
 
 
 def sweep_markdown(rows, meta) -> str:
-    """The sweep as a Markdown table (ratios > 1: the default is faster)."""
+    """The sweep as a Markdown table (ratios > 1: the default, or the XLA formulas, is faster)."""
     lines = [
         f"Device: {meta['device']}, jax {meta['jax']}; ms per forward+backward call (`jit` of `vjp`), median of "
         f"{meta['repeats']} runs of {CALLS_PER_RUN} queued calls, variants alternating; copy probes: JAX "
         f"{meta['jax_copy_gbps']:.0f} GB/s, torch {_fmt(meta.get('torch_copy_gbps'), 0)} GB/s (speed of light: "
-        f"{meta['sol_gbps']:.0f} GB/s). Ratios: the faster of XLA formulas / plain JAX over the default; "
-        f"'ok' is >= 0.95 (under {NOISE_MS * 1e3:.0f} us: within {NOISE_MARGIN * 1e3:.0f} us).",
+        f"{meta['sol_gbps']:.0f} GB/s). Ratios: the faster of XLA formulas / plain JAX over the default, plain JAX "
+        f"over the XLA formulas; 'ok' is >= 0.95 (under {NOISE_MS * 1e3:.0f} us: within {NOISE_MARGIN * 1e3:.0f} us; "
+        f"'device': judged on device time per step, `bench.device_time_sweep`).",
         "",
         "| op | shape | dtype | plan | default ms | kernel ms | Mosaic ms | XLA ms | plain JAX ms | default vs best | "
-        "default vs JAX | XLA vs JAX | of SoL | ok |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "default vs JAX | XLA vs JAX | of SoL | ok | XLA ok |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    def over(a, b):  # row[a] / row[b] where the sweep measured both
-        return r[a] / r[b] if a in r and b in r else None
-
     for r in rows:
         ratio, ok = sweep_verdict(r)
+        xla_ratio, xla_ok = xla_verdict(r)
+        vs_jax = r["jax_ms"] / r["default_ms"] if "jax_ms" in r and "default_ms" in r else None
         dtype = r["dtype"] + ("" if r["dtype"] == r["weight_dtype"] else f" (w {r['weight_dtype']})")
         lines.append(
             f"| {r['op']} | {'x'.join(map(str, r['shape']))} | {dtype} | {r['plan']} | {_fmt(r.get('default_ms'))} | "
             + "".join(f"{_fmt(r.get(k))} | " for k in ("pallas_ms", "mosaic_ms", "xla_ms", "jax_ms"))
-            + f"{_fmt(ratio, 2)} | "
-            + f"{_fmt(over('jax_ms', 'default_ms'), 2)} | {_fmt(over('jax_ms', 'xla_ms'), 2)} | {r['sol']:.0%} | "
-            + f"{'' if ok is None else ('ok' if ok else 'LOW')}{' (rechecked)' if 'rechecked' in r else ''} |")
+            + f"{_fmt(ratio, 2)} | {_fmt(vs_jax, 2)} | {_fmt(xla_ratio, 2)} | {r['sol']:.0%} | "
+            + f"{_ok_cell(ok, r)} | {_ok_cell(xla_ok, r)} |")
     return "\n".join(lines) + "\n"
+
+
+def _ok_cell(ok, row) -> str:
+    notes = [n for n, present in (("device", "xla_step_ms" in row), ("rechecked", "rechecked" in row)) if present]
+    return ("" if ok is None else ("ok" if ok else "LOW")) + (f" ({', '.join(notes)})" if notes else "")
 
 
 def dispatch_record(rows, meta) -> dict:

@@ -391,6 +391,8 @@ def _sweep(args) -> int:
                                      progress=progress)
     if args.recheck and bench.recheck_sweep(cases, rows, variants, args.recheck, args.with_value):
         write(rows, meta)
+    if bench.device_time_sweep(cases, rows, with_value=args.with_value):
+        write(rows, meta)
     print(bench.sweep_markdown(rows, meta))
     return 0
 
@@ -462,7 +464,8 @@ def main(argv=None) -> int:
     bench.add_argument("--shard", help="sweep: K/N, every N-th case starting at K")
     bench.add_argument("--recheck", type=int, default=0, metavar="REPEATS",
                        help="sweep: time the points below 0.95x again with this many runs (their first times kept in "
-                            "the record)")
+                            "the record); then the points still below it with every time under 0.2 ms get their "
+                            "device time per step (bench.device_time_sweep) and are judged on it")
     bench.add_argument("--repeats", type=int, default=30, help="timed runs per measurement (median)")
     bench.add_argument("--out", help="write the Markdown table here")
     bench.add_argument("--plot", help="write a PNG plot here")
