@@ -521,11 +521,6 @@ def group_norm(x: ArrayLike, num_groups: int, weight: ArrayLike | None = None, b
         raise ValueError(f"group_norm: num_groups={num_groups!r} must be a positive divisor of C={x.shape[1]}")
     eps = _check_eps("group_norm", eps)
     impl = _eps_plan("group_norm", impl, eps)
-    if impl != "xla" and partitioning.explicit_mesh([x]) is not None:
-        # The kernels' statistics are per (sample, group), flattened: under an Explicit mesh their
-        # sharded types cannot be reshaped back to (N, C) (jax 0.10), so the XLA formulas run
-        # (XLA partitions them: no gather of x).
-        impl = "xla"
     plan = _grouped_kernel_plan("group_norm", impl, x, weight, int(num_groups))
     if plan.impl != "xla":
         return _grouped_norm("group_norm", x, weight, bias, layout="group", groups=int(num_groups), eps=eps,

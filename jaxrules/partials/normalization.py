@@ -181,8 +181,12 @@ def groups_last(u, layout, shape):
 
 
 def rows_to_samples(rows, layout, n):
-    """Per-row values (P, K) as per (sample, channel) values (N, C)."""
-    return rows.reshape(n, -1) if layout == "group" else rows.T
+    """Per-row values (P, K) as per (sample, channel) values (N, C). For group norm in two
+    reshapes, (N G, K) -> (N, G, K) -> (N, C): one that splits and merges at once is refused for a
+    sharded N under an ``Explicit`` mesh."""
+    if layout != "group":
+        return rows.T
+    return rows.reshape(n, rows.shape[0] // max(n, 1), rows.shape[1]).reshape(n, -1)
 
 
 def channel_rows(v, layout, groups, n):
