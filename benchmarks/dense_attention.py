@@ -3,9 +3,11 @@ GPU path): jaxrules' default (cuDNN where it applies: half precision, no mask), 
 (``impl="xla"``), jaxrules' fused kernels (``impl="pallas"``, the
 ragged flash kernels of ``jaxrules.nested.dense``), ``jax.nn.dot_product_attention`` with JAX's
 autodiff (XLA), and with ``implementation="cudnn"`` (cuDNN's fused flash attention, half
-precision only): the strongest baseline a JAX user would pick. Timings are medians of runs of
-queued calls, the variants alternating in one process (``jaxrules.bench``); TFLOP/s count the
-real work (14 B H L^2 E: 4 forward, 10 backward with the recomputed scores; half when causal).
+precision only): the strongest baseline a JAX user would pick; and JAX's own Mosaic GPU flash
+attention (half precision, non-causal), the measure of what Mosaic GPU kernels could gain.
+Timings are medians of runs of queued calls, the variants alternating in one process
+(``jaxrules.bench``); TFLOP/s count the real work (14 B H L^2 E: 4 forward, 10 backward with the
+recomputed scores; half when causal).
 
     PYTHONPATH=. python3 benchmarks/dense_attention.py --out dense.md           # GPU
     PYTHONPATH=. python3 benchmarks/dense_attention.py --smoke                  # CPU: tiny, interpret mode
@@ -43,7 +45,21 @@ def _variants(dtype, causal, kernel_impl):
     if jax.default_backend() == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16):
         variants["jax.nn cuDNN"] = lambda q, k, v: jnp.swapaxes(jax.nn.dot_product_attention(
             *(jnp.swapaxes(x, 1, 2) for x in (q, k, v)), is_causal=causal, implementation="cudnn"), 1, 2)
+    if jax.default_backend() == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16) and not causal:
+        variants["JAX Mosaic GPU"] = _mosaic_gpu_attention
     return variants
+
+
+def _mosaic_gpu_attention(q, k, v):
+    """JAX's own Pallas Mosaic GPU flash attention (``jax.experimental.pallas.ops.gpu.
+    attention_mgpu``: Hopper, half precision, non-causal backward, L a multiple of 64) on (B, H,
+    L, E): what a Mosaic GPU version of the nested kernels could reach (issue 21)."""
+    from jax.experimental.pallas.ops.gpu import attention_mgpu
+
+    config = attention_mgpu.TuningConfig(block_q=64, block_kv=128, max_concurrent_steps=2, block_q_dkv=64,
+                                         block_kv_dkv=64, block_q_dq=64, block_kv_dq=64)
+    out = attention_mgpu.attention(*(jnp.swapaxes(x, 1, 2) for x in (q, k, v)), config)
+    return jnp.swapaxes(out, 1, 2)
 
 
 def run(shapes, dtypes, repeats, kernel_impl):
@@ -93,7 +109,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     shapes, impl = (SMOKE_SHAPES, "pallas_interpret") if args.smoke else (SHAPES, "pallas")
     rows = run(shapes, args.dtypes.split(","), 3 if args.smoke else args.repeats, impl)
-    table = markdown(rows, ["jaxrules default", "jaxrules XLA", "jaxrules kernels", "jax.nn (XLA)", "jax.nn cuDNN"])
+    table = markdown(rows, ["jaxrules default", "jaxrules XLA", "jaxrules kernels", "jax.nn (XLA)", "jax.nn cuDNN",
+                            "JAX Mosaic GPU"])
     print(table)
     if args.out:
         pathlib.Path(args.out).write_text(table)
