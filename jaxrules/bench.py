@@ -755,7 +755,8 @@ def sweep_markdown(rows, meta) -> str:
         f"{meta['jax_copy_gbps']:.0f} GB/s, torch {_fmt(meta.get('torch_copy_gbps'), 0)} GB/s (speed of light: "
         f"{meta['sol_gbps']:.0f} GB/s). Ratios: the faster of XLA formulas / plain JAX over the default, plain JAX "
         f"over the XLA formulas; 'ok' is >= 0.95 (under {NOISE_MS * 1e3:.0f} us: within {NOISE_MARGIN * 1e3:.0f} us; "
-        f"'device': judged on device time per step, `bench.device_time_sweep`).",
+        f"'device': judged on device time per step, `bench.device_time_sweep`). Below the bar: the default at "
+        f"{_count_low(rows, sweep_verdict)}, the XLA formulas at {_count_low(rows, xla_verdict)} points.",
         "",
         "| op | shape | dtype | plan | default ms | kernel ms | Mosaic ms | XLA ms | plain JAX ms | default vs best | "
         "default vs JAX | XLA vs JAX | of SoL | ok | XLA ok |",
@@ -772,6 +773,11 @@ def sweep_markdown(rows, meta) -> str:
             + f"{_fmt(ratio, 2)} | {_fmt(vs_jax, 2)} | {_fmt(xla_ratio, 2)} | {r['sol']:.0%} | "
             + f"{_ok_cell(ok, r)} | {_ok_cell(xla_ok, r)} |")
     return "\n".join(lines) + "\n"
+
+
+def _count_low(rows, verdict) -> str:
+    judged = [verdict(r)[1] for r in rows if verdict(r)[1] is not None]
+    return f"{judged.count(False)} of {len(judged)}"
 
 
 def _ok_cell(ok, row) -> str:

@@ -140,9 +140,10 @@ def test_device_time_per_step_replaces_per_call_times_only_where_measured():
     row["xla_step_ms"] = 0.0090  # device time 0.88x: low, and no margin on device time
     assert bench.xla_verdict(row)[1] is False
     meta = {"device": "cpu", "jax": "0", "repeats": 1, "jax_copy_gbps": 1.0, "sol_gbps": 1.0}
-    line = bench.sweep_markdown([{**row, "op": "layer_norm", "shape": [3, 64], "dtype": "float32",
-                                  "weight_dtype": "float32", "plan": "pallas", "sol": 0.1}], meta).splitlines()[-1]
-    assert line.endswith("| ok (device) | LOW (device) |")
+    table = bench.sweep_markdown([{**row, "op": "layer_norm", "shape": [3, 64], "dtype": "float32",
+                                   "weight_dtype": "float32", "plan": "pallas", "sol": 0.1}], meta).splitlines()
+    assert table[-1].endswith("| ok (device) | LOW (device) |")
+    assert "Below the bar: the default at 0 of 1, the XLA formulas at 1 of 1 points." in table[0]
 
 
 def test_device_time_sweep_times_only_host_bound_rows_below_the_bar():
