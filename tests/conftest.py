@@ -12,6 +12,10 @@ _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or str(os.getpid())
 _CACHE = os.path.join(tempfile.gettempdir(), f"jaxrules-test-compile-{_RUN}")
 os.environ["JAXRULES_CHECK_CACHE"] = _CACHE  # the CLI tests' ``check`` uses it too, not ~/.cache
 configure_check_process(_CACHE)  # before JAX's backend starts: XLA reads its flags once
+# The processes the tests start inherit XLA's fast-compile flags through XLA_FLAGS (set above); the
+# optimization passes go off for them too (the notebook's kernel: 44 -> 34 CPU s; the forced-device
+# workers that replace XLA_FLAGS call ``configure_check_process`` or ``use_fast_compile_flags``).
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 
 # The longest items (pytest --durations on 2 cores: 20-46 s each) start first, so that no worker

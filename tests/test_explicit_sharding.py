@@ -40,7 +40,9 @@ def _worker():
     from jax.sharding import AxisType, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    jax.config.update("jax_enable_x64", True)
+    from jaxrules.cli import configure_check_process
+
+    configure_check_process()  # the harness's settings (float64, XLA's optimizations off), before the backend starts
     from jaxrules import registry
     from jaxrules.ops.conv import conv, max_pool
     from jaxrules.ops.linalg import det, eigh, inv, linear, matmul, slogdet

@@ -42,9 +42,13 @@ def _norm(op, impl):
 
 
 def _worker():
+    from jaxrules.cli import use_fast_compile_flags
+
+    use_fast_compile_flags()  # as tests/conftest.py, before JAX's backend starts
     import jax
 
     jax.config.update("jax_platforms", "cpu")  # the forced host devices, on a GPU machine too (before any use)
+    jax.config.update("jax_disable_most_optimizations", True)  # small programs compiled once: XLA's passes cost more
     import jax.numpy as jnp
     import numpy as np
     from jax import export

@@ -29,8 +29,9 @@ REFUSED_AS_JAX = ("array_split", "block_diag", "concatenate", "householder_produ
 
 
 def _all_records() -> list[str]:
-    code = "from jaxrules import records; print('\\n'.join(r.name for r in records()))"
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    from jaxrules import records
+
+    return [r.name for r in records()]  # in this process (a subprocess importing jaxrules cost ~4 CPU s a test)
 
 
 def _seed() -> int:
@@ -123,9 +124,12 @@ def test_jax_namesakes_of_records():
 def _worker(args):
     """Prints one JSON row per record name in ``args`` (``--forms=a,b`` first: the forms checked,
     by default all of them)."""
-    import jax
+    from jaxrules.cli import configure_check_process
 
-    jax.config.update("jax_enable_x64", True)
+    # The settings of ``python -m jaxrules check``'s processes, where the sharded check runs (before JAX's
+    # backend starts: XLA reads its flags once): without them XLA's optimization passes took about 60% of
+    # this worker's CPU time.
+    configure_check_process()
     from jaxrules import registry
     from jaxrules.sharding_check import check_sharded
 

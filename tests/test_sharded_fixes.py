@@ -68,7 +68,9 @@ def _worker():
     from jax.sharding import AxisType, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    jax.config.update("jax_enable_x64", True)
+    from jaxrules.cli import configure_check_process
+
+    configure_check_process()  # the harness's settings (float64, XLA's optimizations off), before the backend starts
     rng = np.random.default_rng(1)
     mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Explicit,))
     for name, (fn, args, reference) in _cases().items():
