@@ -696,28 +696,54 @@ def looped(step: Callable, steps: int, with_value: bool = False):
     return jax.jit(run)
 
 
-def device_time_sweep(cases, rows, repeats: int = 7, with_value: bool = False) -> list:
-    """Device time per step (``STEP_LOOP``) of every variant of each row still below 0.95x whose
-    per-call times are all under ``NOISE_MS``: programs of a few us of device work, where the time
+def device_time_sweep(cases, rows, repeats: int = 7, with_value: bool = False, every: bool = False) -> list:
+    """Device time per step (``STEP_LOOP``) of every variant of each row whose per-call times are
+    all under ``NOISE_MS`` and which is still below 0.95x (``every``: below or not, the data the
+    dispatch decides host-bound points from): programs of a few us of device work, where the time
     per call is the host's launches (up to 4x apart between identical runs, RESULTS.md stop 20)
     and the issue compares "shapes under 20 us" by a stated rule. Adds ``<variant>_step_ms`` to
-    those rows (the verdicts then judge them on these, with no margin) and returns them."""
+    those rows (the verdicts then judge them on these, with no margin) and returns them. The
+    programs of ``COMPILE_AHEAD`` rows compile on threads together before they are timed."""
+    from concurrent.futures import ThreadPoolExecutor
+
     platform = "gpu" if jax.default_backend() == "gpu" else "cpu"
     by_key = {_case_key(c): c for c in cases}
-    timed = []
-    for row in rows:
-        per_call = {k[:-3]: v for k, v in row.items() if k.endswith("_ms") and not k.endswith("_step_ms")}
-        if not _below(row) or max(per_call.values()) >= NOISE_MS or _row_key(row) not in by_key:
-            continue
-        case = by_key[_row_key(row)]
-        x, w, b, ct = _sweep_inputs(case, np.random.default_rng(0))
-        inputs = (ct, x, w, b)
-        compiled = {v: looped(fwd_bwd(sweep_fn(case, v), with_value), STEP_LOOP, with_value).lower(*inputs)
-                    .compile(STEP_COMPILE_OPTIONS[platform]) for v in per_call}
-        times = interleaved_median_ms({v: (lambda c=c: c(*inputs)) for v, c in compiled.items()}, repeats, calls=1)
-        row.update({f"{v}_step_ms": t / STEP_LOOP for v, t in times.items()})
-        timed.append(row)
-    return timed
+    chosen = [r for r in rows if (every or _below(r)) and max(_per_call(r).values()) < NOISE_MS
+              and _row_key(r) in by_key]
+    pool = ThreadPoolExecutor(min(16, os.cpu_count() or 1) * 2)
+    for start in range(0, len(chosen), COMPILE_AHEAD):
+        prepared = []
+        for row in chosen[start:start + COMPILE_AHEAD]:
+            case = by_key[_row_key(row)]
+            x, w, b, ct = _sweep_inputs(case, np.random.default_rng(0))
+            inputs = (ct, x, w, b)
+            lowered = {v: looped(fwd_bwd(sweep_fn(case, v), with_value), STEP_LOOP, with_value).lower(*inputs)
+                       for v in _per_call(row)}
+            prepared.append((row, inputs, {v: pool.submit(low.compile, STEP_COMPILE_OPTIONS[platform])
+                                           for v, low in lowered.items()}))
+        for row, inputs, futures in prepared:
+            compiled = {v: f.result() for v, f in futures.items()}
+            times = interleaved_median_ms({v: (lambda c=c: c(*inputs)) for v, c in compiled.items()}, repeats,
+                                          calls=1)
+            row.update({f"{v}_step_ms": t / STEP_LOOP for v, t in times.items()})
+    pool.shutdown()
+    return chosen
+
+
+def _per_call(row) -> dict:
+    """``{variant: ms per call}`` of a sweep row."""
+    return {k[:-3]: v for k, v in row.items() if k.endswith("_ms") and not k.endswith("_step_ms")}
+
+
+def host_bound_cases(cases, device_kind: str) -> list:
+    """The cases whose every time per call in ``device_kind``'s dispatch table is under
+    ``NOISE_MS`` (the points where the dispatch decides on device time once it has it)."""
+    from jaxrules import dispatch
+
+    quick = {(p["op"], p["dtype"], p["weight_dtype"], tuple(p["features"])) for p in dispatch.measurements(device_kind)
+             if max(v for k, v in p.items() if k.endswith("_ms") and not k.endswith("_step_ms")) < NOISE_MS}
+    return [c for c in cases if (c.op, "bfloat16" if c.dtype == "float16" else c.dtype, c.weight_dtype,
+                                 sweep_features(c)) in quick]
 
 
 def _verdict(row, ours: str, alternatives: tuple) -> tuple:
@@ -789,7 +815,8 @@ def dispatch_record(rows, meta) -> dict:
     """The measurements the dispatch decides from (``jaxrules/dispatch_data/<kind>.json``)."""
     points = [{"op": r["op"], "dtype": "bfloat16" if r["dtype"] == "float16" else r["dtype"],
                "weight_dtype": r["weight_dtype"], "features": r["features"],
-               **{k: round(r[k], 5) for k in ("pallas_ms", "mosaic_ms", "xla_ms", "jax_ms") if k in r}}
+               **{k: round(r[k], 5) for v in ("pallas", "mosaic", "xla", "jax") for k in (f"{v}_ms", f"{v}_step_ms")
+                  if k in r}}
               for r in rows if "xla_ms" in r and ("pallas_ms" in r or "mosaic_ms" in r)]
     return {"device_kind": meta["device"], "jax": meta["jax"],
             "command": "python -m jaxrules bench --suite sweep --record FILE", "points": points}

@@ -368,9 +368,14 @@ def _sweep(args) -> int:
     cases = bench.sweep_cases()
     if args.ops:
         cases = [c for c in cases if any(p in c.name for p in args.ops.split(","))]
+    if args.host_bound:
+        import jax
+
+        cases = bench.host_bound_cases(cases, jax.devices()[0].device_kind)
     cases = _shard(cases, args.shard)
     if not cases:
-        print(f"bench: no sweep case matches {args.ops!r}", file=sys.stderr)
+        print(f"bench: no sweep case matches {args.ops!r}{' and --host-bound' if args.host_bound else ''}",
+              file=sys.stderr)
         return 2
     variants = tuple(args.variants.split(",")) if args.variants else bench.SWEEP_VARIANTS
 
@@ -391,7 +396,7 @@ def _sweep(args) -> int:
                                      progress=progress)
     if args.recheck and bench.recheck_sweep(cases, rows, variants, args.recheck, args.with_value):
         write(rows, meta)
-    if bench.device_time_sweep(cases, rows, with_value=args.with_value):
+    if bench.device_time_sweep(cases, rows, with_value=args.with_value, every=args.device_time):
         write(rows, meta)
     print(bench.sweep_markdown(rows, meta))
     return 0
@@ -466,6 +471,11 @@ def main(argv=None) -> int:
                        help="sweep: time the points below 0.95x again with this many runs (their first times kept in "
                             "the record); then the points still below it with every time under 0.2 ms get their "
                             "device time per step (bench.device_time_sweep) and are judged on it")
+    bench.add_argument("--device-time", action="store_true",
+                       help="sweep: every point with all times per call under 0.2 ms also gets its device time per "
+                            "step (the dispatch decides such host-bound points on it), below 0.95x or not")
+    bench.add_argument("--host-bound", action="store_true",
+                       help="sweep: only the points this GPU's dispatch table has under 0.2 ms per call")
     bench.add_argument("--repeats", type=int, default=30, help="timed runs per measurement (median)")
     bench.add_argument("--out", help="write the Markdown table here")
     bench.add_argument("--plot", help="write a PNG plot here")

@@ -159,6 +159,26 @@ def test_device_time_sweep_times_only_host_bound_rows_below_the_bar():
     (timed,) = bench.device_time_sweep(cases, rows, repeats=1)
     assert timed is rows[0] and all(rows[0][f"{v}_step_ms"] > 0 for v in ("default", "xla", "jax"))
     assert not any(k.endswith("_step_ms") for r in rows[1:] for k in r)
+    rows[1]["features"] = [3, 128]
+    assert bench.device_time_sweep(cases, rows, repeats=1, every=True) == rows[:2]  # every host-bound row
+    assert rows[1]["xla_step_ms"] > 0 and "xla_step_ms" not in rows[2]
+    (point,) = bench.dispatch_record([{**rows[1], "pallas_ms": 0.06, "pallas_step_ms": 0.01}],
+                                     {"device": "cpu", "jax": "0"})["points"]
+    assert {k for k in point if k.endswith("_ms")} == {"pallas_ms", "pallas_step_ms", "xla_ms", "xla_step_ms",
+                                                       "jax_ms", "jax_step_ms"}
+
+
+def test_host_bound_cases_are_those_the_table_records_under_the_noise_floor(monkeypatch):
+    from jaxrules import dispatch
+
+    quick = {"op": "layer_norm", "dtype": "bfloat16", "weight_dtype": "float32", "features": [3, 768],
+             "pallas_ms": 0.05, "xla_ms": 0.06, "jax_ms": 0.07}
+    slow = {**quick, "features": [1000, 768], "jax_ms": 0.25}  # one variant at 0.25 ms: not host-bound
+    monkeypatch.setattr(dispatch, "measurements", lambda kind: (quick, slow))
+    cases = [bench.SweepCase("layer_norm", shape, dtype, "float32") for shape in ((3, 768), (1000, 768))
+             for dtype in ("bfloat16", "float16", "float32")]
+    assert [c.name for c in bench.host_bound_cases(cases, "any")] == [
+        "layer_norm 3x768 bfloat16+float32-weights", "layer_norm 3x768 float16+float32-weights"]
 
 
 def test_looped_program_applies_every_step():

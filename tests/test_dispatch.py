@@ -63,7 +63,9 @@ def test_the_plan_at_a_measured_point_is_the_faster_implementation_there(kind):
             plan = ROW_PLANS[p["op"]]("gpu", kind, *p["features"], jnp.dtype(p["dtype"]), weight)
         else:
             plan = dispatch.grouped_plan(p["op"], "gpu", kind, *p["features"], jnp.dtype(p["dtype"]), weight)
-        times = {k: p[f"{k}_ms"] for k in (*kernels, "xla") if f"{k}_ms" in p}
+        ran = [k for k in (*kernels, "xla") if f"{k}_ms" in p]
+        unit = "_step_ms" if all(f"{k}_step_ms" in p for k in ran) else "_ms"  # device time where measured
+        times = {k: p[k + unit] for k in ran}
         assert plan.impl == min(times, key=times.get), (p, plan.reason)
         assert kind in plan.reason
         chosen.add(plan.impl)
@@ -198,6 +200,12 @@ ROW_POINT = {"op": "layer_norm", "dtype": "float32", "weight_dtype": "float32", 
     ({"pallas_ms": 0.40, "mosaic_ms": 0.55}, 4096, True, KINDS[0], "xla"),
     # a kind without its own table (an A100 uses the H100's): never the Hopper kernels
     ({"pallas_ms": 0.50, "mosaic_ms": 0.45}, 4096, False, "NVIDIA A100-SXM4-80GB", "xla"),
+    # host-bound points with device time per step for every candidate are decided on it
+    ({"pallas_ms": 0.040, "pallas_step_ms": 0.012, "xla_step_ms": 0.007}, 4096, False, KINDS[0], "xla"),
+    ({"pallas_ms": 0.060, "pallas_step_ms": 0.006, "xla_step_ms": 0.007}, 4096, False, KINDS[0], "pallas"),
+    # ... but not where a candidate lacks it (Mosaic here): per call, as before
+    ({"pallas_ms": 0.40, "mosaic_ms": 0.45, "pallas_step_ms": 0.012, "xla_step_ms": 0.007}, 4096, False, KINDS[0],
+     "pallas"),
 ])
 def test_the_fastest_measured_implementation_runs_mosaic_included(times, n, triton_missing, kind, want,
                                                                    monkeypatch):
