@@ -696,14 +696,16 @@ def looped(step: Callable, steps: int, with_value: bool = False):
     return jax.jit(run)
 
 
-def device_time_sweep(cases, rows, repeats: int = 7, with_value: bool = False, every: bool = False) -> list:
+def device_time_sweep(cases, rows, repeats: int = 7, with_value: bool = False, every: bool = False,
+                      on_row=None) -> list:
     """Device time per step (``STEP_LOOP``) of every variant of each row whose per-call times are
     all under ``NOISE_MS`` and which is still below 0.95x (``every``: below or not, the data the
     dispatch decides host-bound points from): programs of a few us of device work, where the time
     per call is the host's launches (up to 4x apart between identical runs, RESULTS.md stop 20)
     and the issue compares "shapes under 20 us" by a stated rule. Adds ``<variant>_step_ms`` to
     those rows (the verdicts then judge them on these, with no margin) and returns them. The
-    programs of ``COMPILE_AHEAD`` rows compile on threads together before they are timed."""
+    programs of ``COMPILE_AHEAD`` rows compile on threads together before they are timed;
+    ``on_row()`` is called after each row is timed."""
     from concurrent.futures import ThreadPoolExecutor
 
     platform = "gpu" if jax.default_backend() == "gpu" else "cpu"
@@ -726,6 +728,8 @@ def device_time_sweep(cases, rows, repeats: int = 7, with_value: bool = False, e
             times = interleaved_median_ms({v: (lambda c=c: c(*inputs)) for v, c in compiled.items()}, repeats,
                                           calls=1)
             row.update({f"{v}_step_ms": t / STEP_LOOP for v, t in times.items()})
+            if on_row is not None:
+                on_row()
     pool.shutdown()
     return chosen
 

@@ -396,8 +396,8 @@ def _sweep(args) -> int:
                                      progress=progress)
     if args.recheck and bench.recheck_sweep(cases, rows, variants, args.recheck, args.with_value):
         write(rows, meta)
-    if bench.device_time_sweep(cases, rows, with_value=args.with_value, every=args.device_time):
-        write(rows, meta)
+    bench.device_time_sweep(cases, rows, with_value=args.with_value, every=args.device_time,
+                            on_row=lambda: write(rows, meta))
     print(bench.sweep_markdown(rows, meta))
     return 0
 
