@@ -4,6 +4,7 @@ optimized HLO of each form. Used to find why ``impl="xla"`` fell below plain JAX
 (issue 14).
 
     python benchmarks/xla_layer_norm_forms.py --shapes 21844x12288:bfloat16,66850x768:float32 --hlo DIR
+    python benchmarks/xla_layer_norm_forms.py --shapes 1000x768:float32 --device-time  # us per step
 
 Forms (each a ``jax.custom_vjp`` with residuals x, w, mean, rstd, except ``jaxrules``/``jax``):
 ``jaxrules``: ``layer_norm(..., impl="xla")``; ``jax``: plain JAX (``bench._plain_norm``);
@@ -163,10 +164,14 @@ def main():
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--hlo", help="write each form's optimized HLO here")
     parser.add_argument("--op", choices=("layer_norm", "rms_norm"), default="layer_norm")
+    parser.add_argument("--device-time", action="store_true",
+                        help="us of device time per step (bench.looped: STEP_LOOP steps in one program, one CUDA "
+                             "graph) instead of ms per call")
     args = parser.parse_args()
     forms = FORMS if args.op == "layer_norm" else RMS_FORMS
     rng = np.random.default_rng(0)
-    print("| shape | dtype | " + " | ".join(f"{f} ms" for f in forms) + " | jaxrules / jax |")
+    unit = "us/step" if args.device_time else "ms"
+    print("| shape | dtype | " + " | ".join(f"{f} {unit}" for f in forms) + " | jaxrules / jax |")
     print("|" + " --- |" * (len(forms) + 3))
     for spec in args.shapes.split(","):
         shape, dtype, *weight_dtype = spec.split(":")  # shape:dtype[:weight dtype]
@@ -188,8 +193,13 @@ def main():
                 text = step.lower(ct, x, w, b).compile().as_text()
                 with open(os.path.join(args.hlo, f"{name}_{m}x{n}_{dtype}_{weight_dtype}.hlo"), "w") as f:
                     f.write(text)
+        if args.device_time:
+            options = bench.STEP_COMPILE_OPTIONS["gpu" if jax.default_backend() == "gpu" else "cpu"]
+            steps = {k: bench.looped(s, bench.STEP_LOOP).lower(ct, x, w, b).compile(options) for k, s in steps.items()}
         ms = bench.interleaved_median_ms({k: (lambda s=s: s(ct, x, w, b)) for k, s in steps.items()},
-                                         args.repeats)
+                                         args.repeats, calls=1 if args.device_time else bench.CALLS_PER_RUN)
+        if args.device_time:
+            ms = {k: t * 1e3 / bench.STEP_LOOP for k, t in ms.items()}  # us per step
         cells = " | ".join(f"{ms[f]:.3f}" for f in forms)
         print(f"| {m}x{n} | {dtype}/{weight_dtype} | {cells} | {ms['jax'] / ms['jaxrules']:.2f}x |", flush=True)
 
