@@ -267,7 +267,7 @@ class _XlaRows:
         if b is None:
             rstd = rms_rstd(xs, (1,), eps)
             return (xs * rstd * ws).astype(x.dtype), rstd[:, 0]
-        mean, rstd = norm_stats(xs, (1,), eps, None)
+        mean, rstd = norm_stats(x, (1,), eps, None)  # x as stored: its bytes pick the statistics' form
         return ((xs - mean) * rstd * ws + b.astype(stat)).astype(x.dtype), mean[:, 0], rstd[:, 0]
 
     @staticmethod
@@ -420,7 +420,7 @@ class _XlaGrouped:
 
     @staticmethod
     def local_stats(x3, *, layout, groups, eps, launch=None):
-        mean, rstd = norm_stats(_XlaGrouped._view(x3, layout, groups, stat_dtype(x3.dtype)), (1, 2), eps, None)
+        mean, rstd = norm_stats(_XlaGrouped._view(x3, layout, groups, x3.dtype), (1, 2), eps, None)
         return mean[:, 0, 0], rstd[:, 0, 0]
 
     @staticmethod

@@ -59,9 +59,33 @@ def test_a_gpu_lowering_takes_one_pass_and_a_cpu_lowering_two():
     (count, mean, M2); for the CPU in two single reductions."""
     from jaxrules.nn import layer_norm
 
-    x = jnp.ones((8, 32), jnp.float32)
-    f = jax.jit(lambda x: layer_norm(x, 32, impl="xla"))
+    x = jax.ShapeDtypeStruct((2048, P.DIRECT_MAX_BYTES // 2048 // 4), jnp.float32)  # not small: one pass on a GPU
+    f = jax.jit(lambda x: layer_norm(x, x.shape[-1], impl="xla"))
     cuda = f.trace(x).lower(lowering_platforms=("cuda",)).as_text()
     cpu = f.trace(x).lower(lowering_platforms=("cpu",)).as_text()
     assert "stablehlo.reduce(%" in cuda and any(line.count("stablehlo.reduce(") for line in cuda.splitlines())
     assert max(_reduce_operand_counts(cuda)) >= 6 > max(_reduce_operand_counts(cpu))
+    small = jax.ShapeDtypeStruct((8, 32), jnp.float32)  # the direct forms (``direct_forms``): two passes
+    assert max(_reduce_operand_counts(f.trace(small).lower(lowering_platforms=("cuda",)).as_text())) < 6
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_both_forms_of_the_backward_sums_stay_precise_under_a_large_offset(direct, monkeypatch):
+    """``projection_means``' ``E[v (x - mean)]``, centered on the mean (small arrays) or summed
+    over x minus each row's first element (``DIRECT_MAX_BYTES`` 0: every array): float32
+    rows near 4096 on a grid of 1/4 (exact means) within 1e-6 of float64, where the unshifted
+    ``E[v x] - mean E[v]`` (torch's kernels' form) is off by more."""
+    from jaxrules.partials import normalization
+
+    monkeypatch.setattr(normalization, "DIRECT_MAX_BYTES", P.DIRECT_MAX_BYTES if direct else 0)
+    rng = np.random.default_rng(3)
+    x = 4096 + rng.integers(-8, 9, (16, 512)) / 4
+    v = rng.standard_normal(x.shape)
+    assert P.direct_forms(x, (-1,)) == direct
+    exact = (v * (x - x.mean(-1, keepdims=True))).mean(-1, keepdims=True)
+    x32, v32 = jnp.asarray(x, jnp.float32), jnp.asarray(v, jnp.float32)
+    _, centered = P.projection_means(x32, x32.mean(-1, keepdims=True), v32, (-1,), None)
+    scale = np.max(np.abs(exact))
+    assert np.max(np.abs(np.asarray(centered, np.float64) - exact)) <= 1e-6 * scale
+    unshifted = (v32 * x32).mean(-1, keepdims=True) - x32.mean(-1, keepdims=True) * v32.mean(-1, keepdims=True)
+    assert np.max(np.abs(np.asarray(unshifted, np.float64) - exact)) > 1e-5 * scale

@@ -144,9 +144,11 @@ from jaxrules.partials.losses import (  # noqa: F401
     soft_margin_derivatives,
 )
 from jaxrules.partials.normalization import (  # noqa: F401
+    DIRECT_MAX_BYTES,
     affine_norm_backward,
     channel_rows,
     defined_mean,
+    direct_forms,
     group_mean,
     groups_first,
     groups_last,

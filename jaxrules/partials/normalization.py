@@ -30,18 +30,36 @@ def group_mean(v, axes, axis_name):
     return m if axis_name is None else lax.pmean(m, axis_name)
 
 
+# Small per-sample normalizations (x, as stored, under DIRECT_MAX_BYTES; statistics not over the
+# batch axis 0) take the direct forms: two-pass statistics and the backward's sums centered on the
+# mean. XLA's GPU row fusions then recompute the statistics inside their consumers, as they do for
+# plain JAX's layer norm, and the extra passes over x find it in L2: up to 2.2x less device time
+# per step than the one-pass forms at the H200's host-bound sweep points, but 0.7-0.8x from 16 MB
+# (1000x4096 float32, 1000x8192 bfloat16) and 0.84-0.93x at 12 MB (8192x768 bfloat16)
+# (benchmarks/RESULTS.md, stop 27).
+DIRECT_MAX_BYTES = 10 * 2**20
+
+
+def direct_forms(x, axes) -> bool:
+    """Whether ``norm_stats`` / ``projection_means`` take the direct forms for x (as stored: its
+    bytes decide) over ``axes``."""
+    return x.size * x.dtype.itemsize < DIRECT_MAX_BYTES and 0 not in {a % x.ndim for a in axes}
+
+
 def norm_stats(x, axes, eps, axis_name):
     """``(mean, rstd)`` with the biased variance (torch's saved statistics), in ``stat_dtype``.
 
     Each device's ``(mean, var)`` comes, on a GPU, from one pass over x (``welford_moments``:
     XLA then reads x once for them instead of twice, 1.1-1.2x faster forward+backward on an H100,
-    ``benchmarks/RESULTS.md``), elsewhere from two (the mean, then the centered mean square:
-    faster on a CPU); across the devices of ``axis_name`` they merge as Chan et al.'s parallel
-    variance, ``var = E_dev[var_d + (mean_d - mean)^2]`` (equal counts per device)."""
+    ``benchmarks/RESULTS.md``), elsewhere, and for small arrays (``direct_forms``) everywhere,
+    from two (the mean, then the centered mean square: faster on a CPU); across the devices of
+    ``axis_name`` they merge as Chan et al.'s parallel variance, ``var = E_dev[var_d + (mean_d -
+    mean)^2]`` (equal counts per device)."""
     xf = x.astype(stat_dtype(x.dtype))
+    two_pass = functools.partial(_two_pass_moments, axes=axes)
     one_pass = functools.partial(welford_moments, axes=axes)
-    mean, var = lax.platform_dependent(xf, cuda=one_pass, rocm=one_pass,
-                                       default=functools.partial(_two_pass_moments, axes=axes))
+    mean, var = (two_pass(xf) if direct_forms(x, axes) else
+                 lax.platform_dependent(xf, cuda=one_pass, rocm=one_pass, default=two_pass))
     if axis_name is not None:
         local_mean = mean
         mean = lax.pmean(local_mean, axis_name)
@@ -211,29 +229,35 @@ def norm_projection(x, mean, rstd, v, axes, axis_name):
     ``s`` the group's first element (on each device): exact in exact arithmetic for any ``s``;
     the sums do not wait for the statistics, so XLA computes them in the pass that reads x for
     the statistics or for dx (1.3-1.9x faster on an H100 than summing ``v x_hat``,
-    ``benchmarks/RESULTS.md``). torch's kernels sum over unshifted x (``s = 0``), which cancels
-    when ``|mean| >> std``; with the shift only ``|mean - s| / std`` matters."""
+    ``benchmarks/RESULTS.md``), except for small arrays (``direct_forms``: ``s = mean``). torch's
+    kernels sum over unshifted x (``s = 0``), which cancels when ``|mean| >> std``; with the
+    shift only ``|mean - s| / std`` matters."""
     stat = rstd.dtype
-    v, xs = v.astype(stat), x.astype(stat)
-    mean_v, centered = projection_means(xs, mean, v, axes, axis_name)
-    xhat = (xs - mean) * rstd
+    v = v.astype(stat)
+    mean_v, centered = projection_means(x, mean, v, axes, axis_name)
+    xhat = (x.astype(stat) - mean) * rstd
     return rstd * (v - defined_mean(mean_v) - xhat * (rstd * centered))
 
 
 def projection_means(x, mean, v, axes, axis_name):
     """``(E[v], E[v (x - mean)])`` over ``axes`` (kept; and over the devices of ``axis_name``), in
-    v's dtype: ``norm_projection``'s two means, which the weight gradients of batch norm reuse
+    v's dtype (x is cast to it; x as stored decides ``direct_forms``): ``norm_projection``'s two
+    means, which the weight gradients of batch norm reuse
     (``sum g = count E[g]``, ``sum g x_hat = count rstd E[g (x - mean)]``: no sum waits for the
     variance, so on a sharded batch they are all-reduced with it, not after). Summed over shifted data,
     ``E[v (x - s)] - (mean - s) E[v]`` with ``s`` the group's first element, per sample where the
     axes hold the batch axis (see ``norm_projection``)."""
     axes = tuple(sorted(a % x.ndim for a in axes))
     outer, inner = _per_sample(x, axes)
-    shift = lax.stop_gradient(_first_of_group(x, inner))
+    direct, x = direct_forms(x, axes), x.astype(v.dtype)
     mean_v = jnp.mean(v, axes, keepdims=True)
-    if outer is None:
+    if direct:
+        centered = jnp.mean(v * (x - mean), axes, keepdims=True)
+    elif outer is None:
+        shift = lax.stop_gradient(_first_of_group(x, inner))
         centered = jnp.mean(v * (x - shift), axes, keepdims=True) - (mean - shift) * mean_v  # E[v (x - mean)]
     else:  # each sample's shift s_n: E[v (x - mean)] = sum_n [sum v (x - s_n) - (mean - s_n) sum v] / count
+        shift = lax.stop_gradient(_first_of_group(x, inner))
         count = math.prod(x.shape[a] for a in axes)
         per_sample = (jnp.sum(v * (x - shift), inner, keepdims=True)
                       - (mean - shift) * jnp.sum(v, inner, keepdims=True))
