@@ -687,11 +687,15 @@ STEP_COMPILE_OPTIONS = {"gpu": {"xla_gpu_graph_min_graph_size": 1}, "cpu": {}}
 def looped(step: Callable, steps: int, with_value: bool = False):
     """One program running the ``fwd_bwd`` program ``step`` ``steps`` times on ``(ct, x, w, b)``,
     each step's x nudged by the previous step's dx (a data dependence: nothing is hoisted out of
-    the loop)."""
+    the loop). The step's outputs pass an ``optimization_barrier``: every variant writes its
+    gradients whole, as a program's outputs, and the nudge is its own pass for all of them (without
+    it XLA fused the nudge into the XLA formulas' dx pass but not into a kernel's, which then paid
+    three more passes over x: 24 of the 33 us per step by which the XLA formulas led the Triton
+    kernels at layer_norm 66850x256 bfloat16 on an H200, RESULTS.md stop 27)."""
 
     def run(ct, x, w, b):
         def body(_, x):
-            grads = step(ct, x, w, b)
+            grads = jax.lax.optimization_barrier(step(ct, x, w, b))
             dx = (grads[1] if with_value else grads)[0]
             return x + (dx * 1e-6).astype(x.dtype)
 
