@@ -688,10 +688,11 @@ def looped(step: Callable, steps: int, with_value: bool = False):
     """One program running the ``fwd_bwd`` program ``step`` ``steps`` times on ``(ct, x, w, b)``,
     each step's x nudged by the previous step's dx (a data dependence: nothing is hoisted out of
     the loop). The step's outputs pass an ``optimization_barrier``: every variant writes its
-    gradients whole, as a program's outputs, and the nudge is its own pass for all of them (without
-    it XLA fused the nudge into the XLA formulas' dx pass but not into a kernel's, which then paid
-    three more passes over x: 24 of the 33 us per step by which the XLA formulas led the Triton
-    kernels at layer_norm 66850x256 bfloat16 on an H200, RESULTS.md stop 27)."""
+    gradients whole, as a program's outputs, and the nudge is its own pass for all of them.
+    Without it XLA may fuse the nudge into the XLA formulas' dx pass, never into a kernel's, which
+    then pays three more passes over x (about 24 us of the 33 us per step by which the XLA formulas
+    led the Triton kernels at layer_norm 66850x256 bfloat16 on an H200, where the ragged block ran
+    slower on the XLA formulas; RESULTS.md stop 27)."""
 
     def run(ct, x, w, b):
         def body(_, x):
