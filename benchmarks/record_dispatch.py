@@ -8,6 +8,13 @@ was the kernel (its "default" time); other kernel times stay. It then names the 
 table still lacks, by op (an op no sweep has measured yet, such as ``rms_norm`` before its first
 GPU run, keeps the XLA formulas as its default: ``dispatch.rms_norm_plan``).
 
+Device times per step (``<impl>_step_ms``, ``bench --suite sweep --device-time``), which the
+dispatch decides host-bound points on where a point has them, are left out of the table unless
+``--device-time`` is given: the first ones (stop 27) came from a loop that favored the XLA
+formulas, and the ragged block ran slower on their choices (benchmarks/RESULTS.md). Give it only
+once device times from ``bench.looped`` with its barrier have been checked against the ragged
+block. A point updated on its XLA times alone loses its device times (they would be stale).
+
     python benchmarks/record_dispatch.py sweep0.json sweep1.json --command "python -m jaxrules bench ..."
 """
 
@@ -24,15 +31,20 @@ def _key(point):
     return point["op"], point["dtype"], point["weight_dtype"], tuple(point["features"])
 
 
-def merge(records, command):
-    """The updated table (a dict) of the records' device kind."""
+def _per_call(point):
+    return {k: v for k, v in point.items() if not k.endswith("_step_ms")}
+
+
+def merge(records, command, device_time=False):
+    """The updated table (a dict) of the records' device kind (``device_time``: with the records'
+    device times per step)."""
     (kind,) = {r["device_kind"] for r in records}
     path = dispatch.table_path(kind)
     table = json.loads(path.read_text()) if path.exists() else {"points": []}
     points = {_key(p): p for p in table["points"]}
     fresh = set()
     for record in records:
-        points.update({_key(p): p for p in record["points"]})
+        points.update({_key(p): p if device_time else _per_call(p) for p in record["points"]})
         fresh.update(_key(p) for p in record["points"])
         for row in record.get("rows", []):
             if "pallas_ms" in row or "xla_ms" not in row or "jax_ms" not in row:
@@ -42,7 +54,7 @@ def merge(records, command):
                 timed = {"xla_ms": row["xla_ms"], "jax_ms": row["jax_ms"]}
                 if row.get("plan") == "pallas" and "default_ms" in row:  # the default ran the kernel
                     timed["pallas_ms"] = row["default_ms"]
-                points[key] = {**points[key], **{k: round(v, 5) for k, v in timed.items()}}
+                points[key] = {**_per_call(points[key]), **{k: round(v, 5) for k, v in timed.items()}}
                 fresh.add(key)  # a stale point's XLA times are what went stale
     stale = [c.name for c in bench.sweep_cases() if c.name in table.get("stale", [])
              and (c.op, c.dtype, c.weight_dtype, bench.sweep_features(c)) not in fresh]
@@ -69,9 +81,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("records", nargs="+")
     parser.add_argument("--command", required=True, help="the command that measured the records")
+    parser.add_argument("--device-time", action="store_true",
+                        help="keep the records' device times per step (see the module docstring first)")
     args = parser.parse_args()
     records = [json.load(open(f)) for f in args.records]
-    path, table = merge(records, args.command)
+    path, table = merge(records, args.command, args.device_time)
     path.write_text(json.dumps(table, indent=1) + "\n")
     print(f"{path}: {len(table['points'])} points")
     for op, names in missing(table).items():

@@ -10,12 +10,13 @@ Forms (each a ``jax.custom_vjp`` with residuals x, w, mean, rstd, except ``jaxru
 ``jaxrules``: ``layer_norm(..., impl="xla")``; ``jax``: plain JAX (``bench._plain_norm``);
 ``same``: the op's math inline; ``raw``: the backward's row sums over x instead of x_hat
 (``E[gw x_hat] = rstd (E[gw x] - mean E[gw])``), one fusion fewer of broadcast statistics;
-``shift``: ``raw`` over x minus the row's first element (what ``partials.norm_projection`` does);
+``shift``: ``raw`` over x minus the row's first element (what ``partials.norm_projection`` does
+above ``partials.DIRECT_MAX_BYTES``);
 ``xhat``: residual x_hat in x's dtype instead of x (no recomputation, torch's layout differs);
 ``onepass``: ``shift`` with the forward's mean and variance from one pass over x minus the row's
 first element (no second, centered pass); ``welford``: ``shift`` with the statistics of
-``partials.welford_moments`` (what the library runs on a GPU since 2026-11-27: then ``jaxrules``
-is this form).
+``partials.welford_moments`` (what the library runs on a GPU since 2026-11-27 above
+``partials.DIRECT_MAX_BYTES``: then ``jaxrules`` is this form; below it, since stop 27, ``same``).
 
 ``--op rms_norm`` times RMS norm's forms instead (the same loop): ``jaxrules``: ``rms_norm(...,
 impl="xla")``; ``jax``: plain JAX; ``same``: the op's backward inline, ``dx = rstd v - rstd^3 x

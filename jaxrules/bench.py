@@ -592,53 +592,65 @@ def _report_failure(case, err):
     print(f"  {case.name}: failed: {type(err).__name__}: {str(err)[:300]}", file=sys.stderr)
 
 
-def run_sweep(cases, variants=SWEEP_VARIANTS, repeats: int = 15, with_value: bool = False, on_row=None,
-              progress=None):
-    """Time ``variants`` of each sweep case (their runs alternating): ``(rows, meta)``; a row has
-    each variant's ms, the kernel plan's impl, the speed-of-light fraction of the default, and
-    the ratios of the default to the faster of XLA and plain JAX. The programs of
-    ``COMPILE_AHEAD`` cases compile on threads together (XLA releases the GIL), and all of them
-    have compiled before the first is timed, so nothing compiles while the device is timed."""
+def _compiled_ahead(cases, lower, options=None):
+    """``(case, inputs, {variant: future of its compiled program})`` for each of ``cases`` whose
+    programs lower (``lower(case) -> (inputs, {variant: lowered})``; a failure is reported and the
+    case skipped), ``COMPILE_AHEAD`` cases at a time: their programs compile on threads together
+    (XLA releases the GIL), compiled with ``options``, and all of them have compiled before the
+    first is yielded, so nothing compiles while the device is timed."""
     from concurrent.futures import ThreadPoolExecutor, wait
 
+    with ThreadPoolExecutor(min(16, os.cpu_count() or 1) * 2) as pool:
+        for start in range(0, len(cases), COMPILE_AHEAD):
+            prepared = []
+            for case in cases[start:start + COMPILE_AHEAD]:
+                try:
+                    inputs, lowered = lower(case)
+                except Exception as err:  # noqa: BLE001 - one broken case must not lose the others
+                    _report_failure(case, err)
+                    continue
+                prepared.append((case, inputs, {v: pool.submit(low.compile, options) for v, low in lowered.items()}))
+            wait([f for *_, futures in prepared for f in futures.values()])
+            yield from prepared
+
+
+def run_sweep(cases, variants=SWEEP_VARIANTS, repeats: int = 15, with_value: bool = False, on_row=None,
+              progress=None):
+    """Time ``variants`` of each sweep case (their runs alternating; compiled ahead,
+    ``_compiled_ahead``): ``(rows, meta)``; a row has each variant's ms, the kernel plan's impl,
+    the speed-of-light fraction of the default, and the ratios of the default to the faster of XLA
+    and plain JAX."""
     platform = "gpu" if jax.default_backend() == "gpu" else "cpu"
     probe = copy_probe(platform)
     meta = {"platform": platform, "device": jax.devices()[0].device_kind, "jax": jax.__version__, "repeats": repeats,
             "with_value": with_value, **probe}
     rng = np.random.default_rng(0)
     rows = []
-    pool = ThreadPoolExecutor(min(16, os.cpu_count() or 1) * 2)
-    for start in range(0, len(cases), COMPILE_AHEAD):
-        prepared = []  # (case, inputs, {variant: future of its compiled program})
-        for case in cases[start:start + COMPILE_AHEAD]:
-            try:
-                x, w, b, ct = _sweep_inputs(case, rng)
-                lowered = {v: fwd_bwd(sweep_fn(case, v), with_value).lower(ct, x, w, b)
-                           for v in variants if sweep_applies(case, v)}
-            except Exception as err:  # noqa: BLE001 - one broken case must not lose the others
-                _report_failure(case, err)
-                continue
-            prepared.append((case, (ct, x, w, b), {v: pool.submit(low.compile) for v, low in lowered.items()}))
-        wait([f for _, _, futures in prepared for f in futures.values()])
-        for case, inputs, futures in prepared:
-            if progress is not None:
-                progress(case.name)
-            try:
-                compiled = {v: f.result() for v, f in futures.items()}
-                timings = interleaved_median_ms({v: (lambda c=c: c(*inputs)) for v, c in compiled.items()}, repeats)
-            except Exception as err:  # noqa: BLE001 - one broken case must not lose the others
-                _report_failure(case, err)
-                continue
-            features = sweep_features(case)
-            plan = sweep_plan(case, platform, meta["device"])
-            row = {"op": case.op, "shape": list(case.shape), "dtype": case.dtype, "weight_dtype": case.weight_dtype,
-                   "features": list(features), "plan": plan.impl, **{f"{v}_ms": t for v, t in timings.items()},
-                   "bytes": sweep_bytes(case, with_value)}
-            ours = next(timings[v] for v in ("default", "pallas", "mosaic", "xla", "jax") if v in timings)
-            row["sol"] = row["bytes"] / (ours * 1e-3) / 1e9 / meta["sol_gbps"]
-            rows.append(row)
-            if on_row is not None:
-                on_row(rows, meta)
+
+    def lower(case):
+        x, w, b, ct = _sweep_inputs(case, rng)
+        return (ct, x, w, b), {v: fwd_bwd(sweep_fn(case, v), with_value).lower(ct, x, w, b)
+                               for v in variants if sweep_applies(case, v)}
+
+    for case, inputs, futures in _compiled_ahead(cases, lower):
+        if progress is not None:
+            progress(case.name)
+        try:
+            compiled = {v: f.result() for v, f in futures.items()}
+            timings = interleaved_median_ms({v: (lambda c=c: c(*inputs)) for v, c in compiled.items()}, repeats)
+        except Exception as err:  # noqa: BLE001 - one broken case must not lose the others
+            _report_failure(case, err)
+            continue
+        features = sweep_features(case)
+        plan = sweep_plan(case, platform, meta["device"])
+        row = {"op": case.op, "shape": list(case.shape), "dtype": case.dtype, "weight_dtype": case.weight_dtype,
+               "features": list(features), "plan": plan.impl, **{f"{v}_ms": t for v, t in timings.items()},
+               "bytes": sweep_bytes(case, with_value)}
+        ours = next(timings[v] for v in ("default", "pallas", "mosaic", "xla", "jax") if v in timings)
+        row["sol"] = row["bytes"] / (ours * 1e-3) / 1e9 / meta["sol_gbps"]
+        rows.append(row)
+        if on_row is not None:
+            on_row(rows, meta)
     return rows, meta
 
 
@@ -712,35 +724,34 @@ def device_time_sweep(cases, rows, repeats: int = 7, with_value: bool = False, e
     dispatch decides host-bound points from): programs of a few us of device work, where the time
     per call is the host's launches (up to 4x apart between identical runs, RESULTS.md stop 20)
     and the issue compares "shapes under 20 us" by a stated rule. Adds ``<variant>_step_ms`` to
-    those rows (the verdicts then judge them on these, with no margin) and returns them. The
-    programs of ``COMPILE_AHEAD`` rows compile on threads together before they are timed;
-    ``on_row()`` is called after each row is timed."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    those rows (the verdicts then judge them on these, within ``STEP_NOISE_MS``) and returns the
+    rows timed; compiled ahead (``_compiled_ahead``); ``on_row()`` is called after each row."""
     platform = "gpu" if jax.default_backend() == "gpu" else "cpu"
     by_key = {_case_key(c): c for c in cases}
-    chosen = [r for r in rows if (every or _below(r)) and max(_per_call(r).values()) < NOISE_MS
-              and _row_key(r) in by_key]
-    pool = ThreadPoolExecutor(min(16, os.cpu_count() or 1) * 2)
-    for start in range(0, len(chosen), COMPILE_AHEAD):
-        prepared = []
-        for row in chosen[start:start + COMPILE_AHEAD]:
-            case = by_key[_row_key(row)]
-            x, w, b, ct = _sweep_inputs(case, np.random.default_rng(0))
-            inputs = (ct, x, w, b)
-            lowered = {v: looped(fwd_bwd(sweep_fn(case, v), with_value), STEP_LOOP, with_value).lower(*inputs)
-                       for v in _per_call(row)}
-            prepared.append((row, inputs, {v: pool.submit(low.compile, STEP_COMPILE_OPTIONS[platform])
-                                           for v, low in lowered.items()}))
-        for row, inputs, futures in prepared:
+    chosen = {_row_key(r): r for r in rows if (every or _below(r)) and max(_per_call(r).values()) < NOISE_MS
+              and _row_key(r) in by_key}
+
+    def lower(case):
+        x, w, b, ct = _sweep_inputs(case, np.random.default_rng(0))
+        inputs = (ct, x, w, b)
+        return inputs, {v: looped(fwd_bwd(sweep_fn(case, v), with_value), STEP_LOOP, with_value).lower(*inputs)
+                        for v in _per_call(chosen[_case_key(case)])}
+
+    timed = []
+    for case, inputs, futures in _compiled_ahead([by_key[k] for k in chosen], lower, STEP_COMPILE_OPTIONS[platform]):
+        try:
             compiled = {v: f.result() for v, f in futures.items()}
             times = interleaved_median_ms({v: (lambda c=c: c(*inputs)) for v, c in compiled.items()}, repeats,
                                           calls=1)
-            row.update({f"{v}_step_ms": t / STEP_LOOP for v, t in times.items()})
-            if on_row is not None:
-                on_row()
-    pool.shutdown()
-    return chosen
+        except Exception as err:  # noqa: BLE001 - one broken case must not lose the others
+            _report_failure(case, err)
+            continue
+        row = chosen[_case_key(case)]
+        row.update({f"{v}_step_ms": t / STEP_LOOP for v, t in times.items()})
+        timed.append(row)
+        if on_row is not None:
+            on_row()
+    return timed
 
 
 def _per_call(row) -> dict:

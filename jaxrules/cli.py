@@ -371,7 +371,13 @@ def _sweep(args) -> int:
     if args.host_bound:
         import jax
 
-        cases = bench.host_bound_cases(cases, jax.devices()[0].device_kind)
+        from jaxrules import dispatch
+
+        kind = jax.devices()[0].device_kind
+        if dispatch.table_kind(kind) != kind:
+            print(f"bench: no table of {kind}: --host-bound takes {dispatch.table_kind(kind)}'s points",
+                  file=sys.stderr)
+        cases = bench.host_bound_cases(cases, kind)
     cases = _shard(cases, args.shard)
     if not cases:
         print(f"bench: no sweep case matches {args.ops!r}{' and --host-bound' if args.host_bound else ''}",

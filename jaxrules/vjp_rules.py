@@ -280,7 +280,7 @@ def affine_normalize_vjp(res, ct, *, axes, eps, axis_name):
         dx = dx + (g_mean - g_rstd * rstd * rstd * xhat) / total
     spread = tuple(a for a in range(x.ndim) if w.shape[a] == 1)
     if set(spread) == {a % x.ndim for a in axes} and axis_name is None and count:  # batch norm: B(g)'s means
-        mean_g, centered = P.projection_means(x.astype(stat), mean, g, axes, None)
+        mean_g, centered = P.projection_means(x, mean, g, axes, None)
         return dx, count * rstd * centered, count * mean_g
     return dx, (g * xhat).sum(spread, keepdims=True), g.sum(spread, keepdims=True)
 

@@ -285,6 +285,28 @@ def test_record_dispatch_merges_by_key_and_clears_stale_points(tmp_path, monkeyp
     assert point(rms[0], 0.5) in measured["points"] and rms[0].name not in module.missing(measured)["rms_norm"]
 
 
+def test_record_dispatch_keeps_device_times_only_when_asked(tmp_path, monkeypatch):
+    """Device times per step reach a table only with ``--device-time`` (the first ones favored the
+    XLA formulas, RESULTS.md stop 27); an update of a point's XLA times drops its device times."""
+    module = load("benchmarks/record_dispatch.py")
+    monkeypatch.setattr(dispatch, "DATA", tmp_path)
+    case = bench.sweep_cases()[0]
+    point = {"op": case.op, "dtype": case.dtype, "weight_dtype": case.weight_dtype,
+             "features": list(bench.sweep_features(case)), "pallas_ms": 0.05, "xla_ms": 0.06, "jax_ms": 0.06,
+             "pallas_step_ms": 0.012, "xla_step_ms": 0.007}
+    record = {"device_kind": "GPU X", "jax": "0.11.2", "points": [point]}
+    (plain,) = module.merge([record], "cmd")[1]["points"]
+    assert not any(k.endswith("_step_ms") for k in plain)
+    (timed,) = module.merge([record], "cmd", device_time=True)[1]["points"]
+    assert timed == point
+    dispatch.table_path("GPU X").write_text(json.dumps({"points": [timed]}))
+    row = {**point, "xla_ms": 0.04, "default_ms": 0.04, "plan": "xla"}
+    del row["pallas_ms"]
+    (updated,) = module.merge([{"device_kind": "GPU X", "jax": "0.11.2", "points": [], "rows": [row]}], "cmd")[1][
+        "points"]
+    assert updated["xla_ms"] == 0.04 and not any(k.endswith("_step_ms") for k in updated)
+
+
 def test_an_auto_mesh_leaves_the_choice_to_the_shard_where_the_splits_disagree(monkeypatch):
     """``dispatch.shard_plan``: where every shard's plan is the whole array's, that plan; else a
     ``ShardPlan``, which ``shard_launch`` decides on a shard's features (the kernel's launch for

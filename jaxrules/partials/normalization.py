@@ -30,20 +30,25 @@ def group_mean(v, axes, axis_name):
     return m if axis_name is None else lax.pmean(m, axis_name)
 
 
-# Small per-sample normalizations (x, as stored, under DIRECT_MAX_BYTES; statistics not over the
-# batch axis 0) take the direct forms: two-pass statistics and the backward's sums centered on the
-# mean. XLA's GPU row fusions then recompute the statistics inside their consumers, as they do for
-# plain JAX's layer norm, and the extra passes over x find it in L2: up to 2.2x less device time
-# per step than the one-pass forms at the H200's host-bound sweep points, but 0.7-0.8x from 16 MB
-# (1000x4096 float32, 1000x8192 bfloat16) and 0.84-0.93x at 12 MB (8192x768 bfloat16)
-# (benchmarks/RESULTS.md, stop 27).
+# Small per-sample normalizations (x, as stored on each device, under DIRECT_MAX_BYTES; statistics
+# not over axis 0, the batch axis of batch norm's (N, C, L)) take the direct forms: two-pass
+# statistics and the backward's sums centered on the mean. XLA's GPU row fusions then recompute the
+# statistics inside their consumers, as they do for plain JAX's layer norm, and the extra passes
+# over x find it in L2: 1.05x less device time per step (median; up to 1.7x) than the one-pass
+# forms at the H200's host-bound sweep points, but 0.7-0.8x from 16 MB (1000x4096 float32,
+# 1000x8192 bfloat16) and 0.84-0.93x at 12 MB (8192x768 bfloat16) (benchmarks/RESULTS.md, stop 27).
 DIRECT_MAX_BYTES = 10 * 2**20
 
 
 def direct_forms(x, axes) -> bool:
-    """Whether ``norm_stats`` / ``projection_means`` take the direct forms for x (as stored: its
-    bytes decide) over ``axes``."""
-    return x.size * x.dtype.itemsize < DIRECT_MAX_BYTES and 0 not in {a % x.ndim for a in axes}
+    """Whether ``norm_stats`` / ``projection_means`` take the direct forms for x over ``axes``:
+    x's bytes as stored on each device decide (``partitioning.local_shape``: its shard where the
+    sharding is known when tracing; under ``jax.vmap`` of the primal, as for a traced ``eps``, one
+    example's)."""
+    from jaxrules.partitioning import local_shape
+
+    nbytes = math.prod(local_shape(x)) * np.dtype(x.dtype).itemsize
+    return nbytes < DIRECT_MAX_BYTES and 0 not in {a % x.ndim for a in axes}
 
 
 def norm_stats(x, axes, eps, axis_name):
