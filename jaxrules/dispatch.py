@@ -15,7 +15,8 @@ launch grids it implies, for every benchmark program).
   measurement there, such as the Mosaic GPU kernels before a sweep times them, never does):
   fastest in device time per step where the point has it for every candidate (``--device-time``:
   the host-bound points, under 0.2 ms per call, where the time per call is the host's launches
-  and a training step pays the device time), else per call. A
+  and a training step pays the device time; no table holds device times yet, see
+  ``benchmarks/record_dispatch.py``), else per call. A
   GPU kind without measurements uses the H100's (the nearest evidence; say so in an issue if you
   run another kind). Off the GPU, and for float64, the XLA formulas run.
 * Launch parameters (``RowsLaunch``, ``GroupedLaunch``) are functions of the shape: every row
