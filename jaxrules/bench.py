@@ -765,7 +765,7 @@ def host_bound_cases(cases, device_kind: str) -> list:
     from jaxrules import dispatch
 
     quick = {(p["op"], p["dtype"], p["weight_dtype"], tuple(p["features"])) for p in dispatch.measurements(device_kind)
-             if max(v for k, v in p.items() if k.endswith("_ms") and not k.endswith("_step_ms")) < NOISE_MS}
+             if max(_per_call(p).values()) < NOISE_MS}
     return [c for c in cases if (c.op, "bfloat16" if c.dtype == "float16" else c.dtype, c.weight_dtype,
                                  sweep_features(c)) in quick]
 

@@ -255,14 +255,13 @@ def projection_means(x, mean, v, axes, axis_name):
     axes = tuple(sorted(a % x.ndim for a in axes))
     outer, inner = _per_sample(x, axes)
     direct, x = direct_forms(x, axes), x.astype(v.dtype)
+    shift = None if direct else lax.stop_gradient(_first_of_group(x, inner))
     mean_v = jnp.mean(v, axes, keepdims=True)
     if direct:
         centered = jnp.mean(v * (x - mean), axes, keepdims=True)
     elif outer is None:
-        shift = lax.stop_gradient(_first_of_group(x, inner))
         centered = jnp.mean(v * (x - shift), axes, keepdims=True) - (mean - shift) * mean_v  # E[v (x - mean)]
     else:  # each sample's shift s_n: E[v (x - mean)] = sum_n [sum v (x - s_n) - (mean - s_n) sum v] / count
-        shift = lax.stop_gradient(_first_of_group(x, inner))
         count = math.prod(x.shape[a] for a in axes)
         per_sample = (jnp.sum(v * (x - shift), inner, keepdims=True)
                       - (mean - shift) * jnp.sum(v, inner, keepdims=True))
