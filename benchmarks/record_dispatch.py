@@ -8,12 +8,9 @@ was the kernel (its "default" time); other kernel times stay. It then names the 
 table still lacks, by op (an op no sweep has measured yet, such as ``rms_norm`` before its first
 GPU run, keeps the XLA formulas as its default: ``dispatch.rms_norm_plan``).
 
-Device times per step (``<impl>_step_ms``, ``bench --suite sweep --device-time``), which the
-dispatch decides host-bound points on where a point has them, are left out of the table unless
-``--device-time`` is given: the first ones (stop 27) came from a loop that favored the XLA
-formulas, and the ragged block ran slower on their choices (benchmarks/RESULTS.md). Give it only
-once device times from ``bench.looped`` with its barrier have been checked against the ragged
-block. A point updated on its XLA times alone loses its device times (they would be stale).
+Device times per step (``<impl>_step_ms``, ``bench --suite sweep --device-time``) are left out:
+the dispatch decides per call (twice the device-time choices made the ragged block slower,
+benchmarks/RESULTS.md stops 27 and 28).
 
     python benchmarks/record_dispatch.py sweep0.json sweep1.json --command "python -m jaxrules bench ..."
 """
@@ -35,16 +32,15 @@ def _per_call(point):
     return {k: v for k, v in point.items() if not k.endswith("_step_ms")}
 
 
-def merge(records, command, device_time=False):
-    """The updated table (a dict) of the records' device kind (``device_time``: with the records'
-    device times per step)."""
+def merge(records, command):
+    """The updated table (a dict) of the records' device kind."""
     (kind,) = {r["device_kind"] for r in records}
     path = dispatch.table_path(kind)
     table = json.loads(path.read_text()) if path.exists() else {"points": []}
     points = {_key(p): p for p in table["points"]}
     fresh = set()
     for record in records:
-        points.update({_key(p): p if device_time else _per_call(p) for p in record["points"]})
+        points.update({_key(p): _per_call(p) for p in record["points"]})
         fresh.update(_key(p) for p in record["points"])
         for row in record.get("rows", []):
             if "pallas_ms" in row or "xla_ms" not in row or "jax_ms" not in row:
@@ -81,11 +77,9 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("records", nargs="+")
     parser.add_argument("--command", required=True, help="the command that measured the records")
-    parser.add_argument("--device-time", action="store_true",
-                        help="keep the records' device times per step (see the module docstring first)")
     args = parser.parse_args()
     records = [json.load(open(f)) for f in args.records]
-    path, table = merge(records, args.command, args.device_time)
+    path, table = merge(records, args.command)
     path.write_text(json.dumps(table, indent=1) + "\n")
     print(f"{path}: {len(table['points'])} points")
     for op, names in missing(table).items():

@@ -479,8 +479,7 @@ def main(argv=None) -> int:
                             "device time per step (bench.device_time_sweep) and are judged on it")
     bench.add_argument("--device-time", action="store_true",
                        help="sweep: every point with all times per call under 0.2 ms also gets its device time per "
-                            "step, below 0.95x or not (the dispatch decides such host-bound points on it where a "
-                            "table has it: benchmarks/record_dispatch.py --device-time)")
+                            "step, below 0.95x or not (a diagnostic: the dispatch decides per call)")
     bench.add_argument("--host-bound", action="store_true",
                        help="sweep: only the points this GPU's dispatch table has under 0.2 ms per call")
     bench.add_argument("--repeats", type=int, default=30, help="timed runs per measurement (median)")

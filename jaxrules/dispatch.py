@@ -12,13 +12,12 @@ launch grids it implies, for every benchmark program).
   ``jaxrules/dispatch_data/<device kind>.json``, written by ``python -m jaxrules bench --suite
   sweep --record FILE`` on that GPU: at the nearest measured shape (same op and dtype; distance in
   log2 of the shape's features) the fastest measured implementation runs (a kernel without a
-  measurement there, such as the Mosaic GPU kernels before a sweep times them, never does):
-  fastest in device time per step where the point has it for every candidate (``--device-time``:
-  the host-bound points, under 0.2 ms per call, where the time per call is the host's launches
-  and a training step pays the device time; no table holds device times yet, see
-  ``benchmarks/record_dispatch.py``), else per call. A
-  GPU kind without measurements uses the H100's (the nearest evidence; say so in an issue if you
-  run another kind). Off the GPU, and for float64, the XLA formulas run.
+  measurement there, such as the Mosaic GPU kernels before a sweep times them, never does),
+  fastest per call. Not on device time per step (``bench --device-time``): twice on an H200 the
+  choices it gave the host-bound points made the ragged block slower (benchmarks/RESULTS.md,
+  stops 27 and 28), so tables hold times per call only. A GPU kind without measurements uses the
+  H100's (the nearest evidence; say so in an issue if you run another kind). Off the GPU, and
+  for float64, the XLA formulas run.
 * Launch parameters (``RowsLaunch``, ``GroupedLaunch``) are functions of the shape: every row
   count and width gets a tiled, masked launch with enough programs to fill the device, never a
   one-program backward (the 66850x256 cliff of issue 14).
@@ -246,12 +245,11 @@ def _decide(op: str, device_kind: str, dtype, weight_dtype, features: tuple, ker
 
     nearest = min(points, key=distance)
     candidates = [k for k in kernels if f"{k}_ms" in nearest] + ["xla"]  # xla last: a kernel wins a tie
-    unit = "_step_ms" if all(f"{k}_step_ms" in nearest for k in candidates) else "_ms"
-    times = {k: nearest[k + unit] for k in candidates}
+    times = {k: nearest[f"{k}_ms"] for k in candidates}
     impl = min(times, key=times.get)
     where = f"{op} {key} {'x'.join(map(str, nearest['features']))} ({table_kind(device_kind)})"
-    how = " per step (device time)" if unit == "_step_ms" else " per call"
-    return impl, f"nearest measurement {where}{how}: " + ", ".join(f"{_LABELS[k]} {t:.4f} ms" for k, t in times.items())
+    return impl, f"nearest measurement {where} per call: " + ", ".join(
+        f"{_LABELS[k]} {t:.4f} ms" for k, t in times.items())
 
 
 class KernelFallbackWarning(UserWarning):
