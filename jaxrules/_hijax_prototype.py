@@ -94,7 +94,7 @@ def _fit_cotangent(ct, aval):
     axes = tuple(range(lead)) + tuple(
         lead + i for i, (n, m) in enumerate(zip(aval.shape, ct.shape[lead:])) if n == 1 and m != 1)
     ct = jnp.sum(ct, axis=axes).reshape(aval.shape) if axes else ct
-    return _psum_varying(ct, aval).astype(aval.dtype)
+    return _psum_varying(ct.astype(aval.dtype), aval)
 
 
 def _varying_axes(aval) -> frozenset:

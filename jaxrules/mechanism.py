@@ -431,13 +431,16 @@ def _fit_cotangent(ct, aval, name):
         ct = ct.real
     if ct.shape != aval.shape:
         ct = _sum_to_shape(ct, aval.shape, name)
-    return _vary_like(_reshard_like(_sum_over_varying_axes(ct, aval).astype(aval.dtype), aval), aval)
+    return _vary_like(_reshard_like(_sum_over_varying_axes(ct.astype(aval.dtype), aval), aval), aval)
 
 
 def _sum_over_varying_axes(ct, aval):
     """Under ``shard_map``: a cotangent that varies over manual mesh axes along which its argument
     is replicated (a weight used with a sharded input: JAX inserts the ``pvary``) is summed over
-    them (``psum``, the transpose of ``pvary``), as JAX's own autodiff does."""
+    them (``psum``, the transpose of ``pvary``), as JAX's own autodiff does: in the argument's
+    dtype (the caller casts first), so that a bfloat16 weight's gradient is summed with the other
+    bfloat16 gradients in one all-reduce, as plain JAX's, not alone in the float32 of a formula's
+    statistics (benchmarks/RESULTS.md, stop 28)."""
     extra = tuple(sorted(_varying_axes(jax.typeof(ct)) - _varying_axes(aval)))
     return jax.lax.psum(ct, extra) if extra else ct
 

@@ -23,6 +23,7 @@ to match", JAX 0.10.2), a JAX limitation of the test mode only."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from _cuda_lowering import for_cuda
@@ -99,6 +100,25 @@ def _worker():
 
     compare("nested attention xla", attention, q, k, v, fixed=(offsets,))
 
+    # bfloat16 weights replicated over the devices: their gradients' all-reduces run in bfloat16
+    # (one all-reduce with the other bfloat16 parameters', as plain JAX's), not in the float32 of
+    # the formulas' statistics (mechanism._sum_over_varying_axes casts first)
+    from jaxrules.nn import group_norm, layer_norm
+
+    def weighted(op):
+        norm = {"layer_norm": lambda x, w, b: layer_norm(x, 128, w, b),
+                "group_norm": lambda x, w, b: group_norm(x, 4, w, b)}[op]
+        x = jnp.asarray(rows if op == "layer_norm" else maps, jnp.bfloat16)
+        w, b = (jnp.ones(x.shape[-1] if op == "layer_norm" else x.shape[1], jnp.bfloat16) for _ in range(2))
+        loss = lambda w, b, x: jnp.sum(jnp.sin(norm(x, w, b).astype(jnp.float32)))  # noqa: E731
+        step = jax.shard_map(jax.grad(loss, (0, 1)), mesh=mesh, in_specs=(P(), P(), P("data")), out_specs=P())
+        text = jax.jit(step).lower(w, b, jax.device_put(x, shard)).as_text()
+        reduced = re.findall(r'"stablehlo.all_reduce".*?\}\) : \(tensor<[0-9x]*x?(\w+)>\)', text, re.S)
+        print(json.dumps({"case": f"{op} bfloat16 weight gradients", "all_reduce_dtypes": reduced}), flush=True)
+
+    for op in ("layer_norm", "group_norm"):
+        weighted(op)
+
     for op, impl in KERNELS:
         f = _norm(op, impl)
         # shard_map over the context's mesh: the same 4-device "data" axis, of H100s (_cuda_lowering)
@@ -128,6 +148,12 @@ def test_the_formulas_inside_shard_map_equal_each_shard_alone(results, case):
     row = results[case]
     assert "error" not in row, row
     assert row["value"] <= 1e-4 and row["grads"] <= 1e-4, row
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "group_norm"])
+def test_bfloat16_weight_gradients_are_summed_over_devices_in_bfloat16(results, op):
+    row = results[f"{op} bfloat16 weight gradients"]
+    assert row["all_reduce_dtypes"] == ["bf16", "bf16"], row  # weight and bias
 
 
 @pytest.mark.parametrize("op, impl", KERNELS)
