@@ -182,8 +182,7 @@ def test_half_precision_accumulates_statistics_in_float32(dtype):
 @pytest.fixture
 def forms(request, monkeypatch):
     """``"direct"`` (the library's choice: small arrays take ``partials.direct_forms``) or
-    ``"shifted"`` (``DIRECT_MAX_BYTES`` and ``DIRECT_MAX_WIDTH`` 0: every array the forms of large
-    ones); JAX's trace caches
+    ``"shifted"`` (``DIRECT_MAX_BYTES`` 0: every array the forms of large ones); JAX's trace caches
     are cleared around the change (a traced program does not see the constant)."""
     from jaxrules.partials import normalization
 
@@ -192,7 +191,6 @@ def forms(request, monkeypatch):
         return
     jax.clear_caches()
     monkeypatch.setattr(normalization, "DIRECT_MAX_BYTES", 0)
-    monkeypatch.setattr(normalization, "DIRECT_MAX_WIDTH", 0)
     yield request.param
     monkeypatch.undo()
     jax.clear_caches()

@@ -145,7 +145,6 @@ from jaxrules.partials.losses import (  # noqa: F401
 )
 from jaxrules.partials.normalization import (  # noqa: F401
     DIRECT_MAX_BYTES,
-    DIRECT_MAX_WIDTH,
     affine_norm_backward,
     channel_rows,
     defined_mean,

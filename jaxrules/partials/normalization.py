@@ -36,27 +36,19 @@ def group_mean(v, axes, axis_name):
 # statistics inside their consumers, as they do for plain JAX's layer norm, and the extra passes
 # over x find it in L2: 1.05x less device time per step (median; up to 1.7x) than the one-pass
 # forms at the H200's host-bound sweep points, but 0.7-0.8x from 16 MB (1000x4096 float32,
-# 1000x8192 bfloat16) and 0.84-0.93x at 12 MB (8192x768 bfloat16) (benchmarks/RESULTS.md, stop 27;
-# those last measured in a loop that let XLA fuse its update into the one-pass backward).
-# Narrow statistics (at most DIRECT_MAX_WIDTH elements each) take the direct forms at any size:
-# the one-pass (count, mean, M2) reduction is slow on short rows, 1.3-1.7x the direct forms'
-# device time per step at 66850 rows of 64-256 (float32, bfloat16; H200, stop 28).
+# 1000x8192 bfloat16) and 0.84-0.93x at 12 MB (8192x768 bfloat16) (benchmarks/RESULTS.md, stop 27).
 DIRECT_MAX_BYTES = 10 * 2**20
-DIRECT_MAX_WIDTH = 256
 
 
 def direct_forms(x, axes) -> bool:
     """Whether ``norm_stats`` / ``projection_means`` take the direct forms for x over ``axes``:
-    x's bytes as stored on each device (``partitioning.local_shape``: its shard where the sharding
-    is known when tracing; under ``jax.vmap`` of the primal, as for a traced ``eps``, one
-    example's) under ``DIRECT_MAX_BYTES``, or each statistic over at most ``DIRECT_MAX_WIDTH``
-    elements; never over the batch axis 0."""
+    x's bytes as stored on each device decide (``partitioning.local_shape``: its shard where the
+    sharding is known when tracing; under ``jax.vmap`` of the primal, as for a traced ``eps``, one
+    example's)."""
     from jaxrules.partitioning import local_shape
 
-    axes = {a % x.ndim for a in axes}
     nbytes = math.prod(local_shape(x)) * np.dtype(x.dtype).itemsize
-    narrow = math.prod(x.shape[a] for a in axes) <= DIRECT_MAX_WIDTH
-    return (nbytes < DIRECT_MAX_BYTES or narrow) and 0 not in axes
+    return nbytes < DIRECT_MAX_BYTES and 0 not in {a % x.ndim for a in axes}
 
 
 def norm_stats(x, axes, eps, axis_name):
