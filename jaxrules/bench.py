@@ -697,22 +697,25 @@ STEP_COMPILE_OPTIONS = {"gpu": {"xla_gpu_graph_min_graph_size": 1}, "cpu": {}}
 
 
 def looped(step: Callable, steps: int, with_value: bool = False):
-    """One program running the ``fwd_bwd`` program ``step`` ``steps`` times on ``(ct, x, w, b)``,
-    each step's x nudged by the previous step's dx (a data dependence: nothing is hoisted out of
-    the loop). The step's outputs pass an ``optimization_barrier``: every variant writes its
-    gradients whole, as a program's outputs, and the nudge is its own pass for all of them.
-    Without it XLA may fuse the nudge into the XLA formulas' dx pass, never into a kernel's, which
-    then pays three more passes over x (about 24 us of the 33 us per step by which the XLA formulas
-    led the Triton kernels at layer_norm 66850x256 bfloat16 on an H200, where the ragged block ran
-    slower on the XLA formulas; RESULTS.md stop 27)."""
+    """One program running the ``fwd_bwd`` program ``step`` ``steps`` times on ``(ct, x, w, b)``:
+    each step's x is the previous step's nudged by its dx, and its cotangent is the previous
+    step's dx, so that no part of a step depends on loop-invariant values only (w and b aside).
+    With a fixed ct XLA hoists what depends on ct alone out of the loop (the bias gradient's sum
+    over rows, the backward's E[ct w] per row) for the XLA formulas, never for a kernel, whose
+    custom call computes them inside: the loop then favored the XLA formulas and the direct forms
+    and misranked both against the ragged block and the time per call (RESULTS.md stop 28). The
+    step's outputs pass an ``optimization_barrier``: every variant writes its gradients whole, and
+    the nudge is its own pass for all of them (XLA would fuse it into the XLA formulas' dx pass,
+    never into a kernel's; RESULTS.md stop 27)."""
 
     def run(ct, x, w, b):
-        def body(_, x):
+        def body(_, carry):
+            x, ct = carry
             grads = jax.lax.optimization_barrier(step(ct, x, w, b))
             dx = (grads[1] if with_value else grads)[0]
-            return x + (dx * 1e-6).astype(x.dtype)
+            return x + (dx * 1e-6).astype(x.dtype), dx.astype(ct.dtype)
 
-        return jax.lax.fori_loop(0, steps, body, x)
+        return jax.lax.fori_loop(0, steps, body, (x, ct))[0]
 
     return jax.jit(run)
 

@@ -184,17 +184,18 @@ def test_host_bound_cases_are_those_the_table_records_under_the_noise_floor(monk
 
 
 def test_looped_program_applies_every_step():
-    """``bench.looped``: x moves by 1e-6 dx per step, so 3 steps move it 3 times (not hoisted)."""
+    """``bench.looped``: x moves by 1e-6 dx per step, and each step's cotangent is the previous
+    step's dx (nothing but w and b loop-invariant): with dx = 2 ct, the steps move x by 1e-6 (2 +
+    4 + 8) from ct = 1."""
     def step(ct, x, w, b):
-        return jnp.ones_like(x), w, b
+        return 2 * ct, w, b
 
-    x = jnp.zeros(4)
+    x, ct = jnp.zeros(4), jnp.ones(4)
     # the step's gradients are written whole (a barrier): the nudge cannot fuse into one variant's dx pass
-    assert "stablehlo.optimization_barrier" in bench.looped(step, 3).lower(x, x, x, x).as_text()
-    out = bench.looped(step, 3)(x, x, x, x)
-    np.testing.assert_allclose(out, 3e-6, rtol=1e-6)
-    out = bench.looped(lambda *a: (None, step(*a)), 2, with_value=True)(x, x, x, x)
-    np.testing.assert_allclose(out, 2e-6, rtol=1e-6)
+    assert "stablehlo.optimization_barrier" in bench.looped(step, 3).lower(ct, x, x, x).as_text()
+    np.testing.assert_allclose(bench.looped(step, 3)(ct, x, x, x), 14e-6, rtol=1e-6)
+    out = bench.looped(lambda *a: (None, step(*a)), 2, with_value=True)(ct, x, x, x)
+    np.testing.assert_allclose(out, 6e-6, rtol=1e-6)
 
 
 def test_device_timeline_cuts_a_trace_without_module_events_at_the_hosts_waits():
