@@ -727,7 +727,8 @@ def device_time_sweep(cases, rows, repeats: int = 7, with_value: bool = False, e
     dispatch decides host-bound points from): programs of a few us of device work, where the time
     per call is the host's launches (up to 4x apart between identical runs, RESULTS.md stop 20)
     and the issue compares "shapes under 20 us" by a stated rule. Adds ``<variant>_step_ms`` to
-    those rows (the verdicts then judge them on these, within ``STEP_NOISE_MS``) and returns the
+    those rows (``xla_verdict`` then judges on these, within ``STEP_NOISE_MS``; the default's
+    verdict stays per call, ``sweep_verdict``) and returns the
     rows timed; compiled ahead (``_compiled_ahead``); ``on_row()`` is called after each row."""
     platform = "gpu" if jax.default_backend() == "gpu" else "cpu"
     by_key = {_case_key(c): c for c in cases}
@@ -773,13 +774,13 @@ def host_bound_cases(cases, device_kind: str) -> list:
                                  sweep_features(c)) in quick]
 
 
-def _verdict(row, ours: str, alternatives: tuple) -> tuple:
+def _verdict(row, ours: str, alternatives: tuple, device_time: bool = False) -> tuple:
     """``(ratio, ok)`` of variant ``ours`` against the faster of ``alternatives`` (> 1: ours is
-    faster): on device time per step where the row has it (``device_time_sweep``), ok at >= 0.95
-    or within ``STEP_NOISE_MS``; else per call, ok at >= 0.95 or, under ``NOISE_MS``, within
-    ``NOISE_MARGIN`` ms. ``(None, None)`` where the row lacks ours or every alternative (a sweep
-    of some variants only)."""
-    if all(f"{v}_step_ms" in row for v in (ours, *alternatives)):
+    faster): with ``device_time``, on device time per step where the row has it
+    (``device_time_sweep``), ok at >= 0.95 or within ``STEP_NOISE_MS``; else per call, ok at >=
+    0.95 or, under ``NOISE_MS``, within ``NOISE_MARGIN`` ms. ``(None, None)`` where the row lacks
+    ours or every alternative (a sweep of some variants only)."""
+    if device_time and all(f"{v}_step_ms" in row for v in (ours, *alternatives)):
         best, mine = min(row[f"{v}_step_ms"] for v in alternatives), row[f"{ours}_step_ms"]
         return best / mine, best / mine >= 0.95 or mine - best <= STEP_NOISE_MS
     times = [row[f"{v}_ms"] for v in alternatives if f"{v}_ms" in row]
@@ -792,13 +793,18 @@ def _verdict(row, ours: str, alternatives: tuple) -> tuple:
 
 def sweep_verdict(row) -> tuple:
     """``(ratio, ok)``: the default's speed relative to the faster of ``impl="xla"`` and plain JAX
-    (> 1: the default is faster), and whether it clears 0.95 (``_verdict``)."""
+    (> 1: the default is faster), and whether it clears 0.95 (``_verdict``), per call: the loop of
+    ``device_time_sweep`` adds to a kernel's step what no program pays (layer_norm 66850x256
+    bfloat16 on an H200: 125 us per step in the loop, 84 us per call, and the ragged block runs
+    faster on the kernels than on the XLA formulas' 89 us; RESULTS.md stop 28)."""
     return _verdict(row, "default", ("xla", "jax"))
 
 
 def xla_verdict(row) -> tuple:
-    """``(ratio, ok)``: the XLA formulas' speed relative to plain JAX (issue 14: never below 0.95x)."""
-    return _verdict(row, "xla", ("jax",))
+    """``(ratio, ok)``: the XLA formulas' speed relative to plain JAX (issue 14: never below 0.95x),
+    on device time per step where the row has it (two XLA programs: the loop ranks XLA forms as the
+    time per call and the ragged block do, RESULTS.md stop 28)."""
+    return _verdict(row, "xla", ("jax",), device_time=True)
 
 
 def sweep_markdown(rows, meta) -> str:
@@ -809,7 +815,8 @@ def sweep_markdown(rows, meta) -> str:
         f"{meta['jax_copy_gbps']:.0f} GB/s, torch {_fmt(meta.get('torch_copy_gbps'), 0)} GB/s (speed of light: "
         f"{meta['sol_gbps']:.0f} GB/s). Ratios: the faster of XLA formulas / plain JAX over the default, plain JAX "
         f"over the XLA formulas; 'ok' is >= 0.95 (under {NOISE_MS * 1e3:.0f} us: within {NOISE_MARGIN * 1e3:.0f} us; "
-        f"'device': judged on device time per step, `bench.device_time_sweep`, within {STEP_NOISE_MS * 1e3:.0f} us). "
+        f"'device': the XLA formulas judged on device time per step, `bench.device_time_sweep`, within "
+        f"{STEP_NOISE_MS * 1e3:.0f} us; the default always per call). "
         f"Below the bar: the default at "
         f"{_count_low(rows, sweep_verdict)}, the XLA formulas at {_count_low(rows, xla_verdict)} points.",
         "",
@@ -826,7 +833,7 @@ def sweep_markdown(rows, meta) -> str:
             f"| {r['op']} | {'x'.join(map(str, r['shape']))} | {dtype} | {r['plan']} | {_fmt(r.get('default_ms'))} | "
             + "".join(f"{_fmt(r.get(k))} | " for k in ("pallas_ms", "mosaic_ms", "xla_ms", "jax_ms"))
             + f"{_fmt(ratio, 2)} | {_fmt(vs_jax, 2)} | {_fmt(xla_ratio, 2)} | {r['sol']:.0%} | "
-            + f"{_ok_cell(ok, r)} | {_ok_cell(xla_ok, r)} |")
+            + f"{_ok_cell(ok, r, False)} | {_ok_cell(xla_ok, r, True)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -835,8 +842,9 @@ def _count_low(rows, verdict) -> str:
     return f"{judged.count(False)} of {len(judged)}"
 
 
-def _ok_cell(ok, row) -> str:
-    notes = [n for n, present in (("device", "xla_step_ms" in row), ("rechecked", "rechecked" in row)) if present]
+def _ok_cell(ok, row, device_time: bool) -> str:
+    notes = [n for n, present in (("device", device_time and "xla_step_ms" in row), ("rechecked", "rechecked" in row))
+             if present]
     return ("" if ok is None else ("ok" if ok else "LOW")) + (f" ({', '.join(notes)})" if notes else "")
 
 

@@ -476,7 +476,8 @@ def main(argv=None) -> int:
     bench.add_argument("--recheck", type=int, default=0, metavar="REPEATS",
                        help="sweep: time the points below 0.95x again with this many runs (their first times kept in "
                             "the record); then the points still below it with every time under 0.2 ms get their "
-                            "device time per step (bench.device_time_sweep) and are judged on it")
+                            "device time per step (bench.device_time_sweep), which the XLA formulas' verdict "
+                            "against plain JAX judges on (the default's stays per call)")
     bench.add_argument("--device-time", action="store_true",
                        help="sweep: every point with all times per call under 0.2 ms also gets its device time per "
                             "step, below 0.95x or not (a diagnostic: the dispatch decides per call)")

@@ -144,7 +144,9 @@ def test_device_time_per_step_replaces_per_call_times_only_where_measured():
     meta = {"device": "cpu", "jax": "0", "repeats": 1, "jax_copy_gbps": 1.0, "sol_gbps": 1.0}
     table = bench.sweep_markdown([{**row, "op": "layer_norm", "shape": [3, 64], "dtype": "float32",
                                    "weight_dtype": "float32", "plan": "pallas", "sol": 0.1}], meta).splitlines()
-    assert table[-1].endswith("| ok (device) | LOW (device) |")
+    assert table[-1].endswith("| ok | LOW (device) |")
+    row["default_step_ms"] = 0.1  # the default is judged per call, whatever the loop says of it
+    assert bench.sweep_verdict(row) == (pytest.approx(0.071 / 0.05), True)
     assert "Below the bar: the default at 0 of 1, the XLA formulas at 1 of 1 points." in table[0]
 
 
