@@ -40,7 +40,8 @@ def configure_check_process(cache_dir: str | None = None) -> None:
     """JAX settings of a process that runs the harness: float64; XLA's optimization passes off
     (the checks compile thousands of tiny programs, where those passes cost about a fifth of the
     time and buy nothing) and its faster-compiling CPU options; a compilation cache shared by the
-    run's worker processes; Python's cyclic garbage collector run less often."""
+    run's worker processes, without JAX's size limit (``trim_cache`` bounds it between runs);
+    Python's cyclic garbage collector run less often."""
     import jax
 
     _collect_less_often()
@@ -51,7 +52,6 @@ def configure_check_process(cache_dir: str | None = None) -> None:
         jax.config.update("jax_compilation_cache_dir", cache_dir)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-        jax.config.update("jax_compilation_cache_max_size", _CACHE_MAX_BYTES)
 
 
 # Python's garbage collector in a checking process: tracing and lowering allocate millions of
@@ -70,7 +70,34 @@ def _collect_less_often() -> None:
     gc.set_threshold(*_GC_THRESHOLDS)
 
 
-_CACHE_MAX_BYTES = 2 << 30  # the persistent cache evicts the least recently used entries beyond this
+# The compilation cache's size limit, kept by ``trim_cache`` after a run, never by JAX during one:
+# with ``jax_compilation_cache_max_size`` set, JAX's cache takes a file lock around every read and
+# write and lists and reads every entry's access time on every write (jax/_src/lru_cache.py), so
+# each compilation costs time linear in the entries so far and the workers wait on each other's
+# lock: with the test suite's ~14,000 entries that was most of its time (a 20 s test took 160 s
+# late in a run, the two workers 40% idle on the lock).
+_CACHE_MAX_BYTES = 2 << 30
+
+
+def trim_cache(cache_dir: str, max_bytes: int = _CACHE_MAX_BYTES) -> int:
+    """Delete the oldest entries (by modification time: an entry is written once) of a
+    compilation cache directory until it holds at most ``max_bytes``; returns the bytes freed.
+    One pass over the directory, after a run."""
+    import os
+
+    try:
+        entries = [e for e in os.scandir(cache_dir) if e.is_file()]
+    except FileNotFoundError:
+        return 0
+    stats = sorted(((e.stat().st_mtime, e.stat().st_size, e.path) for e in entries), reverse=True)
+    kept = freed = 0
+    for _, size, path in stats:  # newest first: keep while within the limit
+        if kept + size <= max_bytes:
+            kept += size
+            continue
+        os.remove(path)
+        freed += size
+    return freed
 
 
 def default_cache_dir() -> str:
@@ -172,6 +199,8 @@ def _check(args) -> int:
     start = time.time()
     workers = min(len(selected), args.workers or os.cpu_count() or 1)
     results = _run_checks(selected, checks, workers, args.quiet, cache_dir)
+    if cache_dir is not None:
+        trim_cache(cache_dir)
     print(_table(selected, checks, results))
     failed = [r for r in results if not r.passed]
     skipped = sum(r.skipped for r in results)

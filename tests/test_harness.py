@@ -205,3 +205,22 @@ def test_a_zero_size_sample_passes_every_check():
         Sample((rng.standard_normal((0, 3)).astype(dt),)), Sample((rng.standard_normal((2, 3)).astype(dt),))])
     results = check_op(empty)
     assert all(r.passed for r in results), [r for r in results if not r.passed]
+
+
+def test_a_checking_process_leaves_jax_cache_unbounded_and_check_trims_it_once(tmp_path):
+    """JAX's bounded cache rescans every entry under a file lock on each write (quadratic over a
+    run: the test suite's time tripled); the harness's processes leave it unbounded and
+    ``trim_cache`` keeps the limit after a run, deleting the oldest entries first."""
+    import os
+
+    from jaxrules.cli import trim_cache
+
+    assert jax.config.jax_compilation_cache_max_size == -1  # this process: conftest's configure_check_process
+    for age, name in enumerate(["new", "middle", "old"]):
+        path = tmp_path / name
+        path.write_bytes(b"x" * 100)
+        os.utime(path, (1e9 - age, 1e9 - age))
+    assert trim_cache(str(tmp_path), max_bytes=250) == 100
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["middle", "new"]
+    assert trim_cache(str(tmp_path), max_bytes=250) == 0
+    assert trim_cache(str(tmp_path / "absent")) == 0
