@@ -49,7 +49,6 @@ import functools
 import inspect
 import json
 import os
-import subprocess
 import warnings
 import zlib
 
@@ -58,6 +57,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from _rotation import commit_seed, rotating_subset
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
@@ -528,18 +528,7 @@ def run_case(record, case: Case) -> tuple[str, str]:
 # The tests
 
 
-def _run_seed() -> int:
-    if "JAXRULES_FUZZ_SEED" in os.environ:
-        return int(os.environ["JAXRULES_FUZZ_SEED"])
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                              cwd=os.path.dirname(__file__)).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        head = ""
-    return int(head[:8], 16) if head else 0
-
-
-RUN_SEED = _run_seed()
+RUN_SEED = commit_seed("JAXRULES_FUZZ_SEED")
 
 
 def _fuzzed_records():
@@ -549,7 +538,8 @@ def _fuzzed_records():
                if not r.kernel_backed or _kernels_run()]
     if FUZZ_ALL:
         return records
-    return sorted(records, key=lambda r: zlib.crc32(f"{RUN_SEED}/{r.name}".encode()))[:FUZZ_SUBSET]
+    by_name = {r.name: r for r in records}
+    return [by_name[n] for n in rotating_subset(list(by_name), FUZZ_SUBSET, RUN_SEED)]
 
 
 @functools.cache

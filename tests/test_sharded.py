@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import zlib
 
 import pytest
 from _forced_devices import worker_rows
+from _rotation import commit_seed, rotating_subset
 
 SUBSET = 16
 
@@ -34,27 +33,18 @@ def _all_records() -> list[str]:
     return [r.name for r in records()]  # in this process (a subprocess importing jaxrules cost ~4 CPU s a test)
 
 
-def _seed() -> int:
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        head = "0"
-    return zlib.crc32(head.encode())
-
-
 def _kernel_backed() -> list[str]:
     from jaxrules import records
 
     return [r.name for r in records() if r.kernel_backed]
 
 
-def _selected(names: list[str], offset: int = 0) -> list[str]:
+def _selected(names: list[str], salt: str = "") -> list[str]:
     """The rotating subset, and every kernel-backed record (their partitioning rules are where
     sharding breaks: group_norm[pallas] failed in the explicit mode while outside the subset)."""
     if os.environ.get("JAXRULES_SHARDED_ALL"):
         return names
-    start = (_seed() + offset) % len(names)
-    subset = (names[start:] + names[:start])[:SUBSET]
+    subset = rotating_subset(names, SUBSET, commit_seed(), salt=f"sharded{salt}")
     return subset + [n for n in _kernel_backed() if n in names and n not in subset]
 
 
@@ -66,7 +56,7 @@ def test_sharded_check_over_the_registry(devices):
     more compile per record) runs on 8 devices only, to keep CI's time."""
     names = _all_records()
     assert set(SHARDED_OPEN) <= set(names), sorted(set(SHARDED_OPEN) - set(names))
-    selected = _selected(names, offset=0 if devices == 8 else len(names) // 2)
+    selected = _selected(names, salt=str(devices))
     forms = "vmap,direct,shard_map" if devices == 8 else "vmap,direct"
     rows = worker_rows(__file__, devices=devices, timeout=1800, args=[f"--forms={forms}", *selected])
     assert [r["op"] for r in rows] == selected
