@@ -61,7 +61,8 @@ def _cdiv(a: int, b: int) -> int:
 @dataclasses.dataclass(frozen=True)
 class RowsLaunch:
     """Launch of the layer-norm kernels on (M, N): tiles of ``rows`` x ``width`` (powers of two,
-    ``width >= N``), the backward's programs walking ``steps`` consecutive tiles each."""
+    ``width >= N``), the backward's programs walking ``steps`` consecutive tiles each
+    (``prefetch``: loading tile ``t + 1`` before computing tile ``t``)."""
 
     rows: int
     width: int
@@ -69,6 +70,7 @@ class RowsLaunch:
     num_warps: int
     num_stages: int = 2
     interpret: bool = False
+    prefetch: bool = False
 
     def forward_programs(self, m: int) -> int:
         return _cdiv(m, self.rows)

@@ -43,22 +43,25 @@ def _compiler_params(launch):
     return {"compiler_params": plgpu.CompilerParams(num_warps=launch.num_warps, num_stages=launch.num_stages)}
 
 
-def _masked(op, ref, tile, launch, n, *args):
+def _masked(op, ref, tile, launch, n, *args, end=None):
     """``plgpu.load`` / ``plgpu.store`` of row tile ``tile`` (``launch.rows`` x ``launch.width``)
-    of ``ref`` (M, N) or (M,), masked past row M and column N."""
+    of ``ref`` (M, N) or (M,), masked past row M (and row ``end``, where given) and column N."""
     m = ref.shape[0]
     rows = tile * launch.rows + lax.broadcasted_iota(jnp.int32, (launch.rows, 1), 0)
+    inside = rows < m if end is None else (rows < m) & (rows < end)
     if len(ref.shape) == 1:
-        return op(ref.at[pl.ds(tile * launch.rows, launch.rows)], *args, mask=rows[:, 0] < m)
+        return op(ref.at[pl.ds(tile * launch.rows, launch.rows)], *args, mask=inside[:, 0])
     columns = lax.broadcasted_iota(jnp.int32, (1, launch.width), 1)
-    mask = (rows < m) & (columns < n)
-    return op(ref.at[pl.ds(tile * launch.rows, launch.rows), pl.ds(jnp.int32(0), launch.width)], *args, mask=mask)
+    return op(ref.at[pl.ds(tile * launch.rows, launch.rows), pl.ds(jnp.int32(0), launch.width)], *args,
+              mask=inside & (columns < n))
 
 
-def _load(ref, tile, launch, n, dtype):
+def _load(ref, tile, launch, n, dtype=None, end=None):
+    """Tile ``tile`` of ``ref``, zeros where masked, in ``dtype`` (None: the ref's)."""
     from jax.experimental.pallas import triton as plgpu
 
-    return _masked(functools.partial(plgpu.load, other=0), ref, tile, launch, n).astype(dtype)
+    value = _masked(functools.partial(plgpu.load, other=0), ref, tile, launch, n, end=end)
+    return value if dtype is None else value.astype(dtype)
 
 
 def _store(ref, tile, launch, n, value):
@@ -146,31 +149,41 @@ def _backward_kernel(*refs, launch, center):
     w = _vector(w_ref, launch, n, stat)
     valid = lax.broadcasted_iota(jnp.int32, (1, launch.width), 1) < n
     first = pl.program_id(0) * launch.steps
+    tile_refs = (x_ref, g_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref) if center else (x_ref, g_ref, rstd_ref,
+                                                                                        grstd_ref)
+    end = (first + launch.steps) * launch.rows  # this program's rows end here (a prefetch past it loads nothing)
 
-    def body(step, sums):
+    def fetch(tile):  # the tile's loads, in the refs' dtypes (a prefetched tile waits in the loop's carry)
+        return tuple(_load(ref, tile, launch, n, end=end) for ref in tile_refs)
+
+    def body(step, carry):
         tile = first + step
-        x, g = _load(x_ref, tile, launch, n, stat), _load(g_ref, tile, launch, n, stat)
-        rstd = _load(rstd_ref, tile, launch, n, stat)
+        sums, loaded = carry
+        if launch.prefetch:  # this tile's loads came with the carry; issue the next one's now
+            following = fetch(tile + 1)
+        else:
+            loaded, following = fetch(tile), ()
+        if center:
+            x, g, mean, rstd, gmean, grstd = (v.astype(stat) for v in loaded)
+        else:
+            x, g, rstd, grstd = (v.astype(stat) for v in loaded)
         gw = g * w[None, :]
         if center:
-            mean = _load(mean_ref, tile, launch, n, stat)
             xhat = jnp.where(valid, (x - mean[:, None]) * rstd[:, None], 0)
             mean_gw = defined_mean(gw.sum(1) / n)
             dx = rstd[:, None] * (gw - mean_gw[:, None] - xhat * (gw * xhat).sum(1)[:, None] / n)
-            gmean, grstd = _load(gmean_ref, tile, launch, n, stat), _load(grstd_ref, tile, launch, n, stat)
             dx = dx + (gmean[:, None] - (grstd * rstd * rstd)[:, None] * xhat) / n
             terms = ((g * xhat).sum(0), g.sum(0))
         else:
             xhat = x * rstd[:, None]
-            grstd = _load(grstd_ref, tile, launch, n, stat)
             dx = (rstd[:, None] * (gw - xhat * (gw * xhat).sum(1)[:, None] / n)
                   - (grstd * rstd * rstd)[:, None] * xhat / n)
             terms = ((g * xhat).sum(0),)
         _store(dx_ref, tile, launch, n, dx)
-        return tuple(s + t for s, t in zip(sums, terms))
+        return tuple(s + t for s, t in zip(sums, terms)), following
 
     zeros = jnp.zeros((launch.width,), stat)
-    sums = lax.fori_loop(0, launch.steps, body, (zeros,) * len(sum_refs))
+    sums, _ = lax.fori_loop(0, launch.steps, body, ((zeros,) * len(sum_refs), fetch(first) if launch.prefetch else ()))
     for ref, total in zip(sum_refs, sums):
         ref[...] = total
 

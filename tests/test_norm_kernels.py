@@ -222,3 +222,42 @@ def test_rms_norm_default_off_the_gpu_is_the_xla_formulas():
     assert "rms_norm_rows" not in jaxpr and "rsqrt" in jaxpr
     assert "rms_norm_rows" in str(jax.make_jaxpr(lambda x: rms_norm(x, 4, impl="pallas_interpret"))(jnp.ones((2, 4))))
     assert rms_norm(jnp.ones((0, 4)), 4, impl="pallas_interpret").shape == (0, 4)
+
+
+# (M, N) and launches of the rows kernels: several rows per tile with M not a multiple of them, a
+# backward program walking several tiles (its last one partly past M, or wholly: programs x steps
+# x rows > M), one row per tile; each with the next tile prefetched and without.
+ROW_LAUNCHES = [
+    ((37, 10), dict(rows=4, width=16, steps=3)),
+    ((9, 5), dict(rows=2, width=8, steps=4)),
+    ((6, 16), dict(rows=1, width=16, steps=2)),
+]
+
+
+@pytest.mark.parametrize("prefetch", [False, True], ids=["load-in-step", "prefetch"])
+@pytest.mark.parametrize("shape, tiling", ROW_LAUNCHES, ids=["rows-4", "rows-2-tail", "rows-1"])
+@pytest.mark.parametrize("center", [True, False], ids=["layer_norm", "rms_norm"])
+def test_rows_kernels_match_the_xla_ops_at_every_launch(center, shape, tiling, prefetch):
+    """Values and every cotangent (of y and of the statistics) of the rows kernel ops against the
+    XLA ops', float64, for launches the dispatch would not pick at these sizes."""
+    from jaxrules.ops.normalization import affine_normalize_op, layer_norm_rows_op
+
+    launch = dispatch.RowsLaunch(**tiling, num_warps=4, interpret=True, prefetch=prefetch)
+    m, n = shape
+    x = jnp.asarray(RNG.standard_normal(shape) * 3 + 2)
+    w, b = jnp.asarray(RNG.standard_normal(n) + 1), jnp.asarray(RNG.standard_normal(n))
+    g, g_stats = jnp.asarray(RNG.standard_normal(shape)), jnp.asarray(RNG.standard_normal((2, m)))
+    if center:
+        ours = lambda x, w, b: layer_norm_rows_op(x, w, b, eps=1e-3, launch=launch)  # noqa: E731
+        ref = lambda x, w, b: affine_normalize_op(x, w[None], b[None], axes=(1,), eps=1e-3, axis_name=None)  # noqa: E731
+        args, cts, ref_cts = (x, w, b), (g, *g_stats), (g, g_stats[0][:, None], g_stats[1][:, None])
+    else:
+        ours = lambda x, w: rms_norm_rows_op(x, w, eps=1e-3, launch=launch)  # noqa: E731
+        ref = lambda x, w: rms_norm_op(x, w, axes=(1,), eps=1e-3)  # noqa: E731
+        args, cts, ref_cts = (x, w), (g, g_stats[1]), (g, g_stats[1][:, None])
+    out, pullback = jax.vjp(ours, *args)
+    out_ref, pullback_ref = jax.vjp(ref, *args)
+    for got, want in zip(out, out_ref):
+        np.testing.assert_allclose(got, want.reshape(got.shape), rtol=1e-12, atol=1e-12)
+    for got, want in zip(pullback(cts), pullback_ref(ref_cts)):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11)
