@@ -1,48 +1,114 @@
-"""Sweep the fused layer-norm kernels' launch parameters (``jaxrules.dispatch.rows_launch``:
-``TILE_ELEMENTS``, ``BACKWARD_PROGRAMS``, the warps) on
-the GPU: ``jit(vjp)`` of ``jaxrules.nn.layer_norm`` on 16384x4096 (gradients only, timed as
-``python -m jaxrules bench`` times: ``bench.median_ms``), per setting.
+"""Sweep the rows kernels' launch parameters (``jaxrules.dispatch.RowsLaunch``) per shape and
+dtype on the GPU: the forward kernel (``norm_kernels.local_forward``) over rows per tile and warps,
+the backward kernel (``local_backward``) over rows per tile, warps, programs and the prefetch of
+the next tile, each kernel alone on device-resident inputs (median of ``--repeats`` runs of 10
+queued calls), layer norm or RMS norm. Every setting's time goes to ``--out`` (JSON lines) and
+the best of each kernel is printed beside the current rule's (``dispatch.rows_launch``), with the
+fraction of the copy probe's bandwidth (forward: x and y; backward: x, the cotangent, dx).
 
-    python benchmarks/layer_norm_tuning.py [--repeats 30]
+    PYTHONPATH=. python3 benchmarks/layer_norm_tuning.py --shapes 52427x5120,16384x4096 --out t.jsonl
 """
+
+from __future__ import annotations
 
 import argparse
 import dataclasses
 import itertools
+import json
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from jaxrules import dispatch
-from jaxrules.bench import fwd_bwd, median_ms
-from jaxrules.nn import layer_norm
+from jaxrules import bench, dispatch, norm_kernels
 
-
-def time_once(dtype, repeats):
-    rng = np.random.default_rng(0)
-    x = jnp.asarray(rng.standard_normal((16384, 4096)), dtype)
-    w, b = jnp.ones(4096, dtype), jnp.zeros(4096, dtype)
-    g = jnp.asarray(rng.standard_normal((16384, 4096)), dtype)
-    step = fwd_bwd(lambda x, w, b: layer_norm(x, 4096, w, b, impl="pallas"))
-    return median_ms(lambda: step(g, x, w, b), repeats)
+MAX_TILE = 32768  # elements of one tile: beyond it a program's registers spill
+INTERPRET = jax.default_backend() != "gpu"  # a try on a CPU: the kernels interpreted
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=30)
-    args = parser.parse_args()
-    grid = itertools.product((2048, 4096, 8192), (128, 256, 512, 1024), (4, 8, 16))
-    rows_launch = dispatch.rows_launch
-    for tile, programs, warps in grid:
-        dispatch.TILE_ELEMENTS, dispatch.BACKWARD_PROGRAMS = tile, programs
-        dispatch.rows_launch = lambda *a, warps=warps, **k: dataclasses.replace(rows_launch(*a, **k), num_warps=warps)
-        jax.clear_caches()
-        try:
-            row = [f"{time_once(dtype, args.repeats):.3f}" for dtype in (jnp.float32, jnp.bfloat16)]
-        except Exception as err:  # noqa: BLE001 - a setting Triton rejects must not stop the sweep
-            row = [f"failed ({type(err).__name__})"] * 2
-        print(f"tile={tile} programs={programs} warps={warps}: float32 {row[0]} ms, bfloat16 {row[1]} ms", flush=True)
+def settings(m: int, n: int):
+    """``(kernel, launch)`` pairs to time at (m, n): the current rule's launch first."""
+    base = dispatch.rows_launch(m, n, interpret=INTERPRET)
+    width = base.width
+    fits = lambda r: r * width <= MAX_TILE and r <= dispatch._next_power_of_2(m)  # noqa: E731
+    rows = sorted(r for r in {1, 2, 4, 8, base.rows // 2, base.rows, base.rows * 2} if r >= 1 and fits(r))
+    forward = [dataclasses.replace(base, rows=r, num_warps=w) for r, w in itertools.product(rows, (4, 8, 16))]
+    backward = []
+    near = sorted(r for r in {max(1, base.rows // 2), base.rows, base.rows * 2} if fits(r))
+    for r, w, programs, prefetch in itertools.product(near, (4, 8, 16), (256, 512), (False, True)):
+        tiles = dispatch._cdiv(m, r)
+        steps = dispatch._cdiv(tiles, min(tiles, programs))
+        backward.append(dataclasses.replace(base, rows=r, num_warps=w, steps=steps, prefetch=prefetch))
+    unique = lambda launches: list(dict.fromkeys([base, *launches]))  # noqa: E731
+    return [("forward", launch) for launch in unique(forward)] + [("backward", launch) for launch in unique(backward)]
+
+
+def inputs(op, m, n, dtype):
+    """``(x, w, b)`` of the forward and ``(x, g, w, *statistics)`` of the backward."""
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    x, g = (jax.random.normal(k, (m, n), dtype) for k in keys[:2])
+    w = jax.random.normal(keys[2], (n,), jnp.float32)
+    b = jax.random.normal(keys[3], (n,), jnp.float32) if op == "layer_norm" else None
+    _, *stats = norm_kernels.local_forward(x, w, b, eps=1e-5, launch=dispatch.rows_launch(m, n, interpret=INTERPRET))
+    return {"forward": (x, w, b), "backward": (x, g, w, *stats)}
+
+
+def kernel_fn(op, kernel, launch):
+    """The kernel alone as a function of ``inputs(...)[kernel]`` (zero statistics' cotangents)."""
+    if kernel == "forward":
+        return lambda x, w, b: norm_kernels.local_forward(x, w, b, eps=1e-5, launch=launch)
+    if op == "layer_norm":
+        return lambda x, g, w, mean, rstd: norm_kernels.local_backward(
+            x, g, w, mean, rstd, jnp.zeros_like(mean), jnp.zeros_like(rstd), launch=launch)
+    return lambda x, g, w, rstd: norm_kernels.local_backward(x, g, w, None, rstd, None, jnp.zeros_like(rstd),
+                                                             launch=launch)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--op", default="layer_norm", choices=("layer_norm", "rms_norm"))
+    parser.add_argument("--shapes", required=True, help="comma-separated MxN")
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--out", help="append every setting's time here (JSON lines)")
+    args = parser.parse_args(argv)
+    gbps = bench.copy_probe("cpu" if INTERPRET else "gpu")["sol_gbps"]
+    for shape, dtype in itertools.product(args.shapes.split(","), args.dtypes.split(",")):
+        m, n = map(int, shape.split("x"))
+        tensor = m * n * jnp.dtype(dtype).itemsize
+        pairs, arrays = settings(m, n), inputs(args.op, m, n, dtype)
+        with ThreadPoolExecutor(16) as pool:  # compile every setting ahead, together
+            compiled = list(pool.map(lambda p: _compile(args.op, p[0], p[1], arrays[p[0]]), pairs))
+        best = {}
+        for (kernel, launch), call in zip(pairs, compiled):
+            if call is None:
+                continue
+            ms = bench.median_ms(lambda: call(*arrays[kernel]), args.repeats)
+            sol = (2 if kernel == "forward" else 3) * tensor / (ms * 1e-3) / 1e9 / gbps
+            record = {"op": args.op, "m": m, "n": n, "dtype": dtype, "kernel": kernel, "ms": ms, "sol": sol,
+                      **{k: v for k, v in dataclasses.asdict(launch).items() if k != "interpret"}}
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(record) + "\n")
+            if launch == dispatch.rows_launch(m, n, interpret=INTERPRET):
+                record["rule"] = True
+                best.setdefault(kernel + " rule", record)
+            if kernel not in best or ms < best[kernel]["ms"]:
+                best[kernel] = record
+        for kernel in ("forward", "backward"):
+            rule, top = best.get(kernel + " rule"), best.get(kernel)
+            if rule and top:
+                print(f"{args.op} {shape} {dtype} {kernel}: rule {rule['ms']:.4f} ms ({rule['sol']:.2f}), best "
+                      f"{top['ms']:.4f} ms ({top['sol']:.2f}) rows={top['rows']} warps={top['num_warps']} "
+                      f"steps={top['steps']} prefetch={top['prefetch']}", flush=True)
+
+
+def _compile(op, kernel, launch, args):
+    try:
+        return jax.jit(kernel_fn(op, kernel, launch)).lower(*args).compile()
+    except Exception as err:  # noqa: BLE001 - a setting Triton rejects must not stop the sweep
+        print(f"{op} {kernel} {launch}: failed: {type(err).__name__}: {str(err)[:200]}", flush=True)
+        return None
 
 
 if __name__ == "__main__":
