@@ -85,7 +85,8 @@ def main(argv=None):
                 continue
             ms = bench.median_ms(lambda: call(*arrays[kernel]), args.repeats)
             sol = (2 if kernel == "forward" else 3) * tensor / (ms * 1e-3) / 1e9 / gbps
-            record = {"op": args.op, "m": m, "n": n, "dtype": dtype, "kernel": kernel, "ms": ms, "sol": sol,
+            record = {"device_kind": jax.devices()[0].device_kind, "op": args.op, "m": m, "n": n, "dtype": dtype,
+                      "kernel": kernel, "ms": ms, "sol": sol,
                       **{k: v for k, v in dataclasses.asdict(launch).items() if k != "interpret"}}
             if args.out:
                 with open(args.out, "a") as f:

@@ -8,6 +8,12 @@ was the kernel (its "default" time); other kernel times stay. It then names the 
 table still lacks, by op (an op no sweep has measured yet, such as ``rms_norm`` before its first
 GPU run, keeps the XLA formulas as its default: ``dispatch.rms_norm_plan``).
 
+``--launches FILE``: instead, the rows kernels' launches measured by
+``benchmarks/layer_norm_tuning.py`` (its JSON lines) become the table's ``rows_launches``: per
+tuned shape and dtype the fastest forward and backward launch, where it beats the rule's
+(``dispatch.rows_launch`` without a device kind) by more than ``LAUNCH_MARGIN``, else the rule's
+(``dispatch.tuned_rows_launch`` reads them).
+
 Device times per step (``<impl>_step_ms``, ``bench --suite sweep --device-time``) are left out:
 the dispatch decides per call (twice the device-time choices made the ragged block slower,
 benchmarks/RESULTS.md stops 27 and 28).
@@ -56,10 +62,40 @@ def merge(records, command):
              and (c.op, c.dtype, c.weight_dtype, bench.sweep_features(c)) not in fresh]
     jax_versions = {r["jax"] for r in records}
     kept = {"note": table["note"], "stale": stale} if stale else {}
+    kept.update({k: table[k] for k in ("rows_launches", "rows_launches_command") if k in table})
     return path, {"device_kind": kind, "jax": ",".join(sorted(jax_versions)),
                   "date": datetime.date.today().isoformat(), "command": command, **kept,
                   "points": sorted(points.values(), key=lambda p: (p["op"], p["dtype"], p["weight_dtype"],
                                                                    p["features"]))}
+
+
+LAUNCH_MARGIN = 0.03  # a tuned launch must be this much faster than the rule's (one timing's noise)
+
+
+def launches(tuning: list[dict]) -> list[dict]:
+    """The ``rows_launches`` entries of tuning records (``layer_norm_tuning.py``): per (dtype, m, n),
+    each kernel's fastest launch where it beats the rule's by ``LAUNCH_MARGIN``, else the rule's;
+    with both times."""
+    shapes = {}
+    for r in tuning:
+        shapes.setdefault((r["dtype"], r["m"], r["n"]), []).append(r)
+    entries = []
+    for (dtype, m, n), records in sorted(shapes.items()):
+        rule = dispatch.rows_launch(m, n)
+        entry = {"dtype": dtype, "features": [m, n]}
+        for kernel in ("forward", "backward"):
+            timed = [r for r in records if r["kernel"] == kernel]
+            base = next(r for r in timed if (r["rows"], r["num_warps"], r["steps"], r["prefetch"])
+                        == (rule.rows, rule.num_warps, rule.steps, rule.prefetch))
+            best = min(timed, key=lambda r: r["ms"])
+            chosen = best if best["ms"] < (1 - LAUNCH_MARGIN) * base["ms"] else base
+            entry[kernel] = {"tile_elements": chosen["rows"] * chosen["width"], "num_warps": chosen["num_warps"],
+                             "rule_ms": round(base["ms"], 5), "ms": round(chosen["ms"], 5)}
+            if kernel == "backward":
+                tiles = -(-m // chosen["rows"])
+                entry[kernel].update(programs=-(-tiles // chosen["steps"]), prefetch=chosen["prefetch"])
+        entries.append(entry)
+    return entries
 
 
 def missing(table) -> dict:
@@ -77,7 +113,20 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("records", nargs="+")
     parser.add_argument("--command", required=True, help="the command that measured the records")
+    parser.add_argument("--launches", action="store_true",
+                        help="the records are layer_norm_tuning.py's (JSON lines): record the rows launches")
+    parser.add_argument("--device-kind", help="with --launches: the GPU they were measured on (else the records')")
     args = parser.parse_args()
+    if args.launches:
+        tuning = [json.loads(line) for f in args.records for line in open(f) if line.strip()]
+        (kind,) = {args.device_kind} if args.device_kind else {r["device_kind"] for r in tuning}
+        path = dispatch.table_path(kind)
+        table = json.loads(path.read_text())
+        table["rows_launches"] = launches(tuning)
+        table["rows_launches_command"] = args.command
+        path.write_text(json.dumps(table, indent=1) + "\n")
+        print(f"{path}: {len(table['rows_launches'])} rows launches")
+        return
     records = [json.load(open(f)) for f in args.records]
     path, table = merge(records, args.command)
     path.write_text(json.dumps(table, indent=1) + "\n")

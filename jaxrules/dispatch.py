@@ -60,9 +60,11 @@ def _cdiv(a: int, b: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class RowsLaunch:
-    """Launch of the layer-norm kernels on (M, N): tiles of ``rows`` x ``width`` (powers of two,
-    ``width >= N``), the backward's programs walking ``steps`` consecutive tiles each
-    (``prefetch``: loading tile ``t + 1`` before computing tile ``t``)."""
+    """Launch of the layer-norm kernels on (M, N): the backward's tiles of ``rows`` x ``width``
+    (powers of two, ``width >= N``), its programs walking ``steps`` consecutive tiles each
+    (``prefetch``: loading tile ``t + 1`` before computing tile ``t``) with ``num_warps``; the
+    forward's tiles of ``forward_rows`` rows with ``forward_warps`` (0: the backward's).
+    ``device_kind``: the GPU whose measured launches (``tuned_rows_launch``) this came from."""
 
     rows: int
     width: int
@@ -71,22 +73,61 @@ class RowsLaunch:
     num_stages: int = 2
     interpret: bool = False
     prefetch: bool = False
+    forward_rows: int = 0
+    forward_warps: int = 0
+    device_kind: str | None = None
 
     def forward_programs(self, m: int) -> int:
-        return _cdiv(m, self.rows)
+        return _cdiv(m, self.forward_launch().rows)
 
     def backward_programs(self, m: int) -> int:
         return _cdiv(_cdiv(m, self.rows), self.steps)
 
+    def forward_launch(self) -> RowsLaunch:
+        """The forward kernel's tiles and warps as a launch's ``rows`` and ``num_warps``."""
+        return dataclasses.replace(self, rows=self.forward_rows or self.rows,
+                                   num_warps=self.forward_warps or self.num_warps, forward_rows=0, forward_warps=0)
 
-def rows_launch(m: int, n: int, *, interpret: bool = False) -> RowsLaunch:
-    """The layer-norm launch for ``m`` rows of ``n``: ``rows = TILE_ELEMENTS / width`` (at most
-    the rows there are), backward steps so that about ``BACKWARD_PROGRAMS`` programs run."""
+
+def rows_launch(m: int, n: int, *, interpret: bool = False, dtype=None, device_kind: str | None = None) -> RowsLaunch:
+    """The layer-norm launch for ``m`` rows of ``n``: the launch measured fastest on
+    ``device_kind`` near this shape and ``dtype`` where its table has one (``tuned_rows_launch``),
+    else the rule: ``rows = TILE_ELEMENTS / width`` (at most the rows there are), backward steps so
+    that about ``BACKWARD_PROGRAMS`` programs run, both kernels alike."""
+    tuned = None if device_kind is None or interpret else tuned_rows_launch(device_kind, m, n, dtype)
+    if tuned is not None:
+        return tuned
     width = _next_power_of_2(n)
     rows = max(1, min(TILE_ELEMENTS // width, _next_power_of_2(m)))
     tiles = _cdiv(max(m, 1), rows)
     steps = _cdiv(tiles, min(tiles, BACKWARD_PROGRAMS))
     return RowsLaunch(rows, width, steps, num_warps=8 if width >= 2048 else 4, interpret=interpret)
+
+
+def tuned_rows_launch(device_kind: str, m: int, n: int, dtype) -> RowsLaunch | None:
+    """The launch recorded for ``device_kind`` (its table's ``rows_launches``, from
+    ``benchmarks/layer_norm_tuning.py``) at the nearest tuned shape of ``dtype``'s kind
+    (float16 follows bfloat16), when (m, n) is within a factor of two of it in both; tiles keep
+    their elements (rows scale with 1 / width), programs their count. None: no such entry."""
+    if dtype is None or table_kind(device_kind) != device_kind:  # another kind's launches do not carry over
+        return None
+    key = _dtype_key(dtype)
+    entries = [e for e in _table(device_kind).get("rows_launches", ()) if e["dtype"] == key]
+    here = (math.log2(max(m, 1)), math.log2(max(n, 1)))
+    near = [e for e in entries if all(abs(math.log2(f) - h) <= 1 + 1e-9 for f, h in zip(e["features"], here))]
+    if not near:
+        return None
+    entry = min(near, key=lambda e: sum((math.log2(f) - h) ** 2 for f, h in zip(e["features"], here)))
+    width, fwd, bwd = _next_power_of_2(n), entry["forward"], entry["backward"]
+
+    def tile_rows(elements):
+        return max(1, min(elements // width, _next_power_of_2(m)))
+
+    rows = tile_rows(bwd["tile_elements"])
+    tiles = _cdiv(max(m, 1), rows)
+    return RowsLaunch(rows, width, _cdiv(tiles, min(tiles, bwd["programs"])), bwd["num_warps"],
+                      prefetch=bwd["prefetch"], forward_rows=tile_rows(fwd["tile_elements"]),
+                      forward_warps=fwd["num_warps"], device_kind=device_kind)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,14 +144,14 @@ class GroupedLaunch:
     interpret: bool = False
 
 
-def row_launch(impl: str, m: int, n: int, dtype, *, interpret: bool = False):
-    """The launch of the rows kernels ``impl`` on (m, n) of ``dtype``: ``"pallas"``: ``RowsLaunch``
-    (``rows_launch``), ``"mosaic"``: ``mosaic_kernels.MosaicRowsLaunch``."""
+def row_launch(impl: str, m: int, n: int, dtype, *, interpret: bool = False, device_kind: str | None = None):
+    """The launch of the rows kernels ``impl`` on (m, n) of ``dtype`` on a GPU of ``device_kind``:
+    ``"pallas"``: ``RowsLaunch`` (``rows_launch``), ``"mosaic"``: ``mosaic_kernels.MosaicRowsLaunch``."""
     if impl == "mosaic":
         from jaxrules import mosaic_kernels
 
         return mosaic_kernels.mosaic_rows_launch(m, n, dtype, interpret=interpret)
-    return rows_launch(m, n, interpret=interpret)
+    return rows_launch(m, n, interpret=interpret, dtype=dtype, device_kind=device_kind)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +220,8 @@ def relaunch(launch, m: int, n: int, dtype):
     kinds = {RowsLaunch: "pallas", mosaic_kernels.MosaicRowsLaunch: "mosaic"}
     if type(launch) not in kinds:
         raise TypeError(f"relaunch: not a rows kernels' launch: {launch!r}")
-    return row_launch(kinds[type(launch)], m, n, dtype, interpret=launch.interpret)
+    return row_launch(kinds[type(launch)], m, n, dtype, interpret=launch.interpret,
+                      device_kind=getattr(launch, "device_kind", None))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,14 +242,19 @@ def _dtype_key(dtype) -> str:
 
 
 @functools.cache
-def measurements(device_kind: str) -> tuple:
-    """The recorded sweep points of ``device_kind`` (the H100's when it has none): a tuple of
-    dicts with ``op``, ``dtype``, ``features``, ``pallas_ms``, ``xla_ms``."""
+def _table(device_kind: str) -> dict:
+    """The recorded table of ``device_kind`` (the H100's when it has none), or {}."""
     for kind in (device_kind, FALLBACK_KIND):
         path = DATA / f"{slug(kind)}.json"
         if path.exists():
-            return tuple(json.loads(path.read_text())["points"])
-    return ()
+            return json.loads(path.read_text())
+    return {}
+
+
+def measurements(device_kind: str) -> tuple:
+    """The recorded sweep points of ``device_kind`` (the H100's when it has none): a tuple of
+    dicts with ``op``, ``dtype``, ``features``, ``pallas_ms``, ``xla_ms``."""
+    return tuple(_table(device_kind).get("points", ()))
 
 
 def table_kind(device_kind: str) -> str:
@@ -335,7 +382,7 @@ def _rows_plan(op: str, platform: str, device_kind: str, m: int, n: int, dtype, 
     kernels = {"pallas": triton_backend_missing(),  # Mosaic: Hopper kernels, only on the kind they were measured on
                "mosaic": mosaic_kernels.mosaic_supports(m, n, dtype) or mosaic_backend_missing() or own_table}
     impl, reason = _decide_kernels(op, device_kind, dtype, weight_dtype, layer_norm_features(m, n), kernels)
-    return Plan(impl, None if impl == "xla" else row_launch(impl, m, n, dtype), reason)
+    return Plan(impl, None if impl == "xla" else row_launch(impl, m, n, dtype, device_kind=device_kind), reason)
 
 
 def grouped_features(groups: int, rows: int, length: int) -> tuple:

@@ -127,6 +127,7 @@ def local_forward(x, w, b, *, eps, launch: RowsLaunch):
     outputs ``(y, rstd)``)."""
     center = b is not None
     m, n = x.shape
+    launch = launch.forward_launch()
     struct = functools.partial(varying_struct, refs=(x, w, b))
     per_row = struct((m,), stat_dtype(x.dtype))
     return pl.pallas_call(

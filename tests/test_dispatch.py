@@ -4,6 +4,8 @@ from the recorded GPU measurements, and the launches it implies — checked on t
 kernels lowered for CUDA (``jax.export``) — keep every benchmark program parallel: no
 one-program backward like the 66850x256 cliff (``gcd(33425, 256) = 1``)."""
 
+import dataclasses
+import functools
 import json
 import math
 import re
@@ -334,3 +336,93 @@ def test_an_auto_mesh_leaves_the_choice_to_the_shard_where_the_splits_disagree(m
     assert dispatch.shard_launch(batch.launch, (64, 16, 49), bf16) == dispatch.GroupedLaunch()
     assert dispatch.shard_launch(batch.launch, (64, 32, 49), bf16) is None
     assert dispatch.shard_launch(dispatch.GroupedLaunch(), (64, 32, 49), bf16) == dispatch.GroupedLaunch()
+
+
+MAX_TILE_ELEMENTS = 32768  # benchmarks/layer_norm_tuning.py's largest tile: beyond it registers spill
+
+
+def _tuned_shapes(kind):
+    """The shapes of ``kind``'s tuned launches and their neighbours within a factor of two."""
+    for entry in dispatch._table(kind).get("rows_launches", ()):
+        m, n = entry["features"]
+        for dm, dn in ((1, 1), (0.5, 1), (2, 1), (1, 0.5), (1, 2), (0.6, 1.7)):
+            if n * dn <= dispatch.MAX_WIDTH:
+                yield entry["dtype"], max(1, round(m * dm)), round(n * dn)
+
+
+def test_tuned_row_launches_keep_the_device_busy():
+    """The H200's measured launches (``dispatch.tuned_rows_launch``) at and around every tuned
+    shape keep the budgets: both kernels' tiles at most ``MAX_TILE_ELEMENTS``, every row in one
+    tile of each, a backward of at least ``min(tiles, MIN_BACKWARD_PROGRAMS)`` programs with at
+    most one step of idle tail."""
+    shapes = list(_tuned_shapes("NVIDIA H200"))
+    assert len(shapes) >= 100
+    tuned = 0
+    for dtype, m, n in shapes:
+        launch = dispatch.rows_launch(m, n, dtype=jnp.dtype(dtype), device_kind="NVIDIA H200")
+        tuned += launch.device_kind == "NVIDIA H200"
+        forward = launch.forward_launch()
+        assert launch.width >= n and launch.width & (launch.width - 1) == 0
+        for tile in (launch, forward):
+            assert tile.rows * tile.width <= max(MAX_TILE_ELEMENTS, tile.width) and tile.rows <= max(m, 1) * 2
+        assert launch.forward_programs(m) == math.ceil(m / forward.rows)
+        tiles, programs = math.ceil(m / launch.rows), launch.backward_programs(m)
+        assert programs >= min(tiles, MIN_BACKWARD_PROGRAMS)
+        assert (programs - 1) * launch.steps < tiles <= programs * launch.steps
+    assert tuned == len(shapes)  # each is within a factor of two of a tuned shape
+
+
+def test_tuned_row_launches_only_where_measured():
+    """A tuned launch stands in only on its own device kind, its dtype's kind (float16 follows
+    bfloat16), within a factor of two of a tuned shape; elsewhere the rule (``rows_launch``)."""
+    bf16, f16, f32 = (jnp.dtype(d) for d in ("bfloat16", "float16", "float32"))
+    h200 = functools.partial(dispatch.rows_launch, device_kind="NVIDIA H200")
+    assert h200(52427, 5120, dtype=bf16).device_kind == "NVIDIA H200"
+    assert h200(52427, 5120, dtype=f16) == h200(52427, 5120, dtype=bf16)
+    assert h200(52427, 5120, dtype=f32) != h200(52427, 5120, dtype=bf16)
+    for launch in (h200(3, 5120, dtype=bf16), h200(52427, 5120, dtype=None), h200(40, 64, dtype=bf16),
+                   dispatch.rows_launch(52427, 5120, dtype=bf16, device_kind=H100),
+                   dispatch.rows_launch(52427, 5120, dtype=bf16, device_kind="NVIDIA A100-SXM4-80GB"),
+                   h200(52427, 5120, dtype=bf16, interpret=True)):
+        assert launch.device_kind is None and not launch.prefetch and launch.forward_rows == 0
+    # the plan carries the kind's launch, and a relaunch (a shard, vmap's folded rows) keeps to it
+    plan = dispatch.layer_norm_plan("gpu", "NVIDIA H200", 52427, 5120, bf16)
+    if plan.impl == "pallas":
+        assert plan.launch == h200(52427, 5120, dtype=bf16)
+    folded = dispatch.relaunch(h200(26214, 5120, dtype=bf16), 52427, 5120, bf16)
+    assert folded == h200(52427, 5120, dtype=bf16)
+
+
+def test_a_tuned_launch_lowers_for_cuda_with_its_own_grids():
+    """A launch with a forward tile of its own and the backward's prefetch (the H200's at
+    52427x5120 bfloat16) lowers for CUDA to the two kernels on the grids it plans."""
+    from jaxrules.ops.normalization import layer_norm_rows_op
+
+    m, n = 52427, 5120
+    launch = dispatch.rows_launch(m, n, dtype=jnp.dtype(jnp.bfloat16), device_kind="NVIDIA H200")
+    assert launch.prefetch and launch.forward_rows != launch.rows
+    x, v = jax.ShapeDtypeStruct((m, n), jnp.bfloat16), jax.ShapeDtypeStruct((n,), jnp.float32)
+    fn = lambda x, w, b: layer_norm_rows_op(x, w, b, eps=1e-5, launch=launch)[0]  # noqa: E731
+    kernels = dict(_lowered_kernels(fn, x, v, v))
+    assert kernels == {"layer_norm_fwd": launch.forward_programs(m), "layer_norm_bwd": launch.backward_programs(m)}
+
+
+def test_record_dispatch_takes_a_tuned_launch_only_past_the_margin():
+    """benchmarks/record_dispatch.py --launches: per shape, a kernel's fastest launch when it beats
+    the rule's by more than ``LAUNCH_MARGIN``, else the rule's."""
+    module = load("benchmarks/record_dispatch.py")
+    m, n = 65535, 4096
+    rule = dispatch.rows_launch(m, n)
+
+    def timed(kernel, ms, **fields):
+        launch = dataclasses.replace(rule, **fields)
+        return {"device_kind": "GPU X", "op": "layer_norm", "m": m, "n": n, "dtype": "bfloat16", "kernel": kernel,
+                "ms": ms, **{k: v for k, v in dataclasses.asdict(launch).items() if k != "interpret"}}
+
+    records = [timed("forward", 1.0), timed("forward", 0.98, num_warps=4), timed("backward", 1.0),
+               timed("backward", 0.9, rows=2, steps=rule.steps * 2, prefetch=True)]
+    (entry,) = module.launches(records)
+    assert entry["forward"]["num_warps"] == rule.num_warps and entry["forward"]["ms"] == 1.0  # 2%: noise
+    assert entry["backward"] == {"tile_elements": 2 * rule.width, "num_warps": rule.num_warps, "rule_ms": 1.0,
+                                 "ms": 0.9, "programs": math.ceil(math.ceil(m / 2) / (2 * rule.steps)),
+                                 "prefetch": True}

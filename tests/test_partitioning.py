@@ -563,7 +563,8 @@ def test_each_device_decides_its_rows_kernel_when_xla_splits_the_rows_an_auto_me
     shard = [jax.ShapeDtypeStruct((m // 2, n), "bfloat16"), *[jax.ShapeDtypeStruct((n,), "bfloat16")] * 2]
     rows = jax.ShapeDtypeStruct((m, n), "bfloat16", sharding=NamedSharding(mesh, P("data")))
     lower = pt._rows_forward_partition(pt._ln_forward_impl, 2)(1e-5, launch, mesh, [rows, *shard[1:]], None)[0]
-    one = lambda x, w, b: pt._ln_forward_impl(x, w, b, 1e-5, dispatch.rows_launch(m // 2, n))  # noqa: E731
+    on_h200 = dispatch.rows_launch(m // 2, n, dtype=jax.numpy.dtype("bfloat16"), device_kind="NVIDIA H200")
+    one = lambda x, w, b: pt._ln_forward_impl(x, w, b, 1e-5, on_h200)  # noqa: E731
     want, got = _triton_calls(one, *shard), _triton_calls(lower, *shard)
     assert want and [c[0] for c in got] == [c[0] for c in want] and [c[1] for c in got] == [c[1] for c in want]
     whole = jax.ShapeDtypeStruct((m, n), "bfloat16", sharding=NamedSharding(mesh, P()))

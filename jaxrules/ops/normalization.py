@@ -299,19 +299,18 @@ def _row_launch(op, shape, m, n, dtype):
     not take, ``mosaic_kernels.mosaic_supports``; no Mosaic GPU backend; a GPU older than Hopper)."""
 
     def launch(kernel, interpret):
+        gpu = jax.devices()[0]
         if kernel == "mosaic":
-            import jax
-
             from jaxrules import mosaic_kernels
 
             impl = "mosaic_interpret" if interpret else "mosaic"
-            gpu = jax.devices()[0]
             why = mosaic_kernels.mosaic_supports(m, n, dtype, interpret=interpret) or dispatch.mosaic_backend_missing()
             if not why and not interpret and gpu.platform == "gpu" and float(getattr(gpu, "compute_capability", 0)) < 9:
                 why = f"the Mosaic GPU kernels need Hopper or newer, not {gpu.device_kind}"
             if why:
                 raise ValueError(f"{op}: impl={impl!r} cannot run x of shape {shape} {jnp.dtype(dtype).name}: {why}")
-        return dispatch.row_launch(kernel, m, n, dtype, interpret=interpret)
+        kind = gpu.device_kind if gpu.platform == "gpu" else None  # the launches measured on this GPU
+        return dispatch.row_launch(kernel, m, n, dtype, interpret=interpret, device_kind=kind)
 
     return launch
 
