@@ -1,7 +1,8 @@
 """Merge sweep records (``python -m jaxrules bench --suite sweep --record FILE``) into the
 dispatch table of their device kind, ``jaxrules/dispatch_data/<kind>.json``: each measured point
-(op, dtype, weight dtype, features) replaces the table's point with the same key, and is no
-longer ``stale`` (the table's list of points measured with earlier code). A record without
+(op, dtype, weight dtype, features) replaces the times it measured of the table's point with the
+same key (a kernel the record did not time, such as ``mosaic`` left out of ``--variants``, keeps
+its time), and is no longer ``stale`` (the table's list of points measured with earlier code). A record without
 kernel times (``--variants default,xla,jax``, after a change to the XLA formulas only) updates
 the XLA and plain-JAX times of the table's points, and their kernel time where the row's plan
 was the kernel (its "default" time); other kernel times stay. It then names the sweep cases the
@@ -46,7 +47,7 @@ def merge(records, command):
     points = {_key(p): p for p in table["points"]}
     fresh = set()
     for record in records:
-        points.update({_key(p): _per_call(p) for p in record["points"]})
+        points.update({_key(p): {**points.get(_key(p), {}), **_per_call(p)} for p in record["points"]})
         fresh.update(_key(p) for p in record["points"])
         for row in record.get("rows", []):
             if "pallas_ms" in row or "xla_ms" not in row or "jax_ms" not in row:

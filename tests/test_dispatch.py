@@ -426,3 +426,21 @@ def test_record_dispatch_takes_a_tuned_launch_only_past_the_margin():
     assert entry["backward"] == {"tile_elements": 2 * rule.width, "num_warps": rule.num_warps, "rule_ms": 1.0,
                                  "ms": 0.9, "programs": math.ceil(math.ceil(m / 2) / (2 * rule.steps)),
                                  "prefetch": True}
+
+
+def test_record_dispatch_keeps_the_times_a_record_did_not_measure(tmp_path, monkeypatch):
+    """A sweep run without a kernel's variant (``--variants pallas,xla,jax``) updates the times it
+    measured and keeps the table's time of the kernel it left out; the tuned launches stay."""
+    module = load("benchmarks/record_dispatch.py")
+    monkeypatch.setattr(dispatch, "DATA", tmp_path)
+    case = next(c for c in bench.sweep_cases() if c.op == "layer_norm")
+    key = {"op": case.op, "dtype": case.dtype, "weight_dtype": case.weight_dtype,
+           "features": list(bench.sweep_features(case))}
+    launches = [{"dtype": case.dtype, "features": key["features"]}]
+    dispatch.table_path("GPU X").write_text(json.dumps({"rows_launches": launches, "points": [
+        {**key, "pallas_ms": 0.5, "mosaic_ms": 0.4, "xla_ms": 0.6, "jax_ms": 0.7}]}))
+    record = {"device_kind": "GPU X", "jax": "0.11.2", "points": [{**key, "pallas_ms": 0.3, "xla_ms": 0.61,
+                                                                   "jax_ms": 0.71}]}
+    _, table = module.merge([record], "cmd")
+    assert table["points"] == [{**key, "pallas_ms": 0.3, "mosaic_ms": 0.4, "xla_ms": 0.61, "jax_ms": 0.71}]
+    assert table["rows_launches"] == launches
