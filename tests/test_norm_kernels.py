@@ -4,6 +4,8 @@ running statistics from the kernels' statistics, RMS norm's kernels (layer norm'
 centering) against the XLA formulas and torch, through second order and vmap, the Triton
 lowering for CUDA (which catches lowering errors without a GPU), bad input."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -261,3 +263,46 @@ def test_rows_kernels_match_the_xla_ops_at_every_launch(center, shape, tiling, p
         np.testing.assert_allclose(got, want.reshape(got.shape), rtol=1e-12, atol=1e-12)
     for got, want in zip(pullback(cts), pullback_ref(ref_cts)):
         np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11)
+
+
+GPU = jax.default_backend() == "gpu"
+
+
+@pytest.mark.skipif(not GPU, reason="the tuned launches run on the GPU they were measured on")
+@pytest.mark.parametrize("center", [True, False], ids=["layer_norm", "rms_norm"])
+def test_tuned_launches_on_the_gpu_match_the_xla_formulas(center):
+    """Every tuned launch of this GPU's table that differs from the rule (a forward tile of its
+    own, the backward's prefetch, another tile or warps) at its shape and at a ragged neighbour
+    (fewer rows, a width that is not a power of two), compiled: values and gradients against the
+    XLA ops in float32 (the kernels sum in another order: relative 1e-4)."""
+    from jaxrules.ops.normalization import affine_normalize_op, layer_norm_rows_op
+
+    kind = jax.devices()[0].device_kind
+    entries = [e for e in dispatch._table(kind).get("rows_launches", ()) if dispatch.table_kind(kind) == kind]
+    if not entries:
+        pytest.skip(f"no tuned launches for {kind}")
+    checked = 0
+    for m0, n0 in sorted({tuple(e["features"]) for e in entries}):
+        for m, n in ((m0, n0), (m0 * 3 // 4 + 1, n0 * 3 // 4)):
+            launch = dispatch.rows_launch(m, n, dtype=jnp.dtype(jnp.float32), device_kind=kind)
+            if launch.device_kind is None or launch == dataclasses.replace(dispatch.rows_launch(m, n),
+                                                                           device_kind=kind):
+                continue
+            keys = jax.random.split(jax.random.PRNGKey(m + n), 4)
+            x, g = jax.random.normal(keys[0], (m, n)) * 3 + 1, jax.random.normal(keys[1], (m, n))
+            w, b = jax.random.normal(keys[2], (n,)) + 1, jax.random.normal(keys[3], (n,))
+            if center:
+                ours = lambda x, w, b, launch=launch: layer_norm_rows_op(x, w, b, eps=1e-5, launch=launch)[0]  # noqa: E731
+                ref = lambda x, w, b: affine_normalize_op(x, w[None], b[None], axes=(1,), eps=1e-5,  # noqa: E731
+                                                          axis_name=None)[0]
+                args = (x, w, b)
+            else:
+                ours = lambda x, w, launch=launch: rms_norm_rows_op(x, w, eps=1e-5, launch=launch)[0]  # noqa: E731
+                ref = lambda x, w: rms_norm_op(x, w, axes=(1,), eps=1e-5)[0]  # noqa: E731
+                args = (x, w)
+            step = lambda f: jax.jit(lambda g, *a: (lambda out, pb: (out, *pb(g)))(*jax.vjp(f, *a)))  # noqa: E731
+            for got, want in zip(step(ours)(g, *args), step(ref)(g, *args)):
+                scale = float(jnp.max(jnp.abs(want)))
+                assert float(jnp.max(jnp.abs(got - want))) <= 1e-4 * scale, (m, n, launch)
+            checked += 1
+    assert checked >= 10, checked
