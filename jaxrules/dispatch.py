@@ -20,7 +20,11 @@ launch grids it implies, for every benchmark program).
   for float64, the XLA formulas run.
 * Launch parameters (``RowsLaunch``, ``GroupedLaunch``) are functions of the shape: every row
   count and width gets a tiled, masked launch with enough programs to fill the device, never a
-  one-program backward (the 66850x256 cliff of issue 14).
+  one-program backward (the 66850x256 cliff of issue 14). The rows kernels' launch is the rule
+  (``rows_launch``) unless the device kind's table holds launches measured near the shape
+  (``rows_launches``, ``benchmarks/layer_norm_tuning.py``; ``tuned_rows_launch``): the forward's
+  and the backward's tiles and warps apart, the backward's programs and its prefetch of the next
+  tile.
 * The ``"pallas"`` kernels are written for Pallas' Triton backend, which JAX 0.11 deprecated.
   Whether this JAX still has it is checked lazily, at the first GPU decision
   (``triton_backend_missing``); without it no ``"pallas"`` kernel is chosen: the op runs its XLA
