@@ -34,12 +34,13 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--kernels", action="store_true", help="time the forward and backward kernels alone")
     parser.add_argument("--launch", help="FIELD=VALUE,...: override these fields of the rows kernels' launch")
+    parser.add_argument("--rule", action="store_true", help="--kernels: the launch rule, not this GPU's tuned launch")
     args = parser.parse_args(argv)
     wanted = args.cases.split(",")
     if args.launch:
         override_rows_launch(dict(item.split("=") for item in args.launch.split(",")))
     if args.kernels:
-        return time_kernels(args.label, wanted, args.repeats)
+        return time_kernels(args.label, wanted, args.repeats, args.rule)
     cases = [c for c in bench.sweep_cases() if c.name in wanted]
     rows, _ = bench.run_sweep(cases, variants=("pallas", "xla"), repeats=args.repeats)
     for row in rows:  # a case that failed has no row (run_sweep says why on stderr)
@@ -57,7 +58,7 @@ def override_rows_launch(fields: dict) -> None:
     dispatch.rows_launch = lambda *a, **k: dataclasses.replace(rows_launch(*a, **k), **values)
 
 
-def time_kernels(label, wanted, repeats):
+def time_kernels(label, wanted, repeats, rule=False):
     """Print the median ms of the forward and backward kernels alone for each case named
     ``layer_norm MxN dtype`` or ``rms_norm MxN dtype`` (float32 weights and statistics), and the
     fraction of the copy probe's bandwidth each reaches."""
@@ -76,7 +77,12 @@ def time_kernels(label, wanted, repeats):
     for name in wanted:
         op, shape, dtype = name.split()[:3]
         m, n = map(int, shape.split("x"))
-        launch = dispatch.rows_launch(m, n, interpret=jax.default_backend() == "cpu")
+        gpu = jax.default_backend() == "gpu"
+        kind = jax.devices()[0].device_kind if gpu and not rule else None
+        try:  # trees before the tuned launches take no dtype or device kind
+            launch = dispatch.rows_launch(m, n, interpret=not gpu, dtype=jnp.dtype(dtype), device_kind=kind)
+        except TypeError:
+            launch = dispatch.rows_launch(m, n, interpret=not gpu)
         keys = jax.random.split(jax.random.PRNGKey(0), 4)
         x = jax.random.normal(keys[0], (m, n), dtype)
         g = jax.random.normal(keys[1], (m, n), dtype)

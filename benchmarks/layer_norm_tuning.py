@@ -22,23 +22,21 @@ import jax.numpy as jnp
 
 from jaxrules import bench, dispatch, norm_kernels
 
-MAX_TILE = 32768  # elements of one tile: beyond it a program's registers spill
 INTERPRET = jax.default_backend() != "gpu"  # a try on a CPU: the kernels interpreted
 
 
 def settings(m: int, n: int):
     """``(kernel, launch)`` pairs to time at (m, n): the current rule's launch first."""
-    base = dispatch.rows_launch(m, n, interpret=INTERPRET)
+    base = dispatch.rows_launch(m, n, interpret=INTERPRET)  # the rule (no device kind): what tuning starts from
     width = base.width
-    fits = lambda r: r * width <= MAX_TILE and r <= dispatch._next_power_of_2(m)  # noqa: E731
+    fits = lambda r: r * width <= dispatch.MAX_TILE_ELEMENTS and r <= dispatch._next_power_of_2(m)  # noqa: E731
     rows = sorted(r for r in {1, 2, 4, 8, base.rows // 2, base.rows, base.rows * 2} if r >= 1 and fits(r))
     forward = [dataclasses.replace(base, rows=r, num_warps=w) for r, w in itertools.product(rows, (4, 8, 16))]
     backward = []
     near = sorted(r for r in {max(1, base.rows // 2), base.rows, base.rows * 2} if fits(r))
     for r, w, programs, prefetch in itertools.product(near, (4, 8, 16), (256, 512), (False, True)):
-        tiles = dispatch._cdiv(m, r)
-        steps = dispatch._cdiv(tiles, min(tiles, programs))
-        backward.append(dataclasses.replace(base, rows=r, num_warps=w, steps=steps, prefetch=prefetch))
+        backward.append(dataclasses.replace(base, rows=r, num_warps=w, steps=dispatch.backward_steps(m, r, programs),
+                                            prefetch=prefetch))
     unique = lambda launches: list(dict.fromkeys([base, *launches]))  # noqa: E731
     return [("forward", launch) for launch in unique(forward)] + [("backward", launch) for launch in unique(backward)]
 

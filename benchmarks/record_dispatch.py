@@ -74,9 +74,12 @@ LAUNCH_MARGIN = 0.03  # a tuned launch must be this much faster than the rule's 
 
 
 def launches(tuning: list[dict]) -> list[dict]:
-    """The ``rows_launches`` entries of tuning records (``layer_norm_tuning.py``): per (dtype, m, n),
-    each kernel's fastest launch where it beats the rule's by ``LAUNCH_MARGIN``, else the rule's;
-    with both times."""
+    """The ``rows_launches`` entries of tuning records (``layer_norm_tuning.py``, layer norm's: RMS
+    norm runs them too, ``dispatch.tuned_rows_launch``): per (dtype, m, n), each kernel's fastest
+    launch where it beats the rule's by ``LAUNCH_MARGIN``, else the rule's; with both times."""
+    if {r["op"] for r in tuning} != {"layer_norm"}:
+        raise ValueError("record_dispatch --launches: the launches are layer norm's (RMS norm runs them); got records "
+                         f"of {sorted({r['op'] for r in tuning})}")
     shapes = {}
     for r in tuning:
         shapes.setdefault((r["dtype"], r["m"], r["n"]), []).append(r)
@@ -97,6 +100,13 @@ def launches(tuning: list[dict]) -> list[dict]:
                 entry[kernel].update(programs=-(-tiles // chosen["steps"]), prefetch=chosen["prefetch"])
         entries.append(entry)
     return entries
+
+
+def merge_launches(table: dict, entries: list[dict]) -> list[dict]:
+    """``table``'s ``rows_launches`` with ``entries`` replacing those of the same dtype and shape."""
+    key = lambda e: (e["dtype"], tuple(e["features"]))  # noqa: E731
+    merged = {key(e): e for e in table.get("rows_launches", [])} | {key(e): e for e in entries}
+    return sorted(merged.values(), key=key)
 
 
 def missing(table) -> dict:
@@ -123,7 +133,7 @@ def main():
         (kind,) = {args.device_kind} if args.device_kind else {r["device_kind"] for r in tuning}
         path = dispatch.table_path(kind)
         table = json.loads(path.read_text())
-        table["rows_launches"] = launches(tuning)
+        table["rows_launches"] = merge_launches(table, launches(tuning))
         table["rows_launches_command"] = args.command
         path.write_text(json.dumps(table, indent=1) + "\n")
         print(f"{path}: {len(table['rows_launches'])} rows launches")

@@ -51,6 +51,7 @@ FALLBACK_KIND = "NVIDIA H100 80GB HBM3"
 # backward (each sums its own dw/db partials; swept on the H100 by benchmarks/layer_norm_tuning.py).
 TILE_ELEMENTS = 4096
 BACKWARD_PROGRAMS = 256
+MAX_TILE_ELEMENTS = 32768  # the largest tile a measured launch may take (beyond it registers spill)
 MAX_WIDTH = 16384  # a wider row does not fit one program's registers
 
 
@@ -68,7 +69,8 @@ class RowsLaunch:
     (powers of two, ``width >= N``), its programs walking ``steps`` consecutive tiles each
     (``prefetch``: loading tile ``t + 1`` before computing tile ``t``) with ``num_warps``; the
     forward's tiles of ``forward_rows`` rows with ``forward_warps`` (0: the backward's).
-    ``device_kind``: the GPU whose measured launches (``tuned_rows_launch``) this came from."""
+    ``device_kind``: the GPU whose measured launches (``tuned_rows_launch``) apply, None where
+    none do: kept by ``relaunch`` (a device's shard, vmap's folded rows)."""
 
     rows: int
     width: int
@@ -98,40 +100,56 @@ def rows_launch(m: int, n: int, *, interpret: bool = False, dtype=None, device_k
     ``device_kind`` near this shape and ``dtype`` where its table has one (``tuned_rows_launch``),
     else the rule: ``rows = TILE_ELEMENTS / width`` (at most the rows there are), backward steps so
     that about ``BACKWARD_PROGRAMS`` programs run, both kernels alike."""
-    tuned = None if device_kind is None or interpret else tuned_rows_launch(device_kind, m, n, dtype)
+    tuned_kind = None if device_kind is None or interpret or not has_tuned_launches(device_kind) else device_kind
+    tuned = None if tuned_kind is None else tuned_rows_launch(tuned_kind, m, n, dtype)
     if tuned is not None:
         return tuned
     width = _next_power_of_2(n)
     rows = max(1, min(TILE_ELEMENTS // width, _next_power_of_2(m)))
-    tiles = _cdiv(max(m, 1), rows)
-    steps = _cdiv(tiles, min(tiles, BACKWARD_PROGRAMS))
-    return RowsLaunch(rows, width, steps, num_warps=8 if width >= 2048 else 4, interpret=interpret)
+    return RowsLaunch(rows, width, backward_steps(m, rows, BACKWARD_PROGRAMS), num_warps=8 if width >= 2048 else 4,
+                      interpret=interpret, device_kind=tuned_kind)
+
+
+def has_tuned_launches(device_kind: str) -> bool:
+    """Whether ``device_kind``'s own table records rows launches (another kind's never carry over)."""
+    return table_kind(device_kind) == device_kind and bool(_table(device_kind).get("rows_launches"))
 
 
 def tuned_rows_launch(device_kind: str, m: int, n: int, dtype) -> RowsLaunch | None:
     """The launch recorded for ``device_kind`` (its table's ``rows_launches``, from
-    ``benchmarks/layer_norm_tuning.py``) at the nearest tuned shape of ``dtype``'s kind
-    (float16 follows bfloat16), when (m, n) is within a factor of two of it in both; tiles keep
-    their elements (rows scale with 1 / width), programs their count. None: no such entry."""
-    if dtype is None or table_kind(device_kind) != device_kind:  # another kind's launches do not carry over
+    ``benchmarks/layer_norm_tuning.py``, layer norm's: RMS norm's kernels are the same code
+    without centering and run them too) at the nearest tuned shape of ``dtype``'s kind (float16
+    follows bfloat16) padded to the same width, when (m, n) is within a factor of two of it in
+    both; a tie goes to the launch without the prefetch. Tiles keep their rows (the width is the
+    same), programs their count. None: no such entry. (Across widths a tile's registers differ:
+    the prefetch that wins at 5120 wide rows spills at 16384.)"""
+    if dtype is None or not has_tuned_launches(device_kind):
         return None
-    key = _dtype_key(dtype)
-    entries = [e for e in _table(device_kind).get("rows_launches", ()) if e["dtype"] == key]
+    key, width = _dtype_key(dtype), _next_power_of_2(n)
     here = (math.log2(max(m, 1)), math.log2(max(n, 1)))
-    near = [e for e in entries if all(abs(math.log2(f) - h) <= 1 + 1e-9 for f, h in zip(e["features"], here))]
+    near = [e for e in _table(device_kind)["rows_launches"] if e["dtype"] == key
+            and _next_power_of_2(e["features"][1]) == width
+            and all(abs(math.log2(f) - h) <= 1 + 1e-9 for f, h in zip(e["features"], here))]
     if not near:
         return None
-    entry = min(near, key=lambda e: sum((math.log2(f) - h) ** 2 for f, h in zip(e["features"], here)))
-    width, fwd, bwd = _next_power_of_2(n), entry["forward"], entry["backward"]
+    entry = min(near, key=lambda e: (sum((math.log2(f) - h) ** 2 for f, h in zip(e["features"], here)),
+                                     e["backward"]["prefetch"]))
+    fwd, bwd = entry["forward"], entry["backward"]
 
     def tile_rows(elements):
         return max(1, min(elements // width, _next_power_of_2(m)))
 
     rows = tile_rows(bwd["tile_elements"])
-    tiles = _cdiv(max(m, 1), rows)
-    return RowsLaunch(rows, width, _cdiv(tiles, min(tiles, bwd["programs"])), bwd["num_warps"],
+    return RowsLaunch(rows, width, backward_steps(m, rows, bwd["programs"]), bwd["num_warps"],
                       prefetch=bwd["prefetch"], forward_rows=tile_rows(fwd["tile_elements"]),
                       forward_warps=fwd["num_warps"], device_kind=device_kind)
+
+
+def backward_steps(m: int, rows: int, programs: int) -> int:
+    """Tiles each backward program walks so that about ``programs`` run over ``m`` rows in tiles
+    of ``rows`` (no more programs than tiles)."""
+    tiles = _cdiv(max(m, 1), rows)
+    return _cdiv(tiles, min(tiles, programs))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,7 +265,8 @@ def _dtype_key(dtype) -> str:
 
 @functools.cache
 def _table(device_kind: str) -> dict:
-    """The recorded table of ``device_kind`` (the H100's when it has none), or {}."""
+    """The recorded table of ``device_kind`` (the H100's when it has none), or {}. Not to be
+    mutated (cached)."""
     for kind in (device_kind, FALLBACK_KIND):
         path = DATA / f"{slug(kind)}.json"
         if path.exists():
@@ -255,6 +274,7 @@ def _table(device_kind: str) -> dict:
     return {}
 
 
+@functools.cache
 def measurements(device_kind: str) -> tuple:
     """The recorded sweep points of ``device_kind`` (the H100's when it has none): a tuple of
     dicts with ``op``, ``dtype``, ``features``, ``pallas_ms``, ``xla_ms``."""

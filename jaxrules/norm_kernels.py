@@ -4,9 +4,10 @@ norm and group norm on (N, C, L) (the second part, "Grouped statistics"). Launch
 from ``jaxrules.dispatch`` (``RowsLaunch``, ``GroupedLaunch``), a pure function of the device kind
 and the shape.
 
-* forward: one program per tile of ``launch.rows`` rows: mean, rstd (float32) and
-  ``y = x_hat w + b``;
-* backward: ``launch.programs`` programs, each walking ``launch.steps`` consecutive tiles:
+* forward: one program per tile of ``launch.forward_launch().rows`` rows: mean, rstd (float32)
+  and ``y = x_hat w + b``;
+* backward: ``launch.programs`` programs, each walking ``launch.steps`` consecutive tiles (with
+  ``launch.prefetch``, a tile's loads issued one step ahead, carried by the loop):
   ``dx`` (the native backward with weight, plus the terms of the mean/rstd outputs' cotangents)
   and per-program partial sums of ``dw = sum g x_hat`` and ``db = sum g``, added up by XLA.
 * RMS norm is the same two kernels with the static ``center=False``: no mean subtracted
@@ -48,12 +49,15 @@ def _masked(op, ref, tile, launch, n, *args, end=None):
     of ``ref`` (M, N) or (M,), masked past row M (and row ``end``, where given) and column N."""
     m = ref.shape[0]
     rows = tile * launch.rows + lax.broadcasted_iota(jnp.int32, (launch.rows, 1), 0)
-    inside = rows < m if end is None else (rows < m) & (rows < end)
+
+    def inside(r):
+        return r < m if end is None else (r < m) & (r < end)
+
     if len(ref.shape) == 1:
-        return op(ref.at[pl.ds(tile * launch.rows, launch.rows)], *args, mask=inside[:, 0])
+        return op(ref.at[pl.ds(tile * launch.rows, launch.rows)], *args, mask=inside(rows[:, 0]))
     columns = lax.broadcasted_iota(jnp.int32, (1, launch.width), 1)
-    return op(ref.at[pl.ds(tile * launch.rows, launch.rows), pl.ds(jnp.int32(0), launch.width)], *args,
-              mask=inside & (columns < n))
+    mask = inside(rows) & (columns < n)
+    return op(ref.at[pl.ds(tile * launch.rows, launch.rows), pl.ds(jnp.int32(0), launch.width)], *args, mask=mask)
 
 
 def _load(ref, tile, launch, n, dtype=None, end=None):
@@ -150,33 +154,35 @@ def _backward_kernel(*refs, launch, center):
     w = _vector(w_ref, launch, n, stat)
     valid = lax.broadcasted_iota(jnp.int32, (1, launch.width), 1) < n
     first = pl.program_id(0) * launch.steps
-    tile_refs = (x_ref, g_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref) if center else (x_ref, g_ref, rstd_ref,
-                                                                                        grstd_ref)
+    tile_refs = dict(x=x_ref, g=g_ref, rstd=rstd_ref, grstd=grstd_ref, **(dict(mean=mean_ref, gmean=gmean_ref)
+                                                                         if center else {}))
     end = (first + launch.steps) * launch.rows  # this program's rows end here (a prefetch past it loads nothing)
 
-    def fetch(tile):  # the tile's loads, in the refs' dtypes (a prefetched tile waits in the loop's carry)
-        return tuple(_load(ref, tile, launch, n, end=end) for ref in tile_refs)
+    def fetch(tile):  # every load of a tile, in the refs' dtypes: the next step's, carried by the loop
+        return {k: _load(ref, tile, launch, n, end=end) for k, ref in tile_refs.items()}
 
     def body(step, carry):
         tile = first + step
-        sums, loaded = carry
-        if launch.prefetch:  # this tile's loads came with the carry; issue the next one's now
-            following = fetch(tile + 1)
-        else:
-            loaded, following = fetch(tile), ()
-        if center:
-            x, g, mean, rstd, gmean, grstd = (v.astype(stat) for v in loaded)
-        else:
-            x, g, rstd, grstd = (v.astype(stat) for v in loaded)
+        sums, carried = carry
+        following = fetch(tile + 1) if launch.prefetch else {}
+
+        def get(k):  # without the prefetch each load is traced where it is first used: that order was measured
+            return carried[k].astype(stat) if launch.prefetch else _load(tile_refs[k], tile, launch, n, stat)
+
+        x, g = get("x"), get("g")
+        rstd = get("rstd")
         gw = g * w[None, :]
         if center:
+            mean = get("mean")
             xhat = jnp.where(valid, (x - mean[:, None]) * rstd[:, None], 0)
             mean_gw = defined_mean(gw.sum(1) / n)
             dx = rstd[:, None] * (gw - mean_gw[:, None] - xhat * (gw * xhat).sum(1)[:, None] / n)
+            gmean, grstd = get("gmean"), get("grstd")
             dx = dx + (gmean[:, None] - (grstd * rstd * rstd)[:, None] * xhat) / n
             terms = ((g * xhat).sum(0), g.sum(0))
         else:
             xhat = x * rstd[:, None]
+            grstd = get("grstd")
             dx = (rstd[:, None] * (gw - xhat * (gw * xhat).sum(1)[:, None] / n)
                   - (grstd * rstd * rstd)[:, None] * xhat / n)
             terms = ((g * xhat).sum(0),)
@@ -184,7 +190,7 @@ def _backward_kernel(*refs, launch, center):
         return tuple(s + t for s, t in zip(sums, terms)), following
 
     zeros = jnp.zeros((launch.width,), stat)
-    sums, _ = lax.fori_loop(0, launch.steps, body, ((zeros,) * len(sum_refs), fetch(first) if launch.prefetch else ()))
+    sums, _ = lax.fori_loop(0, launch.steps, body, ((zeros,) * len(sum_refs), fetch(first) if launch.prefetch else {}))
     for ref, total in zip(sum_refs, sums):
         ref[...] = total
 

@@ -4,8 +4,6 @@ running statistics from the kernels' statistics, RMS norm's kernels (layer norm'
 centering) against the XLA formulas and torch, through second order and vmap, the Triton
 lowering for CUDA (which catches lowering errors without a GPU), bad input."""
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -233,11 +231,14 @@ ROW_LAUNCHES = [
     ((37, 10), dict(rows=4, width=16, steps=3)),
     ((9, 5), dict(rows=2, width=8, steps=4)),
     ((6, 16), dict(rows=1, width=16, steps=2)),
+    ((37, 10), dict(rows=2, width=16, steps=3, forward_rows=8)),  # the forward's own tiles, bigger
+    ((37, 10), dict(rows=4, width=16, steps=2, forward_rows=1)),  # and smaller
 ]
 
 
 @pytest.mark.parametrize("prefetch", [False, True], ids=["load-in-step", "prefetch"])
-@pytest.mark.parametrize("shape, tiling", ROW_LAUNCHES, ids=["rows-4", "rows-2-tail", "rows-1"])
+@pytest.mark.parametrize("shape, tiling", ROW_LAUNCHES,
+                         ids=["rows-4", "rows-2-tail", "rows-1", "forward-rows-8", "forward-rows-1"])
 @pytest.mark.parametrize("center", [True, False], ids=["layer_norm", "rms_norm"])
 def test_rows_kernels_match_the_xla_ops_at_every_launch(center, shape, tiling, prefetch):
     """Values and every cotangent (of y and of the statistics) of the rows kernel ops against the
@@ -268,6 +269,12 @@ def test_rows_kernels_match_the_xla_ops_at_every_launch(center, shape, tiling, p
 GPU = jax.default_backend() == "gpu"
 
 
+def _effective(launch):
+    """What a rows launch runs: each kernel's tile rows and warps, the backward's steps and prefetch."""
+    forward = launch.forward_launch()
+    return forward.rows, forward.num_warps, launch.rows, launch.num_warps, launch.steps, launch.prefetch
+
+
 @pytest.mark.skipif(not GPU, reason="the tuned launches run on the GPU they were measured on")
 @pytest.mark.parametrize("center", [True, False], ids=["layer_norm", "rms_norm"])
 def test_tuned_launches_on_the_gpu_match_the_xla_formulas(center):
@@ -285,8 +292,7 @@ def test_tuned_launches_on_the_gpu_match_the_xla_formulas(center):
     for m0, n0 in sorted({tuple(e["features"]) for e in entries}):
         for m, n in ((m0, n0), (m0 * 3 // 4 + 1, n0 * 3 // 4)):
             launch = dispatch.rows_launch(m, n, dtype=jnp.dtype(jnp.float32), device_kind=kind)
-            if launch.device_kind is None or launch == dataclasses.replace(dispatch.rows_launch(m, n),
-                                                                           device_kind=kind):
+            if _effective(launch) == _effective(dispatch.rows_launch(m, n)):
                 continue
             keys = jax.random.split(jax.random.PRNGKey(m + n), 4)
             x, g = jax.random.normal(keys[0], (m, n)) * 3 + 1, jax.random.normal(keys[1], (m, n))
@@ -305,4 +311,4 @@ def test_tuned_launches_on_the_gpu_match_the_xla_formulas(center):
                 scale = float(jnp.max(jnp.abs(want)))
                 assert float(jnp.max(jnp.abs(got - want))) <= 1e-4 * scale, (m, n, launch)
             checked += 1
-    assert checked >= 10, checked
+    assert checked >= 8, checked

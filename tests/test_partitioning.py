@@ -547,9 +547,10 @@ def test_the_xla_grouped_forms_compute_what_the_kernels_compute(layout):
 def test_each_device_decides_its_rows_kernel_when_xla_splits_the_rows_an_auto_mesh():
     """Under an ``Auto`` mesh the op cannot see the split when tracing, so where the plans of the
     possible shard shapes differ the launch is a ``dispatch.ShardPlan`` and the ``partition``
-    callback decides on the shard's rows: the Triton kernels of the shard's shape (here 16384
-    rows of a 32768 x 4096 bfloat16 layer norm split over 2 devices: the one-device program's
-    kernels and grids), or the XLA forms (the whole batch on one device: no kernel)."""
+    callback decides on the shard's rows: the Triton kernels of the shard's shape (here 2048
+    rows of a 4096 x 4096 bfloat16 layer norm split over 2 devices: the one-device program's
+    kernels and grids), or the XLA forms (the whole batch on one device: no kernel). The shape is
+    one where the H200's table plans so (asserted first: a new table may need another)."""
     import jax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
@@ -558,12 +559,15 @@ def test_each_device_decides_its_rows_kernel_when_xla_splits_the_rows_an_auto_me
     from jaxrules import partitioning as pt
 
     launch = dispatch.ShardPlan("layer_norm", "gpu", "NVIDIA H200", "bfloat16")
-    m, n = 32768, 4096
+    m, n = 4096, 4096
+    bf16 = jax.numpy.dtype("bfloat16")
+    plans = [dispatch.layer_norm_plan("gpu", "NVIDIA H200", rows, n, bf16, bf16).impl for rows in (m // 2, m)]
+    assert plans == ["pallas", "xla"], plans
     mesh = jax.sharding.AbstractMesh((2,), ("data",))
     shard = [jax.ShapeDtypeStruct((m // 2, n), "bfloat16"), *[jax.ShapeDtypeStruct((n,), "bfloat16")] * 2]
     rows = jax.ShapeDtypeStruct((m, n), "bfloat16", sharding=NamedSharding(mesh, P("data")))
     lower = pt._rows_forward_partition(pt._ln_forward_impl, 2)(1e-5, launch, mesh, [rows, *shard[1:]], None)[0]
-    on_h200 = dispatch.rows_launch(m // 2, n, dtype=jax.numpy.dtype("bfloat16"), device_kind="NVIDIA H200")
+    on_h200 = dispatch.rows_launch(m // 2, n, dtype=bf16, device_kind="NVIDIA H200")
     one = lambda x, w, b: pt._ln_forward_impl(x, w, b, 1e-5, on_h200)  # noqa: E731
     want, got = _triton_calls(one, *shard), _triton_calls(lower, *shard)
     assert want and [c[0] for c in got] == [c[0] for c in want] and [c[1] for c in got] == [c[1] for c in want]
