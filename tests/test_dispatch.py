@@ -462,3 +462,13 @@ def test_record_dispatch_keeps_the_times_a_record_did_not_measure(tmp_path, monk
     _, table = module.merge([record], "cmd")
     assert table["points"] == [{**key, "pallas_ms": 0.3, "mosaic_ms": 0.4, "xla_ms": 0.61, "jax_ms": 0.71}]
     assert table["rows_launches"] == launches
+
+
+def test_record_dispatch_launches_replace_only_their_shapes():
+    """A partial re-tune (``--launches`` with some shapes) replaces those shapes' entries and keeps
+    the others."""
+    module = load("benchmarks/record_dispatch.py")
+    old = [{"dtype": "bfloat16", "features": [8, 64], "tag": "old"}, {"dtype": "float32", "features": [8, 64]}]
+    new = [{"dtype": "bfloat16", "features": [8, 64], "tag": "new"}, {"dtype": "bfloat16", "features": [16, 64]}]
+    merged = module.merge_launches({"rows_launches": old}, new)
+    assert merged == [new[0], new[1], old[1]]
