@@ -17,7 +17,7 @@ import pytest
 from _forced_devices import worker_rows
 from _rotation import commit_seed, rotating_subset
 
-SUBSET = 16
+SUBSET = 12
 
 SHARDED_OPEN: dict[str, str] = {}  # record -> why it fails the sharded check today (none)
 # Refused as JAX's own function of the same name refuses the same sharding (the check says so in
