@@ -236,13 +236,21 @@ def interleaved_median_ms(calls_by_label: dict, repeats: int, warmup: int = 3, c
     return {label: statistics.median(t) for label, t in times.items()}
 
 
-def fwd_bwd(fn: Callable, with_value: bool = False):
-    """``jit`` of forward + backward: the gradients of ``sum(fn(*args) * ct)`` (and the value
-    ``fn(*args)`` with them when ``with_value``, as a training step keeps it)."""
+def fwd_bwd(fn: Callable, with_value: bool = False, cotangent_after_value: bool = True):
+    """``jit`` of forward + backward: the gradients of ``sum(fn(*args) * ct)``, and with
+    ``with_value`` the value ``fn(*args)`` with them, as a training step keeps it. There the
+    cotangent comes from the layers that read the value, so the backward starts after the value is
+    written: ``ct`` passes an ``optimization_barrier`` with the value (``cotangent_after_value``).
+    Without it XLA fuses the value's elementwise pass into the backward's first pass over x and
+    the given ct, which a training step cannot (benchmarks/RESULTS.md stop 31)."""
 
     def step(ct, *args):
         value, pullback = jax.vjp(fn, *args)
-        return (value, pullback(ct)) if with_value else pullback(ct)
+        if not with_value:
+            return pullback(ct)
+        if cotangent_after_value:
+            value, ct = jax.lax.optimization_barrier((value, ct))
+        return value, pullback(ct)
 
     return jax.jit(step)
 
@@ -335,7 +343,7 @@ def run(cases=CASES, repeats: int = 30, pattern: str | None = None, with_torch: 
     rows = []
     meta = {"platform": platform, "device": jax.devices()[0].device_kind, "jax": jax.__version__,
             "torch": getattr(torch, "__version__", None), "copy_gbps": bandwidth, "repeats": repeats,
-            "with_value": with_value}
+            "with_value": with_value, "cotangent_after_value": with_value}
     rng = np.random.default_rng(0)
     wanted = pattern.split(",") if pattern else None
     for case in cases:
@@ -386,7 +394,7 @@ def markdown(rows, meta) -> str:
         f"Device: {meta['device']} ({meta['platform']}), jax {meta['jax']}, torch {meta['torch']}; "
         f"time per call, median of {meta['repeats']} runs of {CALLS_PER_RUN} back-to-back calls after warm-up "
         "(jaxrules' and JAX's runs alternating); "
-        f"JAX programs return {'the value and ' if meta.get('with_value') else ''}the gradients; "
+        f"JAX programs time {_program_form(meta)}; "
         f"measured copy bandwidth {meta['copy_gbps']:.0f} GB/s.",
         "",
         "| op | dtype | shape | jaxrules ms | JAX autodiff ms | torch eager ms | torch.compile ms | "
@@ -623,7 +631,7 @@ def run_sweep(cases, variants=SWEEP_VARIANTS, repeats: int = 15, with_value: boo
     platform = "gpu" if jax.default_backend() == "gpu" else "cpu"
     probe = copy_probe(platform)
     meta = {"platform": platform, "device": jax.devices()[0].device_kind, "jax": jax.__version__, "repeats": repeats,
-            "with_value": with_value, **probe}
+            "with_value": with_value, "cotangent_after_value": with_value, **probe}
     rng = np.random.default_rng(0)
     rows = []
 
@@ -810,7 +818,8 @@ def xla_verdict(row) -> tuple:
 def sweep_markdown(rows, meta) -> str:
     """The sweep as a Markdown table (ratios > 1: the default, or the XLA formulas, is faster)."""
     lines = [
-        f"Device: {meta['device']}, jax {meta['jax']}; ms per forward+backward call (`jit` of `vjp`), median of "
+        f"Device: {meta['device']}, jax {meta['jax']}; ms per forward+backward call (`jit` of `vjp`, "
+        f"{_program_form(meta)}), median of "
         f"{meta['repeats']} runs of {CALLS_PER_RUN} queued calls, variants alternating; copy probes: JAX "
         f"{meta['jax_copy_gbps']:.0f} GB/s, torch {_fmt(meta.get('torch_copy_gbps'), 0)} GB/s (speed of light: "
         f"{meta['sol_gbps']:.0f} GB/s). Ratios: the faster of XLA formulas / plain JAX over the default, plain JAX "
@@ -835,6 +844,17 @@ def sweep_markdown(rows, meta) -> str:
             + f"{_fmt(ratio, 2)} | {_fmt(vs_jax, 2)} | {_fmt(xla_ratio, 2)} | {r['sol']:.0%} | "
             + f"{_ok_cell(ok, r, False)} | {_ok_cell(xla_ok, r, True)} |")
     return "\n".join(lines) + "\n"
+
+
+def _program_form(meta) -> str:
+    """What the timed programs return (``fwd_bwd``): records before stop 31 returned the value
+    with a given cotangent, which XLA may fuse into the backward; ``cotangent_after_value`` marks
+    the training step's form."""
+    if not meta.get("with_value"):
+        return "the gradients only"
+    if meta.get("cotangent_after_value"):
+        return "a training step: the value, then the gradients from a cotangent that waits for it"
+    return "the value and the gradients of a given cotangent"
 
 
 def _count_low(rows, verdict) -> str:

@@ -1,6 +1,7 @@
 """``python -m jaxrules bench`` machinery on tiny inputs (the numbers themselves come from the
 GPU machine: benchmarks/RESULTS.md)."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -36,7 +37,28 @@ def test_run_reports_both_timings_and_the_table():
         assert row["residual_bytes"] == row["jax_residual_bytes"] == 8 * 8  # int8 sign / bool mask
         table = bench.markdown(rows, meta)
         assert "| abs | float32 | 8x8 |" in table
-        assert ("the value and the gradients" in table) == with_value
+        assert ("a training step: the value, then the gradients" in table) == with_value
+
+
+def test_a_training_step_computes_its_cotangent_after_the_value():
+    """``fwd_bwd(with_value=True)``: the cotangent passes a barrier with the value (a training
+    step's backward waits for the value, so XLA cannot fuse the value's pass into the backward's);
+    the gradients are the same in every form."""
+    fn = lambda x, w: jnp.sin(x) * w  # noqa: E731
+    args = (jnp.linspace(-1.0, 1.0, 6), jnp.full(6, 2.0), jnp.arange(6.0))
+
+    def barriers(**kw):
+        return str(jax.make_jaxpr(bench.fwd_bwd(fn, **kw))(*args)).count("optimization_barrier")
+
+    assert (barriers(with_value=False), barriers(with_value=True, cotangent_after_value=False),
+            barriers(with_value=True)) == (0, 0, 1)
+    ct, x, w = args
+    want = (jnp.sin(x) * w, (ct * jnp.cos(x) * w, ct * jnp.sin(x)))
+    for kw in ({"with_value": True}, {"with_value": True, "cotangent_after_value": False}):
+        got = bench.fwd_bwd(fn, **kw)(*args)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+        for g, e in zip(got[1], want[1]):
+            np.testing.assert_allclose(g, e, rtol=1e-6)
 
 
 def test_a_jax_less_case_times_jaxrules_alone():
