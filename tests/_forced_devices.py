@@ -11,6 +11,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 
 def worker_rows(script: str, devices: int = 8, timeout: int = 600, args=()) -> list[dict]:
     """The JSON rows ``python script *args`` prints with ``devices`` host devices (the repository
@@ -23,3 +25,10 @@ def worker_rows(script: str, devices: int = 8, timeout: int = 600, args=()) -> l
     done = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env, timeout=timeout)
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def one_xdist_worker(module: str):
+    """The mark that keeps a module's tests on one xdist worker (pyproject's ``--dist=loadgroup``), so
+    that its module fixture, one run of its forced-device worker, runs once: spread over both
+    workers, each ran it (test_partitioning's 70 CPU s twice, stop 31)."""
+    return pytest.mark.xdist_group(module)

@@ -22,7 +22,7 @@ os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 # records (0.5-47 s each, 24% of the suite's test time), then the rest (mostly under a second), so
 # that no worker is still in a long test after the other has run out (by name the registry's
 # records came last: one worker idle for the last 175 s of a 16.5-minute run, stop 29).
-# (Not the modules whose tests share a module fixture: spread over both workers, each would run it.)
+# (Not the modules whose tests share a module fixture: each stays on one worker, ``one_xdist_worker``.)
 LONGEST_FIRST = ("test_sharded.py::test_sharded_check_over_the_registry", "quickstart.ipynb",
                  "test_sharded.py::test_the_direct_form",
                  "test_registry.py::test_op[nested.scaled_dot_product_attention[pallas]]",

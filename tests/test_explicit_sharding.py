@@ -13,7 +13,9 @@ differentiable argument given a vmapped batch of 8 (``jaxrules.sharding_check``'
 import json
 
 import pytest
-from _forced_devices import worker_rows
+from _forced_devices import one_xdist_worker, worker_rows
+
+pytestmark = one_xdist_worker(__name__)  # its module fixture runs once
 
 # name -> (input shape); the functions are built in the worker (JAX is not imported here).
 DIRECT = {

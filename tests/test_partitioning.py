@@ -11,7 +11,9 @@ import re
 
 import pytest
 from _cuda_lowering import for_cuda
-from _forced_devices import worker_rows
+from _forced_devices import one_xdist_worker, worker_rows
+
+pytestmark = one_xdist_worker(__name__)  # its module fixture runs once
 
 # (op, mesh axis types, spec of x, spec of the weights): every op in both modes; FSDP weights.
 CASES = [

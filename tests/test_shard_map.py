@@ -27,7 +27,9 @@ import re
 
 import pytest
 from _cuda_lowering import for_cuda
-from _forced_devices import worker_rows
+from _forced_devices import one_xdist_worker, worker_rows
+
+pytestmark = one_xdist_worker(__name__)  # its module fixture runs once
 
 DEVICES = 4
 NORMS = ("layer_norm", "rms_norm", "group_norm", "batch_norm")

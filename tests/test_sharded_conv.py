@@ -21,8 +21,10 @@ gradients keep the batch sharding (``check_sharded`` raises otherwise).
 import json
 
 import pytest
-from _forced_devices import worker_rows
+from _forced_devices import one_xdist_worker, worker_rows
 from test_partitioning import max_gap
+
+pytestmark = one_xdist_worker(__name__)  # its module fixture runs once
 
 GRID_SAMPLES = (0, 2, 3, 5)  # the record's bilinear (zeros, reflection), nearest and bicubic samples
 DIRECT = [("conv", 0), ("conv", 1), ("conv_transpose", 0), ("conv_transpose", 1)]  # 1-D; 2-D grouped, dilated

@@ -9,7 +9,9 @@ the sharded argument keeps the batch sharding."""
 from __future__ import annotations
 
 import pytest
-from _forced_devices import worker_rows
+from _forced_devices import one_xdist_worker, worker_rows
+
+pytestmark = one_xdist_worker(__name__)  # its module fixture runs once
 
 # case: (what the fix was, which argument is batch-sharded)
 CASES = {
