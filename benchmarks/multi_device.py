@@ -360,6 +360,9 @@ def programs_table(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=int, default=1, help="divide the shapes (CPU smoke runs)")
+    parser.add_argument("--batch", type=int, default=1,
+                        help="multiply the norms' batch (the issue's shapes' leading axis) by this, for per-device "
+                             "work past the host's floor per call")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--ops", default="layer_norm,group_norm,batch_norm,gpt")
@@ -388,6 +391,7 @@ def main(argv=None) -> int:
     rows = []
     for op in args.ops.split(","):
         shape = _shapes(args.scale).get(op, ())
+        shape = (shape[0] * args.batch, *shape[1:]) if shape else shape
         for variant in args.variants.split(",") if op not in ("gpt", "nested_block") else ("jaxrules", "plain JAX"):
             try:
                 if op == "gpt":
