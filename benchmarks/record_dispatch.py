@@ -15,6 +15,12 @@ tuned shape and dtype the fastest forward and backward launch, where it beats th
 (``dispatch.rows_launch`` without a device kind) by more than ``LAUNCH_MARGIN``, else the rule's
 (``dispatch.tuned_rows_launch`` reads them).
 
+A training step's record (``bench --suite sweep --with-value``: the value, then the gradients of
+a cotangent that waits for it) adds its times as ``<impl>_train_ms`` to the table's points it
+measured, which the dispatch then decides on (``dispatch.TRAINING_STEP``); the gradients-only
+times stay. A with-value record from before stop 31 (the cotangent given, so XLA fused y into the
+backward) is refused.
+
 Device times per step (``<impl>_step_ms``, ``bench --suite sweep --device-time``) are left out:
 the dispatch decides per call (twice the device-time choices made the ragged block slower,
 benchmarks/RESULTS.md stops 27 and 28).
@@ -39,6 +45,26 @@ def _per_call(point):
     return {k: v for k, v in point.items() if not k.endswith("_step_ms")}
 
 
+def training_step(record) -> bool:
+    """Whether ``record`` timed training steps (``bench --with-value``); ValueError for a
+    with-value record whose cotangent was given (before stop 31: neither form)."""
+    meta = record.get("meta", {})
+    if meta.get("with_value") and not meta.get("cotangent_after_value"):
+        raise ValueError("a --with-value record from before stop 31 (the cotangent given: XLA fuses y into the "
+                         "backward): neither the gradients-only nor the training step's form")
+    return bool(meta.get("with_value"))
+
+
+def _train_times(point, table_points):
+    """A training step's point as the table keeps it: its times as ``<impl>_train_ms``, added only
+    to a point the table has (the dispatch decides on gradients-only times first)."""
+    key = _key(point)
+    if key not in table_points:
+        return {}
+    times = {f"{k[:-3]}_train_ms": v for k, v in _per_call(point).items() if k.endswith("_ms")}
+    return {key: {**table_points[key], **times}}
+
+
 def merge(records, command):
     """The updated table (a dict) of the records' device kind."""
     (kind,) = {r["device_kind"] for r in records}
@@ -46,7 +72,11 @@ def merge(records, command):
     table = json.loads(path.read_text()) if path.exists() else {"points": []}
     points = {_key(p): p for p in table["points"]}
     fresh = set()
-    for record in records:
+    for record in [r for r in records if not training_step(r)] + [r for r in records if training_step(r)]:
+        if training_step(record):
+            for p in record["points"]:
+                points.update(_train_times(p, points))
+            continue
         points.update({_key(p): {**points.get(_key(p), {}), **_per_call(p)} for p in record["points"]})
         fresh.update(_key(p) for p in record["points"])
         for row in record.get("rows", []):

@@ -767,8 +767,9 @@ def device_time_sweep(cases, rows, repeats: int = 7, with_value: bool = False, e
 
 
 def _per_call(row) -> dict:
-    """``{variant: ms per call}`` of a sweep row."""
-    return {k[:-3]: v for k, v in row.items() if k.endswith("_ms") and not k.endswith("_step_ms")}
+    """``{variant: ms per call}`` of a sweep row (gradients only: not a table point's device times
+    per step, ``_step_ms``, nor its training step's times, ``_train_ms``)."""
+    return {k[:-3]: v for k, v in row.items() if k.endswith("_ms") and not k.endswith(("_step_ms", "_train_ms"))}
 
 
 def host_bound_cases(cases, device_kind: str) -> list:

@@ -277,7 +277,8 @@ def _table(device_kind: str) -> dict:
 @functools.cache
 def measurements(device_kind: str) -> tuple:
     """The recorded sweep points of ``device_kind`` (the H100's when it has none): a tuple of
-    dicts with ``op``, ``dtype``, ``features``, ``pallas_ms``, ``xla_ms``."""
+    dicts with ``op``, ``dtype``, ``features``, ``pallas_ms``, ``xla_ms`` (gradients only, the
+    sweep's form) and, where measured, ``<impl>_train_ms`` (a training step, ``TRAINING_STEP``)."""
     return tuple(_table(device_kind).get("points", ()))
 
 
@@ -319,10 +320,23 @@ def _decide(op: str, device_kind: str, dtype, weight_dtype, features: tuple, ker
     nearest = min(points, key=distance)
     candidates = [k for k in kernels if f"{k}_ms" in nearest] + ["xla"]  # xla last: a kernel wins a tie
     times = {k: nearest[f"{k}_ms"] for k in candidates}
+    form = "per call"
+    trained = {k: nearest[f"{k}_train_ms"] for k in candidates if f"{k}_train_ms" in nearest}
+    if len(trained) > 1 and "xla" in trained:
+        times, form = trained, f"per call in {TRAINING_STEP}"
     impl = min(times, key=times.get)
     where = f"{op} {key} {'x'.join(map(str, nearest['features']))} ({table_kind(device_kind)})"
-    return impl, f"nearest measurement {where} per call: " + ", ".join(
+    return impl, f"nearest measurement {where} {form}: " + ", ".join(
         f"{_LABELS[k]} {t:.4f} ms" for k, t in times.items())
+
+
+# A point's ``<impl>_train_ms`` times (``python -m jaxrules bench --suite sweep --with-value
+# --record``, ``benchmarks/record_dispatch.py``) decide it where it has them: a program returns the
+# value and the gradients of a cotangent that waits for it (``bench.fwd_bwd``), as every training
+# step does (the loss reads y). The sweep's gradients-only programs let XLA drop y's pass, which
+# the rows kernels write anyway: at 40 of 53 H200 points where those times chose the XLA formulas,
+# the Triton kernels were 1.06-1.54x faster in a training step (benchmarks/RESULTS.md stop 31).
+TRAINING_STEP = "a training step (the value, then the gradients)"
 
 
 class KernelFallbackWarning(UserWarning):

@@ -58,6 +58,9 @@ def test_the_plan_at_a_measured_point_is_the_faster_implementation_there(kind):
         # no table holds device times per step (record_dispatch.py keeps them out, RESULTS.md stop 27)
         assert not any(k.endswith("_step_ms") for k in p), p
         times = {k: p[f"{k}_ms"] for k in (*kernels, "xla") if f"{k}_ms" in p}
+        trained = {k: p[f"{k}_train_ms"] for k in times if f"{k}_train_ms" in p}
+        if len(trained) > 1 and "xla" in trained:  # measured in a training step too: decided there
+            times = trained
         assert plan.impl == min(times, key=times.get), (p, plan.reason)
         assert kind in plan.reason
         chosen.add(plan.impl)
@@ -281,6 +284,42 @@ def test_record_dispatch_merges_by_key_and_clears_stale_points(tmp_path, monkeyp
     assert set(module.missing(kernel)["rms_norm"]) == {c.name for c in rms}
     _, measured = module.merge([{"device_kind": "GPU X", "jax": "0.11.2", "points": [point(rms[0], 0.5)]}], "cmd4")
     assert point(rms[0], 0.5) in measured["points"] and rms[0].name not in module.missing(measured)["rms_norm"]
+
+
+def test_a_training_steps_times_decide_where_recorded(tmp_path, monkeypatch):
+    """``record_dispatch.py`` adds a training step's record (``bench --with-value``) as
+    ``<impl>_train_ms`` to the points the table has, keeping their gradients-only times, and
+    refuses a with-value record whose cotangent was given; the dispatch then decides such a point,
+    and shapes nearest to it, on the training step's times (here the kernel, where the gradients
+    alone favour XLA), other points on the gradients-only ones."""
+    module = load("benchmarks/record_dispatch.py")
+    monkeypatch.setattr(dispatch, "DATA", tmp_path)
+    for cached in (dispatch._table, dispatch.measurements):
+        cached.cache_clear()
+    monkeypatch.setattr(dispatch, "triton_backend_missing", lambda: None)
+    point = lambda m, n, **ms: {"op": "layer_norm", "dtype": "float32", "weight_dtype": "float32",  # noqa: E731
+                                "features": [m, n], **ms}
+    dispatch.table_path("GPU X").write_text(json.dumps({"points": [
+        point(65536, 4096, pallas_ms=1.35, xla_ms=1.30, jax_ms=2.0), point(1024, 4096, pallas_ms=0.5, xla_ms=0.4,
+                                                                           jax_ms=0.6)]}))
+    meta = {"with_value": True, "cotangent_after_value": True}
+    step = {"device_kind": "GPU X", "jax": "0.11.2", "meta": meta,
+            "points": [point(65536, 4096, pallas_ms=1.48, xla_ms=2.06, jax_ms=3.0),
+                       point(8, 8, pallas_ms=0.1, xla_ms=0.2, jax_ms=0.3)]}  # not in the table: left out
+    with pytest.raises(ValueError, match="before stop 31"):
+        module.merge([{**step, "meta": {"with_value": True}}], "cmd")
+    _, table = module.merge([step], "cmd")
+    assert table["points"] == [point(1024, 4096, pallas_ms=0.5, xla_ms=0.4, jax_ms=0.6),
+                               point(65536, 4096, pallas_ms=1.35, xla_ms=1.30, jax_ms=2.0, pallas_train_ms=1.48,
+                                     xla_train_ms=2.06, jax_train_ms=3.0)]
+    dispatch.table_path("GPU X").write_text(json.dumps(table))
+    for cached in (dispatch._table, dispatch.measurements):
+        cached.cache_clear()
+    plan = lambda m: dispatch.layer_norm_plan("gpu", "GPU X", m, 4096, jnp.dtype("float32"))  # noqa: E731
+    assert plan(65536).impl == plan(40000).impl == "pallas" and "training step" in plan(65536).reason
+    assert plan(1024).impl == "xla" and "training step" not in plan(1024).reason
+    for cached in (dispatch._table, dispatch.measurements):
+        cached.cache_clear()
 
 
 def test_record_dispatch_leaves_device_times_out(tmp_path, monkeypatch):
