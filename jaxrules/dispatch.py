@@ -298,7 +298,8 @@ def slug(device_kind: str) -> str:
 
 def _decide(op: str, device_kind: str, dtype, weight_dtype, features: tuple, kernels=("pallas",)) -> tuple[str, str]:
     """``(impl, reason)``: the fastest of the XLA formulas and ``kernels`` (those that can run
-    here) at the nearest measured point."""
+    here) at the nearest measured point, in a training step where it has those times
+    (``TRAINING_STEP``), else gradients only."""
     key = _dtype_key(dtype)
     points = [p for p in measurements(device_kind) if p["op"] == op and p["dtype"] == key]
     same_weights = [p for p in points if p["weight_dtype"] == _dtype_key(weight_dtype or dtype)]
