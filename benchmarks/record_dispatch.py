@@ -72,11 +72,8 @@ def merge(records, command):
     table = json.loads(path.read_text()) if path.exists() else {"points": []}
     points = {_key(p): p for p in table["points"]}
     fresh = set()
-    for record in [r for r in records if not training_step(r)] + [r for r in records if training_step(r)]:
-        if training_step(record):
-            for p in record["points"]:
-                points.update(_train_times(p, points))
-            continue
+    steps = [r for r in records if training_step(r)]
+    for record in [r for r in records if r not in steps]:
         points.update({_key(p): {**points.get(_key(p), {}), **_per_call(p)} for p in record["points"]})
         fresh.update(_key(p) for p in record["points"])
         for row in record.get("rows", []):
@@ -89,6 +86,8 @@ def merge(records, command):
                     timed["pallas_ms"] = row["default_ms"]
                 points[key] = {**_per_call(points[key]), **{k: round(v, 5) for k, v in timed.items()}}
                 fresh.add(key)  # a stale point's XLA times are what went stale
+    for p in (p for record in steps for p in record["points"]):  # after the gradients-only times
+        points.update(_train_times(p, points))
     stale = [c.name for c in bench.sweep_cases() if c.name in table.get("stale", [])
              and (c.op, c.dtype, c.weight_dtype, bench.sweep_features(c)) not in fresh]
     jax_versions = {r["jax"] for r in records}

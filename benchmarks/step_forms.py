@@ -28,7 +28,7 @@ def main():
     parser.add_argument("--hlo", help="a folder for the optimized HLO of every program")
     args = parser.parse_args()
     cases = [c for c in bench.sweep_cases() if any(p in c.name for p in args.ops.split(","))]
-    variants = [v for v in args.variants.split(",")]
+    variants = args.variants.split(",")
     print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}; ms per call, median of {args.repeats}")
     for case in cases:
         x, w, b, ct = bench._sweep_inputs(case, np.random.default_rng(0))
