@@ -1,7 +1,8 @@
 """Sweep the rows kernels' launch parameters (``jaxrules.dispatch.RowsLaunch``) per shape and
 dtype on the GPU: the forward kernel (``norm_kernels.local_forward``) over rows per tile and warps,
 the backward kernel (``local_backward``) over rows per tile, warps, programs and the prefetch of
-the next tile, each kernel alone on device-resident inputs (median of ``--repeats`` runs of 10
+the next tile, each with a row in one padded piece and, at widths that are not a power of two, in
+pieces (``dispatch.row_pieces``), each kernel alone on device-resident inputs (median of ``--repeats`` runs of 10
 queued calls), layer norm or RMS norm. Every setting's time goes to ``--out`` (JSON lines) and
 the best of each kernel is printed beside the current rule's (``dispatch.rows_launch``), with the
 fraction of the copy probe's bandwidth (forward: x and y; backward: x, the cotangent, dx).
@@ -26,18 +27,28 @@ INTERPRET = jax.default_backend() != "gpu"  # a try on a CPU: the kernels interp
 
 
 def settings(m: int, n: int):
-    """``(kernel, launch)`` pairs to time at (m, n): the current rule's launch first."""
-    base = dispatch.rows_launch(m, n, interpret=INTERPRET)  # the rule (no device kind): what tuning starts from
-    width = base.width
-    fits = lambda r: r * width <= dispatch.MAX_TILE_ELEMENTS and r <= dispatch._next_power_of_2(m)  # noqa: E731
-    rows = sorted(r for r in {1, 2, 4, 8, base.rows // 2, base.rows, base.rows * 2} if r >= 1 and fits(r))
-    forward = [dataclasses.replace(base, rows=r, num_warps=w) for r, w in itertools.product(rows, (4, 8, 16))]
-    backward = []
-    near = sorted(r for r in {max(1, base.rows // 2), base.rows, base.rows * 2} if fits(r))
-    for r, w, programs, prefetch in itertools.product(near, (4, 8, 16), (256, 512), (False, True)):
-        backward.append(dataclasses.replace(base, rows=r, num_warps=w, steps=dispatch.backward_steps(m, r, programs),
-                                            prefetch=prefetch))
-    unique = lambda launches: list(dict.fromkeys([base, *launches]))  # noqa: E731
+    """``(kernel, launch)`` pairs to time at (m, n): the current rule's launch first, then, for each
+    layout of a row (one padded piece, the rule's; pieces, ``dispatch.row_pieces``, where they pad
+    less), the forward over rows per tile and warps, the backward over rows, warps, programs and
+    the prefetch."""
+    rule = dispatch.rows_launch(m, n, interpret=INTERPRET)  # the rule (no device kind): what tuning starts from
+    width, chunks = dispatch.row_pieces(n)
+    layouts = [rule]
+    if chunks > 1:
+        rows = max(1, min(dispatch._power_of_2_at_most(max(1, dispatch.TILE_ELEMENTS // (chunks * width))),
+                          dispatch._next_power_of_2(m)))
+        layouts.append(dataclasses.replace(rule, width=width, chunks=chunks, rows=rows,
+                                           steps=dispatch.backward_steps(m, rows, dispatch.BACKWARD_PROGRAMS)))
+    forward, backward = [], []
+    for base in layouts:
+        fits = lambda r: r * base.span <= dispatch.MAX_TILE_ELEMENTS and r <= dispatch._next_power_of_2(m)  # noqa: E731,B023
+        rows = sorted(r for r in {1, 2, 4, 8, base.rows // 2, base.rows, base.rows * 2} if r >= 1 and fits(r))
+        forward += [dataclasses.replace(base, rows=r, num_warps=w) for r, w in itertools.product(rows, (4, 8, 16))]
+        near = sorted(r for r in {max(1, base.rows // 2), base.rows, base.rows * 2} if fits(r))
+        for r, w, programs, prefetch in itertools.product(near, (4, 8, 16), (256, 512), (False, True)):
+            backward.append(dataclasses.replace(base, rows=r, num_warps=w, prefetch=prefetch,
+                                                steps=dispatch.backward_steps(m, r, programs)))
+    unique = lambda launches: list(dict.fromkeys([rule, *launches]))  # noqa: E731
     return [("forward", launch) for launch in unique(forward)] + [("backward", launch) for launch in unique(backward)]
 
 
@@ -99,7 +110,8 @@ def main(argv=None):
             if rule and top:
                 print(f"{args.op} {shape} {dtype} {kernel}: rule {rule['ms']:.4f} ms ({rule['sol']:.2f}), best "
                       f"{top['ms']:.4f} ms ({top['sol']:.2f}) rows={top['rows']} warps={top['num_warps']} "
-                      f"steps={top['steps']} prefetch={top['prefetch']}", flush=True)
+                      f"steps={top['steps']} prefetch={top['prefetch']} pieces={top['chunks']}x{top['width']}",
+                      flush=True)
 
 
 def _compile(op, kernel, launch, args):

@@ -59,14 +59,35 @@ def _next_power_of_2(v: int) -> int:
     return 1 << max(0, (int(v) - 1).bit_length())
 
 
+def _power_of_2_at_most(v: int) -> int:
+    return 1 << max(0, int(v).bit_length() - 1)
+
+
+# A row in pieces (``RowsLaunch.chunks``): at most MAX_PIECES of at least MIN_PIECE columns.
+MAX_PIECES = 8
+MIN_PIECE = 128
+
+
+def row_pieces(n: int) -> tuple[int, int]:
+    """``(width, chunks)``: the power-of-two pieces that cover a row of ``n`` with the fewest
+    padded columns (12288: 3 of 4096, not one of 16384; 5120: 5 of 1024), the fewest pieces on a
+    tie (a power of two: one piece). A launch takes them where measured faster than one padded
+    piece (``tuned_rows_launch``)."""
+    options = [(w, _cdiv(n, w)) for w in (1 << k for k in range(MIN_PIECE.bit_length() - 1, 15))
+               if _cdiv(n, w) <= MAX_PIECES] + [(_next_power_of_2(n), 1)]
+    return min(options, key=lambda o: (o[0] * o[1], o[1]))
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
 @dataclasses.dataclass(frozen=True)
 class RowsLaunch:
-    """Launch of the layer-norm kernels on (M, N): the backward's tiles of ``rows`` x ``width``
-    (powers of two, ``width >= N``), its programs walking ``steps`` consecutive tiles each
+    """Launch of the layer-norm kernels on (M, N): the backward's tiles of ``rows`` rows, each
+    row held as ``chunks`` pieces of ``width`` columns (powers of two, ``span = chunks width >=
+    N``; one piece padded to the next power of two, or several that pad an awkward width such as
+    12288 = 3 x 4096 less: ``row_chunks``), its programs walking ``steps`` consecutive tiles each
     (``prefetch``: loading tile ``t + 1`` before computing tile ``t``) with ``num_warps``; the
     forward's tiles of ``forward_rows`` rows with ``forward_warps`` (0: the backward's).
     ``device_kind``: the GPU whose measured launches (``tuned_rows_launch``) apply, None where
@@ -82,6 +103,12 @@ class RowsLaunch:
     forward_rows: int = 0
     forward_warps: int = 0
     device_kind: str | None = None
+    chunks: int = 1
+
+    @property
+    def span(self) -> int:
+        """The columns a tile's row covers (``chunks`` pieces of ``width``)."""
+        return self.chunks * self.width
 
     def forward_programs(self, m: int) -> int:
         return _cdiv(m, self.forward_launch().rows)
@@ -120,9 +147,10 @@ def tuned_rows_launch(device_kind: str, m: int, n: int, dtype) -> RowsLaunch | N
     ``benchmarks/layer_norm_tuning.py``, layer norm's: RMS norm's kernels are the same code
     without centering and run them too) at the nearest tuned shape of ``dtype``'s kind (float16
     follows bfloat16) padded to the same width, when (m, n) is within a factor of two of it in
-    both; a tie goes to the launch without the prefetch. Tiles keep their rows (the width is the
-    same), programs their count. None: no such entry. (Across widths a tile's registers differ:
-    the prefetch that wins at 5120 wide rows spills at 16384.)"""
+    both; a tie goes to the launch without the prefetch. Tiles keep their elements (rows: the
+    power of two at most elements / span), programs their count, rows in pieces their piece width
+    (an entry's ``chunk_width``: ``row_pieces``). None: no such entry. (Across widths a tile's
+    registers differ: the prefetch that wins at 5120 wide rows spills at 16384.)"""
     if dtype is None or not has_tuned_launches(device_kind):
         return None
     key, width = _dtype_key(dtype), _next_power_of_2(n)
@@ -135,14 +163,16 @@ def tuned_rows_launch(device_kind: str, m: int, n: int, dtype) -> RowsLaunch | N
     entry = min(near, key=lambda e: (sum((math.log2(f) - h) ** 2 for f, h in zip(e["features"], here)),
                                      e["backward"]["prefetch"]))
     fwd, bwd = entry["forward"], entry["backward"]
+    width = entry.get("chunk_width", width)
+    chunks = _cdiv(n, width)
 
     def tile_rows(elements):
-        return max(1, min(elements // width, _next_power_of_2(m)))
+        return max(1, min(_power_of_2_at_most(max(1, elements // (chunks * width))), _next_power_of_2(m)))
 
     rows = tile_rows(bwd["tile_elements"])
     return RowsLaunch(rows, width, backward_steps(m, rows, bwd["programs"]), bwd["num_warps"],
                       prefetch=bwd["prefetch"], forward_rows=tile_rows(fwd["tile_elements"]),
-                      forward_warps=fwd["num_warps"], device_kind=device_kind)
+                      forward_warps=fwd["num_warps"], device_kind=device_kind, chunks=chunks)
 
 
 def backward_steps(m: int, rows: int, programs: int) -> int:

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
@@ -44,9 +46,10 @@ def _compiler_params(launch):
     return {"compiler_params": plgpu.CompilerParams(num_warps=launch.num_warps, num_stages=launch.num_stages)}
 
 
-def _masked(op, ref, tile, launch, n, *args, end=None):
-    """``plgpu.load`` / ``plgpu.store`` of row tile ``tile`` (``launch.rows`` x ``launch.width``)
-    of ``ref`` (M, N) or (M,), masked past row M (and row ``end``, where given) and column N."""
+def _masked(op, ref, tile, launch, n, *args, end=None, chunk=0):
+    """``plgpu.load`` / ``plgpu.store`` of row tile ``tile`` (``launch.rows`` rows, the columns of
+    piece ``chunk``: ``launch.width`` from ``chunk * launch.width``) of ``ref`` (M, N) or (M,),
+    masked past row M (and row ``end``, where given) and column N."""
     m = ref.shape[0]
     rows = tile * launch.rows + lax.broadcasted_iota(jnp.int32, (launch.rows, 1), 0)
 
@@ -55,56 +58,79 @@ def _masked(op, ref, tile, launch, n, *args, end=None):
 
     if len(ref.shape) == 1:
         return op(ref.at[pl.ds(tile * launch.rows, launch.rows)], *args, mask=inside(rows[:, 0]))
-    columns = lax.broadcasted_iota(jnp.int32, (1, launch.width), 1)
+    columns = _columns(launch, chunk)
     mask = inside(rows) & (columns < n)
-    return op(ref.at[pl.ds(tile * launch.rows, launch.rows), pl.ds(jnp.int32(0), launch.width)], *args, mask=mask)
+    return op(ref.at[pl.ds(tile * launch.rows, launch.rows), pl.ds(jnp.int32(chunk * launch.width), launch.width)],
+              *args, mask=mask)
 
 
-def _load(ref, tile, launch, n, dtype=None, end=None):
-    """Tile ``tile`` of ``ref``, zeros where masked, in ``dtype`` (None: the ref's)."""
+def _columns(launch, chunk, shape=None):
+    """The column index of each element of piece ``chunk`` (shape ``(1, width)``, or ``shape``)."""
+    shape = shape or (1, launch.width)
+    columns = lax.broadcasted_iota(jnp.int32, shape, len(shape) - 1)
+    return columns + chunk * launch.width if chunk else columns
+
+
+def _load(ref, tile, launch, n, dtype=None, end=None, chunk=0):
+    """Tile ``tile`` of ``ref`` (of its piece ``chunk``), zeros where masked, in ``dtype`` (None:
+    the ref's)."""
     from jax.experimental.pallas import triton as plgpu
 
-    value = _masked(functools.partial(plgpu.load, other=0), ref, tile, launch, n, end=end)
+    value = _masked(functools.partial(plgpu.load, other=0), ref, tile, launch, n, end=end, chunk=chunk)
     return value if dtype is None else value.astype(dtype)
 
 
-def _store(ref, tile, launch, n, value):
+def _load_tile(ref, tile, launch, n, dtype=None, end=None):
+    """``_load`` of a per-row ref (M,), or of every piece of a tile of an (M, N) ref (a tuple)."""
+    if len(ref.shape) == 1:
+        return _load(ref, tile, launch, n, dtype, end)
+    return tuple(_load(ref, tile, launch, n, dtype, end, chunk) for chunk in range(launch.chunks))
+
+
+def _store(ref, tile, launch, n, value, chunk=0):
     from jax.experimental.pallas import triton as plgpu
 
-    _masked(plgpu.store, ref, tile, launch, n, value.astype(ref.dtype))
+    _masked(plgpu.store, ref, tile, launch, n, value.astype(ref.dtype), chunk=chunk)
 
 
-def _vector(ref, launch, n, dtype):
-    """A length-N vector as (width,), zeros past N."""
+def _vector(ref, launch, n, dtype, chunk=0):
+    """Piece ``chunk`` of a length-N vector as (width,), zeros past N."""
     from jax.experimental.pallas import triton as plgpu
 
-    columns = lax.broadcasted_iota(jnp.int32, (launch.width,), 0)
-    return plgpu.load(ref.at[pl.ds(jnp.int32(0), launch.width)], mask=columns < n, other=0).astype(dtype)
+    columns = _columns(launch, chunk, (launch.width,))
+    return plgpu.load(ref.at[pl.ds(jnp.int32(chunk * launch.width), launch.width)], mask=columns < n,
+                      other=0).astype(dtype)
+
+
+def _row_sum(pieces):
+    """Sum over each row of a tile held as pieces ((rows, width) each): (rows,)."""
+    return functools.reduce(operator.add, (p.sum(1) for p in pieces))
 
 
 def _forward_kernel(*refs, eps, launch, center):
     """One tile of rows: layer norm (``center``: refs x, w, b -> y, mean, rstd) or RMS norm (x, w
     -> y, rstd: no mean subtracted, no bias). Layer norm's branch keeps the fifth pass's operation
     order, as ``_backward_kernel``'s: sharing one sequence with RMS norm's made the backward 20-28%
-    slower on the H100 (``benchmarks/RESULTS.md``, seventh pass)."""
+    slower on the H100 (``benchmarks/RESULTS.md``, seventh pass). A row is ``launch.chunks``
+    pieces; with one piece the kernel is the one those tables measured, operation for operation."""
     if center:
         x_ref, w_ref, b_ref, y_ref, mean_ref, rstd_ref = refs
     else:
         x_ref, w_ref, y_ref, rstd_ref = refs
     n, stat, tile = x_ref.shape[1], rstd_ref.dtype, pl.program_id(0)
-    x = _load(x_ref, tile, launch, n, stat)  # zeros past column N
+    xs = _load_tile(x_ref, tile, launch, n, stat)  # zeros past column N
     if center:
-        mean = x.sum(1) / n
-        valid = lax.broadcasted_iota(jnp.int32, (1, launch.width), 1) < n
-        centered = jnp.where(valid, x - mean[:, None], 0)
-        rstd = lax.rsqrt((centered * centered).sum(1) / n + eps)
-        y = (centered * rstd[:, None] * _vector(w_ref, launch, n, stat)[None, :]
-             + _vector(b_ref, launch, n, stat)[None, :])
-        _store(y_ref, tile, launch, n, y)
+        mean = _row_sum(xs) / n
+        centered = [jnp.where(_columns(launch, c) < n, x - mean[:, None], 0) for c, x in enumerate(xs)]
+        rstd = lax.rsqrt(_row_sum(c * c for c in centered) / n + eps)
+        for c, piece in enumerate(centered):
+            _store(y_ref, tile, launch, n, piece * rstd[:, None] * _vector(w_ref, launch, n, stat, c)[None, :]
+                   + _vector(b_ref, launch, n, stat, c)[None, :], c)
         _store(mean_ref, tile, launch, n, mean)
     else:
-        rstd = lax.rsqrt((x * x).sum(1) / n + eps)
-        _store(y_ref, tile, launch, n, x * rstd[:, None] * _vector(w_ref, launch, n, stat)[None, :])
+        rstd = lax.rsqrt(_row_sum(x * x for x in xs) / n + eps)
+        for c, x in enumerate(xs):
+            _store(y_ref, tile, launch, n, x * rstd[:, None] * _vector(w_ref, launch, n, stat, c)[None, :], c)
     _store(rstd_ref, tile, launch, n, rstd)
 
 
@@ -145,21 +171,22 @@ def local_forward(x, w, b, *, eps, launch: RowsLaunch):
 def _backward_kernel(*refs, launch, center):
     """``launch.steps`` tiles of rows: ``dx`` and this program's partial sums of ``dw`` (and
     ``db``). Layer norm (``center``): refs x, g, w, mean, rstd, g_mean, g_rstd -> dx, dw, db;
-    RMS norm: x, g, w, rstd, g_rstd -> dx, dw."""
+    RMS norm: x, g, w, rstd, g_rstd -> dx, dw. A row is ``launch.chunks`` pieces (lists of
+    them below); with one piece the operations are traced in the order the tables measured."""
     if center:
         x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, dx_ref, *sum_refs = refs
     else:
         x_ref, g_ref, w_ref, rstd_ref, grstd_ref, dx_ref, *sum_refs = refs
-    n, stat = x_ref.shape[1], rstd_ref.dtype
-    w = _vector(w_ref, launch, n, stat)
-    valid = lax.broadcasted_iota(jnp.int32, (1, launch.width), 1) < n
+    n, stat, pieces = x_ref.shape[1], rstd_ref.dtype, range(launch.chunks)
+    ws = [_vector(w_ref, launch, n, stat, c) for c in pieces]
+    valid = [_columns(launch, c) < n for c in pieces]
     first = pl.program_id(0) * launch.steps
     tile_refs = dict(x=x_ref, g=g_ref, rstd=rstd_ref, grstd=grstd_ref, **(dict(mean=mean_ref, gmean=gmean_ref)
                                                                          if center else {}))
     end = (first + launch.steps) * launch.rows  # this program's rows end here (a prefetch past it loads nothing)
 
     def fetch(tile):  # every load of a tile, in the refs' dtypes: the next step's, carried by the loop
-        return {k: _load(ref, tile, launch, n, end=end) for k, ref in tile_refs.items()}
+        return {k: _load_tile(ref, tile, launch, n, end=end) for k, ref in tile_refs.items()}
 
     def body(step, carry):
         tile = first + step
@@ -167,32 +194,44 @@ def _backward_kernel(*refs, launch, center):
         following = fetch(tile + 1) if launch.prefetch else {}
 
         def get(k):  # without the prefetch each load is traced where it is first used: that order was measured
-            return carried[k].astype(stat) if launch.prefetch else _load(tile_refs[k], tile, launch, n, stat)
+            if launch.prefetch:
+                return jax.tree.map(lambda v: v.astype(stat), carried[k])
+            return _load_tile(tile_refs[k], tile, launch, n, stat)
 
         x, g = get("x"), get("g")
         rstd = get("rstd")
-        gw = g * w[None, :]
+        gw = [gc * w[None, :] for gc, w in zip(g, ws)]
+
+        @functools.cache
+        def row_gw_xhat():  # sum g w x_hat over the row, traced at its first use (the one-piece kernel's place)
+            return _row_sum(a * b for a, b in zip(gw, xhat))
+
         if center:
             mean = get("mean")
-            xhat = jnp.where(valid, (x - mean[:, None]) * rstd[:, None], 0)
-            mean_gw = defined_mean(gw.sum(1) / n)
-            dx = rstd[:, None] * (gw - mean_gw[:, None] - xhat * (gw * xhat).sum(1)[:, None] / n)
+            xhat = [jnp.where(v, (xc - mean[:, None]) * rstd[:, None], 0) for v, xc in zip(valid, x)]
+            mean_gw = defined_mean(_row_sum(gw) / n)
+            dx = [rstd[:, None] * (a - mean_gw[:, None] - b * row_gw_xhat()[:, None] / n) for a, b in zip(gw, xhat)]
             gmean, grstd = get("gmean"), get("grstd")
-            dx = dx + (gmean[:, None] - (grstd * rstd * rstd)[:, None] * xhat) / n
-            terms = ((g * xhat).sum(0), g.sum(0))
+            dx = [d + (gmean[:, None] - (grstd * rstd * rstd)[:, None] * b) / n for d, b in zip(dx, xhat)]
+            terms = ([(gc * b).sum(0) for gc, b in zip(g, xhat)], [gc.sum(0) for gc in g])
         else:
-            xhat = x * rstd[:, None]
+            xhat = [xc * rstd[:, None] for xc in x]
             grstd = get("grstd")
-            dx = (rstd[:, None] * (gw - xhat * (gw * xhat).sum(1)[:, None] / n)
-                  - (grstd * rstd * rstd)[:, None] * xhat / n)
-            terms = ((g * xhat).sum(0),)
-        _store(dx_ref, tile, launch, n, dx)
-        return tuple(s + t for s, t in zip(sums, terms)), following
+            dx = [rstd[:, None] * (a - b * row_gw_xhat()[:, None] / n) - (grstd * rstd * rstd)[:, None] * b / n
+                  for a, b in zip(gw, xhat)]
+            terms = ([(gc * b).sum(0) for gc, b in zip(g, xhat)],)
+        for c, piece in enumerate(dx):
+            _store(dx_ref, tile, launch, n, piece, c)
+        return jax.tree.map(operator.add, sums, terms), following
 
-    zeros = jnp.zeros((launch.width,), stat)
+    zeros = [jnp.zeros((launch.width,), stat)] * launch.chunks
     sums, _ = lax.fori_loop(0, launch.steps, body, ((zeros,) * len(sum_refs), fetch(first) if launch.prefetch else {}))
-    for ref, total in zip(sum_refs, sums):
-        ref[...] = total
+    for ref, totals in zip(sum_refs, sums):
+        if launch.chunks == 1:
+            ref[...] = totals[0]  # the measured kernel's store
+        else:
+            for c, total in enumerate(totals):
+                ref[pl.ds(c * launch.width, launch.width)] = total
 
 
 def backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch):
@@ -225,9 +264,9 @@ def local_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: RowsLaunch):
     programs = launch.backward_programs(m)
     stats = (mean, rstd, g_mean, g_rstd) if center else (rstd, g_rstd)
     n_sums = 2 if center else 1
-    partial_spec = pl.BlockSpec((None, launch.width), lambda i: (i, 0))
+    partial_spec = pl.BlockSpec((None, launch.span), lambda i: (i, 0))
     struct = functools.partial(varying_struct, refs=(x, g, w, *stats))
-    partial_shape = struct((programs, launch.width), stat)
+    partial_shape = struct((programs, launch.span), stat)
     dx, *sums = pl.pallas_call(
         functools.partial(_backward_kernel, launch=launch, center=center),
         grid=(programs,),

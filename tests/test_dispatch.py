@@ -116,7 +116,7 @@ def test_row_launches_keep_the_device_busy(m, n):
     whole rows, every row in exactly one tile, and a backward of at least
     ``min(tiles, MIN_BACKWARD_PROGRAMS)`` programs with at most one step of idle tail."""
     launch = dispatch.rows_launch(m, n)
-    assert launch.width >= n and launch.width & (launch.width - 1) == 0
+    assert (launch.width, launch.chunks) == (dispatch._next_power_of_2(n), 1)  # the rule: one padded piece
     assert launch.rows * launch.width <= max(4096, launch.width)
     tiles = launch.forward_programs(m)
     assert tiles == math.ceil(m / launch.rows)
@@ -404,9 +404,9 @@ def test_tuned_row_launches_keep_the_device_busy():
         tuned += launch.device_kind == "NVIDIA H200" and launch == dispatch.tuned_rows_launch(
             "NVIDIA H200", m, n, jnp.dtype(dtype))
         forward = launch.forward_launch()
-        assert launch.width >= n and launch.width & (launch.width - 1) == 0
+        assert launch.span >= n > launch.span - launch.width and launch.width & (launch.width - 1) == 0
         for tile in (launch, forward):
-            assert tile.rows * tile.width <= max(MAX_TILE_ELEMENTS, tile.width)
+            assert tile.rows * tile.span <= max(MAX_TILE_ELEMENTS, tile.span)
             assert tile.rows <= dispatch._next_power_of_2(m)
         assert launch.forward_programs(m) == math.ceil(m / forward.rows)
         tiles, programs = math.ceil(m / launch.rows), launch.backward_programs(m)
@@ -464,6 +464,14 @@ def test_a_tuned_launch_lowers_for_cuda_with_its_own_grids():
     assert kernels == {"layer_norm_fwd": launch.forward_programs(m), "layer_norm_bwd": launch.backward_programs(m)}
 
 
+@pytest.mark.parametrize("n, pieces", [(4096, (4096, 1)), (1000, (1024, 1)), (12288, (4096, 3)), (5120, (1024, 5)),
+                                       (768, (256, 3)), (1536, (512, 3)), (3000, (1024, 3)), (100, (128, 1)),
+                                       (9000, (2048, 5)), (16383, (16384, 1))])
+# 9000: 9 of 1024 are too many pieces, 3 of 4096 pad more; 16383: 8 of 2048 pad as much as one piece
+def test_row_pieces_pad_the_least(n, pieces):
+    assert dispatch.row_pieces(n) == pieces
+
+
 def test_record_dispatch_takes_a_tuned_launch_only_past_the_margin():
     """benchmarks/record_dispatch.py --launches: per shape, a kernel's fastest launch when it beats
     the rule's by more than ``LAUNCH_MARGIN``, else the rule's."""
@@ -483,6 +491,39 @@ def test_record_dispatch_takes_a_tuned_launch_only_past_the_margin():
     assert entry["backward"] == {"tile_elements": 2 * rule.width, "num_warps": rule.num_warps, "rule_ms": 1.0,
                                  "ms": 0.9, "programs": math.ceil(math.ceil(m / 2) / (2 * rule.steps)),
                                  "prefetch": True}
+
+
+def test_rows_in_pieces_are_recorded_and_launched_where_both_kernels_gain(tmp_path, monkeypatch):
+    """``record_dispatch.py --launches`` takes rows in pieces (``dispatch.row_pieces``) where the
+    two kernels' best times in pieces beat their best in one padded piece by more than
+    ``LAUNCH_MARGIN``; ``tuned_rows_launch`` then launches pieces of that width, at the tuned shape
+    with the tiles measured and at a neighbour with the pieces its width needs."""
+    module = load("benchmarks/record_dispatch.py")
+    m, n = 21844, 12288
+    rule = dispatch.rows_launch(m, n)
+    pieces = dataclasses.replace(rule, width=4096, chunks=3, rows=2, steps=dispatch.backward_steps(m, 2, 256))
+
+    def timed(kernel, ms, launch):
+        return {"device_kind": "GPU X", "op": "layer_norm", "m": m, "n": n, "dtype": "bfloat16", "kernel": kernel,
+                "ms": ms, **{k: v for k, v in dataclasses.asdict(launch).items() if k != "interpret"}}
+
+    padded = [timed("forward", 1.0, rule), timed("backward", 2.0, rule)]
+    (entry,) = module.launches(padded + [timed("forward", 0.99, pieces), timed("backward", 1.99, pieces)])
+    assert "chunk_width" not in entry and entry["forward"]["ms"] == 1.0  # 0.7%: noise
+    (entry,) = module.launches(padded + [timed("forward", 0.8, pieces), timed("backward", 2.05, pieces)])
+    assert entry["chunk_width"] == 4096 and (entry["forward"]["ms"], entry["backward"]["ms"]) == (0.8, 2.05)
+    assert entry["forward"]["rule_ms"] == 1.0 and entry["forward"]["tile_elements"] == 2 * 12288
+    monkeypatch.setattr(dispatch, "DATA", tmp_path)
+    dispatch.table_path("GPU X").write_text(json.dumps({"rows_launches": [entry]}))
+    dispatch._table.cache_clear()
+    try:
+        bf16 = jnp.dtype("bfloat16")
+        assert dispatch.tuned_rows_launch("GPU X", m, n, bf16) == dataclasses.replace(
+            pieces, forward_rows=2, forward_warps=rule.num_warps, device_kind="GPU X")
+        near = dispatch.tuned_rows_launch("GPU X", m, 9000, bf16)  # 3 pieces of 4096 cover 9000 too
+        assert (near.width, near.chunks, near.rows) == (4096, 3, 2)
+    finally:
+        dispatch._table.cache_clear()
 
 
 def test_record_dispatch_keeps_the_times_a_record_did_not_measure(tmp_path, monkeypatch):

@@ -226,19 +226,22 @@ def test_rms_norm_default_off_the_gpu_is_the_xla_formulas():
 
 # (M, N) and launches of the rows kernels: several rows per tile with M not a multiple of them, a
 # backward program walking several tiles (its last one partly past M, or wholly: programs x steps
-# x rows > M), one row per tile; each with the next tile prefetched and without.
+# x rows > M), one row per tile, rows held in pieces; each with the next tile prefetched and without.
 ROW_LAUNCHES = [
     ((37, 10), dict(rows=4, width=16, steps=3)),
     ((9, 5), dict(rows=2, width=8, steps=4)),
     ((6, 16), dict(rows=1, width=16, steps=2)),
     ((37, 10), dict(rows=2, width=16, steps=3, forward_rows=8)),  # the forward's own tiles, bigger
     ((37, 10), dict(rows=4, width=16, steps=2, forward_rows=1)),  # and smaller
+    ((37, 10), dict(rows=4, width=4, steps=3, chunks=3)),  # rows in pieces, the last partly past N
+    ((9, 12), dict(rows=2, width=4, steps=4, chunks=3, forward_rows=4)),  # pieces that cover N exactly
 ]
 
 
 @pytest.mark.parametrize("prefetch", [False, True], ids=["load-in-step", "prefetch"])
 @pytest.mark.parametrize("shape, tiling", ROW_LAUNCHES,
-                         ids=["rows-4", "rows-2-tail", "rows-1", "forward-rows-8", "forward-rows-1"])
+                         ids=["rows-4", "rows-2-tail", "rows-1", "forward-rows-8", "forward-rows-1", "pieces-3",
+                              "pieces-3-exact"])
 @pytest.mark.parametrize("center", [True, False], ids=["layer_norm", "rms_norm"])
 def test_rows_kernels_match_the_xla_ops_at_every_launch(center, shape, tiling, prefetch):
     """Values and every cotangent (of y and of the statistics) of the rows kernel ops against the
@@ -270,22 +273,50 @@ GPU = jax.default_backend() == "gpu"
 
 
 def _effective(launch):
-    """What a rows launch runs: each kernel's tile rows and warps, the backward's steps and prefetch."""
+    """What a rows launch runs: each kernel's tile rows and warps, the backward's steps and prefetch,
+    the row's pieces."""
     forward = launch.forward_launch()
-    return forward.rows, forward.num_warps, launch.rows, launch.num_warps, launch.steps, launch.prefetch
+    return (forward.rows, forward.num_warps, launch.rows, launch.num_warps, launch.steps, launch.prefetch,
+            launch.width, launch.chunks)
+
+
+def _matches_the_xla_ops_on_the_gpu(center, launch, m, n, dtype, tolerance):
+    """Compiled for the GPU: values and gradients of the rows kernels on ``launch`` against the XLA
+    ops on the same inputs, relative to the largest (the kernels sum in another order: 1e-4 in
+    float32; two bfloat16 roundings, 2e-2, in bfloat16)."""
+    from jaxrules.ops.normalization import affine_normalize_op, layer_norm_rows_op
+
+    keys = jax.random.split(jax.random.PRNGKey(m + n), 4)
+    x = (jax.random.normal(keys[0], (m, n)) * 3 + 1).astype(dtype)
+    g = jax.random.normal(keys[1], (m, n)).astype(dtype)
+    w, b = (jax.random.normal(keys[2], (n,)) + 1).astype(dtype), jax.random.normal(keys[3], (n,)).astype(dtype)
+    if center:
+        ours = lambda x, w, b: layer_norm_rows_op(x, w, b, eps=1e-5, launch=launch)[0]  # noqa: E731
+        ref = lambda x, w, b: affine_normalize_op(x, w[None], b[None], axes=(1,), eps=1e-5,  # noqa: E731
+                                                  axis_name=None)[0]
+        args = (x, w, b)
+    else:
+        ours = lambda x, w: rms_norm_rows_op(x, w, eps=1e-5, launch=launch)[0]  # noqa: E731
+        ref = lambda x, w: rms_norm_op(x, w, axes=(1,), eps=1e-5)[0]  # noqa: E731
+        args = (x, w)
+    step = lambda f: jax.jit(lambda g, *a: (lambda out, pb: (out, *pb(g)))(*jax.vjp(f, *a)))  # noqa: E731
+    for got, want in zip(step(ours)(g, *args), step(ref)(g, *args)):
+        got, want = got.astype(jnp.float32), want.astype(jnp.float32)
+        scale = float(jnp.max(jnp.abs(want)))
+        assert float(jnp.max(jnp.abs(got - want))) <= tolerance * scale, (m, n, launch)
+
+
+GPU_TOLERANCES = [(jnp.float32, 1e-4), (jnp.bfloat16, 2e-2)]
 
 
 @pytest.mark.skipif(not GPU, reason="the tuned launches run on the GPU they were measured on")
-@pytest.mark.parametrize("dtype, tolerance", [(jnp.float32, 1e-4), (jnp.bfloat16, 2e-2)], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype, tolerance", GPU_TOLERANCES, ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("center", [True, False], ids=["layer_norm", "rms_norm"])
 def test_tuned_launches_on_the_gpu_match_the_xla_formulas(center, dtype, tolerance):
     """Every tuned launch of this GPU's table that differs from the rule (a forward tile of its
-    own, the backward's prefetch, another tile or warps) at its shape and at a ragged neighbour
-    (fewer rows, a width that is not a power of two), compiled: values and gradients against the
-    XLA ops on the same inputs, relative to the largest (the kernels sum in another order: 1e-4 in
-    float32; two bfloat16 roundings, 2e-2, in bfloat16, whose launches are their own)."""
-    from jaxrules.ops.normalization import affine_normalize_op, layer_norm_rows_op
-
+    own, the backward's prefetch, another tile or warps, rows in pieces) at its shape and at a
+    ragged neighbour (fewer rows, a width that is not a power of two), compiled
+    (``_matches_the_xla_ops_on_the_gpu``)."""
     kind = jax.devices()[0].device_kind
     entries = [e for e in dispatch._table(kind).get("rows_launches", ()) if dispatch.table_kind(kind) == kind]
     if not entries:
@@ -294,25 +325,21 @@ def test_tuned_launches_on_the_gpu_match_the_xla_formulas(center, dtype, toleran
     for m0, n0 in sorted({tuple(e["features"]) for e in entries}):
         for m, n in ((m0, n0), (m0 * 3 // 4 + 1, n0 * 3 // 4)):
             launch = dispatch.rows_launch(m, n, dtype=jnp.dtype(dtype), device_kind=kind)
-            if _effective(launch) == _effective(dispatch.rows_launch(m, n)):
-                continue
-            keys = jax.random.split(jax.random.PRNGKey(m + n), 4)
-            x = (jax.random.normal(keys[0], (m, n)) * 3 + 1).astype(dtype)
-            g = jax.random.normal(keys[1], (m, n)).astype(dtype)
-            w, b = (jax.random.normal(keys[2], (n,)) + 1).astype(dtype), jax.random.normal(keys[3], (n,)).astype(dtype)
-            if center:
-                ours = lambda x, w, b, launch=launch: layer_norm_rows_op(x, w, b, eps=1e-5, launch=launch)[0]  # noqa: E731
-                ref = lambda x, w, b: affine_normalize_op(x, w[None], b[None], axes=(1,), eps=1e-5,  # noqa: E731
-                                                          axis_name=None)[0]
-                args = (x, w, b)
-            else:
-                ours = lambda x, w, launch=launch: rms_norm_rows_op(x, w, eps=1e-5, launch=launch)[0]  # noqa: E731
-                ref = lambda x, w: rms_norm_op(x, w, axes=(1,), eps=1e-5)[0]  # noqa: E731
-                args = (x, w)
-            step = lambda f: jax.jit(lambda g, *a: (lambda out, pb: (out, *pb(g)))(*jax.vjp(f, *a)))  # noqa: E731
-            for got, want in zip(step(ours)(g, *args), step(ref)(g, *args)):
-                got, want = got.astype(jnp.float32), want.astype(jnp.float32)
-                scale = float(jnp.max(jnp.abs(want)))
-                assert float(jnp.max(jnp.abs(got - want))) <= tolerance * scale, (m, n, launch)
-            checked += 1
+            if _effective(launch) != _effective(dispatch.rows_launch(m, n)):
+                _matches_the_xla_ops_on_the_gpu(center, launch, m, n, dtype, tolerance)
+                checked += 1
     assert checked >= 8, checked
+
+
+@pytest.mark.skipif(not GPU, reason="Triton compiles the pieces only on a GPU (interpreted: every_launch above)")
+@pytest.mark.parametrize("dtype, tolerance", GPU_TOLERANCES, ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("center", [True, False], ids=["layer_norm", "rms_norm"])
+def test_rows_in_pieces_on_the_gpu_match_the_xla_formulas(center, dtype, tolerance):
+    """Rows in pieces (``dispatch.row_pieces``) compiled at awkward widths, one and several rows
+    per tile, with the prefetch and without, rows not a multiple of a tile."""
+    for m, n, rows in ((301, 12288, 1), (203, 5120, 2), (1001, 768, 8), (77, 3000, 4)):
+        width, chunks = dispatch.row_pieces(n)
+        for prefetch in (False, True):
+            launch = dispatch.RowsLaunch(rows, width, dispatch.backward_steps(m, rows, 64), num_warps=8,
+                                         prefetch=prefetch, chunks=chunks, forward_rows=max(1, rows // 2))
+            _matches_the_xla_ops_on_the_gpu(center, launch, m, n, dtype, tolerance)
