@@ -13,7 +13,7 @@ GPU run, keeps the XLA formulas as its default: ``dispatch.rms_norm_plan``).
 ``benchmarks/layer_norm_tuning.py`` (its JSON lines) become the table's ``rows_launches``: per
 tuned shape and dtype the fastest forward and backward launch, where it beats the rule's
 (``dispatch.rows_launch`` without a device kind) by more than ``LAUNCH_MARGIN``, else the rule's,
-and rows in pieces where those are faster (``dispatch.tuned_rows_launch`` reads them).
+a row in one padded piece or in several (``dispatch.tuned_rows_launch`` reads them).
 
 A training step's record (``bench --suite sweep --with-value``: the value, then the gradients of
 a cotangent that waits for it) adds its times as ``<impl>_train_ms`` to the table's points it
@@ -105,9 +105,9 @@ LAUNCH_MARGIN = 0.03  # a tuned launch must be this much faster than the rule's 
 def launches(tuning: list[dict]) -> list[dict]:
     """The ``rows_launches`` entries of tuning records (``layer_norm_tuning.py``, layer norm's: RMS
     norm runs them too, ``dispatch.tuned_rows_launch``): per (dtype, m, n), each kernel's fastest
-    launch where it beats the rule's by ``LAUNCH_MARGIN``, else the rule's; with both times. Rows
-    in pieces (``dispatch.row_pieces``; the entry's ``chunk_width``) where the two kernels' best
-    times in pieces beat their times in one padded piece by ``LAUNCH_MARGIN``."""
+    launch, rows in one padded piece or in pieces (``dispatch.row_pieces``: the kernel's
+    ``chunk_width``), where it beats the rule's by ``LAUNCH_MARGIN``, else the rule's; with both
+    times."""
     if {r["op"] for r in tuning} != {"layer_norm"}:
         raise ValueError("record_dispatch --launches: the launches are layer norm's (RMS norm runs them); got records "
                          f"of {sorted({r['op'] for r in tuning})}")
@@ -117,35 +117,23 @@ def launches(tuning: list[dict]) -> list[dict]:
     entries = []
     for (dtype, m, n), records in sorted(shapes.items()):
         rule = dispatch.rows_launch(m, n)
-        padded = {kernel: _padded_choice([r for r in records if r["kernel"] == kernel and r.get("chunks", 1) == 1],
-                                         rule) for kernel in ("forward", "backward")}
-        pieces = [r for r in records if r.get("chunks", 1) > 1]
-        chosen = dict(padded)
         entry = {"dtype": dtype, "features": [m, n]}
-        if pieces:
-            best = {kernel: min((r for r in pieces if r["kernel"] == kernel), key=lambda r: r["ms"])
-                    for kernel in ("forward", "backward")}
-            if sum(r["ms"] for r in best.values()) < (1 - LAUNCH_MARGIN) * sum(c["ms"] for c, _ in padded.values()):
-                chosen = {kernel: (best[kernel], base) for kernel, (_, base) in padded.items()}
-                entry["chunk_width"] = best["forward"]["width"]
-        for kernel, (choice, base) in chosen.items():
-            entry[kernel] = {"tile_elements": choice["rows"] * choice["width"] * choice.get("chunks", 1),
-                             "num_warps": choice["num_warps"], "rule_ms": round(base["ms"], 5),
-                             "ms": round(choice["ms"], 5)}
+        for kernel in ("forward", "backward"):
+            timed = [r for r in records if r["kernel"] == kernel]
+            base = next(r for r in timed if (r["rows"], r["num_warps"], r["steps"], r["prefetch"], r["width"],
+                                             r.get("chunks", 1))
+                        == (rule.rows, rule.num_warps, rule.steps, rule.prefetch, rule.width, rule.chunks))
+            best = min(timed, key=lambda r: r["ms"])
+            chosen = best if best["ms"] < (1 - LAUNCH_MARGIN) * base["ms"] else base
+            pieces = chosen.get("chunks", 1)
+            entry[kernel] = {"tile_elements": chosen["rows"] * chosen["width"] * pieces,
+                             "num_warps": chosen["num_warps"], "rule_ms": round(base["ms"], 5),
+                             "ms": round(chosen["ms"], 5), **({"chunk_width": chosen["width"]} if pieces > 1 else {})}
             if kernel == "backward":
-                tiles = -(-m // choice["rows"])
-                entry[kernel].update(programs=-(-tiles // choice["steps"]), prefetch=choice["prefetch"])
+                tiles = -(-m // chosen["rows"])
+                entry[kernel].update(programs=-(-tiles // chosen["steps"]), prefetch=chosen["prefetch"])
         entries.append(entry)
     return entries
-
-
-def _padded_choice(timed: list[dict], rule) -> tuple[dict, dict]:
-    """``(chosen, rule's)`` records of one kernel with rows in one padded piece: the fastest where
-    it beats the rule's launch by ``LAUNCH_MARGIN``, else the rule's."""
-    base = next(r for r in timed if (r["rows"], r["num_warps"], r["steps"], r["prefetch"])
-                == (rule.rows, rule.num_warps, rule.steps, rule.prefetch))
-    best = min(timed, key=lambda r: r["ms"])
-    return (best if best["ms"] < (1 - LAUNCH_MARGIN) * base["ms"] else base), base
 
 
 def merge_launches(table: dict, entries: list[dict]) -> list[dict]:

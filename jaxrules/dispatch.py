@@ -87,9 +87,10 @@ class RowsLaunch:
     """Launch of the layer-norm kernels on (M, N): the backward's tiles of ``rows`` rows, each
     row held as ``chunks`` pieces of ``width`` columns (powers of two, ``span = chunks width >=
     N``; one piece padded to the next power of two, or several that pad an awkward width such as
-    12288 = 3 x 4096 less: ``row_chunks``), its programs walking ``steps`` consecutive tiles each
+    12288 = 3 x 4096 less: ``row_pieces``), its programs walking ``steps`` consecutive tiles each
     (``prefetch``: loading tile ``t + 1`` before computing tile ``t``) with ``num_warps``; the
-    forward's tiles of ``forward_rows`` rows with ``forward_warps`` (0: the backward's).
+    forward's tiles of ``forward_rows`` rows in ``forward_chunks`` pieces of ``forward_width``,
+    with ``forward_warps`` (0: the backward's).
     ``device_kind``: the GPU whose measured launches (``tuned_rows_launch``) apply, None where
     none do: kept by ``relaunch`` (a device's shard, vmap's folded rows)."""
 
@@ -104,6 +105,8 @@ class RowsLaunch:
     forward_warps: int = 0
     device_kind: str | None = None
     chunks: int = 1
+    forward_width: int = 0
+    forward_chunks: int = 0
 
     @property
     def span(self) -> int:
@@ -117,9 +120,12 @@ class RowsLaunch:
         return _cdiv(_cdiv(m, self.rows), self.steps)
 
     def forward_launch(self) -> RowsLaunch:
-        """The forward kernel's tiles and warps as a launch's ``rows`` and ``num_warps``."""
+        """The forward kernel's tiles, warps and pieces as a launch's ``rows``, ``num_warps``,
+        ``width`` and ``chunks``."""
         return dataclasses.replace(self, rows=self.forward_rows or self.rows,
-                                   num_warps=self.forward_warps or self.num_warps, forward_rows=0, forward_warps=0)
+                                   num_warps=self.forward_warps or self.num_warps, width=self.forward_width or self.width,
+                                   chunks=self.forward_chunks or self.chunks, forward_rows=0, forward_warps=0,
+                                   forward_width=0, forward_chunks=0)
 
 
 def rows_launch(m: int, n: int, *, interpret: bool = False, dtype=None, device_kind: str | None = None) -> RowsLaunch:
@@ -149,7 +155,7 @@ def tuned_rows_launch(device_kind: str, m: int, n: int, dtype) -> RowsLaunch | N
     follows bfloat16) padded to the same width, when (m, n) is within a factor of two of it in
     both; a tie goes to the launch without the prefetch. Tiles keep their elements (rows: the
     power of two at most elements / span), programs their count, rows in pieces their piece width
-    (an entry's ``chunk_width``: ``row_pieces``). None: no such entry. (Across widths a tile's
+    (a kernel's ``chunk_width``: ``row_pieces``). None: no such entry. (Across widths a tile's
     registers differ: the prefetch that wins at 5120 wide rows spills at 16384.)"""
     if dtype is None or not has_tuned_launches(device_kind):
         return None
@@ -163,16 +169,18 @@ def tuned_rows_launch(device_kind: str, m: int, n: int, dtype) -> RowsLaunch | N
     entry = min(near, key=lambda e: (sum((math.log2(f) - h) ** 2 for f, h in zip(e["features"], here)),
                                      e["backward"]["prefetch"]))
     fwd, bwd = entry["forward"], entry["backward"]
-    width = entry.get("chunk_width", width)
-    chunks = _cdiv(n, width)
 
-    def tile_rows(elements):
-        return max(1, min(_power_of_2_at_most(max(1, elements // (chunks * width))), _next_power_of_2(m)))
+    def layout(kernel):  # (tile rows, piece width, pieces) of a kernel's entry
+        piece = kernel.get("chunk_width", width)
+        span = _cdiv(n, piece) * piece
+        rows = max(1, min(_power_of_2_at_most(max(1, kernel["tile_elements"] // span)), _next_power_of_2(m)))
+        return rows, piece, span // piece
 
-    rows = tile_rows(bwd["tile_elements"])
-    return RowsLaunch(rows, width, backward_steps(m, rows, bwd["programs"]), bwd["num_warps"],
-                      prefetch=bwd["prefetch"], forward_rows=tile_rows(fwd["tile_elements"]),
-                      forward_warps=fwd["num_warps"], device_kind=device_kind, chunks=chunks)
+    (rows, piece, chunks), (forward_rows, forward_piece, forward_chunks) = layout(bwd), layout(fwd)
+    return RowsLaunch(rows, piece, backward_steps(m, rows, bwd["programs"]), bwd["num_warps"],
+                      prefetch=bwd["prefetch"], forward_rows=forward_rows, forward_warps=fwd["num_warps"],
+                      device_kind=device_kind, chunks=chunks, forward_width=forward_piece,
+                      forward_chunks=forward_chunks)
 
 
 def backward_steps(m: int, rows: int, programs: int) -> int:

@@ -493,11 +493,11 @@ def test_record_dispatch_takes_a_tuned_launch_only_past_the_margin():
                                  "prefetch": True}
 
 
-def test_rows_in_pieces_are_recorded_and_launched_where_both_kernels_gain(tmp_path, monkeypatch):
-    """``record_dispatch.py --launches`` takes rows in pieces (``dispatch.row_pieces``) where the
-    two kernels' best times in pieces beat their best in one padded piece by more than
-    ``LAUNCH_MARGIN``; ``tuned_rows_launch`` then launches pieces of that width, at the tuned shape
-    with the tiles measured and at a neighbour with the pieces its width needs."""
+def test_rows_in_pieces_are_recorded_and_launched_per_kernel(tmp_path, monkeypatch):
+    """``record_dispatch.py --launches`` takes each kernel's fastest launch, rows in one padded
+    piece or in pieces (``dispatch.row_pieces``), past ``LAUNCH_MARGIN``; ``tuned_rows_launch``
+    then launches that kernel on pieces of that width: at the tuned shape with the tiles measured,
+    at a neighbour with the pieces its width needs."""
     module = load("benchmarks/record_dispatch.py")
     m, n = 21844, 12288
     rule = dispatch.rows_launch(m, n)
@@ -509,18 +509,22 @@ def test_rows_in_pieces_are_recorded_and_launched_where_both_kernels_gain(tmp_pa
 
     padded = [timed("forward", 1.0, rule), timed("backward", 2.0, rule)]
     (entry,) = module.launches(padded + [timed("forward", 0.99, pieces), timed("backward", 1.99, pieces)])
-    assert "chunk_width" not in entry and entry["forward"]["ms"] == 1.0  # 0.7%: noise
+    assert "chunk_width" not in entry["forward"] and entry["forward"]["ms"] == 1.0  # 1%: noise
     (entry,) = module.launches(padded + [timed("forward", 0.8, pieces), timed("backward", 2.05, pieces)])
-    assert entry["chunk_width"] == 4096 and (entry["forward"]["ms"], entry["backward"]["ms"]) == (0.8, 2.05)
-    assert entry["forward"]["rule_ms"] == 1.0 and entry["forward"]["tile_elements"] == 2 * 12288
+    assert entry["forward"] == {"tile_elements": 2 * 12288, "num_warps": rule.num_warps, "rule_ms": 1.0, "ms": 0.8,
+                                "chunk_width": 4096}
+    assert "chunk_width" not in entry["backward"] and entry["backward"]["ms"] == 2.0
     monkeypatch.setattr(dispatch, "DATA", tmp_path)
     dispatch.table_path("GPU X").write_text(json.dumps({"rows_launches": [entry]}))
     dispatch._table.cache_clear()
     try:
         bf16 = jnp.dtype("bfloat16")
-        assert dispatch.tuned_rows_launch("GPU X", m, n, bf16) == dataclasses.replace(
-            pieces, forward_rows=2, forward_warps=rule.num_warps, device_kind="GPU X")
-        near = dispatch.tuned_rows_launch("GPU X", m, 9000, bf16)  # 3 pieces of 4096 cover 9000 too
+        launch = dispatch.tuned_rows_launch("GPU X", m, n, bf16)
+        assert launch == dataclasses.replace(rule, forward_rows=2, forward_width=4096, forward_chunks=3,
+                                             forward_warps=rule.num_warps, device_kind="GPU X")
+        forward = launch.forward_launch()
+        assert (forward.rows, forward.width, forward.chunks, forward.span) == (2, 4096, 3, 12288)
+        near = dispatch.tuned_rows_launch("GPU X", m, 9000, bf16).forward_launch()  # 3 of 4096 cover 9000 too
         assert (near.width, near.chunks, near.rows) == (4096, 3, 2)
     finally:
         dispatch._table.cache_clear()
