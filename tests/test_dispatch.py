@@ -60,6 +60,8 @@ def test_the_plan_at_a_measured_point_is_the_faster_implementation_there(kind):
         times = {k: p[f"{k}_ms"] for k in (*kernels, "xla") if f"{k}_ms" in p}
         trained = {k: p[f"{k}_train_ms"] for k in times if f"{k}_train_ms" in p}
         if len(trained) > 1 and "xla" in trained:  # measured in a training step too: decided there
+            # every kernel the step was not timed for loses there on its gradients alone (a bound of its step)
+            assert all(times[k] >= min(trained.values()) for k in times if k not in trained), p
             times = trained
         assert plan.impl == min(times, key=times.get), (p, plan.reason)
         assert kind in plan.reason
@@ -320,6 +322,19 @@ def test_a_training_steps_times_decide_where_recorded(tmp_path, monkeypatch):
     assert plan(1024).impl == "xla" and "training step" not in plan(1024).reason
     for cached in (dispatch._table, dispatch.measurements):
         cached.cache_clear()
+
+
+@pytest.mark.parametrize("mosaic_ms, want, form", [
+    (1.40, "pallas", "training step"),  # Mosaic's gradients alone (a bound of its step) lose to the Triton step
+    (1.30, "xla", "per call:"),  # they might win: the point is decided on the gradients only
+])
+def test_a_kernel_without_a_training_step_time_is_left_out_only_where_it_cannot_win(monkeypatch, mosaic_ms, want,
+                                                                                      form):
+    point = {"op": "layer_norm", "dtype": "float32", "weight_dtype": "float32", "features": [65536, 4096],
+             "pallas_ms": 1.49, "mosaic_ms": mosaic_ms, "xla_ms": 1.29, "pallas_train_ms": 1.35, "xla_train_ms": 2.06}
+    monkeypatch.setattr(dispatch, "measurements", lambda kind: (point,))
+    impl, reason = dispatch._decide("layer_norm", "GPU X", "float32", None, (65536, 4096), ("pallas", "mosaic"))
+    assert impl == want and form in reason, reason
 
 
 def test_record_dispatch_leaves_device_times_out(tmp_path, monkeypatch):
