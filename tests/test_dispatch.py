@@ -459,20 +459,21 @@ def test_tuned_row_launches_only_where_measured():
     assert dispatch.shard_launch(whole.launch, (12000, 1024), bf16) == h200(12000, 1024, dtype=bf16)
     assert h200(12000, 1024, dtype=bf16) == dispatch.tuned_rows_launch("NVIDIA H200", 12000, 1024, bf16)
     # only at the tuned shapes' padded width: 10240 wide rows (16384) never take 5120's (8192) prefetch,
-    # whose registers spill at 16384 (9.4 ms for 1.1 at 16383x16384 bfloat16, RESULTS.md stop 30)
+    # whose registers spill at 16384 (9.4 ms for 1.1 at 16383x16384 bfloat16, RESULTS.md stop 30); they
+    # take 12288's launch (rows in 3 or 4 pieces of 4096) or the rule's
     for m, n in ((65535, 10240), (52427, 9000), (32767, 12288)):
         launch = h200(m, n, dtype=bf16)
-        assert launch.width == 16384 and not launch.prefetch, (m, n, launch)
+        assert launch.span >= n and launch.width in (4096, 16384) and not launch.prefetch, (m, n, launch)
 
 
 def test_a_tuned_launch_lowers_for_cuda_with_its_own_grids():
-    """A launch with a forward tile of its own and the backward's prefetch (the H200's at
-    52427x5120 bfloat16) lowers for CUDA to the two kernels on the grids it plans."""
+    """A launch with a forward of its own (rows in 5 pieces of 1024) and the backward's prefetch
+    (the H200's at 52427x5120 bfloat16) lowers for CUDA to the two kernels on the grids it plans."""
     from jaxrules.ops.normalization import layer_norm_rows_op
 
     m, n = 52427, 5120
     launch = dispatch.rows_launch(m, n, dtype=jnp.dtype(jnp.bfloat16), device_kind="NVIDIA H200")
-    assert launch.prefetch and launch.forward_rows != launch.rows
+    assert launch.prefetch and launch.forward_launch().chunks == 5 and launch.chunks == 1
     x, v = jax.ShapeDtypeStruct((m, n), jnp.bfloat16), jax.ShapeDtypeStruct((n,), jnp.float32)
     fn = lambda x, w, b: layer_norm_rows_op(x, w, b, eps=1e-5, launch=launch)[0]  # noqa: E731
     kernels = dict(_lowered_kernels(fn, x, v, v))
