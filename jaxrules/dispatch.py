@@ -377,8 +377,8 @@ def _decide(op: str, device_kind: str, dtype, weight_dtype, features: tuple, ker
 # step does (the loss reads y). The sweep's gradients-only programs let XLA drop y's pass, which
 # the rows kernels write anyway: at 40 of 53 H200 points where those times chose the XLA formulas,
 # the Triton kernels were 1.06-1.54x faster in a training step (benchmarks/RESULTS.md stop 31). A
-# kernel's gradients-only time bounds its step's from below (it writes y in both forms: +0-3% for
-# the step, RESULTS.md stop 32), so a kernel the step was not timed for is left out only where that
+# kernel's gradients-only time bounds its step's from below (it writes y in both forms: the step
+# took 0.98-1.05x, RESULTS.md stop 32), so a kernel the step was not timed for is left out only where that
 # bound loses; else the point is decided on gradients only, as before (stop 31 left the Mosaic
 # kernels out of every training-step decision: 26 H200 points where they could win were re-timed).
 TRAINING_STEP = "a training step (the value, then the gradients)"
