@@ -1,10 +1,13 @@
 """``python -m jaxrules bench`` machinery on tiny inputs (the numbers themselves come from the
 GPU machine: benchmarks/RESULTS.md)."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _repo_files import load
 
 import jaxrules.numpy as rnp
 from jaxrules import bench
@@ -233,3 +236,35 @@ def test_device_timeline_cuts_a_trace_without_module_events_at_the_hosts_waits()
     assert timeline.step_windows([], ops, 3) == [(0, 34), (100, 15), (300, 8)]
     assert timeline.step_windows([("m", 100, 15), ("m", 0, 40), ("m", 300, 9)], ops, 2) == [(100, 15), (300, 9)]
     assert timeline.step_windows([], [], 3) == []
+
+
+def test_the_speed_of_light_table_gives_each_point_below_the_target_its_class(tmp_path):
+    """``benchmarks/speed_of_light.py``: training-step records only (a gradients-only one is
+    refused), a later record's point replacing an earlier one's, widths under the minimum left out,
+    each point below the target with the class of its reason."""
+    module = load("benchmarks/speed_of_light.py")
+
+    def row(op, shape, dtype, ms, sol):
+        return {"op": op, "shape": shape, "dtype": dtype, "weight_dtype": dtype, "plan": "pallas", "default_ms": ms,
+                "sol": sol}
+
+    meta = {"device": "GPU X", "sol_gbps": 4000.0, "with_value": True, "cotangent_after_value": True}
+    old = {"meta": meta, "rows": [row("layer_norm", [65535, 4096], "bfloat16", 0.9, 0.60),
+                                  row("group_norm", [64, 256, 56, 56], "float32", 0.4, 0.55)]}
+    new = {"meta": meta, "rows": [row("layer_norm", [65535, 4096], "bfloat16", 0.7, 0.90),
+                                  row("rms_norm", [21844, 12288], "float32", 1.6, 0.77),
+                                  row("rms_norm", [66850, 512], "float32", 0.2, 0.60),  # narrower than 1024
+                                  row("batch_norm", [64, 256, 14, 14], "float32", 0.1, 0.30)]}  # a 196 map
+    paths = []
+    for i, record in enumerate((old, new)):
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_text(json.dumps(record))
+    rows, _ = module.load(paths)
+    table = module.markdown(rows, 0.85, 1024)
+    assert table.startswith("2 of 3 points below 85%")
+    assert "| layer_norm | 65535x4096 | bfloat16 | pallas | 0.700 | 0.90 |  |" in table
+    assert "| group_norm | 64x256x56x56 | float32 | pallas | 0.400 | 0.55 | grouped |" in table
+    assert "| 1.600 | 0.77 | 12288 wide |" in table and "66850x512" not in table and "14x14" not in table
+    paths[0].write_text(json.dumps({**old, "meta": {**meta, "with_value": False}}))
+    with pytest.raises(ValueError, match="gradients only"):
+        module.load(paths)

@@ -1,0 +1,122 @@
+"""The speed-of-light table of issue 14 (requirement 4): every kernel-backed op's default in a
+training step (``bench --suite sweep --with-value`` records), as a fraction of the copy probe for
+the bytes it must move (``bench.sweep_bytes``: read x, write y, read x and the cotangent, write
+dx), at widths >= ``--min-width`` (the last axis of layer and RMS norm, batch and group norm's
+feature map); a point
+below ``--target`` gets the reason and the next idea of its class (``CLASSES``: what the
+measurements of ``benchmarks/RESULTS.md`` show, and what to try). A later record's point replaces
+an earlier one's.
+
+    python3 benchmarks/speed_of_light.py benchmarks/sweeps/h200_twentyfirst_sol.json ... > table.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+
+# (class, reason, next idea), the first whose test holds (``diagnose``).
+CLASSES = {
+    "grouped": (
+        "8 passes over the activation where the count has 5, kernels and XLA formulas alike: the statistics "
+        "read x, y's pass reads x and writes y, the backward reads x and the cotangent twice (row sums, then "
+        "dx): at most 5/8 = 0.63",
+        "a forward kernel that writes y from statistics it keeps (a group norm group of <= 32K elements fits "
+        "one program); a backward whose second pass finds its group in L2"),
+    "16384 wide": (
+        "the XLA formulas run (the rows kernels keep a 16384-wide row in registers and spill: 16383x16384 "
+        "float32 kernel 2.71 vs XLA 2.06 ms, stop 31); they read x about four times",
+        "a rows kernel over a row in pieces that re-reads its row from L2 instead of holding it"),
+    "12288 wide": (
+        "the backward holds a 12288-wide row per step and cannot prefetch the next (its registers spill); "
+        "pieces sped the forward (1.11-1.29x) but not the backward (0.98-1.06x, stop 32)",
+        "a backward that prefetches piece by piece, or two programs per row"),
+    "short": (
+        "under 0.3 ms (1000-8192 rows, 8-62 per SM): the two kernels' launches and tails and the sum of the "
+        "weight gradients' partials weigh more (not measured apart)",
+        "time the parts apart (a profile); fewer, longer programs"),
+    "bfloat16": (
+        "a bfloat16 tile carries half a float32 tile's bytes through the same chain of dependent loads "
+        "and two row reductions per step; the forward has no prefetch (kernels alone at 66850x768, 66850x1536, "
+        "52427x5120: forward 0.62-0.68, backward 0.55-0.64 of the probe, stop 32)",
+        "a forward that walks tiles and prefetches the next, as the backward does; one-pass statistics"),
+    "float32": (
+        "the kernels alone reach 0.71-0.85 of the probe at 66850x768-52427x5120 (stop 32); the step adds "
+        "the launches' tails",
+        "as bfloat16: the forward's prefetch"),
+}
+
+
+def diagnose(row) -> str:
+    """The class (``CLASSES``) of a row below the target."""
+    n = row["shape"][-1]
+    if row["op"] in ("batch_norm", "group_norm"):
+        return "grouped"
+    if n > 12288:
+        return "16384 wide"
+    if n > 8192:
+        return "12288 wide"
+    if row["default_ms"] < 0.3:
+        return "short"
+    return "bfloat16" if row["dtype"] != "float32" else "float32"
+
+
+def _width(row) -> int:
+    """The contiguous length a row of the op spans: the last axis (layer, RMS norm) or the feature
+    map (batch, group norm on NCHW)."""
+    return row["shape"][-1] if row["op"] in ("layer_norm", "rms_norm") else math.prod(row["shape"][2:])
+
+
+def load(paths) -> tuple[list, list]:
+    """``(rows, notes)``: the training-step rows of the records at ``paths`` (later ones replace
+    earlier ones' points), and a line per record on its form."""
+    rows, notes = {}, []
+    for path in paths:
+        record = json.load(open(path))
+        meta = record["meta"]
+        if not meta.get("with_value"):
+            raise ValueError(f"{path}: gradients only, not a training step")
+        notes.append(f"{path}: {meta['device']}, {len(record['rows'])} points, probe {meta['sol_gbps']:.0f} GB/s"
+                     + ("" if meta.get("cotangent_after_value") else
+                        " (its form unmarked: recorded at the commit that made the training step's form)"))
+        for r in record["rows"]:
+            if "default_ms" in r:
+                rows[(r["op"], tuple(r["shape"]), r["dtype"], r["weight_dtype"])] = r
+    return list(rows.values()), notes
+
+
+def markdown(rows, target: float, min_width: int) -> str:
+    rows = [r for r in rows if _width(r) >= min_width]
+    rows.sort(key=lambda r: (r["op"], r["dtype"], r["weight_dtype"], -math.prod(r["shape"])))
+    below = [r for r in rows if r["sol"] < target]
+    lines = [f"{len(below)} of {len(rows)} points below {target:.0%} of the speed of light "
+             f"(median {statistics.median(r['sol'] for r in rows):.2f}).", "",
+             "| op | shape | dtype | plan | default ms | of SoL | class |", "|" + " --- |" * 7]
+    for r in rows:
+        dtype = r["dtype"] + ("" if r["dtype"] == r["weight_dtype"] else f" (w {r['weight_dtype']})")
+        lines.append(f"| {r['op']} | {'x'.join(map(str, r['shape']))} | {dtype} | {r['plan']} | "
+                     f"{r['default_ms']:.3f} | {r['sol']:.2f} | {diagnose(r) if r['sol'] < target else ''} |")
+    lines += ["", "| class | points below | why | next idea |", "| --- | --- | --- | --- |"]
+    for name, (why, idea) in CLASSES.items():
+        count = sum(diagnose(r) == name for r in below)
+        if count:
+            lines.append(f"| {name} | {count} | {why} | {idea} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("records", nargs="+", help="bench --suite sweep --with-value --record files, oldest first")
+    parser.add_argument("--target", type=float, default=0.85)
+    parser.add_argument("--min-width", type=int, default=1024)
+    args = parser.parse_args(argv)
+    rows, notes = load(args.records)
+    print("\n".join(notes), file=sys.stderr)
+    print(markdown(rows, args.target, args.min_width))
+
+
+if __name__ == "__main__":
+    main()
