@@ -1,5 +1,6 @@
 """Sweep the rows kernels' launch parameters (``jaxrules.dispatch.RowsLaunch``) per shape and
-dtype on the GPU: the forward kernel (``norm_kernels.local_forward``) over rows per tile and warps,
+dtype on the GPU: the forward kernel (``norm_kernels.local_forward``) over rows per tile, warps and tiles per
+program,
 the backward kernel (``local_backward``) over rows per tile, warps, programs and the prefetch of
 the next tile, each with a row in one padded piece and, at widths that are not a power of two, in
 pieces (``dispatch.row_pieces``), each kernel alone on device-resident inputs (median of ``--repeats`` runs of 10
@@ -29,8 +30,9 @@ INTERPRET = jax.default_backend() != "gpu"  # a try on a CPU: the kernels interp
 def settings(m: int, n: int):
     """``(kernel, launch)`` pairs to time at (m, n): the current rule's launch first, then, for each
     layout of a row (one padded piece, the rule's; pieces, ``dispatch.row_pieces``, where they pad
-    less), the forward over rows per tile and warps, the backward over rows, warps, programs and
-    the prefetch."""
+    less), the forward over rows per tile and warps, one tile per program or walking tiles (264 or
+    528 programs, with and without the prefetch), the backward over rows, warps, programs and the
+    prefetch."""
     rule = dispatch.rows_launch(m, n, interpret=INTERPRET)  # the rule (no device kind): what tuning starts from
     width, chunks = dispatch.row_pieces(n)
     layouts = [rule]
@@ -45,6 +47,9 @@ def settings(m: int, n: int):
         rows = sorted(r for r in {1, 2, 4, 8, base.rows // 2, base.rows, base.rows * 2} if r >= 1 and fits(r))
         forward += [dataclasses.replace(base, rows=r, num_warps=w) for r, w in itertools.product(rows, (4, 8, 16))]
         near = sorted(r for r in {max(1, base.rows // 2), base.rows, base.rows * 2} if fits(r))
+        for r, w, programs, prefetch in itertools.product(near, (4, 8), (264, 528), (False, True)):  # walking
+            forward.append(dataclasses.replace(base, rows=r, num_warps=w, forward_prefetch=prefetch,
+                                               forward_steps=dispatch.backward_steps(m, r, programs)))
         for r, w, programs, prefetch in itertools.product(near, (4, 8, 16), (256, 512), (False, True)):
             backward.append(dataclasses.replace(base, rows=r, num_warps=w, prefetch=prefetch,
                                                 steps=dispatch.backward_steps(m, r, programs)))
@@ -110,7 +115,8 @@ def main(argv=None):
             if rule and top:
                 print(f"{args.op} {shape} {dtype} {kernel}: rule {rule['ms']:.4f} ms ({rule['sol']:.2f}), best "
                       f"{top['ms']:.4f} ms ({top['sol']:.2f}) rows={top['rows']} warps={top['num_warps']} "
-                      f"steps={top['steps']} prefetch={top['prefetch']} pieces={top['chunks']}x{top['width']}",
+                      f"steps={top['steps']} prefetch={top['prefetch']} pieces={top['chunks']}x{top['width']} "
+                      f"forward steps={top['forward_steps']} prefetch={top['forward_prefetch']}",
                       flush=True)
 
 

@@ -90,7 +90,8 @@ class RowsLaunch:
     12288 = 3 x 4096 less: ``row_pieces``), its programs walking ``steps`` consecutive tiles each
     (``prefetch``: loading tile ``t + 1`` before computing tile ``t``) with ``num_warps``; the
     forward's tiles of ``forward_rows`` rows in ``forward_chunks`` pieces of ``forward_width``,
-    with ``forward_warps`` (0: the backward's).
+    with ``forward_warps`` (0: the backward's), one tile per program or, with ``forward_steps``,
+    that many consecutive tiles (``forward_prefetch``: loading the next before normalizing one).
     ``device_kind``: the GPU whose measured launches (``tuned_rows_launch``) apply, None where
     none do: kept by ``relaunch`` (a device's shard, vmap's folded rows)."""
 
@@ -107,6 +108,8 @@ class RowsLaunch:
     chunks: int = 1
     forward_width: int = 0
     forward_chunks: int = 0
+    forward_steps: int = 0
+    forward_prefetch: bool = False
 
     @property
     def span(self) -> int:
@@ -114,18 +117,20 @@ class RowsLaunch:
         return self.chunks * self.width
 
     def forward_programs(self, m: int) -> int:
-        return _cdiv(m, self.forward_launch().rows)
+        forward = self.forward_launch()
+        return _cdiv(_cdiv(m, forward.rows), forward.steps)
 
     def backward_programs(self, m: int) -> int:
         return _cdiv(_cdiv(m, self.rows), self.steps)
 
     def forward_launch(self) -> RowsLaunch:
-        """The forward kernel's tiles, warps and pieces as a launch's ``rows``, ``num_warps``,
-        ``width`` and ``chunks``."""
+        """The forward kernel's tiles, warps, pieces, tiles per program and prefetch as a launch's
+        ``rows``, ``num_warps``, ``width``, ``chunks``, ``steps`` and ``prefetch``."""
         return dataclasses.replace(self, rows=self.forward_rows or self.rows,
                                    num_warps=self.forward_warps or self.num_warps, width=self.forward_width or self.width,
-                                   chunks=self.forward_chunks or self.chunks, forward_rows=0, forward_warps=0,
-                                   forward_width=0, forward_chunks=0)
+                                   chunks=self.forward_chunks or self.chunks, steps=self.forward_steps or 1,
+                                   prefetch=self.forward_prefetch, forward_rows=0, forward_warps=0, forward_width=0,
+                                   forward_chunks=0, forward_steps=0, forward_prefetch=False)
 
 
 def rows_launch(m: int, n: int, *, interpret: bool = False, dtype=None, device_kind: str | None = None) -> RowsLaunch:
@@ -154,8 +159,9 @@ def tuned_rows_launch(device_kind: str, m: int, n: int, dtype) -> RowsLaunch | N
     without centering and run them too) at the nearest tuned shape of ``dtype``'s kind (float16
     follows bfloat16) padded to the same width, when (m, n) is within a factor of two of it in
     both; a tie goes to the launch without the prefetch. Tiles keep their elements (rows: the
-    power of two at most elements / span), programs their count, rows in pieces their piece width
-    (a kernel's ``chunk_width``: ``row_pieces``). None: no such entry. (Across widths a tile's
+    power of two at most elements / span), programs their count (a forward without ``programs``:
+    one per tile), rows in pieces their piece width (a kernel's ``chunk_width``: ``row_pieces``).
+    None: no such entry. (Across widths a tile's
     registers differ: the prefetch that wins at 5120 wide rows spills at 16384.)"""
     if dtype is None or not has_tuned_launches(device_kind):
         return None
@@ -177,10 +183,13 @@ def tuned_rows_launch(device_kind: str, m: int, n: int, dtype) -> RowsLaunch | N
         return rows, piece, span // piece
 
     (rows, piece, chunks), (forward_rows, forward_piece, forward_chunks) = layout(bwd), layout(fwd)
+    walks = "programs" in fwd  # a forward whose programs walk several tiles
     return RowsLaunch(rows, piece, backward_steps(m, rows, bwd["programs"]), bwd["num_warps"],
                       prefetch=bwd["prefetch"], forward_rows=forward_rows, forward_warps=fwd["num_warps"],
                       device_kind=device_kind, chunks=chunks, forward_width=forward_piece,
-                      forward_chunks=forward_chunks)
+                      forward_chunks=forward_chunks,
+                      forward_steps=backward_steps(m, forward_rows, fwd["programs"]) if walks else 0,
+                      forward_prefetch=fwd.get("prefetch", False))
 
 
 def backward_steps(m: int, rows: int, programs: int) -> int:

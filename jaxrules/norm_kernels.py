@@ -4,8 +4,9 @@ norm and group norm on (N, C, L) (the second part, "Grouped statistics"). Launch
 from ``jaxrules.dispatch`` (``RowsLaunch``, ``GroupedLaunch``), a pure function of the device kind
 and the shape.
 
-* forward: one program per tile of ``launch.forward_launch().rows`` rows: mean, rstd (float32)
-  and ``y = x_hat w + b``;
+* forward: one program per tile of ``launch.forward_launch().rows`` rows (or walking
+  ``forward_steps`` tiles, the next one's x prefetched with ``forward_prefetch``): mean, rstd
+  (float32) and ``y = x_hat w + b``;
 * backward: ``launch.programs`` programs, each walking ``launch.steps`` consecutive tiles (with
   ``launch.prefetch``, a tile's loads issued one step ahead, carried by the loop):
   ``dx`` (the native backward with weight, plus the terms of the mean/rstd outputs' cotangents)
@@ -108,17 +109,39 @@ def _row_sum(pieces):
 
 
 def _forward_kernel(*refs, eps, launch, center):
-    """One tile of rows: layer norm (``center``: refs x, w, b -> y, mean, rstd) or RMS norm (x, w
-    -> y, rstd: no mean subtracted, no bias). Layer norm's branch keeps the fifth pass's operation
-    order, as ``_backward_kernel``'s: sharing one sequence with RMS norm's made the backward 20-28%
-    slower on the H100 (``benchmarks/RESULTS.md``, seventh pass). A row is ``launch.chunks``
-    pieces; with one piece the kernel is the one those tables measured, operation for operation."""
+    """``launch.steps`` tiles of rows from ``program_id * steps`` (with ``launch.prefetch``, a
+    tile's x loaded one step ahead, carried by the loop; one tile: no loop), each normalized by
+    ``_normalize_tile``: layer norm (``center``: refs x, w, b -> y, mean, rstd) or RMS norm (x, w
+    -> y, rstd)."""
+    x_ref, n, stat = refs[0], refs[0].shape[1], refs[-1].dtype
+    if launch.steps == 1 and not launch.prefetch:  # one tile per program: the kernel the tables measured
+        tile = pl.program_id(0)
+        _normalize_tile(refs, tile, _load_tile(x_ref, tile, launch, n, stat), eps=eps, launch=launch, center=center)
+        return
+    first = pl.program_id(0) * launch.steps
+    end = (first + launch.steps) * launch.rows  # this program's rows end here (a prefetch past it loads nothing)
+
+    def body(step, carried):
+        tile = first + step
+        following = _load_tile(x_ref, tile + 1, launch, n, end=end) if launch.prefetch else ()
+        xs = [x.astype(stat) for x in carried] if launch.prefetch else _load_tile(x_ref, tile, launch, n, stat)
+        _normalize_tile(refs, tile, xs, eps=eps, launch=launch, center=center)
+        return following
+
+    lax.fori_loop(0, launch.steps, body, _load_tile(x_ref, first, launch, n, end=end) if launch.prefetch else ())
+
+
+def _normalize_tile(refs, tile, xs, *, eps, launch, center):
+    """Tile ``tile`` of rows, its x loaded as ``xs`` (pieces, in the statistics' dtype): y and the
+    statistics stored. Layer norm's branch keeps the fifth pass's operation order, as
+    ``_backward_kernel``'s: sharing one sequence with RMS norm's made the backward 20-28% slower on
+    the H100 (``benchmarks/RESULTS.md``, seventh pass). With one piece it traces the kernel those
+    tables measured, operation for operation."""
     if center:
         x_ref, w_ref, b_ref, y_ref, mean_ref, rstd_ref = refs
     else:
         x_ref, w_ref, y_ref, rstd_ref = refs
-    n, stat, tile = x_ref.shape[1], rstd_ref.dtype, pl.program_id(0)
-    xs = _load_tile(x_ref, tile, launch, n, stat)  # zeros past column N
+    n, stat = x_ref.shape[1], rstd_ref.dtype
     if center:
         mean = _row_sum(xs) / n
         centered = [jnp.where(_columns(launch, c) < n, x - mean[:, None], 0) for c, x in enumerate(xs)]
@@ -157,12 +180,12 @@ def local_forward(x, w, b, *, eps, launch: RowsLaunch):
     outputs ``(y, rstd)``)."""
     center = b is not None
     m, n = x.shape
-    launch = launch.forward_launch()
+    programs, launch = launch.forward_programs(m), launch.forward_launch()
     struct = functools.partial(varying_struct, refs=(x, w, b))
     per_row = struct((m,), stat_dtype(x.dtype))
     return pl.pallas_call(
         functools.partial(_forward_kernel, eps=eps, launch=launch, center=center),
-        grid=(launch.forward_programs(m),),
+        grid=(programs,),
         out_shape=[struct(x.shape, x.dtype)] + [per_row] * (2 if center else 1),
         interpret=launch.interpret, name=f"{'layer' if center else 'rms'}_norm_fwd", **_compiler_params(launch),
     )(x, w, *([b] if center else []))

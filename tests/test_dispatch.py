@@ -466,14 +466,19 @@ def test_tuned_row_launches_only_where_measured():
         assert launch.span >= n and launch.width in (4096, 16384) and not launch.prefetch, (m, n, launch)
 
 
-def test_a_tuned_launch_lowers_for_cuda_with_its_own_grids():
+@pytest.mark.parametrize("walking", [False, True], ids=["tuned", "forward-walking-3-tiles"])
+def test_a_tuned_launch_lowers_for_cuda_with_its_own_grids(walking):
     """A launch with a forward of its own (rows in 5 pieces of 1024) and the backward's prefetch
-    (the H200's at 52427x5120 bfloat16) lowers for CUDA to the two kernels on the grids it plans."""
+    (the H200's at 52427x5120 bfloat16), and the same with a forward walking 3 tiles per program,
+    lowers for CUDA to the two kernels on the grids it plans."""
     from jaxrules.ops.normalization import layer_norm_rows_op
 
     m, n = 52427, 5120
     launch = dispatch.rows_launch(m, n, dtype=jnp.dtype(jnp.bfloat16), device_kind="NVIDIA H200")
     assert launch.prefetch and launch.forward_launch().chunks == 5 and launch.chunks == 1
+    if walking:
+        launch = dataclasses.replace(launch, forward_steps=3, forward_prefetch=True)
+        assert launch.forward_programs(m) == math.ceil(m / launch.forward_launch().rows / 3)
     x, v = jax.ShapeDtypeStruct((m, n), jnp.bfloat16), jax.ShapeDtypeStruct((n,), jnp.float32)
     fn = lambda x, w, b: layer_norm_rows_op(x, w, b, eps=1e-5, launch=launch)[0]  # noqa: E731
     kernels = dict(_lowered_kernels(fn, x, v, v))
@@ -488,6 +493,12 @@ def test_row_pieces_pad_the_least(n, pieces):
     assert dispatch.row_pieces(n) == pieces
 
 
+def _tuning_record(kernel, ms, launch, m, n):
+    """A record of ``benchmarks/layer_norm_tuning.py``: ``kernel`` on ``launch`` at (m, n) bfloat16."""
+    return {"op": "layer_norm", "m": m, "n": n, "dtype": "bfloat16", "kernel": kernel, "ms": ms,
+            **{k: v for k, v in dataclasses.asdict(launch).items() if k != "interpret"}, "device_kind": "GPU X"}
+
+
 def test_record_dispatch_takes_a_tuned_launch_only_past_the_margin():
     """benchmarks/record_dispatch.py --launches: per shape, a kernel's fastest launch when it beats
     the rule's by more than ``LAUNCH_MARGIN``, else the rule's."""
@@ -496,9 +507,7 @@ def test_record_dispatch_takes_a_tuned_launch_only_past_the_margin():
     rule = dispatch.rows_launch(m, n)
 
     def timed(kernel, ms, **fields):
-        launch = dataclasses.replace(rule, **fields)
-        return {"device_kind": "GPU X", "op": "layer_norm", "m": m, "n": n, "dtype": "bfloat16", "kernel": kernel,
-                "ms": ms, **{k: v for k, v in dataclasses.asdict(launch).items() if k != "interpret"}}
+        return _tuning_record(kernel, ms, dataclasses.replace(rule, **fields), m, n)
 
     records = [timed("forward", 1.0), timed("forward", 0.98, num_warps=4), timed("backward", 1.0),
                timed("backward", 0.9, rows=2, steps=rule.steps * 2, prefetch=True)]
@@ -519,10 +528,7 @@ def test_rows_in_pieces_are_recorded_and_launched_per_kernel(tmp_path, monkeypat
     rule = dispatch.rows_launch(m, n)
     pieces = dataclasses.replace(rule, width=4096, chunks=3, rows=2, steps=dispatch.backward_steps(m, 2, 256))
 
-    def timed(kernel, ms, launch):
-        return {"device_kind": "GPU X", "op": "layer_norm", "m": m, "n": n, "dtype": "bfloat16", "kernel": kernel,
-                "ms": ms, **{k: v for k, v in dataclasses.asdict(launch).items() if k != "interpret"}}
-
+    timed = functools.partial(_tuning_record, m=m, n=n)
     padded = [timed("forward", 1.0, rule), timed("backward", 2.0, rule)]
     (entry,) = module.launches(padded + [timed("forward", 0.99, pieces), timed("backward", 1.99, pieces)])
     assert "chunk_width" not in entry["forward"] and entry["forward"]["ms"] == 1.0  # 1%: noise
@@ -542,6 +548,30 @@ def test_rows_in_pieces_are_recorded_and_launched_per_kernel(tmp_path, monkeypat
         assert (forward.rows, forward.width, forward.chunks, forward.span) == (2, 4096, 3, 12288)
         near = dispatch.tuned_rows_launch("GPU X", m, 9000, bf16).forward_launch()  # 3 of 4096 cover 9000 too
         assert (near.width, near.chunks, near.rows) == (4096, 3, 2)
+    finally:
+        dispatch._table.cache_clear()
+
+
+def test_a_walking_forward_is_recorded_and_launched(tmp_path, monkeypatch):
+    """A forward walking tiles (``forward_steps``, ``forward_prefetch``) measured fastest becomes
+    the entry's forward ``programs`` and ``prefetch``, which ``tuned_rows_launch`` walks again."""
+    module = load("benchmarks/record_dispatch.py")
+    m, n = 65535, 4096
+    rule = dispatch.rows_launch(m, n)
+    walking = dataclasses.replace(rule, forward_steps=dispatch.backward_steps(m, rule.rows, 264), forward_prefetch=True)
+    timed = functools.partial(_tuning_record, m=m, n=n)
+    (entry,) = module.launches([timed("forward", 1.0, rule), timed("forward", 0.8, walking),
+                                timed("backward", 2.0, rule)])
+    tiles = math.ceil(m / rule.rows)
+    assert entry["forward"] == {"tile_elements": rule.rows * rule.width, "num_warps": rule.num_warps, "rule_ms": 1.0,
+                                "ms": 0.8, "programs": math.ceil(tiles / walking.forward_steps), "prefetch": True}
+    monkeypatch.setattr(dispatch, "DATA", tmp_path)
+    dispatch.table_path("GPU X").write_text(json.dumps({"rows_launches": [entry]}))
+    dispatch._table.cache_clear()
+    try:
+        launch = dispatch.tuned_rows_launch("GPU X", m, n, jnp.dtype("bfloat16"))
+        assert (launch.forward_steps, launch.forward_prefetch) == (walking.forward_steps, True)
+        assert launch.forward_programs(m) == entry["forward"]["programs"]
     finally:
         dispatch._table.cache_clear()
 

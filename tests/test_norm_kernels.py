@@ -226,7 +226,8 @@ def test_rms_norm_default_off_the_gpu_is_the_xla_formulas():
 
 # (M, N) and launches of the rows kernels: several rows per tile with M not a multiple of them, a
 # backward program walking several tiles (its last one partly past M, or wholly: programs x steps
-# x rows > M), one row per tile, rows held in pieces; each with the next tile prefetched and without.
+# x rows > M), one row per tile, rows held in pieces, a forward walking several tiles; each with the
+# next tile prefetched and without.
 ROW_LAUNCHES = [
     ((37, 10), dict(rows=4, width=16, steps=3)),
     ((9, 5), dict(rows=2, width=8, steps=4)),
@@ -235,20 +236,24 @@ ROW_LAUNCHES = [
     ((37, 10), dict(rows=4, width=16, steps=2, forward_rows=1)),  # and smaller
     ((37, 10), dict(rows=4, width=4, steps=3, chunks=3)),  # rows in pieces, the last partly past N
     ((9, 12), dict(rows=2, width=4, steps=4, chunks=3, forward_rows=4)),  # pieces that cover N exactly
+    ((37, 10), dict(rows=4, width=16, steps=3, forward_rows=2, forward_steps=3)),  # a forward walking tiles
+    ((37, 10), dict(rows=2, width=4, steps=3, chunks=3, forward_rows=4, forward_steps=2)),  # in pieces
 ]
 
 
 @pytest.mark.parametrize("prefetch", [False, True], ids=["load-in-step", "prefetch"])
 @pytest.mark.parametrize("shape, tiling", ROW_LAUNCHES,
                          ids=["rows-4", "rows-2-tail", "rows-1", "forward-rows-8", "forward-rows-1", "pieces-3",
-                              "pieces-3-exact"])
+                              "pieces-3-exact", "forward-walks-3", "forward-walks-2-pieces"])
 @pytest.mark.parametrize("center", [True, False], ids=["layer_norm", "rms_norm"])
 def test_rows_kernels_match_the_xla_ops_at_every_launch(center, shape, tiling, prefetch):
     """Values and every cotangent (of y and of the statistics) of the rows kernel ops against the
     XLA ops', float64, for launches the dispatch would not pick at these sizes."""
     from jaxrules.ops.normalization import affine_normalize_op, layer_norm_rows_op
 
-    launch = dispatch.RowsLaunch(**tiling, num_warps=4, interpret=True, prefetch=prefetch)
+    walks = "forward_steps" in tiling  # a walking forward prefetches with the backward
+    launch = dispatch.RowsLaunch(**tiling, num_warps=4, interpret=True, prefetch=prefetch,
+                                 forward_prefetch=prefetch and walks)
     m, n = shape
     x = jnp.asarray(RNG.standard_normal(shape) * 3 + 2)
     w, b = jnp.asarray(RNG.standard_normal(n) + 1), jnp.asarray(RNG.standard_normal(n))
@@ -273,11 +278,10 @@ GPU = jax.default_backend() == "gpu"
 
 
 def _effective(launch):
-    """What a rows launch runs: each kernel's tile rows and warps, the backward's steps and prefetch,
-    the row's pieces."""
+    """What a rows launch runs: each kernel's tile rows, warps, pieces, steps and prefetch."""
     forward = launch.forward_launch()
-    return (forward.rows, forward.num_warps, launch.rows, launch.num_warps, launch.steps, launch.prefetch,
-            launch.width, launch.chunks)
+    return (forward.rows, forward.num_warps, forward.width, forward.chunks, forward.steps, forward.prefetch,
+            launch.rows, launch.num_warps, launch.steps, launch.prefetch, launch.width, launch.chunks)
 
 
 def _matches_the_xla_ops_on_the_gpu(center, launch, m, n, dtype, tolerance):
@@ -342,4 +346,18 @@ def test_rows_in_pieces_on_the_gpu_match_the_xla_formulas(center, dtype, toleran
         for prefetch in (False, True):
             launch = dispatch.RowsLaunch(rows, width, dispatch.backward_steps(m, rows, 64), num_warps=8,
                                          prefetch=prefetch, chunks=chunks, forward_rows=max(1, rows // 2))
+            _matches_the_xla_ops_on_the_gpu(center, launch, m, n, dtype, tolerance)
+
+
+@pytest.mark.skipif(not GPU, reason="Triton compiles it only on a GPU (interpreted: every_launch above)")
+@pytest.mark.parametrize("dtype, tolerance", GPU_TOLERANCES, ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("center", [True, False], ids=["layer_norm", "rms_norm"])
+def test_a_walking_forward_on_the_gpu_matches_the_xla_formulas(center, dtype, tolerance):
+    """A forward whose programs walk several tiles (``forward_steps``), with the next tile's x
+    prefetched and without, in one piece and in pieces, rows not a multiple of the tiles walked."""
+    for m, n, rows in ((1001, 4096, 1), (203, 5120, 2), (1001, 768, 8)):
+        width, chunks = dispatch.row_pieces(n)
+        for prefetch in (False, True):
+            launch = dispatch.RowsLaunch(rows, width, dispatch.backward_steps(m, rows, 64), num_warps=8, chunks=chunks,
+                                         forward_steps=3, forward_prefetch=prefetch)
             _matches_the_xla_ops_on_the_gpu(center, launch, m, n, dtype, tolerance)
