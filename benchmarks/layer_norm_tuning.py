@@ -34,12 +34,11 @@ def settings(m: int, n: int):
     528 programs, with and without the prefetch), the backward over rows, warps, programs and the
     prefetch."""
     rule = dispatch.rows_launch(m, n, interpret=INTERPRET)  # the rule (no device kind): what tuning starts from
-    width, chunks = dispatch.row_pieces(n)
+    width, pieces = dispatch.row_pieces(n)
     layouts = [rule]
-    if chunks > 1:
-        rows = max(1, min(dispatch._power_of_2_at_most(max(1, dispatch.TILE_ELEMENTS // (chunks * width))),
-                          dispatch._next_power_of_2(m)))
-        layouts.append(dataclasses.replace(rule, width=width, chunks=chunks, rows=rows,
+    if pieces > 1:
+        rows = dispatch.tile_rows(dispatch.TILE_ELEMENTS, pieces * width, m)
+        layouts.append(dataclasses.replace(rule, width=width, pieces=pieces, rows=rows,
                                            steps=dispatch.backward_steps(m, rows, dispatch.BACKWARD_PROGRAMS)))
     forward, backward = [], []
     for base in layouts:
@@ -115,7 +114,7 @@ def main(argv=None):
             if rule and top:
                 print(f"{args.op} {shape} {dtype} {kernel}: rule {rule['ms']:.4f} ms ({rule['sol']:.2f}), best "
                       f"{top['ms']:.4f} ms ({top['sol']:.2f}) rows={top['rows']} warps={top['num_warps']} "
-                      f"steps={top['steps']} prefetch={top['prefetch']} pieces={top['chunks']}x{top['width']} "
+                      f"steps={top['steps']} prefetch={top['prefetch']} pieces={top['pieces']}x{top['width']} "
                       f"forward steps={top['forward_steps']} prefetch={top['forward_prefetch']}",
                       flush=True)
 

@@ -106,9 +106,9 @@ def launches(tuning: list[dict]) -> list[dict]:
     """The ``rows_launches`` entries of tuning records (``layer_norm_tuning.py``, layer norm's: RMS
     norm runs them too, ``dispatch.tuned_rows_launch``): per (dtype, m, n), each kernel's fastest
     launch, rows in one padded piece or in pieces (``dispatch.row_pieces``: the kernel's
-    ``chunk_width``), a forward with one tile per program or walking them (its ``programs`` and
-    ``prefetch``), where it beats the rule's by ``LAUNCH_MARGIN``, else the rule's; with both
-    times."""
+    ``piece_width``; pieces only where they beat one piece's best by ``LAUNCH_MARGIN``), a forward
+    with one tile per program or walking them (its ``programs`` and ``prefetch``), where it beats
+    the rule's by ``LAUNCH_MARGIN``, else the rule's; with both times."""
     if {r["op"] for r in tuning} != {"layer_norm"}:
         raise ValueError("record_dispatch --launches: the launches are layer norm's (RMS norm runs them); got records "
                          f"of {sorted({r['op'] for r in tuning})}")
@@ -122,14 +122,15 @@ def launches(tuning: list[dict]) -> list[dict]:
         for kernel in ("forward", "backward"):
             timed = [r for r in records if r["kernel"] == kernel]
             base = next(r for r in timed if (r["rows"], r["num_warps"], r["steps"], r["prefetch"], r["width"],
-                                             r.get("chunks", 1), r.get("forward_steps", 0))
-                        == (rule.rows, rule.num_warps, rule.steps, rule.prefetch, rule.width, rule.chunks, 0))
-            best = min(timed, key=lambda r: r["ms"])
-            chosen = best if best["ms"] < (1 - LAUNCH_MARGIN) * base["ms"] else base
-            pieces = chosen.get("chunks", 1)
+                                             _pieces(r), r.get("forward_steps", 0))
+                        == (rule.rows, rule.num_warps, rule.steps, rule.prefetch, rule.width, rule.pieces, 0))
+            best = _faster(min((r for r in timed if _pieces(r) == 1), key=lambda r: r["ms"]),
+                           min((r for r in timed if _pieces(r) > 1), key=lambda r: r["ms"], default=None))
+            chosen = _faster(base, best)
+            pieces = _pieces(chosen)
             entry[kernel] = {"tile_elements": chosen["rows"] * chosen["width"] * pieces,
                              "num_warps": chosen["num_warps"], "rule_ms": round(base["ms"], 5),
-                             "ms": round(chosen["ms"], 5), **({"chunk_width": chosen["width"]} if pieces > 1 else {})}
+                             "ms": round(chosen["ms"], 5), **({"piece_width": chosen["width"]} if pieces > 1 else {})}
             tiles = -(-m // chosen["rows"])
             if kernel == "backward":
                 entry[kernel].update(programs=-(-tiles // chosen["steps"]), prefetch=chosen["prefetch"])
@@ -137,6 +138,16 @@ def launches(tuning: list[dict]) -> list[dict]:
                 entry[kernel].update(programs=-(-tiles // chosen["forward_steps"]), prefetch=chosen["forward_prefetch"])
         entries.append(entry)
     return entries
+
+
+def _faster(incumbent: dict, challenger: dict | None) -> dict:
+    """``challenger`` where it beats ``incumbent`` by more than ``LAUNCH_MARGIN``, else ``incumbent``."""
+    return challenger if challenger and challenger["ms"] < (1 - LAUNCH_MARGIN) * incumbent["ms"] else incumbent
+
+
+def _pieces(record) -> int:
+    """A tuning record's pieces per row (stop 32's first records name them ``chunks``)."""
+    return record.get("pieces", record.get("chunks", 1))
 
 
 def merge_launches(table: dict, entries: list[dict]) -> list[dict]:

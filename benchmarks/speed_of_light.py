@@ -55,12 +55,12 @@ def diagnose(row) -> str:
     n = row["shape"][-1]
     if row["op"] in ("batch_norm", "group_norm"):
         return "grouped"
-    if n > 12288:
+    if row["default_ms"] < 0.3:
+        return "short"
+    if n > 12288 and row["plan"] == "xla":
         return "16384 wide"
     if n > 8192:
         return "12288 wide"
-    if row["default_ms"] < 0.3:
-        return "short"
     return "bfloat16" if row["dtype"] != "float32" else "float32"
 
 

@@ -63,19 +63,27 @@ def _power_of_2_at_most(v: int) -> int:
     return 1 << max(0, int(v).bit_length() - 1)
 
 
-# A row in pieces (``RowsLaunch.chunks``): at most MAX_PIECES of at least MIN_PIECE columns.
+# A row in pieces (``RowsLaunch.pieces``): at most MAX_PIECES of MIN_PIECE to MAX_PIECE columns
+# (or one piece, the row padded to its power of two).
 MAX_PIECES = 8
 MIN_PIECE = 128
+MAX_PIECE = 8192
 
 
 def row_pieces(n: int) -> tuple[int, int]:
-    """``(width, chunks)``: the power-of-two pieces that cover a row of ``n`` with the fewest
+    """``(width, pieces)``: the power-of-two pieces that cover a row of ``n`` with the fewest
     padded columns (12288: 3 of 4096, not one of 16384; 5120: 5 of 1024), the fewest pieces on a
     tie (a power of two: one piece). A launch takes them where measured faster than one padded
     piece (``tuned_rows_launch``)."""
-    options = [(w, _cdiv(n, w)) for w in (1 << k for k in range(MIN_PIECE.bit_length() - 1, 15))
+    options = [(w, _cdiv(n, w)) for w in (1 << k for k in range(MIN_PIECE.bit_length() - 1, MAX_PIECE.bit_length()))
                if _cdiv(n, w) <= MAX_PIECES] + [(_next_power_of_2(n), 1)]
     return min(options, key=lambda o: (o[0] * o[1], o[1]))
+
+
+def tile_rows(elements: int, span: int, m: int) -> int:
+    """Rows of a tile of about ``elements`` elements whose rows span ``span`` columns: a power of
+    two, at least one, at most the rows there are (``m``, rounded up to a power of two)."""
+    return max(1, min(_power_of_2_at_most(max(1, elements // span)), _next_power_of_2(m)))
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -85,12 +93,13 @@ def _cdiv(a: int, b: int) -> int:
 @dataclasses.dataclass(frozen=True)
 class RowsLaunch:
     """Launch of the layer-norm kernels on (M, N): the backward's tiles of ``rows`` rows, each
-    row held as ``chunks`` pieces of ``width`` columns (powers of two, ``span = chunks width >=
+    row held as ``pieces`` pieces of ``width`` columns (powers of two, ``span = pieces width >=
     N``; one piece padded to the next power of two, or several that pad an awkward width such as
     12288 = 3 x 4096 less: ``row_pieces``), its programs walking ``steps`` consecutive tiles each
     (``prefetch``: loading tile ``t + 1`` before computing tile ``t``) with ``num_warps``; the
-    forward's tiles of ``forward_rows`` rows in ``forward_chunks`` pieces of ``forward_width``,
-    with ``forward_warps`` (0: the backward's), one tile per program or, with ``forward_steps``,
+    forward's tiles of ``forward_rows`` rows in ``forward_pieces`` pieces of ``forward_width``,
+    with ``forward_warps`` (0: the backward's; the forward's layout is the backward's unless
+    ``forward_width`` is given), one tile per program or, with ``forward_steps``,
     that many consecutive tiles (``forward_prefetch``: loading the next before normalizing one).
     ``device_kind``: the GPU whose measured launches (``tuned_rows_launch``) apply, None where
     none do: kept by ``relaunch`` (a device's shard, vmap's folded rows)."""
@@ -105,16 +114,16 @@ class RowsLaunch:
     forward_rows: int = 0
     forward_warps: int = 0
     device_kind: str | None = None
-    chunks: int = 1
+    pieces: int = 1
     forward_width: int = 0
-    forward_chunks: int = 0
+    forward_pieces: int = 0
     forward_steps: int = 0
     forward_prefetch: bool = False
 
     @property
     def span(self) -> int:
-        """The columns a tile's row covers (``chunks`` pieces of ``width``)."""
-        return self.chunks * self.width
+        """The columns a tile's row covers (``pieces`` of ``width``)."""
+        return self.pieces * self.width
 
     def forward_programs(self, m: int) -> int:
         forward = self.forward_launch()
@@ -123,14 +132,22 @@ class RowsLaunch:
     def backward_programs(self, m: int) -> int:
         return _cdiv(_cdiv(m, self.rows), self.steps)
 
+    def check_covers(self, n: int, kernel: str) -> None:
+        """Raise unless this launch's pieces cover a row of ``n`` columns, the last one not wholly
+        past it."""
+        if not (self.pieces - 1) * self.width < n <= self.span:
+            raise ValueError(f"{kernel}: a row of {n} columns in {self.pieces} pieces of {self.width}: {self!r}")
+
     def forward_launch(self) -> RowsLaunch:
         """The forward kernel's tiles, warps, pieces, tiles per program and prefetch as a launch's
-        ``rows``, ``num_warps``, ``width``, ``chunks``, ``steps`` and ``prefetch``."""
+        ``rows``, ``num_warps``, ``width``, ``pieces``, ``steps`` and ``prefetch``."""
+        own = self.forward_width > 0  # the forward's own layout, else the backward's
+        width, pieces = (self.forward_width, self.forward_pieces or 1) if own else (self.width, self.pieces)
         return dataclasses.replace(self, rows=self.forward_rows or self.rows,
-                                   num_warps=self.forward_warps or self.num_warps, width=self.forward_width or self.width,
-                                   chunks=self.forward_chunks or self.chunks, steps=self.forward_steps or 1,
+                                   num_warps=self.forward_warps or self.num_warps, width=width, pieces=pieces,
+                                   steps=self.forward_steps or 1,
                                    prefetch=self.forward_prefetch, forward_rows=0, forward_warps=0, forward_width=0,
-                                   forward_chunks=0, forward_steps=0, forward_prefetch=False)
+                                   forward_pieces=0, forward_steps=0, forward_prefetch=False)
 
 
 def rows_launch(m: int, n: int, *, interpret: bool = False, dtype=None, device_kind: str | None = None) -> RowsLaunch:
@@ -143,7 +160,7 @@ def rows_launch(m: int, n: int, *, interpret: bool = False, dtype=None, device_k
     if tuned is not None:
         return tuned
     width = _next_power_of_2(n)
-    rows = max(1, min(TILE_ELEMENTS // width, _next_power_of_2(m)))
+    rows = tile_rows(TILE_ELEMENTS, width, m)
     return RowsLaunch(rows, width, backward_steps(m, rows, BACKWARD_PROGRAMS), num_warps=8 if width >= 2048 else 4,
                       interpret=interpret, device_kind=tuned_kind)
 
@@ -160,9 +177,10 @@ def tuned_rows_launch(device_kind: str, m: int, n: int, dtype) -> RowsLaunch | N
     follows bfloat16) padded to the same width, when (m, n) is within a factor of two of it in
     both; a tie goes to the launch without the prefetch. Tiles keep their elements (rows: the
     power of two at most elements / span), programs their count (a forward without ``programs``:
-    one per tile), rows in pieces their piece width (a kernel's ``chunk_width``: ``row_pieces``).
-    None: no such entry. (Across widths a tile's
-    registers differ: the prefetch that wins at 5120 wide rows spills at 16384.)"""
+    one per tile), rows in pieces their piece width (a kernel's ``piece_width``: ``row_pieces``)
+    where those pad less than one piece (a power-of-two width near an awkward one: one piece).
+    None: no such entry. (Across widths a tile's registers differ: the prefetch that wins at 5120
+    wide rows spills at 16384.)"""
     if dtype is None or not has_tuned_launches(device_kind):
         return None
     key, width = _dtype_key(dtype), _next_power_of_2(n)
@@ -177,17 +195,18 @@ def tuned_rows_launch(device_kind: str, m: int, n: int, dtype) -> RowsLaunch | N
     fwd, bwd = entry["forward"], entry["backward"]
 
     def layout(kernel):  # (tile rows, piece width, pieces) of a kernel's entry
-        piece = kernel.get("chunk_width", width)
+        piece = kernel.get("piece_width", width)
+        if _cdiv(n, piece) * piece >= width:  # the pieces pad no less than one piece: one piece
+            piece = width
         span = _cdiv(n, piece) * piece
-        rows = max(1, min(_power_of_2_at_most(max(1, kernel["tile_elements"] // span)), _next_power_of_2(m)))
-        return rows, piece, span // piece
+        return tile_rows(kernel["tile_elements"], span, m), piece, span // piece
 
-    (rows, piece, chunks), (forward_rows, forward_piece, forward_chunks) = layout(bwd), layout(fwd)
+    (rows, piece, pieces), (forward_rows, forward_piece, forward_pieces) = layout(bwd), layout(fwd)
     walks = "programs" in fwd  # a forward whose programs walk several tiles
     return RowsLaunch(rows, piece, backward_steps(m, rows, bwd["programs"]), bwd["num_warps"],
                       prefetch=bwd["prefetch"], forward_rows=forward_rows, forward_warps=fwd["num_warps"],
-                      device_kind=device_kind, chunks=chunks, forward_width=forward_piece,
-                      forward_chunks=forward_chunks,
+                      device_kind=device_kind, pieces=pieces, forward_width=forward_piece,
+                      forward_pieces=forward_pieces,
                       forward_steps=backward_steps(m, forward_rows, fwd["programs"]) if walks else 0,
                       forward_prefetch=fwd.get("prefetch", False))
 
@@ -346,8 +365,8 @@ def slug(device_kind: str) -> str:
 def _decide(op: str, device_kind: str, dtype, weight_dtype, features: tuple, kernels=("pallas",)) -> tuple[str, str]:
     """``(impl, reason)``: the fastest of the XLA formulas and ``kernels`` (those that can run
     here) at the nearest measured point, in a training step where it has those times
-    (``TRAINING_STEP``; a kernel without one is left out only where its gradients-only time, a
-    lower bound of its step's, cannot win), else gradients only."""
+    (``TRAINING_STEP``; a kernel without one counts with its gradients-only time), else gradients
+    only."""
     key = _dtype_key(dtype)
     points = [p for p in measurements(device_kind) if p["op"] == op and p["dtype"] == key]
     same_weights = [p for p in points if p["weight_dtype"] == _dtype_key(weight_dtype or dtype)]
@@ -371,9 +390,11 @@ def _decide(op: str, device_kind: str, dtype, weight_dtype, features: tuple, ker
     times = {k: nearest[f"{k}_ms"] for k in candidates}
     form = "per call"
     trained = {k: nearest[f"{k}_train_ms"] for k in candidates if f"{k}_train_ms" in nearest}
-    unknown = [k for k in candidates if k not in trained]  # a kernel's step is never faster than its gradients
-    if len(trained) > 1 and "xla" in trained and all(times[k] >= min(trained.values()) for k in unknown):
-        times, form = trained, f"per call in {TRAINING_STEP}"
+    if len(trained) > 1 and "xla" in trained:  # a kernel without a step's time: its gradients' time stands in
+        estimated = [k for k in candidates if k not in trained]
+        times = {k: trained.get(k, times[k]) for k in candidates}
+        form = f"per call in {TRAINING_STEP}" + (f" ({', '.join(_LABELS[k] for k in estimated)}: gradients only)"
+                                                 if estimated else "")
     impl = min(times, key=times.get)
     where = f"{op} {key} {'x'.join(map(str, nearest['features']))} ({table_kind(device_kind)})"
     return impl, f"nearest measurement {where} {form}: " + ", ".join(
@@ -386,10 +407,9 @@ def _decide(op: str, device_kind: str, dtype, weight_dtype, features: tuple, ker
 # step does (the loss reads y). The sweep's gradients-only programs let XLA drop y's pass, which
 # the rows kernels write anyway: at 40 of 53 H200 points where those times chose the XLA formulas,
 # the Triton kernels were 1.06-1.54x faster in a training step (benchmarks/RESULTS.md stop 31). A
-# kernel's gradients-only time bounds its step's from below (it writes y in both forms: the step
-# took 0.98-1.05x, RESULTS.md stop 32), so a kernel the step was not timed for is left out only where that
-# bound loses; else the point is decided on gradients only, as before (stop 31 left the Mosaic
-# kernels out of every training-step decision: 26 H200 points where they could win were re-timed).
+# kernel the step was not timed for counts with its gradients-only time: a rows kernel writes y in
+# both forms (the Triton kernels' step took 0.98-1.05x their gradients' time, median 1.006, RESULTS.md
+# stop 32). Stop 31 had left such kernels out: the Mosaic kernels at every training-step decision.
 TRAINING_STEP = "a training step (the value, then the gradients)"
 
 

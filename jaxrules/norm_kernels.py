@@ -47,9 +47,9 @@ def _compiler_params(launch):
     return {"compiler_params": plgpu.CompilerParams(num_warps=launch.num_warps, num_stages=launch.num_stages)}
 
 
-def _masked(op, ref, tile, launch, n, *args, end=None, chunk=0):
+def _masked(op, ref, tile, launch, n, *args, end=None, piece=0):
     """``plgpu.load`` / ``plgpu.store`` of row tile ``tile`` (``launch.rows`` rows, the columns of
-    piece ``chunk``: ``launch.width`` from ``chunk * launch.width``) of ``ref`` (M, N) or (M,),
+    piece ``piece``: ``launch.width`` from ``piece * launch.width``) of ``ref`` (M, N) or (M,),
     masked past row M (and row ``end``, where given) and column N."""
     m = ref.shape[0]
     rows = tile * launch.rows + lax.broadcasted_iota(jnp.int32, (launch.rows, 1), 0)
@@ -59,25 +59,25 @@ def _masked(op, ref, tile, launch, n, *args, end=None, chunk=0):
 
     if len(ref.shape) == 1:
         return op(ref.at[pl.ds(tile * launch.rows, launch.rows)], *args, mask=inside(rows[:, 0]))
-    columns = _columns(launch, chunk)
+    columns = _columns(launch, piece)
     mask = inside(rows) & (columns < n)
-    return op(ref.at[pl.ds(tile * launch.rows, launch.rows), pl.ds(jnp.int32(chunk * launch.width), launch.width)],
+    return op(ref.at[pl.ds(tile * launch.rows, launch.rows), pl.ds(jnp.int32(piece * launch.width), launch.width)],
               *args, mask=mask)
 
 
-def _columns(launch, chunk, shape=None):
-    """The column index of each element of piece ``chunk`` (shape ``(1, width)``, or ``shape``)."""
+def _columns(launch, piece, shape=None):
+    """The column index of each element of piece ``piece`` (shape ``(1, width)``, or ``shape``)."""
     shape = shape or (1, launch.width)
     columns = lax.broadcasted_iota(jnp.int32, shape, len(shape) - 1)
-    return columns + chunk * launch.width if chunk else columns
+    return columns + piece * launch.width if piece else columns
 
 
-def _load(ref, tile, launch, n, dtype=None, end=None, chunk=0):
-    """Tile ``tile`` of ``ref`` (of its piece ``chunk``), zeros where masked, in ``dtype`` (None:
+def _load(ref, tile, launch, n, dtype=None, end=None, piece=0):
+    """Tile ``tile`` of ``ref`` (of its piece ``piece``), zeros where masked, in ``dtype`` (None:
     the ref's)."""
     from jax.experimental.pallas import triton as plgpu
 
-    value = _masked(functools.partial(plgpu.load, other=0), ref, tile, launch, n, end=end, chunk=chunk)
+    value = _masked(functools.partial(plgpu.load, other=0), ref, tile, launch, n, end=end, piece=piece)
     return value if dtype is None else value.astype(dtype)
 
 
@@ -85,21 +85,21 @@ def _load_tile(ref, tile, launch, n, dtype=None, end=None):
     """``_load`` of a per-row ref (M,), or of every piece of a tile of an (M, N) ref (a tuple)."""
     if len(ref.shape) == 1:
         return _load(ref, tile, launch, n, dtype, end)
-    return tuple(_load(ref, tile, launch, n, dtype, end, chunk) for chunk in range(launch.chunks))
+    return tuple(_load(ref, tile, launch, n, dtype, end, piece) for piece in range(launch.pieces))
 
 
-def _store(ref, tile, launch, n, value, chunk=0):
+def _store(ref, tile, launch, n, value, piece=0):
     from jax.experimental.pallas import triton as plgpu
 
-    _masked(plgpu.store, ref, tile, launch, n, value.astype(ref.dtype), chunk=chunk)
+    _masked(plgpu.store, ref, tile, launch, n, value.astype(ref.dtype), piece=piece)
 
 
-def _vector(ref, launch, n, dtype, chunk=0):
-    """Piece ``chunk`` of a length-N vector as (width,), zeros past N."""
+def _vector(ref, launch, n, dtype, piece=0):
+    """Piece ``piece`` of a length-N vector as (width,), zeros past N."""
     from jax.experimental.pallas import triton as plgpu
 
-    columns = _columns(launch, chunk, (launch.width,))
-    return plgpu.load(ref.at[pl.ds(jnp.int32(chunk * launch.width), launch.width)], mask=columns < n,
+    columns = _columns(launch, piece, (launch.width,))
+    return plgpu.load(ref.at[pl.ds(jnp.int32(piece * launch.width), launch.width)], mask=columns < n,
                       other=0).astype(dtype)
 
 
@@ -181,6 +181,7 @@ def local_forward(x, w, b, *, eps, launch: RowsLaunch):
     center = b is not None
     m, n = x.shape
     programs, launch = launch.forward_programs(m), launch.forward_launch()
+    launch.check_covers(n, "layer_norm/rms_norm forward kernel")
     struct = functools.partial(varying_struct, refs=(x, w, b))
     per_row = struct((m,), stat_dtype(x.dtype))
     return pl.pallas_call(
@@ -194,13 +195,13 @@ def local_forward(x, w, b, *, eps, launch: RowsLaunch):
 def _backward_kernel(*refs, launch, center):
     """``launch.steps`` tiles of rows: ``dx`` and this program's partial sums of ``dw`` (and
     ``db``). Layer norm (``center``): refs x, g, w, mean, rstd, g_mean, g_rstd -> dx, dw, db;
-    RMS norm: x, g, w, rstd, g_rstd -> dx, dw. A row is ``launch.chunks`` pieces (lists of
+    RMS norm: x, g, w, rstd, g_rstd -> dx, dw. A row is ``launch.pieces`` pieces (lists of
     them below); with one piece the operations are traced in the order the tables measured."""
     if center:
         x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, dx_ref, *sum_refs = refs
     else:
         x_ref, g_ref, w_ref, rstd_ref, grstd_ref, dx_ref, *sum_refs = refs
-    n, stat, pieces = x_ref.shape[1], rstd_ref.dtype, range(launch.chunks)
+    n, stat, pieces = x_ref.shape[1], rstd_ref.dtype, range(launch.pieces)
     ws = [_vector(w_ref, launch, n, stat, c) for c in pieces]
     valid = [_columns(launch, c) < n for c in pieces]
     first = pl.program_id(0) * launch.steps
@@ -247,10 +248,10 @@ def _backward_kernel(*refs, launch, center):
             _store(dx_ref, tile, launch, n, piece, c)
         return jax.tree.map(operator.add, sums, terms), following
 
-    zeros = [jnp.zeros((launch.width,), stat)] * launch.chunks
+    zeros = [jnp.zeros((launch.width,), stat)] * launch.pieces
     sums, _ = lax.fori_loop(0, launch.steps, body, ((zeros,) * len(sum_refs), fetch(first) if launch.prefetch else {}))
     for ref, totals in zip(sum_refs, sums):
-        if launch.chunks == 1:
+        if launch.pieces == 1:
             ref[...] = totals[0]  # the measured kernel's store
         else:
             for c, total in enumerate(totals):
@@ -283,6 +284,7 @@ def local_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: RowsLaunch):
     ``g_mean=None``): RMS norm's (``rms_backward``), ``(dx, dw)``."""
     center = mean is not None
     m, n = x.shape
+    launch.check_covers(n, "layer_norm/rms_norm backward kernel")
     stat = rstd.dtype
     programs = launch.backward_programs(m)
     stats = (mean, rstd, g_mean, g_rstd) if center else (rstd, g_rstd)

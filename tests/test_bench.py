@@ -254,14 +254,16 @@ def test_the_speed_of_light_table_gives_each_point_below_the_target_its_class(tm
     new = {"meta": meta, "rows": [row("layer_norm", [65535, 4096], "bfloat16", 0.7, 0.90),
                                   row("rms_norm", [21844, 12288], "float32", 1.6, 0.77),
                                   row("rms_norm", [66850, 512], "float32", 0.2, 0.60),  # narrower than 1024
-                                  row("batch_norm", [64, 256, 14, 14], "float32", 0.1, 0.30)]}  # a 196 map
+                                  row("batch_norm", [64, 256, 14, 14], "float32", 0.1, 0.30),  # a 196 map
+                                  row("rms_norm", [1000, 12288], "float32", 0.14, 0.42)]}  # short before wide
     paths = []
     for i, record in enumerate((old, new)):
         paths.append(tmp_path / f"r{i}.json")
         paths[-1].write_text(json.dumps(record))
     rows, _ = module.load(paths)
     table = module.markdown(rows, 0.85, 1024)
-    assert table.startswith("2 of 3 points below 85%")
+    assert table.startswith("3 of 4 points below 85%")
+    assert "| rms_norm | 1000x12288 | float32 | pallas | 0.140 | 0.42 | short |" in table
     assert "| layer_norm | 65535x4096 | bfloat16 | pallas | 0.700 | 0.90 |  |" in table
     assert "| group_norm | 64x256x56x56 | float32 | pallas | 0.400 | 0.55 | grouped |" in table
     assert "| 1.600 | 0.77 | 12288 wide |" in table and "66850x512" not in table and "14x14" not in table

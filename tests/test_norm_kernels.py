@@ -234,17 +234,18 @@ ROW_LAUNCHES = [
     ((6, 16), dict(rows=1, width=16, steps=2)),
     ((37, 10), dict(rows=2, width=16, steps=3, forward_rows=8)),  # the forward's own tiles, bigger
     ((37, 10), dict(rows=4, width=16, steps=2, forward_rows=1)),  # and smaller
-    ((37, 10), dict(rows=4, width=4, steps=3, chunks=3)),  # rows in pieces, the last partly past N
-    ((9, 12), dict(rows=2, width=4, steps=4, chunks=3, forward_rows=4)),  # pieces that cover N exactly
+    ((37, 10), dict(rows=4, width=4, steps=3, pieces=3)),  # rows in pieces, the last partly past N
+    ((9, 12), dict(rows=2, width=4, steps=4, pieces=3, forward_rows=4)),  # pieces that cover N exactly
     ((37, 10), dict(rows=4, width=16, steps=3, forward_rows=2, forward_steps=3)),  # a forward walking tiles
-    ((37, 10), dict(rows=2, width=4, steps=3, chunks=3, forward_rows=4, forward_steps=2)),  # in pieces
+    ((37, 10), dict(rows=2, width=4, steps=3, pieces=3, forward_rows=4, forward_steps=2)),  # in pieces
+    ((37, 10), dict(rows=2, width=16, steps=3, forward_width=4, forward_pieces=3)),  # the forward alone in pieces
 ]
 
 
 @pytest.mark.parametrize("prefetch", [False, True], ids=["load-in-step", "prefetch"])
 @pytest.mark.parametrize("shape, tiling", ROW_LAUNCHES,
                          ids=["rows-4", "rows-2-tail", "rows-1", "forward-rows-8", "forward-rows-1", "pieces-3",
-                              "pieces-3-exact", "forward-walks-3", "forward-walks-2-pieces"])
+                              "pieces-3-exact", "forward-walks-3", "forward-walks-2-pieces", "forward-pieces-3"])
 @pytest.mark.parametrize("center", [True, False], ids=["layer_norm", "rms_norm"])
 def test_rows_kernels_match_the_xla_ops_at_every_launch(center, shape, tiling, prefetch):
     """Values and every cotangent (of y and of the statistics) of the rows kernel ops against the
@@ -274,14 +275,23 @@ def test_rows_kernels_match_the_xla_ops_at_every_launch(center, shape, tiling, p
         np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11)
 
 
+def test_a_launch_whose_pieces_do_not_cover_the_row_is_refused():
+    """A forward layout given half (``forward_width`` without ``forward_pieces``: one piece of 4
+    for rows of 10) would leave columns of y unwritten: refused, naming the kernel."""
+    launch = dispatch.RowsLaunch(rows=2, width=16, steps=3, num_warps=4, forward_width=4, interpret=True)
+    x, w = jnp.ones((37, 10)), jnp.ones(10)
+    with pytest.raises(ValueError, match="forward kernel: a row of 10 columns in 1 pieces of 4"):
+        rms_norm_rows_op(x, w, eps=1e-3, launch=launch)
+
+
 GPU = jax.default_backend() == "gpu"
 
 
 def _effective(launch):
     """What a rows launch runs: each kernel's tile rows, warps, pieces, steps and prefetch."""
     forward = launch.forward_launch()
-    return (forward.rows, forward.num_warps, forward.width, forward.chunks, forward.steps, forward.prefetch,
-            launch.rows, launch.num_warps, launch.steps, launch.prefetch, launch.width, launch.chunks)
+    return (forward.rows, forward.num_warps, forward.width, forward.pieces, forward.steps, forward.prefetch,
+            launch.rows, launch.num_warps, launch.steps, launch.prefetch, launch.width, launch.pieces)
 
 
 def _matches_the_xla_ops_on_the_gpu(center, launch, m, n, dtype, tolerance):
@@ -345,7 +355,7 @@ def test_rows_in_pieces_on_the_gpu_match_the_xla_formulas(center, dtype, toleran
         width, chunks = dispatch.row_pieces(n)
         for prefetch in (False, True):
             launch = dispatch.RowsLaunch(rows, width, dispatch.backward_steps(m, rows, 64), num_warps=8,
-                                         prefetch=prefetch, chunks=chunks, forward_rows=max(1, rows // 2))
+                                         prefetch=prefetch, pieces=chunks, forward_rows=max(1, rows // 2))
             _matches_the_xla_ops_on_the_gpu(center, launch, m, n, dtype, tolerance)
 
 
@@ -358,6 +368,6 @@ def test_a_walking_forward_on_the_gpu_matches_the_xla_formulas(center, dtype, to
     for m, n, rows in ((1001, 4096, 1), (203, 5120, 2), (1001, 768, 8)):
         width, chunks = dispatch.row_pieces(n)
         for prefetch in (False, True):
-            launch = dispatch.RowsLaunch(rows, width, dispatch.backward_steps(m, rows, 64), num_warps=8, chunks=chunks,
+            launch = dispatch.RowsLaunch(rows, width, dispatch.backward_steps(m, rows, 64), num_warps=8, pieces=chunks,
                                          forward_steps=3, forward_prefetch=prefetch)
             _matches_the_xla_ops_on_the_gpu(center, launch, m, n, dtype, tolerance)
