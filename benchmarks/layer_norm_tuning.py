@@ -112,11 +112,11 @@ def main(argv=None):
         for kernel in ("forward", "backward"):
             rule, top = best.get(kernel + " rule"), best.get(kernel)
             if rule and top:
+                steps, prefetch = ((top["steps"], top["prefetch"]) if kernel == "backward"
+                                   else (top["forward_steps"] or 1, top["forward_prefetch"]))
                 print(f"{args.op} {shape} {dtype} {kernel}: rule {rule['ms']:.4f} ms ({rule['sol']:.2f}), best "
                       f"{top['ms']:.4f} ms ({top['sol']:.2f}) rows={top['rows']} warps={top['num_warps']} "
-                      f"steps={top['steps']} prefetch={top['prefetch']} pieces={top['pieces']}x{top['width']} "
-                      f"forward steps={top['forward_steps']} prefetch={top['forward_prefetch']}",
-                      flush=True)
+                      f"steps={steps} prefetch={prefetch} pieces={top['pieces']}x{top['width']}", flush=True)
 
 
 def _compile(op, kernel, launch, args):
