@@ -607,3 +607,22 @@ def test_record_dispatch_launches_replace_only_their_shapes():
     new = [{"dtype": "bfloat16", "features": [8, 64], "tag": "new"}, {"dtype": "bfloat16", "features": [16, 64]}]
     merged = module.merge_launches({"rows_launches": old}, new)
     assert merged == [new[0], new[1], old[1]]
+
+
+def test_changed_points_are_the_cases_whose_launch_or_plan_moved(tmp_path):
+    """``benchmarks/changed_points.py``: against an earlier H200 table whose 52427x5120 bfloat16
+    entry ran its forward in one piece, exactly the four sweep cases whose Triton launch that entry
+    makes changed (layer and RMS norm, bfloat16 and bfloat16 with float32 weights: RMS norm's plan
+    there is the Mosaic kernels, but the table's Triton time decides it too); against the table
+    itself, none."""
+    module = load("benchmarks/changed_points.py")
+    table = json.loads(dispatch.table_path("NVIDIA H200").read_text())
+    (entry,) = [e for e in table["rows_launches"] if e["dtype"] == "bfloat16" and e["features"] == [52427, 5120]]
+    assert entry["forward"].pop("piece_width") == 1024
+    before = tmp_path / "before.json"
+    before.write_text(json.dumps(table))
+    names = sorted(name for name, *_ in module.changed(before, "NVIDIA H200"))
+    assert names == [f"{op} 52427x5120 bfloat16{w}" for op in ("layer_norm", "rms_norm")
+                     for w in ("", "+float32-weights")]
+    before.write_text(dispatch.table_path("NVIDIA H200").read_text())
+    assert module.changed(before, "NVIDIA H200") == []
