@@ -27,8 +27,7 @@ def plans(kind: str, data: pathlib.Path | None = None) -> dict:
     is another: the table's kernel time there decides too."""
     saved = dispatch.DATA
     dispatch.DATA = data or saved
-    for cached in (dispatch._table, dispatch.measurements):
-        cached.cache_clear()
+    _forget_tables()
     try:
         decided = {}
         for case in bench.sweep_cases():
@@ -41,8 +40,13 @@ def plans(kind: str, data: pathlib.Path | None = None) -> dict:
         return decided
     finally:
         dispatch.DATA = saved
-        for cached in (dispatch._table, dispatch.measurements):
-            cached.cache_clear()
+        _forget_tables()
+
+
+def _forget_tables() -> None:
+    """Drop the dispatch's cached tables (read again from ``dispatch.DATA``)."""
+    for cached in (dispatch._table, dispatch.measurements):
+        cached.cache_clear()
 
 
 def changed(before_table: pathlib.Path, kind: str) -> list[tuple[str, tuple, tuple]]:
