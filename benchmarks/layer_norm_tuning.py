@@ -84,12 +84,16 @@ def main(argv=None):
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--out", help="append every setting's time here (JSON lines)")
+    parser.add_argument("--kernels", default="forward,backward",
+                        help="the kernels to time (comma-separated; record_dispatch.py --launches needs both per "
+                             "shape: join another run's records of the other one)")
     args = parser.parse_args(argv)
+    kernels = args.kernels.split(",")
     gbps = bench.copy_probe("cpu" if INTERPRET else "gpu")["sol_gbps"]
     for shape, dtype in itertools.product(args.shapes.split(","), args.dtypes.split(",")):
         m, n = map(int, shape.split("x"))
         tensor = m * n * jnp.dtype(dtype).itemsize
-        pairs, arrays = settings(m, n), inputs(args.op, m, n, dtype)
+        pairs, arrays = [p for p in settings(m, n) if p[0] in kernels], inputs(args.op, m, n, dtype)
         with ThreadPoolExecutor(16) as pool:  # compile every setting ahead, together
             compiled = list(pool.map(lambda p: _compile(args.op, p[0], p[1], arrays[p[0]]), pairs))
         best = {}

@@ -270,3 +270,25 @@ def test_the_speed_of_light_table_gives_each_point_below_the_target_its_class(tm
     paths[0].write_text(json.dumps({**old, "meta": {**meta, "with_value": False}}))
     with pytest.raises(ValueError, match="gradients only"):
         module.load(paths)
+
+
+def test_a_step_profile_counts_each_operation_in_passes_of_one_tensor():
+    """``benchmarks/step_profile.py`` on a small case compiled here, its trace given (a CPU trace
+    has no GPU plane): each operation's time over the time the probe moves one activation once."""
+    module = load("benchmarks/step_profile.py")
+    case = bench.SweepCase("layer_norm", (64, 128), "float32", "float32")
+    one = 64 * 128 * 4 / (2000.0 * 1e3)  # us at 2000 GB/s
+    trace = {"/device:GPU:0": {"span_us": 10 * one, "idle_us": 0.5,
+                               "ops": [(0.0, 2 * one, "layer_norm_fwd"), (3.0, 3 * one, "layer_norm_bwd")]}}
+    seen = []
+
+    def timeline(call, steps):
+        seen.append((call()[0].shape, steps))  # the step returns the value, then the gradients
+        return trace
+
+    row = module.profile(case, "xla", 2000.0, steps=3, timeline=timeline)
+    assert seen == [((64, 128), 3)]
+    assert row["passes"] == 10 and [op["passes"] for op in row["ops"]] == [2, 3]
+    text = module.format_profile(row)
+    assert "10.00 passes" in text and "layer_norm_bwd" in text
+    assert "no GPU operations" in module.format_profile(module.profile(case, "xla", 2000.0, 1, lambda c, s: {}))
