@@ -1,111 +1,89 @@
-"""Check and tune the fused batch-norm / group-norm kernels on the GPU
-(``jaxrules.dispatch.GroupedLaunch``): for 64x256x56x56 (group norm: 32 groups), float32
-and bfloat16,
+"""Check and time launch settings of the batch-norm / group-norm kernels
+(``jaxrules.dispatch.GroupedLaunch``) on the GPU, in a training step (``bench.fwd_bwd(...,
+with_value=True)``, as ``bench --suite sweep --with-value`` times it): at each shape and dtype,
+the XLA formulas, plain JAX and each setting of ``--grid`` run side by side (``bench.interleaved_median_ms``)
+after a check of each setting's value and gradients against the XLA formulas.
 
-* the compiled kernels against the jnp formulas (``impl="xla"``): value and gradients;
-* ``jit(vjp)`` (gradients only, as ``python -m jaxrules bench``) and ``jit`` of value and
-  gradients (a training step keeps y), median of ``--repeats`` runs, XLA path and kernels, for
-  each launch setting.
+* ``forms``: the tiles as they are; the second passes walking the tiles last to first
+  (``reverse``); group norm's forward as one kernel (``writes_y``); both;
+* ``tiles``: ``tile_elements`` 4096-16384 and 4-16 warps, with both forms.
 
-    python benchmarks/grouped_norm_tuning.py [--repeats 30] [--quick]
+    PYTHONPATH=. python3 benchmarks/grouped_norm_tuning.py --shapes 64x256x56x56,8x64x112x112 \\
+        --grid forms --out grouped.jsonl
 """
 
 import argparse
 import dataclasses
-import functools
 import itertools
+import json
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrules import dispatch
-from jaxrules.bench import fwd_bwd, median_ms
-from jaxrules.nn import batch_norm, group_norm
+from jaxrules import bench, dispatch
 
-SHAPE = (64, 256, 56, 56)
-OPS = {
-    "batch_norm": lambda impl: lambda x, w, b: batch_norm(x, None, None, w, b, training=True, impl=impl)[0],
-    "group_norm": lambda impl: lambda x, w, b: group_norm(x, 32, w, b, impl=impl),
+FORMS = [{}, {"reverse": True}, {"writes_y": True}, {"reverse": True, "writes_y": True}]
+GRIDS = {
+    "forms": FORMS,
+    "tiles": [dict(tile_elements=t, chunk=min(t, 4096), num_warps=w, reverse=True, writes_y=True)
+              for t, w in itertools.product((4096, 8192, 16384), (4, 8, 16))],
 }
 
 
-def inputs(dtype):
-    rng = np.random.default_rng(0)
-    x = jnp.asarray(rng.standard_normal(SHAPE) + 0.5, dtype)
-    w = jnp.asarray(rng.standard_normal(SHAPE[1]) + 1, dtype)
-    b = jnp.asarray(rng.standard_normal(SHAPE[1]), dtype)
-    g = jnp.asarray(rng.standard_normal(SHAPE), dtype)
-    return g, x, w, b
-
-
-def with_value(fn):
-    def step(g, *args):
-        y, pullback = jax.vjp(fn, *args)
-        return y, pullback(g)
-
-    return jax.jit(step)
-
-
-def relative_error(got, want):
+def relative_error(got, want) -> float:
     got, want = got.astype(jnp.float32), want.astype(jnp.float32)
     return float(jnp.max(jnp.abs(got - want)) / (1 + jnp.max(jnp.abs(want))))
 
 
-def check(dtype):
-    args = inputs(dtype)
-    for name, make in OPS.items():
-        want = with_value(make("xla"))(*args)
-        got = with_value(make("pallas"))(*args)
-        errors = [relative_error(a, b) for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want))]
-        print(f"check {name} {jnp.dtype(dtype).name}: relative max errors (y, dx, dw, db) vs xla: "
-              + ", ".join(f"{e:.1e}" for e in errors), flush=True)
+def lowered_with(setting: dict, case: bench.SweepCase, inputs):
+    """The training step of ``case`` on the kernels, with ``GroupedLaunch(**setting)`` as every
+    launch, lowered (the launch is read while tracing)."""
+    launch_class = dispatch.GroupedLaunch
+    dispatch.GroupedLaunch = lambda interpret=False: launch_class(**setting, interpret=interpret)
+    try:
+        return bench.fwd_bwd(bench.sweep_fn(case, "pallas"), with_value=True).lower(*inputs)
+    finally:
+        dispatch.GroupedLaunch = launch_class
 
 
-def times(dtype, impl, repeats):
-    args = inputs(dtype)
-    out = {}
-    for name, make in OPS.items():
-        for label, wrap in (("grads", fwd_bwd), ("value+grads", with_value)):
-            step = wrap(make(impl))
-            out[name, label] = median_ms(lambda step=step: step(*args), repeats)
-    return out
-
-
-def row(label, result):
-    return label + " | " + " | ".join(f"{result[k]:.3f}" for k in sorted(result))
-
-
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--quick", action="store_true", help="only the current setting")
-    args = parser.parse_args()
-    print("device:", jax.devices()[0].device_kind, "jax", jax.__version__)
-    for dtype in (jnp.float32, jnp.bfloat16):
-        check(dtype)
-    keys = sorted(times(jnp.float32, "xla", 1))
-    print("setting | dtype | " + " | ".join(f"{op} {label} ms" for op, label in keys))
-    for dtype in (jnp.float32, jnp.bfloat16):
-        print(row(f"xla | {jnp.dtype(dtype).name}", times(dtype, "xla", args.repeats)), flush=True)
-    launch = dispatch.GroupedLaunch
-    default = {f.name: f.default for f in dataclasses.fields(launch) if f.name != "interpret"}
-    grid = [default] if args.quick else [
-        dict(default, chunk=c, tile_elements=t, num_warps=w)
-        for c, t, w in itertools.product((1024, 2048, 4096), (4096, 8192), (4, 8))
-    ] + [dict(default, stat_programs=p) for p in (256, 4096)]
-    for setting in grid:
-        dispatch.GroupedLaunch = functools.partial(launch, **setting)
-        jax.clear_caches()
-        label = " ".join(f"{k}={v}" for k, v in setting.items() if k != "num_stages")
-        for dtype in (jnp.float32, jnp.bfloat16):
-            try:
-                print(row(f"{label} | {jnp.dtype(dtype).name}", times(dtype, "pallas", args.repeats)), flush=True)
-            except Exception as err:  # noqa: BLE001 - a setting Triton rejects must not stop the sweep
-                print(f"{label} | {jnp.dtype(dtype).name} | failed: {type(err).__name__}: {str(err)[:200]}", flush=True)
-    dispatch.GroupedLaunch = launch
-    for dtype in (jnp.float32, jnp.bfloat16):  # the baseline again: how far the machine drifted
-        print(row(f"xla (again) | {jnp.dtype(dtype).name}", times(dtype, "xla", args.repeats)), flush=True)
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default="64x256x56x56", help="comma-separated NxCxHxW")
+    parser.add_argument("--ops", default="group_norm,batch_norm")
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--grid", default="forms", choices=sorted(GRIDS))
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--out", help="append each shape's times here (JSON lines)")
+    args = parser.parse_args(argv)
+    device = jax.devices()[0].device_kind
+    print("device:", device, "jax", jax.__version__)
+    for shape, op, dtype in itertools.product(args.shapes.split(","), args.ops.split(","), args.dtypes.split(",")):
+        case = bench.SweepCase(op, tuple(map(int, shape.split("x"))), dtype, dtype)
+        x, w, b, ct = bench._sweep_inputs(case, np.random.default_rng(0))
+        inputs = (ct, x, w, b)
+        settings = [s for s in GRIDS[args.grid] if op == "group_norm" or not s.get("writes_y")]
+        lowered = {v: bench.fwd_bwd(bench.sweep_fn(case, v), with_value=True).lower(*inputs) for v in ("xla", "jax")}
+        labels = {" ".join(f"{k}={v}" for k, v in setting.items()) or "as is": setting for setting in settings}
+        lowered.update({label: lowered_with(setting, case, inputs) for label, setting in labels.items()})
+        with ThreadPoolExecutor(16) as pool:  # XLA compiles off the GIL
+            programs = dict(zip(lowered, pool.map(lambda low: low.compile(), lowered.values())))
+        want = programs["xla"](*inputs)
+        errors = {label: max(relative_error(g, e) for g, e in zip(jax.tree.leaves(programs[label](*inputs)),
+                                                                   jax.tree.leaves(want))) for label in labels}
+        times = bench.interleaved_median_ms({k: (lambda c=c: c(*inputs)) for k, c in programs.items()}, args.repeats)
+        base = min(times["xla"], times["jax"])
+        for label in ("xla", "jax", *labels):
+            note = f"  error {errors[label]:.1e}" if label in errors else ""
+            print(f"{case.name} | {label} | {times[label]:.4f} ms | {base / times[label]:.2f}x{note}", flush=True)
+        if args.out:
+            defaults = {f.name: f.default for f in dataclasses.fields(dispatch.GroupedLaunch) if f.name != "interpret"}
+            with open(args.out, "a") as f:
+                for label, setting in labels.items():
+                    f.write(json.dumps({"op": op, "shape": list(case.shape), "dtype": dtype, "device_kind": device,
+                                        "launch": {**defaults, **setting}, "ms": times[label], "xla_ms": times["xla"],
+                                        "jax_ms": times["jax"], "error": errors[label]}) + "\n")
 
 
 if __name__ == "__main__":

@@ -222,7 +222,10 @@ def backward_steps(m: int, rows: int, programs: int) -> int:
 class GroupedLaunch:
     """Launch of the batch/group-norm kernels: tiles of ``tile_elements`` elements, ``chunk``
     columns wide (power of two); batch-norm statistics split over about ``stat_programs``
-    programs."""
+    programs. ``reverse``: a program's second pass over its group (the backward's ``dx``, the
+    forward's ``y``) walks the tiles last to first, so it starts on those its first pass read last
+    (the likeliest still in L2); ``writes_y``: group norm's forward is one kernel, the statistics
+    and then ``y`` (else the statistics' kernel and ``y`` by XLA)."""
 
     chunk: int = 4096
     tile_elements: int = 4096
@@ -230,6 +233,8 @@ class GroupedLaunch:
     num_warps: int = 8
     num_stages: int = 2
     interpret: bool = False
+    reverse: bool = False
+    writes_y: bool = False
 
 
 def row_launch(impl: str, m: int, n: int, dtype, *, interpret: bool = False, device_kind: str | None = None):

@@ -329,7 +329,7 @@ class _Tiling:
     a block of (rows, length)."""
 
     def __init__(self, rows: int, length: int, launch: GroupedLaunch):
-        self.rows, self.length = rows, length
+        self.rows, self.length, self.reverse = rows, length, launch.reverse
         self.chunk = min(launch.chunk, pl.next_power_of_2(length))
         self.chunks = -(-length // self.chunk)
         tile_rows = max(1, launch.tile_elements // self.chunk)
@@ -359,8 +359,26 @@ class _Tiling:
 
 
     def for_each(self, tile_row_step, carry):
-        """``carry = tile_row_step(r, carry)`` for every tile row ``r``."""
+        """``carry = tile_row_step(r, carry)`` for every tile row ``r``, first to last."""
         return lax.fori_loop(0, self.rows // self.tile_rows, tile_row_step, carry)
+
+    def for_each_tile_again(self, per_row, tile_step):
+        """``tile_step(r, j, per_row(r))`` for every tile ``(r, j)`` of the block (``per_row``: the
+        tile row's values, computed once): a second pass, last tile first with ``launch.reverse``
+        (the first pass's latest loads are the likeliest still in L2)."""
+        last_row, last_chunk = self.rows // self.tile_rows - 1, self.chunks - 1
+
+        def tile_row(r, carry):
+            r = last_row - r if self.reverse else r
+            values = per_row(r)
+
+            def tile(j, carry):
+                tile_step(r, last_chunk - j if self.reverse else j, values)
+                return carry
+
+            return lax.fori_loop(0, self.chunks, tile, carry)
+
+        lax.fori_loop(0, last_row + 1, tile_row, 0)
 
     def sum_row(self, r, terms, n_terms, dtype):
         """Per-row sums (tile_rows,) of ``terms(r, j)`` (a tuple of ``n_terms`` tiles) over the
@@ -391,8 +409,15 @@ def _group_block(layout, rows, length, split_axis=False):
 
 
 def _stats_kernel(x_ref, mean_ref, m2_ref, *, rows, length, launch):
-    stat = mean_ref.dtype
-    tiling = _Tiling(rows, length, launch)
+    shift, s1, s2 = _shifted_sums(_Tiling(rows, length, launch), x_ref, mean_ref.dtype)
+    count = rows * length
+    mean_ref[...] = shift + s1 / count
+    m2_ref[...] = s2 - s1 * s1 / count
+
+
+def _shifted_sums(tiling, x_ref, stat):
+    """``(shift, sum (x - shift), sum (x - shift)^2)`` over the block, ``shift`` the mean of its
+    first tile (so the variance does not cancel)."""
     first, mask = tiling.load(x_ref, 0, 0, stat)
     shift = first.sum() / jnp.sum(mask.astype(stat))
 
@@ -406,10 +431,28 @@ def _stats_kernel(x_ref, mean_ref, m2_ref, *, rows, length, launch):
         return sums[0] + s1.sum(), sums[1] + s2.sum()
 
     zero = jnp.zeros((), stat)
-    s1, s2 = tiling.for_each(tile_row, (zero, zero))
+    return (shift, *tiling.for_each(tile_row, (zero, zero)))
+
+
+def _forward_grouped_kernel(x_ref, w_ref, b_ref, y_ref, mean_ref, rstd_ref, *, rows, length, eps, launch):
+    """One group: its statistics (``_shifted_sums``), then ``y = (x - mean) rstd w + b`` (per-row w, b),
+    the second pass over x as ``_Tiling.for_each_tile_again``."""
+    stat = mean_ref.dtype
+    tiling = _Tiling(rows, length, launch)
+    shift, s1, s2 = _shifted_sums(tiling, x_ref, stat)
     count = rows * length
-    mean_ref[...] = shift + s1 / count
-    m2_ref[...] = s2 - s1 * s1 / count
+    mean, rstd = shift + s1 / count, lax.rsqrt((s2 - s1 * s1 / count) / count + eps)
+
+    def scale_and_shift(r):  # y = x scale + shift per row
+        scale = tiling.rows_of(w_ref, r)[...].astype(stat) * rstd
+        return scale[:, None], (tiling.rows_of(b_ref, r)[...].astype(stat) - mean * scale)[:, None]
+
+    def tile_y(r, j, scale_shift):
+        x, mask = tiling.load(x_ref, r, j, stat)
+        tiling.store(y_ref, r, j, x * scale_shift[0] + scale_shift[1], mask)
+
+    tiling.for_each_tile_again(scale_and_shift, tile_y)
+    mean_ref[...], rstd_ref[...] = mean, rstd
 
 
 def grouped_stats(x3, *, layout, groups, eps, launch: GroupedLaunch):
@@ -420,6 +463,15 @@ def grouped_stats(x3, *, layout, groups, eps, launch: GroupedLaunch):
     from jaxrules import partitioning
 
     return partitioning.grouped_stats(x3, layout=layout, groups=groups, eps=eps, launch=launch)
+
+
+def grouped_forward(x3, row_weight, row_bias, *, groups, eps, launch: GroupedLaunch):
+    """``(y, mean, rstd)`` of group norm (x3 (N, C, L), ``groups`` groups) in one kernel per device
+    (``local_forward_grouped``), ``row_weight``/``row_bias`` (N G, C / G) each row's weight and
+    bias; partitioned as ``grouped_stats``."""
+    from jaxrules import partitioning
+
+    return partitioning.grouped_forward(x3, row_weight, row_bias, groups=groups, eps=eps, launch=launch)
 
 
 def local_moments(x3, *, layout, groups, launch: GroupedLaunch):
@@ -484,19 +536,13 @@ def _write_dx(tiling, x_ref, g_ref, w_ref, mean, rstd, gmean, grstd, mean_gw, me
     mean_gw = defined_mean(mean_gw)
     stat = mean.dtype
 
-    def tile_row_dx(r, carry):
-        w = tiling.rows_of(w_ref, r)[...].astype(stat)[:, None]
+    def tile_dx(r, j, w):
+        xhat, g, mask = _xhat_and_g(tiling, x_ref, g_ref, mean, rstd, r, j)
+        projected = rstd * ((w * g if weighted else g) - mean_gw - xhat * mean_gwxhat)
+        dx = (projected if weighted else w * projected) + (gmean - grstd * rstd * rstd * xhat) / count
+        tiling.store(dx_ref, r, j, dx, mask)
 
-        def chunk_dx(j, carry):
-            xhat, g, mask = _xhat_and_g(tiling, x_ref, g_ref, mean, rstd, r, j)
-            projected = rstd * ((w * g if weighted else g) - mean_gw - xhat * mean_gwxhat)
-            dx = (projected if weighted else w * projected) + (gmean - grstd * rstd * rstd * xhat) / count
-            tiling.store(dx_ref, r, j, dx, mask)
-            return carry
-
-        return lax.fori_loop(0, tiling.chunks, chunk_dx, carry)
-
-    tiling.for_each(tile_row_dx, 0)
+    tiling.for_each_tile_again(lambda r: tiling.rows_of(w_ref, r)[...].astype(stat)[:, None], tile_dx)
 
 
 def _grouped_backward_kernel(x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, dx_ref, sum_g_ref,
@@ -533,41 +579,60 @@ def grouped_backward(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout, 
                                          groups=groups, launch=launch)
 
 
-def _grouped_call(kernel, x3, layout, groups, launch, inputs, n_scalars, outputs, name, **params):
-    """``pallas_call`` of a grouped backward kernel, one program per group: inputs ``x3``, ``g3``
-    (views), the per-row weight, then ``n_scalars`` per-group vectors; ``outputs`` names "dx" or
-    "rows" (a per-row (P, K) sum) for each output."""
+def _grouped_call(kernel, x3, layout, groups, launch, views, rows, scalars, outputs, name, **params):
+    """``pallas_call`` of a grouped kernel, one program per group, on arrays ``views`` shaped as
+    ``x3`` (the kernels' view of them), ``rows`` per-row (P, K) and ``scalars`` per-group (P,)
+    ones (in ``stat_dtype``); ``outputs`` names "view" (shaped as x3, in its dtype), "rows" or
+    "group" (in ``stat_dtype``) for each output."""
     _, p, k = grouped_view(x3, layout, groups)
     length, stat = x3.shape[-1], stat_dtype(x3.dtype)
     block = _group_block(layout, k, length)
     scalar = pl.BlockSpec((None,), lambda i: (i,))
     per_row = pl.BlockSpec((None, k), lambda i: (i, 0))
-    views = [grouped_view(a, layout, groups)[0] for a in inputs[:2]]
-    struct = functools.partial(varying_struct, refs=(x3, *inputs))
-    shapes = {"dx": struct(views[0].shape, x3.dtype), "rows": struct((p, k), stat)}
+    viewed = [grouped_view(a, layout, groups)[0] for a in views]
+    struct = functools.partial(varying_struct, refs=(x3, *views, *rows, *scalars))
+    kinds = {"view": (block, struct(viewed[0].shape, x3.dtype)), "rows": (per_row, struct((p, k), stat)),
+             "group": (scalar, struct((p,), stat))}
     outs = pl.pallas_call(
-        functools.partial(kernel, rows=k, length=length, launch=launch, weighted=layout != "batch", **params),
+        functools.partial(kernel, rows=k, length=length, launch=launch, **params),
         grid=(p,),
-        in_specs=[block, block, per_row] + [scalar] * n_scalars,
-        out_specs=[block if o == "dx" else per_row for o in outputs],
-        out_shape=[shapes[o] for o in outputs],
+        in_specs=[block] * len(views) + [per_row] * len(rows) + [scalar] * len(scalars),
+        out_specs=[kinds[o][0] for o in outputs],
+        out_shape=[kinds[o][1] for o in outputs],
         interpret=launch.interpret, name=f"{layout}_norm_{name}", **_compiler_params(launch),
-    )(*views, inputs[2], *[v.astype(stat) for v in inputs[3:]])
-    return [o.reshape(x3.shape) if kind == "dx" else o for o, kind in zip(outs, outputs)]
+    )(*viewed, *rows, *[v.astype(stat) for v in scalars])
+    return [o.reshape(x3.shape) if kind == "view" else o for o, kind in zip(outs, outputs)]
+
+
+def local_forward_grouped(x3, row_weight, row_bias, *, layout, groups, eps, launch: GroupedLaunch):
+    """``(y, mean, rstd)`` of group norm on one device's array in one kernel (a
+    ``launch.writes_y`` launch): per group the statistics, then ``y = (x - mean) rstd w + b``
+    (``row_weight``, ``row_bias`` (P, K): each row's weight and bias)."""
+    if layout != "group":
+        raise ValueError(f"norm_kernels.local_forward_grouped: layout must be 'group' (batch norm's statistics span "
+                         f"programs), got {layout!r}")
+    return tuple(_grouped_call(_forward_grouped_kernel, x3, layout, groups, launch, (x3,), (row_weight, row_bias), (),
+                               ("view", "group", "group"), "fwd", eps=eps))
+
+
+def _backward_call(kernel, x3, g3, row_weight, scalars, outputs, name, *, layout, groups, launch, **params):
+    """``_grouped_call`` of a backward kernel: x, the cotangent, the per-row weight, ``scalars``."""
+    return _grouped_call(kernel, x3, layout, groups, launch, (x3, g3), (row_weight,), scalars, outputs, name,
+                         weighted=layout != "batch", **params)
 
 
 def local_backward_grouped(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout, groups,
                            launch: GroupedLaunch):
     """``grouped_backward`` on one device's array (one fused kernel: sums, then dx)."""
-    return tuple(_grouped_call(_grouped_backward_kernel, x3, layout, groups, launch,
-                               (x3, g3, row_weight, mean, rstd, g_mean, g_rstd), 4, ("dx", "rows", "rows"), "bwd"))
+    return tuple(_backward_call(_grouped_backward_kernel, x3, g3, row_weight, (mean, rstd, g_mean, g_rstd),
+                                ("view", "rows", "rows"), "bwd", layout=layout, groups=groups, launch=launch))
 
 
 def local_row_sums(x3, g3, row_weight, mean, rstd, *, layout, groups, launch: GroupedLaunch):
     """``(sum_g, sum_g_xhat)`` per row (P, K) on one device's array: the first pass of
     ``grouped_backward`` alone."""
-    return tuple(_grouped_call(_grouped_sums_kernel, x3, layout, groups, launch, (x3, g3, row_weight, mean, rstd),
-                               2, ("rows", "rows"), "bwd_sums"))
+    return tuple(_backward_call(_grouped_sums_kernel, x3, g3, row_weight, (mean, rstd), ("rows", "rows"), "bwd_sums",
+                                layout=layout, groups=groups, launch=launch))
 
 
 def local_dx(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, mean_gw, mean_gwxhat, *, layout, groups, count,
@@ -575,7 +640,7 @@ def local_dx(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, mean_gw, mean_gwxha
     """The second pass of ``grouped_backward`` alone: ``dx`` given each group's ``E[w g]``,
     ``E[w g x_hat]`` (batch norm: ``E[g]``, ``E[g x_hat]``, the weight factored out) and element
     ``count`` (of the whole batch when it is sharded)."""
-    (dx,) = _grouped_call(_grouped_dx_kernel, x3, layout, groups, launch,
-                          (x3, g3, row_weight, mean, rstd, g_mean, g_rstd, mean_gw, mean_gwxhat), 6, ("dx",), "bwd_dx",
-                          count=count)
+    (dx,) = _backward_call(_grouped_dx_kernel, x3, g3, row_weight,
+                           (mean, rstd, g_mean, g_rstd, mean_gw, mean_gwxhat), ("view",), "bwd_dx", layout=layout,
+                           groups=groups, launch=launch, count=count)
     return dx

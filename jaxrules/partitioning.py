@@ -493,6 +493,13 @@ def _group_axes(mesh, x4):
     return even_axes(mesh, x4, 0), even_axes(mesh, x4, 1)
 
 
+def _group_shardings(mesh, x4):
+    """The shardings of an (N, G, K, L) array, an (N, G, K) per-row one and an (N, G) per-group one:
+    samples and groups split as x's, rows and their elements whole."""
+    samples, groups = _group_axes(mesh, x4)
+    return (named(mesh, samples, groups, (), ()), named(mesh, samples, groups, ()), named(mesh, samples, groups))
+
+
 def _gn_stats_partition(eps, launch, mesh, arg_shapes, result_shape):
     samples, groups = _group_axes(mesh, arg_shapes[0])
     stats = named(mesh, samples, groups)
@@ -502,6 +509,24 @@ def _gn_stats_partition(eps, launch, mesh, arg_shapes, result_shape):
 
 _GROUP_RULE = {"need_replication_factors": ("k", "l")}
 _gn_stats = _kernel_op(_gn_stats_impl, 1, lambda *_: ("n g k l -> n g, n g", _GROUP_RULE), _gn_stats_partition)
+
+
+def _gn_forward_impl(x4, w3, b3, eps, launch):
+
+    x3, groups = _flat(x4)
+    kernels, launch = _grouped_kernels(launch, x3, "group", groups)
+    y, mean, rstd = kernels.local_forward_grouped(x3, *[v.reshape(-1, v.shape[-1]) for v in (w3, b3)], layout="group",
+                                                  groups=groups, eps=eps, launch=launch)
+    return y.reshape(x4.shape), mean.reshape(x4.shape[:2]), rstd.reshape(x4.shape[:2])
+
+
+def _gn_forward_partition(eps, launch, mesh, arg_shapes, result_shape):
+    x, rows, stats = _group_shardings(mesh, arg_shapes[0])
+    return functools.partial(_gn_forward_impl, eps=eps, launch=launch), (x, stats, stats), (x, rows, rows)
+
+
+_gn_forward = _kernel_op(_gn_forward_impl, 3,
+                         lambda *_: ("n g k l, n g k, n g k -> n g k l, n g, n g", _GROUP_RULE), _gn_forward_partition)
 
 
 def _gn_backward_impl(x4, g4, w3, mean, rstd, g_mean, g_rstd, launch):
@@ -515,9 +540,7 @@ def _gn_backward_impl(x4, g4, w3, mean, rstd, g_mean, g_rstd, launch):
 
 
 def _gn_backward_partition(launch, mesh, arg_shapes, result_shape):
-    samples, groups = _group_axes(mesh, arg_shapes[0])
-    x, rows, stats = named(mesh, samples, groups, (), ()), named(mesh, samples, groups, ()), named(mesh, samples,
-                                                                                                    groups)
+    x, rows, stats = _group_shardings(mesh, arg_shapes[0])
     return functools.partial(_gn_backward_impl, launch=launch), (x, rows, rows), (x, x, rows) + (stats,) * 4
 
 
@@ -600,7 +623,7 @@ _bn_backward = _kernel_op(
 
 
 # ----------------------------------------------------------------------------------------------
-# Entry points (``norm_kernels.grouped_stats`` / ``grouped_backward``)
+# Entry points (``norm_kernels.grouped_stats`` / ``grouped_forward`` / ``grouped_backward``)
 
 
 def _groups_view(x3, groups):
@@ -614,6 +637,14 @@ def grouped_stats(x3, *, layout: str, groups: int, eps: float, launch):
         return tuple(_bn_stats(x3, eps, launch))
     mean, rstd = _gn_stats(_groups_view(x3, groups), eps, launch)
     return mean.reshape(-1), rstd.reshape(-1)
+
+
+def grouped_forward(x3, row_weight, row_bias, *, groups: int, eps: float, launch):
+    """``norm_kernels.grouped_forward``, partitioned: ``(y, mean, rstd)`` of group norm."""
+    n, c, length = x3.shape
+    rows = [v.reshape(n, groups, c // groups) for v in (row_weight, row_bias)]
+    y, mean, rstd = _gn_forward(_groups_view(x3, groups), *rows, eps, launch)
+    return y.reshape(x3.shape), mean.reshape(-1), rstd.reshape(-1)
 
 
 def grouped_backward(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout: str, groups: int, launch):
@@ -666,7 +697,7 @@ def ragged_attention_backward(meta, qs, ks, vs, dos, lse, delta, *, scale, block
     return _over_heads(_ragged_backward_impl, meta, (qs, ks, vs, dos, lse, delta), (scale, block, interpret, causal))
 
 
-__all__ = ["dim_axes", "even_axes", "explicit_mesh", "grouped_backward", "grouped_stats", "layer_norm_backward",
-           "layer_norm_forward", "local_shape", "named", "ragged_attention_backward",
+__all__ = ["dim_axes", "even_axes", "explicit_mesh", "grouped_backward", "grouped_forward", "grouped_stats",
+           "layer_norm_backward", "layer_norm_forward", "local_shape", "named", "ragged_attention_backward",
            "ragged_attention_forward", "replicated", "rms_norm_backward", "rms_norm_forward",
            "shards"]

@@ -39,10 +39,22 @@ TILINGS = [
 ]
 
 
+# The second passes walking the tiles last to first, group norm's forward as one kernel writing y.
+FORMS = [{}, dict(reverse=True, writes_y=True), dict(writes_y=True)]
+
+
+@pytest.mark.parametrize("form", FORMS, ids=["two-forward-kernels", "reversed-writes-y", "writes-y"])
 @pytest.mark.parametrize("shape, tuning", TILINGS, ids=["ragged-chunks", "split-stats", "short-rows"])
 @pytest.mark.parametrize("op", ["group_norm", "batch_norm"])
-def test_grouped_kernels_match_the_jnp_formulas(op, shape, tuning, monkeypatch):
-    launch = dispatch.GroupedLaunch(**tuning, interpret=True)
+def test_grouped_kernels_match_the_jnp_formulas(op, shape, tuning, form, monkeypatch):
+    """Values and gradients of the kernels (interpreted) against the jnp formulas, in float64 to
+    1e-12; with ``writes_y`` group norm's forward is ``norm_kernels.local_forward_grouped`` (batch
+    norm ignores it)."""
+    launch = dispatch.GroupedLaunch(**tuning, **form, interpret=True)
+    forward_kernel = norm_kernels.local_forward_grouped
+    forwards = []
+    monkeypatch.setattr(norm_kernels, "local_forward_grouped", lambda *a, **k: forwards.append(1) or forward_kernel(
+        *a, **k))
     monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False: launch)
     x = jnp.asarray(RNG.standard_normal(shape) * 3 + 5)  # a large mean: the variance must not cancel
     w, b = jnp.asarray(RNG.standard_normal(6) + 1), jnp.asarray(RNG.standard_normal(6))
@@ -51,6 +63,14 @@ def test_grouped_kernels_match_the_jnp_formulas(op, shape, tuning, monkeypatch):
     got = _value_and_grads(_ops("pallas_interpret")[op], x, w, b, ct)
     for g, e in zip(got, want):
         np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+    assert bool(forwards) == (op == "group_norm" and launch.writes_y)
+
+
+def test_the_grouped_forward_kernel_is_group_norms_only():
+    x = jnp.ones((2, 4, 5))
+    with pytest.raises(ValueError, match="local_forward_grouped: layout must be 'group'"):
+        norm_kernels.local_forward_grouped(x, jnp.ones((4, 2)), jnp.ones((4, 2)), layout="batch", groups=1, eps=1e-5,
+                                           launch=dispatch.GroupedLaunch(writes_y=True, interpret=True))
 
 
 def test_statistics_of_shifted_data_keep_their_precision():
@@ -103,11 +123,30 @@ def test_kernels_lower_for_cuda(dtype):
         (lambda x, w, b: rms_norm(x, 256, w, impl="pallas"), rows, vec256),
     ]
     for f, x, v in cases:
-        step = jax.jit(lambda g, x, w, b, f=f: jax.vjp(f, x, w, b))
-        lowered = export.export(step, platforms=["cuda"],
-                                disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])
-        with for_cuda():
-            assert "xla.gpu.triton" in lowered(x, x, v, v).mlir_module()
+        _lowers_for_cuda(f, x, v)
+
+
+def _lowers_for_cuda(f, x, v):
+    """``jit`` of ``f``'s value and gradients at x, weights like ``v``, exported for CUDA: its
+    module has Triton calls."""
+    step = jax.jit(lambda g, x, w, b: (lambda y, pullback: (y, pullback(g)))(*jax.vjp(f, x, w, b)))
+    lowered = export.export(step, platforms=["cuda"],
+                            disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])
+    with for_cuda():
+        module = lowered(x, x, v, v).mlir_module()
+    assert "xla.gpu.triton" in module
+    return module
+
+
+def test_the_grouped_forms_lower_for_cuda(monkeypatch):
+    """Group norm's one-kernel forward and the reversed second passes through Triton's lowering:
+    the forward is one kernel (no statistics kernel), named ``group_norm_fwd``."""
+    launch = dispatch.GroupedLaunch(reverse=True, writes_y=True)
+    monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False: launch)
+    v = jax.ShapeDtypeStruct((8,), jnp.bfloat16)
+    module = _lowers_for_cuda(lambda x, w, b: group_norm(x, 4, w, b, impl="pallas"),
+                              jax.ShapeDtypeStruct((4, 8, 5, 7), jnp.bfloat16), v)
+    assert "group_norm_fwd" in module and "group_norm_stats" not in module and "group_norm_bwd" in module
 
 
 @pytest.mark.parametrize("call, words", [
@@ -357,6 +396,27 @@ def test_rows_in_pieces_on_the_gpu_match_the_xla_formulas(center, dtype, toleran
             launch = dispatch.RowsLaunch(rows, width, dispatch.backward_steps(m, rows, 64), num_warps=8,
                                          prefetch=prefetch, pieces=chunks, forward_rows=max(1, rows // 2))
             _matches_the_xla_ops_on_the_gpu(center, launch, m, n, dtype, tolerance)
+
+
+@pytest.mark.skipif(not GPU, reason="Triton compiles it only on a GPU (interpreted: grouped_kernels_match above)")
+@pytest.mark.parametrize("dtype, tolerance", GPU_TOLERANCES, ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("form", FORMS[1:], ids=["reversed-writes-y", "writes-y"])
+def test_the_grouped_forms_on_the_gpu_match_the_xla_formulas(form, dtype, tolerance, monkeypatch):
+    """Group norm with the one-kernel forward, the second passes reversed or not, compiled for
+    the GPU at feature maps that are not a multiple of the tiles, against ``impl="xla"``."""
+    launch = dispatch.GroupedLaunch(**form)
+    monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False: launch)
+    for shape in ((5, 96, 7, 7), (3, 64, 56, 56), (2, 32, 45, 45)):
+        keys = jax.random.split(jax.random.PRNGKey(shape[1]), 4)
+        x = (jax.random.normal(keys[0], shape) * 3 + 1).astype(dtype)
+        g = jax.random.normal(keys[1], shape).astype(dtype)
+        w, b = ((jax.random.normal(k, shape[1:2]) + 1).astype(dtype) for k in keys[2:])
+        results = [jax.jit(lambda g, x, w, b, impl=impl: (lambda y, pb: (y, *pb(g)))(
+            *jax.vjp(lambda x, w, b: group_norm(x, 32, w, b, impl=impl), x, w, b)))(g, x, w, b)
+            for impl in ("pallas", "xla")]
+        for got, want in zip(*results):
+            got, want = got.astype(jnp.float32), want.astype(jnp.float32)
+            assert float(jnp.max(jnp.abs(got - want))) <= tolerance * float(jnp.max(jnp.abs(want))), shape
 
 
 @pytest.mark.skipif(not GPU, reason="Triton compiles it only on a GPU (interpreted: every_launch above)")

@@ -174,9 +174,13 @@ rms_norm_rows_op = define_op(
 
 def _grouped_norm_primal(x3, w, b, *, layout, groups, eps, launch):
     """``(y, mean, rstd)``: the statistics from the kernel (``norm_kernels.grouped_stats``), then
-    ``y = (x - mean) rstd w + b`` as one XLA elementwise fusion (dropped when y is unused)."""
+    ``y = (x - mean) rstd w + b`` as one XLA elementwise fusion (dropped when y is unused); group
+    norm with a ``writes_y`` launch: both in one kernel (``norm_kernels.grouped_forward``)."""
     from jaxrules import norm_kernels
 
+    if layout == "group" and getattr(launch, "writes_y", False):  # a GroupedLaunch's (a ShardPlan has none)
+        rows = [P.channel_rows(v, layout, groups, x3.shape[0]) for v in (w, b)]
+        return norm_kernels.grouped_forward(x3, *rows, groups=groups, eps=eps, launch=launch)
     mean, rstd = norm_kernels.grouped_stats(x3, layout=layout, groups=groups, eps=eps, launch=launch)
     n, stat = x3.shape[0], mean.dtype
     rows = x3.shape[1] // groups if layout == "group" else n
