@@ -41,7 +41,7 @@ def lowered_with(setting: dict, case: bench.SweepCase, inputs):
     """The training step of ``case`` on the kernels, with ``GroupedLaunch(**setting)`` as every
     launch, lowered (the launch is read while tracing)."""
     launch_class = dispatch.GroupedLaunch
-    dispatch.GroupedLaunch = lambda interpret=False: launch_class(**setting, interpret=interpret)
+    dispatch.GroupedLaunch = lambda interpret=False, **_: launch_class(**setting, interpret=interpret)  # no table's
     try:
         return bench.fwd_bwd(bench.sweep_fn(case, "pallas"), with_value=True).lower(*inputs)
     finally:

@@ -92,7 +92,8 @@ def merge(records, command):
              and (c.op, c.dtype, c.weight_dtype, bench.sweep_features(c)) not in fresh]
     jax_versions = {r["jax"] for r in records}
     kept = {"note": table["note"], "stale": stale} if stale else {}
-    kept.update({k: table[k] for k in ("rows_launches", "rows_launches_command") if k in table})
+    kept.update({k: table[k] for k in ("rows_launches", "rows_launches_command", "grouped_launches",
+                                       "grouped_launches_command") if k in table})
     return path, {"device_kind": kind, "jax": ",".join(sorted(jax_versions)),
                   "date": datetime.date.today().isoformat(), "command": command, **kept,
                   "points": sorted(points.values(), key=lambda p: (p["op"], p["dtype"], p["weight_dtype"],

@@ -24,7 +24,8 @@ launch grids it implies, for every benchmark program).
   (``rows_launch``) unless the device kind's table holds launches measured near the shape
   (``rows_launches``, ``benchmarks/layer_norm_tuning.py``; ``tuned_rows_launch``): the forward's
   and the backward's tiles and warps apart, the backward's programs and its prefetch of the next
-  tile.
+  tile. The batch/group-norm kernels' launch is one per op and device kind (``grouped_launch``:
+  the table's ``grouped_launches``, else ``GroupedLaunch``'s defaults).
 * The ``"pallas"`` kernels are written for Pallas' Triton backend, which JAX 0.11 deprecated.
   Whether this JAX still has it is checked lazily, at the first GPU decision
   (``triton_backend_missing``); without it no ``"pallas"`` kernel is chosen: the op runs its XLA
@@ -517,4 +518,13 @@ def grouped_plan(op: str, platform: str, device_kind: str, groups: int, rows: in
         return Plan("xla", None, blocked or "empty input")
     impl, reason = _decide_kernels(op, device_kind, dtype, weight_dtype, grouped_features(groups, rows, length),
                                    {"pallas": triton_backend_missing()})
-    return Plan(impl, GroupedLaunch() if impl == "pallas" else None, reason)
+    return Plan(impl, grouped_launch(op, device_kind) if impl == "pallas" else None, reason)
+
+
+def grouped_launch(op: str, device_kind: str | None, interpret: bool = False) -> GroupedLaunch:
+    """The launch of ``op``'s (``"batch_norm"``/``"group_norm"``) kernels on ``device_kind``: the
+    settings its own table records (``grouped_launches``, measured in a training step by
+    ``benchmarks/grouped_norm_tuning.py``; another kind's never carry over), else the defaults."""
+    entry = _table(device_kind).get("grouped_launches", {}).get(op) if device_kind and table_kind(
+        device_kind) == device_kind else None
+    return GroupedLaunch(**entry, interpret=interpret) if entry else GroupedLaunch(interpret=interpret)

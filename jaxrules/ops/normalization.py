@@ -313,8 +313,7 @@ def _row_launch(op, shape, m, n, dtype):
                 why = f"the Mosaic GPU kernels need Hopper or newer, not {gpu.device_kind}"
             if why:
                 raise ValueError(f"{op}: impl={impl!r} cannot run x of shape {shape} {jnp.dtype(dtype).name}: {why}")
-        kind = gpu.device_kind if gpu.platform == "gpu" else None  # the launches measured on this GPU
-        return dispatch.row_launch(kernel, m, n, dtype, interpret=interpret, device_kind=kind)
+        return dispatch.row_launch(kernel, m, n, dtype, interpret=interpret, device_kind=_gpu_kind())
 
     return launch
 
@@ -354,7 +353,13 @@ def _grouped_kernel_plan(op, impl, x, weight, groups):
     sizes = partitioning.auto_mesh_sizes(x)  # an Auto mesh: XLA splits the samples, decided per shard
     splits = () if sizes is None else [features(n // s) for s in dispatch.mesh_splits(sizes) if n % s == 0]
     return _kernel_plan(op, impl, x, _auto_plan(op, features(n), x.dtype, _weight_dtype(x, weight), splits),
-                        lambda kernel, interpret: dispatch.GroupedLaunch(interpret=interpret))
+                        lambda kernel, interpret: dispatch.grouped_launch(op, _gpu_kind(), interpret))
+
+
+def _gpu_kind():
+    """The GPU's device kind (the launches measured on it), None off the GPU."""
+    gpu = jax.devices()[0]
+    return gpu.device_kind if gpu.platform == "gpu" else None
 
 
 def normalize_backward(x, mean, rstd, g, *, axes, eps, axis_name):
