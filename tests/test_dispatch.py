@@ -633,7 +633,7 @@ def test_the_grouped_launch_is_the_device_kinds_own():
     second passes reversed); batch norm there, the H100 (no entry), a kind without a table (not
     the H100's entry by fallback) and the CPU take the defaults."""
     h200 = dispatch.grouped_launch("group_norm", "NVIDIA H200")
-    assert h200.writes_y and h200.reverse and h200.tile_elements == 16384
+    assert h200.writes_y and h200.reverse and (h200.tile_elements, h200.num_warps) == (8192, 16)
     assert dispatch.grouped_plan("group_norm", "gpu", "NVIDIA H200", 64 * 32, 8, 3136, jnp.bfloat16).launch in (
         h200, None)
     for op, kind in (("batch_norm", "NVIDIA H200"), ("group_norm", "NVIDIA H100 80GB HBM3"),
