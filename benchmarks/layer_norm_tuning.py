@@ -1,13 +1,12 @@
-"""Sweep the rows kernels' launch parameters (``jaxrules.dispatch.RowsLaunch``) per shape and dtype on
-the GPU: the forward kernel (``norm_kernels.local_forward``) over rows per tile, warps and tiles per
-program, the backward kernel (``local_backward``) over rows per tile, warps, programs and the
-prefetch of the next tile (and, at rows of ``REREAD_SPAN`` or wider, reading its tiles twice:
-``rereads``), each with a row in one padded piece and, at widths that are not a power of two, in
-pieces (``dispatch.row_pieces``), each kernel alone on device-resident inputs (median of
-``--repeats`` runs of 10 queued calls), layer norm or RMS norm. Every setting's time goes to
-``--out`` (JSON lines) and the best of each kernel is printed beside the current rule's
-(``dispatch.rows_launch``), with the fraction of the copy probe's bandwidth (forward: x and y;
-backward: x, the cotangent, dx).
+"""Sweep the rows kernels' launch parameters (``jaxrules.dispatch.RowsLaunch``) per shape and
+dtype on the GPU: the forward kernel (``norm_kernels.local_forward``) over rows per tile, warps and tiles per
+program,
+the backward kernel (``local_backward``) over rows per tile, warps, programs and the prefetch of
+the next tile, each with a row in one padded piece and, at widths that are not a power of two, in
+pieces (``dispatch.row_pieces``), each kernel alone on device-resident inputs (median of ``--repeats`` runs of 10
+queued calls), layer norm or RMS norm. Every setting's time goes to ``--out`` (JSON lines) and
+the best of each kernel is printed beside the current rule's (``dispatch.rows_launch``), with the
+fraction of the copy probe's bandwidth (forward: x and y; backward: x, the cotangent, dx).
 
     PYTHONPATH=. python3 benchmarks/layer_norm_tuning.py --shapes 52427x5120,16384x4096 --out t.jsonl
 """
@@ -26,7 +25,6 @@ import jax.numpy as jnp
 from jaxrules import bench, dispatch, norm_kernels
 
 INTERPRET = jax.default_backend() != "gpu"  # a try on a CPU: the kernels interpreted
-REREAD_SPAN = 4096  # rows at least this wide also time the backward reading its tiles twice (``rereads``)
 
 
 def settings(m: int, n: int):
@@ -54,12 +52,6 @@ def settings(m: int, n: int):
         for r, w, programs, prefetch in itertools.product(near, (4, 8, 16), (256, 512), (False, True)):
             backward.append(dataclasses.replace(base, rows=r, num_warps=w, prefetch=prefetch,
                                                 steps=dispatch.backward_steps(m, r, programs)))
-        if base.span >= REREAD_SPAN:  # the backward reading its tiles twice, tiles of one to 32 pieces' rows
-            rereads = sorted({r for r in (1, 2, 4, 8, 16, 32) if r * base.width <= dispatch.MAX_TILE_ELEMENTS
-                              and r <= dispatch._next_power_of_2(m)})
-            for r, w, programs in itertools.product(rereads, (4, 8, 16), (512, 2048, m)):
-                backward.append(dataclasses.replace(base, rows=r, num_warps=w, prefetch=False, rereads=True,
-                                                    steps=dispatch.backward_steps(m, r, programs)))
     unique = lambda launches: list(dict.fromkeys([rule, *launches]))  # noqa: E731
     return [("forward", launch) for launch in unique(forward)] + [("backward", launch) for launch in unique(backward)]
 

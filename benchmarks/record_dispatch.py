@@ -13,8 +13,7 @@ GPU run, keeps the XLA formulas as its default: ``dispatch.rms_norm_plan``).
 ``benchmarks/layer_norm_tuning.py`` (its JSON lines) become the table's ``rows_launches``: per
 tuned shape and dtype the fastest forward and backward launch, where it beats the rule's
 (``dispatch.rows_launch`` without a device kind) by more than ``LAUNCH_MARGIN``, else the rule's,
-a row in one padded piece or in several, a backward reading its tiles twice (``rereads``)
-(``dispatch.tuned_rows_launch`` reads them).
+a row in one padded piece or in several (``dispatch.tuned_rows_launch`` reads them).
 
 A training step's record (``bench --suite sweep --with-value``: the value, then the gradients of
 a cotangent that waits for it) adds its times as ``<impl>_train_ms`` to the table's points it
@@ -124,8 +123,8 @@ def launches(tuning: list[dict]) -> list[dict]:
         for kernel in ("forward", "backward"):
             timed = [r for r in records if r["kernel"] == kernel]
             base = next(r for r in timed if (r["rows"], r["num_warps"], r["steps"], r["prefetch"], r["width"],
-                                             _pieces(r), r.get("forward_steps", 0), r.get("rereads", False))
-                        == (rule.rows, rule.num_warps, rule.steps, rule.prefetch, rule.width, rule.pieces, 0, False))
+                                             _pieces(r), r.get("forward_steps", 0))
+                        == (rule.rows, rule.num_warps, rule.steps, rule.prefetch, rule.width, rule.pieces, 0))
             best = _faster(min((r for r in timed if _pieces(r) == 1), key=lambda r: r["ms"]),
                            min((r for r in timed if _pieces(r) > 1), key=lambda r: r["ms"], default=None))
             chosen = _faster(base, best)
@@ -135,8 +134,7 @@ def launches(tuning: list[dict]) -> list[dict]:
                              "ms": round(chosen["ms"], 5), **({"piece_width": chosen["width"]} if pieces > 1 else {})}
             tiles = -(-m // chosen["rows"])
             if kernel == "backward":
-                entry[kernel].update(programs=-(-tiles // chosen["steps"]), prefetch=chosen["prefetch"],
-                                     **({"rereads": True} if chosen.get("rereads") else {}))
+                entry[kernel].update(programs=-(-tiles // chosen["steps"]), prefetch=chosen["prefetch"])
             elif chosen.get("forward_steps"):  # a forward walking tiles
                 entry[kernel].update(programs=-(-tiles // chosen["forward_steps"]), prefetch=chosen["forward_prefetch"])
         entries.append(entry)

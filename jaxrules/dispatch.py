@@ -102,10 +102,8 @@ class RowsLaunch:
     with ``forward_warps`` (0: the backward's; the forward's layout is the backward's unless
     ``forward_width`` is given), one tile per program or, with ``forward_steps``,
     that many consecutive tiles (``forward_prefetch``: loading the next before normalizing one).
-    ``rereads``: the backward reads each tile twice, piece by piece (row sums, then dx from L2),
-    adding the column sums into its partial rows in memory: no row-wide value in registers, for
-    rows too wide to hold. ``device_kind``: the GPU whose measured launches (``tuned_rows_launch``)
-    apply, None where none do: kept by ``relaunch`` (a device's shard, vmap's folded rows)."""
+    ``device_kind``: the GPU whose measured launches (``tuned_rows_launch``) apply, None where
+    none do: kept by ``relaunch`` (a device's shard, vmap's folded rows)."""
 
     rows: int
     width: int
@@ -122,7 +120,6 @@ class RowsLaunch:
     forward_pieces: int = 0
     forward_steps: int = 0
     forward_prefetch: bool = False
-    rereads: bool = False
 
     @property
     def span(self) -> int:
@@ -151,7 +148,7 @@ class RowsLaunch:
                                    num_warps=self.forward_warps or self.num_warps, width=width, pieces=pieces,
                                    steps=self.forward_steps or 1,
                                    prefetch=self.forward_prefetch, forward_rows=0, forward_warps=0, forward_width=0,
-                                   forward_pieces=0, forward_steps=0, forward_prefetch=False, rereads=False)
+                                   forward_pieces=0, forward_steps=0, forward_prefetch=False)
 
 
 def rows_launch(m: int, n: int, *, interpret: bool = False, dtype=None, device_kind: str | None = None) -> RowsLaunch:
@@ -212,7 +209,7 @@ def tuned_rows_launch(device_kind: str, m: int, n: int, dtype) -> RowsLaunch | N
                       device_kind=device_kind, pieces=pieces, forward_width=forward_piece,
                       forward_pieces=forward_pieces,
                       forward_steps=backward_steps(m, forward_rows, fwd["programs"]) if walks else 0,
-                      forward_prefetch=fwd.get("prefetch", False), rereads=bwd.get("rereads", False))
+                      forward_prefetch=fwd.get("prefetch", False))
 
 
 def backward_steps(m: int, rows: int, programs: int) -> int:

@@ -258,54 +258,6 @@ def _backward_kernel(*refs, launch, center):
                 ref[pl.ds(c * launch.width, launch.width)] = total
 
 
-def _rereading_backward_kernel(*refs, launch, center):
-    """``_backward_kernel``'s results with ``launch.rereads``, for rows too wide for registers: a
-    tile of rows is read twice, piece by piece: first the row sums of ``g w`` and ``g w x_hat``
-    (each piece's column sums of ``g x_hat`` and ``g`` added into this program's partial rows of
-    dw and db, in memory), then ``dx``, the pieces last to first (those read last are the likeliest
-    in L2). No row-wide value is held in registers."""
-    if center:
-        x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, dx_ref, *sum_refs = refs
-    else:
-        x_ref, g_ref, w_ref, rstd_ref, grstd_ref, dx_ref, *sum_refs = refs
-    n, stat, width = x_ref.shape[1], rstd_ref.dtype, launch.width
-    for ref in sum_refs:
-        for c in range(launch.pieces):
-            ref[pl.ds(c * width, width)] = jnp.zeros((width,), stat)
-
-    def piece(tile, c, mean, rstd):  # (g, g w, x_hat) of piece c, zeros past N
-        x, g = _load(x_ref, tile, launch, n, stat, piece=c), _load(g_ref, tile, launch, n, stat, piece=c)
-        xhat = jnp.where(_columns(launch, c) < n, (x - mean[:, None] if center else x) * rstd[:, None], 0)
-        return g, g * _vector(w_ref, launch, n, stat, c)[None, :], xhat
-
-    first = pl.program_id(0) * launch.steps
-
-    def body(step, carry):
-        tile = first + step
-        rstd = _load(rstd_ref, tile, launch, n, stat)
-        mean = _load(mean_ref, tile, launch, n, stat) if center else None
-        row_gw = row_gw_xhat = jnp.zeros((launch.rows,), stat)
-        for c in range(launch.pieces):
-            g, gw, xhat = piece(tile, c, mean, rstd)
-            row_gw, row_gw_xhat = row_gw + gw.sum(1), row_gw_xhat + (gw * xhat).sum(1)
-            for ref, term in zip(sum_refs, (g * xhat, g)):
-                columns = pl.ds(c * width, width)
-                ref[columns] = ref[columns] + term.sum(0)
-        scale = (rstd * rstd * _load(grstd_ref, tile, launch, n, stat) / n)[:, None]
-        projected = (row_gw_xhat / n)[:, None]
-        for c in reversed(range(launch.pieces)):
-            g, gw, xhat = piece(tile, c, mean, rstd)
-            if center:
-                dx = rstd[:, None] * (gw - defined_mean(row_gw / n)[:, None] - xhat * projected) + (
-                    _load(gmean_ref, tile, launch, n, stat)[:, None] / n - scale * xhat)
-            else:
-                dx = rstd[:, None] * (gw - xhat * projected) - scale * xhat
-            _store(dx_ref, tile, launch, n, dx, c)
-        return carry
-
-    lax.fori_loop(0, launch.steps, body, 0)
-
-
 def backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch):
     """``(dx, dw, db)``: the VJP of ``forward`` for cotangents ``g`` (of y), ``g_mean``,
     ``g_rstd``. Under ``jit`` with sharded rows the kernel runs on each device's rows and ``dw``,
@@ -341,8 +293,7 @@ def local_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: RowsLaunch):
     struct = functools.partial(varying_struct, refs=(x, g, w, *stats))
     partial_shape = struct((programs, launch.span), stat)
     dx, *sums = pl.pallas_call(
-        functools.partial(_rereading_backward_kernel if launch.rereads else _backward_kernel, launch=launch,
-                          center=center),
+        functools.partial(_backward_kernel, launch=launch, center=center),
         grid=(programs,),
         in_specs=[pl.no_block_spec] * (3 + len(stats)),  # whole arrays: the kernel indexes its own tiles
         out_specs=[pl.no_block_spec] + [partial_spec] * n_sums,

@@ -523,35 +523,6 @@ def test_record_dispatch_takes_a_tuned_launch_only_past_the_margin():
                                  "prefetch": True}
 
 
-def test_a_rereading_backward_is_recorded_launched_and_lowered(tmp_path, monkeypatch):
-    """A backward reading its tiles twice (``rereads``), measured past the margin, is recorded
-    (``record_dispatch.py --launches``), launched at the tuned shape (``tuned_rows_launch``) and
-    lowers for CUDA to the kernels on the grids it plans; the forward never rereads."""
-    from jaxrules.ops.normalization import layer_norm_rows_op
-
-    module = load("benchmarks/record_dispatch.py")
-    m, n = 16383, 16384
-    rule = dispatch.rows_launch(m, n)
-    twice = dataclasses.replace(rule, rows=4, num_warps=16, rereads=True, steps=dispatch.backward_steps(m, 4, 2048))
-    timed = functools.partial(_tuning_record, m=m, n=n)
-    (entry,) = module.launches([timed("forward", 1.0, rule), timed("backward", 3.0, rule),
-                                timed("backward", 1.5, twice)])
-    assert entry["backward"] == {"tile_elements": 4 * 16384, "num_warps": 16, "rule_ms": 3.0, "ms": 1.5,
-                                 "programs": 2048, "prefetch": False, "rereads": True}
-    monkeypatch.setattr(dispatch, "DATA", tmp_path)
-    dispatch.table_path("GPU X").write_text(json.dumps({"rows_launches": [entry]}))
-    dispatch._table.cache_clear()
-    try:
-        launch = dispatch.tuned_rows_launch("GPU X", m, n, jnp.dtype("bfloat16"))
-    finally:
-        dispatch._table.cache_clear()
-    assert launch.rereads and (launch.rows, launch.num_warps) == (4, 16) and not launch.forward_launch().rereads
-    x, v = jax.ShapeDtypeStruct((m, n), jnp.bfloat16), jax.ShapeDtypeStruct((n,), jnp.float32)
-    fn = lambda x, w, b: layer_norm_rows_op(x, w, b, eps=1e-5, launch=launch)[0]  # noqa: E731
-    assert launch.backward_programs(m) == 2048
-    assert dict(_lowered_kernels(fn, x, v, v)) == {"layer_norm_fwd": launch.forward_programs(m), "layer_norm_bwd": 2048}
-
-
 def test_rows_in_pieces_are_recorded_and_launched_per_kernel(tmp_path, monkeypatch):
     """``record_dispatch.py --launches`` takes each kernel's fastest launch, rows in one padded
     piece or in pieces (``dispatch.row_pieces``), past ``LAUNCH_MARGIN``; ``tuned_rows_launch``

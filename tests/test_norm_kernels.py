@@ -278,16 +278,13 @@ ROW_LAUNCHES = [
     ((37, 10), dict(rows=4, width=16, steps=3, forward_rows=2, forward_steps=3)),  # a forward walking tiles
     ((37, 10), dict(rows=2, width=4, steps=3, pieces=3, forward_rows=4, forward_steps=2)),  # in pieces
     ((37, 10), dict(rows=2, width=16, steps=3, forward_width=4, forward_pieces=3)),  # the forward alone in pieces
-    ((37, 10), dict(rows=2, width=4, steps=3, pieces=3, rereads=True)),  # the backward reading its tiles twice
-    ((9, 16), dict(rows=4, width=16, steps=1, rereads=True)),  # one piece, one tile per program
 ]
 
 
 @pytest.mark.parametrize("prefetch", [False, True], ids=["load-in-step", "prefetch"])
 @pytest.mark.parametrize("shape, tiling", ROW_LAUNCHES,
                          ids=["rows-4", "rows-2-tail", "rows-1", "forward-rows-8", "forward-rows-1", "pieces-3",
-                              "pieces-3-exact", "forward-walks-3", "forward-walks-2-pieces", "forward-pieces-3",
-                              "rereads-pieces-3", "rereads-one-piece"])
+                              "pieces-3-exact", "forward-walks-3", "forward-walks-2-pieces", "forward-pieces-3"])
 @pytest.mark.parametrize("center", [True, False], ids=["layer_norm", "rms_norm"])
 def test_rows_kernels_match_the_xla_ops_at_every_launch(center, shape, tiling, prefetch):
     """Values and every cotangent (of y and of the statistics) of the rows kernel ops against the
@@ -399,19 +396,6 @@ def test_rows_in_pieces_on_the_gpu_match_the_xla_formulas(center, dtype, toleran
             launch = dispatch.RowsLaunch(rows, width, dispatch.backward_steps(m, rows, 64), num_warps=8,
                                          prefetch=prefetch, pieces=chunks, forward_rows=max(1, rows // 2))
             _matches_the_xla_ops_on_the_gpu(center, launch, m, n, dtype, tolerance)
-
-
-@pytest.mark.skipif(not GPU, reason="Triton compiles it only on a GPU (interpreted: every_launch above)")
-@pytest.mark.parametrize("dtype, tolerance", GPU_TOLERANCES, ids=["float32", "bfloat16"])
-@pytest.mark.parametrize("center", [True, False], ids=["layer_norm", "rms_norm"])
-def test_a_rereading_backward_on_the_gpu_matches_the_xla_formulas(center, dtype, tolerance):
-    """The backward reading its tiles twice (``rereads``), rows in pieces or one, one tile per
-    program or walking several (the partial sums added in memory), rows not a multiple of them."""
-    for m, n, rows, programs in ((1001, 12288, 2, 64), (203, 16384, 4, 203), (1001, 5120, 1, 300)):
-        width, pieces = dispatch.row_pieces(n)
-        launch = dispatch.RowsLaunch(rows, width, dispatch.backward_steps(m, rows, programs), num_warps=8,
-                                     pieces=pieces, forward_rows=1, rereads=True)
-        _matches_the_xla_ops_on_the_gpu(center, launch, m, n, dtype, tolerance)
 
 
 @pytest.mark.skipif(not GPU, reason="Triton compiles it only on a GPU (interpreted: grouped_kernels_match above)")
