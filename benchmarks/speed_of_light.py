@@ -30,11 +30,14 @@ CLASSES = {
     "16384 wide": (
         "the XLA formulas run (the rows kernels keep a 16384-wide row in registers and spill: 16383x16384 "
         "float32 kernel 2.71 vs XLA 2.06 ms, stop 31); they read x about four times",
-        "a rows kernel over a row in pieces that re-reads its row from L2 instead of holding it"),
+        "not a backward that re-reads its row from L2 piece by piece instead of holding it: 1.12-1.25x slower "
+        "(stop 33); a profile of the spilling kernel (local memory traffic) before the next design"),
     "12288 wide": (
-        "the backward holds a 12288-wide row per step and cannot prefetch the next (its registers spill); "
-        "pieces sped the forward (1.11-1.29x) but not the backward (0.98-1.06x, stop 32)",
-        "a backward that prefetches piece by piece, or two programs per row"),
+        "the backward holds a 12288-wide row per step and cannot prefetch the next (its registers spill): "
+        "6.6 passes of a step's 9.2 where it should take 3 (bfloat16, stop 33's profile); pieces sped the "
+        "forward (1.11-1.29x) but not the backward (0.98-1.06x, stop 32)",
+        "not re-reading the row from L2 piece by piece (1.25-1.46x slower, stop 33); two programs per row, "
+        "their row sums exchanged through memory"),
     "short": (
         "under 0.3 ms (1000-8192 rows, 8-62 per SM): the two kernels' launches and tails and the sum of the "
         "weight gradients' partials weigh more (not measured apart)",
