@@ -6,16 +6,21 @@ after a check of each setting's value and gradients against the XLA formulas.
 
 * ``forms``: the tiles as they are; the second passes walking the tiles last to first
   (``reverse``); group norm's forward as one kernel (``writes_y``); both;
-* ``tiles``: ``tile_elements`` 4096-16384 and 4-16 warps, with both forms.
+* ``tiles``: ``tile_elements`` 4096-16384 and 4-16 warps, with both forms;
+* ``batch``: batch norm's backward split over about 1024 or 4096 programs (``backward_programs``),
+  with three tilings.
 
     PYTHONPATH=. python3 benchmarks/grouped_norm_tuning.py --shapes 64x256x56x56,8x64x112x112 \\
         --grid forms --out grouped.jsonl
+    python3 benchmarks/grouped_norm_tuning.py --choose grouped.jsonl
 """
 
 import argparse
 import dataclasses
 import itertools
 import json
+import math
+import statistics
 from concurrent.futures import ThreadPoolExecutor
 
 import jax
@@ -27,6 +32,8 @@ from jaxrules import bench, dispatch
 FORMS = [{}, {"reverse": True}, {"writes_y": True}, {"reverse": True, "writes_y": True}]
 GRIDS = {
     "forms": FORMS,
+    "batch": [{}, *[dict(backward_programs=p, **tiles) for p, tiles in itertools.product(
+        (1024, 4096), ({}, dict(tile_elements=8192, num_warps=16), dict(tile_elements=16384, num_warps=8)))]],
     "tiles": [dict(tile_elements=t, chunk=min(t, 4096), num_warps=w, reverse=True, writes_y=True)
               for t, w in itertools.product((4096, 8192, 16384), (4, 8, 16))],
 }
@@ -48,6 +55,21 @@ def lowered_with(setting: dict, case: bench.SweepCase, inputs):
         dispatch.GroupedLaunch = launch_class
 
 
+def best_setting(records: list[dict]) -> dict:
+    """Of the settings timed at every point of ``records`` (this script's JSON lines), the one with
+    the best geometric mean of the faster of the XLA formulas and plain JAX over its time:
+    ``{"launch": its fields that differ from the defaults, "geomean": ..., "as_is": the defaults'}``."""
+    defaults = {f.name: f.default for f in dataclasses.fields(dispatch.GroupedLaunch) if f.name != "interpret"}
+    points = {(r["op"], tuple(r["shape"]), r["dtype"]) for r in records}
+    by_setting = {}
+    for r in records:
+        changed = tuple(sorted((k, v) for k, v in r["launch"].items() if defaults.get(k) != v))
+        by_setting.setdefault(changed, []).append(min(r["xla_ms"], r["jax_ms"]) / r["ms"])
+    means = {k: math.exp(statistics.fmean(map(math.log, v))) for k, v in by_setting.items() if len(v) == len(points)}
+    best = max(means, key=means.get)
+    return {"launch": dict(best), "geomean": means[best], "as_is": means.get(())}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="64x256x56x56", help="comma-separated NxCxHxW")
@@ -56,7 +78,13 @@ def main(argv=None):
     parser.add_argument("--grid", default="forms", choices=sorted(GRIDS))
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--out", help="append each shape's times here (JSON lines)")
+    parser.add_argument("--choose", metavar="RECORDS", help="instead: print the best setting of these records "
+                        "(``best_setting``) as JSON")
     args = parser.parse_args(argv)
+    if args.choose:
+        with open(args.choose) as f:
+            print(json.dumps(best_setting([json.loads(line) for line in f])))
+        return
     device = jax.devices()[0].device_kind
     print("device:", device, "jax", jax.__version__)
     for shape, op, dtype in itertools.product(args.shapes.split(","), args.ops.split(","), args.dtypes.split(",")):

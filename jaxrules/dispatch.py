@@ -226,7 +226,9 @@ class GroupedLaunch:
     programs. ``reverse``: a program's second pass over its group (the backward's ``dx``, the
     forward's ``y``) walks the tiles last to first, so it starts on those its first pass read last
     (the likeliest still in L2); ``writes_y``: group norm's forward is one kernel, the statistics
-    and then ``y`` (else the statistics' kernel and ``y`` by XLA)."""
+    and then ``y`` (else the statistics' kernel and ``y`` by XLA); ``backward_programs``: batch
+    norm's backward as two kernels over about that many programs (a channel's samples split:
+    the row sums, then ``dx``; 0: one program per channel, both passes)."""
 
     chunk: int = 4096
     tile_elements: int = 4096
@@ -236,6 +238,7 @@ class GroupedLaunch:
     interpret: bool = False
     reverse: bool = False
     writes_y: bool = False
+    backward_programs: int = 0
 
 
 def row_launch(impl: str, m: int, n: int, dtype, *, interpret: bool = False, device_kind: str | None = None):

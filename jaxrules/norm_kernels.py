@@ -480,7 +480,7 @@ def local_moments(x3, *, layout, groups, launch: GroupedLaunch):
     view, p, k = grouped_view(x3, layout, groups)
     length = x3.shape[-1]
     stat = stat_dtype(x3.dtype)
-    splits = math.gcd(k, max(1, launch.stat_programs // p)) if layout == "batch" else 1
+    splits = _splits(layout, p, k, launch.stat_programs)
     rows = k // splits
     out_spec = pl.BlockSpec((None, None), lambda i, s: (i, s))
     means, m2s = pl.pallas_call(
@@ -493,6 +493,19 @@ def local_moments(x3, *, layout, groups, launch: GroupedLaunch):
     )(view)
     mean = means.mean(1)  # equal counts per slice
     return mean, m2s.sum(1) + rows * length * jnp.square(means - mean[:, None]).sum(1)
+
+
+def _splits(layout, p, k, programs):
+    """Slices of a batch-norm channel's ``k`` rows (dividing ``k``) so that about ``programs`` run
+    over its ``p`` channels; a group norm group is never split (1)."""
+    return math.gcd(k, max(1, programs // p)) if layout == "batch" and programs else 1
+
+
+def _backward_splits(x3, layout, groups, launch):
+    """``_splits`` of the backward's row sums and dx kernels on x3 (N, C, L)."""
+    n, c, _ = x3.shape
+    p, k = (n * groups, c // groups) if layout == "group" else (c, n)
+    return _splits(layout, p, k, launch.backward_programs)
 
 
 def local_stats(x3, *, layout, groups, eps, launch: GroupedLaunch):
@@ -579,23 +592,29 @@ def grouped_backward(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout, 
                                          groups=groups, launch=launch)
 
 
-def _grouped_call(kernel, x3, layout, groups, launch, views, rows, scalars, outputs, name, **params):
-    """``pallas_call`` of a grouped kernel, one program per group, on arrays ``views`` shaped as
-    ``x3`` (the kernels' view of them), ``rows`` per-row (P, K) and ``scalars`` per-group (P,)
-    ones (in ``stat_dtype``); ``outputs`` names "view" (shaped as x3, in its dtype), "rows" or
-    "group" (in ``stat_dtype``) for each output."""
+def _grouped_call(kernel, x3, layout, groups, launch, views, rows, scalars, outputs, name, splits=1, **params):
+    """``pallas_call`` of a grouped kernel, one program per group (``splits``: per slice of a
+    group's rows, the grid (P, splits)), on arrays ``views`` shaped as ``x3`` (the kernels' view of
+    them), ``rows`` per-row (P, K) and ``scalars`` per-group (P,) ones (in ``stat_dtype``);
+    ``outputs`` names "view" (shaped as x3, in its dtype), "rows" or "group" (in ``stat_dtype``)
+    for each output."""
     _, p, k = grouped_view(x3, layout, groups)
     length, stat = x3.shape[-1], stat_dtype(x3.dtype)
-    block = _group_block(layout, k, length)
-    scalar = pl.BlockSpec((None,), lambda i: (i,))
-    per_row = pl.BlockSpec((None, k), lambda i: (i, 0))
+    if splits > 1:
+        block = _group_block(layout, k // splits, length, split_axis=True)
+        scalar = pl.BlockSpec((None,), lambda i, s: (i,))
+        per_row = pl.BlockSpec((None, k // splits), lambda i, s: (i, s))
+    else:  # the grid and blocks the tables measured
+        block = _group_block(layout, k, length)
+        scalar = pl.BlockSpec((None,), lambda i: (i,))
+        per_row = pl.BlockSpec((None, k), lambda i: (i, 0))
     viewed = [grouped_view(a, layout, groups)[0] for a in views]
     struct = functools.partial(varying_struct, refs=(x3, *views, *rows, *scalars))
     kinds = {"view": (block, struct(viewed[0].shape, x3.dtype)), "rows": (per_row, struct((p, k), stat)),
              "group": (scalar, struct((p,), stat))}
     outs = pl.pallas_call(
-        functools.partial(kernel, rows=k, length=length, launch=launch, **params),
-        grid=(p,),
+        functools.partial(kernel, rows=k // splits, length=length, launch=launch, **params),
+        grid=(p, splits) if splits > 1 else (p,),
         in_specs=[block] * len(views) + [per_row] * len(rows) + [scalar] * len(scalars),
         out_specs=[kinds[o][0] for o in outputs],
         out_shape=[kinds[o][1] for o in outputs],
@@ -616,14 +635,26 @@ def local_forward_grouped(x3, row_weight, row_bias, *, layout, groups, eps, laun
 
 
 def _backward_call(kernel, x3, g3, row_weight, scalars, outputs, name, *, layout, groups, launch, **params):
-    """``_grouped_call`` of a backward kernel: x, the cotangent, the per-row weight, ``scalars``."""
+    """``_grouped_call`` of a backward kernel: x, the cotangent, the per-row weight, ``scalars``;
+    the row sums' and the dx kernels (not the fused one) split batch norm's channels as
+    ``launch.backward_programs`` asks."""
+    splits = 1 if kernel is _grouped_backward_kernel else _backward_splits(x3, layout, groups, launch)
     return _grouped_call(kernel, x3, layout, groups, launch, (x3, g3), (row_weight,), scalars, outputs, name,
-                         weighted=layout != "batch", **params)
+                         splits=splits, weighted=layout != "batch", **params)
 
 
 def local_backward_grouped(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout, groups,
                            launch: GroupedLaunch):
-    """``grouped_backward`` on one device's array (one fused kernel: sums, then dx)."""
+    """``grouped_backward`` on one device's array: one fused kernel (sums, then dx), or, for batch
+    norm with ``launch.backward_programs``, the row sums' kernel and the dx kernel over slices of
+    each channel's samples, the channel's means of ``g`` and ``g x_hat`` summed by XLA between."""
+    if _backward_splits(x3, layout, groups, launch) > 1:
+        params = dict(layout=layout, groups=groups, launch=launch)
+        sum_g, sum_gxhat = local_row_sums(x3, g3, row_weight, mean, rstd, **params)
+        count = x3.shape[0] * x3.shape[-1]  # a channel's elements
+        dx = local_dx(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, sum_g.sum(1) / count, sum_gxhat.sum(1) / count,
+                      count=count, **params)
+        return dx, sum_g, sum_gxhat
     return tuple(_backward_call(_grouped_backward_kernel, x3, g3, row_weight, (mean, rstd, g_mean, g_rstd),
                                 ("view", "rows", "rows"), "bwd", layout=layout, groups=groups, launch=launch))
 

@@ -292,3 +292,26 @@ def test_a_step_profile_counts_each_operation_in_passes_of_one_tensor():
     text = module.format_profile(row)
     assert "10.00 passes" in text and "layer_norm_bwd" in text
     assert "no GPU operations" in module.format_profile(module.profile(case, "xla", 2000.0, 1, lambda c, s: {}))
+
+
+def test_the_grouped_tuning_chooses_the_best_geometric_mean_over_every_point():
+    """``benchmarks/grouped_norm_tuning.py --choose``: a setting timed at every point, by the
+    geometric mean of the faster baseline over its time (one not timed everywhere is left out);
+    the defaults' mean beside it."""
+    import dataclasses
+
+    from jaxrules import dispatch
+
+    module = load("benchmarks/grouped_norm_tuning.py")
+    defaults = {f.name: f.default for f in dataclasses.fields(dispatch.GroupedLaunch) if f.name != "interpret"}
+
+    def record(shape, ms, **launch):
+        return {"op": "batch_norm", "shape": shape, "dtype": "float32", "launch": {**defaults, **launch}, "ms": ms,
+                "xla_ms": 1.0, "jax_ms": 2.0}
+
+    records = [record([1], 1.0), record([2], 1.0), record([1], 0.5, backward_programs=1024),
+               record([2], 2.0, backward_programs=1024), record([1], 0.8, backward_programs=4096),
+               record([2], 0.9, backward_programs=4096), record([1], 0.1, num_warps=4)]  # one point only
+    best = module.best_setting(records)
+    assert best["launch"] == {"backward_programs": 4096} and best["as_is"] == 1.0
+    assert abs(best["geomean"] - (1 / 0.8 / 0.9) ** 0.5) < 1e-12

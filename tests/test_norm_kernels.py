@@ -39,11 +39,13 @@ TILINGS = [
 ]
 
 
-# The second passes walking the tiles last to first, group norm's forward as one kernel writing y.
-FORMS = [{}, dict(reverse=True, writes_y=True), dict(writes_y=True)]
+# The second passes walking the tiles last to first, group norm's forward as one kernel writing y,
+# batch norm's backward as two kernels over slices of each channel's samples (split where N allows).
+FORMS = [{}, dict(reverse=True, writes_y=True), dict(writes_y=True), dict(backward_programs=64, reverse=True)]
 
 
-@pytest.mark.parametrize("form", FORMS, ids=["two-forward-kernels", "reversed-writes-y", "writes-y"])
+@pytest.mark.parametrize("form", FORMS, ids=["two-forward-kernels", "reversed-writes-y", "writes-y",
+                                             "split-backward"])
 @pytest.mark.parametrize("shape, tuning", TILINGS, ids=["ragged-chunks", "split-stats", "short-rows"])
 @pytest.mark.parametrize("op", ["group_norm", "batch_norm"])
 def test_grouped_kernels_match_the_jnp_formulas(op, shape, tuning, form, monkeypatch):
@@ -140,13 +142,19 @@ def _lowers_for_cuda(f, x, v):
 
 def test_the_grouped_forms_lower_for_cuda(monkeypatch):
     """Group norm's one-kernel forward and the reversed second passes through Triton's lowering:
-    the forward is one kernel (no statistics kernel), named ``group_norm_fwd``."""
+    the forward is one kernel (no statistics kernel), named ``group_norm_fwd``; batch norm's split
+    backward: the row sums' and the dx kernels, not the fused one."""
     launch = dispatch.GroupedLaunch(reverse=True, writes_y=True)
     monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False: launch)
     v = jax.ShapeDtypeStruct((8,), jnp.bfloat16)
     module = _lowers_for_cuda(lambda x, w, b: group_norm(x, 4, w, b, impl="pallas"),
                               jax.ShapeDtypeStruct((4, 8, 5, 7), jnp.bfloat16), v)
     assert "group_norm_fwd" in module and "group_norm_stats" not in module and "group_norm_bwd" in module
+    split = launch.__class__(backward_programs=1024)
+    monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False: split)
+    module = _lowers_for_cuda(lambda x, w, b: batch_norm(x, None, None, w, b, training=True, impl="pallas")[0],
+                              jax.ShapeDtypeStruct((4, 8, 5, 7), jnp.bfloat16), v)
+    assert "batch_norm_bwd_sums" in module and "batch_norm_bwd_dx" in module and '"batch_norm_bwd"' not in module
 
 
 @pytest.mark.parametrize("call, words", [
@@ -400,10 +408,11 @@ def test_rows_in_pieces_on_the_gpu_match_the_xla_formulas(center, dtype, toleran
 
 @pytest.mark.skipif(not GPU, reason="Triton compiles it only on a GPU (interpreted: grouped_kernels_match above)")
 @pytest.mark.parametrize("dtype, tolerance", GPU_TOLERANCES, ids=["float32", "bfloat16"])
-@pytest.mark.parametrize("form", FORMS[1:], ids=["reversed-writes-y", "writes-y"])
+@pytest.mark.parametrize("form", FORMS[1:], ids=["reversed-writes-y", "writes-y", "split-backward"])
 def test_the_grouped_forms_on_the_gpu_match_the_xla_formulas(form, dtype, tolerance, monkeypatch):
-    """Group norm with the one-kernel forward, the second passes reversed or not, compiled for
-    the GPU at feature maps that are not a multiple of the tiles, against ``impl="xla"``."""
+    """Group and batch norm with the one-kernel forward, the second passes reversed or not, the
+    split backward, compiled for the GPU at feature maps that are not a multiple of the tiles,
+    against ``impl="xla"``."""
     launch = dispatch.GroupedLaunch(**form)
     monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False: launch)
     for shape in ((5, 96, 7, 7), (3, 64, 56, 56), (2, 32, 45, 45)):
@@ -411,12 +420,13 @@ def test_the_grouped_forms_on_the_gpu_match_the_xla_formulas(form, dtype, tolera
         x = (jax.random.normal(keys[0], shape) * 3 + 1).astype(dtype)
         g = jax.random.normal(keys[1], shape).astype(dtype)
         w, b = ((jax.random.normal(k, shape[1:2]) + 1).astype(dtype) for k in keys[2:])
-        results = [jax.jit(lambda g, x, w, b, impl=impl: (lambda y, pb: (y, *pb(g)))(
-            *jax.vjp(lambda x, w, b: group_norm(x, 32, w, b, impl=impl), x, w, b)))(g, x, w, b)
-            for impl in ("pallas", "xla")]
-        for got, want in zip(*results):
-            got, want = got.astype(jnp.float32), want.astype(jnp.float32)
-            assert float(jnp.max(jnp.abs(got - want))) <= tolerance * float(jnp.max(jnp.abs(want))), shape
+        for op in (lambda x, w, b, impl: group_norm(x, 32, w, b, impl=impl),
+                   lambda x, w, b, impl: batch_norm(x, None, None, w, b, training=True, impl=impl)[0]):
+            results = [jax.jit(lambda g, x, w, b, impl=impl, op=op: (lambda y, pb: (y, *pb(g)))(
+                *jax.vjp(lambda x, w, b: op(x, w, b, impl), x, w, b)))(g, x, w, b) for impl in ("pallas", "xla")]
+            for got, want in zip(*results):
+                got, want = got.astype(jnp.float32), want.astype(jnp.float32)
+                assert float(jnp.max(jnp.abs(got - want))) <= tolerance * float(jnp.max(jnp.abs(want))), shape
 
 
 @pytest.mark.skipif(not GPU, reason="Triton compiles it only on a GPU (interpreted: every_launch above)")
