@@ -630,12 +630,14 @@ def test_changed_points_are_the_cases_whose_launch_or_plan_moved(tmp_path):
 
 def test_the_grouped_launch_is_the_device_kinds_own():
     """``dispatch.grouped_launch``: the H200 table's group-norm settings (one kernel writing y, the
-    second passes reversed); batch norm there, the H100 (no entry), a kind without a table (not
-    the H100's entry by fallback) and the CPU take the defaults."""
+    second passes reversed) and batch norm's (the backward split over 4096 programs); the H100
+    (no entry), a kind without a table (not the H100's entry by fallback) and the CPU take the
+    defaults."""
     h200 = dispatch.grouped_launch("group_norm", "NVIDIA H200")
     assert h200.writes_y and h200.reverse and (h200.tile_elements, h200.num_warps) == (8192, 16)
     assert dispatch.grouped_plan("group_norm", "gpu", "NVIDIA H200", 64 * 32, 8, 3136, jnp.bfloat16).launch in (
         h200, None)
-    for op, kind in (("batch_norm", "NVIDIA H200"), ("group_norm", "NVIDIA H100 80GB HBM3"),
+    assert dispatch.grouped_launch("batch_norm", "NVIDIA H200") == dispatch.GroupedLaunch(backward_programs=4096)
+    for op, kind in (("batch_norm", "NVIDIA H100 80GB HBM3"), ("group_norm", "NVIDIA H100 80GB HBM3"),
                      ("group_norm", "NVIDIA B200"), ("group_norm", None)):
         assert dispatch.grouped_launch(op, kind, interpret=True) == dispatch.GroupedLaunch(interpret=True), (op, kind)

@@ -57,7 +57,7 @@ def test_grouped_kernels_match_the_jnp_formulas(op, shape, tuning, form, monkeyp
     forwards = []
     monkeypatch.setattr(norm_kernels, "local_forward_grouped", lambda *a, **k: forwards.append(1) or forward_kernel(
         *a, **k))
-    monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False: launch)
+    monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False, **_: launch)  # no table's
     x = jnp.asarray(RNG.standard_normal(shape) * 3 + 5)  # a large mean: the variance must not cancel
     w, b = jnp.asarray(RNG.standard_normal(6) + 1), jnp.asarray(RNG.standard_normal(6))
     ct = jnp.asarray(RNG.standard_normal(shape))
@@ -145,13 +145,13 @@ def test_the_grouped_forms_lower_for_cuda(monkeypatch):
     the forward is one kernel (no statistics kernel), named ``group_norm_fwd``; batch norm's split
     backward: the row sums' and the dx kernels, not the fused one."""
     launch = dispatch.GroupedLaunch(reverse=True, writes_y=True)
-    monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False: launch)
+    monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False, **_: launch)  # no table's
     v = jax.ShapeDtypeStruct((8,), jnp.bfloat16)
     module = _lowers_for_cuda(lambda x, w, b: group_norm(x, 4, w, b, impl="pallas"),
                               jax.ShapeDtypeStruct((4, 8, 5, 7), jnp.bfloat16), v)
     assert "group_norm_fwd" in module and "group_norm_stats" not in module and "group_norm_bwd" in module
     split = launch.__class__(backward_programs=1024)
-    monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False: split)
+    monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False, **_: split)
     module = _lowers_for_cuda(lambda x, w, b: batch_norm(x, None, None, w, b, training=True, impl="pallas")[0],
                               jax.ShapeDtypeStruct((4, 8, 5, 7), jnp.bfloat16), v)
     assert "batch_norm_bwd_sums" in module and "batch_norm_bwd_dx" in module and '"batch_norm_bwd"' not in module
@@ -414,7 +414,7 @@ def test_the_grouped_forms_on_the_gpu_match_the_xla_formulas(form, dtype, tolera
     split backward, compiled for the GPU at feature maps that are not a multiple of the tiles,
     against ``impl="xla"``."""
     launch = dispatch.GroupedLaunch(**form)
-    monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False: launch)
+    monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False, **_: launch)  # no table's
     for shape in ((5, 96, 7, 7), (3, 64, 56, 56), (2, 32, 45, 45)):
         keys = jax.random.split(jax.random.PRNGKey(shape[1]), 4)
         x = (jax.random.normal(keys[0], shape) * 3 + 1).astype(dtype)
