@@ -1,7 +1,9 @@
-"""Group norm's one-kernel forward (``GroupedLaunch.writes_y``, the H200's launch) under data
-parallelism, on 4 forced host devices with the kernels interpreted: values and gradients equal
-the unsharded XLA formulas', the gradient of x keeps the batch sharding, and the compiled program
-gathers no activation, in both mesh modes (``partitioning._gn_forward``)."""
+"""The H200's grouped launches under data parallelism, on 4 forced host devices with the kernels
+interpreted, in both mesh modes: group norm's one-kernel forward (``GroupedLaunch.writes_y``,
+``partitioning._gn_forward``) and batch norm's backward split over programs
+(``backward_programs``, inside the sharded backward's psum): values and gradients equal the
+unsharded XLA formulas', the gradient of x keeps the batch sharding, and group norm's compiled
+program gathers nothing."""
 
 import json
 
@@ -17,38 +19,53 @@ def rows():
 
 
 @pytest.mark.parametrize("mode", ["Auto", "Explicit"])
-def test_the_one_kernel_forward_runs_on_each_devices_samples(rows, mode):
-    (row,) = [r for r in rows if r["mode"] == mode]
+@pytest.mark.parametrize("op", ["group_norm", "batch_norm"])
+def test_the_grouped_launches_run_on_each_devices_samples(rows, op, mode):
+    (row,) = [r for r in rows if (r["op"], r["mode"]) == (op, mode)]
     assert row["error"] <= 1e-12, row
-    assert 2 in row["samples_traced"], row  # the one-kernel forward ran on a device's 2 samples of 8
+    assert 2 in row["samples_traced"], row  # the kernel (forward; batch norm: row sums) ran on 2 samples of 8
     assert row["dx_spec"].startswith("P('data'"), row
-    assert "all-gather" not in row["collectives"], row
+    if op == "group_norm":
+        assert "all-gather" not in row["collectives"], row
+    else:  # the sums of g and g x_hat all-reduced between the split kernels, the statistics gathered (2 C)
+        assert "all-reduce" in row["collectives"], row
 
 
 def _worker():
+    import jax
+    import numpy as np
+
+    from jaxrules import dispatch, norm_kernels
+    from jaxrules.nn import batch_norm, group_norm
+
+    jax.config.update("jax_enable_x64", True)
+    launches = {"group_norm": dispatch.GroupedLaunch(interpret=True, writes_y=True, reverse=True, chunk=8,
+                                                     tile_elements=16),
+                "batch_norm": dispatch.GroupedLaunch(interpret=True, backward_programs=64, chunk=8, tile_elements=16)}
+    dispatch.grouped_plan = lambda op, *_: dispatch.Plan("pallas", launches[op], "test")
+    traced = []
+    for name in ("local_forward_grouped", "local_row_sums"):
+        kernel = getattr(norm_kernels, name)
+        setattr(norm_kernels, name, lambda *a, kernel=kernel, **k: traced.append(a[0].shape) or kernel(*a, **k))
+    rng = np.random.default_rng(3)
+    x, ct = rng.standard_normal((8, 6, 5, 3)) * 2 + 1, rng.standard_normal((8, 6, 5, 3))
+    w, b = rng.standard_normal(6) + 1, rng.standard_normal(6)
+    ops = {"group_norm": lambda x, w, b, impl: group_norm(x, 3, w, b, impl=impl),
+           "batch_norm": lambda x, w, b, impl: batch_norm(x, None, None, w, b, training=True, impl=impl)[0]}
+    for op, fn in ops.items():
+        _run(op, fn, x, w, b, ct, traced)
+
+
+def _run(op, fn, x, w, b, ct, traced):
     import functools
 
     import jax
     import jax.numpy as jnp
-    import numpy as np
     from jax.sharding import AxisType, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from jaxrules import dispatch, norm_kernels
-    from jaxrules.nn import group_norm
-
-    jax.config.update("jax_enable_x64", True)
-    launch = dispatch.GroupedLaunch(interpret=True, writes_y=True, reverse=True, chunk=8, tile_elements=16)
-    dispatch.grouped_plan = lambda *_: dispatch.Plan("pallas", launch, "test")
-    traced = []
-    kernel = norm_kernels.local_forward_grouped
-    norm_kernels.local_forward_grouped = lambda *a, **k: traced.append(a[0].shape) or kernel(*a, **k)
-    rng = np.random.default_rng(3)
-    x, ct = rng.standard_normal((8, 6, 5, 3)) * 2 + 1, rng.standard_normal((8, 6, 5, 3))
-    w, b = rng.standard_normal(6) + 1, rng.standard_normal(6)
-
     def loss(x, w, b, impl=None):
-        return jnp.sum(jnp.sin(group_norm(x, 3, w, b, impl=impl)) * ct)
+        return jnp.sum(jnp.sin(fn(x, w, b, impl)) * ct)
 
     want = jax.value_and_grad(functools.partial(loss, impl="xla"), (0, 1, 2))(x, w, b)
     for mode in ("Auto", "Explicit"):
@@ -61,7 +78,8 @@ def _worker():
         error = max(float(jnp.max(jnp.abs(jnp.asarray(g) - e))) for g, e in zip(jax.tree.leaves(got),
                                                                                   jax.tree.leaves(want)))
         text = compiled.as_text()
-        print(json.dumps({"mode": mode, "error": error, "samples_traced": sorted({shape[0] for shape in traced}),
+        print(json.dumps({"op": op, "mode": mode, "error": error,
+                          "samples_traced": sorted({shape[0] for shape in traced}),
                           "dx_spec": str(got[1][0].sharding.spec),
                           "collectives": sorted({c for c in ("all-gather", "all-reduce", "all-to-all")
                                                  if c in text})}), flush=True)
