@@ -55,17 +55,27 @@ def lowered_with(setting: dict, case: bench.SweepCase, inputs):
         dispatch.GroupedLaunch = launch_class
 
 
+def launch_defaults() -> dict:
+    """``GroupedLaunch``'s fields and defaults (the launch a record names, less ``interpret``)."""
+    return {f.name: f.default for f in dataclasses.fields(dispatch.GroupedLaunch) if f.name != "interpret"}
+
+
 def best_setting(records: list[dict]) -> dict:
-    """Of the settings timed at every point of ``records`` (this script's JSON lines), the one with
-    the best geometric mean of the faster of the XLA formulas and plain JAX over its time:
-    ``{"launch": its fields that differ from the defaults, "geomean": ..., "as_is": the defaults'}``."""
-    defaults = {f.name: f.default for f in dataclasses.fields(dispatch.GroupedLaunch) if f.name != "interpret"}
+    """Of the settings timed at every point of ``records`` (this script's JSON lines; a setting
+    timed twice at a point counts with its median there), the one with the best geometric mean of
+    the faster of the XLA formulas and plain JAX over its time: ``{"launch": its fields that differ
+    from the defaults, "geomean": ..., "as_is": the defaults' (None if not timed everywhere)}``."""
+    defaults = launch_defaults()
     points = {(r["op"], tuple(r["shape"]), r["dtype"]) for r in records}
-    by_setting = {}
+    ratios = {}  # setting -> point -> ratios
     for r in records:
         changed = tuple(sorted((k, v) for k, v in r["launch"].items() if defaults.get(k) != v))
-        by_setting.setdefault(changed, []).append(min(r["xla_ms"], r["jax_ms"]) / r["ms"])
-    means = {k: math.exp(statistics.fmean(map(math.log, v))) for k, v in by_setting.items() if len(v) == len(points)}
+        point = (r["op"], tuple(r["shape"]), r["dtype"])
+        ratios.setdefault(changed, {}).setdefault(point, []).append(min(r["xla_ms"], r["jax_ms"]) / r["ms"])
+    means = {setting: math.exp(statistics.fmean(math.log(statistics.median(v)) for v in at.values()))
+             for setting, at in ratios.items() if set(at) == points}
+    if not means:
+        raise ValueError("grouped_norm_tuning --choose: no setting was timed at every point of the records")
     best = max(means, key=means.get)
     return {"launch": dict(best), "geomean": means[best], "as_is": means.get(())}
 
@@ -91,7 +101,8 @@ def main(argv=None):
         case = bench.SweepCase(op, tuple(map(int, shape.split("x"))), dtype, dtype)
         x, w, b, ct = bench._sweep_inputs(case, np.random.default_rng(0))
         inputs = (ct, x, w, b)
-        settings = [s for s in GRIDS[args.grid] if op == "group_norm" or not s.get("writes_y")]
+        settings = [s for s in GRIDS[args.grid]  # what the op's kernels read of a launch
+                    if not s.get("writes_y" if op == "batch_norm" else "backward_programs")]
         lowered = {v: bench.fwd_bwd(bench.sweep_fn(case, v), with_value=True).lower(*inputs) for v in ("xla", "jax")}
         labels = {" ".join(f"{k}={v}" for k, v in setting.items()) or "as is": setting for setting in settings}
         lowered.update({label: lowered_with(setting, case, inputs) for label, setting in labels.items()})
@@ -106,7 +117,7 @@ def main(argv=None):
             note = f"  error {errors[label]:.1e}" if label in errors else ""
             print(f"{case.name} | {label} | {times[label]:.4f} ms | {base / times[label]:.2f}x{note}", flush=True)
         if args.out:
-            defaults = {f.name: f.default for f in dataclasses.fields(dispatch.GroupedLaunch) if f.name != "interpret"}
+            defaults = launch_defaults()
             with open(args.out, "a") as f:
                 for label, setting in labels.items():
                     f.write(json.dumps({"op": op, "shape": list(case.shape), "dtype": dtype, "device_kind": device,

@@ -89,6 +89,8 @@ def main(argv=None):
                              "shape: join another run's records of the other one)")
     args = parser.parse_args(argv)
     kernels = args.kernels.split(",")
+    if not set(kernels) <= {"forward", "backward"}:
+        parser.error(f"--kernels: forward and/or backward, not {args.kernels!r}")
     gbps = bench.copy_probe("cpu" if INTERPRET else "gpu")["sol_gbps"]
     for shape, dtype in itertools.product(args.shapes.split(","), args.dtypes.split(",")):
         m, n = map(int, shape.split("x"))

@@ -524,6 +524,15 @@ def grouped_plan(op: str, platform: str, device_kind: str, groups: int, rows: in
     return Plan(impl, grouped_launch(op, device_kind) if impl == "pallas" else None, reason)
 
 
+def grouped_writes_y(launch) -> bool:
+    """Whether group norm's forward is one kernel under ``launch``: a ``GroupedLaunch``'s
+    ``writes_y``, or, for a ``ShardPlan`` (decided on each shard), its device kind's group-norm
+    launch's (each shard then runs that kernel or the XLA formulas' same outputs)."""
+    if isinstance(launch, ShardPlan):
+        return launch.op == "group_norm" and grouped_launch("group_norm", launch.device_kind).writes_y
+    return bool(getattr(launch, "writes_y", False))
+
+
 def grouped_launch(op: str, device_kind: str | None, interpret: bool = False) -> GroupedLaunch:
     """The launch of ``op``'s (``"batch_norm"``/``"group_norm"``) kernels on ``device_kind``: the
     settings its own table records (``grouped_launches``, measured in a training step by

@@ -443,15 +443,15 @@ def _forward_grouped_kernel(x_ref, w_ref, b_ref, y_ref, mean_ref, rstd_ref, *, r
     count = rows * length
     mean, rstd = shift + s1 / count, lax.rsqrt((s2 - s1 * s1 / count) / count + eps)
 
-    def scale_and_shift(r):  # y = x scale + shift per row
-        scale = tiling.rows_of(w_ref, r)[...].astype(stat) * rstd
-        return scale[:, None], (tiling.rows_of(b_ref, r)[...].astype(stat) - mean * scale)[:, None]
+    def scale_and_bias(r):  # y = (x - mean) scale + b per row (an infinite w: +-inf, as the XLA formulas')
+        return ((tiling.rows_of(w_ref, r)[...].astype(stat) * rstd)[:, None],
+                tiling.rows_of(b_ref, r)[...].astype(stat)[:, None])
 
-    def tile_y(r, j, scale_shift):
+    def tile_y(r, j, scale_bias):
         x, mask = tiling.load(x_ref, r, j, stat)
-        tiling.store(y_ref, r, j, x * scale_shift[0] + scale_shift[1], mask)
+        tiling.store(y_ref, r, j, (x - mean) * scale_bias[0] + scale_bias[1], mask)
 
-    tiling.for_each_tile_again(scale_and_shift, tile_y)
+    tiling.for_each_tile_again(scale_and_bias, tile_y)
     mean_ref[...], rstd_ref[...] = mean, rstd
 
 
@@ -595,7 +595,7 @@ def grouped_backward(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, layout, 
 def _grouped_call(kernel, x3, layout, groups, launch, views, rows, scalars, outputs, name, splits=1, **params):
     """``pallas_call`` of a grouped kernel, one program per group (``splits``: per slice of a
     group's rows, the grid (P, splits)), on arrays ``views`` shaped as ``x3`` (the kernels' view of
-    them), ``rows`` per-row (P, K) and ``scalars`` per-group (P,) ones (in ``stat_dtype``);
+    them), ``rows`` per-row (P, K) and ``scalars`` per-group (P,) ones (cast to ``stat_dtype``);
     ``outputs`` names "view" (shaped as x3, in its dtype), "rows" or "group" (in ``stat_dtype``)
     for each output."""
     _, p, k = grouped_view(x3, layout, groups)
@@ -648,13 +648,13 @@ def local_backward_grouped(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, la
     """``grouped_backward`` on one device's array: one fused kernel (sums, then dx), or, for batch
     norm with ``launch.backward_programs``, the row sums' kernel and the dx kernel over slices of
     each channel's samples, the channel's means of ``g`` and ``g x_hat`` summed by XLA between."""
-    if _backward_splits(x3, layout, groups, launch) > 1:
-        params = dict(layout=layout, groups=groups, launch=launch)
-        sum_g, sum_gxhat = local_row_sums(x3, g3, row_weight, mean, rstd, **params)
-        count = x3.shape[0] * x3.shape[-1]  # a channel's elements
-        dx = local_dx(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, sum_g.sum(1) / count, sum_gxhat.sum(1) / count,
-                      count=count, **params)
-        return dx, sum_g, sum_gxhat
+    if _backward_splits(x3, layout, groups, launch) > 1:  # batch norm only
+        import sys
+
+        from jaxrules import partitioning
+
+        return partitioning.row_sums_then_dx(sys.modules[__name__], x3, g3, row_weight, mean, rstd, g_mean, g_rstd,
+                                             launch=launch, count=x3.shape[0] * x3.shape[-1])
     return tuple(_backward_call(_grouped_backward_kernel, x3, g3, row_weight, (mean, rstd, g_mean, g_rstd),
                                 ("view", "rows", "rows"), "bwd", layout=layout, groups=groups, launch=launch))
 

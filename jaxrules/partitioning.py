@@ -401,8 +401,8 @@ def rms_norm_backward(x, g, w, rstd, g_rstd, *, launch):
 
 class _XlaGrouped:
     """The grouped kernels' math in jnp, with their arguments and outputs (``norm_kernels``'
-    ``local_moments``, ``local_stats``, ``local_row_sums``, ``local_dx``,
-    ``local_backward_grouped``): what a ``dispatch.ShardPlan`` runs on a shard whose plan is the
+    ``local_moments``, ``local_stats``, ``local_forward_grouped``, ``local_row_sums``,
+    ``local_dx``, ``local_backward_grouped``): what a ``dispatch.ShardPlan`` runs on a shard whose plan is the
     XLA formulas. On the (P, K, L) view (``groups_first``): ``mean``, ``m2`` (sum of squared
     deviations) per group; per row ``sum g``, ``sum g x_hat``; ``dx = rstd (w g - E[w g] - x_hat
     E[w g x_hat]) + (g_mean - g_rstd rstd^2 x_hat) / count`` (batch norm, one weight per group:
@@ -422,6 +422,14 @@ class _XlaGrouped:
     def local_stats(x3, *, layout, groups, eps, launch=None):
         mean, rstd = norm_stats(_XlaGrouped._view(x3, layout, groups, x3.dtype), (1, 2), eps, None)
         return mean[:, 0, 0], rstd[:, 0, 0]
+
+    @staticmethod
+    def local_forward_grouped(x3, row_weight, row_bias, *, layout, groups, eps, launch=None):
+        mean, rstd = _XlaGrouped.local_stats(x3, layout=layout, groups=groups, eps=eps)
+        stat = mean.dtype
+        xhat = (_XlaGrouped._view(x3, layout, groups, stat) - mean[:, None, None]) * rstd[:, None, None]
+        y = xhat * row_weight.astype(stat)[..., None] + row_bias.astype(stat)[..., None]
+        return y.reshape(x3.shape).astype(x3.dtype), mean, rstd
 
     @staticmethod
     def _xhat_and_g(x3, g3, mean, rstd, layout, groups):
@@ -597,6 +605,20 @@ def _bn_backward_impl(x3, g3, w2, mean, rstd, g_mean, g_rstd, launch):
                                           launch=launch)
 
 
+def row_sums_then_dx(kernels, x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, launch, count, total=None):
+    """Batch norm's backward as two kernels of ``kernels`` (``norm_kernels`` or ``_XlaGrouped``):
+    the per-row sums of ``g`` and ``g x_hat``, then ``dx`` from each channel's ``E[g]``, ``E[g
+    x_hat]`` (the weight factored out) over ``count`` elements, the channel's sums first summed
+    by ``total`` (over the devices, a psum; None: this device's rows are the whole channel)."""
+    params = dict(layout="batch", groups=1, launch=launch)
+    sum_g, sum_gxhat = kernels.local_row_sums(x3, g3, row_weight, mean, rstd, **params)
+    totals = (sum_g.sum(1), sum_gxhat.sum(1))
+    totals = totals if total is None else total(totals)
+    dx = kernels.local_dx(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, totals[0] / count, totals[1] / count,
+                          count=count, **params)
+    return dx, sum_g, sum_gxhat
+
+
 def _bn_backward_partition(launch, mesh, arg_shapes, result_shape):
     samples, channels = _bn_axes(mesh, arg_shapes[0])
 
@@ -605,13 +627,9 @@ def _bn_backward_partition(launch, mesh, arg_shapes, result_shape):
         if not samples:
             return _bn_backward_impl(x3, g3, w2, mean, rstd, g_mean, g_rstd, launch)
         kernels, local = _grouped_kernels(launch, x3, "batch", 1)
-        params = dict(layout="batch", groups=1, launch=local)
-        sum_g, sum_gxhat = kernels.local_row_sums(x3, g3, w2, mean, rstd, **params)
-        totals = lax.psum((sum_g.sum(1), sum_gxhat.sum(1)), samples)  # E[g], E[g x_hat]: w factored out
-        count = x3.shape[0] * shards(mesh, samples) * x3.shape[2]
-        dx = kernels.local_dx(x3, g3, w2, mean, rstd, g_mean, g_rstd, totals[0] / count, totals[1] / count,
-                                   count=count, **params)
-        return dx, sum_g, sum_gxhat
+        return row_sums_then_dx(kernels, x3, g3, w2, mean, rstd, g_mean, g_rstd, launch=local,
+                                count=x3.shape[0] * shards(mesh, samples) * x3.shape[2],
+                                total=lambda sums: lax.psum(sums, samples))
 
     x, rows, stats = named(mesh, samples, channels, ()), named(mesh, channels, samples), named(mesh, channels)
     return lower, (x, rows, rows), (x, x, rows) + (stats,) * 4
@@ -699,5 +717,5 @@ def ragged_attention_backward(meta, qs, ks, vs, dos, lse, delta, *, scale, block
 
 __all__ = ["dim_axes", "even_axes", "explicit_mesh", "grouped_backward", "grouped_forward", "grouped_stats",
            "layer_norm_backward", "layer_norm_forward", "local_shape", "named", "ragged_attention_backward",
-           "ragged_attention_forward", "replicated", "rms_norm_backward", "rms_norm_forward",
+           "ragged_attention_forward", "replicated", "rms_norm_backward", "rms_norm_forward", "row_sums_then_dx",
            "shards"]

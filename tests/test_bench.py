@@ -311,7 +311,10 @@ def test_the_grouped_tuning_chooses_the_best_geometric_mean_over_every_point():
 
     records = [record([1], 1.0), record([2], 1.0), record([1], 0.5, backward_programs=1024),
                record([2], 2.0, backward_programs=1024), record([1], 0.8, backward_programs=4096),
-               record([2], 0.9, backward_programs=4096), record([1], 0.1, num_warps=4)]  # one point only
+               record([2], 0.9, backward_programs=4096), record([2], 0.7, backward_programs=4096),  # twice: median
+               record([1], 0.1, num_warps=4), record([1], 0.1, num_warps=4)]  # twice at one point, never at the other
     best = module.best_setting(records)
     assert best["launch"] == {"backward_programs": 4096} and best["as_is"] == 1.0
-    assert abs(best["geomean"] - (1 / 0.8 / 0.9) ** 0.5) < 1e-12
+    assert abs(best["geomean"] - (1 / 0.8 * (1 / 0.9 + 1 / 0.7) / 2) ** 0.5) < 1e-12  # the median of two
+    with pytest.raises(ValueError, match="no setting was timed at every point"):
+        module.best_setting([record([1], 1.0), record([2], 1.0, num_warps=4)])

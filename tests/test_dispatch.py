@@ -583,20 +583,24 @@ def test_a_walking_forward_is_recorded_and_launched(tmp_path, monkeypatch):
 
 def test_record_dispatch_keeps_the_times_a_record_did_not_measure(tmp_path, monkeypatch):
     """A sweep run without a kernel's variant (``--variants pallas,xla,jax``) updates the times it
-    measured and keeps the table's time of the kernel it left out; the tuned launches stay."""
+    measured and keeps the table's time of the kernel it left out; the tuned launches (rows and
+    grouped) stay."""
     module = load("benchmarks/record_dispatch.py")
     monkeypatch.setattr(dispatch, "DATA", tmp_path)
     case = next(c for c in bench.sweep_cases() if c.op == "layer_norm")
     key = {"op": case.op, "dtype": case.dtype, "weight_dtype": case.weight_dtype,
            "features": list(bench.sweep_features(case))}
     launches = [{"dtype": case.dtype, "features": key["features"]}]
-    dispatch.table_path("GPU X").write_text(json.dumps({"rows_launches": launches, "points": [
+    grouped = {"group_norm": {"writes_y": True}}
+    dispatch.table_path("GPU X").write_text(json.dumps({"rows_launches": launches, "grouped_launches": grouped,
+                                                        "grouped_launches_command": "tune", "points": [
         {**key, "pallas_ms": 0.5, "mosaic_ms": 0.4, "xla_ms": 0.6, "jax_ms": 0.7}]}))
     record = {"device_kind": "GPU X", "jax": "0.11.2", "points": [{**key, "pallas_ms": 0.3, "xla_ms": 0.61,
                                                                    "jax_ms": 0.71}]}
     _, table = module.merge([record], "cmd")
     assert table["points"] == [{**key, "pallas_ms": 0.3, "mosaic_ms": 0.4, "xla_ms": 0.61, "jax_ms": 0.71}]
     assert table["rows_launches"] == launches
+    assert (table["grouped_launches"], table["grouped_launches_command"]) == (grouped, "tune")
 
 
 def test_record_dispatch_launches_replace_only_their_shapes():
@@ -635,9 +639,28 @@ def test_the_grouped_launch_is_the_device_kinds_own():
     defaults."""
     h200 = dispatch.grouped_launch("group_norm", "NVIDIA H200")
     assert h200.writes_y and h200.reverse and (h200.tile_elements, h200.num_warps) == (8192, 16)
-    assert dispatch.grouped_plan("group_norm", "gpu", "NVIDIA H200", 64 * 32, 8, 3136, jnp.bfloat16).launch in (
-        h200, None)
+    assert dispatch.grouped_plan("group_norm", "gpu", "NVIDIA H200", 64 * 32, 8, 3136, jnp.bfloat16).launch == h200
     assert dispatch.grouped_launch("batch_norm", "NVIDIA H200") == dispatch.GroupedLaunch(backward_programs=4096)
     for op, kind in (("batch_norm", "NVIDIA H100 80GB HBM3"), ("group_norm", "NVIDIA H100 80GB HBM3"),
                      ("group_norm", "NVIDIA B200"), ("group_norm", None)):
         assert dispatch.grouped_launch(op, kind, interpret=True) == dispatch.GroupedLaunch(interpret=True), (op, kind)
+    # whether the forward is one kernel: the launch's, or a ShardPlan's device kind's
+    shard_plan = functools.partial(dispatch.ShardPlan, platform="gpu", weight_dtype="bfloat16")
+    assert dispatch.grouped_writes_y(h200) and not dispatch.grouped_writes_y(dispatch.GroupedLaunch())
+    assert dispatch.grouped_writes_y(shard_plan("group_norm", device_kind="NVIDIA H200"))
+    assert not dispatch.grouped_writes_y(shard_plan("batch_norm", device_kind="NVIDIA H200"))
+    assert not dispatch.grouped_writes_y(shard_plan("group_norm", device_kind="NVIDIA H100 80GB HBM3"))
+
+
+def test_a_kind_without_a_table_takes_no_grouped_launch_from_the_fallbacks(tmp_path, monkeypatch):
+    """A GPU kind without a table decides on the fallback kind's measurements, but never runs the
+    fallback's own grouped launch (measured on that kind only)."""
+    monkeypatch.setattr(dispatch, "DATA", tmp_path)
+    dispatch.table_path(dispatch.FALLBACK_KIND).write_text(json.dumps({"grouped_launches": {
+        "group_norm": {"writes_y": True}}, "points": []}))
+    dispatch._table.cache_clear()
+    try:
+        assert dispatch.grouped_launch("group_norm", dispatch.FALLBACK_KIND).writes_y
+        assert dispatch.grouped_launch("group_norm", "NVIDIA B200") == dispatch.GroupedLaunch()
+    finally:
+        dispatch._table.cache_clear()

@@ -30,6 +30,11 @@ def _value_and_grads(f, x, w, b, ct):
     return (y, *pullback(ct))
 
 
+def _every_grouped_launch(monkeypatch, launch):
+    """Every batch/group-norm launch the ops make is ``launch`` (a table's fields too, on a GPU)."""
+    monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False, **_: launch)
+
+
 # (N, C, L) shapes and tilings: L a multiple of the chunk or not, several chunks per row,
 # several rows per tile, odd row counts (one row per tile), batch-norm statistics split.
 TILINGS = [
@@ -57,7 +62,7 @@ def test_grouped_kernels_match_the_jnp_formulas(op, shape, tuning, form, monkeyp
     forwards = []
     monkeypatch.setattr(norm_kernels, "local_forward_grouped", lambda *a, **k: forwards.append(1) or forward_kernel(
         *a, **k))
-    monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False, **_: launch)  # no table's
+    _every_grouped_launch(monkeypatch, launch)
     x = jnp.asarray(RNG.standard_normal(shape) * 3 + 5)  # a large mean: the variance must not cancel
     w, b = jnp.asarray(RNG.standard_normal(6) + 1), jnp.asarray(RNG.standard_normal(6))
     ct = jnp.asarray(RNG.standard_normal(shape))
@@ -66,6 +71,63 @@ def test_grouped_kernels_match_the_jnp_formulas(op, shape, tuning, form, monkeyp
     for g, e in zip(got, want):
         np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
     assert bool(forwards) == (op == "group_norm" and launch.writes_y)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_second_pass_visits_every_tile_once_last_first_when_reversed(reverse):
+    """``_Tiling.for_each_tile_again``: 3 tile rows of 2 rows by 3 chunks of 8 (a row of 20), each
+    tile once, its row's values computed once per tile row; with ``reverse`` the last tile first."""
+    from jax.experimental import io_callback
+
+    tiling = norm_kernels._Tiling(6, 20, dispatch.GroupedLaunch(chunk=8, tile_elements=16, reverse=reverse))
+    visits, rows = [], []
+
+    def record(r, j, value):
+        visits.append((int(r), int(j), int(value)))
+        return np.int32(0)
+
+    def per_row(r):
+        rows.append(None)  # traced once: the loop body
+        return r * 10
+
+    jax.jit(lambda: tiling.for_each_tile_again(per_row, lambda r, j, v: io_callback(
+        record, jax.ShapeDtypeStruct((), jnp.int32), r, j, v, ordered=True)))()
+    forward = [(r, j, 10 * r) for r in range(3) for j in range(3)]
+    assert visits == (forward[::-1] if reverse else forward) and len(rows) == 1
+
+
+def test_batch_norms_split_backward_walks_several_tiles_per_slice(monkeypatch):
+    """The split backward (``backward_programs``) where each slice of a channel holds several tile
+    rows (8 samples in 2 slices of 4, tiles of 2 rows): values and gradients, and their own
+    gradients (the kernels' derivative is the jnp formulas'), against the XLA formulas."""
+    launch = dispatch.GroupedLaunch(chunk=8, tile_elements=16, backward_programs=64, interpret=True)
+    _every_grouped_launch(monkeypatch, launch)
+    splits = []
+    counted = norm_kernels._backward_splits
+    monkeypatch.setattr(norm_kernels, "_backward_splits", lambda *a: splits.append(counted(*a)) or splits[-1])
+    x, ct = jnp.asarray(RNG.standard_normal((8, 6, 9)) * 3 + 5), jnp.asarray(RNG.standard_normal((8, 6, 9)))
+    w, b = jnp.asarray(RNG.standard_normal(6) + 1), jnp.asarray(RNG.standard_normal(6))
+    results = []
+    for impl in ("xla", "pallas_interpret"):
+        f = _ops(impl)["batch_norm"]
+        grads = jax.grad(lambda x, w, b, f=f: jnp.sum(jnp.sin(f(x, w, b)) * ct), (0, 1, 2))
+        second = jax.grad(lambda x, w, b, grads=grads: jnp.sum(jnp.cos(grads(x, w, b)[0])), (0, 1))(x, w, b)
+        results.append((*_value_and_grads(f, x, w, b, ct), *second))
+    for got, want in zip(results[1], results[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11)
+    assert 2 in splits
+
+
+def test_the_one_kernel_forward_keeps_the_xla_formulas_infinities(monkeypatch):
+    """An infinite weight: y is +-inf where x is off its group's mean, as the XLA formulas give
+    (a form ``x scale + (b - mean scale)`` made the whole group NaN)."""
+    _every_grouped_launch(monkeypatch, dispatch.GroupedLaunch(chunk=8, tile_elements=16, writes_y=True,
+                                                              interpret=True))
+    x = jnp.asarray(RNG.standard_normal((2, 6, 10)))
+    w, b = jnp.asarray([1.0, np.inf, 2.0, -np.inf, 1.0, 1.0]), jnp.zeros(6)
+    got, want = (group_norm(x, 3, w, b, impl=impl) for impl in ("pallas_interpret", "xla"))
+    assert np.isinf(want).sum() == 2 * 2 * 10  # channels 1 and 3 of both samples
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
 def test_the_grouped_forward_kernel_is_group_norms_only():
@@ -145,13 +207,13 @@ def test_the_grouped_forms_lower_for_cuda(monkeypatch):
     the forward is one kernel (no statistics kernel), named ``group_norm_fwd``; batch norm's split
     backward: the row sums' and the dx kernels, not the fused one."""
     launch = dispatch.GroupedLaunch(reverse=True, writes_y=True)
-    monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False, **_: launch)  # no table's
+    _every_grouped_launch(monkeypatch, launch)
     v = jax.ShapeDtypeStruct((8,), jnp.bfloat16)
     module = _lowers_for_cuda(lambda x, w, b: group_norm(x, 4, w, b, impl="pallas"),
                               jax.ShapeDtypeStruct((4, 8, 5, 7), jnp.bfloat16), v)
     assert "group_norm_fwd" in module and "group_norm_stats" not in module and "group_norm_bwd" in module
     split = launch.__class__(backward_programs=1024)
-    monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False, **_: split)
+    _every_grouped_launch(monkeypatch, split)
     module = _lowers_for_cuda(lambda x, w, b: batch_norm(x, None, None, w, b, training=True, impl="pallas")[0],
                               jax.ShapeDtypeStruct((4, 8, 5, 7), jnp.bfloat16), v)
     assert "batch_norm_bwd_sums" in module and "batch_norm_bwd_dx" in module and '"batch_norm_bwd"' not in module
@@ -414,7 +476,7 @@ def test_the_grouped_forms_on_the_gpu_match_the_xla_formulas(form, dtype, tolera
     split backward, compiled for the GPU at feature maps that are not a multiple of the tiles,
     against ``impl="xla"``."""
     launch = dispatch.GroupedLaunch(**form)
-    monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False, **_: launch)  # no table's
+    _every_grouped_launch(monkeypatch, launch)
     for shape in ((5, 96, 7, 7), (3, 64, 56, 56), (2, 32, 45, 45)):
         keys = jax.random.split(jax.random.PRNGKey(shape[1]), 4)
         x = (jax.random.normal(keys[0], shape) * 3 + 1).astype(dtype)

@@ -178,7 +178,7 @@ def _grouped_norm_primal(x3, w, b, *, layout, groups, eps, launch):
     norm with a ``writes_y`` launch: both in one kernel (``norm_kernels.grouped_forward``)."""
     from jaxrules import norm_kernels
 
-    if layout == "group" and getattr(launch, "writes_y", False):  # a GroupedLaunch's (a ShardPlan has none)
+    if layout == "group" and dispatch.grouped_writes_y(launch):
         rows = [P.channel_rows(v, layout, groups, x3.shape[0]) for v in (w, b)]
         return norm_kernels.grouped_forward(x3, *rows, groups=groups, eps=eps, launch=launch)
     mean, rstd = norm_kernels.grouped_stats(x3, layout=layout, groups=groups, eps=eps, launch=launch)
