@@ -24,7 +24,8 @@ CLASSES = {
         "8 passes over the activation where the count has 5: the statistics read x, y's pass reads x and writes "
         "y, the backward reads x and the cotangent twice (row sums, then dx): at most 5/8 = 0.63. Group norm on "
         "the H200 (stop 33): one forward kernel whose y pass and the backward's dx pass re-read their group last "
-        "tile first, from L2 in part (0.55-0.66 at the large maps; the step profile measured 10 passes before)",
+        "tile first, from L2 in part (0.55-0.66 at the large maps; the step profile measured 10 passes before); "
+        "batch norm's backward split over 4096 programs only evens the XLA formulas (1.01-1.04x, stop 33)",
         "batch norm: its channel spans the batch (no program holds it), so a grid-wide reduction or the "
         "statistics fused into the producer; group norm: the group held in one program's shared memory"),
     "16384 wide": (
