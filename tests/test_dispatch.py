@@ -177,6 +177,26 @@ def test_guarded_programs_lower_to_the_planned_kernels(case):
         assert min(kernels.values()) >= MIN_BACKWARD_PROGRAMS
 
 
+@pytest.mark.parametrize("case", [c for c in GUARDED if c.op not in bench.ROW_OPS], ids=lambda c: c.name)
+def test_guarded_grouped_programs_on_the_h200s_launches(case, monkeypatch):
+    """With the H200's grouped launches (its table's ``grouped_launches``): group norm lowers to its
+    one forward kernel and the backward, one program per group; batch norm to the statistics,
+    then the row sums' and the dx kernels over at least ``MIN_BACKWARD_PROGRAMS`` programs, never
+    back to one program per channel (64 at a ResNet stem)."""
+    launch = dispatch.grouped_launch(case.op, "NVIDIA H200")
+    monkeypatch.setattr(dispatch, "GroupedLaunch", lambda interpret=False, **_: launch)
+    x = jax.ShapeDtypeStruct(case.shape, case.dtype)
+    v = jax.ShapeDtypeStruct((case.channels,), case.weight_dtype)
+    kernels = dict(_lowered_kernels(_impl_fn(case, "pallas"), x, v, v))
+    n, c = case.shape[:2]
+    if case.op == "group_norm":
+        assert kernels == {"group_norm_fwd": n * 32, "group_norm_bwd": n * 32}
+    else:
+        assert set(kernels) == {"batch_norm_stats", "batch_norm_bwd_sums", "batch_norm_bwd_dx"}
+        assert kernels["batch_norm_bwd_sums"] == kernels["batch_norm_bwd_dx"] >= MIN_BACKWARD_PROGRAMS
+        assert kernels["batch_norm_bwd_dx"] % c == 0 and kernels["batch_norm_bwd_dx"] > c
+
+
 @pytest.mark.parametrize("case", [c for c in GUARDED if c.op in bench.ROW_OPS], ids=lambda c: c.name)
 def test_guarded_programs_lower_to_two_mosaic_kernels(case):
     """``impl="mosaic"`` (issue 21) lowers for CUDA to the two Mosaic GPU kernels, forward and
