@@ -649,14 +649,25 @@ def local_backward_grouped(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, la
     norm with ``launch.backward_programs``, the row sums' kernel and the dx kernel over slices of
     each channel's samples, the channel's means of ``g`` and ``g x_hat`` summed by XLA between."""
     if _backward_splits(x3, layout, groups, launch) > 1:  # batch norm only
-        import sys
-
-        from jaxrules import partitioning
-
-        return partitioning.row_sums_then_dx(sys.modules[__name__], x3, g3, row_weight, mean, rstd, g_mean, g_rstd,
-                                             launch=launch, count=x3.shape[0] * x3.shape[-1])
+        return row_sums_then_dx(local_row_sums, local_dx, x3, g3, row_weight, mean, rstd, g_mean, g_rstd,
+                                launch=launch, count=x3.shape[0] * x3.shape[-1])
     return tuple(_backward_call(_grouped_backward_kernel, x3, g3, row_weight, (mean, rstd, g_mean, g_rstd),
                                 ("view", "rows", "rows"), "bwd", layout=layout, groups=groups, launch=launch))
+
+
+def row_sums_then_dx(row_sums, dx_of, x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, launch, count, total=None):
+    """Batch norm's backward as two kernels, ``row_sums`` and ``dx_of`` (``local_row_sums`` and
+    ``local_dx``, this module's or ``partitioning._XlaGrouped``'s): the per-row sums of ``g`` and
+    ``g x_hat``, then ``dx`` from each channel's ``E[g]``, ``E[g x_hat]`` (the weight factored out)
+    over ``count`` elements, the channel's sums first summed by ``total`` (over the devices, a
+    psum; None: this device's rows are the whole channel)."""
+    params = dict(layout="batch", groups=1, launch=launch)
+    sum_g, sum_gxhat = row_sums(x3, g3, row_weight, mean, rstd, **params)
+    totals = (sum_g.sum(1), sum_gxhat.sum(1))
+    totals = totals if total is None else total(totals)
+    dx = dx_of(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, totals[0] / count, totals[1] / count, count=count,
+               **params)
+    return dx, sum_g, sum_gxhat
 
 
 def local_row_sums(x3, g3, row_weight, mean, rstd, *, layout, groups, launch: GroupedLaunch):

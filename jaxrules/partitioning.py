@@ -605,20 +605,6 @@ def _bn_backward_impl(x3, g3, w2, mean, rstd, g_mean, g_rstd, launch):
                                           launch=launch)
 
 
-def row_sums_then_dx(kernels, x3, g3, row_weight, mean, rstd, g_mean, g_rstd, *, launch, count, total=None):
-    """Batch norm's backward as two kernels of ``kernels`` (``norm_kernels`` or ``_XlaGrouped``):
-    the per-row sums of ``g`` and ``g x_hat``, then ``dx`` from each channel's ``E[g]``, ``E[g
-    x_hat]`` (the weight factored out) over ``count`` elements, the channel's sums first summed
-    by ``total`` (over the devices, a psum; None: this device's rows are the whole channel)."""
-    params = dict(layout="batch", groups=1, launch=launch)
-    sum_g, sum_gxhat = kernels.local_row_sums(x3, g3, row_weight, mean, rstd, **params)
-    totals = (sum_g.sum(1), sum_gxhat.sum(1))
-    totals = totals if total is None else total(totals)
-    dx = kernels.local_dx(x3, g3, row_weight, mean, rstd, g_mean, g_rstd, totals[0] / count, totals[1] / count,
-                          count=count, **params)
-    return dx, sum_g, sum_gxhat
-
-
 def _bn_backward_partition(launch, mesh, arg_shapes, result_shape):
     samples, channels = _bn_axes(mesh, arg_shapes[0])
 
@@ -626,10 +612,13 @@ def _bn_backward_partition(launch, mesh, arg_shapes, result_shape):
 
         if not samples:
             return _bn_backward_impl(x3, g3, w2, mean, rstd, g_mean, g_rstd, launch)
+        from jaxrules import norm_kernels
+
         kernels, local = _grouped_kernels(launch, x3, "batch", 1)
-        return row_sums_then_dx(kernels, x3, g3, w2, mean, rstd, g_mean, g_rstd, launch=local,
-                                count=x3.shape[0] * shards(mesh, samples) * x3.shape[2],
-                                total=lambda sums: lax.psum(sums, samples))
+        return norm_kernels.row_sums_then_dx(kernels.local_row_sums, kernels.local_dx, x3, g3, w2, mean, rstd,
+                                             g_mean, g_rstd, launch=local,
+                                             count=x3.shape[0] * shards(mesh, samples) * x3.shape[2],
+                                             total=lambda sums: lax.psum(sums, samples))
 
     x, rows, stats = named(mesh, samples, channels, ()), named(mesh, channels, samples), named(mesh, channels)
     return lower, (x, rows, rows), (x, x, rows) + (stats,) * 4
@@ -717,5 +706,4 @@ def ragged_attention_backward(meta, qs, ks, vs, dos, lse, delta, *, scale, block
 
 __all__ = ["dim_axes", "even_axes", "explicit_mesh", "grouped_backward", "grouped_forward", "grouped_stats",
            "layer_norm_backward", "layer_norm_forward", "local_shape", "named", "ragged_attention_backward",
-           "ragged_attention_forward", "replicated", "rms_norm_backward", "rms_norm_forward", "row_sums_then_dx",
-           "shards"]
+           "ragged_attention_forward", "replicated", "rms_norm_backward", "rms_norm_forward", "shards"]
