@@ -3,7 +3,8 @@ dtype on the GPU: the forward kernel (``norm_kernels.local_forward``) over rows 
 program,
 the backward kernel (``local_backward``) over rows per tile, warps, programs and the prefetch of
 the next tile, each with a row in one padded piece and, at widths that are not a power of two, in
-pieces (``dispatch.row_pieces``), each kernel alone on device-resident inputs (median of ``--repeats`` runs of 10
+pieces (``dispatch.row_pieces``), and (``--kernels split``) the split backward (``RowsLaunch.split``:
+XLA's row sums, then a program per piece) over piece widths, rows, warps and programs, each kernel alone on device-resident inputs (median of ``--repeats`` runs of 10
 queued calls), layer norm or RMS norm. Every setting's time goes to ``--out`` (JSON lines) and
 the best of each kernel is printed beside the current rule's (``dispatch.rows_launch``), with the
 fraction of the copy probe's bandwidth (forward: x and y; backward: x, the cotangent, dx).
@@ -53,7 +54,24 @@ def settings(m: int, n: int):
             backward.append(dataclasses.replace(base, rows=r, num_warps=w, prefetch=prefetch,
                                                 steps=dispatch.backward_steps(m, r, programs)))
     unique = lambda launches: list(dict.fromkeys([rule, *launches]))  # noqa: E731
-    return [("forward", launch) for launch in unique(forward)] + [("backward", launch) for launch in unique(backward)]
+    return ([("forward", launch) for launch in unique(forward)] + [("backward", launch) for launch in unique(backward)]
+            + [("split", launch) for launch in unique(split_backwards(m, n, rule))])
+
+
+def split_backwards(m: int, n: int, rule):
+    """The split backward's launches at (m, n) (rows of at least 2048 columns): pieces of 1024 to
+    4096 columns (at most ``n`` padded), tiles of 2048 to 8192 elements, 4 or 8 warps, about 128 to
+    512 programs over the rows (each of them times the pieces)."""
+    launches = []
+    for width in (1024, 2048, 4096):
+        if n < 2048 or width > dispatch._next_power_of_2(n):
+            continue
+        for rows, warps, programs in itertools.product((1, 2, 4, 8), (4, 8), (128, 256, 512)):
+            if 2048 <= rows * width <= 8192 and rows <= dispatch._next_power_of_2(m):
+                launches.append(dataclasses.replace(rule, split=True, width=width, pieces=-(-n // width), rows=rows,
+                                                    num_warps=warps, prefetch=False,
+                                                    steps=dispatch.backward_steps(m, rows, programs)))
+    return launches
 
 
 def inputs(op, m, n, dtype):
@@ -85,17 +103,19 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--out", help="append every setting's time here (JSON lines)")
     parser.add_argument("--kernels", default="forward,backward",
-                        help="the kernels to time (comma-separated; record_dispatch.py --launches needs both per "
-                             "shape: join another run's records of the other one)")
+                        help="the kernels to time (comma-separated: forward, backward, split: the split backward's "
+                             "launches, recorded as the backward's; record_dispatch.py --launches needs forward and "
+                             "backward per shape: join another run's records of the other one)")
     args = parser.parse_args(argv)
     kernels = args.kernels.split(",")
-    if not set(kernels) <= {"forward", "backward"}:
-        parser.error(f"--kernels: forward and/or backward, not {args.kernels!r}")
+    if not set(kernels) <= {"forward", "backward", "split"}:
+        parser.error(f"--kernels: forward, backward and/or split, not {args.kernels!r}")
     gbps = bench.copy_probe("cpu" if INTERPRET else "gpu")["sol_gbps"]
     for shape, dtype in itertools.product(args.shapes.split(","), args.dtypes.split(",")):
         m, n = map(int, shape.split("x"))
         tensor = m * n * jnp.dtype(dtype).itemsize
-        pairs, arrays = [p for p in settings(m, n) if p[0] in kernels], inputs(args.op, m, n, dtype)
+        pairs = [("backward" if k == "split" else k, launch) for k, launch in settings(m, n) if k in kernels]
+        pairs, arrays = list(dict.fromkeys(pairs)), inputs(args.op, m, n, dtype)
         with ThreadPoolExecutor(16) as pool:  # compile every setting ahead, together
             compiled = list(pool.map(lambda p: _compile(args.op, p[0], p[1], arrays[p[0]]), pairs))
         best = {}
@@ -122,7 +142,8 @@ def main(argv=None):
                                    else (top["forward_steps"] or 1, top["forward_prefetch"]))
                 print(f"{args.op} {shape} {dtype} {kernel}: rule {rule['ms']:.4f} ms ({rule['sol']:.2f}), best "
                       f"{top['ms']:.4f} ms ({top['sol']:.2f}) rows={top['rows']} warps={top['num_warps']} "
-                      f"steps={steps} prefetch={prefetch} pieces={top['pieces']}x{top['width']}", flush=True)
+                      f"steps={steps} prefetch={prefetch} pieces={top['pieces']}x{top['width']} split={top['split']}",
+                      flush=True)
 
 
 def _compile(op, kernel, launch, args):

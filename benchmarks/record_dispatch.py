@@ -108,8 +108,9 @@ def launches(tuning: list[dict]) -> list[dict]:
     norm runs them too, ``dispatch.tuned_rows_launch``): per (dtype, m, n), each kernel's fastest
     launch, rows in one padded piece or in pieces (``dispatch.row_pieces``: the kernel's
     ``piece_width``; pieces only where they beat one piece's best by ``LAUNCH_MARGIN``), a forward
-    with one tile per program or walking them (its ``programs`` and ``prefetch``), where it beats
-    the rule's by ``LAUNCH_MARGIN``, else the rule's; with both times."""
+    with one tile per program or walking them (its ``programs`` and ``prefetch``), a backward split
+    (``RowsLaunch.split``: only where it beats the best of the others by ``LAUNCH_MARGIN``), where
+    it beats the rule's by ``LAUNCH_MARGIN``, else the rule's; with both times."""
     if {r["op"] for r in tuning} != {"layer_norm"}:
         raise ValueError("record_dispatch --launches: the launches are layer norm's (RMS norm runs them); got records "
                          f"of {sorted({r['op'] for r in tuning})}")
@@ -123,15 +124,19 @@ def launches(tuning: list[dict]) -> list[dict]:
         for kernel in ("forward", "backward"):
             timed = [r for r in records if r["kernel"] == kernel]
             base = next(r for r in timed if (r["rows"], r["num_warps"], r["steps"], r["prefetch"], r["width"],
-                                             _pieces(r), r.get("forward_steps", 0))
-                        == (rule.rows, rule.num_warps, rule.steps, rule.prefetch, rule.width, rule.pieces, 0))
-            best = _faster(min((r for r in timed if _pieces(r) == 1), key=lambda r: r["ms"]),
-                           min((r for r in timed if _pieces(r) > 1), key=lambda r: r["ms"], default=None))
+                                             _pieces(r), r.get("forward_steps", 0), r.get("split", False))
+                        == (rule.rows, rule.num_warps, rule.steps, rule.prefetch, rule.width, rule.pieces, 0, False))
+            whole = [r for r in timed if not r.get("split")]
+            best = _faster(min((r for r in whole if _pieces(r) == 1), key=lambda r: r["ms"]),
+                           min((r for r in whole if _pieces(r) > 1), key=lambda r: r["ms"], default=None))
+            best = _faster(best, min((r for r in timed if r.get("split")), key=lambda r: r["ms"], default=None))
             chosen = _faster(base, best)
-            pieces = _pieces(chosen)
-            entry[kernel] = {"tile_elements": chosen["rows"] * chosen["width"] * pieces,
+            pieces, split = _pieces(chosen), chosen.get("split", False)
+            entry[kernel] = {"tile_elements": chosen["rows"] * chosen["width"] * (1 if split else pieces),
                              "num_warps": chosen["num_warps"], "rule_ms": round(base["ms"], 5),
-                             "ms": round(chosen["ms"], 5), **({"piece_width": chosen["width"]} if pieces > 1 else {})}
+                             "ms": round(chosen["ms"], 5),
+                             **({"piece_width": chosen["width"]} if pieces > 1 else {}),
+                             **({"split": True} if split else {})}
             tiles = -(-m // chosen["rows"])
             if kernel == "backward":
                 entry[kernel].update(programs=-(-tiles // chosen["steps"]), prefetch=chosen["prefetch"])

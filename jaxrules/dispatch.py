@@ -102,6 +102,10 @@ class RowsLaunch:
     with ``forward_warps`` (0: the backward's; the forward's layout is the backward's unless
     ``forward_width`` is given), one tile per program or, with ``forward_steps``,
     that many consecutive tiles (``forward_prefetch``: loading the next before normalizing one).
+    ``split``: the backward in two, XLA's row sums (of ``g w`` and ``g w x_hat``, reading x and
+    g once) and then a kernel that takes each piece as a program of its own (grid: programs by
+    pieces), so a program holds ``rows`` by ``width`` values, not whole rows (the 12288-wide
+    one-kernel backward took 6.6 passes over the data where it needs 3; ``benchmarks/RESULTS.md``).
     ``device_kind``: the GPU whose measured launches (``tuned_rows_launch``) apply, None where
     none do: kept by ``relaunch`` (a device's shard, vmap's folded rows)."""
 
@@ -120,6 +124,7 @@ class RowsLaunch:
     forward_pieces: int = 0
     forward_steps: int = 0
     forward_prefetch: bool = False
+    split: bool = False
 
     @property
     def span(self) -> int:
@@ -148,7 +153,7 @@ class RowsLaunch:
                                    num_warps=self.forward_warps or self.num_warps, width=width, pieces=pieces,
                                    steps=self.forward_steps or 1,
                                    prefetch=self.forward_prefetch, forward_rows=0, forward_warps=0, forward_width=0,
-                                   forward_pieces=0, forward_steps=0, forward_prefetch=False)
+                                   forward_pieces=0, forward_steps=0, forward_prefetch=False, split=False)
 
 
 def rows_launch(m: int, n: int, *, interpret: bool = False, dtype=None, device_kind: str | None = None) -> RowsLaunch:
@@ -179,7 +184,8 @@ def tuned_rows_launch(device_kind: str, m: int, n: int, dtype) -> RowsLaunch | N
     both; a tie goes to the launch without the prefetch. Tiles keep their elements (rows: the
     power of two at most elements / span), programs their count (a forward without ``programs``:
     one per tile), rows in pieces their piece width (a kernel's ``piece_width``: ``row_pieces``)
-    where those pad less than one piece (a power-of-two width near an awkward one: one piece).
+    where those pad less than one piece (a power-of-two width near an awkward one: one piece) or
+    the backward is ``split`` (a program a piece).
     None: no such entry. (Across widths a tile's registers differ: the prefetch that wins at 5120
     wide rows spills at 16384.)"""
     if dtype is None or not has_tuned_launches(device_kind):
@@ -196,11 +202,11 @@ def tuned_rows_launch(device_kind: str, m: int, n: int, dtype) -> RowsLaunch | N
     fwd, bwd = entry["forward"], entry["backward"]
 
     def layout(kernel):  # (tile rows, piece width, pieces) of a kernel's entry
-        piece = kernel.get("piece_width", width)
-        if _cdiv(n, piece) * piece >= width:  # the pieces pad no less than one piece: one piece
+        piece, split = kernel.get("piece_width", width), kernel.get("split", False)
+        if _cdiv(n, piece) * piece >= width and not split:  # the pieces pad no less than one piece: one piece
             piece = width
         span = _cdiv(n, piece) * piece
-        return tile_rows(kernel["tile_elements"], span, m), piece, span // piece
+        return tile_rows(kernel["tile_elements"], piece if split else span, m), piece, span // piece
 
     (rows, piece, pieces), (forward_rows, forward_piece, forward_pieces) = layout(bwd), layout(fwd)
     walks = "programs" in fwd  # a forward whose programs walk several tiles
@@ -209,7 +215,7 @@ def tuned_rows_launch(device_kind: str, m: int, n: int, dtype) -> RowsLaunch | N
                       device_kind=device_kind, pieces=pieces, forward_width=forward_piece,
                       forward_pieces=forward_pieces,
                       forward_steps=backward_steps(m, forward_rows, fwd["programs"]) if walks else 0,
-                      forward_prefetch=fwd.get("prefetch", False))
+                      forward_prefetch=fwd.get("prefetch", False), split=bwd.get("split", False))
 
 
 def backward_steps(m: int, rows: int, programs: int) -> int:

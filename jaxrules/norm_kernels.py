@@ -11,6 +11,8 @@ and the shape.
   ``launch.prefetch``, a tile's loads issued one step ahead, carried by the loop):
   ``dx`` (the native backward with weight, plus the terms of the mean/rstd outputs' cotangents)
   and per-program partial sums of ``dw = sum g x_hat`` and ``db = sum g``, added up by XLA.
+  With ``launch.split``, XLA sums ``g w`` and ``g w x_hat`` over each row first and each program
+  takes one piece of the rows (grid: programs by pieces), holding no whole row.
 * RMS norm is the same two kernels with the static ``center=False``: no mean subtracted
   (``x_hat = x rstd``, ``rstd = rsqrt(E[x^2] + eps)``), no bias, no mean output (``rms_forward``,
   ``rms_backward``).
@@ -66,10 +68,11 @@ def _masked(op, ref, tile, launch, n, *args, end=None, piece=0):
 
 
 def _columns(launch, piece, shape=None):
-    """The column index of each element of piece ``piece`` (shape ``(1, width)``, or ``shape``)."""
+    """The column index of each element of piece ``piece`` (shape ``(1, width)``, or ``shape``;
+    ``piece`` an int or, in the split backward, the program's index)."""
     shape = shape or (1, launch.width)
     columns = lax.broadcasted_iota(jnp.int32, shape, len(shape) - 1)
-    return columns + piece * launch.width if piece else columns
+    return columns if isinstance(piece, int) and piece == 0 else columns + piece * launch.width
 
 
 def _load(ref, tile, launch, n, dtype=None, end=None, piece=0):
@@ -81,11 +84,13 @@ def _load(ref, tile, launch, n, dtype=None, end=None, piece=0):
     return value if dtype is None else value.astype(dtype)
 
 
-def _load_tile(ref, tile, launch, n, dtype=None, end=None):
-    """``_load`` of a per-row ref (M,), or of every piece of a tile of an (M, N) ref (a tuple)."""
+def _load_tile(ref, tile, launch, n, dtype=None, end=None, pieces=None):
+    """``_load`` of a per-row ref (M,), or of the pieces ``pieces`` (None: every one) of a tile of
+    an (M, N) ref (a tuple)."""
     if len(ref.shape) == 1:
         return _load(ref, tile, launch, n, dtype, end)
-    return tuple(_load(ref, tile, launch, n, dtype, end, piece) for piece in range(launch.pieces))
+    return tuple(_load(ref, tile, launch, n, dtype, end, piece)
+                 for piece in (range(launch.pieces) if pieces is None else pieces))
 
 
 def _store(ref, tile, launch, n, value, piece=0):
@@ -196,21 +201,27 @@ def _backward_kernel(*refs, launch, center):
     """``launch.steps`` tiles of rows: ``dx`` and this program's partial sums of ``dw`` (and
     ``db``). Layer norm (``center``): refs x, g, w, mean, rstd, g_mean, g_rstd -> dx, dw, db;
     RMS norm: x, g, w, rstd, g_rstd -> dx, dw. A row is ``launch.pieces`` pieces (lists of
-    them below); with one piece the operations are traced in the order the tables measured."""
+    them below); with one piece the operations are traced in the order the tables measured.
+    ``launch.split``: the program's piece is its second index, and the row sums come in as refs
+    after the statistics (``_xla_row_sums``: sum g w, for layer norm, and sum g w x_hat)."""
+    n_row_sums = (2 if center else 1) if launch.split else 0
     if center:
-        x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, dx_ref, *sum_refs = refs
+        x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, *rest = refs
     else:
-        x_ref, g_ref, w_ref, rstd_ref, grstd_ref, dx_ref, *sum_refs = refs
-    n, stat, pieces = x_ref.shape[1], rstd_ref.dtype, range(launch.pieces)
+        x_ref, g_ref, w_ref, rstd_ref, grstd_ref, *rest = refs
+    row_sum_refs, (dx_ref, *sum_refs) = rest[:n_row_sums], rest[n_row_sums:]
+    n, stat = x_ref.shape[1], rstd_ref.dtype
+    pieces = [pl.program_id(1)] if launch.split else list(range(launch.pieces))
     ws = [_vector(w_ref, launch, n, stat, c) for c in pieces]
     valid = [_columns(launch, c) < n for c in pieces]
     first = pl.program_id(0) * launch.steps
+    row_sums = dict(zip(("sum_gw", "sum_gw_xhat") if center else ("sum_gw_xhat",), row_sum_refs))  # split only
     tile_refs = dict(x=x_ref, g=g_ref, rstd=rstd_ref, grstd=grstd_ref, **(dict(mean=mean_ref, gmean=gmean_ref)
-                                                                         if center else {}))
+                                                                         if center else {}), **row_sums)
     end = (first + launch.steps) * launch.rows  # this program's rows end here (a prefetch past it loads nothing)
 
     def fetch(tile):  # every load of a tile, in the refs' dtypes: the next step's, carried by the loop
-        return {k: _load_tile(ref, tile, launch, n, end=end) for k, ref in tile_refs.items()}
+        return {k: _load_tile(ref, tile, launch, n, end=end, pieces=pieces) for k, ref in tile_refs.items()}
 
     def body(step, carry):
         tile = first + step
@@ -220,7 +231,7 @@ def _backward_kernel(*refs, launch, center):
         def get(k):  # without the prefetch each load is traced where it is first used: that order was measured
             if launch.prefetch:
                 return jax.tree.map(lambda v: v.astype(stat), carried[k])
-            return _load_tile(tile_refs[k], tile, launch, n, stat)
+            return _load_tile(tile_refs[k], tile, launch, n, stat, pieces=pieces)
 
         x, g = get("x"), get("g")
         rstd = get("rstd")
@@ -228,12 +239,12 @@ def _backward_kernel(*refs, launch, center):
 
         @functools.cache
         def row_gw_xhat():  # sum g w x_hat over the row, traced at its first use (the one-piece kernel's place)
-            return _row_sum(a * b for a, b in zip(gw, xhat))
+            return get("sum_gw_xhat") if launch.split else _row_sum(a * b for a, b in zip(gw, xhat))
 
         if center:
             mean = get("mean")
             xhat = [jnp.where(v, (xc - mean[:, None]) * rstd[:, None], 0) for v, xc in zip(valid, x)]
-            mean_gw = defined_mean(_row_sum(gw) / n)
+            mean_gw = defined_mean((get("sum_gw") if launch.split else _row_sum(gw)) / n)
             dx = [rstd[:, None] * (a - mean_gw[:, None] - b * row_gw_xhat()[:, None] / n) for a, b in zip(gw, xhat)]
             gmean, grstd = get("gmean"), get("grstd")
             dx = [d + (gmean[:, None] - (grstd * rstd * rstd)[:, None] * b) / n for d, b in zip(dx, xhat)]
@@ -244,15 +255,15 @@ def _backward_kernel(*refs, launch, center):
             dx = [rstd[:, None] * (a - b * row_gw_xhat()[:, None] / n) - (grstd * rstd * rstd)[:, None] * b / n
                   for a, b in zip(gw, xhat)]
             terms = ([(gc * b).sum(0) for gc, b in zip(g, xhat)],)
-        for c, piece in enumerate(dx):
+        for c, piece in zip(pieces, dx):
             _store(dx_ref, tile, launch, n, piece, c)
         return jax.tree.map(operator.add, sums, terms), following
 
-    zeros = [jnp.zeros((launch.width,), stat)] * launch.pieces
+    zeros = [jnp.zeros((launch.width,), stat)] * len(pieces)
     sums, _ = lax.fori_loop(0, launch.steps, body, ((zeros,) * len(sum_refs), fetch(first) if launch.prefetch else {}))
     for ref, totals in zip(sum_refs, sums):
-        if launch.pieces == 1:
-            ref[...] = totals[0]  # the measured kernel's store
+        if len(pieces) == 1:
+            ref[...] = totals[0]  # the measured kernel's store (split: the program's block of its piece)
         else:
             for c, total in enumerate(totals):
                 ref[pl.ds(c * launch.width, launch.width)] = total
@@ -288,19 +299,33 @@ def local_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: RowsLaunch):
     stat = rstd.dtype
     programs = launch.backward_programs(m)
     stats = (mean, rstd, g_mean, g_rstd) if center else (rstd, g_rstd)
+    row_sums = _xla_row_sums(x, g, w, mean, rstd) if launch.split else ()
     n_sums = 2 if center else 1
-    partial_spec = pl.BlockSpec((None, launch.span), lambda i: (i, 0))
+    if launch.split:  # a program per row-tile walk and piece: its block of the partial sums
+        grid, partial_spec = (programs, launch.pieces), pl.BlockSpec((None, launch.width), lambda i, j: (i, j))
+    else:
+        grid, partial_spec = (programs,), pl.BlockSpec((None, launch.span), lambda i: (i, 0))
     struct = functools.partial(varying_struct, refs=(x, g, w, *stats))
     partial_shape = struct((programs, launch.span), stat)
     dx, *sums = pl.pallas_call(
         functools.partial(_backward_kernel, launch=launch, center=center),
-        grid=(programs,),
-        in_specs=[pl.no_block_spec] * (3 + len(stats)),  # whole arrays: the kernel indexes its own tiles
+        grid=grid,
+        in_specs=[pl.no_block_spec] * (3 + len(stats) + len(row_sums)),  # whole arrays: the kernel indexes its tiles
         out_specs=[pl.no_block_spec] + [partial_spec] * n_sums,
         out_shape=[struct(x.shape, x.dtype)] + [partial_shape] * n_sums,
         interpret=launch.interpret, name=f"{'layer' if center else 'rms'}_norm_bwd", **_compiler_params(launch),
-    )(x, g, w, *[v.astype(stat) for v in stats])
+    )(x, g, w, *[v.astype(stat) for v in stats], *row_sums)
     return (dx, *(s.sum(0)[:n] for s in sums))
+
+
+def _xla_row_sums(x, g, w, mean, rstd):
+    """The split backward's first half, by XLA (one fusion reading x and g): per row ``sum g w``
+    (layer norm's; not for RMS norm, ``mean=None``) and ``sum g w x_hat``, in the statistics'
+    dtype, ``x_hat = (x - mean) rstd`` (RMS norm: ``x rstd``)."""
+    stat = rstd.dtype
+    xs, gw = x.astype(stat), g.astype(stat) * w.astype(stat)
+    xhat = (xs if mean is None else xs - mean.astype(stat)[:, None]) * rstd[:, None]
+    return ((gw.sum(1),) if mean is not None else ()) + ((gw * xhat).sum(1),)
 
 
 # ----------------------------------------------------------------------------------------------

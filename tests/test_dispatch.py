@@ -577,6 +577,45 @@ def test_rows_in_pieces_are_recorded_and_launched_per_kernel(tmp_path, monkeypat
         dispatch._table.cache_clear()
 
 
+def test_a_split_backward_is_recorded_and_launched(tmp_path, monkeypatch):
+    """A split backward (``RowsLaunch.split``) measured fastest by more than ``LAUNCH_MARGIN``
+    over every backward holding whole rows becomes the entry's backward (its piece width, a tile
+    of one piece); ``tuned_rows_launch`` launches it split, its pieces kept at the width measured
+    (also where one piece would pad no more: 16384 wide rows), and it lowers for CUDA to the
+    forward and a backward over programs x pieces, with XLA's row sums between."""
+    from jaxrules.ops.normalization import layer_norm_rows_op
+
+    module = load("benchmarks/record_dispatch.py")
+    m, n = 21844, 12288
+    rule = dispatch.rows_launch(m, n)
+    whole = dataclasses.replace(rule, width=4096, pieces=3, rows=1, steps=dispatch.backward_steps(m, 1, 256))
+    split = dataclasses.replace(whole, split=True, rows=2, steps=dispatch.backward_steps(m, 2, 128), num_warps=4)
+    timed = functools.partial(_tuning_record, m=m, n=n)
+    records = [timed("forward", 1.0, rule), timed("backward", 2.0, rule), timed("backward", 1.5, whole)]
+    (entry,) = module.launches(records + [timed("backward", 1.48, split)])  # 1.3% faster: noise
+    assert "split" not in entry["backward"] and entry["backward"]["ms"] == 1.5
+    (entry,) = module.launches(records + [timed("backward", 1.2, split)])
+    assert entry["backward"] == {"tile_elements": 2 * 4096, "num_warps": 4, "rule_ms": 2.0, "ms": 1.2,
+                                 "piece_width": 4096, "split": True, "programs": split.backward_programs(m),
+                                 "prefetch": False}
+    monkeypatch.setattr(dispatch, "DATA", tmp_path)
+    dispatch.table_path("GPU X").write_text(json.dumps({"rows_launches": [entry]}))
+    dispatch._table.cache_clear()
+    try:
+        bf16 = jnp.dtype("bfloat16")
+        launch = dispatch.tuned_rows_launch("GPU X", m, n, bf16)
+        assert (launch.split, launch.width, launch.pieces, launch.rows, launch.num_warps) == (True, 4096, 3, 2, 4)
+        assert launch.backward_programs(m) == split.backward_programs(m) == 127 and not launch.forward_launch().split
+        wide = dispatch.tuned_rows_launch("GPU X", 32767, 16384, bf16)
+        assert (wide.split, wide.width, wide.pieces, wide.rows) == (True, 4096, 4, 2)
+    finally:
+        dispatch._table.cache_clear()
+    x, v = jax.ShapeDtypeStruct((m, n), jnp.bfloat16), jax.ShapeDtypeStruct((n,), jnp.float32)
+    fn = lambda x, w, b: layer_norm_rows_op(x, w, b, eps=1e-5, launch=launch)[0]  # noqa: E731
+    assert dict(_lowered_kernels(fn, x, v, v)) == {"layer_norm_fwd": launch.forward_programs(m),
+                                                   "layer_norm_bwd": 127 * 3}
+
+
 def test_a_walking_forward_is_recorded_and_launched(tmp_path, monkeypatch):
     """A forward walking tiles (``forward_steps``, ``forward_prefetch``) measured fastest becomes
     the entry's forward ``programs`` and ``prefetch``, which ``tuned_rows_launch`` walks again."""

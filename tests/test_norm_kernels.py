@@ -348,13 +348,16 @@ ROW_LAUNCHES = [
     ((37, 10), dict(rows=4, width=16, steps=3, forward_rows=2, forward_steps=3)),  # a forward walking tiles
     ((37, 10), dict(rows=2, width=4, steps=3, pieces=3, forward_rows=4, forward_steps=2)),  # in pieces
     ((37, 10), dict(rows=2, width=16, steps=3, forward_width=4, forward_pieces=3)),  # the forward alone in pieces
+    ((37, 10), dict(rows=4, width=4, steps=3, pieces=3, split=True)),  # the split backward: a program a piece
+    ((9, 12), dict(rows=2, width=4, steps=4, pieces=3, split=True)),  # its pieces covering N, programs past M
 ]
 
 
 @pytest.mark.parametrize("prefetch", [False, True], ids=["load-in-step", "prefetch"])
 @pytest.mark.parametrize("shape, tiling", ROW_LAUNCHES,
                          ids=["rows-4", "rows-2-tail", "rows-1", "forward-rows-8", "forward-rows-1", "pieces-3",
-                              "pieces-3-exact", "forward-walks-3", "forward-walks-2-pieces", "forward-pieces-3"])
+                              "pieces-3-exact", "forward-walks-3", "forward-walks-2-pieces", "forward-pieces-3", "split-3",
+                              "split-3-exact"])
 @pytest.mark.parametrize("center", [True, False], ids=["layer_norm", "rms_norm"])
 def test_rows_kernels_match_the_xla_ops_at_every_launch(center, shape, tiling, prefetch):
     """Values and every cotangent (of y and of the statistics) of the rows kernel ops against the
@@ -400,7 +403,7 @@ def _effective(launch):
     """What a rows launch runs: each kernel's tile rows, warps, pieces, steps and prefetch."""
     forward = launch.forward_launch()
     return (forward.rows, forward.num_warps, forward.width, forward.pieces, forward.steps, forward.prefetch,
-            launch.rows, launch.num_warps, launch.steps, launch.prefetch, launch.width, launch.pieces)
+            launch.rows, launch.num_warps, launch.steps, launch.prefetch, launch.width, launch.pieces, launch.split)
 
 
 def _matches_the_xla_ops_on_the_gpu(center, launch, m, n, dtype, tolerance):
@@ -465,6 +468,21 @@ def test_rows_in_pieces_on_the_gpu_match_the_xla_formulas(center, dtype, toleran
         for prefetch in (False, True):
             launch = dispatch.RowsLaunch(rows, width, dispatch.backward_steps(m, rows, 64), num_warps=8,
                                          prefetch=prefetch, pieces=chunks, forward_rows=max(1, rows // 2))
+            _matches_the_xla_ops_on_the_gpu(center, launch, m, n, dtype, tolerance)
+
+
+@pytest.mark.skipif(not GPU, reason="Triton compiles it only on a GPU (interpreted: every_launch above)")
+@pytest.mark.parametrize("dtype, tolerance", GPU_TOLERANCES, ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("center", [True, False], ids=["layer_norm", "rms_norm"])
+def test_the_split_backward_on_the_gpu_matches_the_xla_formulas(center, dtype, tolerance):
+    """The split backward (``RowsLaunch.split``: XLA's row sums, a program per piece) compiled at
+    wide and awkward widths, pieces of 1024 to 4096 with the last one partly past N, one and
+    several rows per tile, with the prefetch and without, rows not a multiple of a tile."""
+    for m, n, rows, width in ((301, 12288, 1, 4096), (203, 16384, 2, 2048), (77, 3000, 4, 1024)):
+        for prefetch in (False, True):
+            launch = dispatch.RowsLaunch(rows, width, dispatch.backward_steps(m, rows, 64), num_warps=4,
+                                         prefetch=prefetch, pieces=-(-n // width), split=True,
+                                         forward_width=width, forward_pieces=-(-n // width))
             _matches_the_xla_ops_on_the_gpu(center, launch, m, n, dtype, tolerance)
 
 
