@@ -1,13 +1,13 @@
 """Sweep the rows kernels' launch parameters (``jaxrules.dispatch.RowsLaunch``) per shape and
-dtype on the GPU: the forward kernel (``norm_kernels.local_forward``) over rows per tile, warps and tiles per
-program,
-the backward kernel (``local_backward``) over rows per tile, warps, programs and the prefetch of
-the next tile, each with a row in one padded piece and, at widths that are not a power of two, in
-pieces (``dispatch.row_pieces``), and (``--kernels split``) the split backward (``RowsLaunch.split``:
-XLA's row sums, then a program per piece) over piece widths, rows, warps and programs, each kernel alone on device-resident inputs (median of ``--repeats`` runs of 10
-queued calls), layer norm or RMS norm. Every setting's time goes to ``--out`` (JSON lines) and
-the best of each kernel is printed beside the current rule's (``dispatch.rows_launch``), with the
-fraction of the copy probe's bandwidth (forward: x and y; backward: x, the cotangent, dx).
+dtype on the GPU: the forward kernel (``norm_kernels.local_forward``) over rows per tile, warps and
+tiles per program, the backward kernel (``local_backward``) over rows per tile, warps, programs and
+the prefetch of the next tile, each with a row in one padded piece and, at widths that are not a
+power of two, in pieces (``dispatch.row_pieces``), and (``--kernels split``) the split backward
+(``RowsLaunch.split``: XLA's row sums, then a program per piece) over piece widths, rows, warps and
+programs; each kernel alone on device-resident inputs (median of ``--repeats`` runs of 10 queued
+calls), layer norm or RMS norm. Every setting's time goes to ``--out`` (JSON lines) and the best of
+each kernel is printed beside the current rule's (``dispatch.rows_launch``), with the fraction of
+the copy probe's bandwidth (forward: x and y; backward: x, the cotangent, dx).
 
     PYTHONPATH=. python3 benchmarks/layer_norm_tuning.py --shapes 52427x5120,16384x4096 --out t.jsonl
 """

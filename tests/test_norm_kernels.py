@@ -356,8 +356,8 @@ ROW_LAUNCHES = [
 @pytest.mark.parametrize("prefetch", [False, True], ids=["load-in-step", "prefetch"])
 @pytest.mark.parametrize("shape, tiling", ROW_LAUNCHES,
                          ids=["rows-4", "rows-2-tail", "rows-1", "forward-rows-8", "forward-rows-1", "pieces-3",
-                              "pieces-3-exact", "forward-walks-3", "forward-walks-2-pieces", "forward-pieces-3", "split-3",
-                              "split-3-exact"])
+                              "pieces-3-exact", "forward-walks-3", "forward-walks-2-pieces", "forward-pieces-3",
+                              "split-3", "split-3-exact"])
 @pytest.mark.parametrize("center", [True, False], ids=["layer_norm", "rms_norm"])
 def test_rows_kernels_match_the_xla_ops_at_every_launch(center, shape, tiling, prefetch):
     """Values and every cotangent (of y and of the statistics) of the rows kernel ops against the
