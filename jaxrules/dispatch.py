@@ -131,12 +131,22 @@ class RowsLaunch:
         """The columns a tile's row covers (``pieces`` of ``width``)."""
         return self.pieces * self.width
 
+    @property
+    def held_columns(self) -> int:
+        """The columns of a row one program holds: one piece in a split backward, else the span."""
+        return self.width if self.split else self.span
+
     def forward_programs(self, m: int) -> int:
         forward = self.forward_launch()
         return _cdiv(_cdiv(m, forward.rows), forward.steps)
 
     def backward_programs(self, m: int) -> int:
+        """The backward's programs over the rows (each walking ``steps`` tiles)."""
         return _cdiv(_cdiv(m, self.rows), self.steps)
+
+    def backward_grid(self, m: int) -> tuple[int, ...]:
+        """The backward kernel's grid: its programs over the rows, by the pieces when ``split``."""
+        return (self.backward_programs(m), self.pieces) if self.split else (self.backward_programs(m),)
 
     def check_covers(self, n: int, kernel: str) -> None:
         """Raise unless this launch's pieces cover a row of ``n`` columns, the last one not wholly

@@ -302,14 +302,14 @@ def local_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: RowsLaunch):
     row_sums = _xla_row_sums(x, g, w, mean, rstd) if launch.split else ()
     n_sums = 2 if center else 1
     if launch.split:  # a program per row-tile walk and piece: its block of the partial sums
-        grid, partial_spec = (programs, launch.pieces), pl.BlockSpec((None, launch.width), lambda i, j: (i, j))
+        partial_spec = pl.BlockSpec((None, launch.width), lambda i, j: (i, j))
     else:
-        grid, partial_spec = (programs,), pl.BlockSpec((None, launch.span), lambda i: (i, 0))
+        partial_spec = pl.BlockSpec((None, launch.span), lambda i: (i, 0))
     struct = functools.partial(varying_struct, refs=(x, g, w, *stats))
     partial_shape = struct((programs, launch.span), stat)
     dx, *sums = pl.pallas_call(
         functools.partial(_backward_kernel, launch=launch, center=center),
-        grid=grid,
+        grid=launch.backward_grid(m),
         in_specs=[pl.no_block_spec] * (3 + len(stats) + len(row_sums)),  # whole arrays: the kernel indexes its tiles
         out_specs=[pl.no_block_spec] + [partial_spec] * n_sums,
         out_shape=[struct(x.shape, x.dtype)] + [partial_shape] * n_sums,

@@ -441,11 +441,11 @@ def test_tuned_row_launches_keep_the_device_busy():
         forward = launch.forward_launch()
         for tile in (launch, forward):
             assert tile.span >= n > tile.span - tile.width and tile.width & (tile.width - 1) == 0
-            assert tile.rows * tile.span <= max(MAX_TILE_ELEMENTS, tile.span)
+            assert tile.rows * tile.held_columns <= max(MAX_TILE_ELEMENTS, tile.held_columns)
             assert tile.rows <= dispatch._next_power_of_2(m)
         assert launch.forward_programs(m) == math.ceil(m / forward.rows)
         tiles, programs = math.ceil(m / launch.rows), launch.backward_programs(m)
-        assert programs >= min(tiles, MIN_BACKWARD_PROGRAMS)
+        assert math.prod(launch.backward_grid(m)) >= min(tiles, MIN_BACKWARD_PROGRAMS)  # split: times the pieces
         assert (programs - 1) * launch.steps < tiles <= programs * launch.steps
     assert tuned == len(shapes)  # each is near a tuned shape: its tuned launch, not the rule
 
@@ -479,16 +479,21 @@ def test_tuned_row_launches_only_where_measured():
     assert dispatch.shard_launch(whole.launch, (12000, 1024), bf16) == h200(12000, 1024, dtype=bf16)
     assert h200(12000, 1024, dtype=bf16) == dispatch.tuned_rows_launch("NVIDIA H200", 12000, 1024, bf16)
     # pieces only where they pad less than one piece: a power-of-two width near an awkward tuned one
-    # (65536x8192 near 52427x5120's 5 of 1024, 32767x16384 near 21844x12288's 3 of 4096) keeps one
+    # (65536x8192 near 52427x5120's 5 of 1024, 32767x16384 near 21844x12288's 3 of 4096) keeps one;
+    # a split backward keeps its measured pieces (21844x12288's 2048 wide)
     for m, n in ((65536, 8192), (32767, 16384)):
         for launch in (h200(m, n, dtype=bf16), h200(m, n, dtype=bf16).forward_launch()):
-            assert (launch.width, launch.pieces) == (n, 1), (m, n, launch)
+            assert (launch.width, launch.pieces) == ((2048, 8) if launch.split else (n, 1)), (m, n, launch)
+    assert h200(32767, 16384, dtype=bf16).split
     # only at the tuned shapes' padded width: 10240 wide rows (16384) never take 5120's (8192) prefetch,
     # whose registers spill at 16384 (9.4 ms for 1.1 at 16383x16384 bfloat16, RESULTS.md stop 30); they
-    # take 12288's launch (rows in 3 or 4 pieces of 4096) or the rule's
+    # take 12288's launch (the forward's rows in 3 or 4 pieces of 4096, the backward split in pieces of
+    # 2048) or the rule's
     for m, n in ((65535, 10240), (52427, 9000), (32767, 12288)):
         launch = h200(m, n, dtype=bf16)
-        assert launch.span >= n and launch.width in (4096, 16384) and not launch.prefetch, (m, n, launch)
+        forward = launch.forward_launch()
+        assert forward.span >= n and forward.width in (4096, 16384) and not launch.prefetch, (m, n, launch)
+        assert launch.span >= n and (launch.width, launch.split) in ((2048, True), (16384, False)), (m, n, launch)
 
 
 @pytest.mark.parametrize("walking", [False, True], ids=["tuned", "forward-walking-3-tiles"])
