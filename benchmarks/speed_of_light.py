@@ -28,17 +28,14 @@ CLASSES = {
         "batch norm's backward split over 4096 programs only evens the XLA formulas (1.01-1.04x, stop 33)",
         "batch norm: its channel spans the batch (no program holds it), so a grid-wide reduction or the "
         "statistics fused into the producer; group norm: the group held in one program's shared memory"),
-    "16384 wide": (
-        "the XLA formulas run (the rows kernels keep a 16384-wide row in registers and spill: 16383x16384 "
-        "float32 kernel 2.71 vs XLA 2.06 ms, stop 31); they read x about four times",
-        "not a backward that re-reads its row from L2 piece by piece instead of holding it: 1.12-1.25x slower "
-        "(stop 33); a profile of the spilling kernel (local memory traffic) before the next design"),
-    "12288 wide": (
-        "the backward holds a 12288-wide row per step and cannot prefetch the next (its registers spill): "
-        "6.6 passes of a step's 9.2 where it should take 3 (bfloat16, stop 33's profile); pieces sped the "
-        "forward (1.11-1.29x) but not the backward (0.98-1.06x, stop 32)",
-        "not re-reading the row from L2 piece by piece (1.25-1.46x slower, stop 33); two programs per row, "
-        "their row sums exchanged through memory"),
+    "wide rows": (
+        "rows wider than 8192: no program holds a row with its next one's loads (registers spill), so the "
+        "backward runs split (stop 34): XLA's row sums read x and the cotangent (1.9 passes), then the dx "
+        "kernel, a program per 1024-2048 columns (3.5 passes), the forward 2.4: 7.9 passes of a step where "
+        "the count has 5 (layer norm 21844x12288 bfloat16; 9.2 whole-row, stop 33); where the split loses "
+        "(float32 12288 wide) the whole-row backward runs",
+        "the row sums inside the dx kernel's programs exchanged through memory (one pass less), or rows "
+        "staged in shared memory (Mosaic GPU, TMA: a 12288-wide bfloat16 row of x and the cotangent is 48 KB)"),
     "short": (
         "under 0.3 ms (1000-8192 rows, 8-62 per SM): the kernels themselves run long, not the launches or the "
         "partials' sum (layer norm 8192x5120 bfloat16, stop 33's step profile: forward 2.75 passes where 2 are "
@@ -65,10 +62,8 @@ def diagnose(row) -> str:
         return "grouped"
     if row["default_ms"] < 0.3:
         return "short"
-    if n > 12288 and row["plan"] == "xla":
-        return "16384 wide"
     if n > 8192:
-        return "12288 wide"
+        return "wide rows"
     return "bfloat16" if row["dtype"] != "float32" else "float32"
 
 
