@@ -621,6 +621,47 @@ def test_a_split_backward_is_recorded_and_launched(tmp_path, monkeypatch):
                                                    "layer_norm_bwd": 127 * 3}
 
 
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_each_devices_rows_run_the_split_backward_their_shape_plans(op):
+    """Rows sharded over 2 devices (43688 of 12288, bfloat16): the backward's partition callback
+    lowers, on each device's 21844 rows, the H200's split backward for that shape (a program per
+    piece of 2048, XLA's row sums before it), the one-device program's kernel, grid and IR alike,
+    and an all-reduce of each weight gradient, no all-gather."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from jaxrules import partitioning as pt
+
+    m, n, bf16, f32 = 21844, 12288, jnp.bfloat16, jnp.float32
+    whole = dispatch.rows_launch(2 * m, n, dtype=jnp.dtype(bf16), device_kind="NVIDIA H200")
+    local = dispatch.rows_launch(m, n, dtype=jnp.dtype(bf16), device_kind="NVIDIA H200")
+    assert local.split and local.backward_grid(m) == (local.backward_programs(m), 6)
+    stats = 4 if op == "layer_norm" else 2
+    shard = [jax.ShapeDtypeStruct(s, t) for s, t in (((m, n), bf16), ((m, n), bf16), ((n,), bf16))]
+    shard += [jax.ShapeDtypeStruct((m,), f32)] * stats
+    impl = pt._ln_backward_impl if op == "layer_norm" else pt._rms_backward_impl
+    mesh = jax.sharding.AbstractMesh((2,), ("data",))
+    sharded = [jax.ShapeDtypeStruct((2 * a.shape[0], *a.shape[1:]) if a.shape[0] == m else a.shape, a.dtype,
+                                    sharding=NamedSharding(mesh, P("data") if a.shape[0] == m else P()))
+               for a in shard]
+    n_sums = 2 if op == "layer_norm" else 1  # the weight's (and the bias's) gradients
+    lower = pt._rows_backward_partition(impl, stats, n_sums)(whole, mesh, sharded, None)[0]
+    lower = jax.shard_map(lower, in_specs=P(), out_specs=P(), check_vma=False)  # its psum's axis (1 device here)
+
+    def lowered(fn, mesh=None):
+        with for_cuda(mesh):
+            return export.export(jax.jit(fn), platforms=["cuda"], disabled_checks=[
+                export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])(*shard).mlir_module()
+
+    want = lowered(lambda *a: impl(*a, local))
+    got = lowered(lower, jax.make_mesh((1,), ("data",)))
+    calls = lambda text: re.findall(r'grid_x = (\d+) : i32, grid_y = (\d+) : i32.*?ir = "(.*?)", name = "(\w+)"',  # noqa: E731
+                                    text, re.S)
+    assert calls(got) == calls(want) and [c[:2] for c in calls(want)] == [(str(local.backward_programs(m)), "6")]
+    assert "all_gather" not in got and got.count("stablehlo.all_reduce") == n_sums
+    assert got.count("stablehlo.reduce") == want.count("stablehlo.reduce") >= 2  # the row sums, the partials' sums
+
+
 def test_a_walking_forward_is_recorded_and_launched(tmp_path, monkeypatch):
     """A forward walking tiles (``forward_steps``, ``forward_prefetch``) measured fastest becomes
     the entry's forward ``programs`` and ``prefetch``, which ``tuned_rows_launch`` walks again."""
