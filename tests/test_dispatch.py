@@ -4,6 +4,7 @@ from the recorded GPU measurements, and the launches it implies — checked on t
 kernels lowered for CUDA (``jax.export``) — keep every benchmark program parallel: no
 one-program backward like the 66850x256 cliff (``gcd(33425, 256) = 1``)."""
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -529,6 +530,18 @@ def _tuning_record(kernel, ms, launch, m, n):
             **{k: v for k, v in dataclasses.asdict(launch).items() if k != "interpret"}, "device_kind": "GPU X"}
 
 
+@contextlib.contextmanager
+def _table_of(monkeypatch, tmp_path, kind, table):
+    """Within the block, ``kind``'s dispatch table is ``table`` (in ``tmp_path``), read afresh."""
+    monkeypatch.setattr(dispatch, "DATA", tmp_path)
+    dispatch.table_path(kind).write_text(json.dumps(table))
+    dispatch._table.cache_clear()
+    try:
+        yield
+    finally:
+        dispatch._table.cache_clear()
+
+
 def test_record_dispatch_takes_a_tuned_launch_only_past_the_margin():
     """benchmarks/record_dispatch.py --launches: per shape, a kernel's fastest launch when it beats
     the rule's by more than ``LAUNCH_MARGIN``, else the rule's."""
@@ -566,10 +579,7 @@ def test_rows_in_pieces_are_recorded_and_launched_per_kernel(tmp_path, monkeypat
     assert entry["forward"] == {"tile_elements": 2 * 12288, "num_warps": rule.num_warps, "rule_ms": 1.0, "ms": 0.8,
                                 "piece_width": 4096}
     assert "piece_width" not in entry["backward"] and entry["backward"]["ms"] == 2.0
-    monkeypatch.setattr(dispatch, "DATA", tmp_path)
-    dispatch.table_path("GPU X").write_text(json.dumps({"rows_launches": [entry]}))
-    dispatch._table.cache_clear()
-    try:
+    with _table_of(monkeypatch, tmp_path, "GPU X", {"rows_launches": [entry]}):
         bf16 = jnp.dtype("bfloat16")
         launch = dispatch.tuned_rows_launch("GPU X", m, n, bf16)
         assert launch == dataclasses.replace(rule, forward_rows=2, forward_width=4096, forward_pieces=3,
@@ -578,8 +588,6 @@ def test_rows_in_pieces_are_recorded_and_launched_per_kernel(tmp_path, monkeypat
         assert (forward.rows, forward.width, forward.pieces, forward.span) == (2, 4096, 3, 12288)
         near = dispatch.tuned_rows_launch("GPU X", m, 9000, bf16).forward_launch()  # 3 of 4096 cover 9000 too
         assert (near.width, near.pieces, near.rows) == (4096, 3, 2)
-    finally:
-        dispatch._table.cache_clear()
 
 
 def test_a_split_backward_is_recorded_and_launched(tmp_path, monkeypatch):
@@ -603,18 +611,13 @@ def test_a_split_backward_is_recorded_and_launched(tmp_path, monkeypatch):
     assert entry["backward"] == {"tile_elements": 2 * 4096, "num_warps": 4, "rule_ms": 2.0, "ms": 1.2,
                                  "piece_width": 4096, "split": True, "programs": split.backward_programs(m),
                                  "prefetch": False}
-    monkeypatch.setattr(dispatch, "DATA", tmp_path)
-    dispatch.table_path("GPU X").write_text(json.dumps({"rows_launches": [entry]}))
-    dispatch._table.cache_clear()
-    try:
+    with _table_of(monkeypatch, tmp_path, "GPU X", {"rows_launches": [entry]}):
         bf16 = jnp.dtype("bfloat16")
         launch = dispatch.tuned_rows_launch("GPU X", m, n, bf16)
         assert (launch.split, launch.width, launch.pieces, launch.rows, launch.num_warps) == (True, 4096, 3, 2, 4)
         assert launch.backward_programs(m) == split.backward_programs(m) == 127 and not launch.forward_launch().split
         wide = dispatch.tuned_rows_launch("GPU X", 32767, 16384, bf16)
         assert (wide.split, wide.width, wide.pieces, wide.rows) == (True, 4096, 4, 2)
-    finally:
-        dispatch._table.cache_clear()
     x, v = jax.ShapeDtypeStruct((m, n), jnp.bfloat16), jax.ShapeDtypeStruct((n,), jnp.float32)
     fn = lambda x, w, b: layer_norm_rows_op(x, w, b, eps=1e-5, launch=launch)[0]  # noqa: E731
     assert dict(_lowered_kernels(fn, x, v, v)) == {"layer_norm_fwd": launch.forward_programs(m),
@@ -625,8 +628,8 @@ def test_a_split_backward_is_recorded_and_launched(tmp_path, monkeypatch):
 def test_each_devices_rows_run_the_split_backward_their_shape_plans(op):
     """Rows sharded over 2 devices (43688 of 12288, bfloat16): the backward's partition callback
     lowers, on each device's 21844 rows, the H200's split backward for that shape (a program per
-    piece of 2048, XLA's row sums before it), the one-device program's kernel, grid and IR alike,
-    and an all-reduce of each weight gradient, no all-gather."""
+    piece of 2048, XLA's row sums before it), the one-device program's kernels on its grids, and
+    an all-reduce of each weight gradient, no all-gather."""
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
@@ -655,8 +658,8 @@ def test_each_devices_rows_run_the_split_backward_their_shape_plans(op):
 
     want = lowered(lambda *a: impl(*a, local))
     got = lowered(lower, jax.make_mesh((1,), ("data",)))
-    calls = lambda text: re.findall(r'grid_x = (\d+) : i32, grid_y = (\d+) : i32.*?ir = "(.*?)", name = "(\w+)"',  # noqa: E731
-                                    text, re.S)
+    # (grid, name) of each Triton call (the IR bytecode carries the locations of its first tracing)
+    calls = lambda text: re.findall(r'grid_x = (\d+) : i32, grid_y = (\d+) : i32.*?name = "(\w+)"', text, re.S)  # noqa: E731
     assert calls(got) == calls(want) and [c[:2] for c in calls(want)] == [(str(local.backward_programs(m)), "6")]
     assert "all_gather" not in got and got.count("stablehlo.all_reduce") == n_sums
     assert got.count("stablehlo.reduce") == want.count("stablehlo.reduce") >= 2  # the row sums, the partials' sums
@@ -675,15 +678,10 @@ def test_a_walking_forward_is_recorded_and_launched(tmp_path, monkeypatch):
     tiles = math.ceil(m / rule.rows)
     assert entry["forward"] == {"tile_elements": rule.rows * rule.width, "num_warps": rule.num_warps, "rule_ms": 1.0,
                                 "ms": 0.8, "programs": math.ceil(tiles / walking.forward_steps), "prefetch": True}
-    monkeypatch.setattr(dispatch, "DATA", tmp_path)
-    dispatch.table_path("GPU X").write_text(json.dumps({"rows_launches": [entry]}))
-    dispatch._table.cache_clear()
-    try:
+    with _table_of(monkeypatch, tmp_path, "GPU X", {"rows_launches": [entry]}):
         launch = dispatch.tuned_rows_launch("GPU X", m, n, jnp.dtype("bfloat16"))
         assert (launch.forward_steps, launch.forward_prefetch) == (walking.forward_steps, True)
         assert launch.forward_programs(m) == entry["forward"]["programs"]
-    finally:
-        dispatch._table.cache_clear()
 
 
 def test_record_dispatch_keeps_the_times_a_record_did_not_measure(tmp_path, monkeypatch):
@@ -760,12 +758,7 @@ def test_the_grouped_launch_is_the_device_kinds_own():
 def test_a_kind_without_a_table_takes_no_grouped_launch_from_the_fallbacks(tmp_path, monkeypatch):
     """A GPU kind without a table decides on the fallback kind's measurements, but never runs the
     fallback's own grouped launch (measured on that kind only)."""
-    monkeypatch.setattr(dispatch, "DATA", tmp_path)
-    dispatch.table_path(dispatch.FALLBACK_KIND).write_text(json.dumps({"grouped_launches": {
-        "group_norm": {"writes_y": True}}, "points": []}))
-    dispatch._table.cache_clear()
-    try:
+    with _table_of(monkeypatch, tmp_path, dispatch.FALLBACK_KIND, {"grouped_launches": {
+        "group_norm": {"writes_y": True}}, "points": []}):
         assert dispatch.grouped_launch("group_norm", dispatch.FALLBACK_KIND).writes_y
         assert dispatch.grouped_launch("group_norm", "NVIDIA B200") == dispatch.GroupedLaunch()
-    finally:
-        dispatch._table.cache_clear()
