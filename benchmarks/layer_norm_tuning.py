@@ -61,7 +61,7 @@ def settings(m: int, n: int):
 def split_backwards(m: int, n: int, rule):
     """The split backward's launches at (m, n) (rows of at least 2048 columns): pieces of 1024 to
     4096 columns (at most ``n`` padded), tiles of 2048 to 8192 elements, 4 or 8 warps, about 128 to
-    512 programs over the rows (each of them times the pieces)."""
+    512 programs over the rows (each of them times the pieces), no prefetch."""
     launches = []
     for width in (1024, 2048, 4096):
         if n < 2048 or width > dispatch._next_power_of_2(n):

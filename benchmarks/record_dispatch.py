@@ -108,9 +108,10 @@ def launches(tuning: list[dict]) -> list[dict]:
     norm runs them too, ``dispatch.tuned_rows_launch``): per (dtype, m, n), each kernel's fastest
     launch, rows in one padded piece or in pieces (``dispatch.row_pieces``: the kernel's
     ``piece_width``; pieces only where they beat one piece's best by ``LAUNCH_MARGIN``), a forward
-    with one tile per program or walking them (its ``programs`` and ``prefetch``), a backward split
-    (``RowsLaunch.split``: only where it beats the best of the others by ``LAUNCH_MARGIN``), where
-    it beats the rule's by ``LAUNCH_MARGIN``, else the rule's; with both times."""
+    with one tile per program or walking them (its ``programs`` and ``prefetch``), or the backward
+    split (``RowsLaunch.split``; only where it beats every whole-row backward by ``LAUNCH_MARGIN``).
+    The fastest is taken where it beats the rule's by ``LAUNCH_MARGIN``, else the rule's; both
+    times are kept."""
     if {r["op"] for r in tuning} != {"layer_norm"}:
         raise ValueError("record_dispatch --launches: the launches are layer norm's (RMS norm runs them); got records "
                          f"of {sorted({r['op'] for r in tuning})}")
@@ -129,7 +130,9 @@ def launches(tuning: list[dict]) -> list[dict]:
             whole = [r for r in timed if not r.get("split")]
             best = _faster(min((r for r in whole if _pieces(r) == 1), key=lambda r: r["ms"]),
                            min((r for r in whole if _pieces(r) > 1), key=lambda r: r["ms"], default=None))
-            best = _faster(best, min((r for r in timed if r.get("split")), key=lambda r: r["ms"], default=None))
+            split_best = min((r for r in timed if r.get("split")), key=lambda r: r["ms"], default=None)
+            if _faster(min(whole, key=lambda r: r["ms"]), split_best) is split_best:  # past the best of the others
+                best = split_best
             chosen = _faster(base, best)
             pieces, split = _pieces(chosen), chosen.get("split", False)
             entry[kernel] = {"tile_elements": chosen["rows"] * chosen["width"] * (1 if split else pieces),

@@ -29,11 +29,11 @@ CLASSES = {
         "batch norm: its channel spans the batch (no program holds it), so a grid-wide reduction or the "
         "statistics fused into the producer; group norm: the group held in one program's shared memory"),
     "wide rows": (
-        "rows wider than 8192: no program holds a row with its next one's loads (registers spill), so the "
-        "backward runs split (stop 34): XLA's row sums read x and the cotangent (1.9 passes), then the dx "
-        "kernel, a program per 1024-2048 columns (3.5 passes), the forward 2.4: 7.9 passes of a step where "
-        "the count has 5 (layer norm 21844x12288 bfloat16; 9.2 whole-row, stop 33); where the split loses "
-        "(float32 12288 wide) the whole-row backward runs",
+        "rows wider than 8192: no program holds a row with its next one's loads (registers spill); where "
+        "measured faster the backward runs split (stop 34): XLA's row sums read x and the cotangent (1.9 "
+        "passes), then the dx kernel, a program per 1024-2048 columns (3.5 passes), the forward 2.4: 7.9 "
+        "passes of a step where the count has 5 (layer norm 21844x12288 bfloat16; 9.2 whole-row, stop 33); "
+        "float32 12288 wide keeps the whole-row backward (the split 2% slower there)",
         "the row sums inside the dx kernel's programs exchanged through memory (one pass less), or rows "
         "staged in shared memory (Mosaic GPU, TMA: a 12288-wide bfloat16 row of x and the cotangent is 48 KB)"),
     "short": (

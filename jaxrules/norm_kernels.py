@@ -7,18 +7,20 @@ and the shape.
 * forward: one program per tile of ``launch.forward_launch().rows`` rows (or walking
   ``forward_steps`` tiles, the next one's x prefetched with ``forward_prefetch``): mean, rstd
   (float32) and ``y = x_hat w + b``;
-* backward: ``launch.programs`` programs, each walking ``launch.steps`` consecutive tiles (with
+* backward: ``launch.backward_programs(M)`` programs, each walking ``launch.steps`` consecutive tiles (with
   ``launch.prefetch``, a tile's loads issued one step ahead, carried by the loop):
   ``dx`` (the native backward with weight, plus the terms of the mean/rstd outputs' cotangents)
   and per-program partial sums of ``dw = sum g x_hat`` and ``db = sum g``, added up by XLA.
-  With ``launch.split``, XLA sums ``g w`` and ``g w x_hat`` over each row first and each program
-  takes one piece of the rows (grid: programs by pieces), holding no whole row.
+  With ``launch.split``, XLA sums ``g w x_hat`` (and, for layer norm, ``g w``) over each row
+  first and each program takes one piece of the rows (grid: programs by pieces), holding no
+  whole row.
 * RMS norm is the same two kernels with the static ``center=False``: no mean subtracted
   (``x_hat = x rstd``, ``rstd = rsqrt(E[x^2] + eps)``), no bias, no mean output (``rms_forward``,
   ``rms_backward``).
 
-Any M and N: a tile is ``rows`` by ``width`` (powers of two, ``width >= N``), loads and stores are
-masked past the last row and column, so no shape falls back to a one-program launch.
+Any M and N: a tile is ``rows`` by ``pieces`` pieces of ``width`` columns (powers of two, ``span =
+pieces width >= N``; a split backward's program holds one piece), loads and stores are masked past
+the last row and column, so no shape falls back to a one-program launch.
 
 Inputs may be float32, bfloat16 or float16 (float64 in interpret mode); statistics and sums are
 float32 (float64 for float64). The same kernels run on the CPU in Pallas interpret mode (the
@@ -72,7 +74,9 @@ def _columns(launch, piece, shape=None):
     ``piece`` an int or, in the split backward, the program's index)."""
     shape = shape or (1, launch.width)
     columns = lax.broadcasted_iota(jnp.int32, shape, len(shape) - 1)
-    return columns if isinstance(piece, int) and piece == 0 else columns + piece * launch.width
+    if isinstance(piece, int):  # a static piece: the traced operations of before (none added for piece 0)
+        return columns + piece * launch.width if piece else columns
+    return columns + piece * launch.width
 
 
 def _load(ref, tile, launch, n, dtype=None, end=None, piece=0):
@@ -203,7 +207,9 @@ def _backward_kernel(*refs, launch, center):
     RMS norm: x, g, w, rstd, g_rstd -> dx, dw. A row is ``launch.pieces`` pieces (lists of
     them below); with one piece the operations are traced in the order the tables measured.
     ``launch.split``: the program's piece is its second index, and the row sums come in as refs
-    after the statistics (``_xla_row_sums``: sum g w, for layer norm, and sum g w x_hat)."""
+    after the statistics (``_xla_row_sums``: ``S1 = sum g w``, for layer norm, and ``S2 = sum g w
+    x_hat``), so ``dx = rstd (g w - S1 / N - x_hat S2 / N) + (g_mean - g_rstd rstd^2 x_hat) / N``
+    (RMS norm: no ``S1`` nor ``g_mean`` term) needs no reduction across the row."""
     n_row_sums = (2 if center else 1) if launch.split else 0
     if center:
         x_ref, g_ref, w_ref, mean_ref, rstd_ref, gmean_ref, grstd_ref, *rest = refs
@@ -292,7 +298,9 @@ def rms_backward(x, g, w, rstd, g_rstd, *, launch):
 def local_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: RowsLaunch):
     """``backward`` on one device's rows (the kernel itself), with ``dw``, ``db`` in the
     statistics' dtype (summed over devices before the cast to the weight's). ``mean=None`` (and
-    ``g_mean=None``): RMS norm's (``rms_backward``), ``(dx, dw)``."""
+    ``g_mean=None``): RMS norm's (``rms_backward``), ``(dx, dw)``. With ``launch.split`` an XLA
+    fusion sums each row first (``_xla_row_sums``) and the kernel's grid is programs by pieces
+    (``launch.backward_grid``)."""
     center = mean is not None
     m, n = x.shape
     launch.check_covers(n, "layer_norm/rms_norm backward kernel")

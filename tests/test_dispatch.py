@@ -607,6 +607,12 @@ def test_a_split_backward_is_recorded_and_launched(tmp_path, monkeypatch):
     records = [timed("forward", 1.0, rule), timed("backward", 2.0, rule), timed("backward", 1.5, whole)]
     (entry,) = module.launches(records + [timed("backward", 1.48, split)])  # 1.3% faster: noise
     assert "split" not in entry["backward"] and entry["backward"]["ms"] == 1.5
+    # one piece 1.5, pieces 1.47 (not past the margin), the split 1.44: 2% faster than the pieces, noise
+    one_piece = dataclasses.replace(whole, width=16384, pieces=1)
+    (entry,) = module.launches(records[:2] + [timed("backward", 1.5, one_piece), timed("backward", 1.47, whole),
+                                              timed("backward", 1.44, split)])
+    assert "split" not in entry["backward"] and "piece_width" not in entry["backward"]
+    assert entry["backward"]["ms"] == 1.5
     (entry,) = module.launches(records + [timed("backward", 1.2, split)])
     assert entry["backward"] == {"tile_elements": 2 * 4096, "num_warps": 4, "rule_ms": 2.0, "ms": 1.2,
                                  "piece_width": 4096, "split": True, "programs": split.backward_programs(m),
@@ -663,6 +669,20 @@ def test_each_devices_rows_run_the_split_backward_their_shape_plans(op):
     assert calls(got) == calls(want) and [c[:2] for c in calls(want)] == [(str(local.backward_programs(m)), "6")]
     assert "all_gather" not in got and got.count("stablehlo.all_reduce") == n_sums
     assert got.count("stablehlo.reduce") == want.count("stablehlo.reduce") >= 2  # the row sums, the partials' sums
+
+
+def test_the_split_backwards_tuned_cover_their_rows_in_small_tiles():
+    """``benchmarks/layer_norm_tuning.py``'s split launches: every one split, without the prefetch,
+    its pieces (1024 to 4096 wide) covering the row, tiles of 2048 to 8192 elements; none for rows
+    under 2048 wide."""
+    module = load("benchmarks/layer_norm_tuning.py")
+    for m, n in ((21844, 12288), (1000, 16384), (77, 3000)):
+        launches = module.split_backwards(m, n, dispatch.rows_launch(m, n))
+        assert len(launches) >= 12, (m, n)
+        for launch in launches:
+            assert launch.split and not launch.prefetch and (launch.pieces - 1) * launch.width < n <= launch.span
+            assert launch.width in (1024, 2048, 4096) and 2048 <= launch.rows * launch.width <= 8192, launch
+    assert module.split_backwards(8192, 1536, dispatch.rows_launch(8192, 1536)) == []
 
 
 def test_a_walking_forward_is_recorded_and_launched(tmp_path, monkeypatch):

@@ -389,11 +389,59 @@ def test_rows_kernels_match_the_xla_ops_at_every_launch(center, shape, tiling, p
 
 def test_a_launch_whose_pieces_do_not_cover_the_row_is_refused():
     """A forward layout given half (``forward_width`` without ``forward_pieces``: one piece of 4
-    for rows of 10) would leave columns of y unwritten: refused, naming the kernel."""
+    for rows of 10), or a split backward's two pieces of 4, would leave columns of y or dx
+    unwritten: refused, naming the kernel."""
     launch = dispatch.RowsLaunch(rows=2, width=16, steps=3, num_warps=4, forward_width=4, interpret=True)
     x, w = jnp.ones((37, 10)), jnp.ones(10)
     with pytest.raises(ValueError, match="forward kernel: a row of 10 columns in 1 pieces of 4"):
         rms_norm_rows_op(x, w, eps=1e-3, launch=launch)
+    split = dispatch.RowsLaunch(rows=2, width=4, pieces=2, steps=3, num_warps=4, split=True, forward_width=16,
+                                interpret=True)
+    with pytest.raises(ValueError, match="backward kernel: a row of 10 columns in 2 pieces of 4"):
+        jax.grad(lambda x: rms_norm_rows_op(x, w, eps=1e-3, launch=split)[0].sum())(x)
+
+
+SPLIT = dispatch.RowsLaunch(rows=2, width=4, steps=2, pieces=3, num_warps=4, split=True, interpret=True)
+
+
+def test_the_split_backwards_row_sums_are_float32_for_bfloat16_inputs():
+    """The row sums XLA hands the split backward's kernel are in the statistics' dtype (float32
+    for bfloat16 x and g), one per row: sum g w and sum g w x_hat for layer norm, the latter for
+    RMS norm."""
+    x, w, stat = jax.ShapeDtypeStruct((7, 10), jnp.bfloat16), jax.ShapeDtypeStruct((10,), jnp.bfloat16), \
+        jax.ShapeDtypeStruct((7,), jnp.float32)
+    for center, n_sums in ((True, 2), (False, 1)):
+        if center:
+            fn = lambda x, g, w, s: norm_kernels.local_backward(x, g, w, s, s, s, s, launch=SPLIT)  # noqa: E731
+        else:
+            fn = lambda x, g, w, s: norm_kernels.local_backward(x, g, w, None, s, None, s, launch=SPLIT)  # noqa: E731
+        (call,) = [e for e in jax.make_jaxpr(fn)(x, x, w, stat).eqns if e.primitive.name == "pallas_call"]
+        assert [(v.aval.shape, v.aval.dtype) for v in call.invars[-n_sums:]] == [((7,), jnp.float32)] * n_sums
+
+
+@pytest.mark.parametrize("center", [True, False], ids=["layer_norm", "rms_norm"])
+def test_a_split_backward_under_vmap_and_forward_over_reverse(center):
+    """Weights batched, so the kernels run under ``jax.vmap`` (the split backward's grid gains a
+    third axis after the pieces), and forward-over-reverse through them: against the XLA ops,
+    float64."""
+    from jaxrules.ops.normalization import affine_normalize_op, layer_norm_rows_op
+
+    x, ct, v = (jnp.asarray(RNG.standard_normal((3, 7, 10)) * 2 + 1) for _ in range(3))
+    w, b = jnp.asarray(RNG.standard_normal((3, 10)) + 1), jnp.asarray(RNG.standard_normal((3, 10)))
+    if center:
+        ours = lambda x, w, b: layer_norm_rows_op(x, w, b, eps=1e-3, launch=SPLIT)[0]  # noqa: E731
+        ref = lambda x, w, b: affine_normalize_op(x, w[None], b[None], axes=(1,), eps=1e-3, axis_name=None)[0]  # noqa: E731
+    else:
+        ours = lambda x, w, b: rms_norm_rows_op(x, w, eps=1e-3, launch=SPLIT)[0]  # noqa: E731
+        ref = lambda x, w, b: rms_norm_op(x, w, axes=(1,), eps=1e-3)[0]  # noqa: E731
+
+    def derivatives(f):
+        loss = lambda x, w, b: jnp.sum(jnp.sin(jax.vmap(f)(x, w, b)) * ct)  # noqa: E731
+        grads = jax.grad(loss, (0, 1, 2))(x, w, b)
+        return (*grads, jax.jvp(lambda x: jax.grad(loss)(x, w, b), (x,), (v,))[1])
+
+    for got, want in zip(derivatives(ours), derivatives(ref)):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11)
 
 
 GPU = jax.default_backend() == "gpu"
