@@ -5,13 +5,13 @@ from jaxrules.cli import configure_check_process
 
 # The harness's process settings (``check``'s too): float64; XLA's optimization passes off (the
 # tests compile thousands of tiny functions, about 15% of the suite's time on 2 cores); Python's
-# garbage collector run less often; and a compilation cache shared by this run's xdist workers
-# (fresh per run: the checks build the same programs many times, a fresh ``jax.jit`` per check and
-# sample, the same small eager ops in both workers; about 18% of the registry tests' time).
+# garbage collector run less often. No persistent compilation cache: writing every program (~11,700 a
+# run) cost more than the workers' shared programs saved (2 cores, same seed: 1035 s with it, 984 s
+# without; the registry's records 247 -> 113 s, the eager-heavy files ~100 s slower together).
 _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or str(os.getpid())
-_CACHE = os.path.join(tempfile.gettempdir(), f"jaxrules-test-compile-{_RUN}")
-os.environ["JAXRULES_CHECK_CACHE"] = _CACHE  # the CLI tests' ``check`` uses it too, not ~/.cache
-configure_check_process(_CACHE)  # before JAX's backend starts: XLA reads its flags once
+os.environ["JAXRULES_CHECK_CACHE"] = os.path.join(tempfile.gettempdir(), f"jaxrules-test-compile-{_RUN}")  # the CLI
+# tests' ``check`` keeps its cache there, not in ~/.cache
+configure_check_process()  # before JAX's backend starts: XLA reads its flags once
 # The processes the tests start inherit XLA's fast-compile flags through XLA_FLAGS (set above); the
 # optimization passes go off for them too (the notebook's kernel: 44 -> 34 CPU s; the forced-device
 # workers that replace XLA_FLAGS call ``configure_check_process`` or ``use_fast_compile_flags``).
