@@ -103,9 +103,10 @@ class RowsLaunch:
     ``forward_width`` is given), one tile per program or, with ``forward_steps``,
     that many consecutive tiles (``forward_prefetch``: loading the next before normalizing one).
     ``split``: the backward in two, XLA's row sums (of ``g w x_hat``, and of ``g w`` for layer
-    norm, reading x and g once) and then a kernel that takes each piece as a program of its own (grid: programs by
-    pieces), so a program holds ``rows`` by ``width`` values, not whole rows (the 12288-wide
-    one-kernel backward took 6.6 passes over the data where it needs 3; ``benchmarks/RESULTS.md``).
+    norm, reading x and g once) and then a kernel that takes each piece as a program of its own
+    (grid: programs by pieces), so a program holds ``rows`` by ``width`` values, not whole rows
+    (the 12288-wide whole-row backward took 6.6 passes over the data where it needs 3;
+    ``benchmarks/RESULTS.md`` stops 33-34).
     ``device_kind``: the GPU whose measured launches (``tuned_rows_launch``) apply, None where
     none do: kept by ``relaunch`` (a device's shard, vmap's folded rows)."""
 
