@@ -1,0 +1,73 @@
+"""``benchmarks/models.py``: its quick run (tiny configs on the CPU) runs end to end, and the two
+sides compute the same models -- the same losses and, in float32, the same gradients (per leaf,
+``max |g - g_plain| / max |g_plain|`` under 1e-4) -- a check that does flag a side that computes
+something else."""
+
+import functools
+import importlib.util
+import json
+import pathlib
+import sys
+import types
+
+import jax
+import pytest
+
+_spec = importlib.util.spec_from_file_location(
+    "benchmarks_models", pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "models.py")
+models = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = models  # (dataclasses look their module up there)
+_spec.loader.exec_module(models)
+
+GRAD_RTOL = 1e-4
+
+
+def test_quick_run_both_sides_compute_the_same_models(tmp_path, capsys):
+    out = tmp_path / "models.json"
+    rows = models.main(["--quick", "--repeats", "2", "--calls", "1", "--workers", "2", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert {r["model"] for r in rows} == {"gpt", "resnet", "unet"}
+    assert "| model | config | dtype |" in printed
+    for r in rows:
+        print(f"{r['id']}: loss {r['loss_jaxrules']:.6f} vs {r['loss_plain']:.6f}, "
+              f"grad rel diff {r['grad_rel_diff']:.1e}, {r['ms_jaxrules']:.2f} vs {r['ms_plain']:.2f} ms")
+        assert r["ms_jaxrules"] > 0 and r["ms_plain"] > 0 and r["speedup"] > 0
+        if r["dtype"] == "float32":
+            assert r["loss_rel_diff"] < 1e-5, r
+            assert r["grad_rel_diff"] < GRAD_RTOL, r
+        else:  # bfloat16: rounding in another order, yet the same model
+            assert r["loss_rel_diff"] < 1e-2, r
+            assert r["grad_rel_diff"] < 0.1, r
+    saved = json.loads(out.read_text())
+    assert saved["jax_version"] == jax.__version__ and len(saved["rows"]) == len(rows)
+
+
+def test_the_namespaces_differ_where_expected():
+    """The jaxrules side runs jaxrules' ops and the plain side none of them."""
+    point = next(p for p in models.points(["gpt"], quick=True) if p.dtype == "float32")
+    args = models.abstract_inputs(point)
+    jaxprs = {label: str(jax.make_jaxpr(models.step(point, *ns))(*args)) for label, ns in models.SIDES.items()}
+    assert "jaxrules" in jaxprs["jaxrules"] and "jaxrules" not in jaxprs["plain JAX"]
+
+
+@functools.cache
+def _tiny_gpt():
+    """The float32 quick GPT point, its inputs and the jaxrules side's loss and gradients."""
+    point = next(p for p in models.points(["gpt"], quick=True) if p.dtype == "float32")
+    args = models.inputs(point)
+    return point, args, models.step(point, *models.SIDES["jaxrules"])(*args)
+
+
+@pytest.mark.parametrize("change", ["gelu_tanh", "layer_norm_eps"])
+def test_the_gradient_check_flags_a_different_model(change):
+    """A plain side that differs slightly (GELU's tanh form; eps 1e-3 in layer norm) fails the check."""
+    point, args, (loss, grads) = _tiny_gpt()
+    plain = vars(models.PLAIN_NN).copy()
+    if change == "gelu_tanh":
+        plain["gelu"] = lambda x, approximate=False: jax.nn.gelu(x, approximate=True)
+    else:
+        plain["layer_norm"] = lambda x, shape, w, b: models.layer_norm(x, shape, w, b, eps=1e-3)
+    loss_plain, grads_plain = models.step(point, jax.numpy, types.SimpleNamespace(**plain))(*args)
+    error = models.grad_rel_diff(grads, grads_plain)
+    print(f"{change}: loss {float(loss):.6f} vs {float(loss_plain):.6f}, grad rel diff {error:.1e}")
+    assert error > 3 * GRAD_RTOL
