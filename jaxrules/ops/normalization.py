@@ -275,9 +275,7 @@ def _kernel_plan(op, impl, x, auto_plan, launch, impls=_KERNEL_IMPLS):
         return dispatch.Plan("xla", None, missing)
     if kernel is not None:
         return dispatch.Plan(kernel, launch(kernel, impl.endswith("_interpret")), f"impl={impl!r}")
-    import jax
-
-    return auto_plan(jax.default_backend(), jax.devices()[0].device_kind)
+    return dispatch.Plan("xla", None, "the default: the XLA formulas")
 
 
 def _rows_auto_plan(op, x, m_local, n, weight_dtype):
@@ -313,7 +311,7 @@ def _row_launch(op, shape, m, n, dtype):
                 why = f"the Mosaic GPU kernels need Hopper or newer, not {gpu.device_kind}"
             if why:
                 raise ValueError(f"{op}: impl={impl!r} cannot run x of shape {shape} {jnp.dtype(dtype).name}: {why}")
-        return dispatch.row_launch(kernel, m, n, dtype, interpret=interpret, device_kind=_gpu_kind())
+        return dispatch.row_launch(kernel, m, n, dtype, interpret=interpret, device_kind=None)
 
     return launch
 
@@ -353,7 +351,7 @@ def _grouped_kernel_plan(op, impl, x, weight, groups):
     sizes = partitioning.auto_mesh_sizes(x)  # an Auto mesh: XLA splits the samples, decided per shard
     splits = () if sizes is None else [features(n // s) for s in dispatch.mesh_splits(sizes) if n % s == 0]
     return _kernel_plan(op, impl, x, _auto_plan(op, features(n), x.dtype, _weight_dtype(x, weight), splits),
-                        lambda kernel, interpret: dispatch.grouped_launch(op, _gpu_kind(), interpret))
+                        lambda kernel, interpret: dispatch.grouped_launch(op, None, interpret))
 
 
 def _gpu_kind():

@@ -144,7 +144,7 @@ from jaxrules.partials.losses import (  # noqa: F401
     soft_margin_derivatives,
 )
 from jaxrules.partials.normalization import (  # noqa: F401
-    DIRECT_MAX_BYTES,
+    ONE_PASS_BYTES,
     affine_norm_backward,
     channel_rows,
     defined_mean,

@@ -30,25 +30,34 @@ def group_mean(v, axes, axis_name):
     return m if axis_name is None else lax.pmean(m, axis_name)
 
 
-# Small per-sample normalizations (x, as stored on each device, under DIRECT_MAX_BYTES; statistics
-# not over axis 0, the batch axis of batch norm's (N, C, L)) take the direct forms: two-pass
-# statistics and the backward's sums centered on the mean. XLA's GPU row fusions then recompute the
-# statistics inside their consumers, as they do for plain JAX's layer norm, and the extra passes
-# over x find it in L2: 1.05x less device time per step (median; up to 1.7x) than the one-pass
-# forms at the H200's host-bound sweep points, but 0.7-0.8x from 16 MB (1000x4096 float32,
-# 1000x8192 bfloat16) and 0.84-0.93x at 12 MB (8192x768 bfloat16) (benchmarks/RESULTS.md, stop 27).
-DIRECT_MAX_BYTES = 10 * 2**20
+# The statistics' forms. The direct forms (two-pass statistics, the backward's sums centred on the
+# mean) let XLA's GPU row fusions recompute the statistics inside their consumers, as for plain
+# JAX's layer norm; the one-pass forms (``welford_moments``, sums over data shifted by each group's
+# first element) read x once less but reduce more slowly per element. On an H200 the one-pass forms
+# are 1.2-2x faster than plain JAX once there are many groups or much data, and down to 0.55x of it
+# with a few thousand wide rows (4096x768 float32); the direct forms stay within 0.9-1.1x of plain
+# JAX below that. So the one-pass forms run from ONE_PASS_MIN_BYTES when the groups are many
+# (groups x bytes >= ONE_PASS_MIN_GROUP_BYTES: 16384 rows of 16 MiB, 8192 of 32 MiB) and from
+# ONE_PASS_BYTES whatever the groups (``benchmarks/README.md``, the statistics' forms).
+ONE_PASS_MIN_BYTES = 10 * 2**20
+ONE_PASS_MIN_GROUP_BYTES = 8192 * 32 * 2**20
+ONE_PASS_BYTES = 64 * 2**20
 
 
 def direct_forms(x, axes) -> bool:
-    """Whether ``norm_stats`` / ``projection_means`` take the direct forms for x over ``axes``:
-    x's bytes as stored on each device decide (``partitioning.local_shape``: its shard where the
-    sharding is known when tracing; under ``jax.vmap`` of the primal, as for a traced ``eps``, one
-    example's)."""
+    """Whether ``norm_stats`` / ``projection_means`` take the direct forms for x over ``axes``
+    (see ``ONE_PASS_BYTES``): x's bytes as stored on each device decide
+    (``partitioning.local_shape``: its shard where the sharding is known when tracing; under
+    ``jax.vmap`` of the primal, as for a traced ``eps``, one example's), with the number of
+    groups (statistics) they make."""
     from jaxrules.partitioning import local_shape
 
-    nbytes = math.prod(local_shape(x)) * np.dtype(x.dtype).itemsize
-    return nbytes < DIRECT_MAX_BYTES and 0 not in {a % x.ndim for a in axes}
+    shape = local_shape(x)
+    nbytes = math.prod(shape) * np.dtype(x.dtype).itemsize
+    groups = math.prod(d for a, d in enumerate(shape) if a not in {b % x.ndim for b in axes})
+    one_pass = nbytes >= ONE_PASS_BYTES or (nbytes >= ONE_PASS_MIN_BYTES
+                                            and groups * nbytes >= ONE_PASS_MIN_GROUP_BYTES)
+    return not one_pass
 
 
 def norm_stats(x, axes, eps, axis_name):
