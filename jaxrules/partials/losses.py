@@ -152,3 +152,243 @@ def gaussian_nll_derivatives(x, y, var, eps, **_):
     v = clamped_var(var, eps)
     d = x - y
     return d / v, -d / v, 0.5 * (1 / v - d * d / (v * v)), jnp.zeros_like(d)
+
+
+# ----------------------------------------------------------------------------------------------
+# The fused linear + cross-entropy head (``jaxrules.nn.linear_cross_entropy``): the logits
+# ``l = x W^T + b`` (tokens x vocabulary) are never held whole. Every pass (the primal's
+# logsumexp, the JVP, the VJP) is a scan over chunks of the vocabulary that recomputes the
+# chunk's logits (tokens x chunk, in the accumulation dtype) from x and the chunk's rows of W.
+# The last chunk ends at the vocabulary's end and overlaps the one before; the overlapped
+# classes belong to that one (masked out of the last), so every chunk has one static size.
+
+LCE_CHUNK_ELEMENTS = 1 << 25  # logits per chunk when chunk_size is None (128 MiB in float32)
+LCE_MIN_CHUNK = 256  # classes per chunk at least (a wide matmul), unless the vocabulary is smaller
+
+
+def lce_chunk_size(tokens: int, vocab: int, chunk_size: int | None = None) -> int:
+    """Classes per chunk: ``chunk_size``, else the largest power of two with at most
+    ``LCE_CHUNK_ELEMENTS`` logits for ``tokens`` tokens (at least ``LCE_MIN_CHUNK``); at most
+    the vocabulary."""
+    if chunk_size is None:
+        fit = max(LCE_CHUNK_ELEMENTS // max(tokens, 1), 1)
+        chunk_size = max(1 << (fit.bit_length() - 1), LCE_MIN_CHUNK)
+    return min(chunk_size, vocab)
+
+
+def lce_accumulation(dtype):
+    """The dtype of the logits, the statistics and the sums: float32 for bfloat16/float16
+    inputs, else the input's."""
+    return jnp.promote_types(dtype, jnp.float32)
+
+
+def _lce_chunk(x, weight, bias, j, chunk):
+    """Chunk ``j``'s logits (tokens, chunk) in the accumulation dtype (the matmul's
+    ``preferred_element_type``), its first class, the mask of the classes it owns, and its rows
+    of ``weight``."""
+    vocab = weight.shape[0]
+    start = jnp.minimum(j * chunk, vocab - chunk)
+    rows = jax.lax.dynamic_slice_in_dim(weight, start, chunk, 0)
+    logits = jax.lax.dot_general(x, rows, (((1,), (1,)), ((), ())), preferred_element_type=lce_accumulation(x.dtype))
+    if bias is not None:
+        logits = logits + jax.lax.dynamic_slice_in_dim(bias, start, chunk, 0).astype(logits.dtype)
+    owned = start + jnp.arange(chunk) >= j * chunk
+    return logits, start, owned, rows
+
+
+def _lce_scan(step, first, n):
+    """``step(carry, j)`` over chunks 1..n-1 from ``first`` (chunk 0's values: the carries take
+    the types, shardings and batching of a chunk's results)."""
+    if n == 1:
+        return first
+    carry, _ = jax.lax.scan(lambda c, j: (step(c, j), None), first, jnp.arange(1, n))
+    return carry
+
+
+def _chunk_weights(class_weight, start, chunk, like):
+    if class_weight is None:
+        return jnp.ones((chunk,), like.dtype)
+    return jax.lax.dynamic_slice_in_dim(class_weight, start, chunk, 0).astype(like.dtype)
+
+
+def _target_value(values, target, start, j, chunk):
+    """``values[i, target_i - start]`` where chunk ``j`` owns ``target_i``, else 0."""
+    local = target - start
+    hit = (target >= j * chunk) & (local < chunk)
+    picked = jnp.take_along_axis(values, jnp.clip(local, 0, chunk - 1).astype(jnp.int32)[:, None], axis=1)[:, 0]
+    return jnp.where(hit, picked, 0)
+
+
+def lce_forward(x, weight, bias, target, class_weight, *, chunk, smoothing):
+    """One pass over the vocabulary's chunks: per token the logsumexp of the logits (online: a
+    running maximum and a rescaled sum of exponentials), the target's logit (0 where no class
+    holds it) and, when ``smoothing``, ``sum_c w_c l_c``. (tokens,) arrays in the accumulation
+    dtype; ``(lse, picked, weighted_sum)``."""
+    vocab, tokens = weight.shape[0], x.shape[0]
+    acc = lce_accumulation(x.dtype)
+    if vocab == 0:
+        return (jnp.full((tokens,), -jnp.inf, acc),) + (jnp.zeros((tokens,), acc),) * 2
+    n = -(-vocab // chunk)
+
+    def stats(j):
+        logits, start, owned, _ = _lce_chunk(x, weight, bias, j, chunk)
+        masked = jnp.where(owned, logits, -jnp.inf)
+        top = jnp.max(masked, axis=1)
+        shift = jnp.where(jnp.isfinite(top), top, 0)
+        sumexp = jnp.sum(jnp.exp(masked - shift[:, None]), axis=1)
+        picked = _target_value(logits, target, start, j, chunk)
+        weighted = (jnp.sum(jnp.where(owned, logits * _chunk_weights(class_weight, start, chunk, logits), 0), axis=1)
+                    if smoothing else jnp.zeros_like(top))
+        return top, sumexp, picked, weighted
+
+    def step(carry, j):
+        top, sumexp, picked, weighted = carry
+        c_top, c_sumexp, c_picked, c_weighted = stats(j)
+        new = jnp.maximum(top, c_top)
+        shift = jnp.where(jnp.isfinite(new), new, 0)
+        c_shift = jnp.where(jnp.isfinite(c_top), c_top, 0)
+        sumexp = sumexp * jnp.exp(jnp.where(jnp.isfinite(top), top, 0) - shift) + c_sumexp * jnp.exp(c_shift - shift)
+        return new, sumexp, picked + c_picked, weighted + c_weighted
+
+    top, sumexp, picked, weighted = _lce_scan(step, stats(0), n)
+    lse = jnp.where(jnp.isfinite(top), top + jnp.log(sumexp), top)
+    return lse, picked, weighted
+
+
+def lce_token_weights(target, class_weight, *, vocab, ignore_index, dtype):
+    """``(kept, w_t)``: the tokens whose target is not ``ignore_index``, and the class weight of
+    each token's target (0 where ignored; NaN where the target is out of ``[0, vocab)``, so that
+    the loss and every derivative there are NaN, never a finite wrong value)."""
+    kept = target != ignore_index
+    bad = kept & ((target < 0) | (target >= vocab))
+    safe = jnp.where(kept & ~bad, target, 0)
+    w = jnp.ones(target.shape, dtype) if class_weight is None or vocab == 0 else class_weight[safe].astype(dtype)
+    return kept, jnp.where(bad, jnp.nan, jnp.where(kept, w, 0))
+
+
+def lce_coefficients(target, class_weight, lse, *, vocab, ignore_index, smoothing, z_loss):
+    """``(a, b, e)`` per token with ``d loss_t / d l_tc = a_t p_tc - b_t [c = t] - e_t w_c``
+    (``p = softmax(l)``): for ``loss_t = (1 - s) w_t (lse - l_t) + (s / V) sum_c w_c (lse - l_c)
+    + z lse^2``, ``a = (1 - s) w_t + (s / V) sum_c w_c + 2 z lse``, ``b = (1 - s) w_t``, ``e = s /
+    V`` (0 for ignored tokens; ``e`` None without smoothing). Seeds ``_log_softmax_backward_data``
+    and ``nll_loss_backward``."""
+    kept, w_t = lce_token_weights(target, class_weight, vocab=vocab, ignore_index=ignore_index, dtype=lse.dtype)
+    total = vocab if class_weight is None else jnp.sum(class_weight.astype(lse.dtype))
+    a = (1 - smoothing) * w_t
+    if smoothing:
+        a = a + smoothing / vocab * total
+    if z_loss:
+        a = a + 2 * z_loss * jnp.where(kept, lse, 0)
+    e = jnp.where(kept, smoothing / vocab, 0).astype(lse.dtype) if smoothing and vocab else None
+    return jnp.where(kept, a, 0), (1 - smoothing) * w_t, e
+
+
+def lce_tangent(x, weight, bias, target, class_weight, lse, tx, tw, tb, *, chunk, smoothing):
+    """``(sum_c p_tc dl_tc, dl_t[target], sum_c w_c dl_tc)`` per token for the logits' tangent
+    ``dl = tx W^T + x tW^T + tb`` (each term where its tangent is not None), over the chunks; the
+    first is the logsumexp's tangent."""
+    vocab, tokens = weight.shape[0], x.shape[0]
+    acc = lce_accumulation(x.dtype)
+    if vocab == 0:
+        return (jnp.zeros((tokens,), acc),) * 3
+    n = -(-vocab // chunk)
+    dims = (((1,), (1,)), ((), ()))
+
+    def sums(j):
+        logits, start, owned, rows = _lce_chunk(x, weight, bias, j, chunk)
+        p = jnp.where(owned, jnp.exp(logits - lse[:, None]), 0)
+        dl = jnp.zeros_like(logits)
+        if tx is not None:
+            dl = dl + jax.lax.dot_general(tx, rows, dims, preferred_element_type=acc)
+        if tw is not None:
+            dl = dl + jax.lax.dot_general(x, jax.lax.dynamic_slice_in_dim(tw, start, chunk, 0), dims,
+                                          preferred_element_type=acc)
+        if tb is not None:
+            dl = dl + jax.lax.dynamic_slice_in_dim(tb, start, chunk, 0).astype(acc)
+        weighted = (jnp.sum(jnp.where(owned, dl * _chunk_weights(class_weight, start, chunk, dl), 0), axis=1)
+                    if smoothing else jnp.zeros_like(lse))
+        return jnp.sum(p * dl, axis=1), _target_value(dl, target, start, j, chunk), weighted
+
+    return _lce_scan(lambda carry, j: tuple(c + s for c, s in zip(carry, sums(j))), sums(0), n)
+
+
+def lce_backward(x, weight, bias, target, class_weight, lse, a, b, e, *, chunk, need):
+    """``(dx, dW, db)`` for the logits' cotangent ``G_tc = a_t p_tc - b_t [c = t] - e_t w_c``
+    (no ``e`` term when ``e`` is None; ``dx = G W``, ``dW = G^T x``, ``db = sum_t G``; None where
+    ``need`` says no), chunk by
+    chunk: each chunk's G is cast to the input dtype for the two matmuls (accumulating in the
+    accumulation dtype); dx is summed over the chunks in the accumulation dtype, dW and db are
+    written chunk by chunk (each class in one chunk)."""
+    need_x, need_w, need_b = need
+    vocab = weight.shape[0]
+    acc = lce_accumulation(x.dtype)
+    if vocab == 0:
+        return (jnp.zeros(x.shape, acc) if need_x else None, jnp.zeros_like(weight) if need_w else None,
+                None if bias is None or not need_b else jnp.zeros_like(bias))
+    n = -(-vocab // chunk)
+
+    def grads(j):
+        logits, start, owned, rows = _lce_chunk(x, weight, bias, j, chunk)
+        onehot = (start + jnp.arange(chunk))[None, :] == target[:, None]
+        g = a[:, None] * jnp.exp(logits - lse[:, None]) - jnp.where(onehot, b[:, None], 0)
+        if e is not None:
+            g = g - e[:, None] * _chunk_weights(class_weight, start, chunk, g)[None, :]
+        g = jnp.where(owned, g, 0)
+        gc = g.astype(x.dtype)
+        dx = jax.lax.dot_general(gc, rows, (((1,), (0,)), ((), ())), preferred_element_type=acc) if need_x else None
+        dw = (jax.lax.dot_general(gc, x, (((0,), (0,)), ((), ())), preferred_element_type=acc).astype(weight.dtype)
+              if need_w else None)
+        db = jnp.sum(g, axis=0).astype(bias.dtype) if need_b and bias is not None else None
+        return start, dx, dw, db
+
+    def place(full, part, start):
+        if full is None:
+            return None
+        return jax.lax.dynamic_update_slice_in_dim(full, jax.lax.dynamic_slice_in_dim(full, start, chunk, 0) + part,
+                                                   start, 0)
+
+    start, dx, dw, db = grads(0)
+    first = (dx, place(jnp.zeros_like(weight) if need_w else None, dw, start),
+             place(jnp.zeros_like(bias) if need_b and bias is not None else None, db, start))
+
+    def step(carry, j):
+        c_dx, c_dw, c_db = carry
+        start, dx, dw, db = grads(j)
+        return (None if dx is None else c_dx + dx, place(c_dw, dw, start), place(c_db, db, start))
+
+    return _lce_scan(step, first, n)
+
+
+def lce_unpack(items, has_bias, has_class_weight):
+    """``(x, weight, target, bias, class_weight)`` from the op's arrays (or their tangents):
+    ``x, weight, target``, then bias and class_weight where present (None where absent)."""
+    x, weight, target, *rest = items
+    bias = rest.pop(0) if has_bias else None
+    class_weight = rest.pop(0) if has_class_weight else None
+    return x, weight, target, bias, class_weight
+
+
+def lce_per_token(values, target, class_weight, *, vocab, ignore_index, reduction):
+    """Per-token values reduced as the loss is: as they are (``"none"``), summed, or summed and
+    divided by the sum of the kept tokens' class weights (``"mean"``; torch's ``nll_loss``
+    denominator, 1 where it is 0 so that ignored tokens give 0, not 0 / 0)."""
+    if reduction == "none":
+        return values
+    total = jnp.sum(values)
+    if reduction == "sum":
+        return total
+    _, w_t = lce_token_weights(target, class_weight, vocab=vocab, ignore_index=ignore_index, dtype=values.dtype)
+    denominator = jnp.sum(w_t)
+    return total / jnp.where(denominator == 0, 1, denominator)
+
+
+def lce_token_cotangent(ct, target, class_weight, *, vocab, ignore_index, reduction, dtype):
+    """The transpose of ``lce_per_token``: each token's cotangent, (tokens,) in ``dtype``."""
+    ct = jnp.asarray(ct).astype(dtype)
+    if reduction == "none":
+        return ct
+    if reduction == "mean":
+        _, w_t = lce_token_weights(target, class_weight, vocab=vocab, ignore_index=ignore_index, dtype=dtype)
+        denominator = jnp.sum(w_t)
+        ct = ct / jnp.where(denominator == 0, 1, denominator)
+    return jnp.broadcast_to(ct, target.shape)
