@@ -1144,6 +1144,5 @@ def linear_cross_entropy_vjp(res, ct, *, reduction, ignore_index, label_smoothin
     a, b, e = a * g, b * g, None if e is None else e * g
     if ct_lse is not None:
         a = a + ct_lse.astype(lse.dtype)
-    dx, dw, db = P.lce_backward(x, weight, bias, target, class_weight, lse, a, b, e, chunk=chunk,
-                                need=(True, True, True))
+    dx, dw, db = P.lce_backward(x, weight, bias, target, class_weight, lse, a, b, e, chunk=chunk)
     return (dx, dw, None) + ((db,) if has_bias else ()) + ((None,) if has_class_weight else ())

@@ -1061,8 +1061,8 @@ record(
 
 
 def _linear_cross_entropy_samples(rng, dt):
-    """Activations (2, 3, 4) and (5, 4), a (7, 4) weight (chunks of 3: three chunks, the last
-    overlapping the second), one ignored target each, class weights, label smoothing, z-loss,
+    """Activations (2, 3, 4) and (5, 4), a (7, 4) weight (chunks of 3: a scan over two, then a
+    tail of one class; chunks of 4: no scan, a tail of three), one ignored target each, class weights, label smoothing, z-loss,
     every reduction, a 1-D input."""
     x3, x2, w, b = normal(rng, dt, 2, 3, 4), normal(rng, dt, 5, 4), normal(rng, dt, 7, 4), normal(rng, dt, 7)
     t3, t2 = rng.integers(0, 7, (2, 3)), rng.integers(0, 7, 5)

@@ -158,9 +158,8 @@ def gaussian_nll_derivatives(x, y, var, eps, **_):
 # The fused linear + cross-entropy head (``jaxrules.nn.linear_cross_entropy``): the logits
 # ``l = x W^T + b`` (tokens x vocabulary) are never held whole. Every pass (the primal's
 # logsumexp, the JVP, the VJP) is a scan over chunks of the vocabulary that recomputes the
-# chunk's logits (tokens x chunk, in the accumulation dtype) from x and the chunk's rows of W.
-# The last chunk ends at the vocabulary's end and overlaps the one before; the overlapped
-# classes belong to that one (masked out of the last), so every chunk has one static size.
+# chunk's logits (tokens x chunk, in the accumulation dtype) from x and the chunk's rows of W:
+# the full chunks in a scan, the vocabulary's remainder (a smaller chunk) once after it.
 
 LCE_CHUNK_ELEMENTS = 1 << 25  # logits per chunk when chunk_size is None (128 MiB in float32)
 LCE_MIN_CHUNK = 256  # classes per chunk at least (a wide matmul), unless the vocabulary is smaller
@@ -182,40 +181,40 @@ def lce_accumulation(dtype):
     return jnp.promote_types(dtype, jnp.float32)
 
 
-def _lce_chunk(x, weight, bias, j, chunk):
-    """Chunk ``j``'s logits (tokens, chunk) in the accumulation dtype (the matmul's
-    ``preferred_element_type``), its first class, the mask of the classes it owns, and its rows
-    of ``weight``."""
-    vocab = weight.shape[0]
-    start = jnp.minimum(j * chunk, vocab - chunk)
-    rows = jax.lax.dynamic_slice_in_dim(weight, start, chunk, 0)
+def _lce_chunk(x, weight, bias, start, size):
+    """The logits of classes ``[start, start + size)`` (tokens, size) in the accumulation dtype
+    (the matmul's ``preferred_element_type``), and those rows of ``weight``."""
+    rows = jax.lax.dynamic_slice_in_dim(weight, start, size, 0)
     logits = jax.lax.dot_general(x, rows, (((1,), (1,)), ((), ())), preferred_element_type=lce_accumulation(x.dtype))
     if bias is not None:
-        logits = logits + jax.lax.dynamic_slice_in_dim(bias, start, chunk, 0).astype(logits.dtype)
-    owned = start + jnp.arange(chunk) >= j * chunk
-    return logits, start, owned, rows
+        logits = logits + jax.lax.dynamic_slice_in_dim(bias, start, size, 0).astype(logits.dtype)
+    return logits, rows
 
 
-def _lce_scan(step, first, n):
-    """``step(carry, j)`` over chunks 1..n-1 from ``first`` (chunk 0's values: the carries take
-    the types, shardings and batching of a chunk's results)."""
-    if n == 1:
-        return first
-    carry, _ = jax.lax.scan(lambda c, j: (step(c, j), None), first, jnp.arange(1, n))
+def _over_chunks(first, step, vocab, chunk):
+    """``first(0, chunk)``, then ``step(carry, start, size)`` over the other full chunks (a scan:
+    the carries take the types, shardings and batching of a chunk's results) and the tail of
+    ``vocab % chunk`` classes (once, outside the scan)."""
+    n, tail = divmod(vocab, chunk)
+    carry = first(0, chunk)
+    if n > 1:
+        carry, _ = jax.lax.scan(lambda c, j: (step(c, j * chunk, chunk), None), carry, jnp.arange(1, n))
+    if tail:
+        carry = step(carry, n * chunk, tail)
     return carry
 
 
-def _chunk_weights(class_weight, start, chunk, like):
+def _chunk_weights(class_weight, start, size, like):
     if class_weight is None:
-        return jnp.ones((chunk,), like.dtype)
-    return jax.lax.dynamic_slice_in_dim(class_weight, start, chunk, 0).astype(like.dtype)
+        return jnp.ones((size,), like.dtype)
+    return jax.lax.dynamic_slice_in_dim(class_weight, start, size, 0).astype(like.dtype)
 
 
-def _target_value(values, target, start, j, chunk):
-    """``values[i, target_i - start]`` where chunk ``j`` owns ``target_i``, else 0."""
+def _target_value(values, target, start, size):
+    """``values[i, target_i - start]`` where ``target_i`` is in the chunk, else 0."""
     local = target - start
-    hit = (target >= j * chunk) & (local < chunk)
-    picked = jnp.take_along_axis(values, jnp.clip(local, 0, chunk - 1).astype(jnp.int32)[:, None], axis=1)[:, 0]
+    hit = (local >= 0) & (local < size)
+    picked = jnp.take_along_axis(values, jnp.clip(local, 0, size - 1).astype(jnp.int32)[:, None], axis=1)[:, 0]
     return jnp.where(hit, picked, 0)
 
 
@@ -228,29 +227,26 @@ def lce_forward(x, weight, bias, target, class_weight, *, chunk, smoothing):
     acc = lce_accumulation(x.dtype)
     if vocab == 0:
         return (jnp.full((tokens,), -jnp.inf, acc),) + (jnp.zeros((tokens,), acc),) * 2
-    n = -(-vocab // chunk)
 
-    def stats(j):
-        logits, start, owned, _ = _lce_chunk(x, weight, bias, j, chunk)
-        masked = jnp.where(owned, logits, -jnp.inf)
-        top = jnp.max(masked, axis=1)
+    def stats(start, size):
+        logits, _ = _lce_chunk(x, weight, bias, start, size)
+        top = jnp.max(logits, axis=1)
         shift = jnp.where(jnp.isfinite(top), top, 0)
-        sumexp = jnp.sum(jnp.exp(masked - shift[:, None]), axis=1)
-        picked = _target_value(logits, target, start, j, chunk)
-        weighted = (jnp.sum(jnp.where(owned, logits * _chunk_weights(class_weight, start, chunk, logits), 0), axis=1)
+        sumexp = jnp.sum(jnp.exp(logits - shift[:, None]), axis=1)
+        weighted = (jnp.sum(logits * _chunk_weights(class_weight, start, size, logits), axis=1)
                     if smoothing else jnp.zeros_like(top))
-        return top, sumexp, picked, weighted
+        return top, sumexp, _target_value(logits, target, start, size), weighted
 
-    def step(carry, j):
+    def step(carry, start, size):
         top, sumexp, picked, weighted = carry
-        c_top, c_sumexp, c_picked, c_weighted = stats(j)
+        c_top, c_sumexp, c_picked, c_weighted = stats(start, size)
         new = jnp.maximum(top, c_top)
         shift = jnp.where(jnp.isfinite(new), new, 0)
-        c_shift = jnp.where(jnp.isfinite(c_top), c_top, 0)
-        sumexp = sumexp * jnp.exp(jnp.where(jnp.isfinite(top), top, 0) - shift) + c_sumexp * jnp.exp(c_shift - shift)
-        return new, sumexp, picked + c_picked, weighted + c_weighted
+        rescale = jnp.exp(jnp.where(jnp.isfinite(top), top, 0) - shift)
+        c_rescale = jnp.exp(jnp.where(jnp.isfinite(c_top), c_top, 0) - shift)
+        return new, sumexp * rescale + c_sumexp * c_rescale, picked + c_picked, weighted + c_weighted
 
-    top, sumexp, picked, weighted = _lce_scan(step, stats(0), n)
+    top, sumexp, picked, weighted = _over_chunks(stats, step, vocab, chunk)
     lse = jnp.where(jnp.isfinite(top), top + jnp.log(sumexp), top)
     return lse, picked, weighted
 
@@ -291,72 +287,65 @@ def lce_tangent(x, weight, bias, target, class_weight, lse, tx, tw, tb, *, chunk
     acc = lce_accumulation(x.dtype)
     if vocab == 0:
         return (jnp.zeros((tokens,), acc),) * 3
-    n = -(-vocab // chunk)
     dims = (((1,), (1,)), ((), ()))
 
-    def sums(j):
-        logits, start, owned, rows = _lce_chunk(x, weight, bias, j, chunk)
-        p = jnp.where(owned, jnp.exp(logits - lse[:, None]), 0)
+    def sums(start, size):
+        logits, rows = _lce_chunk(x, weight, bias, start, size)
         dl = jnp.zeros_like(logits)
         if tx is not None:
             dl = dl + jax.lax.dot_general(tx, rows, dims, preferred_element_type=acc)
         if tw is not None:
-            dl = dl + jax.lax.dot_general(x, jax.lax.dynamic_slice_in_dim(tw, start, chunk, 0), dims,
+            dl = dl + jax.lax.dot_general(x, jax.lax.dynamic_slice_in_dim(tw, start, size, 0), dims,
                                           preferred_element_type=acc)
         if tb is not None:
-            dl = dl + jax.lax.dynamic_slice_in_dim(tb, start, chunk, 0).astype(acc)
-        weighted = (jnp.sum(jnp.where(owned, dl * _chunk_weights(class_weight, start, chunk, dl), 0), axis=1)
+            dl = dl + jax.lax.dynamic_slice_in_dim(tb, start, size, 0).astype(acc)
+        weighted = (jnp.sum(dl * _chunk_weights(class_weight, start, size, dl), axis=1)
                     if smoothing else jnp.zeros_like(lse))
-        return jnp.sum(p * dl, axis=1), _target_value(dl, target, start, j, chunk), weighted
+        p = jnp.exp(logits - lse[:, None])
+        return jnp.sum(p * dl, axis=1), _target_value(dl, target, start, size), weighted
 
-    return _lce_scan(lambda carry, j: tuple(c + s for c, s in zip(carry, sums(j))), sums(0), n)
+    return _over_chunks(sums, lambda carry, start, size: tuple(c + s for c, s in zip(carry, sums(start, size))),
+                        vocab, chunk)
 
 
-def lce_backward(x, weight, bias, target, class_weight, lse, a, b, e, *, chunk, need):
+def lce_backward(x, weight, bias, target, class_weight, lse, a, b, e, *, chunk):
     """``(dx, dW, db)`` for the logits' cotangent ``G_tc = a_t p_tc - b_t [c = t] - e_t w_c``
-    (no ``e`` term when ``e`` is None; ``dx = G W``, ``dW = G^T x``, ``db = sum_t G``; None where
-    ``need`` says no), chunk by
-    chunk: each chunk's G is cast to the input dtype for the two matmuls (accumulating in the
-    accumulation dtype); dx is summed over the chunks in the accumulation dtype, dW and db are
-    written chunk by chunk (each class in one chunk)."""
-    need_x, need_w, need_b = need
+    (no ``e`` term when ``e`` is None; ``dx = G W``, ``dW = G^T x``, ``db = sum_t G``; db None
+    without a bias), chunk by chunk: each chunk's G is cast to the input dtype for the two
+    matmuls (accumulating in the accumulation dtype); dx is summed over the chunks in the
+    accumulation dtype, dW and db are written chunk by chunk (each class in one chunk, in place:
+    no tokens x vocabulary and no float32 vocabulary x features buffer)."""
     vocab = weight.shape[0]
     acc = lce_accumulation(x.dtype)
     if vocab == 0:
-        return (jnp.zeros(x.shape, acc) if need_x else None, jnp.zeros_like(weight) if need_w else None,
-                None if bias is None or not need_b else jnp.zeros_like(bias))
-    n = -(-vocab // chunk)
+        return jnp.zeros(x.shape, acc), jnp.zeros_like(weight), None if bias is None else jnp.zeros_like(bias)
 
-    def grads(j):
-        logits, start, owned, rows = _lce_chunk(x, weight, bias, j, chunk)
-        onehot = (start + jnp.arange(chunk))[None, :] == target[:, None]
+    def grads(start, size):
+        logits, rows = _lce_chunk(x, weight, bias, start, size)
+        onehot = (start + jnp.arange(size))[None, :] == target[:, None]
         g = a[:, None] * jnp.exp(logits - lse[:, None]) - jnp.where(onehot, b[:, None], 0)
         if e is not None:
-            g = g - e[:, None] * _chunk_weights(class_weight, start, chunk, g)[None, :]
-        g = jnp.where(owned, g, 0)
+            g = g - e[:, None] * _chunk_weights(class_weight, start, size, g)[None, :]
         gc = g.astype(x.dtype)
-        dx = jax.lax.dot_general(gc, rows, (((1,), (0,)), ((), ())), preferred_element_type=acc) if need_x else None
-        dw = (jax.lax.dot_general(gc, x, (((0,), (0,)), ((), ())), preferred_element_type=acc).astype(weight.dtype)
-              if need_w else None)
-        db = jnp.sum(g, axis=0).astype(bias.dtype) if need_b and bias is not None else None
-        return start, dx, dw, db
+        dx = jax.lax.dot_general(gc, rows, (((1,), (0,)), ((), ())), preferred_element_type=acc)
+        dw = jax.lax.dot_general(gc, x, (((0,), (0,)), ((), ())), preferred_element_type=acc).astype(weight.dtype)
+        db = None if bias is None else jnp.sum(g, axis=0).astype(bias.dtype)
+        return dx, dw, db
 
     def place(full, part, start):
-        if full is None:
-            return None
-        return jax.lax.dynamic_update_slice_in_dim(full, jax.lax.dynamic_slice_in_dim(full, start, chunk, 0) + part,
-                                                   start, 0)
+        return None if full is None else jax.lax.dynamic_update_slice_in_dim(full, part, start, 0)
 
-    start, dx, dw, db = grads(0)
-    first = (dx, place(jnp.zeros_like(weight) if need_w else None, dw, start),
-             place(jnp.zeros_like(bias) if need_b and bias is not None else None, db, start))
+    def first(start, size):
+        dx, dw, db = grads(start, size)
+        return dx, place(jnp.zeros_like(weight), dw, start), place(None if bias is None else jnp.zeros_like(bias),
+                                                                   db, start)
 
-    def step(carry, j):
+    def step(carry, start, size):
         c_dx, c_dw, c_db = carry
-        start, dx, dw, db = grads(j)
-        return (None if dx is None else c_dx + dx, place(c_dw, dw, start), place(c_db, db, start))
+        dx, dw, db = grads(start, size)
+        return c_dx + dx, place(c_dw, dw, start), place(c_db, db, start)
 
-    return _lce_scan(step, first, n)
+    return _over_chunks(first, step, vocab, chunk)
 
 
 def lce_unpack(items, has_bias, has_class_weight):
