@@ -164,7 +164,7 @@ def main(argv=None):
             memory[label] = analysis.temp_size_in_bytes
             need = analysis.temp_size_in_bytes + analysis.output_size_in_bytes + arg_bytes
             if limit is None or need < 0.9 * limit:
-                calls[label] = (lambda exe=exe: exe(x, w, t))
+                calls[label] = (lambda exe=exe, args=(x, w, t): exe(*args))
         times = median_ms(calls, repeats, args.warmup)
         losses = {label: float(call()[0]) for label, call in calls.items()}
         ckpt = [label for label in hs if label.startswith("checkpointed")]

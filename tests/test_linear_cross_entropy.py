@@ -223,7 +223,8 @@ def test_bad_arguments_name_the_op_and_the_argument(kwargs, error, match):
         nn.linear_cross_entropy(**args)
 
 
-@pytest.mark.parametrize(("vocab", "width", "chunk_size", "fraction"), [(32768, 64, 1024, 0.15), (262144, 16, None, 0.25)])
+@pytest.mark.parametrize(("vocab", "width", "chunk_size", "fraction"),
+                         [(32768, 64, 1024, 0.15), (262144, 16, None, 0.25)])
 def test_the_training_step_holds_no_tokens_by_vocabulary_temporary(vocab, width, chunk_size, fraction):
     """The compiled gradient of a 2048-token head (float32): jaxrules' temporaries are a small
     fraction of the logits' (256 MiB for 32768 classes, in chunks of 1024 classes: 8 MiB of
