@@ -222,7 +222,7 @@ def lce_forward(x, weight, bias, target, class_weight, *, chunk, smoothing):
     """One pass over the vocabulary's chunks: per token the logsumexp of the logits (online: a
     running maximum and a rescaled sum of exponentials), the target's logit (0 where no class
     holds it) and, when ``smoothing``, ``sum_c w_c l_c``. (tokens,) arrays in the accumulation
-    dtype; ``(lse, picked, weighted_sum)``."""
+    dtype; ``(lse, picked, weighted_sum)``; the logsumexp is NaN where a logit is infinite."""
     vocab, tokens = weight.shape[0], x.shape[0]
     acc = lce_accumulation(x.dtype)
     if vocab == 0:
@@ -247,7 +247,9 @@ def lce_forward(x, weight, bias, target, class_weight, *, chunk, smoothing):
         return new, sumexp * rescale + c_sumexp * c_rescale, picked + c_picked, weighted + c_weighted
 
     top, sumexp, picked, weighted = _over_chunks(stats, step, vocab, chunk)
-    lse = jnp.where(jnp.isfinite(top), top + jnp.log(sumexp), top)
+    # An infinite logit makes the token's log-probabilities NaN (torch's log_softmax: inf - inf),
+    # so its loss and all its derivatives are NaN, as torch's: its logsumexp is NaN.
+    lse = jnp.where(jnp.isfinite(top), top + jnp.log(sumexp), jnp.nan)
     return lse, picked, weighted
 
 
