@@ -26,10 +26,11 @@ plain_jax = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(plain_jax)
 
 
-def gpt_steps(scale: int):
+def gpt_steps(scale: int, vocab: int = 1024):
     """A label and ``[(step, args)]`` for jaxrules and plain JAX: one Adam step of the GPT
-    (float32)."""
-    sizes = {"vocab": 1024, "seq_len": 512 // scale, "d_model": 512 // scale, "n_heads": 8, "n_layers": 4}
+    (float32; its head is jaxrules' fused ``linear_cross_entropy``, plain JAX's logits and
+    cross-entropy: ``vocab=32768`` makes the head a large part of the step)."""
+    sizes = {"vocab": vocab, "seq_len": 512 // scale, "d_model": 512 // scale, "n_heads": 8, "n_layers": 4}
     batch = max(1, 32 // scale)
     steps = []
     for module in (plain_jax.load("gpt"), plain_jax.load("gpt", plain=True)):
@@ -46,7 +47,8 @@ def gpt_steps(scale: int):
             return eqx.apply_updates(model, updates), opt_state, loss
 
         steps.append((step, (model, opt_state, tokens)))
-    label = f"gpt: batch {batch}, seq {sizes['seq_len']}, d_model {sizes['d_model']}, 8 heads, 4 layers"
+    label = (f"gpt: batch {batch}, seq {sizes['seq_len']}, d_model {sizes['d_model']}, 8 heads, 4 layers, "
+             f"vocab {vocab}")
     return label, steps
 
 
@@ -110,7 +112,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=int, default=1, help="divide the sizes (CPU smoke runs)")
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--models", default="gpt,cnn")
+    parser.add_argument("--models", default="gpt,gpt32k,cnn")
     parser.add_argument("--out")
     parser.add_argument("--layers", action="store_true", help="time the CNN's layer ops one by one instead")
     args = parser.parse_args(argv)
@@ -123,7 +125,7 @@ def main(argv=None):
     lines = [f"Device: {jax.devices()[0].device_kind}, jax {jax.__version__}; ms per training step (median of "
              f"{args.repeats} runs of {bench.CALLS_PER_RUN} queued steps, the two programs alternating).", "",
              "| model | jaxrules ms | plain JAX ms | plain / jaxrules |", "| --- | --- | --- | --- |"]
-    builders = {"gpt": gpt_steps, "cnn": cnn_steps}
+    builders = {"gpt": gpt_steps, "gpt32k": lambda scale: gpt_steps(scale, vocab=32768), "cnn": cnn_steps}
     for name in args.models.split(","):
         label, ((ours, ours_args), (plain, plain_args)) = builders[name](args.scale)
         times = bench.interleaved_median_ms({"ours": lambda: ours(*ours_args), "plain": lambda: plain(*plain_args)},

@@ -2,15 +2,17 @@
 
 The only jaxrules-specific lines are the two imports below: ``jaxrules.numpy`` and ``jaxrules.nn``
 are drop-in namespaces for ``jax.numpy`` and ``jax.nn`` (names jaxrules has no rule for are JAX's
-own objects), plus torch's ``layer_norm``, ``scaled_dot_product_attention`` and ``cross_entropy``,
-which ``jax.nn`` lacks (or spells differently).
+own objects), plus torch's ``layer_norm`` and ``scaled_dot_product_attention``, which ``jax.nn`` lacks (or
+spells differently), and jaxrules' fused head ``linear_cross_entropy`` (torch's
+``cross_entropy(linear(x, weight), target)`` without holding the logits).
 ``tests/test_examples.py`` loads this file a second time with ``jax.numpy`` / ``jax.nn`` (and plain
 JAX versions of those two torch functions) in place of the two namespaces and checks that the
 gradients agree.
 
 Model: token + position embedding, pre-norm transformer blocks (layer_norm, causal multi-head
 self-attention with torch's ``scaled_dot_product_attention(..., is_causal=True)``, GELU MLP), a
-final layer_norm and a linear head; loss: ``nn.cross_entropy`` of the next token. The model is an
+final layer_norm and a linear head; loss: the next token's cross-entropy through the head, fused
+(``nn.linear_cross_entropy``: the logits, tokens x vocabulary, are never held whole). The model is an
 Equinox module, trained with optax's Adam on a synthetic task (each sequence counts up from a
 random start in a random step, modulo the vocabulary: the next token follows from the two before
 it).
@@ -90,21 +92,24 @@ class GPT(eqx.Module):
         self.pos_emb = _normal(k_pos, (seq_len, d_model))
         self.blocks = [Block(d_model, n_heads, k) for k in k_blocks]
         self.ln_f_w, self.ln_f_b = jnp.ones(d_model, jnp.float32), jnp.zeros(d_model, jnp.float32)
-        self.head = _normal(k_head, (d_model, vocab))
+        self.head = _normal(k_head, (vocab, d_model))  # (vocabulary, features), as torch's Linear
 
-    def __call__(self, tokens):
-        """tokens: (batch, seq) int -> logits (batch, seq, vocab)."""
+    def features(self, tokens):
+        """tokens: (batch, seq) int -> the head's input (batch, seq, d_model)."""
         x = jnp.take(self.tok_emb, tokens, axis=0) + self.pos_emb[: tokens.shape[1]]
         for block in self.blocks:
             x = block(x)
-        x = nn.layer_norm(x, (x.shape[-1],), self.ln_f_w, self.ln_f_b)
-        return jnp.matmul(x, self.head)
+        return nn.layer_norm(x, (x.shape[-1],), self.ln_f_w, self.ln_f_b)
+
+    def __call__(self, tokens):
+        """tokens: (batch, seq) int -> logits (batch, seq, vocab)."""
+        return jnp.matmul(self.features(tokens), self.head.T)
 
 
 def loss_fn(model, tokens):
-    """Mean next-token cross-entropy of a (batch, seq + 1) batch of token ids."""
-    logits = model(tokens[:, :-1])
-    return nn.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+    """Mean next-token cross-entropy of a (batch, seq + 1) batch of token ids, through the fused
+    head (no (batch, seq, vocab) logits)."""
+    return nn.linear_cross_entropy(model.features(tokens[:, :-1]), model.head, tokens[:, 1:])
 
 
 @functools.partial(jax.jit, static_argnames=("batch", "seq_len", "vocab"))

@@ -2,7 +2,8 @@
 copy of ``examples/<name>.py`` whose globals ``jnp`` and ``nn`` (the only jaxrules objects it
 holds, checked) are ``jax.numpy`` and ``PLAIN_NN`` -- ``jax.nn`` plus plain-JAX versions of the
 torch functions jax.nn lacks (``layer_norm``, ``batch_norm``, ``conv2d``, ``max_pool2d``,
-``cross_entropy``, ``scaled_dot_product_attention``), differentiated by JAX's own autodiff.
+``cross_entropy``, ``scaled_dot_product_attention``) and of jaxrules' fused head
+``linear_cross_entropy`` (the logits, then ``cross_entropy``), differentiated by JAX's own autodiff.
 Used by ``tests/test_examples.py`` (same gradients) and ``benchmarks/examples_step.py`` (step
 time on a GPU)."""
 
@@ -20,6 +21,11 @@ EXAMPLES = pathlib.Path(__file__).resolve().parent
 def _cross_entropy(input, target):
     logp = jax.nn.log_softmax(input, axis=1)
     return -jax.numpy.mean(jax.numpy.take_along_axis(logp, target[:, None], axis=1))
+
+
+def _linear_cross_entropy(input, weight, target):
+    logits = jax.numpy.matmul(input, weight.T)
+    return _cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
 
 
 def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -65,8 +71,9 @@ def _scaled_dot_product_attention(query, key, value, is_causal=False):
 
 PLAIN_NN = types.SimpleNamespace(
     **{name: getattr(jax.nn, name) for name in dir(jax.nn) if not name.startswith("_")},
-    cross_entropy=_cross_entropy, layer_norm=_layer_norm, batch_norm=_batch_norm, conv2d=_conv2d,
-    max_pool2d=_max_pool2d, scaled_dot_product_attention=_scaled_dot_product_attention)
+    cross_entropy=_cross_entropy, linear_cross_entropy=_linear_cross_entropy, layer_norm=_layer_norm,
+    batch_norm=_batch_norm, conv2d=_conv2d, max_pool2d=_max_pool2d,
+    scaled_dot_product_attention=_scaled_dot_product_attention)
 
 
 def load(name, plain=False):

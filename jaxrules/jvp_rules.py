@@ -1022,3 +1022,28 @@ def quantile_jvp(res, tx, **_):
     lo, hi, w = res
     tx = unsharded_along(tx, (tx.ndim - 1,))  # an Explicit mesh: reads along the axis
     return (1 - w) * jnp.take_along_axis(tx, lo, axis=-1) + w * jnp.take_along_axis(tx, hi, axis=-1), None
+
+
+# ----------------------------------------------------------------------------------------------
+# The fused linear + cross-entropy head (its chunked passes in ``partials.losses``)
+
+def linear_cross_entropy_jvp(res, *tangents, reduction, ignore_index, label_smoothing, z_loss, chunk, has_bias,
+                             has_class_weight):
+    """``d loss_t = a_t <p_t, dl_t> - b_t dl_t[target] - e_t <w, dl_t>`` (``P.lce_coefficients``)
+    and ``d lse_t = <p_t, dl_t>`` for the logits' tangent ``dl = dx W^T + x dW^T + db``, over the
+    vocabulary's chunks, reduced as the loss (seeds ``_log_softmax_backward_data``,
+    ``nll_loss_backward``; the class weights are held fixed)."""
+    x, weight, target, bias, class_weight, lse = res
+    tx, tw, _, tb, _ = P.lce_unpack(tangents, has_bias, has_class_weight)
+    if tx is None and tw is None and tb is None:
+        return None, None
+    vocab = weight.shape[0]
+    d_lse, d_target, d_weighted = P.lce_tangent(x, weight, bias, target, class_weight, lse, tx, tw, tb, chunk=chunk,
+                                                smoothing=label_smoothing)
+    a, b, e = P.lce_coefficients(target, class_weight, lse, vocab=vocab, ignore_index=ignore_index,
+                                 smoothing=label_smoothing, z_loss=z_loss)
+    d_loss = a * d_lse - b * d_target
+    if e is not None:
+        d_loss = d_loss - e * d_weighted
+    return P.lce_per_token(d_loss, target, class_weight, vocab=vocab, ignore_index=ignore_index,
+                           reduction=reduction), d_lse

@@ -70,6 +70,7 @@ from jaxrules.ops.losses import (
     huber_loss,
     kl_div,
     l1_loss,
+    linear_cross_entropy,
     margin_ranking_loss,
     mse_loss,
     multilabel_soft_margin_loss,
@@ -93,11 +94,11 @@ __all__ = [
     "embedding", "embedding_bag", "fold", "gaussian_nll_loss", "gelu", "glu", "grid_sample", "group_norm",
     "hard_sigmoid", "hard_swish", "hard_tanh", "hardsigmoid", "hardswish", "hardtanh", "hinge_embedding_loss",
     "huber_loss", "instance_norm", "interpolate", "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear",
-    "log_sigmoid", "log_softmax", "logsumexp", "margin_ranking_loss", "max_pool", "max_pool1d", "max_pool2d",
-    "max_pool3d", "mish", "mse_loss", "multilabel_soft_margin_loss", "nll_loss", "normalize", "pairwise_distance",
-    "pdist", "poisson_nll_loss", "prelu", "relu", "relu6", "rms_norm", "scaled_dot_product_attention", "selu",
-    "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softplus", "swish", "threshold",
-    "triplet_margin_loss", "unfold",
+    "linear_cross_entropy", "log_sigmoid", "log_softmax", "logsumexp", "margin_ranking_loss", "max_pool",
+    "max_pool1d", "max_pool2d", "max_pool3d", "mish", "mse_loss", "multilabel_soft_margin_loss", "nll_loss",
+    "normalize", "pairwise_distance", "pdist", "poisson_nll_loss", "prelu", "relu", "relu6", "rms_norm",
+    "scaled_dot_product_attention", "selu", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softplus",
+    "swish", "threshold", "triplet_margin_loss", "unfold",
 ]
 
 _namespace.forward_jax_names(globals(), _jax_namespace)

@@ -1120,3 +1120,29 @@ def quantile_vjp(res, ct, *, shape, **_):
     g, _ = ct
     gx = P.scatter_add(shape, P.scatter_coords(lo, lo.ndim - 1), (1 - w) * g)
     return (gx + P.scatter_add(shape, P.scatter_coords(hi, hi.ndim - 1), w * g),)
+
+
+# ----------------------------------------------------------------------------------------------
+# The fused linear + cross-entropy head (its chunked passes in ``partials.losses``)
+
+def linear_cross_entropy_vjp(res, ct, *, reduction, ignore_index, label_smoothing, z_loss, chunk, has_bias,
+                             has_class_weight):
+    """The logits' cotangent ``G_tc = g_t (a_t p_tc - b_t [c = t] - e_t w_c) + g^lse_t p_tc``
+    (``g`` the loss's cotangent per token, ``P.lce_coefficients``; seeds
+    ``_log_softmax_backward_data`` and ``nll_loss_backward``) taken through the linear layer
+    chunk by chunk (torch's ``linear`` backward: ``dx = G W``, ``dW = G^T x``, ``db = sum_t G``),
+    the logits recomputed per chunk from the saved logsumexp. No cotangent for the target and
+    the class weights (held fixed)."""
+    x, weight, target, bias, class_weight, lse = res
+    ct_loss, ct_lse = ct
+    vocab = weight.shape[0]
+    a, b, e = P.lce_coefficients(target, class_weight, lse, vocab=vocab, ignore_index=ignore_index,
+                                 smoothing=label_smoothing, z_loss=z_loss)
+    g = (jnp.zeros_like(lse) if ct_loss is None else
+         P.lce_token_cotangent(ct_loss, target, class_weight, vocab=vocab, ignore_index=ignore_index,
+                               reduction=reduction, dtype=lse.dtype))
+    a, b, e = a * g, b * g, None if e is None else e * g
+    if ct_lse is not None:
+        a = a + ct_lse.astype(lse.dtype)
+    dx, dw, db = P.lce_backward(x, weight, bias, target, class_weight, lse, a, b, e, chunk=chunk)
+    return (dx, dw, None) + ((db,) if has_bias else ()) + ((None,) if has_class_weight else ())

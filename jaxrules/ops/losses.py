@@ -14,7 +14,10 @@ from jax import Array
 from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
+from jaxrules import jvp_rules as J
 from jaxrules import partials as P
+from jaxrules import vjp_rules as R
+from jaxrules.mechanism import concrete_value, define_op
 from jaxrules.ops import reductions
 from jaxrules.ops._sampling import f64, normal, uniform
 from jaxrules.ops.activations import pointwise_op
@@ -92,6 +95,39 @@ def _poisson_nll_primal(x, t, eps, *, log_input, full, **_):
 
 _gaussian_nll = pointwise_op("gaussian_nll", _gaussian_nll_primal, P.gaussian_nll_derivatives)
 _poisson_nll = pointwise_op("poisson_nll", _poisson_nll_primal, P.poisson_nll_derivatives)
+
+
+def _linear_cross_entropy_primal(*arrays, reduction, ignore_index, label_smoothing, z_loss, chunk, has_bias,
+                                 has_class_weight):
+    """``(loss, lse)``: the loss (torch's per-token ``cross_entropy`` of ``x W^T + b`` plus ``z
+    lse^2``, reduced) in x's dtype and the logsumexp per token (accumulation dtype), from one
+    chunked pass over the vocabulary (``P.lce_forward``)."""
+    x, weight, target, bias, class_weight = P.lce_unpack(arrays, has_bias, has_class_weight)
+    vocab = weight.shape[0]
+    lse, picked, weighted = P.lce_forward(x, weight, bias, target, class_weight, chunk=chunk, smoothing=label_smoothing)
+    kept, w_t = P.lce_token_weights(target, class_weight, vocab=vocab, ignore_index=ignore_index, dtype=lse.dtype)
+    loss = (1 - label_smoothing) * w_t * (lse - picked)
+    if label_smoothing:
+        total = vocab if class_weight is None else jnp.sum(class_weight.astype(lse.dtype))
+        loss = loss + label_smoothing / vocab * (total * lse - weighted)
+    if z_loss:
+        loss = loss + z_loss * jnp.square(lse)
+    loss = jnp.where(kept, loss, 0)
+    if reduction == "sum":
+        loss = jnp.sum(loss)
+    elif reduction == "mean":  # torch's denominator; 0 / 0 = NaN when every target is ignored (as torch)
+        loss = jnp.sum(loss) / jnp.sum(w_t)
+    return loss.astype(x.dtype), lse
+
+
+_linear_cross_entropy = define_op(
+    "linear_cross_entropy",
+    _linear_cross_entropy_primal,
+    J.linear_cross_entropy_jvp,
+    R.linear_cross_entropy_vjp,
+    lambda out, *arrays, has_bias, has_class_weight, **_: (*P.lce_unpack(arrays, has_bias, has_class_weight), out[1]),
+    none_for_zero_cotangents=True,
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -698,6 +734,137 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
     return (1 - label_smoothing) * nll + term
 
 
+def _static_number(op, name, value, high=None):
+    value = V.static_scalar(op, name, value)
+    if isinstance(value, complex) or not math.isfinite(value) or value < 0 or (high is not None and value > high):
+        bound = f"in [0, {high}]" if high is not None else "a finite number >= 0"
+        raise ValueError(f"{op}: {name} must be {bound}, got {value!r}")
+    return float(value)
+
+
+def _class_vector(op, name, value, vocab):
+    if value is None:
+        return None
+    v = V.array(op, name, value)
+    if not jnp.issubdtype(v.dtype, jnp.floating):
+        raise TypeError(f"{op}: {name} must be real floating point, got {v.dtype}")
+    if v.shape != (vocab,):
+        raise ValueError(f"{op}: {name} must have shape ({vocab},), one per class, got {v.shape}")
+    return v
+
+
+def linear_cross_entropy(input: ArrayLike, weight: ArrayLike, target: ArrayLike, bias: ArrayLike | None = None, *, class_weight: ArrayLike | None = None, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = "mean", z_loss: float = 0.0, chunk_size: int | None = None) -> Array:
+    """A fused language-model head: ``cross_entropy(linear(input, weight, bias), target)`` that
+    never holds the logits (tokens x vocabulary) whole; mirrors
+    ``torch.nn.functional.cross_entropy(torch.nn.functional.linear(input, weight, bias), target,
+    weight=class_weight, ignore_index=..., label_smoothing=..., reduction=...)``.
+
+    Per token ``i`` with logits ``l = x_i W^T + b`` (V classes), ``lse = logsumexp(l)`` and target
+    ``t`` (class weights ``w``, smoothing ``s``), the loss is torch's ``(1 - s) w_t (lse - l_t) +
+    (s / V) sum_c w_c (lse - l_c)`` plus ``z_loss * lse^2`` (the auxiliary "z-loss" of large-model
+    training recipes; torch has none), 0 for an ignored token; ``"mean"`` divides the sum by the
+    kept tokens' ``sum w_t`` (torch's denominator: NaN when every target is ignored, as torch,
+    with zero gradients). The vocabulary is processed in chunks of ``chunk_size`` classes (a scan):
+    the forward pass keeps a running logsumexp and saves only it per token (float32); the
+    backward pass recomputes each chunk's logits, ``G = d loss / d l`` (``a p - b onehot - e w``,
+    seeds ``_log_softmax_backward_data`` and ``nll_loss_backward``), adds ``G W`` into the input's
+    gradient and writes ``G^T x`` as the chunk's rows of the weight's gradient (torch's ``linear``
+    backward). Temporary memory is one chunk's logits, not tokens x vocabulary. bfloat16/float16
+    inputs run their matmuls in that dtype with float32 accumulation
+    (``preferred_element_type``) and keep every statistic in float32; the loss has the inputs'
+    dtype. Derivatives: ``input``, ``weight`` and ``bias`` (JVP and VJP formulas, each chunked);
+    second order is JAX's derivative of those formulas (their scans). ``class_weight`` is held
+    fixed (torch refuses its gradient) and ``target`` has none.
+
+    A target outside ``[0, V)`` that is not ``ignore_index`` is an error: a ``ValueError`` when
+    the target is concrete; when traced, a run-time check (``jaxrules.checking.runtime_check``:
+    under ``jax.jit`` a ``JaxRuntimeError`` ending with the message, a ``ValueError`` under
+    ``jaxrules.checked``). The values themselves are NaN there (that token's loss, the reduced
+    loss and the gradients), never a finite wrong value.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.nn as nn
+        >>> x = jax.random.normal(jax.random.PRNGKey(0), (4, 8, 16))      # (batch, seq, features)
+        >>> w = jax.random.normal(jax.random.PRNGKey(1), (1000, 16)) / 4  # (vocabulary, features)
+        >>> t = jax.random.randint(jax.random.PRNGKey(2), (4, 8), 0, 1000)
+        >>> loss, (dx, dw) = jax.value_and_grad(nn.linear_cross_entropy, (0, 1))(x, w, t, chunk_size=256)
+        >>> dx.shape, dw.shape
+        ((4, 8, 16), (1000, 16))
+
+    Args:
+        input: (..., features) activations, floating point.
+        weight: (vocabulary, features), as ``torch.nn.functional.linear``'s.
+        target: integer class indices of shape ``input.shape[:-1]``.
+        bias: (vocabulary,) or None.
+        class_weight: (vocabulary,) class weights (torch's ``weight``), or None (ones); held fixed.
+        ignore_index: a target value that contributes nothing (an int).
+        label_smoothing: torch's, a static number in [0, 1].
+        reduction: ``"none"`` (one loss per target, ``target``'s shape), ``"mean"`` or ``"sum"``.
+        z_loss: a static number >= 0: adds ``z_loss * logsumexp^2`` per kept token.
+        chunk_size: classes per chunk (a positive int); None picks the largest power of two
+            with at most 2^25 logits per chunk (128 MiB in float32), at least 256 classes.
+
+    Returns:
+        The loss in the inputs' dtype: 0-d for ``"mean"``/``"sum"``, ``target``'s shape for
+        ``"none"``.
+
+    Raises:
+        ValueError: on shapes that do not match, an unknown reduction, a hyperparameter out of
+            range, a concrete target out of range.
+        TypeError: on non-floating inputs, non-integer targets, non-number hyperparameters.
+    """
+    op = "linear_cross_entropy"
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    x, w = V.array(op, "input", input), V.array(op, "weight", weight)
+    b = None if bias is None else V.array(op, "bias", bias)
+    for name, arr in (("input", x), ("weight", w), ("bias", b)):
+        if arr is not None and not jnp.issubdtype(arr.dtype, jnp.floating):
+            raise TypeError(f"{op}: {name} must be real floating point, got {arr.dtype}")
+    if x.ndim == 0:
+        raise ValueError(f"{op}: input must have a features axis (shape (..., features)), got a 0-d array")
+    if w.ndim != 2 or w.shape[1] != x.shape[-1]:
+        raise ValueError(f"{op}: weight must have shape (vocabulary, {x.shape[-1]}) for input {x.shape}, got {w.shape}")
+    vocab = w.shape[0]
+    b = _class_vector(op, "bias", b, vocab)
+    cw = _class_vector(op, "class_weight", class_weight, vocab)
+    t = jnp.asarray(target)
+    if not jnp.issubdtype(t.dtype, jnp.integer):
+        raise TypeError(f"{op}: target must be integer class indices, got {t.dtype}")
+    if t.shape != x.shape[:-1]:
+        raise ValueError(f"{op}: target must have shape {x.shape[:-1]} (input's without features), got {t.shape}")
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int | np.integer):
+        raise TypeError(f"{op}: ignore_index must be an int, got {ignore_index!r}")
+    ignore_index = int(ignore_index)
+    label_smoothing = _static_number(op, "label_smoothing", label_smoothing, high=1)
+    z_loss = _static_number(op, "z_loss", z_loss)
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int | np.integer)
+                                   or chunk_size < 1):
+        raise ValueError(f"{op}: chunk_size must be None or a positive int, got {chunk_size!r}")
+    if t.size and vocab == 0:
+        raise ValueError(f"{op}: weight has an empty vocabulary (0 classes): no class-index target is in range")
+    host = concrete_value(t)
+    if host is not None:
+        bad = (host != ignore_index) & ((host < 0) | (host >= vocab))
+        if np.any(bad):
+            raise ValueError(f"{op}: target {host[bad].flat[0]} is out of range for {vocab} classes "
+                             f"(ignore_index={ignore_index})")
+    else:
+        from jaxrules.checking import runtime_check
+
+        runtime_check((t != ignore_index) & ((t < 0) | (t >= vocab)),
+                      f"{op}: a target is out of range for {vocab} classes (ignore_index={ignore_index})")
+    dtype = jnp.result_type(*(a for a in (x, w, b) if a is not None))
+    tokens = math.prod(t.shape)
+    arrays = (x.reshape(tokens, x.shape[-1]).astype(dtype), w.astype(dtype), t.reshape(tokens))
+    arrays += (() if b is None else (b.astype(dtype),)) + (() if cw is None else (jax.lax.stop_gradient(cw),))
+    loss, _ = _linear_cross_entropy(
+        *arrays, reduction=reduction, ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss,
+        chunk=P.lce_chunk_size(tokens, vocab, None if chunk_size is None else int(chunk_size)),
+        has_bias=b is not None, has_class_weight=cw is not None)
+    return loss.reshape(t.shape) if reduction == "none" else loss
+
+
 # ----------------------------------------------------------------------------------------------
 # Records
 
@@ -890,6 +1057,68 @@ record(
     singular=(SingularPoint("saturated logits", (np.array([[800.0, 0.0, 0.0], [0.0, -800.0, 0.0]]), np.array([1, 2])),
                             (np.array([[0.5, -0.5, 0.0], [0.25, 0.0, -0.25]]),)),),
     deviations="The class weights are differentiable (torch refuses a gradient for them).",
+)
+
+
+def _linear_cross_entropy_samples(rng, dt):
+    """Activations (2, 3, 4) and (5, 4), a (7, 4) weight (chunks of 3: a scan over two, then a
+    tail of one class; chunks of 4: no scan, a tail of three), one ignored target each, class weights, label smoothing, z-loss,
+    every reduction, a 1-D input."""
+    x3, x2, w, b = normal(rng, dt, 2, 3, 4), normal(rng, dt, 5, 4), normal(rng, dt, 7, 4), normal(rng, dt, 7)
+    t3, t2 = rng.integers(0, 7, (2, 3)), rng.integers(0, 7, 5)
+    t3[1, 2], t2[3] = -100, 2
+    cw = np.asarray(uniform(rng, dt, 0.5, 2, 7), np.float64)
+    return [Sample((x3, w, t3), {"chunk_size": 3}),
+            Sample((x3, w, t3, b), {"reduction": "sum", "label_smoothing": 0.1, "class_weight": cw, "chunk_size": 3}),
+            Sample((x2, w, t2, b), {"reduction": "none", "ignore_index": 2, "chunk_size": 4}),
+            Sample((x2, w, t2), {"z_loss": 0.05, "class_weight": cw, "label_smoothing": 0.2, "chunk_size": 3}),
+            Sample((x3[0, 0], w, np.asarray(t3[0, 0]), b), {"z_loss": 0.1})]
+
+
+def _linear_cross_entropy_empty(rng, dt):
+    """No tokens (each reduction) and no features (the logits are the bias)."""
+    w, b = normal(rng, dt, 7, 4), normal(rng, dt, 7)
+    none = np.zeros((0,), np.int64)
+    return [Sample((normal(rng, dt, 0, 4), w, none)), Sample((normal(rng, dt, 0, 4), w, none, b), {"reduction": "sum"}),
+            Sample((normal(rng, dt, 2, 0, 4), w, np.zeros((2, 0), np.int64)), {"reduction": "none"}),
+            Sample((normal(rng, dt, 3, 0), normal(rng, dt, 7, 0), rng.integers(0, 7, 3), b), {"chunk_size": 3})]
+
+
+def _torch_linear_cross_entropy(t, x, w, target, b=None, *, class_weight=None, ignore_index=-100,
+                                label_smoothing=0.0, reduction="mean", z_loss=0.0, chunk_size=None):
+    """torch's ``cross_entropy(linear(x, w, b), target)`` over the flattened tokens; the z-loss
+    (torch has none) added to torch's per-token losses and reduced with torch's denominator."""
+    logits = t.nn.functional.linear(x, w, b)
+    flat, flat_target = logits.reshape(-1, w.shape[0]), target.reshape(-1)
+    cw = None if class_weight is None else t.as_tensor(class_weight, dtype=logits.dtype)
+    if not z_loss:
+        out = t.nn.functional.cross_entropy(flat, flat_target, weight=cw, ignore_index=ignore_index,
+                                            label_smoothing=label_smoothing, reduction=reduction)
+        return out.reshape(target.shape) if reduction == "none" else out
+    losses = t.nn.functional.cross_entropy(flat, flat_target, weight=cw, ignore_index=ignore_index,
+                                           label_smoothing=label_smoothing, reduction="none")
+    kept = flat_target != ignore_index
+    losses = losses + z_loss * t.where(kept, t.logsumexp(flat, -1) ** 2, 0)
+    if reduction == "none":
+        return losses.reshape(target.shape)
+    if reduction == "sum":
+        return losses.sum()
+    w_t = t.ones_like(losses) if cw is None else cw[t.where(kept, flat_target, 0)]
+    return losses.sum() / t.where(kept, w_t, 0).sum()
+
+
+record(
+    "linear_cross_entropy", fn=linear_cross_entropy, public=(_NN + "linear_cross_entropy",),
+    formula_ops=("linear_cross_entropy",),
+    seed=("_log_softmax_backward_data", "nll_loss_backward (derivatives.yaml)", "linear (mm backward)"),
+    samples=_linear_cross_entropy_samples, empty_samples=_linear_cross_entropy_empty,
+    torch_fn=_torch_linear_cross_entropy,
+    torch_name=_F + "cross_entropy(" + _F + "linear(input, weight, bias), target)",
+    low_precision=("float32", "bfloat16"),
+    singular=(SingularPoint("every target ignored", (np.array([[0.5, -1.0], [1.0, 2.0]]), np.array(
+        [[1.0, 0.0], [0.5, -0.5], [0.0, 2.0]]), np.array([-100, -100])), (np.zeros((2, 2)), np.zeros((3, 2)))),),
+    deviations="z_loss (torch has none). The loss is NaN when every target is ignored (torch's 0 / 0) with zero "
+    "gradients (as torch).",
 )
 
 

@@ -152,3 +152,234 @@ def gaussian_nll_derivatives(x, y, var, eps, **_):
     v = clamped_var(var, eps)
     d = x - y
     return d / v, -d / v, 0.5 * (1 / v - d * d / (v * v)), jnp.zeros_like(d)
+
+
+# ----------------------------------------------------------------------------------------------
+# The fused linear + cross-entropy head (``jaxrules.nn.linear_cross_entropy``): the logits
+# ``l = x W^T + b`` (tokens x vocabulary) are never held whole. Every pass (the primal's
+# logsumexp, the JVP, the VJP) is a scan over chunks of the vocabulary that recomputes the
+# chunk's logits (tokens x chunk, in the accumulation dtype) from x and the chunk's rows of W:
+# the full chunks in a scan, the vocabulary's remainder (a smaller chunk) once after it.
+
+LCE_CHUNK_ELEMENTS = 1 << 25  # logits per chunk when chunk_size is None (128 MiB in float32)
+LCE_MIN_CHUNK = 256  # classes per chunk at least (a wide matmul), unless the vocabulary is smaller
+
+
+def lce_chunk_size(tokens: int, vocab: int, chunk_size: int | None = None) -> int:
+    """Classes per chunk: ``chunk_size``, else the largest power of two with at most
+    ``LCE_CHUNK_ELEMENTS`` logits for ``tokens`` tokens (at least ``LCE_MIN_CHUNK``); at most
+    the vocabulary."""
+    if chunk_size is None:
+        fit = max(LCE_CHUNK_ELEMENTS // max(tokens, 1), 1)
+        chunk_size = max(1 << (fit.bit_length() - 1), LCE_MIN_CHUNK)
+    return min(chunk_size, vocab)
+
+
+def lce_accumulation(dtype):
+    """The dtype of the logits, the statistics and the sums: float32 for bfloat16/float16
+    inputs, else the input's."""
+    return jnp.promote_types(dtype, jnp.float32)
+
+
+def _lce_chunk(x, weight, bias, start, size):
+    """The logits of classes ``[start, start + size)`` (tokens, size) in the accumulation dtype
+    (the matmul's ``preferred_element_type``), and those rows of ``weight``."""
+    rows = jax.lax.dynamic_slice_in_dim(weight, start, size, 0)
+    logits = jax.lax.dot_general(x, rows, (((1,), (1,)), ((), ())), preferred_element_type=lce_accumulation(x.dtype))
+    if bias is not None:
+        logits = logits + jax.lax.dynamic_slice_in_dim(bias, start, size, 0).astype(logits.dtype)
+    return logits, rows
+
+
+def _over_chunks(first, step, vocab, chunk):
+    """``first(0, chunk)``, then ``step(carry, start, size)`` over the other full chunks (a scan:
+    the carries take the types, shardings and batching of a chunk's results) and the tail of
+    ``vocab % chunk`` classes (once, outside the scan)."""
+    n, tail = divmod(vocab, chunk)
+    carry = first(0, chunk)
+    if n > 1:
+        carry, _ = jax.lax.scan(lambda c, j: (step(c, j * chunk, chunk), None), carry, jnp.arange(1, n))
+    if tail:
+        carry = step(carry, n * chunk, tail)
+    return carry
+
+
+def _chunk_weights(class_weight, start, size, like):
+    if class_weight is None:
+        return jnp.ones((size,), like.dtype)
+    return jax.lax.dynamic_slice_in_dim(class_weight, start, size, 0).astype(like.dtype)
+
+
+def _target_value(values, target, start, size):
+    """``values[i, target_i - start]`` where ``target_i`` is in the chunk, else 0."""
+    local = target - start
+    hit = (local >= 0) & (local < size)
+    picked = jnp.take_along_axis(values, jnp.clip(local, 0, size - 1).astype(jnp.int32)[:, None], axis=1)[:, 0]
+    return jnp.where(hit, picked, 0)
+
+
+def lce_forward(x, weight, bias, target, class_weight, *, chunk, smoothing):
+    """One pass over the vocabulary's chunks: per token the logsumexp of the logits (online: a
+    running maximum and a rescaled sum of exponentials), the target's logit (0 where no class
+    holds it) and, when ``smoothing``, ``sum_c w_c l_c``. (tokens,) arrays in the accumulation
+    dtype; ``(lse, picked, weighted_sum)``; the logsumexp is NaN where a logit is infinite."""
+    vocab, tokens = weight.shape[0], x.shape[0]
+    acc = lce_accumulation(x.dtype)
+    if vocab == 0:
+        return (jnp.full((tokens,), -jnp.inf, acc),) + (jnp.zeros((tokens,), acc),) * 2
+
+    def stats(start, size):
+        logits, _ = _lce_chunk(x, weight, bias, start, size)
+        top = jnp.max(logits, axis=1)
+        shift = jnp.where(jnp.isfinite(top), top, 0)
+        sumexp = jnp.sum(jnp.exp(logits - shift[:, None]), axis=1)
+        weighted = (jnp.sum(logits * _chunk_weights(class_weight, start, size, logits), axis=1)
+                    if smoothing else jnp.zeros_like(top))
+        return top, sumexp, _target_value(logits, target, start, size), weighted
+
+    def step(carry, start, size):
+        top, sumexp, picked, weighted = carry
+        c_top, c_sumexp, c_picked, c_weighted = stats(start, size)
+        new = jnp.maximum(top, c_top)
+        shift = jnp.where(jnp.isfinite(new), new, 0)
+        rescale = jnp.exp(jnp.where(jnp.isfinite(top), top, 0) - shift)
+        c_rescale = jnp.exp(jnp.where(jnp.isfinite(c_top), c_top, 0) - shift)
+        return new, sumexp * rescale + c_sumexp * c_rescale, picked + c_picked, weighted + c_weighted
+
+    top, sumexp, picked, weighted = _over_chunks(stats, step, vocab, chunk)
+    # An infinite logit makes the token's log-probabilities NaN (torch's log_softmax: inf - inf),
+    # so its loss and all its derivatives are NaN, as torch's: its logsumexp is NaN.
+    lse = jnp.where(jnp.isfinite(top), top + jnp.log(sumexp), jnp.nan)
+    return lse, picked, weighted
+
+
+def lce_token_weights(target, class_weight, *, vocab, ignore_index, dtype):
+    """``(kept, w_t)``: the tokens whose target is not ``ignore_index``, and the class weight of
+    each token's target (0 where ignored; NaN where the target is out of ``[0, vocab)``, so that
+    the loss and every derivative there are NaN, never a finite wrong value)."""
+    kept = target != ignore_index
+    bad = kept & ((target < 0) | (target >= vocab))
+    safe = jnp.where(kept & ~bad, target, 0)
+    w = jnp.ones(target.shape, dtype) if class_weight is None or vocab == 0 else class_weight[safe].astype(dtype)
+    return kept, jnp.where(bad, jnp.nan, jnp.where(kept, w, 0))
+
+
+def lce_coefficients(target, class_weight, lse, *, vocab, ignore_index, smoothing, z_loss):
+    """``(a, b, e)`` per token with ``d loss_t / d l_tc = a_t p_tc - b_t [c = t] - e_t w_c``
+    (``p = softmax(l)``): for ``loss_t = (1 - s) w_t (lse - l_t) + (s / V) sum_c w_c (lse - l_c)
+    + z lse^2``, ``a = (1 - s) w_t + (s / V) sum_c w_c + 2 z lse``, ``b = (1 - s) w_t``, ``e = s /
+    V`` (0 for ignored tokens; ``e`` None without smoothing). Seeds ``_log_softmax_backward_data``
+    and ``nll_loss_backward``."""
+    kept, w_t = lce_token_weights(target, class_weight, vocab=vocab, ignore_index=ignore_index, dtype=lse.dtype)
+    total = vocab if class_weight is None else jnp.sum(class_weight.astype(lse.dtype))
+    a = (1 - smoothing) * w_t
+    if smoothing:
+        a = a + smoothing / vocab * total
+    if z_loss:
+        a = a + 2 * z_loss * jnp.where(kept, lse, 0)
+    e = jnp.where(kept, smoothing / vocab, 0).astype(lse.dtype) if smoothing and vocab else None
+    return jnp.where(kept, a, 0), (1 - smoothing) * w_t, e
+
+
+def lce_tangent(x, weight, bias, target, class_weight, lse, tx, tw, tb, *, chunk, smoothing):
+    """``(sum_c p_tc dl_tc, dl_t[target], sum_c w_c dl_tc)`` per token for the logits' tangent
+    ``dl = tx W^T + x tW^T + tb`` (each term where its tangent is not None), over the chunks; the
+    first is the logsumexp's tangent."""
+    vocab, tokens = weight.shape[0], x.shape[0]
+    acc = lce_accumulation(x.dtype)
+    if vocab == 0:
+        return (jnp.zeros((tokens,), acc),) * 3
+    dims = (((1,), (1,)), ((), ()))
+
+    def sums(start, size):
+        logits, rows = _lce_chunk(x, weight, bias, start, size)
+        dl = jnp.zeros_like(logits)
+        if tx is not None:
+            dl = dl + jax.lax.dot_general(tx, rows, dims, preferred_element_type=acc)
+        if tw is not None:
+            dl = dl + jax.lax.dot_general(x, jax.lax.dynamic_slice_in_dim(tw, start, size, 0), dims,
+                                          preferred_element_type=acc)
+        if tb is not None:
+            dl = dl + jax.lax.dynamic_slice_in_dim(tb, start, size, 0).astype(acc)
+        weighted = (jnp.sum(dl * _chunk_weights(class_weight, start, size, dl), axis=1)
+                    if smoothing else jnp.zeros_like(lse))
+        p = jnp.exp(logits - lse[:, None])
+        return jnp.sum(p * dl, axis=1), _target_value(dl, target, start, size), weighted
+
+    return _over_chunks(sums, lambda carry, start, size: tuple(c + s for c, s in zip(carry, sums(start, size))),
+                        vocab, chunk)
+
+
+def lce_backward(x, weight, bias, target, class_weight, lse, a, b, e, *, chunk):
+    """``(dx, dW, db)`` for the logits' cotangent ``G_tc = a_t p_tc - b_t [c = t] - e_t w_c``
+    (no ``e`` term when ``e`` is None; ``dx = G W``, ``dW = G^T x``, ``db = sum_t G``; db None
+    without a bias), chunk by chunk: each chunk's G is cast to the input dtype for the two
+    matmuls (accumulating in the accumulation dtype); dx is summed over the chunks in the
+    accumulation dtype, dW and db are written chunk by chunk (each class in one chunk, in place:
+    no tokens x vocabulary and no float32 vocabulary x features buffer)."""
+    vocab = weight.shape[0]
+    acc = lce_accumulation(x.dtype)
+    if vocab == 0:
+        return jnp.zeros(x.shape, acc), jnp.zeros_like(weight), None if bias is None else jnp.zeros_like(bias)
+
+    def grads(start, size):
+        logits, rows = _lce_chunk(x, weight, bias, start, size)
+        onehot = (start + jnp.arange(size))[None, :] == target[:, None]
+        g = a[:, None] * jnp.exp(logits - lse[:, None]) - jnp.where(onehot, b[:, None], 0)
+        if e is not None:
+            g = g - e[:, None] * _chunk_weights(class_weight, start, size, g)[None, :]
+        gc = g.astype(x.dtype)
+        dx = jax.lax.dot_general(gc, rows, (((1,), (0,)), ((), ())), preferred_element_type=acc)
+        dw = jax.lax.dot_general(gc, x, (((0,), (0,)), ((), ())), preferred_element_type=acc).astype(weight.dtype)
+        db = None if bias is None else jnp.sum(g, axis=0).astype(bias.dtype)
+        return dx, dw, db
+
+    def place(full, part, start):
+        return None if full is None else jax.lax.dynamic_update_slice_in_dim(full, part, start, 0)
+
+    def first(start, size):
+        dx, dw, db = grads(start, size)
+        return dx, place(jnp.zeros_like(weight), dw, start), place(None if bias is None else jnp.zeros_like(bias),
+                                                                   db, start)
+
+    def step(carry, start, size):
+        c_dx, c_dw, c_db = carry
+        dx, dw, db = grads(start, size)
+        return c_dx + dx, place(c_dw, dw, start), place(c_db, db, start)
+
+    return _over_chunks(first, step, vocab, chunk)
+
+
+def lce_unpack(items, has_bias, has_class_weight):
+    """``(x, weight, target, bias, class_weight)`` from the op's arrays (or their tangents):
+    ``x, weight, target``, then bias and class_weight where present (None where absent)."""
+    x, weight, target, *rest = items
+    bias = rest.pop(0) if has_bias else None
+    class_weight = rest.pop(0) if has_class_weight else None
+    return x, weight, target, bias, class_weight
+
+
+def lce_per_token(values, target, class_weight, *, vocab, ignore_index, reduction):
+    """Per-token values reduced as the loss is: as they are (``"none"``), summed, or summed and
+    divided by the sum of the kept tokens' class weights (``"mean"``; torch's ``nll_loss``
+    denominator, 1 where it is 0 so that ignored tokens give 0, not 0 / 0)."""
+    if reduction == "none":
+        return values
+    total = jnp.sum(values)
+    if reduction == "sum":
+        return total
+    _, w_t = lce_token_weights(target, class_weight, vocab=vocab, ignore_index=ignore_index, dtype=values.dtype)
+    denominator = jnp.sum(w_t)
+    return total / jnp.where(denominator == 0, 1, denominator)
+
+
+def lce_token_cotangent(ct, target, class_weight, *, vocab, ignore_index, reduction, dtype):
+    """The transpose of ``lce_per_token``: each token's cotangent, (tokens,) in ``dtype``."""
+    ct = jnp.asarray(ct).astype(dtype)
+    if reduction == "none":
+        return ct
+    if reduction == "mean":
+        _, w_t = lce_token_weights(target, class_weight, vocab=vocab, ignore_index=ignore_index, dtype=dtype)
+        denominator = jnp.sum(w_t)
+        ct = ct / jnp.where(denominator == 0, 1, denominator)
+    return jnp.broadcast_to(ct, target.shape)
