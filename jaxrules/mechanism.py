@@ -42,12 +42,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import api_util
-from jax._src import dispatch as jax_dispatch
-from jax._src.interpreters import partial_eval as pe
-from jax.custom_derivatives import SymbolicZero
-from jax.extend.core import Primitive, mapped_aval, unmapped_aval
-from jax.interpreters import ad, batching, mlir
+
+try:  # JAX internals (no compatibility promise): a release that moves them fails here, by name
+    from jax._src import api_util
+    from jax._src import dispatch as jax_dispatch
+    from jax._src.interpreters import partial_eval as pe
+    from jax.custom_derivatives import SymbolicZero
+    from jax.extend.core import Primitive, mapped_aval, unmapped_aval
+    from jax.interpreters import ad, batching, mlir
+except ImportError as err:  # pragma: no cover (only on an incompatible JAX)
+    raise ImportError(
+        f"jaxrules' mechanism cannot import a JAX internal it needs from jax {jax.__version__} ({err}); "
+        "see docs/compatibility.md for the tested JAX versions"
+    ) from err
 
 __all__ = ["Op", "concrete_value", "define_op", "differentiated_as", "explicit_sharding", "formula_spy"]
 
