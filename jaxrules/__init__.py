@@ -6,11 +6,15 @@ Namespaces: ``jaxrules.numpy`` (and ``.linalg``), ``jaxrules.scipy.special``, ``
 ``python -m jaxrules check`` checks them all.
 """
 
-from jaxrules.checking import RuntimeCheckError, checked
-from jaxrules.differentiate import differentiate
-from jaxrules.function import Function, FunctionCtx, VmapInfo
-from jaxrules.mechanism import Op, define_op, formula_spy
-from jaxrules.registry import OpRecord, Sample, SingularPoint, records
+from jaxrules.compat import warn_if_untested as _warn_if_untested
+
+_warn_if_untested()  # once per process: a JAX newer than the newest tested one
+
+from jaxrules.checking import RuntimeCheckError, checked  # noqa: E402
+from jaxrules.differentiate import differentiate  # noqa: E402
+from jaxrules.function import Function, FunctionCtx, VmapInfo  # noqa: E402
+from jaxrules.mechanism import Op, define_op, formula_spy  # noqa: E402
+from jaxrules.registry import OpRecord, Sample, SingularPoint, records  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -42,12 +42,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import api_util
-from jax._src import dispatch as jax_dispatch
-from jax._src.interpreters import partial_eval as pe
-from jax.custom_derivatives import SymbolicZero
-from jax.extend.core import Primitive, mapped_aval, unmapped_aval
-from jax.interpreters import ad, batching, mlir
+
+try:  # JAX internals (no compatibility promise): a release that moves them fails here, by name
+    from jax._src import api_util
+    from jax._src import dispatch as jax_dispatch
+    from jax._src.interpreters import partial_eval as pe
+    from jax.custom_derivatives import SymbolicZero
+    from jax.extend.core import Primitive, mapped_aval, unmapped_aval
+    from jax.interpreters import ad, batching, mlir
+except ImportError as err:  # pragma: no cover (only on an incompatible JAX)
+    raise ImportError(
+        f"jaxrules' mechanism cannot import a JAX internal it needs from jax {jax.__version__} ({err}); "
+        "see docs/compatibility.md for the tested JAX versions"
+    ) from err
 
 __all__ = ["Op", "concrete_value", "define_op", "differentiated_as", "explicit_sharding", "formula_spy"]
 
@@ -688,13 +695,22 @@ def _custom_jvp_function(op: Op, static_items: tuple):
         return out, jax.tree_util.tree_unflatten(out_tree, out_tangents)
 
     def primal_or_compiled(*arrays):  # eager: one compiled program per shape
-        return primal(*arrays) if not _concrete(arrays) else _compiled(primal)(*arrays)
+        # Under ``jax_custom_jvp3`` JAX traces the function before it runs (``arrays`` are always
+        # tracers here), and an eager call then runs that trace primitive by primitive: the
+        # primal is kept as one compiled program (an inner ``jit``) there.
+        return primal(*arrays) if not (_concrete(arrays) or custom_jvp3_enabled()) else _compiled(primal)(*arrays)
 
     fn = jax.custom_jvp(primal_or_compiled)
     fn.defjvp(jvp_rule, symbolic_zeros=True)
     functools.update_wrapper(fn, primal)
     fn.__name__ = op.name
     return fn
+
+
+def custom_jvp3_enabled() -> bool:
+    """Whether ``jax.custom_jvp`` runs on JAX's hijax implementation (the ``jax_custom_jvp3``
+    flag, jax 0.11 and later, read at each call; jax 0.10.2 has no such flag)."""
+    return bool(getattr(jax.config, "jax_custom_jvp3", False))
 
 
 def _size(x) -> int:

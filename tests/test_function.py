@@ -121,6 +121,7 @@ def test_numpy_sort_matches_jax(transform):
 
 
 def test_numpy_sort_uses_its_vmap_rules():
+    jax.clear_caches()  # the rules run while JAX traces (kept between calls under jax_custom_jvp3)
     CALLS.update(sort_vmap=0, take_vmap=0)
     jax.vmap(jax.grad(numpy_sort_loss))(XB)
     assert CALLS["sort_vmap"] >= 1 and CALLS["take_vmap"] >= 1
