@@ -388,60 +388,8 @@ def _list(args) -> int:
     return 0
 
 
-def _sweep(args) -> int:
-    """``bench --suite sweep``: the kernel-backed norms over the sweep shapes (issue 14)."""
-    from tqdm import tqdm
-
-    from jaxrules import bench
-
-    cases = bench.sweep_cases()
-    if args.ops:
-        cases = [c for c in cases if any(p in c.name for p in args.ops.split(","))]
-    if args.host_bound:
-        import jax
-
-        from jaxrules import dispatch
-
-        kind = jax.devices()[0].device_kind
-        if dispatch.table_kind(kind) != kind:
-            print(f"bench: no table of {kind}: --host-bound takes {dispatch.table_kind(kind)}'s points",
-                  file=sys.stderr)
-        cases = bench.host_bound_cases(cases, kind)
-    cases = _shard(cases, args.shard)
-    if not cases:
-        print(f"bench: no sweep case matches {args.ops!r}{' and --host-bound' if args.host_bound else ''}",
-              file=sys.stderr)
-        return 2
-    variants = tuple(args.variants.split(",")) if args.variants else bench.SWEEP_VARIANTS
-
-    def write(rows, meta):  # after every case, so a run cut short keeps what it measured
-        if args.out:
-            with open(args.out, "w") as fh:
-                fh.write(bench.sweep_markdown(rows, meta))
-        if args.record:
-            with open(args.record, "w") as fh:
-                json.dump({**bench.dispatch_record(rows, meta), "rows": rows, "meta": meta}, fh, indent=1)
-
-    with tqdm(total=len(cases), unit="case", file=sys.stderr) as bar:
-        def progress(name):
-            bar.set_postfix_str(name)
-            bar.update()
-
-        rows, meta = bench.run_sweep(cases, variants, repeats=args.repeats, with_value=args.with_value, on_row=write,
-                                     progress=progress)
-    if args.recheck and bench.recheck_sweep(cases, rows, variants, args.recheck, args.with_value):
-        write(rows, meta)
-    bench.device_time_sweep(cases, rows, with_value=args.with_value, every=args.device_time,
-                            on_row=lambda: write(rows, meta))
-    print(bench.sweep_markdown(rows, meta))
-    return 0
-
-
 def _bench(args) -> int:
     from jaxrules import bench
-
-    if args.suite == "sweep":
-        return _sweep(args)
 
     def write(rows, meta):  # after every case, so a run cut short keeps what it measured
         if args.out:
@@ -495,23 +443,9 @@ def main(argv=None) -> int:
     listing.set_defaults(run=_list)
     bench = sub.add_parser("bench", help="forward+backward timings against JAX autodiff and torch")
     bench.add_argument("--ops", help="only benchmarks whose name contains this (comma-separated: any of them)")
-    bench.add_argument("--suite", default="default", choices=("default", "linalg", "all", "sweep"),
-                       help="default: normalization and elementwise ops; linalg: 8192 32x32 matrices; "
-                       "sweep: the kernel-backed norms over many shapes and dtypes, every implementation")
-    bench.add_argument("--variants", help="sweep: comma-separated subset of default,pallas,mosaic,xla,jax (mosaic: "
-                       "the Mosaic GPU row kernels, layer and RMS norm; not in the default set)")
-    bench.add_argument("--record", help="sweep: write the measurements (the dispatch's data format) to this JSON")
-    bench.add_argument("--shard", help="sweep: K/N, every N-th case starting at K")
-    bench.add_argument("--recheck", type=int, default=0, metavar="REPEATS",
-                       help="sweep: time the points below 0.95x again with this many runs (their first times kept in "
-                            "the record); then the points still below it with every time under 0.2 ms get their "
-                            "device time per step (bench.device_time_sweep), which the XLA formulas' verdict "
-                            "against plain JAX judges on (the default's stays per call)")
-    bench.add_argument("--device-time", action="store_true",
-                       help="sweep: every point with all times per call under 0.2 ms also gets its device time per "
-                            "step, below 0.95x or not (a diagnostic: the dispatch decides per call)")
-    bench.add_argument("--host-bound", action="store_true",
-                       help="sweep: only the points this GPU's dispatch table has under 0.2 ms per call")
+    bench.add_argument("--suite", default="default", choices=("default", "linalg", "all"),
+                       help="default: normalization and elementwise ops; linalg: 8192 32x32 matrices "
+                       "(the normalizations over shapes of real models: benchmarks/norms.py)")
     bench.add_argument("--repeats", type=int, default=30, help="timed runs per measurement (median)")
     bench.add_argument("--out", help="write the Markdown table here")
     bench.add_argument("--plot", help="write a PNG plot here")

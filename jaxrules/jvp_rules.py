@@ -977,28 +977,6 @@ def layer_norm_rows_jvp(res, tx, tw, tb, *, eps, launch):
     return _terms(*dy), dmean, drstd
 
 
-def grouped_norm_jvp(res, tx, tw, tb, *, layout, groups, eps, launch):
-    """Batch/group norm with the affine inside (the fused kernels' op), outputs ``(y, mean,
-    rstd)``; per group: ``dmean = E[dx]``, ``drstd = -rstd^2 E[x_hat dx]``,
-    ``dy = rstd (dx - dmean - x_hat E[x_hat dx]) w + x_hat dw + db`` (seeds ``batch_norm_jvp``,
-    ``group_norm_jvp``)."""
-    x, w, mean, rstd = res
-    n, stat = x.shape[0], rstd.dtype
-    xhat = (P.groups_first(x, layout, groups).astype(stat) - mean[:, None, None]) * rstd[:, None, None]
-    dy, dmean, drstd = [], 0, 0
-    if tx is not None:
-        t = P.groups_first(tx, layout, groups).astype(stat)
-        dmean, c = t.mean((1, 2)), (xhat * t).mean((1, 2))
-        w_rows = P.channel_rows(w.astype(stat), layout, groups, n)[..., None]
-        dy.append(rstd[:, None, None] * (t - dmean[:, None, None] - xhat * c[:, None, None]) * w_rows)
-        drstd = -rstd * rstd * c
-    if tw is not None:
-        dy.append(xhat * P.channel_rows(tw.astype(stat), layout, groups, n)[..., None])
-    if tb is not None:
-        dy.append(jnp.broadcast_to(P.channel_rows(tb.astype(stat), layout, groups, n)[..., None], xhat.shape))
-    return P.groups_last(_terms(*dy), layout, x.shape), dmean, drstd
-
-
 # ----------------------------------------------------------------------------------------------
 # Sorting (sort, topk, cummax/cummin, nanmedian, quantile)
 

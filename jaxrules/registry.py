@@ -86,8 +86,7 @@ class OpRecord:
     * ``kernel_backed``: the record runs the fused Pallas kernels of the Triton backend (their
       ``impl="pallas"`` path): in a JAX without that backend the op falls back to its XLA
       formulas, so the harness skips the record's checks, saying why (another record checks
-      those formulas). The Mosaic GPU records (``[mosaic]``) do not need it; the harness skips
-      them in a JAX without Pallas' Mosaic GPU backend.
+      those formulas).
     * ``needs_gpu``: why the record runs only on a GPU (cuDNN); elsewhere its checks are skipped
       with that reason.
     """

@@ -890,11 +890,10 @@ def run_check(record: OpRecord, check: str) -> CheckResult:
 def _run(record: OpRecord, check: str) -> CheckResult:
     if record.needs_gpu and jax.default_backend() != "gpu":
         return CheckResult(record.name, check, True, None, f"not applicable: {record.needs_gpu}", skipped=True)
-    if record.kernel_backed or record.name.endswith("[mosaic]"):
+    if record.kernel_backed:
         from jaxrules import dispatch
 
-        missing = dispatch.triton_backend_missing() if record.kernel_backed else dispatch.mosaic_backend_missing()
-        if missing:
+        if missing := dispatch.triton_backend_missing():
             return CheckResult(record.name, check, True, None, f"not applicable: {missing}", skipped=True)
     try:
         outcome = _RUNNERS[check](record)

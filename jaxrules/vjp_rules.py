@@ -1055,48 +1055,6 @@ def layer_norm_rows_vjp(res, ct, *, eps, launch):
     return _layer_norm_rows_kernel_vjp(res, tuple(ct), eps, launch)
 
 
-def _grouped_affine_grads(sum_g, sum_gxhat, w, layout, n):
-    """``(dw, db)`` per channel from the per-row sums of ``g x_hat`` and ``g``."""
-    return tuple(P.rows_to_samples(s, layout, n).sum(0).astype(w.dtype) for s in (sum_gxhat, sum_g))
-
-
-def grouped_norm_reference_vjp(res, ct, layout, groups, launch):
-    """The jnp form of the fused batch/group-norm backward (what ``norm_kernels.grouped_backward``
-    computes): per group ``dx = rstd (g w - E[g w] - x_hat E[g w x_hat]) + (g_mean - g_rstd
-    rstd^2 x_hat) / count`` (batch norm, one weight per group: ``w`` factored out, ``w B(g)``;
-    seeds ``batchnorm_backward`` / ``native_group_norm_backward`` with weight, plus the
-    statistics' cotangents), ``dw = sum g x_hat``, ``db = sum g``."""
-    x, w, mean, rstd = res
-    g, g_mean, g_rstd = ct
-    n, stat = x.shape[0], rstd.dtype
-    xhat = (P.groups_first(x, layout, groups).astype(stat) - mean[:, None, None]) * rstd[:, None, None]
-    g = P.groups_first(g, layout, groups).astype(stat)
-    row_weight = P.channel_rows(w.astype(stat), layout, groups, n)[..., None]
-    per_group = lambda v: v[:, None, None]  # noqa: E731
-    dx = P.affine_norm_backward(xhat, per_group(rstd), g, row_weight, per_group(g_mean), per_group(g_rstd), (1, 2),
-                                per_group_weight=layout == "batch")
-    dw, db = _grouped_affine_grads(g.sum(2), (g * xhat).sum(2), w, layout, n)
-    return P.groups_last(dx, layout, x.shape).astype(x.dtype), dw, db
-
-
-@differentiated_as(grouped_norm_reference_vjp, n_static=3)
-def _grouped_norm_kernel_vjp(res, ct, layout, groups, launch):
-    from jaxrules import norm_kernels
-
-    x, w, mean, rstd = res
-    n = x.shape[0]
-    row_weight = P.channel_rows(w, layout, groups, n)
-    dx, sum_g, sum_gxhat = norm_kernels.grouped_backward(
-        x, ct[0], row_weight, mean, rstd, ct[1], ct[2], layout=layout, groups=groups, launch=launch)
-    return (dx, *_grouped_affine_grads(sum_g, sum_gxhat, w, layout, n))
-
-
-def grouped_norm_vjp(res, ct, *, layout, groups, eps, launch):
-    """The fused backward kernel (``norm_kernels.grouped_backward``); its own derivative is that of
-    ``grouped_norm_reference_vjp``."""
-    return _grouped_norm_kernel_vjp(res, tuple(ct), layout, groups, launch)
-
-
 # ----------------------------------------------------------------------------------------------
 # Sorting (sort, topk, cummax/cummin, nanmedian, quantile)
 

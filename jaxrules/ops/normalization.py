@@ -8,21 +8,19 @@ backward with weight; the ``dx`` part is computed by the op ``normalize_backward
 formulas are the seed's double backward, so Hessian-vector products run them. Its vmap rule
 (``jaxrules/batching.py``) folds the vmap dimension into a kept axis, as functorch does.
 
-On GPU, where the dispatch chooses them (``jaxrules.dispatch``: from measurements per device
-kind), the three run fused Pallas kernels instead (``jaxrules.norm_kernels``), as ops of their own:
-``layer_norm_rows`` and ``grouped_norm`` (batch and group norm); so does ``rms_norm`` (XLA ops
-``rms_norm``/``rms_norm_backward``, kernel op ``rms_norm_rows``). Their JVP formulas are jnp; their
-VJP formulas run the backward kernels, whose own derivatives are those of the jnp form of the same
-backward (``mechanism.differentiated_as``), so double backward and every transform still compose.
-Under ``jit`` with sharded arrays the kernels run on each device's shard (``jaxrules.partitioning``:
-rows/samples sharded, weight gradients and batch norm's statistics reduced over the devices).
+``layer_norm`` and ``rms_norm`` also run, on request (``impl="pallas"``), fused Pallas kernels
+(``jaxrules.norm_kernels``) as ops of their own, ``layer_norm_rows`` and ``rms_norm_rows``: their
+JVP formulas are jnp, their VJP formulas run the backward kernels, whose own derivatives are those
+of the jnp form of the same backward (``mechanism.differentiated_as``), so double backward and
+every transform still compose. Under ``jit`` with sharded rows the kernels run on each device's
+rows (``jaxrules.partitioning``). The default is always the XLA formulas (``jaxrules.dispatch``).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
+import warnings
 from collections.abc import Sequence
 
 import jax
@@ -114,7 +112,7 @@ def _rows_batch(primal):
         if x_dim is not None and all(d is None for d in dims[1:]):
             x = jnp.moveaxis(x, x_dim, 0)
             batch, m, n = x.shape
-            folded = dispatch.relaunch(launch, batch * m, n, x.dtype)
+            folded = dispatch.relaunch(launch, batch * m, n)
             y, *stats = primal(x.reshape(batch * m, n), *args[1:], eps=eps, launch=folded)
             out = (y.reshape(batch, m, n), *(s.reshape(batch, m) for s in stats))
         else:
@@ -172,55 +170,6 @@ rms_norm_rows_op = define_op(
 )
 
 
-def _grouped_norm_primal(x3, w, b, *, layout, groups, eps, launch):
-    """``(y, mean, rstd)``: the statistics from the kernel (``norm_kernels.grouped_stats``), then
-    ``y = (x - mean) rstd w + b`` as one XLA elementwise fusion (dropped when y is unused); group
-    norm with a ``writes_y`` launch: both in one kernel (``norm_kernels.grouped_forward``)."""
-    from jaxrules import norm_kernels
-
-    if layout == "group" and dispatch.grouped_writes_y(launch):
-        rows = [P.channel_rows(v, layout, groups, x3.shape[0]) for v in (w, b)]
-        return norm_kernels.grouped_forward(x3, *rows, groups=groups, eps=eps, launch=launch)
-    mean, rstd = norm_kernels.grouped_stats(x3, layout=layout, groups=groups, eps=eps, launch=launch)
-    n, stat = x3.shape[0], mean.dtype
-    rows = x3.shape[1] // groups if layout == "group" else n
-
-    def per_row(v):  # per-group statistic (P,) as (N, C, 1)
-        return P.rows_to_samples(jnp.broadcast_to(v[:, None], (v.shape[0], rows)), layout, n)[..., None]
-
-    y = (x3.astype(stat) - per_row(mean)) * (per_row(rstd) * w.astype(stat)[:, None]) + b.astype(stat)[:, None]
-    return y.astype(x3.dtype), mean, rstd
-
-
-def _grouped_norm_batch(args, dims, *, vmap_axis_name, layout, groups, eps, launch):
-    """The vmap dimension folded into the kernels' launch when weight and bias are shared: into
-    the samples for group norm (``native_group_norm_plumbing``), into the channels for batch norm
-    (``batch_norm_batch_rule``, weight and bias tiled); else the op under ``jax.vmap``."""
-    import jax
-
-    (x, w, b), (x_dim, w_dim, b_dim) = args, dims
-    params = dict(layout=layout, groups=groups, eps=eps, launch=launch)
-    if x_dim is not None and w_dim is None and b_dim is None:
-        x = jnp.moveaxis(x, x_dim, 0)
-        batch, n, c, length = x.shape
-        if layout == "group":
-            y, mean, rstd = _grouped_norm_primal(x.reshape(batch * n, c, length), w, b, **params)
-            return (y.reshape(x.shape), mean.reshape(batch, -1), rstd.reshape(batch, -1)), (0, 0, 0)
-        folded = jnp.swapaxes(x, 0, 1).reshape(n, batch * c, length)
-        y, mean, rstd = _grouped_norm_primal(folded, jnp.tile(w, batch), jnp.tile(b, batch), **params)
-        y = jnp.swapaxes(y.reshape(n, batch, c, length), 0, 1)
-        return (y, mean.reshape(batch, c), rstd.reshape(batch, c)), (0, 0, 0)
-    moved = [a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
-    fn = lambda *a: _grouped_norm_primal(*a, **params)  # noqa: E731
-    return jax.vmap(fn, in_axes=[None if d is None else 0 for d in dims])(*moved), (0, 0, 0)
-
-
-grouped_norm_op = define_op(
-    "grouped_norm", _grouped_norm_primal, J.grouped_norm_jvp, R.grouped_norm_vjp,
-    lambda outs, x, w, b, **_: (x, w, outs[1], outs[2]), _grouped_norm_batch,
-)
-
-
 def _rms_norm_primal(x, w, *, axes, eps):
     """``(y, rstd)``: ``y = x rstd w`` in x's dtype, ``rstd = rsqrt(E[x^2] + eps)`` over ``axes``
     (kept, in ``stat_dtype``); ``w`` broadcasts against x."""
@@ -256,64 +205,48 @@ rms_norm_backward_eps_op = define_op(
 # ----------------------------------------------------------------------------------------------
 # Public functions
 
-_KERNEL_IMPLS = ("xla", "pallas", "pallas_interpret")
-_ROW_KERNEL_IMPLS = _KERNEL_IMPLS + ("mosaic", "mosaic_interpret")  # layer and RMS norm
+_ROW_IMPLS = ("xla", "pallas", "pallas_interpret")
+_REMOVED_KERNELS = ("mosaic", "mosaic_interpret")  # layer/RMS norm's Mosaic GPU kernels
+_REMOVED_GROUPED = ("pallas", "pallas_interpret")  # batch/group norm's fused kernels
 
 
-def _kernel_plan(op, impl, x, auto_plan, launch, impls=_KERNEL_IMPLS):
-    """``dispatch.Plan`` of the implementation to run: ``impl`` if given (one of ``impls``, checked;
-    ``launch(kernel, interpret)`` gives the launch parameters of ``"pallas"`` or ``"mosaic"``),
-    else ``auto_plan(platform, device kind)`` — the dispatch's pure decision for this shape and
-    dtype. Empty inputs always take the XLA formulas, and so does a ``"pallas"`` impl in a JAX
-    without Pallas' Triton backend (``dispatch.triton_backend_missing``, warned once)."""
-    if impl is not None and impl not in impls:
-        raise ValueError(f"{op}: impl must be one of {impls}, got {impl!r}")
-    if impl == "xla" or x.size == 0:
-        return dispatch.Plan("xla", None, "impl='xla'" if impl else "empty input")
-    kernel = None if impl is None else impl.removesuffix("_interpret")
-    if kernel == "pallas" and (missing := dispatch.triton_backend_missing()):
+def _removed_impl(op, impl, why):
+    """``"xla"`` after a ``DeprecationWarning`` for an ``impl`` whose kernels were removed."""
+    warnings.warn(f"{op}: impl={impl!r} is deprecated and runs the XLA formulas: {why}", DeprecationWarning,
+                  stacklevel=3)
+    return "xla"
+
+
+def _rows_plan(op, impl, x, n):
+    """``dispatch.Plan`` of layer/RMS norm on x with rows of ``n``: the XLA formulas unless ``impl``
+    asks for the fused kernels (``"pallas"``; ``"pallas_interpret"`` in tests), launched by the rule
+    of the shape (``dispatch.rows_launch``). Empty inputs take the XLA formulas, and so does
+    ``"pallas"`` in a JAX without Pallas' Triton backend (``dispatch.triton_backend_missing``,
+    warned once)."""
+    if impl in _REMOVED_KERNELS:
+        impl = _removed_impl(op, impl, "the Mosaic GPU kernels were removed (slower than the Triton kernels and the "
+                                       "XLA formulas at most shapes)")
+    if impl is not None and impl not in _ROW_IMPLS:
+        raise ValueError(f"{op}: impl must be None or one of {_ROW_IMPLS}, got {impl!r}")
+    if impl in (None, "xla") or x.size == 0:
+        return dispatch.Plan("xla", None, "empty input" if x.size == 0 else f"impl={impl!r}")
+    if impl == "pallas" and (missing := dispatch.triton_backend_missing()):
         return dispatch.Plan("xla", None, missing)
-    if kernel is not None:
-        return dispatch.Plan(kernel, launch(kernel, impl.endswith("_interpret")), f"impl={impl!r}")
-    return dispatch.Plan("xla", None, "the default: the XLA formulas")
+    if n > dispatch.MAX_WIDTH:
+        raise ValueError(f"{op}: impl={impl!r} takes rows of at most {dispatch.MAX_WIDTH} columns (one program holds "
+                         f"a row), got {n}; use impl='xla' or None")
+    launch = dispatch.rows_launch(x.size // n, n, interpret=impl == "pallas_interpret")
+    return dispatch.Plan("pallas", launch, f"impl={impl!r}")
 
 
-def _rows_auto_plan(op, x, m_local, n, weight_dtype):
-    """``auto_plan`` of a rows op (``"layer_norm"``/``"rms_norm"``) on x, ``m_local`` rows of
-    ``n`` on each device where the split is known when tracing; where XLA will choose it (an
-    ``Auto`` mesh, ``partitioning.auto_mesh_sizes``) the plan is the shard's, decided when XLA
-    partitions the program if the possible splits' plans differ (``dispatch.shard_plan``)."""
-    sizes = partitioning.auto_mesh_sizes(x)
-    splits = () if sizes is None else [(m_local // s, n) for s in dispatch.mesh_splits(sizes) if m_local % s == 0]
-    return _auto_plan(op, (m_local, n), x.dtype, weight_dtype, splits)
-
-
-def _auto_plan(op, features, dtype, weight_dtype, shard_features):
-    """``auto_plan(platform, device kind)`` of ``op`` on ``features``: ``dispatch.shard_plan``
-    over the features of the shards XLA may make (none: the plan of ``features``)."""
-    return lambda platform, kind: dispatch.shard_plan(op, platform, kind, features, dtype, weight_dtype,
-                                                      shard_features)
-
-
-def _row_launch(op, shape, m, n, dtype):
-    """``launch(kernel, interpret)`` of the rows kernels on (m, n) (x of ``shape``: each device's
-    rows, flattened): a clear error where the Mosaic GPU kernels cannot run it (a shape they do
-    not take, ``mosaic_kernels.mosaic_supports``; no Mosaic GPU backend; a GPU older than Hopper)."""
-
-    def launch(kernel, interpret):
-        gpu = jax.devices()[0]
-        if kernel == "mosaic":
-            from jaxrules import mosaic_kernels
-
-            impl = "mosaic_interpret" if interpret else "mosaic"
-            why = mosaic_kernels.mosaic_supports(m, n, dtype, interpret=interpret) or dispatch.mosaic_backend_missing()
-            if not why and not interpret and gpu.platform == "gpu" and float(getattr(gpu, "compute_capability", 0)) < 9:
-                why = f"the Mosaic GPU kernels need Hopper or newer, not {gpu.device_kind}"
-            if why:
-                raise ValueError(f"{op}: impl={impl!r} cannot run x of shape {shape} {jnp.dtype(dtype).name}: {why}")
-        return dispatch.row_launch(kernel, m, n, dtype, interpret=interpret, device_kind=None)
-
-    return launch
+def _grouped_impl(op, impl):
+    """Batch and group norm run their XLA formulas: ``impl`` None or ``"xla"``; ``"pallas"``
+    (their removed fused kernels) is deprecated."""
+    if impl in _REMOVED_GROUPED:
+        return _removed_impl(op, impl, "its fused kernels were removed (slower than the XLA formulas at large shapes)")
+    if impl not in (None, "xla"):
+        raise ValueError(f"{op}: impl must be None or 'xla', got {impl!r}")
+    return "xla"
 
 
 def _affine_vectors(op, x, channels, weight, bias):
@@ -322,42 +255,6 @@ def _affine_vectors(op, x, channels, weight, bias):
     w = _affine(op, jnp.ones(channels, x.dtype), weight, None, channels, 0, keep_dtype=False)
     b = _affine(op, jnp.zeros(channels, x.dtype), None, bias, channels, 0, keep_dtype=False)
     return partitioning.replicated(w), partitioning.replicated(b)
-
-
-def _grouped_norm(op, x, weight, bias, *, layout, groups, eps, launch):
-    """Batch/group norm through the fused kernels, x (N, C, *) as (N, C, L): ``(y, mean, rstd)``,
-    the statistics per group."""
-    w, b = _affine_vectors(op, x, (x.shape[1],), weight, bias)
-    x3 = x.reshape(x.shape[0], x.shape[1], math.prod(x.shape[2:]))
-    y, mean, rstd = grouped_norm_op(x3, w, b, layout=layout, groups=groups, eps=eps, launch=launch)
-    return y.reshape(x.shape), mean, rstd
-
-
-def _weight_dtype(x, weight):
-    return x.dtype if weight is None else jnp.result_type(weight)
-
-
-def _grouped_kernel_plan(op, impl, x, weight, groups):
-    """The plan of batch norm (``groups=None``) or group norm on x (N, C, *), decided on each
-    device's shard: when tracing where its sharding is known then (an ``Explicit`` mesh), else
-    (an ``Auto`` mesh) on each device's samples when XLA partitions the program, where the
-    possible splits' plans differ (``dispatch.shard_plan``)."""
-    local = partitioning.local_shape(x)
-    n, c, length = local[0], local[1], math.prod(local[2:])
-
-    def features(samples):
-        return (c, samples, length) if groups is None else (samples * groups, c // groups, length)
-
-    sizes = partitioning.auto_mesh_sizes(x)  # an Auto mesh: XLA splits the samples, decided per shard
-    splits = () if sizes is None else [features(n // s) for s in dispatch.mesh_splits(sizes) if n % s == 0]
-    return _kernel_plan(op, impl, x, _auto_plan(op, features(n), x.dtype, _weight_dtype(x, weight), splits),
-                        lambda kernel, interpret: dispatch.grouped_launch(op, None, interpret))
-
-
-def _gpu_kind():
-    """The GPU's device kind (the launches measured on it), None off the GPU."""
-    gpu = jax.devices()[0]
-    return gpu.device_kind if gpu.platform == "gpu" else None
 
 
 def normalize_backward(x, mean, rstd, g, *, axes, eps, axis_name):
@@ -458,12 +355,11 @@ def layer_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: Arra
         bias: the elementwise shift, of shape ``normalized_shape``; None: 0.
         eps: added to the variance; a finite real number (negative too, as torch), or a traced
             scalar (then the XLA formulas run: the kernels compile ``eps`` in).
-        impl: keyword-only: None (the dispatch's choice, ``jaxrules.dispatch``: the fused
-            kernels on a GPU where they were measured faster for this shape and dtype),
-            ``"pallas"`` (the fused kernels, ``norm_kernels``: Pallas' Triton backend),
-            ``"mosaic"`` (the same kernels for Pallas' Mosaic GPU backend, ``mosaic_kernels``:
-            Hopper, widths a multiple of 128 up to 16384), ``"xla"`` (the jnp formulas) or
-            ``"pallas_interpret"`` / ``"mosaic_interpret"`` (the kernels interpreted, for tests).
+        impl: keyword-only: None or ``"xla"`` (the XLA formulas, the default everywhere),
+            ``"pallas"`` (the opt-in fused kernels, ``norm_kernels``: Pallas' Triton backend,
+            rows of at most 16384; faster than the XLA formulas at many large shapes on an H200,
+            ``benchmarks/README.md``) or ``"pallas_interpret"`` (the kernels interpreted, for
+            tests); ``"mosaic"`` is deprecated (the XLA formulas run).
 
     Returns:
         ``y``, of x's shape and dtype.
@@ -481,9 +377,7 @@ def layer_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: Arra
     impl = _eps_plan("layer_norm", impl, eps)
     n = math.prod(shape)
     m = x.size // max(n, 1)
-    m_local = math.prod(partitioning.local_shape(x)[: x.ndim - k])  # each device's rows, where known
-    plan = _kernel_plan("layer_norm", impl, x, _rows_auto_plan("layer_norm", x, m_local, n, _weight_dtype(x, weight)),
-                        _row_launch("layer_norm", x.shape, m_local, n, x.dtype), _ROW_KERNEL_IMPLS)
+    plan = _rows_plan("layer_norm", impl, x, n)
     if plan.impl == "xla":
         return _affine_normalize("layer_norm", x, weight, bias, axes, shape, x.ndim - k, eps, None)[0]
     w, b = _affine_vectors("layer_norm", x, shape, weight, bias)
@@ -508,9 +402,8 @@ def group_norm(x: ArrayLike, num_groups: int, weight: ArrayLike | None = None, b
         bias: the per-channel shift (C,); None: 0.
         eps: added to the variance; a finite real number, or a traced scalar (then the XLA
             formulas run).
-        impl: keyword-only: None (the dispatch's choice, ``jaxrules.dispatch``), ``"pallas"``
-            (the fused kernels, ``norm_kernels.grouped_*``), ``"xla"`` (the jnp formulas) or
-            ``"pallas_interpret"`` (tests).
+        impl: keyword-only: None or ``"xla"`` (the XLA formulas); ``"pallas"`` is deprecated
+            (its kernels were removed: the XLA formulas run).
 
     Returns:
         ``y``, of x's shape and dtype.
@@ -526,11 +419,7 @@ def group_norm(x: ArrayLike, num_groups: int, weight: ArrayLike | None = None, b
     if not isinstance(num_groups, numbers.Integral) or num_groups < 1 or x.shape[1] % num_groups:
         raise ValueError(f"group_norm: num_groups={num_groups!r} must be a positive divisor of C={x.shape[1]}")
     eps = _check_eps("group_norm", eps)
-    impl = _eps_plan("group_norm", impl, eps)
-    plan = _grouped_kernel_plan("group_norm", impl, x, weight, int(num_groups))
-    if plan.impl != "xla":
-        return _grouped_norm("group_norm", x, weight, bias, layout="group", groups=int(num_groups), eps=eps,
-                             launch=plan.launch)[0]
+    _grouped_impl("group_norm", impl)
     # (N, G, C/G, L), in two reshapes: one that merges and splits at once is refused for a sharded
     # N under an Explicit mesh.
     # (-1 is avoided: it is ambiguous for an empty batch.)
@@ -569,10 +458,6 @@ def batch_norm(
     ``(x - running_mean) / sqrt(running_var + eps)``. Seed ``batch_norm_jvp``, the native
     backward and ``batchnorm_double_backward``; vmap folds B0 into the channels.
 
-    ``impl`` (training): ``None`` (the dispatch's choice, ``jaxrules.dispatch``; XLA with
-    ``axis_name``), ``"pallas"`` (fused kernels, ``norm_kernels.grouped_*``), ``"xla"`` (the jnp
-    formulas, the only one with ``axis_name``) or ``"pallas_interpret"`` (tests).
-
     Under ``jax.vmap`` with a batched input and unbatched running statistics in training,
     functorch raises (it would update the statistics in place); here the new statistics are
     outputs, so the case is well defined: they come back batched, one per example.
@@ -590,8 +475,8 @@ def batch_norm(
             (then the XLA formulas run).
         axis_name: keyword-only: the mapped axis whose devices share the batch statistics
             (training), or None.
-        impl: keyword-only (training): None (the dispatch's choice; XLA with ``axis_name``),
-            ``"pallas"``, ``"xla"`` or ``"pallas_interpret"``.
+        impl: keyword-only: None or ``"xla"`` (the XLA formulas); ``"pallas"`` is deprecated
+            (its kernels were removed: the XLA formulas run).
 
     Returns:
         ``(y, new_running_mean, new_running_var)``: y of x's shape and dtype; the running
@@ -599,8 +484,7 @@ def batch_norm(
 
     Raises:
         ValueError: x of rank < 2, running statistics or weight/bias not of shape (C,), eval
-            without running statistics, a non-finite ``momentum``, an unknown ``impl`` or a
-            kernel ``impl`` with ``axis_name``.
+            without running statistics, a non-finite ``momentum`` or an unknown ``impl``.
         TypeError: a non-real or non-finite ``eps``.
     """
     x = V.array("batch_norm", "x", x)
@@ -623,30 +507,22 @@ def batch_norm(
             raise ValueError("batch_norm: running_mean and running_var are required when training=False")
         y = (x - running_mean.reshape(channel_view)) * lax.rsqrt(running_var.reshape(channel_view) + eps)
         return _affine("batch_norm", y.astype(x.dtype), weight, bias, (channels,), 1), running_mean, running_var
-    impl = _eps_plan("batch_norm", impl, eps)
+    _grouped_impl("batch_norm", impl)
     from jaxrules.mechanism import concrete_value
 
     host_eps = eps if isinstance(eps, float) else concrete_value(eps)  # checked when concrete
     if host_eps is not None and host_eps <= 0:  # torch: "batch_norm eps must be positive during training"
         raise ValueError(f"batch_norm: eps must be positive during training (as torch), got {eps!r}")
-    if impl not in (None, "xla") and axis_name is not None:
-        raise ValueError(f"batch_norm: impl={impl!r} computes per-device statistics; axis_name needs impl='xla'")
-    plan = _grouped_kernel_plan("batch_norm", "xla" if axis_name is not None else impl, x, weight, None)
     axes = (0,) + tuple(range(2, x.ndim))
     count = math.prod(x.shape[a] for a in axes) * (1 if axis_name is None else lax.psum(1, axis_name))
     if isinstance(count, int) and count == 1:  # torch: none (an empty x) is accepted
         raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got input {x.shape}")
-    if plan.impl == "xla":
-        y = _affine_normalize("batch_norm", x, weight, bias, axes, (channels,), 1, eps, axis_name)[0]
-        if running_mean is None and running_var is None:
-            return y, None, None
-        xs = lax.stop_gradient(x).astype(P.stat_dtype(x.dtype))
-        mean = P.group_mean(xs, axes, axis_name)
-        var = P.group_mean(jnp.square(xs - mean), axes, axis_name)
-    else:
-        y, mean, rstd = _grouped_norm("batch_norm", x, weight, bias, layout="batch", groups=1, eps=eps,
-                                      launch=plan.launch)
-        mean, var = lax.stop_gradient(mean), lax.stop_gradient(1 / (rstd * rstd) - eps)  # the kernel's statistics
+    y = _affine_normalize("batch_norm", x, weight, bias, axes, (channels,), 1, eps, axis_name)[0]
+    if running_mean is None and running_var is None:
+        return y, None, None
+    xs = lax.stop_gradient(x).astype(P.stat_dtype(x.dtype))
+    mean = P.group_mean(xs, axes, axis_name)
+    var = P.group_mean(jnp.square(xs - mean), axes, axis_name)
     new_mean, new_var = _updated_running_stats(mean, var, count, running_mean, running_var, momentum)
     return y, new_mean, new_var
 
@@ -773,10 +649,8 @@ def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayL
     torch's ``_fused_rms_norm``). vmap: the XLA formulas under ``jax.vmap`` (reductions over
     trailing axes need no fold); the kernels' op folds B0 into the rows.
 
-    On a GPU the fused kernels (``norm_kernels.rms_forward``/``rms_backward``: layer norm's row
-    kernels without centering) run where the dispatch chooses them (``dispatch.rms_norm_plan``,
-    from measurements per device kind; none are recorded yet, so the default is the XLA formulas
-    until a GPU sweep measures the kernels faster). Their VJP runs the backward kernel, whose own
+    With ``impl="pallas"`` the fused kernels run (``norm_kernels.rms_forward``/``rms_backward``:
+    layer norm's row kernels without centering). Their VJP runs the backward kernel, whose own
     derivatives are those of the jnp formulas above, so double backward and every transform
     compose; under ``jit`` with sharded rows they run on each device's rows
     (``jaxrules.partitioning``).
@@ -789,10 +663,11 @@ def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayL
             (float32 for bfloat16/float16 input: torch 2.13 takes its ``opmath`` type's epsilon,
             not ``finfo(x.dtype).eps`` as its documentation says); a finite real number, or a
             traced scalar (then the XLA formulas run: the kernels compile ``eps`` in).
-        impl: keyword-only: None (the dispatch's choice, ``jaxrules.dispatch``), ``"pallas"``
-            (the fused kernels), ``"mosaic"`` (their Mosaic GPU version, as ``layer_norm``'s),
-            ``"xla"`` (the jnp formulas) or ``"pallas_interpret"`` / ``"mosaic_interpret"`` (the
-            kernels interpreted, for tests).
+        impl: keyword-only: None or ``"xla"`` (the XLA formulas, the default everywhere),
+            ``"pallas"`` (the opt-in fused kernels, ``norm_kernels``: Pallas' Triton backend,
+            rows of at most 16384; faster than the XLA formulas at many large shapes on an H200,
+            ``benchmarks/README.md``) or ``"pallas_interpret"`` (the kernels interpreted, for
+            tests); ``"mosaic"`` is deprecated (the XLA formulas run).
 
     Returns:
         ``y``, of x's shape and dtype.
@@ -818,9 +693,7 @@ def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayL
             raise ValueError(f"{op}: weight must have shape {shape}, got {w.shape}")
     impl = _eps_plan(op, impl, eps)
     n = math.prod(shape)
-    m_local = math.prod(partitioning.local_shape(x)[: x.ndim - k])  # each device's rows, where known
-    plan = _kernel_plan(op, impl, x, _rows_auto_plan("rms_norm", x, m_local, n, w.dtype),
-                        _row_launch(op, x.shape, m_local, n, x.dtype), _ROW_KERNEL_IMPLS)
+    plan = _rows_plan(op, impl, x, n)
     if plan.impl != "xla":
         y, _ = rms_norm_rows_op(x.reshape(x.size // n, n), partitioning.replicated(w).reshape(n), eps=eps,
                                 launch=plan.launch)
@@ -839,100 +712,49 @@ _SEED_SHARED = ("_norm_jvp", "_invstd_jvp", "_affine_jvp")
 _FORMULAS = ("affine_normalize", "normalize_backward")
 
 
-def _kernel_mode(x, kernel="pallas"):
-    """The fused kernels (``"pallas"`` or ``"mosaic"``) compiled on a GPU (float32 and narrower;
-    the Mosaic GPU kernels on Hopper or newer), interpreted elsewhere."""
+def _kernel_mode(x):
+    """The fused kernels compiled on a GPU (float32 and narrower), interpreted elsewhere."""
     import jax
 
-    compiled = jax.default_backend() == "gpu" and x.dtype != np.float64
-    if kernel == "mosaic":
-        compiled = compiled and float(getattr(jax.devices()[0], "compute_capability", 0)) >= 9
-    return kernel if compiled else f"{kernel}_interpret"
+    return "pallas" if jax.default_backend() == "gpu" and x.dtype != np.float64 else "pallas_interpret"
 
 
-def _fused_layer_norm_fn(x, weight, bias, kernel="pallas"):
-    return layer_norm(x, x.shape[-1:], weight, bias, impl=_kernel_mode(x, kernel))  # (0-d x: () refused, as torch)
+def _fused_layer_norm_fn(x, weight, bias):
+    return layer_norm(x, x.shape[-1:], weight, bias, impl=_kernel_mode(x))  # (0-d x: () refused, as torch)
 
 
-def _fused_group_norm_fn(x, num_groups, weight, bias):
-    return group_norm(x, num_groups, weight, bias, impl=_kernel_mode(x))
+def _fused_rms_norm_fn(x, weight, eps=None):
+    return rms_norm(x, x.shape[-1:], weight, eps, impl=_kernel_mode(x))  # (0-d x: () refused, as torch)
 
 
-def _fused_batch_norm_fn(x, weight, bias):
-    return batch_norm(x, None, None, weight, bias, training=True, impl=_kernel_mode(x))[0]
-
-
-_GROUPED_BATCHING = ("primal: vmap folded into the kernels' launch (group norm: into N; batch norm: into the "
-                     "channels, weight and bias tiled) when weight and bias are shared; formulas: the kernels "
-                     "under jax.vmap")
-_GROUPED_DOUBLE = "JAX's derivative of the jnp form of the kernel's backward (the kernel is not differentiated)"
-record(
-    "group_norm[pallas]", fn=_fused_group_norm_fn, public=(_NN + "group_norm(impl='pallas')",),
-    formula_ops=("grouped_norm",),
-    seed=("group_norm_jvp", "native_group_norm_backward", "infinitely_differentiable_native_group_norm_backward"),
-    samples=lambda rng, dt: [Sample((normal(rng, dt, 2, 4, 3, 5), 2, normal(rng, dt, 4) + 1, normal(rng, dt, 4)))],
-    torch_fn=lambda torch, x, g, w, b: torch.nn.functional.group_norm(x, g, w, b),
-    torch_name="torch.nn.functional.group_norm", low_precision=("float32", "bfloat16"), double_backward=_GROUPED_DOUBLE,
-    batching=_GROUPED_BATCHING,
-    singular=(SingularPoint("constant groups", (np.full((2, 4, 3), 1.5), 2, np.ones(4), np.zeros(4)),
-                            (np.zeros((2, 4, 3)), np.zeros(4), None)),),
-    kernel_backed=True,
-)
-record(
-    "batch_norm[pallas]", fn=_fused_batch_norm_fn, public=(_NN + "batch_norm(impl='pallas')",),
-    formula_ops=("grouped_norm",), seed=("batch_norm_jvp", "batchnorm_backward", "batchnorm_double_backward"),
-    samples=lambda rng, dt: [Sample((normal(rng, dt, 3, 2, 5, 2), normal(rng, dt, 2) + 1, normal(rng, dt, 2)))],
-    torch_fn=lambda torch, x, w, b: torch.nn.functional.batch_norm(x, None, None, w, b, training=True),
-    torch_name="torch.nn.functional.batch_norm (training)", low_precision=("float32", "bfloat16"),
-    double_backward=_GROUPED_DOUBLE, batching=_GROUPED_BATCHING,
-    singular=(SingularPoint("constant channels", (np.full((3, 2, 2), -1.0), np.ones(2), np.zeros(2)),
-                            (np.zeros((3, 2, 2)), np.zeros(2), None)),),
-    kernel_backed=True,
-)
-
-
-# kernel: (its backend, the RMS record's sample width, its singular point's width): the Triton
-# kernels' masked columns at any width, the Mosaic GPU kernels' multiples of 128
-_ROW_KERNEL_BACKENDS = {"pallas": ("Pallas' Triton backend", 24, 3),
-                        "mosaic": ("Pallas' Mosaic GPU backend (Hopper)", 128, 128)}
-
-
-def _fused_rms_norm_fn(x, weight, eps=None, kernel="pallas"):
-    return rms_norm(x, x.shape[-1:], weight, eps, impl=_kernel_mode(x, kernel))  # (0-d x: () refused, as torch)
-
-
+_KERNEL_DOUBLE = "JAX's derivative of the jnp form of the kernel's backward (the kernel is not differentiated)"
 _RMS_SEEDS = ("rms_norm_jvp", "rms_norm_rstd_jvp", "_fused_rms_norm_backward",
               "infinitely_differentiable_native_rms_norm_backward")
-for _kernel, (_backend, _width, _zeros) in _ROW_KERNEL_BACKENDS.items():  # the same records for both kernels
-    record(
-        f"layer_norm[{_kernel}]", fn=functools.partial(_fused_layer_norm_fn, kernel=_kernel),
-        public=(_NN + f"layer_norm(impl={_kernel!r})",), formula_ops=("layer_norm_rows",),
-        seed=("layer_norm_jvp", "native_layer_norm_backward", "layer_norm_double_backward"),
-        samples=lambda rng, dt: [Sample((normal(rng, dt, 8, 128), normal(rng, dt, 128) + 1, normal(rng, dt, 128)))],
-        torch_fn=lambda torch, x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b),
-        torch_name="torch.nn.functional.layer_norm", low_precision=("float32", "bfloat16"),
-        double_backward=_GROUPED_DOUBLE, batching=f"{_backend}; primal: vmap folded into the rows (one launch) when "
-        "weight and bias are shared; formulas: the kernels under jax.vmap",
-        kernel_backed=_kernel == "pallas",  # the Mosaic GPU kernels do not need the Triton backend
-    )
-    record(
-        f"rms_norm[{_kernel}]", fn=functools.partial(_fused_rms_norm_fn, kernel=_kernel),
-        public=(_NN + f"rms_norm(impl={_kernel!r})",), formula_ops=("rms_norm_rows",), seed=_RMS_SEEDS,
-        samples=lambda rng, dt, n=_width: [Sample((normal(rng, dt, 5, n), normal(rng, dt, n) + 1))],
-        torch_fn=lambda torch, x, w, eps=None: torch.nn.functional.rms_norm(x, x.shape[-1:], w, eps),
-        torch_name="torch.nn.functional.rms_norm", low_precision=("float32", "bfloat16"),
-        double_backward=_GROUPED_DOUBLE, batching=f"{_backend}; primal: vmap folded into the rows (one launch) when "
-        "the weight is shared; formulas: the kernels under jax.vmap",
-        # rstd = rsqrt(0 + eps) = 2, x_hat = 0: dx = rstd w, dw = 0 (as the XLA path's record).
-        singular=(SingularPoint("all-zero rows, eps=0.25", (np.zeros((2, _zeros)), np.arange(1.0, _zeros + 1)),
-                                (np.tile(np.arange(2.0, 2 * _zeros + 2, 2.0), (2, 1)), np.zeros(_zeros)), {"eps": 0.25},
-                                jvp=np.tile(np.arange(2.0, 2 * _zeros + 2, 2.0), (2, 1)),
-                                # Second derivatives here: the [pallas] record's (width 3). Both run the
-                                # jnp form of the backward; through the Mosaic kernels interpreted at width
-                                # 128 (256 directions) XLA's GPU compiler took 3 minutes (RESULTS.md, stop 24).
-                                finite_second=_kernel == "pallas"),),
-        kernel_backed=_kernel == "pallas",
-    )
+record(
+    "layer_norm[pallas]", fn=_fused_layer_norm_fn, public=(_NN + "layer_norm(impl='pallas')",),
+    formula_ops=("layer_norm_rows",), seed=("layer_norm_jvp", "native_layer_norm_backward", "layer_norm_double_backward"),
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 8, 128), normal(rng, dt, 128) + 1, normal(rng, dt, 128))),
+                             Sample((normal(rng, dt, 5, 24), normal(rng, dt, 24) + 1, normal(rng, dt, 24)))],
+    torch_fn=lambda torch, x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b),
+    torch_name="torch.nn.functional.layer_norm", low_precision=("float32", "bfloat16"),
+    double_backward=_KERNEL_DOUBLE, batching="Pallas' Triton backend; primal: vmap folded into the rows (one launch) "
+    "when weight and bias are shared; formulas: the kernels under jax.vmap",
+    kernel_backed=True,
+)
+record(
+    "rms_norm[pallas]", fn=_fused_rms_norm_fn, public=(_NN + "rms_norm(impl='pallas')",),
+    formula_ops=("rms_norm_rows",), seed=_RMS_SEEDS,
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 5, 24), normal(rng, dt, 24) + 1))],
+    torch_fn=lambda torch, x, w, eps=None: torch.nn.functional.rms_norm(x, x.shape[-1:], w, eps),
+    torch_name="torch.nn.functional.rms_norm", low_precision=("float32", "bfloat16"),
+    double_backward=_KERNEL_DOUBLE, batching="Pallas' Triton backend; primal: vmap folded into the rows (one launch) "
+    "when the weight is shared; formulas: the kernels under jax.vmap",
+    # rstd = rsqrt(0 + eps) = 2, x_hat = 0: dx = rstd w, dw = 0 (as the XLA path's record).
+    singular=(SingularPoint("all-zero rows, eps=0.25", (np.zeros((2, 3)), np.arange(1.0, 4.0)),
+                            (np.tile(np.arange(2.0, 8.0, 2.0), (2, 1)), np.zeros(3)), {"eps": 0.25},
+                            jvp=np.tile(np.arange(2.0, 8.0, 2.0), (2, 1))),),
+    kernel_backed=True,
+)
 
 
 record(

@@ -199,41 +199,6 @@ def masked_softmax_parts(x, mask, axis):
     return e, jnp.where(jnp.any(mask, axis=axis, keepdims=True), s, 1)
 
 
-# Group norm's reshapes between (N, C, ...) and (N G, C/G, ...) go through (N, G, C/G, ...): one
-# that splits and merges axes at once is refused for a sharded N under an ``Explicit`` mesh.
-
-
-def groups_first(x3, layout, groups):
-    """(N, C, L) as (P, K, L): P statistic groups of K rows. ``layout`` ``"group"``: P = N G,
-    K = C / G (group norm); ``"batch"``: P = C, K = N (batch norm)."""
-    if layout == "group":
-        n, c, length = x3.shape
-        return x3.reshape(n, groups, c // groups, length).reshape(n * groups, c // groups, length)
-    return jnp.swapaxes(x3, 0, 1)
-
-
-def groups_last(u, layout, shape):
-    """The inverse of ``groups_first``: (P, K, L) back to ``shape`` (N, C, L)."""
-    if layout == "group":
-        n = shape[0]
-        return u.reshape(n, u.shape[0] // max(n, 1), *u.shape[1:]).reshape(shape)
-    return jnp.swapaxes(u, 0, 1)
-
-
-def rows_to_samples(rows, layout, n):
-    """Per-row values (P, K) as per (sample, channel) values (N, C)."""
-    if layout != "group":
-        return rows.T
-    return rows.reshape(n, rows.shape[0] // max(n, 1), rows.shape[1]).reshape(n, -1)
-
-
-def channel_rows(v, layout, groups, n):
-    """A per-channel vector (C,) as per-row values (P, K)."""
-    if layout == "group":
-        return jnp.tile(v.reshape(groups, -1), (n, 1))
-    return jnp.broadcast_to(v[:, None], (v.shape[0], n))
-
-
 def norm_projection(x, mean, rstd, v, axes, axis_name):
     """``rstd (v - E[v] - x_hat E[v x_hat])``: both the JVP of x -> x_hat (seed ``_norm_jvp`` with
     ``_invstd_jvp``) and its transpose (the native backward without weight), since the operator
