@@ -22,14 +22,16 @@ gradients of every parameter, no optimizer update (the same on both sides). All 
 activations are in the point's dtype; normalization statistics and the loss in float32 (the
 logits / the UNet's output are cast to float32 before the loss, on both sides).
 
-Models and the full (GPU) grid, 11 points:
+Models and the full (GPU) grid, 13 points:
 
 * ``gpt``, bfloat16, vocab 32768, pre-LN blocks (layer_norm, QKV projection, causal attention,
   output projection, residual; layer_norm, MLP 4x with exact (erf) GELU, residual), token +
   position embedding (a gather), final layer_norm, unfused head ``h @ W_out.T`` (W_out (vocab,
   width)), cross_entropy: width 768 (12 layers, 12 heads, seq 1024, batch 8), width 4096 (4
   layers, 32 heads, seq 2048, batch 4), width 8192 (2 layers, 64 heads, seq 2048, batch 2);
-  head dim 64 / 128 / 128.
+  head dim 64 / 128 / 128. Two more rows give jaxrules' side the fused head
+  (``nn.linear_cross_entropy``) against the plain side's unfused one: width 768 as above, and
+  width 4096 with a 131072 vocabulary.
 * ``resnet``: ResNet-50's layout (v1.5) at 224x224: stem conv 7x7/2 + batch_norm, max_pool 3x3/2
   (pad 1), relu (relu after the pool: the same values, and no tied zeros in a pooling window,
   where the two sides' gradient conventions may differ), bottleneck blocks [3, 4, 6, 3] at 56, 28,
@@ -240,6 +242,9 @@ def gpt_loss(params, batch, *, cfg, np_, nn_):
         x = gpt_block(p, x, cfg["heads"], np_=np_, nn_=nn_)
     d = x.shape[-1]
     h = nn_.layer_norm(x, (d,), params["ln_f_w"], params["ln_f_b"])
+    fused = getattr(nn_, "linear_cross_entropy", None) if cfg.get("head") == "fused" else None
+    if fused is not None:  # jaxrules' fused head: the logits are never held (the plain side has none)
+        return fused(h.reshape(-1, d), params["w_out"], targets.reshape(-1)).astype(np_.float32)
     logits = np_.matmul(h.reshape(-1, d), params["w_out"].T)  # the unfused head: (B L, vocab)
     return nn_.cross_entropy(logits.astype(np_.float32), targets.reshape(-1))
 
@@ -356,6 +361,11 @@ GPT_CONFIGS = {
     "768": {"width": 768, "layers": 12, "heads": 12, "seq": 1024, "batch": 8, "vocab": 32768},
     "4096": {"width": 4096, "layers": 4, "heads": 32, "seq": 2048, "batch": 4, "vocab": 32768},
     "8192": {"width": 8192, "layers": 2, "heads": 64, "seq": 2048, "batch": 2, "vocab": 32768},
+    # jaxrules' side with the fused head (nn.linear_cross_entropy), the plain side unfused
+    "768-fused-head": {"width": 768, "layers": 12, "heads": 12, "seq": 1024, "batch": 8, "vocab": 32768,
+                       "head": "fused"},
+    "4096-fused-head": {"width": 4096, "layers": 4, "heads": 32, "seq": 2048, "batch": 4, "vocab": 131072,
+                        "head": "fused"},
 }
 RESNET = {"size": 224, "stem": 64, "widths": (64, 128, 256, 512), "blocks": (3, 4, 6, 3), "classes": 1000}
 UNET = {"size": 224, "channels": (64, 128, 256), "groups": 32}
