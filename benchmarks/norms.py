@@ -160,7 +160,9 @@ def main(argv=None):
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--out", default=None, help="JSON file of the rows and the run's metadata")
     args = parser.parse_args(argv)
-    points = [p for p in shapes.draw(args.seed, args.count) if p.op in args.ops.split(",")
+    drawn = shapes.held_out() if (args.seed, args.count) == (shapes.HELD_OUT_SEED, shapes.HELD_OUT_POINTS) else \
+        shapes.draw(args.seed, args.count)
+    points = [p for p in drawn if p.op in args.ops.split(",")
               and (args.max_elements is None or np.prod(p.shape) <= args.max_elements)]
     meta = {"device": jax.devices()[0].device_kind, "jax": jax.__version__, "form": args.form,
             "seed": args.seed, "count": args.count, "repeats": args.repeats, "calls": args.calls,

@@ -92,23 +92,24 @@ def _map_shape(op, rng) -> tuple[int, int, int, int]:
     return int(fitting[rng.integers(len(fitting))]), channels, side, side
 
 
-def draw(seed: int, count: int) -> list[Point]:
+def draw(seed: int, count: int, exclude=()) -> list[Point]:
     """``count`` points drawn with ``np.random.default_rng(seed)``: the op uniformly, then its
-    shape and dtypes; a repeated point is drawn again."""
+    shape and dtypes; a repeated point, or one of ``exclude``, is drawn again."""
     rng = np.random.default_rng(seed)
     points: list[Point] = []
+    excluded = set(exclude)
     while len(points) < count:
         op = OPS[rng.integers(len(OPS))]
         shape = _rows_shape(rng) if op in ("layer_norm", "rms_norm") else _map_shape(op, rng)
         point = Point(op, shape, *_dtypes(rng))
-        if point not in points:
+        if point not in points and point not in excluded:
             points.append(point)
     return points
 
 
 def held_out() -> list[Point]:
-    """The committed held-out draw."""
-    return draw(HELD_OUT_SEED, HELD_OUT_POINTS)
+    """The committed held-out draw: none of its points is in the tuning draw."""
+    return draw(HELD_OUT_SEED, HELD_OUT_POINTS, exclude=draw(TUNING_SEED, HELD_OUT_POINTS))
 
 
 def tensor_bytes(point: Point) -> int:
