@@ -584,10 +584,20 @@ def _class_inputs(op, input, target, weight, reduction):
     return x, t, w
 
 
+def _kept_mean(total, count, kept):
+    """``total / count``, the mean over the kept elements (``kept``: the mask of them). With none
+    kept the value is torch's 0 / 0 = NaN and the derivatives are 0, as torch's (its
+    ``nll_loss_backward`` writes nothing for an ignored target), not the NaN of ``0 * (1 / 0)``:
+    the quotient is taken with a count of 1 there and replaced by a constant NaN."""
+    any_kept = jnp.any(kept)
+    return jnp.where(any_kept, total / jnp.where(any_kept, count, 1), jnp.nan)
+
+
 def _nll(x, t, w, ignore_index, reduction):
-    """torch's ``nll_loss``: ``-w[t] x[t]`` per element (0 where ``t == ignore_index``); "mean"
-    divides the sum by the sum of ``w[t]`` over the kept elements (NaN when none is kept, as
-    torch). The pick is the ``take_along_axis`` op (its VJP scatters, seed ``gather_backward``)."""
+    """torch's ``nll_loss``: ``-w[t] x[t]`` per element (0 where ``t == ignore_index``, also at an
+    infinite ``x``, with a zero derivative); "mean" divides the sum by the sum of ``w[t]`` over the
+    kept elements (``_kept_mean``: NaN with zero derivatives when none is kept, as torch). The pick
+    is the ``take_along_axis`` op (its VJP scatters, seed ``gather_backward``)."""
     from jaxrules.ops.shape import take_along_axis
 
     axis = 0 if x.ndim == 1 else 1
@@ -595,11 +605,11 @@ def _nll(x, t, w, ignore_index, reduction):
     safe = jnp.where(kept, t, 0).astype(jnp.int32)
     picked = jnp.squeeze(take_along_axis(x, jnp.expand_dims(safe, axis), axis), axis)
     w_t = jnp.where(kept, w[safe], 0)
-    losses = -w_t * picked
+    losses = jnp.where(kept, -w_t * picked, 0)
     if reduction == "none":
         return losses
     total = reductions.sum(losses)
-    return _quotient(total, jnp.sum(w_t), losses.size == 0) if reduction == "mean" else total
+    return _kept_mean(total, jnp.sum(w_t), kept) if reduction == "mean" else total
 
 
 def _check_targets(op, x, t):
@@ -689,7 +699,7 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
     kept = t != ignore_index
     smooth = jnp.where(kept, -reductions.sum(logp * w.reshape(view), axis=axis), 0)
     if reduction == "mean":
-        smooth = _quotient(reductions.sum(smooth), jnp.sum(jnp.where(kept, w[jnp.where(kept, t, 0)], 0)), smooth.size == 0)
+        smooth = _kept_mean(reductions.sum(smooth), jnp.sum(jnp.where(kept, w[jnp.where(kept, t, 0)], 0)), kept)
     elif reduction == "sum":
         smooth = reductions.sum(smooth)
     term = smooth * (label_smoothing / classes)
