@@ -174,7 +174,8 @@ def test_cross_entropy_with_every_target_ignored_is_nan_as_torch():
 IGNORED_CASES = [(fn, reduction, weighted, smoothing)
                  for fn in ("nll_loss", "cross_entropy") for reduction in ("mean", "sum", "none")
                  for weighted in (False, True) for smoothing in ((0.0, 0.1) if fn == "cross_entropy" else (0.0,))]
-IGNORED_TARGETS = [(np.full((3, 2), -100), -100), (np.full((3, 2), 2), 2), (np.array([[-100, 1], [-100, -100], [3, -100]]), -100)]
+IGNORED_TARGETS = [(np.full((3, 2), -100), -100), (np.full((3, 2), 2), 2),
+                   (np.array([[-100, 1], [-100, -100], [3, -100]]), -100)]
 
 
 @pytest.mark.parametrize("fn, reduction, weighted, smoothing", IGNORED_CASES)
@@ -189,7 +190,8 @@ def test_class_losses_with_ignored_targets_match_torch_values_and_gradients(fn, 
     kw = {"reduction": reduction, **({"label_smoothing": smoothing} if smoothing else {})}
     for t, ignore in IGNORED_TARGETS:
         tx = torch.tensor(x, requires_grad=True)
-        expected = getattr(F, fn)(tx, torch.tensor(t), None if w is None else torch.tensor(w), ignore_index=ignore, **kw)
+        t_w = None if w is None else torch.tensor(w)
+        expected = getattr(F, fn)(tx, torch.tensor(t), t_w, ignore_index=ignore, **kw)
         (t_grad,) = torch.autograd.grad(expected.sum(), tx)
 
         def loss(v, t=t, ignore=ignore):
