@@ -145,3 +145,35 @@ def hyperparameter(op: str, name: str, value, like=None, *, low=None, strict=Tru
     if like is not None:
         broadcast(op, **{"x": like, name: arr})
     return arr
+
+
+def wide_indices(indices):
+    """Integer ``indices`` of at least 32 bits (int8/int16/uint8/uint16 become int32), so that a
+    bound compared with them or a position put in their place (``size``, a clip's ``size - 1``)
+    is not cast into a dtype too narrow to hold it."""
+    return indices.astype(jnp.int32) if jnp.dtype(indices.dtype).itemsize < 4 else indices
+
+
+def index_range(op: str, name: str, indices, size: int, *, allowed=None) -> None:
+    """Integer ``indices`` must lie in ``[0, size)`` (or equal ``allowed``, e.g. an
+    ``ignore_index``), torch's rule: ``ValueError`` naming ``op`` when they are concrete; when
+    traced a run-time check inside ``jaxrules.checked`` only (``checking.checked_only``; elsewhere
+    the op makes its result NaN)."""
+    from jaxrules.checking import checked_only
+    from jaxrules.mechanism import concrete_value
+
+    host = concrete_value(indices)
+    if host is not None:
+        host = np.asarray(host).astype(np.int64)
+        bad = (host < 0) | (host >= size)
+        if allowed is not None:
+            bad &= host != allowed
+        if bad.any():
+            ignored = "" if allowed is None else f" (or {allowed}, the ignored index)"
+            raise ValueError(f"{op}: {name} must lie in [0, {size}){ignored}, got {host[bad].ravel()[:5].tolist()}")
+        return
+    wide = wide_indices(jnp.asarray(indices))
+    bad = (wide < 0) | (wide >= size)
+    if allowed is not None:
+        bad &= wide != allowed
+    checked_only(bad, f"{op}: {name} must lie in [0, {size}), got an index out of range (traced indices)")

@@ -847,10 +847,11 @@ def fft_vjp(_, ct, *, kind, sizes, axes, norm, shape):
 
 def embedding_vjp(res, ct, *, padding_idx, scale_grad_by_freq, num):
     """Seed ``embedding_backward``: rows of ``ct`` added into their indices' rows, none into
-    ``padding_idx``, each divided by its index's count when ``scale_grad_by_freq``."""
+    ``padding_idx``, each divided by its index's count when ``scale_grad_by_freq``; the NaN row of
+    an out-of-range index is added into the nearest row (``mode="clip"``), not dropped."""
     indices = res
     rows = ct * P.embedding_row_weights(indices, padding_idx, scale_grad_by_freq, num, ct.real.dtype)[..., None]
-    return None, jnp.zeros((num, ct.shape[-1]), ct.dtype).at[indices].add(rows)
+    return None, jnp.zeros((num, ct.shape[-1]), ct.dtype).at[indices].add(rows, mode="clip")
 
 
 def scatter_reduce_vjp(res, ct, *, axis, reduce, include_self):

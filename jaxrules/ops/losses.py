@@ -601,10 +601,12 @@ def _nll(x, t, w, ignore_index, reduction):
     from jaxrules.ops.shape import take_along_axis
 
     axis = 0 if x.ndim == 1 else 1
+    t = V.wide_indices(t)
     kept = t != ignore_index
-    safe = jnp.where(kept, t, 0).astype(jnp.int32)
+    in_range = (t >= 0) & (t < x.shape[axis])
+    safe = jnp.where(kept & in_range, t, 0).astype(jnp.int32)
     picked = jnp.squeeze(take_along_axis(x, jnp.expand_dims(safe, axis), axis), axis)
-    w_t = jnp.where(kept, w[safe], 0)
+    w_t = jnp.where(kept, w[safe], 0) * P.nan_factor(kept & ~in_range, x.dtype)  # a traced bad target: NaN
     losses = jnp.where(kept, -w_t * picked, 0)
     if reduction == "none":
         return losses
@@ -620,6 +622,11 @@ def _check_targets(op, x, t):
         raise ValueError(f"{op}: input has an empty class axis (C = 0): no class-index target is in range")
 
 
+def _check_target_range(op, x, t, ignore_index):
+    """Class indices in ``[0, C)`` or ``ignore_index`` (torch: "Target 5 is out of bounds")."""
+    V.index_range(op, "target", t, x.shape[0 if x.ndim == 1 else 1], allowed=ignore_index)
+
+
 def nll_loss(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = None, ignore_index: int = -100, reduction: str = "mean") -> Array:
     """Negative log-likelihood, ``-weight[t] input[t]`` for class indices ``t``; mirrors
     ``torch.nn.functional.nll_loss``.
@@ -630,7 +637,10 @@ def nll_loss(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = Non
 
     Args:
         input: log-probabilities, (C,) or (N, C, *) with the classes at axis 1.
-        target: integer class indices, 0-d for a (C,) input, else (N, *).
+        target: integer class indices in ``[0, C)`` (or ``ignore_index``), 0-d for a (C,) input,
+            else (N, *). Out of range: ``ValueError`` when concrete and inside
+            ``jaxrules.checked``; under plain ``jit`` (no check runs) that element's loss, the
+            reduced loss and the gradient of its row are NaN.
         weight: (C,) class weights, or None (ones).
         ignore_index: a class index that contributes nothing.
         reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
@@ -641,6 +651,7 @@ def nll_loss(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = Non
     """
     x, t, w = _class_inputs("nll_loss", input, target, weight, reduction)
     _check_targets("nll_loss", x, t)
+    _check_target_range("nll_loss", x, t, ignore_index)
     return _nll(x, t, w, ignore_index, reduction)
 
 
@@ -655,8 +666,11 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
 
     Args:
         input: logits, (C,) or (N, C, *).
-        target: integer class indices ((N, *), or 0-d for a (C,) input) or class probabilities
-            (floating, ``input``'s shape).
+        target: integer class indices in ``[0, C)`` (or ``ignore_index``; (N, *), or 0-d for a
+            (C,) input) or class probabilities (floating, ``input``'s shape). An index out of
+            range: ``ValueError`` when concrete and inside ``jaxrules.checked``; under plain
+            ``jit`` (no check runs) that element's loss, the reduced loss and the gradient of its
+            row are NaN.
         weight: (C,) class weights, or None (ones); differentiable (torch refuses a gradient).
         ignore_index: a class index that contributes nothing (class-index targets).
         reduction: ``"none"``, ``"mean"`` or ``"sum"`` (``ValueError`` otherwise).
@@ -693,13 +707,16 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
             return losses
         return reductions.mean(losses) if reduction == "mean" else reductions.sum(losses)
     _check_targets("cross_entropy", x, t)
+    _check_target_range("cross_entropy", x, t, ignore_index)
     nll = _nll(logp, t, w, ignore_index, reduction)
     if fixed and host is not None and host == 0:
         return nll
+    t = V.wide_indices(t)
     kept = t != ignore_index
     smooth = jnp.where(kept, -reductions.sum(logp * w.reshape(view), axis=axis), 0)
     if reduction == "mean":
-        smooth = _kept_mean(reductions.sum(smooth), jnp.sum(jnp.where(kept, w[jnp.where(kept, t, 0)], 0)), kept)
+        safe = jnp.where(kept & (t >= 0) & (t < classes), t, 0)
+        smooth = _kept_mean(reductions.sum(smooth), jnp.sum(jnp.where(kept, w[safe], 0)), kept)
     elif reduction == "sum":
         smooth = reductions.sum(smooth)
     term = smooth * (label_smoothing / classes)
