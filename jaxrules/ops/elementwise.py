@@ -360,9 +360,9 @@ def multigammaln(a: ArrayLike, d: int) -> Array:
 
 
 def xlogy(x: ArrayLike, y: ArrayLike) -> Array:
-    """``x log(y)``, 0 where x = 0; derivatives ``xlogy(x != 0, y)`` and ``x/y``, both 0 where
-    x = 0 (torch's ``x/y`` is NaN at x = y = 0, where x log y is identically 0 in y). Mirrors
-    ``torch.special.xlogy``.
+    """``x log(y)``, 0 where x = 0; derivatives ``log y`` (also at x = 0, as torch and JAX; 0
+    where x = 0 and y <= 0, torch's mask) and ``x/y`` (0 where x = 0: torch's is NaN at x = y =
+    0, where x log y is identically 0 in y). Mirrors ``torch.special.xlogy``.
 
     Args:
         x: the factor (integer and boolean input is promoted to float).
@@ -601,6 +601,8 @@ record(
     torch_fn=lambda torch, x, y: torch.special.xlogy(x, y), torch_name="torch.special.xlogy",
     singular=(
         SingularPoint("x = 0, y = 1", (f64(0.0), f64(1.0)), (f64(0), f64(0))),
+        SingularPoint("x = 0, y = 2: d/dx = log y", (f64(0.0), f64(2.0)), (f64(np.log(2.0)), f64(0))),
+        SingularPoint("x = 0, y = -1: torch's mask", (f64(0.0), f64(-1.0)), (f64(0), f64(0))),
         SingularPoint(
             "x = 0, y = 0", (f64(0.0), f64(0.0)), (f64(0), f64(0)),
             torch_differs="torch's y-derivative x/y is NaN at x = y = 0; x log y is identically 0 "
