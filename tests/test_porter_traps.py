@@ -7,7 +7,6 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-import jaxrules.numpy as rnp
 import jaxrules.scipy.special as rsp
 
 # ----------------------------------------------------------------------------------------------
