@@ -11,8 +11,8 @@ import numpy as np
 
 
 def array(op: str, name: str, x, *, inexact: bool = True):
-    """``x`` as a JAX array; integer and boolean input is promoted to the default float dtype
-    when ``inexact`` (as ``jax.numpy`` does for these ops)."""
+    """``x`` as a JAX array; integer and boolean input is promoted to a float dtype when
+    ``inexact``, as ``jax.numpy`` does for these ops (``float_for``)."""
     if isinstance(x, str | bytes) or x is None:
         raise TypeError(f"{op}: argument {name!r} must be an array, got {type(x).__name__}")
     if not isinstance(x, jax.Array | np.ndarray | np.generic | int | float | complex | bool):
@@ -24,8 +24,15 @@ def array(op: str, name: str, x, *, inexact: bool = True):
             raise TypeError(f"{op}: argument {name!r} must be numeric, got dtype {x.dtype}")
     x = jnp.asarray(x)
     if inexact and not jnp.issubdtype(x.dtype, jnp.inexact):
-        x = x.astype(jnp.result_type(float))
+        x = x.astype(float_for(x.dtype))
     return x
+
+
+def float_for(dtype):
+    """jax.numpy's float dtype for integer or boolean input (its ``to_inexact_dtype``): float64
+    for a 64-bit integer (under ``jax_enable_x64``), float32 for the narrower ones and booleans,
+    also under ``jax_enable_x64`` (``jnp.mean`` of int32 is float32 there)."""
+    return jnp.result_type(float) if jnp.dtype(dtype).itemsize == 8 else jnp.dtype(jnp.float32)
 
 
 def axes(op: str, ndim: int, axis, name: str = "axis") -> tuple[int, ...]:

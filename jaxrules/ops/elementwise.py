@@ -175,7 +175,8 @@ def power(x1: ArrayLike, x2: ArrayLike, /) -> Array:
             ``jax.numpy.power`` (no rule); otherwise an integer or boolean array base is
             promoted to float. A Python number (not a bool) is a fixed base.
         x2: the exponent, broadcastable with ``x1``. A Python number (not a bool) is a fixed
-            exponent; an array exponent is promoted to float.
+            exponent; an array exponent is promoted to float, except that integer (and boolean)
+            operands both go to ``jax.numpy.power``: an integer result, as JAX's.
 
     Returns:
         ``x1 ** x2`` of the broadcast shape, in the two operands' result dtype.
@@ -186,8 +187,13 @@ def power(x1: ArrayLike, x2: ArrayLike, /) -> Array:
             return jnp.power(x1, x2)
         return power_scalar_exponent_op(x1, exponent=x2)
     if _is_python_scalar(x1) and not _is_python_scalar(x2):
-        x2 = V.array("power", "x2", x2)
-        return power_scalar_base_op(x2, base=x1)
+        x2 = V.array("power", "x2", x2, inexact=False)
+        if not (jnp.issubdtype(x2.dtype, jnp.inexact) or isinstance(x1, float | complex)):
+            return jnp.power(x1, x2)  # integer ** integer: jax.numpy's integer power (no rule)
+        return power_scalar_base_op(V.array("power", "x2", x2), base=x1)
+    x1, x2 = V.array("power", "x1", x1, inexact=False), V.array("power", "x2", x2, inexact=False)
+    if not (jnp.issubdtype(x1.dtype, jnp.inexact) or jnp.issubdtype(x2.dtype, jnp.inexact)):
+        return jnp.power(x1, x2)  # integer ** integer: jax.numpy's integer power (no rule)
     x1, x2 = V.array("power", "x1", x1), V.array("power", "x2", x2)
     V.broadcast("power", x1=x1, x2=x2)
     dtype = jnp.result_type(x1, x2)

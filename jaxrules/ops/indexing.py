@@ -185,10 +185,12 @@ scatter_reduce_op = define_op(
 # Public functions: embedding
 
 def _indices(op, name, x):
+    """Integer ``x``, widened to 32 bits (``V.wide_indices``: a bound or a position put in its
+    place must not overflow its dtype)."""
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.integer):
         raise TypeError(f"{op}: {name} must be an integer array, got {x.dtype}")
-    return x
+    return V.wide_indices(x)
 
 
 def _check_rows(op, name, indices, weight):
@@ -227,7 +229,7 @@ def embedding(indices: ArrayLike, weight: ArrayLike, padding_idx: int | None = N
             ``padding_idx`` out of range.
         TypeError: ``indices`` not of an integer dtype.
     """
-    indices = V.wide_indices(_indices("embedding", "indices", indices))
+    indices = _indices("embedding", "indices", indices)
     weight = V.array("embedding", "weight", weight)
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be (num_embeddings, embedding_dim), got {weight.shape}")
