@@ -122,3 +122,25 @@ def test_integer_inputs_promote_to_jax_numpys_float_dtype_under_x64():
     # (A subprocess: the setting is process-wide, and the suite's processes have it on already.)
     result = subprocess.run([sys.executable, "-c", _X64_SCRIPT], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name", ["sum", "nansum", "prod", "max", "min", "amax", "amin"])
+def test_initial_of_the_wrong_shape_raises_jax_numpys_error_type(name):
+    x = jnp.ones((3, 4))
+    with pytest.raises(ValueError):
+        getattr(jnp, name)(x, axis=0, initial=jnp.ones(3))
+    with pytest.raises(ValueError, match="initial"):
+        getattr(rnp, name)(x, axis=0, initial=jnp.ones(3))
+    with pytest.raises(ValueError, match="initial"):
+        getattr(rnp, name)(x.astype(jnp.int32), axis=0, initial=jnp.ones(4))
+
+
+@pytest.mark.parametrize("name", ["fft2", "fftn", "rfftn", "irfftn", "ifftn", "ifft2", "rfft2", "irfft2"])
+def test_repeated_fft_axes_raise_jax_numpys_error_type(name):
+    x = jnp.ones((3, 4))
+    for axes in ((1, 1), (1, -1), (0, -2)):  # jax.numpy: ValueError, then TypeError (from its transpose)
+        try:
+            getattr(jnp.fft, name)(x, axes=axes)
+        except (TypeError, ValueError) as error:
+            with pytest.raises(type(error)):
+                getattr(rnp.fft, name)(x, axes=axes)

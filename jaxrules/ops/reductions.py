@@ -170,6 +170,12 @@ def _masked(op, x, where, fill):
     return jnp.where(mask, x, jnp.asarray(fill, x.dtype))
 
 
+def _scalar_initial(op, initial):
+    """``initial`` must be a scalar (``ValueError``, as jax.numpy's reductions), or None."""
+    if initial is not None and np.ndim(initial) != 0:
+        raise ValueError(f"{op}: initial must be a scalar, got an array of shape {np.shape(initial)}")
+
+
 def _is_exact(x) -> bool:
     return not jnp.issubdtype(x.dtype, jnp.inexact)
 
@@ -194,6 +200,7 @@ def sum(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dty
         The sum, with the reduced axes removed (length 1 with ``keepdims``).
     """
     x, ax = _prepare("sum", a, axis, dtype, out)
+    _scalar_initial("sum", initial)
     if _is_exact(x):
         return jnp.sum(x, ax, dtype=dtype, keepdims=keepdims, initial=initial, where=where,
                        promote_integers=promote_integers)
@@ -246,6 +253,7 @@ def nansum(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, 
         The sum of the non-NaN entries (0 where all are NaN).
     """
     x, ax = _prepare("nansum", a, axis, dtype, out)
+    _scalar_initial("nansum", initial)
     if _is_exact(x):
         return jnp.sum(x, ax, dtype=dtype, keepdims=keepdims, initial=initial, where=where)
     total = nansum_op(_masked("nansum", x, where, 0), axis=ax, keepdims=bool(keepdims))
@@ -273,6 +281,7 @@ def prod(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dt
         The product, with the reduced axes removed (length 1 with ``keepdims``).
     """
     x, ax = _prepare("prod", a, axis, dtype, out)
+    _scalar_initial("prod", initial)
     if _is_exact(x):
         return jnp.prod(x, ax, dtype=dtype, keepdims=keepdims, initial=initial, where=where,
                         promote_integers=promote_integers)
@@ -480,6 +489,7 @@ def std_mean(x: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None
 def _selection(op_name, op, fallback, a, axis, out, keepdims, initial, where):
     """amax/amin with jax.numpy's ``initial`` (combined with the result by maximum/minimum) and
     ``where`` (which needs ``initial``: the masked-out entries become it)."""
+    _scalar_initial(op_name, initial)
     x, ax = _prepare(op_name, a, axis, None, out)
     if _is_exact(x):
         return fallback(x, ax, keepdims=keepdims, initial=initial, where=where)
