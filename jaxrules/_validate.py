@@ -11,8 +11,8 @@ import numpy as np
 
 
 def array(op: str, name: str, x, *, inexact: bool = True):
-    """``x`` as a JAX array; integer and boolean input is promoted to the default float dtype
-    when ``inexact`` (as ``jax.numpy`` does for these ops)."""
+    """``x`` as a JAX array; integer and boolean input is promoted to a float dtype when
+    ``inexact``, as ``jax.numpy`` does for these ops (``float_for``)."""
     if isinstance(x, str | bytes) or x is None:
         raise TypeError(f"{op}: argument {name!r} must be an array, got {type(x).__name__}")
     if not isinstance(x, jax.Array | np.ndarray | np.generic | int | float | complex | bool):
@@ -24,8 +24,15 @@ def array(op: str, name: str, x, *, inexact: bool = True):
             raise TypeError(f"{op}: argument {name!r} must be numeric, got dtype {x.dtype}")
     x = jnp.asarray(x)
     if inexact and not jnp.issubdtype(x.dtype, jnp.inexact):
-        x = x.astype(jnp.result_type(float))
+        x = x.astype(float_for(x.dtype))
     return x
+
+
+def float_for(dtype):
+    """jax.numpy's float dtype for integer or boolean input (its ``to_inexact_dtype``): float64
+    for a 64-bit integer (under ``jax_enable_x64``), float32 for the narrower ones and booleans,
+    also under ``jax_enable_x64`` (``jnp.mean`` of int32 is float32 there)."""
+    return jnp.result_type(float) if jnp.dtype(dtype).itemsize == 8 else jnp.dtype(jnp.float32)
 
 
 def axes(op: str, ndim: int, axis, name: str = "axis") -> tuple[int, ...]:
@@ -145,3 +152,35 @@ def hyperparameter(op: str, name: str, value, like=None, *, low=None, strict=Tru
     if like is not None:
         broadcast(op, **{"x": like, name: arr})
     return arr
+
+
+def wide_indices(indices):
+    """Integer ``indices`` of at least 32 bits (int8/int16/uint8/uint16 become int32), so that a
+    bound compared with them or a position put in their place (``size``, a clip's ``size - 1``)
+    is not cast into a dtype too narrow to hold it."""
+    return indices.astype(jnp.int32) if jnp.dtype(indices.dtype).itemsize < 4 else indices
+
+
+def index_range(op: str, name: str, indices, size: int, *, allowed=None) -> None:
+    """Integer ``indices`` must lie in ``[0, size)`` (or equal ``allowed``, e.g. an
+    ``ignore_index``), torch's rule: ``ValueError`` naming ``op`` when they are concrete; when
+    traced a run-time check inside ``jaxrules.checked`` only (``checking.checked_only``; elsewhere
+    the op makes its result NaN)."""
+    from jaxrules.checking import checked_only
+    from jaxrules.mechanism import concrete_value
+
+    host = concrete_value(indices)
+    if host is not None:
+        host = np.asarray(host).astype(np.int64)
+        bad = (host < 0) | (host >= size)
+        if allowed is not None:
+            bad &= host != allowed
+        if bad.any():
+            ignored = "" if allowed is None else f" (or {allowed}, the ignored index)"
+            raise ValueError(f"{op}: {name} must lie in [0, {size}){ignored}, got {host[bad].ravel()[:5].tolist()}")
+        return
+    wide = wide_indices(jnp.asarray(indices))
+    bad = (wide < 0) | (wide >= size)
+    if allowed is not None:
+        bad &= wide != allowed
+    checked_only(bad, f"{op}: {name} must lie in [0, {size}), got an index out of range (traced indices)")

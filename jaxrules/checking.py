@@ -9,11 +9,18 @@ NestedTensors with different offsets), and how their errors reach the user.
   drops those log records for the library's own errors only.
 * ``checked(fn)``: ``fn`` with those errors raised as the library's ``ValueError`` (the message
   alone, first), also for errors from inside a ``jax.jit``.
+* ``checked_only(bad, message)``: a ``runtime_check`` that runs only inside ``checked``, for the
+  checks of indices and offsets that are concrete in eager calls (checked on the host there) and
+  traced in a jitted training step, where a host callback in every call would stall a GPU at
+  each step. Outside ``checked`` a traced bad index makes the op's result NaN instead (each op's
+  docstring says so). The mode is a ``jax.make_user_context``, part of ``jit``'s cache key: a
+  function traced outside ``checked`` is traced again inside it, with the callbacks.
 
 Why not ``jax.experimental.checkify``: a ``checkify.check`` inside a user's ``jax.jit`` that is
 not itself wrapped in ``checkify.checkify`` fails to trace, so it cannot be the default; and a
-checked mode that switched between the two at trace time would be undone by ``jit``'s cache (a
-function traced outside the mode keeps its callback), while ``checked`` catches both.
+mode that switched between the two at trace time would be undone by ``jit``'s cache unless it is
+part of the cache key (``checked_only``'s ``jax.make_user_context`` is), while ``checked``
+catches both.
 """
 
 from __future__ import annotations
@@ -27,9 +34,10 @@ import numpy as np
 
 from jaxrules.mechanism import CALLBACK_LOGGERS
 
-__all__ = ["RuntimeCheckError", "checked", "runtime_check"]
+__all__ = ["RuntimeCheckError", "checked", "checked_only", "in_checked", "runtime_check"]
 
 _MARKER = "RuntimeCheckError: "
+_CHECKED = jax.make_user_context(default_value=False)  # True inside ``checked``: in jit's cache key
 
 
 class RuntimeCheckError(ValueError):
@@ -62,6 +70,18 @@ def runtime_check(bad, message: str) -> None:
     jax.debug.callback(functools.partial(_raise_if, message=message), _any_over_batch(bad))
 
 
+def in_checked() -> bool:
+    """Whether the call runs inside ``checked`` (while tracing, too)."""
+    return bool(_CHECKED.value)
+
+
+def checked_only(bad, message: str) -> None:
+    """``runtime_check(bad, message)`` inside ``checked``; nothing outside it (the op then makes
+    its result NaN where ``bad``)."""
+    if in_checked():
+        runtime_check(bad, message)
+
+
 class _DropOwnCallbackErrors(logging.Filter):
     """Drops JAX's "callback failed" log record when the exception is a ``RuntimeCheckError``
     (it is raised to the caller anyway); every other record passes."""
@@ -85,7 +105,8 @@ def library_message(error: BaseException) -> str | None:
 def checked(fn):
     """``fn`` whose run-time check failures raise ``ValueError`` with the library's message (also
     when they come from inside ``jax.jit``, where JAX raises ``JaxRuntimeError``); ``fn``'s result
-    is waited for (``jax.block_until_ready``) so that the error is raised here.
+    is waited for (``jax.block_until_ready``) so that the error is raised here. Inside it the
+    ``checked_only`` checks run too (out-of-range indices, invalid offsets under ``jit``).
 
     Example: ``jaxrules.checked(jax.jit(loss))(params)``.
     """
@@ -93,7 +114,8 @@ def checked(fn):
     @functools.wraps(fn)
     def run(*args, **kwargs):
         try:
-            return jax.block_until_ready(fn(*args, **kwargs))
+            with _CHECKED(True):
+                return jax.block_until_ready(fn(*args, **kwargs))
         except jax.errors.JaxRuntimeError as error:
             message = library_message(error)
             if message is None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import inspect
 import numbers
 
 import jax
@@ -157,7 +158,8 @@ class Function:
 
     @staticmethod
     def jvp(ctx, *tangents):
-        """Optional (forward mode). Never called unless a subclass overrides it."""
+        """Optional (forward mode). Never called unless a subclass overrides it. An array input
+        without a tangent gets zeros of its shape, as torch passes them."""
         raise NotImplementedError("Function subclasses define jvp for forward mode")
 
     @staticmethod
@@ -167,6 +169,7 @@ class Function:
 
     @classmethod
     def apply(cls, *args):
+        _check_forward(cls)
         layout, arrays = [], []
         for i, a in enumerate(args):
             if _is_array(a):
@@ -181,6 +184,25 @@ class Function:
                 ) from None
             layout.append(("static", a))
         return _op_for(cls)(*arrays, layout=tuple(layout))
+
+
+_NEW_STYLE = ("write it as torch 2's form: a @staticmethod forward(x, ...) without ctx, and a @staticmethod "
+              "setup_context(ctx, inputs, output) that saves what backward and jvp need")
+
+
+@functools.cache
+def _check_forward(cls):
+    """``TypeError`` saying what to write for torch's older forms of ``forward``: a method
+    ``forward(self, x)`` (torch's legacy Function) or ``forward(ctx, x)`` (the ctx-taking
+    staticmethod, which jaxrules does not take: it needs ``setup_context``)."""
+    raw = inspect.getattr_static(cls, "forward")
+    if not isinstance(raw, staticmethod):
+        raise TypeError(f"{cls.__name__}.forward is not a staticmethod forward (torch's legacy Function with a "
+                        f"forward(self, ...) method); {_NEW_STYLE}. {_DOCS}")
+    params = list(inspect.signature(raw.__func__).parameters)
+    if params and params[0] == "ctx" and not _overrides(cls, "setup_context"):
+        raise TypeError(f"{cls.__name__}: a staticmethod forward(ctx, ...) takes ctx (torch's older combined form); "
+                        f"{_NEW_STYLE}. {_DOCS}")
 
 
 def _overrides(cls, name) -> bool:
@@ -200,6 +222,7 @@ def _op_for(cls):
         ctx._outputs = jax.tree_util.tree_leaves(out)
         cls.setup_context(ctx, _rebuild(layout, arrays), out)
         ctx._outputs = None
+        ctx._input_types = tuple((tuple(a.shape), jnp.dtype(a.dtype).name) for a in arrays)  # for jvp's zeros
         return ctx
 
     def jvp(ctx, *tangents, layout):
@@ -208,6 +231,9 @@ def _op_for(cls):
                 f"{name}: forward mode (jax.jvp, jacfwd, hessian) needs the jvp staticmethod; {_DOCS}"
             )
         ctx._mode = "forward"
+        # an input without a tangent gets zeros, as torch passes them (a port's jvp reads them all)
+        tangents = tuple(jnp.zeros(shape, dtype) if t is None and jnp.issubdtype(dtype, jnp.inexact) else t
+                         for t, (shape, dtype) in zip(tangents, ctx._input_types))
         out = cls.jvp(ctx, *_rebuild(layout, tangents))
         leaves, tree = jax.tree_util.tree_flatten(out, is_leaf=lambda x: x is None)
         leaves = [0.0 if (i in ctx._non_differentiable or t is None) else t for i, t in enumerate(leaves)]

@@ -127,7 +127,8 @@ def multigammaln_vjp(a, ct, *, d, **_):
 
 
 def xlogy_vjp(res, ct, **_):
-    """``(xlogy(x != 0, y) ct, (x/y) ct)``, 0 where x = 0."""
+    """``(log(y) ct, (x/y) ct)`` (seed ``xlogy.Tensor``): ``log y`` 0 where x = 0 and y <= 0
+    (torch's mask), ``x / y`` 0 where x = 0."""
     dx_factor, dy_factor = P.xlogy_factors(*res)
     return dx_factor * ct, dy_factor * ct
 
@@ -847,10 +848,11 @@ def fft_vjp(_, ct, *, kind, sizes, axes, norm, shape):
 
 def embedding_vjp(res, ct, *, padding_idx, scale_grad_by_freq, num):
     """Seed ``embedding_backward``: rows of ``ct`` added into their indices' rows, none into
-    ``padding_idx``, each divided by its index's count when ``scale_grad_by_freq``."""
+    ``padding_idx``, each divided by its index's count when ``scale_grad_by_freq``; the NaN row of
+    an out-of-range index is added into the nearest row (``mode="clip"``), not dropped."""
     indices = res
     rows = ct * P.embedding_row_weights(indices, padding_idx, scale_grad_by_freq, num, ct.real.dtype)[..., None]
-    return None, jnp.zeros((num, ct.shape[-1]), ct.dtype).at[indices].add(rows)
+    return None, jnp.zeros((num, ct.shape[-1]), ct.dtype).at[indices].add(rows, mode="clip")
 
 
 def scatter_reduce_vjp(res, ct, *, axis, reduce, include_self):

@@ -171,6 +171,44 @@ def test_cross_entropy_with_every_target_ignored_is_nan_as_torch():
     assert float(rnn.cross_entropy(jnp.asarray(x), jnp.asarray(t), reduction="sum")) == 0.0
 
 
+IGNORED_CASES = [(fn, reduction, weighted, smoothing)
+                 for fn in ("nll_loss", "cross_entropy") for reduction in ("mean", "sum", "none")
+                 for weighted in (False, True) for smoothing in ((0.0, 0.1) if fn == "cross_entropy" else (0.0,))]
+IGNORED_TARGETS = [(np.full((3, 2), -100), -100), (np.full((3, 2), 2), 2),
+                   (np.array([[-100, 1], [-100, -100], [3, -100]]), -100)]
+
+
+@pytest.mark.parametrize("fn, reduction, weighted, smoothing", IGNORED_CASES)
+def test_class_losses_with_ignored_targets_match_torch_values_and_gradients(fn, reduction, weighted, smoothing):
+    # A padded batch (every target ignored, or some): torch's "mean" over no kept element is 0 / 0 =
+    # NaN, its gradients 0 (nll_loss_backward writes nothing for an ignored target). A -inf
+    # log-probability where the target is ignored stays out of the loss and of the gradient.
+    x = np.random.default_rng(0).standard_normal((3, 4, 2))
+    if fn == "nll_loss":
+        x[0, 0, 0] = -np.inf
+    w = np.array([1.0, 2.0, 0.5, 3.0]) if weighted else None
+    kw = {"reduction": reduction, **({"label_smoothing": smoothing} if smoothing else {})}
+    for t, ignore in IGNORED_TARGETS:
+        tx = torch.tensor(x, requires_grad=True)
+        t_w = None if w is None else torch.tensor(w)
+        expected = getattr(F, fn)(tx, torch.tensor(t), t_w, ignore_index=ignore, **kw)
+        (t_grad,) = torch.autograd.grad(expected.sum(), tx)
+
+        def loss(v, t=t, ignore=ignore):
+            return getattr(rnn, fn)(v, jnp.asarray(t), w, ignore_index=ignore, **kw)
+
+        value = loss(jnp.asarray(x))
+        np.testing.assert_allclose(value, expected.detach().numpy(), rtol=1e-12, atol=0)
+        zero = np.asarray(value) == 0  # an ignored element's loss is +0, as torch's
+        np.testing.assert_array_equal(np.signbit(value)[zero], np.signbit(expected.detach().numpy())[zero])
+        for grad in (jax.grad(lambda v: jnp.sum(loss(v))), jax.jit(jax.grad(lambda v: jnp.sum(loss(v))))):
+            np.testing.assert_allclose(grad(jnp.asarray(x)), t_grad.numpy(), rtol=1e-12, atol=1e-15)
+        if weighted and (t == ignore).all():  # the class weights' gradient (torch refuses one): 0
+            w_grad = jax.grad(lambda u, t=t, ignore=ignore: jnp.sum(getattr(rnn, fn)(
+                jnp.asarray(x), jnp.asarray(t), u, ignore_index=ignore, **kw)))(jnp.asarray(w))
+            np.testing.assert_array_equal(w_grad, np.zeros(4))
+
+
 @pytest.mark.parametrize("call, error, words", [
     (lambda: rnn.cross_entropy(jnp.ones((2, 3)), jnp.zeros(3, jnp.int32)), ValueError, ["cross_entropy", "target"]),
     (lambda: rnn.cross_entropy(jnp.ones((2, 3)), jnp.ones((2, 4))), ValueError, ["cross_entropy", "target"]),

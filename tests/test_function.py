@@ -5,6 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
+import torch.autograd.forward_ad as fwAD
 
 from jaxrules import Function
 
@@ -297,3 +299,77 @@ def test_missing_jvp_and_wrong_gradient_count():
 def test_unhashable_static_argument_is_refused():
     with pytest.raises(TypeError, match="neither an array nor hashable"):
         ScaleGradient.apply(X, [1.0])
+
+
+class Mul(Function):
+    """A literal port of torch's two-input Function: its jvp reads both tangents."""
+
+    @staticmethod
+    def forward(x, y):
+        return x * y
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_forward(*inputs)
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, y = ctx.saved_tensors
+        return grad * y, grad * x
+
+    @staticmethod
+    def jvp(ctx, tx, ty):
+        x, y = ctx.saved_tensors
+        return tx * y + x * ty
+
+
+def test_jvp_gets_zeros_for_an_input_without_tangent_as_torch():
+    x, y = jnp.asarray([1.0, 2.0]), jnp.asarray([3.0, -1.0])
+    _, tangent = jax.jvp(lambda a: Mul.apply(a, y), (x,), (jnp.ones(2),))
+    np.testing.assert_allclose(tangent, y)
+    hess = jax.hessian(lambda a: jnp.sum(Mul.apply(a, a) * y))(x)
+    np.testing.assert_allclose(hess, 2 * np.diag(np.asarray(y)))
+    tx, ty = torch.tensor([1.0, 2.0], dtype=torch.float64), torch.tensor([3.0, -1.0], dtype=torch.float64)
+
+    class TorchMul(torch.autograd.Function):
+        @staticmethod
+        def forward(a, b):
+            return a * b
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_forward(*inputs)
+
+        @staticmethod
+        def jvp(ctx, ta, tb):
+            a, b = ctx.saved_tensors
+            assert tb is not None  # torch passes zeros for the input without a tangent
+            return ta * b + a * tb
+
+    with fwAD.dual_level():
+        out = fwAD.unpack_dual(TorchMul.apply(fwAD.make_dual(tx, torch.ones(2, dtype=torch.float64)), ty)).tangent
+    np.testing.assert_allclose(tangent, out.numpy())
+
+
+class OldStyle(Function):
+    def forward(self, x):
+        return x * 2
+
+
+class CtxForward(Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+@pytest.mark.parametrize("cls", [OldStyle, CtxForward])
+def test_torch_old_style_forward_says_what_to_write(cls):
+    with pytest.raises(TypeError, match="staticmethod forward") as info:
+        cls.apply(jnp.ones(2))
+    assert "setup_context" in str(info.value)

@@ -370,8 +370,9 @@ def _check_max_seqlen(max_seqlen):
 
 def from_jagged(values, offsets, *, max_seqlen: int | None = None) -> NestedTensor:
     """A NestedTensor from packed ``values`` (total, *inner) and ``offsets`` (B + 1 integers,
-    0 first, total last, non-decreasing). Concrete offsets are checked; traced ones (inside
-    jit) are taken as given."""
+    0 first, total last, non-decreasing). Concrete offsets are checked (``ValueError``); traced
+    ones (inside jit) inside ``jaxrules.checked``, and outside it invalid traced offsets make
+    the values NaN (every result computed from them; integer values are kept as given)."""
     values = jnp.asarray(values)
     if values.ndim < 1:
         raise ValueError("from_jagged: values must have shape (total, *inner), got a scalar")
@@ -400,7 +401,26 @@ def from_jagged(values, offsets, *, max_seqlen: int | None = None) -> NestedTens
         if offsets.ndim != 1 or offsets.shape[0] < 1:
             raise ValueError(f"from_jagged: offsets must be a 1-d array of B + 1 integers, got shape {offsets.shape}")
         host, leaf = None, offsets.astype(_offsets_leaf_dtype(total))
+        values = _guard_traced_offsets("from_jagged", values, offsets)
     return NestedTensor._make(values, leaf, host, _check_max_seqlen(max_seqlen))
+
+
+def _guard_traced_offsets(op, values, offsets, bad=False):
+    """``values``, NaN when the traced ``offsets`` (or ``bad``, a caller's further condition) are
+    invalid: not from 0 to ``len(values)``, or decreasing. Inside ``jaxrules.checked`` a run-time
+    error instead; outside it no check runs (no host callback in a jitted step), and NaN is what
+    the results show, never the finite values of misread components."""
+    from jaxrules.checking import checked_only
+    from jaxrules.partials import nan_factor
+
+    offsets = jnp.asarray(offsets)
+    bad = (bad | (offsets[0] != 0) | (offsets[-1] != values.shape[0])
+           | jnp.any(offsets[1:] < offsets[:-1]))
+    checked_only(bad, f"{op}: offsets must start at 0, not decrease and end at the number of rows of values "
+                 f"({values.shape[0]}) (traced offsets)")
+    if not jnp.issubdtype(values.dtype, jnp.inexact):
+        return values
+    return values * nan_factor(bad, values.real.dtype)
 
 
 def from_lengths(values, lengths, *, max_seqlen: int | None = None) -> NestedTensor:
@@ -462,4 +482,7 @@ def from_padded(padded, lengths, *, total: int | None = None, max_seqlen: int | 
     values = padded[batch, row - offsets[batch]]
     if isinstance(lengths, np.ndarray):
         offsets = np.concatenate([[0], np.cumsum(lengths)])
+    else:  # traced lengths: each in [0, L], summing to total (else NaN values, or an error inside checked)
+        values = _guard_traced_offsets("from_padded", values, offsets,
+                                       jnp.any((lengths_arr < 0) | (lengths_arr > length)))
     return from_jagged(values, offsets, max_seqlen=max_seqlen)

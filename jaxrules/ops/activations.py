@@ -99,6 +99,11 @@ dropout_op = define_op("dropout", lambda x, mask, scale: jnp.where(mask, x * sca
 # ----------------------------------------------------------------------------------------------
 # Public functions
 
+def _integer_array(x) -> bool:
+    """Whether ``x`` is an integer array (not a Python number, not boolean)."""
+    return isinstance(x, jax.Array | np.ndarray | np.generic) and jnp.issubdtype(jnp.asarray(x).dtype, jnp.integer)
+
+
 def _real(op, x):
     x = V.array(op, "x", x)
     if jnp.iscomplexobj(x):
@@ -134,11 +139,15 @@ def relu(x: ArrayLike) -> Array:
     derivative 1, as torch's.
 
     Args:
-        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+        x: the input, a real array (integer input keeps its dtype, as ``jax.nn.relu`` and
+            ``torch.relu``: no derivative; boolean input is promoted to float; complex raises
+            ``TypeError``).
 
     Returns:
-        An array of ``x``'s shape and (floating) dtype.
+        An array of ``x``'s shape and dtype (float for boolean input).
     """
+    if _integer_array(x):
+        return jax.nn.relu(x)
     x = _real("relu", x)
     zero = jnp.zeros((), x.dtype)
     return _threshold(x, zero, zero)
@@ -179,11 +188,14 @@ def hard_tanh(x: ArrayLike) -> Array:
     """``clip(x, -1, 1)``, ``jax.nn.hard_tanh`` with torch's derivative at +-1 (0): ``hardtanh(x)``.
 
     Args:
-        x: the input, a real array (integer and boolean input is promoted to float; complex raises ``TypeError``).
+        x: the input, a real array (integer input keeps its dtype, as ``jax.nn.hard_tanh``: no
+            derivative; boolean input is promoted to float; complex raises ``TypeError``).
 
     Returns:
-        An array of ``x``'s shape and (floating) dtype.
+        An array of ``x``'s shape and dtype (float for boolean input).
     """
+    if _integer_array(x):
+        return jax.nn.hard_tanh(x)
     return hardtanh(x)
 
 

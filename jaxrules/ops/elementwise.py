@@ -175,7 +175,8 @@ def power(x1: ArrayLike, x2: ArrayLike, /) -> Array:
             ``jax.numpy.power`` (no rule); otherwise an integer or boolean array base is
             promoted to float. A Python number (not a bool) is a fixed base.
         x2: the exponent, broadcastable with ``x1``. A Python number (not a bool) is a fixed
-            exponent; an array exponent is promoted to float.
+            exponent; an array exponent is promoted to float, except that integer (and boolean)
+            operands both go to ``jax.numpy.power``: an integer result, as JAX's.
 
     Returns:
         ``x1 ** x2`` of the broadcast shape, in the two operands' result dtype.
@@ -186,8 +187,13 @@ def power(x1: ArrayLike, x2: ArrayLike, /) -> Array:
             return jnp.power(x1, x2)
         return power_scalar_exponent_op(x1, exponent=x2)
     if _is_python_scalar(x1) and not _is_python_scalar(x2):
-        x2 = V.array("power", "x2", x2)
-        return power_scalar_base_op(x2, base=x1)
+        x2 = V.array("power", "x2", x2, inexact=False)
+        if not (jnp.issubdtype(x2.dtype, jnp.inexact) or isinstance(x1, float | complex)):
+            return jnp.power(x1, x2)  # integer ** integer: jax.numpy's integer power (no rule)
+        return power_scalar_base_op(V.array("power", "x2", x2), base=x1)
+    x1, x2 = V.array("power", "x1", x1, inexact=False), V.array("power", "x2", x2, inexact=False)
+    if not (jnp.issubdtype(x1.dtype, jnp.inexact) or jnp.issubdtype(x2.dtype, jnp.inexact)):
+        return jnp.power(x1, x2)  # integer ** integer: jax.numpy's integer power (no rule)
     x1, x2 = V.array("power", "x1", x1), V.array("power", "x2", x2)
     V.broadcast("power", x1=x1, x2=x2)
     dtype = jnp.result_type(x1, x2)
@@ -360,9 +366,9 @@ def multigammaln(a: ArrayLike, d: int) -> Array:
 
 
 def xlogy(x: ArrayLike, y: ArrayLike) -> Array:
-    """``x log(y)``, 0 where x = 0; derivatives ``xlogy(x != 0, y)`` and ``x/y``, both 0 where
-    x = 0 (torch's ``x/y`` is NaN at x = y = 0, where x log y is identically 0 in y). Mirrors
-    ``torch.special.xlogy``.
+    """``x log(y)``, 0 where x = 0; derivatives ``log y`` (also at x = 0, as torch and JAX; 0
+    where x = 0 and y <= 0, torch's mask) and ``x/y`` (0 where x = 0: torch's is NaN at x = y =
+    0, where x log y is identically 0 in y). Mirrors ``torch.special.xlogy``.
 
     Args:
         x: the factor (integer and boolean input is promoted to float).
@@ -601,6 +607,8 @@ record(
     torch_fn=lambda torch, x, y: torch.special.xlogy(x, y), torch_name="torch.special.xlogy",
     singular=(
         SingularPoint("x = 0, y = 1", (f64(0.0), f64(1.0)), (f64(0), f64(0))),
+        SingularPoint("x = 0, y = 2: d/dx = log y", (f64(0.0), f64(2.0)), (f64(np.log(2.0)), f64(0))),
+        SingularPoint("x = 0, y = -1: torch's mask", (f64(0.0), f64(-1.0)), (f64(0), f64(0))),
         SingularPoint(
             "x = 0, y = 0", (f64(0.0), f64(0.0)), (f64(0), f64(0)),
             torch_differs="torch's y-derivative x/y is NaN at x = y = 0; x log y is identically 0 "

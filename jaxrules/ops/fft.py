@@ -37,6 +37,12 @@ fft_op = define_op(
 # ----------------------------------------------------------------------------------------------
 # Public functions
 
+class RepeatedAxesError(ValueError, TypeError):
+    """Repeated FFT axes. jax.numpy raises ``ValueError`` for an axis given twice alike and
+    ``TypeError`` (from its transpose) for one given as ``1`` and ``-1``; this is both, so the
+    ``except`` a port from jax.numpy has catches it either way."""
+
+
 def _transform(kind, a, sizes, axes, norm, name, axes_arg="axes"):
     """Validate and call the op; ``sizes`` per axis (None: the input's length, or for the last
     axis of a c2r transform ``2 (m - 1)``); ``axes_arg``: the caller's name for ``axes``."""
@@ -49,7 +55,7 @@ def _transform(kind, a, sizes, axes, norm, name, axes_arg="axes"):
         raise ValueError(f"{name}: a must have rank >= 1")
     axes = tuple(V.single_axis(name, x.ndim, ax, axes_arg) for ax in axes)
     if len(set(axes)) != len(axes):
-        raise ValueError(f"{name}: axes {axes} repeat an axis")
+        raise RepeatedAxesError(f"{name}: axes {axes} repeat an axis")
     resolved = []
     for k, (ax, n) in enumerate(zip(axes, sizes)):
         if n is None:

@@ -185,10 +185,12 @@ scatter_reduce_op = define_op(
 # Public functions: embedding
 
 def _indices(op, name, x):
+    """Integer ``x``, widened to 32 bits (``V.wide_indices``: a bound or a position put in its
+    place must not overflow its dtype)."""
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.integer):
         raise TypeError(f"{op}: {name} must be an integer array, got {x.dtype}")
-    return x
+    return V.wide_indices(x)
 
 
 def _check_rows(op, name, indices, weight):
@@ -210,7 +212,10 @@ def embedding(indices: ArrayLike, weight: ArrayLike, padding_idx: int | None = N
     offered).
 
     Args:
-        indices: integer indices into the rows of ``weight``, any shape (not differentiated).
+        indices: integer indices in ``[0, num_embeddings)``, any shape (not differentiated).
+            Out of range (negative ones included, as torch): ``ValueError`` when concrete and
+            inside ``jaxrules.checked``; under plain ``jit`` (no check runs) their rows and
+            ``weight``'s gradient are NaN.
         weight: the table (num_embeddings, embedding_dim).
         padding_idx: a row, in ``[-num_embeddings, num_embeddings)``, whose gradient is zero;
             None: none.
@@ -220,8 +225,8 @@ def embedding(indices: ArrayLike, weight: ArrayLike, padding_idx: int | None = N
         ``weight[indices]``: ``indices.shape + (embedding_dim,)``, in weight's dtype.
 
     Raises:
-        ValueError: weight not 2-d, an empty weight (0 rows) with indices, or a ``padding_idx`` out
-            of range.
+        ValueError: weight not 2-d, an empty weight (0 rows) with indices, an index or a
+            ``padding_idx`` out of range.
         TypeError: ``indices`` not of an integer dtype.
     """
     indices = _indices("embedding", "indices", indices)
@@ -230,6 +235,9 @@ def embedding(indices: ArrayLike, weight: ArrayLike, padding_idx: int | None = N
         raise ValueError(f"embedding: weight must be (num_embeddings, embedding_dim), got {weight.shape}")
     _check_rows("embedding", "indices", indices, weight)
     num = weight.shape[0]
+    if num:
+        V.index_range("embedding", "indices", indices, num)
+        indices = jnp.where(indices < 0, num, indices)  # traced: a negative index reads NaN, no wrap-around
     if padding_idx is not None:
         if not isinstance(padding_idx, int | np.integer) or not -num <= padding_idx < num:
             raise ValueError(f"embedding: padding_idx must be an int in [-{num}, {num}), got {padding_idx!r}")
@@ -282,8 +290,8 @@ def embedding_bag(input: ArrayLike, weight: ArrayLike, offsets: ArrayLike | None
 
     Args:
         input: integer indices in ``[0, num_embeddings)``: 2-d ``(B, N)``, a bag per row, or
-            1-d with ``offsets`` (checked when concrete; under ``jit`` an out-of-range index
-            reads NaN).
+            1-d with ``offsets`` (checked when concrete and inside ``jaxrules.checked``; under
+            plain ``jit`` an out-of-range index reads NaN).
         weight: the table ``(num_embeddings, D)``, real.
         offsets: for a 1-d ``input``, the 1-d integer start of each bag (from 0, not
             decreasing); None for a 2-d ``input``.
@@ -327,6 +335,8 @@ def embedding_bag(input: ArrayLike, weight: ArrayLike, offsets: ArrayLike | None
     host = concrete_value(indices)
     if host is not None and host.size and (host.min() < 0 or host.max() >= num):
         raise ValueError(f"{_BAG}: input indices must be in [0, {num}), got values in [{host.min()}, {host.max()}]")
+    if host is None and num:
+        V.index_range(_BAG, "input", indices, num)  # traced: inside jaxrules.checked only
     bags, num_bags = _bag_structure(indices, offsets, last_offset, n)
     flat = indices.reshape(-1)
     if padding_idx is not None:

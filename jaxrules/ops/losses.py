@@ -620,22 +620,34 @@ def _class_inputs(op, input, target, weight, reduction):
     return x, t, w
 
 
+def _kept_mean(total, count, kept):
+    """``total / count``, the mean over the kept elements (``kept``: the mask of them). With none
+    kept the value is torch's 0 / 0 = NaN and the derivatives are 0, as torch's (its
+    ``nll_loss_backward`` writes nothing for an ignored target), not the NaN of ``0 * (1 / 0)``:
+    the quotient is taken with a count of 1 there and replaced by a constant NaN."""
+    any_kept = jnp.any(kept)
+    return jnp.where(any_kept, total / jnp.where(any_kept, count, 1), jnp.nan)
+
+
 def _nll(x, t, w, ignore_index, reduction):
-    """torch's ``nll_loss``: ``-w[t] x[t]`` per element (0 where ``t == ignore_index``); "mean"
-    divides the sum by the sum of ``w[t]`` over the kept elements (NaN when none is kept, as
-    torch). The pick is the ``take_along_axis`` op (its VJP scatters, seed ``gather_backward``)."""
+    """torch's ``nll_loss``: ``-w[t] x[t]`` per element (0 where ``t == ignore_index``, also at an
+    infinite ``x``, with a zero derivative); "mean" divides the sum by the sum of ``w[t]`` over the
+    kept elements (``_kept_mean``: NaN with zero derivatives when none is kept, as torch). The pick
+    is the ``take_along_axis`` op (its VJP scatters, seed ``gather_backward``)."""
     from jaxrules.ops.shape import take_along_axis
 
     axis = 0 if x.ndim == 1 else 1
+    t = V.wide_indices(t)
     kept = t != ignore_index
-    safe = jnp.where(kept, t, 0).astype(jnp.int32)
+    in_range = (t >= 0) & (t < x.shape[axis])
+    safe = jnp.where(kept & in_range, t, 0).astype(jnp.int32)
     picked = jnp.squeeze(take_along_axis(x, jnp.expand_dims(safe, axis), axis), axis)
-    w_t = jnp.where(kept, w[safe], 0)
-    losses = -w_t * picked
+    w_t = jnp.where(kept, w[safe], 0) * P.nan_factor(kept & ~in_range, x.dtype)  # a traced bad target: NaN
+    losses = jnp.where(kept, -w_t * picked, 0)
     if reduction == "none":
         return losses
     total = reductions.sum(losses)
-    return _quotient(total, jnp.sum(w_t), losses.size == 0) if reduction == "mean" else total
+    return _kept_mean(total, jnp.sum(w_t), kept) if reduction == "mean" else total
 
 
 def _check_targets(op, x, t):
@@ -644,6 +656,11 @@ def _check_targets(op, x, t):
         raise ValueError(f"{op}: class-index target must be integers of shape {axis_shape}, got {t.dtype}{t.shape}")
     if t.size and x.shape[0 if x.ndim == 1 else 1] == 0:  # (torch: "Target 1 is out of bounds"; ignored targets only: NaN)
         raise ValueError(f"{op}: input has an empty class axis (C = 0): no class-index target is in range")
+
+
+def _check_target_range(op, x, t, ignore_index):
+    """Class indices in ``[0, C)`` or ``ignore_index`` (torch: "Target 5 is out of bounds")."""
+    V.index_range(op, "target", t, x.shape[0 if x.ndim == 1 else 1], allowed=ignore_index)
 
 
 def nll_loss(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = None, ignore_index: int = -100, reduction: str = "mean") -> Array:
@@ -656,7 +673,10 @@ def nll_loss(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = Non
 
     Args:
         input: log-probabilities, (C,) or (N, C, *) with the classes at axis 1.
-        target: integer class indices, 0-d for a (C,) input, else (N, *).
+        target: integer class indices in ``[0, C)`` (or ``ignore_index``), 0-d for a (C,) input,
+            else (N, *). Out of range: ``ValueError`` when concrete and inside
+            ``jaxrules.checked``; under plain ``jit`` (no check runs) that element's loss, the
+            reduced loss and the gradient of its row are NaN.
         weight: (C,) class weights, or None (ones).
         ignore_index: a class index that contributes nothing.
         reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
@@ -667,6 +687,7 @@ def nll_loss(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = Non
     """
     x, t, w = _class_inputs("nll_loss", input, target, weight, reduction)
     _check_targets("nll_loss", x, t)
+    _check_target_range("nll_loss", x, t, ignore_index)
     return _nll(x, t, w, ignore_index, reduction)
 
 
@@ -681,8 +702,11 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
 
     Args:
         input: logits, (C,) or (N, C, *).
-        target: integer class indices ((N, *), or 0-d for a (C,) input) or class probabilities
-            (floating, ``input``'s shape).
+        target: integer class indices in ``[0, C)`` (or ``ignore_index``; (N, *), or 0-d for a
+            (C,) input) or class probabilities (floating, ``input``'s shape). An index out of
+            range: ``ValueError`` when concrete and inside ``jaxrules.checked``; under plain
+            ``jit`` (no check runs) that element's loss, the reduced loss and the gradient of its
+            row are NaN.
         weight: (C,) class weights, or None (ones); differentiable (torch refuses a gradient).
         ignore_index: a class index that contributes nothing (class-index targets).
         reduction: ``"none"``, ``"mean"`` or ``"sum"`` (``ValueError`` otherwise).
@@ -719,13 +743,16 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
             return losses
         return reductions.mean(losses) if reduction == "mean" else reductions.sum(losses)
     _check_targets("cross_entropy", x, t)
+    _check_target_range("cross_entropy", x, t, ignore_index)
     nll = _nll(logp, t, w, ignore_index, reduction)
     if fixed and host is not None and host == 0:
         return nll
+    t = V.wide_indices(t)
     kept = t != ignore_index
     smooth = jnp.where(kept, -reductions.sum(logp * w.reshape(view), axis=axis), 0)
     if reduction == "mean":
-        smooth = _quotient(reductions.sum(smooth), jnp.sum(jnp.where(kept, w[jnp.where(kept, t, 0)], 0)), smooth.size == 0)
+        safe = jnp.where(kept & (t >= 0) & (t < classes), t, 0)
+        smooth = _kept_mean(reductions.sum(smooth), jnp.sum(jnp.where(kept, w[safe], 0)), kept)
     elif reduction == "sum":
         smooth = reductions.sum(smooth)
     term = smooth * (label_smoothing / classes)

@@ -170,6 +170,12 @@ def _masked(op, x, where, fill):
     return jnp.where(mask, x, jnp.asarray(fill, x.dtype))
 
 
+def _scalar_initial(op, initial):
+    """``initial`` must be a scalar (``ValueError``, as jax.numpy's reductions), or None."""
+    if initial is not None and np.ndim(initial) != 0:
+        raise ValueError(f"{op}: initial must be a scalar, got an array of shape {np.shape(initial)}")
+
+
 def _is_exact(x) -> bool:
     return not jnp.issubdtype(x.dtype, jnp.inexact)
 
@@ -194,8 +200,10 @@ def sum(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dty
         The sum, with the reduced axes removed (length 1 with ``keepdims``).
     """
     x, ax = _prepare("sum", a, axis, dtype, out)
+    _scalar_initial("sum", initial)
     if _is_exact(x):
-        return jnp.sum(x, ax, keepdims=keepdims, initial=initial, where=where, promote_integers=promote_integers)
+        return jnp.sum(x, ax, dtype=dtype, keepdims=keepdims, initial=initial, where=where,
+                       promote_integers=promote_integers)
     x = _masked("sum", x, where, 0)
     total = sum_op(x, axis=ax, keepdims=bool(keepdims), shape=x.shape)
     return total if initial is None else total + initial
@@ -218,6 +226,8 @@ def mean(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dt
         The mean, with the reduced axes removed (length 1 with ``keepdims``).
     """
     x, ax = _prepare("mean", a, axis, dtype, out)
+    if dtype is not None and _is_exact(x):  # an integer mean: jax.numpy's (integer division; no rule)
+        return jnp.mean(x, ax, dtype=dtype, keepdims=keepdims, where=where)
     x = V.array("mean", "a", x)
     if where is None:
         return mean_op(x, axis=ax, keepdims=bool(keepdims), shape=x.shape)
@@ -243,8 +253,9 @@ def nansum(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, 
         The sum of the non-NaN entries (0 where all are NaN).
     """
     x, ax = _prepare("nansum", a, axis, dtype, out)
+    _scalar_initial("nansum", initial)
     if _is_exact(x):
-        return jnp.sum(x, ax, keepdims=keepdims, initial=initial, where=where)
+        return jnp.sum(x, ax, dtype=dtype, keepdims=keepdims, initial=initial, where=where)
     total = nansum_op(_masked("nansum", x, where, 0), axis=ax, keepdims=bool(keepdims))
     return total if initial is None else total + initial
 
@@ -270,8 +281,10 @@ def prod(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dt
         The product, with the reduced axes removed (length 1 with ``keepdims``).
     """
     x, ax = _prepare("prod", a, axis, dtype, out)
+    _scalar_initial("prod", initial)
     if _is_exact(x):
-        return jnp.prod(x, ax, keepdims=keepdims, initial=initial, where=where, promote_integers=promote_integers)
+        return jnp.prod(x, ax, dtype=dtype, keepdims=keepdims, initial=initial, where=where,
+                        promote_integers=promote_integers)
     product = prod_op(_masked("prod", x, where, 1), axis=ax, keepdims=bool(keepdims))
     return product if initial is None else product * initial
 
@@ -365,11 +378,33 @@ def var(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dty
     Returns:
         The variance (real); NaN where ``N - correction <= 0``.
     """
-    x, ax = _prepare("var", a, axis, dtype, out)
-    x, c = V.array("var", "a", x), _correction("var", ddof, correction)
+    x, ax = _prepare("var", _statistic_input("var", a, dtype), axis, dtype, out)
+    c = _correction("var", ddof, correction)
+    if dtype is not None and _is_exact(x):  # an integer dtype: jax.numpy's var (no rule)
+        return jnp.var(x, ax, dtype=dtype, keepdims=keepdims, where=where, mean=mean, correction=c)
+    x = V.array("var", "a", x)
     if where is None and mean is None:
-        return var_op(x, axis=ax, keepdims=bool(keepdims), correction=c)
-    return _masked_var(x, ax, keepdims, c, where, mean)
+        return _in_dtype(var_op(x, axis=ax, keepdims=bool(keepdims), correction=c), dtype)
+    return _in_dtype(_masked_var(x, ax, keepdims, c, where, mean), dtype)
+
+
+def _statistic_input(op, a, dtype):
+    """``a`` for var/std with a ``dtype``, checked as jax.numpy does: complex input needs a
+    complex dtype, std an inexact one (``ValueError``)."""
+    if dtype is None:
+        return a
+    x = V.array(op, "a", a, inexact=False)
+    if op == "std" and not jnp.issubdtype(dtype, jnp.inexact):
+        raise ValueError(f"std: dtype must be inexact, got {jnp.dtype(dtype)}")
+    if jnp.iscomplexobj(x) and not jnp.issubdtype(dtype, jnp.complexfloating):
+        raise ValueError(f"{op}: a real dtype ({jnp.dtype(dtype)}) for complex input")
+    return x
+
+
+def _in_dtype(result, dtype):
+    """A statistic in the given ``dtype`` (jax.numpy's: complex for a complex dtype, though the
+    statistic is real)."""
+    return result if dtype is None else result.astype(dtype)
 
 
 def _masked_var(x, ax, keepdims, correction, where, given_mean):
@@ -407,13 +442,13 @@ def std(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dty
     Returns:
         The standard deviation (real); NaN where ``N - correction <= 0``.
     """
-    x, ax = _prepare("std", a, axis, dtype, out)
+    x, ax = _prepare("std", _statistic_input("std", a, dtype), axis, dtype, out)
     x, c = V.array("std", "a", x), _correction("std", ddof, correction)
     if where is None and mean is None:
-        return std_op(x, axis=ax, keepdims=bool(keepdims), correction=c)
+        return _in_dtype(std_op(x, axis=ax, keepdims=bool(keepdims), correction=c), dtype)
     v = _masked_var(x, ax, keepdims, c, where, mean)
     positive = v > 0  # 0 at a constant input with a zero derivative, as std_op (NaN stays NaN)
-    return jnp.where(positive, jnp.sqrt(jnp.where(positive, v, 1)), v)
+    return _in_dtype(jnp.where(positive, jnp.sqrt(jnp.where(positive, v, 1)), v), dtype)
 
 
 def var_mean(x: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, *, correction: float | None = 1, keepdims: bool = False) -> tuple[Array, Array]:
@@ -454,6 +489,7 @@ def std_mean(x: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None
 def _selection(op_name, op, fallback, a, axis, out, keepdims, initial, where):
     """amax/amin with jax.numpy's ``initial`` (combined with the result by maximum/minimum) and
     ``where`` (which needs ``initial``: the masked-out entries become it)."""
+    _scalar_initial(op_name, initial)
     x, ax = _prepare(op_name, a, axis, None, out)
     if _is_exact(x):
         return fallback(x, ax, keepdims=keepdims, initial=initial, where=where)
@@ -685,8 +721,8 @@ def logsumexp(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = Non
 
 def _weighted_logsumexp(x, b, ax, keepdims, return_sign):
     """``log|sum(b exp(x))|`` (and its sign), as ``jax.scipy.special.logsumexp``'s ``b`` and
-    ``return_sign``: ``log|s| + m`` with ``s = sum(b exp(x - m))``, ``m`` the (constant) maximum,
-    composed of jaxrules' ``sum`` and JAX's exp/log; real input only. Without ``return_sign`` a
+    ``return_sign``: ``log|s| + m`` with ``s = sum(b exp(x - m))``, ``m`` the (constant) maximum
+    of the entries of nonzero weight (an entry of weight 0 counts as -inf, as JAX's), composed of jaxrules' ``sum`` and JAX's exp/log; real input only. Without ``return_sign`` a
     negative sum gives NaN (as JAX)."""
     if jnp.iscomplexobj(x) or (b is not None and jnp.iscomplexobj(jnp.asarray(b))):
         raise TypeError("logsumexp: b and return_sign take real input in jaxrules (got complex)")
@@ -695,6 +731,7 @@ def _weighted_logsumexp(x, b, ax, keepdims, return_sign):
         x, b = jnp.broadcast_arrays(x, b)
     except ValueError:
         raise ValueError(f"logsumexp: b of shape {b.shape} does not broadcast against a's shape {x.shape}") from None
+    x = jnp.where(b != 0, x, -jnp.inf)  # a zero weight drops its entry, from the maximum too (as JAX)
     top = lax.stop_gradient(jnp.max(x, axis=ax, keepdims=True)) if x.size else jnp.zeros((), x.dtype)
     top = jnp.where(jnp.isfinite(top), top, 0)
     total = sum(b * jnp.exp(x - top), axis=ax, keepdims=True)

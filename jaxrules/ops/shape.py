@@ -170,7 +170,9 @@ def _in_bounds(op, indices, n, mode, wrap_negative):
     """``(safe, out_of_bounds)``: the indices mapped into ``[0, n)`` as JAX's ``mode`` does
     (``"fill"``/None and ``"one_hot"``: negative ones wrapped when ``wrap_negative``, the others
     out of bounds, marked; ``"clip"``/``"promise_in_bounds"``: clipped; ``"wrap"``: modulo n),
-    and the boolean mask of out-of-bound entries (None when there are none)."""
+    and the boolean mask of out-of-bound entries (None when there are none). int8/int16/uint8
+    indices are widened first: ``n - 1`` or ``indices + n`` in their dtype could overflow."""
+    indices = V.wide_indices(indices)
     if mode == "wrap":
         return jnp.mod(indices, n), None
     if wrap_negative:

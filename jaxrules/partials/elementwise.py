@@ -165,10 +165,13 @@ def multigammaln_factor(a, d):
 
 
 def xlogy_factors(x, y):
-    """``(xlogy(x != 0, y), x / y)``, both 0 where x = 0 (x log y is identically 0 there)."""
+    """``(log y, x / y)``: the x-factor ``log y`` also at x = 0 (torch 2.13's
+    ``xlogy(grad, y)``, JAX's), 0 where x = 0 and y <= 0 (torch's ``masked_fill``: x log y is
+    not defined near there); the y-factor 0 where x = 0 (x log y is identically 0 along x = 0)."""
     zero = x == 0
-    y_safe = jnp.where(zero, 1, y)
-    return jnp.where(zero, 0, jnp.log(y_safe)), jnp.where(zero, 0, x / y_safe)
+    masked = zero & (y <= 0)
+    dx = jnp.where(masked, 0, jnp.log(jnp.where(masked, 1, y)))
+    return dx, jnp.where(zero, 0, x / jnp.where(zero, 1, y))
 
 
 def nan_factor(mask, dtype):

@@ -8,7 +8,7 @@ import numpy as np
 from jax import lax
 
 from jaxrules.mechanism import explicit_sharding, unsharded_along
-from jaxrules.partials.elementwise import safe_reciprocal
+from jaxrules.partials.elementwise import nan_factor, safe_reciprocal
 
 # Scatter / gather along one axis (torch's ``scatter_reduce``): ``coords`` addresses, for each
 # position of ``index``, the target element (the position with its ``axis`` coordinate replaced
@@ -118,8 +118,9 @@ def segment_products_of_others(values, segments):
 
 def embedding_row_weights(indices, padding_idx, scale_grad_by_freq, num, dtype):
     """Per looked-up row: 0 for ``padding_idx``, ``1/count(index)`` with ``scale_grad_by_freq``,
-    else 1."""
-    weights = jnp.ones(indices.shape, dtype)
+    else 1; NaN for an index out of ``[0, num)`` (a traced bad index, which ``embedding`` does
+    not check outside ``jaxrules.checked``: its derivatives are NaN, never a finite wrong value)."""
+    weights = nan_factor((indices < 0) | (indices >= num), dtype)
     if scale_grad_by_freq:
         counts = jnp.zeros(num, dtype).at[indices].add(1)
         weights = weights / counts[indices]

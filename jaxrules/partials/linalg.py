@@ -140,21 +140,40 @@ def cho_solve(c, lower, b):
 # Moore-Penrose pseudo-inverse (shared by pinv and lstsq).
 
 
+def chain(*mats):
+    """The product ``mats[0] @ mats[1] @ ...`` (batched) associated for the fewest
+    multiplications on the static shapes of the last two axes (the matrix-chain order): through
+    the small dimension first, so a wide or tall ``A`` (m x n) forms no max(m, n)^2 matrix."""
+    dims = [mats[0].shape[-2]] + [m.shape[-1] for m in mats]
+    count = len(mats)
+    cost, split = {(i, i): 0 for i in range(count)}, {}
+    for length in range(2, count + 1):
+        for i in range(count - length + 1):
+            j = i + length - 1
+            cost[i, j], split[i, j] = min(
+                (cost[i, k] + cost[k + 1, j] + dims[i] * dims[k + 1] * dims[j + 1], k) for k in range(i, j))
+
+    def build(i, j):
+        return mats[i] if i == j else build(i, split[i, j]) @ build(split[i, j] + 1, j)
+
+    return build(0, count - 1)
+
+
 def pinv_tangent(a, x, da):
     """``dX = -X dA X + (I - XA) dA^H X^H X + X X^H dA^H (I - AX)`` for ``X = A^+`` of locally
-    constant rank (Golub-Pereyra; seed ``pinv_jvp``)."""
-    dah = mH(da)
-    return -(x @ da @ x) + (dah @ (mH(x) @ x) - x @ (a @ (dah @ (mH(x) @ x)))) + (
-        (x @ mH(x)) @ dah - ((x @ mH(x)) @ dah @ a) @ x
-    )
+    constant rank (Golub-Pereyra; seed ``pinv_jvp``), each product a ``chain`` (no n x n matrix
+    for an m x n ``A``, as torch's and JAX's rules)."""
+    dah, xh = mH(da), mH(x)
+    return (-chain(x, da, x) + chain(dah, xh, x) - chain(x, a, dah, xh, x)
+            + chain(x, xh, dah) - chain(x, xh, dah, a, x))
 
 
 def pinv_adjoint(a, x, g):
     """Hermitian adjoint of ``pinv_tangent`` (seed ``pinv_backward``, torch's convention):
-    ``-X^H G X^H + X^H X G^H (I - XA) + (I - AX) G^H X X^H``."""
-    gh = mH(g)
-    xhx, xxh = mH(x) @ x, x @ mH(x)
-    return -(mH(x) @ g @ mH(x)) + (xhx @ gh - ((xhx @ gh) @ x) @ a) + (gh @ xxh - a @ (x @ (gh @ xxh)))
+    ``-X^H G X^H + X^H X G^H (I - XA) + (I - AX) G^H X X^H``, each product a ``chain``."""
+    gh, xh = mH(g), mH(x)
+    return (-chain(xh, g, xh) + chain(xh, x, gh) - chain(xh, x, gh, x, a)
+            + chain(gh, x, xh) - chain(a, x, gh, x, xh))
 
 
 # LU factorization with partial pivoting: ``A[perm] = L U`` (``lax.linalg.lu``), L unit lower

@@ -1,0 +1,146 @@
+"""jaxrules.numpy and jaxrules.nn against jax.numpy and jax.nn where a drop-in replacement must
+give the same values and dtypes: narrow integer indices, weighted logsumexp, reductions with a
+``dtype``, integer inputs (kept integer, or promoted to jax.numpy's float dtype)."""
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrules.nn as rnn
+import jaxrules.numpy as rnp
+import jaxrules.scipy.special as rsp
+
+NARROW = ("int8", "int16", "uint8", "uint16")
+X = jnp.arange(200.0)
+TABLE = jnp.arange(400.0).reshape(200, 2)
+
+INDEX_OPS = {
+    "take": (lambda i: rnp.take(X, i), lambda i: jnp.take(X, i.astype(jnp.int32))),
+    "take_clip": (lambda i: rnp.take(X, i, mode="clip"), lambda i: jnp.take(X, i.astype(jnp.int32), mode="clip")),
+    "take_wrap": (lambda i: rnp.take(X, i, mode="wrap"), lambda i: jnp.take(X, i.astype(jnp.int32), mode="wrap")),
+    "take_along_axis": (lambda i: rnp.take_along_axis(X, i, 0), lambda i: jnp.take_along_axis(X, i, 0)),
+    "take_along_axis_clip": (lambda i: rnp.take_along_axis(X, i, 0, mode="clip"),
+                             lambda i: jnp.take_along_axis(X, i, 0, mode="clip")),
+    "embedding": (lambda i: rnn.embedding(i, TABLE), lambda i: TABLE[i.astype(jnp.int32)]),
+    "one_hot": (lambda i: rnn.one_hot(i, 200), lambda i: jax.nn.one_hot(i, 200)),
+    "scatter_reduce": (lambda i: rnp.scatter_reduce(X, 0, i, jnp.ones(4), "sum"),
+                       lambda i: X.at[i.astype(jnp.int32)].add(1.0)),
+}
+
+
+@pytest.mark.parametrize("dtype", NARROW)
+@pytest.mark.parametrize("name", sorted(INDEX_OPS))
+def test_narrow_integer_indices_into_a_long_axis_match_jax_numpy(name, dtype):
+    # A bound such as n - 1 = 199 cast into int8 wraps to -57: every index clipped to it.
+    ours, theirs = INDEX_OPS[name]
+    i = jnp.asarray([1, 2, 3, 127], dtype)
+    a, b = ours(i), theirs(i)
+    assert a.dtype == b.dtype
+    np.testing.assert_array_equal(a, b)
+    # (jax.numpy's own take(mode="wrap") and .at[int8].add overflow on the bound: widened above)
+
+
+def test_logsumexp_ignores_zero_weight_entries_as_jax():
+    a, b = jnp.asarray([-1000.0, -2.0]), jnp.asarray([1.0, 0.0])
+    np.testing.assert_allclose(rsp.logsumexp(a, b=b), jax.scipy.special.logsumexp(a, b=b), rtol=1e-12)
+    a, b = jnp.asarray([[-1000.0, 2.0, 1.0], [0.0, 5.0, -3.0]]), jnp.asarray([[1.0, 0.0, 2.0], [0.0, 0.0, 1.0]])
+    for kw in ({}, {"axis": 1}, {"axis": 1, "return_sign": True}):
+        np.testing.assert_allclose(rsp.logsumexp(a, b=b, **kw), jax.scipy.special.logsumexp(a, b=b, **kw), rtol=1e-12)
+    ours = jax.grad(lambda u, v: jnp.sum(rsp.logsumexp(u, axis=1, b=v)), (0, 1))(a, b)
+    theirs = jax.grad(lambda u, v: jnp.sum(jax.scipy.special.logsumexp(u, axis=1, b=v)), (0, 1))(a, b)
+    for g, h in zip(ours, theirs):
+        np.testing.assert_allclose(g, h, rtol=1e-12)
+
+
+def _same(ours, theirs):
+    try:
+        expected = theirs()
+    except (TypeError, ValueError) as error:
+        with pytest.raises(type(error)):
+            ours()
+        return
+    got = ours()
+    assert got.dtype == expected.dtype, (got.dtype, expected.dtype)
+    rtol = 2e-3 if got.dtype == jnp.float16 else 1e-6  # (jax.numpy sums float16 in float32)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=rtol)
+
+
+REDUCTIONS = ("sum", "prod", "mean", "var", "std", "nansum", "nanprod", "cumsum", "cumprod")
+
+
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_reductions_with_a_dtype_match_jax_numpy(name):
+    for x in (jnp.asarray([1, 2, 4], jnp.int32), jnp.asarray([1, 2, 4], jnp.int16), jnp.asarray([1.0, 2.5, 4.0]),
+              jnp.asarray([1.0 + 1j, 2.0, 4.0])):
+        for dtype in (None, jnp.int8, jnp.int16, jnp.int32, jnp.float16, jnp.float32, jnp.complex64):
+            if jnp.iscomplexobj(x) and dtype is not None and not jnp.issubdtype(dtype, jnp.complexfloating) \
+                    and name not in ("var", "std"):
+                continue  # jax.numpy drops the imaginary part with a warning
+            _same(lambda x=x, dtype=dtype: getattr(rnp, name)(x, dtype=dtype),
+                  lambda x=x, dtype=dtype: getattr(jnp, name)(x, dtype=dtype))
+
+
+@pytest.mark.parametrize("name", ["relu", "hard_tanh"])
+def test_integer_activations_keep_their_dtype_as_jax_nn(name):
+    x = jnp.asarray([-3, 0, 2, 9], jnp.int32)
+    _same(lambda: getattr(rnn, name)(x), lambda: getattr(jax.nn, name)(x))
+
+
+def test_integer_power_is_integer_as_jax_numpy():
+    i = jnp.asarray([1, 2, 3], jnp.int32)
+    _same(lambda: rnp.power(i, i), lambda: jnp.power(i, i))
+    _same(lambda: rnp.power(2, i), lambda: jnp.power(2, i))
+    _same(lambda: rnp.power(i, 2), lambda: jnp.power(i, 2))
+    _same(lambda: rnp.power(i, 2.0), lambda: jnp.power(i, 2.0))
+    _same(lambda: rnp.power(i, jnp.asarray([0.5, 1.0, 2.0])), lambda: jnp.power(i, jnp.asarray([0.5, 1.0, 2.0])))
+
+
+_X64_SCRIPT = """
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp
+import jaxrules.numpy as rnp, jaxrules.nn as rnn, jaxrules.scipy.linalg as rsl
+cases = [("mean", rnp.mean, jnp.mean), ("var", rnp.var, jnp.var), ("std", rnp.std, jnp.std),
+         ("log1p", rnp.log1p, jnp.log1p), ("softplus", rnn.softplus, jax.nn.softplus),
+         ("softmax", rnn.softmax, jax.nn.softmax), ("exp", rnp.exp, jnp.exp),
+         ("expm", lambda v: rsl.expm(v.reshape(2, 2)), lambda v: jax.scipy.linalg.expm(v.reshape(2, 2)))]
+for dtype in ("int8", "int16", "int32", "uint32", "int64"):
+    for name, ours, theirs in cases:
+        x = jnp.arange(4, dtype=dtype)
+        got, expected = ours(x).dtype, theirs(x).dtype
+        assert got == expected, (name, dtype, got, expected)
+print("ok")
+"""
+
+
+def test_integer_inputs_promote_to_jax_numpys_float_dtype_under_x64():
+    # jax.numpy: float32 for integers narrower than 64 bits, float64 for int64, also under x64.
+    # (A subprocess: the setting is process-wide, and the suite's processes have it on already.)
+    result = subprocess.run([sys.executable, "-c", _X64_SCRIPT], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name", ["sum", "nansum", "prod", "max", "min", "amax", "amin"])
+def test_initial_of_the_wrong_shape_raises_jax_numpys_error_type(name):
+    x = jnp.ones((3, 4))
+    with pytest.raises(ValueError):
+        getattr(jnp, name)(x, axis=0, initial=jnp.ones(3))
+    with pytest.raises(ValueError, match="initial"):
+        getattr(rnp, name)(x, axis=0, initial=jnp.ones(3))
+    with pytest.raises(ValueError, match="initial"):
+        getattr(rnp, name)(x.astype(jnp.int32), axis=0, initial=jnp.ones(4))
+
+
+@pytest.mark.parametrize("name", ["fft2", "fftn", "rfftn", "irfftn", "ifftn", "ifft2", "rfft2", "irfft2"])
+def test_repeated_fft_axes_raise_jax_numpys_error_type(name):
+    x = jnp.ones((3, 4))
+    for axes in ((1, 1), (1, -1), (0, -2)):  # jax.numpy: ValueError, then TypeError (from its transpose)
+        try:
+            getattr(jnp.fft, name)(x, axes=axes)
+        except (TypeError, ValueError) as error:
+            with pytest.raises(type(error)):
+                getattr(rnp.fft, name)(x, axes=axes)
