@@ -804,10 +804,9 @@ def linear_cross_entropy(input: ArrayLike, weight: ArrayLike, target: ArrayLike,
     fixed (torch refuses its gradient) and ``target`` has none.
 
     A target outside ``[0, V)`` that is not ``ignore_index`` is an error: a ``ValueError`` when
-    the target is concrete; when traced, a run-time check (``jaxrules.checking.runtime_check``:
-    under ``jax.jit`` a ``JaxRuntimeError`` ending with the message, a ``ValueError`` under
-    ``jaxrules.checked``). The values themselves are NaN there (that token's loss, the reduced
-    loss and the gradients), never a finite wrong value.
+    the target is concrete, and inside ``jaxrules.checked`` when traced. Under plain ``jit`` no
+    check runs (a host callback every step would stall a GPU): the values are NaN there (that
+    token's loss, the reduced loss and the gradients), never a finite wrong value.
 
     Example:
         >>> import jax, jax.numpy as jnp, jaxrules.nn as nn
@@ -877,10 +876,10 @@ def linear_cross_entropy(input: ArrayLike, weight: ArrayLike, target: ArrayLike,
             raise ValueError(f"{op}: target {host[bad].flat[0]} is out of range for {vocab} classes "
                              f"(ignore_index={ignore_index})")
     else:
-        from jaxrules.checking import runtime_check
+        from jaxrules.checking import checked_only
 
-        runtime_check((t != ignore_index) & ((t < 0) | (t >= vocab)),
-                      f"{op}: a target is out of range for {vocab} classes (ignore_index={ignore_index})")
+        checked_only((t != ignore_index) & ((t < 0) | (t >= vocab)),
+                     f"{op}: a target is out of range for {vocab} classes (ignore_index={ignore_index})")
     dtype = jnp.result_type(*(a for a in (x, w, b) if a is not None))
     tokens = math.prod(t.shape)
     arrays = (x.reshape(tokens, x.shape[-1]).astype(dtype), w.astype(dtype), t.reshape(tokens))
