@@ -136,8 +136,11 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--workers", type=int, default=os.cpu_count(), help="compile threads")
     parser.add_argument("--out", help="write the measurements here as JSON")
+    parser.add_argument("--points", help="only these, comma-separated TOKENSxFEATURESxVOCAB (4096x768x32768)")
     args = parser.parse_args(argv)
     grid = QUICK_GRID if args.quick else GRID
+    if args.points:
+        grid = [tuple(int(v) for v in p.split("x")) for p in args.points.split(",")]
     repeats = args.repeats or (3 if args.quick else 20)
     heads = {}
     for shape in grid:
