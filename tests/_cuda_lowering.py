@@ -4,11 +4,7 @@ jax >= 0.11's Triton lowering reads the GPU's kind (its compute capability) from
 device, here a CPU ("No supported GPU devices found, please specify an abstract GPU device"),
 unless the abstract mesh in context names an abstract GPU device (``jax.sharding.use_abstract_mesh``).
 jax 0.10 reads nothing there; the tests use the context with both, so CI runs the code path that
-jax 0.11 needs. With jax 0.11.2 on a CPU (Python 3.12, 2026-11-28) the export tests of
-test_dispatch, test_norm_kernels, test_norm_stats, test_partitioning, test_mosaic_kernels and
-test_shard_map then pass (19 failed before), except one comparison of serialized kernel IR,
-test_partitioning's ``[batch_stats]``, which fails after the file's earlier tests lowered the same
-kernel and passes alone (not explained; jax 0.10.2 passes both ways)."""
+jax 0.11 needs."""
 
 from __future__ import annotations
 
@@ -16,7 +12,7 @@ import contextlib
 
 import jax
 
-DEVICE_KIND = "NVIDIA H100 80GB HBM3"  # the kind the guards lower for (its dispatch table's)
+DEVICE_KIND = "NVIDIA H100 80GB HBM3"  # a Hopper GPU: the kind the guards lower for
 
 
 @contextlib.contextmanager

@@ -1,7 +1,6 @@
-"""Issue 21, requirement 1: without Pallas' Triton backend (deprecated in JAX 0.11, to be removed)
-every op backed by its kernels falls back to its XLA formulas with one warning (layer and RMS norm
-to their Mosaic GPU kernels where a sweep measured those faster: ``tests/test_dispatch.py``). The
-backend is hidden by making ``jax.experimental.pallas.triton`` fail to import."""
+"""Without Pallas' Triton backend (deprecated in JAX 0.11, to be removed) every op backed by its
+kernels falls back to its XLA formulas with one warning. The backend is hidden by making
+``jax.experimental.pallas.triton`` fail to import."""
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ import pytest
 from jaxrules import dispatch, nn
 from jaxrules import nested as N
 
-H100 = "NVIDIA H100 80GB HBM3"
 TRITON = "jax.experimental.pallas.triton"
 
 
@@ -30,29 +28,38 @@ def hidden_triton(monkeypatch):
     dispatch.triton_backend_missing.cache_clear()
 
 
+def _layer_norm_plan(impl):
+    """The plan ``layer_norm`` makes for 1000 rows of 1536 float32 with ``impl``."""
+    from jaxrules.ops.normalization import _rows_plan
+
+    return _rows_plan("layer_norm", impl, jax.ShapeDtypeStruct((1000, 1536), jnp.float32), 1536)
+
+
 def test_this_jax_has_the_backend():
-    """The environment the other tests compare against: the backend imports here, and the GPU
-    decision for a kernel shape is the kernel."""
+    """The environment the other tests compare against: the backend imports here, and
+    ``impl="pallas"`` plans the kernels on the rule's launch."""
     dispatch.triton_backend_missing.cache_clear()
     assert dispatch.triton_backend_missing() is None
-    assert dispatch.layer_norm_plan("gpu", H100, 1000, 1536, "float32").impl == "pallas"
+    plan = _layer_norm_plan("pallas")
+    assert plan.impl == "pallas" and plan.launch == dispatch.rows_launch(1000, 1536)
 
 
-def test_dispatch_falls_back_with_one_warning(hidden_triton):
+def test_the_kernels_plan_falls_back_with_one_warning(hidden_triton):
     with pytest.warns(dispatch.KernelFallbackWarning, match="Triton backend is not available"):
-        plan = dispatch.layer_norm_plan("gpu", H100, 1000, 1536, "float32")
+        plan = _layer_norm_plan("pallas")
     assert plan.impl == "xla" and "Triton" in plan.reason and plan.launch is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the second decision does not warn again
-        grouped = dispatch.grouped_plan("batch_norm", "gpu", H100, 256, 64, 3136, "bfloat16")
-    assert grouped.impl == "xla" and "Triton" in grouped.reason
+        assert _layer_norm_plan("pallas").impl == "xla"
 
 
-def test_cpu_decisions_do_not_look_for_the_backend(hidden_triton):
-    """Off the GPU nothing imports the backend (no warning on a CPU-only machine)."""
+def test_the_default_does_not_look_for_the_backend(hidden_triton):
+    """The default (the XLA formulas) imports nothing of the backend: no warning on a machine
+    without it."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert dispatch.layer_norm_plan("cpu", "cpu", 1000, 768, "float32").impl == "xla"
+        assert _layer_norm_plan(None).impl == "xla" and _layer_norm_plan("xla").impl == "xla"
+        nn.layer_norm(jnp.ones((2, 3)), 3)
     assert dispatch.triton_backend_missing.cache_info().currsize == 0
 
 
@@ -78,24 +85,21 @@ def test_nested_attention_kernel_impl_falls_back(hidden_triton):
         np.testing.assert_allclose(got.values, want.values, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "group_norm", "batch_norm"])
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
 def test_a_norm_kernel_impl_falls_back(hidden_triton, op):
-    """``impl="pallas_interpret"`` (the kernels' code path on a CPU, which imports the backend's
-    loads and stores) runs the XLA formulas instead: same values and gradients as ``impl="xla"``."""
+    """``impl="pallas"`` runs the XLA formulas instead: same values and gradients as ``impl="xla"``."""
     x = jnp.asarray(np.random.default_rng(1).standard_normal((4, 8, 3)), jnp.float32)
-    w = jnp.linspace(0.5, 1.5, 8 if op in ("group_norm", "batch_norm") else 3)
+    w = jnp.linspace(0.5, 1.5, 3)
     calls = {
         "layer_norm": lambda x, w, impl: nn.layer_norm(x, 3, w, impl=impl),
         "rms_norm": lambda x, w, impl: nn.rms_norm(x, 3, w, impl=impl),
-        "group_norm": lambda x, w, impl: nn.group_norm(x, 2, w, impl=impl),
-        "batch_norm": lambda x, w, impl: nn.batch_norm(x, None, None, w, training=True, impl=impl)[0],
     }
 
     def loss(x, w, impl):
         return jnp.sum(jnp.sin(calls[op](x, w, impl)))
 
     with pytest.warns(dispatch.KernelFallbackWarning):
-        got = jax.value_and_grad(loss, argnums=(0, 1))(x, w, "pallas_interpret")
+        got = jax.value_and_grad(loss, argnums=(0, 1))(x, w, "pallas")
     want = jax.value_and_grad(loss, argnums=(0, 1))(x, w, "xla")
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
     for a, b in zip(got[1], want[1]):
@@ -110,7 +114,7 @@ def test_the_kernel_records_are_not_applicable_without_the_backend(hidden_triton
     kernel_records = [r for r in registry.records() if r.kernel_backed]
     assert sorted(r.name for r in kernel_records) == sorted(r.name for r in registry.records()
                                                             if r.name.endswith("[pallas]"))
-    assert len(kernel_records) == 6  # the four norms, nested and dense attention
+    assert len(kernel_records) == 4  # layer and RMS norm, nested and dense attention
     record = registry.get("layer_norm[pallas]")
     with pytest.warns(dispatch.KernelFallbackWarning):
         hidden = testing.run_check(record, "formulas")
@@ -119,18 +123,3 @@ def test_the_kernel_records_are_not_applicable_without_the_backend(hidden_triton
     dispatch.triton_backend_missing.cache_clear()
     present = testing.run_check(record, "formulas")
     assert present.passed and not present.skipped, present
-
-
-def test_the_mosaic_records_are_not_applicable_without_their_backend(monkeypatch):
-    """A JAX without Pallas' Mosaic GPU backend: the ``[mosaic]`` records' checks are skipped,
-    saying why (the Triton records are not)."""
-    from jaxrules import registry, testing
-
-    dispatch.mosaic_backend_missing.cache_clear()
-    monkeypatch.setitem(sys.modules, "jax.experimental.pallas.mosaic_gpu", None)
-    try:
-        hidden = testing.run_check(registry.get("layer_norm[mosaic]"), "formulas")
-        assert hidden.passed and hidden.skipped and "Mosaic GPU backend is not available" in hidden.detail
-        assert not testing.run_check(registry.get("layer_norm[pallas]"), "formulas").skipped
-    finally:
-        dispatch.mosaic_backend_missing.cache_clear()

@@ -84,8 +84,8 @@ def test_conv_without_input_channels_is_the_bias_where_torch_drops_the_output_ch
 
 def test_max_pool_lowers_without_gather_or_scatter():
     """max_pool's forward, JVP and VJP are strided slices, pads and elementwise selects (XLA
-    fuses them; a gather/scatter pair made a CNN training step 0.79x of plain JAX on an H100,
-    benchmarks/RESULTS.md, sixth pass); the adaptive windows, of unequal sizes, keep the gather."""
+    fuses them; a gather/scatter pair made a CNN training step 0.79x of plain JAX on an H100);
+    the adaptive windows, of unequal sizes, keep the gather."""
     x = RNG.standard_normal((2, 3, 8, 8))
 
     def hlo(f, *args):

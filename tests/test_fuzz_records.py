@@ -159,11 +159,8 @@ REFERENCE_DIFFERS: dict[str, tuple[Case, str]] = {
                                     _GRID_NAN + "(-inf: the first row read; torch: 0.539, the last row's)"),
     "grid_sample/nonfinite/silent nan": (Case("float64", 4, "nonfinite", salt=7),
                                          _GRID_NAN + "(NaN: the first row's NaN read; torch: 1.21, the last row's)"),
-    "group_norm[pallas]/size/vjp": (Case("float64", 0, "size", size=3),
-                                    "an empty spatial axis: the weight's gradient is an empty sum, 0; torch: NaN "
-                                    "(its rstd of an empty group)"),
-    "group_norm/size/vjp": (Case("float64", 0, "size", size=3), "as group_norm[pallas]: an empty group's weight "
-                            "gradient is an empty sum, 0; torch: NaN"),
+    "group_norm/size/vjp": (Case("float64", 0, "size", size=3), "an empty spatial axis: the weight's gradient is "
+                            "an empty sum, 0; torch: NaN (its rstd of an empty group)"),
 }
 _NONFINITE = "tests/test_nonfinite.py's TORCH_WRONG: "
 REFERENCE_DIFFERS.update({

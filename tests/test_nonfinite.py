@@ -50,7 +50,7 @@ _UNDEFINED_GRADIENT = "an infinite weight w_j that varies within a normalized gr
     "torch's NaN at most entries and +-inf at the few where its inf - inf terms happen not to meet (checked: ours " \
     "is torch's with those infinities NaN). The limit as w_j grows is +-inf at every entry (coefficient -(1 + " \
     "x_hat_i x_hat_j) / n + [i = j] of w_j); it needs two more reductions per group, which made the XLA " \
-    "backward 1.5-5% slower on an H100 when tried (558b07d, benchmarks/RESULTS.md): the finite path comes first"
+    "backward 1.5-5% slower on an H100 when tried: the finite path comes first"
 TORCH_WRONG: dict[str, str] = {
     "bilinear/arg[01]/?inf": "one infinite input entry: the other input's gradient, sum_j (g W)_ij x2_j (or its "
                              "transpose), is exactly +-inf; torch's _trilinear contraction gives NaN",
@@ -111,13 +111,9 @@ TORCH_WRONG: dict[str, str] = {
     "instance_norm/arg1/?inf": _AFFINE_INF + " (checked against numpy's w x_hat + b); the gradients agree at "
                                "the generic cotangent g (see GENERIC_COTANGENT; the input gradient checked "
                                "against numpy's w B(g))",
-    "batch_norm[[]pallas]/arg1/?inf": _AFFINE_INF + " (checked against numpy's w x_hat + b); the gradients agree "
-                                      "here (the kernels compute w B(g) for a per-channel weight)",
     "group_norm/arg2/?inf": _UNDEFINED_GRADIENT,
-    "group_norm[[]pallas]/arg2/?inf": _UNDEFINED_GRADIENT,
     "layer_norm/arg2/?inf": _UNDEFINED_GRADIENT,
     "layer_norm[[]pallas]/arg1/?inf": _UNDEFINED_GRADIENT,
-    "layer_norm[[]mosaic]/arg1/?inf": _UNDEFINED_GRADIENT,
     "nested.layer_norm/arg1/?inf": _UNDEFINED_GRADIENT,
     "multilabel_soft_margin_loss/arg1/?inf": "the loss -(y logsigmoid(x) + (1 - y) logsigmoid(-x)) = (1 - y) x - "
                                              "logsigmoid(x) is linear in the target y: -+inf x at y = +-inf (as "

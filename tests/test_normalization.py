@@ -200,9 +200,10 @@ def forms(request, monkeypatch):
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_float32_backward_does_not_cancel_under_a_large_offset(name, forms):
     """The backward's sum of ``g x_hat``, centered on the mean (``direct``) or over data shifted
-    by each group's first element (``shifted``): with values near 4096 on a grid of 1/4 (x and its statistics exact in float32), the
-    float32 dx stays within 1e-6 of float64, where summing ``g x`` unshifted (torch's kernels) is
-    off by ~1e-5. The shift is the one slice of x in the backward's program."""
+    by each group's first element (``shifted``): with values near 4096 on a grid of 1/4 (x and its
+    statistics exact in float32), the float32 dx stays within 1e-6 of float64, where summing
+    ``g x`` unshifted (torch's kernels) is off by ~1e-5. The shift is the one slice of x in the
+    backward's program."""
     x = 4096 + RNG.integers(-8, 9, (8, 8, 8, 8)) / 4  # 256 or 512 values per group: exact means
     ct = RNG.standard_normal(x.shape)
     ours = {"layer_norm": lambda v: layer_norm(v, (8, 8, 8), impl="xla"),
