@@ -134,6 +134,8 @@ def run(points, variants=VARIANTS, form="train", repeats=21, calls=5, batch=16, 
 
 def markdown(rows, meta) -> str:
     """The rows as a table, worst ratio first, with a summary line."""
+    if not rows:
+        return f"{meta['device']}, jax {meta['jax']}, form {meta['form']}: no point selected"
     cols = [v for v in VARIANTS if any(f"{v}_ms" in r for r in rows)]
     ratios = [r["ratio"] for r in rows]
     lines = [f"{meta['device']}, jax {meta['jax']}, form {meta['form']}: {len(rows)} points, "

@@ -93,7 +93,7 @@ def _layer_norm_rows_primal(x, w, b, *, eps, launch):
 
 def _rms_norm_rows_primal(x, w, *, eps, launch):
     """``(y, rstd)`` of RMS norm over the last axis of x (M, N), the fused kernel of ``launch``'s
-    kind (``norm_kernels.rms_forward``: Triton or Mosaic GPU)."""
+    kernel (``norm_kernels.rms_forward``)."""
     from jaxrules import norm_kernels
 
     return norm_kernels.rms_forward(x, w, eps=eps, launch=launch)
@@ -230,7 +230,7 @@ def _rows_plan(op, impl, x, n):
         raise ValueError(f"{op}: impl must be None or one of {_ROW_IMPLS}, got {impl!r}")
     if impl in (None, "xla") or x.size == 0:
         return dispatch.Plan("xla", None, "empty input" if x.size == 0 else f"impl={impl!r}")
-    if impl == "pallas" and (missing := dispatch.triton_backend_missing()):
+    if missing := dispatch.triton_backend_missing():  # the interpreted kernels import the backend too
         return dispatch.Plan("xla", None, missing)
     if n > dispatch.MAX_WIDTH:
         raise ValueError(f"{op}: impl={impl!r} takes rows of at most {dispatch.MAX_WIDTH} columns (one program holds "
