@@ -215,9 +215,7 @@ def interleaved_median_ms(calls_by_label: dict, repeats: int, warmup: int = 3, c
     """``median_ms`` of each callable, their timed runs alternating, so that a drift of the
     machine's speed during the measurement (seen on a shared 2-core CPU) hits all alike. The
     order rotates from one repeat to the next (repeat ``r`` starts at the ``r``-th callable), so
-    that none always runs right after the same other one. (With a fixed order, identical compiled
-    programs of 0.1-0.2 ms read up to 22% apart in one sweep on two H200s; on an H100 the order
-    did not explain it: ``benchmarks/timing_order.py``, ``benchmarks/RESULTS.md`` stop 24.)"""
+    that none always runs right after the same other one."""
     for call in calls_by_label.values():
         for _ in range(warmup):
             wait(call())
@@ -240,7 +238,7 @@ def fwd_bwd(fn: Callable, with_value: bool = False, cotangent_after_value: bool 
     cotangent comes from the layers that read the value, so the backward starts after the value is
     written: ``ct`` passes an ``optimization_barrier`` with the value (``cotangent_after_value``).
     Without it XLA fuses the value's elementwise pass into the backward's first pass over x and
-    the given ct, which a training step cannot (benchmarks/RESULTS.md stop 31)."""
+    the given ct, which a training step cannot."""
 
     def step(ct, *args):
         value, pullback = jax.vjp(fn, *args)

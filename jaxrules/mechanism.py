@@ -447,7 +447,7 @@ def _sum_over_varying_axes(ct, aval):
     them (``psum``, the transpose of ``pvary``), as JAX's own autodiff does: in the argument's
     dtype (the caller casts first), so that a bfloat16 weight's gradient is summed with the other
     bfloat16 gradients in one all-reduce, as plain JAX's, not alone in the float32 of a formula's
-    statistics (benchmarks/RESULTS.md, stop 28)."""
+    statistics."""
     extra = tuple(sorted(_varying_axes(jax.typeof(ct)) - _varying_axes(aval)))
     return jax.lax.psum(ct, extra) if extra else ct
 

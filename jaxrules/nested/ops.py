@@ -423,7 +423,7 @@ def _over_bound(q: NestedTensor, max_len: int):
     """Whether a sequence is longer than ``max_len``: ``ValueError`` at once where the offsets
     are known on the host; else a traced boolean, which makes the result NaN (``_nan_if``): a
     check that raises from inside ``jit`` needs a host callback, which stalls the GPU's queue
-    (0.7 ms a step in the ragged block on an H100, ``benchmarks/RESULTS.md``)."""
+    at every step."""
     if concrete_value(q.offsets) is not None:
         longest = int(np.diff(q.host_offsets("scaled_dot_product_attention")).max(initial=0))
         if longest > max_len:

@@ -76,9 +76,7 @@ def _softmax_backward(s, alive, d_p):
     ``jax.nn.softmax``: with ``e = exp(s - max s)`` and ``z = rowsum(e)``, ``dS = e o (dP / z -
     rowsum(dP o e) / z^2)``. XLA's GPU compiler fuses this with the recomputation of ``e`` into
     one kernel that reads ``s`` and ``dP`` once (from the saved ``P``, the row sum and ``dS``
-    were two passes reading both). On an H100 in float32 (``benchmarks/RESULTS.md``, stop 22):
-    2-11% faster at L >= 2048 (now at or above jax.nn's), unchanged at 8x12x512x64 (0.86x of
-    jax.nn's), and slower at causal 64x12x197x64 (0.89 -> 1.20 ms, jax.nn 1.15)."""
+    were two passes reading both)."""
     e, z = partials.softmax_parts(jnp.where(alive, s, 0), -1)
     return jnp.where(alive, e * (d_p / z - jnp.sum(d_p * e, axis=-1, keepdims=True) / (z * z)), 0)
 

@@ -64,8 +64,8 @@ def norm_stats(x, axes, eps, axis_name):
     """``(mean, rstd)`` with the biased variance (torch's saved statistics), in ``stat_dtype``.
 
     Each device's ``(mean, var)`` comes, on a GPU, from one pass over x (``welford_moments``:
-    XLA then reads x once for them instead of twice, 1.1-1.2x faster forward+backward on an H100,
-    ``benchmarks/RESULTS.md``), elsewhere, and for small arrays (``direct_forms``) everywhere,
+    XLA then reads x once for them instead of twice) where ``direct_forms`` says so, elsewhere,
+    and on other platforms,
     from two (the mean, then the centered mean square: faster on a CPU); across the devices of
     ``axis_name`` they merge as Chan et al.'s parallel variance, ``var = E_dev[var_d + (mean_d -
     mean)^2]`` (equal counts per device)."""
@@ -207,8 +207,8 @@ def norm_projection(x, mean, rstd, v, axes, axis_name):
     ``E[v x_hat]`` is summed over shifted data, ``rstd (E[v (x - s)] - (mean - s) E[v])`` with
     ``s`` the group's first element (on each device): exact in exact arithmetic for any ``s``;
     the sums do not wait for the statistics, so XLA computes them in the pass that reads x for
-    the statistics or for dx (1.3-1.9x faster on an H100 than summing ``v x_hat``,
-    ``benchmarks/RESULTS.md``), except for small arrays (``direct_forms``: ``s = mean``). torch's
+    the statistics or for dx (faster on a GPU than summing ``v x_hat``), except where
+    ``direct_forms`` says so (``s = mean``). torch's
     kernels sum over unshifted x (``s = 0``), which cancels when ``|mean| >> std``; with the
     shift only ``|mean - s| / std`` matters."""
     stat = rstd.dtype
