@@ -687,8 +687,8 @@ def test_other_hyperparameters_may_be_traced_and_concrete_checks_still_run():
     np.testing.assert_allclose(checked(jax.jit(lambda a: rnn.celu(x, a)))(2.0), rnn.celu(x, 2.0), rtol=1e-15)
     # norms: eps may be a concrete array (the kernels' static eps), not the fused kernels' when traced
     np.testing.assert_array_equal(rnn.layer_norm(x4, (2,), eps=jnp.asarray(1e-3)), rnn.layer_norm(x4, (2,), eps=1e-3))
-    with pytest.raises(ValueError, match="group_norm: impl='pallas' compiles eps in"):
-        jax.jit(lambda e: rnn.group_norm(x4, 3, eps=e, impl="pallas"))(1e-3)
+    with pytest.raises(ValueError, match="layer_norm: impl='pallas' compiles eps in"):
+        jax.jit(lambda e: rnn.layer_norm(x4, (2,), eps=e, impl="pallas"))(1e-3)
 
 
 NORMS = {

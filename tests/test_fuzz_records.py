@@ -14,8 +14,9 @@ dtype the record declares) and varies it in one way, drawn by hypothesis:
 * ``nonfinite`` NaN and +-inf written at random places of the differentiable arrays (values only:
                 the gradients' non-finite conventions are tests/test_nonfinite.py's);
 * ``integer``   one differentiable array cast to int64 or bool, asked for its VJP (torch's autograd
-                refuses integers; jaxrules promotes them to float64 as jax.numpy does, and JAX gives the
-                integer argument a float0 cotangent: either that or a clear ``TypeError``).
+                refuses integers; jaxrules promotes them as jax.numpy does: bool and integers narrower than
+                64 bits to float32, int64 to float64; JAX gives the integer argument a float0 cotangent:
+                either that or a clear ``TypeError``).
 
 The property, against torch 2.13 (``record.torch_fn`` through the harness's helpers in
 ``jaxrules.testing``): the op (value and VJP in a random cotangent, one ``jax.jit`` program) either
@@ -488,6 +489,9 @@ def run_case(record, case: Case) -> tuple[str, str]:
     t_value, t_grads = ref
     tol = float(record.tolerance.get("torch" if prec in ("float64", "complex128") else prec,
                                      _TOL.get(prec, 1e-9)))
+    narrow = (np.dtype(np.float32), np.dtype(np.complex64))
+    if case.kind == "integer" and any(_inexact(x) and np.dtype(x.dtype) in narrow for x in _leaves(value)):
+        tol = max(tol, _TOL["float32"])  # bool and narrow integers compute in float32, as in jax.numpy
     if prec not in ("float64", "complex128"):
         tol = max(tol, _TOL[prec])
         # (the input's precision; complex64 for complex output of real input, as eig's; float32 for real

@@ -812,7 +812,7 @@ record(
         Sample((normal(rng, dt, 3, 4),), {"axis": 1}),
         Sample((normal(rng, dt, 2, 3, 4),), {"axis": -1, "keepdims": True}),
     ],
-    torch_fn=lambda torch, x, axis=None, keepdims=False: torch.prod(x) if axis is None else torch.prod(x, dim=axis, keepdim=keepdims),
+    torch_fn=lambda torch, x, axis=None, keepdims=False: (torch.prod(x).reshape([1] * x.ndim if keepdims else []) if axis is None else torch.prod(x, dim=axis, keepdim=keepdims)),
     torch_name="torch.prod", dtypes=_CPLX,
     singular=(
         SingularPoint("one zero", (f64(2.0, 0.0, 3.0),), (f64(0, 6, 0),)),
