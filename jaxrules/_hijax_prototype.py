@@ -1,4 +1,4 @@
-"""Prototype: jaxrules' ``define_op`` contract on ``jax.experimental.hijax`` (issue 15, item 4).
+"""Prototype: jaxrules' ``define_op`` contract on ``jax.experimental.hijax``.
 
 NOT imported by the package; ``tests/test_hijax_prototype.py`` drives it and ``docs/hijax.md``
 records what it showed. It answers one question: can an op with a hand-written JVP formula

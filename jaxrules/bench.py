@@ -98,7 +98,7 @@ CASES = [
 ]
 
 
-# Linear algebra (issue 3): jit(grad) on a batch of 8192 32x32 matrices (256 on CPU), float32.
+# Linear algebra: jit(grad) on a batch of 8192 32x32 matrices (256 on CPU), float32.
 
 _B = {"gpu": 8192, "cpu": 256}
 _N = 32
@@ -188,7 +188,7 @@ def _linalg_cases():
 
 def suite(name: str):
     """The benchmark cases of a suite: ``default`` (normalization and elementwise/reduction ops),
-    ``linalg`` (issue 3's batch of 32x32 matrices) or ``all``."""
+    ``linalg`` (a batch of 32x32 matrices) or ``all``."""
     if name == "default":
         return CASES
     if name == "linalg":

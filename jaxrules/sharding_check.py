@@ -1,4 +1,4 @@
-"""The harness's ``sharded`` check (issue 19): a record's op under ``jit`` with its inputs sharded
+"""The harness's ``sharded`` check: a record's op under ``jit`` with its inputs sharded
 along a batch axis over every device, in both of JAX's mesh modes (``AxisType.Auto`` and
 ``AxisType.Explicit``), against the same program unsharded.
 

@@ -30,5 +30,5 @@ def worker_rows(script: str, devices: int = 8, timeout: int = 600, args=()) -> l
 def one_xdist_worker(module: str):
     """The mark that keeps a module's tests on one xdist worker (pyproject's ``--dist=loadgroup``), so
     that its module fixture, one run of its forced-device worker, runs once: spread over both
-    workers, each ran it (test_partitioning's 70 CPU s twice, stop 31)."""
+    workers, each would run it (test_partitioning's 70 CPU s twice)."""
     return pytest.mark.xdist_group(module)

@@ -9,7 +9,7 @@ from jaxrules.cli import configure_check_process
 # run): on 2 cores with the same seeds the whole suite took 1035 s with it and 984 s without (one run
 # each; two runs before differed by 286 s), while a subset (registry, linalg, indexing, nested,
 # nonfinite) took 230 s with it and 242 s without: no gain either way beyond this machine's noise, so
-# the simpler setting (stop 34).
+# the simpler setting.
 _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or str(os.getpid())
 os.environ["JAXRULES_CHECK_CACHE"] = os.path.join(tempfile.gettempdir(), f"jaxrules-test-compile-{_RUN}")  # the CLI
 # tests' ``check`` keeps its cache there, not in ~/.cache
@@ -22,8 +22,8 @@ os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 # The longest items (pytest --durations on 2 cores: 20-66 s each) start first, then the registry's
 # records (0.5-47 s each, 24% of the suite's test time), then the rest (mostly under a second), so
-# that no worker is still in a long test after the other has run out (by name the registry's
-# records came last: one worker idle for the last 175 s of a 16.5-minute run, stop 29).
+# that no worker is still in a long test after the other has run out (ordered by name the
+# registry's records come last, and one worker sat idle for the last 175 s of a 16.5-minute run).
 # (Not the modules whose tests share a module fixture: each stays on one worker, ``one_xdist_worker``.)
 LONGEST_FIRST = ("test_sharded.py::test_sharded_check_over_the_registry", "quickstart.ipynb",
                  "test_sharded.py::test_the_direct_form",

@@ -225,7 +225,7 @@ def test_class_losses_bad_input(call, error, words):
 
 
 # ----------------------------------------------------------------------------------------------
-# Issue 17: gaussian/poisson NLL, multilabel soft margin, cosine embedding, triplet margin,
+# Gaussian/Poisson NLL, multilabel soft margin, cosine embedding, triplet margin,
 # cosine_similarity, pdist.
 
 def _rng_args(*shapes, seed=0, positive=()):
@@ -282,7 +282,7 @@ SECOND_ORDER = {
 
 
 @pytest.mark.parametrize("name", sorted(SECOND_ORDER))
-def test_issue17_losses_double_backward_matches_torch(name):
+def test_losses_double_backward_matches_torch(name):
     ours, theirs, shapes, diff, positive = SECOND_ORDER[name]
     args = _rng_args(*shapes, seed=len(name), positive=positive)
     if name == "gaussian_nll_loss_below_eps":  # some variances under eps = 0.6: torch's straight-through clamp
@@ -444,7 +444,7 @@ def _label(module, y):
 
 
 @pytest.mark.parametrize("name", sorted(ZERO_SIZE))
-def test_issue17_zero_size_input_as_torch(name):
+def test_losses_zero_size_input_as_torch(name):
     """Zero-size input (not in the records: the harness's formulas check needs a formula to run):
     values and gradients (zeros of the input's shape) equal torch's."""
     fn, shapes = ZERO_SIZE[name]
@@ -461,7 +461,7 @@ def test_issue17_zero_size_input_as_torch(name):
         np.testing.assert_array_equal(g, np.zeros(a.shape) if tg is None else tg.numpy())
 
 
-def test_issue17_mean_of_zero_size_is_nan_as_torch():
+def test_losses_mean_of_zero_size_is_nan_as_torch():
     x = np.ones((0, 3))
     assert np.isnan(float(rnn.poisson_nll_loss(x, x)))
     assert torch.isnan(F.poisson_nll_loss(torch.tensor(x), torch.tensor(x)))
@@ -518,14 +518,14 @@ def test_issue17_mean_of_zero_size_is_nan_as_torch():
     (lambda: rnn.pdist(jnp.ones((2, 3)), p="2"), ValueError, ["pdist", "p"]),
     (lambda: rnn.pdist("x"), TypeError, ["pdist", "x"]),
 ])
-def test_issue17_bad_input(call, error, words):
+def test_losses_bad_input(call, error, words):
     with pytest.raises(error) as info:
         call()
     assert all(w in str(info.value) for w in words), str(info.value)
 
 
 # ----------------------------------------------------------------------------------------------
-# softmax / log_softmax with jax.nn's where= and tuple axes (issue 18, requirement 2)
+# softmax / log_softmax with jax.nn's where= and tuple axes
 
 MASK = np.array([[True, False, True, True], [False] * 4, [True, True, False, True]])
 
@@ -576,7 +576,7 @@ def test_masked_softmax_runs_the_masked_formulas_and_matches_torch_and_finite_di
 
 
 # ----------------------------------------------------------------------------------------------
-# Traced hyperparameters (issue 18, requirement 3)
+# Traced hyperparameters
 
 _X = np.array([-2.3, -0.7, -0.2, 0.4, 1.3, 2.9])
 _Y = np.array([0.5, 0.1, -1.4, 3.0, -1.0, 2.2])
@@ -726,7 +726,7 @@ def test_norm_eps_traced_jit_once_vmap_and_derivatives_match_finite_differences(
 
 
 # ----------------------------------------------------------------------------------------------
-# NaN and inf (issue 16): pinned against torch 2.13 in float64, or hand-derived where torch's
+# NaN and inf: pinned against torch 2.13 in float64, or hand-derived where torch's
 # answer is listed as wrong in tests/test_nonfinite.py.
 
 # (16 entries, the NaN in torch's vectorized loop: see the hardtanh test below for its scalar tail)

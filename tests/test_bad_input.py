@@ -47,11 +47,11 @@ X = np.ones((2, 3))
         (lambda: rnp.amax(np.ones((0, 2))), ValueError, ["amax", "zero-size"]),
         (lambda: rnp.amax(np.ones((3, 0)), axis=1), ValueError, ["amax", "zero-size", "axis=1"]),
         (lambda: rnp.logcumsumexp(X, (0, 1)), TypeError, ["logcumsumexp", "axis"]),
-        # the one-axis transforms name their parameter, axis (found by the fuzz test); the n-d ones, axes
+        # the one-axis transforms name their parameter, axis; the n-d ones, axes
         (lambda: rnp.fft.rfft(X, 7, 2), ValueError, ["rfft", "axis=2"]),
         (lambda: rnp.fft.ifft(X, None, -3), ValueError, ["ifft", "axis=-3"]),
         (lambda: rnp.fft.fftn(X, axes=(0, 5)), ValueError, ["fftn", "axes=5"]),
-        # a 0-d right-hand side or tau (were IndexErrors; found by the fuzz test)
+        # a 0-d right-hand side or tau: a ValueError naming the argument, not an IndexError
         (lambda: jrl.householder_product(np.ones((3, 2)), np.float64(0.5)), ValueError,
          ["householder_product", "tau", "rank >= 1"]),
         (lambda: jrl.ormqr(np.ones((3, 2)), np.float64(0.5), np.ones((3, 3))), ValueError, ["ormqr", "tau", "rank"]),

@@ -1,6 +1,6 @@
 """Run-time checks (``jaxrules.checking``): eagerly the library's ValueError; under ``jit`` a
 JaxRuntimeError ending with the message and nothing on stderr; ``jaxrules.checked`` turns both
-into the library's ValueError (issue 16, requirement 5)."""
+into the library's ValueError."""
 
 import jax
 import jax.numpy as jnp

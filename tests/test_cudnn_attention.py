@@ -1,4 +1,4 @@
-"""``scaled_dot_product_attention`` on cuDNN (the GPU default in float16/bfloat16, issue 17):
+"""``scaled_dot_product_attention`` on cuDNN (the GPU default in float16/bfloat16):
 values, gradients (vmapped, jitted, second order) against the XLA formulas in the same dtype, and
 the compiled gradient runs cuDNN's forward once. Needs a GPU with cuDNN: skipped elsewhere (the
 dispatch's refusal on a CPU is checked here too)."""
@@ -77,8 +77,9 @@ def test_the_gradient_runs_cudnns_forward_once():
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_cudnn_ops_forward_mode_is_the_formulas(causal):
     """The cuDNN op's JVP (the XLA op's formula on cuDNN's (B, L, N, E) layout) runs without a
-    GPU: it never calls cuDNN. Against ``jax.jvp`` of the XLA path (it unpacked two masks of
-    three until stop 22, so forward mode of the cuDNN path raised on every GPU)."""
+    GPU: it never calls cuDNN. Against ``jax.jvp`` of the XLA path (the JVP passes the XLA op's
+    three masks, bias, keep and drop: with one missing, forward mode of the cuDNN path raises on
+    every GPU)."""
     from jaxrules.ops import attention as A
 
     rng = np.random.default_rng(5)

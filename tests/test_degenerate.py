@@ -1,4 +1,4 @@
-"""Zero-size and degenerate inputs (issue 16): values and both derivatives against jax.numpy
+"""Zero-size and degenerate inputs: values and both derivatives against jax.numpy
 (and torch where it has the op), float64 on the CPU."""
 
 import jax
@@ -225,7 +225,7 @@ MASKED_REDUCTIONS = {
 
 @pytest.mark.parametrize("name", list(MASKED_REDUCTIONS))
 def test_where_and_initial_of_reductions_match_jax_numpy(name):
-    """jax.numpy's ``where=``/``initial=`` (issue 18, req. 2): values, JVP and VJP (distinct
+    """jax.numpy's ``where=``/``initial=``: values, JVP and VJP (distinct
     entries: no ties between the mask's survivors and ``initial``)."""
     ours, reference = MASKED_REDUCTIONS[name]
     x = np.arange(12.0).reshape(3, 4) * 0.37 - 1.3 + 0.01 * np.arange(12.0).reshape(3, 4) ** 2

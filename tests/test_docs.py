@@ -1,4 +1,4 @@
-"""The API reference (issue 18, requirement 5): every public function jaxrules defines in its
+"""The API reference: every public function jaxrules defines in its
 namespaces has a Google-style docstring (an ``Args:`` section naming each parameter, a
 ``Returns:`` section) and type hints on every parameter and the return.
 

@@ -1,10 +1,10 @@
-"""Zero-size inputs (issue 16, requirement 1): the harness's ``empty`` check over every registered
-record, the check itself (it fails a broken op; its derivation of zero-size samples), and the
-conventions the fixes pinned.
+"""Zero-size inputs: the harness's ``empty`` check over every registered record, the check itself
+(it fails a broken op; its derivation of zero-size samples), and the conventions of zero-size
+inputs pinned against torch and jax.numpy.
 
-``EMPTY_OPEN``: records whose ``empty`` check still fails, with why; each is fixed in a file
-outside this change. Their tests assert that the check still fails (a fixed op must leave the
-list) and are reported as xfail with the reason, never skipped."""
+``EMPTY_OPEN``: records whose ``empty`` check still fails, with why. Their tests assert that the
+check still fails (a fixed op must leave the list) and are reported as xfail with the reason, never
+skipped."""
 
 import dataclasses
 
@@ -133,7 +133,7 @@ def test_derived_samples_cut_each_shared_length():
 
 
 # ----------------------------------------------------------------------------------------------
-# Conventions pinned by the fixes.
+# Conventions of zero-size inputs.
 
 
 def test_block_diag_with_an_empty_1d_block_takes_jax_scipys_gradients_not_torchs():

@@ -1,4 +1,4 @@
-"""The models of examples/ (issue 18, requirement 6): they train with optax (the loss falls), and the
+"""The models of examples/: they train with optax (the loss falls), and the
 same file with plain JAX swapped in for jaxrules' two namespaces gives the same gradients.
 
 "Swapped in" is literal: each example is loaded twice from its file (``examples/plain.py``'s

@@ -1,4 +1,4 @@
-"""Ops under ``jit(value_and_grad)`` with a batch-sharded input (issue 19, requirement 2), on 8
+"""Ops under ``jit(value_and_grad)`` with a batch-sharded input, on 8
 forced host devices (a subprocess: JAX starts with one device in the test process), under
 ``Auto`` and ``Explicit`` meshes: values and gradients equal the unsharded ones (float64) and
 the gradients of batch-sharded arguments stay sharded ``P("data", ...)`` (and, for the ops

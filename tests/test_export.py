@@ -1,4 +1,4 @@
-"""``jax.export`` of models built on jaxrules (issue 18, requirement 7): the XLA paths (what runs on
+"""``jax.export`` of models built on jaxrules: the XLA paths (what runs on
 a CPU) export, serialize, deserialize and give the same values; the fused kernels' Triton custom
 calls are refused by ``jax.export``'s compatibility check, as the README's "Supported JAX" says."""
 

@@ -1,4 +1,4 @@
-"""Property-based fuzzing of a representative set of ops (issue 16, requirement 2, a first slice):
+"""Property-based fuzzing of a representative set of ops:
 elementwise, reductions with an axis, activations and losses, on small shapes (0-d, size 1, size
 0, two axes with an empty one) and values with NaN and +-inf, in float64 and float32.
 

@@ -1,4 +1,4 @@
-"""Property-based fuzzing of every registered record (issue 16, requirement 2).
+"""Property-based fuzzing of every registered record.
 
 Each case starts from one of the record's own samples (``record.samples(rng, dtype)``, in a
 dtype the record declares) and varies it in one way, drawn by hypothesis:
@@ -36,8 +36,8 @@ Known failures are listed with a case that shows each (``FUZZ_OPEN``: jaxrules b
 Budget (compilation is the cost; the variations reuse the samples' shapes): each run fuzzes a
 rotating subset of the records, chosen by ``JAXRULES_FUZZ_SEED`` or else the commit
 (``git rev-parse HEAD``; fixed seed 0 outside git), ``FUZZ_SUBSET`` records with
-``FUZZ_EXAMPLES`` cases each (96 records x 6 cases: 53-78 s of pytest time on 2 shared cores,
-seeds 2-8 and HEAD, the known-failure pins included; 72 records since stop 31).
+``FUZZ_EXAMPLES`` cases each (96 records x 6 cases measured 53-78 s of pytest time on 2 shared
+cores, seeds 2-8 and HEAD, the known-failure pins included; a run takes 72 records).
 ``JAXRULES_FUZZ_ALL=1`` fuzzes every record;
 ``JAXRULES_FUZZ_EXAMPLES=N`` sets the cases per record; ``JAXRULES_FUZZ_RECORDS=glob,...`` picks records
 (``registry.records``' patterns, with ``JAXRULES_FUZZ_ALL``); ``JAXRULES_FUZZ_LOG=path`` appends one
@@ -71,16 +71,16 @@ torch = _torch()
 
 FUZZ_EXAMPLES = int(os.environ.get("JAXRULES_FUZZ_EXAMPLES", "6"))
 FUZZ_ALL = os.environ.get("JAXRULES_FUZZ_ALL", "") not in ("", "0")
-FUZZ_SUBSET = 72  # records per CI run (of 189): 96 took 83 CPU s at stop 31, over CI's 15 minutes; see the docstring
+FUZZ_SUBSET = 72  # records per CI run (of 189): 96 took 83 CPU s, over CI's 15 minutes; see the docstring
 FUZZ_LOG = os.environ.get("JAXRULES_FUZZ_LOG")
 KINDS = ("dtype", "size", "scalar", "broadcast", "axis", "nonfinite", "integer")
 
 # Outcomes: the failures (the property broken) and the others (counted).
 FAILURES = ("crash", "unclear error", "value", "silent nan", "vjp", "dtype", "accepted bad axis")
 
-# (kind, record): not run at all (a case that hangs or kills the process). Empty now: the SVD-based
-# ops hung in LAPACK's gesdd on +-inf entries until the poisoned matrices were zeroed before the SVD
-# (stop 17); their non-finite cases (svd, svdvals, pinv, norm, adjugate, det, lstsq) run again.
+# (kind, record): not run at all (a case that hangs or kills the process). Empty: LAPACK's gesdd
+# hangs on +-inf entries, so the SVD-based ops zero the poisoned matrices before the SVD, and their
+# non-finite cases (svd, svdvals, pinv, norm, adjugate, det, lstsq) run.
 NO_RUN: dict[tuple[str, str], str] = {}
 
 # (kind, record): torch gives no reference there; ours is still run (it must return or refuse clearly).
@@ -113,16 +113,16 @@ class Case:
 # case and fails once it no longer fails that way (then remove the entry). FUZZ_OPEN: bugs of
 # jaxrules, to fix (in the op files, not here); REFERENCE_DIFFERS: torch is no reference there.
 _FFT_ZERO = ("a jax.numpy name: jax.numpy.fft's values (XLA's FFT) and numpy.fft's (pocketfft), checked equal to "
-             "ours, NaN pattern included (tests/test_fuzz_fixes.py): a NaN or infinite entry of the half spectrum "
-             "whose coefficient at an output point is exactly 0 meets that 0 factor (inf * 0 = NaN); torch's CPU FFT "
-             "(MKL in this build) gives the finite rest there, the output not depending on that entry (and +-inf "
-             "where these give NaN). (Not the DC/Nyquist imaginary parts, whose NaN is ignored as torch's: pinned "
-             "in tests/test_fuzz_fixes.py)")
+             "ours, NaN pattern included (tests/test_fuzzed_edge_cases.py): a NaN or infinite entry of the half "
+             "spectrum whose coefficient at an output point is exactly 0 meets that 0 factor (inf * 0 = NaN); torch's "
+             "CPU FFT (MKL in this build) gives the finite rest there, the output not depending on that entry (and "
+             "+-inf where these give NaN). (Not the DC/Nyquist imaginary parts, whose NaN is ignored as torch's: "
+             "pinned in tests/test_fuzzed_edge_cases.py)")
 FUZZ_OPEN: dict[str, tuple[Case, str]] = {}
 _GRID_NAN = ("a NaN (or reflected infinite) sampling coordinate of a 3-d grid_sample: torch's 3-d CPU kernel "
              "clamps it to the last index (std::min/max order) where its 2-d kernel clamps it to 0, and its 3-d "
              "zero padding gives 0 where the 2-d one gives NaN; ours follows the 2-d kernel in every dimension "
-             "(pinned: tests/test_resampling.py, tests/test_fuzz_fixes.py) ")
+             "(pinned: tests/test_resampling.py, tests/test_fuzzed_edge_cases.py) ")
 _KEEPDIMS_NONE = ("a jax.numpy name: axis=None with keepdims=True keeps every axis with length 1 (jax.numpy's and "
                   "numpy's shape (1, 1)); torch's reduction over all entries has no keepdim (0-d)")
 REFERENCE_DIFFERS: dict[str, tuple[Case, str]] = {
@@ -155,7 +155,7 @@ REFERENCE_DIFFERS: dict[str, tuple[Case, str]] = {
     "block_diag/size/vjp": (Case("complex128", 0, "size", size=3),
                             "a 1-d empty block (shape (0,)) is a 1x0 row in the value (torch's too) and in our VJP; "
                             "torch 2.13's block_diag_backward skips that row and reads the later blocks' gradients "
-                            "one row too high (pinned: tests/test_fuzz_fixes.py)"),
+                            "one row too high (pinned: tests/test_fuzzed_edge_cases.py)"),
     "grid_sample/nonfinite/value": (Case("float64", 4, "nonfinite", salt=5),
                                     _GRID_NAN + "(-inf: the first row read; torch: 0.539, the last row's)"),
     "grid_sample/nonfinite/silent nan": (Case("float64", 4, "nonfinite", salt=7),
@@ -181,7 +181,7 @@ REFERENCE_DIFFERS.update({
                                        "a NaN in a pivot column: which row LAPACK's pivot search (i?amax) takes "
                                        "past a NaN is the build's choice; ours is jax.scipy.linalg.lu_factor's "
                                        "result entry for entry (NaN where torch's build pivoted on the infinite "
-                                       "entry, found by stop 31's seed)"),
+                                       "entry)"),
     "power/nonfinite/silent nan": (Case("complex128", 0, "nonfinite", salt=218),
                                    "a jax.numpy name: jnp.power's values (NaN for a complex infinite base or exponent; "
                                    "torch: 0 where the modulus tends to 0)"),
@@ -191,8 +191,8 @@ REFERENCE_DIFFERS.update({
 })
 KNOWN = {**FUZZ_OPEN, **REFERENCE_DIFFERS}
 # Entries whose difference is an order the LAPACK build chooses: another machine's build may agree
-# with torch's there (eigvals/dtype/value gave "ok" on a machine with numpy 2.4.6 where it gave
-# "value" before), so ``test_known_still_fail`` accepts "ok" for them.
+# with torch's there (eigvals/dtype/value gave "ok" on a machine with numpy 2.4.6 and "value" on
+# another), so ``test_known_still_fail`` accepts "ok" for them.
 BUILD_DEPENDENT = {"eigvals/dtype/value", "lu_factor/nonfinite/silent nan"}
 
 

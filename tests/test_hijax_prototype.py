@@ -1,4 +1,4 @@
-"""``jax.experimental.hijax`` against the mechanism's contract (issue 15, item 4; docs/hijax.md).
+"""``jax.experimental.hijax`` against the mechanism's contract (docs/hijax.md).
 
 The same checks as tests/test_mechanism.py, run on ``jaxrules._hijax_prototype.hijax_op`` (the
 ``define_op`` formulas on a public ``VJPHiPrimitive``), plus what hijax itself does where the

@@ -180,7 +180,7 @@ def test_index_reduce_matches_torch(reduce, include_self):
 
 
 # ----------------------------------------------------------------------------------------------
-# JAX's parameters of pad, take, take_along_axis, repeat, matmul, slogdet (issue 18, requirement 2)
+# JAX's parameters of pad, take, take_along_axis, repeat, matmul, slogdet
 
 
 def _matches_jax(ours, theirs, x, rtol=1e-12):

@@ -1,4 +1,4 @@
-"""The code's layering (issue 15): formulas are found by explicit references, and the formula
+"""The code's layering: formulas are found by explicit references, and the formula
 layer does not import the ops built on it."""
 
 import ast
@@ -12,8 +12,8 @@ FORMULA_LAYER = ("jvp_rules.py", "vjp_rules.py", "mechanism.py", "batching.py", 
                  "registry.py", "_validate.py",
                  *sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "partials").glob("*.py")))
 UPPER = ("jaxrules.ops", "jaxrules.nested", "jaxrules.nn", "jaxrules.numpy", "jaxrules.scipy", "jaxrules.linalg")
-# Known upward imports (late, inside functions), to be removed by issue 15's restructuring: a
-# formula calling an op for its own rules at second order. A new one fails the test.
+# Known upward imports (late, inside functions), to be removed: a formula
+# calling an op for its own rules at second order. A new one fails the test.
 KNOWN = {("vjp_rules.py", "jaxrules.ops.normalization"), ("partials/elementwise.py", "jaxrules.ops")}
 
 
@@ -57,7 +57,7 @@ def test_the_nested_records_live_in_the_nested_package():
     assert modules == {"jaxrules.nested.records"}, modules
 
 
-# ---- Every ops module has the same layout (issue 15, CONTRIBUTING.md "Layout of an ops module") ----
+# ---- Every ops module has the same layout (CONTRIBUTING.md "Layout of an ops module") ----
 
 OPS_MODULES = sorted(p.name for p in (PACKAGE / "ops").glob("*.py") if p.name not in ("__init__.py", "_sampling.py"))
 _HEADER = re.compile(r"(Ops|Public functions)(: \S.*)?|Records")

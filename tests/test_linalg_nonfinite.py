@@ -162,8 +162,8 @@ def test_cholesky_inverse_nonfinite_factor_entry_keeps_the_trailing_block(at, va
                                             (2, (1, 0), np.inf), (2, (2, 1), -np.inf), (2, (0, 1), np.nan)])
 def test_lu_solve_nonfinite_entry_gradients_as_torch(trans, arg, at, value):
     """lu_solve's gradients in the seed's order of products: a non-finite pivot of U or entry of B
-    leaves finite (or +-inf) the entries of the factors' gradient that torch's are (it was NaN
-    everywhere: ``gA = -gB X^H`` formed first, then multiplied back by ``L^H``). Where torch's
+    leaves finite (or +-inf) the entries of the factors' gradient that torch's are (``gA = -gB
+    X^H`` formed first, then multiplied back by ``L^H``, is NaN everywhere). Where torch's
     are NaN, ours may be exact: with an infinite entry of B and trans 1 or 2, two entries are the
     limit -inf; with a NaN in L and trans 1 or 2, five entries of gL do not depend on it."""
     lu_, piv = (np.asarray(x) for x in jax.scipy.linalg.lu_factor(A[1]))

@@ -1,5 +1,5 @@
 """The namespaces are complete: every public name of the installed JAX's counterpart resolves, as
-JAX's own object unless jaxrules defines it (issue 18)."""
+JAX's own object unless jaxrules defines it."""
 
 import importlib
 import inspect
@@ -88,8 +88,8 @@ def test_importing_numpy_is_light():
     assert out.strip() == "[]"
 
 
-# Overrides that lack parameters of the JAX function they replace (issue 18, requirement 2): none
-# now; the test below fails when a new gap appears (add here only with a reason).
+# Overrides that lack parameters of the JAX function they replace: none; the test below fails when
+# a gap appears (add here only with a reason).
 KNOWN_SIGNATURE_GAPS: dict[str, str] = {}
 
 

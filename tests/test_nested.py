@@ -224,7 +224,7 @@ def test_attention_rejects_a_sequence_longer_than_max_seqlen():
 @pytest.mark.parametrize("impl", ["xla", "pallas_interpret"])
 def test_attention_with_zero_size_heads_averages_the_values(impl):
     """Head dim 0: every score is 0, so each query gets its sequence's mean value (torch: the
-    same); the kernels hand zero-size heads to the XLA formulas. Found by the fuzz test."""
+    same); the kernels hand zero-size heads to the XLA formulas."""
     offsets = np.array([0, 3, 3, 5])
     q = N.from_jagged(np.ones((5, 2, 0)), offsets)
     v = np.random.default_rng(1).standard_normal((5, 2, 3))

@@ -1,4 +1,4 @@
-"""``nested.scaled_dot_product_attention(impl="cudnn")`` (issue 20): cuDNN's packed-sequence
+"""``nested.scaled_dot_product_attention(impl="cudnn")``: cuDNN's packed-sequence
 layout. On the CPU: the packed segments in JAX's convention (checked through JAX's own
 conversion to cuDNN's offsets), the dispatch, the refusal, and the op's derivative contract with
 JAX's cuDNN call replaced by an emulation of its packed semantics (whose backward may not be

@@ -1,4 +1,4 @@
-"""NaN and ±inf inputs propagate to values and gradients as torch's do (issue 16, requirement 3).
+"""NaN and ±inf inputs propagate to values and gradients as torch's do.
 
 For every record: its first float64 sample, one element of each differentiable argument in turn
 set to NaN, +inf and -inf (the middle element, flat index ``size // 2``): 168 records, 741 cases.

@@ -237,9 +237,9 @@ def test_a_batch_sharded_input_runs_the_kernels_in_both_mesh_modes(results, case
 
 
 def test_batch_norm_xla_formulas_wait_on_two_collectives(results):
-    """The XLA formulas (issue 19): the mean's all-reduce, then one more for the variance and every
-    backward sum together. It was three before the weight gradients reused the sums of the input
-    gradient (``vjp_rules.affine_normalize_vjp``): ``sum g x_hat`` waited for the variance."""
+    """The XLA formulas: the mean's all-reduce, then one more for the variance and every backward
+    sum together: the weight gradients reuse the sums of the input gradient
+    (``vjp_rules.affine_normalize_vjp``), so ``sum g x_hat`` does not wait for the variance (a third)."""
     row = results["batch_norm xla"]
     assert row["error"] <= 1e-12 and row["kinds"] == ["all-reduce"], row
     assert row["depth"] == 2, row

@@ -1,4 +1,4 @@
-"""One registration function (issue 15): every record is declared by ``registry.record(name,
+"""One registration function: every record is declared by ``registry.record(name,
 *, fn=..., ...)`` with keywords; no module keeps a private ``_record`` helper or builds an
 ``OpRecord`` itself."""
 

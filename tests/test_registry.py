@@ -19,8 +19,8 @@ from jaxrules import records
 from jaxrules.testing import CHECKS, check_op, release_programs
 
 ALL_RECORDS = records()
-# A CI run checks len(ALL_RECORDS) // SHARE records (a third made CI 17-18 minutes, stop 30; a quarter 18.6, stop 31;
-# a fifth still 364 CPU s with the heavy records one commit drew, stop 31).
+# A CI run checks len(ALL_RECORDS) // SHARE records (with a third CI took 17-18 minutes, with a quarter 18.6; a
+# fifth still took 364 CPU s when the subset drew the heavy records).
 SHARE = 8
 _CHOSEN = set(rotating_subset([r.name for r in ALL_RECORDS], len(ALL_RECORDS) // SHARE, commit_seed(), "registry"))
 RECORDS = [r for r in ALL_RECORDS if os.environ.get("JAXRULES_REGISTRY_ALL") or r.name in _CHOSEN]
@@ -69,7 +69,7 @@ def _resolve(public_name: str):
 
 
 def test_every_public_name_a_record_lists_resolves_to_jaxrules_own_function():
-    """Issue 15: a record's public names are the functions users call; each must exist and be
+    """A record's public names are the functions users call; each must exist and be
     jaxrules' own (a name forwarded from JAX carries JAX's rule, not the record's)."""
     wrong = []
     for r in ALL_RECORDS:

@@ -1,5 +1,5 @@
 """Shape ops on integer and boolean input keep their dtype (as jax.numpy and torch: the ops are
-linear, there is nothing to differentiate), and split's cut indices (issue 18)."""
+linear, there is nothing to differentiate), and split's cut indices."""
 
 import jax
 import jax.numpy as jnp

@@ -1,5 +1,5 @@
 """The ops inside a user's ``jax.shard_map`` (``check_vma=True``, JAX's default): each device holds
-its own shard and calls the op on it, the other way to train data parallel (issue 19). On 4 forced
+its own shard and calls the op on it, the other way to train data parallel. On 4 forced
 host devices (a subprocess: JAX starts with one device in the test process):
 
 * the norms' XLA formulas and the nested attention's (each device keeps whole sequences: its own

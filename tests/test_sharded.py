@@ -1,4 +1,4 @@
-"""The ``sharded`` check (``jaxrules/sharding_check.py``, issue 19 requirement 3) over the registry,
+"""The ``sharded`` check (``jaxrules/sharding_check.py``) over the registry,
 on 8 and on 2 forced host devices (a subprocess: JAX starts with one device in the test process), in both
 mesh modes. Every record takes about 0.36 CPU s (both modes; 8 host devices on 2 cores), so a CI run
 checks a rotating subset (seeded by the commit, ``SUBSET`` records) and, on 8 devices, half the kernel-backed records;
@@ -44,7 +44,7 @@ def _selected(names: list[str], part: int = 0) -> list[str]:
     8 devices (``part`` 0) a rotating half of the kernel-backed records besides: their partitioning
     rules are where sharding breaks (group_norm[pallas] failed in the explicit mode while outside
     the subset). They take 7-20 CPU s each (interpret mode; the other records 0.4), so every one
-    in every run, on both device counts, cost 120 of the two tests' 160 CPU s (stop 31);
+    in every run, on both device counts, cost 120 of the two tests' 160 CPU s;
     ``tests/test_partitioning.py`` runs the norms' rules in both modes every run, and
     ``test_the_direct_form_with_two_devices`` the attention kernel's on 2 devices."""
     if os.environ.get("JAXRULES_SHARDED_ALL"):

@@ -1,5 +1,5 @@
 """Convolutions and ``grid_sample`` under ``jit`` with a batch sharded over 8 forced host devices
-(issue 19; a subprocess: JAX starts with one device in the test process), through the harness's
+(a subprocess: JAX starts with one device in the test process), through the harness's
 ``sharding_check.check_sharded`` on one record sample at a time, float64, ``Auto`` and
 ``Explicit`` meshes: values, JVP and VJP equal the unsharded program's and batch-sharded
 gradients keep the batch sharding (``check_sharded`` raises otherwise).

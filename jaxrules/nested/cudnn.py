@@ -1,4 +1,4 @@
-"""Ragged attention on cuDNN's flash attention (issue 20): one packed row ("THD") or padded rows.
+"""Ragged attention on cuDNN's flash attention: one packed row ("THD") or padded rows.
 
 A NestedTensor's values (total, heads, dim) with offsets (B + 1,) are already a packed layout:
 JAX's cuDNN fused attention (``dot_product_attention`` of ``mechanism.cudnn_fused_attention()``,

@@ -1,5 +1,5 @@
 """Dense attention and bilinear forms with torch.nn.functional's semantics:
-``scaled_dot_product_attention`` and ``bilinear`` (issue 17). Their formulas live here, beside
+``scaled_dot_product_attention`` and ``bilinear``. Their formulas live here, beside
 the ops (attention: the backward from the saved logits; bilinear: seed
 ``_trilinear_backward``), and so do their registry records."""
 

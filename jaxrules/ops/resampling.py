@@ -1,5 +1,5 @@
 """Resampling with torch.nn.functional's semantics (channels first): ``interpolate``,
-``grid_sample`` and ``affine_grid`` (issue 17). Their formulas and registry records live here.
+``grid_sample`` and ``affine_grid``. Their formulas and registry records live here.
 
 All three are linear in their image (or ``theta``) argument: the JVP formula is the op applied
 to the tangent and the VJP formula its transpose. ``interpolate`` is separable: along each

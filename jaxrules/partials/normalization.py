@@ -284,7 +284,7 @@ def rms_projection(x, rstd, v, axes):
     -rstd^3 E[v x]``: the row sum ``E[v x]`` does not wait for ``rstd``, so XLA computes it in the
     pass that reads x for the statistics (on the H100, ``E[v x_hat]`` cost a pass: 0.85x of plain
     JAX at 16384x4096), and a sum of two products (plain JAX's order) where ``rstd v - rstd^3 x
-    E[v x]`` was 0.87x of plain JAX at 21844x12288 bfloat16 (1.106 vs 0.959 ms;
+    E[v x]`` measured 0.87x of plain JAX at 21844x12288 bfloat16 (1.106 vs 0.959 ms;
     ``benchmarks/xla_layer_norm_forms.py --op rms_norm``)."""
     stat = rstd.dtype
     xs, v = x.astype(stat), v.astype(stat)

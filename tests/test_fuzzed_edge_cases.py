@@ -1,5 +1,5 @@
-"""Pinned cases of the fuzz test's fixed entries (issue 16; tests/test_fuzz_records.py's
-``FUZZ_OPEN`` and tests/test_nonfinite.py's ``OPEN``): each the entry's input, its value and
+"""Edge cases of the fuzz tests (tests/test_fuzz_records.py, whose ``FUZZ_OPEN`` and
+tests/test_nonfinite.py's ``OPEN`` list the open ones), pinned: each an input, its value and
 gradients against torch 2.13, or the library's clear error where torch refuses."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 
 # ----------------------------------------------------------------------------------------------
-# layer_norm / rms_norm: a 0-d input (was IndexError in the kernel records' wrappers)
+# layer_norm / rms_norm: a 0-d input (an empty normalized_shape) is refused
 
 
 @pytest.mark.parametrize("impl", ["xla", "pallas_interpret"])
@@ -32,7 +32,7 @@ def test_norm_empty_normalized_shape(op, impl):
 
 
 # ----------------------------------------------------------------------------------------------
-# nll_loss / cross_entropy: an empty class axis (was IndexError / TypeError inside JAX's gather)
+# nll_loss / cross_entropy: an empty class axis
 
 
 @pytest.mark.parametrize("op", ["nll_loss", "cross_entropy"])
@@ -55,7 +55,7 @@ def test_class_loss_no_classes_no_targets(op):
 
 
 # ----------------------------------------------------------------------------------------------
-# embedding / embedding_bag: an empty (0, d) table (was IndexError from jnp.take)
+# embedding / embedding_bag: an empty (0, d) table
 
 
 def test_embedding_empty_table():
@@ -196,7 +196,7 @@ def test_irfftn_self_conjugate_imaginary_nan():
 
 
 # ----------------------------------------------------------------------------------------------
-# norm of an empty matrix (the error named the internal amin; amax's refused what torch gives 0)
+# norm of an empty matrix: torch's value where torch gives one, else an error naming norm and ord
 
 
 @pytest.mark.parametrize("shape", [(3, 0), (0, 3), (0, 0), (2, 3, 0)])
@@ -219,7 +219,7 @@ def test_norm_empty_matrix(shape, ord):
 
 
 # ----------------------------------------------------------------------------------------------
-# Non-finite inputs (tests/test_nonfinite.py's OPEN entries fixed): values and gradients against
+# Non-finite inputs (tests/test_nonfinite.py's cases): values and gradients against
 # torch on the record's first sample with one entry poisoned, through that test's own comparison
 
 
@@ -265,7 +265,7 @@ def test_nested_attention_nonfinite_as_torch(argnum, poison):
 def test_per_channel_infinite_weight(op, w_inf):
     """An infinite weight of one channel (one weight per normalized group): y = w x_hat + b is
     +-inf there (numpy's; torch: NaN from its fused scale-shift), and for a generic cotangent the
-    input gradient w B(g) is +-inf on that channel, as torch's (was NaN: B(g w) meets inf - inf)."""
+    input gradient w B(g) is +-inf on that channel, as torch's (not NaN, as B(g w) would give: inf - inf)."""
     rng = np.random.default_rng(3)
     x, w, b = rng.normal(size=(4, 3, 5)), rng.normal(size=3) + 1, rng.normal(size=3)
     w[1] = w_inf
@@ -287,8 +287,8 @@ def test_per_channel_infinite_weight(op, w_inf):
 
 
 # ----------------------------------------------------------------------------------------------
-# nested attention with no heads (found by the fuzz test: ZeroDivisionError planning the chunks;
-# the kernels failed inside Pallas): values and VJP against torch through the fuzz test's case
+# nested attention with no heads (the chunk plan divides by the heads; the kernels run in
+# Pallas): values and VJP against torch through the fuzz test's case
 
 
 @pytest.mark.parametrize("name", ["nested.scaled_dot_product_attention", "nested.scaled_dot_product_attention[pallas]"])
@@ -321,7 +321,7 @@ def test_group_norm_empty_group_weight_gradient():
 @pytest.mark.parametrize("keepdims", [True, False])
 def test_value_selection_of_a_0d_input_stays_0d_as_torch(name, keepdims):
     """torch.max/min/median/nanmedian(x, dim=0, keepdim=...) of a 0-d x: 0-d values and indices
-    (its axis 0 has length 1), the gradient 1 (found by the fuzz test: keepdims gave shape (1,))."""
+    (its axis 0 has length 1), the gradient 1, with or without keepdims."""
     fn = getattr(jaxrules.numpy, name)
     out = fn(jnp.array(2.5), axis=0, keepdims=keepdims, return_indices=True)
     theirs = getattr(torch, name)(torch.tensor(2.5), dim=0, keepdim=keepdims)
@@ -332,7 +332,7 @@ def test_value_selection_of_a_0d_input_stays_0d_as_torch(name, keepdims):
 
 def test_complex_logcumsumexp_with_minus_infinite_real_parts_is_torchs():
     """exp(-inf + iy) = 0: such a term adds nothing, and a prefix of them is -inf + 0j, as torch's
-    (JAX's cumlogsumexp gave NaN from there on; found by the fuzz test). The gradient at the
+    (JAX's cumlogsumexp gives NaN from there on). The gradient at the
     finite terms is torch's, conjugated (JAX's convention for complex inputs)."""
     x = np.array([complex(-np.inf, 0.3), 1 + 2j, complex(-np.inf, 1.0), 0.5 - 1j, complex(-np.inf, -2.0)])
     ours = np.asarray(jaxrules.numpy.logcumsumexp(x, 0))
@@ -350,8 +350,7 @@ def test_complex_logcumsumexp_with_minus_infinite_real_parts_is_torchs():
 @pytest.mark.parametrize("keepdims", [True, False])
 def test_median_of_a_0d_input_stays_0d(keepdims):
     """median(x, axis=0, keepdims=...) of a 0-d x: x itself, 0-d (torch.median(x, 0, keepdim) keeps
-    0-d; the keepdims result was shape (1,) and its VJP failed to broadcast back; found by the fuzz
-    test), the gradient 1."""
+    0-d, keepdims too), the gradient 1 (its VJP broadcasts back to 0-d)."""
     out = jaxrules.numpy.median(jnp.array(2.5), axis=0, keepdims=keepdims)
     assert out.shape == tuple(torch.median(torch.tensor(2.5), dim=0, keepdim=keepdims).values.shape) == ()
     assert float(out) == 2.5

@@ -1,7 +1,7 @@
-"""Regression tests of the ``sharded`` check's failures fixed in jaxrules' own code (issue 19):
+"""Batch-sharded programs of ops whose own code must keep the sharding (each case names what):
 scatter/index-reduce prod, eig, expm, lu_unpack and qr under ``jit`` on 8 forced host devices (a
 subprocess: JAX starts with one device in the test process) with a batch-sharded input under an
-``Explicit`` mesh (the mode where each failed; the sharded check covers ``Auto`` too). Each case:
+``Explicit`` mesh (the mode that exposes each; the sharded check covers ``Auto`` too). Each case:
 the value, the VJP of a fixed cotangent and the JVP in a fixed direction equal the unsharded
 program's, the value also an independent reference (NumPy / SciPy / torch), and the gradient of
 the sharded argument keeps the batch sharding."""
@@ -13,9 +13,9 @@ from _forced_devices import one_xdist_worker, worker_rows
 
 pytestmark = one_xdist_worker(__name__)  # its module fixture runs once
 
-# case: (what the fix was, which argument is batch-sharded)
+# case: what must keep the batch sharding (the first argument is batch-sharded)
 CASES = {
-    "scatter_reduce_prod": "the prod weights concatenated the sharded x with the replicated src",
+    "scatter_reduce_prod": "the prod weights: the sharded x concatenated with the replicated src",
     "index_reduce_prod": "the same, with x sharded along the reduced axis itself",
     "eig": "the eigenvalues' sort (JAX's sort JVP) and the gauge check's callback under vmap",
     "expm": "jnp.digitize's searchsorted scan under vmap (JAX's expm)",
