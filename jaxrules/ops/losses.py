@@ -17,7 +17,7 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
-from jaxrules.mechanism import concrete_value, define_op
+from jaxrules.mechanism import define_op
 from jaxrules.ops import reductions
 from jaxrules.ops._sampling import f64, normal, uniform
 from jaxrules.ops.activations import pointwise_op
@@ -869,17 +869,7 @@ def linear_cross_entropy(input: ArrayLike, weight: ArrayLike, target: ArrayLike,
         raise ValueError(f"{op}: chunk_size must be None or a positive int, got {chunk_size!r}")
     if t.size and vocab == 0:
         raise ValueError(f"{op}: weight has an empty vocabulary (0 classes): no class-index target is in range")
-    host = concrete_value(t)
-    if host is not None:
-        bad = (host != ignore_index) & ((host < 0) | (host >= vocab))
-        if np.any(bad):
-            raise ValueError(f"{op}: target {host[bad].flat[0]} is out of range for {vocab} classes "
-                             f"(ignore_index={ignore_index})")
-    else:
-        from jaxrules.checking import checked_only
-
-        checked_only((t != ignore_index) & ((t < 0) | (t >= vocab)),
-                     f"{op}: a target is out of range for {vocab} classes (ignore_index={ignore_index})")
+    V.index_range(op, "target", t, vocab, allowed=ignore_index)  # traced: inside jaxrules.checked only
     dtype = jnp.result_type(*(a for a in (x, w, b) if a is not None))
     tokens = math.prod(t.shape)
     arrays = (x.reshape(tokens, x.shape[-1]).astype(dtype), w.astype(dtype), t.reshape(tokens))
