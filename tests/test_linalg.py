@@ -385,8 +385,8 @@ def test_matmul_precision_reaches_the_forward_and_every_derivative_product(preci
     np.testing.assert_allclose(f(a, b), jnp.matmul(a, b, precision=precision), rtol=1e-6)
     grads = jax.grad(lambda a, b: jnp.sum(f(a, b) ** 2), argnums=(0, 1))(a, b)
     expected = jax.grad(lambda a, b: jnp.sum(jnp.matmul(a, b, precision=precision) ** 2), argnums=(0, 1))(a, b)
-    for g, e in zip(grads, expected):
-        np.testing.assert_allclose(g, e, rtol=1e-5)
+    for g, e in zip(grads, expected):  # float32 sums of products: an entry near 0 cancels, so scale by the largest
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6 * np.abs(e).max())
     programs = [
         jax.jit(f).lower(a, b).as_text(),
         jax.jit(jax.grad(lambda a, b: f(a, b).sum(), argnums=(0, 1))).lower(a, b).as_text(),
