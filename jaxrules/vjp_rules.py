@@ -470,12 +470,13 @@ def _torch_convention(backward):
 
 
 def matmul_vjp(res, ct, **_):
-    """``(ct B^T, A^T ct)`` (seed ``mm_mat1_backward`` / ``mm_mat2_backward``, JAX convention);
-    broadcast batch dims are summed by the mechanism."""
+    """``(ct B^T, A^T ct)`` (seed ``mm_mat1_backward`` / ``mm_mat2_backward``, JAX convention),
+    each summed over the leading batch dims its operand lacks inside its product
+    (``partials.matmul_cotangents``); batch dims of size 1 are summed by the mechanism."""
     a, b = res
     # b's gradient sums over a's rows, which may be sharded: it is sharded as b (Explicit mesh)
     out = explicit_sharding(b, a, ct) if a.ndim >= b.ndim else None
-    return P.matmul_nt(ct, b), P.matmul_tn(a, ct, out_sharding=out)
+    return P.matmul_cotangents(a, b, ct, out_sharding=out)
 
 
 def linear_vjp(res, ct, **_):

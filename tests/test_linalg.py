@@ -403,6 +403,41 @@ def test_matmul_precision_reaches_the_forward_and_every_derivative_product(preci
     np.testing.assert_allclose(hessian, jax.hessian(lambda a: jnp.sum(jnp.matmul(a, b) ** 2))(a), rtol=1e-4, atol=1e-4)
 
 
+_BROADCAST_MATMULS = [((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((6, 2, 3, 4), (2, 4, 5)), ((3, 4), (6, 2, 4, 5)),
+                      ((2, 1, 3, 4), (5, 4, 6)), ((1, 2, 3, 4), (6, 1, 4, 5)), ((4,), (2, 4, 5)), ((2, 3, 4), (4,))]
+
+
+@pytest.mark.parametrize("precision", [None, "highest"])
+@pytest.mark.parametrize(("a_shape", "b_shape"), _BROADCAST_MATMULS)
+def test_matmul_gradients_of_broadcast_operands_match_torch(a_shape, b_shape, precision):
+    """The cotangent of an operand with fewer batch dims (a weight shared over a batch) or with
+    batch dims of size 1 is the sum over the broadcast dims, as torch's."""
+    a, b = RNG.standard_normal(a_shape), RNG.standard_normal(b_shape)
+    out, pullback = jax.vjp(lambda a, b: rnp.matmul(a, b, precision=precision), a, b)
+    ct = RNG.standard_normal(out.shape)
+    ta, tb = (torch.tensor(x, requires_grad=True) for x in (a, b))
+    torch.matmul(ta, tb).backward(torch.tensor(ct))
+    for g, t in zip(pullback(ct), (ta, tb)):
+        assert g.shape == tuple(t.shape)
+        np.testing.assert_allclose(g, t.grad.numpy(), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("precision", [None, "highest"])
+def test_matmul_weight_gradient_is_one_product_over_the_batch(precision):
+    """The gradient of a weight shared over a batch, (B, L, D) @ (D, N), contracts B and L in one
+    product of the weight's shape, as JAX's own transpose of ``dot_general`` (and torch's folded
+    ``matmul``): no (B, D, N) batch of partial products is summed afterwards, which in bfloat16
+    would hold B weight-sized temporaries, each rounded before the sum."""
+    a, b = jax.ShapeDtypeStruct((2, 8, 4), jnp.bfloat16), jax.ShapeDtypeStruct((4, 16), jnp.bfloat16)
+    grads = jax.make_jaxpr(jax.grad(lambda a, b: rnp.matmul(a, b, precision=precision).astype(jnp.float32).sum(),
+                                    argnums=(0, 1)))(a, b)
+    dots = [e for e in grads.eqns if e.primitive.name == "dot_general"]
+    shapes = sorted(tuple(e.outvars[0].aval.shape) for e in dots)
+    assert shapes == [(2, 8, 4), (4, 16)], shapes
+    assert not [e for e in grads.eqns if e.primitive.name == "reduce_sum" and e.invars[0].aval.ndim == 3
+                and e.outvars[0].aval.shape == (4, 16)]
+
+
 @pytest.mark.parametrize("case", ["rank_deficient", "tall", "wide", "vector"])
 @pytest.mark.parametrize("numpy_resid", [False, True])
 def test_lstsq_residuals_follow_jax_numpy_numpy_resid(case, numpy_resid):

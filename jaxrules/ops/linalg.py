@@ -74,9 +74,10 @@ def _matmul_at_jvp(res, ta, tb, *, precision):
 
 
 def _matmul_at_vjp(res, ct, *, precision):
-    """``matmul_vjp`` (``(ct B^T, A^T ct)``) with its products at ``precision``."""
+    """``matmul_vjp`` (``(ct B^T, A^T ct)``, ``partials.matmul_cotangents``) with its products at
+    ``precision``."""
     a, b = res
-    return _product("...ij,...kj->...ik", precision)(ct, b), _product("...ji,...jk->...ik", precision)(a, ct)
+    return P.matmul_cotangents(a, b, ct, precision)
 
 
 # matmul at a non-default precision (jax.numpy's ``precision=``): the same formulas, every product

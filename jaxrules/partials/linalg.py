@@ -32,15 +32,39 @@ def matmul(a, b):
     return jnp.einsum("...ij,...jk->...ik", a, b)
 
 
-def matmul_nt(a, b):
-    """``A B^T`` without materializing the transpose (the contraction names the axes)."""
-    return jnp.einsum("...ij,...kj->...ik", a, b)
+# Letters for the batch axes of a product's cotangent that its operand lacks (not i, j, k: the
+# matrix axes).
+_SUMMED_AXES = "abcdefghlmnopqrstuvwxyz"
 
 
-def matmul_tn(a, b, out_sharding=None):
-    """``A^T B`` without materializing the transpose; ``out_sharding`` for an ``Explicit`` mesh
-    (the contracted rows may be sharded)."""
-    return jnp.einsum("...ji,...jk->...ik", a, b, out_sharding=out_sharding)
+def matmul_cotangents(a, b, ct, precision=None, out_sharding=None):
+    """``(ct B^T, A^T ct)``, the cotangents of ``C = A B`` over broadcast leading batch dims (seed
+    ``mm_mat1_backward`` / ``mm_mat2_backward``, JAX's convention: transposes), each already
+    summed over the leading batch dims of ``ct`` that its operand lacks, inside its one
+    ``dot_general``: torch's ``matmul`` folds them into the rows, so the weight gradient of
+    (B, L, D) @ (D, N) is one (D, N) product over B L rows, and not B products of (D, N) (a
+    (B, D, N) temporary, each rounded to the operands' dtype before the sum over B). No
+    transpose is materialized (the contraction names the axes). Batch dims of size 1 broadcast
+    against larger ones stay in the result, for the caller to sum (the mechanism's ``sum_to``).
+
+    Args:
+        a, b: the operands, (..., m, n) and (..., n, p), batch dims broadcasting.
+        ct: the cotangent of ``C``, (..., m, p) over the broadcast batch dims.
+        precision: JAX's, of both products (None: the default).
+        out_sharding: the sharding of ``A^T ct`` under an ``Explicit`` mesh (its contracted rows
+            may be sharded); None elsewhere.
+    """
+    batch = ct.ndim - 2
+
+    def product(x, x_axes, y, y_axes, operand, out_axes, sharding=None):
+        lead = batch - (operand.ndim - 2)  # ct's leading batch dims the operand lacks: summed
+        summed = _SUMMED_AXES[:lead]
+        x_lead = summed[lead - max(0, x.ndim - operand.ndim):]  # x's own axes among them
+        y_lead = summed[lead - max(0, y.ndim - operand.ndim):]
+        spec = f"{x_lead}...{x_axes},{y_lead}...{y_axes}->...{out_axes}"
+        return jnp.einsum(spec, x, y, precision=precision, out_sharding=sharding)
+
+    return product(ct, "ik", b, "jk", a, "ij"), product(a, "ji", ct, "jk", b, "ik", out_sharding)
 
 
 def herm(x):
