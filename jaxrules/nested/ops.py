@@ -178,7 +178,7 @@ def matmul(a: NestedTensor, b: NestedTensor | jax.Array, *, transpose_a: bool = 
 
 
 def sum(x: NestedTensor, axis):  # noqa: A001 - the numpy name
-    """Sum over ``axis``: the ragged axis 1 gives a dense (B, *inner) array (seed
+    """Sum over ``axis``: the ragged axis 1 gives a dense ``(B, *inner)`` array (seed
     ``_nested_sum_backward``: the cotangent is broadcast over each component); inner axes give a
     NestedTensor. A tuple may mix them."""
     return _reduce("sum", x, axis, dense_sum, ragged_sum_op)
@@ -214,7 +214,7 @@ def log_softmax(x: NestedTensor, axis: int = -1) -> NestedTensor:
 
     Args:
         x: the NestedTensor (real floating dtype).
-        axis: the logical axis of (B, ragged, *inner): 1 (the ragged axis) or an inner axis;
+        axis: the logical axis of ``(B, ragged, *inner)``: 1 (the ragged axis) or an inner axis;
             axis 0 (across components) is refused.
 
     Returns:
@@ -228,7 +228,7 @@ def log_softmax(x: NestedTensor, axis: int = -1) -> NestedTensor:
 
 
 def mean(x: NestedTensor, axis: int | tuple[int, ...]) -> jax.Array | NestedTensor:
-    """Mean over ``axis`` (the axes ``sum`` takes): the ragged axis 1 gives a dense (B, *inner)
+    """Mean over ``axis`` (the axes ``sum`` takes): the ragged axis 1 gives a dense ``(B, *inner)``
     array, each component's sum over its length (NaN for an empty component, as torch); inner
     axes give a NestedTensor (``jaxrules.numpy.mean`` on the values, seed ``mean_backward``); a
     tuple may mix them (torch's jagged layout refuses the mix), the mean over all the entries
@@ -237,10 +237,10 @@ def mean(x: NestedTensor, axis: int | tuple[int, ...]) -> jax.Array | NestedTens
 
     Args:
         x: the NestedTensor (real floating dtype).
-        axis: a logical axis of (B, ragged, *inner) other than 0, or a tuple of them.
+        axis: a logical axis of ``(B, ragged, *inner)`` other than 0, or a tuple of them.
 
     Returns:
-        A dense (B, *remaining inner) array when the ragged axis is reduced, else a
+        A dense ``(B, *remaining inner)`` array when the ragged axis is reduced, else a
         NestedTensor with ``x``'s offsets.
     """
     return _reduce("mean", x, axis, dense_mean, ragged_mean_op)

@@ -1226,7 +1226,7 @@ def _reflectors(op, a, tau):
 
 
 def householder_product(input: ArrayLike, tau: ArrayLike) -> Array:  # noqa: A002 - torch's argument name
-    """The first n columns of ``H_1 ... H_k``, ``H_i = I - tau_i v_i v_i^H`` (LAPACK orgqr);
+    """The first n columns of ``prod_{i=1..k} H_i``, ``H_i = I - tau_i v_i v_i^H`` (LAPACK orgqr);
     differentiable (JAX has no rule) by the product rule along the reflectors,
     ``dH_i = -dtau_i v_i v_i^H - tau_i (dv_i v_i^H + v_i dv_i^H)`` (seed
     ``householder_product_jvp`` / ``householder_product_backward``; assumes
@@ -1248,7 +1248,7 @@ def householder_product(input: ArrayLike, tau: ArrayLike) -> Array:  # noqa: A00
 
 
 def ormqr(input: ArrayLike, tau: ArrayLike, other: ArrayLike, left: bool = True, transpose: bool = False) -> Array:  # noqa: A002 - torch's argument names
-    """``op(Q) C`` (``left``) or ``C op(Q)``, Q the full product ``H_1 ... H_k`` of the
+    """``op(Q) C`` (``left``) or ``C op(Q)``, Q the full product ``prod_{i=1..k} H_i`` of the
     reflectors, ``op`` the conjugate transpose when ``transpose``; differentiable in all three
     arguments by the product rule along the reflectors (JAX has no rule; seed
     ``ormqr_backward``). Mirrors ``torch.ormqr``.

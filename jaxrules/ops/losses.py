@@ -196,7 +196,7 @@ def binary_cross_entropy_with_logits(input: ArrayLike, target: ArrayLike, weight
     """Binary cross entropy on logits, ``-(p y logsigmoid(x) + (1 - y) logsigmoid(-x))``; mirrors
     ``torch.nn.functional.binary_cross_entropy_with_logits``.
 
-    Stable at |x| = 800, linear in the target (an infinite target gives +-inf, as torch's); at an
+    Stable at ``|x| = 800``, linear in the target (an infinite target gives +-inf, as torch's); at an
     infinite logit the limit (0 for y = 0 at x = -inf and y = 1 at x = +inf, +-inf otherwise;
     torch's form gives NaN at x = -inf and at x = +inf with y = 1). Seeds
     ``binary_cross_entropy_with_logits_backward`` and ``..._target_backward``.
@@ -383,7 +383,7 @@ def smooth_l1_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean",
 def soft_margin_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean") -> Array:
     """Soft margin loss, ``log(1 + exp(-y x))``; mirrors ``torch.nn.functional.soft_margin_loss``.
 
-    Computed as ``softplus(-y x)``: no overflow at |x| = 800 (torch's backward gives NaN there);
+    Computed as ``softplus(-y x)``: no overflow at ``|x| = 800`` (torch's backward gives NaN there);
     seed ``soft_margin_loss_double_backward``.
 
     Args:
@@ -604,7 +604,7 @@ def triplet_margin_loss(anchor: ArrayLike, positive: ArrayLike, negative: ArrayL
 
 def _class_inputs(op, input, target, weight, reduction):
     """``(x, target, weight)`` checked for the class-index losses: x (C,) with a 0-d target, or
-    (N, C, *) with target (N, *); weight (C,) (ones when None; differentiable here, where torch refuses a gradient for it)."""
+    ``(N, C, *)`` with target ``(N, *)``; weight (C,) (ones when None; differentiable here, where torch refuses a gradient for it)."""
     if reduction not in _REDUCTIONS:
         raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
     x = V.array(op, "input", input)
@@ -672,9 +672,9 @@ def nll_loss(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = Non
     The class weights are differentiable (torch refuses a gradient for them).
 
     Args:
-        input: log-probabilities, (C,) or (N, C, *) with the classes at axis 1.
+        input: log-probabilities, (C,) or ``(N, C, *)`` with the classes at axis 1.
         target: integer class indices in ``[0, C)`` (or ``ignore_index``), 0-d for a (C,) input,
-            else (N, *). Out of range: ``ValueError`` when concrete and inside
+            else ``(N, *)``. Out of range: ``ValueError`` when concrete and inside
             ``jaxrules.checked``; under plain ``jit`` (no check runs) that element's loss, the
             reduced loss and the gradient of its row are NaN.
         weight: (C,) class weights, or None (ones).
@@ -683,7 +683,7 @@ def nll_loss(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = Non
             ``apply_loss_reduction``; anything else: ``ValueError``).
 
     Returns:
-        The (N, *) losses for ``"none"`` (0-d for a (C,) input), else a 0-d array.
+        The ``(N, *)`` losses for ``"none"`` (0-d for a (C,) input), else a 0-d array.
     """
     x, t, w = _class_inputs("nll_loss", input, target, weight, reduction)
     _check_targets("nll_loss", x, t)
@@ -701,8 +701,8 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
     ``take_along_axis`` and ``sum``.
 
     Args:
-        input: logits, (C,) or (N, C, *).
-        target: integer class indices in ``[0, C)`` (or ``ignore_index``; (N, *), or 0-d for a
+        input: logits, (C,) or ``(N, C, *)``.
+        target: integer class indices in ``[0, C)`` (or ``ignore_index``; ``(N, *)``, or 0-d for a
             (C,) input) or class probabilities (floating, ``input``'s shape). An index out of
             range: ``ValueError`` when concrete and inside ``jaxrules.checked``; under plain
             ``jit`` (no check runs) that element's loss, the reduced loss and the gradient of its

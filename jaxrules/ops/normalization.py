@@ -387,7 +387,7 @@ def layer_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: Arra
 
 def group_norm(x: ArrayLike, num_groups: int, weight: ArrayLike | None = None, bias: ArrayLike | None = None,
                eps: float | ArrayLike = 1e-5, *, impl: str | None = None) -> Array:
-    """Group normalization: ``x`` of shape (N, C, *) viewed as (N, G, C/G * prod(*)), each
+    """Group normalization: ``x`` of shape ``(N, C, *)`` viewed as ``(N, G, C/G * prod(*))``, each
     group normalized ``(x - E[x]) rsqrt(Var[x] + eps)`` (biased variance), then per-channel
     ``* weight + bias``.
 
@@ -396,7 +396,7 @@ def group_norm(x: ArrayLike, num_groups: int, weight: ArrayLike | None = None, b
     ``torch.nn.functional.group_norm``.
 
     Args:
-        x: the input (N, C, *), real.
+        x: the input ``(N, C, *)``, real.
         num_groups: G, a positive divisor of C.
         weight: the per-channel scale (C,); None: 1.
         bias: the per-channel shift (C,); None: 0.
@@ -463,7 +463,7 @@ def batch_norm(
     outputs, so the case is well defined: they come back batched, one per example.
 
     Args:
-        x: the input (N, C, *), real.
+        x: the input ``(N, C, *)``, real.
         running_mean: the running mean (C,), or None (training only).
         running_var: the running variance (C,), or None (training only).
         weight: the per-channel scale (C,); None: 1.
@@ -548,12 +548,12 @@ def _check_momentum(op, momentum):
 def instance_norm(x: ArrayLike, running_mean: ArrayLike | None = None, running_var: ArrayLike | None = None,
                   weight: ArrayLike | None = None, bias: ArrayLike | None = None, use_input_stats: bool = True,
                   momentum: float = 0.1, eps: float | ArrayLike = 1e-5) -> tuple[Array, Array | None, Array | None]:
-    """Instance normalization: each (sample, channel) of x (N, C, *) normalized over its spatial
+    """Instance normalization: each (sample, channel) of x ``(N, C, *)`` normalized over its spatial
     axes, ``(x - E[x]) rsqrt(Var[x] + eps) * weight + bias``, functional: returns ``(y,
     new_running_mean, new_running_var)`` (``None`` where the running statistics are ``None``),
     as ``batch_norm``. Mirrors ``torch.nn.functional.instance_norm``.
 
-    torch runs batch norm on x (N, C, *) viewed as (1, N*C, *): statistics per (sample, channel)
+    torch runs batch norm on x ``(N, C, *)`` viewed as ``(1, N*C, *)``: statistics per (sample, channel)
     over the spatial axes, then per-channel ``* weight + bias``. Here that is the
     ``affine_normalize`` op over the spatial axes (the XLA formulas of batch/layer/group norm:
     seed ``batch_norm_jvp``, the native backward, ``batchnorm_double_backward`` through
@@ -570,7 +570,7 @@ def instance_norm(x: ArrayLike, running_mean: ArrayLike | None = None, running_v
     zero-size input; for N = 0 torch's average over no samples gives NaN instead).
 
     Args:
-        x: the input (N, C, *), real.
+        x: the input ``(N, C, *)``, real.
         running_mean: the running mean (C,), or None (with ``running_var``: both or neither).
         running_var: the running variance (C,), or None.
         weight: the per-channel scale (C,); None: 1.
