@@ -180,7 +180,15 @@ def matmul(a: NestedTensor, b: NestedTensor | jax.Array, *, transpose_a: bool = 
 def sum(x: NestedTensor, axis):  # noqa: A001 - the numpy name
     """Sum over ``axis``: the ragged axis 1 gives a dense ``(B, *inner)`` array (seed
     ``_nested_sum_backward``: the cotangent is broadcast over each component); inner axes give a
-    NestedTensor. A tuple may mix them."""
+    NestedTensor. A tuple may mix them.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nested as nested
+        >>> x = nested.nested_tensor([jnp.ones((3, 2)), jnp.ones((1, 2))])
+        >>> print(nested.sum(x, axis=1))  # over the ragged axis: dense (B, 2)
+        [[3. 3.]
+         [1. 1.]]
+    """
     return _reduce("sum", x, axis, dense_sum, ragged_sum_op)
 
 
@@ -198,7 +206,14 @@ def _reduce(name, x, axis, dense_reduce, ragged_op):
 
 def softmax(x: NestedTensor, axis: int = -1) -> NestedTensor:
     """Softmax over ``axis``: over each component's rows for the ragged axis 1 (segment max and
-    sum), else the dense op on ``values``. Seed ``nested_softmax_backward``."""
+    sum), else the dense op on ``values``. Seed ``nested_softmax_backward``.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nested as nested
+        >>> x = nested.nested_tensor([jnp.zeros((2, 1)), jnp.zeros((1, 1))])  # lengths 2 and 1
+        >>> print([c.ravel().tolist() for c in nested.softmax(x, axis=1).unbind()])  # within each sequence
+        [[0.5, 0.5], [1.0]]
+    """
     x = _nested("softmax", "x", x)
     ax = _logical_axis("softmax", x, axis)
     if ax == 1:

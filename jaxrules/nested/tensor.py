@@ -439,7 +439,14 @@ def from_lengths(values, lengths, *, max_seqlen: int | None = None) -> NestedTen
 
 
 def nested_tensor(arrays: Sequence, *, max_seqlen: int | None = None) -> NestedTensor:
-    """A NestedTensor from a list of arrays of shapes ``(n_i, *inner)`` (same inner shape)."""
+    """A NestedTensor from a list of arrays of shapes ``(n_i, *inner)`` (same inner shape).
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nested as nested
+        >>> x = nested.nested_tensor([jnp.ones((3, 2)), jnp.ones((1, 2))])  # lengths 3 and 1
+        >>> print(x.values.shape, x.offsets.tolist())
+        (4, 2) [0, 3, 4]
+    """
     if isinstance(arrays, NestedTensor) or not isinstance(arrays, Sequence) or isinstance(arrays, str):
         raise TypeError(f"nested_tensor: expected a list of arrays, got {type(arrays).__name__}")
     if not arrays:

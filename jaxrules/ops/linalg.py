@@ -817,6 +817,15 @@ def eigh(a: ArrayLike, UPLO: str | None = None, symmetrize_input: bool = True) -
     Raises:
         ValueError: when ``a`` is not square or ``UPLO`` is invalid.
         TypeError: when ``symmetrize_input`` is False.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.numpy as rnp
+        >>> w, v = rnp.linalg.eigh(jnp.array([[2.0, 1.0], [1.0, 2.0]]))
+        >>> print(w.round(4), abs(v[:, 1]).round(4))
+        [1. 3.] [0.7071 0.7071]
+        >>> print(jax.grad(lambda a: rnp.linalg.eigh(a)[0][1])(jnp.array([[2.0, 1.0], [1.0, 2.0]])).round(4))  # v v^T
+        [[0.5 0.5]
+         [0.5 0.5]]
     """
     return EighResult(*eigh_op(_hermitian_input("eigh", a, UPLO, symmetrize_input)))
 
@@ -866,6 +875,15 @@ def svd(a: ArrayLike, full_matrices: bool = True, compute_uv: bool = True, hermi
     Raises:
         ValueError: when ``a`` has rank < 2.
         TypeError: when ``subset_by_index`` is given.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.numpy as rnp
+        >>> a = jnp.array([[3.0, 0.0], [0.0, -2.0]])
+        >>> print(rnp.linalg.svd(a)[1].round(4))
+        [3. 2.]
+        >>> print(jax.grad(lambda a: rnp.linalg.svd(a)[1].sum())(a).round(4))  # the nuclear norm's: U V^H
+        [[ 1.  0.]
+         [ 0. -1.]]
     """
     a = _matrix("svd", "a", a)
     V.unsupported("svd", subset_by_index=subset_by_index)

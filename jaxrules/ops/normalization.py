@@ -368,6 +368,11 @@ def layer_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: Arra
         ValueError: ``normalized_shape`` does not match x's trailing axes, a weight/bias of
             another shape or an unknown ``impl``.
         TypeError: a non-real or non-finite ``eps``.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nn as nn
+        >>> print(nn.layer_norm(jnp.array([[1.0, 2.0, 3.0]]), 3).round(4))
+        [[-1.2247  0.      1.2247]]
     """
     x = V.array("layer_norm", "x", x)
     shape = _trailing_shape("layer_norm", x, normalized_shape)
@@ -486,6 +491,13 @@ def batch_norm(
         ValueError: x of rank < 2, running statistics or weight/bias not of shape (C,), eval
             without running statistics, a non-finite ``momentum`` or an unknown ``impl``.
         TypeError: a non-real or non-finite ``eps``.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nn as nn
+        >>> x, mean, var = jnp.array([[1.0], [3.0]]), jnp.zeros(1), jnp.ones(1)
+        >>> y, new_mean, new_var = nn.batch_norm(x, mean, var, training=True)
+        >>> print(y.ravel().round(4), f"{new_mean[0]:.4f} {new_var[0]:.4f}")  # momentum 0.1, unbiased var 2
+        [-1.  1.] 0.2000 1.1000
     """
     x = V.array("batch_norm", "x", x)
     if x.ndim < 2:
@@ -677,6 +689,11 @@ def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayL
             shape, an unknown ``impl``, or a kernel ``impl`` with a traced ``eps``.
         TypeError: complex ``x`` (torch squares it without conjugating), a non-real or
             non-finite ``eps``.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nn as nn
+        >>> print(nn.rms_norm(jnp.array([1.0, 7.0]), 2, eps=0.0))  # x / sqrt(mean(x^2)) = x / 5
+        [0.2 1.4]
     """
     op = "rms_norm"
     x = V.array(op, "x", x)

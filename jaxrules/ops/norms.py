@@ -69,6 +69,13 @@ def vector_norm(x: ArrayLike, /, *, axis: int | tuple[int, ...] | list[int] | No
 
     Returns:
         The norm (real), with the reduced axes removed (length 1 with ``keepdims``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.numpy as rnp
+        >>> print(rnp.linalg.vector_norm(jnp.array([[3.0, 4.0], [0.0, 0.0]]), axis=1))
+        [5. 0.]
+        >>> print(jax.grad(lambda x: rnp.linalg.vector_norm(x, ord=1))(jnp.array([-2.0, 0.0, 2.0])))
+        [-1.  0.  1.]
     """
     ord = _check_ord("vector_norm", ord)
     x = V.array("vector_norm", "x", x)
@@ -99,6 +106,13 @@ def norm(x: ArrayLike, ord: int | float | str | None = None, axis: int | tuple[i
 
     Returns:
         The norm (real), with the reduced axes removed (length 1 with ``keepdims``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.numpy as rnp
+        >>> print(rnp.linalg.norm(jnp.array([3.0, 4.0])))
+        5.0
+        >>> print(jax.grad(rnp.linalg.norm)(jnp.zeros(3)))  # torch's subgradient; jax.numpy's: nan
+        [0. 0. 0.]
     """
     x = V.array("norm", "x", x)
     if axis is None and ord is None:  # jax.numpy: the 2-norm of the flattened array, any rank
