@@ -31,7 +31,10 @@ HEADLINE = (
     "jaxrules.nn.smooth_l1_loss", "jaxrules.nn.binary_cross_entropy", "jaxrules.nn.binary_cross_entropy_with_logits",
     "jaxrules.nn.kl_div", "jaxrules.nn.layer_norm", "jaxrules.nn.rms_norm", "jaxrules.nn.batch_norm",
     "jaxrules.nn.scaled_dot_product_attention", "jaxrules.nn.linear_cross_entropy", "jaxrules.nested.nested_tensor",
-    "jaxrules.nested.softmax", "jaxrules.nested.sum",
+    "jaxrules.nested.softmax", "jaxrules.nested.sum", "jaxrules.nested.from_lengths", "jaxrules.nested.layer_norm",
+    "jaxrules.nested.scaled_dot_product_attention", "jaxrules.numpy.linalg.eig", "jaxrules.numpy.linalg.det",
+    "jaxrules.numpy.linalg.cholesky", "jaxrules.linalg.cdist", "jaxrules.nn.normalize", "jaxrules.nn.cosine_similarity",
+    "jaxrules.nn.group_norm",
 )
 
 _OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE

@@ -263,7 +263,16 @@ def mean(x: NestedTensor, axis: int | tuple[int, ...]) -> jax.Array | NestedTens
 
 def layer_norm(x: NestedTensor, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> NestedTensor:
     """``jaxrules.nn.layer_norm`` over trailing inner axes of every row (seed
-    ``layer_norm_backward_nested``; weight and bias optional, unlike torch's strided layout)."""
+    ``layer_norm_backward_nested``; weight and bias optional, unlike torch's strided layout).
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nested as nested
+        >>> x = nested.nested_tensor([jnp.array([[1.0, 2.0, 3.0]]), jnp.array([[2.0, 2.0, 2.0], [0.0, 0.0, 6.0]])])
+        >>> print(nested.layer_norm(x, 3).values.round(4))
+        [[-1.2247  0.      1.2247]
+         [ 0.      0.      0.    ]
+         [-0.7071 -0.7071  1.4142]]
+    """
     x = _nested("layer_norm", "x", x)
     shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
     if len(shape) > len(x.inner_shape):
@@ -384,7 +393,15 @@ def scaled_dot_product_attention(
     default where cuDNN does not apply, for float32/bfloat16/float16 with a power-of-two head dim
     >= 16; inputs stay in their dtype, statistics in float32), ``"xla"`` (the block-pair formulas
     in float32 or wider; the default elsewhere), or ``"pallas_interpret"`` (the kernels in Pallas
-    interpret mode, for tests on the CPU). Without rows (every sequence empty) the result is empty whatever ``impl``."""
+    interpret mode, for tests on the CPU). Without rows (every sequence empty) the result is empty whatever ``impl``.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nested as nested
+        >>> q = k = nested.nested_tensor([jnp.zeros((2, 2)), jnp.zeros((1, 2))])
+        >>> v = nested.nested_tensor([jnp.array([[0.0, 0.0], [2.0, 2.0]]), jnp.array([[5.0, 5.0]])])
+        >>> print([c[:, 0].tolist() for c in nested.scaled_dot_product_attention(q, k, v).unbind()])  # per sequence
+        [[1.0, 1.0], [5.0]]
+    """
     _attention_inputs(q, k, v)
     causal = _flag("is_causal", is_causal)
     max_len = _max_len(q, max_seqlen)

@@ -425,7 +425,14 @@ def _guard_traced_offsets(op, values, offsets, bad=False):
 
 def from_lengths(values, lengths, *, max_seqlen: int | None = None) -> NestedTensor:
     """A NestedTensor from packed ``values`` and the B ``lengths`` (non-negative, summing to
-    the number of rows)."""
+    the number of rows).
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nested as nested
+        >>> x = nested.from_lengths(jnp.arange(5.0)[:, None], [3, 2])
+        >>> print([c.ravel().tolist() for c in x.unbind()])
+        [[0.0, 1.0, 2.0], [3.0, 4.0]]
+    """
     if _is_concrete(lengths) or isinstance(lengths, list | tuple):
         lengths = _host_array(lengths)
         if lengths.ndim != 1:

@@ -528,6 +528,12 @@ def det(a: ArrayLike) -> Array:
 
     Raises:
         ValueError: when ``a`` has rank < 2 or is not square.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.numpy as rnp
+        >>> a = jnp.array([[1.0, 2.0], [2.0, 4.0]])  # singular
+        >>> print(rnp.linalg.det(a), jax.grad(rnp.linalg.det)(a).round(4).tolist())  # adj(a)^T; torch's default path: 0
+        0.0 [[4.0, -2.0], [-2.0, 1.0]]
     """
     return det_op(_matrix("det", "a", a, square=True))
 
@@ -693,6 +699,12 @@ def cholesky(a: ArrayLike, *, upper: bool = False, symmetrize_input: bool = True
     Raises:
         ValueError: when ``a`` has rank < 2 or is not square.
         TypeError: when ``symmetrize_input`` is False.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.numpy as rnp
+        >>> print(rnp.linalg.cholesky(jnp.array([[4.0, 2.0], [2.0, 2.0]])))
+        [[2. 0.]
+         [1. 1.]]
     """
     if not symmetrize_input:
         raise TypeError("cholesky: symmetrize_input=False is not supported by jaxrules (the rules assume it)")
@@ -950,6 +962,15 @@ def eig(a: ArrayLike) -> EigResult:
 
     Raises:
         ValueError: when ``a`` has rank < 2 or is not square.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.numpy as rnp
+        >>> a = jnp.array([[2.0, 1.0], [0.0, 3.0]])
+        >>> print(rnp.linalg.eig(a)[0])
+        [2.+0.j 3.+0.j]
+        >>> print(jax.grad(lambda a: rnp.linalg.eig(a)[0].real.sum())(a).round(4))  # the trace's gradient
+        [[1. 0.]
+         [0. 1.]]
     """
     return EigResult(*eig_op(_matrix("eig", "a", a, square=True)))
 

@@ -417,6 +417,12 @@ def group_norm(x: ArrayLike, num_groups: int, weight: ArrayLike | None = None, b
         ValueError: x of rank < 2, a ``num_groups`` that does not divide C, weight/bias not of
             shape (C,) or an unknown ``impl``.
         TypeError: a non-real or non-finite ``eps``.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nn as nn
+        >>> x = jnp.array([[[1.0, 2.0], [3.0, 4.0]]])  # (N, C, L) = (1, 2, 2), one group of both channels
+        >>> print(nn.group_norm(x, 1).ravel().round(4))
+        [-1.3416 -0.4472  0.4472  1.3416]
     """
     x = V.array("group_norm", "x", x)
     if x.ndim < 2:
