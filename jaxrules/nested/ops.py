@@ -178,9 +178,17 @@ def matmul(a: NestedTensor, b: NestedTensor | jax.Array, *, transpose_a: bool = 
 
 
 def sum(x: NestedTensor, axis):  # noqa: A001 - the numpy name
-    """Sum over ``axis``: the ragged axis 1 gives a dense (B, *inner) array (seed
+    """Sum over ``axis``: the ragged axis 1 gives a dense ``(B, *inner)`` array (seed
     ``_nested_sum_backward``: the cotangent is broadcast over each component); inner axes give a
-    NestedTensor. A tuple may mix them."""
+    NestedTensor. A tuple may mix them.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nested as nested
+        >>> x = nested.nested_tensor([jnp.ones((3, 2)), jnp.ones((1, 2))])
+        >>> print(nested.sum(x, axis=1))  # over the ragged axis: dense (B, 2)
+        [[3. 3.]
+         [1. 1.]]
+    """
     return _reduce("sum", x, axis, dense_sum, ragged_sum_op)
 
 
@@ -198,7 +206,14 @@ def _reduce(name, x, axis, dense_reduce, ragged_op):
 
 def softmax(x: NestedTensor, axis: int = -1) -> NestedTensor:
     """Softmax over ``axis``: over each component's rows for the ragged axis 1 (segment max and
-    sum), else the dense op on ``values``. Seed ``nested_softmax_backward``."""
+    sum), else the dense op on ``values``. Seed ``nested_softmax_backward``.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nested as nested
+        >>> x = nested.nested_tensor([jnp.zeros((2, 1)), jnp.zeros((1, 1))])  # lengths 2 and 1
+        >>> print([c.ravel().tolist() for c in nested.softmax(x, axis=1).unbind()])  # within each sequence
+        [[0.5, 0.5], [1.0]]
+    """
     x = _nested("softmax", "x", x)
     ax = _logical_axis("softmax", x, axis)
     if ax == 1:
@@ -214,7 +229,7 @@ def log_softmax(x: NestedTensor, axis: int = -1) -> NestedTensor:
 
     Args:
         x: the NestedTensor (real floating dtype).
-        axis: the logical axis of (B, ragged, *inner): 1 (the ragged axis) or an inner axis;
+        axis: the logical axis of ``(B, ragged, *inner)``: 1 (the ragged axis) or an inner axis;
             axis 0 (across components) is refused.
 
     Returns:
@@ -228,7 +243,7 @@ def log_softmax(x: NestedTensor, axis: int = -1) -> NestedTensor:
 
 
 def mean(x: NestedTensor, axis: int | tuple[int, ...]) -> jax.Array | NestedTensor:
-    """Mean over ``axis`` (the axes ``sum`` takes): the ragged axis 1 gives a dense (B, *inner)
+    """Mean over ``axis`` (the axes ``sum`` takes): the ragged axis 1 gives a dense ``(B, *inner)``
     array, each component's sum over its length (NaN for an empty component, as torch); inner
     axes give a NestedTensor (``jaxrules.numpy.mean`` on the values, seed ``mean_backward``); a
     tuple may mix them (torch's jagged layout refuses the mix), the mean over all the entries
@@ -237,10 +252,10 @@ def mean(x: NestedTensor, axis: int | tuple[int, ...]) -> jax.Array | NestedTens
 
     Args:
         x: the NestedTensor (real floating dtype).
-        axis: a logical axis of (B, ragged, *inner) other than 0, or a tuple of them.
+        axis: a logical axis of ``(B, ragged, *inner)`` other than 0, or a tuple of them.
 
     Returns:
-        A dense (B, *remaining inner) array when the ragged axis is reduced, else a
+        A dense ``(B, *remaining inner)`` array when the ragged axis is reduced, else a
         NestedTensor with ``x``'s offsets.
     """
     return _reduce("mean", x, axis, dense_mean, ragged_mean_op)
@@ -248,7 +263,16 @@ def mean(x: NestedTensor, axis: int | tuple[int, ...]) -> jax.Array | NestedTens
 
 def layer_norm(x: NestedTensor, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> NestedTensor:
     """``jaxrules.nn.layer_norm`` over trailing inner axes of every row (seed
-    ``layer_norm_backward_nested``; weight and bias optional, unlike torch's strided layout)."""
+    ``layer_norm_backward_nested``; weight and bias optional, unlike torch's strided layout).
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nested as nested
+        >>> x = nested.nested_tensor([jnp.array([[1.0, 2.0, 3.0]]), jnp.array([[2.0, 2.0, 2.0], [0.0, 0.0, 6.0]])])
+        >>> print(nested.layer_norm(x, 3).values.round(4))
+        [[-1.2247  0.      1.2247]
+         [ 0.      0.      0.    ]
+         [-0.7071 -0.7071  1.4142]]
+    """
     x = _nested("layer_norm", "x", x)
     shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
     if len(shape) > len(x.inner_shape):
@@ -369,7 +393,15 @@ def scaled_dot_product_attention(
     default where cuDNN does not apply, for float32/bfloat16/float16 with a power-of-two head dim
     >= 16; inputs stay in their dtype, statistics in float32), ``"xla"`` (the block-pair formulas
     in float32 or wider; the default elsewhere), or ``"pallas_interpret"`` (the kernels in Pallas
-    interpret mode, for tests on the CPU). Without rows (every sequence empty) the result is empty whatever ``impl``."""
+    interpret mode, for tests on the CPU). Without rows (every sequence empty) the result is empty whatever ``impl``.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nested as nested
+        >>> q = k = nested.nested_tensor([jnp.zeros((2, 2)), jnp.zeros((1, 2))])
+        >>> v = nested.nested_tensor([jnp.array([[0.0, 0.0], [2.0, 2.0]]), jnp.array([[5.0, 5.0]])])
+        >>> print([c[:, 0].tolist() for c in nested.scaled_dot_product_attention(q, k, v).unbind()])  # per sequence
+        [[1.0, 1.0], [5.0]]
+    """
     _attention_inputs(q, k, v)
     causal = _flag("is_causal", is_causal)
     max_len = _max_len(q, max_seqlen)

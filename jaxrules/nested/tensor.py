@@ -86,7 +86,7 @@ def _operator(name, fn, reflected=False):
 
 @jax.tree_util.register_pytree_node_class
 class NestedTensor:
-    """B arrays of shapes (n_i, *inner) packed as ``values`` (sum n_i, *inner) plus
+    """B arrays of shapes ``(n_i, *inner)`` packed as ``values`` ``(sum n_i, *inner)`` plus
     ``offsets`` (B + 1). Build one with ``nested_tensor``, ``from_jagged``, ``from_lengths``
     or ``from_padded``; ``max_seqlen`` (optional, static) bounds the lengths for
     ``scaled_dot_product_attention`` and ``to_padded`` under jit."""
@@ -121,7 +121,7 @@ class NestedTensor:
 
     @property
     def values(self) -> jax.Array:
-        """The packed components, shape (total, *inner)."""
+        """The packed components, shape ``(total, *inner)``."""
         return self._values
 
     @property
@@ -148,7 +148,7 @@ class NestedTensor:
 
     @property
     def shape(self) -> tuple:
-        """(B, None, *inner): the ragged length is ``None``."""
+        """``(B, None, *inner)``: the ragged length is ``None``."""
         return (self.batch_size, None, *self.inner_shape)
 
     def lengths(self) -> jax.Array:
@@ -214,7 +214,7 @@ class NestedTensor:
         return int(np.diff(self.host_offsets(op)).max(initial=0))
 
     def to_padded(self, padding_value=0.0, max_len: int | None = None) -> jax.Array:
-        """(B, max_len, *inner) with ``padding_value`` after each component's end; ``max_len``
+        """``(B, max_len, *inner)`` with ``padding_value`` after each component's end; ``max_len``
         defaults to :meth:`max_length` (pass it under jit)."""
         length = self.max_length("to_padded") if max_len is None else _positive_int("to_padded", "max_len", max_len, 0)
         pos = jnp.arange(length, dtype=jnp.int32)
@@ -369,7 +369,7 @@ def _check_max_seqlen(max_seqlen):
 
 
 def from_jagged(values, offsets, *, max_seqlen: int | None = None) -> NestedTensor:
-    """A NestedTensor from packed ``values`` (total, *inner) and ``offsets`` (B + 1 integers,
+    """A NestedTensor from packed ``values`` ``(total, *inner)`` and ``offsets`` (B + 1 integers,
     0 first, total last, non-decreasing). Concrete offsets are checked (``ValueError``); traced
     ones (inside jit) inside ``jaxrules.checked``, and outside it invalid traced offsets make
     the values NaN (every result computed from them; integer values are kept as given)."""
@@ -425,7 +425,14 @@ def _guard_traced_offsets(op, values, offsets, bad=False):
 
 def from_lengths(values, lengths, *, max_seqlen: int | None = None) -> NestedTensor:
     """A NestedTensor from packed ``values`` and the B ``lengths`` (non-negative, summing to
-    the number of rows)."""
+    the number of rows).
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nested as nested
+        >>> x = nested.from_lengths(jnp.arange(5.0)[:, None], [3, 2])
+        >>> print([c.ravel().tolist() for c in x.unbind()])
+        [[0.0, 1.0, 2.0], [3.0, 4.0]]
+    """
     if _is_concrete(lengths) or isinstance(lengths, list | tuple):
         lengths = _host_array(lengths)
         if lengths.ndim != 1:
@@ -439,7 +446,14 @@ def from_lengths(values, lengths, *, max_seqlen: int | None = None) -> NestedTen
 
 
 def nested_tensor(arrays: Sequence, *, max_seqlen: int | None = None) -> NestedTensor:
-    """A NestedTensor from a list of arrays of shapes (n_i, *inner) (same inner shape)."""
+    """A NestedTensor from a list of arrays of shapes ``(n_i, *inner)`` (same inner shape).
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nested as nested
+        >>> x = nested.nested_tensor([jnp.ones((3, 2)), jnp.ones((1, 2))])  # lengths 3 and 1
+        >>> print(x.values.shape, x.offsets.tolist())
+        (4, 2) [0, 3, 4]
+    """
     if isinstance(arrays, NestedTensor) or not isinstance(arrays, Sequence) or isinstance(arrays, str):
         raise TypeError(f"nested_tensor: expected a list of arrays, got {type(arrays).__name__}")
     if not arrays:
@@ -457,7 +471,7 @@ def nested_tensor(arrays: Sequence, *, max_seqlen: int | None = None) -> NestedT
 
 
 def from_padded(padded, lengths, *, total: int | None = None, max_seqlen: int | None = None) -> NestedTensor:
-    """A NestedTensor from ``padded`` (B, L, *inner) keeping the first ``lengths[i]`` rows of
+    """A NestedTensor from ``padded`` ``(B, L, *inner)`` keeping the first ``lengths[i]`` rows of
     each batch entry. ``total`` (the sum of the lengths) is needed when the lengths are traced."""
     padded = jnp.asarray(padded)
     if padded.ndim < 2:

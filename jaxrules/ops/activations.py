@@ -471,6 +471,11 @@ def softmax(x: ArrayLike, axis: int | tuple[int, ...] | None = -1, where: ArrayL
 
     Returns:
         An array of ``x``'s shape and (floating) dtype.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nn as nn
+        >>> print(nn.softmax(jnp.array([0.0, jnp.log(3.0)])).round(4))
+        [0.25 0.75]
     """
     x, axes, mask = _softmax_args("softmax", x, axis, where)
     if mask is None:
@@ -492,6 +497,13 @@ def log_softmax(x: ArrayLike, axis: int | tuple[int, ...] | None = -1, where: Ar
 
     Returns:
         An array of ``x``'s shape and (floating) dtype.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nn as nn
+        >>> print(nn.log_softmax(jnp.array([0.0, 0.0])).round(4))
+        [-0.6931 -0.6931]
+        >>> print(nn.log_softmax(jnp.array([1000.0, 0.0])))  # no overflow
+        [    0. -1000.]
     """
     x, axes, mask = _softmax_args("log_softmax", x, axis, where)
     if mask is None:

@@ -436,6 +436,12 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
 
     Returns:
         The attention output ``(..., L, Ev)`` in the operands' result dtype.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nn as nn
+        >>> q, k, v = jnp.ones((1, 2)), jnp.zeros((3, 2)), jnp.array([[0.0], [1.0], [5.0]])
+        >>> print(nn.scaled_dot_product_attention(q, k, v))  # equal scores: the mean of the values
+        [[2.]]
     """
     if impl not in (None, "xla", "cudnn", *_KERNEL_IMPLS):
         raise ValueError(f"{_SDPA}: impl must be None, 'xla', 'cudnn', 'pallas' or 'pallas_interpret', got {impl!r}")

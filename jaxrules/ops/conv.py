@@ -190,8 +190,8 @@ def conv(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, str
                           dilation=dilation, groups=groups)
 
 
-conv.__doc__ = """torch.nn.functional.conv1d/2d/3d (the rank comes from ``weight`` (O, C / groups,
-    *kernel)); ``padding`` an int, one per axis, ``'valid'`` or ``'same'`` (stride 1). JVP seed
+conv.__doc__ = """torch.nn.functional.conv1d/2d/3d (the rank comes from ``weight``
+    ``(O, C / groups, *kernel)``); ``padding`` an int, one per axis, ``'valid'`` or ``'same'`` (stride 1). JVP seed
     ``convolution_jvp``; VJP ``convolution_backward`` (transposed convolution for the input,
     correlation for the weight, sums for the bias); double backward: JAX's derivative of the VJP
     (seed ``_convolution_double_backward``). Mirrors ``torch.nn.functional.conv1d``/``2d``/``3d``.
@@ -319,8 +319,8 @@ def conv_transpose(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None =
                            dilation)
 
 
-conv_transpose.__doc__ = """torch.nn.functional.conv_transpose1d/2d/3d (the rank comes from ``weight`` (C_in,
-    C_out / groups, *kernel)): the transpose, with respect to its input, of the convolution with
+conv_transpose.__doc__ = """torch.nn.functional.conv_transpose1d/2d/3d (the rank comes from ``weight``
+    ``(C_in, C_out / groups, *kernel)``): the transpose, with respect to its input, of the convolution with
     ``weight``, ``stride``, ``padding`` and ``dilation``, plus ``bias``. JVP seed
     ``convolution_jvp`` (transposed): ``conv_transpose(dx, w) + conv_transpose(x, dw) + db``;
     VJP ``convolution_backward`` (transposed: the forward convolution of the cotangent for the
@@ -446,7 +446,7 @@ def fold(input: ArrayLike, output_size: int | Sequence[int], kernel_size: int | 
 
 
 fold.__doc__ = """torch.nn.functional.fold (col2im), the transpose of ``unfold``: each column entry of
-    (N, C kh kw, L) added at its block position of an (N, C, *output_size) array, overlaps
+    (N, C kh kw, L) added at its block position of an ``(N, C, *output_size)`` array, overlaps
     summed and padding dropped. Linear: the JVP is fold of the tangent, the VJP ``unfold`` of the
     cotangent (derivatives.yaml ``col2im``: ``im2col``). Mirrors ``torch.nn.functional.fold``.
 
@@ -518,7 +518,7 @@ def max_pool(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | S
 
 
 max_pool.__doc__ = """torch.nn.functional.max_pool1d/2d/3d over the trailing ``len(kernel_size)`` axes of
-    (N, C, *spatial) (an int kernel_size: every spatial axis). ``return_indices``: also the flat
+    ``(N, C, *spatial)`` (an int kernel_size: every spatial axis). ``return_indices``: also the flat
     index of each maximum within its (N, C) plane, as torch returns (first maximum in window
     order; NaN wins). VJP seed ``max_pool2d_with_indices_backward`` (the cotangent added at the
     argmax); JVP and double backward: the seed's ``max_pool_double_backward`` (a gather at the
@@ -602,7 +602,7 @@ def avg_pool(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | S
                      divisor_override)
 
 
-avg_pool.__doc__ = """torch.nn.functional.avg_pool1d/2d/3d over the spatial axes of (N, C, *spatial): the mean
+avg_pool.__doc__ = """torch.nn.functional.avg_pool1d/2d/3d over the spatial axes of ``(N, C, *spatial)``: the mean
     of each window, divided by ``divisor_override``, else by the window's size counting the
     zero padding (``count_include_pad``; a ``ceil_mode`` window's part past the padding never
     counts) or not. Linear: JVP the pooled tangent; VJP seed ``avg_pool2d_backward`` (each

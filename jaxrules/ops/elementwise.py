@@ -180,6 +180,11 @@ def power(x1: ArrayLike, x2: ArrayLike, /) -> Array:
 
     Returns:
         ``x1 ** x2`` of the broadcast shape, in the two operands' result dtype.
+
+    Example:
+        >>> import jax, jaxrules.numpy as rnp
+        >>> print(rnp.power(2.0, 3.0), jax.grad(lambda x: rnp.power(x, 0.0))(0.0))  # torch's 0; jax.numpy's: nan
+        8.0 0.0
     """
     if _is_python_scalar(x2) and not _is_python_scalar(x1):
         x1 = V.array("power", "x1", x1, inexact=False)
@@ -288,6 +293,14 @@ def clip(arr: ArrayLike | None = None, /, min: ArrayLike | None = None, max: Arr
 
     Returns:
         ``arr`` clipped to ``[min, max]`` (``max`` where ``min > max``), of the broadcast shape.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.numpy as rnp
+        >>> x = jnp.array([1.0, 2.0, 3.0, 4.0])
+        >>> print(rnp.clip(x, 2.0, 3.0))
+        [2. 2. 3. 3.]
+        >>> print(jax.grad(lambda x: rnp.clip(x, 2.0, 3.0).sum())(x))  # ties pass the gradient, as torch
+        [0. 1. 1. 0.]
     """
     if arr is None:
         raise TypeError("clip: the array argument 'arr' is required")

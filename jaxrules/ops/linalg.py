@@ -529,6 +529,12 @@ def det(a: ArrayLike) -> Array:
 
     Raises:
         ValueError: when ``a`` has rank < 2 or is not square.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.numpy as rnp
+        >>> a = jnp.array([[1.0, 2.0], [2.0, 4.0]])  # singular
+        >>> print(rnp.linalg.det(a), jax.grad(rnp.linalg.det)(a).round(4).tolist())  # adj(a)^T; torch's default path: 0
+        0.0 [[4.0, -2.0], [-2.0, 1.0]]
     """
     return det_op(_matrix("det", "a", a, square=True))
 
@@ -694,6 +700,12 @@ def cholesky(a: ArrayLike, *, upper: bool = False, symmetrize_input: bool = True
     Raises:
         ValueError: when ``a`` has rank < 2 or is not square.
         TypeError: when ``symmetrize_input`` is False.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.numpy as rnp
+        >>> print(rnp.linalg.cholesky(jnp.array([[4.0, 2.0], [2.0, 2.0]])))
+        [[2. 0.]
+         [1. 1.]]
     """
     if not symmetrize_input:
         raise TypeError("cholesky: symmetrize_input=False is not supported by jaxrules (the rules assume it)")
@@ -818,6 +830,15 @@ def eigh(a: ArrayLike, UPLO: str | None = None, symmetrize_input: bool = True) -
     Raises:
         ValueError: when ``a`` is not square or ``UPLO`` is invalid.
         TypeError: when ``symmetrize_input`` is False.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.numpy as rnp
+        >>> w, v = rnp.linalg.eigh(jnp.array([[2.0, 1.0], [1.0, 2.0]]))
+        >>> print(w.round(4), abs(v[:, 1]).round(4))
+        [1. 3.] [0.7071 0.7071]
+        >>> print(jax.grad(lambda a: rnp.linalg.eigh(a)[0][1])(jnp.array([[2.0, 1.0], [1.0, 2.0]])).round(4))  # v v^T
+        [[0.5 0.5]
+         [0.5 0.5]]
     """
     return EighResult(*eigh_op(_hermitian_input("eigh", a, UPLO, symmetrize_input)))
 
@@ -867,6 +888,15 @@ def svd(a: ArrayLike, full_matrices: bool = True, compute_uv: bool = True, hermi
     Raises:
         ValueError: when ``a`` has rank < 2.
         TypeError: when ``subset_by_index`` is given.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.numpy as rnp
+        >>> a = jnp.array([[3.0, 0.0], [0.0, -2.0]])
+        >>> print(rnp.linalg.svd(a)[1].round(4))
+        [3. 2.]
+        >>> print(jax.grad(lambda a: rnp.linalg.svd(a)[1].sum())(a).round(4))  # the nuclear norm's: U V^H
+        [[ 1.  0.]
+         [ 0. -1.]]
     """
     a = _matrix("svd", "a", a)
     V.unsupported("svd", subset_by_index=subset_by_index)
@@ -933,6 +963,15 @@ def eig(a: ArrayLike) -> EigResult:
 
     Raises:
         ValueError: when ``a`` has rank < 2 or is not square.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.numpy as rnp
+        >>> a = jnp.array([[2.0, 1.0], [0.0, 3.0]])
+        >>> print(rnp.linalg.eig(a)[0])
+        [2.+0.j 3.+0.j]
+        >>> print(jax.grad(lambda a: rnp.linalg.eig(a)[0].real.sum())(a).round(4))  # the trace's gradient
+        [[1. 0.]
+         [0. 1.]]
     """
     return EigResult(*eig_op(_matrix("eig", "a", a, square=True)))
 
@@ -1227,7 +1266,7 @@ def _reflectors(op, a, tau):
 
 
 def householder_product(input: ArrayLike, tau: ArrayLike) -> Array:  # noqa: A002 - torch's argument name
-    """The first n columns of ``H_1 ... H_k``, ``H_i = I - tau_i v_i v_i^H`` (LAPACK orgqr);
+    """The first n columns of ``prod_{i=1..k} H_i``, ``H_i = I - tau_i v_i v_i^H`` (LAPACK orgqr);
     differentiable (JAX has no rule) by the product rule along the reflectors,
     ``dH_i = -dtau_i v_i v_i^H - tau_i (dv_i v_i^H + v_i dv_i^H)`` (seed
     ``householder_product_jvp`` / ``householder_product_backward``; assumes
@@ -1249,7 +1288,7 @@ def householder_product(input: ArrayLike, tau: ArrayLike) -> Array:  # noqa: A00
 
 
 def ormqr(input: ArrayLike, tau: ArrayLike, other: ArrayLike, left: bool = True, transpose: bool = False) -> Array:  # noqa: A002 - torch's argument names
-    """``op(Q) C`` (``left``) or ``C op(Q)``, Q the full product ``H_1 ... H_k`` of the
+    """``op(Q) C`` (``left``) or ``C op(Q)``, Q the full product ``prod_{i=1..k} H_i`` of the
     reflectors, ``op`` the conjugate transpose when ``transpose``; differentiable in all three
     arguments by the product rule along the reflectors (JAX has no rule; seed
     ``ormqr_backward``). Mirrors ``torch.ormqr``.

@@ -187,6 +187,12 @@ def binary_cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike 
 
     Returns:
         The pointwise losses (the inputs' shape) for ``"none"``, else a 0-d array.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nn as nn
+        >>> p, y = jnp.array([0.5, 0.25]), jnp.array([1.0, 0.0])
+        >>> print(nn.binary_cross_entropy(p, y, reduction="none").round(4))  # -log 0.5, -log 0.75
+        [0.6931 0.2877]
     """
     x, y = _pair("binary_cross_entropy", input, target, reduction)
     return _reduce("binary_cross_entropy", _weighted("binary_cross_entropy", _bce(x, y), weight), reduction)
@@ -196,7 +202,7 @@ def binary_cross_entropy_with_logits(input: ArrayLike, target: ArrayLike, weight
     """Binary cross entropy on logits, ``-(p y logsigmoid(x) + (1 - y) logsigmoid(-x))``; mirrors
     ``torch.nn.functional.binary_cross_entropy_with_logits``.
 
-    Stable at |x| = 800, linear in the target (an infinite target gives +-inf, as torch's); at an
+    Stable at ``|x| = 800``, linear in the target (an infinite target gives +-inf, as torch's); at an
     infinite logit the limit (0 for y = 0 at x = -inf and y = 1 at x = +inf, +-inf otherwise;
     torch's form gives NaN at x = -inf and at x = +inf with y = 1). Seeds
     ``binary_cross_entropy_with_logits_backward`` and ``..._target_backward``.
@@ -211,6 +217,12 @@ def binary_cross_entropy_with_logits(input: ArrayLike, target: ArrayLike, weight
 
     Returns:
         The pointwise losses (the inputs' shape) for ``"none"``, else a 0-d array.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.nn as nn
+        >>> x, y = jnp.array([800.0]), jnp.array([0.0])
+        >>> print(nn.binary_cross_entropy_with_logits(x, y), jax.grad(nn.binary_cross_entropy_with_logits)(x, y))
+        800.0 [1.]
     """
     op = "binary_cross_entropy_with_logits"
     x, y = _pair(op, input, target, reduction)
@@ -232,6 +244,12 @@ def mse_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean") -> Ar
 
     Returns:
         The pointwise losses (the inputs' shape) for ``"none"``, else a 0-d array.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.nn as nn
+        >>> x, y = jnp.array([1.0, 2.0]), jnp.array([1.0, 4.0])
+        >>> print(nn.mse_loss(x, y), jax.grad(nn.mse_loss)(x, y))
+        2.0 [ 0. -2.]
     """
     x, y = _pair("mse_loss", input, target, reduction)
     return _reduce("mse_loss", _mse(x, y), reduction)
@@ -251,6 +269,12 @@ def l1_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean") -> Arr
 
     Returns:
         The pointwise losses (the inputs' shape) for ``"none"``, else a 0-d array.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.nn as nn
+        >>> x, y = jnp.array([0.0, 1.0, 3.0]), jnp.array([1.0, 1.0, 1.0])
+        >>> print(nn.l1_loss(x, y), jax.grad(nn.l1_loss)(x, y).round(4))  # sign(0) = 0 at the tie, as torch
+        1.0 [-0.3333  0.      0.3333]
     """
     x, y = _pair("l1_loss", input, target, reduction)
     return _reduce("l1_loss", _l1(x, y), reduction)
@@ -273,6 +297,12 @@ def kl_div(input: ArrayLike, target: ArrayLike, reduction: str = "mean", log_tar
 
     Returns:
         The pointwise terms (the inputs' shape) for ``"none"``, else a 0-d array.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nn as nn
+        >>> p = jnp.array([0.25, 0.75])
+        >>> print(nn.kl_div(jnp.log(p), p, reduction="sum"))  # KL(p || p)
+        0.0
     """
     batchmean = reduction == "batchmean"
     x, t = _pair("kl_div", input, target, "sum" if batchmean else reduction)
@@ -352,6 +382,11 @@ def huber_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean", del
 
     Returns:
         The pointwise losses (the inputs' shape) for ``"none"``, else a 0-d array.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nn as nn
+        >>> print(nn.huber_loss(jnp.array([0.5, 3.0]), jnp.zeros(2), reduction="none"))  # 0.5 d^2, then |d| - 0.5
+        [0.125 2.5  ]
     """
     x, y = _pair("huber_loss", input, target, reduction)
     delta = V.hyperparameter("huber_loss", "delta", delta, x, low=0)
@@ -374,6 +409,11 @@ def smooth_l1_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean",
 
     Returns:
         The pointwise losses (the inputs' shape) for ``"none"``, else a 0-d array.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nn as nn
+        >>> print(nn.smooth_l1_loss(jnp.array([0.5, 3.0]), jnp.zeros(2), reduction="none"))  # 0.5 d^2, then |d| - 0.5
+        [0.125 2.5  ]
     """
     x, y = _pair("smooth_l1_loss", input, target, reduction)
     beta = V.hyperparameter("smooth_l1_loss", "beta", beta, x, low=0, strict=False)
@@ -383,7 +423,7 @@ def smooth_l1_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean",
 def soft_margin_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean") -> Array:
     """Soft margin loss, ``log(1 + exp(-y x))``; mirrors ``torch.nn.functional.soft_margin_loss``.
 
-    Computed as ``softplus(-y x)``: no overflow at |x| = 800 (torch's backward gives NaN there);
+    Computed as ``softplus(-y x)``: no overflow at ``|x| = 800`` (torch's backward gives NaN there);
     seed ``soft_margin_loss_double_backward``.
 
     Args:
@@ -604,7 +644,7 @@ def triplet_margin_loss(anchor: ArrayLike, positive: ArrayLike, negative: ArrayL
 
 def _class_inputs(op, input, target, weight, reduction):
     """``(x, target, weight)`` checked for the class-index losses: x (C,) with a 0-d target, or
-    (N, C, *) with target (N, *); weight (C,) (ones when None; differentiable here, where torch refuses a gradient for it)."""
+    ``(N, C, *)`` with target ``(N, *)``; weight (C,) (ones when None; differentiable here, where torch refuses a gradient for it)."""
     if reduction not in _REDUCTIONS:
         raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
     x = V.array(op, "input", input)
@@ -672,9 +712,9 @@ def nll_loss(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = Non
     The class weights are differentiable (torch refuses a gradient for them).
 
     Args:
-        input: log-probabilities, (C,) or (N, C, *) with the classes at axis 1.
+        input: log-probabilities, (C,) or ``(N, C, *)`` with the classes at axis 1.
         target: integer class indices in ``[0, C)`` (or ``ignore_index``), 0-d for a (C,) input,
-            else (N, *). Out of range: ``ValueError`` when concrete and inside
+            else ``(N, *)``. Out of range: ``ValueError`` when concrete and inside
             ``jaxrules.checked``; under plain ``jit`` (no check runs) that element's loss, the
             reduced loss and the gradient of its row are NaN.
         weight: (C,) class weights, or None (ones).
@@ -683,7 +723,13 @@ def nll_loss(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = Non
             ``apply_loss_reduction``; anything else: ``ValueError``).
 
     Returns:
-        The (N, *) losses for ``"none"`` (0-d for a (C,) input), else a 0-d array.
+        The ``(N, *)`` losses for ``"none"`` (0-d for a (C,) input), else a 0-d array.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nn as nn
+        >>> logp = jnp.log(jnp.array([[0.25, 0.75], [0.5, 0.5]]))
+        >>> print(nn.nll_loss(logp, jnp.array([1, 0]), reduction="none").round(4))  # -log p[target]
+        [0.2877 0.6931]
     """
     x, t, w = _class_inputs("nll_loss", input, target, weight, reduction)
     _check_targets("nll_loss", x, t)
@@ -701,8 +747,8 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
     ``take_along_axis`` and ``sum``.
 
     Args:
-        input: logits, (C,) or (N, C, *).
-        target: integer class indices in ``[0, C)`` (or ``ignore_index``; (N, *), or 0-d for a
+        input: logits, (C,) or ``(N, C, *)``.
+        target: integer class indices in ``[0, C)`` (or ``ignore_index``; ``(N, *)``, or 0-d for a
             (C,) input) or class probabilities (floating, ``input``'s shape). An index out of
             range: ``ValueError`` when concrete and inside ``jaxrules.checked``; under plain
             ``jit`` (no check runs) that element's loss, the reduced loss and the gradient of its
@@ -715,6 +761,14 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
 
     Returns:
         The per-sample losses for ``"none"``, else a 0-d array.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.nn as nn
+        >>> logits, target = jnp.zeros((2, 4)), jnp.array([0, 3])
+        >>> print(nn.cross_entropy(logits, target).round(4))  # log 4
+        1.3863
+        >>> print(jax.grad(nn.cross_entropy)(logits, target)[0])  # (softmax - one_hot) / N
+        [-0.375  0.125  0.125  0.125]
     """
     from jaxrules.ops.activations import log_softmax
 

@@ -368,6 +368,11 @@ def layer_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: Arra
         ValueError: ``normalized_shape`` does not match x's trailing axes, a weight/bias of
             another shape or an unknown ``impl``.
         TypeError: a non-real or non-finite ``eps``.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nn as nn
+        >>> print(nn.layer_norm(jnp.array([[1.0, 2.0, 3.0]]), 3).round(4))
+        [[-1.2247  0.      1.2247]]
     """
     x = V.array("layer_norm", "x", x)
     shape = _trailing_shape("layer_norm", x, normalized_shape)
@@ -387,7 +392,7 @@ def layer_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: Arra
 
 def group_norm(x: ArrayLike, num_groups: int, weight: ArrayLike | None = None, bias: ArrayLike | None = None,
                eps: float | ArrayLike = 1e-5, *, impl: str | None = None) -> Array:
-    """Group normalization: ``x`` of shape (N, C, *) viewed as (N, G, C/G * prod(*)), each
+    """Group normalization: ``x`` of shape ``(N, C, *)`` viewed as ``(N, G, C/G * prod(*))``, each
     group normalized ``(x - E[x]) rsqrt(Var[x] + eps)`` (biased variance), then per-channel
     ``* weight + bias``.
 
@@ -396,7 +401,7 @@ def group_norm(x: ArrayLike, num_groups: int, weight: ArrayLike | None = None, b
     ``torch.nn.functional.group_norm``.
 
     Args:
-        x: the input (N, C, *), real.
+        x: the input ``(N, C, *)``, real.
         num_groups: G, a positive divisor of C.
         weight: the per-channel scale (C,); None: 1.
         bias: the per-channel shift (C,); None: 0.
@@ -412,6 +417,12 @@ def group_norm(x: ArrayLike, num_groups: int, weight: ArrayLike | None = None, b
         ValueError: x of rank < 2, a ``num_groups`` that does not divide C, weight/bias not of
             shape (C,) or an unknown ``impl``.
         TypeError: a non-real or non-finite ``eps``.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nn as nn
+        >>> x = jnp.array([[[1.0, 2.0], [3.0, 4.0]]])  # (N, C, L) = (1, 2, 2), one group of both channels
+        >>> print(nn.group_norm(x, 1).ravel().round(4))
+        [-1.3416 -0.4472  0.4472  1.3416]
     """
     x = V.array("group_norm", "x", x)
     if x.ndim < 2:
@@ -463,7 +474,7 @@ def batch_norm(
     outputs, so the case is well defined: they come back batched, one per example.
 
     Args:
-        x: the input (N, C, *), real.
+        x: the input ``(N, C, *)``, real.
         running_mean: the running mean (C,), or None (training only).
         running_var: the running variance (C,), or None (training only).
         weight: the per-channel scale (C,); None: 1.
@@ -486,6 +497,13 @@ def batch_norm(
         ValueError: x of rank < 2, running statistics or weight/bias not of shape (C,), eval
             without running statistics, a non-finite ``momentum`` or an unknown ``impl``.
         TypeError: a non-real or non-finite ``eps``.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nn as nn
+        >>> x, mean, var = jnp.array([[1.0], [3.0]]), jnp.zeros(1), jnp.ones(1)
+        >>> y, new_mean, new_var = nn.batch_norm(x, mean, var, training=True)
+        >>> print(y.ravel().round(4), f"{new_mean[0]:.4f} {new_var[0]:.4f}")  # momentum 0.1, unbiased var 2
+        [-1.  1.] 0.2000 1.1000
     """
     x = V.array("batch_norm", "x", x)
     if x.ndim < 2:
@@ -548,12 +566,12 @@ def _check_momentum(op, momentum):
 def instance_norm(x: ArrayLike, running_mean: ArrayLike | None = None, running_var: ArrayLike | None = None,
                   weight: ArrayLike | None = None, bias: ArrayLike | None = None, use_input_stats: bool = True,
                   momentum: float = 0.1, eps: float | ArrayLike = 1e-5) -> tuple[Array, Array | None, Array | None]:
-    """Instance normalization: each (sample, channel) of x (N, C, *) normalized over its spatial
+    """Instance normalization: each (sample, channel) of x ``(N, C, *)`` normalized over its spatial
     axes, ``(x - E[x]) rsqrt(Var[x] + eps) * weight + bias``, functional: returns ``(y,
     new_running_mean, new_running_var)`` (``None`` where the running statistics are ``None``),
     as ``batch_norm``. Mirrors ``torch.nn.functional.instance_norm``.
 
-    torch runs batch norm on x (N, C, *) viewed as (1, N*C, *): statistics per (sample, channel)
+    torch runs batch norm on x ``(N, C, *)`` viewed as ``(1, N*C, *)``: statistics per (sample, channel)
     over the spatial axes, then per-channel ``* weight + bias``. Here that is the
     ``affine_normalize`` op over the spatial axes (the XLA formulas of batch/layer/group norm:
     seed ``batch_norm_jvp``, the native backward, ``batchnorm_double_backward`` through
@@ -570,7 +588,7 @@ def instance_norm(x: ArrayLike, running_mean: ArrayLike | None = None, running_v
     zero-size input; for N = 0 torch's average over no samples gives NaN instead).
 
     Args:
-        x: the input (N, C, *), real.
+        x: the input ``(N, C, *)``, real.
         running_mean: the running mean (C,), or None (with ``running_var``: both or neither).
         running_var: the running variance (C,), or None.
         weight: the per-channel scale (C,); None: 1.
@@ -677,6 +695,11 @@ def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayL
             shape, an unknown ``impl``, or a kernel ``impl`` with a traced ``eps``.
         TypeError: complex ``x`` (torch squares it without conjugating), a non-real or
             non-finite ``eps``.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nn as nn
+        >>> print(nn.rms_norm(jnp.array([1.0, 7.0]), 2, eps=0.0))  # x / sqrt(mean(x^2)) = x / 5
+        [0.2 1.4]
     """
     op = "rms_norm"
     x = V.array(op, "x", x)

@@ -69,6 +69,13 @@ def vector_norm(x: ArrayLike, /, *, axis: int | tuple[int, ...] | list[int] | No
 
     Returns:
         The norm (real), with the reduced axes removed (length 1 with ``keepdims``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.numpy as rnp
+        >>> print(rnp.linalg.vector_norm(jnp.array([[3.0, 4.0], [0.0, 0.0]]), axis=1))
+        [5. 0.]
+        >>> print(jax.grad(lambda x: rnp.linalg.vector_norm(x, ord=1))(jnp.array([-2.0, 0.0, 2.0])))
+        [-1.  0.  1.]
     """
     ord = _check_ord("vector_norm", ord)
     x = V.array("vector_norm", "x", x)
@@ -99,6 +106,13 @@ def norm(x: ArrayLike, ord: int | float | str | None = None, axis: int | tuple[i
 
     Returns:
         The norm (real), with the reduced axes removed (length 1 with ``keepdims``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.numpy as rnp
+        >>> print(rnp.linalg.norm(jnp.array([3.0, 4.0])))
+        5.0
+        >>> print(jax.grad(rnp.linalg.norm)(jnp.zeros(3)))  # torch's subgradient; jax.numpy's: nan
+        [0. 0. 0.]
     """
     x = V.array("norm", "x", x)
     if axis is None and ord is None:  # jax.numpy: the 2-norm of the flattened array, any rank
@@ -204,6 +218,12 @@ def cdist(x1: ArrayLike, x2: ArrayLike, p: float = 2.0) -> Array:
 
     Returns:
         The distances, ``(..., P, R)`` over the broadcast batch dims.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.linalg as rlinalg
+        >>> x1, x2 = jnp.array([[0.0, 0.0]]), jnp.array([[3.0, 4.0], [0.0, 0.0]])
+        >>> print(rlinalg.cdist(x1, x2), jax.grad(lambda x: rlinalg.cdist(x, x2)[0, 1])(x1))  # 0 at a zero distance
+        [[5. 0.]] [[0. 0.]]
     """
     x1, x2 = V.array("cdist", "x1", x1), V.array("cdist", "x2", x2)
     if x1.ndim < 2 or x2.ndim < 2:
@@ -238,6 +258,12 @@ def normalize(x: ArrayLike, p: float = 2.0, axis: int = 1, eps: float = 1e-12) -
 
     Returns:
         ``x`` divided by its clamped norm along ``axis``, of ``x``'s shape.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nn as nn
+        >>> print(nn.normalize(jnp.array([[3.0, 4.0], [0.0, 0.0]])))  # a zero row stays 0 (eps)
+        [[0.6 0.8]
+         [0.  0. ]]
     """
     from jaxrules.ops.elementwise import clip
 
@@ -289,6 +315,11 @@ def cosine_similarity(x1: ArrayLike, x2: ArrayLike, axis: int = 1, eps: float = 
 
     Returns:
         The cosine similarities: the broadcast shape without ``axis``.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.nn as nn
+        >>> print(nn.cosine_similarity(jnp.array([[1.0, 0.0]]), jnp.array([[1.0, 1.0]])).round(4))
+        [0.7071]
     """
     from jaxrules.ops.elementwise import clip
 

@@ -377,6 +377,14 @@ def var(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dty
 
     Returns:
         The variance (real); NaN where ``N - correction <= 0``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.numpy as rnp
+        >>> x = jnp.array([1.0, 2.0, 3.0, 4.0])
+        >>> print(rnp.var(x), rnp.var(x, ddof=1).round(4))
+        1.25 1.6667
+        >>> print(jax.grad(rnp.var)(jnp.array([1.0, 3.0])))  # 2 (x - mean) / n
+        [-1.  1.]
     """
     x, ax = _prepare("var", _statistic_input("var", a, dtype), axis, dtype, out)
     c = _correction("var", ddof, correction)
@@ -441,6 +449,13 @@ def std(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dty
 
     Returns:
         The standard deviation (real); NaN where ``N - correction <= 0``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.numpy as rnp
+        >>> print(rnp.std(jnp.array([1.0, 3.0])))
+        1.0
+        >>> print(jax.grad(rnp.std)(jnp.ones(4)))  # a constant: torch's 0; jax.numpy's: nan
+        [0. 0. 0. 0.]
     """
     x, ax = _prepare("std", _statistic_input("std", a, dtype), axis, dtype, out)
     x, c = V.array("std", "a", x), _correction("std", ddof, correction)
@@ -711,6 +726,13 @@ def logsumexp(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = Non
     Returns:
         ``log(sum(exp(a)))`` over ``axis``; with ``return_sign`` the tuple ``(log|sum|,
         sign)``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jaxrules.nn as nn
+        >>> print(nn.logsumexp(jnp.array([0.0, 0.0])).round(4))  # log 2
+        0.6931
+        >>> print(jax.grad(nn.logsumexp)(jnp.array([-jnp.inf, -jnp.inf])))  # the softmax's limit; torch: nan
+        [0.5 0.5]
     """
     x, ax = _prepare("logsumexp", a, axis)
     x = _masked("logsumexp", V.array("logsumexp", "a", x), where, -jnp.inf)
