@@ -51,16 +51,18 @@ def eigvals(A, *, out=None):
 
 
 def eigh(A, UPLO="L", *, out=None):
-    """``(eigenvalues, eigenvectors)`` of a Hermitian matrix read from its ``UPLO`` triangle;
-    mirrors ``torch.linalg.eigh``."""
+    """``(eigenvalues, eigenvectors)`` of a Hermitian matrix; mirrors ``torch.linalg.eigh``.
+    The rules decompose ``(A + A^H)/2`` (``jaxrules.linalg.eigh``); torch reads only the
+    ``UPLO`` triangle: the two agree on Hermitian input."""
     _no_out("eigh", out)
-    return _L.eigh(A, UPLO, symmetrize_input=False)
+    return _L.eigh(A, UPLO)
 
 
 def eigvalsh(A, UPLO="L", *, out=None):
-    """The ascending eigenvalues of a Hermitian matrix; mirrors ``torch.linalg.eigvalsh``."""
+    """The ascending eigenvalues of a Hermitian matrix (of ``(A + A^H)/2``, as ``eigh``); mirrors
+    ``torch.linalg.eigvalsh``."""
     _no_out("eigvalsh", out)
-    return _L.eigvalsh(A, UPLO, symmetrize_input=False)
+    return _L.eigvalsh(A, UPLO)
 
 
 def householder_product(A, tau, *, out=None):
