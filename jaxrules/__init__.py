@@ -2,8 +2,9 @@
 formulas (FunctionsManual.cpp), composing with grad, jvp, vmap, jit and hessian.
 
 Namespaces: ``jaxrules.numpy`` (and ``.linalg``), ``jaxrules.scipy.special``, ``jaxrules.nn``,
-``jaxrules.linalg``; ``jaxrules.torch`` gives the same ops torch's signatures. ``jaxrules.testing`` checks any registered op (or your own);
-``python -m jaxrules check`` checks them all.
+``jaxrules.linalg``; ``jaxrules.torch`` gives the same ops torch's signatures.
+``jaxrules.testing`` checks any registered op (or your own); ``python -m jaxrules check`` checks
+them all.
 """
 
 from jaxrules.compat import warn_if_untested as _warn_if_untested

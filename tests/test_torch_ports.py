@@ -166,6 +166,18 @@ def test_pad_negative_widths_of_integers_and_under_jit():
                                   TF.pad(torch.tensor(x, dtype=torch.float64), (-1, 2, 1, -2), mode="circular").numpy())
 
 
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+def test_pad_negative_widths_under_vmap_and_jvp(mode):
+    x = jnp.asarray(np.random.default_rng(17).standard_normal((3, 2, 4, 5)))
+    f = lambda a: JF.pad(a, (-1, 2, 1, -2), mode=mode)  # noqa: E731
+    np.testing.assert_array_equal(jax.vmap(f)(x), jnp.stack([f(a) for a in x]))
+    # the JVP is the transpose of the VJP: <J t, w> = <t, J^T w>
+    t, w = x[0], jnp.asarray(np.random.default_rng(18).standard_normal(f(x[0]).shape))
+    jt = jax.jvp(f, (x[0],), (t,))[1]
+    (jw,) = jax.vjp(f, x[0])[1](w)
+    np.testing.assert_allclose(jnp.vdot(jt, w), jnp.vdot(t, jw), rtol=1e-13)
+
+
 def test_numpy_pad_still_refuses_negative_widths():
     with pytest.raises(ValueError, match="pad: pad_width must be non-negative"):
         jaxrules.numpy.pad(jnp.ones(4), (-1, 1))

@@ -17,6 +17,7 @@ import builtins
 from collections import namedtuple
 
 import jax.numpy as jnp
+import numpy as np
 
 import jaxrules.linalg as _L
 import jaxrules.numpy as _np
@@ -144,10 +145,12 @@ def amin(input, dim=(), keepdim=False):
     return _np.amin(input, axis=_dims(dim), keepdims=keepdim)
 
 
-def _max_min(op, fn, other_fn, input, dim, keepdim):
+def _max_min(fn, other_fn, input, dim, keepdim):
+    """torch's overloads: no ``dim`` reduces everything, an integer ``dim`` gives
+    ``(values, indices)``, anything else is the elementwise ``other``."""
     if dim is None:
         return fn(input)
-    if not isinstance(dim, int) or isinstance(dim, bool):  # torch.max(input, other)
+    if not isinstance(dim, int | np.integer) or isinstance(dim, bool):  # torch.max(input, other)
         return other_fn(input, dim)
     v, i = fn(input, axis=dim, keepdims=keepdim, return_indices=True)
     return SortResult(v, i)
@@ -156,12 +159,12 @@ def _max_min(op, fn, other_fn, input, dim, keepdim):
 def max(input, dim=None, keepdim=False):  # noqa: A001
     """``max(input)``: the maximum; ``max(input, dim, keepdim)``: ``(values, indices)``;
     ``max(input, other)``: the elementwise maximum (JAX's ``maximum``). Mirrors ``torch.max``."""
-    return _max_min("max", _np.max, _np.maximum, input, dim, keepdim)
+    return _max_min(_np.max, _np.maximum, input, dim, keepdim)
 
 
 def min(input, dim=None, keepdim=False):  # noqa: A001
     """As ``max``, for the minimum. Mirrors ``torch.min``."""
-    return _max_min("min", _np.min, _np.minimum, input, dim, keepdim)
+    return _max_min(_np.min, _np.minimum, input, dim, keepdim)
 
 
 def median(input, dim=None, keepdim=False):

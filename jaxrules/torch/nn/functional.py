@@ -12,6 +12,7 @@ running statistics) is listed in ``docs/differences.md``, "Which namespace to us
 
 from __future__ import annotations
 
+import operator
 import warnings
 from collections.abc import Sequence
 
@@ -61,7 +62,7 @@ def _reduction(op, size_average, reduce, reduction):
     return "sum" if size_average is False else "mean"
 
 
-def _expand(op, name, value, n):
+def _expand(value, n):
     """torch's pooling and convolution arguments: a one-element tuple or list stands for ``n``
     copies of its element (``padding=(1,)`` is ``padding=(1, 1)`` in 2-d)."""
     if isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 1 and n > 1:
@@ -334,8 +335,8 @@ def pdist(input, p=2):
 
 
 def _conv(n, op, fn, input, weight, bias, stride, padding, dilation, groups):
-    return fn(input, weight, bias, _expand(op, "stride", stride, n), _expand(op, "padding", padding, n),
-              _expand(op, "dilation", dilation, n), groups)
+    return fn(input, weight, bias, _expand(stride, n), _expand(padding, n),
+              _expand(dilation, n), groups)
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -354,7 +355,7 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 
 def _conv_t(n, op, fn, input, weight, bias, stride, padding, output_padding, groups, dilation):
-    e = lambda name, v: _expand(op, name, v, n)  # noqa: E731
+    e = lambda name, v: _expand(v, n)  # noqa: E731
     return fn(input, weight, bias, e("stride", stride), e("padding", padding), e("output_padding", output_padding),
               groups, e("dilation", dilation))
 
@@ -378,7 +379,7 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
 
 
 def _avg(n, op, fn, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    e = lambda name, v: _expand(op, name, v, n)  # noqa: E731
+    e = lambda name, v: _expand(v, n)  # noqa: E731
     return fn(input, e("kernel_size", kernel_size), e("stride", stride), e("padding", padding), ceil_mode,
               count_include_pad, divisor_override)
 
@@ -405,7 +406,7 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 
 
 def _max(n, op, fn, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
-    e = lambda name, v: _expand(op, name, v, n)  # noqa: E731
+    e = lambda name, v: _expand(v, n)  # noqa: E731
     return fn(input, e("kernel_size", kernel_size), e("stride", stride), e("padding", padding),
               e("dilation", dilation), ceil_mode, return_indices)
 
@@ -483,8 +484,10 @@ def pad(input, pad, mode="constant", value=None):
     """
     op = "pad"
     x = jnp.asarray(input)
-    if isinstance(pad, int) or not all(isinstance(p, int) and not isinstance(p, bool) for p in pad):
-        raise TypeError(f"{op}: pad must be a sequence of ints, got {pad!r}")
+    try:
+        pad = tuple(operator.index(p) for p in pad)
+    except TypeError:
+        raise TypeError(f"{op}: pad must be a sequence of ints, got {pad!r}") from None
     if len(pad) % 2 or len(pad) // 2 > x.ndim:
         raise ValueError(f"{op}: pad must have an even length of at most 2 * input.ndim = {2 * x.ndim}, got {pad!r}")
     if mode not in _PAD_MODES:
