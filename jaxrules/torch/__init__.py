@@ -157,8 +157,17 @@ def _max_min(fn, other_fn, input, dim, keepdim):
 
 
 def max(input, dim=None, keepdim=False):  # noqa: A001
-    """``max(input)``: the maximum; ``max(input, dim, keepdim)``: ``(values, indices)``;
-    ``max(input, other)``: the elementwise maximum (JAX's ``maximum``). Mirrors ``torch.max``."""
+    """The maximum, ties sharing the gradient evenly. Mirrors ``torch.max``'s overloads.
+
+    Args:
+        input: the array.
+        dim: None (every entry), an int (returns ``(values, indices)``, a named tuple), or an
+            array ``other`` (the elementwise maximum, JAX's ``maximum``).
+        keepdim: keep the reduced dim with size 1.
+
+    Returns:
+        The maximum; ``(values, indices)`` for an int ``dim``.
+    """
     return _max_min(_np.max, _np.maximum, input, dim, keepdim)
 
 
@@ -198,7 +207,23 @@ def _correction(op, dim, unbiased, correction):
 
 
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    """``sqrt(sum (x - mean)^2 / (N - correction))`` over ``dim``; mirrors ``torch.std``."""
+    """``sqrt(sum (x - mean)^2 / (N - correction))`` over ``dim``; 0 gradient for a constant
+    input (torch's). Mirrors ``torch.std`` and its overloads.
+
+    Args:
+        input: the array.
+        dim: an int, a sequence of ints, or None/``()`` for every dim; a bool here is torch's
+            ``std(input, unbiased)``.
+        unbiased: the legacy spelling of ``correction``: True is 1, False is 0.
+        keepdim: keep the reduced dims with size 1.
+        correction: the subtracted count; 1 (Bessel) when neither it nor ``unbiased`` is given.
+
+    Returns:
+        The standard deviation.
+
+    Raises:
+        TypeError: when both ``unbiased`` and ``correction`` are given.
+    """
     dim, c = _correction("std", dim, unbiased, correction)
     return _np.std(input, axis=dim, keepdims=keepdim, correction=c)
 
@@ -277,8 +302,19 @@ def topk(input, k, dim=-1, largest=True, sorted=True):  # noqa: A002
 
 
 def sort(input, dim=-1, descending=False, stable=False):
-    """``(values, indices)`` sorted along ``dim``; mirrors ``torch.sort``. The sort is always
-    stable (a valid result of torch's unstable sort too)."""
+    """The entries sorted along ``dim``; the values' gradient is scattered back through the
+    indices. Mirrors ``torch.sort``.
+
+    Args:
+        input: the array.
+        dim: the dim sorted.
+        descending: largest first.
+        stable: accepted for torch's signature; the sort is always stable (a valid result of
+            torch's unstable sort too).
+
+    Returns:
+        ``(values, indices)``, a named tuple.
+    """
     return SortResult(_np.sort(input, axis=dim, descending=descending),
                       _np.argsort(input, axis=dim, descending=descending))
 
@@ -294,8 +330,20 @@ def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
 
 
 def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
-    """torch's deprecated ``norm``: the vector p-norm of the entries over ``dim`` (every dim if
-    None; ``'fro'`` is the 2-norm), or ``'nuc'`` over two dims. Mirrors ``torch.norm``."""
+    """torch's deprecated ``norm``: ``(sum |x|^p)^(1/p)`` over the entries of ``dim``, 0
+    gradient at 0 (torch's subgradient). Mirrors ``torch.norm``.
+
+    Args:
+        input: the array.
+        p: a number, ``'fro'`` (the 2-norm of the entries, also over two dims) or ``'nuc'``
+            (the nuclear norm over two dims, the last two if ``dim`` is None).
+        dim: an int, a sequence of ints, or None for every dim.
+        keepdim: keep the reduced dims with size 1.
+        dtype: when given, ``input`` is cast to it first.
+
+    Returns:
+        The norm.
+    """
     x = _cast(input, dtype)
     dim = (dim,) if isinstance(dim, int) else _dims(dim)
     if p == "nuc":
@@ -323,8 +371,21 @@ def stack(tensors, dim=0, *, out=None):
 
 
 def split(tensor, split_size_or_sections, dim=0):
-    """Pieces of ``split_size_or_sections`` entries along ``dim`` (an int: equal pieces, the last
-    one shorter; a list: those sizes); mirrors ``torch.split``."""
+    """Pieces of ``tensor`` along ``dim``. Mirrors ``torch.split`` (not ``numpy.split``, whose
+    int is a count of pieces).
+
+    Args:
+        tensor: the array.
+        split_size_or_sections: an int, the size of each piece (the last one shorter), or a
+            sequence of sizes summing to the dim's size.
+        dim: the dim split.
+
+    Returns:
+        A tuple of arrays.
+
+    Raises:
+        ValueError: for a non-positive size or sizes that do not sum to the dim's size.
+    """
     n = jnp.shape(tensor)[dim]
     if isinstance(split_size_or_sections, int):
         if split_size_or_sections <= 0:

@@ -179,9 +179,20 @@ def softplus(input, beta=1.0, threshold=20.0):
 
 
 def gelu(input, approximate="none"):
-    """``input * Phi(input)`` (``approximate='none'``, torch's default: the exact form with the
-    normal CDF) or the tanh form (``'tanh'``); mirrors ``torch.nn.functional.gelu``
-    (``jaxrules.nn.gelu``, whose default is the tanh form)."""
+    """``input * Phi(input)`` with the normal CDF ``Phi`` (torch's default, the exact form), or
+    ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``. Mirrors ``torch.nn.functional.gelu``
+    (``jaxrules.nn.gelu``, whose default is jax.nn's tanh form).
+
+    Args:
+        input: the array.
+        approximate: ``'none'`` (exact) or ``'tanh'``, torch's only spellings.
+
+    Returns:
+        The activation, in ``input``'s shape and dtype.
+
+    Raises:
+        ValueError: when ``approximate`` is neither (a bool included: jaxrules.nn's spelling).
+    """
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     return _nn.gelu(input, approximate=approximate)
@@ -194,9 +205,19 @@ def glu(input, dim=-1):
 
 
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
-    """``exp(x) / sum(exp(x), dim)`` of ``input`` cast to ``dtype``; ``dim=None`` is torch's
-    implicit choice (0 for 0-, 1- and 3-d input, else 1, with a warning). Mirrors
-    ``torch.nn.functional.softmax`` (``jaxrules.nn.softmax``, whose default axis is -1)."""
+    """``exp(x) / sum(exp(x), dim)`` of ``x = input`` cast to ``dtype``. Mirrors
+    ``torch.nn.functional.softmax`` (``jaxrules.nn.softmax``, whose default axis is -1).
+
+    Args:
+        input: the array.
+        dim: the dim normalized over; None is torch's deprecated implicit choice, 0 for 0-, 1-
+            and 3-d input, else 1, with a ``UserWarning``.
+        _stacklevel: torch's warning level; ignored.
+        dtype: when given, ``input`` is cast to it first (torch's overflow guard).
+
+    Returns:
+        The probabilities along ``dim``, in ``input``'s shape.
+    """
     x = _cast(input, dtype)
     return _nn.softmax(x, axis=_softmax_dim("softmax", x.ndim) if dim is None else dim)
 
@@ -269,12 +290,24 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-05):
-    """``(input - mean) / sqrt(var + eps) * weight + bias`` per channel (dim 1): the batch's
-    statistics when ``training`` (or without running statistics), else the running ones.
-    Mirrors ``torch.nn.functional.batch_norm`` and returns the tensor only. torch also updates
-    ``running_mean``/``running_var`` in place when training; JAX cannot, and the updated
-    statistics are dropped: take them from ``jaxrules.nn.batch_norm``, which returns
-    ``(y, new_running_mean, new_running_var)``."""
+    """``(input - mean) / sqrt(var + eps) * weight + bias`` per channel (dim 1). Mirrors
+    ``torch.nn.functional.batch_norm`` and, as it, returns the tensor only.
+
+    Args:
+        input: (N, C, ...) array.
+        running_mean: (C,) running mean, or None; read when not ``training``.
+        running_var: (C,) running variance, or None.
+        weight: (C,) scale, or None.
+        bias: (C,) shift, or None.
+        training: normalize with the batch's statistics (biased variance) instead of the running
+            ones. torch then updates ``running_mean``/``running_var`` in place; JAX arrays are
+            immutable and the update is dropped: ``jaxrules.nn.batch_norm`` returns it.
+        momentum: the running statistics' update weight (used by that update only).
+        eps: added to the variance.
+
+    Returns:
+        The normalized array, in ``input``'s shape.
+    """
     return _nn.batch_norm(input, running_mean, running_var, weight, bias, training=training, momentum=momentum,
                           eps=eps)[0]
 
@@ -541,8 +574,26 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
                   label_smoothing=0.0):
-    """``nll_loss(log_softmax(input, 1), target)`` (or against class probabilities), with label
-    smoothing; mirrors ``torch.nn.functional.cross_entropy``."""
+    """``-weight[t] log_softmax(input, 1)[n, t]`` per sample for class indices (or
+    ``-sum_c weight[c] p_c log_softmax(input, 1)_c`` for class probabilities), with
+    ``label_smoothing`` mixing in the uniform distribution. Mirrors
+    ``torch.nn.functional.cross_entropy``.
+
+    Args:
+        input: (N, C, ...) or (C,) logits.
+        target: class indices (N, ...) or probabilities shaped as ``input``.
+        weight: (C,) class weights, or None.
+        size_average: torch's deprecated flag (None: True); see ``reduce``.
+        ignore_index: the class index that contributes nothing (indices only).
+        reduce: torch's deprecated flag (None: True). When either flag is given it overrides
+            ``reduction`` as torch's ``legacy_get_string``: ``reduce=False`` gives ``'none'``,
+            else ``size_average=False`` gives ``'sum'``, else ``'mean'``.
+        reduction: ``'mean'`` (over the weights of the kept targets), ``'sum'`` or ``'none'``.
+        label_smoothing: in [0, 1].
+
+    Returns:
+        The loss: a scalar, or per sample with ``'none'``.
+    """
     return _nn.cross_entropy(input, target, weight, ignore_index,
                              _reduction("cross_entropy", size_average, reduce, reduction), label_smoothing)
 
