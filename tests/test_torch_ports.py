@@ -392,6 +392,20 @@ def test_tensor_functions_as_torch(name, args, kwargs):
     np.testing.assert_allclose(jax.grad(loss)(jnp.asarray(_X)), tg.numpy(), rtol=1e-10, atol=1e-12)
 
 
+def test_nanmedian_as_torch():
+    x = np.random.default_rng(19).standard_normal((4, 5))
+    x[0, 1] = x[2, 3] = x[2, 4] = np.nan  # 4, 5, 3 and 5 values per row
+    odd = [1, 2, 3]  # torch's lower median is the median where the count is odd (the deviation aside)
+    t = torch.tensor(x, requires_grad=True)
+    values, indices = torch.nanmedian(t, 1)
+    (tg,) = torch.autograd.grad(values[odd].sum(), t)
+    ours = jaxrules.torch.nanmedian(jnp.asarray(x), 1)
+    np.testing.assert_array_equal(np.asarray(ours.values)[odd], values.detach().numpy()[odd])
+    np.testing.assert_array_equal(np.asarray(ours.indices)[odd], indices.numpy()[odd])
+    g = jax.grad(lambda a: jaxrules.torch.nanmedian(a, 1).values[jnp.asarray(odd)].sum())(jnp.asarray(x))
+    np.testing.assert_array_equal(g, tg.numpy())
+
+
 def test_named_results_and_max_of_two_tensors():
     x = jnp.asarray(_X)
     assert jaxrules.torch.sort(x, 1).indices.shape == (3, 4, 5)
