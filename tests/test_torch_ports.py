@@ -334,6 +334,51 @@ def test_keyword_names_are_torchs():
         np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-13)
 
 
+_R = np.random.default_rng(20)
+_A, _B = _R.standard_normal((4, 6)), _R.standard_normal((4, 6))
+_P, _Y = 0.05 + 0.9 * _R.random((4, 6)), _R.random((4, 6))
+_SIGN = np.where(_R.random(4) < 0.5, -1.0, 1.0)
+_IMG = _R.standard_normal((2, 4, 3, 5))
+
+
+# every positional argument in torch's order: the adapters' translation of the order is what fails
+@pytest.mark.parametrize("name, args", [
+    ("relu", (_A,)), ("relu6", (3 * _A,)), ("elu", (_A, 0.7)), ("celu", (_A, 0.7)), ("selu", (_A,)),
+    ("leaky_relu", (_A, 0.2)), ("hardtanh", (_A, -0.5, 0.8)), ("hardsigmoid", (3 * _A,)), ("hardswish", (3 * _A,)),
+    ("silu", (_A,)), ("mish", (_A,)), ("threshold", (_A, 0.1, -2.0)), ("softplus", (_A, 2.0, 1.5)),
+    ("prelu", (_IMG, np.array([0.1, 0.2, 0.3, 0.4]))), ("dropout", (_A, 0.5, False)),
+    ("group_norm", (_IMG, 2, _R.standard_normal(4), _R.standard_normal(4), 1e-3)),
+    ("rms_norm", (_IMG, (3, 5), _R.standard_normal((3, 5)), 1e-4)),
+    ("instance_norm", (_IMG, None, None, _R.standard_normal(4), _R.standard_normal(4), True, 0.1, 1e-3)),
+    ("bilinear", (_A, _B, _R.standard_normal((3, 6, 6)), _R.standard_normal(3))),
+    ("pdist", (_A, 3.0)), ("linear", (_A, _R.standard_normal((2, 6)), _R.standard_normal(2))),
+    ("conv_transpose1d", (_IMG[0], _R.standard_normal((3, 2, 2)), None, 2, 1, 1, 1, 1)),
+    ("conv1d", (_IMG[0], _R.standard_normal((4, 3, 2)), _R.standard_normal(4), 1, 1, 2, 1)),
+    ("max_pool1d", (_IMG[0], 2, 1, 1, 1, True)), ("avg_pool1d", (_IMG[0], 2, 1, 1, True, False)),
+    ("interpolate", (_IMG, None, 2.0, "bilinear", True)),
+    ("l1_loss", (_A, _B, None, None, "sum")), ("mse_loss", (_A, _B, None, None, "none")),
+    ("smooth_l1_loss", (_A, _B, None, None, "sum", 0.5)), ("huber_loss", (_A, _B, "sum", 0.5)),
+    ("soft_margin_loss", (_A, np.sign(_B), None, None, "sum")),
+    ("binary_cross_entropy", (_P, _Y, _R.random(6), None, None, "sum")),
+    ("binary_cross_entropy_with_logits", (_A, _Y, _R.random(6), None, None, "sum", _R.random(6))),
+    ("kl_div", (np.log(_P), _Y, None, None, "batchmean", False)),
+    ("poisson_nll_loss", (_A, _Y, True, True, None, 1e-6, None, "sum")),
+    ("gaussian_nll_loss", (_A, _B, _P, True, 1e-3, "sum")),
+    ("multilabel_soft_margin_loss", (_A, (_Y > 0.5) * 1.0, _R.random(6), None, None, "sum")),
+    ("hinge_embedding_loss", (_A, np.sign(_B), 0.5, None, None, "sum")),
+    ("margin_ranking_loss", (_A[:, 0], _B[:, 0], _SIGN, 0.3, None, None, "sum")),
+    ("cosine_embedding_loss", (_A, _B, _SIGN, 0.2, None, None, "sum")),
+    ("triplet_margin_loss", (_A, _B, _P, 0.5, 3, 1e-5, True, None, None, "sum")),
+    ("nll_loss", (np.log(_P), np.array([0, 5, -100, 2]), _R.random(6), None, -100, None, "sum")),
+])
+def test_functional_positional_arguments_as_torch(name, args):
+    def to(convert):
+        return [convert(a) if isinstance(a, np.ndarray) else a for a in args]
+
+    expected = getattr(TF, name)(*to(torch.tensor)).numpy()
+    np.testing.assert_allclose(getattr(JF, name)(*to(jnp.asarray)), expected, rtol=1e-12, atol=1e-14)
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda x: JF.relu(x, inplace=True), "relu: inplace=True cannot be mirrored"),
     (lambda x: JF.dropout(x, 0.5, True, True), "dropout: inplace=True"),
