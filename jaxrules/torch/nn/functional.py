@@ -388,9 +388,9 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 
 def _conv_t(n, op, fn, input, weight, bias, stride, padding, output_padding, groups, dilation):
-    e = lambda name, v: _expand(v, n)  # noqa: E731
-    return fn(input, weight, bias, e("stride", stride), e("padding", padding), e("output_padding", output_padding),
-              groups, e("dilation", dilation))
+    e = lambda v: _expand(v, n)  # noqa: E731
+    return fn(input, weight, bias, e(stride), e(padding), e(output_padding),
+              groups, e(dilation))
 
 
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
@@ -412,8 +412,8 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
 
 
 def _avg(n, op, fn, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    e = lambda name, v: _expand(v, n)  # noqa: E731
-    return fn(input, e("kernel_size", kernel_size), e("stride", stride), e("padding", padding), ceil_mode,
+    e = lambda v: _expand(v, n)  # noqa: E731
+    return fn(input, e(kernel_size), e(stride), e(padding), ceil_mode,
               count_include_pad, divisor_override)
 
 
@@ -439,9 +439,9 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 
 
 def _max(n, op, fn, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
-    e = lambda name, v: _expand(v, n)  # noqa: E731
-    return fn(input, e("kernel_size", kernel_size), e("stride", stride), e("padding", padding),
-              e("dilation", dilation), ceil_mode, return_indices)
+    e = lambda v: _expand(v, n)  # noqa: E731
+    return fn(input, e(kernel_size), e(stride), e(padding),
+              e(dilation), ceil_mode, return_indices)
 
 
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
