@@ -2,8 +2,9 @@
 formulas (FunctionsManual.cpp), composing with grad, jvp, vmap, jit and hessian.
 
 Namespaces: ``jaxrules.numpy`` (and ``.linalg``), ``jaxrules.scipy.special``, ``jaxrules.nn``,
-``jaxrules.linalg``. ``jaxrules.testing`` checks any registered op (or your own);
-``python -m jaxrules check`` checks them all.
+``jaxrules.linalg``; ``jaxrules.torch`` gives the same ops torch's signatures.
+``jaxrules.testing`` checks any registered op (or your own); ``python -m jaxrules check`` checks
+them all.
 """
 
 from jaxrules.compat import warn_if_untested as _warn_if_untested
@@ -18,13 +19,13 @@ from jaxrules.registry import OpRecord, Sample, SingularPoint, records  # noqa: 
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("linalg", "nested", "nn", "numpy", "ops", "scipy", "testing")  # imported on first use
+_SUBMODULES = ("linalg", "nested", "nn", "numpy", "ops", "scipy", "testing", "torch")  # imported on first use
 
 __all__ = [
     "Function", "FunctionCtx", "Op", "OpRecord", "RuntimeCheckError", "Sample", "SingularPoint", "VmapInfo",
     "checked", "define_op",
     "differentiate", "formula_spy", "linalg", "nn",
-    "numpy", "records", "scipy",
+    "numpy", "records", "scipy", "torch",
 ]
 
 

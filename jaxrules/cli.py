@@ -264,6 +264,10 @@ def coverage_markdown() -> str:
         "mode differentiates the VJP formula (itself written with jaxrules ops where a singular",
         "point needs it).",
         "",
+        "`jaxrules.torch` (torch's tensor functions, `.nn.functional`, `.linalg`) calls these ops with",
+        "torch's signatures: thin adapters with no formula of their own (docs/differences.md, \"Which",
+        "namespace to use when\").",
+        "",
         "| op | public names | seed functions | formulas | double backward | batching | dtypes | torch reference |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]

@@ -853,8 +853,8 @@ def masked_fill_jvp(mask, tx, _, **__):
 
 
 def pad_jvp(_, tx, *, widths, value):
-    """``pad(dx)`` (zero fill)."""
-    return jnp.pad(tx, widths)
+    """``pad(dx)`` (zero fill; a negative width crops)."""
+    return jax.lax.pad(tx, jnp.zeros((), tx.dtype), [(lo, hi, 0) for lo, hi in widths])
 
 
 def split_jvp(_, tx, *, axis, sizes):

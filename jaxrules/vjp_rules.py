@@ -894,8 +894,9 @@ def masked_fill_vjp(mask, ct, **_):
 
 
 def pad_vjp(_, ct, *, widths, value):
-    """Seed ``constant_pad_nd_backward``: the interior slice of ``ct``."""
-    return (ct[tuple(slice(lo, ct.shape[d] - hi) for d, (lo, hi) in enumerate(widths))],)
+    """Seed ``constant_pad_nd_backward``: ``ct`` padded by the negated widths (the interior slice
+    of ``ct`` for positive widths, zeros where a negative width cropped)."""
+    return (lax.pad(ct, jnp.zeros((), ct.dtype), [(-lo, -hi, 0) for lo, hi in widths]),)
 
 
 def split_vjp(_, ct, *, axis, sizes):

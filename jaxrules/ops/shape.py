@@ -35,7 +35,9 @@ concatenate_op = define_op("concatenate", lambda *xs, axis, shapes: jnp.concaten
 stack_op = define_op("stack", lambda *xs, axis, shape: jnp.stack(xs, axis=axis), J.stack_jvp, R.stack_vjp, _save_nothing)
 take_along_axis_op = define_op("take_along_axis", lambda x, indices, *, axis, shape: jnp.take_along_axis(x, indices, axis=axis), J.take_along_axis_jvp, R.take_along_axis_vjp, lambda out, x, indices, **_: indices)
 masked_fill_op = define_op("masked_fill", lambda x, mask, *, value: jnp.where(mask, jnp.asarray(value, x.dtype), x), J.masked_fill_jvp, R.masked_fill_vjp, lambda out, x, mask, **_: mask)
-pad_op = define_op("pad", lambda x, *, widths, value: jnp.pad(x, widths, constant_values=jnp.asarray(value, x.dtype)), J.pad_jvp, R.pad_vjp, _save_nothing)
+# widths of either sign: a negative width crops (torch's constant_pad_nd), which jaxrules.torch's pad uses
+pad_op = define_op("pad", lambda x, *, widths, value: jax.lax.pad(x, jnp.asarray(value, x.dtype), [(lo, hi, 0) for lo, hi in widths]),
+                   J.pad_jvp, R.pad_vjp, _save_nothing)
 split_op = define_op("split", lambda x, *, axis, sizes: tuple(jnp.split(x, list(itertools.accumulate(sizes))[:-1], axis=axis)), J.split_jvp, R.split_vjp, _save_nothing)
 unstack_op = define_op("unstack", lambda x, *, axis: tuple(jnp.moveaxis(x, axis, 0)), J.unstack_jvp, R.unstack_vjp, _save_nothing)
 block_diag_op = define_op("block_diag", lambda *xs, shapes: jax.scipy.linalg.block_diag(*xs), J.block_diag_jvp, R.block_diag_vjp, _save_nothing)

@@ -1,0 +1,704 @@
+"""``torch.nn.functional`` with torch's signatures: ``import jaxrules.torch.nn.functional as F``.
+
+Every function is a thin adapter over the op of ``jaxrules.nn`` (or ``jaxrules.numpy``) with the
+same derivative rules: it translates torch's argument names (``input``, ``dim``, ``keepdim``),
+defaults (``gelu``'s exact form, ``softmax``'s implicit ``dim``), positional order (the
+deprecated ``size_average`` and ``reduce`` of the losses), return values (``batch_norm`` returns
+the normalized tensor) and argument forms (one-element tuples for 2-d and 3-d pooling and
+convolution, ``pad``'s last-dimension-first list with negative widths cropping). It computes
+nothing of its own. What cannot be mirrored (``inplace=True``, ``out=``, the in-place update of
+running statistics) is listed in ``docs/differences.md``, "Which namespace to use when".
+"""
+
+from __future__ import annotations
+
+import operator
+import warnings
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+
+import jaxrules.nn as _nn
+from jaxrules.ops import shape as _shape
+
+__all__ = [
+    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
+    "adaptive_max_pool2d", "adaptive_max_pool3d", "affine_grid", "avg_pool1d", "avg_pool2d", "avg_pool3d",
+    "batch_norm", "bilinear", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu", "conv1d",
+    "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "cosine_embedding_loss",
+    "cosine_similarity", "cross_entropy", "dropout", "elu", "embedding", "embedding_bag", "fold",
+    "gaussian_nll_loss", "gelu", "glu", "grid_sample", "group_norm", "hardsigmoid", "hardswish", "hardtanh",
+    "hinge_embedding_loss", "huber_loss", "instance_norm", "interpolate", "kl_div", "l1_loss", "layer_norm",
+    "leaky_relu", "linear", "log_softmax", "logsigmoid", "margin_ranking_loss", "max_pool1d", "max_pool2d",
+    "max_pool3d", "mish", "mse_loss", "multilabel_soft_margin_loss", "nll_loss", "normalize", "pad",
+    "pairwise_distance", "pdist", "poisson_nll_loss", "prelu", "relu", "relu6", "rms_norm",
+    "scaled_dot_product_attention", "selu", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softmin",
+    "softplus", "threshold", "triplet_margin_loss", "unfold",
+]
+
+# ---------------------------------------------------------------------------------------------
+# Argument translation
+
+
+def _no_inplace(op, inplace):
+    """JAX arrays are immutable: ``inplace=True`` would leave the caller's array unchanged."""
+    if inplace:
+        raise ValueError(f"{op}: inplace=True cannot be mirrored (JAX arrays are immutable); "
+                         "pass inplace=False and use the returned array")
+
+
+def _reduction(op, size_average, reduce, reduction):
+    """torch's ``_Reduction.legacy_get_string``: the deprecated ``size_average``/``reduce``
+    (each None meaning True) override ``reduction``: ``reduce=False`` gives ``'none'``,
+    else ``size_average`` gives ``'mean'`` or ``'sum'``."""
+    if size_average is None and reduce is None:
+        return reduction
+    for name, value in (("size_average", size_average), ("reduce", reduce)):
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"{op}: {name} must be None or a bool, got {value!r}")
+    if reduce is False:
+        return "none"
+    return "sum" if size_average is False else "mean"
+
+
+def _expand(value, n):
+    """torch's pooling and convolution arguments: a one-element tuple or list stands for ``n``
+    copies of its element (``padding=(1,)`` is ``padding=(1, 1)`` in 2-d)."""
+    if isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 1 and n > 1:
+        return tuple(value) * n
+    return value
+
+
+def _softmax_dim(op, ndim):
+    """torch's ``_get_softmax_dim``: the implicit ``dim`` is 0 for 0-, 1- and 3-d input, else 1."""
+    warnings.warn(f"{op}: implicit dimension choice has been deprecated (as in torch); pass dim=",
+                  UserWarning, stacklevel=3)
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def _cast(x, dtype):
+    return jnp.asarray(x) if dtype is None else jnp.asarray(x).astype(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations
+
+
+def relu(input, inplace=False):
+    """``max(input, 0)``; mirrors ``torch.nn.functional.relu`` (``jaxrules.nn.relu``)."""
+    _no_inplace("relu", inplace)
+    return _nn.relu(input)
+
+
+def relu6(input, inplace=False):
+    """``min(max(input, 0), 6)``; mirrors ``torch.nn.functional.relu6`` (``jaxrules.nn.relu6``)."""
+    _no_inplace("relu6", inplace)
+    return _nn.relu6(input)
+
+
+def elu(input, alpha=1.0, inplace=False):
+    """``input`` if positive, else ``alpha (exp(input) - 1)``; mirrors
+    ``torch.nn.functional.elu`` (``jaxrules.nn.elu``)."""
+    _no_inplace("elu", inplace)
+    return _nn.elu(input, alpha)
+
+
+def celu(input, alpha=1.0, inplace=False):
+    """``max(0, input) + min(0, alpha (exp(input / alpha) - 1))``; mirrors
+    ``torch.nn.functional.celu`` (``jaxrules.nn.celu``)."""
+    _no_inplace("celu", inplace)
+    return _nn.celu(input, alpha)
+
+
+def selu(input, inplace=False):
+    """``scale * elu(input, alpha)`` with torch's constants; mirrors ``torch.nn.functional.selu``."""
+    _no_inplace("selu", inplace)
+    return _nn.selu(input)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    """``input`` if positive, else ``negative_slope * input``; mirrors
+    ``torch.nn.functional.leaky_relu`` (``jaxrules.nn.leaky_relu``)."""
+    _no_inplace("leaky_relu", inplace)
+    return _nn.leaky_relu(input, negative_slope)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    """``clamp(input, min_val, max_val)``; mirrors ``torch.nn.functional.hardtanh``."""
+    _no_inplace("hardtanh", inplace)
+    return _nn.hardtanh(input, min_val, max_val)
+
+
+def hardsigmoid(input, inplace=False):
+    """``relu6(input + 3) / 6``; mirrors ``torch.nn.functional.hardsigmoid``."""
+    _no_inplace("hardsigmoid", inplace)
+    return _nn.hardsigmoid(input)
+
+
+def hardswish(input, inplace=False):
+    """``input * relu6(input + 3) / 6``; mirrors ``torch.nn.functional.hardswish``."""
+    _no_inplace("hardswish", inplace)
+    return _nn.hardswish(input)
+
+
+def silu(input, inplace=False):
+    """``input * sigmoid(input)``; mirrors ``torch.nn.functional.silu``."""
+    _no_inplace("silu", inplace)
+    return _nn.silu(input)
+
+
+def mish(input, inplace=False):
+    """``input * tanh(softplus(input))``; mirrors ``torch.nn.functional.mish``."""
+    _no_inplace("mish", inplace)
+    return _nn.mish(input)
+
+
+def threshold(input, threshold, value, inplace=False):
+    """``input`` where ``input > threshold``, else ``value``; mirrors
+    ``torch.nn.functional.threshold``."""
+    _no_inplace("threshold", inplace)
+    return _nn.threshold(input, threshold, value)
+
+
+def logsigmoid(input):
+    """``log(sigmoid(input))``; mirrors ``torch.nn.functional.logsigmoid`` (``jaxrules.nn.log_sigmoid``)."""
+    return _nn.log_sigmoid(input)
+
+
+def prelu(input, weight):
+    """``input`` if positive, else ``weight * input`` (one weight or one per channel, dim 1);
+    mirrors ``torch.nn.functional.prelu``."""
+    return _nn.prelu(input, weight)
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    """``log(1 + exp(beta input)) / beta``, ``input`` where ``beta input > threshold``; mirrors
+    ``torch.nn.functional.softplus``."""
+    return _nn.softplus(input, beta=beta, threshold=threshold)
+
+
+def gelu(input, approximate="none"):
+    """``input * Phi(input)`` with the normal CDF ``Phi`` (torch's default, the exact form), or
+    ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``. Mirrors ``torch.nn.functional.gelu``
+    (``jaxrules.nn.gelu``, whose default is jax.nn's tanh form).
+
+    Args:
+        input: the array.
+        approximate: ``'none'`` (exact) or ``'tanh'``, torch's only spellings.
+
+    Returns:
+        The activation, in ``input``'s shape and dtype.
+
+    Raises:
+        ValueError: when ``approximate`` is neither (a bool included: jaxrules.nn's spelling).
+    """
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _nn.gelu(input, approximate=approximate)
+
+
+def glu(input, dim=-1):
+    """``a * sigmoid(b)`` for the halves ``a, b`` of ``input`` along ``dim``; mirrors
+    ``torch.nn.functional.glu``."""
+    return _nn.glu(input, axis=dim)
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """``exp(x) / sum(exp(x), dim)`` of ``x = input`` cast to ``dtype``. Mirrors
+    ``torch.nn.functional.softmax`` (``jaxrules.nn.softmax``, whose default axis is -1).
+
+    Args:
+        input: the array.
+        dim: the dim normalized over; None is torch's deprecated implicit choice, 0 for 0-, 1-
+            and 3-d input, else 1, with a ``UserWarning``.
+        _stacklevel: torch's warning level; ignored.
+        dtype: when given, ``input`` is cast to it first (torch's overflow guard).
+
+    Returns:
+        The probabilities along ``dim``, in ``input``'s shape.
+    """
+    x = _cast(input, dtype)
+    return _nn.softmax(x, axis=_softmax_dim("softmax", x.ndim) if dim is None else dim)
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """``x - logsumexp(x, dim)`` of ``input`` cast to ``dtype``; ``dim=None`` as in
+    ``softmax``. Mirrors ``torch.nn.functional.log_softmax``."""
+    x = _cast(input, dtype)
+    return _nn.log_softmax(x, axis=_softmax_dim("log_softmax", x.ndim) if dim is None else dim)
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    """``softmax(-input, dim)``, torch's definition; mirrors ``torch.nn.functional.softmin``."""
+    x = _cast(input, dtype)
+    return _nn.softmax(-x, axis=_softmax_dim("softmin", x.ndim) if dim is None else dim)
+
+
+def dropout(input, p=0.5, training=True, inplace=False, *, key=None):
+    """Zeroes each entry with probability ``p`` and scales the rest by ``1 / (1 - p)`` when
+    ``training``; mirrors ``torch.nn.functional.dropout``. JAX has no global generator: with
+    ``training`` and ``p > 0`` pass a ``jax.random`` key as ``key=`` (``jaxrules.nn.dropout``)."""
+    _no_inplace("dropout", inplace)
+    return _nn.dropout(input, p, training, key=key)
+
+
+# ---------------------------------------------------------------------------------------------
+# Linear layers, embeddings, attention
+
+
+def linear(input, weight, bias=None):
+    """``input @ weight^T + bias``; mirrors ``torch.nn.functional.linear``."""
+    return _nn.linear(input, weight, bias)
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """``x1^T A x2 + b`` per output feature; mirrors ``torch.nn.functional.bilinear``."""
+    return _nn.bilinear(input1, input2, weight, bias)
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+              sparse=False):
+    """The rows ``weight[input]``, with no gradient to row ``padding_idx``; mirrors
+    ``torch.nn.functional.embedding`` (``jaxrules.nn.embedding``).
+
+    ``max_norm`` renormalizes ``weight`` in place in torch, which cannot be mirrored: it must be
+    None. ``sparse`` only changes torch's gradient layout; the gradient here is dense.
+    """
+    if max_norm is not None:
+        raise ValueError("embedding: max_norm renormalizes weight in place in torch and cannot be mirrored; "
+                         "it must be None (renormalize with jaxrules.linalg.renorm)")
+    if not isinstance(sparse, bool):
+        raise TypeError(f"embedding: sparse must be a bool, got {sparse!r}")
+    return _nn.embedding(input, weight, padding_idx, scale_grad_by_freq=scale_grad_by_freq)
+
+
+embedding_bag = _nn.embedding_bag
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+                                 enable_gqa=False, dropout_key=None):
+    """``softmax(q k^T * scale + mask) v``; mirrors
+    ``torch.nn.functional.scaled_dot_product_attention``. With ``dropout_p > 0`` pass a
+    ``jax.random`` key as ``dropout_key=``."""
+    return _nn.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+                                            enable_gqa=enable_gqa, dropout_key=dropout_key)
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalization
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-05):
+    """``(input - mean) / sqrt(var + eps) * weight + bias`` per channel (dim 1). Mirrors
+    ``torch.nn.functional.batch_norm`` and, as it, returns the tensor only.
+
+    Args:
+        input: (N, C, ...) array.
+        running_mean: (C,) running mean, or None; read when not ``training``.
+        running_var: (C,) running variance, or None.
+        weight: (C,) scale, or None.
+        bias: (C,) shift, or None.
+        training: normalize with the batch's statistics (biased variance) instead of the running
+            ones. torch then updates ``running_mean``/``running_var`` in place; JAX arrays are
+            immutable and the update is dropped: ``jaxrules.nn.batch_norm`` returns it.
+        momentum: the running statistics' update weight (used by that update only).
+        eps: added to the variance.
+
+    Returns:
+        The normalized array, in ``input``'s shape.
+    """
+    return _nn.batch_norm(input, running_mean, running_var, weight, bias, training=training, momentum=momentum,
+                          eps=eps)[0]
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-05):
+    """Per-sample, per-channel normalization; mirrors ``torch.nn.functional.instance_norm`` and
+    returns the tensor only (the running statistics' update, in place in torch, is dropped:
+    ``jaxrules.nn.instance_norm`` returns it)."""
+    return _nn.instance_norm(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps)[0]
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-05):
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last ``len(normalized_shape)``
+    dims; mirrors ``torch.nn.functional.layer_norm``."""
+    return _nn.layer_norm(input, normalized_shape, weight, bias, eps)
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-05):
+    """Normalization over each group of ``C / num_groups`` channels and the spatial dims; mirrors
+    ``torch.nn.functional.group_norm``."""
+    return _nn.group_norm(input, num_groups, weight, bias, eps)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """``x / sqrt(mean(x^2) + eps) * weight`` over the last dims (``eps=None``: the dtype's
+    machine epsilon); mirrors ``torch.nn.functional.rms_norm``."""
+    return _nn.rms_norm(input, normalized_shape, weight, eps)
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """``input / max(||input||_p, eps)`` along ``dim``; mirrors ``torch.nn.functional.normalize``
+    (``out`` must be None)."""
+    if out is not None:
+        raise ValueError("normalize: out= cannot be mirrored (JAX arrays are immutable); it must be None")
+    return _nn.normalize(input, p, dim, eps)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-08):
+    """``x1 . x2 / (max(||x1||, eps) max(||x2||, eps))`` along ``dim``; mirrors
+    ``torch.nn.functional.cosine_similarity``."""
+    return _nn.cosine_similarity(x1, x2, dim, eps)
+
+
+def pairwise_distance(x1, x2, p=2.0, eps=1e-06, keepdim=False):
+    """``||x1 - x2 + eps||_p`` along the last dim; mirrors ``torch.nn.functional.pairwise_distance``."""
+    return _nn.pairwise_distance(x1, x2, p, eps, keepdims=keepdim)
+
+
+def pdist(input, p=2):
+    """The p-norm distances between the rows of ``input``, upper triangle; mirrors
+    ``torch.nn.functional.pdist``."""
+    return _nn.pdist(input, p)
+
+
+# ---------------------------------------------------------------------------------------------
+# Convolution and pooling
+
+
+def _conv(n, op, fn, input, weight, bias, stride, padding, dilation, groups):
+    return fn(input, weight, bias, _expand(stride, n), _expand(padding, n),
+              _expand(dilation, n), groups)
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-d cross-correlation; mirrors ``torch.nn.functional.conv1d``."""
+    return _conv(1, "conv1d", _nn.conv1d, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-d cross-correlation; mirrors ``torch.nn.functional.conv2d`` (one-element tuples accepted)."""
+    return _conv(2, "conv2d", _nn.conv2d, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """3-d cross-correlation; mirrors ``torch.nn.functional.conv3d`` (one-element tuples accepted)."""
+    return _conv(3, "conv3d", _nn.conv3d, input, weight, bias, stride, padding, dilation, groups)
+
+
+def _conv_t(n, op, fn, input, weight, bias, stride, padding, output_padding, groups, dilation):
+    e = lambda v: _expand(v, n)  # noqa: E731
+    return fn(input, weight, bias, e(stride), e(padding), e(output_padding),
+              groups, e(dilation))
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """The adjoint of ``conv1d``; mirrors ``torch.nn.functional.conv_transpose1d``."""
+    return _conv_t(1, "conv_transpose1d", _nn.conv_transpose1d, input, weight, bias, stride, padding,
+                   output_padding, groups, dilation)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """The adjoint of ``conv2d``; mirrors ``torch.nn.functional.conv_transpose2d``."""
+    return _conv_t(2, "conv_transpose2d", _nn.conv_transpose2d, input, weight, bias, stride, padding,
+                   output_padding, groups, dilation)
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """The adjoint of ``conv3d``; mirrors ``torch.nn.functional.conv_transpose3d``."""
+    return _conv_t(3, "conv_transpose3d", _nn.conv_transpose3d, input, weight, bias, stride, padding,
+                   output_padding, groups, dilation)
+
+
+def _avg(n, op, fn, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    e = lambda v: _expand(v, n)  # noqa: E731
+    return fn(input, e(kernel_size), e(stride), e(padding), ceil_mode,
+              count_include_pad, divisor_override)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    """The mean of each window; mirrors ``torch.nn.functional.avg_pool1d``."""
+    return _avg(1, "avg_pool1d", _nn.avg_pool1d, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                None)
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """The mean of each window (or its sum over ``divisor_override``); mirrors
+    ``torch.nn.functional.avg_pool2d`` (one-element tuples accepted)."""
+    return _avg(2, "avg_pool2d", _nn.avg_pool2d, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                divisor_override)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """The mean of each window; mirrors ``torch.nn.functional.avg_pool3d`` (one-element tuples accepted)."""
+    return _avg(3, "avg_pool3d", _nn.avg_pool3d, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                divisor_override)
+
+
+def _max(n, op, fn, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    e = lambda v: _expand(v, n)  # noqa: E731
+    return fn(input, e(kernel_size), e(stride), e(padding),
+              e(dilation), ceil_mode, return_indices)
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """The maximum of each window; mirrors ``torch.nn.functional.max_pool1d``."""
+    return _max(1, "max_pool1d", _nn.max_pool1d, input, kernel_size, stride, padding, dilation, ceil_mode,
+                return_indices)
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """The maximum of each window; mirrors ``torch.nn.functional.max_pool2d`` (one-element tuples accepted)."""
+    return _max(2, "max_pool2d", _nn.max_pool2d, input, kernel_size, stride, padding, dilation, ceil_mode,
+                return_indices)
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """The maximum of each window; mirrors ``torch.nn.functional.max_pool3d`` (one-element tuples accepted)."""
+    return _max(3, "max_pool3d", _nn.max_pool3d, input, kernel_size, stride, padding, dilation, ceil_mode,
+                return_indices)
+
+
+adaptive_avg_pool1d = _nn.adaptive_avg_pool1d
+adaptive_avg_pool2d = _nn.adaptive_avg_pool2d
+adaptive_avg_pool3d = _nn.adaptive_avg_pool3d
+adaptive_max_pool1d = _nn.adaptive_max_pool1d
+adaptive_max_pool2d = _nn.adaptive_max_pool2d
+adaptive_max_pool3d = _nn.adaptive_max_pool3d
+fold = _nn.fold
+unfold = _nn.unfold
+interpolate = _nn.interpolate
+
+
+def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
+    """Samples ``input`` at ``grid``'s normalized coordinates; mirrors
+    ``torch.nn.functional.grid_sample`` (``align_corners=None`` is False, as torch)."""
+    return _nn.grid_sample(input, grid, mode, padding_mode, bool(align_corners))
+
+
+def affine_grid(theta, size, align_corners=None):
+    """The sampling grid of the affine maps ``theta``; mirrors ``torch.nn.functional.affine_grid``
+    (``align_corners=None`` is False, as torch)."""
+    return _nn.affine_grid(theta, size, bool(align_corners))
+
+
+# ---------------------------------------------------------------------------------------------
+# Padding
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+def pad(input, pad, mode="constant", value=None):
+    """Pads (or, with a negative width, crops) the last ``len(pad) // 2`` dims; mirrors
+    ``torch.nn.functional.pad``.
+
+    Args:
+        input: the array.
+        pad: torch's flat list, last dim first: ``(left, right, top, bottom, front, back)``;
+            a negative width removes that many entries (``constant_pad_nd``'s narrowing).
+        mode: ``'constant'`` (``value``, default 0), ``'reflect'``, ``'replicate'`` or
+            ``'circular'`` (``jaxrules.numpy.pad``'s ``reflect``, ``edge``, ``wrap``). The
+            non-constant modes pad the last 1-3 dims of a (batch,) channel, spatial input, as
+            torch; ``reflect`` and ``replicate`` pad before cropping, ``circular`` crops first
+            and wraps the cropped array, as torch does.
+        value: the fill of ``'constant'``; the other modes take none.
+
+    Returns:
+        The padded array; its derivative is the cotangent cropped where padded and zero where
+        cropped (seed ``constant_pad_nd_backward``, and ``jaxrules.numpy.pad``'s for the modes).
+
+    Raises:
+        ValueError: for an odd-length ``pad``, more pairs than dims, an unknown ``mode``, a
+            ``value`` with a non-constant mode, a size cropped below 0, or torch's limits of the
+            non-constant modes (reflect: width < size; circular: width <= size).
+    """
+    op = "pad"
+    x = jnp.asarray(input)
+    try:
+        pad = tuple(operator.index(p) for p in pad)
+    except TypeError:
+        raise TypeError(f"{op}: pad must be a sequence of ints, got {pad!r}") from None
+    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+        raise ValueError(f"{op}: pad must have an even length of at most 2 * input.ndim = {2 * x.ndim}, got {pad!r}")
+    if mode not in _PAD_MODES:
+        raise ValueError(f"{op}: mode must be one of {', '.join(map(repr, _PAD_MODES))}, got {mode!r}")
+    n = len(pad) // 2
+    widths = [(0, 0)] * (x.ndim - n) + [(pad[2 * k], pad[2 * k + 1]) for k in reversed(range(n))]
+    for d, (lo, hi) in enumerate(widths):
+        if x.shape[d] + min(lo, 0) + min(hi, 0) < 0:
+            raise ValueError(f"{op}: the widths {(lo, hi)} crop dim {d} of size {x.shape[d]} below 0")
+    if mode == "constant":
+        fill = 0 if value is None else value
+        if not jnp.issubdtype(x.dtype, jnp.inexact):  # no derivative: lax.pad keeps the dtype, either sign
+            return jax.lax.pad(x, jnp.asarray(fill, x.dtype), [(lo, hi, 0) for lo, hi in widths])
+        return _shape.pad_op(x, widths=tuple(widths), value=fill)
+    if value is not None and value != 0:
+        raise ValueError(f"{op}: mode={mode!r} takes no value (torch: only 'constant' does), got {value!r}")
+    if not 1 <= n <= 3 or x.ndim not in (n + 1, n + 2):
+        raise ValueError(f"{op}: mode={mode!r} pads the last 1-3 dims of a {n + 1}-d or {n + 2}-d input, got "
+                         f"{len(pad)} widths for a {x.ndim}-d input")
+    grow = tuple((max(lo, 0), max(hi, 0)) for lo, hi in widths)
+    crop = tuple((min(lo, 0), min(hi, 0)) for lo, hi in widths)
+    if mode == "circular":
+        x = _crop(x, crop)
+    for d, (lo, hi) in enumerate(grow):
+        limit = x.shape[d] if mode == "circular" else x.shape[d] - 1
+        if mode != "replicate" and max(lo, hi) > limit:
+            raise ValueError(f"{op}: mode={mode!r} pads dim {d} of size {x.shape[d]} by {(lo, hi)}; torch allows "
+                             f"at most {limit}")
+    x = _shape.pad(x, grow, _PAD_MODES[mode])
+    return x if mode == "circular" else _crop(x, crop)
+
+
+def _crop(x, crop):
+    """``x`` narrowed by the non-positive widths ``crop`` (``pad_op``'s negative widths)."""
+    if not any(lo or hi for lo, hi in crop):
+        return x
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        return x[tuple(slice(-lo, x.shape[d] + hi) for d, (lo, hi) in enumerate(crop))]
+    return _shape.pad_op(x, widths=crop, value=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Losses
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+    """``-weight[t] input[n, t]``, reduced (``'mean'``: over the weights of the kept targets);
+    mirrors ``torch.nn.functional.nll_loss``."""
+    return _nn.nll_loss(input, target, weight, ignore_index, _reduction("nll_loss", size_average, reduce, reduction))
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+                  label_smoothing=0.0):
+    """``-weight[t] log_softmax(input, 1)[n, t]`` per sample for class indices (or
+    ``-sum_c weight[c] p_c log_softmax(input, 1)_c`` for class probabilities), with
+    ``label_smoothing`` mixing in the uniform distribution. Mirrors
+    ``torch.nn.functional.cross_entropy``.
+
+    Args:
+        input: (N, C, ...) or (C,) logits.
+        target: class indices (N, ...) or probabilities shaped as ``input``.
+        weight: (C,) class weights, or None.
+        size_average: torch's deprecated flag (None: True); see ``reduce``.
+        ignore_index: the class index that contributes nothing (indices only).
+        reduce: torch's deprecated flag (None: True). When either flag is given it overrides
+            ``reduction`` as torch's ``legacy_get_string``: ``reduce=False`` gives ``'none'``,
+            else ``size_average=False`` gives ``'sum'``, else ``'mean'``.
+        reduction: ``'mean'`` (over the weights of the kept targets), ``'sum'`` or ``'none'``.
+        label_smoothing: in [0, 1].
+
+    Returns:
+        The loss: a scalar, or per sample with ``'none'``.
+    """
+    return _nn.cross_entropy(input, target, weight, ignore_index,
+                             _reduction("cross_entropy", size_average, reduce, reduction), label_smoothing)
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    """``-weight (t log x + (1 - t) log(1 - x))`` with torch's log clamp at -100; mirrors
+    ``torch.nn.functional.binary_cross_entropy``."""
+    return _nn.binary_cross_entropy(input, target, weight,
+                                    _reduction("binary_cross_entropy", size_average, reduce, reduction))
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
+                                     pos_weight=None):
+    """``binary_cross_entropy(sigmoid(input), target)`` in a stable form, ``pos_weight`` on the
+    positive term; mirrors ``torch.nn.functional.binary_cross_entropy_with_logits``."""
+    r = _reduction("binary_cross_entropy_with_logits", size_average, reduce, reduction)
+    return _nn.binary_cross_entropy_with_logits(input, target, weight, pos_weight, r)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    """``target (log target - input)`` (log-space ``input``); mirrors ``torch.nn.functional.kl_div``."""
+    return _nn.kl_div(input, target, _reduction("kl_div", size_average, reduce, reduction), log_target)
+
+
+def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-08, reduce=None,
+                     reduction="mean"):
+    """``exp(input) - target input`` (``log_input``) or ``input - target log(input + eps)``,
+    plus Stirling's term when ``full``; mirrors ``torch.nn.functional.poisson_nll_loss``."""
+    return _nn.poisson_nll_loss(input, target, log_input, full, eps,
+                                _reduction("poisson_nll_loss", size_average, reduce, reduction))
+
+
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-06, reduction="mean"):
+    """``(log max(var, eps) + (input - target)^2 / max(var, eps)) / 2``; mirrors
+    ``torch.nn.functional.gaussian_nll_loss``."""
+    return _nn.gaussian_nll_loss(input, target, var, full, eps, reduction)
+
+
+def _unweighted(op, weight):
+    """torch 2.13's elementwise ``weight`` of l1, mse and huber losses has no jaxrules op."""
+    if weight is not None:
+        raise ValueError(f"{op}: weight is not supported (multiply {op}(..., reduction='none') by it)")
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    """``|input - target|``, reduced; mirrors ``torch.nn.functional.l1_loss`` (``weight`` must be None)."""
+    _unweighted("l1_loss", weight)
+    return _nn.l1_loss(input, target, _reduction("l1_loss", size_average, reduce, reduction))
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    """``(input - target)^2``, reduced; mirrors ``torch.nn.functional.mse_loss`` (``weight`` must be None)."""
+    _unweighted("mse_loss", weight)
+    return _nn.mse_loss(input, target, _reduction("mse_loss", size_average, reduce, reduction))
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    """``d^2 / 2`` for ``|d| < delta``, else ``delta (|d| - delta / 2)``; mirrors
+    ``torch.nn.functional.huber_loss`` (``weight`` must be None)."""
+    _unweighted("huber_loss", weight)
+    return _nn.huber_loss(input, target, reduction, delta)
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    """``d^2 / (2 beta)`` for ``|d| < beta``, else ``|d| - beta / 2``; mirrors
+    ``torch.nn.functional.smooth_l1_loss``."""
+    return _nn.smooth_l1_loss(input, target, _reduction("smooth_l1_loss", size_average, reduce, reduction), beta)
+
+
+def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """``log(1 + exp(-target input))``; mirrors ``torch.nn.functional.soft_margin_loss``."""
+    return _nn.soft_margin_loss(input, target, _reduction("soft_margin_loss", size_average, reduce, reduction))
+
+
+def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    """The mean over classes of the binary cross entropy with logits; mirrors
+    ``torch.nn.functional.multilabel_soft_margin_loss``."""
+    r = _reduction("multilabel_soft_margin_loss", size_average, reduce, reduction)
+    return _nn.multilabel_soft_margin_loss(input, target, weight, r)
+
+
+def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"):
+    """``input`` where ``target == 1``, ``max(0, margin - input)`` where -1; mirrors
+    ``torch.nn.functional.hinge_embedding_loss``."""
+    r = _reduction("hinge_embedding_loss", size_average, reduce, reduction)
+    return _nn.hinge_embedding_loss(input, target, margin, r)
+
+
+def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
+    """``max(0, -target (input1 - input2) + margin)``; mirrors
+    ``torch.nn.functional.margin_ranking_loss``."""
+    r = _reduction("margin_ranking_loss", size_average, reduce, reduction)
+    return _nn.margin_ranking_loss(input1, input2, target, margin, r)
+
+
+def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
+    """``1 - cos`` where ``target == 1``, ``max(0, cos - margin)`` where -1; mirrors
+    ``torch.nn.functional.cosine_embedding_loss``."""
+    r = _reduction("cosine_embedding_loss", size_average, reduce, reduction)
+    return _nn.cosine_embedding_loss(input1, input2, target, margin, r)
+
+
+def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-06, swap=False, size_average=None,
+                        reduce=None, reduction="mean"):
+    """``max(d(a, p) - d(a, n) + margin, 0)`` with ``pairwise_distance``; mirrors
+    ``torch.nn.functional.triplet_margin_loss``."""
+    r = _reduction("triplet_margin_loss", size_average, reduce, reduction)
+    return _nn.triplet_margin_loss(anchor, positive, negative, margin, p, eps, swap, r)

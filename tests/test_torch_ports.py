@@ -1,0 +1,498 @@
+"""``jaxrules.torch``: PyTorch programs ported by changing only their imports give torch 2.13's
+values and gradients (float64, CPU), and the torch signatures the ports rely on (pad's negative
+widths, one-element tuples, gelu's exact default, softmax's dim, the tensor functions' ``dim``)
+behave as torch's."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import jaxrules.nn
+import jaxrules.torch
+import jaxrules.torch.linalg
+import jaxrules.torch.nn.functional as JF
+
+TORCH_IMPORTS = "import math\nimport torch\nimport torch.nn.functional as F\n"
+PORTED_IMPORTS = "import math\nimport jaxrules.torch as torch\nimport jaxrules.torch.nn.functional as F\n"
+
+# ----------------------------------------------------------------------------------------------
+# Three small PyTorch programs, one text each; only the imports above differ between the runs
+
+MLP = '''
+def loss_fn(x, target, w1, b1, w2, b2, w3, b3):
+    h = F.relu(F.linear(x, w1, b1))
+    h = F.gelu(F.linear(h, w2, b2))
+    h = F.layer_norm(h, (h.shape[-1],))
+    logits = F.linear(h, w3, b3)
+    return F.cross_entropy(logits, target, label_smoothing=0.1) + 0.5 * F.nll_loss(F.log_softmax(logits, dim=1), target)
+'''
+
+CNN = '''
+def loss_fn(x, target, running_mean, running_var, w1, b1, gamma, beta, w2, b2, wf, bf, training):
+    h = F.pad(x, (1, -1, 2, 0), mode="replicate")
+    h = F.conv2d(h, w1, b1, stride=(1,), padding=(1,))
+    h = F.batch_norm(h, running_mean, running_var, gamma, beta, training=training, momentum=0.1, eps=1e-5)
+    h = F.max_pool2d(F.relu(h), 2)
+    h = F.pad(h, (1, 1, 1, 1), mode="reflect")
+    h = F.conv2d(h, w2, b2, padding=0, dilation=(1,))
+    h = F.avg_pool2d(h, 3, stride=1, padding=(1,), count_include_pad=False)
+    h = F.pad(h, (-1, 0, 0, -1))
+    h = F.adaptive_avg_pool2d(h, 1).reshape(x.shape[0], -1)
+    return F.cross_entropy(F.linear(h, wf, bf), target)
+'''
+
+TRANSFORMER = '''
+def block(x, mask, ln1_w, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2, n_heads, fused):
+    B, T, C = x.shape
+    D = C // n_heads
+    q, k, v = torch.split(F.linear(F.layer_norm(x, (C,), ln1_w, ln1_b, 1e-5), w_qkv, b_qkv), C, dim=-1)
+    q, k, v = (t.reshape(B, T, n_heads, D).swapaxes(1, 2) for t in (q, k, v))
+    if fused:
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    else:
+        att = F.softmax(q @ k.mT / math.sqrt(D) + mask, dim=-1)
+        y = att @ v
+    x = x + F.linear(y.swapaxes(1, 2).reshape(B, T, C), w_o, b_o)
+    h = F.layer_norm(x, (C,), ln2_w, ln2_b)
+    return x + F.linear(F.gelu(F.linear(h, w_1, b_1)), w_2, b_2)
+
+
+def loss_fn(x, mask, *params, fused):
+    y = block(x, mask, *params, n_heads=2, fused=fused)
+    return (y ** 2).mean() + torch.std(torch.logsumexp(y, dim=-1), unbiased=False)
+'''
+
+
+def _load(program, imports):
+    namespace = {}
+    exec(compile(imports + program, "<port>", "exec"), namespace)  # noqa: S102 - the test's own program text
+    return namespace
+
+
+def _compare(program, data, params, *, fn="loss_fn", rtol=1e-10, **options):
+    """Runs ``program`` under torch and under jaxrules.torch on the same numpy data; compares the
+    loss and the gradient of every parameter."""
+    t_fn, j_fn = _load(program, TORCH_IMPORTS)[fn], _load(program, PORTED_IMPORTS)[fn]
+    t_params = [torch.tensor(p, requires_grad=True) for p in params]
+    t_loss = t_fn(*(torch.tensor(d) for d in data), *t_params, **options)
+    t_grads = torch.autograd.grad(t_loss, t_params)
+    j_data = [jnp.asarray(d) for d in data]
+    j_loss, j_grads = jax.value_and_grad(lambda ps: j_fn(*j_data, *ps, **options))([jnp.asarray(p) for p in params])
+    np.testing.assert_allclose(j_loss, t_loss.detach().numpy(), rtol=rtol)
+    for k, (g, tg) in enumerate(zip(j_grads, t_grads)):
+        np.testing.assert_allclose(g, tg.numpy(), rtol=rtol, atol=rtol * max(1.0, np.abs(tg.numpy()).max()),
+                                   err_msg=f"parameter {k}")
+    return t_loss.item()
+
+
+def test_mlp_classifier_port_matches_torch():
+    rng = np.random.default_rng(0)
+    x, target = rng.standard_normal((8, 5)), rng.integers(0, 4, 8)
+    params = [rng.standard_normal(s) / 2 for s in ((16, 5), (16,), (12, 16), (12,), (4, 12), (4,))]
+    assert _compare(MLP, (x, target), params) > 0
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_cnn_port_matches_torch(training):
+    rng = np.random.default_rng(1)
+    x, target = rng.standard_normal((4, 2, 9, 8)), rng.integers(0, 3, 4)
+    running_mean, running_var = rng.standard_normal(6) / 4, 0.5 + rng.random(6)
+    params = [rng.standard_normal((6, 2, 3, 3)) / 3, rng.standard_normal(6), 1 + rng.random(6) / 2,
+              rng.standard_normal(6) / 4, rng.standard_normal((5, 6, 3, 3)) / 4, rng.standard_normal(5),
+              rng.standard_normal((3, 5)), rng.standard_normal(3)]
+    assert _compare(CNN, (x, target, running_mean, running_var), params, training=training) > 0
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["manual_attention", "scaled_dot_product_attention"])
+def test_transformer_block_port_matches_torch(fused):
+    rng = np.random.default_rng(2)
+    B, T, C = 2, 5, 8
+    x = rng.standard_normal((B, T, C))
+    mask = np.where(np.tril(np.ones((T, T))) == 1, 0.0, -np.inf)
+    params = [1 + rng.standard_normal(C) / 4, rng.standard_normal(C) / 4, rng.standard_normal((3 * C, C)) / 3,
+              rng.standard_normal(3 * C) / 4, rng.standard_normal((C, C)) / 3, rng.standard_normal(C) / 4,
+              1 + rng.standard_normal(C) / 4, rng.standard_normal(C) / 4, rng.standard_normal((4 * C, C)) / 3,
+              rng.standard_normal(4 * C) / 4, rng.standard_normal((C, 4 * C)) / 3, rng.standard_normal(C) / 4]
+    assert _compare(TRANSFORMER, (x, mask), params, fused=fused) > 0
+
+
+# ----------------------------------------------------------------------------------------------
+# pad: torch's last-dim-first list; negative widths crop, in every mode torch allows them in
+
+
+def _pad_pair(x, pad, mode, value=None):
+    """jaxrules.torch's and torch's ``pad`` of ``x``, values and the gradient of a weighted sum."""
+    t = torch.tensor(x, requires_grad=True)
+    ty = TF.pad(t, pad, mode=mode, value=value)
+    weights = np.random.default_rng(3).standard_normal(tuple(ty.shape))
+    (tg,) = torch.autograd.grad((ty * torch.tensor(weights)).sum(), t)
+    y = JF.pad(jnp.asarray(x), pad, mode=mode, value=value)
+    g = jax.grad(lambda a: jnp.sum(JF.pad(a, pad, mode=mode, value=value) * weights))(jnp.asarray(x))
+    return (y, ty.detach().numpy()), (g, tg.numpy())
+
+
+@pytest.mark.parametrize("pad", [(-1, 2), (-2, -3), (1, -1, -2, 3), (2, -1, 0, -4, -1, 1), (-5, 0)])
+def test_pad_constant_negative_widths_crop_as_torch(pad):
+    x = np.random.default_rng(4).standard_normal((2, 3, 5, 6))
+    (y, ty), (g, tg) = _pad_pair(x, pad, "constant", value=0.5)
+    assert y.shape == ty.shape
+    np.testing.assert_array_equal(y, ty)
+    np.testing.assert_array_equal(g, tg)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize("shape, pad", [((2, 3, 7), (2, -3)), ((2, 3, 7), (-3, 1)), ((2, 3, 7), (-1, -1)),
+                                        ((3, 5, 6), (2, -1, -1, 3)), ((2, 3, 5, 6), (-2, 2, 1, -3)),
+                                        ((1, 2, 4, 5, 6), (1, -1, -2, 2, 0, -1))])
+def test_pad_modes_negative_widths_as_torch(mode, shape, pad):
+    x = np.random.default_rng(5).standard_normal(shape)
+    (y, ty), (g, tg) = _pad_pair(x, pad, mode)
+    assert y.shape == ty.shape
+    np.testing.assert_array_equal(y, ty)
+    np.testing.assert_allclose(g, tg, rtol=1e-14)
+
+
+def test_pad_negative_widths_of_integers_and_under_jit():
+    x = np.arange(24).reshape(2, 3, 4)
+    np.testing.assert_array_equal(JF.pad(jnp.asarray(x), (-1, 2, 1, -2), value=7),
+                                  TF.pad(torch.tensor(x), (-1, 2, 1, -2), value=7).numpy())
+    f = jax.jit(lambda a: JF.pad(a, (-1, 2, 1, -2), mode="circular"))
+    np.testing.assert_array_equal(f(jnp.asarray(x, jnp.float64)),
+                                  TF.pad(torch.tensor(x, dtype=torch.float64), (-1, 2, 1, -2), mode="circular").numpy())
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+def test_pad_negative_widths_under_vmap_and_jvp(mode):
+    x = jnp.asarray(np.random.default_rng(17).standard_normal((3, 2, 4, 5)))
+    f = lambda a: JF.pad(a, (-1, 2, 1, -2), mode=mode)  # noqa: E731
+    np.testing.assert_array_equal(jax.vmap(f)(x), jnp.stack([f(a) for a in x]))
+    # the JVP is the transpose of the VJP: <J t, w> = <t, J^T w>
+    t, w = x[0], jnp.asarray(np.random.default_rng(18).standard_normal(f(x[0]).shape))
+    jt = jax.jvp(f, (x[0],), (t,))[1]
+    (jw,) = jax.vjp(f, x[0])[1](w)
+    np.testing.assert_allclose(jnp.vdot(jt, w), jnp.vdot(t, jw), rtol=1e-13)
+
+
+def test_numpy_pad_still_refuses_negative_widths():
+    with pytest.raises(ValueError, match="pad: pad_width must be non-negative"):
+        jaxrules.numpy.pad(jnp.ones(4), (-1, 1))
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda x: JF.pad(x, (4, 0), mode="reflect"), "pad: mode='reflect' pads dim 2 of size 4"),
+    (lambda x: JF.pad(x, (5, 0), mode="circular"), "pad: mode='circular' pads dim 2"),
+    (lambda x: JF.pad(x, (1, 0), mode="reflect", value=1.0), "pad: mode='reflect' takes no value"),
+    (lambda x: JF.pad(x, (1,)), "pad: pad must have an even length"),
+    (lambda x: JF.pad(x, (-3, -2)), "pad: the widths"),
+    (lambda x: JF.pad(x, (1, 1), mode="edge"), "pad: mode must be one of"),
+    (lambda x: JF.pad(x[0, 0], (1, 1), mode="replicate"), "pad: mode='replicate' pads the last 1-3 dims"),
+])
+def test_pad_refusals_name_the_argument(call, match):
+    x = jnp.ones((2, 3, 4))
+    with pytest.raises(ValueError, match=match):
+        call(x)
+    with pytest.raises((RuntimeError, NotImplementedError, ValueError, AssertionError)):  # torch refuses them too
+        _torch_twin(call)(torch.ones((2, 3, 4)))
+
+
+def _torch_twin(call):
+    """The same lambda with ``JF`` replaced by torch's functional module."""
+    return type(call)(call.__code__, {**call.__globals__, "JF": TF}, None, call.__defaults__, call.__closure__)
+
+
+# ----------------------------------------------------------------------------------------------
+# one-element tuples for 2-d and 3-d pooling and convolution
+
+
+@pytest.mark.parametrize("name, args, kwargs", [
+    ("avg_pool2d", (3,), dict(padding=(1,))),
+    ("avg_pool2d", ((3,),), dict(stride=(2,), padding=(1,), ceil_mode=True)),
+    ("max_pool2d", ((3,),), dict(stride=(1,), padding=(1,), dilation=(1,))),
+    ("avg_pool3d", ((2,),), dict(stride=(1,))),
+    ("max_pool3d", (2,), dict(stride=(1,), padding=(1,))),
+    ("conv2d", ("w2",), dict(stride=(2,), padding=(1,), dilation=(1,))),
+    ("conv3d", ("w3",), dict(stride=(1,), padding=(1,))),
+    ("conv_transpose2d", ("w2t",), dict(stride=(2,), padding=(1,), output_padding=(1,))),
+])
+def test_one_element_tuples_as_torch(name, args, kwargs):
+    rng = np.random.default_rng(6)
+    weights = {"w2": rng.standard_normal((2, 3, 3, 3)), "w3": rng.standard_normal((2, 3, 3, 3, 3)),
+               "w2t": rng.standard_normal((3, 2, 3, 3))}
+    x = rng.standard_normal((2, 3, 5, 6, 4) if name.endswith("3d") else (2, 3, 5, 6))
+    t_args = [torch.tensor(weights[a]) if isinstance(a, str) else a for a in args]
+    j_args = [jnp.asarray(weights[a]) if isinstance(a, str) else a for a in args]
+    t = torch.tensor(x, requires_grad=True)
+    ty = getattr(TF, name)(t, *t_args, **kwargs)
+    (tg,) = torch.autograd.grad((ty ** 2).sum(), t)
+    y, g = jax.value_and_grad(lambda a: jnp.sum(getattr(JF, name)(a, *j_args, **kwargs) ** 2))(jnp.asarray(x))
+    np.testing.assert_allclose(getattr(JF, name)(jnp.asarray(x), *j_args, **kwargs), ty.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(g, tg.numpy(), rtol=1e-12, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# gelu's exact default and softmax's dim
+
+
+def test_gelu_default_is_the_exact_form_as_torch():
+    x = np.linspace(-4, 4, 41)
+    t = torch.tensor(x, requires_grad=True)
+    (tg,) = torch.autograd.grad(TF.gelu(t).sum(), t)
+    np.testing.assert_allclose(JF.gelu(jnp.asarray(x)), TF.gelu(torch.tensor(x)).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(jax.grad(lambda a: JF.gelu(a).sum())(jnp.asarray(x)), tg.numpy(), rtol=1e-12)
+    exact = x * 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+    np.testing.assert_allclose(JF.gelu(jnp.asarray(x)), exact, rtol=1e-12)
+    # jaxrules.nn keeps jax.nn's tanh default, which differs from the exact form by ~1e-4
+    assert np.abs(np.asarray(jaxrules.nn.gelu(jnp.asarray(x))) - exact).max() > 1e-5
+    np.testing.assert_allclose(JF.gelu(jnp.asarray(x), approximate="tanh"),
+                               TF.gelu(torch.tensor(x), approximate="tanh").numpy(), rtol=1e-11, atol=1e-15)
+    with pytest.raises(ValueError, match="gelu: approximate must be 'none' or 'tanh'"):
+        JF.gelu(jnp.asarray(x), approximate=True)
+
+
+@pytest.mark.parametrize("fn", ["softmax", "log_softmax", "softmin"])
+@pytest.mark.parametrize("shape, dim", [((3, 4), 0), ((3, 4), 1), ((2, 3, 4), -2), ((2, 3, 4), 2), ((5,), 0)])
+def test_softmax_dim_as_torch(fn, shape, dim):
+    x = np.random.default_rng(7).standard_normal(shape)
+    t = torch.tensor(x, requires_grad=True)
+    ty = getattr(TF, fn)(t, dim=dim)
+    (tg,) = torch.autograd.grad((ty * torch.tensor(x)).sum(), t)
+    y, g = jax.value_and_grad(lambda a: jnp.sum(getattr(JF, fn)(a, dim=dim) * x))(jnp.asarray(x))
+    np.testing.assert_allclose(getattr(JF, fn)(jnp.asarray(x), dim), ty.detach().numpy(), rtol=1e-13)
+    np.testing.assert_allclose(g, tg.numpy(), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("shape", [(5,), (3, 4), (2, 3, 4), (2, 3, 4, 2)])
+def test_softmax_implicit_dim_as_torch(shape):
+    x = np.random.default_rng(8).standard_normal(shape)
+    with pytest.warns(UserWarning, match="Implicit dimension choice"):
+        expected = TF.softmax(torch.tensor(x)).numpy()
+    with pytest.warns(UserWarning, match="softmax: implicit dimension choice"):
+        y = JF.softmax(jnp.asarray(x))
+    np.testing.assert_allclose(y, expected, rtol=1e-14)
+    np.testing.assert_allclose(jaxrules.torch.softmax(jnp.asarray(x), -1), torch.softmax(torch.tensor(x), -1).numpy(),
+                               rtol=1e-14)
+
+
+def test_softmax_dtype_casts_first():
+    x = np.random.default_rng(9).standard_normal((3, 4)).astype(np.float32)
+    y = JF.softmax(jnp.asarray(x), dim=1, dtype=jnp.float64)
+    assert y.dtype == jnp.float64
+    np.testing.assert_allclose(y, TF.softmax(torch.tensor(x), dim=1, dtype=torch.float64).numpy(), rtol=1e-14)
+
+
+# ----------------------------------------------------------------------------------------------
+# The other torch signatures: deprecated loss arguments, batch_norm's tensor, refusals
+
+
+@pytest.mark.parametrize("size_average, reduce", [(None, False), (False, None), (True, True), (False, True)])
+def test_legacy_size_average_and_reduce_as_torch(size_average, reduce):
+    rng = np.random.default_rng(10)
+    x, target = rng.standard_normal((6, 4)), rng.integers(0, 4, 6)
+    with pytest.warns(UserWarning):
+        expected = TF.cross_entropy(torch.tensor(x), torch.tensor(target), None, size_average, -100, reduce).numpy()
+    np.testing.assert_allclose(JF.cross_entropy(jnp.asarray(x), jnp.asarray(target), None, size_average, -100, reduce),
+                               expected, rtol=1e-14)
+    y = rng.standard_normal((6, 4))
+    with pytest.warns(UserWarning):
+        expected = TF.mse_loss(torch.tensor(x), torch.tensor(y), size_average, reduce).numpy()
+    np.testing.assert_allclose(JF.mse_loss(jnp.asarray(x), jnp.asarray(y), size_average, reduce), expected, rtol=1e-14)
+
+
+def test_batch_norm_returns_the_tensor_and_instance_norm_too():
+    rng = np.random.default_rng(11)
+    x, mean, var = rng.standard_normal((4, 3, 5)), rng.standard_normal(3), 1 + rng.random(3)
+    for training in (False, True):
+        y = JF.batch_norm(jnp.asarray(x), jnp.asarray(mean), jnp.asarray(var), training=training)
+        expected = TF.batch_norm(torch.tensor(x), torch.tensor(mean), torch.tensor(var), training=training)
+        np.testing.assert_allclose(y, expected.numpy(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(JF.instance_norm(jnp.asarray(x)), TF.instance_norm(torch.tensor(x)).numpy(), rtol=1e-12,
+                               atol=1e-14)
+
+
+def test_keyword_names_are_torchs():
+    rng = np.random.default_rng(12)
+    x, y = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    tx, ty = torch.tensor(x), torch.tensor(y)
+    pairs = [
+        (JF.normalize(input=jnp.asarray(x), p=1.0, dim=0), TF.normalize(input=tx, p=1.0, dim=0)),
+        (JF.cosine_similarity(jnp.asarray(x), jnp.asarray(y), dim=0), TF.cosine_similarity(tx, ty, dim=0)),
+        (JF.pairwise_distance(jnp.asarray(x), jnp.asarray(y), keepdim=True),
+         TF.pairwise_distance(tx, ty, keepdim=True)),
+        (JF.glu(jnp.asarray(x), dim=1), TF.glu(tx, dim=1)),
+        (JF.logsigmoid(jnp.asarray(x)), TF.logsigmoid(tx)),
+        (JF.softplus(jnp.asarray(x), 2.0, 1.0), TF.softplus(tx, 2.0, 1.0)),
+        (JF.layer_norm(jnp.asarray(x), [4], eps=1e-3), TF.layer_norm(tx, [4], eps=1e-3)),
+        (JF.embedding(jnp.asarray([[0, 2], [1, 0]]), jnp.asarray(x), padding_idx=0),
+         TF.embedding(torch.tensor([[0, 2], [1, 0]]), tx, padding_idx=0)),
+    ]
+    for ours, theirs in pairs:
+        np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-13)
+
+
+_R = np.random.default_rng(20)
+_A, _B = _R.standard_normal((4, 6)), _R.standard_normal((4, 6))
+_P, _Y = 0.05 + 0.9 * _R.random((4, 6)), _R.random((4, 6))
+_SIGN = np.where(_R.random(4) < 0.5, -1.0, 1.0)
+_IMG = _R.standard_normal((2, 4, 3, 5))
+
+
+# every positional argument in torch's order: the adapters' translation of the order is what fails
+@pytest.mark.parametrize("name, args", [
+    ("relu", (_A,)), ("relu6", (3 * _A,)), ("elu", (_A, 0.7)), ("celu", (_A, 0.7)), ("selu", (_A,)),
+    ("leaky_relu", (_A, 0.2)), ("hardtanh", (_A, -0.5, 0.8)), ("hardsigmoid", (3 * _A,)), ("hardswish", (3 * _A,)),
+    ("silu", (_A,)), ("mish", (_A,)), ("threshold", (_A, 0.1, -2.0)), ("softplus", (_A, 2.0, 1.5)),
+    ("prelu", (_IMG, np.array([0.1, 0.2, 0.3, 0.4]))), ("dropout", (_A, 0.5, False)),
+    ("group_norm", (_IMG, 2, _R.standard_normal(4), _R.standard_normal(4), 1e-3)),
+    ("rms_norm", (_IMG, (3, 5), _R.standard_normal((3, 5)), 1e-4)),
+    ("instance_norm", (_IMG, None, None, _R.standard_normal(4), _R.standard_normal(4), True, 0.1, 1e-3)),
+    ("bilinear", (_A, _B, _R.standard_normal((3, 6, 6)), _R.standard_normal(3))),
+    ("pdist", (_A, 3.0)), ("linear", (_A, _R.standard_normal((2, 6)), _R.standard_normal(2))),
+    ("conv_transpose1d", (_IMG[0], _R.standard_normal((3, 2, 2)), None, 2, 1, 1, 1, 1)),
+    ("conv1d", (_IMG[0], _R.standard_normal((4, 3, 2)), _R.standard_normal(4), 1, 1, 2, 1)),
+    ("max_pool1d", (_IMG[0], 2, 1, 1, 1, True)), ("avg_pool1d", (_IMG[0], 2, 1, 1, True, False)),
+    ("interpolate", (_IMG, None, 2.0, "bilinear", True)),
+    ("l1_loss", (_A, _B, None, None, "sum")), ("mse_loss", (_A, _B, None, None, "none")),
+    ("smooth_l1_loss", (_A, _B, None, None, "sum", 0.5)), ("huber_loss", (_A, _B, "sum", 0.5)),
+    ("soft_margin_loss", (_A, np.sign(_B), None, None, "sum")),
+    ("binary_cross_entropy", (_P, _Y, _R.random(6), None, None, "sum")),
+    ("binary_cross_entropy_with_logits", (_A, _Y, _R.random(6), None, None, "sum", _R.random(6))),
+    ("kl_div", (np.log(_P), _Y, None, None, "batchmean", False)),
+    ("poisson_nll_loss", (_A, _Y, True, True, None, 1e-6, None, "sum")),
+    ("gaussian_nll_loss", (_A, _B, _P, True, 1e-3, "sum")),
+    ("multilabel_soft_margin_loss", (_A, (_Y > 0.5) * 1.0, _R.random(6), None, None, "sum")),
+    ("hinge_embedding_loss", (_A, np.sign(_B), 0.5, None, None, "sum")),
+    ("margin_ranking_loss", (_A[:, 0], _B[:, 0], _SIGN, 0.3, None, None, "sum")),
+    ("cosine_embedding_loss", (_A, _B, _SIGN, 0.2, None, None, "sum")),
+    ("triplet_margin_loss", (_A, _B, _P, 0.5, 3, 1e-5, True, None, None, "sum")),
+    ("nll_loss", (np.log(_P), np.array([0, 5, -100, 2]), _R.random(6), None, -100, None, "sum")),
+])
+def test_functional_positional_arguments_as_torch(name, args):
+    def to(convert):
+        return [convert(a) if isinstance(a, np.ndarray) else a for a in args]
+
+    expected = getattr(TF, name)(*to(torch.tensor)).numpy()
+    np.testing.assert_allclose(getattr(JF, name)(*to(jnp.asarray)), expected, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda x: JF.relu(x, inplace=True), "relu: inplace=True cannot be mirrored"),
+    (lambda x: JF.dropout(x, 0.5, True, True), "dropout: inplace=True"),
+    (lambda x: JF.normalize(x, out=x), "normalize: out= cannot be mirrored"),
+    (lambda x: JF.embedding(jnp.asarray([0]), x, max_norm=1.0), "embedding: max_norm"),
+    (lambda x: JF.mse_loss(x, x, weight=x), "mse_loss: weight is not supported"),
+    (lambda x: jaxrules.torch.cumsum(x, 0, out=x), "cumsum: out= cannot be mirrored"),
+])
+def test_what_cannot_be_mirrored_is_refused(call, match):
+    with pytest.raises(ValueError, match=match):
+        call(jnp.ones((2, 3)))
+
+
+# ----------------------------------------------------------------------------------------------
+# jaxrules.torch's tensor functions: torch's dim, keepdim, correction, overloads and results
+
+_X = np.random.default_rng(13).standard_normal((3, 4, 5))
+
+
+@pytest.mark.parametrize("name, args, kwargs", [
+    ("cumsum", (1,), {}), ("cumprod", (-1,), {}), ("logcumsumexp", (0,), {}), ("sum", ((0, 2),), {}),
+    ("sum", (1, True), {}), ("mean", (), dict(dim=-1, keepdim=True)), ("prod", (1,), {}), ("amax", ((0, 1),), {}),
+    ("amin", (), {}), ("std", (), {}), ("std", (1,), {}), ("std", (1, False, True), {}), ("std", (False,), {}),
+    ("std", (), dict(dim=(0, 2), correction=0)), ("var", (2,), dict(correction=2, keepdim=True)),
+    ("var", (None, True), {}), ("std_mean", (1,), {}), ("var_mean", ((0, 1),), dict(correction=0)),
+    ("logsumexp", (2,), {}), ("logsumexp", ((0, 1), True), {}), ("norm", (), {}), ("norm", (3,), {}),
+    ("norm", (1, 1), {}), ("norm", ("fro", (1, 2)), {}), ("norm", ("nuc", (1, 2)), {}),
+    ("norm", (), dict(p=float("inf"), dim=0, keepdim=True)), ("max", (), {}), ("max", (1,), {}),
+    ("min", (2, True), {}), ("median", (2,), {}), ("kthvalue", (2, 1), {}), ("topk", (2,), {}),
+    ("topk", (3, 1, False), {}), ("sort", (), {}), ("sort", (0, True), {}), ("argsort", (1,), dict(descending=True)),
+    ("quantile", (0.3, 1), dict(keepdim=True)), ("cummax", (2,), {}), ("cummin", (0,), {}),
+    ("log_softmax", (1,), {}), ("split", (2, 1), {}), ("split", ([1, 3, 1], 2), {}), ("unbind", (1,), {}),
+    ("clamp", (-0.5, 0.5), {}), ("clamp", (), dict(min=0.0)), ("tile", ((2, 1, 1),), {}),
+    ("repeat_interleave", (2, 1), {}), ("tensor_split", (3, 2), {}),
+])
+def test_tensor_functions_as_torch(name, args, kwargs):
+    t = torch.tensor(_X, requires_grad=True)
+    expected = getattr(torch, name)(t, *args, **kwargs)
+    ours = getattr(jaxrules.torch, name)(jnp.asarray(_X), *args, **kwargs)
+    flat_t = expected if isinstance(expected, tuple | list) else (expected,)
+    flat_j = ours if isinstance(ours, tuple | list) else (ours,)
+    assert len(flat_t) == len(flat_j)
+    for a, b in zip(flat_j, flat_t):
+        np.testing.assert_allclose(a, b.detach().numpy(), rtol=1e-12, atol=1e-14)
+    floats = [b for b in flat_t if b.dtype == torch.float64]
+    if not floats:  # indices only: no derivative
+        return
+    weights = [np.random.default_rng(14).standard_normal(tuple(b.shape)) for b in floats]
+    (tg,) = torch.autograd.grad(sum((b * torch.tensor(w)).sum() for b, w in zip(floats, weights)), t)
+
+    def loss(a):
+        out = getattr(jaxrules.torch, name)(a, *args, **kwargs)
+        out = [o for o in (out if isinstance(out, tuple | list) else (out,)) if o.dtype == jnp.float64]
+        return sum(jnp.sum(o * w) for o, w in zip(out, weights))
+
+    np.testing.assert_allclose(jax.grad(loss)(jnp.asarray(_X)), tg.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_nanmedian_as_torch():
+    x = np.random.default_rng(19).standard_normal((4, 5))
+    x[0, 1] = x[2, 3] = x[2, 4] = np.nan  # 4, 5, 3 and 5 values per row
+    odd = [1, 2, 3]  # torch's lower median is the median where the count is odd (the deviation aside)
+    t = torch.tensor(x, requires_grad=True)
+    values, indices = torch.nanmedian(t, 1)
+    (tg,) = torch.autograd.grad(values[odd].sum(), t)
+    ours = jaxrules.torch.nanmedian(jnp.asarray(x), 1)
+    np.testing.assert_array_equal(np.asarray(ours.values)[odd], values.detach().numpy()[odd])
+    np.testing.assert_array_equal(np.asarray(ours.indices)[odd], indices.numpy()[odd])
+    g = jax.grad(lambda a: jaxrules.torch.nanmedian(a, 1).values[jnp.asarray(odd)].sum())(jnp.asarray(x))
+    np.testing.assert_array_equal(g, tg.numpy())
+
+
+def test_named_results_and_max_of_two_tensors():
+    x = jnp.asarray(_X)
+    assert jaxrules.torch.sort(x, 1).indices.shape == (3, 4, 5)
+    assert jaxrules.torch.max(x, 0).values.shape == (4, 5)
+    np.testing.assert_array_equal(jaxrules.torch.max(x, -x), np.maximum(_X, -_X))
+    np.testing.assert_array_equal(jaxrules.torch.gather(x, 1, jnp.zeros((3, 2, 5), int)),
+                                  torch.gather(torch.tensor(_X), 1, torch.zeros((3, 2, 5), dtype=torch.long)).numpy())
+
+
+def test_median_of_an_even_count_is_the_mean_of_the_middle_values():
+    # the documented deviation: torch.median returns the lower middle value
+    x = np.array([4.0, 1.0, 3.0, 2.0])
+    assert float(torch.median(torch.tensor(x))) == 2.0
+    assert float(jaxrules.torch.median(jnp.asarray(x))) == 2.5
+
+
+def test_linalg_lu_pivots_are_torchs_one_based():
+    a = np.random.default_rng(15).standard_normal((4, 4))
+    lu, piv = jaxrules.torch.linalg.lu_factor(jnp.asarray(a))
+    t_lu, t_piv = torch.linalg.lu_factor(torch.tensor(a))
+    np.testing.assert_allclose(lu, t_lu.numpy(), rtol=1e-12)
+    np.testing.assert_array_equal(piv, t_piv.numpy())
+    for ours, theirs in zip(jaxrules.torch.lu_unpack(lu, piv), torch.lu_unpack(t_lu, t_piv)):
+        np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name, args, kwargs", [
+    ("det", (), {}), ("slogdet", (), {}), ("inv", (), {}), ("matrix_norm", (), {}), ("matrix_norm", ("nuc",), {}),
+    ("vector_norm", (3, 1), dict(keepdim=True)), ("norm", (), {}), ("norm", (2, (0, 1)), {}),
+    ("svdvals", (), {}), ("qr", (), {}), ("solve", ("b",), {}), ("solve", ("b",), dict(left=False)),
+    ("matrix_power", (3,), {}), ("matrix_exp", (), {}), ("eigvalsh", (), {}), ("cholesky", (), dict(upper=True)),
+])
+def test_linalg_as_torch(name, args, kwargs):
+    rng = np.random.default_rng(16)
+    m = rng.standard_normal((4, 4))
+    a = m @ m.T + 4 * np.eye(4)  # symmetric positive definite: every function applies
+    b = rng.standard_normal((4, 4))
+    t = torch.tensor(a)
+    expected = getattr(torch.linalg, name)(t, *[torch.tensor(b) if v == "b" else v for v in args], **kwargs)
+    ours = getattr(jaxrules.torch.linalg, name)(jnp.asarray(a), *[jnp.asarray(b) if v == "b" else v for v in args],
+                                                 **kwargs)
+    flat_t = expected if isinstance(expected, tuple) else (expected,)
+    flat_j = ours if isinstance(ours, tuple) else (ours,)
+    for x, y in zip(flat_j, flat_t, strict=True):
+        np.testing.assert_allclose(x, y.numpy(), rtol=1e-11, atol=1e-12)
