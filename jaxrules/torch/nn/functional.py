@@ -347,7 +347,7 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
 
 
 def cosine_similarity(x1, x2, dim=1, eps=1e-08):
-    """``x1 . x2 / (max(||x1||, eps) max(||x2||, eps))`` along ``dim``; mirrors
+    """``<x1, x2> / (max(||x1||, eps) max(||x2||, eps))`` along ``dim``; mirrors
     ``torch.nn.functional.cosine_similarity``."""
     return _nn.cosine_similarity(x1, x2, dim, eps)
 
