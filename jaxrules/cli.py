@@ -388,26 +388,6 @@ def _list(args) -> int:
     return 0
 
 
-def _bench(args) -> int:
-    from jaxrules import bench
-
-    def write(rows, meta):  # after every case, so a run cut short keeps what it measured
-        if args.out:
-            with open(args.out, "w") as fh:
-                fh.write(bench.markdown(rows, meta))
-
-    cases = bench.suite(args.suite)
-    rows, meta = bench.run(cases, repeats=args.repeats, pattern=args.ops, with_torch=not args.no_torch, on_row=write,
-                           with_value=args.with_value)
-    if not rows:
-        print(f"bench: no benchmark matches {args.ops!r}", file=sys.stderr)
-        return 2
-    print(bench.markdown(rows, meta))
-    if args.plot:
-        bench.plot(rows, meta, args.plot)
-    return 0
-
-
 def _version() -> str:
     from jaxrules import __version__
 
@@ -441,18 +421,6 @@ def main(argv=None) -> int:
     listing.add_argument("--all", action="store_true",
                          help="also every name of each namespace (those forwarded to JAX; * marks jaxrules' own)")
     listing.set_defaults(run=_list)
-    bench = sub.add_parser("bench", help="forward+backward timings against JAX autodiff and torch")
-    bench.add_argument("--ops", help="only benchmarks whose name contains this (comma-separated: any of them)")
-    bench.add_argument("--suite", default="default", choices=("default", "linalg", "all"),
-                       help="default: normalization and elementwise ops; linalg: 8192 32x32 matrices "
-                       "(the normalizations over shapes of real models: benchmarks/norms.py)")
-    bench.add_argument("--repeats", type=int, default=30, help="timed runs per measurement (median)")
-    bench.add_argument("--out", help="write the Markdown table here")
-    bench.add_argument("--plot", help="write a PNG plot here")
-    bench.add_argument("--no-torch", action="store_true", help="skip torch eager and torch.compile")
-    bench.add_argument("--with-value", action="store_true",
-                       help="the JAX programs return the forward value with the gradients (a training step)")
-    bench.set_defaults(run=_bench)
     args = parser.parse_args(argv)
     return args.run(args)
 
