@@ -4,7 +4,7 @@ semantics, channels at axis 1).
 All three run one op on the XLA path, ``affine_normalize``: ``y = (x - mean) rstd w + b`` over
 the reduced axes (and over the devices of ``axis_name``) with the statistics as outputs, saving
 what torch saves (input, weight, mean, rstd — not a normalized copy). Its VJP is the native
-backward with weight; the ``dx`` part is computed by the op ``normalize_backward``, whose own
+backward with weight; the ``dx`` part is computed by the op ``normalize_backward`` (``vjp_rules``), whose own
 formulas are the seed's double backward, so Hessian-vector products run them. Its vmap rule
 (``jaxrules/batching.py``) folds the vmap dimension into a kept axis, as functorch does.
 
@@ -55,18 +55,9 @@ def _save_affine_normalize(outs, x, w, b, **_):
     return (x, w, outs[1], outs[2])
 
 
-def _normalize_backward_primal(x, mean, rstd, g, *, axes, eps, axis_name):
-    # In x's dtype (computed in the statistics' dtype): for bfloat16 inputs an intermediate XLA
-    # keeps between fusions is then bfloat16, not float32.
-    return P.norm_projection(x, mean, rstd, g, axes, axis_name).astype(x.dtype)
-
-
 affine_normalize_op = define_op(
     "affine_normalize", _affine_normalize_primal, J.affine_normalize_jvp, R.affine_normalize_vjp,
     _save_affine_normalize, affine_norm_batch_rule(_affine_normalize_primal), none_for_zero_cotangents=True,
-)
-normalize_backward_op = define_op(
-    "normalize_backward", _normalize_backward_primal, J.normalize_backward_jvp, R.normalize_backward_vjp
 )
 
 # The same two ops with ``eps`` an array argument (a traced eps: jit compiles once for every value,
@@ -76,12 +67,6 @@ affine_normalize_eps_op = define_op(
     lambda x, w, b, eps, *, axes, axis_name: _affine_normalize_primal(x, w, b, axes=axes, eps=eps, axis_name=axis_name),
     J.affine_normalize_eps_jvp, R.affine_normalize_eps_vjp,
     lambda outs, x, w, b, eps, **_: (x, w, outs[1], outs[2], eps), none_for_zero_cotangents=True,
-)
-normalize_backward_eps_op = define_op(
-    "normalize_backward",
-    lambda x, mean, rstd, g, eps, *, axes, axis_name: _normalize_backward_primal(
-        x, mean, rstd, g, axes=axes, eps=eps, axis_name=axis_name),
-    J.normalize_backward_eps_jvp, R.normalize_backward_eps_vjp,
 )
 
 
@@ -178,16 +163,9 @@ def _rms_norm_primal(x, w, *, axes, eps):
     return (x.astype(stat) * rstd * w.astype(stat)).astype(x.dtype), rstd
 
 
-def _rms_norm_backward_primal(x, rstd, v, *, axes, eps):
-    return P.rms_projection(x, rstd, v, axes).astype(x.dtype)
-
-
 rms_norm_op = define_op(
     "rms_norm", _rms_norm_primal, J.rms_norm_jvp, R.rms_norm_vjp,
     lambda outs, x, w, **_: (x, w, outs[1]), none_for_zero_cotangents=True,
-)
-rms_norm_backward_op = define_op(
-    "rms_norm_backward", _rms_norm_backward_primal, J.rms_norm_backward_jvp, R.rms_norm_backward_vjp
 )
 
 
@@ -195,10 +173,6 @@ rms_norm_backward_op = define_op(
 rms_norm_eps_op = define_op(
     "rms_norm", lambda x, w, eps, *, axes: _rms_norm_primal(x, w, axes=axes, eps=eps), J.rms_norm_eps_jvp,
     R.rms_norm_eps_vjp, lambda outs, x, w, eps, **_: (x, w, outs[1], eps), none_for_zero_cotangents=True,
-)
-rms_norm_backward_eps_op = define_op(
-    "rms_norm_backward", lambda x, rstd, v, eps, *, axes: _rms_norm_backward_primal(x, rstd, v, axes=axes, eps=eps),
-    J.rms_norm_backward_eps_jvp, R.rms_norm_backward_eps_vjp,
 )
 
 
@@ -255,17 +229,6 @@ def _affine_vectors(op, x, channels, weight, bias):
     w = _affine(op, jnp.ones(channels, x.dtype), weight, None, channels, 0, keep_dtype=False)
     b = _affine(op, jnp.zeros(channels, x.dtype), None, bias, channels, 0, keep_dtype=False)
     return partitioning.replicated(w), partitioning.replicated(b)
-
-
-def normalize_backward(x, mean, rstd, g, *, axes, eps, axis_name):
-    """``rstd (g - E[g] - x_hat E[g x_hat])``: the normalization's VJP (the native backward
-    without weight). ``mean``/``rstd`` are x's statistics, passed so that they are not computed
-    again; they carry no derivative of their own (the formulas differentiate through x)."""
-    if not isinstance(eps, float):  # an array (traced)
-        return normalize_backward_eps_op(x, lax.stop_gradient(mean), lax.stop_gradient(rstd), g, eps, axes=axes,
-                                         axis_name=axis_name)
-    return normalize_backward_op(x, lax.stop_gradient(mean), lax.stop_gradient(rstd), g, axes=axes, eps=eps,
-                                 axis_name=axis_name)
 
 
 def _affine_normalize(op, x, weight, bias, axes, weight_shape, weight_axis, eps, axis_name):
@@ -624,15 +587,6 @@ def instance_norm(x: ArrayLike, running_mean: ArrayLike | None = None, running_v
     new_mean, new_var = _updated_running_stats(jnp.mean(mean, 0), jnp.mean(var, 0), spatial, running_mean,
                                                running_var, momentum)
     return y, new_mean, new_var
-
-
-def rms_norm_backward(x, rstd, v, *, axes, eps):
-    """``rstd (v - x_hat E[v x_hat])``: the RMS normalization's VJP without weight. ``rstd`` is
-    x's statistic, passed so that it is not computed again; it carries no derivative of its own
-    (the formulas differentiate through x)."""
-    if not isinstance(eps, float):  # an array (traced)
-        return rms_norm_backward_eps_op(x, lax.stop_gradient(rstd), v, eps, axes=axes)
-    return rms_norm_backward_op(x, lax.stop_gradient(rstd), v, axes=axes, eps=eps)
 
 
 def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayLike | None = None,
