@@ -50,7 +50,7 @@ def _worker():
     from jaxrules.ops.linalg import det, eigh, inv, linear, matmul, slogdet
     from jaxrules.ops.normalization import batch_norm
     from jaxrules.ops.sorting import cummax
-    from jaxrules.sharding_check import check_sharded
+    from jaxrules.testing import check_sharded
 
     rng = np.random.default_rng(0)
     w_lin, b_lin, w_conv = rng.standard_normal((4, 3)), rng.standard_normal(4), rng.standard_normal((3, 2, 3, 3))
