@@ -48,6 +48,7 @@ import numpy as np
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as PSpec
 
+from jaxrules import dispatch
 from jaxrules.mechanism import formula_spy
 from jaxrules.registry import OpRecord, Sample
 
@@ -895,8 +896,6 @@ def _run(record: OpRecord, check: str) -> CheckResult:
     if record.needs_gpu and jax.default_backend() != "gpu":
         return CheckResult(record.name, check, True, None, f"not applicable: {record.needs_gpu}", skipped=True)
     if record.kernel_backed:
-        from jaxrules import dispatch
-
         if missing := dispatch.triton_backend_missing():
             return CheckResult(record.name, check, True, None, f"not applicable: {missing}", skipped=True)
     try:

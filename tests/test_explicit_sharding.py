@@ -7,7 +7,7 @@ called directly, the output tangent of a batch-sharded tangent too).
 Two kinds of cases: the ops that failed under an ``Explicit`` mesh (linear, conv, max pooling,
 the determinants and the inverse, eigh, batch norm's XLA formulas), called on an input whose
 axis 0 is the batch, weights replicated; and a sample of registry records with every
-differentiable argument given a vmapped batch of 8 (``jaxrules.sharding_check``'s vmap form;
+differentiable argument given a vmapped batch of 8 (``testing.check_sharded``'s vmap form;
 ``tests/test_sharded.py`` runs both of its forms over the whole registry)."""
 
 import json

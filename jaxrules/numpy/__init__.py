@@ -11,6 +11,7 @@ from jax import Array
 from jax.typing import ArrayLike, DTypeLike
 
 from jaxrules import _namespace
+from jaxrules import _validate as _V
 from jaxrules.numpy import fft, linalg
 from jaxrules.ops import linalg as _linalg_ops
 from jaxrules.ops.elementwise import (
@@ -111,10 +112,8 @@ def matmul(a: ArrayLike, b: ArrayLike, *, precision: Any = None, preferred_eleme
     """
     import jax.numpy as jnp_
 
-    from jaxrules import _validate as V
-
-    V.unhonoured("matmul", out_sharding=out_sharding)
-    a, b = V.array("matmul", "a", a, inexact=False), V.array("matmul", "b", b, inexact=False)
+    _V.unhonoured("matmul", out_sharding=out_sharding)
+    a, b = _V.array("matmul", "a", a, inexact=False), _V.array("matmul", "b", b, inexact=False)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("matmul: operands must not be scalars (use multiply)")
     exact = not jnp_.issubdtype(jnp_.result_type(a, b), jnp_.inexact)

@@ -35,7 +35,7 @@ from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
 from jaxrules.batching import affine_norm_batch_rule
-from jaxrules.mechanism import define_op, differentiated_as
+from jaxrules.mechanism import concrete_value, define_op, differentiated_as
 from jaxrules.ops._sampling import normal
 from jaxrules.registry import Sample, SingularPoint, record
 
@@ -247,7 +247,6 @@ def _check_eps(op, eps):
     NaN where ``var < 0.5``, as in torch): a Python or NumPy number or a concrete 0-d array (a
     float), or a traced 0-d array (under ``jit``/``vmap``, returned as an array: the XLA formulas
     then take it as an argument, see ``_eps_plan``)."""
-    from jaxrules.mechanism import concrete_value
 
     if isinstance(eps, jax.Array | np.ndarray | np.generic) and not isinstance(eps, np.bool_):
         arr = jnp.asarray(eps)
@@ -471,7 +470,6 @@ def batch_norm(
         y = (x - running_mean.reshape(channel_view)) * lax.rsqrt(running_var.reshape(channel_view) + eps)
         return _affine("batch_norm", y.astype(x.dtype), weight, bias, (channels,), 1), running_mean, running_var
     _grouped_impl("batch_norm", impl)
-    from jaxrules.mechanism import concrete_value
 
     host_eps = eps if isinstance(eps, float) else concrete_value(eps)  # checked when concrete
     if host_eps is not None and host_eps <= 0:  # torch: "batch_norm eps must be positive during training"
