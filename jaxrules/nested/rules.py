@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrules import partials as P
-from jaxrules.mechanism import differentiated_as, varying_like
+from jaxrules.mechanism import define_op, differentiated_as, varying_like
 from jaxrules.nested import blocks as K
 from jaxrules.nested import kernels as KN
 
@@ -357,3 +357,6 @@ def fused_attention_vjp(res, ct, *, scale, block, chunk, interpret, causal=False
     ct = (jnp.zeros_like(out) if g is None else g, jnp.zeros_like(lse) if g_lse is None else g_lse)
     grads = _kernel_vjp(tuple(res), ct, scale, block, chunk, interpret, causal)
     return (*grads, *([None] * (len(res) - 5)))
+
+
+attention_op = define_op("nested_attention", attention_primal, attention_jvp, attention_vjp, attention_save)

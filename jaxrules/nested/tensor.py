@@ -265,11 +265,6 @@ class NestedTensor:
     __rtruediv__ = _operator("divide", jnp.divide, reflected=True)
     __pow__ = _operator("power", jnp.power)
 
-    def __matmul__(self, other):
-        from jaxrules.nested.ops import matmul
-
-        return matmul(self, other)
-
 
 # ----------------------------------------------------------------------------------------------
 # Checks shared by the constructors and ops
