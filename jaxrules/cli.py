@@ -20,6 +20,9 @@ from multiprocessing import get_context
 import jax
 from tqdm import tqdm
 
+import jaxrules.nn  # noqa: F401 (the namespaces ``list --all`` reads: ``namespaces()``)
+import jaxrules.numpy  # noqa: F401
+import jaxrules.scipy  # noqa: F401
 from jaxrules import __version__
 from jaxrules._namespace import namespaces
 from jaxrules.registry import OpRecord, records
