@@ -70,18 +70,22 @@ affine_normalize_eps_op = define_op(
 )
 
 
-def _layer_norm_rows_primal(x, w, b, *, eps, launch):
+def _norm_kernels():
+    """``jaxrules.norm_kernels``, imported when a fused kernel is traced: it imports Pallas, which
+    ``import jaxrules.nn`` does not load (the XLA formulas are the default)."""
     from jaxrules import norm_kernels
 
-    return norm_kernels.forward(x, w, b, eps=eps, launch=launch)
+    return norm_kernels
+
+
+def _layer_norm_rows_primal(x, w, b, *, eps, launch):
+    return _norm_kernels().forward(x, w, b, eps=eps, launch=launch)
 
 
 def _rms_norm_rows_primal(x, w, *, eps, launch):
     """``(y, rstd)`` of RMS norm over the last axis of x (M, N), the fused kernel of ``launch``'s
     kernel (``norm_kernels.rms_forward``)."""
-    from jaxrules import norm_kernels
-
-    return norm_kernels.rms_forward(x, w, eps=eps, launch=launch)
+    return _norm_kernels().rms_forward(x, w, eps=eps, launch=launch)
 
 
 def _rows_batch(primal):
@@ -91,8 +95,6 @@ def _rows_batch(primal):
     ``jax.vmap``."""
 
     def rule(args, dims, *, vmap_axis_name, eps, launch):
-        import jax
-
         x, x_dim = args[0], dims[0]
         if x_dim is not None and all(d is None for d in dims[1:]):
             x = jnp.moveaxis(x, x_dim, 0)
@@ -137,10 +139,8 @@ def _rms_norm_rows_reference_vjp(res, ct, eps, launch):
 
 @differentiated_as(_rms_norm_rows_reference_vjp, n_static=2)
 def _rms_norm_rows_kernel_vjp(res, ct, eps, launch):
-    from jaxrules import norm_kernels
-
     x, w, rstd = res
-    return norm_kernels.rms_backward(x, ct[0], w, rstd, ct[1], launch=launch)
+    return _norm_kernels().rms_backward(x, ct[0], w, rstd, ct[1], launch=launch)
 
 
 def _rms_norm_rows_vjp(res, ct, *, eps, launch):
@@ -666,8 +666,6 @@ _FORMULAS = ("affine_normalize", "normalize_backward")
 
 def _kernel_mode(x):
     """The fused kernels compiled on a GPU (float32 and narrower), interpreted elsewhere."""
-    import jax
-
     return "pallas" if jax.default_backend() == "gpu" and x.dtype != np.float64 else "pallas_interpret"
 
 

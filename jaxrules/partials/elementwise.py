@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+from jax.scipy import special
 
 # ----------------------------------------------------------------------------------------------
 # Small guards.
@@ -150,22 +151,16 @@ def _bessel_ratio(x, i1x):
 
 def i1_factor(x, out):
     """``i0(x) - i1(x)/x``; 1/2 at 0 (torch ``i1_backward``)."""
-    from jax.scipy import special
-
     return special.i0(x) - _bessel_ratio(x, out)
 
 
 def i1e_factor(x, out):
     """``i0e(x) - i1e(x) (sign(x) + 1/x)``; 1/2 at 0 (torch ``i1e_backward``)."""
-    from jax.scipy import special
-
     return special.i0e(x) - jnp.sign(x) * out - _bessel_ratio(x, out)
 
 
 def multigammaln_factor(a, d):
     """``sum_{i<d} digamma(a - i/2)`` (seed ``mvlgamma_backward``)."""
-    from jax.scipy import special
-
     return sum(special.digamma(a - i / 2) for i in range(d))
 
 
