@@ -20,12 +20,13 @@ from multiprocessing import get_context
 import jax
 from tqdm import tqdm
 
+import jaxrules  # ``jaxrules.records``, looked up at each use
 import jaxrules.nn  # noqa: F401 (the namespaces ``list --all`` reads: ``namespaces()``)
 import jaxrules.numpy  # noqa: F401
 import jaxrules.scipy  # noqa: F401
 from jaxrules import __version__
 from jaxrules._namespace import namespaces
-from jaxrules.registry import OpRecord, records
+from jaxrules.registry import OpRecord
 from jaxrules.testing import CHECKS, HOST_DEVICES, modes_in_use, release_programs, run_check
 
 # XLA's CPU compiler options for the harness's many small programs (read when the backend starts,
@@ -127,7 +128,7 @@ def _check_record(record, checks: tuple) -> list:
     """Every check of one record (a record, or its name in a worker process)."""
 
     if isinstance(record, str):
-        (record,) = [r for r in records() if r.name == record]
+        (record,) = [r for r in jaxrules.records() if r.name == record]
     results = [run_check(record, check) for check in checks]
     release_programs()  # memory stays flat over a worker's records
     return results
@@ -188,7 +189,7 @@ def _check(args) -> int:
     if unknown:
         print(f"check: unknown checks {sorted(unknown)}; choose from {', '.join(CHECKS)}", file=sys.stderr)
         return 2
-    selected = _shard(records(args.ops), args.shard)
+    selected = _shard(jaxrules.records(args.ops), args.shard)
     if not selected:
         print(f"check: no registered op matches {args.ops!r}", file=sys.stderr)
         return 2
@@ -265,7 +266,7 @@ def coverage_markdown() -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     deviations = []
-    for r in records():
+    for r in jaxrules.records():
         composed = r.formula_ops != (r.name,)
         formulas = f"composition of {', '.join(r.formula_ops)}" if composed else "JVP + VJP"
         lines.append(
@@ -341,7 +342,7 @@ def _list(args) -> int:
     if args.markdown:
         print(coverage_markdown(), end="")
         return 0
-    selected = records(args.ops)
+    selected = jaxrules.records(args.ops)
     names = _forwarded_names(args.ops) if args.all else []
     if args.ops and not selected and not names:
         print(f"list: no registered op{' or namespace name' if args.all else ''} matches {args.ops!r}",

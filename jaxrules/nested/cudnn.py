@@ -35,7 +35,7 @@ packed layout where it has no more slot rows than the padded one (no copies), el
 
 Derivatives as the dense cuDNN attention (``jaxrules.ops.attention``): forward and VJP are
 cuDNN's (``jax.vjp`` of its call); the JVP and second derivatives are those of the XLA formulas
-(``jaxrules.nested.ops.attention_op``, via ``differentiated_as``): cuDNN is never differentiated.
+(``jaxrules.nested.rules.attention_op``, via ``differentiated_as``): cuDNN is never differentiated.
 """
 
 from __future__ import annotations
