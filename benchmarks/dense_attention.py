@@ -6,7 +6,7 @@ autodiff (XLA), and with ``implementation="cudnn"`` (cuDNN's fused flash attenti
 precision only): the strongest baseline a JAX user would pick; and JAX's own Mosaic GPU flash
 attention (half precision, non-causal), the measure of what Mosaic GPU kernels could gain.
 Timings are medians of runs of queued calls, the variants alternating in one process
-(``jaxrules.bench``); TFLOP/s count the real work (14 B H L^2 E: 4 forward, 10 backward with the
+(``benchmarks/bench.py``); TFLOP/s count the real work (14 B H L^2 E: 4 forward, 10 backward with the
 recomputed scores; half when causal).
 
     PYTHONPATH=. python3 benchmarks/dense_attention.py --out dense.md           # GPU
@@ -23,8 +23,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrules import bench
-from jaxrules.ops.attention import scaled_dot_product_attention
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import bench  # noqa: E402
+
+from jaxrules.ops.attention import scaled_dot_product_attention  # noqa: E402
 
 # (B, H, L, E): GPT-2 and ViT shapes, long sequences, an odd length (ViT's 197), a large head dim
 SHAPES = ((8, 12, 512, 64), (4, 16, 2048, 64), (2, 16, 4096, 64), (64, 12, 197, 64), (2, 8, 4096, 128),

@@ -1,7 +1,7 @@
 """Training-step time of the examples' models with jaxrules vs the same file with plain JAX swapped
 in (``examples/plain.py``): the GPT of ``examples/gpt.py`` and the CNN of ``examples/cnn.py`` at a
 GPU size, one optax Adam step (forward, backward, update) under ``jit``, the two programs timed
-alternately in one process (``jaxrules.bench.interleaved_median_ms``), medians. Issue 18,
+alternately in one process (``bench.interleaved_median_ms``), medians. Issue 18,
 requirement 6.
 
     PYTHONPATH=. python3 benchmarks/examples_step.py --out step.md
@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import pathlib
+import sys
 
 import equinox as eqx
 import jax
 import optax
 
-from jaxrules import bench
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import bench  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
     "examples_plain", pathlib.Path(__file__).resolve().parents[1] / "examples" / "plain.py")

@@ -50,11 +50,11 @@ Per point: both programs lowered, compiled in a thread pool (both sides of a poi
 so that the second finds XLA's autotuning results of the first's identical GEMMs/convolutions),
 ``compiled.memory_analysis().temp_size_in_bytes``, both losses and the largest relative gradient
 difference (per leaf ``max |g - g_plain| / max |g_plain|``), then the step times, interleaved
-(``jaxrules.bench.interleaved_median_ms``: the median over ``--repeats`` runs of ``--calls``
+(``bench.interleaved_median_ms``: the median over ``--repeats`` runs of ``--calls``
 back-to-back calls). ``--workers 1`` compiles one point at a time, should concurrent autotuning
 on the GPU be suspected of picking different kernels. ``--profile POINT`` (a substring of a
 point's id, e.g. ``gpt-768``, ``resnet-224x224-bfloat16-b128``) prints, for one point, each side's
-custom calls and fusion count (``jaxrules.hlo_summary``), the HLO opcodes whose counts differ and,
+custom calls and fusion count (``benchmarks/hlo_summary.py``), the HLO opcodes whose counts differ and,
 on a GPU, the time per kernel category and the top kernels by device time
 (``benchmarks/device_timeline.py``).
 
@@ -88,9 +88,12 @@ import jax.numpy
 import numpy as np
 from jax import lax
 
-import jaxrules.nn
-import jaxrules.numpy
-from jaxrules import bench, hlo_summary
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import bench  # noqa: E402
+import hlo_summary  # noqa: E402
+
+import jaxrules.nn  # noqa: E402
+import jaxrules.numpy  # noqa: E402
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("examples_plain", _ROOT / "examples" / "plain.py")

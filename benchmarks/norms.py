@@ -1,7 +1,7 @@
 """The normalization defaults against the strongest baselines at the held-out shapes of real models.
 
 For each point of ``shapes.held_out()`` (or ``--count`` points of ``--seed``) this times, in one
-process and interleaved (``jaxrules.bench.interleaved_median_ms``: the median of ``--repeats``
+process and interleaved (``bench.interleaved_median_ms``: the median of ``--repeats``
 runs of ``--calls`` back-to-back calls), the jitted forward + backward of
 
 * ``default``: jaxrules' op as a user calls it (``impl=None``),
@@ -10,7 +10,7 @@ runs of ``--calls`` back-to-back calls), the jitted forward + backward of
 * ``pallas`` (GPU only, ``--variants``): the opt-in fused Triton kernels,
 
 in the form of a training step (``--form train``: the value and the gradients of x, the weight and
-the bias for a cotangent that waits for the value, ``jaxrules.bench.fwd_bwd(with_value=True)``) or
+the bias for a cotangent that waits for the value, ``bench.fwd_bwd(with_value=True)``) or
 gradients only (``--form grads``). Bar: the default at least 0.95x of the faster of ``xla`` and
 ``jax`` (ratio = best / default), or within ``MARGIN_MS`` where the faster is under ``SMALL_MS``.
 
@@ -33,9 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import bench  # noqa: E402
 import shapes  # noqa: E402
 
-from jaxrules import bench  # noqa: E402
 from jaxrules.nn import batch_norm, group_norm, layer_norm, rms_norm  # noqa: E402
 
 SMALL_MS = 0.1

@@ -14,11 +14,11 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import bench  # noqa: E402
 import norms  # noqa: E402
 import shapes  # noqa: E402
 
 import jaxrules.partials.normalization as forms  # noqa: E402
-from jaxrules import bench  # noqa: E402
 
 VARIANTS = ("welford", "direct", "jax")
 FORMS = ("train", "grads")

@@ -7,6 +7,8 @@ Namespaces: ``jaxrules.numpy`` (and ``.linalg``), ``jaxrules.scipy.special``, ``
 them all.
 """
 
+import importlib as _importlib
+
 from jaxrules.compat import warn_if_untested as _warn_if_untested
 
 _warn_if_untested()  # once per process: a JAX newer than the newest tested one
@@ -15,7 +17,7 @@ from jaxrules.checking import RuntimeCheckError, checked  # noqa: E402
 from jaxrules.differentiate import differentiate  # noqa: E402
 from jaxrules.function import Function, FunctionCtx, VmapInfo  # noqa: E402
 from jaxrules.mechanism import Op, define_op, formula_spy  # noqa: E402
-from jaxrules.registry import OpRecord, Sample, SingularPoint, records  # noqa: E402
+from jaxrules.registry import OpRecord, Sample, SingularPoint, records, use_loader  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -33,7 +35,18 @@ def __getattr__(name: str):
     """The namespaces load on first use: ``import jaxrules.numpy`` does not import ``jaxrules.nn``
     (nor ``jaxrules.nested`` and its Pallas kernels)."""
     if name in _SUBMODULES:
-        import importlib
-
-        return importlib.import_module(f"{__name__}.{name}")
+        return _importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# The package root is the top of the layers (docs/design.md §5): the one module that loads others
+# by name, on first use (the namespaces above, every op module for the registry below).
+def _load_every_op() -> None:
+    """Import every op module, which registers its records (what ``records()`` lists), and the
+    NestedTensor ops' records."""
+    for module in _importlib.import_module(f"{__name__}.ops").__all__:
+        _importlib.import_module(f"{__name__}.ops.{module}")
+    _importlib.import_module(f"{__name__}.nested.records")
+
+
+use_loader(_load_every_op)

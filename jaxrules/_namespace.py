@@ -10,7 +10,7 @@ import types
 # namespace module name -> (JAX module name, jaxrules' own names, names forwarded to JAX)
 NAMESPACES: dict[str, tuple[str, frozenset[str], frozenset[str]]] = {}
 
-# The completed namespaces and their JAX counterparts (``namespaces()`` imports them).
+# The completed namespaces and their JAX counterparts.
 COUNTERPARTS = {
     "jaxrules.numpy": "jax.numpy",
     "jaxrules.numpy.linalg": "jax.numpy.linalg",
@@ -61,9 +61,7 @@ def forward_jax_names(namespace: dict, jax_module: types.ModuleType) -> None:
 
 
 def namespaces() -> dict[str, tuple[str, frozenset[str], frozenset[str]]]:
-    """Every completed namespace: ``{name: (JAX module, own names, forwarded names)}``."""
-    import importlib
-
-    for name in COUNTERPARTS:
-        importlib.import_module(name)
-    return {name: NAMESPACES[name] for name in COUNTERPARTS}
+    """Every completed namespace imported so far: ``{name: (JAX module, own names, forwarded
+    names)}`` (this module sits below the namespaces and imports none; ``python -m jaxrules list``
+    imports them all)."""
+    return {name: NAMESPACES[name] for name in COUNTERPARTS if name in NAMESPACES}

@@ -9,6 +9,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrules.checking import checked_only, runtime_check
+from jaxrules.mechanism import concrete_value
+
 
 def array(op: str, name: str, x, *, inexact: bool = True):
     """``x`` as a JAX array; integer and boolean input is promoted to a float dtype when
@@ -108,7 +111,6 @@ def host_value(value):
     Python or NumPy number or a concrete array, None for a tracer. (Read before any conversion:
     under ``jit`` even ``jnp.asarray(0.5, dtype)`` is traced, and a check on it would become a
     host callback in every call.)"""
-    from jaxrules.mechanism import concrete_value
 
     if isinstance(value, int | float | np.number) and not isinstance(value, bool | np.bool_):
         return np.asarray(value)
@@ -145,7 +147,6 @@ def hyperparameter(op: str, name: str, value, like=None, *, low=None, strict=Tru
         if low is not None and not np.all(host > low if strict else host >= low):
             raise ValueError(f"{op}: {name} must be {kind}, got {value!r}")
     elif low is not None:  # traced: the run-time check (jaxrules.checking; jaxrules.checked raises it)
-        from jaxrules.checking import runtime_check
 
         runtime_check(jnp.logical_not(arr > low if strict else arr >= low), f"{op}: {name} must be {kind} "
                       "(a traced value)")
@@ -166,8 +167,6 @@ def index_range(op: str, name: str, indices, size: int, *, allowed=None) -> None
     ``ignore_index``), torch's rule: ``ValueError`` naming ``op`` when they are concrete; when
     traced a run-time check inside ``jaxrules.checked`` only (``checking.checked_only``; elsewhere
     the op makes its result NaN)."""
-    from jaxrules.checking import checked_only
-    from jaxrules.mechanism import concrete_value
 
     host = concrete_value(indices)
     if host is not None:

@@ -1,21 +1,39 @@
 """``python -m jaxrules``: ``check`` runs the harness on every registered op; ``list`` prints
 the coverage table (``--wide``: with the seed functions; ``--all``: also every name of each
-namespace; ``--markdown``: COVERAGE.md's content); ``bench`` times forward+backward against JAX's
-own autodiff and torch; ``--version``."""
+namespace; ``--markdown``: COVERAGE.md's content); ``--version``."""
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import gc
+import importlib.metadata
 import json
+import os
+import re
 import sys
+import textwrap
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+
+import jax
+from tqdm import tqdm
+
+import jaxrules  # ``jaxrules.records``, looked up at each use
+import jaxrules.nn  # noqa: F401 (the namespaces ``list --all`` reads: ``namespaces()``)
+import jaxrules.numpy  # noqa: F401
+import jaxrules.scipy  # noqa: F401
+from jaxrules import __version__
+from jaxrules._namespace import namespaces
+from jaxrules.registry import OpRecord
+from jaxrules.testing import CHECKS, HOST_DEVICES, modes_in_use, release_programs, run_check
 
 # XLA's CPU compiler options for the harness's many small programs (read when the backend starts,
 # so set before the process's first computation): the older loop emitters compile about a fifth
 # faster than the fusion emitters (jaxlib 0.10; 0.11's XLA no longer has the flag and aborts on
 # it), and one LLVM module per program (no parallel codegen split) is cheaper when every core
 # already runs a worker.
-HOST_DEVICES = 8  # the JAX devices a CPU is split into for the sharded check (``check --host-devices``)
 FAST_COMPILE_XLA_FLAGS = ("--xla_cpu_parallel_codegen_split_count=1",)
 _FLAGS_OF_JAXLIB = {"0.10": ("--xla_cpu_use_fusion_emitters=false",)}
 
@@ -23,8 +41,6 @@ _FLAGS_OF_JAXLIB = {"0.10": ("--xla_cpu_use_fusion_emitters=false",)}
 def use_fast_compile_flags() -> None:
     """Add ``FAST_COMPILE_XLA_FLAGS`` to ``XLA_FLAGS`` (for this process if its backend has not
     started yet, and for the processes it starts)."""
-    import importlib.metadata
-    import os
 
     try:
         jaxlib = ".".join(importlib.metadata.version("jaxlib").split(".")[:2])
@@ -42,7 +58,6 @@ def configure_check_process(cache_dir: str | None = None) -> None:
     time and buy nothing) and its faster-compiling CPU options; a compilation cache shared by the
     run's worker processes, without JAX's size limit (``trim_cache`` bounds it between runs);
     Python's cyclic garbage collector run less often."""
-    import jax
 
     _collect_less_often()
     use_fast_compile_flags()
@@ -64,8 +79,6 @@ _GC_THRESHOLDS = (100_000, 50, 100)
 
 
 def _collect_less_often() -> None:
-    import gc
-
     gc.freeze()
     gc.set_threshold(*_GC_THRESHOLDS)
 
@@ -83,7 +96,6 @@ def trim_cache(cache_dir: str, max_bytes: int = _CACHE_MAX_BYTES) -> int:
     """Delete the oldest entries (by modification time: an entry is written once) of a
     compilation cache directory until it holds at most ``max_bytes``; returns the bytes freed.
     One pass over the directory, after a run."""
-    import os
 
     try:
         entries = [e for e in os.scandir(cache_dir) if e.is_file()]
@@ -105,7 +117,6 @@ def default_cache_dir() -> str:
     ``$XDG_CACHE_HOME/jaxrules/check`` (``~/.cache/jaxrules/check``). The key of an entry is
     the program, the compiler options and the versions of jax and jaxlib: a hit is the same
     executable, so a warm cache changes no result, only the time."""
-    import os
 
     if os.environ.get("JAXRULES_CHECK_CACHE"):
         return os.environ["JAXRULES_CHECK_CACHE"]
@@ -115,11 +126,9 @@ def default_cache_dir() -> str:
 
 def _check_record(record, checks: tuple) -> list:
     """Every check of one record (a record, or its name in a worker process)."""
-    from jaxrules import records
-    from jaxrules.testing import release_programs, run_check
 
     if isinstance(record, str):
-        (record,) = [r for r in records() if r.name == record]
+        (record,) = [r for r in jaxrules.records() if r.name == record]
     results = [run_check(record, check) for check in checks]
     release_programs()  # memory stays flat over a worker's records
     return results
@@ -131,11 +140,7 @@ def _run_checks(selected, checks, workers: int, quiet: bool, cache_dir: str | No
     once, so a run cut short still shows them. ``cache_dir``: the workers' compilation cache
     (``None``: none; a fresh one shared by the workers cost more than it saved, the programs of
     different records being different)."""
-    import os
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from multiprocessing import get_context
 
-    from tqdm import tqdm
 
     by_name = {}
     with tqdm(total=len(selected) * len(checks), unit="check", file=sys.stderr, disable=quiet) as bar:
@@ -161,9 +166,6 @@ def _run_checks(selected, checks, workers: int, quiet: bool, cache_dir: str | No
 
 
 def _check(args) -> int:
-    import os
-
-    import jax
 
     cache_dir = None if args.no_cache else default_cache_dir()
     if args.sharded_modes:  # read by the sharded check, here and in the spawned workers
@@ -176,9 +178,6 @@ def _check(args) -> int:
     if host_devices and host_devices > 1:
         os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={host_devices}".strip()
     configure_check_process(cache_dir)
-    from jaxrules import records
-    from jaxrules.sharding_check import modes_in_use
-    from jaxrules.testing import CHECKS
 
     try:
         modes_in_use()
@@ -190,7 +189,7 @@ def _check(args) -> int:
     if unknown:
         print(f"check: unknown checks {sorted(unknown)}; choose from {', '.join(CHECKS)}", file=sys.stderr)
         return 2
-    selected = _shard(records(args.ops), args.shard)
+    selected = _shard(jaxrules.records(args.ops), args.shard)
     if not selected:
         print(f"check: no registered op matches {args.ops!r}", file=sys.stderr)
         return 2
@@ -251,7 +250,6 @@ def _table(selected, checks, results) -> str:
 
 def coverage_markdown() -> str:
     """The coverage table and the deliberate deviations from torch, as Markdown (COVERAGE.md)."""
-    from jaxrules import records
 
     lines = [
         "# Coverage",
@@ -272,7 +270,7 @@ def coverage_markdown() -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     deviations = []
-    for r in records():
+    for r in jaxrules.records():
         composed = r.formula_ops != (r.name,)
         formulas = f"composition of {', '.join(r.formula_ops)}" if composed else "JVP + VJP"
         lines.append(
@@ -296,7 +294,6 @@ _DTYPE = {"float64": "f64", "float32": "f32", "complex128": "c128", "complex64":
 def _wrap_names(names: list[str], cap: int | None) -> list[str]:
     """``names`` joined by ", " in lines of at most ``cap`` characters; a name is broken (after a
     "(" or a "." before a name) only where it alone is longer."""
-    import re
 
     text = ", ".join(names)
     if cap is None or len(text) <= cap:
@@ -326,10 +323,7 @@ def _list_table(header, rows, public_cap) -> list[str]:
 
 def _forwarded_names(pattern) -> list[str]:
     """``list --all``: every name of each completed namespace, ``*`` marking jaxrules' own."""
-    import fnmatch
-    import textwrap
 
-    from jaxrules._namespace import namespaces
 
     globs = [p if any(c in p for c in "*?[") else f"*{p}*" for p in pattern.split(",")] if pattern else ["*"]
     out = []
@@ -349,12 +343,10 @@ def _forwarded_names(pattern) -> list[str]:
 
 
 def _list(args) -> int:
-    from jaxrules import OpRecord, records
-
     if args.markdown:
         print(coverage_markdown(), end="")
         return 0
-    selected = records(args.ops)
+    selected = jaxrules.records(args.ops)
     names = _forwarded_names(args.ops) if args.all else []
     if args.ops and not selected and not names:
         print(f"list: no registered op{' or namespace name' if args.all else ''} matches {args.ops!r}",
@@ -392,29 +384,7 @@ def _list(args) -> int:
     return 0
 
 
-def _bench(args) -> int:
-    from jaxrules import bench
-
-    def write(rows, meta):  # after every case, so a run cut short keeps what it measured
-        if args.out:
-            with open(args.out, "w") as fh:
-                fh.write(bench.markdown(rows, meta))
-
-    cases = bench.suite(args.suite)
-    rows, meta = bench.run(cases, repeats=args.repeats, pattern=args.ops, with_torch=not args.no_torch, on_row=write,
-                           with_value=args.with_value)
-    if not rows:
-        print(f"bench: no benchmark matches {args.ops!r}", file=sys.stderr)
-        return 2
-    print(bench.markdown(rows, meta))
-    if args.plot:
-        bench.plot(rows, meta, args.plot)
-    return 0
-
-
 def _version() -> str:
-    from jaxrules import __version__
-
     return __version__
 
 
@@ -445,18 +415,6 @@ def main(argv=None) -> int:
     listing.add_argument("--all", action="store_true",
                          help="also every name of each namespace (those forwarded to JAX; * marks jaxrules' own)")
     listing.set_defaults(run=_list)
-    bench = sub.add_parser("bench", help="forward+backward timings against JAX autodiff and torch")
-    bench.add_argument("--ops", help="only benchmarks whose name contains this (comma-separated: any of them)")
-    bench.add_argument("--suite", default="default", choices=("default", "linalg", "all"),
-                       help="default: normalization and elementwise ops; linalg: 8192 32x32 matrices "
-                       "(the normalizations over shapes of real models: benchmarks/norms.py)")
-    bench.add_argument("--repeats", type=int, default=30, help="timed runs per measurement (median)")
-    bench.add_argument("--out", help="write the Markdown table here")
-    bench.add_argument("--plot", help="write a PNG plot here")
-    bench.add_argument("--no-torch", action="store_true", help="skip torch eager and torch.compile")
-    bench.add_argument("--with-value", action="store_true",
-                       help="the JAX programs return the forward value with the gradients (a training step)")
-    bench.set_defaults(run=_bench)
     args = parser.parse_args(argv)
     return args.run(args)
 

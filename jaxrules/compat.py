@@ -18,6 +18,8 @@ import os
 import re
 import warnings
 
+import jax
+
 __all__ = ["NEWEST_TESTED_JAX", "OLDEST_SUPPORTED_JAX", "UntestedJaxWarning", "jax_version_tuple", "warn_if_untested"]
 
 _WARNED = "JAXRULES_UNTESTED_JAX_WARNED"  # set once warned: the check's worker processes stay quiet
@@ -46,8 +48,6 @@ def warn_if_untested(version: str | None = None) -> bool:
     ``NEWEST_TESTED_JAX``; return whether it is. Once per process tree: a process started by one
     that warned (the environment variable ``JAXRULES_UNTESTED_JAX_WARNED``) does not repeat it."""
     if version is None:
-        import jax
-
         version = jax.__version__
     newer = jax_version_tuple(version) > jax_version_tuple(NEWEST_TESTED_JAX)
     if newer and not os.environ.get(_WARNED):

@@ -21,6 +21,12 @@ import functools
 import importlib
 import warnings
 
+import jax
+
+# The dtypes cuDNN's flash attention runs in (dense ``scaled_dot_product_attention`` and the
+# NestedTensor's): the default there on a GPU.
+CUDNN_DTYPES = ("bfloat16", "float16")
+
 TILE_ELEMENTS = 4096  # elements of a tile: rows of the padded width
 BACKWARD_PROGRAMS = 256  # the backward's programs at most (its partial sums: one row each)
 MAX_WIDTH = 16384  # a wider row does not fit one program's registers
@@ -120,8 +126,6 @@ def triton_backend_missing() -> str | None:
     try:
         importlib.import_module("jax.experimental.pallas.triton")
     except ImportError as err:
-        import jax
-
         reason = (f"Pallas' Triton backend is not available in jax {jax.__version__} ({err}); impl='pallas' "
                   "runs the XLA formulas (the same derivatives)")
         warnings.warn(f"jaxrules: {reason}", KernelFallbackWarning, stacklevel=2)

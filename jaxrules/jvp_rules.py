@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from jaxrules import partials as P
 from jaxrules.mechanism import unsharded_along
 from jaxrules.partials import real_inner
+from jaxrules.partials.linalg import expm
 
 
 def _terms(*terms):
@@ -736,7 +737,6 @@ def lu_unpack_jvp(res, tlu, tpiv, *, k):
 def _block_exp_corner(a, e):
     """``expm([[A, E], [0, A]])[:n, n:]``: the Frechet derivative of expm at A along E (seed
     ``differential_analytic_matrix_function``)."""
-    from jaxrules.partials.linalg import expm
 
     n = a.shape[-1]
     top = jnp.concatenate([a, e], axis=-1)

@@ -44,11 +44,12 @@ import jax.numpy as jnp
 import numpy as np
 
 try:  # JAX internals (no compatibility promise): a release that moves them fails here, by name
-    from jax._src import api_util
+    from jax._src import api_util, source_info_util
+    from jax._src import core as jax_core
     from jax._src import dispatch as jax_dispatch
     from jax._src.interpreters import partial_eval as pe
     from jax.custom_derivatives import SymbolicZero
-    from jax.extend.core import Primitive, mapped_aval, unmapped_aval
+    from jax.extend.core import Primitive, Var, jaxprs_in_params, mapped_aval, unmapped_aval
     from jax.interpreters import ad, batching, mlir
 except ImportError as err:  # pragma: no cover (only on an incompatible JAX)
     raise ImportError(
@@ -104,13 +105,11 @@ def concrete_value(x):
     """The value of ``x`` as a NumPy array when it is known on the host (an array, or a tracer
     of an eager ``grad``/``jvp`` whose primal is concrete), else ``None`` (under ``jit`` or
     ``vmap``, or not an array)."""
-    from jax._src import core
-
     if isinstance(x, np.ndarray | np.generic):
         return np.asarray(x)
     if not isinstance(x, jax.Array):
         return None
-    value = core.to_concrete_value(x)
+    value = jax_core.to_concrete_value(x)
     return None if value is None else np.asarray(value)
 
 
@@ -735,15 +734,11 @@ def _linear_rule(op: Op, static_items, res_tree, out_tree, mask, out_avals, diff
 
 def describe_equation(eqn) -> str:
     """``"<primitive> from <file>:<line> (<function>)"`` for a jaxpr equation."""
-    from jax._src import source_info_util
-
     return f"{eqn.primitive.name} from {source_info_util.summarize(eqn.source_info)}"
 
 
 def is_jaxpr_var(x) -> bool:
     """Whether ``x`` is a jaxpr variable (not a literal)."""
-    from jax.extend.core import Var
-
     return isinstance(x, Var)
 
 
@@ -754,6 +749,4 @@ def has_jvp_rule(primitive) -> bool:
 
 def sub_jaxprs(eqn) -> list:
     """The jaxprs inside an equation's parameters (jit, scan, cond, custom_jvp_call, ...)."""
-    from jax.extend.core import jaxprs_in_params
-
     return list(jaxprs_in_params(eqn.params))

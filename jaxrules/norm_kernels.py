@@ -24,16 +24,26 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from jaxrules import dispatch, partitioning
 from jaxrules.dispatch import RowsLaunch
 from jaxrules.mechanism import varying_struct
 from jaxrules.partials import defined_mean, stat_dtype
+from jaxrules.partitioning import even_axes, named, shards
+
+
+def _triton():
+    """Pallas' Triton backend (``jax.experimental.pallas.triton``), imported when a kernel is traced:
+    deprecated since JAX 0.11 and absent from some builds (``dispatch.triton_backend_missing``), it is
+    no dependency of the rest of the package."""
+    from jax.experimental.pallas import triton
+
+    return triton
 
 
 def _compiler_params(launch: RowsLaunch) -> dict:
     if launch.interpret:
         return {}
-    from jax.experimental.pallas import triton as plgpu
-
+    plgpu = _triton()
     return {"compiler_params": plgpu.CompilerParams(num_warps=launch.num_warps, num_stages=launch.num_stages)}
 
 
@@ -56,22 +66,16 @@ def _tile(op, ref, tile, launch: RowsLaunch, n: int, *args):
 
 def _load(ref, tile, launch, n, dtype):
     """Tile ``tile`` of ``ref`` in ``dtype``, zeros where masked."""
-    from jax.experimental.pallas import triton as plgpu
-
-    return _tile(functools.partial(plgpu.load, other=0), ref, tile, launch, n).astype(dtype)
+    return _tile(functools.partial(_triton().load, other=0), ref, tile, launch, n).astype(dtype)
 
 
 def _store(ref, tile, launch, n, value):
-    from jax.experimental.pallas import triton as plgpu
-
-    _tile(plgpu.store, ref, tile, launch, n, value.astype(ref.dtype))
+    _tile(_triton().store, ref, tile, launch, n, value.astype(ref.dtype))
 
 
 def _vector(ref, launch, n, dtype):
     """A length-N vector as (width,), zeros past N."""
-    from jax.experimental.pallas import triton as plgpu
-
-    return plgpu.load(ref.at[pl.ds(jnp.int32(0), launch.width)], mask=_columns(launch, (launch.width,)) < n,
+    return _triton().load(ref.at[pl.ds(jnp.int32(0), launch.width)], mask=_columns(launch, (launch.width,)) < n,
                       other=0).astype(dtype)
 
 
@@ -101,17 +105,13 @@ def _forward_kernel(*refs, eps, launch, center):
 def forward(x, w, b, *, eps, launch):
     """``(y, mean, rstd)`` of layer norm over the last axis of ``x`` (M, N). Under ``jit`` with a
     sharded ``x`` the kernel runs on each device's rows (``jaxrules.partitioning``)."""
-    from jaxrules import partitioning
-
-    return partitioning.layer_norm_forward(x, w, b, eps=eps, launch=launch)
+    return _layer_norm_forward(x, w, b, eps=eps, launch=launch)
 
 
 def rms_forward(x, w, *, eps, launch):
     """``(y, rstd)`` of RMS norm over the last axis of ``x`` (M, N): ``y = x rstd w``, ``rstd =
     rsqrt(E[x^2] + eps)``; partitioned as ``forward``."""
-    from jaxrules import partitioning
-
-    return partitioning.rms_norm_forward(x, w, eps=eps, launch=launch)
+    return _rms_norm_forward(x, w, eps=eps, launch=launch)
 
 
 def local_forward(x, w, b, *, eps, launch: RowsLaunch):
@@ -172,9 +172,7 @@ def backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch):
     """``(dx, dw, db)``: the VJP of ``forward`` for cotangents ``g`` (of y), ``g_mean``,
     ``g_rstd``. Under ``jit`` with sharded rows the kernel runs on each device's rows and ``dw``,
     ``db`` are summed over the devices (``jaxrules.partitioning``)."""
-    from jaxrules import partitioning
-
-    dx, dw, db = partitioning.layer_norm_backward(x, g, w, mean, rstd, g_mean, g_rstd, launch=launch)
+    dx, dw, db = _layer_norm_backward(x, g, w, mean, rstd, g_mean, g_rstd, launch=launch)
     return dx, dw.astype(w.dtype), db.astype(w.dtype)
 
 
@@ -182,9 +180,7 @@ def rms_backward(x, g, w, rstd, g_rstd, *, launch):
     """``(dx, dw)``: the VJP of ``rms_forward`` for cotangents ``g`` (of y) and ``g_rstd``, ``dx =
     rstd (g w - x_hat E[g w x_hat]) - g_rstd rstd^2 x_hat / N``, ``dw = sum g x_hat``; partitioned
     as ``backward``."""
-    from jaxrules import partitioning
-
-    dx, dw = partitioning.rms_norm_backward(x, g, w, rstd, g_rstd, launch=launch)
+    dx, dw = _rms_norm_backward(x, g, w, rstd, g_rstd, launch=launch)
     return dx, dw.astype(w.dtype)
 
 
@@ -209,3 +205,102 @@ def local_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch: RowsLaunch):
         interpret=launch.interpret, name=f"{'layer' if center else 'rms'}_norm_bwd", **_compiler_params(launch),
     )(x, g, w, *[v.astype(stat) for v in stats])
     return (dx, *(s.sum(0)[:n] for s in sums))
+
+
+# ----------------------------------------------------------------------------------------------
+# Partitioned under ``jit`` (``jaxrules.partitioning``): x (M, N), rows sharded, the weight's
+# gradients all-reduced.
+
+
+def _ln_forward_impl(x, w, b, eps, launch):
+    return local_forward(x, w, b, eps=eps, launch=launch)
+
+
+def _rms_forward_impl(x, w, eps, launch):
+    return local_forward(x, w, None, eps=eps, launch=launch)
+
+
+def _rows_forward_partition(impl, n_stats: int):
+    """The ``partition`` of a rows forward (``impl``, ``n_stats`` per-row outputs after y): rows
+    sharded, N and the weight (and bias) replicated."""
+
+    def partition(eps, launch, mesh, arg_shapes, result_shape):
+        x = arg_shapes[0]
+        rows = even_axes(mesh, x, 0)
+        local = dispatch.relaunch(launch, x.shape[0] // shards(mesh, rows), x.shape[1])
+        lower = functools.partial(impl, eps=eps, launch=local)
+        matrix = named(mesh, rows, ())
+        return lower, (matrix,) + (named(mesh, rows),) * n_stats, (matrix,) + (named(mesh, ()),) * (
+            len(arg_shapes) - 1)
+
+    return partition
+
+
+_ln_forward = partitioning.kernel_op(
+    _ln_forward_impl, 3, lambda *_: ("m n, n, n -> m n, m, m", {"need_replication_factors": ("n",)}),
+    _rows_forward_partition(_ln_forward_impl, 2))
+_rms_forward = partitioning.kernel_op(
+    _rms_forward_impl, 2, lambda *_: ("m n, n -> m n, m", {"need_replication_factors": ("n",)}),
+    _rows_forward_partition(_rms_forward_impl, 1))
+
+
+def _layer_norm_forward(x, w, b, *, eps: float, launch):
+    """``forward``'s kernel (``local_forward``), partitioned: ``(y, mean, rstd)``."""
+    return tuple(_ln_forward(x, w, b, eps, launch))
+
+
+def _rms_norm_forward(x, w, *, eps: float, launch):
+    """``rms_forward``'s kernel, partitioned: ``(y, rstd)``."""
+    return tuple(_rms_forward(x, w, eps, launch))
+
+
+def _ln_backward_impl(x, g, w, mean, rstd, g_mean, g_rstd, launch):
+    return local_backward(x, g, w, mean, rstd, g_mean, g_rstd, launch=launch)
+
+
+def _rms_backward_impl(x, g, w, rstd, g_rstd, launch):
+    return local_backward(x, g, w, None, rstd, None, g_rstd, launch=launch)
+
+
+def _rows_backward_partition(impl, n_stats: int, n_sums: int):
+    """The ``partition`` of a rows backward (``impl``: x, g, w, then ``n_stats`` per-row arrays ->
+    dx and ``n_sums`` weight gradients): rows sharded, the weight gradients summed over the row
+    axes (one all-reduce)."""
+
+    def partition(launch, mesh, arg_shapes, result_shape):
+        x = arg_shapes[0]
+        rows = even_axes(mesh, x, 0)
+        local = dispatch.relaunch(launch, x.shape[0] // shards(mesh, rows), x.shape[1])
+
+        def lower(*args):
+            dx, *sums = impl(*args, local)
+            if rows:  # the weight's gradient sums over every row: one all-reduce of the sums
+                sums = lax.psum(tuple(sums), rows)
+            return (dx, *sums)
+
+        matrix, vector, per_row = named(mesh, rows, ()), named(mesh, ()), named(mesh, rows)
+        return lower, (matrix,) + (vector,) * n_sums, (matrix, matrix, vector) + (per_row,) * n_stats
+
+    return partition
+
+
+_ln_backward = partitioning.kernel_op(
+    _ln_backward_impl, 7,
+    lambda *_: ("m n, m n, n, m, m, m, m -> m n, n, n", {"need_replication_factors": ("n",)}),
+    _rows_backward_partition(_ln_backward_impl, 4, 2))
+_rms_backward = partitioning.kernel_op(
+    _rms_backward_impl, 5, lambda *_: ("m n, m n, n, m, m -> m n, n", {"need_replication_factors": ("n",)}),
+    _rows_backward_partition(_rms_backward_impl, 2, 1))
+
+
+def _layer_norm_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch):
+    """``local_backward``, partitioned: ``(dx, dw, db)``, the weight's gradients in
+    the statistics' dtype, summed over the devices."""
+    stat = mean.dtype
+    return tuple(_ln_backward(x, g, w, mean, rstd, g_mean.astype(stat), g_rstd.astype(stat), launch))
+
+
+def _rms_norm_backward(x, g, w, rstd, g_rstd, *, launch):
+    """``local_backward`` of RMS norm, partitioned: ``(dx, dw)``, ``dw`` in the
+    statistics' dtype, summed over the devices."""
+    return tuple(_rms_backward(x, g, w, rstd, g_rstd.astype(rstd.dtype), launch))

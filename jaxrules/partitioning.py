@@ -2,7 +2,8 @@
 
 A ``pallas_call`` is opaque to XLA's partitioner: left alone, it gathers a batch-sharded
 activation onto every device and runs the whole kernel on each. Each kernel entry point is
-therefore a ``jax.experimental.custom_partitioning`` function: a Shardy ``sharding_rule`` for
+therefore a ``jax.experimental.custom_partitioning`` function (``kernel_op``, ``leading_axis_op``;
+the kernels' modules build theirs, so this module imports no kernel): a Shardy ``sharding_rule`` for
 propagation, and a ``partition`` callback (run when XLA compiles) that picks the shardings the
 kernel can honour and lowers the kernel on each device's shard, with the collectives the math
 needs:
@@ -31,12 +32,10 @@ import inspect
 import math
 
 import jax
-from jax import lax
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as PSpec
 
-from jaxrules import dispatch
 from jaxrules.mechanism import in_shard_map
 
 
@@ -95,13 +94,13 @@ def local_shape(x: jax.Array) -> tuple:
     return tuple(out)
 
 
-def _kernel_op(impl, n_arrays: int, rule, partition, n_static: int | None = None):
+def kernel_op(impl, n_arrays: int, rule, partition, n_static: int | None = None):
     """``impl(*arrays, *statics)`` as a partitioned op: ``rule(*statics, mesh, value_types,
     result_types)`` its Shardy rule (an einsum-like string, or one with a dict of its keywords),
     ``partition(*statics, mesh, arg_shapes, result_shape) -> (lower_fn, result_shardings,
     arg_shardings)`` its per-device lowering (``n_static``: the number of statics, by default
     read from ``impl``'s signature); under ``vmap`` the vmapped ``impl`` is partitioned along the
-    batch (``_leading_axis_op``)."""
+    batch (``leading_axis_op``)."""
     if n_static is None:
         n_static = len(inspect.signature(impl).parameters) - n_arrays
     op = custom_partitioning(impl, static_argnums=tuple(range(n_arrays, n_arrays + n_static)))
@@ -127,7 +126,7 @@ def _kernel_op(impl, n_arrays: int, rule, partition, n_static: int | None = None
 
         @run.def_vmap
         def _vmap_rule(axis_size, in_batched, *arrays):
-            op = _leading_axis_op(impl, tuple(statics), tuple(in_batched), tuple(a.ndim for a in arrays), vmapped=True)
+            op = leading_axis_op(impl, tuple(statics), tuple(in_batched), tuple(a.ndim for a in arrays), vmapped=True)
             out = op(*arrays)
             return out, jax.tree_util.tree_map(lambda _: True, out)
 
@@ -137,7 +136,7 @@ def _kernel_op(impl, n_arrays: int, rule, partition, n_static: int | None = None
 
 
 @functools.lru_cache(maxsize=256)
-def _leading_axis_op(impl, statics: tuple, leading: tuple, ndims: tuple, vmapped: bool = False):
+def leading_axis_op(impl, statics: tuple, leading: tuple, ndims: tuple, vmapped: bool = False):
     """``impl(*arrays, *statics)`` as a partitioned op when the leading axis of the arrays
     ``leading`` and of every output indexes independent problems (attention heads, or vmap's
     examples with ``vmapped``: ``impl`` under ``jax.vmap`` over that axis): each device runs its
@@ -170,7 +169,7 @@ def _leading_axis_op(impl, statics: tuple, leading: tuple, ndims: tuple, vmapped
         results = jax.tree_util.tree_map(lambda r: sharding(r.shape, True), result_shape)
         return fn, results, tuple(sharding(a.shape, b) for a, b in zip(arg_shapes, leading))
 
-    return _kernel_op(fn, len(leading), rule, partition, n_static=0)
+    return kernel_op(fn, len(leading), rule, partition, n_static=0)
 
 
 def explicit_mesh(arrays) -> jax.sharding.Mesh | None:
@@ -210,149 +209,5 @@ def _explicit_call(partition, impl, mesh, arrays, statics):
     return run(*arrays)
 
 
-# ----------------------------------------------------------------------------------------------
-# Layer norm and RMS norm: x (M, N), rows sharded.
-
-
-def _ln_forward_impl(x, w, b, eps, launch):
-    from jaxrules import norm_kernels
-
-    return norm_kernels.local_forward(x, w, b, eps=eps, launch=launch)
-
-
-def _rms_forward_impl(x, w, eps, launch):
-    from jaxrules import norm_kernels
-
-    return norm_kernels.local_forward(x, w, None, eps=eps, launch=launch)
-
-
-def _rows_forward_partition(impl, n_stats: int):
-    """The ``partition`` of a rows forward (``impl``, ``n_stats`` per-row outputs after y): rows
-    sharded, N and the weight (and bias) replicated."""
-
-    def partition(eps, launch, mesh, arg_shapes, result_shape):
-        x = arg_shapes[0]
-        rows = even_axes(mesh, x, 0)
-        local = dispatch.relaunch(launch, x.shape[0] // shards(mesh, rows), x.shape[1])
-        lower = functools.partial(impl, eps=eps, launch=local)
-        matrix = named(mesh, rows, ())
-        return lower, (matrix,) + (named(mesh, rows),) * n_stats, (matrix,) + (named(mesh, ()),) * (
-            len(arg_shapes) - 1)
-
-    return partition
-
-
-_ln_forward = _kernel_op(
-    _ln_forward_impl, 3, lambda *_: ("m n, n, n -> m n, m, m", {"need_replication_factors": ("n",)}),
-    _rows_forward_partition(_ln_forward_impl, 2))
-_rms_forward = _kernel_op(
-    _rms_forward_impl, 2, lambda *_: ("m n, n -> m n, m", {"need_replication_factors": ("n",)}),
-    _rows_forward_partition(_rms_forward_impl, 1))
-
-
-def layer_norm_forward(x, w, b, *, eps: float, launch):
-    """``norm_kernels.forward``, partitioned: ``(y, mean, rstd)``."""
-    return tuple(_ln_forward(x, w, b, eps, launch))
-
-
-def rms_norm_forward(x, w, *, eps: float, launch):
-    """``norm_kernels.rms_forward``, partitioned: ``(y, rstd)``."""
-    return tuple(_rms_forward(x, w, eps, launch))
-
-
-def _ln_backward_impl(x, g, w, mean, rstd, g_mean, g_rstd, launch):
-    from jaxrules import norm_kernels
-
-    return norm_kernels.local_backward(x, g, w, mean, rstd, g_mean, g_rstd, launch=launch)
-
-
-def _rms_backward_impl(x, g, w, rstd, g_rstd, launch):
-    from jaxrules import norm_kernels
-
-    return norm_kernels.local_backward(x, g, w, None, rstd, None, g_rstd, launch=launch)
-
-
-def _rows_backward_partition(impl, n_stats: int, n_sums: int):
-    """The ``partition`` of a rows backward (``impl``: x, g, w, then ``n_stats`` per-row arrays ->
-    dx and ``n_sums`` weight gradients): rows sharded, the weight gradients summed over the row
-    axes (one all-reduce)."""
-
-    def partition(launch, mesh, arg_shapes, result_shape):
-        x = arg_shapes[0]
-        rows = even_axes(mesh, x, 0)
-        local = dispatch.relaunch(launch, x.shape[0] // shards(mesh, rows), x.shape[1])
-
-        def lower(*args):
-            dx, *sums = impl(*args, local)
-            if rows:  # the weight's gradient sums over every row: one all-reduce of the sums
-                sums = lax.psum(tuple(sums), rows)
-            return (dx, *sums)
-
-        matrix, vector, per_row = named(mesh, rows, ()), named(mesh, ()), named(mesh, rows)
-        return lower, (matrix,) + (vector,) * n_sums, (matrix, matrix, vector) + (per_row,) * n_stats
-
-    return partition
-
-
-_ln_backward = _kernel_op(
-    _ln_backward_impl, 7,
-    lambda *_: ("m n, m n, n, m, m, m, m -> m n, n, n", {"need_replication_factors": ("n",)}),
-    _rows_backward_partition(_ln_backward_impl, 4, 2))
-_rms_backward = _kernel_op(
-    _rms_backward_impl, 5, lambda *_: ("m n, m n, n, m, m -> m n, n", {"need_replication_factors": ("n",)}),
-    _rows_backward_partition(_rms_backward_impl, 2, 1))
-
-
-def layer_norm_backward(x, g, w, mean, rstd, g_mean, g_rstd, *, launch):
-    """``norm_kernels.local_backward``, partitioned: ``(dx, dw, db)``, the weight's gradients in
-    the statistics' dtype, summed over the devices."""
-    stat = mean.dtype
-    return tuple(_ln_backward(x, g, w, mean, rstd, g_mean.astype(stat), g_rstd.astype(stat), launch))
-
-
-def rms_norm_backward(x, g, w, rstd, g_rstd, *, launch):
-    """``norm_kernels.local_backward`` of RMS norm, partitioned: ``(dx, dw)``, ``dw`` in the
-    statistics' dtype, summed over the devices."""
-    return tuple(_rms_backward(x, g, w, rstd, g_rstd.astype(rstd.dtype), launch))
-
-
-# ----------------------------------------------------------------------------------------------
-# Ragged attention (``nested.kernels``): heads independent, the slot layout (heads, slots, ...)
-# sharded over heads; the per-block integer metadata replicated.
-
-
-def _ragged_forward_impl(first, count, length, local, qs, ks, vs, scale, block, interpret, causal):
-    from jaxrules.nested import kernels
-
-    return kernels.forward((first, count, length, local), qs, ks, vs, scale=scale, block=block,
-                           interpret=interpret, causal=causal)
-
-
-def _ragged_backward_impl(first, count, length, local, qs, ks, vs, dos, lse, delta, scale, block, interpret, causal):
-    from jaxrules.nested import kernels
-
-    return kernels.backward((first, count, length, local), qs, ks, vs, dos, lse, delta, scale=scale, block=block,
-                            interpret=interpret, causal=causal)
-
-
-def _over_heads(impl, meta, arrays, statics):
-    arrays = (*meta, *arrays)
-    leading = (False,) * len(meta) + (True,) * (len(arrays) - len(meta))
-    return tuple(_leading_axis_op(impl, statics, leading, tuple(a.ndim for a in arrays))(*arrays))
-
-
-def ragged_attention_forward(meta, qs, ks, vs, *, scale, block, interpret, causal=False):
-    """``nested.kernels.forward``, partitioned over heads (and over vmap's examples under vmap):
-    ``(out, lse)``."""
-    return _over_heads(_ragged_forward_impl, meta, (qs, ks, vs), (scale, block, interpret, causal))
-
-
-def ragged_attention_backward(meta, qs, ks, vs, dos, lse, delta, *, scale, block, interpret, causal=False):
-    """``nested.kernels.backward``, partitioned over heads (and over vmap's examples under vmap):
-    ``(dq, dk, dv)``."""
-    return _over_heads(_ragged_backward_impl, meta, (qs, ks, vs, dos, lse, delta), (scale, block, interpret, causal))
-
-
-__all__ = ["dim_axes", "even_axes", "explicit_mesh", "layer_norm_backward", "layer_norm_forward", "local_shape",
-           "named", "ragged_attention_backward", "ragged_attention_forward", "replicated", "rms_norm_backward",
-           "rms_norm_forward", "shards"]
+__all__ = ["dim_axes", "even_axes", "explicit_mesh", "kernel_op", "leading_axis_op", "local_shape", "named",
+           "replicated", "shards"]

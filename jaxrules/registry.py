@@ -231,14 +231,20 @@ _OPTIONS = frozenset(f.name for f in dataclasses.fields(OpRecord) if f.default i
                      or f.default_factory is not dataclasses.MISSING)
 
 
+# Importing an op module registers its records. ``records()`` and ``get()`` first import every op
+# module through the loader the package root installs (``use_loader``): the registry sits below
+# the ops and names none of them.
+_LOADERS: list[Callable[[], None]] = []
+
+
+def use_loader(load: Callable[[], None]) -> None:
+    """``load()`` imports every op module; ``records()`` and ``get()`` call it first."""
+    _LOADERS[:] = [load]
+
+
 def _load_all() -> None:
-    import importlib
-
-    from jaxrules import ops
-
-    for module in ops.__all__:  # importing an op module registers its ops
-        importlib.import_module(f"jaxrules.ops.{module}")
-    importlib.import_module("jaxrules.nested.records")
+    for load in _LOADERS:
+        load()
 
 
 def records(pattern: str | None = None) -> list[OpRecord]:

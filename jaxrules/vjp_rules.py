@@ -17,8 +17,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxrules import jvp_rules as J
 from jaxrules import partials as P
-from jaxrules.mechanism import differentiated_as, explicit_sharding
+from jaxrules.mechanism import define_op, differentiated_as, explicit_sharding
 from jaxrules.partials import expand_reduced, reduced_size
 
 # ----------------------------------------------------------------------------------------------
@@ -262,8 +263,6 @@ def affine_normalize_vjp(res, ct, *, axes, eps, axis_name):
     E[g (x - mean)]`` and ``count E[g]``, the means ``B(g)`` takes (``P.projection_means``, the same
     expressions), with rstd outside the sum: on a batch sharded over devices no all-reduce then
     waits for the variance's (``sum g x_hat`` did: one more collective in the chain)."""
-    from jaxrules.ops.normalization import normalize_backward
-
     x, w, mean, rstd = res
     g, g_mean, g_rstd = ct
     stat = rstd.dtype
@@ -333,8 +332,6 @@ def rms_norm_vjp(res, ct, *, axes, eps):
     (v - x_hat E[v x_hat])`` computed by the ``rms_norm_backward`` op (so its own VJP runs under
     a second reverse pass), plus the rstd output's term ``-g_rstd rstd^2 x_hat / count`` when it
     is used (``None``: unused); ``dw = g x_hat`` (summed to the weight's shape by the mechanism)."""
-    from jaxrules.ops.normalization import rms_norm_backward
-
     x, w, rstd = res
     g, g_rstd = ct
     stat = rstd.dtype
@@ -436,8 +433,6 @@ def masked_log_softmax_vjp(res, ct, *, axis, **_):
 
 def glu_vjp(x, ct, *, axis, **_):
     """torch ``glu_backward``: ``(sigmoid(b) ct, a sigmoid(b)(1 - sigmoid(b)) ct)`` concatenated."""
-    import jax
-
     a, b = jnp.split(x, 2, axis=axis)
     s = jax.nn.sigmoid(b)
     return (jnp.concatenate([s * ct, a * s * (1 - s) * ct], axis=axis),)
@@ -758,9 +753,7 @@ def lu_unpack_vjp(res, g, *, k):
 def expm_vjp(a, ct, **_):
     """``expm([[A^T, ct], [0, A^T]])_12`` (seed ``linalg_matrix_exp_differential`` with
     ``adjoint=True``, JAX convention: transpose, not conjugate transpose)."""
-    from jaxrules.jvp_rules import _block_exp_corner
-
-    return (_block_exp_corner(_mT(a), ct),)
+    return (J._block_exp_corner(_mT(a), ct),)
 
 
 def _reflector_adjoint(a, tau, out, g, steps):
@@ -1108,3 +1101,57 @@ def linear_cross_entropy_vjp(res, ct, *, reduction, ignore_index, label_smoothin
         a = a + ct_lse.astype(lse.dtype)
     dx, dw, db = P.lce_backward(x, weight, bias, target, class_weight, lse, a, b, e, chunk=chunk)
     return (dx, dw, None) + ((db,) if has_bias else ()) + ((None,) if has_class_weight else ())
+
+
+# ----------------------------------------------------------------------------------------------
+# Ops the normalizations' VJP formulas call: B(g) as an op of its own, so that its own formulas
+# (above, and ``jvp_rules``) give the double backward under a second reverse pass.
+
+def _normalize_backward_primal(x, mean, rstd, g, *, axes, eps, axis_name):
+    # In x's dtype (computed in the statistics' dtype): for bfloat16 inputs an intermediate XLA
+    # keeps between fusions is then bfloat16, not float32.
+    return P.norm_projection(x, mean, rstd, g, axes, axis_name).astype(x.dtype)
+
+
+normalize_backward_op = define_op(
+    "normalize_backward", _normalize_backward_primal, J.normalize_backward_jvp, normalize_backward_vjp
+)
+normalize_backward_eps_op = define_op(
+    "normalize_backward",
+    lambda x, mean, rstd, g, eps, *, axes, axis_name: _normalize_backward_primal(
+        x, mean, rstd, g, axes=axes, eps=eps, axis_name=axis_name),
+    J.normalize_backward_eps_jvp, normalize_backward_eps_vjp,
+)
+
+
+def _rms_norm_backward_primal(x, rstd, v, *, axes, eps):
+    return P.rms_projection(x, rstd, v, axes).astype(x.dtype)
+
+
+rms_norm_backward_op = define_op(
+    "rms_norm_backward", _rms_norm_backward_primal, J.rms_norm_backward_jvp, rms_norm_backward_vjp
+)
+rms_norm_backward_eps_op = define_op(
+    "rms_norm_backward", lambda x, rstd, v, eps, *, axes: _rms_norm_backward_primal(x, rstd, v, axes=axes, eps=eps),
+    J.rms_norm_backward_eps_jvp, rms_norm_backward_eps_vjp,
+)
+
+
+def normalize_backward(x, mean, rstd, g, *, axes, eps, axis_name):
+    """``rstd (g - E[g] - x_hat E[g x_hat])``: the normalization's VJP (the native backward
+    without weight). ``mean``/``rstd`` are x's statistics, passed so that they are not computed
+    again; they carry no derivative of their own (the formulas differentiate through x)."""
+    if not isinstance(eps, float):  # an array (traced)
+        return normalize_backward_eps_op(x, lax.stop_gradient(mean), lax.stop_gradient(rstd), g, eps, axes=axes,
+                                         axis_name=axis_name)
+    return normalize_backward_op(x, lax.stop_gradient(mean), lax.stop_gradient(rstd), g, axes=axes, eps=eps,
+                                 axis_name=axis_name)
+
+
+def rms_norm_backward(x, rstd, v, *, axes, eps):
+    """``rstd (v - x_hat E[v x_hat])``: the RMS normalization's VJP without weight. ``rstd`` is
+    x's statistic, passed so that it is not computed again; it carries no derivative of its own
+    (the formulas differentiate through x)."""
+    if not isinstance(eps, float):  # an array (traced)
+        return rms_norm_backward_eps_op(x, lax.stop_gradient(rstd), v, eps, axes=axes)
+    return rms_norm_backward_op(x, lax.stop_gradient(rstd), v, axes=axes, eps=eps)

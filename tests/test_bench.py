@@ -1,4 +1,4 @@
-"""``python -m jaxrules bench`` machinery on tiny inputs (the numbers themselves come from the
+"""``benchmarks/bench.py`` machinery on tiny inputs (the numbers themselves come from the
 GPU machine), and the normalization benchmark of ``benchmarks/norms.py`` at ``benchmarks/shapes.py``."""
 
 import json
@@ -10,7 +10,8 @@ import pytest
 from _repo_files import load
 
 import jaxrules.numpy as rnp
-from jaxrules import bench
+
+bench = load("benchmarks/bench.py")
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ called directly, the output tangent of a batch-sharded tangent too).
 Two kinds of cases: the ops that failed under an ``Explicit`` mesh (linear, conv, max pooling,
 the determinants and the inverse, eigh, batch norm's XLA formulas), called on an input whose
 axis 0 is the batch, weights replicated; and a sample of registry records with every
-differentiable argument given a vmapped batch of 8 (``jaxrules.sharding_check``'s vmap form;
+differentiable argument given a vmapped batch of 8 (``testing.check_sharded``'s vmap form;
 ``tests/test_sharded.py`` runs both of its forms over the whole registry)."""
 
 import json
@@ -50,7 +50,7 @@ def _worker():
     from jaxrules.ops.linalg import det, eigh, inv, linear, matmul, slogdet
     from jaxrules.ops.normalization import batch_norm
     from jaxrules.ops.sorting import cummax
-    from jaxrules.sharding_check import check_sharded
+    from jaxrules.testing import check_sharded
 
     rng = np.random.default_rng(0)
     w_lin, b_lin, w_conv = rng.standard_normal((4, 3)), rng.standard_normal(4), rng.standard_normal((3, 2, 3, 3))

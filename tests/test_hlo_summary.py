@@ -1,8 +1,10 @@
-"""``jaxrules.hlo_summary`` on a hand-written entry computation: two dependent all-reduces (an
+"""``benchmarks/hlo_summary.py`` on a hand-written entry computation: two dependent all-reduces (an
 async pair counting once), an independent all-gather, a custom call, and activation-sized passes
 (the expected values read off the text by hand)."""
 
-from jaxrules.hlo_summary import summarize
+from _repo_files import load
+
+summarize = load("benchmarks/hlo_summary.py").summarize
 
 HLO = """HloModule m
 

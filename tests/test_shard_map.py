@@ -12,7 +12,7 @@ host devices (a subprocess: JAX starts with one device in the test process):
   attention's scans failed on their constant carries ("the manual axis types do not match").
 
 Every record's op under ``shard_map`` (vmapped over each device's slice of a batch) is the
-harness's ``sharded`` check's third form (``jaxrules/sharding_check.py``): it found that the
+harness's ``sharded`` check's third form (``jaxrules.testing.check_sharded``): it found that the
 derivatives of 181 of the 189 records failed there (a vmapped formula's cotangent lost its varying
 type and was summed over the devices: ``mechanism._batched_vjp``'s per-example avals).
 

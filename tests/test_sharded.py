@@ -1,4 +1,4 @@
-"""The ``sharded`` check (``jaxrules/sharding_check.py``) over the registry,
+"""The ``sharded`` check (``jaxrules.testing.check_sharded``) over the registry,
 on 8 and on 2 forced host devices (a subprocess: JAX starts with one device in the test process), in both
 mesh modes. Every record takes about 0.36 CPU s (both modes; 8 host devices on 2 cores), so a CI run
 checks a rotating subset (seeded by the commit, ``SUBSET`` records) and, on 8 devices, half the kernel-backed records;
@@ -90,14 +90,14 @@ def test_the_direct_form_with_two_devices(name):
 
 def test_the_check_skips_in_a_process_with_one_device():
     from jaxrules import registry
-    from jaxrules.sharding_check import check_sharded
+    from jaxrules.testing import check_sharded
 
     assert "needs several devices" in check_sharded(registry.get("relu"))
 
 
 def test_the_mesh_modes_come_from_the_environment(monkeypatch):
     """``check --sharded-modes`` hands its workers the modes through ``JAXRULES_SHARDED_MODES``."""
-    from jaxrules.sharding_check import modes_in_use
+    from jaxrules.testing import modes_in_use
 
     monkeypatch.delenv("JAXRULES_SHARDED_MODES", raising=False)
     assert modes_in_use() == ("auto", "explicit")
@@ -115,7 +115,7 @@ def test_jax_namesakes_of_records():
     import numpy as np
 
     from jaxrules import registry
-    from jaxrules.sharding_check import _jax_namesake
+    from jaxrules.testing import _jax_namesake
 
     name, fn = _jax_namesake(registry.get("concatenate"))  # fn=lambda *xs, axis=0: concatenate(xs, axis)
     assert name == "jax.numpy.concatenate"
@@ -137,7 +137,7 @@ def _worker(args):
     # this worker's CPU time.
     configure_check_process()
     from jaxrules import registry
-    from jaxrules.sharding_check import check_sharded
+    from jaxrules.testing import check_sharded
 
     forms = {}
     if args and args[0].startswith("--forms="):

@@ -1,6 +1,6 @@
 """Convolutions and ``grid_sample`` under ``jit`` with a batch sharded over 8 forced host devices
 (a subprocess: JAX starts with one device in the test process), through the harness's
-``sharding_check.check_sharded`` on one record sample at a time, float64, ``Auto`` and
+``testing.check_sharded`` on one record sample at a time, float64, ``Auto`` and
 ``Explicit`` meshes: values, JVP and VJP equal the unsharded program's and batch-sharded
 gradients keep the batch sharding (``check_sharded`` raises otherwise).
 
@@ -40,7 +40,7 @@ def _check(name, index, forms):
     import numpy as np
 
     from jaxrules import registry
-    from jaxrules.sharding_check import check_sharded
+    from jaxrules.testing import check_sharded
 
     record = registry.get(name)
     sample = record.samples(np.random.default_rng(0), np.float64)[index]

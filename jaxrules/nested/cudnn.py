@@ -35,7 +35,7 @@ packed layout where it has no more slot rows than the padded one (no copies), el
 
 Derivatives as the dense cuDNN attention (``jaxrules.ops.attention``): forward and VJP are
 cuDNN's (``jax.vjp`` of its call); the JVP and second derivatives are those of the XLA formulas
-(``jaxrules.nested.ops.attention_op``, via ``differentiated_as``): cuDNN is never differentiated.
+(``jaxrules.nested.rules.attention_op``, via ``differentiated_as``): cuDNN is never differentiated.
 """
 
 from __future__ import annotations
@@ -45,9 +45,10 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from jaxrules.dispatch import CUDNN_DTYPES
 from jaxrules.mechanism import cudnn_fused_attention, define_op, differentiated_as
 from jaxrules.nested import blocks as K
-from jaxrules.ops.attention import CUDNN_DTYPES
+from jaxrules.nested.rules import attention_op
 
 _fused = cudnn_fused_attention()  # JAX's cuDNN attention with the packed layout (a JAX internal: mechanism)
 
@@ -151,10 +152,8 @@ def _forward(q, k, v, offsets, scale, causal, layout, max_len):
 
 def _reference(q, k, v, offsets, scale, causal, layout, block, chunk, max_len):
     """The XLA formulas' output ``softmax(scale q_i k_i^T) v_i`` per sequence
-    (``jaxrules.nested.ops.attention_op`` in float32, cast back to ``v``'s dtype); ``layout``
+    (``jaxrules.nested.rules.attention_op`` in float32, cast back to ``v``'s dtype); ``layout``
     (cuDNN's) is unused: the signature is ``_backward``'s."""
-    from jaxrules.nested.ops import attention_op  # late: ops imports this module
-
     plan = K.attention_plan(offsets, q.shape[0], block, max_len, chunk, causal)
     work = jnp.promote_types(q.dtype, jnp.float32)
     out, _ = attention_op(q.astype(work), k.astype(work), v.astype(work), *plan, scale=scale, block=block,

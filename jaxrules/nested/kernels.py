@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from jaxrules import partitioning
 from jaxrules.mechanism import varying_struct
 from jaxrules.partials import stat_dtype
 
@@ -204,3 +205,36 @@ def backward(meta, qs, ks, vs, dos, lse, delta, *, scale, block, interpret, caus
     dk, dv = _call(dkv_kernel, meta, [ks, vs], [qs, dos, lse, delta], [like(ks), like(vs)], block=block,
                    interpret=interpret, name="ragged_attention_dkv")
     return dq, dk, dv
+
+
+# ----------------------------------------------------------------------------------------------
+# Partitioned under ``jit`` (``jaxrules.partitioning``): heads independent, the slot layout (heads, slots, ...)
+# sharded over heads; the per-block integer metadata replicated.
+
+
+def _ragged_forward_impl(first, count, length, local, qs, ks, vs, scale, block, interpret, causal):
+    return forward((first, count, length, local), qs, ks, vs, scale=scale, block=block,
+                           interpret=interpret, causal=causal)
+
+
+def _ragged_backward_impl(first, count, length, local, qs, ks, vs, dos, lse, delta, scale, block, interpret, causal):
+    return backward((first, count, length, local), qs, ks, vs, dos, lse, delta, scale=scale, block=block,
+                            interpret=interpret, causal=causal)
+
+
+def _over_heads(impl, meta, arrays, statics):
+    arrays = (*meta, *arrays)
+    leading = (False,) * len(meta) + (True,) * (len(arrays) - len(meta))
+    return tuple(partitioning.leading_axis_op(impl, statics, leading, tuple(a.ndim for a in arrays))(*arrays))
+
+
+def ragged_attention_forward(meta, qs, ks, vs, *, scale, block, interpret, causal=False):
+    """``forward``, partitioned over heads (and over vmap's examples under vmap):
+    ``(out, lse)``."""
+    return _over_heads(_ragged_forward_impl, meta, (qs, ks, vs), (scale, block, interpret, causal))
+
+
+def ragged_attention_backward(meta, qs, ks, vs, dos, lse, delta, *, scale, block, interpret, causal=False):
+    """``backward``, partitioned over heads (and over vmap's examples under vmap):
+    ``(dq, dk, dv)``."""
+    return _over_heads(_ragged_backward_impl, meta, (qs, ks, vs, dos, lse, delta), (scale, block, interpret, causal))

@@ -15,7 +15,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrules import dispatch
-from jaxrules import nn as dense_nn
 from jaxrules import partials as P
 from jaxrules.mechanism import concrete_value, define_op
 from jaxrules.nested import blocks as K
@@ -23,7 +22,10 @@ from jaxrules.nested import cudnn as C
 from jaxrules.nested import kernels as KN
 from jaxrules.nested import rules as R
 from jaxrules.nested.tensor import NestedTensor, logical_axis, same_offsets
+from jaxrules.ops import activations as dense_nn
+from jaxrules.ops.linalg import linear as dense_linear
 from jaxrules.ops.linalg import matmul as dense_matmul
+from jaxrules.ops.normalization import layer_norm as dense_layer_norm
 from jaxrules.ops.reductions import mean as dense_mean
 from jaxrules.ops.reductions import sum as dense_sum
 
@@ -42,7 +44,7 @@ ragged_mean_op = define_op("nested_ragged_mean", R.ragged_mean_primal, R.ragged_
                            R.ragged_mean_save)
 ragged_contract_op = define_op("nested_ragged_contract", R.ragged_contract_primal, R.ragged_contract_jvp,
                                R.ragged_contract_vjp, R.ragged_contract_save)
-attention_op = define_op("nested_attention", R.attention_primal, R.attention_jvp, R.attention_vjp, R.attention_save)
+attention_op = R.attention_op
 fused_attention_op = define_op("nested_attention_fused", R.fused_attention_primal, R.fused_attention_jvp,
                                R.fused_attention_vjp, R.fused_attention_save)
 _IMPLS = ("xla", "cudnn", "pallas", "pallas_interpret")
@@ -122,7 +124,7 @@ def linear(x: NestedTensor, weight, bias=None) -> NestedTensor:
     """``x @ weight^T + bias`` on every row, torch's weight layout (out, in) (seed
     ``nested_linear_backward``: g_x = G W, g_W = G^T X, g_b = the sum of G's rows — the bias
     gradient torch leaves unimplemented for nested input)."""
-    return _map_values("linear", x, lambda v: dense_nn.linear(v, weight, bias))
+    return _map_values("linear", x, lambda v: dense_linear(v, weight, bias))
 
 
 def matmul(a: NestedTensor, b: NestedTensor | jax.Array, *, transpose_a: bool = False) -> NestedTensor | jax.Array:
@@ -175,6 +177,11 @@ def matmul(a: NestedTensor, b: NestedTensor | jax.Array, *, transpose_a: bool = 
 
 # ----------------------------------------------------------------------------------------------
 # Reductions and softmax
+
+
+# ``a @ b`` of a NestedTensor: the op above (this module defines the ops on the type; the type's
+# module imports none).
+NestedTensor.__matmul__ = matmul
 
 
 def sum(x: NestedTensor, axis):  # noqa: A001 - the numpy name
@@ -280,7 +287,7 @@ def layer_norm(x: NestedTensor, normalized_shape, weight=None, bias=None, eps: f
             f"nested.layer_norm: normalized_shape {shape} would include the ragged axis; it must match trailing "
             f"inner axes of {x.inner_shape}"
         )
-    return x.with_values(dense_nn.layer_norm(x.values, shape, weight, bias, eps))
+    return x.with_values(dense_layer_norm(x.values, shape, weight, bias, eps))
 
 
 # ----------------------------------------------------------------------------------------------

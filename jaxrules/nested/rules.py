@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxrules import partials as P
-from jaxrules import partitioning
-from jaxrules.mechanism import differentiated_as, varying_like
+from jaxrules.mechanism import define_op, differentiated_as, varying_like
 from jaxrules.nested import blocks as K
+from jaxrules.nested import kernels as KN
 
 
 def _expand(stat, seg):
@@ -313,7 +313,7 @@ def _tokens(xs, token_slot):
 def fused_attention_primal(q, k, v, token_slot, slot_token, pair_q, pair_k, *meta, scale, block, chunk, interpret,
                            causal=False):
     qs, ks, vs = (_heads_first(x, slot_token, block) for x in (q, k, v))
-    out, lse = partitioning.ragged_attention_forward(meta, qs, ks, vs, scale=scale, block=block, interpret=interpret,
+    out, lse = KN.ragged_attention_forward(meta, qs, ks, vs, scale=scale, block=block, interpret=interpret,
                                                      causal=causal)
     return _tokens(out, token_slot), _tokens(lse, token_slot)
 
@@ -345,7 +345,7 @@ def _kernel_vjp(res, ct, scale, block, chunk, interpret, causal):
     delta = jnp.sum(g.astype(acc) * out.astype(acc), -1) - g_lse
     qs, ks, vs, gs = (_heads_first(x, slot_token, block) for x in (q, k, v, g.astype(q.dtype)))
     lse_s, delta_s = (_heads_first(x, slot_token, block) for x in (lse, delta))
-    grads = partitioning.ragged_attention_backward(meta, qs, ks, vs, gs, lse_s, delta_s, scale=scale, block=block,
+    grads = KN.ragged_attention_backward(meta, qs, ks, vs, gs, lse_s, delta_s, scale=scale, block=block,
                                                    interpret=interpret, causal=causal)
     return tuple(_tokens(x, token_slot) for x in grads)
 
@@ -357,3 +357,6 @@ def fused_attention_vjp(res, ct, *, scale, block, chunk, interpret, causal=False
     ct = (jnp.zeros_like(out) if g is None else g, jnp.zeros_like(lse) if g_lse is None else g_lse)
     grads = _kernel_vjp(tuple(res), ct, scale, block, chunk, interpret, causal)
     return (*grads, *([None] * (len(res) - 5)))
+
+
+attention_op = define_op("nested_attention", attention_primal, attention_jvp, attention_vjp, attention_save)

@@ -29,7 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrules.checking import checked_only
 from jaxrules.mechanism import concrete_value
+from jaxrules.ops.shape import take
+from jaxrules.partials import nan_factor, runtime_check
 
 __all__ = ["NestedTensor", "from_jagged", "from_lengths", "from_padded", "nested_tensor"]
 
@@ -262,11 +265,6 @@ class NestedTensor:
     __rtruediv__ = _operator("divide", jnp.divide, reflected=True)
     __pow__ = _operator("power", jnp.power)
 
-    def __matmul__(self, other):
-        from jaxrules.nested.ops import matmul
-
-        return matmul(self, other)
-
 
 # ----------------------------------------------------------------------------------------------
 # Checks shared by the constructors and ops
@@ -314,7 +312,6 @@ def same_offsets(op: str, a: NestedTensor, b: NestedTensor) -> None:
         if not np.array_equal(ha, hb):
             raise ValueError(f"{op}: the NestedTensors have different offsets: {ha.tolist()} vs {hb.tolist()}")
         return
-    from jaxrules.partials import runtime_check
 
     runtime_check(jnp.any(a.offsets != b.offsets), f"{op}: the NestedTensors have different offsets")
 
@@ -338,8 +335,6 @@ def dense_operand(op: str, nt: NestedTensor, x) -> jax.Array:
         except ValueError:
             pass
         else:
-            from jaxrules.ops.shape import take  # the gather's rule: seed index_select_backward
-
             rows = x[:, 0]
             return take(rows, nt.segment_ids(), axis=0) if x.shape[0] > 1 else rows
     raise ValueError(
@@ -410,8 +405,6 @@ def _guard_traced_offsets(op, values, offsets, bad=False):
     invalid: not from 0 to ``len(values)``, or decreasing. Inside ``jaxrules.checked`` a run-time
     error instead; outside it no check runs (no host callback in a jitted step), and NaN is what
     the results show, never the finite values of misread components."""
-    from jaxrules.checking import checked_only
-    from jaxrules.partials import nan_factor
 
     offsets = jnp.asarray(offsets)
     bad = (bad | (offsets[0] != 0) | (offsets[-1] != values.shape[0])

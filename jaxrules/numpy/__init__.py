@@ -8,9 +8,11 @@ from typing import Any
 
 import jax.numpy as _jax_namespace
 from jax import Array
+from jax import lax as _lax
 from jax.typing import ArrayLike, DTypeLike
 
 from jaxrules import _namespace
+from jaxrules import _validate as _V
 from jaxrules.numpy import fft, linalg
 from jaxrules.ops import linalg as _linalg_ops
 from jaxrules.ops.elementwise import (
@@ -109,18 +111,14 @@ def matmul(a: ArrayLike, b: ArrayLike, *, precision: Any = None, preferred_eleme
             not broadcast, or ``precision`` is not one of JAX's forms.
         TypeError: when ``preferred_element_type`` is not a dtype.
     """
-    import jax.numpy as jnp_
-
-    from jaxrules import _validate as V
-
-    V.unhonoured("matmul", out_sharding=out_sharding)
-    a, b = V.array("matmul", "a", a, inexact=False), V.array("matmul", "b", b, inexact=False)
+    _V.unhonoured("matmul", out_sharding=out_sharding)
+    a, b = _V.array("matmul", "a", a, inexact=False), _V.array("matmul", "b", b, inexact=False)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("matmul: operands must not be scalars (use multiply)")
-    exact = not jnp_.issubdtype(jnp_.result_type(a, b), jnp_.inexact)
+    exact = not _jax_namespace.issubdtype(_jax_namespace.result_type(a, b), _jax_namespace.inexact)
     if exact and preferred_element_type is None:  # nothing to differentiate: jax.numpy's exact product
-        return jnp_.matmul(a, b, precision=precision)
-    common = jnp_.result_type(a, b)  # jax.numpy's promotion (int32 with float32: float32)
+        return _jax_namespace.matmul(a, b, precision=precision)
+    common = _jax_namespace.result_type(a, b)  # jax.numpy's promotion (int32 with float32: float32)
     a, b = a.astype(common), b.astype(common)
     if precision is not None and _default_precision(precision):
         precision = None
@@ -129,13 +127,13 @@ def matmul(a: ArrayLike, b: ArrayLike, *, precision: Any = None, preferred_eleme
     if preferred_element_type is None:
         return _linalg_ops.matmul(a, b, precision)
     try:
-        target = jnp_.dtype(preferred_element_type)
+        target = _jax_namespace.dtype(preferred_element_type)
     except TypeError:
         raise TypeError(f"matmul: preferred_element_type must be a dtype, got {preferred_element_type!r}") from None
-    if not jnp_.issubdtype(target, jnp_.inexact):
+    if not _jax_namespace.issubdtype(target, _jax_namespace.inexact):
         raise ValueError(f"matmul: preferred_element_type must be an inexact dtype in jaxrules, got {target}")
-    common = jnp_.result_type(a, b)
-    if jnp_.promote_types(common, target) == target:
+    common = _jax_namespace.result_type(a, b)
+    if _jax_namespace.promote_types(common, target) == target:
         return _linalg_ops.matmul(a.astype(target), b.astype(target), precision)
     return _linalg_ops.matmul(a, b, precision).astype(target)
 
@@ -143,24 +141,22 @@ def matmul(a: ArrayLike, b: ArrayLike, *, precision: Any = None, preferred_eleme
 def _default_precision(precision) -> bool:
     """Whether ``precision`` (JAX's forms: a ``lax.Precision`` or its name, a pair of them, a
     ``lax.DotAlgorithmPreset`` or its name, a ``lax.DotAlgorithm``) asks for the default."""
-    from jax import lax
-
     # (this module's ``all``, ``max``, ... are jax.numpy's: no builtins here)
     items = precision if isinstance(precision, tuple) and len(precision) == 2 else (precision,)
     defaults = []
     for p in items:
-        if isinstance(p, lax.DotAlgorithm):
+        if isinstance(p, _lax.DotAlgorithm):
             defaults.append(False)
-        elif isinstance(p, lax.DotAlgorithmPreset):
-            defaults.append(p == lax.DotAlgorithmPreset.DEFAULT)
-        elif isinstance(p, str) and p.upper() in lax.DotAlgorithmPreset.__members__ and p.lower() != "default":
+        elif isinstance(p, _lax.DotAlgorithmPreset):
+            defaults.append(p == _lax.DotAlgorithmPreset.DEFAULT)
+        elif isinstance(p, str) and p.upper() in _lax.DotAlgorithmPreset.__members__ and p.lower() != "default":
             defaults.append(False)
         else:
             try:
-                defaults.append(lax.Precision(p) == lax.Precision.DEFAULT)
+                defaults.append(_lax.Precision(p) == _lax.Precision.DEFAULT)
             except (ValueError, TypeError, KeyError):
-                raise ValueError(f"matmul: precision must be None, a lax.Precision, its name or a pair of them, or "
-                                 f"a lax.DotAlgorithm(Preset), got {precision!r}") from None
+                raise ValueError(f"matmul: precision must be None, a _lax.Precision, its name or a pair of them, or "
+                                 f"a _lax.DotAlgorithm(Preset), got {precision!r}") from None
     return False not in defaults
 
 

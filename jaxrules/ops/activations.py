@@ -16,6 +16,7 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
+from jaxrules.checking import runtime_check
 from jaxrules.mechanism import define_op
 from jaxrules.ops._sampling import f64, normal
 from jaxrules.registry import Sample, SingularPoint, record
@@ -178,7 +179,6 @@ def hardtanh(x: ArrayLike, min_val: float | ArrayLike = -1.0, max_val: float | A
     if lo_host is not None and hi_host is not None and np.any(lo_host > hi_host):
         raise ValueError(f"hardtanh: min_val={min_val!r} must not exceed max_val={max_val!r}")
     if lo_host is None or hi_host is None:  # traced: the run-time check (jaxrules.checked raises it)
-        from jaxrules.checking import runtime_check
 
         runtime_check(lo > hi, "hardtanh: min_val must not exceed max_val (traced values)")
     return _hardtanh(x, lo, hi)
@@ -561,7 +561,6 @@ def dropout(x: ArrayLike, p: float | ArrayLike = 0.5, training: bool = True, *, 
     if host is not None and np.any(host > 1):
         raise ValueError(f"dropout: p must be a probability in [0, 1], got {host!r}")
     if host is None:  # traced: the run-time check (jaxrules.checked raises it)
-        from jaxrules.checking import runtime_check
 
         runtime_check(p > 1, "dropout: p must be a probability in [0, 1] (a traced value)")
     if not training or (host is not None and np.all(host == 0)):

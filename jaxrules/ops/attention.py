@@ -17,6 +17,7 @@ from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
 from jaxrules import partials
+from jaxrules.dispatch import CUDNN_DTYPES
 from jaxrules.mechanism import define_op, differentiated_as, explicit_sharding
 from jaxrules.ops._sampling import f64, normal
 from jaxrules.registry import Sample, SingularPoint, record
@@ -165,7 +166,6 @@ attention_op = define_op("scaled_dot_product_attention", _attention_primal, _att
 # cuDNN's; the JVP is the XLA formula above (forward mode is not the training path); second
 # derivatives come from the XLA formulas (``differentiated_as``: cuDNN is never differentiated).
 
-CUDNN_DTYPES = ("bfloat16", "float16")
 
 
 def _cudnn(q, k, v, scale, causal):

@@ -43,6 +43,7 @@ arctan2_op = define_op("arctan2", jnp.arctan2, J.arctan2_jvp, R.arctan2_vjp)
 power_op = define_op("power", jnp.power, J.power_jvp, R.power_vjp, lambda out, x, y: (x, y, out))
 power_scalar_exponent_op = define_op("power_scalar_exponent", lambda x, *, exponent: jnp.power(x, exponent), J.power_scalar_exponent_jvp, R.power_scalar_exponent_vjp)
 power_scalar_base_op = define_op("power_scalar_base", lambda y, *, base: jnp.power(jnp.asarray(base, y.dtype), y), J.power_scalar_base_jvp, R.power_scalar_base_vjp, lambda out, y, **_: (y, out))
+P.use_power_ops(power=power_op, power_scalar_exponent=power_scalar_exponent_op)  # their derivative factors
 copysign_op = define_op("copysign", jnp.copysign, J.copysign_jvp, R.copysign_vjp)
 sinc_op = define_op("sinc", jnp.sinc, J.sinc_jvp, R.sinc_vjp)
 log1p_op = define_op("log1p", jnp.log1p, J.log1p_jvp, R.log1p_vjp)

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
+from jax.numpy.linalg import slogdet as _jnp_slogdet
 from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
@@ -556,8 +557,6 @@ def slogdet(a: ArrayLike) -> tuple[Array, Array]:
         ValueError: when ``a`` has rank < 2 or is not square.
     """
     sign, logabsdet = slogdet_op(_matrix("slogdet", "a", a, square=True))
-    from jax.numpy.linalg import slogdet as _jnp_slogdet
-
     return type(_jnp_slogdet(jnp.eye(1)))(sign, logabsdet)
 
 

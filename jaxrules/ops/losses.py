@@ -17,10 +17,14 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
+from jaxrules.checking import runtime_check
 from jaxrules.mechanism import define_op
 from jaxrules.ops import reductions
 from jaxrules.ops._sampling import f64, normal, uniform
-from jaxrules.ops.activations import pointwise_op
+from jaxrules.ops.activations import log_softmax, pointwise_op
+from jaxrules.ops.elementwise import clip
+from jaxrules.ops.norms import _check_ord, pairwise_distance
+from jaxrules.ops.shape import take_along_axis
 from jaxrules.registry import Sample, SingularPoint, record
 
 # ----------------------------------------------------------------------------------------------
@@ -577,7 +581,6 @@ def cosine_embedding_loss(input1: ArrayLike, input2: ArrayLike, target: ArrayLik
     Returns:
         The (N,) losses for ``"none"`` (0-d for a 0-d target), else a 0-d array.
     """
-    from jaxrules.ops.elementwise import clip
 
     op = "cosine_embedding_loss"
     _check_reduction(op, reduction)
@@ -623,8 +626,6 @@ def triplet_margin_loss(anchor: ArrayLike, positive: ArrayLike, negative: ArrayL
     Returns:
         The losses (the broadcast shape without the last axis) for ``"none"``, else a 0-d array.
     """
-    from jaxrules.ops.elementwise import clip
-    from jaxrules.ops.norms import _check_ord, pairwise_distance
 
     op = "triplet_margin_loss"
     margin = _margin(op, margin, low=0)  # torch: "margin must be greater than 0"
@@ -674,7 +675,6 @@ def _nll(x, t, w, ignore_index, reduction):
     infinite ``x``, with a zero derivative); "mean" divides the sum by the sum of ``w[t]`` over the
     kept elements (``_kept_mean``: NaN with zero derivatives when none is kept, as torch). The pick
     is the ``take_along_axis`` op (its VJP scatters, seed ``gather_backward``)."""
-    from jaxrules.ops.shape import take_along_axis
 
     axis = 0 if x.ndim == 1 else 1
     t = V.wide_indices(t)
@@ -770,7 +770,6 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
         >>> print(jax.grad(nn.cross_entropy)(logits, target)[0])  # (softmax - one_hot) / N
         [-0.375  0.125  0.125  0.125]
     """
-    from jaxrules.ops.activations import log_softmax
 
     x, t, w = _class_inputs("cross_entropy", input, target, weight, reduction)
     # (a number, an array or a tracer: jit, vmap, grad through the composition below)
@@ -781,8 +780,6 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
     if host is not None and host > 1:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {host!r}")
     if host is None:
-        from jaxrules.checking import runtime_check
-
         runtime_check(label_smoothing > 1, "cross_entropy: label_smoothing must be in [0, 1] (a traced value)")
     axis = 0 if x.ndim == 1 else 1
     logp = log_softmax(x, axis=axis)

@@ -4,7 +4,7 @@ semantics, channels at axis 1).
 All three run one op on the XLA path, ``affine_normalize``: ``y = (x - mean) rstd w + b`` over
 the reduced axes (and over the devices of ``axis_name``) with the statistics as outputs, saving
 what torch saves (input, weight, mean, rstd — not a normalized copy). Its VJP is the native
-backward with weight; the ``dx`` part is computed by the op ``normalize_backward``, whose own
+backward with weight; the ``dx`` part is computed by the op ``normalize_backward`` (``vjp_rules``), whose own
 formulas are the seed's double backward, so Hessian-vector products run them. Its vmap rule
 (``jaxrules/batching.py``) folds the vmap dimension into a kept axis, as functorch does.
 
@@ -35,7 +35,7 @@ from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
 from jaxrules.batching import affine_norm_batch_rule
-from jaxrules.mechanism import define_op, differentiated_as
+from jaxrules.mechanism import concrete_value, define_op, differentiated_as
 from jaxrules.ops._sampling import normal
 from jaxrules.registry import Sample, SingularPoint, record
 
@@ -55,18 +55,9 @@ def _save_affine_normalize(outs, x, w, b, **_):
     return (x, w, outs[1], outs[2])
 
 
-def _normalize_backward_primal(x, mean, rstd, g, *, axes, eps, axis_name):
-    # In x's dtype (computed in the statistics' dtype): for bfloat16 inputs an intermediate XLA
-    # keeps between fusions is then bfloat16, not float32.
-    return P.norm_projection(x, mean, rstd, g, axes, axis_name).astype(x.dtype)
-
-
 affine_normalize_op = define_op(
     "affine_normalize", _affine_normalize_primal, J.affine_normalize_jvp, R.affine_normalize_vjp,
     _save_affine_normalize, affine_norm_batch_rule(_affine_normalize_primal), none_for_zero_cotangents=True,
-)
-normalize_backward_op = define_op(
-    "normalize_backward", _normalize_backward_primal, J.normalize_backward_jvp, R.normalize_backward_vjp
 )
 
 # The same two ops with ``eps`` an array argument (a traced eps: jit compiles once for every value,
@@ -77,26 +68,24 @@ affine_normalize_eps_op = define_op(
     J.affine_normalize_eps_jvp, R.affine_normalize_eps_vjp,
     lambda outs, x, w, b, eps, **_: (x, w, outs[1], outs[2], eps), none_for_zero_cotangents=True,
 )
-normalize_backward_eps_op = define_op(
-    "normalize_backward",
-    lambda x, mean, rstd, g, eps, *, axes, axis_name: _normalize_backward_primal(
-        x, mean, rstd, g, axes=axes, eps=eps, axis_name=axis_name),
-    J.normalize_backward_eps_jvp, R.normalize_backward_eps_vjp,
-)
+
+
+def _norm_kernels():
+    """``jaxrules.norm_kernels``, imported when a fused kernel is traced: it imports Pallas, which
+    ``import jaxrules.nn`` does not load (the XLA formulas are the default)."""
+    from jaxrules import norm_kernels
+
+    return norm_kernels
 
 
 def _layer_norm_rows_primal(x, w, b, *, eps, launch):
-    from jaxrules import norm_kernels
-
-    return norm_kernels.forward(x, w, b, eps=eps, launch=launch)
+    return _norm_kernels().forward(x, w, b, eps=eps, launch=launch)
 
 
 def _rms_norm_rows_primal(x, w, *, eps, launch):
     """``(y, rstd)`` of RMS norm over the last axis of x (M, N), the fused kernel of ``launch``'s
     kernel (``norm_kernels.rms_forward``)."""
-    from jaxrules import norm_kernels
-
-    return norm_kernels.rms_forward(x, w, eps=eps, launch=launch)
+    return _norm_kernels().rms_forward(x, w, eps=eps, launch=launch)
 
 
 def _rows_batch(primal):
@@ -106,8 +95,6 @@ def _rows_batch(primal):
     ``jax.vmap``."""
 
     def rule(args, dims, *, vmap_axis_name, eps, launch):
-        import jax
-
         x, x_dim = args[0], dims[0]
         if x_dim is not None and all(d is None for d in dims[1:]):
             x = jnp.moveaxis(x, x_dim, 0)
@@ -152,10 +139,8 @@ def _rms_norm_rows_reference_vjp(res, ct, eps, launch):
 
 @differentiated_as(_rms_norm_rows_reference_vjp, n_static=2)
 def _rms_norm_rows_kernel_vjp(res, ct, eps, launch):
-    from jaxrules import norm_kernels
-
     x, w, rstd = res
-    return norm_kernels.rms_backward(x, ct[0], w, rstd, ct[1], launch=launch)
+    return _norm_kernels().rms_backward(x, ct[0], w, rstd, ct[1], launch=launch)
 
 
 def _rms_norm_rows_vjp(res, ct, *, eps, launch):
@@ -178,16 +163,9 @@ def _rms_norm_primal(x, w, *, axes, eps):
     return (x.astype(stat) * rstd * w.astype(stat)).astype(x.dtype), rstd
 
 
-def _rms_norm_backward_primal(x, rstd, v, *, axes, eps):
-    return P.rms_projection(x, rstd, v, axes).astype(x.dtype)
-
-
 rms_norm_op = define_op(
     "rms_norm", _rms_norm_primal, J.rms_norm_jvp, R.rms_norm_vjp,
     lambda outs, x, w, **_: (x, w, outs[1]), none_for_zero_cotangents=True,
-)
-rms_norm_backward_op = define_op(
-    "rms_norm_backward", _rms_norm_backward_primal, J.rms_norm_backward_jvp, R.rms_norm_backward_vjp
 )
 
 
@@ -195,10 +173,6 @@ rms_norm_backward_op = define_op(
 rms_norm_eps_op = define_op(
     "rms_norm", lambda x, w, eps, *, axes: _rms_norm_primal(x, w, axes=axes, eps=eps), J.rms_norm_eps_jvp,
     R.rms_norm_eps_vjp, lambda outs, x, w, eps, **_: (x, w, outs[1], eps), none_for_zero_cotangents=True,
-)
-rms_norm_backward_eps_op = define_op(
-    "rms_norm_backward", lambda x, rstd, v, eps, *, axes: _rms_norm_backward_primal(x, rstd, v, axes=axes, eps=eps),
-    J.rms_norm_backward_eps_jvp, R.rms_norm_backward_eps_vjp,
 )
 
 
@@ -257,17 +231,6 @@ def _affine_vectors(op, x, channels, weight, bias):
     return partitioning.replicated(w), partitioning.replicated(b)
 
 
-def normalize_backward(x, mean, rstd, g, *, axes, eps, axis_name):
-    """``rstd (g - E[g] - x_hat E[g x_hat])``: the normalization's VJP (the native backward
-    without weight). ``mean``/``rstd`` are x's statistics, passed so that they are not computed
-    again; they carry no derivative of their own (the formulas differentiate through x)."""
-    if not isinstance(eps, float):  # an array (traced)
-        return normalize_backward_eps_op(x, lax.stop_gradient(mean), lax.stop_gradient(rstd), g, eps, axes=axes,
-                                         axis_name=axis_name)
-    return normalize_backward_op(x, lax.stop_gradient(mean), lax.stop_gradient(rstd), g, axes=axes, eps=eps,
-                                 axis_name=axis_name)
-
-
 def _affine_normalize(op, x, weight, bias, axes, weight_shape, weight_axis, eps, axis_name):
     """``(y, mean, rstd)`` of the XLA formulas: x normalized over ``axes``, then ``* weight + bias``
     (``weight_shape`` placed at ``weight_axis``, ones/zeros where not given)."""
@@ -284,7 +247,6 @@ def _check_eps(op, eps):
     NaN where ``var < 0.5``, as in torch): a Python or NumPy number or a concrete 0-d array (a
     float), or a traced 0-d array (under ``jit``/``vmap``, returned as an array: the XLA formulas
     then take it as an argument, see ``_eps_plan``)."""
-    from jaxrules.mechanism import concrete_value
 
     if isinstance(eps, jax.Array | np.ndarray | np.generic) and not isinstance(eps, np.bool_):
         arr = jnp.asarray(eps)
@@ -526,7 +488,6 @@ def batch_norm(
         y = (x - running_mean.reshape(channel_view)) * lax.rsqrt(running_var.reshape(channel_view) + eps)
         return _affine("batch_norm", y.astype(x.dtype), weight, bias, (channels,), 1), running_mean, running_var
     _grouped_impl("batch_norm", impl)
-    from jaxrules.mechanism import concrete_value
 
     host_eps = eps if isinstance(eps, float) else concrete_value(eps)  # checked when concrete
     if host_eps is not None and host_eps <= 0:  # torch: "batch_norm eps must be positive during training"
@@ -644,15 +605,6 @@ def instance_norm(x: ArrayLike, running_mean: ArrayLike | None = None, running_v
     return y, new_mean, new_var
 
 
-def rms_norm_backward(x, rstd, v, *, axes, eps):
-    """``rstd (v - x_hat E[v x_hat])``: the RMS normalization's VJP without weight. ``rstd`` is
-    x's statistic, passed so that it is not computed again; it carries no derivative of its own
-    (the formulas differentiate through x)."""
-    if not isinstance(eps, float):  # an array (traced)
-        return rms_norm_backward_eps_op(x, lax.stop_gradient(rstd), v, eps, axes=axes)
-    return rms_norm_backward_op(x, lax.stop_gradient(rstd), v, axes=axes, eps=eps)
-
-
 def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayLike | None = None,
              eps: float | ArrayLike | None = None, *, impl: str | None = None) -> Array:
     """RMS normalization ``y = x rsqrt(E[x^2] + eps) * weight`` with the mean over the trailing
@@ -737,8 +689,6 @@ _FORMULAS = ("affine_normalize", "normalize_backward")
 
 def _kernel_mode(x):
     """The fused kernels compiled on a GPU (float32 and narrower), interpreted elsewhere."""
-    import jax
-
     return "pallas" if jax.default_backend() == "gpu" and x.dtype != np.float64 else "pallas_interpret"
 
 

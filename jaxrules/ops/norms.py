@@ -16,8 +16,9 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import vjp_rules as R
 from jaxrules.mechanism import define_op, unsharded_along
-from jaxrules.ops import reductions
+from jaxrules.ops import elementwise, linalg, reductions
 from jaxrules.ops._sampling import away_from_zero, f64, normal
+from jaxrules.ops.elementwise import clip
 from jaxrules.registry import Sample, SingularPoint, record
 
 # ----------------------------------------------------------------------------------------------
@@ -142,16 +143,12 @@ def norm(x: ArrayLike, ord: int | float | str | None = None, axis: int | tuple[i
             shape = tuple(1 if k in axes else n for k, n in enumerate(x.shape) if keepdims or k not in axes)
             return jnp.zeros(shape, jnp.finfo(x.dtype).dtype)
     if ord in (1, -1, math.inf, -math.inf):
-        from jaxrules.ops import elementwise
-
         summed_axis, pick_axis = (axes[0], axes[1]) if ord in (1, -1) else (axes[1], axes[0])
         sums = reductions.sum(elementwise.abs(x), axis=summed_axis, keepdims=True)
         pick = reductions.amax if ord > 0 else reductions.amin
         out = pick(sums, axis=pick_axis, keepdims=True)
         return out if keepdims else jnp.squeeze(out, axes)
     if ord in (2, -2, "nuc"):
-        from jaxrules.ops import linalg
-
         moved = jnp.moveaxis(x, axes, (-2, -1))
         values = linalg.svdvals(moved)
         out = reductions.sum(values, axis=-1) if ord == "nuc" else (reductions.amax if ord == 2 else reductions.amin)(values, axis=-1)
@@ -265,7 +262,6 @@ def normalize(x: ArrayLike, p: float = 2.0, axis: int = 1, eps: float = 1e-12) -
         [[0.6 0.8]
          [0.  0. ]]
     """
-    from jaxrules.ops.elementwise import clip
 
     x = V.array("normalize", "x", x)
     axis = V.single_axis("normalize", max(x.ndim, 1), axis)
@@ -321,7 +317,6 @@ def cosine_similarity(x1: ArrayLike, x2: ArrayLike, axis: int = 1, eps: float = 
         >>> print(nn.cosine_similarity(jnp.array([[1.0, 0.0]]), jnp.array([[1.0, 1.0]])).round(4))
         [0.7071]
     """
-    from jaxrules.ops.elementwise import clip
 
     op = "cosine_similarity"
     x1, x2 = V.array(op, "x1", x1), V.array(op, "x2", x2)

@@ -20,6 +20,7 @@ from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
 from jaxrules.mechanism import concrete_value, define_op, unsharded_along
+from jaxrules.ops import reductions
 from jaxrules.ops._sampling import normal
 from jaxrules.registry import Sample, record
 
@@ -442,7 +443,6 @@ def pad(array: ArrayLike, pad_width: ArrayLike, mode: str | Callable[..., Any] =
             x = _concat3(parts[0], x, parts[1], d)
         return x
     # the statistics of the edge slices (jaxrules' reductions), repeated
-    from jaxrules.ops import reductions
 
     stat = {"maximum": reductions.amax, "minimum": reductions.amin, "mean": reductions.mean,
             "median": reductions.median}[mode]

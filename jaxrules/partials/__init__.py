@@ -76,6 +76,7 @@ from jaxrules.partials.elementwise import (  # noqa: F401
     sgn,
     sgn_parts,
     sinc_derivative,
+    use_power_ops,
     xlogy_factors,
 )
 from jaxrules.partials.fft import (  # noqa: F401

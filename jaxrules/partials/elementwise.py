@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+from jax.scipy import special
 
 # ----------------------------------------------------------------------------------------------
 # Small guards.
@@ -41,12 +42,17 @@ def reduced_size(shape, axis):
 # Elementwise factors.
 
 
-def _ops():
-    """The elementwise ops, for factors whose own derivative must follow jaxrules' conventions
-    (imported late: the ops import this module)."""
-    from jaxrules.ops import elementwise
+# The power factors raise x to a power with the power ops themselves, so that their own
+# derivatives (second order and up) follow the same conventions at x = 0. Only those ops' formulas
+# call them, and the module that defines the ops hands them over as it defines them
+# (``use_power_ops``): this layer names no op module.
+_POWER_OPS: dict = {}
 
-    return elementwise
+
+def use_power_ops(*, power, power_scalar_exponent) -> None:
+    """The ops ``power(x, y)`` (same dtype) and ``power_scalar_exponent(x, exponent=e)`` that
+    ``pow_base_factor`` and ``pow_scalar_exponent_factor`` raise x with."""
+    _POWER_OPS.update(power=power, power_scalar_exponent=power_scalar_exponent)
 
 
 def sgn_parts(x):
@@ -73,14 +79,14 @@ def pow_scalar_exponent_factor(x, exponent):
     """``e x^(e-1)``, exactly 0 when e = 0 (seed ``pow_backward``: avoids ``0 * inf``)."""
     if exponent == 0:
         return jnp.zeros_like(x)
-    return exponent * _ops().power(x, exponent - 1)
+    return exponent * _POWER_OPS["power_scalar_exponent"](x, exponent=exponent - 1)
 
 
 def pow_base_factor(x, y):
     """``y x^(y-1)``, 0 where y = 0 (seed ``pow_backward_self``)."""
     zero = y == 0
     y_safe = jnp.where(zero, 1, y)
-    return jnp.where(zero, 0, y_safe * _ops().power(x, y_safe - 1))
+    return jnp.where(zero, 0, y_safe * _POWER_OPS["power"](x, y_safe - 1))
 
 
 def pow_exponent_factor(x, y, out):
@@ -145,22 +151,16 @@ def _bessel_ratio(x, i1x):
 
 def i1_factor(x, out):
     """``i0(x) - i1(x)/x``; 1/2 at 0 (torch ``i1_backward``)."""
-    from jax.scipy import special
-
     return special.i0(x) - _bessel_ratio(x, out)
 
 
 def i1e_factor(x, out):
     """``i0e(x) - i1e(x) (sign(x) + 1/x)``; 1/2 at 0 (torch ``i1e_backward``)."""
-    from jax.scipy import special
-
     return special.i0e(x) - jnp.sign(x) * out - _bessel_ratio(x, out)
 
 
 def multigammaln_factor(a, d):
     """``sum_{i<d} digamma(a - i/2)`` (seed ``mvlgamma_backward``)."""
-    from jax.scipy import special
-
     return sum(special.digamma(a - i / 2) for i in range(d))
 
 

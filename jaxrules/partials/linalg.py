@@ -8,6 +8,9 @@ import math
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.scipy.linalg import cho_solve as _cho_solve
+from jax.scipy.linalg import lu_factor as _lu_factor
+from jax.scipy.linalg import lu_solve as _lu_solve
 
 from jaxrules.checking import runtime_check
 from jaxrules.partials.elementwise import safe_reciprocal
@@ -142,22 +145,16 @@ def check_gauge(im_diag, op):
 
 def lu_solve(lu, piv, b, trans=0):
     """``A^{-1} B`` (``trans`` 0), ``A^{-T} B`` (1) or ``A^{-H} B`` (2) from ``lu_factor(A)``."""
-    from jax.scipy.linalg import lu_solve as _lu_solve
-
     return _lu_solve((lu, piv), b, trans=trans)
 
 
 def lu_factor(a):
     """``(lu, piv)`` of ``A`` (LAPACK's packed LU with partial pivoting)."""
-    from jax.scipy.linalg import lu_factor as _lu_factor
-
     return _lu_factor(a)
 
 
 def cho_solve(c, lower, b):
     """``(L L^H)^{-1} B`` (``lower``) or ``(U^H U)^{-1} B`` from the triangle of ``c``."""
-    from jax.scipy.linalg import cho_solve as _cho_solve
-
     return _cho_solve((c, lower), b)
 
 

@@ -13,6 +13,7 @@ from jax import lax
 
 from jaxrules.mechanism import explicit_sharding
 from jaxrules.partials.reductions import max_or_neg_inf
+from jaxrules.partitioning import local_shape
 
 # ----------------------------------------------------------------------------------------------
 # Normalization: x_hat = (x - mean) * rstd over ``axes`` (and over the devices of ``axis_name``).
@@ -50,8 +51,6 @@ def direct_forms(x, axes) -> bool:
     (``partitioning.local_shape``: its shard where the sharding is known when tracing; under
     ``jax.vmap`` of the primal, as for a traced ``eps``, one example's), with the number of
     groups (statistics) they make."""
-    from jaxrules.partitioning import local_shape
-
     shape = local_shape(x)
     nbytes = math.prod(shape) * np.dtype(x.dtype).itemsize
     groups = math.prod(d for a, d in enumerate(shape) if a not in {b % x.ndim for b in axes})

@@ -1,4 +1,4 @@
-"""``python -m jaxrules bench``: forward+backward (``jit`` of ``vjp``) of jaxrules ops against
+"""``python benchmarks/bench.py``: forward+backward (``jit`` of ``vjp``) of jaxrules ops against
 JAX's own autodiff of the same math, torch eager and ``torch.compile`` (when torch is importable),
 in one process on one device; time per call, median of repeated runs of ``CALLS_PER_RUN`` calls
 queued back to back, after warm-up, jaxrules' and JAX's runs alternating (``median_ms``,
@@ -10,6 +10,7 @@ measured copy bandwidth; bytes of the residuals kept between forward and backwar
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import statistics
@@ -436,3 +437,43 @@ def _program_form(meta) -> str:
     if not meta.get("with_value"):
         return "the gradients only"
     return "a training step: the value, then the gradients from a cotangent that waits for it"
+
+
+def _run(args) -> int:
+    """Run the suite ``args`` ask for; print (and write, and plot) its table. 2 when no case matches."""
+
+    def write(rows, meta):  # after every case, so a run cut short keeps what it measured
+        if args.out:
+            with open(args.out, "w") as fh:
+                fh.write(markdown(rows, meta))
+
+    cases = suite(args.suite)
+    rows, meta = run(cases, repeats=args.repeats, pattern=args.ops, with_torch=not args.no_torch, on_row=write,
+                     with_value=args.with_value)
+    if not rows:
+        print(f"bench: no benchmark matches {args.ops!r}", file=sys.stderr)
+        return 2
+    print(markdown(rows, meta))
+    if args.plot:
+        plot(rows, meta, args.plot)
+    return 0
+
+
+def main(argv=None) -> int:
+    """The command line: ``python benchmarks/bench.py [--suite S] [--ops ...] [--out F] [--plot F]``."""
+    parser = argparse.ArgumentParser(prog="python benchmarks/bench.py", description=__doc__)
+    parser.add_argument("--ops", help="only benchmarks whose name contains this (comma-separated: any of them)")
+    parser.add_argument("--suite", default="default", choices=("default", "linalg", "all"),
+                        help="default: normalization and elementwise ops; linalg: 8192 32x32 matrices "
+                        "(the normalizations over shapes of real models: benchmarks/norms.py)")
+    parser.add_argument("--repeats", type=int, default=30, help="timed runs per measurement (median)")
+    parser.add_argument("--out", help="write the Markdown table here")
+    parser.add_argument("--plot", help="write a PNG plot here")
+    parser.add_argument("--no-torch", action="store_true", help="skip torch eager and torch.compile")
+    parser.add_argument("--with-value", action="store_true",
+                        help="the JAX programs return the forward value with the gradients (a training step)")
+    return _run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,5 +1,5 @@
 """What a compiled program does, read from its optimized HLO text (``compiled.as_text()``), for the
-partitioning diagnostics (``benchmarks/multi_device.py``, ``tests/test_partitioning.py``).
+partitioning diagnostics (``benchmarks/models.py``, ``tests/test_partitioning.py``).
 
 The entry computation is read, with the computations it runs inline (``call``: a GPU command
 buffer; ``async-start``: an async collective's wrapper), not the bodies of fusions and loops.
