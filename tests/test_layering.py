@@ -31,7 +31,8 @@ LAYERS = (
     ("ops", ("jaxrules.ops", "jaxrules.ops.*", "jaxrules.nested.tensor", "jaxrules.nested.cudnn",
              "jaxrules.nested.ops", "jaxrules.nested.dense")),
     ("namespaces", ("jaxrules.nn", "jaxrules.numpy", "jaxrules.numpy.*", "jaxrules.scipy", "jaxrules.scipy.*",
-                    "jaxrules.linalg", "jaxrules.nested", "jaxrules.nested.records")),
+                    "jaxrules.linalg", "jaxrules.nested", "jaxrules.nested.records", "jaxrules.torch",
+                    "jaxrules.torch.*")),
     ("testing harness", ("jaxrules.testing",)),
     ("entry points", ("jaxrules.cli", "jaxrules.__main__", "jaxrules")),
 )
@@ -175,7 +176,7 @@ def test_the_layers_are_written_in_the_design_notes():
     assert missing == []
 
 
-@pytest.mark.parametrize("namespace", ["jaxrules.numpy", "jaxrules.nn"])
+@pytest.mark.parametrize("namespace", ["jaxrules.numpy", "jaxrules.nn", "jaxrules.torch.nn.functional"])
 def test_importing_a_namespace_loads_no_pallas(namespace):
     """A fresh interpreter (this one has loaded everything): Pallas and its kernels wait for a
     kernel to be asked for."""
