@@ -624,12 +624,18 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="compile threads")
     parser.add_argument("--out", help="write the rows as JSON here")
     parser.add_argument("--profile", metavar="POINT", help="profile one point (a substring of its id) instead")
+    parser.add_argument("--points", help="only the points whose id contains one of these (comma-separated substrings)")
     args = parser.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = set(models) - set(MODELS)
     if unknown:
         parser.error(f"unknown models {sorted(unknown)}; choose from {sorted(MODELS)}")
     pts = points(models, args.quick)
+    if args.points:
+        wanted = [w.strip() for w in args.points.split(",") if w.strip()]
+        pts = [p for p in pts if any(w in p.id for w in wanted)]
+        if not pts:
+            parser.error(f"no point matches {args.points!r}")
     device = jax.devices()[0]
     print(f"jax {jax.__version__}, {device.platform} {device.device_kind}; points: {', '.join(p.id for p in pts)}",
           flush=True)
