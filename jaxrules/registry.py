@@ -1,6 +1,6 @@
 """The op registry: one record per public op (PyTorch's OpInfo is the model).
 
-The records live in ``jaxrules.records`` (one module per ops family), out of the run-time
+The records live in ``jaxrules.op_records`` (one module per ops family), out of the run-time
 import path: ``load_records()`` imports them. The tests, ``python -m jaxrules check``, ``python -m
 jaxrules list`` (and ``COVERAGE.md``) and the benchmarks all read these records; adding an op means
 one primal, two formulas and one record.
@@ -65,7 +65,7 @@ SampleFn = Callable[[np.random.Generator, np.dtype], list[Sample]]
 @dataclasses.dataclass(frozen=True)
 class OpRecord:
     """Everything the harness, the CLI and the coverage table need to know about an op. The
-    ``jaxrules.records`` modules declare them with ``record(name, fn=..., ...)``, which builds and
+    ``jaxrules.op_records`` modules declare them with ``record(name, fn=..., ...)``, which builds and
     registers it.
 
     * ``fn``: the public function; ``public``: its public names.
@@ -200,7 +200,7 @@ def record(
     torch_name: str,
     **options: Any,
 ) -> OpRecord:
-    """Register the op ``name``'s record and return it: the one way the ``jaxrules.records``
+    """Register the op ``name``'s record and return it: the one way the ``jaxrules.op_records``
     modules declare a record.
 
     Everything after the name is a keyword:
@@ -236,11 +236,11 @@ _OPTIONS = frozenset(f.name for f in dataclasses.fields(OpRecord) if f.default i
 
 
 def load_records() -> None:
-    """Register every record: import ``jaxrules.records`` (one module per ops family, and the
+    """Register every record: import ``jaxrules.op_records`` (one module per ops family, and the
     NestedTensor ops'), which imports the ops it checks. The one way records are loaded:
     ``records()``, ``get()``, the harness, the CLI and the tests call it; ``import jaxrules`` and
     its namespaces do not."""
-    import jaxrules.records  # noqa: F401 (imported for its registrations)
+    import jaxrules.op_records  # noqa: F401 (imported for its registrations)
 
 
 def records(pattern: str | None = None) -> list[OpRecord]:

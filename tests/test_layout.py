@@ -54,30 +54,30 @@ def test_the_nested_records_live_in_the_records_package():
     from jaxrules import registry
 
     modules = {r.fn.__module__ for r in registry.records("nested.*")}
-    assert modules == {"jaxrules.records.nested"}, modules
+    assert modules == {"jaxrules.op_records.nested"}, modules
 
 
 def test_every_ops_module_has_a_records_module_and_only_the_records_package_records():
-    """``jaxrules/records/<family>.py`` beside each ``jaxrules/ops/<family>.py`` (plus ``nested``),
-    all imported by the package; no module outside ``jaxrules/records`` calls ``record(...)``."""
-    import jaxrules.records
+    """``jaxrules/op_records/<family>.py`` beside each ``jaxrules/ops/<family>.py`` (plus ``nested``),
+    all imported by the package; no module outside ``jaxrules/op_records`` calls ``record(...)``."""
+    import jaxrules.op_records
 
     families = {p.stem for p in (PACKAGE / "ops").glob("*.py") if p.name not in ("__init__.py", "_sampling.py")}
-    modules = {p.stem for p in (PACKAGE / "records").glob("*.py") if p.name != "__init__.py"}
+    modules = {p.stem for p in (PACKAGE / "op_records").glob("*.py") if p.name != "__init__.py"}
     assert modules == families | {"nested"}
-    assert set(jaxrules.records.__all__) == modules
+    assert set(jaxrules.op_records.__all__) == modules
     calling = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-                     if p.parent.name != "records" and "record" in set(_calls(ast.parse(p.read_text())))
+                     if p.parent.name != "op_records" and "record" in set(_calls(ast.parse(p.read_text())))
                      and p.name != "registry.py")
-    assert not calling, f"record(...) outside jaxrules/records: {calling}"
+    assert not calling, f"record(...) outside jaxrules/op_records: {calling}"
 
 
 def test_every_record_call_of_the_records_package_is_registered():
-    """Each ``record("name", ...)`` written in ``jaxrules/records`` is in the registry that
+    """Each ``record("name", ...)`` written in ``jaxrules/op_records`` is in the registry that
     ``registry.load_records()`` fills (the records package imports every records module)."""
     from jaxrules import registry
 
-    trees = [ast.parse(p.read_text()) for p in (PACKAGE / "records").glob("*.py")]
+    trees = [ast.parse(p.read_text()) for p in (PACKAGE / "op_records").glob("*.py")]
     written = {call.args[0].value for tree in trees for call in ast.walk(tree)
                if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "record"
                and isinstance(call.args[0], ast.Constant)}
@@ -126,7 +126,7 @@ def _names(nodes):
 
 
 def _layout_errors(name, factories):
-    """What in ``jaxrules/ops/<name>`` (and its records, ``jaxrules/records/<name>``) breaks the
+    """What in ``jaxrules/ops/<name>`` (and its records, ``jaxrules/op_records/<name>``) breaks the
     layout (CONTRIBUTING.md), one line each."""
     source = (PACKAGE / "ops" / name).read_text()
     tree, lines = ast.parse(source), source.splitlines()
@@ -137,7 +137,7 @@ def _layout_errors(name, factories):
     ranks = [{"Ops": 0, "Public functions": 1}.get(k, -1) for k in kinds]
     if ranks != sorted(ranks):
         errors.append(f"the sections are out of order (Ops, then Public functions): {kinds}")
-    records = ast.parse((PACKAGE / "records" / name).read_text())
+    records = ast.parse((PACKAGE / "op_records" / name).read_text())
     records_names = _names([records]) | {alias.asname or alias.name for node in records.body
                                          if isinstance(node, ast.ImportFrom) for alias in node.names}
 
@@ -150,7 +150,7 @@ def _layout_errors(name, factories):
         is_op = (node.name in factories or _FORMULA.fullmatch(node.name)) if is_def else bool(calls & factories)
         public = is_def and not node.name.startswith("_") and not is_op
         if "record" in calls:
-            errors.append(f"{what}: a record(...) call: records go in jaxrules/records/{name}")
+            errors.append(f"{what}: a record(...) call: records go in jaxrules/op_records/{name}")
         if is_op and where != "Ops":
             errors.append(f"{what}: an op (a define_op call, an op factory or a formula) outside an Ops section")
         if public and where != "Public functions":
@@ -159,23 +159,23 @@ def _layout_errors(name, factories):
             errors.append(f"{what}: before the first section (only the docstring, imports, __all__ go there)")
         if (is_def and node.name.startswith("_") and node.name in records_names and not is_op
                 and not any(node.name in _names([other]) for other in tree.body if other is not node)):
-            errors.append(f"{what}: used by the records only, so it goes in jaxrules/records/{name}")
+            errors.append(f"{what}: used by the records only, so it goes in jaxrules/op_records/{name}")
     for node in records.body:
         is_def = isinstance(node, ast.FunctionDef)
         if not (is_def or isinstance(node, ast.Import | ast.ImportFrom | ast.Assign | ast.AnnAssign | ast.Expr
                                      | ast.For)):
-            errors.append(f"jaxrules/records/{name} line {node.lineno}: only records, the sample helpers and "
+            errors.append(f"jaxrules/op_records/{name} line {node.lineno}: only records, the sample helpers and "
                           "torch references they use, and constants")
         if (is_def or isinstance(node, ast.Expr) and not isinstance(node.value, ast.Constant)) and set(
                 _calls(node)) & factories:
-            errors.append(f"jaxrules/records/{name} line {node.lineno}: an op defined among the records")
+            errors.append(f"jaxrules/op_records/{name} line {node.lineno}: an op defined among the records")
     return errors
 
 
 def test_every_ops_module_has_the_same_layout():
     """Each ``jaxrules/ops`` module: docstring, imports; ``# Ops`` sections (``define_op`` calls,
     op factories and their private helpers); ``# Public functions`` sections; no record. Its
-    records, and the sample helpers only they use, are in ``jaxrules/records/<family>.py``
+    records, and the sample helpers only they use, are in ``jaxrules/op_records/<family>.py``
     (CONTRIBUTING.md, "Layout of an ops module")."""
     trees = [ast.parse((PACKAGE / "ops" / name).read_text()) for name in OPS_MODULES]
     factories = _op_factories(trees)

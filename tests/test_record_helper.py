@@ -12,7 +12,8 @@ from jaxrules import registry
 from jaxrules.registry import Sample
 
 PACKAGE = pathlib.Path(__file__).parent.parent / "jaxrules"
-RECORD_MODULES = sorted(f"records/{p.name}" for p in (PACKAGE / "records").glob("*.py") if p.name != "__init__.py")
+RECORD_MODULES = sorted(f"op_records/{p.name}" for p in (PACKAGE / "op_records").glob("*.py")
+                        if p.name != "__init__.py")
 
 
 def _modules():

@@ -1,7 +1,7 @@
 """The ops: each module defines its ops (primal + residuals) and their public functions;
 importing one module (``jaxrules.ops.elementwise``) imports only the modules it uses. Their
-registry records live in ``jaxrules.records.<family>`` (the NestedTensor ops' in
-``jaxrules.records.nested``), loaded by ``jaxrules.registry.load_records()`` only."""
+registry records live in ``jaxrules.op_records.<family>`` (the NestedTensor ops' in
+``jaxrules.op_records.nested``), loaded by ``jaxrules.registry.load_records()`` only."""
 
 __all__ = ["activations", "attention", "conv", "elementwise", "fft", "indexing", "linalg", "losses", "normalization", "norms", "reductions", "resampling", "shape", "sorting"]
 

@@ -112,7 +112,7 @@ def _cudnn_samples(rng, dt):
             Sample(tuple(normal(rng, dt, 1, 3, 40, 64) for _ in range(3)), {"is_causal": True})]
 
 
-# The fields of a cuDNN record (dense here, ragged in jaxrules/records/nested.py): cuDNN checked
+# The fields of a cuDNN record (dense here, ragged in jaxrules/op_records/nested.py): cuDNN checked
 # in half precision against the float64 formulas, on a GPU only.
 CUDNN_RECORD = dict(
     seed=("(cuDNN's fused flash attention, forward and backward)",), low_precision=("bfloat16", "float16"),
