@@ -72,6 +72,21 @@ def test_every_ops_module_has_a_records_module_and_only_the_records_package_reco
     assert not calling, f"record(...) outside jaxrules/op_records: {calling}"
 
 
+@pytest.mark.parametrize("name", sorted(p.stem for p in (PACKAGE / "ops").glob("*.py")
+                                         if p.name not in ("__init__.py", "_sampling.py")))
+def test_the_records_follow_the_order_of_the_ops_module(name):
+    """A record named after a public function of ``jaxrules/ops/<name>`` (``"relu"``,
+    ``"layer_norm[pallas]"``) comes in the order that module defines those functions."""
+    defined = {node.name: node.lineno for node in ast.parse((PACKAGE / "ops" / f"{name}.py").read_text()).body
+               if isinstance(node, ast.FunctionDef)}
+    calls = sorted((call.lineno, call.args[0].value.split("[")[0])
+                   for call in ast.walk(ast.parse((PACKAGE / "op_records" / f"{name}.py").read_text()))
+                   if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "record"
+                   and isinstance(call.args[0], ast.Constant))
+    order = [op for _, op in calls if op in defined]
+    assert order == sorted(order, key=defined.__getitem__), order
+
+
 def test_every_record_call_of_the_records_package_is_registered():
     """Each ``record("name", ...)`` written in ``jaxrules/op_records`` is in the registry that
     ``registry.load_records()`` fills (the records package imports every records module)."""

@@ -46,9 +46,10 @@ def _samples(scale=2.0):
 
 _F = "torch.nn.functional."
 record(
-    "silu", fn=silu, public=(_NN + "silu",), formula_ops=("silu",), seed=("infinitely_differentiable_silu_backward",),
-    samples=_samples(), torch_fn=lambda t, x: t.nn.functional.silu(x), torch_name=_F + "silu",
-    low_precision=("float32", "bfloat16"), singular=(SingularPoint("saturation", (f64(-800.0, 800.0),), (f64(0, 1),)),),
+    "threshold", fn=threshold, public=(_NN + "threshold",), formula_ops=("threshold",), seed=("threshold_backward",),
+    samples=lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4) + 0.01, 0.5, -2.0))],
+    torch_fn=lambda t, x, th, value: t.nn.functional.threshold(x, th, value), torch_name=_F + "threshold",
+    singular=(SingularPoint("at the threshold", (f64(0.5, 1.0), 0.5, -2.0), (f64(0, 1),)),),
 )
 record(
     "relu", fn=relu, public=(_NN + "relu",), formula_ops=("threshold",), seed=("threshold_backward",),
@@ -103,10 +104,9 @@ record(
     singular=(SingularPoint("at 0", (f64(0.0, -1.0, 2.0), f64(0.25)), (f64(0.25, 0.25, 1), f64(-1.0))),),
 )
 record(
-    "threshold", fn=threshold, public=(_NN + "threshold",), formula_ops=("threshold",), seed=("threshold_backward",),
-    samples=lambda rng, dt: [Sample((2 * normal(rng, dt, 3, 4) + 0.01, 0.5, -2.0))],
-    torch_fn=lambda t, x, th, value: t.nn.functional.threshold(x, th, value), torch_name=_F + "threshold",
-    singular=(SingularPoint("at the threshold", (f64(0.5, 1.0), 0.5, -2.0), (f64(0, 1),)),),
+    "silu", fn=silu, public=(_NN + "silu",), formula_ops=("silu",), seed=("infinitely_differentiable_silu_backward",),
+    samples=_samples(), torch_fn=lambda t, x: t.nn.functional.silu(x), torch_name=_F + "silu",
+    low_precision=("float32", "bfloat16"), singular=(SingularPoint("saturation", (f64(-800.0, 800.0),), (f64(0, 1),)),),
 )
 record(
     "mish", fn=mish, public=(_NN + "mish",), formula_ops=("mish",), seed=("infinitely_differentiable_mish_backward",),

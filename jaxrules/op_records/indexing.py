@@ -28,6 +28,44 @@ record(
 )
 
 
+def _embedding_bag_entry(input, weight, per_sample_weights=None, offsets=None, **kwargs):  # noqa: A002
+    """The record's entry: ``per_sample_weights`` positional, so the harness differentiates it."""
+    return embedding_bag(input, weight, offsets, per_sample_weights=per_sample_weights, **kwargs)
+
+
+def _torch_embedding_bag(torch, input, weight, per_sample_weights=None, offsets=None, **kwargs):  # noqa: A002
+    if offsets is not None and offsets.numel() == 0:  # torch 2.13 segfaults there (the fuzz test found it)
+        raise RuntimeError("embedding_bag: empty offsets (torch 2.13 crashes on them)")
+    return torch.nn.functional.embedding_bag(input, weight, offsets, per_sample_weights=per_sample_weights, **kwargs)
+
+
+_BAG_INPUT = np.array([1, 2, 4, 4, 0, 5, 2])
+_BAG_OFFSETS = np.array([0, 2, 2, 5])  # the second bag is empty
+
+record(
+    "embedding_bag", fn=_embedding_bag_entry, public=("jaxrules.nn.embedding_bag",),
+    formula_ops=("embedding_bag_sum", "embedding_bag_max"),
+    seed=("_embedding_bag_backward", "_embedding_bag_dense_backward", "_embedding_bag_per_sample_weights_backward"),
+    samples=lambda rng, dt: [
+        Sample((_BAG_INPUT, distinct(rng, dt, 6, 3), None, _BAG_OFFSETS)),
+        Sample((_BAG_INPUT, distinct(rng, dt, 6, 2), normal(rng, dt, 7), _BAG_OFFSETS), {"mode": "sum", "padding_idx": 2}),
+        Sample((np.array([[0, 3, 3], [2, 1, 3]]), distinct(rng, dt, 4, 3)), {"mode": "max"}),
+        Sample((_BAG_INPUT, distinct(rng, dt, 6, 2), None, np.array([0, 2, 2, 5, 7])),
+               {"mode": "max", "include_last_offset": True, "padding_idx": 5}),
+        Sample((np.array([[1, 1, 3], [0, 1, 1]]), distinct(rng, dt, 4, 2)), {"padding_idx": 0}),  # mean
+        Sample((np.zeros(0, int), normal(rng, dt, 3, 2), None, np.array([0, 0])), {"mode": "sum"}),  # empty bags: 0
+    ],
+    torch_fn=_torch_embedding_bag, torch_name="torch.nn.functional.embedding_bag",
+    singular=(SingularPoint("max: ties go to the first maximum in bag order",
+                            (np.array([[0, 1, 2], [2, 1, 0]]), np.array([[1.0, 5.0], [3.0, 5.0], [3.0, 0.0], [0.0, 0.0]])),
+                            (np.array([[0.0, 1.0], [1.0, 1.0], [1.0, 0.0], [0.0, 0.0]]),), {"mode": "max"}),),
+    deviations="scale_grad_by_freq divides each row's gradient by its index's count, as documented and as torch's "
+    "embedding (torch 2.13's CPU embedding_bag divides some rows by another index's count); max_norm is not "
+    "supported (ValueError); include_last_offset needs offsets[-1] == len(input) (torch's float32 and float64 CPU "
+    "kernels disagree otherwise); pinned in tests/test_embedding_bag.py.",
+)
+
+
 def _scatter_samples(reduce):
     def samples(rng, dt):
         index = np.array([[0, 2, 0], [3, 3, 3], [1, 0, 1]])  # duplicates in every row
@@ -90,42 +128,4 @@ record(
     singular=(SingularPoint("prod with a zero in a slot", (np.array([[1.0, 2.0], [3.0, 4.0]]), 0, np.array([0, 0]),
                                                           np.array([[0.0, 2.0], [5.0, 0.5]]), "prod")),),
     deviations="prod: forward-mode and higher derivatives are defined (as scatter_reduce's).",
-)
-
-
-def _embedding_bag_entry(input, weight, per_sample_weights=None, offsets=None, **kwargs):  # noqa: A002
-    """The record's entry: ``per_sample_weights`` positional, so the harness differentiates it."""
-    return embedding_bag(input, weight, offsets, per_sample_weights=per_sample_weights, **kwargs)
-
-
-def _torch_embedding_bag(torch, input, weight, per_sample_weights=None, offsets=None, **kwargs):  # noqa: A002
-    if offsets is not None and offsets.numel() == 0:  # torch 2.13 segfaults there (the fuzz test found it)
-        raise RuntimeError("embedding_bag: empty offsets (torch 2.13 crashes on them)")
-    return torch.nn.functional.embedding_bag(input, weight, offsets, per_sample_weights=per_sample_weights, **kwargs)
-
-
-_BAG_INPUT = np.array([1, 2, 4, 4, 0, 5, 2])
-_BAG_OFFSETS = np.array([0, 2, 2, 5])  # the second bag is empty
-
-record(
-    "embedding_bag", fn=_embedding_bag_entry, public=("jaxrules.nn.embedding_bag",),
-    formula_ops=("embedding_bag_sum", "embedding_bag_max"),
-    seed=("_embedding_bag_backward", "_embedding_bag_dense_backward", "_embedding_bag_per_sample_weights_backward"),
-    samples=lambda rng, dt: [
-        Sample((_BAG_INPUT, distinct(rng, dt, 6, 3), None, _BAG_OFFSETS)),
-        Sample((_BAG_INPUT, distinct(rng, dt, 6, 2), normal(rng, dt, 7), _BAG_OFFSETS), {"mode": "sum", "padding_idx": 2}),
-        Sample((np.array([[0, 3, 3], [2, 1, 3]]), distinct(rng, dt, 4, 3)), {"mode": "max"}),
-        Sample((_BAG_INPUT, distinct(rng, dt, 6, 2), None, np.array([0, 2, 2, 5, 7])),
-               {"mode": "max", "include_last_offset": True, "padding_idx": 5}),
-        Sample((np.array([[1, 1, 3], [0, 1, 1]]), distinct(rng, dt, 4, 2)), {"padding_idx": 0}),  # mean
-        Sample((np.zeros(0, int), normal(rng, dt, 3, 2), None, np.array([0, 0])), {"mode": "sum"}),  # empty bags: 0
-    ],
-    torch_fn=_torch_embedding_bag, torch_name="torch.nn.functional.embedding_bag",
-    singular=(SingularPoint("max: ties go to the first maximum in bag order",
-                            (np.array([[0, 1, 2], [2, 1, 0]]), np.array([[1.0, 5.0], [3.0, 5.0], [3.0, 0.0], [0.0, 0.0]])),
-                            (np.array([[0.0, 1.0], [1.0, 1.0], [1.0, 0.0], [0.0, 0.0]]),), {"mode": "max"}),),
-    deviations="scale_grad_by_freq divides each row's gradient by its index's count, as documented and as torch's "
-    "embedding (torch 2.13's CPU embedding_bag divides some rows by another index's count); max_norm is not "
-    "supported (ValueError); include_last_offset needs offsets[-1] == len(input) (torch's float32 and float64 CPU "
-    "kernels disagree otherwise); pinned in tests/test_embedding_bag.py.",
 )

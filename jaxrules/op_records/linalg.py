@@ -86,17 +86,17 @@ record(
     dtypes=_C,
 )
 record(
+    "inv", fn=inv, public=("jaxrules.numpy.linalg.inv",), formula_ops=("inv",),
+    seed=("linalg_inv_ex (derivatives.yaml)",),
+    samples=lambda rng, dt: [Sample((well_conditioned(rng, dt, 3, 3),)), Sample((well_conditioned(rng, dt, 2, 4, 4),))],
+    torch_fn=lambda torch, a: torch.linalg.inv(a), torch_name="torch.linalg.inv", dtypes=_C,
+)
+record(
     "matrix_power", fn=matrix_power, public=("jaxrules.numpy.linalg.matrix_power", "jaxrules.linalg.matrix_power"), formula_ops=("matmul", "inv"),
     seed=("mm_mat1_backward", "mm_mat2_backward", "linalg_inv_ex (derivatives.yaml)"),
     samples=lambda rng, dt: [Sample((normal(rng, dt, 3, 3), 3)), Sample((well_conditioned(rng, dt, 2, 4, 4), -2)),
                              Sample((normal(rng, dt, 2, 3, 3), 6)), Sample((well_conditioned(rng, dt, 2, 2), -1))],
     torch_fn=lambda torch, a, n: torch.linalg.matrix_power(a, n), torch_name="torch.linalg.matrix_power", dtypes=_C,
-)
-record(
-    "inv", fn=inv, public=("jaxrules.numpy.linalg.inv",), formula_ops=("inv",),
-    seed=("linalg_inv_ex (derivatives.yaml)",),
-    samples=lambda rng, dt: [Sample((well_conditioned(rng, dt, 3, 3),)), Sample((well_conditioned(rng, dt, 2, 4, 4),))],
-    torch_fn=lambda torch, a: torch.linalg.inv(a), torch_name="torch.linalg.inv", dtypes=_C,
 )
 
 _SINGULAR = (
@@ -119,23 +119,6 @@ def _adjugate_np(a):
 
 
 record(
-    "det", fn=det, public=("jaxrules.numpy.linalg.det",), formula_ops=("det", "adjugate"),
-    seed=("linalg_det_jvp", "linalg_det_backward"),
-    samples=lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((normal(rng, dt, 2, 4, 4),))],
-    torch_fn=lambda torch, a: torch.linalg.det(a), torch_name="torch.linalg.det", dtypes=_C,
-    singular=tuple(
-        SingularPoint(
-            label, (a,), (_adjugate_np(a).T,),
-            torch_differs="torch's default backward (no create_graph) returns 0 at exactly singular "
-            "matrices; the gradient is the adjugate (torch's create_graph path agrees)." if label != "zero matrix" else "",
-        )
-        for label, a in _SINGULAR
-    ),
-    deviations="At singular matrices the gradient is the adjugate (torch's default path gives 0) "
-    "and second derivatives are finite (JAX: NaN in 10-35% of random singular cases).",
-    double_backward="adjugate op's rules (SVD with fixed singular vectors; finite at every rank)",
-)
-record(
     "adjugate", fn=adjugate, public=("jaxrules.linalg.adjugate",), formula_ops=("adjugate",),
     seed=("linalg_det_backward (SVD branch)",),
     samples=lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((normal(rng, dt, 2, 4, 4),))],
@@ -151,6 +134,23 @@ record(
     ),
     deviations="Second derivatives (det's third) at matrices with repeated zero singular values, "
     "such as the zero matrix, are NaN: they go through JAX's SVD derivative.",
+)
+record(
+    "det", fn=det, public=("jaxrules.numpy.linalg.det",), formula_ops=("det", "adjugate"),
+    seed=("linalg_det_jvp", "linalg_det_backward"),
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 3, 3),)), Sample((normal(rng, dt, 2, 4, 4),))],
+    torch_fn=lambda torch, a: torch.linalg.det(a), torch_name="torch.linalg.det", dtypes=_C,
+    singular=tuple(
+        SingularPoint(
+            label, (a,), (_adjugate_np(a).T,),
+            torch_differs="torch's default backward (no create_graph) returns 0 at exactly singular "
+            "matrices; the gradient is the adjugate (torch's create_graph path agrees)." if label != "zero matrix" else "",
+        )
+        for label, a in _SINGULAR
+    ),
+    deviations="At singular matrices the gradient is the adjugate (torch's default path gives 0) "
+    "and second derivatives are finite (JAX: NaN in 10-35% of random singular cases).",
+    double_backward="adjugate op's rules (SVD with fixed singular vectors; finite at every rank)",
 )
 record(
     "slogdet", fn=slogdet, public=("jaxrules.numpy.linalg.slogdet",), formula_ops=("slogdet",),

@@ -173,116 +173,6 @@ record(
 )
 
 
-
-def _class_samples(rng, dt):
-    """Logits (N, C, d) and (N, C), class indices with one ignored entry, class weights."""
-    x3, x2 = 2 * normal(rng, dt, 4, 5, 3), 2 * normal(rng, dt, 6, 4)
-    t3, t2 = rng.integers(0, 5, (4, 3)), rng.integers(0, 4, 6)
-    t3[1, 2] = -100
-    w = uniform(rng, dt, 0.5, 2, 5)
-    return x3, t3, x2, t2, w
-
-
-def _nll_samples(rng, dt):
-    x3, t3, x2, t2, w = _class_samples(rng, dt)
-    return [Sample((x3, t3)), Sample((x3, t3, w), {"reduction": "sum"}), Sample((x2, t2), {"reduction": "none"}),
-            Sample((x2[0], np.asarray(t2[0])),)]
-
-
-def _cross_entropy_samples(rng, dt):
-    x3, t3, x2, t2, w = _class_samples(rng, dt)
-    probs = uniform(rng, dt, 0, 1, 6, 4)
-    probs = probs / probs.sum(1, keepdims=True)
-    return [Sample((x3, t3)), Sample((x3, t3, w), {"reduction": "sum", "label_smoothing": 0.1}),
-            Sample((x2, t2, w[:4]), {"label_smoothing": 0.2}), Sample((x2, probs), {"reduction": "none"}),
-            Sample((x2, probs, w[:4]), {"label_smoothing": 0.1}), Sample((x2[0], np.asarray(t2[0])),)]
-
-
-record(
-    "nll_loss", fn=nll_loss, public=(_NN + "nll_loss",), formula_ops=("take_along_axis", "sum"),
-    seed=("nll_loss_backward (derivatives.yaml)",), samples=_nll_samples,
-    torch_fn=lambda t, x, y, w=None, reduction="mean": t.nn.functional.nll_loss(x, y, w, reduction=reduction),
-    torch_name=_F + "nll_loss", low_precision=("float32", "bfloat16"), torch_no_grad_args=(2,),
-    singular=(SingularPoint("an ignored target", (np.array([[0.5, -1.0, 2.0], [1.0, 0.0, -3.0]]), np.array([1, -100])),
-                            (np.array([[0.0, -1.0, 0.0], [0.0, 0.0, 0.0]]),)),),
-    deviations="The class weights are differentiable (torch refuses a gradient for them).",
-)
-record(
-    "cross_entropy", fn=cross_entropy, public=(_NN + "cross_entropy",),
-    formula_ops=("log_softmax", "take_along_axis", "sum"),
-    seed=("_log_softmax_backward_data", "nll_loss_backward (derivatives.yaml)"), samples=_cross_entropy_samples,
-    torch_fn=lambda t, x, y, w=None, reduction="mean", label_smoothing=0.0: t.nn.functional.cross_entropy(
-        x, y, w, reduction=reduction, label_smoothing=label_smoothing),
-    torch_name=_F + "cross_entropy", low_precision=("float32", "bfloat16"), torch_no_grad_args=(2,),
-    # Saturated logits: softmax - one_hot exactly, finite at second order (no exp overflow).
-    singular=(SingularPoint("saturated logits", (np.array([[800.0, 0.0, 0.0], [0.0, -800.0, 0.0]]), np.array([1, 2])),
-                            (np.array([[0.5, -0.5, 0.0], [0.25, 0.0, -0.25]]),)),),
-    deviations="The class weights are differentiable (torch refuses a gradient for them).",
-)
-
-
-def _linear_cross_entropy_samples(rng, dt):
-    """Activations (2, 3, 4) and (5, 4), a (7, 4) weight (chunks of 3: a scan over two, then a
-    tail of one class; chunks of 4: no scan, a tail of three), one ignored target each, class weights, label smoothing, z-loss,
-    every reduction, a 1-D input."""
-    x3, x2, w, b = normal(rng, dt, 2, 3, 4), normal(rng, dt, 5, 4), normal(rng, dt, 7, 4), normal(rng, dt, 7)
-    t3, t2 = rng.integers(0, 7, (2, 3)), rng.integers(0, 7, 5)
-    t3[1, 2], t2[3] = -100, 2
-    cw = np.asarray(uniform(rng, dt, 0.5, 2, 7), np.float64)
-    return [Sample((x3, w, t3), {"chunk_size": 3}),
-            Sample((x3, w, t3, b), {"reduction": "sum", "label_smoothing": 0.1, "class_weight": cw, "chunk_size": 3}),
-            Sample((x2, w, t2, b), {"reduction": "none", "ignore_index": 2, "chunk_size": 4}),
-            Sample((x2, w, t2), {"z_loss": 0.05, "class_weight": cw, "label_smoothing": 0.2, "chunk_size": 3}),
-            Sample((x3[0, 0], w, np.asarray(t3[0, 0]), b), {"z_loss": 0.1})]
-
-
-def _linear_cross_entropy_empty(rng, dt):
-    """No tokens (each reduction) and no features (the logits are the bias)."""
-    w, b = normal(rng, dt, 7, 4), normal(rng, dt, 7)
-    none = np.zeros((0,), np.int64)
-    return [Sample((normal(rng, dt, 0, 4), w, none)), Sample((normal(rng, dt, 0, 4), w, none, b), {"reduction": "sum"}),
-            Sample((normal(rng, dt, 2, 0, 4), w, np.zeros((2, 0), np.int64)), {"reduction": "none"}),
-            Sample((normal(rng, dt, 3, 0), normal(rng, dt, 7, 0), rng.integers(0, 7, 3), b), {"chunk_size": 3})]
-
-
-def _torch_linear_cross_entropy(t, x, w, target, b=None, *, class_weight=None, ignore_index=-100,
-                                label_smoothing=0.0, reduction="mean", z_loss=0.0, chunk_size=None):
-    """torch's ``cross_entropy(linear(x, w, b), target)`` over the flattened tokens; the z-loss
-    (torch has none) added to torch's per-token losses and reduced with torch's denominator."""
-    logits = t.nn.functional.linear(x, w, b)
-    flat, flat_target = logits.reshape(-1, w.shape[0]), target.reshape(-1)
-    cw = None if class_weight is None else t.as_tensor(class_weight, dtype=logits.dtype)
-    if not z_loss:
-        out = t.nn.functional.cross_entropy(flat, flat_target, weight=cw, ignore_index=ignore_index,
-                                            label_smoothing=label_smoothing, reduction=reduction)
-        return out.reshape(target.shape) if reduction == "none" else out
-    losses = t.nn.functional.cross_entropy(flat, flat_target, weight=cw, ignore_index=ignore_index,
-                                           label_smoothing=label_smoothing, reduction="none")
-    kept = flat_target != ignore_index
-    losses = losses + z_loss * t.where(kept, t.logsumexp(flat, -1) ** 2, 0)
-    if reduction == "none":
-        return losses.reshape(target.shape)
-    if reduction == "sum":
-        return losses.sum()
-    w_t = t.ones_like(losses) if cw is None else cw[t.where(kept, flat_target, 0)]
-    return losses.sum() / t.where(kept, w_t, 0).sum()
-
-
-record(
-    "linear_cross_entropy", fn=linear_cross_entropy, public=(_NN + "linear_cross_entropy",),
-    formula_ops=("linear_cross_entropy",),
-    seed=("_log_softmax_backward_data", "nll_loss_backward (derivatives.yaml)", "linear (mm backward)"),
-    samples=_linear_cross_entropy_samples, empty_samples=_linear_cross_entropy_empty,
-    torch_fn=_torch_linear_cross_entropy,
-    torch_name=_F + "cross_entropy(" + _F + "linear(input, weight, bias), target)",
-    low_precision=("float32", "bfloat16"),
-    singular=(SingularPoint("every target ignored", (np.array([[0.5, -1.0], [1.0, 2.0]]), np.array(
-        [[1.0, 0.0], [0.5, -0.5], [0.0, 2.0]]), np.array([-100, -100])), (np.zeros((2, 2)), np.zeros((3, 2)))),),
-    deviations="z_loss (torch has none). The loss is NaN when every target is ignored (torch's 0 / 0) with zero "
-    "gradients (as torch).",
-)
-
-
 def _gaussian_nll_samples(rng, dt):
     x, y = normal(rng, dt, 3, 4), normal(rng, dt, 3, 4)
     return [Sample((x, y, uniform(rng, dt, 0.5, 2, 3, 4))),
@@ -406,4 +296,114 @@ record(
                       (f64(-1.0, 0.0) + f64(0.3, 0.4), f64(1.0, 0.0) + f64(-0.3, 0.4), f64(-0.3, -0.4) + f64(0.3, -0.4)),
                       {"eps": 0.0, "swap": True, "margin": 10.0}),
     ),
+)
+
+
+
+def _class_samples(rng, dt):
+    """Logits (N, C, d) and (N, C), class indices with one ignored entry, class weights."""
+    x3, x2 = 2 * normal(rng, dt, 4, 5, 3), 2 * normal(rng, dt, 6, 4)
+    t3, t2 = rng.integers(0, 5, (4, 3)), rng.integers(0, 4, 6)
+    t3[1, 2] = -100
+    w = uniform(rng, dt, 0.5, 2, 5)
+    return x3, t3, x2, t2, w
+
+
+def _nll_samples(rng, dt):
+    x3, t3, x2, t2, w = _class_samples(rng, dt)
+    return [Sample((x3, t3)), Sample((x3, t3, w), {"reduction": "sum"}), Sample((x2, t2), {"reduction": "none"}),
+            Sample((x2[0], np.asarray(t2[0])),)]
+
+
+def _cross_entropy_samples(rng, dt):
+    x3, t3, x2, t2, w = _class_samples(rng, dt)
+    probs = uniform(rng, dt, 0, 1, 6, 4)
+    probs = probs / probs.sum(1, keepdims=True)
+    return [Sample((x3, t3)), Sample((x3, t3, w), {"reduction": "sum", "label_smoothing": 0.1}),
+            Sample((x2, t2, w[:4]), {"label_smoothing": 0.2}), Sample((x2, probs), {"reduction": "none"}),
+            Sample((x2, probs, w[:4]), {"label_smoothing": 0.1}), Sample((x2[0], np.asarray(t2[0])),)]
+
+
+record(
+    "nll_loss", fn=nll_loss, public=(_NN + "nll_loss",), formula_ops=("take_along_axis", "sum"),
+    seed=("nll_loss_backward (derivatives.yaml)",), samples=_nll_samples,
+    torch_fn=lambda t, x, y, w=None, reduction="mean": t.nn.functional.nll_loss(x, y, w, reduction=reduction),
+    torch_name=_F + "nll_loss", low_precision=("float32", "bfloat16"), torch_no_grad_args=(2,),
+    singular=(SingularPoint("an ignored target", (np.array([[0.5, -1.0, 2.0], [1.0, 0.0, -3.0]]), np.array([1, -100])),
+                            (np.array([[0.0, -1.0, 0.0], [0.0, 0.0, 0.0]]),)),),
+    deviations="The class weights are differentiable (torch refuses a gradient for them).",
+)
+record(
+    "cross_entropy", fn=cross_entropy, public=(_NN + "cross_entropy",),
+    formula_ops=("log_softmax", "take_along_axis", "sum"),
+    seed=("_log_softmax_backward_data", "nll_loss_backward (derivatives.yaml)"), samples=_cross_entropy_samples,
+    torch_fn=lambda t, x, y, w=None, reduction="mean", label_smoothing=0.0: t.nn.functional.cross_entropy(
+        x, y, w, reduction=reduction, label_smoothing=label_smoothing),
+    torch_name=_F + "cross_entropy", low_precision=("float32", "bfloat16"), torch_no_grad_args=(2,),
+    # Saturated logits: softmax - one_hot exactly, finite at second order (no exp overflow).
+    singular=(SingularPoint("saturated logits", (np.array([[800.0, 0.0, 0.0], [0.0, -800.0, 0.0]]), np.array([1, 2])),
+                            (np.array([[0.5, -0.5, 0.0], [0.25, 0.0, -0.25]]),)),),
+    deviations="The class weights are differentiable (torch refuses a gradient for them).",
+)
+
+
+def _linear_cross_entropy_samples(rng, dt):
+    """Activations (2, 3, 4) and (5, 4), a (7, 4) weight (chunks of 3: a scan over two, then a
+    tail of one class; chunks of 4: no scan, a tail of three), one ignored target each, class weights, label smoothing, z-loss,
+    every reduction, a 1-D input."""
+    x3, x2, w, b = normal(rng, dt, 2, 3, 4), normal(rng, dt, 5, 4), normal(rng, dt, 7, 4), normal(rng, dt, 7)
+    t3, t2 = rng.integers(0, 7, (2, 3)), rng.integers(0, 7, 5)
+    t3[1, 2], t2[3] = -100, 2
+    cw = np.asarray(uniform(rng, dt, 0.5, 2, 7), np.float64)
+    return [Sample((x3, w, t3), {"chunk_size": 3}),
+            Sample((x3, w, t3, b), {"reduction": "sum", "label_smoothing": 0.1, "class_weight": cw, "chunk_size": 3}),
+            Sample((x2, w, t2, b), {"reduction": "none", "ignore_index": 2, "chunk_size": 4}),
+            Sample((x2, w, t2), {"z_loss": 0.05, "class_weight": cw, "label_smoothing": 0.2, "chunk_size": 3}),
+            Sample((x3[0, 0], w, np.asarray(t3[0, 0]), b), {"z_loss": 0.1})]
+
+
+def _linear_cross_entropy_empty(rng, dt):
+    """No tokens (each reduction) and no features (the logits are the bias)."""
+    w, b = normal(rng, dt, 7, 4), normal(rng, dt, 7)
+    none = np.zeros((0,), np.int64)
+    return [Sample((normal(rng, dt, 0, 4), w, none)), Sample((normal(rng, dt, 0, 4), w, none, b), {"reduction": "sum"}),
+            Sample((normal(rng, dt, 2, 0, 4), w, np.zeros((2, 0), np.int64)), {"reduction": "none"}),
+            Sample((normal(rng, dt, 3, 0), normal(rng, dt, 7, 0), rng.integers(0, 7, 3), b), {"chunk_size": 3})]
+
+
+def _torch_linear_cross_entropy(t, x, w, target, b=None, *, class_weight=None, ignore_index=-100,
+                                label_smoothing=0.0, reduction="mean", z_loss=0.0, chunk_size=None):
+    """torch's ``cross_entropy(linear(x, w, b), target)`` over the flattened tokens; the z-loss
+    (torch has none) added to torch's per-token losses and reduced with torch's denominator."""
+    logits = t.nn.functional.linear(x, w, b)
+    flat, flat_target = logits.reshape(-1, w.shape[0]), target.reshape(-1)
+    cw = None if class_weight is None else t.as_tensor(class_weight, dtype=logits.dtype)
+    if not z_loss:
+        out = t.nn.functional.cross_entropy(flat, flat_target, weight=cw, ignore_index=ignore_index,
+                                            label_smoothing=label_smoothing, reduction=reduction)
+        return out.reshape(target.shape) if reduction == "none" else out
+    losses = t.nn.functional.cross_entropy(flat, flat_target, weight=cw, ignore_index=ignore_index,
+                                           label_smoothing=label_smoothing, reduction="none")
+    kept = flat_target != ignore_index
+    losses = losses + z_loss * t.where(kept, t.logsumexp(flat, -1) ** 2, 0)
+    if reduction == "none":
+        return losses.reshape(target.shape)
+    if reduction == "sum":
+        return losses.sum()
+    w_t = t.ones_like(losses) if cw is None else cw[t.where(kept, flat_target, 0)]
+    return losses.sum() / t.where(kept, w_t, 0).sum()
+
+
+record(
+    "linear_cross_entropy", fn=linear_cross_entropy, public=(_NN + "linear_cross_entropy",),
+    formula_ops=("linear_cross_entropy",),
+    seed=("_log_softmax_backward_data", "nll_loss_backward (derivatives.yaml)", "linear (mm backward)"),
+    samples=_linear_cross_entropy_samples, empty_samples=_linear_cross_entropy_empty,
+    torch_fn=_torch_linear_cross_entropy,
+    torch_name=_F + "cross_entropy(" + _F + "linear(input, weight, bias), target)",
+    low_precision=("float32", "bfloat16"),
+    singular=(SingularPoint("every target ignored", (np.array([[0.5, -1.0], [1.0, 2.0]]), np.array(
+        [[1.0, 0.0], [0.5, -0.5], [0.0, 2.0]]), np.array([-100, -100])), (np.zeros((2, 2)), np.zeros((3, 2)))),),
+    deviations="z_loss (torch has none). The loss is NaN when every target is ignored (torch's 0 / 0) with zero "
+    "gradients (as torch).",
 )

@@ -44,20 +44,6 @@ record(
     "when weight and bias are shared; formulas: the kernels under jax.vmap",
     kernel_backed=True,
 )
-record(
-    "rms_norm[pallas]", fn=_fused_rms_norm_fn, public=(_NN + "rms_norm(impl='pallas')",),
-    formula_ops=("rms_norm_rows",), seed=_RMS_SEEDS,
-    samples=lambda rng, dt: [Sample((normal(rng, dt, 5, 24), normal(rng, dt, 24) + 1))],
-    torch_fn=lambda torch, x, w, eps=None: torch.nn.functional.rms_norm(x, x.shape[-1:], w, eps),
-    torch_name="torch.nn.functional.rms_norm", low_precision=("float32", "bfloat16"),
-    double_backward=_KERNEL_DOUBLE, batching="Pallas' Triton backend; primal: vmap folded into the rows (one launch) "
-    "when the weight is shared; formulas: the kernels under jax.vmap",
-    # rstd = rsqrt(0 + eps) = 2, x_hat = 0: dx = rstd w, dw = 0 (as the XLA path's record).
-    singular=(SingularPoint("all-zero rows, eps=0.25", (np.zeros((2, 3)), np.arange(1.0, 4.0)),
-                            (np.tile(np.arange(2.0, 8.0, 2.0), (2, 1)), np.zeros(3)), {"eps": 0.25},
-                            jvp=np.tile(np.arange(2.0, 8.0, 2.0), (2, 1))),),
-    kernel_backed=True,
-)
 
 
 record(
@@ -134,6 +120,20 @@ record(
     "no per-sample updates)",
     singular=(SingularPoint("constant maps", (np.full((2, 3, 4), 1.5), np.ones(3), np.zeros(3)),
                             (np.zeros((2, 3, 4)), np.zeros(3), np.full(3, 8.0))),),
+)
+record(
+    "rms_norm[pallas]", fn=_fused_rms_norm_fn, public=(_NN + "rms_norm(impl='pallas')",),
+    formula_ops=("rms_norm_rows",), seed=_RMS_SEEDS,
+    samples=lambda rng, dt: [Sample((normal(rng, dt, 5, 24), normal(rng, dt, 24) + 1))],
+    torch_fn=lambda torch, x, w, eps=None: torch.nn.functional.rms_norm(x, x.shape[-1:], w, eps),
+    torch_name="torch.nn.functional.rms_norm", low_precision=("float32", "bfloat16"),
+    double_backward=_KERNEL_DOUBLE, batching="Pallas' Triton backend; primal: vmap folded into the rows (one launch) "
+    "when the weight is shared; formulas: the kernels under jax.vmap",
+    # rstd = rsqrt(0 + eps) = 2, x_hat = 0: dx = rstd w, dw = 0 (as the XLA path's record).
+    singular=(SingularPoint("all-zero rows, eps=0.25", (np.zeros((2, 3)), np.arange(1.0, 4.0)),
+                            (np.tile(np.arange(2.0, 8.0, 2.0), (2, 1)), np.zeros(3)), {"eps": 0.25},
+                            jvp=np.tile(np.arange(2.0, 8.0, 2.0), (2, 1))),),
+    kernel_backed=True,
 )
 record(
     "rms_norm", fn=rms_norm, public=(_NN + "rms_norm",), formula_ops=("rms_norm", "rms_norm_backward"), seed=_RMS_SEEDS,

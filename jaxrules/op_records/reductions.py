@@ -209,6 +209,52 @@ record(
 )
 
 
+def _torch_selection(name):
+    def fn(torch, x, *args, axis=-1, keepdims=False):
+        return getattr(torch, name)(x, *args, dim=axis, keepdim=keepdims).values
+
+    return fn
+
+
+def _values_of(fn):
+    """The record's function: the values (the indices are integers; tests/test_indexing.py
+    compares them with torch's)."""
+    return lambda x, *args, **kw: fn(x, *args, **kw).values
+
+
+def _selection_samples(rng, dt):
+    return [Sample((distinct(rng, dt, 3, 5),), {"axis": 1}), Sample((distinct(rng, dt, 4, 3),), {"axis": 0, "keepdims": True})]
+
+
+_TIE_INDEX = (
+    "Among equal values the index is the stable sort's (earlier position first); torch documents no "
+    "tie rule for median/kthvalue indices. Values and the single-index gradient agree with torch."
+)
+for _name, _fn, _point in (
+    ("max", max, (f64(3.0, 1.0, 3.0), (f64(1, 0, 0),))),
+    ("min", min, (f64(1.0, 3.0, 1.0), (f64(1, 0, 0),))),
+    ("median", median, (f64(2.0, 2.0, 1.0, 5.0), (f64(1, 0, 0, 0),))),
+):
+    record(
+        f"{_name}_with_indices", fn=_values_of(functools.partial(_fn, return_indices=True)),
+        public=(_NP + f"{_name}(..., return_indices=True)",), formula_ops=("value_selection",),
+        seed=("value_selecting_reduction_backward", "value_selecting_reduction_jvp"), samples=_selection_samples,
+        torch_fn=_torch_selection(_name), torch_name=f"torch.{_name}(dim)",
+        singular=(SingularPoint("ties: the derivative to the returned index only", (_point[0],), _point[1],
+                                {"axis": 0}),),
+        deviations=_TIE_INDEX if _name == "median" else "",
+    )
+record(
+    "kthvalue", fn=_values_of(kthvalue), public=(_NP + "kthvalue",), formula_ops=("value_selection",),
+    seed=("value_selecting_reduction_backward", "value_selecting_reduction_jvp"),
+    samples=lambda rng, dt: [Sample((distinct(rng, dt, 3, 5), 2)), Sample((distinct(rng, dt, 4, 3), 4), {"axis": 0})],
+    torch_fn=lambda torch, x, k, axis=-1, keepdims=False: torch.kthvalue(x, k, dim=axis, keepdim=keepdims).values,
+    torch_name="torch.kthvalue", deviations=_TIE_INDEX,
+    singular=(SingularPoint("ties: the derivative to the returned index only", (f64(2.0, 1.0, 2.0), 2), (f64(1, 0, 0),),
+                            {"axis": 0}),),
+)
+
+
 def _torch_median(torch, x, axis=None, keepdims=False):
     """numpy's median from torch's lower median: (lower(x) + upper(x))/2 with
     upper(x) = -lower(-x); a full reduction uses torch.median()'s evenly_distribute_backward."""
@@ -287,50 +333,4 @@ record(
     "formulas finite after leading -inf (torch: NaN). Complex values on log's principal branch "
     "(imaginary part in (-pi, pi], as lax.cumlogsumexp); torch's keep the dominant term's imaginary "
     "part unreduced, so they can differ by multiples of 2 pi i (same exp(y), same derivatives).",
-)
-
-
-def _torch_selection(name):
-    def fn(torch, x, *args, axis=-1, keepdims=False):
-        return getattr(torch, name)(x, *args, dim=axis, keepdim=keepdims).values
-
-    return fn
-
-
-def _values_of(fn):
-    """The record's function: the values (the indices are integers; tests/test_indexing.py
-    compares them with torch's)."""
-    return lambda x, *args, **kw: fn(x, *args, **kw).values
-
-
-def _selection_samples(rng, dt):
-    return [Sample((distinct(rng, dt, 3, 5),), {"axis": 1}), Sample((distinct(rng, dt, 4, 3),), {"axis": 0, "keepdims": True})]
-
-
-_TIE_INDEX = (
-    "Among equal values the index is the stable sort's (earlier position first); torch documents no "
-    "tie rule for median/kthvalue indices. Values and the single-index gradient agree with torch."
-)
-for _name, _fn, _point in (
-    ("max", max, (f64(3.0, 1.0, 3.0), (f64(1, 0, 0),))),
-    ("min", min, (f64(1.0, 3.0, 1.0), (f64(1, 0, 0),))),
-    ("median", median, (f64(2.0, 2.0, 1.0, 5.0), (f64(1, 0, 0, 0),))),
-):
-    record(
-        f"{_name}_with_indices", fn=_values_of(functools.partial(_fn, return_indices=True)),
-        public=(_NP + f"{_name}(..., return_indices=True)",), formula_ops=("value_selection",),
-        seed=("value_selecting_reduction_backward", "value_selecting_reduction_jvp"), samples=_selection_samples,
-        torch_fn=_torch_selection(_name), torch_name=f"torch.{_name}(dim)",
-        singular=(SingularPoint("ties: the derivative to the returned index only", (_point[0],), _point[1],
-                                {"axis": 0}),),
-        deviations=_TIE_INDEX if _name == "median" else "",
-    )
-record(
-    "kthvalue", fn=_values_of(kthvalue), public=(_NP + "kthvalue",), formula_ops=("value_selection",),
-    seed=("value_selecting_reduction_backward", "value_selecting_reduction_jvp"),
-    samples=lambda rng, dt: [Sample((distinct(rng, dt, 3, 5), 2)), Sample((distinct(rng, dt, 4, 3), 4), {"axis": 0})],
-    torch_fn=lambda torch, x, k, axis=-1, keepdims=False: torch.kthvalue(x, k, dim=axis, keepdim=keepdims).values,
-    torch_name="torch.kthvalue", deviations=_TIE_INDEX,
-    singular=(SingularPoint("ties: the derivative to the returned index only", (f64(2.0, 1.0, 2.0), 2), (f64(1, 0, 0),),
-                            {"axis": 0}),),
 )

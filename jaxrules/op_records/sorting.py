@@ -95,6 +95,35 @@ record(
 )
 
 
+def _torch_quantile(torch, x, q, axis=None, method="linear", keepdims=False):
+    qt = torch.tensor(q, dtype=x.dtype)
+    return torch.quantile(x, qt, dim=axis, keepdim=keepdims, interpolation=method)
+
+
+record(
+    "quantile", fn=quantile, public=(_NP + "quantile",), formula_ops=("quantile",),
+    seed=("lerp and sort backward (torch's composite quantile)",),
+    samples=lambda rng, dt: [
+        Sample((distinct(rng, dt, 3, 5), 0.3)),
+        Sample((distinct(rng, dt, 3, 6), [0.1, 0.5, 0.85]), {"axis": 1}),
+        Sample((distinct(rng, dt, 5, 2), 0.4), {"axis": 0, "method": "midpoint", "keepdims": True}),
+        Sample((distinct(rng, dt, 5, 3), [0.2, 0.7]), {"axis": 0, "method": "lower"}),
+        Sample((distinct(rng, dt, 5, 3), [0.2, 0.7]), {"axis": 0, "method": "higher"}),
+        Sample((distinct(rng, dt, 6, 3), [0.3, 0.9]), {"axis": 0, "method": "nearest"}),
+    ],
+    torch_fn=_torch_quantile, torch_name="torch.quantile",
+    singular=(
+        SingularPoint("linear between ties", (f64(3.0, 1.0, 2.0, 2.0, 5.0), 0.3), (f64(0, 0, 0.8, 0.2, 0),)),
+        SingularPoint("NaN: the last NaN", (f64(3.0, 1.0, np.nan, 2.0, np.nan), 0.3), (f64(0, 0, 0, 0, 1),)),
+        SingularPoint("nearest: half to even", (f64(4.0, 3.0, 2.0, 1.0, 0.0), 0.375), (f64(0, 0, 1, 0, 0),),
+                      {"method": "nearest"}),
+        SingularPoint("rank on an entry", (f64(4.0, 3.0, 2.0, 1.0, 0.0), 0.5), (f64(0, 0, 1, 0, 0),)),
+    ),
+    deviations="method='nearest' rounds half to even, as torch and numpy (jax.numpy 0.10.2 rounds half down). "
+    "q is held fixed (no derivative with respect to q; torch's composite quantile would give one).",
+)
+
+
 def _torch_nanmedian(torch, x, axis=None, keepdims=False):
     """numpy's even-count nanmedian from torch's lower one: (lower(x) + upper(x)) / 2 with
     upper(x) = -lower(-x)."""
@@ -145,33 +174,4 @@ record(
                       (f64(1, 0, 0, 0, 0),), {"axis": 0}),
         SingularPoint("all NaN: index 0", (f64(np.nan, np.nan),), (f64(1, 0),), {"axis": 0}),
     ),
-)
-
-
-def _torch_quantile(torch, x, q, axis=None, method="linear", keepdims=False):
-    qt = torch.tensor(q, dtype=x.dtype)
-    return torch.quantile(x, qt, dim=axis, keepdim=keepdims, interpolation=method)
-
-
-record(
-    "quantile", fn=quantile, public=(_NP + "quantile",), formula_ops=("quantile",),
-    seed=("lerp and sort backward (torch's composite quantile)",),
-    samples=lambda rng, dt: [
-        Sample((distinct(rng, dt, 3, 5), 0.3)),
-        Sample((distinct(rng, dt, 3, 6), [0.1, 0.5, 0.85]), {"axis": 1}),
-        Sample((distinct(rng, dt, 5, 2), 0.4), {"axis": 0, "method": "midpoint", "keepdims": True}),
-        Sample((distinct(rng, dt, 5, 3), [0.2, 0.7]), {"axis": 0, "method": "lower"}),
-        Sample((distinct(rng, dt, 5, 3), [0.2, 0.7]), {"axis": 0, "method": "higher"}),
-        Sample((distinct(rng, dt, 6, 3), [0.3, 0.9]), {"axis": 0, "method": "nearest"}),
-    ],
-    torch_fn=_torch_quantile, torch_name="torch.quantile",
-    singular=(
-        SingularPoint("linear between ties", (f64(3.0, 1.0, 2.0, 2.0, 5.0), 0.3), (f64(0, 0, 0.8, 0.2, 0),)),
-        SingularPoint("NaN: the last NaN", (f64(3.0, 1.0, np.nan, 2.0, np.nan), 0.3), (f64(0, 0, 0, 0, 1),)),
-        SingularPoint("nearest: half to even", (f64(4.0, 3.0, 2.0, 1.0, 0.0), 0.375), (f64(0, 0, 1, 0, 0),),
-                      {"method": "nearest"}),
-        SingularPoint("rank on an entry", (f64(4.0, 3.0, 2.0, 1.0, 0.0), 0.5), (f64(0, 0, 1, 0, 0),)),
-    ),
-    deviations="method='nearest' rounds half to even, as torch and numpy (jax.numpy 0.10.2 rounds half down). "
-    "q is held fixed (no derivative with respect to q; torch's composite quantile would give one).",
 )
