@@ -554,4 +554,3 @@ def dropout(x: ArrayLike, p: float | ArrayLike = 0.5, training: bool = True, *, 
         raise ValueError("dropout: key (a jax.random key) is required when training with p > 0")
     mask = jax.random.bernoulli(key, 1 - p, x.shape)
     return dropout_op(x, mask, jnp.where(p < 1, 1 / jnp.where(p < 1, 1 - p, 1), 0).astype(x.dtype))
-

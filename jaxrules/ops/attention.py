@@ -536,4 +536,3 @@ def bilinear(input1: ArrayLike, input2: ArrayLike, weight: ArrayLike, bias: Arra
     dtype = jnp.result_type(*(a for a in (x1, x2, w, b) if a is not None))
     b = jnp.zeros(w.shape[:1], dtype) if b is None else b
     return bilinear_op(x1.astype(dtype), x2.astype(dtype), w.astype(dtype), b.astype(dtype))
-

@@ -744,4 +744,3 @@ def adaptive_max_pool2d(input: ArrayLike, output_size: int | Sequence[int | None
 @_ranked(_ADAPTIVE_MAX_POOL_DOC)
 def adaptive_max_pool3d(input: ArrayLike, output_size: int | Sequence[int | None], return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
     return _adaptive_pool("adaptive_max_pool3d", 3, input, output_size, bool(return_indices))
-

@@ -400,4 +400,3 @@ def polar(abs: ArrayLike, angle: ArrayLike) -> Array:  # noqa: A002 - torch's ar
     V.broadcast("polar", abs=r, angle=theta)
     dtype = jnp.promote_types(jnp.result_type(r, theta), jnp.float32)
     return polar_op(r.astype(dtype), theta.astype(dtype))
-

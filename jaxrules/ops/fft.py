@@ -140,4 +140,3 @@ def _n_axes(kind):
 
 fft, ifft, rfft, irfft = (_one_axis(k) for k in _KINDS)
 fftn, ifftn, rfftn, irfftn = (_n_axes(k) for k in _KINDS)
-

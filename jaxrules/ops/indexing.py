@@ -450,4 +450,3 @@ def index_reduce(x: ArrayLike, axis: int, index: ArrayLike, source: ArrayLike, r
         )
     full = jnp.broadcast_to(index.reshape((1,) * ax + (-1,) + (1,) * (x.ndim - ax - 1)), source.shape)
     return scatter_reduce(x, ax, full, source, reduce, include_self)
-

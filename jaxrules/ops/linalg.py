@@ -1270,4 +1270,3 @@ def ormqr(input: ArrayLike, tau: ArrayLike, other: ArrayLike, left: bool = True,
     if c.shape[-2 if left else -1] != a.shape[-2]:
         raise ValueError(f"ormqr: other of shape {c.shape} does not match input of shape {a.shape}")
     return ormqr_op(a, tau, c, left=bool(left), transpose=bool(transpose))
-

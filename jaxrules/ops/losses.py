@@ -877,4 +877,3 @@ def linear_cross_entropy(input: ArrayLike, weight: ArrayLike, target: ArrayLike,
         chunk=P.lce_chunk_size(tokens, vocab, None if chunk_size is None else int(chunk_size)),
         has_bias=b is not None, has_class_weight=cw is not None)
     return loss.reshape(t.shape) if reduction == "none" else loss
-

@@ -700,4 +700,3 @@ def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayL
     if not isinstance(eps, float):  # traced: an argument, in the statistics' dtype
         return rms_norm_eps_op(x, w, eps.astype(P.stat_dtype(x.dtype)), axes=axes)[0]
     return rms_norm_op(x, w, axes=axes, eps=eps)[0]
-

@@ -327,4 +327,3 @@ def pdist(x: ArrayLike, p: float = 2.0) -> Array:
     i, j = np.triu_indices(x.shape[0], 1)
     x = unsharded_along(x, (0,))  # an Explicit mesh: the pairs of rows are read whole
     return vector_norm(x[i] - x[j], axis=-1, ord=p)
-

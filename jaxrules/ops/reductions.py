@@ -755,4 +755,3 @@ def logcumsumexp(x: ArrayLike, axis: int) -> Array:
     """
     x = V.array("logcumsumexp", "x", x)
     return _scan("logcumsumexp", x, axis, lambda x, ax: logcumsumexp_op(x, axis=ax))
-

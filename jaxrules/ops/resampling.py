@@ -619,4 +619,3 @@ def affine_grid(theta: ArrayLike, size: Sequence[int], align_corners: bool | Non
         raise ValueError(f"{op}: theta must have shape ({size[0]}, {dims}, {dims + 1}) for size {size}, got "
                          f"{theta.shape}")
     return affine_grid_op(theta, spatial=size[2:], align_corners=bool(align_corners))
-

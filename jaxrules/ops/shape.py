@@ -701,4 +701,3 @@ def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = 
     if bad is not None:
         bad = bad.reshape((1,) * ax + bad.shape + (1,) * (x.ndim - ax - 1))
     return _fill(op, out, bad, fill_value, mode)
-

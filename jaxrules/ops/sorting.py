@@ -326,4 +326,3 @@ def nanmedian(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = Non
     if not keepdims or scalar:
         values, indices = jnp.squeeze(values, ax), jnp.squeeze(indices, ax)
     return ValuesIndices(values, indices)
-
