@@ -40,13 +40,10 @@ def __getattr__(name: str):
 
 
 # The package root is the top of the layers (docs/design.md §5): the one module that loads others
-# by name, on first use (the namespaces above, every op module for the registry below).
-def _load_every_op() -> None:
-    """Import every op module, which registers its records (what ``records()`` lists), and the
-    NestedTensor ops' records."""
-    for module in _importlib.import_module(f"{__name__}.ops").__all__:
-        _importlib.import_module(f"{__name__}.ops.{module}")
-    _importlib.import_module(f"{__name__}.nested.records")
+# by name, on first use (the namespaces above, the records package for the registry below).
+def _load_op_records() -> None:
+    """Import ``jaxrules.op_records``, which registers every record (what ``records()`` lists)."""
+    _importlib.import_module(f"{__name__}.op_records")
 
 
-use_loader(_load_every_op)
+use_loader(_load_op_records)

@@ -2,6 +2,8 @@
 (normalization and losses with torch's signatures, channels at axis 1; softplus with torch's
 ``beta`` and ``threshold``; dropout with an explicit key)."""
 
+# ruff: noqa: F401 (every name imported here is exported: __all__ is derived from them)
+
 import jax.nn as _jax_namespace
 
 from jaxrules import _namespace
@@ -85,20 +87,7 @@ from jaxrules.ops.norms import cosine_similarity, normalize, pairwise_distance, 
 from jaxrules.ops.reductions import logsumexp
 from jaxrules.ops.resampling import affine_grid, grid_sample, interpolate
 
-__all__ = [
-    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
-    "adaptive_max_pool2d", "adaptive_max_pool3d", "affine_grid", "avg_pool", "avg_pool1d", "avg_pool2d",
-    "avg_pool3d", "batch_norm", "bilinear", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu",
-    "conv", "conv1d", "conv2d", "conv3d", "conv_transpose", "conv_transpose1d", "conv_transpose2d",
-    "conv_transpose3d", "cosine_embedding_loss", "cosine_similarity", "cross_entropy", "dropout", "elu",
-    "embedding", "embedding_bag", "fold", "gaussian_nll_loss", "gelu", "glu", "grid_sample", "group_norm",
-    "hard_sigmoid", "hard_swish", "hard_tanh", "hardsigmoid", "hardswish", "hardtanh", "hinge_embedding_loss",
-    "huber_loss", "instance_norm", "interpolate", "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear",
-    "linear_cross_entropy", "log_sigmoid", "log_softmax", "logsumexp", "margin_ranking_loss", "max_pool",
-    "max_pool1d", "max_pool2d", "max_pool3d", "mish", "mse_loss", "multilabel_soft_margin_loss", "nll_loss",
-    "normalize", "pairwise_distance", "pdist", "poisson_nll_loss", "prelu", "relu", "relu6", "rms_norm",
-    "scaled_dot_product_attention", "selu", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softplus",
-    "swish", "threshold", "triplet_margin_loss", "unfold",
-]
+# jaxrules' own names: every public name imported above (forward_jax_names then adds JAX's others).
+__all__ = sorted(name for name in globals() if not name.startswith("_"))
 
 _namespace.forward_jax_names(globals(), _jax_namespace)

@@ -1,8 +1,9 @@
 """The op registry: one record per public op (PyTorch's OpInfo is the model).
 
-The tests, ``python -m jaxrules check``, ``python -m jaxrules list`` (and ``COVERAGE.md``) and
-the benchmarks all read these records; adding an op means one primal, two formulas and one
-record.
+The records live in ``jaxrules.op_records`` (one module per ops family), out of the run-time
+import path: ``load_records()`` imports them. The tests, ``python -m jaxrules check``, ``python -m
+jaxrules list`` (and ``COVERAGE.md``) and the benchmarks all read these records; adding an op means
+one primal, two formulas and one record.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Sample", "SingularPoint", "OpRecord", "derive_empty_samples", "record", "register", "records", "get"]
+__all__ = ["Sample", "SingularPoint", "OpRecord", "derive_empty_samples", "record", "register", "load_records",
+           "records", "get"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +64,9 @@ SampleFn = Callable[[np.random.Generator, np.dtype], list[Sample]]
 
 @dataclasses.dataclass(frozen=True)
 class OpRecord:
-    """Everything the harness, the CLI and the coverage table need to know about an op. The op
-    modules declare theirs with ``record(name, fn=..., ...)``, which builds and registers it.
+    """Everything the harness, the CLI and the coverage table need to know about an op. The
+    ``jaxrules.op_records`` modules declare them with ``record(name, fn=..., ...)``, which builds and
+    registers it.
 
     * ``fn``: the public function; ``public``: its public names.
     * ``formula_ops``: names of the mechanism ops whose formulas carry its derivatives (the op
@@ -197,7 +200,8 @@ def record(
     torch_name: str,
     **options: Any,
 ) -> OpRecord:
-    """Register the op ``name``'s record and return it: the one way the op modules declare a record.
+    """Register the op ``name``'s record and return it: the one way the ``jaxrules.op_records``
+    modules declare a record.
 
     Everything after the name is a keyword:
 
@@ -231,14 +235,14 @@ _OPTIONS = frozenset(f.name for f in dataclasses.fields(OpRecord) if f.default i
                      or f.default_factory is not dataclasses.MISSING)
 
 
-# Importing an op module registers its records. ``records()`` and ``get()`` first import every op
-# module through the loader the package root installs (``use_loader``): the registry sits below
-# the ops and names none of them.
+# Importing ``jaxrules.op_records`` registers every record. ``load_records()`` does it through the
+# loader the package root installs (``use_loader``): the registry sits below the ops and their
+# records and names none of them.
 _LOADERS: list[Callable[[], None]] = []
 
 
 def use_loader(load: Callable[[], None]) -> None:
-    """``load()`` imports every op module; ``records()`` and ``get()`` call it first."""
+    """``load()`` imports the records package (``jaxrules.op_records``); ``load_records()`` calls it."""
     _LOADERS[:] = [load]
 
 
@@ -247,10 +251,18 @@ def _load_all() -> None:
         load()
 
 
+def load_records() -> None:
+    """Register every record: import ``jaxrules.op_records`` (one module per ops family, and the
+    NestedTensor ops'), which imports the ops it checks. The one way records are loaded:
+    ``records()``, ``get()``, the harness, the CLI and the tests call it; ``import jaxrules`` and
+    its namespaces do not."""
+    _load_all()
+
+
 def records(pattern: str | None = None) -> list[OpRecord]:
     """Registered records, sorted by name; ``pattern`` is a shell-style glob or a substring, or
     several of them separated by commas (a record matching any is kept)."""
-    _load_all()
+    load_records()
     out = sorted(_REGISTRY.values(), key=lambda r: r.name)
     if pattern:
         globs = [p if any(c in p for c in "*?[") else f"*{p}*" for p in pattern.split(",")]
@@ -260,7 +272,7 @@ def records(pattern: str | None = None) -> list[OpRecord]:
 
 def get(name: str) -> OpRecord:
     """The record named ``name``."""
-    _load_all()
+    load_records()
     try:
         return _REGISTRY[name]
     except KeyError:

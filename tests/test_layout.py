@@ -50,17 +50,60 @@ def test_the_namespaces_load_no_kernels_and_no_nested_tensors():
     assert out.strip() == "[]"
 
 
-def test_the_nested_records_live_in_the_nested_package():
+def test_the_nested_records_live_in_the_records_package():
     from jaxrules import registry
 
     modules = {r.fn.__module__ for r in registry.records("nested.*")}
-    assert modules == {"jaxrules.nested.records"}, modules
+    assert modules == {"jaxrules.op_records.nested"}, modules
+
+
+def test_every_ops_module_has_a_records_module_and_only_the_records_package_records():
+    """``jaxrules/op_records/<family>.py`` beside each ``jaxrules/ops/<family>.py`` (plus ``nested``),
+    all imported by the package; no module outside ``jaxrules/op_records`` calls ``record(...)``."""
+    import jaxrules.op_records
+
+    families = {p.stem for p in (PACKAGE / "ops").glob("*.py") if p.name not in ("__init__.py", "_sampling.py")}
+    modules = {p.stem for p in (PACKAGE / "op_records").glob("*.py") if p.name != "__init__.py"}
+    assert modules == families | {"nested"}
+    assert set(jaxrules.op_records.__all__) == modules
+    calling = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                     if p.parent.name != "op_records" and "record" in set(_calls(ast.parse(p.read_text())))
+                     and p.name != "registry.py")
+    assert not calling, f"record(...) outside jaxrules/op_records: {calling}"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (PACKAGE / "ops").glob("*.py")
+                                         if p.name not in ("__init__.py", "_sampling.py")))
+def test_the_records_follow_the_order_of_the_ops_module(name):
+    """A record named after a public function of ``jaxrules/ops/<name>`` (``"relu"``,
+    ``"layer_norm[pallas]"``) comes in the order that module defines those functions."""
+    defined = {node.name: node.lineno for node in ast.parse((PACKAGE / "ops" / f"{name}.py").read_text()).body
+               if isinstance(node, ast.FunctionDef)}
+    calls = sorted((call.lineno, call.args[0].value.split("[")[0])
+                   for call in ast.walk(ast.parse((PACKAGE / "op_records" / f"{name}.py").read_text()))
+                   if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "record"
+                   and isinstance(call.args[0], ast.Constant))
+    order = [op for _, op in calls if op in defined]
+    assert order == sorted(order, key=defined.__getitem__), order
+
+
+def test_every_record_call_of_the_records_package_is_registered():
+    """Each ``record("name", ...)`` written in ``jaxrules/op_records`` is in the registry that
+    ``registry.load_records()`` fills (the records package imports every records module)."""
+    from jaxrules import registry
+
+    trees = [ast.parse(p.read_text()) for p in (PACKAGE / "op_records").glob("*.py")]
+    written = {call.args[0].value for tree in trees for call in ast.walk(tree)
+               if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "record"
+               and isinstance(call.args[0], ast.Constant)}
+    registered = {r.name for r in registry.records()}
+    assert written and written <= registered, sorted(written - registered)
 
 
 # ---- Every ops module has the same layout (CONTRIBUTING.md "Layout of an ops module") ----
 
 OPS_MODULES = sorted(p.name for p in (PACKAGE / "ops").glob("*.py") if p.name not in ("__init__.py", "_sampling.py"))
-_HEADER = re.compile(r"(Ops|Public functions)(: \S.*)?|Records")
+_HEADER = re.compile(r"(Ops|Public functions)(: \S.*)?")
 _FORMULA = re.compile(r".*_(jvp|vjp|primal|save|batch)")  # a formula or op helper: goes with its op
 
 
@@ -98,22 +141,20 @@ def _names(nodes):
 
 
 def _layout_errors(name, factories):
-    """What in ``jaxrules/ops/<name>`` breaks the layout (CONTRIBUTING.md), one line each."""
+    """What in ``jaxrules/ops/<name>`` (and its records, ``jaxrules/op_records/<name>``) breaks the
+    layout (CONTRIBUTING.md), one line each."""
     source = (PACKAGE / "ops" / name).read_text()
     tree, lines = ast.parse(source), source.splitlines()
     sections = _sections(lines)
-    errors = [f"line {line}: section header {text!r} is none of 'Ops[: topic]', 'Public functions[: topic]', "
-              "'Records'" for line, text in sections if not _HEADER.fullmatch(text)]
+    errors = [f"line {line}: section header {text!r} is none of 'Ops[: topic]', 'Public functions[: topic]'"
+              for line, text in sections if not _HEADER.fullmatch(text)]
     kinds = [text.split(":")[0] for _, text in sections]
-    if kinds.count("Records") != 1 or kinds[-1] != "Records":
-        errors.append(f"the module needs one '# Records' section, its last: {kinds}")
-    ranks = [{"Ops": 0, "Public functions": 1, "Records": 2}.get(k, -1) for k in kinds]
+    ranks = [{"Ops": 0, "Public functions": 1}.get(k, -1) for k in kinds]
     if ranks != sorted(ranks):
-        errors.append(f"the sections are out of order (Ops, then Public functions, then Records): {kinds}")
-    records_line = next((line for line, text in sections if text == "Records"), len(lines) + 1)
-    head = [node for node in tree.body if node.lineno < records_line]
-    tail = [node for node in tree.body if node.lineno > records_line]
-    tail_names = _names(tail)
+        errors.append(f"the sections are out of order (Ops, then Public functions): {kinds}")
+    records = ast.parse((PACKAGE / "op_records" / name).read_text())
+    records_names = _names([records]) | {alias.asname or alias.name for node in records.body
+                                         if isinstance(node, ast.ImportFrom) for alias in node.names}
 
     for node in tree.body:
         where = next((k for (line, _), k in zip(sections[::-1], kinds[::-1], strict=True) if line < node.lineno),
@@ -121,33 +162,36 @@ def _layout_errors(name, factories):
         calls = set(_calls(node))
         is_def = isinstance(node, ast.FunctionDef)
         what = f"line {node.lineno} ({node.name if is_def else type(node).__name__})"
-        is_record = "record" in calls and not is_def
         is_op = (node.name in factories or _FORMULA.fullmatch(node.name)) if is_def else bool(calls & factories)
         public = is_def and not node.name.startswith("_") and not is_op
-        if is_record and where != "Records":
-            errors.append(f"{what}: a record(...) call outside the Records section")
+        if "record" in calls:
+            errors.append(f"{what}: a record(...) call: records go in jaxrules/op_records/{name}")
         if is_op and where != "Ops":
             errors.append(f"{what}: an op (a define_op call, an op factory or a formula) outside an Ops section")
-        if public and where not in ("Public functions", "Records"):
+        if public and where != "Public functions":
             errors.append(f"{what}: a public function outside a Public functions section")
-        if where == "Records" and not (is_record or is_def and node.name in _names(n for n in tail if n is not node)
-                                       or isinstance(node, ast.Assign | ast.AnnAssign) and not is_op):
-            errors.append(f"{what}: the Records section holds only records, the sample helpers they use, constants")
         if where is None and not isinstance(node, ast.Import | ast.ImportFrom | ast.Assign | ast.Expr):
             errors.append(f"{what}: before the first section (only the docstring, imports, __all__ go there)")
-        if node in tail and is_def and node.name in _names(head):
-            errors.append(f"{what}: in the Records section but used before it")
-        if (node in head and is_def and node.name.startswith("_") and node.name in tail_names and not is_op
-                and not any(node.name in _names([other]) for other in head if other is not node)):
-            errors.append(f"{what}: used by the records only, so it goes in the Records section")
+        if (is_def and node.name.startswith("_") and node.name in records_names and not is_op
+                and not any(node.name in _names([other]) for other in tree.body if other is not node)):
+            errors.append(f"{what}: used by the records only, so it goes in jaxrules/op_records/{name}")
+    for node in records.body:
+        is_def = isinstance(node, ast.FunctionDef)
+        if not (is_def or isinstance(node, ast.Import | ast.ImportFrom | ast.Assign | ast.AnnAssign | ast.Expr
+                                     | ast.For)):
+            errors.append(f"jaxrules/op_records/{name} line {node.lineno}: only records, the sample helpers and "
+                          "torch references they use, and constants")
+        if (is_def or isinstance(node, ast.Expr) and not isinstance(node.value, ast.Constant)) and set(
+                _calls(node)) & factories:
+            errors.append(f"jaxrules/op_records/{name} line {node.lineno}: an op defined among the records")
     return errors
 
 
 def test_every_ops_module_has_the_same_layout():
     """Each ``jaxrules/ops`` module: docstring, imports; ``# Ops`` sections (``define_op`` calls,
-    op factories and their private helpers); ``# Public functions`` sections; one final
-    ``# Records`` section holding every ``record(...)`` call and the sample helpers only the
-    records use (CONTRIBUTING.md, "Layout of an ops module")."""
+    op factories and their private helpers); ``# Public functions`` sections; no record. Its
+    records, and the sample helpers only they use, are in ``jaxrules/op_records/<family>.py``
+    (CONTRIBUTING.md, "Layout of an ops module")."""
     trees = [ast.parse((PACKAGE / "ops" / name).read_text()) for name in OPS_MODULES]
     factories = _op_factories(trees)
     errors = {name: e for name in OPS_MODULES if (e := _layout_errors(name, factories))}

@@ -88,6 +88,27 @@ def test_importing_numpy_is_light():
     assert out.strip() == "[]"
 
 
+def test_importing_the_library_loads_no_records():
+    """``import jaxrules`` and its namespaces load no ``jaxrules.op_records`` module and register no
+    record; ``registry.load_records()`` loads them all and leaves ``jaxrules.records`` the
+    function (in a fresh interpreter)."""
+    code = ("import sys, jaxrules, jaxrules.numpy, jaxrules.numpy.linalg, jaxrules.numpy.fft, jaxrules.nn, "
+            "jaxrules.linalg, jaxrules.scipy.special, jaxrules.scipy.linalg, jaxrules.ops.elementwise\n"
+            "from jaxrules import registry\n"
+            "loaded = lambda: sorted(m for m in sys.modules if m.split('.')[:2] == ['jaxrules', 'op_records'])\n"
+            "print(loaded(), len(registry._REGISTRY))\n"
+            "registry.load_records()\n"
+            "print(len(loaded()), len(registry._REGISTRY), callable(jaxrules.records))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[] 0"
+    import jaxrules.op_records
+
+    modules, registered, function = out[1].split()
+    assert int(modules) == 1 + len(jaxrules.op_records.__all__)
+    assert int(registered) > 0
+    assert function == "True"  # the package's name leaves the public function jaxrules.records in place
+
+
 # Overrides that lack parameters of the JAX function they replace: none; the test below fails when
 # a gap appears (add here only with a reason).
 KNOWN_SIGNATURE_GAPS: dict[str, str] = {}

@@ -12,10 +12,8 @@ from jaxrules import registry
 from jaxrules.registry import Sample
 
 PACKAGE = pathlib.Path(__file__).parent.parent / "jaxrules"
-RECORD_MODULES = sorted(
-    [f"ops/{p.name}" for p in (PACKAGE / "ops").glob("*.py") if p.name not in ("__init__.py", "_sampling.py")]
-    + ["nested/records.py"]
-)
+RECORD_MODULES = sorted(f"op_records/{p.name}" for p in (PACKAGE / "op_records").glob("*.py")
+                        if p.name != "__init__.py")
 
 
 def _modules():
@@ -90,7 +88,7 @@ def _fields(**overrides):
 def scratch_name():
     name = "test_record_helper.scratch"
     yield name
-    registry._REGISTRY.pop(name, None)  # leave the registry as the op modules made it
+    registry._REGISTRY.pop(name, None)  # leave the registry as the records modules made it
 
 
 def test_record_registers_and_returns_the_record(scratch_name):

@@ -35,7 +35,7 @@ def _cases():
 
     import jaxrules
     from jaxrules.linalg import lu_unpack, matrix_exp, qr
-    from jaxrules.ops.linalg import _eig_invariants  # the eig record's function: sorted w, |V|^2
+    from jaxrules.op_records.linalg import _eig_invariants  # the eig record's function: sorted w, |V|^2
 
     rng = np.random.default_rng(0)
     x, src, xi, source = (rng.uniform(0.5, 1.5, shape) for shape in ((8, 4), (3, 3), (8, 2), (4, 2)))

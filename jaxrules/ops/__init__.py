@@ -1,7 +1,7 @@
-"""The ops: each module defines its ops (primal + residuals), their public functions and their
-registry records. ``jaxrules.registry.records()`` imports them all (which registers every op);
-importing one module (``jaxrules.ops.elementwise``) imports only the modules it uses. The
-NestedTensor ops' records live beside them, in ``jaxrules.nested.records``."""
+"""The ops: each module defines its ops (primal + residuals) and their public functions;
+importing one module (``jaxrules.ops.elementwise``) imports only the modules it uses. Their
+registry records live in ``jaxrules.op_records.<family>`` (the NestedTensor ops' in
+``jaxrules.op_records.nested``), loaded by ``jaxrules.registry.load_records()`` only."""
 
 import importlib
 

@@ -8,6 +8,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+__all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
+    "elu_derivatives", "gelu_derivative", "hardsigmoid_derivative", "hardswish_derivative",
+    "hardtanh_derivatives", "log_sigmoid_derivative", "mish_derivative", "silu_derivative", "slope_derivatives",
+    "softplus_derivatives", "threshold_derivatives"
+]
+
 # ----------------------------------------------------------------------------------------------
 # Activations: d f / dx from the saved input (seed ``infinitely_differentiable_*_backward``).
 # Where torch's double backward uses a strict mask that its first derivative does not (elu

@@ -15,6 +15,15 @@ from jaxrules.mechanism import define_op, explicit_sharding
 from jaxrules.partials.indexing import zeros_sharded_like
 from jaxrules.partials.normalization import stat_dtype
 
+__all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
+    "adaptive_avg_pool", "adaptive_avg_pool_transpose", "adaptive_windows", "avg_pool", "avg_pool_divisor",
+    "avg_pool_transpose", "bias_view", "combine_windows", "conv", "conv_input_grad", "conv_transpose",
+    "conv_weight_grad", "fold", "pool_flat_gather", "pool_flat_scatter", "tiled", "tiled_axes",
+    "tiled_element_ids", "tiled_valid", "tiled_windows", "unfold", "window_place", "window_positions",
+    "window_read", "window_select", "window_slices", "window_slices_transpose", "window_sum",
+    "window_sum_transpose"
+]
+
 # ----------------------------------------------------------------------------------------------
 # Convolution (channels first: x (N, C, *spatial), weight (O, C / groups, *kernel)) and pooling
 

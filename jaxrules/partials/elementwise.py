@@ -8,6 +8,13 @@ import math
 import jax.numpy as jnp
 from jax.scipy import special
 
+__all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
+    "abs2_reciprocal", "arctan2_factors", "clip_masks", "copysign_factor", "expand_reduced", "i1_factor",
+    "i1e_factor", "logit_factor", "multigammaln_factor", "nan_factor", "pow_base_factor", "pow_exponent_factor",
+    "pow_scalar_exponent_factor", "reduced_size", "safe_reciprocal", "sgn", "sgn_parts", "sinc_derivative",
+    "use_power_ops", "xlogy_factors"
+]
+
 # ----------------------------------------------------------------------------------------------
 # Small guards.
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
+__all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
+    "fft_apply", "hermitian_weights", "resize"
+]
+
 # Discrete Fourier transforms (``kind`` is the jax.numpy.fft function name).
 
 

@@ -10,6 +10,11 @@ from jax import lax
 from jaxrules.mechanism import explicit_sharding, unsharded_along
 from jaxrules.partials.elementwise import nan_factor, safe_reciprocal
 
+__all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
+    "embedding_row_weights", "gather_at", "repeat_along", "scatter_add", "scatter_coords", "scatter_prod_weights",
+    "scatter_reduce_weights", "scattered_mask", "segment_products_of_others", "sum_repeats", "zeros_sharded_like"
+]
+
 # Scatter / gather along one axis (torch's ``scatter_reduce``): ``coords`` addresses, for each
 # position of ``index``, the target element (the position with its ``axis`` coordinate replaced
 # by the index).

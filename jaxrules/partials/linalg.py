@@ -16,6 +16,13 @@ from jaxrules.checking import runtime_check
 from jaxrules.partials.elementwise import safe_reciprocal
 from jaxrules.partials.reductions import prod_of_others
 
+__all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
+    "apply_reflector", "band", "check_gauge", "cho_solve", "diag_embed", "diagonal", "gap_reciprocal",
+    "half_diagonal", "herm", "lu_adjoint", "lu_factor", "lu_parts", "lu_solve", "lu_tangent", "matmul",
+    "matmul_cotangents", "mH", "mT", "pack_lu", "pair_products", "permutation_rows", "permute_rows",
+    "pinv_adjoint", "pinv_tangent", "reflector", "reflector_sequence", "tri_solve", "unpack_lu", "unpermute_rows"
+]
+
 # ----------------------------------------------------------------------------------------------
 # Linear algebra: matrix helpers shared by the JVP and VJP formulas (batched over leading dims).
 

@@ -10,6 +10,14 @@ import jax.numpy as jnp
 
 from jaxrules.partials.elementwise import safe_reciprocal
 
+__all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
+    "bce_derivatives", "bce_with_logits_derivatives", "clamped_var", "gaussian_nll_derivatives",
+    "hinge_embedding_derivatives", "huber_derivatives", "kl_div_derivatives", "l1_derivatives",
+    "lce_accumulation", "lce_backward", "lce_chunk_size", "lce_coefficients", "lce_forward", "lce_per_token",
+    "lce_tangent", "lce_token_cotangent", "lce_token_weights", "lce_unpack", "margin_ranking_derivatives",
+    "mse_derivatives", "poisson_nll_derivatives", "smooth_l1_derivatives", "soft_margin_derivatives"
+]
+
 # ----------------------------------------------------------------------------------------------
 # Pointwise losses: the partial derivatives with respect to each input.
 

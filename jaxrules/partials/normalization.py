@@ -15,6 +15,12 @@ from jaxrules.mechanism import explicit_sharding
 from jaxrules.partials.reductions import max_or_neg_inf
 from jaxrules.partitioning import local_shape
 
+__all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
+    "ONE_PASS_BYTES", "affine_norm_backward", "defined_mean", "direct_forms", "group_mean",
+    "masked_softmax_parts", "norm_projection", "norm_projection_eps_partial", "norm_stats", "projection_means",
+    "rms_projection", "rms_projection_eps_partial", "rms_rstd", "softmax_parts", "stat_dtype", "welford_moments"
+]
+
 # ----------------------------------------------------------------------------------------------
 # Normalization: x_hat = (x - mean) * rstd over ``axes`` (and over the devices of ``axis_name``).
 # Statistics are computed in float32 for half-precision input, as torch does.

@@ -11,6 +11,12 @@ from jax import lax
 from jaxrules.mechanism import unsharded_along
 from jaxrules.partials.elementwise import expand_reduced, reduced_size, safe_reciprocal, sgn
 
+__all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
+    "even_weights", "exclusive_cumprod", "half_reciprocal", "linear_recurrence", "linear_recurrence_transpose",
+    "logcumsumexp_coefficients", "logsumexp_parts", "logsumexp_weights", "max_or_neg_inf", "median_weights",
+    "prod_of_others", "real_inner", "renorm_scale", "var_scale", "vector_norm_direction"
+]
+
 # ----------------------------------------------------------------------------------------------
 # Linear recurrences h_k = a_k h_{k-1} + b_k (h_{-1} = 0), used by cumprod and logcumsumexp.
 

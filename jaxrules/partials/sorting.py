@@ -7,6 +7,10 @@ from jax import lax
 
 from jaxrules.mechanism import explicit_sharding, unsharded_along
 
+__all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
+    "QUANTILE_METHODS", "cummaxmin_select", "lerp_selected", "quantile_selection", "sort_permutation"
+]
+
 # ----------------------------------------------------------------------------------------------
 # Sorting (sort, topk, cummax/cummin, nanmedian, quantile)
 

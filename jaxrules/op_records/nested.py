@@ -13,8 +13,8 @@ import jax
 import numpy as np
 
 from jaxrules import nested as N
+from jaxrules.op_records.attention import CUDNN_RECORD
 from jaxrules.ops._sampling import normal
-from jaxrules.ops.attention import CUDNN_RECORD
 from jaxrules.registry import Sample, SingularPoint, record
 
 _LENGTHS = ((2, 0, 3, 1), (1, 4))
