@@ -52,7 +52,8 @@ LAZY_IMPORTS = {
 
 # Modules that import others by name (``importlib.import_module``), and why.
 IMPORTS_BY_NAME = {
-    "jaxrules": "the package root: the namespaces on first use, every op module for the registry",
+    "jaxrules": "the package root: the namespaces on first use, the records package for the registry",
+    "jaxrules.op_records": "its records modules, one per ops family (importing one registers its records)",
     "jaxrules.ops": "its own submodules on first use",
     "jaxrules.dispatch": "whether Pallas' Triton backend imports",
     "jaxrules.testing": "the public functions a record names (the sharded check's JAX namesakes)",
