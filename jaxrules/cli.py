@@ -150,12 +150,70 @@ def _end_workers(pool) -> None:
         process.join(timeout=5)
 
 
-def _run_checks(selected, checks, workers: int, quiet: bool, cache_dir: str | None = None) -> tuple[list, bool]:
+# The records' costs of earlier runs (CPU seconds per record and check), kept in the compilation
+# cache's directory (``trim_cache`` keeps it: it is rewritten after every run, the newest file).
+_COSTS_FILE = "jaxrules-record-costs.json"
+
+
+def load_costs(cache_dir: str | None) -> dict:
+    """``{op: {check: CPU seconds}}`` of the earlier runs that used ``cache_dir`` (empty without
+    one, or when the file is missing or unreadable)."""
+    import os
+
+    if cache_dir is None:
+        return {}
+    try:
+        with open(os.path.join(cache_dir, _COSTS_FILE)) as fh:
+            costs = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return costs if isinstance(costs, dict) else {}
+
+
+def save_costs(cache_dir: str | None, results) -> None:
+    """Merge ``results``' CPU seconds (per record and check) into ``cache_dir``'s costs file."""
+    import os
+
+    if cache_dir is None or not results:
+        return
+    costs = load_costs(cache_dir)
+    for r in results:
+        entry = costs.get(r.op)
+        if not isinstance(entry, dict):
+            entry = costs[r.op] = {}
+        entry[r.check] = round(r.cpu_seconds, 3)
+    os.makedirs(cache_dir, exist_ok=True)
+    path = os.path.join(cache_dir, _COSTS_FILE)
+    with open(path + ".tmp", "w") as fh:
+        json.dump(costs, fh, indent=0, sort_keys=True)
+    os.replace(path + ".tmp", path)  # a run cut short never leaves half a file
+
+
+def costliest_first(selected, checks, costs: dict) -> list:
+    """``selected`` in the order the workers take them: the longest-processing-time-first rule,
+    by the CPU seconds of ``checks`` in ``costs`` (``load_costs``), a record of unknown cost
+    (new, or a check it never ran) first, as if costliest; ties keep ``selected``'s order. The last
+    records handed out are the cheapest, so the workers finish within about one cheap record of
+    each other."""
+    def known(record):
+        entry = costs.get(record.name)
+        if not isinstance(entry, dict) or any(not isinstance(entry.get(c), int | float) for c in checks):
+            return None
+        return sum(entry[c] for c in checks)
+
+    estimates = [known(r) for r in selected]
+    rank = sorted(range(len(selected)), key=lambda i: (estimates[i] is not None, -(estimates[i] or 0.0), i))
+    return [selected[i] for i in rank]
+
+
+def _run_checks(selected, checks, workers: int, quiet: bool, cache_dir: str | None = None,
+                order: list | None = None) -> tuple[list, bool]:
     """``run_check`` of every selected record and check, in ``workers`` processes (records are
     handed out one at a time, so slow records do not hold up the rest); failures are printed at
     once, so a run cut short still shows them. ``cache_dir``: the workers' compilation cache
     (``None``: none; a fresh one shared by the workers cost more than it saved, the programs of
-    different records being different). Returns the results of the records that finished (in
+    different records being different). ``order``: the order the worker processes take the records
+    in (default ``selected``'s; ``costliest_first``). Returns the results of the records that finished (in
     ``selected``'s order) and whether a KeyboardInterrupt (Ctrl-C, SIGINT) cut the run short: it
     ends the worker processes at once and keeps what finished."""
     import os
@@ -192,7 +250,7 @@ def _run_checks(selected, checks, workers: int, quiet: bool, cache_dir: str | No
                 # interrupts a worker's start-up with a traceback of its own.
                 handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
                 try:
-                    futures = {pool.submit(_check_record, r.name, checks): r.name for r in selected}
+                    futures = {pool.submit(_check_record, r.name, checks): r.name for r in order or selected}
                 finally:
                     signal.signal(signal.SIGINT, handler)
                 for future in as_completed(futures):
@@ -246,8 +304,10 @@ def _check(args) -> int:
     device = jax.devices()[0].device_kind
     start = time.time()
     workers = min(len(selected), args.workers or os.cpu_count() or 1)
-    results, interrupted = _run_checks(selected, checks, workers, args.quiet, cache_dir)
+    order = costliest_first(selected, checks, load_costs(cache_dir))
+    results, interrupted = _run_checks(selected, checks, workers, args.quiet, cache_dir, order)
     if cache_dir is not None:
+        save_costs(cache_dir, results)
         trim_cache(cache_dir)
     finished = [rec for rec in selected if any(r.op == rec.name for r in results)]
     print(_table(finished, checks, results))

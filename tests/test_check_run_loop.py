@@ -1,6 +1,7 @@
-"""``python -m jaxrules check`` cut short by Ctrl-C (SIGINT): it stops at once, its worker
-processes included, prints the table and the counts of the records that finished and exits with
-130; and ``check --json`` reports each record's cost."""
+"""``python -m jaxrules check``'s run loop: cut short by Ctrl-C (SIGINT) it stops at once, its
+worker processes included, prints the table and the counts of the records that finished and exits
+with 130; ``check --json`` reports each record's cost; the workers take the records costliest
+first by the costs of earlier runs, kept beside the compilation cache."""
 
 import json
 import os
@@ -13,7 +14,9 @@ import time
 
 import pytest
 
-from jaxrules.cli import RECORD_CPU_BUDGET_S, main
+import jaxrules
+from jaxrules.cli import RECORD_CPU_BUDGET_S, costliest_first, load_costs, main, save_costs
+from jaxrules.testing import CheckResult
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PROGRESS = re.compile(r"\b([1-9]\d*)/(\d+) \[")  # tqdm's "N/total [": N checks done
@@ -100,3 +103,34 @@ def test_check_lists_the_records_over_the_cost_budget(monkeypatch, capsys):
     monkeypatch.setattr("jaxrules.cli.RECORD_CPU_BUDGET_S", 0.0)
     assert main(["check", "--ops", "deg2rad", "--checks", "jit", "--workers", "1", "--quiet"]) == 0
     assert re.search(r"^over the budget of 0 CPU s a record: deg2rad \d+ s$", capsys.readouterr().out, re.M)
+
+
+def test_workers_take_unknown_records_then_the_costliest_first():
+    a, b, c, d, e = jaxrules.records()[:5]
+    costs = {a.name: {"jit": 1.0, "vmap": 2.0}, b.name: {"jit": 5.0, "vmap": 0.5}, c.name: {"jit": 9.0},
+             d.name: {"jit": 0.5, "vmap": 6.0}}
+    # c never ran vmap, e never ran: unknown, first (in the given order); then by the summed
+    # seconds of the checks asked for: d 6.5, b 5.5, a 3.0
+    assert costliest_first([a, b, c, d, e], ("jit", "vmap"), costs) == [c, e, d, b, a]
+    # jit alone: c 9, b 5, a 1, d 0.5
+    assert costliest_first([a, b, c, d, e], ("jit",), costs) == [e, c, b, a, d]
+    assert costliest_first([a, b, c], ("jit",), {}) == [a, b, c]  # no costs: the records' order
+
+
+def test_costs_of_a_run_are_merged_into_the_cache_directory(tmp_path):
+    assert load_costs(None) == {} and load_costs(str(tmp_path)) == {}
+    save_costs(str(tmp_path), [CheckResult("abs", "jit", True, cpu_seconds=1.5),
+                               CheckResult("abs", "vmap", True, cpu_seconds=2.0)])
+    save_costs(str(tmp_path), [CheckResult("abs", "jit", True, cpu_seconds=0.5),
+                               CheckResult("cos", "jit", True, cpu_seconds=3.0)])
+    assert load_costs(str(tmp_path)) == {"abs": {"jit": 0.5, "vmap": 2.0}, "cos": {"jit": 3.0}}
+    (tmp_path / "jaxrules-record-costs.json").write_text("{not json")
+    assert load_costs(str(tmp_path)) == {}  # an unreadable file: no costs, the records' order
+
+
+def test_check_with_a_cache_keeps_the_records_costs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("JAXRULES_CHECK_CACHE", str(tmp_path))
+    assert main(["check", "--ops", "deg2rad,rad2deg", "--checks", "jit", "--workers", "2", "--quiet"]) == 0
+    costs = load_costs(str(tmp_path))
+    assert sorted(costs) == ["deg2rad", "rad2deg"] and all(c["jit"] > 0 for c in costs.values())
+    assert "2 passed, 0 failed" in capsys.readouterr().out
