@@ -11,6 +11,7 @@ import importlib.metadata
 import json
 import os
 import re
+import signal
 import sys
 import textwrap
 import time
@@ -134,15 +135,95 @@ def _check_record(record, checks: tuple) -> list:
     return results
 
 
-def _run_checks(selected, checks, workers: int, quiet: bool, cache_dir: str | None = None) -> list:
+def _init_worker(cache_dir: str | None) -> None:
+    """A worker process: SIGINT ignored (a Ctrl-C at a terminal reaches the whole process group;
+    the parent alone handles it and ends the workers), then ``configure_check_process``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    configure_check_process(cache_dir)
+
+
+def _end_workers(pool) -> None:
+    """Stop ``pool``'s worker processes now, their running records abandoned:
+    ``ProcessPoolExecutor.terminate_workers`` where Python has it (3.14), else SIGTERM to each
+    process of the pool, then the pool shut down without waiting for a queued record."""
+    terminate = getattr(pool, "terminate_workers", None)
+    if terminate is not None:
+        terminate()
+        return
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.join(timeout=5)
+
+
+# The records' costs of earlier runs (CPU seconds per record and check), kept in the compilation
+# cache's directory (``trim_cache`` keeps it: it is rewritten after every run, the newest file).
+_COSTS_FILE = "jaxrules-record-costs.json"
+
+
+def load_costs(cache_dir: str | None) -> dict:
+    """``{op: {check: CPU seconds}}`` of the earlier runs that used ``cache_dir`` (empty without
+    one, or when the file is missing or unreadable)."""
+    if cache_dir is None:
+        return {}
+    try:
+        with open(os.path.join(cache_dir, _COSTS_FILE)) as fh:
+            costs = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return costs if isinstance(costs, dict) else {}
+
+
+def save_costs(cache_dir: str | None, results) -> None:
+    """Merge ``results``' CPU seconds (per record and check) into ``cache_dir``'s costs file."""
+    if cache_dir is None or not results:
+        return
+    costs = load_costs(cache_dir)
+    for r in results:
+        entry = costs.get(r.op)
+        if not isinstance(entry, dict):
+            entry = costs[r.op] = {}
+        entry[r.check] = round(r.cpu_seconds, 3)
+    os.makedirs(cache_dir, exist_ok=True)
+    path = os.path.join(cache_dir, _COSTS_FILE)
+    with open(path + ".tmp", "w") as fh:
+        json.dump(costs, fh, indent=0, sort_keys=True)
+    os.replace(path + ".tmp", path)  # a run cut short never leaves half a file
+
+
+def costliest_first(selected, checks, costs: dict) -> list:
+    """``selected`` in the order the workers take them: the longest-processing-time-first rule,
+    by the CPU seconds of ``checks`` in ``costs`` (``load_costs``), a record of unknown cost
+    (new, or a check it never ran) first, as if costliest; ties keep ``selected``'s order. The last
+    records handed out are the cheapest, so the workers finish within about one cheap record of
+    each other."""
+    def known(record):
+        entry = costs.get(record.name)
+        if not isinstance(entry, dict) or any(not isinstance(entry.get(c), int | float) for c in checks):
+            return None
+        return sum(entry[c] for c in checks)
+
+    estimates = [known(r) for r in selected]
+    rank = sorted(range(len(selected)), key=lambda i: (estimates[i] is not None, -(estimates[i] or 0.0), i))
+    return [selected[i] for i in rank]
+
+
+def _run_checks(selected, checks, workers: int, quiet: bool, cache_dir: str | None = None,
+                order: list | None = None) -> tuple[list, bool]:
     """``run_check`` of every selected record and check, in ``workers`` processes (records are
     handed out one at a time, so slow records do not hold up the rest); failures are printed at
     once, so a run cut short still shows them. ``cache_dir``: the workers' compilation cache
     (``None``: none; a fresh one shared by the workers cost more than it saved, the programs of
-    different records being different)."""
+    different records being different). ``order``: the order the worker processes take the records
+    in (default ``selected``'s; ``costliest_first``). Returns the results of the records that finished (in
+    ``selected``'s order) and whether a KeyboardInterrupt (Ctrl-C, SIGINT) cut the run short: it
+    ends the worker processes at once and keeps what finished."""
 
 
     by_name = {}
+    interrupted = False
     with tqdm(total=len(selected) * len(checks), unit="check", file=sys.stderr, disable=quiet) as bar:
         def done(name, results):
             by_name[name] = results
@@ -153,16 +234,35 @@ def _run_checks(selected, checks, workers: int, quiet: bool, cache_dir: str | No
             bar.update(len(results))
 
         if workers <= 1:  # this process (configured by the caller)
-            for record in selected:
-                done(record.name, _check_record(record, checks))
+            try:
+                for record in selected:
+                    done(record.name, _check_record(record, checks))
+            except KeyboardInterrupt:
+                interrupted = True
         else:
             os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # workers share a GPU
-            with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=configure_check_process,
-                                     initargs=(cache_dir,)) as pool:
-                futures = {pool.submit(_check_record, r.name, checks): r.name for r in selected}
+            pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker,
+                                       initargs=(cache_dir,))
+            try:
+                # The workers start while the records are submitted: SIGINT ignored meanwhile (a
+                # spawned interpreter keeps an ignored SIGINT ignored), so that a Ctrl-C never
+                # interrupts a worker's start-up with a traceback of its own.
+                handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+                try:
+                    futures = {pool.submit(_check_record, r.name, checks): r.name for r in order or selected}
+                finally:
+                    signal.signal(signal.SIGINT, handler)
                 for future in as_completed(futures):
                     done(futures[future], future.result())
-    return [result for record in selected for result in by_name[record.name]]
+            except KeyboardInterrupt:
+                interrupted = True
+                _end_workers(pool)
+            except BaseException:
+                _end_workers(pool)
+                raise
+            else:
+                pool.shutdown()
+    return [result for record in selected if record.name in by_name for result in by_name[record.name]], interrupted
 
 
 def _check(args) -> int:
@@ -197,28 +297,59 @@ def _check(args) -> int:
     device = jax.devices()[0].device_kind
     start = time.time()
     workers = min(len(selected), args.workers or os.cpu_count() or 1)
-    results = _run_checks(selected, checks, workers, args.quiet, cache_dir)
+    order = costliest_first(selected, checks, load_costs(cache_dir))
+    results, interrupted = _run_checks(selected, checks, workers, args.quiet, cache_dir, order)
     if cache_dir is not None:
+        save_costs(cache_dir, results)
         trim_cache(cache_dir)
-    print(_table(selected, checks, results))
+    finished = [rec for rec in selected if any(r.op == rec.name for r in results)]
+    print(_table(finished, checks, results))
     failed = [r for r in results if not r.passed]
     skipped = sum(r.skipped for r in results)
     passed = len(results) - len(failed) - skipped
+    ops = f"{len(finished)} of {len(selected)} ops (interrupted)" if interrupted else f"{len(selected)} ops"
     print(
         f"\njaxrules check on {backend} ({device}), jax {jax.__version__}: "
-        f"{len(selected)} ops, {len(results)} checks in {time.time() - start:.0f} s ({workers} worker processes)"
+        f"{ops}, {len(results)} checks in {time.time() - start:.0f} s ({workers} worker processes)"
     )
     print(f"{passed} passed, {len(failed)} failed" + (f", {skipped} skipped" if skipped else ""))
+    costs = _record_costs(results)
+    over = [c for c in costs if c["cpu_seconds"] > RECORD_CPU_BUDGET_S]
+    if over:
+        print(f"over the budget of {RECORD_CPU_BUDGET_S:.0f} CPU s a record: "
+              + ", ".join(f"{c['op']} {c['cpu_seconds']:.0f} s" for c in over))
     if args.json:
         report = {
             "backend": backend,
             "device": device,
             "jax": jax.__version__,
+            "interrupted": interrupted,
+            "record_cpu_budget_s": RECORD_CPU_BUDGET_S,
+            "records": costs,
             "results": [r.__dict__ for r in results],
         }
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=1)
+    if interrupted:
+        return 130  # the shell's code of a process ended by SIGINT
     return 1 if failed else 0
+
+
+# A record's cost guard: ``check`` lists the records whose checks took more CPU seconds than this
+# (in their worker, ``time.process_time``: compile threads included, other processes not), and
+# ``check --json`` holds every record's seconds. The costliest records take about 15-30 CPU s;
+# the whole check's budget is 5 minutes on 2 cores (600 CPU s for about 190 records).
+RECORD_CPU_BUDGET_S = 60.0
+
+
+def _record_costs(results) -> list[dict]:
+    """Per record: its checks' wall and CPU seconds summed, costliest (CPU) first."""
+    costs: dict = {}
+    for r in results:
+        c = costs.setdefault(r.op, {"op": r.op, "seconds": 0.0, "cpu_seconds": 0.0})
+        c["seconds"] += r.seconds
+        c["cpu_seconds"] += r.cpu_seconds
+    return sorted(costs.values(), key=lambda c: -c["cpu_seconds"])
 
 
 def _shard(items: list, spec: str | None) -> list:

@@ -72,6 +72,7 @@ class CheckResult:
     detail: str = ""
     skipped: bool = False
     seconds: float = 0.0  # wall time of the check (the profile of a run: ``check --json``)
+    cpu_seconds: float = 0.0  # CPU time of the checking process over the check (``time.process_time``)
 
 
 class CheckFailure(AssertionError):
@@ -886,9 +887,10 @@ def run_check(record: OpRecord, check: str) -> CheckResult:
         raise ValueError(f"run_check: unknown check {check!r}; choose from {CHECKS}")
     if not jax.config.jax_enable_x64:
         raise RuntimeError('run_check: enable float64 first: jax.config.update("jax_enable_x64", True)')
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     result = _run(record, check)
     result.seconds = time.perf_counter() - start
+    result.cpu_seconds = time.process_time() - cpu
     return result
 
 
