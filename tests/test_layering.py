@@ -31,8 +31,8 @@ LAYERS = (
     ("ops", ("jaxrules.ops", "jaxrules.ops.*", "jaxrules.nested.tensor", "jaxrules.nested.cudnn",
              "jaxrules.nested.ops", "jaxrules.nested.dense")),
     ("namespaces", ("jaxrules.nn", "jaxrules.numpy", "jaxrules.numpy.*", "jaxrules.scipy", "jaxrules.scipy.*",
-                    "jaxrules.linalg", "jaxrules.nested", "jaxrules.op_records", "jaxrules.op_records.*", "jaxrules.torch",
-                    "jaxrules.torch.*")),
+                    "jaxrules.linalg", "jaxrules.nested", "jaxrules.op_records", "jaxrules.op_records.*",
+                    "jaxrules.torch", "jaxrules.torch.*")),
     ("testing harness", ("jaxrules.testing",)),
     ("entry points", ("jaxrules.cli", "jaxrules.__main__", "jaxrules")),
 )
