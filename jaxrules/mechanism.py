@@ -691,6 +691,12 @@ def _custom_jvp_function(op: Op, static_items: tuple):
         present = [t for t, m in zip(tangents, mask) if m]
         it = iter(_bind(res_leaves, present, rule))
         out_tangents = [next(it) if d else _zero_tangent(o) for o, d in zip(out_leaves, diff)]
+        if custom_jvp3_enabled():
+            # JAX infers the application's batching from the primal alone: an output the primal
+            # computes without any input that has a tangent is unbatched, and its tangent is
+            # zero; the formula's (batched with the tangents under vmap) is replaced by that zero.
+            moved = _outputs_moved_by(primal, primals, mask)
+            out_tangents = [t if m else _zero_tangent(o) for t, o, m in zip(out_tangents, out_leaves, moved)]
         return out, jax.tree_util.tree_unflatten(out_tree, out_tangents)
 
     def primal_or_compiled(*arrays):  # eager: one compiled program per shape
@@ -704,6 +710,27 @@ def _custom_jvp_function(op: Op, static_items: tuple):
     functools.update_wrapper(fn, primal)
     fn.__name__ = op.name
     return fn
+
+
+def _outputs_moved_by(primal: Callable, primals, mask) -> tuple[bool, ...]:
+    """For each output leaf of ``primal(*primals)``, whether its value depends, in the traced
+    program, on an argument leaf ``i`` with ``mask[i]`` (a tangent; ``mask`` None: any leaf):
+    the inputs live after removing the program's code that does not reach that output. A primal
+    bound as one primitive (``primal_p``) depends on all of its arguments."""
+    closed = jax.make_jaxpr(primal)(*primals)
+    mask = list(mask) if mask is not None else [True] * len(closed.jaxpr.invars)
+    moved = []
+    for k in range(len(closed.jaxpr.outvars)):
+        used = [j == k for j in range(len(closed.jaxpr.outvars))]
+        _, used_inputs = pe.dce_jaxpr(closed.jaxpr, used, instantiate=False)
+        moved.append(any(u and m for u, m in zip(used_inputs, mask)))
+    return tuple(moved)
+
+
+def ignores_its_arguments(fn: Callable, *args) -> bool:
+    """Whether every output leaf of ``fn(*args)`` is computed, in the traced program, without any
+    of the argument leaves (a constant of them: its derivative is structurally zero)."""
+    return not any(_outputs_moved_by(fn, args, None))
 
 
 def custom_jvp3_enabled() -> bool:

@@ -10,6 +10,7 @@ import jax
 import jax.numpy
 import numpy as np
 import pytest
+from _cuda_lowering import for_cuda
 
 import jaxrules.nn as nn
 
@@ -77,8 +78,8 @@ def test_fused_kernels_are_not_export_stable():
     fn = lambda impl: jax.jit(lambda x, w, b: jax.numpy.sum(nn.layer_norm(x, (64,), w, b, impl=impl)))
     args = (jax.numpy.ones((128, 64), jax.numpy.float32), jax.numpy.ones(64, jax.numpy.float32),
             jax.numpy.zeros(64, jax.numpy.float32))
-    with pytest.raises(ValueError, match="custom calls whose targets have no compatibility guarantees"):
-        jax.export.export(fn("pallas"), platforms=("cuda",))(*args)
+    with pytest.raises(ValueError, match="custom calls whose targets have no compatibility guarantees"), for_cuda():
+        jax.export.export(fn("pallas"), platforms=("cuda",))(*args)  # for_cuda: lowered without a GPU
     exported = jax.export.export(fn("xla"), platforms=("cuda",))(*args)
     assert exported.platforms == ("cuda",) and "custom_call" not in exported.mlir_module()
     assert jax.export.deserialize(exported.serialize()).platforms == ("cuda",)

@@ -246,7 +246,9 @@ def test_take_along_axis_modes_match_jax_numpy(mode, wrap):
     x = RNG.standard_normal((3, 4))
     # indices broadcast against x off the axis; promise_in_bounds is promised in-bounds indices
     idx = jnp.array([[0, -1, 3, -4]]) if mode == "promise_in_bounds" else jnp.array([[0, -1, 4, -5, 2]])
-    kw = {"mode": mode, "fill_value": -3.0 if mode == "fill" else None, "wrap_negative_indices": wrap}
+    kw = {"mode": mode, "fill_value": -3.0 if mode == "fill" else None}
+    if wrap is not None:  # None: JAX's default (jax 0.12's wrap_negative_indices is a bool, True by default)
+        kw["wrap_negative_indices"] = wrap
     _matches_jax(lambda x: rnp.take_along_axis(x, idx, 1, **kw), lambda x: jnp.take_along_axis(x, idx, 1, **kw), x)
     flat = jnp.array([1, 11, -2, 13])
     _matches_jax(lambda x: rnp.take_along_axis(x, flat, None), lambda x: jnp.take_along_axis(x, flat, None), x)

@@ -108,3 +108,21 @@ def test_summary_counts(tmp_path):
                                            ("jax_cuda12_pjrt-0.12.0.1-py3-none-manylinux_2_27_x86_64.whl", "0.12.0.1")])
 def test_parse_wheel(name, version):
     assert jax_matrix.parse_wheel(name).version == version
+
+
+def test_plugins_of_another_jax_are_named(tmp_path):
+    seen = [["jax-cuda12-plugin", "0.11.2", "/usr/lib/python3/dist-packages/jax_cuda12_plugin-0.11.2.dist-info"],
+            ["jax-cuda12-pjrt", "0.12.0.1", "/venv/lib/python3.12/site-packages/jax_cuda12_pjrt-0.12.0.1.dist-info"]]
+    assert jax_matrix.foreign_plugins(seen, "0.12.0.1") == [
+        "jax-cuda12-plugin 0.11.2 (/usr/lib/python3/dist-packages/jax_cuda12_plugin-0.11.2.dist-info)"]
+    assert jax_matrix.foreign_plugins(seen[1:], "0.12.0.1") == []
+    # A distribution of another version, visible to an interpreter, is refused by name.
+    info = tmp_path / "site" / "jax_cuda12_plugin-0.0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: jax_cuda12_plugin\nVersion: 0.0.1\n")
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'site'} exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    env = jax_matrix.Env(jax="0.12.0.1", flags="off", platform="cpu", plugin=None, wheels=())
+    with pytest.raises(RuntimeError, match=r"jax-cuda12-plugin 0\.0\.1 .*--no-system-site-packages"):
+        jax_matrix.check_plugins(python, env, tmp_path / "plugins.txt")

@@ -309,6 +309,7 @@ def _triton_calls(fn, *args, mesh=None):
     import jax
     from jax import export
 
+    jax.clear_caches()  # the kernel IR's debug locations name the first traceback of a cached trace
     with for_cuda(mesh):
         text = export.export(jax.jit(fn), platforms=["cuda"],
                              disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])(

@@ -12,7 +12,10 @@ say) is installed into every environment, before JAX's.
 
 For each JAX version it makes one virtual environment (``python -m venv --system-site-packages``:
 torch, pytest, numpy, ... of this machine are reused; ``pip install --no-index --no-deps
---ignore-installed`` of that version's wheels), and runs, for each flag setting and platform:
+--ignore-installed`` of that version's wheels). An environment that sees a PJRT plugin package of
+another JAX version (the system's ``jax-cuda12-plugin``, say) is refused with an error naming it:
+JAX loads every visible ``jax_plugins`` package and entry point. It runs, for each flag setting and
+platform:
 
 * flags ``off`` (JAX's defaults) and ``custom3`` (``JAX_CUSTOM_JVP3=1 JAX_CUSTOM_VJP3=1``: JAX's
   hijax-based ``custom_jvp``/``custom_vjp``; a JAX without a flag ignores its variable, and the
@@ -235,6 +238,40 @@ print(json.dumps({"python": sys.version.split()[0], "jax": jax.__version__, "jax
 """
 
 
+# The PJRT plugin distributions an interpreter sees (its own site-packages and, with
+# --system-site-packages, the system's): JAX loads every ``jax_plugins`` package and entry point.
+_PLUGINS = """
+import importlib.metadata as md, json
+seen = []
+for d in md.distributions():
+    name = (d.metadata["Name"] or "").lower().replace("_", "-")
+    if name.startswith(("jax-cuda", "jax-rocm")) or any(e.group == "jax_plugins" for e in d.entry_points):
+        seen.append([name, d.version, str(getattr(d, "_path", ""))])
+print(json.dumps(seen))
+"""
+
+
+def foreign_plugins(plugins, jax_version: str) -> list[str]:
+    """The plugin distributions (``[name, version, path]``, as ``_PLUGINS`` prints) of another
+    version than ``jax_version``: JAX would load them beside (or instead of) that version's, and a
+    plugin built for another jaxlib fails ("PJRT_Api already exists for device type cuda", "FFI
+    handler ... API version ... is incompatible", "No FFI handler registered")."""
+    return [f"{name} {version} ({path})" for name, version, path in plugins if version != jax_version]
+
+
+def check_plugins(py: Path, env: Env, log: Path) -> None:
+    """Refuse an environment that sees a PJRT plugin of another JAX version (``foreign_plugins``)."""
+    proc = subprocess.run([py, "-c", _PLUGINS], capture_output=True, text=True)
+    log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"listing the PJRT plugins failed: see {log}")
+    if foreign := foreign_plugins(json.loads(proc.stdout.strip().splitlines()[-1]), env.jax):
+        raise RuntimeError(
+            f"jax {env.jax}'s environment sees PJRT plugins of another JAX: {'; '.join(foreign)}. JAX loads every "
+            "visible jax_plugins package, so uninstall them from the system's site-packages (pip uninstall "
+            "jax-cuda12-plugin jax-cuda12-pjrt ...) or pass --no-system-site-packages")
+
+
 def suite_counts(junit: Path) -> dict | None:
     if not junit.exists():
         return None
@@ -355,6 +392,7 @@ def main(argv=None) -> int:
         print(f"== {e.name}", flush=True)
         try:
             py = make_venv(e, wheels, venvs, args.python, not args.no_system_site_packages, out / f"{e.venv_name}.log")
+            check_plugins(py, e, out / f"{e.venv_name}.plugins.txt")
             rows.append(run_env(e, py, out, args))
         except RuntimeError as err:
             rows.append({"env": e.name, "jax": e.jax, "flags": e.flags, "platform": e.platform,

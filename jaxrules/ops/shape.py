@@ -4,6 +4,7 @@ the seed's backward (split, unbind, scatter-add, mask, slice)."""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import numbers
 from collections.abc import Callable, Sequence
@@ -201,7 +202,12 @@ def _check_mode(op, mode, modes):
         raise ValueError(f"{op}: mode must be None or one of {', '.join(map(repr, modes))}, got {mode!r}")
 
 
-def take_along_axis(arr: ArrayLike, indices: ArrayLike, axis: int | None = -1, mode: str | None = None, fill_value: ArrayLike | None = None, *, wrap_negative_indices: bool | None = None) -> Array:
+# The installed JAX's default for ``take_along_axis``'s ``wrap_negative_indices``: None (True except
+# in "promise_in_bounds" mode) in jax 0.10.2, True (in every mode) in jax 0.12.0.1.
+_WRAP_NEGATIVE_DEFAULT = inspect.signature(jnp.take_along_axis).parameters["wrap_negative_indices"].default
+
+
+def take_along_axis(arr: ArrayLike, indices: ArrayLike, axis: int | None = -1, mode: str | None = None, fill_value: ArrayLike | None = None, *, wrap_negative_indices: bool | None = _WRAP_NEGATIVE_DEFAULT) -> Array:
     """``out[..., i, ...] = arr[..., indices[..., i, ...], ...]`` along ``axis``; linear: JVP
     the same gather of the tangent, VJP a scatter-add of the cotangent (duplicates accumulate;
     seed ``gather_backward``). Mirrors ``jax.numpy.take_along_axis`` (``torch.gather``).
@@ -217,7 +223,8 @@ def take_along_axis(arr: ArrayLike, indices: ArrayLike, axis: int | None = -1, m
             ``"one_hot"`` (0 out of bounds).
         fill_value: the value out of bounds in ``"fill"`` mode (a number); None: NaN.
         wrap_negative_indices: negative indices count from the end when True; None: True
-            except in ``"promise_in_bounds"`` mode (JAX's default).
+            except in ``"promise_in_bounds"`` mode. The default is the installed JAX's (None
+            in jax 0.10.2, True in jax 0.12.0.1).
 
     Returns:
         The gathered array, of the broadcast shape of ``arr`` and ``indices``.
