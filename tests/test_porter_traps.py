@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 import jaxrules.linalg as rla
+import jaxrules.nn as rnn
 import jaxrules.scipy.special as rsp
 
 # ----------------------------------------------------------------------------------------------
@@ -64,3 +65,46 @@ def test_pinv_derivatives_of_a_wide_or_tall_matrix_stay_small_and_match_torch():
         t = rng.standard_normal(shape)
         np.testing.assert_allclose(jax.jvp(loss, (x,), (jnp.asarray(t),))[1],
                                    np.sum(t_grad.numpy() * t), rtol=1e-8)
+
+
+# ----------------------------------------------------------------------------------------------
+# Complex input where torch's op takes it: values as torch 2.13; the gradient of the real loss
+# Re(sum(out * c)) is torch's conjugated (JAX's convention); the JVP against central differences
+
+
+def _complex(rng, shape):
+    return rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+
+
+def _check_complex_against_torch(ours, theirs, args, rng):
+    targs = [torch.tensor(a, requires_grad=True) for a in args]
+    t_out = theirs(*targs)
+    out = ours(*map(jnp.asarray, args))
+    np.testing.assert_allclose(out, t_out.detach().numpy(), rtol=1e-12, atol=1e-12)
+    c = _complex(rng, t_out.shape)
+    t_grads = torch.autograd.grad((t_out * torch.tensor(c)).real.sum(), targs)
+    grads = jax.grad(lambda *a: jnp.sum((ours(*a) * c).real), tuple(range(len(args))))(*map(jnp.asarray, args))
+    for g, t_g in zip(grads, t_grads):
+        np.testing.assert_allclose(np.conj(g), t_g.numpy(), rtol=1e-12, atol=1e-12)
+    ts = [_complex(rng, np.shape(a)) for a in args]
+    tangent = jax.jvp(ours, tuple(map(jnp.asarray, args)), tuple(map(jnp.asarray, ts)))[1]
+    eps = 1e-6
+    plus = ours(*[jnp.asarray(a + eps * t) for a, t in zip(args, ts)])
+    minus = ours(*[jnp.asarray(a - eps * t) for a, t in zip(args, ts)])
+    np.testing.assert_allclose(tangent, (plus - minus) / (2 * eps), rtol=1e-6, atol=1e-7)
+
+
+def test_complex_conv_transpose_unfold_fold_match_torch():
+    rng = np.random.default_rng(0)
+    cases = [
+        ("conv_transpose1d", ((2, 4, 5), (4, 3, 3), (6,)), {"stride": 2, "padding": 1, "output_padding": 1, "groups": 2}),
+        ("conv_transpose2d", ((1, 2, 4, 4), (2, 3, 2, 2), (3,)), {"stride": 2, "padding": 1}),
+        ("conv_transpose3d", ((1, 2, 3, 3, 3), (2, 1, 2, 2, 2)), {"dilation": 2}),
+        ("unfold", ((2, 2, 5, 4),), {"kernel_size": (2, 3), "padding": 1, "stride": 2}),
+        ("fold", ((2, 12, 15),), {"output_size": (4, 5), "kernel_size": (2, 3), "padding": 1, "stride": (2, 1)}),
+    ]
+    for name, shapes, kw in cases:
+        args = [_complex(rng, s) for s in shapes]
+        _check_complex_against_torch(lambda *a, name=name, kw=kw: getattr(rnn, name)(*a, **kw),
+                                     lambda *a, name=name, kw=kw: getattr(torch.nn.functional, name)(*a, **kw),
+                                     args, rng)
