@@ -97,7 +97,8 @@ def _check_complex_against_torch(ours, theirs, args, rng):
 def test_complex_conv_transpose_unfold_fold_match_torch():
     rng = np.random.default_rng(0)
     cases = [
-        ("conv_transpose1d", ((2, 4, 5), (4, 3, 3), (6,)), {"stride": 2, "padding": 1, "output_padding": 1, "groups": 2}),
+        ("conv_transpose1d", ((2, 4, 5), (4, 3, 3), (6,)),
+         {"stride": 2, "padding": 1, "output_padding": 1, "groups": 2}),
         ("conv_transpose2d", ((1, 2, 4, 4), (2, 3, 2, 2), (3,)), {"stride": 2, "padding": 1}),
         ("conv_transpose3d", ((1, 2, 3, 3, 3), (2, 1, 2, 2, 2)), {"dilation": 2}),
         ("unfold", ((2, 2, 5, 4),), {"kernel_size": (2, 3), "padding": 1, "stride": 2}),
