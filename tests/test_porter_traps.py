@@ -109,3 +109,20 @@ def test_complex_conv_transpose_unfold_fold_match_torch():
         _check_complex_against_torch(lambda *a, name=name, kw=kw: getattr(rnn, name)(*a, **kw),
                                      lambda *a, name=name, kw=kw: getattr(torch.nn.functional, name)(*a, **kw),
                                      args, rng)
+
+
+def test_complex_rms_norm_matches_torch():
+    # torch squares x without conjugating: y = x rsqrt(mean(x^2) + eps) w, holomorphic
+    rng = np.random.default_rng(1)
+    x, w = _complex(rng, (3, 2, 4)), _complex(rng, (2, 4))
+    for eps in (None, 1e-3):
+        _check_complex_against_torch(lambda a, eps=eps: rnn.rms_norm(a, (2, 4), eps=eps),
+                                     lambda a, eps=eps: torch.nn.functional.rms_norm(a, (2, 4), eps=eps), [x], rng)
+        _check_complex_against_torch(lambda a, b, eps=eps: rnn.rms_norm(a, (2, 4), b, eps),
+                                     lambda a, b, eps=eps: torch.nn.functional.rms_norm(a, (2, 4), b, eps), [x, w], rng)
+    real_w = rng.standard_normal(4)
+    y = rnn.rms_norm(jnp.asarray(x, jnp.complex64), 4, jnp.asarray(real_w, jnp.float32))
+    t_y = torch.nn.functional.rms_norm(torch.tensor(x, dtype=torch.complex64), (4,),
+                                       torch.tensor(real_w, dtype=torch.float32))
+    assert y.dtype == jnp.complex64 and t_y.dtype == torch.complex64
+    np.testing.assert_allclose(y, t_y.numpy(), rtol=1e-5, atol=1e-6)
