@@ -126,3 +126,21 @@ def test_complex_rms_norm_matches_torch():
                                        torch.tensor(real_w, dtype=torch.float32))
     assert y.dtype == jnp.complex64 and t_y.dtype == torch.complex64
     np.testing.assert_allclose(y, t_y.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_complex_l1_loss_gradient_is_torchs_sgn_conjugated():
+    rng = np.random.default_rng(2)
+    x, y = _complex(rng, 5), _complex(rng, 5)
+    y[2] = x[2]  # a tie: sgn(0) = 0
+    for reduction in ("mean", "sum", "none"):
+        tx, ty = torch.tensor(x, requires_grad=True), torch.tensor(y, requires_grad=True)
+        t_loss = torch.nn.functional.l1_loss(tx, ty, reduction=reduction)
+        loss = rnn.l1_loss(jnp.asarray(x), jnp.asarray(y), reduction=reduction)
+        assert loss.dtype == jnp.float64 and t_loss.dtype == torch.float64
+        np.testing.assert_allclose(loss, t_loss.detach().numpy(), rtol=1e-14)
+        t_gx, t_gy = torch.autograd.grad(t_loss.sum(), (tx, ty))
+        gx, gy = jax.grad(lambda a, b, r=reduction: jnp.sum(rnn.l1_loss(a, b, reduction=r)), (0, 1))(
+            jnp.asarray(x), jnp.asarray(y))
+        np.testing.assert_allclose(np.conj(gx), t_gx.numpy(), rtol=1e-14, atol=1e-15)
+        np.testing.assert_allclose(np.conj(gy), t_gy.numpy(), rtol=1e-14, atol=1e-15)
+        assert gx[2] == 0 and t_gx[2] == 0
