@@ -9,6 +9,7 @@ import torch
 
 import jaxrules.linalg as rla
 import jaxrules.nn as rnn
+import jaxrules.numpy as rnp
 import jaxrules.scipy.special as rsp
 
 # ----------------------------------------------------------------------------------------------
@@ -144,3 +145,26 @@ def test_complex_l1_loss_gradient_is_torchs_sgn_conjugated():
         np.testing.assert_allclose(np.conj(gx), t_gx.numpy(), rtol=1e-14, atol=1e-15)
         np.testing.assert_allclose(np.conj(gy), t_gy.numpy(), rtol=1e-14, atol=1e-15)
         assert gx[2] == 0 and t_gx[2] == 0
+
+
+def test_complex_logcumsumexp_is_on_torchs_branch():
+    # torch keeps the imaginary part of each step's term of larger real part: not the principal
+    # branch (its first entry is x[0] as is, 1 + 10j here, not 1 + (10 - 4 pi) j)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 12)) * 2 + 1j * rng.standard_normal((3, 12)) * 30
+    x[0, :2] = -np.inf  # leading -inf: -inf + 0j, as torch
+    x[1, 5] = -np.inf + 4j
+    x[2, 3:6] = 1.0 + np.array([7j, -20j, 40j])  # ties of the real part
+    x[2, 0] = 1 + 10j
+    for axis in (0, 1, -1):
+        tx = torch.tensor(x, requires_grad=True)
+        t_out = torch.logcumsumexp(tx, axis)
+        out = rnp.logcumsumexp(jnp.asarray(x), axis)
+        np.testing.assert_allclose(out, t_out.detach().numpy(), rtol=1e-13, atol=1e-13)
+        c = _complex(rng, x.shape)
+        (t_grad,) = torch.autograd.grad((t_out * torch.tensor(c)).real.sum(), tx)
+        grad = jax.grad(lambda a, axis=axis: jnp.sum((rnp.logcumsumexp(a, axis) * c).real))(jnp.asarray(x))
+        t_grad = t_grad.resolve_conj().numpy()
+        finite = np.isfinite(t_grad)
+        assert finite.mean() > 0.5
+        np.testing.assert_allclose(np.conj(grad)[finite], t_grad[finite], rtol=1e-10, atol=1e-12)

@@ -119,14 +119,42 @@ def _log_add_exp_complex(a, b):
     return jnp.where(jnp.isneginf(total.real), jnp.array(-jnp.inf, total.dtype), total)
 
 
+def _shifted(v, fill, axis):
+    """``v`` moved one step along ``axis``: ``fill`` first, then ``v[:-1]``."""
+    first = lax.slice_in_dim(v, 0, 1, axis=axis)
+    return jnp.concatenate([jnp.full_like(first, fill), lax.slice_in_dim(v, 0, v.shape[axis] - 1, axis=axis)], axis)
+
+
+def _torch_branch(x, out, axis):
+    """``out`` (a running ``log(sum(exp(x)))``, right modulo 2 pi i) on torch's branch: torch's
+    CPU loop ``y_k = m + log1p(exp(s - m))`` takes ``m``, the term of larger real part (the new
+    ``x_k`` on a tie), as is, so ``Im y_k = Im m + w`` with ``w`` in (-pi, pi]. Where ``m = x_k``
+    that fixes ``Im y_k``; where ``m = y_{k-1}``, ``Im y_k = Im y_{k-1} + wrap(Im out_k - Im
+    out_{k-1})``: a sum restarted at each new maximum, one associative scan. Entries with a
+    non-finite real part keep ``out``."""
+
+    def wrap(v):  # into [-pi, pi]
+        return v - 2 * jnp.pi * jnp.round(v / (2 * jnp.pi))
+
+    re, im = out.real, out.imag
+    new_max = jnp.logical_not(x.real < _shifted(re, -jnp.inf, axis))
+    step = jnp.where(new_max, x.imag + wrap(im - x.imag), wrap(im - _shifted(im, 0, axis)))
+
+    def restart(a, b):
+        return a[0] | b[0], jnp.where(b[0], b[1], a[1] + b[1])
+
+    _, imag = lax.associative_scan(restart, (new_max, step), axis=axis)
+    return jnp.where(jnp.isfinite(re), lax.complex(re, imag), out)
+
+
 def _logcumsumexp_primal(x, *, axis):
     """``log(cumsum(exp(x)))``: JAX's ``cumlogsumexp`` for real ``x``; for complex ``x`` an
     associative scan of ``_log_add_exp_complex`` (JAX's gives NaN after a term of real part -inf;
-    torch: exp(-inf) = 0), its imaginary part in [-pi, pi)."""
+    torch: exp(-inf) = 0), its imaginary part on torch's branch (``_torch_branch``)."""
     if not jnp.iscomplexobj(x):
         return lax.cumlogsumexp(x, axis)
     out = lax.associative_scan(_log_add_exp_complex, jnp.where(jnp.isneginf(x.real), -jnp.inf, x), axis=axis)
-    return lax.complex(out.real, jnp.remainder(out.imag + jnp.pi, 2 * jnp.pi) - jnp.pi)  # the principal branch
+    return _torch_branch(x, out, axis)
 
 
 logcumsumexp_op = define_op("logcumsumexp", _logcumsumexp_primal, J.logcumsumexp_jvp, R.logcumsumexp_vjp, _save_x_and_out)
@@ -765,8 +793,9 @@ def logcumsumexp(x: ArrayLike, axis: int) -> Array:
     """torch.logcumsumexp: ``log(cumsum(exp(x)))`` along ``axis``. Both derivatives solve the
     recurrence ``dy_k = exp(y_{k-1} - y_k) dy_{k-1} + exp(x_k - y_k) t_k``: exact where the
     seed's ``logcumsumexp_jvp`` loses precision, finite after leading -inf (seed and JAX: NaN).
-    Complex input: log's principal branch (as ``lax.cumlogsumexp``), holomorphic derivative in
-    JAX's convention (torch's gradient conjugated). Mirrors ``torch.logcumsumexp``.
+    Complex input: torch's branch of the log (each step keeps the imaginary part of its term of
+    larger real part, adding one in (-pi, pi]: not the principal branch), holomorphic
+    derivative in JAX's convention (torch's gradient conjugated). Mirrors ``torch.logcumsumexp``.
 
     Args:
         x: the array, real or complex (integer and boolean input is promoted to float).
