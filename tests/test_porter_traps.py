@@ -40,6 +40,16 @@ def test_xlogy_x_derivative_at_zero_is_log_y_as_torch_and_jax():
     np.testing.assert_array_equal(dy[x == 0], 0.0)
 
 
+def test_xlogy_of_zero_and_nan_is_nan_as_torch_and_jax():
+    x = np.array([0.0, -0.0, 0.0, 1.0, 0.0])
+    y = np.array([np.nan, np.nan, 0.0, np.nan, 2.0])
+    expected = torch.xlogy(torch.tensor(x), torch.tensor(y)).numpy()
+    np.testing.assert_array_equal(jax.scipy.special.xlogy(jnp.asarray(x), jnp.asarray(y)), expected)
+    np.testing.assert_array_equal(rsp.xlogy(jnp.asarray(x), jnp.asarray(y)), expected)
+    np.testing.assert_array_equal(jax.jit(rsp.xlogy)(jnp.asarray(x), jnp.asarray(y)), expected)
+    assert np.isnan(rsp.xlogy(0.0, np.nan)) and np.isnan(rsp.xlogy(jnp.float32(0), jnp.float32(np.nan)))
+
+
 # ----------------------------------------------------------------------------------------------
 # pinv's derivatives of a wide or tall matrix form no max(m, n)^2 intermediate (JAX's rule does
 # not either; a (2, 400000) input would need 1.2 TB)
