@@ -40,7 +40,7 @@ X = np.ones((2, 3))
         (lambda: rnp.abs("abc"), TypeError, ["abs", "'x'"]),
         (lambda: rnp.sum(None), TypeError, ["sum", "'a'"]),
         (lambda: rnp.mean([[1.0, 2.0], [3.0]]), TypeError, ["mean", "'a'"]),
-        (lambda: rnp.sum(X, where=X), TypeError, ["sum", "where", "boolean"]),
+        (lambda: rnp.sum(X, where=X), ValueError, ["sum", "where", "boolean"]),
         (lambda: rnp.max(X, where=X > 0), ValueError, ["amax", "where", "initial"]),
         (lambda: rnp.var(X, ddof=1, correction=1), ValueError, ["var", "ddof", "correction"]),
         (lambda: rnp.kthvalue(X, 1, axis=5), ValueError, ["kthvalue", "axis"]),

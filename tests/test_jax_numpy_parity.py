@@ -144,3 +144,20 @@ def test_repeated_fft_axes_raise_jax_numpys_error_type(name):
         except (TypeError, ValueError) as error:
             with pytest.raises(type(error)):
                 getattr(rnp.fft, name)(x, axes=axes)
+
+
+WHERE_OPS = ("sum", "mean", "prod", "var", "std", "max", "min", "amax", "amin", "nansum")
+
+
+@pytest.mark.parametrize("name", WHERE_OPS)
+def test_where_of_a_non_boolean_array_raises_jax_numpys_error_type(name):
+    x = jnp.arange(6.0).reshape(2, 3)
+    kw = {"initial": 0.0} if name in ("max", "min", "amax", "amin") else {}
+    for where in (jnp.asarray([[1, 0, 2], [0, 3, 1]]), jnp.asarray([1.0, 0.0, 1.0]), jnp.asarray([True, False, True])):
+        _same(lambda where=where: getattr(rnp, name)(x, where=where, **kw),
+              lambda where=where: getattr(jnp, name)(x, where=where, **kw))
+    with pytest.raises(ValueError, match=f"^a?{name.removeprefix('a')}: where must be None or a boolean array"):
+        getattr(rnp, name)(x, where=jnp.ones(3, jnp.int32), **kw)
+    for nn_name in ("softmax", "log_softmax"):
+        _same(lambda n=nn_name: getattr(rnn, n)(x, where=jnp.asarray([1, 0, 1])),
+              lambda n=nn_name: getattr(jax.nn, n)(x, where=jnp.asarray([1, 0, 1])))

@@ -180,14 +180,21 @@ def _prepare(op, a, axis, dtype=None, out=None, **unsupported):
     return x, V.axes(op, x.ndim, axis)
 
 
+def _where_mask(op, where):
+    """``where`` as a boolean array; another dtype is a ``ValueError`` naming ``op``, jax.numpy's
+    error type."""
+    mask = V.array(op, "where", where, inexact=False)
+    if not jnp.issubdtype(mask.dtype, jnp.bool_):
+        raise ValueError(f"{op}: where must be None or a boolean array, got dtype {mask.dtype}")
+    return mask
+
+
 def _masked(op, x, where, fill):
     """``x`` where ``where`` (broadcast against x) is true, ``fill`` elsewhere: jax.numpy's
     ``where=`` of a reduction (None: x itself)."""
     if where is None:
         return x
-    mask = V.array(op, "where", where, inexact=False)
-    if not jnp.issubdtype(mask.dtype, jnp.bool_):
-        raise TypeError(f"{op}: where must be a boolean array, got dtype {mask.dtype}")
+    mask = _where_mask(op, where)
     try:
         mask = jnp.broadcast_to(mask, x.shape)
     except ValueError:
@@ -416,6 +423,8 @@ def var(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dty
     if dtype is not None and _is_exact(x):  # an integer dtype: jax.numpy's var (no rule)
         return jnp.var(x, ax, dtype=dtype, keepdims=keepdims, where=where, mean=mean, correction=c)
     x = V.array("var", "a", x)
+    if where is not None:
+        _where_mask("var", where)
     if where is None and mean is None:
         return _in_dtype(var_op(x, axis=ax, keepdims=bool(keepdims), correction=c), dtype)
     return _in_dtype(_masked_var(x, ax, keepdims, c, where, mean), dtype)
@@ -484,6 +493,8 @@ def std(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dty
     """
     x, ax = _prepare("std", _statistic_input("std", a, dtype), axis, dtype, out)
     x, c = V.array("std", "a", x), _correction("std", ddof, correction)
+    if where is not None:
+        _where_mask("std", where)
     if where is None and mean is None:
         return _in_dtype(std_op(x, axis=ax, keepdims=bool(keepdims), correction=c), dtype)
     v = _masked_var(x, ax, keepdims, c, where, mean)
