@@ -161,3 +161,19 @@ def test_where_of_a_non_boolean_array_raises_jax_numpys_error_type(name):
     for nn_name in ("softmax", "log_softmax"):
         _same(lambda n=nn_name: getattr(rnn, n)(x, where=jnp.asarray([1, 0, 1])),
               lambda n=nn_name: getattr(jax.nn, n)(x, where=jnp.asarray([1, 0, 1])))
+
+
+def test_weighted_quantile_is_jax_numpys():
+    a = np.asarray([[3.0, 1.0, 4.0, 1.5, 9.0], [2.0, 7.0, 1.0, 8.0, 2.5]])
+    w = np.asarray([[1.0, 2.0, 1.0, 0.5, 1.0], [0.5, 0.5, 3.0, 1.0, 1.0]])
+    q = np.asarray([0.1, 0.5, 0.9])
+    for kw in ({}, {"axis": 1}, {"axis": 1, "keepdims": True}):
+        got = rnp.quantile(jnp.asarray(a), jnp.asarray(q), method="inverted_cdf", weights=jnp.asarray(w), **kw)
+        np.testing.assert_allclose(got, np.quantile(a, q, method="inverted_cdf", weights=w, **kw), rtol=1e-6)
+        with pytest.raises(NotImplementedError):  # jax.numpy's: only inverted_cdf takes weights
+            jnp.quantile(jnp.asarray(a), jnp.asarray(q), method="linear", weights=jnp.asarray(w), **kw)
+        with pytest.raises(NotImplementedError):
+            rnp.quantile(jnp.asarray(a), jnp.asarray(q), method="linear", weights=jnp.asarray(w), **kw)
+    grad = jax.grad(lambda x: jnp.sum(rnp.quantile(x, q, axis=1, method="inverted_cdf", weights=w)))(jnp.asarray(a))
+    expected = jax.grad(lambda x: jnp.sum(jnp.quantile(x, q, axis=1, method="inverted_cdf", weights=w)))(jnp.asarray(a))
+    np.testing.assert_array_equal(grad, expected)

@@ -247,7 +247,7 @@ def _reduce_last(op, x, axis, keepdims):
     return flat, finish
 
 
-def quantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, overwrite_input: bool = False, method: str = "linear", keepdims: bool = False, *, weights: None = None) -> Array:
+def quantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, overwrite_input: bool = False, method: str = "linear", keepdims: bool = False, *, weights: ArrayLike | None = None) -> Array:
     """``jax.numpy.quantile`` with torch's derivative: torch's ``quantile`` is ``lerp`` of two
     entries of the sorted slice, so the derivative goes to those two order statistics, ``1 - w``
     and ``w`` for ``linear`` (``w`` the rank's fraction; 1/2 each for ``midpoint``; all to one
@@ -267,12 +267,17 @@ def quantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int]
         overwrite_input: accepted for NumPy compatibility and ignored.
         method: ``"linear"``, ``"lower"``, ``"higher"``, ``"midpoint"`` or ``"nearest"``.
         keepdims: keep the reduced axes with length 1.
-        weights: not supported: must be None (``TypeError`` otherwise).
+        weights: None, or per-entry weights: then ``jax.numpy.quantile(..., weights=)`` runs
+            (its values, errors and derivatives: JAX's; it takes only ``"inverted_cdf"``, which
+            torch lacks, and raises ``NotImplementedError`` for the other methods).
 
     Returns:
         The quantiles, of shape ``q.shape`` followed by the reduced shape of ``a``.
     """
-    V.unsupported("quantile", out=out, weights=weights)
+    V.unsupported("quantile", out=out)
+    if weights is not None:  # no torch counterpart: jax.numpy's weighted quantile as is
+        return jnp.quantile(a, q, tuple(axis) if isinstance(axis, list) else axis, method=method,
+                            keepdims=keepdims, weights=weights)
     if method not in P.QUANTILE_METHODS:
         raise ValueError(f"quantile: method must be one of {P.QUANTILE_METHODS}, got {method!r}")
     qa = _quantiles("quantile", q)
