@@ -177,3 +177,20 @@ def test_weighted_quantile_is_jax_numpys():
     grad = jax.grad(lambda x: jnp.sum(rnp.quantile(x, q, axis=1, method="inverted_cdf", weights=w)))(jnp.asarray(a))
     expected = jax.grad(lambda x: jnp.sum(jnp.quantile(x, q, axis=1, method="inverted_cdf", weights=w)))(jnp.asarray(a))
     np.testing.assert_array_equal(grad, expected)
+
+
+def test_logsumexp_with_complex_b_or_return_sign_matches_jax():
+    a = jnp.asarray([[1.0, 2.0, 0.5], [0.3, -1.0, 2.0]])
+    b = jnp.asarray([[1 + 1j, -2 + 0.5j, 0.3j], [1.0, 2.0, 3.0]])
+    a_complex = a + 1j * jnp.asarray([[0.3, 2.0, -1.0], [1.0, 1.0, 1.0]])
+    ls = jax.scipy.special.logsumexp
+    for args, kw in (((a,), {"b": b}), ((a,), {"b": b, "axis": 1}), ((a,), {"b": b, "axis": 1, "return_sign": True}),
+                     ((a_complex,), {"return_sign": True}), ((a_complex,), {"b": b, "axis": 0, "keepdims": True})):
+        ours, theirs = rsp.logsumexp(*args, **kw), ls(*args, **kw)
+        for got, expected in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+            assert got.dtype == expected.dtype
+            np.testing.assert_allclose(got, expected, rtol=1e-6)
+    # an independent value: log(sum(b exp(a))) on the principal branch, numpy's
+    np.testing.assert_allclose(rsp.logsumexp(a, b=b), np.log(np.sum(np.asarray(b) * np.exp(np.asarray(a)))), rtol=1e-6)
+    g = jax.grad(lambda u: jnp.real(rsp.logsumexp(u, b=b)))(a)
+    np.testing.assert_allclose(g, jax.grad(lambda u: jnp.real(ls(u, b=b)))(a), rtol=1e-6)

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.special as jax_special
 import numpy as np
 from jax import Array, lax
 from jax.typing import ArrayLike, DTypeLike
@@ -754,9 +755,11 @@ def logsumexp(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = Non
         a: the array, real or complex (integer and boolean input is promoted to float).
         axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes).
         b: weights broadcasting against ``a``: ``log|sum(b exp(a))|`` (as
-            ``jax.scipy.special.logsumexp``; real input, composed of ``sum``, exp and log).
+            ``jax.scipy.special.logsumexp``; real input: composed of ``sum``, exp and log;
+            complex ``a`` or ``b``: ``jax.scipy.special.logsumexp`` itself).
         keepdims: keep the reduced axes with length 1.
-        return_sign: also return the sum's sign (``log|sum|``, then ``sign(sum)``).
+        return_sign: also return the sum's sign (``log|sum|``, then ``sign(sum)``, of unit
+            modulus for a complex sum, as JAX's).
         where: a boolean mask broadcasting against ``a``: its false entries count as -inf.
 
     Returns:
@@ -780,10 +783,12 @@ def logsumexp(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = Non
 def _weighted_logsumexp(x, b, ax, keepdims, return_sign):
     """``log|sum(b exp(x))|`` (and its sign), as ``jax.scipy.special.logsumexp``'s ``b`` and
     ``return_sign``: ``log|s| + m`` with ``s = sum(b exp(x - m))``, ``m`` the (constant) maximum
-    of the entries of nonzero weight (an entry of weight 0 counts as -inf, as JAX's), composed of jaxrules' ``sum`` and JAX's exp/log; real input only. Without ``return_sign`` a
-    negative sum gives NaN (as JAX)."""
+    of the entries of nonzero weight (an entry of weight 0 counts as -inf, as JAX's), composed
+    of jaxrules' ``sum`` and JAX's exp/log. Without ``return_sign`` a negative sum gives NaN (as
+    JAX). Complex ``x`` or ``b``: ``jax.scipy.special.logsumexp`` itself (its complex sign,
+    values and derivatives; torch has neither ``b`` nor ``return_sign``)."""
     if jnp.iscomplexobj(x) or (b is not None and jnp.iscomplexobj(jnp.asarray(b))):
-        raise TypeError("logsumexp: b and return_sign take real input in jaxrules (got complex)")
+        return jax_special.logsumexp(x, axis=ax, b=b, keepdims=keepdims, return_sign=return_sign)
     b = jnp.ones((), x.dtype) if b is None else V.array("logsumexp", "b", b).astype(x.dtype)
     try:
         x, b = jnp.broadcast_arrays(x, b)
