@@ -9,10 +9,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
 
 import jaxrules.nn as rnn
 import jaxrules.numpy as rnp
 import jaxrules.scipy.special as rsp
+import jaxrules.torch as rtorch
 
 NARROW = ("int8", "int16", "uint8", "uint16")
 X = jnp.arange(200.0)
@@ -194,3 +196,15 @@ def test_logsumexp_with_complex_b_or_return_sign_matches_jax():
     np.testing.assert_allclose(rsp.logsumexp(a, b=b), np.log(np.sum(np.asarray(b) * np.exp(np.asarray(a)))), rtol=1e-6)
     g = jax.grad(lambda u: jnp.real(rsp.logsumexp(u, b=b)))(a)
     np.testing.assert_allclose(g, jax.grad(lambda u: jnp.real(ls(u, b=b)))(a), rtol=1e-6)
+
+
+def test_clip_with_neither_bound_is_the_identity_as_jax_numpy():
+    for x in (jnp.asarray([-1.5, 0.0, 2.0]), jnp.arange(3), jnp.asarray([True, False])):
+        _same(lambda x=x: rnp.clip(x), lambda x=x: jnp.clip(x))
+        _same(lambda x=x: rnp.clip(x, None, None), lambda x=x: jnp.clip(x, None, None))
+    x = jnp.asarray([-1.5, 0.0, 2.0])
+    np.testing.assert_array_equal(jax.grad(lambda v: jnp.sum(rnp.clip(v) * v))(x), 2 * x)
+    with pytest.raises(RuntimeError):  # torch.clamp needs a bound; so does jaxrules.torch's
+        torch.clamp(torch.ones(3))
+    with pytest.raises(ValueError, match="^clamp: at least one"):
+        rtorch.clamp(x)
