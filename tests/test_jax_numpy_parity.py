@@ -208,3 +208,20 @@ def test_clip_with_neither_bound_is_the_identity_as_jax_numpy():
         torch.clamp(torch.ones(3))
     with pytest.raises(ValueError, match="^clamp: at least one"):
         rtorch.clamp(x)
+
+
+def test_sort_and_argsort_of_complex_input_are_lexicographic_as_jax_numpy():
+    z = jnp.asarray([[2 + 1j, 1 + 5j, 2 - 1j, 1 + 0j, jnp.nan + 0j, 0 + 1j], [1j, -1j, 0, 3, 3 - 2j, 3 + 2j]])
+    for kw in ({}, {"axis": 0}, {"axis": None}, {"descending": True}, {"stable": False}):
+        _same(lambda kw=kw: rnp.sort(z, **kw), lambda kw=kw: jnp.sort(z, **kw))
+        _same(lambda kw=kw: rnp.argsort(z, **kw), lambda kw=kw: jnp.argsort(z, **kw))
+    # lexicographic, independently: numpy's complex sort (NaN last)
+    np.testing.assert_array_equal(rnp.sort(z[1]), np.sort(np.asarray(z[1])))
+    np.testing.assert_array_equal(rnp.argsort(z[1]), np.argsort(np.asarray(z[1]), kind="stable"))
+    t = jnp.asarray(np.random.default_rng(0).standard_normal(6) * 1j)
+    tangent = jax.jvp(lambda v: rnp.sort(v), (z[1],), (t,))[1]
+    np.testing.assert_array_equal(tangent, t[np.argsort(np.asarray(z[1]), kind="stable")])
+    for b in (jnp.asarray([True, False, True, False]), jnp.asarray([[False, True], [True, True]])):
+        for kw in ({}, {"descending": True}, {"axis": 0}):
+            _same(lambda b=b, kw=kw: rnp.argsort(b, **kw), lambda b=b, kw=kw: jnp.argsort(b, **kw))
+            _same(lambda b=b, kw=kw: rnp.sort(b, **kw), lambda b=b, kw=kw: jnp.sort(b, **kw))

@@ -214,7 +214,6 @@ def test_zero_size_input_where_torch_accepts_it():
     "call, error, words",
     [
         (lambda: rnp.sort(np.ones(3), kind="quicksort"), TypeError, ["sort", "kind"]),
-        (lambda: rnp.sort(np.ones(3) + 1j), TypeError, ["sort", "'a'", "complex"]),
         (lambda: rnp.sort(np.ones((2, 3)), axis=2), ValueError, ["sort", "axis"]),
         (lambda: rnp.sort(np.ones(3), descending="yes"), TypeError, ["sort", "descending"]),
         (lambda: rnp.argsort("abc"), TypeError, ["argsort", "'a'"]),
