@@ -61,7 +61,7 @@ def test_logsumexp_ignores_zero_weight_entries_as_jax():
 def _same(ours, theirs):
     try:
         expected = theirs()
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, IndexError) as error:
         with pytest.raises(type(error)):
             ours()
         return
@@ -225,3 +225,17 @@ def test_sort_and_argsort_of_complex_input_are_lexicographic_as_jax_numpy():
         for kw in ({}, {"descending": True}, {"axis": 0}):
             _same(lambda b=b, kw=kw: rnp.argsort(b, **kw), lambda b=b, kw=kw: jnp.argsort(b, **kw))
             _same(lambda b=b, kw=kw: rnp.sort(b, **kw), lambda b=b, kw=kw: jnp.sort(b, **kw))
+
+
+def test_take_from_an_empty_axis_raises_jax_numpys_error_type():
+    e = jnp.zeros((2, 0))
+    for args, kw in (((jnp.asarray([0]),), {"axis": 1}), ((jnp.asarray([0, 1]),), {"axis": 1, "mode": "fill"}),
+                     ((jnp.asarray([0]),), {"axis": 1, "mode": "clip"}),
+                     ((jnp.asarray([0]),), {"axis": 1, "mode": "wrap"}),
+                     ((jnp.asarray([], jnp.int32),), {"axis": 1}), ((jnp.asarray([0]),), {})):
+        _same(lambda args=args, kw=kw: rnp.take(e, *args, **kw), lambda args=args, kw=kw: jnp.take(e, *args, **kw))
+    with pytest.raises(IndexError):
+        jnp.take(jnp.zeros(0), jnp.asarray([0]))
+    for error in (IndexError, ValueError):  # jax.numpy's type, and the library's for bad input
+        with pytest.raises(error, match="^take: cannot take 1 entries from the empty axis"):
+            rnp.take(jnp.zeros(0), jnp.asarray([0]))
