@@ -239,3 +239,39 @@ def test_take_from_an_empty_axis_raises_jax_numpys_error_type():
     for error in (IndexError, ValueError):  # jax.numpy's type, and the library's for bad input
         with pytest.raises(error, match="^take: cannot take 1 entries from the empty axis"):
             rnp.take(jnp.zeros(0), jnp.asarray([0]))
+
+
+MATMUL_SHAPES = [((1, 3, 4), (4, 5)), ((3, 4), (1, 4, 5)), ((2, 1, 3, 4), (1, 5, 4, 2)), ((1, 1, 3, 4), (4,)),
+                 ((4,), (1, 1, 4, 5)), ((1, 1, 4), (1, 4, 1)), ((1, 4), (4, 1)), ((1, 4), (4,)), ((4,), (4, 1)),
+                 ((1, 1, 1, 4), (1, 4)), ((3,), (4,)), ((2, 3, 4), (3, 4, 5)), ((2, 3), ())]
+
+
+@pytest.mark.parametrize("shapes", MATMUL_SHAPES, ids=str)
+def test_matmul_with_size_one_batch_dims_matches_jax_numpy(shapes):
+    rng = np.random.default_rng(0)
+    a, b = (jnp.asarray(rng.standard_normal(s), jnp.float32) for s in shapes)
+    _same(lambda: rnp.matmul(a, b), lambda: jnp.matmul(a, b))
+    try:
+        expected = jax.grad(lambda u, v: jnp.sum(jnp.sin(jnp.matmul(u, v))), (0, 1))(a, b)
+    except (TypeError, ValueError):
+        return
+    got = jax.grad(lambda u, v: jnp.sum(jnp.sin(rnp.matmul(u, v))), (0, 1))(a, b)
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+    tangent = jax.jvp(rnp.matmul, (a, b), (jnp.cos(a), jnp.sin(b)))[1]
+    np.testing.assert_allclose(tangent, jax.jvp(jnp.matmul, (a, b), (jnp.cos(a), jnp.sin(b)))[1], rtol=1e-5, atol=1e-6)
+
+
+def test_take_along_axis_promise_in_bounds_matches_jax_numpy():
+    x = jnp.arange(6.0).reshape(2, 3)
+    i = jnp.asarray([[0, 2], [1, 0]])
+    promise = {"mode": "promise_in_bounds"}
+    _same(lambda: rnp.take_along_axis(x, i, 1, **promise), lambda: jnp.take_along_axis(x, i, 1, **promise))
+    _same(lambda: jax.jit(lambda v: rnp.take_along_axis(v, i, 1, **promise))(x),
+          lambda: jax.jit(lambda v: jnp.take_along_axis(v, i, 1, **promise))(x))
+    np.testing.assert_array_equal(rnp.take_along_axis(x, i, 1, **promise),
+                                  np.take_along_axis(np.asarray(x), np.asarray(i), 1))
+    grad = jax.grad(lambda v: jnp.sum(rnp.take_along_axis(v, i, 1, **promise) ** 2))(x)
+    np.testing.assert_array_equal(grad, jax.grad(lambda v: jnp.sum(jnp.take_along_axis(v, i, 1, **promise) ** 2))(x))
+    _same(lambda: rnp.take(x, i, axis=1, **promise), lambda: jnp.take(x, i, axis=1, **promise))  # both: ValueError
