@@ -286,7 +286,7 @@ def test_fft_of_an_empty_axis_matches_jax_numpy(name):
     _same(lambda: getattr(rnp.fft, name)(jnp.ones(4), **({"n": 0} if name[-1] == "t" else {"s": (0,)})),
           lambda: getattr(jnp.fft, name)(jnp.ones(4), **({"n": 0} if name[-1] == "t" else {"s": (0,)})))
     x = jnp.zeros((4, 0))  # derivatives of the empty result: empty (JAX's own irfft's divide by 0)
-    out, pullback = jax.vjp(getattr(rnp.fft, name), x) if name != "rfft" else (None, None)
+    out, pullback = jax.vjp(getattr(rnp.fft, name), x) if name not in ("rfft", "rfftn") else (None, None)
     if pullback is not None:
         assert pullback(jnp.ones_like(out))[0].shape == x.shape
         assert jax.jvp(getattr(rnp.fft, name), (x,), (x,))[1].shape == out.shape
