@@ -300,3 +300,20 @@ def test_an_axis_list_in_a_one_axis_fft_raises_jax_numpys_error_type(name):
             getattr(jnp.fft, name)(x, axis=axis)
         with pytest.raises(ValueError, match=f"^{name}: axis must be a single int"):
             getattr(rnp.fft, name)(x, axis=axis)
+
+
+@pytest.mark.parametrize("name", ["var", "std"])
+def test_var_and_std_with_a_complex_dtype_match_jax_numpy(name):
+    # jax.numpy: the statistic of the input cast to the complex dtype, returned in that dtype
+    xs = (jnp.asarray([1.0, 2.0, 4.0]), jnp.asarray([1 + 1j, 2.0, 4 - 2j]), jnp.arange(3),
+          jnp.asarray([1 + 1j, 2.0, 4 - 2j], jnp.complex64))
+    for x in xs:
+        for dtype in (jnp.complex64, jnp.complex128):
+            for kw in ({}, {"axis": 0, "keepdims": True}, {"where": jnp.asarray([True, False, True])}, {"ddof": 1}):
+                _same(lambda x=x, dtype=dtype, kw=kw: getattr(rnp, name)(x, dtype=dtype, **kw),
+                      lambda x=x, dtype=dtype, kw=kw: getattr(jnp, name)(x, dtype=dtype, **kw))
+    x = jnp.asarray([1 + 1j, 2.0, 4 - 2j])
+    np.testing.assert_allclose(rnp.var(x, dtype=jnp.complex128), np.var(np.asarray(x)), rtol=1e-6)
+    grad = jax.grad(lambda v: jnp.real(getattr(rnp, name)(v, dtype=jnp.complex128)))(x)
+    expected = jax.grad(lambda v: jnp.real(getattr(jnp, name)(v, dtype=jnp.complex128)))(x)
+    np.testing.assert_allclose(grad, expected, rtol=1e-6)
