@@ -105,13 +105,16 @@ def _check_complex_against_torch(ours, theirs, args, rng):
     np.testing.assert_allclose(tangent, (plus - minus) / (2 * eps), rtol=1e-6, atol=1e-7)
 
 
-def test_complex_conv_transpose_unfold_fold_match_torch():
+def test_complex_conv_conv_transpose_unfold_fold_match_torch():
     rng = np.random.default_rng(0)
     cases = [
         ("conv_transpose1d", ((2, 4, 5), (4, 3, 3), (6,)),
          {"stride": 2, "padding": 1, "output_padding": 1, "groups": 2}),
         ("conv_transpose2d", ((1, 2, 4, 4), (2, 3, 2, 2), (3,)), {"stride": 2, "padding": 1}),
         ("conv_transpose3d", ((1, 2, 3, 3, 3), (2, 1, 2, 2, 2)), {"dilation": 2}),
+        ("conv1d", ((2, 4, 7), (6, 2, 3), (6,)), {"stride": 2, "padding": 1, "groups": 2}),
+        ("conv2d", ((1, 2, 5, 5), (3, 2, 2, 2), (3,)), {"padding": "same", "dilation": 2}),
+        ("conv3d", ((1, 2, 4, 4, 4), (2, 2, 2, 2, 2)), {"stride": (1, 2, 1)}),
         ("unfold", ((2, 2, 5, 4),), {"kernel_size": (2, 3), "padding": 1, "stride": 2}),
         ("fold", ((2, 12, 15),), {"output_size": (4, 5), "kernel_size": (2, 3), "padding": 1, "stride": (2, 1)}),
     ]

@@ -128,9 +128,11 @@ def _per_axis(op, name, value, dims, minimum):
     return tuple(int(v) for v in values)
 
 
-def _input(op, x, dims_hint=None):
+def _input(op, x, dims_hint=None, complex_ok=False):
+    """``(N, C, *spatial)`` input of ``op``; complex only where ``complex_ok`` (the convolution,
+    linear in it; pooling compares values)."""
     x = V.array(op, "input", x)
-    if jnp.iscomplexobj(x):
+    if jnp.iscomplexobj(x) and not complex_ok:
         raise TypeError(f"{op}: input must be real, got {x.dtype}")
     if x.ndim < 3 or x.ndim > 5 or (dims_hint is not None and x.ndim != dims_hint + 2):
         want = "(N, C, *spatial) with 1 to 3 spatial axes" if dims_hint is None else f"rank {dims_hint + 2}"
@@ -152,7 +154,7 @@ def conv(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, str
     dims = w.ndim - 2
     if dims not in (1, 2, 3):
         raise ValueError(f"conv: weight must have shape (out, in / groups, *kernel) with 1 to 3 kernel axes, got {w.shape}")
-    x = _input("conv", input, dims)
+    x = _input("conv", input, dims, complex_ok=True)
     groups = _positive_int("conv", "groups", groups)
     if x.shape[1] != w.shape[1] * groups or w.shape[0] % groups:
         raise ValueError(
@@ -195,8 +197,9 @@ conv.__doc__ = """torch.nn.functional.conv1d/2d/3d (the rank comes from ``weight
     (seed ``_convolution_double_backward``). Mirrors ``torch.nn.functional.conv1d``/``2d``/``3d``.
 
     Args:
-        input: the input ``(N, C, *spatial)``, real, with as many spatial axes as ``weight``
-            has kernel axes (integer and boolean input is promoted to float).
+        input: the input ``(N, C, *spatial)``, real or complex (as torch; derivatives in JAX's
+            convention, torch's conjugated), with as many spatial axes as ``weight`` has kernel
+            axes (integer and boolean input is promoted to float).
         weight: the filters ``(O, C / groups, *kernel)``, 1 to 3 kernel axes.
 {layer_args}
 
@@ -225,8 +228,8 @@ _CONV_DOC = """torch.nn.functional.conv{n}d (see ``conv``): ``weight`` must have
     (``ValueError`` otherwise). Mirrors ``torch.nn.functional.conv{n}d``.
 
     Args:
-        input: the input ``(N, C, *spatial)``, real, with as many spatial axes as ``weight``
-            has kernel axes (integer and boolean input is promoted to float); rank {rank}.
+        input: the input ``(N, C, *spatial)``, real or complex, with as many spatial axes as
+            ``weight`` has kernel axes (integer and boolean input is promoted to float); rank {rank}.
         weight: the filters ``(O, C / groups, *kernel)``, {n} kernel axes.
 {layer_args}
 
