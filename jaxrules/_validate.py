@@ -13,6 +13,17 @@ from jaxrules.checking import checked_only, runtime_check
 from jaxrules.mechanism import concrete_value
 
 
+class ShapeTypeError(TypeError, ValueError):
+    """Operand shapes that do not fit where jax.numpy raises ``TypeError`` (``matmul``'s
+    contracting dimensions: ``dot_general``'s error), and a ``ValueError`` as the library's other
+    shape refusals."""
+
+
+class EmptyAxisIndexError(IndexError, ValueError):
+    """An index into an empty axis: jax.numpy's error type there (``IndexError``), and a
+    ``ValueError`` as the library's other refusals of bad input."""
+
+
 def array(op: str, name: str, x, *, inexact: bool = True):
     """``x`` as a JAX array; integer and boolean input is promoted to a float dtype when
     ``inexact``, as ``jax.numpy`` does for these ops (``float_for``)."""

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 import jaxrules
 import jaxrules.nn as rnn
+import jaxrules.numpy as rnp
 from jaxrules import nested
 
 X = np.random.default_rng(0).standard_normal((2, 3))
@@ -26,6 +27,18 @@ CASES = {
                                     X, [-2, 1]),
     "embedding_past_the_end": (lambda w, i: rnn.embedding(i, w), lambda w, i: F.embedding(i, w), W, [0, 4]),
     "embedding_negative": (lambda w, i: rnn.embedding(i, w), lambda w, i: F.embedding(i, w), W, [-1, 2]),
+    "scatter_reduce_past_the_end": (lambda x, i: rnp.scatter_reduce(x, 0, i, jnp.ones((2, 2)), "sum"),
+                                    lambda x, i: x.scatter_reduce(0, i, torch.ones(2, 2, dtype=x.dtype), "sum"),
+                                    W, [[0, 1], [4, 0]]),
+    "scatter_reduce_negative_amax": (lambda x, i: rnp.scatter_reduce(x, 1, i, jnp.ones((1, 2)), "amax"),
+                                     lambda x, i: x.scatter_reduce(1, i, torch.ones(1, 2, dtype=x.dtype), "amax"),
+                                     W, [[0, -1]]),
+    "index_reduce_past_the_end": (lambda x, i: rnp.index_reduce(x, 0, i, jnp.ones((2, 2)), "prod"),
+                                  lambda x, i: x.index_reduce(0, i, torch.ones(2, 2, dtype=x.dtype), "prod"),
+                                  W, [1, 4]),
+    "index_reduce_negative_mean": (lambda x, i: rnp.index_reduce(x, 1, i, jnp.ones((4, 1)), "mean"),
+                                   lambda x, i: x.index_reduce(1, i, torch.ones(4, 1, dtype=x.dtype), "mean"),
+                                   W, [-2]),
 }
 
 
@@ -35,7 +48,7 @@ def test_out_of_range_index_raises_eagerly_and_checked_and_is_nan_under_jit(name
     with pytest.raises((IndexError, RuntimeError)):
         theirs(torch.tensor(x), torch.tensor(index))
     i = jnp.asarray(index)
-    with pytest.raises(ValueError, match=r"^(nll_loss|cross_entropy|embedding): "):
+    with pytest.raises(ValueError, match=r"^(nll_loss|cross_entropy|embedding|scatter_reduce|index_reduce): "):
         ours(jnp.asarray(x), i)
     with pytest.raises(ValueError, match="out of range"):
         jaxrules.checked(jax.jit(ours))(jnp.asarray(x), i)
@@ -56,6 +69,18 @@ def test_in_range_indices_pass_checked_under_jit_as_torch():
     np.testing.assert_allclose(value, F.cross_entropy(torch.tensor(X), torch.tensor([2, -100])).item(), rtol=1e-12)
     rows = jaxrules.checked(jax.jit(rnn.embedding))(jnp.asarray([3, 0], jnp.int8), jnp.asarray(W))
     np.testing.assert_array_equal(rows, F.embedding(torch.tensor([3, 0]), torch.tensor(W)).numpy())
+
+
+def test_in_range_scatter_indices_pass_checked_under_jit_as_torch():
+    def scatter(x, i):
+        return rnp.scatter_reduce(x, 0, i, jnp.full((2, 2), 3.0), "amax", include_self=False)
+
+    i = np.asarray([[3, 0], [3, 1]])
+    expected = torch.tensor(W).scatter_reduce(0, torch.tensor(i), torch.full((2, 2), 3.0, dtype=torch.float64),
+                                              "amax", include_self=False).numpy()
+    np.testing.assert_array_equal(jax.jit(scatter)(jnp.asarray(W), jnp.asarray(i)), expected)
+    checked = jaxrules.checked(jax.jit(scatter))(jnp.asarray(W), jnp.asarray(i, jnp.int8))
+    np.testing.assert_array_equal(checked, expected)
 
 
 def test_embedding_bag_out_of_range_index_checked_under_jit():

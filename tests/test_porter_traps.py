@@ -8,6 +8,8 @@ import numpy as np
 import torch
 
 import jaxrules.linalg as rla
+import jaxrules.nn as rnn
+import jaxrules.numpy as rnp
 import jaxrules.scipy.special as rsp
 
 # ----------------------------------------------------------------------------------------------
@@ -38,6 +40,16 @@ def test_xlogy_x_derivative_at_zero_is_log_y_as_torch_and_jax():
     np.testing.assert_array_equal(dy[x == 0], 0.0)
 
 
+def test_xlogy_of_zero_and_nan_is_nan_as_torch_and_jax():
+    x = np.array([0.0, -0.0, 0.0, 1.0, 0.0])
+    y = np.array([np.nan, np.nan, 0.0, np.nan, 2.0])
+    expected = torch.xlogy(torch.tensor(x), torch.tensor(y)).numpy()
+    np.testing.assert_array_equal(jax.scipy.special.xlogy(jnp.asarray(x), jnp.asarray(y)), expected)
+    np.testing.assert_array_equal(rsp.xlogy(jnp.asarray(x), jnp.asarray(y)), expected)
+    np.testing.assert_array_equal(jax.jit(rsp.xlogy)(jnp.asarray(x), jnp.asarray(y)), expected)
+    assert np.isnan(rsp.xlogy(0.0, np.nan)) and np.isnan(rsp.xlogy(jnp.float32(0), jnp.float32(np.nan)))
+
+
 # ----------------------------------------------------------------------------------------------
 # pinv's derivatives of a wide or tall matrix form no max(m, n)^2 intermediate (JAX's rule does
 # not either; a (2, 400000) input would need 1.2 TB)
@@ -64,3 +76,108 @@ def test_pinv_derivatives_of_a_wide_or_tall_matrix_stay_small_and_match_torch():
         t = rng.standard_normal(shape)
         np.testing.assert_allclose(jax.jvp(loss, (x,), (jnp.asarray(t),))[1],
                                    np.sum(t_grad.numpy() * t), rtol=1e-8)
+
+
+# ----------------------------------------------------------------------------------------------
+# Complex input where torch's op takes it: values as torch 2.13; the gradient of the real loss
+# Re(sum(out * c)) is torch's conjugated (JAX's convention); the JVP against central differences
+
+
+def _complex(rng, shape):
+    return rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+
+
+def _check_complex_against_torch(ours, theirs, args, rng):
+    targs = [torch.tensor(a, requires_grad=True) for a in args]
+    t_out = theirs(*targs)
+    out = ours(*map(jnp.asarray, args))
+    np.testing.assert_allclose(out, t_out.detach().numpy(), rtol=1e-12, atol=1e-12)
+    c = _complex(rng, t_out.shape)
+    t_grads = torch.autograd.grad((t_out * torch.tensor(c)).real.sum(), targs)
+    grads = jax.grad(lambda *a: jnp.sum((ours(*a) * c).real), tuple(range(len(args))))(*map(jnp.asarray, args))
+    for g, t_g in zip(grads, t_grads):
+        np.testing.assert_allclose(np.conj(g), t_g.numpy(), rtol=1e-12, atol=1e-12)
+    ts = [_complex(rng, np.shape(a)) for a in args]
+    tangent = jax.jvp(ours, tuple(map(jnp.asarray, args)), tuple(map(jnp.asarray, ts)))[1]
+    eps = 1e-6
+    plus = ours(*[jnp.asarray(a + eps * t) for a, t in zip(args, ts)])
+    minus = ours(*[jnp.asarray(a - eps * t) for a, t in zip(args, ts)])
+    np.testing.assert_allclose(tangent, (plus - minus) / (2 * eps), rtol=1e-6, atol=1e-7)
+
+
+def test_complex_conv_conv_transpose_unfold_fold_match_torch():
+    rng = np.random.default_rng(0)
+    cases = [
+        ("conv_transpose1d", ((2, 4, 5), (4, 3, 3), (6,)),
+         {"stride": 2, "padding": 1, "output_padding": 1, "groups": 2}),
+        ("conv_transpose2d", ((1, 2, 4, 4), (2, 3, 2, 2), (3,)), {"stride": 2, "padding": 1}),
+        ("conv_transpose3d", ((1, 2, 3, 3, 3), (2, 1, 2, 2, 2)), {"dilation": 2}),
+        ("conv1d", ((2, 4, 7), (6, 2, 3), (6,)), {"stride": 2, "padding": 1, "groups": 2}),
+        ("conv2d", ((1, 2, 5, 5), (3, 2, 2, 2), (3,)), {"padding": "same", "dilation": 2}),
+        ("conv3d", ((1, 2, 4, 4, 4), (2, 2, 2, 2, 2)), {"stride": (1, 2, 1)}),
+        ("unfold", ((2, 2, 5, 4),), {"kernel_size": (2, 3), "padding": 1, "stride": 2}),
+        ("fold", ((2, 12, 15),), {"output_size": (4, 5), "kernel_size": (2, 3), "padding": 1, "stride": (2, 1)}),
+    ]
+    for name, shapes, kw in cases:
+        args = [_complex(rng, s) for s in shapes]
+        _check_complex_against_torch(lambda *a, name=name, kw=kw: getattr(rnn, name)(*a, **kw),
+                                     lambda *a, name=name, kw=kw: getattr(torch.nn.functional, name)(*a, **kw),
+                                     args, rng)
+
+
+def test_complex_rms_norm_matches_torch():
+    # torch squares x without conjugating: y = x rsqrt(mean(x^2) + eps) w, holomorphic
+    rng = np.random.default_rng(1)
+    x, w = _complex(rng, (3, 2, 4)), _complex(rng, (2, 4))
+    for eps in (None, 1e-3):
+        _check_complex_against_torch(lambda a, eps=eps: rnn.rms_norm(a, (2, 4), eps=eps),
+                                     lambda a, eps=eps: torch.nn.functional.rms_norm(a, (2, 4), eps=eps), [x], rng)
+        _check_complex_against_torch(lambda a, b, eps=eps: rnn.rms_norm(a, (2, 4), b, eps),
+                                     lambda a, b, eps=eps: torch.nn.functional.rms_norm(a, (2, 4), b, eps), [x, w], rng)
+    real_w = rng.standard_normal(4)
+    y = rnn.rms_norm(jnp.asarray(x, jnp.complex64), 4, jnp.asarray(real_w, jnp.float32))
+    t_y = torch.nn.functional.rms_norm(torch.tensor(x, dtype=torch.complex64), (4,),
+                                       torch.tensor(real_w, dtype=torch.float32))
+    assert y.dtype == jnp.complex64 and t_y.dtype == torch.complex64
+    np.testing.assert_allclose(y, t_y.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_complex_l1_loss_gradient_is_torchs_sgn_conjugated():
+    rng = np.random.default_rng(2)
+    x, y = _complex(rng, 5), _complex(rng, 5)
+    y[2] = x[2]  # a tie: sgn(0) = 0
+    for reduction in ("mean", "sum", "none"):
+        tx, ty = torch.tensor(x, requires_grad=True), torch.tensor(y, requires_grad=True)
+        t_loss = torch.nn.functional.l1_loss(tx, ty, reduction=reduction)
+        loss = rnn.l1_loss(jnp.asarray(x), jnp.asarray(y), reduction=reduction)
+        assert loss.dtype == jnp.float64 and t_loss.dtype == torch.float64
+        np.testing.assert_allclose(loss, t_loss.detach().numpy(), rtol=1e-14)
+        t_gx, t_gy = torch.autograd.grad(t_loss.sum(), (tx, ty))
+        gx, gy = jax.grad(lambda a, b, r=reduction: jnp.sum(rnn.l1_loss(a, b, reduction=r)), (0, 1))(
+            jnp.asarray(x), jnp.asarray(y))
+        np.testing.assert_allclose(np.conj(gx), t_gx.numpy(), rtol=1e-14, atol=1e-15)
+        np.testing.assert_allclose(np.conj(gy), t_gy.numpy(), rtol=1e-14, atol=1e-15)
+        assert gx[2] == 0 and t_gx[2] == 0
+
+
+def test_complex_logcumsumexp_is_on_torchs_branch():
+    # torch keeps the imaginary part of each step's term of larger real part: not the principal
+    # branch (its first entry is x[0] as is, 1 + 10j here, not 1 + (10 - 4 pi) j)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 12)) * 2 + 1j * rng.standard_normal((3, 12)) * 30
+    x[0, :2] = -np.inf  # leading -inf: -inf + 0j, as torch
+    x[1, 5] = -np.inf + 4j
+    x[2, 3:6] = 1.0 + np.array([7j, -20j, 40j])  # ties of the real part
+    x[2, 0] = 1 + 10j
+    for axis in (0, 1, -1):
+        tx = torch.tensor(x, requires_grad=True)
+        t_out = torch.logcumsumexp(tx, axis)
+        out = rnp.logcumsumexp(jnp.asarray(x), axis)
+        np.testing.assert_allclose(out, t_out.detach().numpy(), rtol=1e-13, atol=1e-13)
+        c = _complex(rng, x.shape)
+        (t_grad,) = torch.autograd.grad((t_out * torch.tensor(c)).real.sum(), tx)
+        grad = jax.grad(lambda a, axis=axis: jnp.sum((rnp.logcumsumexp(a, axis) * c).real))(jnp.asarray(x))
+        t_grad = t_grad.resolve_conj().numpy()
+        finite = np.isfinite(t_grad)
+        assert finite.mean() > 0.5
+        np.testing.assert_allclose(np.conj(grad)[finite], t_grad[finite], rtol=1e-10, atol=1e-12)

@@ -214,7 +214,6 @@ def test_zero_size_input_where_torch_accepts_it():
     "call, error, words",
     [
         (lambda: rnp.sort(np.ones(3), kind="quicksort"), TypeError, ["sort", "kind"]),
-        (lambda: rnp.sort(np.ones(3) + 1j), TypeError, ["sort", "'a'", "complex"]),
         (lambda: rnp.sort(np.ones((2, 3)), axis=2), ValueError, ["sort", "axis"]),
         (lambda: rnp.sort(np.ones(3), descending="yes"), TypeError, ["sort", "descending"]),
         (lambda: rnp.argsort("abc"), TypeError, ["argsort", "'a'"]),
@@ -233,7 +232,6 @@ def test_zero_size_input_where_torch_accepts_it():
         (lambda: rnp.quantile(np.ones(3), 1.5), ValueError, ["quantile", "q", "[0, 1]"]),
         (lambda: rnp.quantile(np.ones(3), "half"), TypeError, ["quantile", "q"]),
         (lambda: rnp.quantile(np.ones(3), 0.5, method="inverted_cdf"), ValueError, ["quantile", "method"]),
-        (lambda: rnp.quantile(np.ones(3), 0.5, weights=np.ones(3)), TypeError, ["quantile", "weights"]),
         (lambda: rnp.quantile(np.zeros(0), 0.5), ValueError, ["quantile", "zero-size"]),
         (lambda: rnp.quantile(np.ones(3) + 1j, 0.5), TypeError, ["quantile", "'a'", "complex"]),
         (lambda: jax.jit(lambda q: rnp.quantile(np.ones(3), q))(0.5), TypeError, ["quantile", "q", "concrete"]),

@@ -107,8 +107,9 @@ def matmul(a: ArrayLike, b: ArrayLike, *, precision: Any = None, preferred_eleme
         dropped.
 
     Raises:
-        ValueError: when an operand is 0-d, the contracting dims differ, the batch dims do
-            not broadcast, or ``precision`` is not one of JAX's forms.
+        ValueError: when an operand is 0-d, the contracting dims differ (then also a
+            ``TypeError``, jax.numpy's type: ``jaxrules._validate.ShapeTypeError``), the batch
+            dims do not broadcast, or ``precision`` is not one of JAX's forms.
         TypeError: when ``preferred_element_type`` is not a dtype.
     """
     _V.unhonoured("matmul", out_sharding=out_sharding)

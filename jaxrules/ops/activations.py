@@ -447,7 +447,7 @@ def _softmax_args(op, x, axis, where):
         return x, axes, None
     mask = jnp.asarray(where)
     if mask.dtype != bool:
-        raise TypeError(f"{op}: where must be a boolean array, got {mask.dtype}")
+        raise ValueError(f"{op}: where must be None or a boolean array, got {mask.dtype}")  # jax.nn's type
     V.broadcast(op, x=x, where=mask)
     return x, axes, jnp.broadcast_to(mask, x.shape)
 

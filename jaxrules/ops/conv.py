@@ -128,9 +128,11 @@ def _per_axis(op, name, value, dims, minimum):
     return tuple(int(v) for v in values)
 
 
-def _input(op, x, dims_hint=None):
+def _input(op, x, dims_hint=None, complex_ok=False):
+    """``(N, C, *spatial)`` input of ``op``; complex only where ``complex_ok`` (the convolution,
+    linear in it; pooling compares values)."""
     x = V.array(op, "input", x)
-    if jnp.iscomplexobj(x):
+    if jnp.iscomplexobj(x) and not complex_ok:
         raise TypeError(f"{op}: input must be real, got {x.dtype}")
     if x.ndim < 3 or x.ndim > 5 or (dims_hint is not None and x.ndim != dims_hint + 2):
         want = "(N, C, *spatial) with 1 to 3 spatial axes" if dims_hint is None else f"rank {dims_hint + 2}"
@@ -152,7 +154,7 @@ def conv(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, str
     dims = w.ndim - 2
     if dims not in (1, 2, 3):
         raise ValueError(f"conv: weight must have shape (out, in / groups, *kernel) with 1 to 3 kernel axes, got {w.shape}")
-    x = _input("conv", input, dims)
+    x = _input("conv", input, dims, complex_ok=True)
     groups = _positive_int("conv", "groups", groups)
     if x.shape[1] != w.shape[1] * groups or w.shape[0] % groups:
         raise ValueError(
@@ -195,8 +197,9 @@ conv.__doc__ = """torch.nn.functional.conv1d/2d/3d (the rank comes from ``weight
     (seed ``_convolution_double_backward``). Mirrors ``torch.nn.functional.conv1d``/``2d``/``3d``.
 
     Args:
-        input: the input ``(N, C, *spatial)``, real, with as many spatial axes as ``weight``
-            has kernel axes (integer and boolean input is promoted to float).
+        input: the input ``(N, C, *spatial)``, real or complex (as torch; derivatives in JAX's
+            convention, torch's conjugated), with as many spatial axes as ``weight`` has kernel
+            axes (integer and boolean input is promoted to float).
         weight: the filters ``(O, C / groups, *kernel)``, 1 to 3 kernel axes.
 {layer_args}
 
@@ -225,8 +228,8 @@ _CONV_DOC = """torch.nn.functional.conv{n}d (see ``conv``): ``weight`` must have
     (``ValueError`` otherwise). Mirrors ``torch.nn.functional.conv{n}d``.
 
     Args:
-        input: the input ``(N, C, *spatial)``, real, with as many spatial axes as ``weight``
-            has kernel axes (integer and boolean input is promoted to float); rank {rank}.
+        input: the input ``(N, C, *spatial)``, real or complex, with as many spatial axes as
+            ``weight`` has kernel axes (integer and boolean input is promoted to float); rank {rank}.
         weight: the filters ``(O, C / groups, *kernel)``, {n} kernel axes.
 {layer_args}
 
@@ -270,7 +273,7 @@ def _conv_transpose(op, dims, input, weight, bias, stride, padding, output_paddi
         rank = "rank 3 to 5" if dims is None else f"rank {dims + 2}"
         raise ValueError(f"{op}: weight must have shape (in, out / groups, *kernel), {rank}, got {w.shape}")
     dims = w.ndim - 2
-    x, batched = _pool_input(op, input, dims)
+    x, batched = _pool_input(op, input, dims, complex_ok=True)
     groups = _positive_int(op, "groups", groups)
     if 0 in w.shape:
         raise ValueError(f"{op}: weight {w.shape} is empty")
@@ -327,7 +330,8 @@ conv_transpose.__doc__ = """torch.nn.functional.conv_transpose1d/2d/3d (the rank
     ``torch.nn.functional.conv_transpose1d``/``2d``/``3d``.
 
     Args:
-        input: ``(N, C_in, *spatial)`` or unbatched ``(C_in, *spatial)``, real, with as many
+        input: ``(N, C_in, *spatial)`` or unbatched ``(C_in, *spatial)``, real or complex
+            (as torch; derivatives in JAX's convention, torch's conjugated), with as many
             spatial axes as ``weight`` has kernel axes (integer and boolean input is promoted
             to float); only the batch may be empty.
         weight: the filters ``(C_in, C_out / groups, *kernel)``, 1 to 3 kernel axes.
@@ -345,7 +349,7 @@ _CONV_TRANSPOSE_DOC = """torch.nn.functional.conv_transpose{n}d (see ``conv_tran
 
     Args:
         input: ``(N, C_in, *spatial)`` with {n} spatial axis(es), or unbatched ``{unbatched}``; real
-            (integer and boolean input is promoted to float); only the batch may be empty.
+            or complex (integer and boolean input is promoted to float); only the batch may be empty.
         weight: the filters ``(C_in, C_out / groups, *kernel)``, {n} kernel axis(es).
 {layer_args}
 
@@ -389,7 +393,7 @@ def _blocks(spatial, kernel, stride, pads, dilation):
 
 
 def unfold(input: ArrayLike, kernel_size: int | Sequence[int], dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, stride: int | Sequence[int] = 1) -> Array:  # noqa: A002
-    x, batched = _pool_input("unfold", input, 2)
+    x, batched = _pool_input("unfold", input, 2, complex_ok=True)
     kernel, stride, pads, dilation = _block_args("unfold", kernel_size, dilation, padding, stride)
     blocks = _blocks(x.shape[2:], kernel, stride, pads, dilation)
     if min(blocks) < 1:
@@ -407,8 +411,8 @@ unfold.__doc__ = """torch.nn.functional.unfold (im2col): the sliding blocks of (
     Mirrors ``torch.nn.functional.unfold``.
 
     Args:
-        input: ``(N, C, H, W)`` or unbatched ``(C, H, W)``, real (integer and boolean input is
-            promoted to float); only the batch may be empty.
+        input: ``(N, C, H, W)`` or unbatched ``(C, H, W)``, real or complex (integer and boolean
+            input is promoted to float); only the batch may be empty.
         kernel_size: the block's size, an int >= 1 or two.
         dilation: the spacing of a block's elements, an int >= 1 or two.
         padding: zero padding on both sides, an int >= 0 or two.
@@ -422,8 +426,6 @@ unfold.__doc__ = """torch.nn.functional.unfold (im2col): the sliding blocks of (
 
 def fold(input: ArrayLike, output_size: int | Sequence[int], kernel_size: int | Sequence[int], dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, stride: int | Sequence[int] = 1) -> Array:  # noqa: A002
     x = V.array("fold", "input", input)
-    if jnp.iscomplexobj(x):
-        raise TypeError(f"fold: input must be real, got {x.dtype}")
     if x.ndim not in (2, 3) or 0 in x.shape[x.ndim - 2:]:
         raise ValueError(f"fold: input must have shape (N, C kh kw, L) or (C kh kw, L) with only the batch empty, "
                          f"got {x.shape}")
@@ -449,7 +451,7 @@ fold.__doc__ = """torch.nn.functional.fold (col2im), the transpose of ``unfold``
     cotangent (derivatives.yaml ``col2im``: ``im2col``). Mirrors ``torch.nn.functional.fold``.
 
     Args:
-        input: ``(N, C kh kw, L)`` or unbatched ``(C kh kw, L)``, real, ``L`` the number of
+        input: ``(N, C kh kw, L)`` or unbatched ``(C kh kw, L)``, real or complex, ``L`` the number of
             blocks of ``output_size``; only the batch may be empty.
         output_size: the spatial size ``(H, W)`` of the output, an int >= 1 or two.
         kernel_size: the block's size, an int >= 1 or two.
@@ -550,12 +552,14 @@ def max_pool3d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int |
     return max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
-def _pool_input(op, input, dims, empty_channels=False):  # noqa: A002
+def _pool_input(op, input, dims, empty_channels=False, complex_ok=False):  # noqa: A002
     """torch's pooling input, (N, C, *spatial) or unbatched (C, *spatial) with ``dims`` spatial
     axes (only the batch may be empty, and the channels where ``empty_channels``: torch's
-    adaptive average pooling), with a batch axis; and whether it had one."""
+    adaptive average pooling), with a batch axis; and whether it had one. Complex input only
+    where ``complex_ok`` (the linear ops, which torch computes for complex: ``conv_transpose``,
+    ``unfold``); pooling compares values, so complex input is a ``TypeError``."""
     x = V.array(op, "input", input)
-    if jnp.iscomplexobj(x):
+    if jnp.iscomplexobj(x) and not complex_ok:
         raise TypeError(f"{op}: input must be real, got {x.dtype}")
     if x.ndim not in (dims + 1, dims + 2):
         raise ValueError(f"{op}: input must have shape (N, C, *spatial) or (C, *spatial) with {dims} spatial "

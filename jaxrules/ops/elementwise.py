@@ -285,8 +285,8 @@ def clip(arr: ArrayLike | None = None, /, min: ArrayLike | None = None, max: Arr
         arr: the array to clip (required; ``TypeError`` if missing). Integer and boolean input
             is passed to ``jax.numpy.clip`` (no rule).
         min: the lower bound, broadcastable with ``arr``; None: no lower bound.
-        max: the upper bound, broadcastable with ``arr``; None: no upper bound. At least one
-            of ``min`` and ``max`` must be given (``ValueError``).
+        max: the upper bound, broadcastable with ``arr``; None: no upper bound. Neither bound:
+            ``arr`` itself, as ``jax.numpy.clip`` (``jaxrules.torch.clamp`` raises, as torch).
 
     Returns:
         ``arr`` clipped to ``[min, max]`` (``max`` where ``min > max``), of the broadcast shape.
@@ -302,8 +302,8 @@ def clip(arr: ArrayLike | None = None, /, min: ArrayLike | None = None, max: Arr
     if arr is None:
         raise TypeError("clip: the array argument 'arr' is required")
     x = V.array("clip", "arr", arr, inexact=False)
-    if min is None and max is None:
-        raise ValueError("clip: at least one of 'min' and 'max' must be given")
+    if min is None and max is None:  # jax.numpy's identity
+        return x
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         return jnp.clip(x, min, max)
     lo = jnp.asarray(-jnp.inf, x.dtype) if min is None else V.array("clip", "min", min)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import Array
 from jax.typing import ArrayLike
@@ -54,6 +56,16 @@ def _transform(kind, a, sizes, axes, norm, name, axes_arg="axes"):
     axes = tuple(V.single_axis(name, x.ndim, ax, axes_arg) for ax in axes)
     if len(set(axes)) != len(axes):
         raise RepeatedAxesError(f"{name}: axes {axes} repeat an axis")
+    empty_last_r2c = kind == "rfft" and x.shape[axes[-1]] == 0  # jax.numpy: an XLA verifier error
+    if any(x.shape[ax] == 0 and n is None for ax, n in zip(axes, sizes)) and not empty_last_r2c:
+        # an empty transformed axis at its own length: the empty array of jax.numpy.fft's shape
+        # and dtype, a constant (JAX's own c2r derivative there divides by the length 0)
+        jax_fn = getattr(jnp.fft, name)
+        if axes_arg == "axis":
+            out = jax.eval_shape(lambda v: jax_fn(v, axis=axes[0], norm=norm), x)
+        else:
+            out = jax.eval_shape(lambda v: jax_fn(v, s=None if None in sizes else sizes, axes=axes, norm=norm), x)
+        return jnp.zeros(out.shape, out.dtype)
     resolved = []
     for k, (ax, n) in enumerate(zip(axes, sizes)):
         if n is None:
@@ -109,11 +121,15 @@ def _doc(name, kind, length_args):
 
 def _one_axis(kind):
     def transform(a: ArrayLike, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
+        if isinstance(axis, tuple | list):  # jax.numpy's error type for several axes
+            raise ValueError(f"{kind}: axis must be a single int, got {axis!r} (several axes: use {kind}n)")
         return _transform(kind, a, (n,), (axis,), norm, kind, axes_arg="axis")
 
     transform.__name__ = transform.__qualname__ = kind
-    transform.__doc__ = _doc(kind, kind, "    n: {length} (a positive int); None: {default}.\n"
-                                         "    axis: the axis to transform (an int).\n")
+    transform.__doc__ = _doc(kind, kind, "    n: {length} (a positive int); None: {default} (a length 0: "
+                                         "jax.numpy.fft's empty result).\n"
+                                         "    axis: the axis to transform (an int; a list or tuple: ``ValueError``, "
+                                         "as jax.numpy).\n")
     return transform
 
 

@@ -379,7 +379,10 @@ def scatter_reduce(x: ArrayLike, axis: int, index: ArrayLike, src: ArrayLike, re
     Args:
         x: the array scattered into.
         axis: the axis along which ``index`` addresses ``x``.
-        index: integer array of x's rank, fitting in ``src`` (and, off ``axis``, in ``x``).
+        index: integer array of x's rank, fitting in ``src`` (and, off ``axis``, in ``x``), its
+            entries in ``[0, x.shape[axis])`` (as torch: no negative ones). Out of range:
+            ``ValueError`` when concrete and inside ``jaxrules.checked``; under plain ``jit`` (no
+            check runs) the whole result and its derivatives are NaN.
         src: the values scattered, of x's rank (cut to ``index``'s shape).
         reduce: ``"sum"``, ``"prod"``, ``"mean"``, ``"amax"`` or ``"amin"``.
         include_self: whether x's own entry takes part in the reduction where something is
@@ -389,7 +392,8 @@ def scatter_reduce(x: ArrayLike, axis: int, index: ArrayLike, src: ArrayLike, re
         The reduced array, of x's shape and of the result dtype of ``x`` and ``src``.
 
     Raises:
-        ValueError: an unknown ``reduce``, ranks that differ, or an ``index`` that does not fit.
+        ValueError: an unknown ``reduce``, ranks that differ, an ``index`` that does not fit or
+            an index out of range.
         TypeError: ``amax``/``amin``/``prod`` of complex input.
     """
     if reduce not in _REDUCES:
@@ -407,7 +411,21 @@ def scatter_reduce(x: ArrayLike, axis: int, index: ArrayLike, src: ArrayLike, re
         if n > m or (d != ax and n > k):
             raise ValueError(f"scatter_reduce: index {index.shape} must fit in src {src.shape} and, off axis, in x {x.shape}")
     src = src[tuple(slice(0, n) for n in index.shape)]
-    return scatter_reduce_op(x, index, src, axis=ax, reduce=reduce, include_self=bool(include_self))
+    out_of_range = _index_in_range("scatter_reduce", "index", index, x.shape[ax])
+    out = scatter_reduce_op(x, index, src, axis=ax, reduce=reduce, include_self=bool(include_self))
+    return out if out_of_range is None else out * P.nan_factor(out_of_range, out.dtype)
+
+
+def _index_in_range(op, name, index, size):
+    """torch's rule for a scatter's ``index``: every entry in ``[0, size)`` (negative ones
+    included: no wrap-around). Concrete: ``ValueError`` naming ``op``, and None. Traced: a
+    run-time check inside ``jaxrules.checked``, and the scalar mask "some entry is out of range",
+    which the caller multiplies into its result as NaN (JAX's scatter would drop or wrap the
+    entry: a finite wrong value)."""
+    V.index_range(op, name, index, size)
+    if concrete_value(index) is not None:
+        return None
+    return jnp.any((index < 0) | (index >= size))
 
 
 _INDEX_REDUCES = ("prod", "mean", "amax", "amin")
@@ -423,7 +441,9 @@ def index_reduce(x: ArrayLike, axis: int, index: ArrayLike, source: ArrayLike, r
     Args:
         x: the array reduced into.
         axis: the axis along which ``index`` addresses ``x``.
-        index: 1-d integer array, one slice of x per slice of ``source``.
+        index: 1-d integer array, one slice of x per slice of ``source``, its entries in
+            ``[0, x.shape[axis])`` (as torch). Out of range: ``ValueError`` when concrete and
+            inside ``jaxrules.checked``; under plain ``jit`` the result is NaN.
         source: x's shape with ``axis`` of length ``len(index)``.
         reduce: ``"prod"``, ``"mean"``, ``"amax"`` or ``"amin"`` (torch's choices).
         include_self: whether x's own slice takes part where something is reduced into it.
@@ -432,8 +452,8 @@ def index_reduce(x: ArrayLike, axis: int, index: ArrayLike, source: ArrayLike, r
         The reduced array, of x's shape.
 
     Raises:
-        ValueError: an unknown ``reduce``, an ``index`` that is not 1-d or a ``source`` of
-            another shape.
+        ValueError: an unknown ``reduce``, an ``index`` that is not 1-d or out of range, or a
+            ``source`` of another shape.
         TypeError: ``amax``/``amin``/``prod`` of complex input.
     """
     if reduce not in _INDEX_REDUCES:
@@ -448,5 +468,6 @@ def index_reduce(x: ArrayLike, axis: int, index: ArrayLike, source: ArrayLike, r
             f"index_reduce: index must be 1-d and source of shape {expected} (x's with axis {axis} of length "
             f"len(index)), got index {index.shape} and source {source.shape}"
         )
+    _index_in_range("index_reduce", "index", index, x.shape[ax])  # the error names index_reduce
     full = jnp.broadcast_to(index.reshape((1,) * ax + (-1,) + (1,) * (x.ndim - ax - 1)), source.shape)
     return scatter_reduce(x, ax, full, source, reduce, include_self)

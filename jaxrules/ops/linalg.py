@@ -393,7 +393,7 @@ def matmul(a, b, precision=None):
     a2 = a[None, :] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:
-        raise ValueError(f"matmul: contracting dimensions differ ({a.shape} @ {b.shape})")
+        raise V.ShapeTypeError(f"matmul: contracting dimensions differ ({a.shape} @ {b.shape})")
     V.broadcast("matmul", a=np.empty(a2.shape[:-2] + (1, 1), bool), b=np.empty(b2.shape[:-2] + (1, 1), bool))
     out = matmul_op(a2, b2) if precision is None else matmul_at_op(a2, b2, precision=precision)
     if b.ndim == 1:

@@ -21,7 +21,7 @@ from jaxrules.checking import runtime_check
 from jaxrules.mechanism import define_op
 from jaxrules.ops import reductions
 from jaxrules.ops.activations import log_softmax, pointwise_op
-from jaxrules.ops.elementwise import clip
+from jaxrules.ops.elementwise import abs_op, clip
 from jaxrules.ops.norms import _check_ord, pairwise_distance
 from jaxrules.ops.shape import take_along_axis
 
@@ -261,7 +261,8 @@ def l1_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean") -> Arr
     """Absolute error, ``|x - y|``; mirrors ``torch.nn.functional.l1_loss``.
 
     Derivative ``sgn(x - y)``: 0 where x == y and where the difference is NaN (torch's ``sgn``
-    backward; torch.sign(NaN) = 0).
+    backward; torch.sign(NaN) = 0). Complex input: the loss ``|x - y|`` is real, its gradient
+    ``conj(sgn(x - y))`` (``abs``'s rule: torch's ``(x - y) / |x - y|`` in JAX's convention).
 
     Args:
         input: the predictions ``x``.
@@ -279,7 +280,7 @@ def l1_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean") -> Arr
         1.0 [-0.3333  0.      0.3333]
     """
     x, y = _pair("l1_loss", input, target, reduction)
-    return _reduce("l1_loss", _l1(x, y), reduction)
+    return _reduce("l1_loss", abs_op(x - y) if jnp.iscomplexobj(x) else _l1(x, y), reduction)
 
 
 def kl_div(input: ArrayLike, target: ArrayLike, reduction: str = "mean", log_target: bool = False) -> Array:

@@ -309,7 +309,9 @@ def layer_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: Arra
     ``torch.nn.functional.layer_norm``.
 
     Args:
-        x: the input, real; its trailing axes match ``normalized_shape``.
+        x: the input, real or complex (as torch: ``x^2`` unconjugated, so the op is holomorphic
+            and its derivatives are JAX's holomorphic ones, torch's conjugated); its trailing
+            axes match ``normalized_shape``.
         normalized_shape: an int (the last axis) or the trailing shape to normalize over.
         weight: the elementwise scale, of shape ``normalized_shape``; None: 1.
         bias: the elementwise shift, of shape ``normalized_shape``; None: 0.
@@ -624,7 +626,9 @@ def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayL
     (``jaxrules.partitioning``).
 
     Args:
-        x: the input, real; its trailing axes match ``normalized_shape``.
+        x: the input, real or complex (as torch: ``x^2`` unconjugated, so the op is holomorphic
+            and its derivatives are JAX's holomorphic ones, torch's conjugated); its trailing
+            axes match ``normalized_shape``.
         normalized_shape: an int (the last axis) or the trailing shape to normalize over.
         weight: the elementwise scale, of shape ``normalized_shape``; None: 1.
         eps: added to the mean square; None: the machine epsilon of the statistics' dtype
@@ -643,8 +647,7 @@ def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayL
     Raises:
         ValueError: ``normalized_shape`` does not match x's trailing axes, a weight of another
             shape, an unknown ``impl``, or a kernel ``impl`` with a traced ``eps``.
-        TypeError: complex ``x`` (torch squares it without conjugating), a non-real or
-            non-finite ``eps``.
+        TypeError: complex input with a kernel ``impl``, a non-real or non-finite ``eps``.
 
     Example:
         >>> import jax.numpy as jnp, jaxrules.nn as nn
@@ -653,8 +656,6 @@ def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayL
     """
     op = "rms_norm"
     x = V.array(op, "x", x)
-    if jnp.iscomplexobj(x):
-        raise TypeError(f"{op}: x must be real, got dtype {x.dtype}")
     shape = _trailing_shape(op, x, normalized_shape)
     k = len(shape)
     eps = float(jnp.finfo(P.stat_dtype(x.dtype)).eps) if eps is None else _check_eps(op, eps)
@@ -664,6 +665,11 @@ def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayL
         w = V.array(op, "weight", weight)
         if w.shape != shape:
             raise ValueError(f"{op}: weight must have shape {shape}, got {w.shape}")
+    if jnp.iscomplexobj(x) or jnp.iscomplexobj(w):  # torch's complex result: both in the common dtype
+        x = x.astype(jnp.result_type(x, w))
+        if impl in ("pallas", "pallas_interpret"):
+            raise TypeError(f"{op}: impl={impl!r} (the fused kernels) takes real x and weight, got {x.dtype}; "
+                            "use impl=None")
     impl = _eps_plan(op, impl, eps)
     n = math.prod(shape)
     plan = _rows_plan(op, impl, x, n)

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.special as jax_special
 import numpy as np
 from jax import Array, lax
 from jax.typing import ArrayLike, DTypeLike
@@ -119,14 +120,42 @@ def _log_add_exp_complex(a, b):
     return jnp.where(jnp.isneginf(total.real), jnp.array(-jnp.inf, total.dtype), total)
 
 
+def _shifted(v, fill, axis):
+    """``v`` moved one step along ``axis``: ``fill`` first, then ``v[:-1]``."""
+    first = lax.slice_in_dim(v, 0, 1, axis=axis)
+    return jnp.concatenate([jnp.full_like(first, fill), lax.slice_in_dim(v, 0, v.shape[axis] - 1, axis=axis)], axis)
+
+
+def _torch_branch(x, out, axis):
+    """``out`` (a running ``log(sum(exp(x)))``, right modulo 2 pi i) on torch's branch: torch's
+    CPU loop ``y_k = m + log1p(exp(s - m))`` takes ``m``, the term of larger real part (the new
+    ``x_k`` on a tie), as is, so ``Im y_k = Im m + w`` with ``w`` in (-pi, pi]. Where ``m = x_k``
+    that fixes ``Im y_k``; where ``m = y_{k-1}``, ``Im y_k = Im y_{k-1} + wrap(Im out_k - Im
+    out_{k-1})``: a sum restarted at each new maximum, one associative scan. Entries with a
+    non-finite real part keep ``out``."""
+
+    def wrap(v):  # into [-pi, pi]
+        return v - 2 * jnp.pi * jnp.round(v / (2 * jnp.pi))
+
+    re, im = out.real, out.imag
+    new_max = jnp.logical_not(x.real < _shifted(re, -jnp.inf, axis))
+    step = jnp.where(new_max, x.imag + wrap(im - x.imag), wrap(im - _shifted(im, 0, axis)))
+
+    def restart(a, b):
+        return a[0] | b[0], jnp.where(b[0], b[1], a[1] + b[1])
+
+    _, imag = lax.associative_scan(restart, (new_max, step), axis=axis)
+    return jnp.where(jnp.isfinite(re), lax.complex(re, imag), out)
+
+
 def _logcumsumexp_primal(x, *, axis):
     """``log(cumsum(exp(x)))``: JAX's ``cumlogsumexp`` for real ``x``; for complex ``x`` an
     associative scan of ``_log_add_exp_complex`` (JAX's gives NaN after a term of real part -inf;
-    torch: exp(-inf) = 0), its imaginary part in [-pi, pi)."""
+    torch: exp(-inf) = 0), its imaginary part on torch's branch (``_torch_branch``)."""
     if not jnp.iscomplexobj(x):
         return lax.cumlogsumexp(x, axis)
     out = lax.associative_scan(_log_add_exp_complex, jnp.where(jnp.isneginf(x.real), -jnp.inf, x), axis=axis)
-    return lax.complex(out.real, jnp.remainder(out.imag + jnp.pi, 2 * jnp.pi) - jnp.pi)  # the principal branch
+    return _torch_branch(x, out, axis)
 
 
 logcumsumexp_op = define_op("logcumsumexp", _logcumsumexp_primal, J.logcumsumexp_jvp, R.logcumsumexp_vjp, _save_x_and_out)
@@ -152,14 +181,21 @@ def _prepare(op, a, axis, dtype=None, out=None, **unsupported):
     return x, V.axes(op, x.ndim, axis)
 
 
+def _where_mask(op, where):
+    """``where`` as a boolean array; another dtype is a ``ValueError`` naming ``op``, jax.numpy's
+    error type."""
+    mask = V.array(op, "where", where, inexact=False)
+    if not jnp.issubdtype(mask.dtype, jnp.bool_):
+        raise ValueError(f"{op}: where must be None or a boolean array, got dtype {mask.dtype}")
+    return mask
+
+
 def _masked(op, x, where, fill):
     """``x`` where ``where`` (broadcast against x) is true, ``fill`` elsewhere: jax.numpy's
     ``where=`` of a reduction (None: x itself)."""
     if where is None:
         return x
-    mask = V.array(op, "where", where, inexact=False)
-    if not jnp.issubdtype(mask.dtype, jnp.bool_):
-        raise TypeError(f"{op}: where must be a boolean array, got dtype {mask.dtype}")
+    mask = _where_mask(op, where)
     try:
         mask = jnp.broadcast_to(mask, x.shape)
     except ValueError:
@@ -388,6 +424,8 @@ def var(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dty
     if dtype is not None and _is_exact(x):  # an integer dtype: jax.numpy's var (no rule)
         return jnp.var(x, ax, dtype=dtype, keepdims=keepdims, where=where, mean=mean, correction=c)
     x = V.array("var", "a", x)
+    if where is not None:
+        _where_mask("var", where)
     if where is None and mean is None:
         return _in_dtype(var_op(x, axis=ax, keepdims=bool(keepdims), correction=c), dtype)
     return _in_dtype(_masked_var(x, ax, keepdims, c, where, mean), dtype)
@@ -456,6 +494,8 @@ def std(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dty
     """
     x, ax = _prepare("std", _statistic_input("std", a, dtype), axis, dtype, out)
     x, c = V.array("std", "a", x), _correction("std", ddof, correction)
+    if where is not None:
+        _where_mask("std", where)
     if where is None and mean is None:
         return _in_dtype(std_op(x, axis=ax, keepdims=bool(keepdims), correction=c), dtype)
     v = _masked_var(x, ax, keepdims, c, where, mean)
@@ -715,9 +755,11 @@ def logsumexp(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = Non
         a: the array, real or complex (integer and boolean input is promoted to float).
         axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes).
         b: weights broadcasting against ``a``: ``log|sum(b exp(a))|`` (as
-            ``jax.scipy.special.logsumexp``; real input, composed of ``sum``, exp and log).
+            ``jax.scipy.special.logsumexp``; real input: composed of ``sum``, exp and log;
+            complex ``a`` or ``b``: ``jax.scipy.special.logsumexp`` itself).
         keepdims: keep the reduced axes with length 1.
-        return_sign: also return the sum's sign (``log|sum|``, then ``sign(sum)``).
+        return_sign: also return the sum's sign (``log|sum|``, then ``sign(sum)``, of unit
+            modulus for a complex sum, as JAX's).
         where: a boolean mask broadcasting against ``a``: its false entries count as -inf.
 
     Returns:
@@ -741,10 +783,12 @@ def logsumexp(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = Non
 def _weighted_logsumexp(x, b, ax, keepdims, return_sign):
     """``log|sum(b exp(x))|`` (and its sign), as ``jax.scipy.special.logsumexp``'s ``b`` and
     ``return_sign``: ``log|s| + m`` with ``s = sum(b exp(x - m))``, ``m`` the (constant) maximum
-    of the entries of nonzero weight (an entry of weight 0 counts as -inf, as JAX's), composed of jaxrules' ``sum`` and JAX's exp/log; real input only. Without ``return_sign`` a
-    negative sum gives NaN (as JAX)."""
+    of the entries of nonzero weight (an entry of weight 0 counts as -inf, as JAX's), composed
+    of jaxrules' ``sum`` and JAX's exp/log. Without ``return_sign`` a negative sum gives NaN (as
+    JAX). Complex ``x`` or ``b``: ``jax.scipy.special.logsumexp`` itself (its complex sign,
+    values and derivatives; torch has neither ``b`` nor ``return_sign``)."""
     if jnp.iscomplexobj(x) or (b is not None and jnp.iscomplexobj(jnp.asarray(b))):
-        raise TypeError("logsumexp: b and return_sign take real input in jaxrules (got complex)")
+        return jax_special.logsumexp(x, axis=ax, b=b, keepdims=keepdims, return_sign=return_sign)
     b = jnp.ones((), x.dtype) if b is None else V.array("logsumexp", "b", b).astype(x.dtype)
     try:
         x, b = jnp.broadcast_arrays(x, b)
@@ -765,8 +809,9 @@ def logcumsumexp(x: ArrayLike, axis: int) -> Array:
     """torch.logcumsumexp: ``log(cumsum(exp(x)))`` along ``axis``. Both derivatives solve the
     recurrence ``dy_k = exp(y_{k-1} - y_k) dy_{k-1} + exp(x_k - y_k) t_k``: exact where the
     seed's ``logcumsumexp_jvp`` loses precision, finite after leading -inf (seed and JAX: NaN).
-    Complex input: log's principal branch (as ``lax.cumlogsumexp``), holomorphic derivative in
-    JAX's convention (torch's gradient conjugated). Mirrors ``torch.logcumsumexp``.
+    Complex input: torch's branch of the log (each step keeps the imaginary part of its term of
+    larger real part, adding one in (-pi, pi]: not the principal branch), holomorphic
+    derivative in JAX's convention (torch's gradient conjugated). Mirrors ``torch.logcumsumexp``.
 
     Args:
         x: the array, real or complex (integer and boolean input is promoted to float).

@@ -681,7 +681,8 @@ def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = 
 
     Raises:
         ValueError: when ``mode`` or ``axis`` is invalid, or entries are taken from an empty
-            axis.
+            axis (then ``jaxrules._validate.EmptyAxisIndexError``, also an ``IndexError``, as
+            jax.numpy's).
         TypeError: when ``indices`` are not integers.
     """
     op = "take"
@@ -700,7 +701,8 @@ def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = 
         raise TypeError(f"{op}: indices must be integers, got {indices.dtype}")
     n = x.shape[ax]
     if n == 0 and indices.size:
-        raise ValueError(f"{op}: cannot take {indices.size} entries from the empty axis {axis} of shape {x.shape}")
+        raise V.EmptyAxisIndexError(f"{op}: cannot take {indices.size} entries from the empty axis {axis} of shape "
+                                    f"{x.shape}")
     if _exact(x):  # nothing to differentiate: jax.numpy's gather, its dtype and fill kept
         return jnp.take(x, indices, axis=ax, mode=mode, fill_value=fill_value)
     if n == 0:

@@ -73,6 +73,12 @@ def _flag(op, name, value):
     return bool(value)
 
 
+def _is_complex(a):
+    """Whether ``a`` is complex: ``sort``/``argsort`` then run jax.numpy's (lexicographic: real
+    parts, then imaginary parts; torch does not sort complex numbers)."""
+    return jnp.iscomplexobj(a) and not isinstance(a, str | bytes)
+
+
 def _sort_input(op, a, axis, kind, order, stable, descending):
     V.unsupported(op, kind=kind, order=order)
     _flag(op, "stable", stable)
@@ -91,7 +97,7 @@ def sort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: None 
     ``torch.sort(stable=True)`` (its values).
 
     Args:
-        a: the array, real (complex raises ``TypeError``).
+        a: the array. Complex: ``jax.numpy.sort`` itself (lexicographic, its derivative).
         axis: one axis (an int); None sorts the flattened array.
         kind: not supported: must be None (``TypeError`` otherwise).
         order: not supported: must be None (``TypeError`` otherwise).
@@ -101,6 +107,10 @@ def sort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: None 
     Returns:
         The sorted array, of ``a``'s shape (1-d when ``axis`` is None).
     """
+    if _is_complex(a):
+        V.unsupported("sort", kind=kind, order=order)
+        return jnp.sort(a, axis, stable=_flag("sort", "stable", stable),
+                        descending=_flag("sort", "descending", descending))
     shape = jnp.shape(a)
     x, ax, descending = _sort_input("sort", a, axis, kind, order, stable, descending)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
@@ -115,7 +125,7 @@ def argsort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: No
     integer output, no derivative. Mirrors ``torch.argsort(stable=True)``.
 
     Args:
-        a: the array, real (complex raises ``TypeError``).
+        a: the array. Complex: ``jax.numpy.argsort`` itself (lexicographic order).
         axis: one axis (an int); None: the permutation of the flattened array.
         kind: not supported: must be None (``TypeError`` otherwise).
         order: not supported: must be None (``TypeError`` otherwise).
@@ -126,6 +136,11 @@ def argsort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: No
     Returns:
         The indices that sort ``a`` along ``axis``, of ``a``'s shape (1-d when ``axis`` is None).
     """
+    if _is_complex(a):
+        V.unsupported("argsort", kind=kind, order=order)
+        perm = jnp.argsort(a, axis, stable=_flag("argsort", "stable", stable),
+                           descending=_flag("argsort", "descending", descending))
+        return perm if dtype is None else perm.astype(dtype)
     shape = jnp.shape(a)
     x, ax, descending = _sort_input("argsort", a, axis, kind, order, stable, descending)
     perm = P.sort_permutation(x, ax, descending)
@@ -247,7 +262,7 @@ def _reduce_last(op, x, axis, keepdims):
     return flat, finish
 
 
-def quantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, overwrite_input: bool = False, method: str = "linear", keepdims: bool = False, *, weights: None = None) -> Array:
+def quantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, overwrite_input: bool = False, method: str = "linear", keepdims: bool = False, *, weights: ArrayLike | None = None) -> Array:
     """``jax.numpy.quantile`` with torch's derivative: torch's ``quantile`` is ``lerp`` of two
     entries of the sorted slice, so the derivative goes to those two order statistics, ``1 - w``
     and ``w`` for ``linear`` (``w`` the rank's fraction; 1/2 each for ``midpoint``; all to one
@@ -267,12 +282,17 @@ def quantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int]
         overwrite_input: accepted for NumPy compatibility and ignored.
         method: ``"linear"``, ``"lower"``, ``"higher"``, ``"midpoint"`` or ``"nearest"``.
         keepdims: keep the reduced axes with length 1.
-        weights: not supported: must be None (``TypeError`` otherwise).
+        weights: None, or per-entry weights: then ``jax.numpy.quantile(..., weights=)`` runs
+            (its values, errors and derivatives: JAX's; it takes only ``"inverted_cdf"``, which
+            torch lacks, and raises ``NotImplementedError`` for the other methods).
 
     Returns:
         The quantiles, of shape ``q.shape`` followed by the reduced shape of ``a``.
     """
-    V.unsupported("quantile", out=out, weights=weights)
+    V.unsupported("quantile", out=out)
+    if weights is not None:  # no torch counterpart: jax.numpy's weighted quantile as is
+        return jnp.quantile(a, q, tuple(axis) if isinstance(axis, list) else axis, method=method,
+                            keepdims=keepdims, weights=weights)
     if method not in P.QUANTILE_METHODS:
         raise ValueError(f"quantile: method must be one of {P.QUANTILE_METHODS}, got {method!r}")
     qa = _quantiles("quantile", q)

@@ -92,8 +92,11 @@ def copysign(input, other, *, out=None):
 
 
 def clamp(input, min=None, max=None, *, out=None):  # noqa: A002
-    """``min(max(input, min), max)``; mirrors ``torch.clamp`` (torch's gradient at the bounds)."""
+    """``min(max(input, min), max)``; mirrors ``torch.clamp`` (torch's gradient at the bounds).
+    At least one bound must be given (``ValueError``; torch raises ``RuntimeError``)."""
     _no_out("clamp", out)
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of 'min' and 'max' must be given (as torch)")
     return _np.clip(input, min, max)
 
 
