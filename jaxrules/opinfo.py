@@ -7,7 +7,7 @@ dtypes include them) and compared with torch 2.13 on the CPU:
 - ``value``: the adapter's outputs against ``op(sample.input, *sample.args, **sample.kwargs)``;
 - ``vjp``: ``jax.vjp`` against ``torch.autograd.grad`` with the same random cotangent (torch's
   complex convention: ``grad_torch(g) = conj(vjp_jax(conj(g)))``, ``docs/design.md`` §2);
-- ``jvp``: ``jax.jvp`` against ``torch.func.jvp`` where the OpInfo supports forward AD, else
+- ``jvp``: ``jax.jvp`` against torch's forward AD where the OpInfo supports it, else
   against central differences of torch's function (step 1e-6).
 
 The OpInfo's ``gradcheck_wrapper`` (a Hermitian or triangular input built from the sample) and the
@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import types
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+import torch.autograd.forward_ad as fwad
 from torch.testing._internal.common_methods_invocations import op_db
 
 import jaxrules.torch as _torch_ns
@@ -115,6 +117,17 @@ def _resolve(adapter: str):
     module, _, name = adapter.rpartition(".")
     namespace = {ns.__name__: ns for _, ns in _NAMESPACES}[module]
     return getattr(namespace, name)
+
+
+def _jax_callable(target: Target):
+    """What the JAX side calls with the sample: the adapter, or, where the OpInfo's ``op`` is a
+    function of torch's test suite (``lambda weight, idx: F.embedding(idx, weight)``, ``pinv(a @
+    b.mT)``), that function with its global ``torch`` bound to ``jaxrules.torch``."""
+    op = target.opinfo.op
+    if isinstance(op, types.FunctionType) and op.__module__.startswith("torch.testing._internal"):
+        return types.FunctionType(op.__code__, {**op.__globals__, "torch": _torch_ns}, op.__name__,
+                                  op.__defaults__, op.__closure__)
+    return _resolve(target.adapter)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,6 +301,18 @@ def _jax_fn(adapter, structure):
     return fn
 
 
+def _torch_jvp(fn, primals, tangents) -> tuple:
+    """The tangents of ``fn``'s outputs by torch's forward AD (dual tensors); a zero where an
+    output does not depend on the primals."""
+    with fwad.dual_level():
+        outputs = fn(*(fwad.make_dual(p, t) for p, t in zip(primals, tangents)))
+        found = []
+        for o in outputs:
+            tangent = fwad.unpack_dual(o).tangent
+            found.append(torch.zeros_like(o.detach()) if tangent is None else tangent.clone())
+    return tuple(found)
+
+
 def _random_like(t: torch.Tensor, generator) -> torch.Tensor:
     return torch.randn(t.shape, dtype=t.dtype, generator=generator)
 
@@ -306,8 +331,8 @@ def _check_sample(target: Target, adapter, dtype: str, index: int, sample, check
     prepared = _Sample(target.opinfo, sample)
     generator = torch.Generator().manual_seed(index)
     try:
-        expected_raw = target.opinfo.op(*prepared.wrapped(*prepared.leaves)[0],
-                                        **prepared.wrapped(*prepared.leaves)[1])
+        args, kwargs = prepared.wrapped(*prepared.leaves)
+        expected_raw = target.opinfo.op(*args, **kwargs)
     except Exception as err:  # noqa: BLE001 - a sample torch itself refuses is not a parity question
         return [Outcome(target.key, dtype, c, index, "skip", f"torch raises {type(err).__name__}") for c in checks]
     structure = _wrapped_slots(prepared)
@@ -397,7 +422,7 @@ def _vjp(prepared: _Sample, structure, fn, expected_raw, generator) -> str | Non
 
 
 def _jvp(prepared: _Sample, structure, fn, expected_raw, generator) -> str | None:
-    """``torch.func.jvp`` (or central differences where the OpInfo has no forward AD) of
+    """torch's forward AD (or central differences where the OpInfo has no forward AD) of
     ``P(op(T(x)))`` for a random tangent, against the chain with ``op``'s by ``jax.jvp``."""
     leaves = [leaf.detach() for leaf in prepared.leaves]
     tangents = tuple(_random_like(leaf, generator) for leaf in leaves)
@@ -411,7 +436,7 @@ def _jvp(prepared: _Sample, structure, fn, expected_raw, generator) -> str | Non
         outputs = _flat(prepared.torch_fn(*xs))
         return tuple(outputs[i] for i in chosen)
     if prepared.op.supports_forward_ad:
-        _, expected = torch.func.jvp(torch_fn, tuple(leaves), tangents)
+        expected = _torch_jvp(torch_fn, leaves, tangents)
     else:
         with torch.no_grad():
             plus = torch_fn(*(x + _FD_STEP * t for x, t in zip(leaves, tangents)))
@@ -420,7 +445,8 @@ def _jvp(prepared: _Sample, structure, fn, expected_raw, generator) -> str | Non
 
     def inner_of(*xs):
         return tuple(_inner(prepared, structure, xs))
-    inner, inner_tangents = torch.func.jvp(inner_of, tuple(leaves), tangents)
+    inner = inner_of(*leaves)
+    inner_tangents = _torch_jvp(inner_of, leaves, tangents)
     raw, raw_tangents = jax.jvp(fn, tuple(jnp.asarray(_numpy(t)) for t in inner),
                                 tuple(jnp.asarray(_numpy(t)) for t in inner_tangents))
 
@@ -434,8 +460,8 @@ def _jvp(prepared: _Sample, structure, fn, expected_raw, generator) -> str | Non
         for i, x in zip(inexact, xs):
             full[i] = x
         return processed(*full)
-    _, actual = torch.func.jvp(processed_of_inexact, tuple(_to_torch(raw[i]) for i in inexact),
-                               tuple(_to_torch(raw_tangents[i]) for i in inexact))
+    actual = _torch_jvp(processed_of_inexact, [_to_torch(raw[i]) for i in inexact],
+                        [_to_torch(raw_tangents[i]) for i in inexact])
     return _compare(list(actual), list(expected), _DERIVATIVE_TOL)
 
 
@@ -455,7 +481,7 @@ def run(found: list[Target], dtypes=DTYPES, checks=CHECKS, max_samples: int | No
                          f"dtypes {DTYPES}")
     outcomes = []
     for target in found:
-        adapter = _resolve(target.adapter)
+        adapter = _jax_callable(target)
         supported = target.opinfo.supported_dtypes("cpu")
         for dtype in dtypes:
             if _TORCH_DTYPES[dtype] not in supported:
