@@ -546,7 +546,8 @@ def pad(input, pad, mode="constant", value=None):
         x = _crop(x, crop)
     for d, (lo, hi) in enumerate(grow):
         limit = x.shape[d] if mode == "circular" else x.shape[d] - 1
-        if mode != "replicate" and max(lo, hi) > limit:
+        # a batch dim (of an (n + 2)-d input) may have size 0, as in torch; no other dim may
+        if mode != "replicate" and (d > 0 or x.ndim == n + 1) and max(lo, hi) > limit:
             raise ValueError(f"{op}: mode={mode!r} pads dim {d} of size {x.shape[d]} by {(lo, hi)}; torch allows "
                              f"at most {limit}")
     x = _shape.pad(x, grow, _PAD_MODES[mode])
