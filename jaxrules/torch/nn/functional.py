@@ -367,9 +367,18 @@ def pdist(input, p=2):
 # Convolution and pooling
 
 
+def _unbatched(n, fn, input, *args):
+    """``fn`` on a batch of one where ``input`` is an unbatched ``(C, *spatial)`` array of rank
+    ``n + 1`` (torch's convolutions take both ranks), the batch dim dropped from the result."""
+    x = jnp.asarray(input)
+    if x.ndim == n + 1:
+        return fn(x[None], *args)[0]
+    return fn(x, *args)
+
+
 def _conv(n, op, fn, input, weight, bias, stride, padding, dilation, groups):
-    return fn(input, weight, bias, _expand(stride, n), _expand(padding, n),
-              _expand(dilation, n), groups)
+    return _unbatched(n, fn, input, weight, bias, _expand(stride, n), _expand(padding, n),
+                      _expand(dilation, n), groups)
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -389,8 +398,8 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 def _conv_t(n, op, fn, input, weight, bias, stride, padding, output_padding, groups, dilation):
     e = lambda v: _expand(v, n)  # noqa: E731
-    return fn(input, weight, bias, e(stride), e(padding), e(output_padding),
-              groups, e(dilation))
+    return _unbatched(n, fn, input, weight, bias, e(stride), e(padding), e(output_padding),
+                      groups, e(dilation))
 
 
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
