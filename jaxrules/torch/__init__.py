@@ -450,7 +450,11 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
 
 def index_reduce(input, dim, index, source, reduce, *, include_self=True):
     """``input`` with the slices of ``source`` reduced into the slices ``index`` along ``dim``;
-    mirrors ``torch.index_reduce``."""
+    mirrors ``torch.index_reduce`` (a 0-d ``input`` and ``source`` act as 1-element vectors along
+    dim 0, as in torch)."""
+    x, src = jnp.asarray(input), jnp.asarray(source)
+    if x.ndim == 0 and src.ndim == 0 and dim in (0, -1):
+        return _np.index_reduce(x[None], 0, index, src[None], reduce, include_self)[0]
     return _np.index_reduce(input, dim, index, source, reduce, include_self)
 
 
