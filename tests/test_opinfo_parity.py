@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("torch", reason="torch is the reference of the OpInfo parity checks")
 pytest.importorskip("expecttest", reason="torch's op_db (torch.testing._internal) imports expecttest")
 
+from _rotation import commit_seed, rotating_subset  # noqa: E402
 from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
 
 import jaxrules.torch as T  # noqa: E402
@@ -25,9 +26,7 @@ import jaxrules.torch.linalg as TL  # noqa: E402
 import jaxrules.torch.nn.functional as TF  # noqa: E402
 from jaxrules import cli, opinfo  # noqa: E402
 
-from ._rotation import commit_seed, rotating_subset  # noqa: E402
-
-ROTATION = 12
+ROTATION = 24
 MAX_SAMPLES = 2
 
 TARGETS = {t.key: t for t in opinfo.targets()}
