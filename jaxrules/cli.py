@@ -396,6 +396,11 @@ def _opinfo(args) -> int:
     jax.config.update("jax_enable_x64", True)
     checks = tuple(args.checks.split(",")) if args.checks else opinfo.CHECKS
     dtypes = tuple(args.dtypes.split(",")) if args.dtypes else opinfo.DTYPES
+    unknown = sorted(set(checks) - set(opinfo.CHECKS) | set(dtypes) - set(opinfo.DTYPES))
+    if unknown:
+        print(f"opinfo: unknown --checks or --dtypes {unknown}: checks are {', '.join(opinfo.CHECKS)}, dtypes "
+              f"{', '.join(opinfo.DTYPES)}", file=sys.stderr)
+        return 2
     found = opinfo.targets(args.ops)
     if not found:
         print(f"opinfo: no OpInfo matches --ops {args.ops!r}", file=sys.stderr)

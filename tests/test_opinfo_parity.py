@@ -85,3 +85,9 @@ def test_cli_prints_the_table(capsys):
     assert cli.main(["opinfo", "--ops", "nn.functional.relu6", "--max-samples", "1", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "nn.functional.relu6" in out and "1/1" in out and "0 fail" in out
+
+
+@pytest.mark.parametrize("argv", [["--ops", "no_such_op"], ["--checks", "no_such_check"], ["--dtypes", "float16"]])
+def test_cli_refuses_unknown_ops_checks_and_dtypes(argv, capsys):
+    assert cli.main(["opinfo", "--quiet", *argv]) == 2
+    assert argv[1] in capsys.readouterr().err
