@@ -393,10 +393,10 @@ def _status(detail: str) -> tuple[str, str]:
 
 
 def _restructure(like, flat: list):
-    """``flat`` in the structure of torch's output ``like`` (a tensor or a tuple of them)."""
+    """``flat`` in the structure of torch's output ``like``: a tuple where torch returns a tuple
+    or list (what ``output_process_fn_grad`` indexes), the one tensor where it returns one."""
     if isinstance(like, tuple | list):
-        it = iter(flat)
-        return tuple(next(it) for _ in like) if len(flat) == len(like) else tuple(flat)
+        return tuple(flat)
     return flat[0] if len(flat) == 1 else tuple(flat)
 
 
