@@ -64,6 +64,11 @@ DEVIATIONS: dict[tuple[str, str, str], str] = {
                     "unfold", "rms_norm", "silu.complex")},
     ("nn.functional.dropout", "*", "*"): _RANDOM,
     ("nn.functional.scaled_dot_product_attention", "*", "*"): _RANDOM,
+    **{(name, "*", "float64"): "of an even count: the mean of the two middle values, as numpy; torch takes the "
+                               "lower one (docs/differences.md, Where torch is wrong)"
+       for name in ("median", "nanmedian")},
+    ("cholesky_inverse", "jvp", "*"): "torch's JVP is wrong; jaxrules uses the correct formula "
+                                      "(docs/differences.md, Where torch is wrong)",
     ("logcumsumexp", "value", "complex128"): "the principal log (imaginary part in (-pi, pi]); torch's is off "
                                              "by multiples of 2 pi (docs/differences.md, Where torch is wrong)",
     ("logcumsumexp", "jvp", "*"): "torch's forward AD is NaN on complex input and off by 2e-6 at |x| = 1e4 in "
