@@ -1,6 +1,7 @@
 """``python -m jaxrules``: ``check`` runs the harness on every registered op; ``list`` prints
 the coverage table (``--wide``: with the seed functions; ``--all``: also every name of each
-namespace; ``--markdown``: COVERAGE.md's content); ``--version``."""
+namespace; ``--markdown``: COVERAGE.md's content); ``opinfo`` runs torch's OpInfo samples through
+the ``jaxrules.torch`` adapters (``jaxrules/opinfo.py``); ``--version``."""
 
 from __future__ import annotations
 
@@ -515,6 +516,36 @@ def _list(args) -> int:
     return 0
 
 
+def _opinfo(args) -> int:
+    """``python -m jaxrules opinfo``: the table of ``jaxrules.opinfo.run``; non-zero on a failure
+    that ``opinfo.DEVIATIONS`` does not list, 2 without torch's OpInfo database."""
+    try:
+        from jaxrules import opinfo
+    except ImportError as err:
+        print(f"opinfo: needs torch and its test utilities (pip install torch expecttest): {err}", file=sys.stderr)
+        return 2
+    jax.config.update("jax_enable_x64", True)
+    checks = tuple(args.checks.split(",")) if args.checks else opinfo.CHECKS
+    dtypes = tuple(args.dtypes.split(",")) if args.dtypes else opinfo.DTYPES
+    unknown = sorted(set(checks) - set(opinfo.CHECKS) | set(dtypes) - set(opinfo.DTYPES))
+    if unknown:
+        print(f"opinfo: unknown --checks or --dtypes {unknown}: checks are {', '.join(opinfo.CHECKS)}, dtypes "
+              f"{', '.join(opinfo.DTYPES)}", file=sys.stderr)
+        return 2
+    found = opinfo.targets(args.ops)
+    if not found:
+        print(f"opinfo: no OpInfo matches --ops {args.ops!r}", file=sys.stderr)
+        return 2
+    bar = tqdm(total=len(found) * len(dtypes), disable=args.quiet, desc="opinfo", file=sys.stderr)
+    outcomes = opinfo.run(found, dtypes, checks, args.max_samples, progress=lambda *_: bar.update())
+    bar.close()
+    print(opinfo.format_table(outcomes, checks, dtypes))
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("pass", "fail", "deviation", "skip")}
+    print(f"\n{len(found)} OpInfos, {len({(o.target, o.dtype, o.sample) for o in outcomes})} samples: "
+          + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    return 1 if counts["fail"] else 0
+
+
 def _version() -> str:
     return __version__
 
@@ -546,6 +577,13 @@ def main(argv=None) -> int:
     listing.add_argument("--all", action="store_true",
                          help="also every name of each namespace (those forwarded to JAX; * marks jaxrules' own)")
     listing.set_defaults(run=_list)
+    parity = sub.add_parser("opinfo", help="run torch's OpInfo samples through the jaxrules.torch adapters")
+    parity.add_argument("--ops", help="only OpInfos or adapters matching these globs or substrings (comma-separated)")
+    parity.add_argument("--checks", help="comma-separated subset of value, vjp, jvp")
+    parity.add_argument("--dtypes", help="comma-separated subset of float64, complex128")
+    parity.add_argument("--max-samples", type=int, help="at most this many samples per OpInfo and dtype")
+    parity.add_argument("--quiet", action="store_true", help="no progress bar")
+    parity.set_defaults(run=_opinfo)
     args = parser.parse_args(argv)
     return args.run(args)
 

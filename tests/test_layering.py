@@ -33,7 +33,7 @@ LAYERS = (
     ("namespaces", ("jaxrules.nn", "jaxrules.numpy", "jaxrules.numpy.*", "jaxrules.scipy", "jaxrules.scipy.*",
                     "jaxrules.linalg", "jaxrules.nested", "jaxrules.op_records", "jaxrules.op_records.*",
                     "jaxrules.torch", "jaxrules.torch.*")),
-    ("testing harness", ("jaxrules.testing",)),
+    ("testing harness", ("jaxrules.testing", "jaxrules.opinfo")),
     ("entry points", ("jaxrules.cli", "jaxrules.__main__", "jaxrules")),
 )
 
@@ -48,6 +48,7 @@ LAZY_IMPORTS = {
     ("jaxrules.vjp_rules", "jaxrules.norm_kernels"): "the fused Pallas norm kernels' backward, on impl='pallas'",
     ("jaxrules.ops.attention", "jaxrules.nested.dense"): "the Pallas attention kernels, on impl='pallas'",
     ("jaxrules.testing", "torch"): "torch, the optional reference of the torch check",
+    ("jaxrules.cli", "jaxrules.opinfo"): "torch's OpInfo database (torch and expecttest), on the opinfo command",
 }
 
 # Modules that import others by name (``importlib.import_module``), and why.

@@ -496,3 +496,65 @@ def test_linalg_as_torch(name, args, kwargs):
     flat_j = ours if isinstance(ours, tuple) else (ours,)
     for x, y in zip(flat_j, flat_t, strict=True):
         np.testing.assert_allclose(x, y.numpy(), rtol=1e-11, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# torch's calling forms that torch's OpInfo samples use (jaxrules/opinfo.py): each against torch
+
+
+def test_tensor_split_takes_integer_tensors_as_torch():
+    x = np.arange(10.0)
+    for sections in (np.array(3), np.array([2, 5])):
+        expected = torch.tensor_split(torch.tensor(x), torch.tensor(sections))
+        ours = jaxrules.torch.tensor_split(jnp.asarray(x), jnp.asarray(sections))
+        assert [o.shape for o in ours] == [tuple(e.shape) for e in expected]
+    with pytest.raises(TypeError, match="tensor_split: indices_or_sections"):
+        jaxrules.torch.tensor_split(jnp.asarray(x), jnp.ones((1, 1), int))
+
+
+@pytest.mark.parametrize("name, weight_shape, x_shape", [
+    ("conv1d", (4, 3, 2), (3, 7)), ("conv2d", (4, 3, 2, 2), (3, 5, 6)), ("conv_transpose1d", (3, 4, 2), (3, 7)),
+])
+def test_convolutions_take_an_unbatched_input_as_torch(name, weight_shape, x_shape):
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal(x_shape), rng.standard_normal(weight_shape)
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w)
+    expected = getattr(TF, name)(tx, tw)
+    ct = rng.standard_normal(tuple(expected.shape))
+    (tg,) = torch.autograd.grad(expected, tx, torch.tensor(ct))
+    ours, pullback = jax.vjp(lambda a: getattr(JF, name)(a, jnp.asarray(w)), jnp.asarray(x))
+    np.testing.assert_allclose(ours, expected.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(pullback(jnp.asarray(ct))[0], tg.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "circular"])
+def test_pad_accepts_a_zero_batch_only_as_torch(mode):
+    for shape in ((0, 2, 3), (2, 0, 3), (0, 3)):
+        try:
+            expected = tuple(TF.pad(torch.zeros(shape), (1, 1), mode=mode).shape)
+        except RuntimeError:
+            with pytest.raises(ValueError, match=f"pad: mode='{mode}'"):
+                JF.pad(jnp.zeros(shape), (1, 1), mode=mode)
+        else:
+            assert JF.pad(jnp.zeros(shape), (1, 1), mode=mode).shape == expected
+
+
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+def test_index_reduce_of_a_0d_input_as_torch(reduce):
+    for include_self in (True, False):
+        expected = torch.tensor(1.5).index_reduce(0, torch.tensor([0]), torch.tensor(-2.0), reduce,
+                                                  include_self=include_self)
+        ours = jaxrules.torch.index_reduce(jnp.asarray(1.5), 0, jnp.array([0]), jnp.asarray(-2.0), reduce,
+                                           include_self=include_self)
+        assert ours.shape == () and float(ours) == float(expected)
+
+
+def test_l1_loss_of_complex_input_has_torchs_gradient():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(6) + 1j * rng.standard_normal(6)
+    y = rng.standard_normal(6) + 1j * rng.standard_normal(6)
+    y[0] = x[0]  # a tie: gradient 0
+    tx = torch.tensor(x, requires_grad=True)
+    (tg,) = torch.autograd.grad(TF.l1_loss(tx, torch.tensor(y)), tx)
+    g = jax.grad(lambda a: JF.l1_loss(a, jnp.asarray(y)))(jnp.asarray(x))
+    np.testing.assert_allclose(np.conj(g), tg.numpy(), rtol=1e-12, atol=1e-14)  # JAX's convention: conjugate

@@ -50,10 +50,15 @@ def bce_with_logits_derivatives(x, y, pos_weight):
 
 
 def l1_derivatives(x, y):
-    """Of ``|x - y|``: ``(sgn(x - y), -sgn(x - y))``, 0 where x == y and where the difference is
+    """Of ``|x - y|``: ``(sgn(x - y), -sgn(x - y))`` (complex: ``conj(sgn(x - y))``, ``(x - y) / |x - y|``
+    conjugated in JAX's convention, ``docs/design.md`` §2), 0 where x == y and where the difference is
     NaN (torch's ``sgn`` backward, derivatives.yaml's l1_loss through abs: torch.sign(NaN) = 0;
     jnp.sign gives NaN)."""
     d = x - y
+    if jnp.iscomplexobj(d):  # JAX's convention for a real function of complex d: conj(sgn(d))
+        a = jnp.abs(d)
+        s = jnp.where(a > 0, jnp.conj(d) / jnp.where(a > 0, a, 1), 0).astype(d.dtype)
+        return s, -s
     s = jnp.where(d > 0, 1, jnp.where(d < 0, -1, 0)).astype(d.dtype)
     return s, -s
 

@@ -403,7 +403,14 @@ def split(tensor, split_size_or_sections, dim=0):
 
 
 def tensor_split(input, indices_or_sections, dim=0):
-    """``numpy.array_split``'s pieces; mirrors ``torch.tensor_split``."""
+    """``numpy.array_split``'s pieces; mirrors ``torch.tensor_split``: an int or a 0-d integer
+    array is the number of sections, a sequence or a 1-d integer array the split indices."""
+    if not isinstance(indices_or_sections, int | tuple | list):
+        sections = np.asarray(indices_or_sections)
+        if sections.ndim > 1 or not np.issubdtype(sections.dtype, np.integer):
+            raise TypeError(f"tensor_split: indices_or_sections must be an int, a sequence of ints or a 0-d or 1-d "
+                            f"integer array, got {sections.dtype} of shape {sections.shape}")
+        indices_or_sections = int(sections) if sections.ndim == 0 else sections.tolist()
     return tuple(_np.array_split(input, indices_or_sections, axis=dim))
 
 
@@ -446,7 +453,11 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
 
 def index_reduce(input, dim, index, source, reduce, *, include_self=True):
     """``input`` with the slices of ``source`` reduced into the slices ``index`` along ``dim``;
-    mirrors ``torch.index_reduce``."""
+    mirrors ``torch.index_reduce`` (a 0-d ``input`` and ``source`` act as 1-element vectors along
+    dim 0, as in torch)."""
+    x, src = jnp.asarray(input), jnp.asarray(source)
+    if x.ndim == 0 and src.ndim == 0 and dim in (0, -1):
+        return _np.index_reduce(x[None], 0, index, src[None], reduce, include_self)[0]
     return _np.index_reduce(input, dim, index, source, reduce, include_self)
 
 

@@ -367,9 +367,18 @@ def pdist(input, p=2):
 # Convolution and pooling
 
 
+def _unbatched(n, fn, input, *args):
+    """``fn`` on a batch of one where ``input`` is an unbatched ``(C, *spatial)`` array of rank
+    ``n + 1`` (torch's convolutions take both ranks), the batch dim dropped from the result."""
+    x = jnp.asarray(input)
+    if x.ndim == n + 1:
+        return fn(x[None], *args)[0]
+    return fn(x, *args)
+
+
 def _conv(n, op, fn, input, weight, bias, stride, padding, dilation, groups):
-    return fn(input, weight, bias, _expand(stride, n), _expand(padding, n),
-              _expand(dilation, n), groups)
+    return _unbatched(n, fn, input, weight, bias, _expand(stride, n), _expand(padding, n),
+                      _expand(dilation, n), groups)
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -389,8 +398,8 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 def _conv_t(n, op, fn, input, weight, bias, stride, padding, output_padding, groups, dilation):
     e = lambda v: _expand(v, n)  # noqa: E731
-    return fn(input, weight, bias, e(stride), e(padding), e(output_padding),
-              groups, e(dilation))
+    return _unbatched(n, fn, input, weight, bias, e(stride), e(padding), e(output_padding),
+                      groups, e(dilation))
 
 
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
@@ -546,7 +555,8 @@ def pad(input, pad, mode="constant", value=None):
         x = _crop(x, crop)
     for d, (lo, hi) in enumerate(grow):
         limit = x.shape[d] if mode == "circular" else x.shape[d] - 1
-        if mode != "replicate" and max(lo, hi) > limit:
+        # a batch dim (of an (n + 2)-d input) may have size 0, as in torch; no other dim may
+        if mode != "replicate" and (d > 0 or x.ndim == n + 1) and max(lo, hi) > limit:
             raise ValueError(f"{op}: mode={mode!r} pads dim {d} of size {x.shape[d]} by {(lo, hi)}; torch allows "
                              f"at most {limit}")
     x = _shape.pad(x, grow, _PAD_MODES[mode])
