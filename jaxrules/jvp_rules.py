@@ -505,7 +505,7 @@ def slogdet_jvp(ainv, ta, **_):
     (seed ``slogdet_jvp``). Residuals: ``A^{-1}`` and the sign."""
     ainv, sign = ainv
     tr = jnp.einsum("...ij,...ji->...", ainv, ta)
-    dsign = 1j * sign * tr.imag if jnp.iscomplexobj(tr) else jnp.zeros_like(sign)
+    dsign = 1j * sign * tr.imag.astype(sign.dtype) if jnp.iscomplexobj(tr) else jnp.zeros_like(sign)
     return dsign, tr.real
 
 
@@ -657,7 +657,7 @@ def qr_jvp(res, ta, *, complete):
     qh_da = _mH(q) @ ta
     x = P.tri_solve(r[..., :m], qh_da[..., :m], lower=False, left=False)
     d = _diag(x)
-    trilim = jnp.tril(x, -1) + _embed(d - d.real)
+    trilim = jnp.tril(x, -1) + _embed(d - d.real.astype(d.dtype))
     dq = P.half_diagonal(trilim - _mH(trilim))
     return q @ dq, qh_da - dq @ r
 

@@ -513,7 +513,7 @@ def slogdet_vjp(res, ct, **_):
     g_sign, g_logabs = ct
     scale = g_logabs.astype(ainv.dtype)
     if jnp.iscomplexobj(ainv):
-        scale = scale + 1j * (g_sign * sign).imag
+        scale = scale + 1j * (g_sign * sign).imag.astype(scale.dtype)
     return (scale[..., None, None] * _mT(ainv),)
 
 

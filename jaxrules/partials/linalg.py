@@ -20,11 +20,18 @@ __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>
     "apply_reflector", "band", "check_gauge", "cho_solve", "diag_embed", "diagonal", "gap_reciprocal",
     "half_diagonal", "herm", "lu_adjoint", "lu_factor", "lu_parts", "lu_solve", "lu_tangent", "matmul",
     "matmul_cotangents", "mH", "mT", "pack_lu", "pair_products", "permutation_rows", "permute_rows",
-    "pinv_adjoint", "pinv_tangent", "reflector", "reflector_sequence", "tri_solve", "unpack_lu", "unpermute_rows"
+    "pinv_adjoint", "pinv_tangent", "reflector", "reflector_sequence", "tri_solve", "unpack_lu", "unpermute_rows",
+    "with_rank"
 ]
 
 # ----------------------------------------------------------------------------------------------
 # Linear algebra: matrix helpers shared by the JVP and VJP formulas (batched over leading dims).
+
+
+def with_rank(x, ndim):
+    """``x`` with leading unit axes up to rank ``ndim``: the broadcast that implicit rank
+    promotion would make, written out, so the formulas run under ``jax_numpy_rank_promotion="raise"``."""
+    return lax.expand_dims(x, tuple(range(ndim - x.ndim)))
 
 
 def mT(x):
@@ -89,7 +96,7 @@ def diagonal(x):
 
 def diag_embed(d):
     """Square matrices with ``d`` on the diagonal (torch's ``diag_embed``)."""
-    return d[..., :, None] * jnp.eye(d.shape[-1], dtype=d.dtype)
+    return d[..., :, None] * with_rank(jnp.eye(d.shape[-1], dtype=d.dtype), d.ndim + 1)
 
 
 def half_diagonal(x):
@@ -133,7 +140,7 @@ def pair_products(s):
     """``Q[..., i, k] = prod_{j not in {i, k}} s_j`` for ``i != k`` and 0 on the diagonal,
     zero-safe (exclusive products, no division): the second-order cofactors of ``diag(s)``."""
     n = s.shape[-1]
-    eye = jnp.eye(n, dtype=bool)
+    eye = with_rank(jnp.eye(n, dtype=bool), s.ndim + 1)
     without_i = jnp.where(eye, jnp.ones_like(s)[..., None, :], s[..., None, :])
     return jnp.where(eye, 0, prod_of_others(without_i, (without_i.ndim - 1,)))
 
@@ -212,14 +219,14 @@ def lu_parts(lu):
     """``(L, U)`` from the packed factors."""
     m, n = lu.shape[-2:]
     k = min(m, n)
-    lower = jnp.tril(lu[..., :, :k], -1) + jnp.eye(m, k, dtype=lu.dtype)
+    lower = jnp.tril(lu[..., :, :k], -1) + with_rank(jnp.eye(m, k, dtype=lu.dtype), lu.ndim)
     return lower, jnp.triu(lu[..., :k, :])
 
 
 def permutation_rows(perm, dtype):
     """``I[perm]`` (the rows of the identity in the order ``perm``: ``P^T``), as a comparison
     rather than a gather, so it keeps ``perm``'s batch sharding under an ``Explicit`` mesh."""
-    return (perm[..., :, None] == jnp.arange(perm.shape[-1], dtype=perm.dtype)).astype(dtype)
+    return (perm[..., :, None] == with_rank(jnp.arange(perm.shape[-1], dtype=perm.dtype), perm.ndim + 1)).astype(dtype)
 
 
 def permute_rows(x, perm):
@@ -304,7 +311,7 @@ def unpack_lu(g, k):
 def reflector(a, j):
     """``v_j`` from column ``j`` of the packed reflectors ``a``."""
     m = a.shape[-2]
-    rows = jnp.arange(m)
+    rows = with_rank(jnp.arange(m), a.ndim - 1)
     return jnp.where(rows == j, jnp.ones((), a.dtype), jnp.where(rows > j, a[..., :, j], 0))
 
 
