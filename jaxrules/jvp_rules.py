@@ -41,7 +41,7 @@ def _times(factor, t):
 
 def abs_jvp(sign, t, **_):
     """``Re(conj(sgn x) t)``; 0 at x = 0 (seed ``abs_backward`` via ``sgn``)."""
-    return real_inner(sign.astype(jnp.result_type(sign, t)), t, (), False)
+    return real_inner(sign.astype(P.promoted_dtype(sign, t)), t, (), False)
 
 
 def sign_jvp(x, t, **_):
@@ -223,7 +223,8 @@ def selection_jvp(res, t, *, axis, keepdims, **_):
     """``sum(mask t) / count`` over the selected entries (seed ``evenly_read_jvp``, with the NaN
     handling of ``evenly_distribute_backward`` that the seed's JVP lacks). amax and amin."""
     x, out = res
-    return jnp.sum(P.even_weights(x, out, axis, keepdims) * t, axis=axis, keepdims=keepdims)
+    weights, t = P.promoted(P.even_weights(x, out, axis, keepdims), t)
+    return jnp.sum(weights * t, axis=axis, keepdims=keepdims)
 
 
 def median_jvp(x, t, *, axis, keepdims, **_):
@@ -455,7 +456,10 @@ def dropout_jvp(res, tx, tmask, tscale, **_):
     """``t mask scale`` (seed ``infinitely_differentiable_native_dropout_backward``); ``scale =
     1/(1 - p)`` (an argument: p may be traced) gets no tangent (``dropout`` stops it)."""
     mask, scale = res
-    return None if tx is None else tx * mask * scale
+    if tx is None:
+        return None
+    tx, mask, scale = P.promoted(tx, mask, scale)
+    return tx * mask * scale
 
 
 # ----------------------------------------------------------------------------------------------
@@ -669,7 +673,7 @@ def eig_jvp(res, ta, **_):
     w, v = res
     dp = jnp.linalg.solve(v, ta.astype(v.dtype) @ v)
     dx = v @ (P.gap_reciprocal(w) * dp)
-    return _diag(dp), dx - v * _diag(_mH(v) @ dx).real[..., None, :]
+    return _diag(dp), dx - v * _diag(_mH(v) @ dx).real.astype(v.dtype)[..., None, :]
 
 
 def eigvals_jvp(v, ta, **_):
@@ -763,7 +767,7 @@ def _reflector_jvp(a, tau, c, ta, ttau, tc, steps):
             dt = jnp.conj(ttau[..., j]) if conjugate else ttau[..., j]
             terms.append(-dt[..., None, None] * (v[..., :, None] * vh_y))
         if ta is not None:
-            dv = P.reflector(ta, j) - jnp.where(jnp.arange(v.shape[-1]) == j, 1, 0).astype(v.dtype)
+            dv = P.reflector(ta, j) - P.with_rank(jnp.where(jnp.arange(v.shape[-1]) == j, 1, 0).astype(v.dtype), v.ndim)
             dvh_y = jnp.conj(dv)[..., None, :] @ y
             terms.append(-t[..., None, None] * (dv[..., :, None] * vh_y + v[..., :, None] * dvh_y))
         y, dy = new_y, (_terms(*terms) if terms else None)

@@ -29,7 +29,7 @@ from jaxrules.partials import expand_reduced, reduced_size
 def abs_vjp(sign, ct, **_):
     """``conj(sgn x) ct`` (seed ``abs_backward``; JAX convention). ``sign`` is the saved
     ``sgn(x)`` (int8 for real x: a quarter of the memory of x)."""
-    return (jnp.conj(sign.astype(jnp.result_type(sign, ct))) * ct,)
+    return (jnp.conj(sign.astype(P.promoted_dtype(sign, ct))) * ct,)
 
 
 def sign_vjp(x, ct, **_):
@@ -46,7 +46,7 @@ def angle_vjp(x, ct, **_):
     conjugated)."""
     if not jnp.iscomplexobj(x):
         return (None,)
-    return (-1j * jnp.conj(x) * ct * P.abs2_reciprocal(x),)
+    return (-1j * jnp.conj(x) * ct.astype(x.dtype) * P.abs2_reciprocal(x).astype(x.dtype),)
 
 
 def arctan2_vjp(res, ct, **_):
@@ -205,13 +205,15 @@ def selection_vjp(res, ct, *, axis, keepdims, **_):
     """``expand(ct) mask / count``: ties share evenly, NaN counts as selected (seed
     ``evenly_distribute_backward`` / ``scale_grad_by_count``). amax and amin."""
     x, out = res
-    return (expand_reduced(ct, x.shape, axis, keepdims) * P.even_weights(x, out, axis, keepdims),)
+    ct, weights = P.promoted(expand_reduced(ct, x.shape, axis, keepdims), P.even_weights(x, out, axis, keepdims))
+    return (ct * weights,)
 
 
 def median_vjp(x, ct, *, axis, keepdims, **_):
     """``expand(ct) w``, ``w`` the even split over the middle value(s) (seed
     ``evenly_distribute_backward``)."""
-    return (expand_reduced(ct, x.shape, axis, keepdims) * P.median_weights(x, axis, keepdims),)
+    ct, weights = P.promoted(expand_reduced(ct, x.shape, axis, keepdims), P.median_weights(x, axis, keepdims))
+    return (ct * weights,)
 
 
 def logsumexp_vjp(weights, ct, *, axis, keepdims, **_):
@@ -442,6 +444,7 @@ def dropout_vjp(res, ct, **_):
     """``ct mask scale``; the mask gets nothing (seed ``infinitely_differentiable_native_dropout_backward``),
     nor does ``scale = 1/(1 - p)`` (``dropout`` stops it)."""
     mask, scale = res
+    ct, mask, scale = P.promoted(ct, mask, scale)
     return ct * mask * scale, None, None
 
 
@@ -670,7 +673,7 @@ def eig_vjp(res, g, **_):
     vhgv = _mH(v) @ gv
     d = _diag(vhgv)
     P.check_gauge(d.imag, "eig")
-    vhgv = vhgv - _mH(v) @ (v * d.real[..., None, :])
+    vhgv = vhgv - _mH(v) @ (v * d.real.astype(v.dtype)[..., None, :])
     inner = vhgv * jnp.conj(P.gap_reciprocal(w)) + _embed(gw)
     return (jnp.linalg.solve(_mH(v), inner @ _mH(v)),)
 
@@ -763,14 +766,14 @@ def _reflector_adjoint(a, tau, out, g, steps):
     ``gt = -v^H gS v`` and ``gv = -conj(t) gS v - t gS^H v``; ``gY <- S^H gY``. Torch's
     (Hermitian) convention."""
     y, gy = out, g
-    ga = jnp.zeros(a.shape, jnp.result_type(a, g))
-    gtau = jnp.zeros(tau.shape, jnp.result_type(tau, g))
+    ga = jnp.zeros(a.shape, P.promoted_dtype(a, g))
+    gtau = jnp.zeros(tau.shape, P.promoted_dtype(tau, g))
     rows = jnp.arange(a.shape[-2])
     for j, conjugate in reversed(steps):
         v = P.reflector(a, j)
         t = jnp.conj(tau[..., j]) if conjugate else tau[..., j]
         norm2 = jnp.sum((v * jnp.conj(v)).real, axis=-1)
-        y = P.apply_reflector(t / (t * norm2 - 1), v, y, j)
+        y = P.apply_reflector(t / (t * norm2.astype(t.dtype) - 1), v, y, j)
         gs = gy @ _mH(y)
         gs_v = (gs @ v[..., :, None])[..., 0]
         gt = -jnp.sum(jnp.conj(v) * gs_v, axis=-1)
@@ -830,9 +833,8 @@ def fft_vjp(_, ct, *, kind, sizes, axes, norm, shape):
     if kind.startswith("ir"):
         m = sizes[-1] // 2 + 1
         weights = P.hermitian_weights(sizes[-1], m, out.real.dtype)
-        out = P.resize(out, _with_length(out.shape, last, m), (last,)) * jnp.expand_dims(
-            weights, tuple(range(1, out.ndim - last % out.ndim))
-        )
+        weights = jnp.expand_dims(weights, tuple(range(1, out.ndim - last % out.ndim))).astype(out.dtype)
+        out = P.resize(out, _with_length(out.shape, last, m), (last,)) * P.with_rank(weights, out.ndim)
     return (P.resize(out, shape, axes),)
 
 

@@ -34,7 +34,7 @@ __all__ = ["bilinear", "scaled_dot_product_attention"]
 def _acc_dtype(dtype):
     """The dtype of the softmax statistics: at least float32 (bfloat16/float16 input
     accumulates in float32, as flash kernels do)."""
-    return jnp.promote_types(dtype, jnp.float32)
+    return partials.promoted_dtype(dtype, jnp.float32)
 
 
 def _swap(x):

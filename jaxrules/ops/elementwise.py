@@ -412,5 +412,5 @@ def polar(abs: ArrayLike, angle: ArrayLike) -> Array:  # noqa: A002 - torch's ar
         if jnp.iscomplexobj(x):
             raise TypeError(f"polar: argument {name!r} must be real, got {x.dtype}")
     V.broadcast("polar", abs=r, angle=theta)
-    dtype = jnp.promote_types(jnp.result_type(r, theta), jnp.float32)
+    dtype = P.promoted_dtype(jnp.result_type(r, theta), jnp.float32)
     return polar_op(r.astype(dtype), theta.astype(dtype))

@@ -5,15 +5,42 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
+from jax import lax
 from jax.scipy import special
 
 __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
     "abs2_reciprocal", "arctan2_factors", "clip_masks", "copysign_factor", "expand_reduced", "i1_factor",
     "i1e_factor", "logit_factor", "multigammaln_factor", "nan_factor", "pow_base_factor", "pow_exponent_factor",
-    "pow_scalar_exponent_factor", "reduced_size", "safe_reciprocal", "sgn", "sgn_parts", "sinc_derivative",
-    "use_power_ops", "xlogy_factors"
+    "pow_scalar_exponent_factor", "promoted", "promoted_dtype", "reduced_size", "safe_reciprocal", "sgn",
+    "sgn_parts", "sinc_derivative", "use_power_ops", "with_rank", "xlogy_factors"
 ]
+
+# ----------------------------------------------------------------------------------------------
+# Explicit promotion: what jax.numpy's standard promotion would do implicitly, written out, so a
+# formula computes the same values for a user who sets ``jax_numpy_dtype_promotion="strict"``.
+
+
+def with_rank(x, ndim):
+    """``x`` with leading unit axes up to rank ``ndim``: the broadcast that implicit rank
+    promotion would make, written out, so the formulas run under ``jax_numpy_rank_promotion="raise"``."""
+    return lax.expand_dims(jnp.asarray(x), tuple(range(ndim - x.ndim)))
+
+
+def promoted_dtype(*args):
+    """``jnp.result_type(*args)`` on JAX's standard lattice (weak types included), whatever the
+    user's ``jax_numpy_dtype_promotion``: the dtype an implicit promotion of ``args`` gives."""
+    with jax.numpy_dtype_promotion("standard"):
+        return jnp.result_type(*args)
+
+
+def promoted(*args):
+    """``args`` cast to ``promoted_dtype(*args)``: the operands an implicit promotion would
+    produce, hence the same results under strict promotion."""
+    dtype = promoted_dtype(*args)
+    return tuple(jnp.asarray(a).astype(dtype) for a in args)
+
 
 # ----------------------------------------------------------------------------------------------
 # Small guards.
@@ -114,7 +141,7 @@ def copysign_factor(x, y):
     ``copysign_tensor_self_backward``; +-1 at x = +-inf, where the seed's ratio is inf/inf = NaN)."""
     same = jnp.signbit(x) == jnp.signbit(y)
     factor = jnp.where(x == 0, 0, jnp.where(same, 1.0, -1.0))
-    return jnp.where(jnp.isnan(x), jnp.nan, factor).astype(jnp.result_type(x, y))
+    return jnp.where(jnp.isnan(x), jnp.nan, factor).astype(promoted_dtype(x, y))
 
 
 def sinc_derivative(x):

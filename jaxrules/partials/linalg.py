@@ -13,25 +13,18 @@ from jax.scipy.linalg import lu_factor as _lu_factor
 from jax.scipy.linalg import lu_solve as _lu_solve
 
 from jaxrules.checking import runtime_check
-from jaxrules.partials.elementwise import safe_reciprocal
+from jaxrules.partials.elementwise import promoted_dtype, safe_reciprocal, with_rank
 from jaxrules.partials.reductions import prod_of_others
 
 __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
     "apply_reflector", "band", "check_gauge", "cho_solve", "diag_embed", "diagonal", "gap_reciprocal",
     "half_diagonal", "herm", "lu_adjoint", "lu_factor", "lu_parts", "lu_solve", "lu_tangent", "matmul",
     "matmul_cotangents", "mH", "mT", "pack_lu", "pair_products", "permutation_rows", "permute_rows",
-    "pinv_adjoint", "pinv_tangent", "reflector", "reflector_sequence", "tri_solve", "unpack_lu", "unpermute_rows",
-    "with_rank"
+    "pinv_adjoint", "pinv_tangent", "reflector", "reflector_sequence", "tri_solve", "unpack_lu", "unpermute_rows"
 ]
 
 # ----------------------------------------------------------------------------------------------
 # Linear algebra: matrix helpers shared by the JVP and VJP formulas (batched over leading dims).
-
-
-def with_rank(x, ndim):
-    """``x`` with leading unit axes up to rank ``ndim``: the broadcast that implicit rank
-    promotion would make, written out, so the formulas run under ``jax_numpy_rank_promotion="raise"``."""
-    return lax.expand_dims(x, tuple(range(ndim - x.ndim)))
 
 
 def mT(x):
@@ -294,7 +287,7 @@ def pack_lu(dl, du):
     """Packed ``tril(dL, -1) + triu(dU)`` in the shape of ``lu`` (seed ``lu_factor_ex_jvp``)."""
     m, k = dl.shape[-2:]
     n = du.shape[-1]
-    out = jnp.zeros(dl.shape[:-2] + (m, n), jnp.result_type(dl, du))
+    out = jnp.zeros(dl.shape[:-2] + (m, n), promoted_dtype(dl, du))
     out = out.at[..., :, :k].add(jnp.tril(dl, -1))
     return out.at[..., :k, :].add(jnp.triu(du))
 

@@ -8,7 +8,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from jaxrules.partials.elementwise import safe_reciprocal
+from jaxrules.partials.elementwise import promoted_dtype, safe_reciprocal
 
 __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
     "bce_derivatives", "bce_with_logits_derivatives", "clamped_var", "gaussian_nll_derivatives",
@@ -186,7 +186,7 @@ def lce_chunk_size(tokens: int, vocab: int, chunk_size: int | None = None) -> in
 def lce_accumulation(dtype):
     """The dtype of the logits, the statistics and the sums: float32 for bfloat16/float16
     inputs, else the input's."""
-    return jnp.promote_types(dtype, jnp.float32)
+    return promoted_dtype(dtype, jnp.float32)
 
 
 def _lce_chunk(x, weight, bias, start, size):
