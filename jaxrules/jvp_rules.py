@@ -230,7 +230,8 @@ def selection_jvp(res, t, *, axis, keepdims, **_):
 def median_jvp(x, t, *, axis, keepdims, **_):
     """``sum(w t)`` with ``w`` the even split over the middle value(s) (seed
     ``evenly_read_jvp``)."""
-    return jnp.sum(P.median_weights(x, axis, keepdims) * t, axis=axis, keepdims=keepdims)
+    weights, t = P.promoted(P.median_weights(x, axis, keepdims), t)
+    return jnp.sum(weights * t, axis=axis, keepdims=keepdims)
 
 
 def logsumexp_jvp(weights, t, *, axis, keepdims, **_):
@@ -348,7 +349,7 @@ def rms_norm_jvp(res, tx, tw, *, axes, eps):
     if tx is not None:
         t = tx.astype(stat)
         c = jnp.mean(xhat * t, axis=axes, keepdims=True)
-        dy.append(rstd * (t - xhat * c) * w.astype(stat))
+        dy.append(rstd * (t - xhat * c) * P.with_rank(w.astype(stat), t.ndim))
         drstd = -rstd * rstd * c
     if tw is not None:
         dy.append(xhat * tw.astype(stat))
@@ -972,7 +973,7 @@ def layer_norm_rows_jvp(res, tx, tw, tb, *, eps, launch):
     if tx is not None:
         t = tx.astype(stat)
         dmean, c = t.mean(-1), (xhat * t).mean(-1)
-        dy.append(rstd[:, None] * (t - dmean[:, None] - xhat * c[:, None]) * w.astype(stat))
+        dy.append(rstd[:, None] * (t - dmean[:, None] - xhat * c[:, None]) * P.with_rank(w.astype(stat), t.ndim))
         drstd = -rstd * rstd * c
     if tw is not None:
         dy.append(xhat * tw.astype(stat))

@@ -176,7 +176,7 @@ def var_vjp(res, ct, *, axis, keepdims, correction, **_):
     convention)."""
     centered, _ = res
     scale = P.var_scale(centered, axis, correction)
-    return (scale * expand_reduced(ct, centered.shape, axis, keepdims) * jnp.conj(centered),)
+    return (jnp.multiply(*P.promoted(scale * expand_reduced(ct, centered.shape, axis, keepdims), jnp.conj(centered))),)
 
 
 def std_vjp(res, ct, *, axis, keepdims, correction, **_):
@@ -235,7 +235,7 @@ def vector_norm_vjp(res, ct, *, ord, axis, keepdims, **_):
     """``conj(w) expand(ct)`` with ``w`` the norm's direction (seed ``norm_backward``)."""
     x, norm = res
     w = P.vector_norm_direction(x, norm, ord, axis, keepdims)
-    return (jnp.conj(w) * expand_reduced(ct, x.shape, axis, keepdims),)
+    return (jnp.multiply(*P.promoted(jnp.conj(w), expand_reduced(ct, x.shape, axis, keepdims))),)
 
 
 def renorm_vjp(res, ct, *, p, axis, maxnorm, **_):
@@ -245,7 +245,8 @@ def renorm_vjp(res, ct, *, p, axis, maxnorm, **_):
     scale, dscale, over = P.renorm_scale(norm, maxnorm)
     inner = jnp.sum(x * ct, axis=axis, keepdims=True)
     inner = inner.real if jnp.iscomplexobj(inner) else inner
-    return (jnp.where(over, scale * ct + jnp.conj(w) * (dscale * inner), ct),)
+    step = jnp.multiply(*P.promoted(scale, ct)) + jnp.multiply(*P.promoted(jnp.conj(w), dscale * inner))
+    return (jnp.where(over, step, ct),)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -302,7 +302,8 @@ def _form(x1, w, x2):
 
 
 def _bilinear_primal(x1, x2, w, b):
-    return _form(x1, w, x2) + b
+    out = _form(x1, w, x2)
+    return out + partials.with_rank(b, out.ndim)
 
 
 def _bilinear_jvp(res, t1, t2, tw, tb):

@@ -71,6 +71,7 @@ def _polar_save(out, r, theta):
 def _polar_jvp(res, tr, ttheta):
     """``dz = e^{i theta} (dr + i r dtheta)`` (torch's polar JVP in derivatives.yaml)."""
     r, unit = res
+    r, tr, ttheta = (None if v is None else v.astype(unit.dtype) for v in (r, tr, ttheta))
     if tr is None:
         return unit * (1j * r * ttheta)
     return unit * (tr if ttheta is None else tr + 1j * r * ttheta)

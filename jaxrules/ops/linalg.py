@@ -85,7 +85,7 @@ matmul_at_op = define_op("matmul", lambda a, b, *, precision: _product("...ij,..
                          _matmul_at_jvp, _matmul_at_vjp)
 linear_op = define_op(
     "linear",
-    lambda x, w, b: jnp.einsum("...i,oi->...o", x, w) + b,
+    lambda x, w, b: jnp.einsum("...i,oi->...o", x, w) + P.with_rank(b, max(x.ndim, 1)),
     J.linear_jvp,
     R.linear_vjp,
     lambda out, x, w, b: (x, w),

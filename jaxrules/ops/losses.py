@@ -170,7 +170,8 @@ def _weighted(op, loss, weight):
         return loss
     w = V.array(op, "weight", weight)
     V.broadcast(op, loss=loss, weight=w)
-    return loss * w
+    rank = max(loss.ndim, w.ndim)
+    return P.with_rank(loss, rank) * P.with_rank(w, rank)
 
 
 def binary_cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = None, reduction: str = "mean") -> Array:
@@ -798,7 +799,7 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
         return nll
     t = V.wide_indices(t)
     kept = t != ignore_index
-    smooth = jnp.where(kept, -reductions.sum(logp * w.reshape(view), axis=axis), 0)
+    smooth = jnp.where(kept, -reductions.sum(logp * P.with_rank(w.reshape(view), logp.ndim), axis=axis), 0)
     if reduction == "mean":
         safe = jnp.where(kept & (t >= 0) & (t < classes), t, 0)
         smooth = _kept_mean(reductions.sum(smooth), jnp.sum(jnp.where(kept, w[safe], 0)), kept)

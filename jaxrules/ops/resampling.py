@@ -153,7 +153,8 @@ def _resample(x, tables):
     dims = len(tables)
     for axis, (index, weight) in zip(range(-dims, 0), tables):
         moved = jnp.moveaxis(x, axis, -1)
-        moved = jnp.sum(moved[..., index] * jnp.asarray(weight, x.dtype), axis=-1)
+        gathered = moved[..., index]
+        moved = jnp.sum(gathered * P.with_rank(jnp.asarray(weight, x.dtype), gathered.ndim), axis=-1)
         x = jnp.moveaxis(moved, -1, axis)
     return x
 

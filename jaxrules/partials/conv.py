@@ -12,6 +12,7 @@ from jax import lax
 from jax.sharding import PartitionSpec
 
 from jaxrules.mechanism import define_op, explicit_sharding
+from jaxrules.partials.elementwise import with_rank
 from jaxrules.partials.indexing import zeros_sharded_like
 from jaxrules.partials.normalization import stat_dtype
 
@@ -435,7 +436,8 @@ def avg_pool(x, kernel, stride, padding, count_include_pad, divisor_override):
     """torch's avg_pool: the window sums over the divisor, summed in float32 for half precision."""
     divisor = avg_pool_divisor(x.shape[2:], kernel, stride, padding, count_include_pad, divisor_override)
     acc = stat_dtype(x.dtype)
-    return (window_sum(x.astype(acc), kernel, stride, padding) / divisor.astype(acc)).astype(x.dtype)
+    sums = window_sum(x.astype(acc), kernel, stride, padding)
+    return (sums / with_rank(divisor.astype(acc), sums.ndim)).astype(x.dtype)
 
 
 def avg_pool_transpose(g, shape, kernel, stride, padding, count_include_pad, divisor_override):
@@ -468,7 +470,8 @@ def _window_means(y, axis, n, out):
     dense averaging matrix, whose zeros would turn an inf elsewhere on the axis into NaN)."""
     index, valid, length = _adaptive_window_index(n, out)
     windows = jnp.take(jnp.moveaxis(y, axis, -1), index, axis=-1)  # (..., out, width)
-    means = jnp.where(valid, windows, 0).sum(-1) / length.astype(y.dtype)
+    valid, length = with_rank(valid, windows.ndim), with_rank(length.astype(y.dtype), windows.ndim - 1)
+    means = jnp.where(valid, windows, 0).sum(-1) / length
     return jnp.moveaxis(means, -1, axis)
 
 

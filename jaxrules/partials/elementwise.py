@@ -56,7 +56,7 @@ def sgn(x):
     if not jnp.iscomplexobj(x):
         return jnp.sign(x)
     mag = jnp.abs(x)
-    return x * safe_reciprocal(mag, mag == 0)
+    return x * safe_reciprocal(mag, mag == 0).astype(x.dtype)
 
 
 def expand_reduced(g, shape, axis, keepdims):
@@ -92,7 +92,7 @@ def use_power_ops(*, power, power_scalar_exponent) -> None:
 def sgn_parts(x):
     """``(sgn(x), 1/(2|x|))`` with both 0 at x = 0 (complex ``sgn_backward``)."""
     mag = jnp.abs(x)
-    return x * safe_reciprocal(mag, mag == 0), 0.5 * safe_reciprocal(mag, mag == 0)
+    return x * safe_reciprocal(mag, mag == 0).astype(x.dtype), 0.5 * safe_reciprocal(mag, mag == 0)
 
 
 def abs2_reciprocal(x):
