@@ -27,7 +27,8 @@ def _terms(*terms):
         return None
     out = present[0]
     for t in present[1:]:
-        out = out + t
+        rank = max(out.ndim, t.ndim)
+        out = P.with_rank(out, rank) + P.with_rank(t, rank)
     return out
 
 
@@ -50,7 +51,7 @@ def sign_jvp(x, t, **_):
     if not jnp.iscomplexobj(x):
         return jnp.zeros_like(t)
     s, inv = P.sgn_parts(x)
-    return (t - s * s * jnp.conj(t)) * inv
+    return (t - s * s * jnp.conj(t)) * inv.astype(s.dtype)
 
 
 def angle_jvp(x, t, **_):
@@ -262,7 +263,8 @@ def renorm_jvp(res, t, *, p, axis, maxnorm, **_):
     w = P.vector_norm_direction(x, norm, p, axis, True)
     scale, dscale, over = P.renorm_scale(norm, maxnorm)
     dnorm = real_inner(w, t, axis, True)
-    return jnp.where(over, scale * t + x * (dscale * dnorm), t)
+    step = jnp.multiply(*P.promoted(scale, t)) + jnp.multiply(*P.promoted(x, dscale * dnorm))
+    return jnp.where(over, step, t)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -282,10 +284,10 @@ def affine_normalize_jvp(res, tx, tw, tb, *, axes, eps, axis_name):
     if tx is not None:
         t = tx.astype(stat)
         dmean, c = P.group_mean(t, axes, axis_name), P.group_mean(xhat * t, axes, axis_name)
-        dy.append(rstd * (t - dmean - xhat * c) * w.astype(stat))
+        dy.append(rstd * (t - dmean - xhat * c) * P.with_rank(w.astype(stat), x.ndim))
         drstd = -rstd * rstd * c
     if tw is not None:
-        dy.append(xhat * tw.astype(stat))
+        dy.append(xhat * P.with_rank(tw.astype(stat), x.ndim))
     if tb is not None:
         dy.append(jnp.broadcast_to(tb.astype(stat), x.shape))
     return _terms(*dy), dmean, drstd
@@ -322,7 +324,7 @@ def affine_normalize_eps_jvp(res, tx, tw, tb, teps, *, axes, axis_name):
     if teps is not None:
         stat = rstd.dtype
         de = -0.5 * rstd * rstd * rstd * teps.astype(stat)
-        dy = _terms(dy, (x.astype(stat) - mean) * w.astype(stat) * de)
+        dy = _terms(dy, (x.astype(stat) - mean) * P.with_rank(w.astype(stat), x.ndim) * de)
         drstd = _terms(drstd, de)
     return dy, dmean, drstd
 
@@ -352,7 +354,7 @@ def rms_norm_jvp(res, tx, tw, *, axes, eps):
         dy.append(rstd * (t - xhat * c) * P.with_rank(w.astype(stat), t.ndim))
         drstd = -rstd * rstd * c
     if tw is not None:
-        dy.append(xhat * tw.astype(stat))
+        dy.append(xhat * P.with_rank(tw.astype(stat), x.ndim))
     return _terms(*dy), drstd
 
 
@@ -384,7 +386,7 @@ def rms_norm_eps_jvp(res, tx, tw, teps, *, axes):
     if teps is not None:
         stat = rstd.dtype
         de = -0.5 * rstd * rstd * rstd * teps.astype(stat)
-        dy, drstd = _terms(dy, x.astype(stat) * w.astype(stat) * de), _terms(drstd, de)
+        dy, drstd = _terms(dy, x.astype(stat) * P.with_rank(w.astype(stat), x.ndim) * de), _terms(drstd, de)
     return dy, drstd
 
 
@@ -976,7 +978,7 @@ def layer_norm_rows_jvp(res, tx, tw, tb, *, eps, launch):
         dy.append(rstd[:, None] * (t - dmean[:, None] - xhat * c[:, None]) * P.with_rank(w.astype(stat), t.ndim))
         drstd = -rstd * rstd * c
     if tw is not None:
-        dy.append(xhat * tw.astype(stat))
+        dy.append(xhat * P.with_rank(tw.astype(stat), x.ndim))
     if tb is not None:
         dy.append(jnp.broadcast_to(tb.astype(stat), x.shape))
     return _terms(*dy), dmean, drstd

@@ -29,7 +29,8 @@ from jaxrules.partials import expand_reduced, reduced_size
 def abs_vjp(sign, ct, **_):
     """``conj(sgn x) ct`` (seed ``abs_backward``; JAX convention). ``sign`` is the saved
     ``sgn(x)`` (int8 for real x: a quarter of the memory of x)."""
-    return (jnp.conj(sign.astype(P.promoted_dtype(sign, ct))) * ct,)
+    dtype = P.promoted_dtype(sign, ct)
+    return (jnp.conj(sign.astype(dtype)) * ct.astype(dtype),)
 
 
 def sign_vjp(x, ct, **_):
@@ -38,7 +39,7 @@ def sign_vjp(x, ct, **_):
     if not jnp.iscomplexobj(x):
         return (None,)
     s, inv = P.sgn_parts(x)
-    return ((ct - jnp.conj(s * s * ct)) * inv,)
+    return ((ct - jnp.conj(s * s * ct)) * inv.astype(s.dtype),)
 
 
 def angle_vjp(x, ct, **_):
@@ -271,10 +272,11 @@ def affine_normalize_vjp(res, ct, *, axes, eps, axis_name):
     stat = rstd.dtype
     xhat = (x.astype(stat) - mean) * rstd
     g = jnp.zeros(x.shape, stat) if g is None else g.astype(stat)
+    ws = P.with_rank(w.astype(stat), x.ndim)
     if all(w.shape[a] == 1 for a in axes):  # one weight per group (batch, instance norm): B(g w) = w B(g)
-        dx = w.astype(stat) * normalize_backward(x, mean, rstd, g, axes=axes, eps=eps, axis_name=axis_name)
+        dx = ws * normalize_backward(x, mean, rstd, g, axes=axes, eps=eps, axis_name=axis_name)
     else:
-        dx = normalize_backward(x, mean, rstd, g * w.astype(stat), axes=axes, eps=eps, axis_name=axis_name)
+        dx = normalize_backward(x, mean, rstd, g * ws, axes=axes, eps=eps, axis_name=axis_name)
     count = math.prod(x.shape[a] for a in axes)  # this device's
     if g_mean is not None or g_rstd is not None:  # None: unused statistics (the usual case)
         total = count * (1 if axis_name is None else lax.psum(1, axis_name))
@@ -315,7 +317,8 @@ def affine_normalize_eps_vjp(res, ct, *, axes, axis_name):
     stat = rstd.dtype
     per_group = 0 if g_rstd is None else g_rstd.astype(stat)
     if g is not None:
-        per_group = per_group + jnp.sum(g.astype(stat) * w.astype(stat) * (x.astype(stat) - mean), axis=axes,
+        ws = P.with_rank(w.astype(stat), x.ndim)
+        per_group = per_group + jnp.sum(g.astype(stat) * ws * (x.astype(stat) - mean), axis=axes,
                                         keepdims=True)
     return dx, dw, db, jnp.sum(-0.5 * rstd * rstd * rstd * per_group)
 
@@ -340,7 +343,7 @@ def rms_norm_vjp(res, ct, *, axes, eps):
     stat = rstd.dtype
     xhat = x.astype(stat) * rstd
     g = jnp.zeros(x.shape, stat) if g is None else g.astype(stat)
-    dx = rms_norm_backward(x, rstd, g * w.astype(stat), axes=axes, eps=eps)
+    dx = rms_norm_backward(x, rstd, g * P.with_rank(w.astype(stat), g.ndim), axes=axes, eps=eps)
     if g_rstd is not None:
         count = math.prod(x.shape[a] for a in axes)
         dx = dx - g_rstd * rstd * rstd * xhat / count
@@ -372,7 +375,8 @@ def rms_norm_eps_vjp(res, ct, *, axes):
     stat = rstd.dtype
     per_row = 0 if g_rstd is None else g_rstd.astype(stat)
     if g is not None:
-        per_row = per_row + jnp.sum(g.astype(stat) * w.astype(stat) * x.astype(stat), axis=axes, keepdims=True)
+        ws = P.with_rank(w.astype(stat), x.ndim)
+        per_row = per_row + jnp.sum(g.astype(stat) * ws * x.astype(stat), axis=axes, keepdims=True)
     return dx, dw, jnp.sum(-0.5 * rstd * rstd * rstd * per_row)
 
 
@@ -615,9 +619,10 @@ def svd_vjp(res, g, *, full_matrices):
         P.check_gauge(_diag(uhgu).imag + _diag(vhgv).imag, "svd")
     f = P.gap_reciprocal(s, squared=True).astype(uhgu.dtype)
     sinv = P.safe_reciprocal(s, s == 0)
-    ret = (uhgu * s[..., None, :] + s[..., :, None] * vhgv) * f + _embed(gs.astype(uhgu.dtype))
+    sc = s.astype(uhgu.dtype)
+    ret = (uhgu * sc[..., None, :] + sc[..., :, None] * vhgv) * f + _embed(gs.astype(uhgu.dtype))
     if jnp.iscomplexobj(ret):
-        ret = ret + _embed(_diag(uhgu) * (sinv / 2))
+        ret = ret + _embed(_diag(uhgu) * (sinv / 2).astype(uhgu.dtype))
     if m > k:
         x = gu * sinv[..., None, :]
         return ((uk @ ret + x - uk @ (_mH(uk) @ x)) @ vhk,)
@@ -1037,7 +1042,8 @@ def layer_norm_rows_reference_vjp(res, ct, eps, launch):
     stat = rstd.dtype
     xhat = (x.astype(stat) - mean[:, None]) * rstd[:, None]
     g = g.astype(stat)
-    dx = P.affine_norm_backward(xhat, rstd[:, None], g, w.astype(stat), g_mean[:, None], g_rstd[:, None], (1,))
+    ws = P.with_rank(w.astype(stat), x.ndim)
+    dx = P.affine_norm_backward(xhat, rstd[:, None], g, ws, g_mean[:, None], g_rstd[:, None], (1,))
     return dx.astype(x.dtype), (g * xhat).sum(0).astype(w.dtype), g.sum(0).astype(w.dtype)
 
 

@@ -788,7 +788,7 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
         if t.shape != x.shape:
             raise ValueError(f"cross_entropy: probability targets must have input's shape {x.shape}, got {t.shape}")
         p = t.astype(x.dtype) * (1 - label_smoothing) + label_smoothing / classes
-        losses = -reductions.sum(logp * p * w.reshape(view), axis=axis)
+        losses = -reductions.sum(logp * p * P.with_rank(w.reshape(view), logp.ndim), axis=axis)
         if reduction == "none":
             return losses
         return reductions.mean(losses) if reduction == "mean" else reductions.sum(losses)

@@ -165,7 +165,7 @@ def _resample_transpose(g, tables, spatial):
     dims = len(tables)
     for axis, (index, weight), n in reversed(list(zip(range(-dims, 0), tables, spatial))):
         moved = jnp.moveaxis(g, axis, -1)
-        spread = moved[..., None] * jnp.asarray(weight, g.dtype)
+        spread = moved[..., None] * P.with_rank(jnp.asarray(weight, g.dtype), moved.ndim + 1)
         zeros = P.zeros_sharded_like(moved.shape[:-1] + (n,), g.dtype, moved)  # an Explicit mesh: as g
         moved = zeros.at[..., index].add(spread, out_sharding=explicit_sharding(zeros))
         g = jnp.moveaxis(moved, -1, axis)

@@ -299,7 +299,7 @@ def window_slices_transpose(windows, shape, kernel, stride, padding, dilation):
 def window_select(windows, element):
     """``windows`` (N, C, K, *out) read at window element ``element`` (N, C, *out): a masked
     sum over the window (elementwise; the unselected entries, NaN or not, do not enter)."""
-    chosen = element[:, :, None] == lax.broadcasted_iota(jnp.int32, windows.shape, 2)
+    chosen = element[:, :, None].astype(jnp.int32) == lax.broadcasted_iota(jnp.int32, windows.shape, 2)
     return jnp.sum(jnp.where(chosen, windows, 0), axis=2).astype(windows.dtype)
 
 
@@ -391,7 +391,8 @@ def window_place(g, element, shape, kernel, stride, padding, dilation):
         spread = _reshape_spatial(spread, (*shape[:2], *(m * k for m, k in zip(out, kernel))))
         return lax.pad(spread, np.zeros((), g.dtype), _spatial_pads((-lo, -hi, 0) for lo, hi in pads))
     k = math.prod(kernel)
-    chosen = element[:, :, None] == lax.broadcasted_iota(jnp.int32, (*g.shape[:2], k, *g.shape[2:]), 2)
+    ids = lax.broadcasted_iota(jnp.int32, (*g.shape[:2], k, *g.shape[2:]), 2)
+    chosen = element[:, :, None].astype(jnp.int32) == ids
     return window_slices_transpose(jnp.where(chosen, g[:, :, None], 0), shape, kernel, stride, padding, dilation)
 
 
@@ -445,7 +446,8 @@ def avg_pool_transpose(g, shape, kernel, stride, padding, count_include_pad, div
     back over the windows (``window_sum_transpose``)."""
     divisor = avg_pool_divisor(shape[2:], kernel, stride, padding, count_include_pad, divisor_override)
     acc = stat_dtype(g.dtype)
-    return window_sum_transpose(g.astype(acc) / divisor.astype(acc), kernel, stride, padding).astype(g.dtype)
+    shares = g.astype(acc) / with_rank(divisor.astype(acc), g.ndim)
+    return window_sum_transpose(shares, kernel, stride, padding).astype(g.dtype)
 
 
 def adaptive_windows(n, out):
@@ -479,7 +481,8 @@ def _window_means_transpose(g, axis, n, out):
     """The transpose of ``_window_means``: each window's cotangent shared evenly over it."""
     index, valid, length = _adaptive_window_index(n, out)
     g = jnp.moveaxis(g, axis, -1)
-    shares = jnp.where(valid, (g / length.astype(g.dtype))[..., None], 0)  # (..., out, width)
+    valid, length = with_rank(valid, g.ndim + 1), with_rank(length.astype(g.dtype), g.ndim)
+    shares = jnp.where(valid, (g / length)[..., None], 0)  # (..., out, width)
     spread = zeros_sharded_like(g.shape[:-1] + (n,), g.dtype, g).at[..., index].add(shares)
     return jnp.moveaxis(spread, -1, axis)
 

@@ -170,7 +170,7 @@ def vector_norm_direction(x, norm, ord, axis, keepdims):
     safe_mag = jnp.where(zero, 1, mag)
     safe_n = jnp.where(n == 0, 1, n)
     scale = jnp.where(zero | (n == 0), 0, (safe_mag / safe_n) ** (ord - 1))
-    return sgn(x) * scale
+    return jnp.multiply(*promoted(sgn(x), scale))
 
 
 def real_inner(w, t, axis, keepdims):
