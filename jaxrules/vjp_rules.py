@@ -618,11 +618,11 @@ def svd_vjp(res, g, *, full_matrices):
     if jnp.iscomplexobj(uhgu):
         P.check_gauge(_diag(uhgu).imag + _diag(vhgv).imag, "svd")
     f = P.gap_reciprocal(s, squared=True).astype(uhgu.dtype)
-    sinv = P.safe_reciprocal(s, s == 0)
+    sinv = P.safe_reciprocal(s, s == 0).astype(uhgu.dtype)
     sc = s.astype(uhgu.dtype)
     ret = (uhgu * sc[..., None, :] + sc[..., :, None] * vhgv) * f + _embed(gs.astype(uhgu.dtype))
     if jnp.iscomplexobj(ret):
-        ret = ret + _embed(_diag(uhgu) * (sinv / 2).astype(uhgu.dtype))
+        ret = ret + _embed(_diag(uhgu) * (sinv / 2))
     if m > k:
         x = gu * sinv[..., None, :]
         return ((uk @ ret + x - uk @ (_mH(uk) @ x)) @ vhk,)

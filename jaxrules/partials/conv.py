@@ -386,7 +386,8 @@ def window_place(g, element, shape, kernel, stride, padding, dilation):
     otherwise the transpose of the window slices)."""
     if tiled(g, kernel, stride, dilation):
         pads, out = _tiled_pads(shape[2:], kernel, padding)
-        chosen = tiled_element_ids(_tiled_shape(shape[:2], out, kernel), kernel) == _tiled_expand(element, kernel)
+        ids = tiled_element_ids(_tiled_shape(shape[:2], out, kernel), kernel)
+        chosen = ids == _tiled_expand(element.astype(jnp.int32), kernel)
         spread = jnp.where(chosen, _tiled_expand(g, kernel), 0)
         spread = _reshape_spatial(spread, (*shape[:2], *(m * k for m, k in zip(out, kernel))))
         return lax.pad(spread, np.zeros((), g.dtype), _spatial_pads((-lo, -hi, 0) for lo, hi in pads))
