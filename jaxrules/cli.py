@@ -268,6 +268,11 @@ def coverage_markdown() -> str:
         "torch's signatures: thin adapters with no formula of their own (docs/differences.md, \"Which",
         "namespace to use when\").",
         "",
+        "The ops run under `jax_numpy_rank_promotion=\"raise\"` and `jax_numpy_dtype_promotion=\"strict\"`",
+        "with the same values (docs/differences.md, \"Strict promotion\"): `python -m jaxrules check",
+        "--strict-promotion` checks every record, `tests/test_strict_promotion.py` a rotating subset and",
+        "the records it lists as still open.",
+        "",
         "| op | public names | seed functions | formulas | double backward | batching | dtypes | torch reference |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
