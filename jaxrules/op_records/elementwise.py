@@ -251,6 +251,7 @@ record(
         Sample((uniform(rng, dt, 0.5, 2.0, 0, 2), normal(rng, dt, 0, 2))),
     ],
     torch_fn=lambda torch, r, theta: torch.polar(*torch.broadcast_tensors(r, theta)), torch_name="torch.polar",
+    rank_promotion="broadcasts abs and angle against each other",
     singular=(
         SingularPoint(
             "zero magnitude", (f64(0.0, 0.0), f64(0.5, -2.0)), (f64(math.cos(0.5), math.cos(-2.0)), f64(0, 0)),
