@@ -161,7 +161,7 @@ def _pair(op, input, target, reduction):
     x, y = V.array(op, "input", input), V.array(op, "target", target)
     if x.shape != y.shape:
         raise ValueError(f"{op}: input and target must have the same shape, got {x.shape} and {y.shape}")
-    dtype = jnp.result_type(x, y)
+    dtype = P.promoted_dtype(x, y)  # torch's losses promote input and target together
     return x.astype(dtype), y.astype(dtype)
 
 
@@ -231,6 +231,7 @@ def binary_cross_entropy_with_logits(input: ArrayLike, target: ArrayLike, weight
     x, y = _pair(op, input, target, reduction)
     pw = jnp.ones((), x.dtype) if pos_weight is None else V.array(op, "pos_weight", pos_weight).astype(x.dtype)
     V.broadcast(op, input=x, pos_weight=pw)
+    pw = P.with_rank(pw, x.ndim) if pw.ndim else pw  # the formulas broadcast pw against x at equal ranks
     return _reduce(op, _weighted(op, _bce_logits(x, y, pw), weight), reduction)
 
 

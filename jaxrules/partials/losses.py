@@ -8,7 +8,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from jaxrules.partials.elementwise import promoted_dtype, safe_reciprocal
+from jaxrules.partials.elementwise import promoted_dtype, safe_reciprocal, with_rank
 
 __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
     "bce_derivatives", "bce_with_logits_derivatives", "clamped_var", "gaussian_nll_derivatives",
@@ -195,7 +195,8 @@ def _lce_chunk(x, weight, bias, start, size):
     rows = jax.lax.dynamic_slice_in_dim(weight, start, size, 0)
     logits = jax.lax.dot_general(x, rows, (((1,), (1,)), ((), ())), preferred_element_type=lce_accumulation(x.dtype))
     if bias is not None:
-        logits = logits + jax.lax.dynamic_slice_in_dim(bias, start, size, 0).astype(logits.dtype)
+        part = jax.lax.dynamic_slice_in_dim(bias, start, size, 0).astype(logits.dtype)
+        logits = logits + with_rank(part, logits.ndim)
     return logits, rows
 
 
