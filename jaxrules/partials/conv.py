@@ -376,7 +376,7 @@ def window_read(x, element, kernel, stride, padding, dilation):
     if not tiled(x, kernel, stride, dilation):
         return window_select(window_slices(x, kernel, stride, padding, dilation, 0), element)
     windows = tiled_windows(x, kernel, padding, 0)
-    chosen = tiled_element_ids(windows.shape, kernel) == _tiled_expand(element, kernel)
+    chosen = tiled_element_ids(windows.shape, kernel) == _tiled_expand(element.astype(jnp.int32), kernel)
     return jnp.sum(jnp.where(chosen, windows, 0), axis=tiled_axes(kernel)).astype(x.dtype)
 
 
