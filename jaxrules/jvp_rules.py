@@ -616,10 +616,11 @@ def svd_jvp(res, ta, *, full_matrices):
     ds = _diag(dp).real
     dp = dp - _embed(ds.astype(dp.dtype))
     f = P.gap_reciprocal(s, squared=True).astype(dp.dtype)
-    sinv = P.safe_reciprocal(s, s == 0)
+    sinv = P.safe_reciprocal(s, s == 0).astype(dp.dtype)
     sym = lambda x: x + _mH(x)  # noqa: E731
-    du = sym(dp * s[..., None, :]) * f
-    dvh = sym(dp * -s[..., :, None]) * f
+    sc = s.astype(dp.dtype)
+    du = sym(dp * sc[..., None, :]) * f
+    dvh = sym(dp * -sc[..., :, None]) * f
     if jnp.iscomplexobj(dp):
         half = _embed(_diag(dp) * (sinv / 2))
         du, dvh = du + half, dvh + half

@@ -35,11 +35,12 @@ def block_meta(offsets, token_slot, num_blocks: int, block: int):
     lengths = jnp.diff(offsets)
     count = (lengths + block - 1) // block
     first = jnp.cumsum(count) - count
-    owner = jnp.searchsorted(jnp.cumsum(count), jnp.arange(num_blocks + 1), side="right")
+    blocks = jnp.arange(num_blocks + 1, dtype=count.dtype)
+    owner = jnp.searchsorted(jnp.cumsum(count), blocks, side="right")
     real = owner < lengths.shape[0]
     owner = jnp.minimum(owner, lengths.shape[0] - 1)
     pick = lambda x: jnp.where(real, x[owner], 0).astype(jnp.int32)  # noqa: E731
-    local = jnp.where(real, jnp.arange(num_blocks + 1) - first[owner], 0).astype(jnp.int32)
+    local = jnp.where(real, blocks - first[owner], 0).astype(jnp.int32)
     return pick(first), pick(count), pick(lengths), local
 
 
