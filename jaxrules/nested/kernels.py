@@ -46,16 +46,16 @@ def block_meta(offsets, token_slot, num_blocks: int, block: int):
 
 def _rows(local, length, block):
     """Which rows of a block lie inside its sequence."""
-    return local * block + jnp.arange(block) < length
+    return local * block + jnp.arange(block, dtype=local.dtype) < length
 
 
 def _keep(q_block, k_block, length, block, causal):
     """(query rows, key rows) of blocks ``q_block`` and ``k_block`` of one sequence: the key row
     lies inside the sequence (and, ``causal``, at or before the query row)."""
-    keys = k_block * block + jnp.arange(block)
+    keys = k_block * block + jnp.arange(block, dtype=jnp.result_type(k_block))
     keep = (keys < length)[None, :]
     if causal:
-        keep = keep & (keys[None, :] <= (q_block * block + jnp.arange(block))[:, None])
+        keep = keep & (keys[None, :] <= (q_block * block + jnp.arange(block, dtype=jnp.result_type(q_block)))[:, None])
     return keep
 
 

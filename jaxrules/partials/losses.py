@@ -242,7 +242,7 @@ def lce_forward(x, weight, bias, target, class_weight, *, chunk, smoothing):
         top = jnp.max(logits, axis=1)
         shift = jnp.where(jnp.isfinite(top), top, 0)
         sumexp = jnp.sum(jnp.exp(logits - shift[:, None]), axis=1)
-        weighted = (jnp.sum(logits * _chunk_weights(class_weight, start, size, logits), axis=1)
+        weighted = (jnp.sum(logits * _chunk_weights(class_weight, start, size, logits)[None, :], axis=1)
                     if smoothing else jnp.zeros_like(top))
         return top, sumexp, _target_value(logits, target, start, size), weighted
 
@@ -309,8 +309,8 @@ def lce_tangent(x, weight, bias, target, class_weight, lse, tx, tw, tb, *, chunk
             dl = dl + jax.lax.dot_general(x, jax.lax.dynamic_slice_in_dim(tw, start, size, 0), dims,
                                           preferred_element_type=acc)
         if tb is not None:
-            dl = dl + jax.lax.dynamic_slice_in_dim(tb, start, size, 0).astype(acc)
-        weighted = (jnp.sum(dl * _chunk_weights(class_weight, start, size, dl), axis=1)
+            dl = dl + jax.lax.dynamic_slice_in_dim(tb, start, size, 0).astype(acc)[None, :]
+        weighted = (jnp.sum(dl * _chunk_weights(class_weight, start, size, dl)[None, :], axis=1)
                     if smoothing else jnp.zeros_like(lse))
         p = jnp.exp(logits - lse[:, None])
         return jnp.sum(p * dl, axis=1), _target_value(dl, target, start, size), weighted
