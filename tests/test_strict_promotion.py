@@ -5,8 +5,8 @@
 A record takes 0.3-20 CPU s (two compilations per sample), so a CI run checks a rotating subset
 (``SUBSET``, seeded by the commit, ``tests/_rotation.py``) besides the linear-algebra records
 below; ``JAXRULES_STRICT_ALL=1`` checks every record. ``STRICT_OPEN`` lists the records whose
-formulas still promote implicitly, each with where; a listed record in the subset must still
-fail, so a fixed one is removed."""
+formulas promote implicitly, each with where (none: every record passes); a listed record in the
+subset must still fail, so a fixed one is removed."""
 
 from __future__ import annotations
 
