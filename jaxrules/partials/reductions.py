@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -96,7 +97,10 @@ def even_weights(x, value, axis, keepdims):
     v = expand_reduced(value, x.shape, axis, keepdims)
     mask = (x == v) | (jnp.isnan(x) & jnp.isnan(v))
     count = jnp.sum(mask, axis=axis, keepdims=True)
-    return mask.astype(count.dtype) / jnp.where(count == 0, 1, count)
+    # bool over int to float by jax.numpy's standard promotion, whatever the user's setting: the
+    # same program as under the default (vector_norm's ord=inf second derivatives at ties depend on it)
+    with jax.numpy_dtype_promotion("standard"):
+        return mask / jnp.where(count == 0, 1, count)
 
 
 def max_or_neg_inf(x, axis):
