@@ -29,7 +29,7 @@ import jaxrules.scipy  # noqa: F401
 from jaxrules import __version__
 from jaxrules._namespace import namespaces
 from jaxrules.registry import OpRecord
-from jaxrules.testing import CHECKS, HOST_DEVICES, modes_in_use, release_programs, run_check
+from jaxrules.testing import CHECKS, HOST_DEVICES, OPT_IN_CHECKS, modes_in_use, release_programs, run_check
 
 # XLA's CPU compiler options for the harness's many small programs (read when the backend starts,
 # so set before the process's first computation): the older loop emitters compile about a fifth
@@ -286,9 +286,11 @@ def _check(args) -> int:
         print(f"check: {err}", file=sys.stderr)
         return 2
     checks = CHECKS if not args.checks else tuple(args.checks.split(","))
-    unknown = set(checks) - set(CHECKS)
+    checks += ("strict_promotion",) if args.strict_promotion and "strict_promotion" not in checks else ()
+    unknown = set(checks) - set(CHECKS) - set(OPT_IN_CHECKS)
     if unknown:
-        print(f"check: unknown checks {sorted(unknown)}; choose from {', '.join(CHECKS)}", file=sys.stderr)
+        print(f"check: unknown checks {sorted(unknown)}; choose from {', '.join(CHECKS + OPT_IN_CHECKS)}",
+              file=sys.stderr)
         return 2
     selected = _shard(jaxrules.records(args.ops), args.shard)
     if not selected:
@@ -397,6 +399,11 @@ def coverage_markdown() -> str:
         "`jaxrules.torch` (torch's tensor functions, `.nn.functional`, `.linalg`) calls these ops with",
         "torch's signatures: thin adapters with no formula of their own (docs/differences.md, \"Which",
         "namespace to use when\").",
+        "",
+        "The ops run under `jax_numpy_rank_promotion=\"raise\"` and `jax_numpy_dtype_promotion=\"strict\"`",
+        "with the same values (docs/differences.md, \"Strict promotion\"): `python -m jaxrules check",
+        "--strict-promotion` checks every record (all pass), `tests/test_strict_promotion.py` a rotating",
+        "subset and the linear-algebra records.",
         "",
         "| op | public names | seed functions | formulas | double backward | batching | dtypes | torch reference |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -566,6 +573,9 @@ def main(argv=None) -> int:
                             "check; 1: one device, the sharded check skipped)")
     check.add_argument("--sharded-modes",
                        help="the sharded check's mesh modes, comma-separated: auto, explicit (default: both)")
+    check.add_argument("--strict-promotion", action="store_true",
+                       help="also run the strict_promotion check: every sample's value, JVP, VJP, vmap and jit under "
+                            "jax.numpy_rank_promotion('raise') and jax.numpy_dtype_promotion('strict')")
     check.add_argument("--no-cache", action="store_true",
                        help="no compilation cache kept between runs (default: $JAXRULES_CHECK_CACHE or "
                        "~/.cache/jaxrules/check, which makes a second run faster and changes no result)")

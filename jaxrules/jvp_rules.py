@@ -27,7 +27,8 @@ def _terms(*terms):
         return None
     out = present[0]
     for t in present[1:]:
-        out = out + t
+        rank = max(out.ndim, t.ndim)
+        out = P.with_rank(out, rank) + P.with_rank(t, rank)
     return out
 
 
@@ -41,7 +42,7 @@ def _times(factor, t):
 
 def abs_jvp(sign, t, **_):
     """``Re(conj(sgn x) t)``; 0 at x = 0 (seed ``abs_backward`` via ``sgn``)."""
-    return real_inner(sign.astype(jnp.result_type(sign, t)), t, (), False)
+    return real_inner(sign.astype(P.promoted_dtype(sign, t)), t, (), False)
 
 
 def sign_jvp(x, t, **_):
@@ -50,7 +51,7 @@ def sign_jvp(x, t, **_):
     if not jnp.iscomplexobj(x):
         return jnp.zeros_like(t)
     s, inv = P.sgn_parts(x)
-    return (t - s * s * jnp.conj(t)) * inv
+    return (t - s * s * jnp.conj(t)) * inv.astype(s.dtype)
 
 
 def angle_jvp(x, t, **_):
@@ -223,13 +224,15 @@ def selection_jvp(res, t, *, axis, keepdims, **_):
     """``sum(mask t) / count`` over the selected entries (seed ``evenly_read_jvp``, with the NaN
     handling of ``evenly_distribute_backward`` that the seed's JVP lacks). amax and amin."""
     x, out = res
-    return jnp.sum(P.even_weights(x, out, axis, keepdims) * t, axis=axis, keepdims=keepdims)
+    weights, t = P.promoted(P.even_weights(x, out, axis, keepdims), t)
+    return jnp.sum(weights * t, axis=axis, keepdims=keepdims)
 
 
 def median_jvp(x, t, *, axis, keepdims, **_):
     """``sum(w t)`` with ``w`` the even split over the middle value(s) (seed
     ``evenly_read_jvp``)."""
-    return jnp.sum(P.median_weights(x, axis, keepdims) * t, axis=axis, keepdims=keepdims)
+    weights, t = P.promoted(P.median_weights(x, axis, keepdims), t)
+    return jnp.sum(weights * t, axis=axis, keepdims=keepdims)
 
 
 def logsumexp_jvp(weights, t, *, axis, keepdims, **_):
@@ -260,7 +263,8 @@ def renorm_jvp(res, t, *, p, axis, maxnorm, **_):
     w = P.vector_norm_direction(x, norm, p, axis, True)
     scale, dscale, over = P.renorm_scale(norm, maxnorm)
     dnorm = real_inner(w, t, axis, True)
-    return jnp.where(over, scale * t + x * (dscale * dnorm), t)
+    step = jnp.multiply(*P.promoted(scale, t)) + jnp.multiply(*P.promoted(x, dscale * dnorm))
+    return jnp.where(over, step, t)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -280,10 +284,10 @@ def affine_normalize_jvp(res, tx, tw, tb, *, axes, eps, axis_name):
     if tx is not None:
         t = tx.astype(stat)
         dmean, c = P.group_mean(t, axes, axis_name), P.group_mean(xhat * t, axes, axis_name)
-        dy.append(rstd * (t - dmean - xhat * c) * w.astype(stat))
+        dy.append(rstd * (t - dmean - xhat * c) * P.with_rank(w.astype(stat), x.ndim))
         drstd = -rstd * rstd * c
     if tw is not None:
-        dy.append(xhat * tw.astype(stat))
+        dy.append(xhat * P.with_rank(tw.astype(stat), x.ndim))
     if tb is not None:
         dy.append(jnp.broadcast_to(tb.astype(stat), x.shape))
     return _terms(*dy), dmean, drstd
@@ -320,7 +324,7 @@ def affine_normalize_eps_jvp(res, tx, tw, tb, teps, *, axes, axis_name):
     if teps is not None:
         stat = rstd.dtype
         de = -0.5 * rstd * rstd * rstd * teps.astype(stat)
-        dy = _terms(dy, (x.astype(stat) - mean) * w.astype(stat) * de)
+        dy = _terms(dy, (x.astype(stat) - mean) * P.with_rank(w.astype(stat), x.ndim) * de)
         drstd = _terms(drstd, de)
     return dy, dmean, drstd
 
@@ -347,10 +351,10 @@ def rms_norm_jvp(res, tx, tw, *, axes, eps):
     if tx is not None:
         t = tx.astype(stat)
         c = jnp.mean(xhat * t, axis=axes, keepdims=True)
-        dy.append(rstd * (t - xhat * c) * w.astype(stat))
+        dy.append(rstd * (t - xhat * c) * P.with_rank(w.astype(stat), t.ndim))
         drstd = -rstd * rstd * c
     if tw is not None:
-        dy.append(xhat * tw.astype(stat))
+        dy.append(xhat * P.with_rank(tw.astype(stat), x.ndim))
     return _terms(*dy), drstd
 
 
@@ -382,7 +386,7 @@ def rms_norm_eps_jvp(res, tx, tw, teps, *, axes):
     if teps is not None:
         stat = rstd.dtype
         de = -0.5 * rstd * rstd * rstd * teps.astype(stat)
-        dy, drstd = _terms(dy, x.astype(stat) * w.astype(stat) * de), _terms(drstd, de)
+        dy, drstd = _terms(dy, x.astype(stat) * P.with_rank(w.astype(stat), x.ndim) * de), _terms(drstd, de)
     return dy, drstd
 
 
@@ -455,7 +459,10 @@ def dropout_jvp(res, tx, tmask, tscale, **_):
     """``t mask scale`` (seed ``infinitely_differentiable_native_dropout_backward``); ``scale =
     1/(1 - p)`` (an argument: p may be traced) gets no tangent (``dropout`` stops it)."""
     mask, scale = res
-    return None if tx is None else tx * mask * scale
+    if tx is None:
+        return None
+    tx, mask, scale = P.promoted(tx, mask, scale)
+    return tx * mask * scale
 
 
 # ----------------------------------------------------------------------------------------------
@@ -505,7 +512,7 @@ def slogdet_jvp(ainv, ta, **_):
     (seed ``slogdet_jvp``). Residuals: ``A^{-1}`` and the sign."""
     ainv, sign = ainv
     tr = jnp.einsum("...ij,...ji->...", ainv, ta)
-    dsign = 1j * sign * tr.imag if jnp.iscomplexobj(tr) else jnp.zeros_like(sign)
+    dsign = 1j * sign * tr.imag.astype(sign.dtype) if jnp.iscomplexobj(tr) else jnp.zeros_like(sign)
     return dsign, tr.real
 
 
@@ -609,10 +616,11 @@ def svd_jvp(res, ta, *, full_matrices):
     ds = _diag(dp).real
     dp = dp - _embed(ds.astype(dp.dtype))
     f = P.gap_reciprocal(s, squared=True).astype(dp.dtype)
-    sinv = P.safe_reciprocal(s, s == 0)
+    sinv = P.safe_reciprocal(s, s == 0).astype(dp.dtype)
     sym = lambda x: x + _mH(x)  # noqa: E731
-    du = sym(dp * s[..., None, :]) * f
-    dvh = sym(dp * -s[..., :, None]) * f
+    sc = s.astype(dp.dtype)
+    du = sym(dp * sc[..., None, :]) * f
+    dvh = sym(dp * -sc[..., :, None]) * f
     if jnp.iscomplexobj(dp):
         half = _embed(_diag(dp) * (sinv / 2))
         du, dvh = du + half, dvh + half
@@ -657,7 +665,7 @@ def qr_jvp(res, ta, *, complete):
     qh_da = _mH(q) @ ta
     x = P.tri_solve(r[..., :m], qh_da[..., :m], lower=False, left=False)
     d = _diag(x)
-    trilim = jnp.tril(x, -1) + _embed(d - d.real)
+    trilim = jnp.tril(x, -1) + _embed(d - d.real.astype(d.dtype))
     dq = P.half_diagonal(trilim - _mH(trilim))
     return q @ dq, qh_da - dq @ r
 
@@ -669,7 +677,7 @@ def eig_jvp(res, ta, **_):
     w, v = res
     dp = jnp.linalg.solve(v, ta.astype(v.dtype) @ v)
     dx = v @ (P.gap_reciprocal(w) * dp)
-    return _diag(dp), dx - v * _diag(_mH(v) @ dx).real[..., None, :]
+    return _diag(dp), dx - v * _diag(_mH(v) @ dx).real.astype(v.dtype)[..., None, :]
 
 
 def eigvals_jvp(v, ta, **_):
@@ -763,7 +771,7 @@ def _reflector_jvp(a, tau, c, ta, ttau, tc, steps):
             dt = jnp.conj(ttau[..., j]) if conjugate else ttau[..., j]
             terms.append(-dt[..., None, None] * (v[..., :, None] * vh_y))
         if ta is not None:
-            dv = P.reflector(ta, j) - jnp.where(jnp.arange(v.shape[-1]) == j, 1, 0).astype(v.dtype)
+            dv = P.reflector(ta, j) - P.with_rank(jnp.where(jnp.arange(v.shape[-1]) == j, 1, 0).astype(v.dtype), v.ndim)
             dvh_y = jnp.conj(dv)[..., None, :] @ y
             terms.append(-t[..., None, None] * (dv[..., :, None] * vh_y + v[..., :, None] * dvh_y))
         y, dy = new_y, (_terms(*terms) if terms else None)
@@ -968,10 +976,10 @@ def layer_norm_rows_jvp(res, tx, tw, tb, *, eps, launch):
     if tx is not None:
         t = tx.astype(stat)
         dmean, c = t.mean(-1), (xhat * t).mean(-1)
-        dy.append(rstd[:, None] * (t - dmean[:, None] - xhat * c[:, None]) * w.astype(stat))
+        dy.append(rstd[:, None] * (t - dmean[:, None] - xhat * c[:, None]) * P.with_rank(w.astype(stat), t.ndim))
         drstd = -rstd * rstd * c
     if tw is not None:
-        dy.append(xhat * tw.astype(stat))
+        dy.append(xhat * P.with_rank(tw.astype(stat), x.ndim))
     if tb is not None:
         dy.append(jnp.broadcast_to(tb.astype(stat), x.shape))
     return _terms(*dy), dmean, drstd

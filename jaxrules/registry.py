@@ -92,6 +92,10 @@ class OpRecord:
       those formulas).
     * ``needs_gpu``: why the record runs only on a GPU (cuDNN); elsewhere its checks are skipped
       with that reason.
+    * ``rank_promotion``: why the public signature broadcasts arguments of different ranks (as
+      ``jax.numpy``'s does, which a user under ``jax_numpy_rank_promotion="raise"`` must avoid):
+      the harness's ``strict_promotion`` check gives the samples' lower-rank arguments leading
+      unit axes, as that user would.
     """
 
     name: str
@@ -115,6 +119,7 @@ class OpRecord:
     needs_gpu: str = ""
     empty_samples: SampleFn | None = None
     no_empty: str = ""
+    rank_promotion: str = ""
 
     @property
     def complex_support(self) -> bool:

@@ -32,6 +32,7 @@ points, the vmap check's slices) are a ``lax.map`` over one copy of the function
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import itertools
@@ -52,7 +53,8 @@ from jaxrules import dispatch
 from jaxrules.mechanism import formula_spy, ignores_its_arguments
 from jaxrules.registry import OpRecord, Sample
 
-__all__ = ["CHECKS", "CheckResult", "check_op", "release_programs", "run_check"]
+__all__ = ["CHECKS", "OPT_IN_CHECKS", "CheckResult", "check_op", "check_strict_promotion", "release_programs",
+           "run_check", "strict_promotion"]
 
 HOST_DEVICES = 8  # the JAX devices a CPU is split into for the sharded check (``check --host-devices``)
 CHECKS = ("gradients", "jvp_vjp", "formulas", "vmap", "jit", "torch", "singular", "low_precision", "empty", "sharded")
@@ -872,6 +874,86 @@ def _check_sharded(record: OpRecord) -> float | str:
         raise CheckFailure(str(err)) from None
 
 
+# ----------------------------------------------------------------------------------------------
+# The ``strict_promotion`` check (opt-in: ``check --strict-promotion``)
+#
+# A user may run JAX with ``jax_numpy_rank_promotion="raise"`` and
+# ``jax_numpy_dtype_promotion="strict"``; the op's primal and formulas must then promote nothing
+# implicitly. For each sample (the record's dtypes, and float32 where it is a low-precision dtype):
+# the value (eager and jitted), the JVP, the VJP and vmap of the three, under both settings,
+# equal the same program under JAX's defaults. The samples are made what such a user passes:
+# every floating argument in the sample's precision (complex ones complex), and, for a record
+# whose public signature broadcasts arguments of different ranks (``OpRecord.rank_promotion``
+# says why), the lower-rank arguments given leading unit axes. Two compilations per sample.
+
+
+def strict_promotion():
+    """The context of a user who forbids implicit promotion: ``jax.numpy_rank_promotion("raise")``
+    and ``jax.numpy_dtype_promotion("strict")``, together."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(jax.numpy_rank_promotion("raise"))
+    stack.enter_context(jax.numpy_dtype_promotion("strict"))
+    return stack
+
+
+def _strict_sample(record: OpRecord, sample: Sample, dtype: str) -> Sample:
+    """``sample`` as a user under strict promotion passes it: floating arrays in ``dtype``'s
+    precision (a complex one complex, a real one real), and where the record's signature
+    broadcasts ranks (``rank_promotion``), every array argument of lower rank than the
+    differentiable ones given leading unit axes."""
+    real = np.finfo(np.dtype(dtype)).dtype
+
+    def cast(a):
+        if isinstance(a, np.ndarray) and np.issubdtype(a.dtype, np.inexact):
+            return a.astype(np.result_type(real, np.complex64) if np.iscomplexobj(a) else real)
+        return a
+
+    args = [cast(a) for a in sample.args]
+    if record.rank_promotion:
+        rank = max((args[i].ndim for i in sample.diff_argnums()), default=0)
+        args = [a.reshape((1,) * (rank - a.ndim) + a.shape) if isinstance(a, np.ndarray) and a.ndim < rank else a
+                for a in args]
+    return Sample(tuple(args), sample.kwargs)
+
+
+def _strict_program(f: Callable) -> Callable:
+    """The value, JVP and VJP of ``f`` at ``args``, and the same three vmapped over a batch."""
+
+    def three(args, t, c):
+        value, vjp = jax.vjp(f, *args)
+        return value, jax.jvp(f, tuple(args), tuple(t))[1], vjp(c)
+
+    def program(args, t, c, b_args, b_t, b_c):
+        return three(args, t, c), jax.vmap(three)(b_args, b_t, b_c)
+
+    return jax.jit(program)
+
+
+def check_strict_promotion(record: OpRecord) -> float | str:
+    """The record's samples under ``strict_promotion()``: the eager value and the jitted value,
+    JVP, VJP and their vmap equal the same computations under JAX's default promotion (relative
+    error 1e-12): the op promotes nothing implicitly, and making that explicit changed no result."""
+    rng = _rng(record, "strict_promotion")
+    dtypes = tuple(record.dtypes) + (("float32",) if "float32" in record.low_precision else ())
+    worst, count = 0.0, 0
+    for label, sample in _each_sample(record, dtypes):
+        if label.startswith("float32") and not _first_of_dtype(label):
+            continue  # float32: the first sample (the code paths are float64's)
+        sample = _strict_sample(record, sample, label.split()[0])
+        f, args = _closure(record, sample)
+        t = [_like(rng, a) for a in args]
+        c = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
+        batch = ([_batch(a) for a in args], [_batch(v) for v in t], jax.tree.map(_batch, c))
+        expected, eager_expected = _strict_program(f)(args, t, c, *batch), f(*args)
+        with strict_promotion():
+            eager = f(*args)
+            got = _strict_program(f)(args, t, c, *batch)
+        for what, a, e in (("eager value", eager, eager_expected), ("value, jvp, vjp and their vmap", got, expected)):
+            worst = max(worst, _expect_close(f"{label} under strict promotion: {what}", a, e, 1e-12))
+        count += 1
+    return (worst, f"{count} samples") if count else "skipped: no sample with differentiable arguments"
+
+
 _RUNNERS = {
     "gradients": _check_gradients,
     "jvp_vjp": _check_jvp_vjp,
@@ -883,7 +965,10 @@ _RUNNERS = {
     "low_precision": _check_low_precision,
     "empty": _check_empty,
     "sharded": _check_sharded,
+    "strict_promotion": check_strict_promotion,
 }
+# Checks run only on request (``check --strict-promotion``, ``--checks``): not part of ``CHECKS``.
+OPT_IN_CHECKS = ("strict_promotion",)
 
 
 def run_check(record: OpRecord, check: str) -> CheckResult:

@@ -29,7 +29,8 @@ from jaxrules.partials import expand_reduced, reduced_size
 def abs_vjp(sign, ct, **_):
     """``conj(sgn x) ct`` (seed ``abs_backward``; JAX convention). ``sign`` is the saved
     ``sgn(x)`` (int8 for real x: a quarter of the memory of x)."""
-    return (jnp.conj(sign.astype(jnp.result_type(sign, ct))) * ct,)
+    dtype = P.promoted_dtype(sign, ct)
+    return (jnp.conj(sign.astype(dtype)) * ct.astype(dtype),)
 
 
 def sign_vjp(x, ct, **_):
@@ -38,7 +39,7 @@ def sign_vjp(x, ct, **_):
     if not jnp.iscomplexobj(x):
         return (None,)
     s, inv = P.sgn_parts(x)
-    return ((ct - jnp.conj(s * s * ct)) * inv,)
+    return ((ct - jnp.conj(s * s * ct)) * inv.astype(s.dtype),)
 
 
 def angle_vjp(x, ct, **_):
@@ -46,7 +47,7 @@ def angle_vjp(x, ct, **_):
     conjugated)."""
     if not jnp.iscomplexobj(x):
         return (None,)
-    return (-1j * jnp.conj(x) * ct * P.abs2_reciprocal(x),)
+    return (-1j * jnp.conj(x) * ct.astype(x.dtype) * P.abs2_reciprocal(x).astype(x.dtype),)
 
 
 def arctan2_vjp(res, ct, **_):
@@ -176,7 +177,7 @@ def var_vjp(res, ct, *, axis, keepdims, correction, **_):
     convention)."""
     centered, _ = res
     scale = P.var_scale(centered, axis, correction)
-    return (scale * expand_reduced(ct, centered.shape, axis, keepdims) * jnp.conj(centered),)
+    return (jnp.multiply(*P.promoted(scale * expand_reduced(ct, centered.shape, axis, keepdims), jnp.conj(centered))),)
 
 
 def std_vjp(res, ct, *, axis, keepdims, correction, **_):
@@ -205,13 +206,15 @@ def selection_vjp(res, ct, *, axis, keepdims, **_):
     """``expand(ct) mask / count``: ties share evenly, NaN counts as selected (seed
     ``evenly_distribute_backward`` / ``scale_grad_by_count``). amax and amin."""
     x, out = res
-    return (expand_reduced(ct, x.shape, axis, keepdims) * P.even_weights(x, out, axis, keepdims),)
+    ct, weights = P.promoted(expand_reduced(ct, x.shape, axis, keepdims), P.even_weights(x, out, axis, keepdims))
+    return (ct * weights,)
 
 
 def median_vjp(x, ct, *, axis, keepdims, **_):
     """``expand(ct) w``, ``w`` the even split over the middle value(s) (seed
     ``evenly_distribute_backward``)."""
-    return (expand_reduced(ct, x.shape, axis, keepdims) * P.median_weights(x, axis, keepdims),)
+    ct, weights = P.promoted(expand_reduced(ct, x.shape, axis, keepdims), P.median_weights(x, axis, keepdims))
+    return (ct * weights,)
 
 
 def logsumexp_vjp(weights, ct, *, axis, keepdims, **_):
@@ -233,7 +236,7 @@ def vector_norm_vjp(res, ct, *, ord, axis, keepdims, **_):
     """``conj(w) expand(ct)`` with ``w`` the norm's direction (seed ``norm_backward``)."""
     x, norm = res
     w = P.vector_norm_direction(x, norm, ord, axis, keepdims)
-    return (jnp.conj(w) * expand_reduced(ct, x.shape, axis, keepdims),)
+    return (jnp.multiply(*P.promoted(jnp.conj(w), expand_reduced(ct, x.shape, axis, keepdims))),)
 
 
 def renorm_vjp(res, ct, *, p, axis, maxnorm, **_):
@@ -243,7 +246,8 @@ def renorm_vjp(res, ct, *, p, axis, maxnorm, **_):
     scale, dscale, over = P.renorm_scale(norm, maxnorm)
     inner = jnp.sum(x * ct, axis=axis, keepdims=True)
     inner = inner.real if jnp.iscomplexobj(inner) else inner
-    return (jnp.where(over, scale * ct + jnp.conj(w) * (dscale * inner), ct),)
+    step = jnp.multiply(*P.promoted(scale, ct)) + jnp.multiply(*P.promoted(jnp.conj(w), dscale * inner))
+    return (jnp.where(over, step, ct),)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -268,10 +272,11 @@ def affine_normalize_vjp(res, ct, *, axes, eps, axis_name):
     stat = rstd.dtype
     xhat = (x.astype(stat) - mean) * rstd
     g = jnp.zeros(x.shape, stat) if g is None else g.astype(stat)
+    ws = P.with_rank(w.astype(stat), x.ndim)
     if all(w.shape[a] == 1 for a in axes):  # one weight per group (batch, instance norm): B(g w) = w B(g)
-        dx = w.astype(stat) * normalize_backward(x, mean, rstd, g, axes=axes, eps=eps, axis_name=axis_name)
+        dx = ws * normalize_backward(x, mean, rstd, g, axes=axes, eps=eps, axis_name=axis_name)
     else:
-        dx = normalize_backward(x, mean, rstd, g * w.astype(stat), axes=axes, eps=eps, axis_name=axis_name)
+        dx = normalize_backward(x, mean, rstd, g * ws, axes=axes, eps=eps, axis_name=axis_name)
     count = math.prod(x.shape[a] for a in axes)  # this device's
     if g_mean is not None or g_rstd is not None:  # None: unused statistics (the usual case)
         total = count * (1 if axis_name is None else lax.psum(1, axis_name))
@@ -312,7 +317,8 @@ def affine_normalize_eps_vjp(res, ct, *, axes, axis_name):
     stat = rstd.dtype
     per_group = 0 if g_rstd is None else g_rstd.astype(stat)
     if g is not None:
-        per_group = per_group + jnp.sum(g.astype(stat) * w.astype(stat) * (x.astype(stat) - mean), axis=axes,
+        ws = P.with_rank(w.astype(stat), x.ndim)
+        per_group = per_group + jnp.sum(g.astype(stat) * ws * (x.astype(stat) - mean), axis=axes,
                                         keepdims=True)
     return dx, dw, db, jnp.sum(-0.5 * rstd * rstd * rstd * per_group)
 
@@ -337,7 +343,7 @@ def rms_norm_vjp(res, ct, *, axes, eps):
     stat = rstd.dtype
     xhat = x.astype(stat) * rstd
     g = jnp.zeros(x.shape, stat) if g is None else g.astype(stat)
-    dx = rms_norm_backward(x, rstd, g * w.astype(stat), axes=axes, eps=eps)
+    dx = rms_norm_backward(x, rstd, g * P.with_rank(w.astype(stat), g.ndim), axes=axes, eps=eps)
     if g_rstd is not None:
         count = math.prod(x.shape[a] for a in axes)
         dx = dx - g_rstd * rstd * rstd * xhat / count
@@ -369,7 +375,8 @@ def rms_norm_eps_vjp(res, ct, *, axes):
     stat = rstd.dtype
     per_row = 0 if g_rstd is None else g_rstd.astype(stat)
     if g is not None:
-        per_row = per_row + jnp.sum(g.astype(stat) * w.astype(stat) * x.astype(stat), axis=axes, keepdims=True)
+        ws = P.with_rank(w.astype(stat), x.ndim)
+        per_row = per_row + jnp.sum(g.astype(stat) * ws * x.astype(stat), axis=axes, keepdims=True)
     return dx, dw, jnp.sum(-0.5 * rstd * rstd * rstd * per_row)
 
 
@@ -442,6 +449,7 @@ def dropout_vjp(res, ct, **_):
     """``ct mask scale``; the mask gets nothing (seed ``infinitely_differentiable_native_dropout_backward``),
     nor does ``scale = 1/(1 - p)`` (``dropout`` stops it)."""
     mask, scale = res
+    ct, mask, scale = P.promoted(ct, mask, scale)
     return ct * mask * scale, None, None
 
 
@@ -513,7 +521,7 @@ def slogdet_vjp(res, ct, **_):
     g_sign, g_logabs = ct
     scale = g_logabs.astype(ainv.dtype)
     if jnp.iscomplexobj(ainv):
-        scale = scale + 1j * (g_sign * sign).imag
+        scale = scale + 1j * (g_sign * sign).imag.astype(scale.dtype)
     return (scale[..., None, None] * _mT(ainv),)
 
 
@@ -610,8 +618,9 @@ def svd_vjp(res, g, *, full_matrices):
     if jnp.iscomplexobj(uhgu):
         P.check_gauge(_diag(uhgu).imag + _diag(vhgv).imag, "svd")
     f = P.gap_reciprocal(s, squared=True).astype(uhgu.dtype)
-    sinv = P.safe_reciprocal(s, s == 0)
-    ret = (uhgu * s[..., None, :] + s[..., :, None] * vhgv) * f + _embed(gs.astype(uhgu.dtype))
+    sinv = P.safe_reciprocal(s, s == 0).astype(uhgu.dtype)
+    sc = s.astype(uhgu.dtype)
+    ret = (uhgu * sc[..., None, :] + sc[..., :, None] * vhgv) * f + _embed(gs.astype(uhgu.dtype))
     if jnp.iscomplexobj(ret):
         ret = ret + _embed(_diag(uhgu) * (sinv / 2))
     if m > k:
@@ -670,7 +679,7 @@ def eig_vjp(res, g, **_):
     vhgv = _mH(v) @ gv
     d = _diag(vhgv)
     P.check_gauge(d.imag, "eig")
-    vhgv = vhgv - _mH(v) @ (v * d.real[..., None, :])
+    vhgv = vhgv - _mH(v) @ (v * d.real.astype(v.dtype)[..., None, :])
     inner = vhgv * jnp.conj(P.gap_reciprocal(w)) + _embed(gw)
     return (jnp.linalg.solve(_mH(v), inner @ _mH(v)),)
 
@@ -763,14 +772,14 @@ def _reflector_adjoint(a, tau, out, g, steps):
     ``gt = -v^H gS v`` and ``gv = -conj(t) gS v - t gS^H v``; ``gY <- S^H gY``. Torch's
     (Hermitian) convention."""
     y, gy = out, g
-    ga = jnp.zeros(a.shape, jnp.result_type(a, g))
-    gtau = jnp.zeros(tau.shape, jnp.result_type(tau, g))
+    ga = jnp.zeros(a.shape, P.promoted_dtype(a, g))
+    gtau = jnp.zeros(tau.shape, P.promoted_dtype(tau, g))
     rows = jnp.arange(a.shape[-2])
     for j, conjugate in reversed(steps):
         v = P.reflector(a, j)
         t = jnp.conj(tau[..., j]) if conjugate else tau[..., j]
         norm2 = jnp.sum((v * jnp.conj(v)).real, axis=-1)
-        y = P.apply_reflector(t / (t * norm2 - 1), v, y, j)
+        y = P.apply_reflector(t / (t * norm2.astype(t.dtype) - 1), v, y, j)
         gs = gy @ _mH(y)
         gs_v = (gs @ v[..., :, None])[..., 0]
         gt = -jnp.sum(jnp.conj(v) * gs_v, axis=-1)
@@ -830,9 +839,8 @@ def fft_vjp(_, ct, *, kind, sizes, axes, norm, shape):
     if kind.startswith("ir"):
         m = sizes[-1] // 2 + 1
         weights = P.hermitian_weights(sizes[-1], m, out.real.dtype)
-        out = P.resize(out, _with_length(out.shape, last, m), (last,)) * jnp.expand_dims(
-            weights, tuple(range(1, out.ndim - last % out.ndim))
-        )
+        weights = jnp.expand_dims(weights, tuple(range(1, out.ndim - last % out.ndim))).astype(out.dtype)
+        out = P.resize(out, _with_length(out.shape, last, m), (last,)) * P.with_rank(weights, out.ndim)
     return (P.resize(out, shape, axes),)
 
 
@@ -1034,7 +1042,8 @@ def layer_norm_rows_reference_vjp(res, ct, eps, launch):
     stat = rstd.dtype
     xhat = (x.astype(stat) - mean[:, None]) * rstd[:, None]
     g = g.astype(stat)
-    dx = P.affine_norm_backward(xhat, rstd[:, None], g, w.astype(stat), g_mean[:, None], g_rstd[:, None], (1,))
+    ws = P.with_rank(w.astype(stat), x.ndim)
+    dx = P.affine_norm_backward(xhat, rstd[:, None], g, ws, g_mean[:, None], g_rstd[:, None], (1,))
     return dx.astype(x.dtype), (g * xhat).sum(0).astype(w.dtype), g.sum(0).astype(w.dtype)
 
 

@@ -145,9 +145,9 @@ def pair_mask(valid, pair_q, pair_k, causal: bool = False):
     mask = valid[pair_q][:, :, None] & valid[pair_k][:, None, :]
     if causal:
         block = valid.shape[1]
-        offset = jnp.arange(block)
-        q_slot = pair_q[:, None, None] * block + offset[:, None]
-        k_slot = pair_k[:, None, None] * block + offset[None, :]
+        offset = jnp.arange(block, dtype=pair_q.dtype)
+        q_slot = pair_q[:, None, None] * block + offset[None, :, None]
+        k_slot = pair_k[:, None, None] * block + offset[None, None, :]
         mask = mask & (k_slot <= q_slot)
     return mask[:, None]
 

@@ -45,6 +45,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from jaxrules import partials as P
 from jaxrules.dispatch import CUDNN_DTYPES
 from jaxrules.mechanism import cudnn_fused_attention, define_op, differentiated_as
 from jaxrules.nested import blocks as K
@@ -155,7 +156,7 @@ def _reference(q, k, v, offsets, scale, causal, layout, block, chunk, max_len):
     (``jaxrules.nested.rules.attention_op`` in float32, cast back to ``v``'s dtype); ``layout``
     (cuDNN's) is unused: the signature is ``_backward``'s."""
     plan = K.attention_plan(offsets, q.shape[0], block, max_len, chunk, causal)
-    work = jnp.promote_types(q.dtype, jnp.float32)
+    work = P.promoted_dtype(q.dtype, jnp.float32)
     out, _ = attention_op(q.astype(work), k.astype(work), v.astype(work), *plan, scale=scale, block=block,
                           chunk=chunk, causal=causal)
     return out.astype(v.dtype)

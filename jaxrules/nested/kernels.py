@@ -35,26 +35,27 @@ def block_meta(offsets, token_slot, num_blocks: int, block: int):
     lengths = jnp.diff(offsets)
     count = (lengths + block - 1) // block
     first = jnp.cumsum(count) - count
-    owner = jnp.searchsorted(jnp.cumsum(count), jnp.arange(num_blocks + 1), side="right")
+    blocks = jnp.arange(num_blocks + 1, dtype=count.dtype)
+    owner = jnp.searchsorted(jnp.cumsum(count), blocks, side="right")
     real = owner < lengths.shape[0]
     owner = jnp.minimum(owner, lengths.shape[0] - 1)
     pick = lambda x: jnp.where(real, x[owner], 0).astype(jnp.int32)  # noqa: E731
-    local = jnp.where(real, jnp.arange(num_blocks + 1) - first[owner], 0).astype(jnp.int32)
+    local = jnp.where(real, blocks - first[owner], 0).astype(jnp.int32)
     return pick(first), pick(count), pick(lengths), local
 
 
 def _rows(local, length, block):
     """Which rows of a block lie inside its sequence."""
-    return local * block + jnp.arange(block) < length
+    return local * block + jnp.arange(block, dtype=local.dtype) < length
 
 
 def _keep(q_block, k_block, length, block, causal):
     """(query rows, key rows) of blocks ``q_block`` and ``k_block`` of one sequence: the key row
     lies inside the sequence (and, ``causal``, at or before the query row)."""
-    keys = k_block * block + jnp.arange(block)
+    keys = k_block * block + jnp.arange(block, dtype=jnp.result_type(k_block))
     keep = (keys < length)[None, :]
     if causal:
-        keep = keep & (keys[None, :] <= (q_block * block + jnp.arange(block))[:, None])
+        keep = keep & (keys[None, :] <= (q_block * block + jnp.arange(block, dtype=jnp.result_type(q_block)))[:, None])
     return keep
 
 

@@ -441,7 +441,7 @@ def scaled_dot_product_attention(
                                chunk=chunk, max_len=max_len), None
     elif impl == "xla":
         plan = K.attention_plan(offsets, total, block, max_len, chunk, causal)
-        work = jnp.promote_types(q.dtype, jnp.float32)
+        work = P.promoted_dtype(q.dtype, jnp.float32)
         out, lse = attention_op(
             qv.astype(work), kv.astype(work), vv.astype(work), *plan, scale=scale, block=block, chunk=chunk,
             causal=causal,

@@ -324,7 +324,7 @@ def fused_attention_save(outs, q, k, v, *ints, **_):
 
 def fused_attention_jvp(res, tq, tk, tv, *_, scale, block, chunk, interpret, causal=False):
     """The XLA JVP formula (``attention_jvp``), in float32 or wider."""
-    work = jnp.promote_types(res[0].dtype, jnp.float32)
+    work = P.promoted_dtype(res[0].dtype, jnp.float32)
     floats = tuple(x.astype(work) for x in res[:5])
     tangents = (None if t is None else t.astype(work) for t in (tq, tk, tv))
     return attention_jvp(floats + tuple(res[5:9]), *tangents, scale=scale, block=block, chunk=chunk, causal=causal)

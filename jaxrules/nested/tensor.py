@@ -328,7 +328,7 @@ def dense_operand(op: str, nt: NestedTensor, x) -> jax.Array:
             raise ValueError(
                 f"{op}: a dense operand of shape {x.shape} does not broadcast to the inner shape {nt.inner_shape}"
             ) from None
-        return x
+        return jax.lax.expand_dims(x, tuple(range(1 + len(nt.inner_shape) - x.ndim)))  # the values' rank
     if x.ndim == nt.ndim and x.shape[1] == 1 and x.shape[0] in (1, nt.batch_size):
         try:
             np.broadcast_shapes(x.shape[2:], nt.inner_shape)

@@ -6,6 +6,7 @@ object (``jaxrules.numpy.float32 is jax.numpy.float32``); the array-API aliases 
 
 from typing import Any
 
+import jax as _jax
 import jax.numpy as _jax_namespace
 from jax import Array
 from jax import lax as _lax
@@ -134,7 +135,9 @@ def matmul(a: ArrayLike, b: ArrayLike, *, precision: Any = None, preferred_eleme
     if not _jax_namespace.issubdtype(target, _jax_namespace.inexact):
         raise ValueError(f"matmul: preferred_element_type must be an inexact dtype in jaxrules, got {target}")
     common = _jax_namespace.result_type(a, b)
-    if _jax_namespace.promote_types(common, target) == target:
+    with _jax.numpy_dtype_promotion("standard"):  # the lattice's answer, also for a user with strict promotion
+        wider = _jax_namespace.promote_types(common, target) == target
+    if wider:
         return _linalg_ops.matmul(a.astype(target), b.astype(target), precision)
     return _linalg_ops.matmul(a, b, precision).astype(target)
 

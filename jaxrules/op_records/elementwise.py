@@ -70,6 +70,7 @@ record(
         Sample((away_from_zero(rng, dt, 3, 1), away_from_zero(rng, dt, 4))),
     ],
     torch_fn=lambda torch, y, x: torch.atan2(y, x), torch_name="torch.atan2",
+    rank_promotion="broadcasts its arguments as jax.numpy.arctan2 does",
     singular=(SingularPoint("origin", (f64(0.0, 1.0), f64(0.0, 0.0)), (f64(0, 0), f64(0, -1))),),
     deviations="At (0, 0) both formulas give 0 (the seed's formula is NaN; torch 2.13's VJP "
     "gives 0 and its JVP NaN).",
@@ -84,6 +85,7 @@ record(
         Sample((normal(rng, dt, 3, 4) + 2, normal(rng, dt, 3, 4))),
     ],
     torch_fn=lambda torch, x, y: torch.pow(x, y), torch_name="torch.pow(Tensor, Tensor)",
+    rank_promotion="broadcasts its arguments as jax.numpy.power does",
     dtypes=("float64", "complex128"),
     singular=(
         SingularPoint("zero base, exponents 0 and 2", (f64(0.0, 0.0), f64(0.0, 2.0)), (f64(0, 0), f64(0, 0))),
@@ -129,6 +131,7 @@ record(
     seed=("copysign_tensor_self_backward",),
     samples=lambda rng, dt: [Sample((away_from_zero(rng, dt, 3, 4), away_from_zero(rng, dt, 4)))],
     torch_fn=lambda torch, x, y: torch.copysign(x, y), torch_name="torch.copysign",
+    rank_promotion="broadcasts its arguments as jax.numpy.copysign does",
     singular=(
         SingularPoint(
             "zero magnitude", (f64(0.0, -0.0, 2.0, -3.0), f64(-1.0, 1.0, -1.0, 1.0)),
@@ -170,6 +173,7 @@ record(
         Sample((normal(rng, dt, 3, 4), normal(rng, dt, 3, 1), normal(rng, dt, 4) - 2)),
     ],
     torch_fn=lambda torch, x, lo, hi: torch.clamp(x, lo, hi), torch_name="torch.clamp",
+    rank_promotion="broadcasts its arguments as jax.numpy.clip does",
     low_precision=("float32", "bfloat16"),
     singular=(
         SingularPoint("ties with scalar bounds", (f64(1.0, 2.0, 3.0, 4.0), 2.0, 3.0), (f64(0, 1, 1, 0),)),
@@ -226,6 +230,7 @@ record(
         Sample((away_from_zero(rng, dt, 4), uniform(rng, dt, 0.5, 2.0, 3, 1))),
     ],
     torch_fn=lambda torch, x, y: torch.special.xlogy(x, y), torch_name="torch.special.xlogy",
+    rank_promotion="broadcasts its arguments as jax.scipy.special.xlogy does",
     singular=(
         SingularPoint("x = 0, y = 1", (f64(0.0), f64(1.0)), (f64(0), f64(0))),
         SingularPoint("x = 0, y = 2: d/dx = log y", (f64(0.0), f64(2.0)), (f64(np.log(2.0)), f64(0))),
@@ -246,6 +251,7 @@ record(
         Sample((uniform(rng, dt, 0.5, 2.0, 0, 2), normal(rng, dt, 0, 2))),
     ],
     torch_fn=lambda torch, r, theta: torch.polar(*torch.broadcast_tensors(r, theta)), torch_name="torch.polar",
+    rank_promotion="broadcasts abs and angle against each other",
     singular=(
         SingularPoint(
             "zero magnitude", (f64(0.0, 0.0), f64(0.5, -2.0)), (f64(math.cos(0.5), math.cos(-2.0)), f64(0, 0)),

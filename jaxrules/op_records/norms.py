@@ -112,7 +112,8 @@ record(
         Sample((normal(rng, dt, 3, 4), normal(rng, dt, 4), 1)),
         Sample((normal(rng, dt, 5), normal(rng, dt, 5), 3.5)),
     ],
-    torch_fn=lambda torch, x, y, p=2: torch.dist(x, y, p), torch_name="torch.dist", dtypes=("float64", "complex128"),
+    torch_fn=lambda torch, x, y, p=2: torch.dist(x, y, p), torch_name="torch.dist",
+    rank_promotion="broadcasts x and y as torch.dist does", dtypes=("float64", "complex128"),
     singular=(SingularPoint("zero distance", (f64(1.0, 2.0), f64(1.0, 2.0)), (f64(0, 0), f64(0, 0))),),
 )
 record(
@@ -153,6 +154,7 @@ record(
     ],
     torch_fn=lambda torch, x1, x2, p=2.0, eps=1e-6, keepdims=False: torch.nn.functional.pairwise_distance(x1, x2, p, eps, keepdims),
     torch_name="torch.nn.functional.pairwise_distance",
+    rank_promotion="broadcasts x1 and x2 as torch.nn.functional.pairwise_distance does",
     singular=(SingularPoint("equal points", (f64(1.0, 2.0), f64(1.0, 2.0), 2.0, 0.0), (f64(0, 0), f64(0, 0))),),
 )
 record(

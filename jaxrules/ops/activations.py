@@ -284,7 +284,7 @@ def prelu(x: ArrayLike, weight: ArrayLike) -> Array:
     elif x.ndim < 2 or w.shape != (x.shape[1],):
         raise ValueError(f"prelu: weight must have 1 value or one per channel (axis 1) of x {x.shape}, got {w.shape}")
     else:
-        w = w.reshape((-1,) + (1,) * (x.ndim - 2))
+        w = w.reshape((1,) + (-1,) + (1,) * (x.ndim - 2))  # (1, C, 1, ...): x's rank, broadcast explicitly
     return _prelu(x, w.astype(x.dtype)).astype(x.dtype)
 
 

@@ -34,7 +34,7 @@ __all__ = ["bilinear", "scaled_dot_product_attention"]
 def _acc_dtype(dtype):
     """The dtype of the softmax statistics: at least float32 (bfloat16/float16 input
     accumulates in float32, as flash kernels do)."""
-    return jnp.promote_types(dtype, jnp.float32)
+    return partials.promoted_dtype(dtype, jnp.float32)
 
 
 def _swap(x):
@@ -51,14 +51,18 @@ def _matmul(a, b, dtype):
 
 def _logits(q, k, bias, keep, scale):
     """``s = scale q k^T + bias``, ``-inf`` where ``keep`` is False, in the accumulation dtype."""
-    s = _matmul(q, _swap(k), q.dtype) * scale + bias.astype(_acc_dtype(q.dtype))
-    return jnp.where(keep, s, -jnp.inf)
+    s = _matmul(q, _swap(k), q.dtype) * scale
+    rank = max(s.ndim, jnp.ndim(bias), jnp.ndim(keep))
+    s = partials.with_rank(s, rank) + partials.with_rank(bias.astype(_acc_dtype(q.dtype)), rank)
+    return jnp.where(partials.with_rank(keep, rank), s, -jnp.inf)
 
 
 def _scores(q, k, bias, keep, scale):
     """``(s, alive)``: the logits ``s`` and which rows the masks leave a key (``attn_mask`` all
     False, or -inf, leave none), found from the masks' own shape (a constant without a mask)."""
-    return _logits(q, k, bias, keep, scale), jnp.any(keep & (bias != -jnp.inf), axis=-1, keepdims=True)
+    rank = max(jnp.ndim(keep), jnp.ndim(bias))
+    alive = partials.with_rank(keep, rank) & partials.with_rank(bias != -jnp.inf, rank)
+    return _logits(q, k, bias, keep, scale), jnp.any(alive, axis=-1, keepdims=True)
 
 
 def _weights(s, alive):
@@ -123,7 +127,9 @@ def _attention_jvp(res, tq, tk, tv, tbias, tkeep, tdrop, *, scale, dropout):
     d_out = None if tv is None else _matmul(_dropped(p, drop, dropout), tv, v.dtype)
     d_lse = None
     if terms:
-        p_ds = p * sum(terms[1:], terms[0]).astype(p.dtype)
+        rank = max(t.ndim for t in terms)
+        terms = [partials.with_rank(t, rank) for t in terms]
+        p_ds = p * partials.with_rank(sum(terms[1:], terms[0]).astype(p.dtype), p.ndim)
         d_lse = jnp.sum(p_ds, axis=-1)
         d_scores = _matmul(_dropped(p_ds, drop, dropout), v, v.dtype) - d_lse[..., None] * out.astype(p.dtype)
         d_out = d_scores if d_out is None else d_out + d_scores
@@ -302,7 +308,8 @@ def _form(x1, w, x2):
 
 
 def _bilinear_primal(x1, x2, w, b):
-    return _form(x1, w, x2) + b
+    out = _form(x1, w, x2)
+    return out + partials.with_rank(b, out.ndim)
 
 
 def _bilinear_jvp(res, t1, t2, tw, tb):
@@ -315,6 +322,8 @@ def _bilinear_jvp(res, t1, t2, tw, tb):
         tb,
     ]
     present = [t for t in terms if t is not None]
+    rank = max(t.ndim for t in present)
+    present = [partials.with_rank(t, rank) for t in present]
     return sum(present[1:], present[0])
 
 

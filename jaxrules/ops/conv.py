@@ -64,7 +64,7 @@ def _window_max(windows, ids, valid, axes):
     (``valid`` false) never chosen, not even over -inf. Two plain reductions (min and max of
     element ids), which XLA fuses with the read of the windows."""
     top = jnp.max(windows, axis=axes, keepdims=True)
-    first = jnp.min(jnp.where((windows == top) & valid, ids, np.iinfo(np.int32).max), axis=axes)
+    first = jnp.min(jnp.where((windows == top) & P.with_rank(valid, windows.ndim), ids, np.iinfo(np.int32).max), axis=axes)
     last_nan = jnp.max(jnp.where(jnp.isnan(windows), ids, -1), axis=axes)
     return jnp.squeeze(top, axes), jnp.where(last_nan >= 0, last_nan, first)
 

@@ -71,6 +71,7 @@ def _polar_save(out, r, theta):
 def _polar_jvp(res, tr, ttheta):
     """``dz = e^{i theta} (dr + i r dtheta)`` (torch's polar JVP in derivatives.yaml)."""
     r, unit = res
+    r, tr, ttheta = (None if v is None else v.astype(unit.dtype) for v in (r, tr, ttheta))
     if tr is None:
         return unit * (1j * r * ttheta)
     return unit * (tr if ttheta is None else tr + 1j * r * ttheta)
@@ -412,5 +413,5 @@ def polar(abs: ArrayLike, angle: ArrayLike) -> Array:  # noqa: A002 - torch's ar
         if jnp.iscomplexobj(x):
             raise TypeError(f"polar: argument {name!r} must be real, got {x.dtype}")
     V.broadcast("polar", abs=r, angle=theta)
-    dtype = jnp.promote_types(jnp.result_type(r, theta), jnp.float32)
+    dtype = P.promoted_dtype(jnp.result_type(r, theta), jnp.float32)
     return polar_op(r.astype(dtype), theta.astype(dtype))

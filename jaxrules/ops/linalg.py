@@ -85,7 +85,7 @@ matmul_at_op = define_op("matmul", lambda a, b, *, precision: _product("...ij,..
                          _matmul_at_jvp, _matmul_at_vjp)
 linear_op = define_op(
     "linear",
-    lambda x, w, b: jnp.einsum("...i,oi->...o", x, w) + b,
+    lambda x, w, b: jnp.einsum("...i,oi->...o", x, w) + P.with_rank(b, max(x.ndim, 1)),
     J.linear_jvp,
     R.linear_vjp,
     lambda out, x, w, b: (x, w),
@@ -129,7 +129,7 @@ inv_op = define_op("inv", _inv_primal, J.inv_jvp, R.inv_vjp, lambda out, a: out,
 def _adjugate_by_svd(a):
     u, s, vh = jnp.linalg.svd(a)
     c = jnp.linalg.det(u) * jnp.linalg.det(vh)
-    return c[..., None, None] * ((P.mH(vh) * P.prod_of_others(s, (s.ndim - 1,))[..., None, :]) @ P.mH(u))
+    return c[..., None, None] * ((P.mH(vh) * P.prod_of_others(s, (s.ndim - 1,)).astype(vh.dtype)[..., None, :]) @ P.mH(u))
 
 
 def _cofactors_3x3(a):
@@ -156,7 +156,7 @@ def _adjugate_primal(a):
     lu_, pivots, perm = lax.linalg.lu(a)
     diag = P.diagonal(lu_)
     n = a.shape[-1]
-    swaps = jnp.sum(pivots != jnp.arange(n, dtype=pivots.dtype), axis=-1)
+    swaps = jnp.sum(pivots != P.with_rank(jnp.arange(n, dtype=pivots.dtype), pivots.ndim), axis=-1)
     det = jnp.prod(diag, axis=-1) * jnp.where(swaps % 2 == 1, -1, 1).astype(a.dtype)
     magnitude = jnp.abs(diag)
     regular = jnp.all(jnp.isfinite(lu_), axis=(-2, -1)) & (

@@ -161,7 +161,7 @@ def _pair(op, input, target, reduction):
     x, y = V.array(op, "input", input), V.array(op, "target", target)
     if x.shape != y.shape:
         raise ValueError(f"{op}: input and target must have the same shape, got {x.shape} and {y.shape}")
-    dtype = jnp.result_type(x, y)
+    dtype = P.promoted_dtype(x, y)  # torch's losses promote input and target together
     return x.astype(dtype), y.astype(dtype)
 
 
@@ -170,7 +170,8 @@ def _weighted(op, loss, weight):
         return loss
     w = V.array(op, "weight", weight)
     V.broadcast(op, loss=loss, weight=w)
-    return loss * w
+    rank = max(loss.ndim, w.ndim)
+    return P.with_rank(loss, rank) * P.with_rank(w, rank)
 
 
 def binary_cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = None, reduction: str = "mean") -> Array:
@@ -230,6 +231,7 @@ def binary_cross_entropy_with_logits(input: ArrayLike, target: ArrayLike, weight
     x, y = _pair(op, input, target, reduction)
     pw = jnp.ones((), x.dtype) if pos_weight is None else V.array(op, "pos_weight", pos_weight).astype(x.dtype)
     V.broadcast(op, input=x, pos_weight=pw)
+    pw = P.with_rank(pw, x.ndim) if pw.ndim else pw  # the formulas broadcast pw against x at equal ranks
     return _reduce(op, _weighted(op, _bce_logits(x, y, pw), weight), reduction)
 
 
@@ -788,7 +790,7 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
         if t.shape != x.shape:
             raise ValueError(f"cross_entropy: probability targets must have input's shape {x.shape}, got {t.shape}")
         p = t.astype(x.dtype) * (1 - label_smoothing) + label_smoothing / classes
-        losses = -reductions.sum(logp * p * w.reshape(view), axis=axis)
+        losses = -reductions.sum(logp * p * P.with_rank(w.reshape(view), logp.ndim), axis=axis)
         if reduction == "none":
             return losses
         return reductions.mean(losses) if reduction == "mean" else reductions.sum(losses)
@@ -799,7 +801,7 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
         return nll
     t = V.wide_indices(t)
     kept = t != ignore_index
-    smooth = jnp.where(kept, -reductions.sum(logp * w.reshape(view), axis=axis), 0)
+    smooth = jnp.where(kept, -reductions.sum(logp * P.with_rank(w.reshape(view), logp.ndim), axis=axis), 0)
     if reduction == "mean":
         safe = jnp.where(kept & (t >= 0) & (t < classes), t, 0)
         smooth = _kept_mean(reductions.sum(smooth), jnp.sum(jnp.where(kept, w[safe], 0)), kept)

@@ -158,7 +158,7 @@ def _rms_norm_primal(x, w, *, axes, eps):
     (kept, in ``stat_dtype``); ``w`` broadcasts against x."""
     rstd = P.rms_rstd(x, axes, eps)
     stat = rstd.dtype
-    return (x.astype(stat) * rstd * w.astype(stat)).astype(x.dtype), rstd
+    return (x.astype(stat) * rstd * P.with_rank(w.astype(stat), x.ndim)).astype(x.dtype), rstd
 
 
 rms_norm_op = define_op(

@@ -33,7 +33,7 @@ vector_norm_op = define_op(
 
 def _renorm_primal(x, *, p, axis, maxnorm):
     norm = vector_norm_op(x, ord=p, axis=axis, keepdims=True)
-    return jnp.where(norm > maxnorm, x * (maxnorm / (norm + 1e-7)), x)
+    return jnp.where(norm > maxnorm, x * (maxnorm / (norm + 1e-7)).astype(x.dtype), x)
 
 
 renorm_op = define_op(

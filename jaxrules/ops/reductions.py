@@ -103,7 +103,7 @@ def _save_softmax(out, x, *, axis, keepdims):
 
 def _logsumexp_primal(x, *, axis, keepdims):
     m, _, total = P.logsumexp_parts(x, axis)
-    out = m + jnp.log(total)
+    out = jnp.add(*P.promoted(m, jnp.log(total)))
     return out if keepdims else jnp.squeeze(out, axis)
 
 

@@ -153,7 +153,8 @@ def _resample(x, tables):
     dims = len(tables)
     for axis, (index, weight) in zip(range(-dims, 0), tables):
         moved = jnp.moveaxis(x, axis, -1)
-        moved = jnp.sum(moved[..., index] * jnp.asarray(weight, x.dtype), axis=-1)
+        gathered = moved[..., index]
+        moved = jnp.sum(gathered * P.with_rank(jnp.asarray(weight, x.dtype), gathered.ndim), axis=-1)
         x = jnp.moveaxis(moved, -1, axis)
     return x
 
@@ -164,7 +165,7 @@ def _resample_transpose(g, tables, spatial):
     dims = len(tables)
     for axis, (index, weight), n in reversed(list(zip(range(-dims, 0), tables, spatial))):
         moved = jnp.moveaxis(g, axis, -1)
-        spread = moved[..., None] * jnp.asarray(weight, g.dtype)
+        spread = moved[..., None] * P.with_rank(jnp.asarray(weight, g.dtype), moved.ndim + 1)
         zeros = P.zeros_sharded_like(moved.shape[:-1] + (n,), g.dtype, moved)  # an Explicit mesh: as g
         moved = zeros.at[..., index].add(spread, out_sharding=explicit_sharding(zeros))
         g = jnp.moveaxis(moved, -1, axis)
@@ -235,8 +236,8 @@ def _locate(coord, size, padding_mode, align_corners):
 
 
 def _column(values, like):
-    """``values`` as a (T, 1) column in ``like``'s dtype, to broadcast against (N, T, P)."""
-    return jnp.asarray(values, like.dtype)[:, None]
+    """``values`` as a (1, T, 1) column in ``like``'s (N, P) dtype, to broadcast against (N, T, P)."""
+    return P.with_rank(jnp.asarray(values, like.dtype)[:, None], like.ndim + 1)
 
 
 def _axis_taps(coord, size, mode, padding_mode, align_corners):
@@ -269,7 +270,7 @@ def _axis_taps(coord, size, mode, padding_mode, align_corners):
     near, far = _cubic_pieces(a)
     sign = _column((1, 1, -1, -1), pos)
     x = sign * t + _column((1, 0, 1, 2), pos)  # the distance to each tap
-    inner = np.array([False, True, True, False])[:, None]  # |x| <= 1: near, else far
+    inner = P.with_rank(jnp.array([False, True, True, False])[:, None], x.ndim)  # |x| <= 1: near, else far
     weight = jnp.where(inner, near(x), far(x))
     slope = jnp.where(inner, (3 * (a + 2) * x - 2 * (a + 3)) * x, (3 * a * x - 10 * a) * x + 8 * a)
     return index, weight, sign * slope * factor[:, None]

@@ -442,7 +442,7 @@ def pad(array: ArrayLike, pad_width: ArrayLike, mode: str | Callable[..., Any] =
             parts = []
             for k, count, end in ((0, lo, ends[d, 0]), (n - 1, hi, ends[d, 1])):
                 edge = take_op(x, jnp.asarray([k]), axis=d, shape=x.shape)
-                t = jnp.asarray(np.arange(count) / max(count, 1), x.real.dtype).reshape(view)
+                t = jnp.asarray(np.arange(count) / max(count, 1), x.real.dtype).astype(x.dtype).reshape(view)
                 ramp = end + (edge - end) * t
                 parts.append(ramp if k == 0 else take_op(ramp, jnp.arange(count)[::-1], axis=d, shape=ramp.shape))
             x = _concat3(parts[0], x, parts[1], d)

@@ -12,6 +12,7 @@ from jax import lax
 from jax.sharding import PartitionSpec
 
 from jaxrules.mechanism import define_op, explicit_sharding
+from jaxrules.partials.elementwise import with_rank
 from jaxrules.partials.indexing import zeros_sharded_like
 from jaxrules.partials.normalization import stat_dtype
 
@@ -298,7 +299,7 @@ def window_slices_transpose(windows, shape, kernel, stride, padding, dilation):
 def window_select(windows, element):
     """``windows`` (N, C, K, *out) read at window element ``element`` (N, C, *out): a masked
     sum over the window (elementwise; the unselected entries, NaN or not, do not enter)."""
-    chosen = element[:, :, None] == lax.broadcasted_iota(jnp.int32, windows.shape, 2)
+    chosen = element[:, :, None].astype(jnp.int32) == lax.broadcasted_iota(jnp.int32, windows.shape, 2)
     return jnp.sum(jnp.where(chosen, windows, 0), axis=2).astype(windows.dtype)
 
 
@@ -375,7 +376,7 @@ def window_read(x, element, kernel, stride, padding, dilation):
     if not tiled(x, kernel, stride, dilation):
         return window_select(window_slices(x, kernel, stride, padding, dilation, 0), element)
     windows = tiled_windows(x, kernel, padding, 0)
-    chosen = tiled_element_ids(windows.shape, kernel) == _tiled_expand(element, kernel)
+    chosen = tiled_element_ids(windows.shape, kernel) == _tiled_expand(element.astype(jnp.int32), kernel)
     return jnp.sum(jnp.where(chosen, windows, 0), axis=tiled_axes(kernel)).astype(x.dtype)
 
 
@@ -385,12 +386,14 @@ def window_place(g, element, shape, kernel, stride, padding, dilation):
     otherwise the transpose of the window slices)."""
     if tiled(g, kernel, stride, dilation):
         pads, out = _tiled_pads(shape[2:], kernel, padding)
-        chosen = tiled_element_ids(_tiled_shape(shape[:2], out, kernel), kernel) == _tiled_expand(element, kernel)
+        ids = tiled_element_ids(_tiled_shape(shape[:2], out, kernel), kernel)
+        chosen = ids == _tiled_expand(element.astype(jnp.int32), kernel)
         spread = jnp.where(chosen, _tiled_expand(g, kernel), 0)
         spread = _reshape_spatial(spread, (*shape[:2], *(m * k for m, k in zip(out, kernel))))
         return lax.pad(spread, np.zeros((), g.dtype), _spatial_pads((-lo, -hi, 0) for lo, hi in pads))
     k = math.prod(kernel)
-    chosen = element[:, :, None] == lax.broadcasted_iota(jnp.int32, (*g.shape[:2], k, *g.shape[2:]), 2)
+    ids = lax.broadcasted_iota(jnp.int32, (*g.shape[:2], k, *g.shape[2:]), 2)
+    chosen = element[:, :, None].astype(jnp.int32) == ids
     return window_slices_transpose(jnp.where(chosen, g[:, :, None], 0), shape, kernel, stride, padding, dilation)
 
 
@@ -435,7 +438,8 @@ def avg_pool(x, kernel, stride, padding, count_include_pad, divisor_override):
     """torch's avg_pool: the window sums over the divisor, summed in float32 for half precision."""
     divisor = avg_pool_divisor(x.shape[2:], kernel, stride, padding, count_include_pad, divisor_override)
     acc = stat_dtype(x.dtype)
-    return (window_sum(x.astype(acc), kernel, stride, padding) / divisor.astype(acc)).astype(x.dtype)
+    sums = window_sum(x.astype(acc), kernel, stride, padding)
+    return (sums / with_rank(divisor.astype(acc), sums.ndim)).astype(x.dtype)
 
 
 def avg_pool_transpose(g, shape, kernel, stride, padding, count_include_pad, divisor_override):
@@ -443,7 +447,8 @@ def avg_pool_transpose(g, shape, kernel, stride, padding, count_include_pad, div
     back over the windows (``window_sum_transpose``)."""
     divisor = avg_pool_divisor(shape[2:], kernel, stride, padding, count_include_pad, divisor_override)
     acc = stat_dtype(g.dtype)
-    return window_sum_transpose(g.astype(acc) / divisor.astype(acc), kernel, stride, padding).astype(g.dtype)
+    shares = g.astype(acc) / with_rank(divisor.astype(acc), g.ndim)
+    return window_sum_transpose(shares, kernel, stride, padding).astype(g.dtype)
 
 
 def adaptive_windows(n, out):
@@ -468,7 +473,8 @@ def _window_means(y, axis, n, out):
     dense averaging matrix, whose zeros would turn an inf elsewhere on the axis into NaN)."""
     index, valid, length = _adaptive_window_index(n, out)
     windows = jnp.take(jnp.moveaxis(y, axis, -1), index, axis=-1)  # (..., out, width)
-    means = jnp.where(valid, windows, 0).sum(-1) / length.astype(y.dtype)
+    valid, length = with_rank(valid, windows.ndim), with_rank(length.astype(y.dtype), windows.ndim - 1)
+    means = jnp.where(valid, windows, 0).sum(-1) / length
     return jnp.moveaxis(means, -1, axis)
 
 
@@ -476,7 +482,8 @@ def _window_means_transpose(g, axis, n, out):
     """The transpose of ``_window_means``: each window's cotangent shared evenly over it."""
     index, valid, length = _adaptive_window_index(n, out)
     g = jnp.moveaxis(g, axis, -1)
-    shares = jnp.where(valid, (g / length.astype(g.dtype))[..., None], 0)  # (..., out, width)
+    valid, length = with_rank(valid, g.ndim + 1), with_rank(length.astype(g.dtype), g.ndim)
+    shares = jnp.where(valid, (g / length)[..., None], 0)  # (..., out, width)
     spread = zeros_sharded_like(g.shape[:-1] + (n,), g.dtype, g).at[..., index].add(shares)
     return jnp.moveaxis(spread, -1, axis)
 

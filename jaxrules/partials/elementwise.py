@@ -5,15 +5,42 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
+from jax import lax
 from jax.scipy import special
 
 __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
     "abs2_reciprocal", "arctan2_factors", "clip_masks", "copysign_factor", "expand_reduced", "i1_factor",
     "i1e_factor", "logit_factor", "multigammaln_factor", "nan_factor", "pow_base_factor", "pow_exponent_factor",
-    "pow_scalar_exponent_factor", "reduced_size", "safe_reciprocal", "sgn", "sgn_parts", "sinc_derivative",
-    "use_power_ops", "xlogy_factors"
+    "pow_scalar_exponent_factor", "promoted", "promoted_dtype", "reduced_size", "safe_reciprocal", "sgn",
+    "sgn_parts", "sinc_derivative", "use_power_ops", "with_rank", "xlogy_factors"
 ]
+
+# ----------------------------------------------------------------------------------------------
+# Explicit promotion: what jax.numpy's standard promotion would do implicitly, written out, so a
+# formula computes the same values for a user who sets ``jax_numpy_dtype_promotion="strict"``.
+
+
+def with_rank(x, ndim):
+    """``x`` with leading unit axes up to rank ``ndim``: the broadcast that implicit rank
+    promotion would make, written out, so the formulas run under ``jax_numpy_rank_promotion="raise"``."""
+    return lax.expand_dims(jnp.asarray(x), tuple(range(ndim - x.ndim)))
+
+
+def promoted_dtype(*args):
+    """``jnp.result_type(*args)`` on JAX's standard lattice (weak types included), whatever the
+    user's ``jax_numpy_dtype_promotion``: the dtype an implicit promotion of ``args`` gives."""
+    with jax.numpy_dtype_promotion("standard"):
+        return jnp.result_type(*args)
+
+
+def promoted(*args):
+    """``args`` cast to ``promoted_dtype(*args)``: the operands an implicit promotion would
+    produce, hence the same results under strict promotion."""
+    dtype = promoted_dtype(*args)
+    return tuple(jnp.asarray(a).astype(dtype) for a in args)
+
 
 # ----------------------------------------------------------------------------------------------
 # Small guards.
@@ -29,7 +56,7 @@ def sgn(x):
     if not jnp.iscomplexobj(x):
         return jnp.sign(x)
     mag = jnp.abs(x)
-    return x * safe_reciprocal(mag, mag == 0)
+    return x * safe_reciprocal(mag, mag == 0).astype(x.dtype)
 
 
 def expand_reduced(g, shape, axis, keepdims):
@@ -65,7 +92,7 @@ def use_power_ops(*, power, power_scalar_exponent) -> None:
 def sgn_parts(x):
     """``(sgn(x), 1/(2|x|))`` with both 0 at x = 0 (complex ``sgn_backward``)."""
     mag = jnp.abs(x)
-    return x * safe_reciprocal(mag, mag == 0), 0.5 * safe_reciprocal(mag, mag == 0)
+    return x * safe_reciprocal(mag, mag == 0).astype(x.dtype), 0.5 * safe_reciprocal(mag, mag == 0)
 
 
 def abs2_reciprocal(x):
@@ -114,7 +141,7 @@ def copysign_factor(x, y):
     ``copysign_tensor_self_backward``; +-1 at x = +-inf, where the seed's ratio is inf/inf = NaN)."""
     same = jnp.signbit(x) == jnp.signbit(y)
     factor = jnp.where(x == 0, 0, jnp.where(same, 1.0, -1.0))
-    return jnp.where(jnp.isnan(x), jnp.nan, factor).astype(jnp.result_type(x, y))
+    return jnp.where(jnp.isnan(x), jnp.nan, factor).astype(promoted_dtype(x, y))
 
 
 def sinc_derivative(x):

@@ -169,11 +169,12 @@ def scatter_reduce_weights(res, *, axis, reduce, include_self):
     if reduce == "mean":
         count = keeps_x.astype(x.real.dtype) + scatter_add(x.shape, coords, jnp.ones(src.shape, x.real.dtype))
         inverse = 1 / jnp.maximum(count, 1)
-        return keeps_x * inverse, gather_at(inverse, coords, src), coords
+        return keeps_x.astype(inverse.dtype) * inverse, gather_at(inverse, coords, src), coords
     if reduce in ("amax", "amin"):
         x_ties = keeps_x & (x == out)
         src_ties = src == gather_at(out, coords, src)
         count = x_ties.astype(x.dtype) + scatter_add(x.shape, coords, src_ties.astype(x.dtype))
         inverse = safe_reciprocal(count, count == 0)
-        return x_ties * inverse, src_ties * gather_at(inverse, coords, src), coords
+        src_weight = src_ties.astype(inverse.dtype) * gather_at(inverse, coords, src)
+        return x_ties.astype(inverse.dtype) * inverse, src_weight, coords
     return (*prod_weights, coords)  # prod: the product of the slot's other members

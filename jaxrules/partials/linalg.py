@@ -13,7 +13,7 @@ from jax.scipy.linalg import lu_factor as _lu_factor
 from jax.scipy.linalg import lu_solve as _lu_solve
 
 from jaxrules.checking import runtime_check
-from jaxrules.partials.elementwise import safe_reciprocal
+from jaxrules.partials.elementwise import promoted_dtype, safe_reciprocal, with_rank
 from jaxrules.partials.reductions import prod_of_others
 
 __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
@@ -89,7 +89,7 @@ def diagonal(x):
 
 def diag_embed(d):
     """Square matrices with ``d`` on the diagonal (torch's ``diag_embed``)."""
-    return d[..., :, None] * jnp.eye(d.shape[-1], dtype=d.dtype)
+    return d[..., :, None] * with_rank(jnp.eye(d.shape[-1], dtype=d.dtype), d.ndim + 1)
 
 
 def half_diagonal(x):
@@ -133,7 +133,7 @@ def pair_products(s):
     """``Q[..., i, k] = prod_{j not in {i, k}} s_j`` for ``i != k`` and 0 on the diagonal,
     zero-safe (exclusive products, no division): the second-order cofactors of ``diag(s)``."""
     n = s.shape[-1]
-    eye = jnp.eye(n, dtype=bool)
+    eye = with_rank(jnp.eye(n, dtype=bool), s.ndim + 1)
     without_i = jnp.where(eye, jnp.ones_like(s)[..., None, :], s[..., None, :])
     return jnp.where(eye, 0, prod_of_others(without_i, (without_i.ndim - 1,)))
 
@@ -212,14 +212,14 @@ def lu_parts(lu):
     """``(L, U)`` from the packed factors."""
     m, n = lu.shape[-2:]
     k = min(m, n)
-    lower = jnp.tril(lu[..., :, :k], -1) + jnp.eye(m, k, dtype=lu.dtype)
+    lower = jnp.tril(lu[..., :, :k], -1) + with_rank(jnp.eye(m, k, dtype=lu.dtype), lu.ndim)
     return lower, jnp.triu(lu[..., :k, :])
 
 
 def permutation_rows(perm, dtype):
     """``I[perm]`` (the rows of the identity in the order ``perm``: ``P^T``), as a comparison
     rather than a gather, so it keeps ``perm``'s batch sharding under an ``Explicit`` mesh."""
-    return (perm[..., :, None] == jnp.arange(perm.shape[-1], dtype=perm.dtype)).astype(dtype)
+    return (perm[..., :, None] == with_rank(jnp.arange(perm.shape[-1], dtype=perm.dtype), perm.ndim + 1)).astype(dtype)
 
 
 def permute_rows(x, perm):
@@ -287,7 +287,7 @@ def pack_lu(dl, du):
     """Packed ``tril(dL, -1) + triu(dU)`` in the shape of ``lu`` (seed ``lu_factor_ex_jvp``)."""
     m, k = dl.shape[-2:]
     n = du.shape[-1]
-    out = jnp.zeros(dl.shape[:-2] + (m, n), jnp.result_type(dl, du))
+    out = jnp.zeros(dl.shape[:-2] + (m, n), promoted_dtype(dl, du))
     out = out.at[..., :, :k].add(jnp.tril(dl, -1))
     return out.at[..., :k, :].add(jnp.triu(du))
 
@@ -304,7 +304,7 @@ def unpack_lu(g, k):
 def reflector(a, j):
     """``v_j`` from column ``j`` of the packed reflectors ``a``."""
     m = a.shape[-2]
-    rows = jnp.arange(m)
+    rows = with_rank(jnp.arange(m), a.ndim - 1)
     return jnp.where(rows == j, jnp.ones((), a.dtype), jnp.where(rows > j, a[..., :, j], 0))
 
 

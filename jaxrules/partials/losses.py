@@ -8,7 +8,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from jaxrules.partials.elementwise import safe_reciprocal
+from jaxrules.partials.elementwise import promoted_dtype, safe_reciprocal, with_rank
 
 __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
     "bce_derivatives", "bce_with_logits_derivatives", "clamped_var", "gaussian_nll_derivatives",
@@ -191,7 +191,7 @@ def lce_chunk_size(tokens: int, vocab: int, chunk_size: int | None = None) -> in
 def lce_accumulation(dtype):
     """The dtype of the logits, the statistics and the sums: float32 for bfloat16/float16
     inputs, else the input's."""
-    return jnp.promote_types(dtype, jnp.float32)
+    return promoted_dtype(dtype, jnp.float32)
 
 
 def _lce_chunk(x, weight, bias, start, size):
@@ -200,7 +200,8 @@ def _lce_chunk(x, weight, bias, start, size):
     rows = jax.lax.dynamic_slice_in_dim(weight, start, size, 0)
     logits = jax.lax.dot_general(x, rows, (((1,), (1,)), ((), ())), preferred_element_type=lce_accumulation(x.dtype))
     if bias is not None:
-        logits = logits + jax.lax.dynamic_slice_in_dim(bias, start, size, 0).astype(logits.dtype)
+        part = jax.lax.dynamic_slice_in_dim(bias, start, size, 0).astype(logits.dtype)
+        logits = logits + with_rank(part, logits.ndim)
     return logits, rows
 
 
@@ -246,7 +247,7 @@ def lce_forward(x, weight, bias, target, class_weight, *, chunk, smoothing):
         top = jnp.max(logits, axis=1)
         shift = jnp.where(jnp.isfinite(top), top, 0)
         sumexp = jnp.sum(jnp.exp(logits - shift[:, None]), axis=1)
-        weighted = (jnp.sum(logits * _chunk_weights(class_weight, start, size, logits), axis=1)
+        weighted = (jnp.sum(logits * _chunk_weights(class_weight, start, size, logits)[None, :], axis=1)
                     if smoothing else jnp.zeros_like(top))
         return top, sumexp, _target_value(logits, target, start, size), weighted
 
@@ -313,8 +314,8 @@ def lce_tangent(x, weight, bias, target, class_weight, lse, tx, tw, tb, *, chunk
             dl = dl + jax.lax.dot_general(x, jax.lax.dynamic_slice_in_dim(tw, start, size, 0), dims,
                                           preferred_element_type=acc)
         if tb is not None:
-            dl = dl + jax.lax.dynamic_slice_in_dim(tb, start, size, 0).astype(acc)
-        weighted = (jnp.sum(dl * _chunk_weights(class_weight, start, size, dl), axis=1)
+            dl = dl + jax.lax.dynamic_slice_in_dim(tb, start, size, 0).astype(acc)[None, :]
+        weighted = (jnp.sum(dl * _chunk_weights(class_weight, start, size, dl)[None, :], axis=1)
                     if smoothing else jnp.zeros_like(lse))
         p = jnp.exp(logits - lse[:, None])
         return jnp.sum(p * dl, axis=1), _target_value(dl, target, start, size), weighted

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
 from jaxrules.mechanism import unsharded_along
-from jaxrules.partials.elementwise import expand_reduced, reduced_size, safe_reciprocal, sgn
+from jaxrules.partials.elementwise import expand_reduced, promoted, promoted_dtype, reduced_size, safe_reciprocal, sgn
 
 __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
     "even_weights", "exclusive_cumprod", "half_reciprocal", "linear_recurrence", "linear_recurrence_transpose",
@@ -30,7 +31,7 @@ def _compose(left, right):
 def linear_recurrence(a, b, axis):
     """Solve ``h_k = a_k h_{k-1} + b_k`` along ``axis`` with an associative scan (no division,
     so zeros in ``a`` are exact)."""
-    dtype = jnp.result_type(a, b)
+    dtype = promoted_dtype(a, b)
     return lax.associative_scan(_compose, (a.astype(dtype), b.astype(dtype)), axis=axis)[1]
 
 
@@ -41,7 +42,7 @@ def linear_recurrence_transpose(a, ct, axis):
         [lax.slice_in_dim(a, 1, n, axis=axis), jnp.zeros_like(lax.slice_in_dim(a, 0, 1, axis=axis))],
         axis=axis,
     )
-    dtype = jnp.result_type(a, ct)
+    dtype = promoted_dtype(a, ct)
     return lax.associative_scan(_compose, (shifted.astype(dtype), ct.astype(dtype)), axis=axis, reverse=True)[1]
 
 
@@ -96,7 +97,10 @@ def even_weights(x, value, axis, keepdims):
     v = expand_reduced(value, x.shape, axis, keepdims)
     mask = (x == v) | (jnp.isnan(x) & jnp.isnan(v))
     count = jnp.sum(mask, axis=axis, keepdims=True)
-    return mask / jnp.where(count == 0, 1, count)
+    # bool over int to float by jax.numpy's standard promotion, whatever the user's setting: the
+    # same program as under the default (vector_norm's ord=inf second derivatives at ties depend on it)
+    with jax.numpy_dtype_promotion("standard"):
+        return mask / jnp.where(count == 0, 1, count)
 
 
 def max_or_neg_inf(x, axis):
@@ -116,7 +120,7 @@ def logsumexp_parts(x, axis):
     m = lax.stop_gradient(max_or_neg_inf(x.real if jnp.iscomplexobj(x) else x, axis))
     finite = jnp.isfinite(m)
     at_limit = jnp.where((x.real if jnp.iscomplexobj(x) else x) == m, 0, -jnp.inf)
-    e = jnp.exp(jnp.where(finite, x - jnp.where(finite, m, 0), at_limit))
+    e = jnp.exp(jnp.where(finite, x - jnp.where(finite, m, 0).astype(x.dtype), at_limit))
     return m, e, jnp.sum(e, axis=axis, keepdims=True)
 
 
@@ -161,15 +165,16 @@ def vector_norm_direction(x, norm, ord, axis, keepdims):
     if ord == 1:
         return sgn(x)
     if ord == 2:
-        return x * safe_reciprocal(n, n == 0)
+        return x * safe_reciprocal(n, n == 0).astype(x.dtype)
     mag = jnp.abs(x)
     if ord in (math.inf, -math.inf):
-        return sgn(x) * even_weights(mag, norm, axis, keepdims)
+        sign, weights = promoted(sgn(x), even_weights(mag, norm, axis, keepdims))
+        return sign * weights
     zero = mag == 0
     safe_mag = jnp.where(zero, 1, mag)
     safe_n = jnp.where(n == 0, 1, n)
     scale = jnp.where(zero | (n == 0), 0, (safe_mag / safe_n) ** (ord - 1))
-    return sgn(x) * scale
+    return jnp.multiply(*promoted(sgn(x), scale))
 
 
 def real_inner(w, t, axis, keepdims):
@@ -211,10 +216,10 @@ def logcumsumexp_coefficients(x, y, axis):
     b_soft = jnp.exp(jnp.where(finite, x - y_safe, -jnp.inf))
     hits = re(x) == jnp.where(re(y) > 0, jnp.inf, -jnp.inf)
     count = jnp.cumsum(hits, axis=axis)
-    count_prev = count - hits
+    count_prev = count - hits.astype(count.dtype)
     safe_count = jnp.where(count == 0, 1, count)
     a_inf = jnp.where(re(y_prev) == re(y), count_prev / safe_count, 0).astype(x.dtype)
-    b_inf = (hits / safe_count).astype(x.dtype)
+    b_inf = (hits.astype(safe_count.dtype) / safe_count).astype(x.dtype)
     return jnp.where(finite, a_soft, a_inf), jnp.where(finite, b_soft, b_inf)
 
 

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxrules.mechanism import explicit_sharding, unsharded_along
+from jaxrules.partials.elementwise import with_rank
 
 __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
     "QUANTILE_METHODS", "cummaxmin_select", "lerp_selected", "quantile_selection", "sort_permutation"
@@ -67,7 +68,7 @@ def quantile_selection(x, q, method, ignore_nan):
         count = n - jnp.sum(nan, axis=-1, keepdims=True)
     else:
         count = jnp.full(x.shape[:-1] + (1,), n)
-    rank = jnp.asarray(q, x.dtype) * jnp.maximum(count - 1, 0).astype(x.dtype)
+    rank = with_rank(jnp.asarray(q, x.dtype), count.ndim) * jnp.maximum(count - 1, 0).astype(x.dtype)
     if not ignore_nan:
         rank = jnp.where(jnp.any(nan, axis=-1, keepdims=True), jnp.asarray(n - 1, x.dtype), rank)
     below, above = jnp.floor(rank), jnp.ceil(rank)
