@@ -125,9 +125,10 @@ def test_cli_check_passes_and_writes_json(tmp_path, capsys):
 
 
 def test_cli_check_counts_skipped_checks_apart_from_passed_ones(capsys):
-    """One device in this process: the sharded check is skipped, and the summary does not count it
-    as passed."""
-    code = main(["check", "--ops", "deg2rad", "--checks", "jit,sharded", "--workers", "1", "--quiet"])
+    """One device (``--host-devices 1``): the sharded check is skipped, and the summary does not
+    count it as passed."""
+    code = main(["check", "--ops", "deg2rad", "--checks", "jit,sharded", "--workers", "1", "--host-devices", "1",
+                 "--quiet"])
     text = capsys.readouterr().out
     assert code == 0 and "1 passed, 0 failed, 1 skipped" in text, text
 
