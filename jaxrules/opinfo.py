@@ -336,7 +336,7 @@ def _random_like(t: torch.Tensor, generator) -> torch.Tensor:
 def _check_sample(target: Target, adapter, dtype: str, index: int, sample, checks) -> list[Outcome]:
     out = []
 
-    def record(check, status, detail=""):
+    def note(check, status, detail=""):
         if status == "fail":
             for key in ((target.key, c, d) for c in (check, "*") for d in (dtype, "*")):
                 if key in DEVIATIONS:
@@ -359,12 +359,12 @@ def _check_sample(target: Target, adapter, dtype: str, index: int, sample, check
     except Exception as err:  # noqa: BLE001 - the adapter's refusal is the result
         message = f"adapter raises {type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
         for check in checks:
-            record(check, "fail", message)
+            note(check, "fail", message)
         return out
     if "value" in checks:
         expected = _flat(prepared.process(expected_raw))
         processed = prepared.process(_restructure(expected_raw, [_to_torch(a) for a in actual_raw]))
-        record("value", *_status(_compare(_flat(processed), expected, _VALUE_TOL)))
+        note("value", *_status(_compare(_flat(processed), expected, _VALUE_TOL)))
     derivative_checks = [c for c in checks if c in ("vjp", "jvp")]
     if not derivative_checks:
         return out
@@ -385,7 +385,7 @@ def _check_sample(target: Target, adapter, dtype: str, index: int, sample, check
         if detail is None:
             out.append(Outcome(target.key, dtype, check, index, "skip", "no differentiable output"))
         else:
-            record(check, *_status(detail))
+            note(check, *_status(detail))
     return out
 
 

@@ -477,7 +477,7 @@ def run_case(record, case: Case) -> tuple[str, str]:
     bad_axis = _axis_out_of_range(case, sample, diff)
     if ours is not None:
         what = f"{type(ours).__name__} at {_where(ours)}: {str(ours).splitlines()[0][:300] if str(ours) else ''}"
-        if not isinstance(ours, ValueError | TypeError) or type(ours).__module__.startswith("jax"):
+        if not isinstance(ours, ValueError | TypeError) or type(ours).__module__.split(".")[0] in ("jax", "jaxlib"):
             return "crash", what
         if not _clear(record, ours):
             return "unclear error", what
