@@ -558,3 +558,19 @@ def test_l1_loss_of_complex_input_has_torchs_gradient():
     (tg,) = torch.autograd.grad(TF.l1_loss(tx, torch.tensor(y)), tx)
     g = jax.grad(lambda a: JF.l1_loss(a, jnp.asarray(y)))(jnp.asarray(x))
     np.testing.assert_allclose(np.conj(g), tg.numpy(), rtol=1e-12, atol=1e-14)  # JAX's convention: conjugate
+
+
+def test_masked_fill_broadcasts_input_to_the_mask_as_torch():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal(5)
+    mask = rng.standard_normal((3, 5)) > 0
+    cot = rng.standard_normal((3, 5))
+    tx = torch.tensor(x, requires_grad=True)
+    expected = torch.masked_fill(tx, torch.tensor(mask), 2.5)
+    (tg,) = torch.autograd.grad(expected, tx, torch.tensor(cot))
+    ours, pullback = jax.vjp(lambda a: jaxrules.torch.masked_fill(a, jnp.asarray(mask), 2.5), jnp.asarray(x))
+    assert ours.shape == (3, 5)
+    np.testing.assert_array_equal(ours, expected.detach().numpy())
+    np.testing.assert_allclose(pullback(jnp.asarray(cot))[0], tg.numpy(), rtol=1e-12)
+    with pytest.raises(ValueError, match="masked_fill: mask"):
+        jaxrules.torch.masked_fill(jnp.ones(4), jnp.ones((3, 5), bool), 0.0)

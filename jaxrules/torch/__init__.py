@@ -110,8 +110,16 @@ def matmul(input, other, *, out=None):
 
 
 def masked_fill(input, mask, value):
-    """``value`` where ``mask``, else ``input``; mirrors ``torch.masked_fill``."""
-    return _np.masked_fill(input, mask, value)
+    """``value`` where ``mask``, else ``input``, of the shape ``input`` and ``mask`` broadcast to
+    (torch's out-of-place ``torch.masked_fill`` broadcasts both; the gradient of ``input`` sums
+    over the broadcast axes); mirrors ``torch.masked_fill``."""
+    x, m = jnp.asarray(input), jnp.asarray(mask)
+    try:
+        shape = jnp.broadcast_shapes(x.shape, m.shape)
+    except ValueError:
+        raise ValueError(f"masked_fill: mask of shape {m.shape} does not broadcast with input's shape "
+                         f"{x.shape}") from None
+    return _np.masked_fill(jnp.broadcast_to(x, shape), m, value)
 
 
 # ---------------------------------------------------------------------------------------------
