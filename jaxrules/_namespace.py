@@ -1,11 +1,17 @@
-"""Complete namespaces: a jaxrules namespace (``jaxrules.numpy``, ``jaxrules.nn``, ...) also
-exposes every public name of its JAX counterpart that it does not define itself, as JAX's own
-object (``jaxrules.numpy.float32 is jax.numpy.float32``), so ``import jaxrules.numpy as jnp``
-works in a whole program. The names jaxrules defines (its ``__all__``) are never replaced."""
+"""Generated namespaces. An ops module declares each public function's public names beside it
+(``@exported_as("jaxrules.nn.relu")``); each namespace module (``jaxrules.numpy``, ``jaxrules.nn``,
+...) binds what its families declare and derives its ``__all__`` with one call (``build``), so
+adding an op edits no namespace file.
+
+Complete namespaces: a jaxrules namespace with a JAX counterpart also exposes every public name of
+that counterpart it does not define itself, as JAX's own object (``jaxrules.numpy.float32 is
+jax.numpy.float32``), so ``import jaxrules.numpy as jnp`` works in a whole program. The names
+jaxrules defines (its declared exports and own definitions) are never replaced."""
 
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 
 # namespace module name -> (JAX module name, jaxrules' own names, names forwarded to JAX)
 NAMESPACES: dict[str, tuple[str, frozenset[str], frozenset[str]]] = {}
@@ -19,6 +25,96 @@ COUNTERPARTS = {
     "jaxrules.scipy.special": "jax.scipy.special",
     "jaxrules.scipy.linalg": "jax.scipy.linalg",
 }
+
+
+# The namespaces an ops module may export to (``exported_as``), each a module built by ``build``.
+TARGETS = (
+    "jaxrules.numpy", "jaxrules.numpy.linalg", "jaxrules.numpy.fft", "jaxrules.nn", "jaxrules.linalg",
+    "jaxrules.scipy.special", "jaxrules.scipy.linalg",
+)
+
+# namespace module name -> {public name: function}, filled by ``exported_as`` as the ops modules load.
+EXPORTS: dict[str, dict[str, Callable]] = {}
+
+
+def exported_as(*names: str) -> Callable[[Callable], Callable]:
+    """Decorator: declare the public names of the function it decorates, each a full dotted name
+    ``"<namespace>.<name>"`` whose namespace is one of ``TARGETS`` (``"jaxrules.nn.hardsigmoid"``,
+    ``"jaxrules.nn.hard_sigmoid"``; ``"jaxrules.linalg.solve"`` on ``torch_solve``). It returns
+    the function unchanged; the namespace module binds it under those names (``build``).
+
+    Raises:
+        ValueError: when no name is given, a name is not ``<one of TARGETS>.<identifier>``, or a
+            public name is already declared for another function.
+    """
+    if not names:
+        raise ValueError("exported_as: give at least one public name, e.g. 'jaxrules.nn.relu'")
+    targets = []
+    for full in names:
+        namespace, _, name = str(full).rpartition(".")
+        if namespace not in TARGETS or not name.isidentifier() or name.startswith("_"):
+            raise ValueError(f"exported_as: names must be '<namespace>.<public name>' with the namespace one of "
+                             f"{', '.join(TARGETS)}; got {full!r}")
+        targets.append((namespace, name))
+
+    def declare(fn: Callable) -> Callable:
+        for namespace, name in targets:
+            known = EXPORTS.setdefault(namespace, {}).get(name)
+            if known is not None and known is not fn:
+                raise ValueError(f"exported_as: {namespace}.{name} is declared for both "
+                                 f"{_where(known)} and {_where(fn)}")
+            EXPORTS[namespace][name] = fn
+        return fn
+
+    return declare
+
+
+def _where(fn: Callable) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def build(namespace: dict, families: tuple[types.ModuleType, ...] = (),
+          counterpart: types.ModuleType | None = None) -> None:
+    """Make the module whose ``globals()`` is ``namespace`` a jaxrules namespace.
+
+    Binds every function that the ops modules ``families`` declare for it (``exported_as``), then
+    sets ``__all__`` to those names plus the module's own public definitions: the functions
+    defined in it (``jaxrules.numpy.matmul``) and its submodules (``jaxrules.numpy.linalg``).
+    With a JAX ``counterpart`` it then completes the namespace with JAX's other names
+    (``forward_jax_names``).
+
+    Raises:
+        ValueError: when a family declares nothing for this namespace (an import to drop), a
+            declared name is already bound to something else in the module, or the module has
+            another public global (an import that would leak into ``__all__``).
+    """
+    name = namespace["__name__"]
+    declared = EXPORTS.get(name, {})
+    exports = {}
+    for family in families:
+        mine = {n: fn for n, fn in declared.items() if fn.__module__ == family.__name__}
+        if not mine:
+            raise ValueError(f"{name}: {family.__name__} declares no name for {name} (exported_as); "
+                             "drop it from the families")
+        exports.update(mine)
+    own = []
+    for attr, obj in namespace.items():
+        if attr.startswith("_") or attr in exports:
+            continue
+        if isinstance(obj, types.ModuleType) and obj.__name__ == f"{name}.{attr}":
+            own.append(attr)
+        elif callable(obj) and getattr(obj, "__module__", None) == name:
+            own.append(attr)
+        else:
+            raise ValueError(f"{name}: public global {attr!r} is neither declared with exported_as, defined "
+                             "in the module nor one of its submodules (import it under a private name)")
+    for attr, fn in exports.items():
+        if namespace.get(attr, fn) is not fn:
+            raise ValueError(f"{name}: {attr!r} is both declared by {_where(fn)} and bound in the module")
+    namespace.update(exports)
+    namespace["__all__"] = sorted([*exports, *own])
+    if counterpart is not None:
+        forward_jax_names(namespace, counterpart)
 
 
 def public_names(module: types.ModuleType) -> list[str]:

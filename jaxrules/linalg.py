@@ -2,37 +2,8 @@
 (``solve(A, B, *, left)``, ``solve_triangular(A, B, *, upper, left, unitriangular)``,
 ``cholesky_solve(B, L, upper)``)."""
 
-from jaxrules.ops.linalg import (
-    adjugate,
-    cholesky,
-    cholesky_inverse,
-    det,
-    eig,
-    eigh,
-    eigvals,
-    eigvalsh,
-    householder_product,
-    inv,
-    lstsq,
-    lu_factor,
-    lu_unpack,
-    matrix_exp,
-    matrix_power,
-    ormqr,
-    pinv,
-    qr,
-    slogdet,
-    svd,
-    svdvals,
-)
-from jaxrules.ops.linalg import torch_cholesky_solve as cholesky_solve
-from jaxrules.ops.linalg import torch_solve as solve
-from jaxrules.ops.linalg import torch_solve_triangular as solve_triangular
-from jaxrules.ops.norms import cdist, dist, renorm, vector_norm
+from jaxrules import _namespace
+from jaxrules.ops import linalg as _linalg
+from jaxrules.ops import norms as _norms
 
-__all__ = [
-    "adjugate", "cdist", "cholesky", "cholesky_inverse", "cholesky_solve", "det", "dist", "eig", "eigh",
-    "eigvals", "eigvalsh", "householder_product", "inv", "lstsq", "lu_factor", "lu_unpack", "matrix_exp",
-    "matrix_power", "ormqr", "pinv", "qr", "renorm", "slogdet", "solve", "solve_triangular", "svd", "svdvals",
-    "vector_norm",
-]
+_namespace.build(globals(), (_linalg, _norms))

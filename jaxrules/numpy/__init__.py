@@ -14,72 +14,14 @@ from jax.typing import ArrayLike, DTypeLike
 
 from jaxrules import _namespace
 from jaxrules import _validate as _V
-from jaxrules.numpy import fft, linalg
+from jaxrules.numpy import fft as fft  # a submodule: a public name of its own
+from jaxrules.numpy import linalg as linalg
+from jaxrules.ops import elementwise as _elementwise
+from jaxrules.ops import indexing as _indexing
 from jaxrules.ops import linalg as _linalg_ops
-from jaxrules.ops.elementwise import (
-    abs,
-    absolute,
-    angle,
-    arctan2,
-    clip,
-    copysign,
-    deg2rad,
-    degrees,
-    log1p,
-    polar,
-    power,
-    rad2deg,
-    radians,
-    sign,
-    sinc,
-)
-from jaxrules.ops.indexing import index_reduce, scatter_reduce
-from jaxrules.ops.reductions import (
-    amax,
-    amin,
-    cumprod,
-    cumsum,
-    kthvalue,
-    logcumsumexp,
-    max,
-    mean,
-    median,
-    min,
-    nansum,
-    prod,
-    std,
-    std_mean,
-    sum,
-    var,
-    var_mean,
-)
-from jaxrules.ops.shape import (
-    array_split,
-    concat,
-    concatenate,
-    masked_fill,
-    pad,
-    repeat,
-    split,
-    stack,
-    take,
-    take_along_axis,
-    tile,
-    unstack,
-)
-from jaxrules.ops.sorting import argsort, cummax, cummin, nanmedian, quantile, sort, topk
-
-__all__ = [
-    "abs", "absolute", "amax", "amin", "angle", "arctan2", "array_split", "clip", "concatenate", "copysign",
-    "cumprod", "cumsum", "deg2rad", "degrees", "fft", "index_reduce", "kthvalue", "linalg", "log1p", "logcumsumexp",
-    "masked_fill", "matmul", "max", "mean", "median", "min", "nansum", "pad", "power", "prod", "rad2deg", "radians",
-    "repeat", "scatter_reduce", "sign", "sinc", "split", "stack", "std", "std_mean", "sum", "take", "take_along_axis",
-    "tile", "unstack", "var", "var_mean", "pow", "atan2", "concat",
-]
-
-__all__ += ["argsort", "cummax", "cummin", "nanmedian", "polar", "quantile", "sort", "topk"]
-
-pow, atan2 = power, arctan2  # the array-API spellings: one op, one gradient
+from jaxrules.ops import reductions as _reductions
+from jaxrules.ops import shape as _shape
+from jaxrules.ops import sorting as _sorting
 
 
 def matmul(a: ArrayLike, b: ArrayLike, *, precision: Any = None, preferred_element_type: DTypeLike | None = None,
@@ -167,4 +109,5 @@ def _default_precision(precision) -> bool:
 # the annotations above are evaluated objects: the typing names leave the namespace (JAX's own)
 del Any, Array, ArrayLike, DTypeLike
 
-_namespace.forward_jax_names(globals(), _jax_namespace)
+# The names the families declare for jaxrules.numpy (exported_as), matmul, the submodules, then JAX's others.
+_namespace.build(globals(), (_elementwise, _indexing, _reductions, _shape, _sorting), _jax_namespace)

@@ -3,8 +3,6 @@
 import jax.numpy.fft as _jax_namespace
 
 from jaxrules import _namespace
-from jaxrules.ops.fft import fft, fftn, ifft, ifftn, irfft, irfftn, rfft, rfftn
+from jaxrules.ops import fft as _fft
 
-__all__ = ["fft", "fftn", "ifft", "ifftn", "irfft", "irfftn", "rfft", "rfftn"]
-
-_namespace.forward_jax_names(globals(), _jax_namespace)
+_namespace.build(globals(), (_fft,), _jax_namespace)

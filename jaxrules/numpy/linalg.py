@@ -6,28 +6,7 @@ from jax.typing import ArrayLike
 
 from jaxrules import _namespace
 from jaxrules.ops import linalg as _linalg_ops
-from jaxrules.ops.linalg import (
-    cholesky,
-    det,
-    eig,
-    eigh,
-    eigvals,
-    eigvalsh,
-    inv,
-    lstsq,
-    matrix_power,
-    pinv,
-    qr,
-    solve,
-    svd,
-    svdvals,
-)
-from jaxrules.ops.norms import norm, vector_norm
-
-__all__ = [
-    "cholesky", "det", "eig", "eigh", "eigvals", "eigvalsh", "inv", "lstsq", "matrix_power", "norm", "pinv", "qr",
-    "slogdet", "solve", "svd", "svdvals", "vector_norm",
-]
+from jaxrules.ops import norms as _norms
 
 
 def slogdet(a: ArrayLike, *, method: str | None = None) -> tuple[Array, Array]:
@@ -57,4 +36,5 @@ def slogdet(a: ArrayLike, *, method: str | None = None) -> tuple[Array, Array]:
 # the annotations above are evaluated objects: the typing names leave the namespace (JAX's own)
 del Array, ArrayLike
 
-_namespace.forward_jax_names(globals(), _jax_namespace)
+# The names the families declare for jaxrules.numpy.linalg (exported_as), slogdet, then JAX's others.
+_namespace.build(globals(), (_linalg_ops, _norms), _jax_namespace)

@@ -14,6 +14,7 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
+from jaxrules._namespace import exported_as
 from jaxrules.checking import runtime_check
 from jaxrules.mechanism import define_op
 
@@ -108,6 +109,7 @@ def _real(op, x):
     return x
 
 
+@exported_as("jaxrules.nn.threshold")
 def threshold(x: ArrayLike, threshold: float | ArrayLike, value: float | ArrayLike) -> Array:
     """Thresholding, ``value if x <= threshold else x``; mirrors ``torch.nn.functional.threshold``.
 
@@ -129,6 +131,7 @@ def threshold(x: ArrayLike, threshold: float | ArrayLike, value: float | ArrayLi
                       V.hyperparameter("threshold", "value", value, x))
 
 
+@exported_as("jaxrules.nn.relu")
 def relu(x: ArrayLike) -> Array:
     """Rectified linear unit, ``max(x, 0)``; mirrors ``torch.relu`` (and ``jax.nn.relu``).
 
@@ -150,6 +153,7 @@ def relu(x: ArrayLike) -> Array:
     return _threshold(x, zero, zero)
 
 
+@exported_as("jaxrules.nn.hardtanh")
 def hardtanh(x: ArrayLike, min_val: float | ArrayLike = -1.0, max_val: float | ArrayLike = 1.0) -> Array:
     """Hard tanh, ``clip(x, min_val, max_val)``; mirrors ``torch.nn.functional.hardtanh``.
 
@@ -180,6 +184,7 @@ def hardtanh(x: ArrayLike, min_val: float | ArrayLike = -1.0, max_val: float | A
     return _hardtanh(x, lo, hi)
 
 
+@exported_as("jaxrules.nn.hard_tanh")
 def hard_tanh(x: ArrayLike) -> Array:
     """``clip(x, -1, 1)``, ``jax.nn.hard_tanh`` with torch's derivative at +-1 (0): ``hardtanh(x)``.
 
@@ -195,6 +200,7 @@ def hard_tanh(x: ArrayLike) -> Array:
     return hardtanh(x)
 
 
+@exported_as("jaxrules.nn.relu6")
 def relu6(x: ArrayLike) -> Array:
     """``min(max(x, 0), 6)``; mirrors ``torch.nn.functional.relu6`` (``hardtanh(x, 0, 6)``).
 
@@ -209,6 +215,7 @@ def relu6(x: ArrayLike) -> Array:
     return hardtanh(x, 0.0, 6.0)
 
 
+@exported_as("jaxrules.nn.leaky_relu")
 def leaky_relu(x: ArrayLike, negative_slope: float | ArrayLike = 0.01) -> Array:
     """Leaky ReLU, ``x if x > 0 else negative_slope x``; mirrors ``torch.nn.functional.leaky_relu``.
 
@@ -227,6 +234,7 @@ def leaky_relu(x: ArrayLike, negative_slope: float | ArrayLike = 0.01) -> Array:
     return _leaky_relu(x, V.hyperparameter("leaky_relu", "negative_slope", negative_slope, x))
 
 
+@exported_as("jaxrules.nn.hardsigmoid", "jaxrules.nn.hard_sigmoid")
 def hardsigmoid(x: ArrayLike) -> Array:
     """Hard sigmoid, ``relu6(x + 3) / 6``; mirrors ``torch.nn.functional.hardsigmoid``.
 
@@ -242,6 +250,7 @@ def hardsigmoid(x: ArrayLike) -> Array:
     return _hardsigmoid(_real("hardsigmoid", x))
 
 
+@exported_as("jaxrules.nn.hardswish", "jaxrules.nn.hard_swish")
 def hardswish(x: ArrayLike) -> Array:
     """Hard swish, ``x relu6(x + 3) / 6``; mirrors ``torch.nn.functional.hardswish``.
 
@@ -261,6 +270,7 @@ hard_sigmoid = hardsigmoid
 hard_swish = hardswish
 
 
+@exported_as("jaxrules.nn.prelu")
 def prelu(x: ArrayLike, weight: ArrayLike) -> Array:
     """Parametric ReLU, ``x if x > 0 else weight x``; mirrors ``torch.nn.functional.prelu``.
 
@@ -288,6 +298,7 @@ def prelu(x: ArrayLike, weight: ArrayLike) -> Array:
     return _prelu(x, w.astype(x.dtype)).astype(x.dtype)
 
 
+@exported_as("jaxrules.nn.silu", "jaxrules.nn.swish")
 def silu(x: ArrayLike) -> Array:
     """SiLU (swish), ``x sigmoid(x)``; mirrors ``torch.nn.functional.silu`` (and ``jax.nn.silu``).
 
@@ -306,6 +317,7 @@ def silu(x: ArrayLike) -> Array:
 swish = silu
 
 
+@exported_as("jaxrules.nn.mish")
 def mish(x: ArrayLike) -> Array:
     """Mish, ``x tanh(softplus(x))``; mirrors ``torch.nn.functional.mish``.
 
@@ -321,6 +333,7 @@ def mish(x: ArrayLike) -> Array:
     return _mish(_real("mish", x))
 
 
+@exported_as("jaxrules.nn.gelu")
 def gelu(x: ArrayLike, approximate: bool | str = True) -> Array:
     """GELU, ``x Phi(x)`` or its tanh approximation; mirrors ``torch.nn.functional.gelu`` (and
     ``jax.nn.gelu``).
@@ -350,6 +363,7 @@ def _gelu_approximate(approximate) -> bool:
     raise ValueError(f"gelu: approximate must be True, False, 'tanh' or 'none' (torch's spellings), got {approximate!r}")
 
 
+@exported_as("jaxrules.nn.elu")
 def elu(x: ArrayLike, alpha: float | ArrayLike = 1.0) -> Array:
     """ELU, ``x if x > 0 else alpha (exp(x) - 1)``; mirrors ``torch.nn.functional.elu``.
 
@@ -368,6 +382,7 @@ def elu(x: ArrayLike, alpha: float | ArrayLike = 1.0) -> Array:
     return _elu(x, V.hyperparameter("elu", "alpha", alpha, x), scale=1.0, celu=False)
 
 
+@exported_as("jaxrules.nn.selu")
 def selu(x: ArrayLike) -> Array:
     """SELU, ``scale elu(x, alpha)`` with the SELU constants; mirrors ``torch.nn.functional.selu``.
 
@@ -383,6 +398,7 @@ def selu(x: ArrayLike) -> Array:
     return _elu(x, jnp.asarray(_SELU_ALPHA, x.dtype), scale=_SELU_SCALE, celu=False)
 
 
+@exported_as("jaxrules.nn.celu")
 def celu(x: ArrayLike, alpha: float | ArrayLike = 1.0) -> Array:
     """CELU, ``max(0, x) + min(0, alpha (exp(x/alpha) - 1))``; mirrors ``torch.nn.functional.celu``.
 
@@ -400,6 +416,7 @@ def celu(x: ArrayLike, alpha: float | ArrayLike = 1.0) -> Array:
     return _elu(x, V.hyperparameter("celu", "alpha", alpha, x, low=0), scale=1.0, celu=True)
 
 
+@exported_as("jaxrules.nn.softplus")
 def softplus(x: ArrayLike, *, beta: float | ArrayLike = 1, threshold: float | ArrayLike = 20) -> Array:
     """Softplus, ``log(1 + exp(beta x)) / beta``, ``x`` where ``beta x > threshold``; mirrors
     ``torch.nn.functional.softplus``.
@@ -424,6 +441,7 @@ def softplus(x: ArrayLike, *, beta: float | ArrayLike = 1, threshold: float | Ar
     return _softplus(x, beta, threshold)
 
 
+@exported_as("jaxrules.nn.log_sigmoid")
 def log_sigmoid(x: ArrayLike) -> Array:
     """``log(sigmoid(x))``; mirrors ``torch.nn.functional.logsigmoid`` (and ``jax.nn.log_sigmoid``).
 
@@ -452,6 +470,7 @@ def _softmax_args(op, x, axis, where):
     return x, axes, jnp.broadcast_to(mask, x.shape)
 
 
+@exported_as("jaxrules.nn.softmax")
 def softmax(x: ArrayLike, axis: int | tuple[int, ...] | None = -1, where: ArrayLike | None = None) -> Array:
     """Softmax, ``exp(x) / sum(exp(x))`` over ``axis``; mirrors ``torch.softmax`` (and ``jax.nn.softmax``).
 
@@ -479,6 +498,7 @@ def softmax(x: ArrayLike, axis: int | tuple[int, ...] | None = -1, where: ArrayL
     return masked_softmax_op(x, mask, axis=axes)
 
 
+@exported_as("jaxrules.nn.log_softmax")
 def log_softmax(x: ArrayLike, axis: int | tuple[int, ...] | None = -1, where: ArrayLike | None = None) -> Array:
     """Log-softmax, ``x - log(sum(exp(x)))`` over ``axis``; mirrors ``torch.log_softmax`` (and
     ``jax.nn.log_softmax``).
@@ -507,6 +527,7 @@ def log_softmax(x: ArrayLike, axis: int | tuple[int, ...] | None = -1, where: Ar
     return masked_log_softmax_op(x, mask, axis=axes)
 
 
+@exported_as("jaxrules.nn.glu")
 def glu(x: ArrayLike, axis: int = -1) -> Array:
     """Gated linear unit, ``a sigmoid(b)`` with ``a, b`` the halves of ``x`` along ``axis``; mirrors
     ``torch.nn.functional.glu`` (and ``jax.nn.glu``).
@@ -527,6 +548,7 @@ def glu(x: ArrayLike, axis: int = -1) -> Array:
     return glu_op(x, axis=ax)
 
 
+@exported_as("jaxrules.nn.dropout")
 def dropout(x: ArrayLike, p: float | ArrayLike = 0.5, training: bool = True, *, key: Array | None = None) -> Array:
     """Dropout, ``x mask / (1 - p)`` with ``mask ~ Bernoulli(1 - p)``; mirrors
     ``torch.nn.functional.dropout`` with an explicit PRNG key.

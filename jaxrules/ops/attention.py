@@ -17,6 +17,7 @@ from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
 from jaxrules import partials
+from jaxrules._namespace import exported_as
 from jaxrules.dispatch import CUDNN_DTYPES
 from jaxrules.mechanism import define_op, differentiated_as, explicit_sharding
 
@@ -391,6 +392,7 @@ def _gqa_split(q, k, v, bias, keep):
     return q, k[..., None, :, :], v[..., None, :, :], split(bias), split(keep)
 
 
+@exported_as("jaxrules.nn.scaled_dot_product_attention")
 def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = None, dropout_p: float = 0.0, is_causal: bool = False, *, scale: float | None = None, enable_gqa: bool = False, dropout_key: ArrayLike | None = None, impl: str | None = None) -> Array:
     """Softmax attention ``softmax(scale q k^T + mask) v``, torch.nn.functional's semantics.
 
@@ -519,6 +521,7 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
 # ----------------------------------------------------------------------------------------------
 # Public functions: bilinear
 
+@exported_as("jaxrules.nn.bilinear")
 def bilinear(input1: ArrayLike, input2: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None) -> Array:
     """The bilinear form ``y[..., o] = sum_ij x1[..., i] W[o, i, j] x2[..., j] + b[o]``.
 

@@ -20,6 +20,7 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
+from jaxrules._namespace import exported_as
 from jaxrules.mechanism import define_op
 
 # ----------------------------------------------------------------------------------------------
@@ -149,6 +150,7 @@ _CONV_LAYER_ARGS = """        bias: ``(O,)``, added to each output channel; None
         groups: a positive int dividing ``O``, with ``C == weight.shape[1] * groups``."""
 
 
+@exported_as("jaxrules.nn.conv")
 def conv(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Array:  # noqa: A002 - torch's name
     w = V.array("conv", "weight", weight)
     dims = w.ndim - 2
@@ -239,16 +241,19 @@ _CONV_DOC = """torch.nn.functional.conv{n}d (see ``conv``): ``weight`` must have
     """.replace("{layer_args}", _CONV_LAYER_ARGS)
 
 
+@exported_as("jaxrules.nn.conv1d")
 @_ranked(_CONV_DOC)
 def conv1d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Array:  # noqa: A002
     return _conv_rank("conv1d", 1, input, weight, bias, stride, padding, dilation, groups)
 
 
+@exported_as("jaxrules.nn.conv2d")
 @_ranked(_CONV_DOC)
 def conv2d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Array:  # noqa: A002
     return _conv_rank("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
 
 
+@exported_as("jaxrules.nn.conv3d")
 @_ranked(_CONV_DOC)
 def conv3d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Array:  # noqa: A002
     return _conv_rank("conv3d", 3, input, weight, bias, stride, padding, dilation, groups)
@@ -315,6 +320,7 @@ _CONV_TRANSPOSE_ARGS = """        bias: ``(weight.shape[1] * groups,)``, added t
         dilation: the kernel's dilation, an int >= 1 or one per spatial axis."""
 
 
+@exported_as("jaxrules.nn.conv_transpose")
 def conv_transpose(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0, groups: int = 1, dilation: int | Sequence[int] = 1) -> Array:  # noqa: A002
     return _conv_transpose("conv_transpose", None, input, weight, bias, stride, padding, output_padding, groups,
                            dilation)
@@ -359,18 +365,21 @@ _CONV_TRANSPOSE_DOC = """torch.nn.functional.conv_transpose{n}d (see ``conv_tran
     """.replace("{layer_args}", _CONV_TRANSPOSE_ARGS)
 
 
+@exported_as("jaxrules.nn.conv_transpose1d")
 @_ranked(_CONV_TRANSPOSE_DOC)
 def conv_transpose1d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0, groups: int = 1, dilation: int | Sequence[int] = 1) -> Array:  # noqa: A002
     return _conv_transpose("conv_transpose1d", 1, input, weight, bias, stride, padding, output_padding, groups,
                            dilation)
 
 
+@exported_as("jaxrules.nn.conv_transpose2d")
 @_ranked(_CONV_TRANSPOSE_DOC)
 def conv_transpose2d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0, groups: int = 1, dilation: int | Sequence[int] = 1) -> Array:  # noqa: A002
     return _conv_transpose("conv_transpose2d", 2, input, weight, bias, stride, padding, output_padding, groups,
                            dilation)
 
 
+@exported_as("jaxrules.nn.conv_transpose3d")
 @_ranked(_CONV_TRANSPOSE_DOC)
 def conv_transpose3d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0, groups: int = 1, dilation: int | Sequence[int] = 1) -> Array:  # noqa: A002
     return _conv_transpose("conv_transpose3d", 3, input, weight, bias, stride, padding, output_padding, groups,
@@ -392,6 +401,7 @@ def _blocks(spatial, kernel, stride, pads, dilation):
                  for n, k, s, (lo, hi), d in zip(spatial, kernel, stride, pads, dilation))
 
 
+@exported_as("jaxrules.nn.unfold")
 def unfold(input: ArrayLike, kernel_size: int | Sequence[int], dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, stride: int | Sequence[int] = 1) -> Array:  # noqa: A002
     x, batched = _pool_input("unfold", input, 2, complex_ok=True)
     kernel, stride, pads, dilation = _block_args("unfold", kernel_size, dilation, padding, stride)
@@ -424,6 +434,7 @@ unfold.__doc__ = """torch.nn.functional.unfold (im2col): the sliding blocks of (
     """
 
 
+@exported_as("jaxrules.nn.fold")
 def fold(input: ArrayLike, output_size: int | Sequence[int], kernel_size: int | Sequence[int], dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, stride: int | Sequence[int] = 1) -> Array:  # noqa: A002
     x = V.array("fold", "input", input)
     if x.ndim not in (2, 3) or 0 in x.shape[x.ndim - 2:]:
@@ -504,6 +515,7 @@ _MAX_POOL_ARGS = """    Args:
     """
 
 
+@exported_as("jaxrules.nn.max_pool")
 def max_pool(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False, return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
     x = _input("max_pool", input)
     dims = x.ndim - 2
@@ -534,18 +546,21 @@ _MAX_POOL_DOC = """torch.nn.functional.max_pool{n}d (see ``max_pool``); the inpu
 """ + _MAX_POOL_ARGS.format(spatial="{n}")
 
 
+@exported_as("jaxrules.nn.max_pool1d")
 @_ranked(_MAX_POOL_DOC)
 def max_pool1d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False, return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
     _input("max_pool1d", input, 1)
     return max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
+@exported_as("jaxrules.nn.max_pool2d")
 @_ranked(_MAX_POOL_DOC)
 def max_pool2d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False, return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
     _input("max_pool2d", input, 2)
     return max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
+@exported_as("jaxrules.nn.max_pool3d")
 @_ranked(_MAX_POOL_DOC)
 def max_pool3d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False, return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
     _input("max_pool3d", input, 3)
@@ -597,6 +612,7 @@ _AVG_POOL_WINDOW_ARGS = """        kernel_size: the window, an int >= 1 (every s
             ``count_include_pad`` says."""
 
 
+@exported_as("jaxrules.nn.avg_pool")
 def avg_pool(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,  # noqa: A002
              divisor_override: int | None = None) -> Array:
     x = _input("avg_pool", input)
@@ -635,6 +651,7 @@ _AVG_POOL_DOC = """torch.nn.functional.avg_pool{n}d, also unbatched {unbatched} 
     """.replace("{window}", _AVG_POOL_WINDOW_ARGS)
 
 
+@exported_as("jaxrules.nn.avg_pool1d")
 @_ranked(_AVG_POOL_DOC)
 def avg_pool1d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,  # noqa: A002
                divisor_override: int | None = None) -> Array:
@@ -642,6 +659,7 @@ def avg_pool1d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int |
                      divisor_override)
 
 
+@exported_as("jaxrules.nn.avg_pool2d")
 @_ranked(_AVG_POOL_DOC)
 def avg_pool2d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,  # noqa: A002
                divisor_override: int | None = None) -> Array:
@@ -649,6 +667,7 @@ def avg_pool2d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int |
                      divisor_override)
 
 
+@exported_as("jaxrules.nn.avg_pool3d")
 @_ranked(_AVG_POOL_DOC)
 def avg_pool3d(input: ArrayLike, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,  # noqa: A002
                divisor_override: int | None = None) -> Array:
@@ -701,16 +720,19 @@ _ADAPTIVE_AVG_POOL_DOC = """torch.nn.functional.adaptive_avg_pool{n}d, also unba
     """
 
 
+@exported_as("jaxrules.nn.adaptive_avg_pool1d")
 @_ranked(_ADAPTIVE_AVG_POOL_DOC)
 def adaptive_avg_pool1d(input: ArrayLike, output_size: int | Sequence[int | None]) -> Array:  # noqa: A002
     return _adaptive_pool("adaptive_avg_pool1d", 1, input, output_size)
 
 
+@exported_as("jaxrules.nn.adaptive_avg_pool2d")
 @_ranked(_ADAPTIVE_AVG_POOL_DOC)
 def adaptive_avg_pool2d(input: ArrayLike, output_size: int | Sequence[int | None]) -> Array:  # noqa: A002
     return _adaptive_pool("adaptive_avg_pool2d", 2, input, output_size)
 
 
+@exported_as("jaxrules.nn.adaptive_avg_pool3d")
 @_ranked(_ADAPTIVE_AVG_POOL_DOC)
 def adaptive_avg_pool3d(input: ArrayLike, output_size: int | Sequence[int | None]) -> Array:  # noqa: A002
     return _adaptive_pool("adaptive_avg_pool3d", 3, input, output_size)
@@ -735,16 +757,19 @@ _ADAPTIVE_MAX_POOL_DOC = """torch.nn.functional.adaptive_max_pool{n}d, also unba
     """
 
 
+@exported_as("jaxrules.nn.adaptive_max_pool1d")
 @_ranked(_ADAPTIVE_MAX_POOL_DOC)
 def adaptive_max_pool1d(input: ArrayLike, output_size: int | Sequence[int | None], return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
     return _adaptive_pool("adaptive_max_pool1d", 1, input, output_size, bool(return_indices))
 
 
+@exported_as("jaxrules.nn.adaptive_max_pool2d")
 @_ranked(_ADAPTIVE_MAX_POOL_DOC)
 def adaptive_max_pool2d(input: ArrayLike, output_size: int | Sequence[int | None], return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
     return _adaptive_pool("adaptive_max_pool2d", 2, input, output_size, bool(return_indices))
 
 
+@exported_as("jaxrules.nn.adaptive_max_pool3d")
 @_ranked(_ADAPTIVE_MAX_POOL_DOC)
 def adaptive_max_pool3d(input: ArrayLike, output_size: int | Sequence[int | None], return_indices: bool = False) -> Array | tuple[Array, Array]:  # noqa: A002
     return _adaptive_pool("adaptive_max_pool3d", 3, input, output_size, bool(return_indices))

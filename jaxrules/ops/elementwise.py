@@ -15,6 +15,7 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
+from jaxrules._namespace import exported_as
 from jaxrules.mechanism import define_op
 
 # ----------------------------------------------------------------------------------------------
@@ -92,6 +93,7 @@ polar_op = define_op("polar", _polar_primal, _polar_jvp, _polar_vjp, _polar_save
 # ----------------------------------------------------------------------------------------------
 # Public functions: jax.numpy / jax.scipy.special signatures
 
+@exported_as("jaxrules.numpy.abs", "jaxrules.numpy.absolute")
 def abs(x: ArrayLike, /) -> Array:  # noqa: A001 - mirrors jax.numpy.abs
     """``|x|`` for real and complex x; derivative ``sgn(x)``, 0 at 0 (seed ``abs_backward``).
     Mirrors ``torch.abs``; also ``jaxrules.numpy.absolute``.
@@ -109,6 +111,7 @@ def abs(x: ArrayLike, /) -> Array:  # noqa: A001 - mirrors jax.numpy.abs
 absolute = abs
 
 
+@exported_as("jaxrules.numpy.sign")
 def sign(x: ArrayLike, /) -> Array:
     """``sign(x)``; complex: ``x/|x|`` (torch.sgn) with the derivative of seed ``sgn_backward``
     (JAX's own derivative of complex sign is wrongly 0). Real: derivative 0. Mirrors
@@ -125,6 +128,7 @@ def sign(x: ArrayLike, /) -> Array:
     return sign_op(x) if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.sign(x)
 
 
+@exported_as("jaxrules.numpy.angle")
 def angle(z: ArrayLike, deg: bool = False) -> Array:
     """Argument of ``z``; derivative ``Im(dz / z)`` (0 at z = 0 and for real z; seed
     ``angle_backward``). Mirrors ``torch.angle``.
@@ -141,6 +145,7 @@ def angle(z: ArrayLike, deg: bool = False) -> Array:
     return rad2deg(out) if deg else out
 
 
+@exported_as("jaxrules.numpy.arctan2", "jaxrules.numpy.atan2")
 def arctan2(x1: ArrayLike, x2: ArrayLike, /) -> Array:
     """``atan2(x1, x2)``; derivative ``(x2, -x1)/(x1^2 + x2^2)``, 0 at (0, 0) (seed
     ``atan2_backward``, which is NaN there). Mirrors ``torch.atan2``; also
@@ -162,6 +167,7 @@ def _is_python_scalar(v) -> bool:
     return isinstance(v, numbers.Number) and not isinstance(v, bool)
 
 
+@exported_as("jaxrules.numpy.power", "jaxrules.numpy.pow")
 def power(x1: ArrayLike, x2: ArrayLike, /) -> Array:
     """``x1 ** x2`` with torch's zero cases (seed ``pow_backward``, ``pow_backward_self``,
     ``pow_backward_exponent``): ``x**0`` has derivative 0 at x = 0 (JAX: NaN) and
@@ -203,6 +209,7 @@ def power(x1: ArrayLike, x2: ArrayLike, /) -> Array:
     return power_op(x1.astype(dtype), x2.astype(dtype))
 
 
+@exported_as("jaxrules.numpy.copysign")
 def copysign(x1: ArrayLike, x2: ArrayLike, /) -> Array:
     """``|x1|`` with the sign of ``x2``; derivative ``result/x1``, 0 at x1 = 0 (seed
     ``copysign_tensor_self_backward``; JAX gives +-1 there), none to ``x2``. Mirrors
@@ -220,6 +227,7 @@ def copysign(x1: ArrayLike, x2: ArrayLike, /) -> Array:
     return copysign_op(x1, x2)
 
 
+@exported_as("jaxrules.numpy.sinc")
 def sinc(x: ArrayLike, /) -> Array:
     """``sin(pi x)/(pi x)``; derivative by its Taylor series near 0 (exact 0 at 0). Mirrors
     ``torch.sinc``.
@@ -233,6 +241,7 @@ def sinc(x: ArrayLike, /) -> Array:
     return sinc_op(V.array("sinc", "x", x))
 
 
+@exported_as("jaxrules.numpy.log1p")
 def log1p(x: ArrayLike, /) -> Array:
     """``log(1 + x)``; derivative ``1/(1 + x)`` (seed ``log1p_backward``). Mirrors
     ``torch.log1p``.
@@ -246,6 +255,7 @@ def log1p(x: ArrayLike, /) -> Array:
     return log1p_op(V.array("log1p", "x", x))
 
 
+@exported_as("jaxrules.numpy.deg2rad", "jaxrules.numpy.radians")
 def deg2rad(x: ArrayLike, /) -> Array:
     """Degrees to radians (seed ``deg2rad_backward``). Mirrors ``torch.deg2rad``; also
     ``jaxrules.numpy.radians``.
@@ -259,6 +269,7 @@ def deg2rad(x: ArrayLike, /) -> Array:
     return deg2rad_op(V.array("deg2rad", "x", x))
 
 
+@exported_as("jaxrules.numpy.rad2deg", "jaxrules.numpy.degrees")
 def rad2deg(x: ArrayLike, /) -> Array:
     """Radians to degrees (seed ``rad2deg_backward``). Mirrors ``torch.rad2deg``; also
     ``jaxrules.numpy.degrees``.
@@ -276,6 +287,7 @@ radians = deg2rad
 degrees = rad2deg
 
 
+@exported_as("jaxrules.numpy.clip")
 def clip(arr: ArrayLike | None = None, /, min: ArrayLike | None = None, max: ArrayLike | None = None) -> Array:  # noqa: A002 - mirrors jax.numpy.clip
     """``minimum(maximum(arr, min), max)`` with torch's derivative: the full gradient to
     ``arr`` on the closed interval (JAX splits it in half at the bounds), to ``min``/``max``
@@ -313,6 +325,7 @@ def clip(arr: ArrayLike | None = None, /, min: ArrayLike | None = None, max: Arr
     return clip_op(x, lo, hi)
 
 
+@exported_as("jaxrules.scipy.special.logit")
 def logit(x: ArrayLike, *, eps: float | None = None) -> Array:
     """``log(x/(1 - x))``; with ``eps`` (torch's argument) x is first clamped to
     ``[eps, 1 - eps]`` and the derivative ``1/(x(1 - x))`` is kept on the closed window (seed
@@ -332,6 +345,7 @@ def logit(x: ArrayLike, *, eps: float | None = None) -> Array:
     return logit_op(V.array("logit", "x", x), eps=None if eps is None else float(eps))
 
 
+@exported_as("jaxrules.scipy.special.i1")
 def i1(x: ArrayLike) -> Array:
     """Modified Bessel function of order 1; derivative ``i0(x) - i1(x)/x`` (1/2 at 0). Mirrors
     ``torch.special.i1``.
@@ -345,6 +359,7 @@ def i1(x: ArrayLike) -> Array:
     return i1_op(V.array("i1", "x", x))
 
 
+@exported_as("jaxrules.scipy.special.i1e")
 def i1e(x: ArrayLike) -> Array:
     """Exponentially scaled ``i1``; derivative ``i0e(x) - i1e(x)(sign(x) + 1/x)`` (1/2 at 0).
     Mirrors ``torch.special.i1e``.
@@ -358,6 +373,7 @@ def i1e(x: ArrayLike) -> Array:
     return i1e_op(V.array("i1e", "x", x))
 
 
+@exported_as("jaxrules.scipy.special.multigammaln")
 def multigammaln(a: ArrayLike, d: int) -> Array:
     """Log of the multivariate gamma function of dimension ``d``; derivative
     ``sum_{i<d} digamma(a - i/2)`` (seed ``mvlgamma_backward``). Mirrors
@@ -376,6 +392,7 @@ def multigammaln(a: ArrayLike, d: int) -> Array:
     return multigammaln_op(V.array("multigammaln", "a", a), d=int(d))
 
 
+@exported_as("jaxrules.scipy.special.xlogy")
 def xlogy(x: ArrayLike, y: ArrayLike) -> Array:
     """``x log(y)``, 0 where x = 0; derivatives ``log y`` (also at x = 0, as torch and JAX; 0
     where x = 0 and y <= 0, torch's mask) and ``x/y`` (0 where x = 0: torch's is NaN at x = y =
@@ -393,6 +410,7 @@ def xlogy(x: ArrayLike, y: ArrayLike) -> Array:
     return xlogy_op(x, y)
 
 
+@exported_as("jaxrules.numpy.polar")
 def polar(abs: ArrayLike, angle: ArrayLike) -> Array:  # noqa: A002 - torch's argument name
     """``abs * (cos(angle) + i sin(angle))`` (seed ``polar_backward``). Mirrors ``torch.polar``
     (jax.numpy has no ``polar``); derivative ``e^{i angle} (d abs + i abs d angle)``, also at

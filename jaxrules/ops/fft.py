@@ -17,6 +17,7 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
+from jaxrules._namespace import exported_as
 from jaxrules.mechanism import define_op
 
 # ----------------------------------------------------------------------------------------------
@@ -154,5 +155,11 @@ def _n_axes(kind):
     return transform
 
 
-fft, ifft, rfft, irfft = (_one_axis(k) for k in _KINDS)
-fftn, ifftn, rfftn, irfftn = (_n_axes(k) for k in _KINDS)
+fft = exported_as("jaxrules.numpy.fft.fft")(_one_axis("fft"))
+ifft = exported_as("jaxrules.numpy.fft.ifft")(_one_axis("ifft"))
+rfft = exported_as("jaxrules.numpy.fft.rfft")(_one_axis("rfft"))
+irfft = exported_as("jaxrules.numpy.fft.irfft")(_one_axis("irfft"))
+fftn = exported_as("jaxrules.numpy.fft.fftn")(_n_axes("fft"))
+ifftn = exported_as("jaxrules.numpy.fft.ifftn")(_n_axes("ifft"))
+rfftn = exported_as("jaxrules.numpy.fft.rfftn")(_n_axes("rfft"))
+irfftn = exported_as("jaxrules.numpy.fft.irfftn")(_n_axes("irfft"))

@@ -15,6 +15,7 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
+from jaxrules._namespace import exported_as
 from jaxrules.mechanism import concrete_value, define_op, explicit_sharding
 
 # ----------------------------------------------------------------------------------------------
@@ -199,6 +200,7 @@ def _check_rows(op, name, indices, weight):
                          f"{indices.shape}) is in range")
 
 
+@exported_as("jaxrules.nn.embedding")
 def embedding(indices: ArrayLike, weight: ArrayLike, padding_idx: int | None = None,
               scale_grad_by_freq: bool = False) -> Array:
     """The lookup ``weight[indices]``, with seed ``embedding_backward`` /
@@ -275,6 +277,7 @@ def _bag_structure(indices, offsets, include_last_offset, n):
     return bags, num_bags
 
 
+@exported_as("jaxrules.nn.embedding_bag")
 def embedding_bag(input: ArrayLike, weight: ArrayLike, offsets: ArrayLike | None = None, max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False, per_sample_weights: ArrayLike | None = None, include_last_offset: bool = False, padding_idx: int | None = None) -> Array:  # noqa: A002 - torch's name
     """Sums, means or maxima of bags of embedding rows, torch.nn.functional's semantics.
 
@@ -365,6 +368,7 @@ def embedding_bag(input: ArrayLike, weight: ArrayLike, offsets: ArrayLike | None
 # ----------------------------------------------------------------------------------------------
 # Public functions: scatter_reduce
 
+@exported_as("jaxrules.numpy.scatter_reduce")
 def scatter_reduce(x: ArrayLike, axis: int, index: ArrayLike, src: ArrayLike, reduce: str,
                    include_self: bool = True) -> Array:
     """``out[..., index[p], ...] = reduce(x[...], src[p] for every p scattered there)`` along
@@ -431,6 +435,7 @@ def _index_in_range(op, name, index, size):
 _INDEX_REDUCES = ("prod", "mean", "amax", "amin")
 
 
+@exported_as("jaxrules.numpy.index_reduce")
 def index_reduce(x: ArrayLike, axis: int, index: ArrayLike, source: ArrayLike, reduce: str,
                  include_self: bool = True) -> Array:
     """Slice ``k`` of ``source`` along ``axis`` is reduced into slice ``index[k]`` of ``x``. It

@@ -24,6 +24,7 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
+from jaxrules._namespace import exported_as
 from jaxrules.batching import leading_batch_rule
 from jaxrules.mechanism import concrete_value, define_op, explicit_sharding, unsharded_along
 from jaxrules.partials.linalg import expm as scaling_and_squaring_expm
@@ -403,6 +404,7 @@ def matmul(a, b, precision=None):
     return out
 
 
+@exported_as("jaxrules.nn.linear")
 def linear(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None) -> Array:  # noqa: A002 - torch's argument name
     """``input @ weight^T + bias`` with ``weight`` of shape (out, in) as torch (not flax's
     (in, out)); VJP ``g_input = g W``, ``g_W = g^T input``, ``g_bias = sum g`` (summed over the
@@ -436,6 +438,7 @@ def linear(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None) -
 # ----------------------------------------------------------------------------------------------
 # Public functions: Inverse, determinants
 
+@exported_as("jaxrules.numpy.linalg.inv", "jaxrules.linalg.inv")
 def inv(a: ArrayLike) -> Array:
     """The inverse ``X = A^{-1}``; JVP ``dX = -X dA X``, VJP ``gA = -X^T g X^T`` (``^H`` for
     complex, torch's convention). Mirrors ``jax.numpy.linalg.inv`` (``torch.linalg.inv``).
@@ -452,6 +455,7 @@ def inv(a: ArrayLike) -> Array:
     return inv_op(_matrix("inv", "a", a, square=True))
 
 
+@exported_as("jaxrules.numpy.linalg.matrix_power", "jaxrules.linalg.matrix_power")
 def matrix_power(a: ArrayLike, n: int) -> Array:
     """``A^n`` for an integer ``n``: binary exponentiation by ``matmul`` (about ``2 log2 n``
     products, in torch's order), ``(A^{-1})^{|n|}`` by ``inv`` for negative ``n``, the identity for
@@ -495,6 +499,7 @@ def matrix_power(a: ArrayLike, n: int) -> Array:
         base = matmul_op(base, base)
 
 
+@exported_as("jaxrules.linalg.adjugate")
 def adjugate(a: ArrayLike) -> Array:
     """The adjugate ``adj(A)`` (``det(A) A^{-1}`` when A is invertible), defined and
     differentiable at every rank: derivatives through the SVD ``A = U S V^H`` with the singular
@@ -513,6 +518,7 @@ def adjugate(a: ArrayLike) -> Array:
     return adjugate_op(_matrix("adjugate", "a", a, square=True))
 
 
+@exported_as("jaxrules.numpy.linalg.det", "jaxrules.linalg.det")
 def det(a: ArrayLike) -> Array:
     """The determinant; JVP ``d det = tr(adj(A) dA)``, VJP ``gA = g adj(A)^T`` (seed
     ``linalg_det_jvp`` / ``linalg_det_backward``). Mirrors ``jax.numpy.linalg.det``
@@ -538,6 +544,7 @@ def det(a: ArrayLike) -> Array:
     return det_op(_matrix("det", "a", a, square=True))
 
 
+@exported_as("jaxrules.linalg.slogdet")
 def slogdet(a: ArrayLike) -> tuple[Array, Array]:
     """``(sign, log|det A|)``; JVP ``d logabsdet = Re tr(A^{-1} dA)``, ``d sign = i Im
     tr(A^{-1} dA) sign`` (complex), VJP ``gA = g_logabsdet A^{-T}`` plus the complex sign term
@@ -580,6 +587,7 @@ def _solve(op, a, b, left):
     return _solve_with(op, lambda a, b: solve_op(a, b, left=left), a, b, left)
 
 
+@exported_as("jaxrules.numpy.linalg.solve")
 def solve(a: ArrayLike, b: ArrayLike) -> Array:
     """Solves ``A X = B``; JVP ``dX = A^{-1} (dB - dA X)``, VJP ``gB = A^{-T} g``,
     ``gA = -gB X^T`` (seed ``linalg_solve_jvp`` / ``linalg_solve_backward``, reusing the LU
@@ -599,6 +607,7 @@ def solve(a: ArrayLike, b: ArrayLike) -> Array:
     return _solve("solve", a, b, True)
 
 
+@exported_as("jaxrules.linalg.solve")
 def torch_solve(A: ArrayLike, B: ArrayLike, *, left: bool = True) -> Array:  # noqa: N803 - torch's argument names
     """Solves ``A X = B`` (``left``) or ``X A = B``, with ``solve``'s derivatives
     (``dX = A^{-1} (dB - dA X)`` on the left). Mirrors ``torch.linalg.solve``: ``B`` is a batch
@@ -628,6 +637,7 @@ def _solve_triangular(op, a, b, *, lower, unit, trans, left):
     return _solve_with(op, lambda a, b: solve_triangular_op(a, b, **flags), a, b, left)
 
 
+@exported_as("jaxrules.scipy.linalg.solve_triangular")
 def solve_triangular(a: ArrayLike, b: ArrayLike, trans: int | str = 0, lower: bool = False, unit_diagonal: bool = False, overwrite_b: bool = False, debug: None = None, check_finite: bool = True) -> Array:
     """Solves ``op(A) X = B`` reading one triangle of A; JVP ``dX = op(A)^{-1} (dB - op(dA) X)``
     on that triangle, VJP ``gB = op(A)^{-T} g``, ``gA`` the triangle of ``-gB X^T`` (strictly
@@ -654,6 +664,7 @@ def solve_triangular(a: ArrayLike, b: ArrayLike, trans: int | str = 0, lower: bo
     return _solve_triangular("solve_triangular", a, b, lower=lower, unit=unit_diagonal, trans=trans, left=True)
 
 
+@exported_as("jaxrules.linalg.solve_triangular")
 def torch_solve_triangular(A: ArrayLike, B: ArrayLike, *, upper: bool, left: bool = True, unitriangular: bool = False) -> Array:  # noqa: N803
     """Solves ``A X = B`` (``left``) or ``X A = B`` reading one triangle of A, with
     ``solve_triangular``'s derivatives (``dX = A^{-1} (dB - dA X)``, the gradient of A in the
@@ -678,6 +689,7 @@ def torch_solve_triangular(A: ArrayLike, B: ArrayLike, *, upper: bool, left: boo
 # ----------------------------------------------------------------------------------------------
 # Public functions: Cholesky
 
+@exported_as("jaxrules.numpy.linalg.cholesky", "jaxrules.linalg.cholesky")
 def cholesky(a: ArrayLike, *, upper: bool = False, symmetrize_input: bool = True) -> Array:
     """The Cholesky factor L of ``(A + A^H)/2 = L L^H`` (jax.numpy's convention; the tangent is
     symmetrized too, where torch's ``cholesky_jvp`` assumes a Hermitian tangent); JVP
@@ -710,6 +722,7 @@ def cholesky(a: ArrayLike, *, upper: bool = False, symmetrize_input: bool = True
     return P.mH(factor) if upper else factor
 
 
+@exported_as("jaxrules.scipy.linalg.cho_solve")
 def cho_solve(c_and_lower: tuple[ArrayLike, bool], b: ArrayLike, overwrite_b: bool = False, check_finite: bool = True) -> Array:
     """Solves ``(L L^H) X = B`` from one triangle of the Cholesky factor; JVP
     ``dX = A^{-1} (dB - dA X)`` with ``A = L L^H``, ``dA = dL L^H + L dL^H``; VJP
@@ -749,6 +762,7 @@ def cho_solve(c_and_lower: tuple[ArrayLike, bool], b: ArrayLike, overwrite_b: bo
     return x[..., 0] if vector else x
 
 
+@exported_as("jaxrules.linalg.cholesky_solve")
 def torch_cholesky_solve(B: ArrayLike, L: ArrayLike, upper: bool = False) -> Array:  # noqa: N803 - torch's argument names
     """Solves ``(L L^H) X = B`` (or ``(U^H U) X = B``) from a Cholesky factor, with
     ``cho_solve``'s derivatives (torch's dense factor gradient ``-(C + C^H) L``,
@@ -768,6 +782,7 @@ def torch_cholesky_solve(B: ArrayLike, L: ArrayLike, upper: bool = False) -> Arr
     return cho_solve((L, not upper), B)
 
 
+@exported_as("jaxrules.linalg.cholesky_inverse")
 def cholesky_inverse(L: ArrayLike, upper: bool = False) -> Array:  # noqa: N803 - torch's argument name
     """``X = (L L^H)^{-1}`` (or ``(U^H U)^{-1}``) from a Cholesky factor, with seed
     ``cholesky_inverse_backward`` (``gL = -X (g + g^H) X L``, dense, as torch) and a corrected
@@ -805,6 +820,7 @@ def _hermitian_input(op, a, UPLO, symmetrize_input):
     return _matrix(op, "a", a, square=True)
 
 
+@exported_as("jaxrules.numpy.linalg.eigh", "jaxrules.linalg.eigh")
 def eigh(a: ArrayLike, UPLO: str | None = None, symmetrize_input: bool = True) -> EighResult:  # noqa: N803 - jax.numpy's argument name
     """The eigendecomposition ``A = V diag(w) V^H`` of ``(A + A^H)/2``; JVP ``dP = V^H dA V``,
     ``dw = Re diag(dP)``, ``dV = V (F o dP)`` with ``F_ij = 1/(w_j - w_i)`` (seed
@@ -840,6 +856,7 @@ def eigh(a: ArrayLike, UPLO: str | None = None, symmetrize_input: bool = True) -
     return EighResult(*eigh_op(_hermitian_input("eigh", a, UPLO, symmetrize_input)))
 
 
+@exported_as("jaxrules.numpy.linalg.eigvalsh", "jaxrules.linalg.eigvalsh")
 def eigvalsh(a: ArrayLike, UPLO: str | None = "L", *, symmetrize_input: bool = True) -> Array:  # noqa: N803 - jax.numpy's signature
     """The eigenvalues of the Hermitian ``(A + A^H)/2``; JVP ``dw = Re diag(V^H dA V)``, VJP
     ``gA = V diag(gw) V^H`` (finite at repeated eigenvalues). Mirrors
@@ -861,6 +878,7 @@ def eigvalsh(a: ArrayLike, UPLO: str | None = "L", *, symmetrize_input: bool = T
     return eigvalsh_op(_hermitian_input("eigvalsh", a, UPLO, symmetrize_input))
 
 
+@exported_as("jaxrules.numpy.linalg.svd", "jaxrules.linalg.svd")
 def svd(a: ArrayLike, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False, subset_by_index: None = None) -> SVDResult | Array:
     """The SVD ``A = U diag(S) Vh``; JVP ``dP = U^H dA V``, ``dS = Re diag(dP)``, ``dU``, ``dV``
     through ``F_ij = 1/(S_j^2 - S_i^2)`` (seed ``linalg_svd_jvp`` / ``svd_backward``),
@@ -903,6 +921,7 @@ def svd(a: ArrayLike, full_matrices: bool = True, compute_uv: bool = True, hermi
     return SVDResult(*svd_op(a, full_matrices=bool(full_matrices)))
 
 
+@exported_as("jaxrules.numpy.linalg.svdvals", "jaxrules.linalg.svdvals")
 def svdvals(x: ArrayLike, /) -> Array:
     """The singular values; JVP ``dS = Re diag(U^H dA V)``, VJP ``gA = U diag(gS) V^H``.
     Mirrors ``jax.numpy.linalg.svdvals`` (``torch.linalg.svdvals``).
@@ -919,6 +938,7 @@ def svdvals(x: ArrayLike, /) -> Array:
     return svdvals_op(_matrix("svdvals", "x", x))
 
 
+@exported_as("jaxrules.numpy.linalg.qr", "jaxrules.linalg.qr")
 def qr(a: ArrayLike, mode: str = "reduced") -> QRResult | Array:
     """The QR decomposition ``A = Q R``; JVP (m >= n) ``dR' = syminv(sym(Q^H dA R^{-1}))``,
     ``dQ = dA R^{-1} - Q dR'``, ``dR = dR' R`` (seed ``linalg_qr_jvp`` /
@@ -944,6 +964,7 @@ def qr(a: ArrayLike, mode: str = "reduced") -> QRResult | Array:
     return r if mode == "r" else QRResult(q, r)
 
 
+@exported_as("jaxrules.numpy.linalg.eig", "jaxrules.linalg.eig")
 def eig(a: ArrayLike) -> EigResult:
     """The eigendecomposition ``A V = V diag(w)`` of a general matrix, differentiable (JAX
     raises); JVP ``dP = V^{-1} dA V``, ``dw = diag(dP)``, ``dV = V (F o dP)`` renormalized
@@ -973,6 +994,7 @@ def eig(a: ArrayLike) -> EigResult:
     return EigResult(*eig_op(_matrix("eig", "a", a, square=True)))
 
 
+@exported_as("jaxrules.numpy.linalg.eigvals", "jaxrules.linalg.eigvals")
 def eigvals(a: ArrayLike) -> Array:
     """The eigenvalues of a general matrix; JVP ``dw = diag(V^{-1} dA V)``, VJP
     ``gA = V^{-H} diag(gw) V^H``. Mirrors ``jax.numpy.linalg.eigvals``
@@ -1014,6 +1036,7 @@ def _rtol(op, value, a, name="rtol/rcond"):
     return tol.astype(real)
 
 
+@exported_as("jaxrules.numpy.linalg.pinv", "jaxrules.linalg.pinv")
 def pinv(a: ArrayLike, rtol: ArrayLike | None = None, hermitian: bool = False, *, rcond: ArrayLike | None = None) -> Array:
     """The Moore-Penrose pseudo-inverse ``A^+``; JVP ``dA^+ = -A^+ dA A^+ + A^+ A^{+H} dA^H
     (I - A A^+) + (I - A^+ A) dA^H A^{+H} A^+`` (Golub-Pereyra; seed ``pinv_jvp`` /
@@ -1043,6 +1066,7 @@ def pinv(a: ArrayLike, rtol: ArrayLike | None = None, hermitian: bool = False, *
     return pinv_op(a, _rtol("pinv", rtol if rcond is None else rcond, a))
 
 
+@exported_as("jaxrules.numpy.linalg.lstsq", "jaxrules.linalg.lstsq")
 def lstsq(a: ArrayLike, b: ArrayLike, rcond: ArrayLike | None = None, *, numpy_resid: bool = False) -> tuple[Array, Array, Array, Array]:
     """The least-squares solution ``x = A^+ B`` (the minimum-norm one when A is
     rank-deficient); JVP ``dx = d(A^+) B + A^+ dB`` (seed ``linalg_lstsq_jvp`` /
@@ -1096,6 +1120,7 @@ def lstsq(a: ArrayLike, b: ArrayLike, rcond: ArrayLike | None = None, *, numpy_r
 # ----------------------------------------------------------------------------------------------
 # Public functions: LU
 
+@exported_as("jaxrules.scipy.linalg.lu")
 def lu(a: ArrayLike, permute_l: bool = False, overwrite_a: bool = False, check_finite: bool = True) -> tuple[Array, Array, Array] | tuple[Array, Array]:
     """The LU decomposition ``A = P L U`` with partial pivoting, square, wide and tall; JVP
     ``P^T dA = dL U + L dU`` solved for the triangles (seed ``linalg_lu_jvp``, whose
@@ -1120,6 +1145,7 @@ def lu(a: ArrayLike, permute_l: bool = False, overwrite_a: bool = False, check_f
     return (p @ lower, upper) if permute_l else (p, lower, upper)
 
 
+@exported_as("jaxrules.linalg.lu_factor", "jaxrules.scipy.linalg.lu_factor")
 def lu_factor(a: ArrayLike, overwrite_a: bool = False, check_finite: bool = True) -> tuple[Array, Array]:
     """The packed LU factorization ``A = P L U``: ``lu = tril(L, -1) + U`` and the pivots;
     JVP the packed ``tril(dL, -1) + triu(dU)`` (seed ``lu_factor_ex_jvp`` /
@@ -1142,6 +1168,7 @@ def lu_factor(a: ArrayLike, overwrite_a: bool = False, check_finite: bool = True
     return lu_factor_op(_matrix("lu_factor", "a", a))
 
 
+@exported_as("jaxrules.scipy.linalg.lu_solve")
 def lu_solve(lu_and_piv: tuple[ArrayLike, ArrayLike], b: ArrayLike, trans: int = 0, overwrite_b: bool = False, check_finite: bool = True) -> Array:
     """Solves ``op(A) X = B`` from ``lu_factor(A)``; JVP ``dX = op(A)^{-1} (dB - op(dA) X)``
     with ``dA = P (dL U + L dU)``, differentiable in the packed factors (seed
@@ -1185,6 +1212,7 @@ def lu_solve(lu_and_piv: tuple[ArrayLike, ArrayLike], b: ArrayLike, trans: int =
     return x[..., 0] if vector else x
 
 
+@exported_as("jaxrules.linalg.lu_unpack")
 def lu_unpack(LU: ArrayLike, pivots: ArrayLike) -> tuple[Array, Array, Array]:  # noqa: N803 - torch's argument name
     """Unpacks ``lu_factor``'s output into ``(P, L, U)`` with ``A = P L U``; linear in LU: JVP
     ``(0, tril(dLU, -1), triu(dLU))``, VJP the packed sum (seed ``lu_unpack_backward``).
@@ -1215,6 +1243,7 @@ def lu_unpack(LU: ArrayLike, pivots: ArrayLike) -> tuple[Array, Array, Array]:  
 # ----------------------------------------------------------------------------------------------
 # Public functions: Matrix exponential, Householder products
 
+@exported_as("jaxrules.scipy.linalg.expm")
 def expm(A: ArrayLike, *, upper_triangular: bool = False, max_squarings: int = 16) -> Array:  # noqa: N803 - jax.scipy's argument name
     """The matrix exponential ``exp(A)``; JVP ``expm([[A, dA], [0, A]])_12``, VJP
     ``expm([[A^T, g], [0, A^T]])_12`` (seed ``linalg_matrix_exp_differential`` /
@@ -1236,6 +1265,7 @@ def expm(A: ArrayLike, *, upper_triangular: bool = False, max_squarings: int = 1
     return expm_op(_matrix("expm", "A", A, square=True))
 
 
+@exported_as("jaxrules.linalg.matrix_exp")
 def matrix_exp(A: ArrayLike) -> Array:  # noqa: N803 - torch's argument name
     """The matrix exponential ``exp(A)`` (``expm``: JVP ``expm([[A, dA], [0, A]])_12``).
     Mirrors ``torch.linalg.matrix_exp``.
@@ -1262,6 +1292,7 @@ def _reflectors(op, a, tau):
     return a, tau
 
 
+@exported_as("jaxrules.linalg.householder_product")
 def householder_product(input: ArrayLike, tau: ArrayLike) -> Array:  # noqa: A002 - torch's argument name
     """The first n columns of ``prod_{i=1..k} H_i``, ``H_i = I - tau_i v_i v_i^H`` (LAPACK orgqr);
     differentiable (JAX has no rule) by the product rule along the reflectors,
@@ -1284,6 +1315,7 @@ def householder_product(input: ArrayLike, tau: ArrayLike) -> Array:  # noqa: A00
     return householder_product_op(*_reflectors("householder_product", input, tau))
 
 
+@exported_as("jaxrules.linalg.ormqr")
 def ormqr(input: ArrayLike, tau: ArrayLike, other: ArrayLike, left: bool = True, transpose: bool = False) -> Array:  # noqa: A002 - torch's argument names
     """``op(Q) C`` (``left``) or ``C op(Q)``, Q the full product ``prod_{i=1..k} H_i`` of the
     reflectors, ``op`` the conjugate transpose when ``transpose``; differentiable in all three

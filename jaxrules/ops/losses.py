@@ -17,6 +17,7 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
+from jaxrules._namespace import exported_as
 from jaxrules.checking import runtime_check
 from jaxrules.mechanism import define_op
 from jaxrules.ops import reductions
@@ -174,6 +175,7 @@ def _weighted(op, loss, weight):
     return P.with_rank(loss, rank) * P.with_rank(w, rank)
 
 
+@exported_as("jaxrules.nn.binary_cross_entropy")
 def binary_cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = None, reduction: str = "mean") -> Array:
     """Binary cross entropy on probabilities, ``-(y log x + (1 - y) log(1 - x))``, the logs clamped
     at -100; mirrors ``torch.nn.functional.binary_cross_entropy``.
@@ -201,6 +203,7 @@ def binary_cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike 
     return _reduce("binary_cross_entropy", _weighted("binary_cross_entropy", _bce(x, y), weight), reduction)
 
 
+@exported_as("jaxrules.nn.binary_cross_entropy_with_logits")
 def binary_cross_entropy_with_logits(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = None, pos_weight: ArrayLike | None = None, reduction: str = "mean") -> Array:
     """Binary cross entropy on logits, ``-(p y logsigmoid(x) + (1 - y) logsigmoid(-x))``; mirrors
     ``torch.nn.functional.binary_cross_entropy_with_logits``.
@@ -235,6 +238,7 @@ def binary_cross_entropy_with_logits(input: ArrayLike, target: ArrayLike, weight
     return _reduce(op, _weighted(op, _bce_logits(x, y, pw), weight), reduction)
 
 
+@exported_as("jaxrules.nn.mse_loss")
 def mse_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean") -> Array:
     """Mean squared error, ``(x - y)^2``; mirrors ``torch.nn.functional.mse_loss``.
 
@@ -259,6 +263,7 @@ def mse_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean") -> Ar
     return _reduce("mse_loss", _mse(x, y), reduction)
 
 
+@exported_as("jaxrules.nn.l1_loss")
 def l1_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean") -> Array:
     """Absolute error, ``|x - y|``; mirrors ``torch.nn.functional.l1_loss``.
 
@@ -285,6 +290,7 @@ def l1_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean") -> Arr
     return _reduce("l1_loss", abs_op(x - y) if jnp.iscomplexobj(x) else _l1(x, y), reduction)
 
 
+@exported_as("jaxrules.nn.kl_div")
 def kl_div(input: ArrayLike, target: ArrayLike, reduction: str = "mean", log_target: bool = False) -> Array:
     """Kullback-Leibler divergence, ``t (log t - x)`` with ``input`` log-probabilities ``x``; mirrors
     ``torch.nn.functional.kl_div``.
@@ -323,6 +329,7 @@ def _margin(op, margin, like=None, **checks):
     return V.hyperparameter(op, "margin", margin, like, **checks)
 
 
+@exported_as("jaxrules.nn.margin_ranking_loss")
 def margin_ranking_loss(input1: ArrayLike, input2: ArrayLike, target: ArrayLike, margin: float | ArrayLike = 0.0, reduction: str = "mean") -> Array:
     """Margin ranking loss, ``max(0, -y (x1 - x2) + margin)``; mirrors
     ``torch.nn.functional.margin_ranking_loss``.
@@ -348,6 +355,7 @@ def margin_ranking_loss(input1: ArrayLike, input2: ArrayLike, target: ArrayLike,
     return _reduce("margin_ranking_loss", _margin_ranking(x1, x2, y.astype(x1.dtype), margin), reduction)
 
 
+@exported_as("jaxrules.nn.hinge_embedding_loss")
 def hinge_embedding_loss(input: ArrayLike, target: ArrayLike, margin: float | ArrayLike = 1.0, reduction: str = "mean") -> Array:
     """Hinge embedding loss, ``x`` where y = 1, ``max(0, margin - x)`` where y = -1; mirrors
     ``torch.nn.functional.hinge_embedding_loss``.
@@ -371,6 +379,7 @@ def hinge_embedding_loss(input: ArrayLike, target: ArrayLike, margin: float | Ar
     return _reduce("hinge_embedding_loss", _hinge_embedding(x, y.astype(x.dtype), margin), reduction)
 
 
+@exported_as("jaxrules.nn.huber_loss")
 def huber_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean", delta: float | ArrayLike = 1.0) -> Array:
     """Huber loss, ``d^2 / 2`` for ``|d| < delta``, else ``delta (|d| - delta / 2)``, ``d = x - y``;
     mirrors ``torch.nn.functional.huber_loss``.
@@ -398,6 +407,7 @@ def huber_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean", del
     return _reduce("huber_loss", _huber(x, y, delta), reduction)
 
 
+@exported_as("jaxrules.nn.smooth_l1_loss")
 def smooth_l1_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean", beta: float | ArrayLike = 1.0) -> Array:
     """Smooth L1 loss, ``d^2 / (2 beta)`` for ``|d| < beta``, else ``|d| - beta / 2``, ``d = x - y``;
     mirrors ``torch.nn.functional.smooth_l1_loss``.
@@ -425,6 +435,7 @@ def smooth_l1_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean",
     return _reduce("smooth_l1_loss", _smooth_l1(x, y, beta), reduction)
 
 
+@exported_as("jaxrules.nn.soft_margin_loss")
 def soft_margin_loss(input: ArrayLike, target: ArrayLike, reduction: str = "mean") -> Array:
     """Soft margin loss, ``log(1 + exp(-y x))``; mirrors ``torch.nn.functional.soft_margin_loss``.
 
@@ -455,6 +466,7 @@ def _real_number(op, name, value):
     return float(value)
 
 
+@exported_as("jaxrules.nn.gaussian_nll_loss")
 def gaussian_nll_loss(input: ArrayLike, target: ArrayLike, var: ArrayLike | float, full: bool = False, eps: float | ArrayLike = 1e-6, reduction: str = "mean") -> Array:
     """Gaussian negative log-likelihood, ``(log v + (x - y)^2 / v) / 2``, ``v = max(var, eps)``;
     mirrors ``torch.nn.functional.gaussian_nll_loss``.
@@ -506,6 +518,7 @@ def gaussian_nll_loss(input: ArrayLike, target: ArrayLike, var: ArrayLike | floa
     return _reduce(op, loss, reduction)
 
 
+@exported_as("jaxrules.nn.poisson_nll_loss")
 def poisson_nll_loss(input: ArrayLike, target: ArrayLike, log_input: bool = True, full: bool = False, eps: float | ArrayLike = 1e-8, reduction: str = "mean") -> Array:
     """Poisson negative log-likelihood, ``exp(x) - t x``; mirrors ``torch.nn.functional.poisson_nll_loss``.
 
@@ -532,6 +545,7 @@ def poisson_nll_loss(input: ArrayLike, target: ArrayLike, log_input: bool = True
     return _reduce(op, loss, reduction)
 
 
+@exported_as("jaxrules.nn.multilabel_soft_margin_loss")
 def multilabel_soft_margin_loss(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = None, reduction: str = "mean") -> Array:
     """Multi-label soft margin loss, ``-(y logsigmoid(x) + (1 - y) logsigmoid(-x))`` times ``weight``
     averaged over the last (class) axis; mirrors ``torch.nn.functional.multilabel_soft_margin_loss``.
@@ -561,6 +575,7 @@ def multilabel_soft_margin_loss(input: ArrayLike, target: ArrayLike, weight: Arr
 _COS_EPS = float(np.float32(1e-12))  # torch's Loss.cpp EPSILON, a float
 
 
+@exported_as("jaxrules.nn.cosine_embedding_loss")
 def cosine_embedding_loss(input1: ArrayLike, input2: ArrayLike, target: ArrayLike, margin: float | ArrayLike = 0.0, reduction: str = "mean") -> Array:
     """Cosine embedding loss, ``1 - cos`` where y = 1, ``max(0, cos - margin)`` where y = -1; mirrors
     ``torch.nn.functional.cosine_embedding_loss``.
@@ -604,6 +619,7 @@ def cosine_embedding_loss(input1: ArrayLike, input2: ArrayLike, target: ArrayLik
     return _reduce(op, out.astype(dtype), reduction)
 
 
+@exported_as("jaxrules.nn.triplet_margin_loss")
 def triplet_margin_loss(anchor: ArrayLike, positive: ArrayLike, negative: ArrayLike, margin: float | ArrayLike = 1.0, p: float = 2.0, eps: float = 1e-6, swap: bool = False, reduction: str = "mean") -> Array:
     """Triplet margin loss, ``max(0, margin + d(a, p) - d(a, n))``, ``d = pairwise_distance(., ., p,
     eps)``; mirrors ``torch.nn.functional.triplet_margin_loss``.
@@ -704,6 +720,7 @@ def _check_target_range(op, x, t, ignore_index):
     V.index_range(op, "target", t, x.shape[0 if x.ndim == 1 else 1], allowed=ignore_index)
 
 
+@exported_as("jaxrules.nn.nll_loss")
 def nll_loss(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = None, ignore_index: int = -100, reduction: str = "mean") -> Array:
     """Negative log-likelihood, ``-weight[t] input[t]`` for class indices ``t``; mirrors
     ``torch.nn.functional.nll_loss``.
@@ -738,6 +755,7 @@ def nll_loss(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = Non
     return _nll(x, t, w, ignore_index, reduction)
 
 
+@exported_as("jaxrules.nn.cross_entropy")
 def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = None, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float | ArrayLike = 0.0) -> Array:
     """Cross entropy, ``nll_loss(log_softmax(input))``; mirrors ``torch.nn.functional.cross_entropy``.
 
@@ -832,6 +850,7 @@ def _class_vector(op, name, value, vocab):
     return v
 
 
+@exported_as("jaxrules.nn.linear_cross_entropy")
 def linear_cross_entropy(input: ArrayLike, weight: ArrayLike, target: ArrayLike, bias: ArrayLike | None = None, *, class_weight: ArrayLike | None = None, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = "mean", z_loss: float = 0.0, chunk_size: int | None = None) -> Array:
     """A fused language-model head: ``cross_entropy(linear(input, weight, bias), target)`` that
     never holds the logits (tokens x vocabulary) whole; mirrors

@@ -34,6 +34,7 @@ from jaxrules import dispatch, partitioning
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
+from jaxrules._namespace import exported_as
 from jaxrules.batching import affine_norm_batch_rule
 from jaxrules.mechanism import concrete_value, define_op, differentiated_as
 
@@ -298,6 +299,7 @@ def _trailing_shape(op: str, x: Array, normalized_shape) -> tuple[int, ...]:
     return shape
 
 
+@exported_as("jaxrules.nn.layer_norm")
 def layer_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayLike | None = None,
                bias: ArrayLike | None = None, eps: float | ArrayLike = 1e-5, *, impl: str | None = None) -> Array:
     """Layer normalization ``y = (x - E[x]) rsqrt(Var[x] + eps) * weight + bias`` over the
@@ -352,6 +354,7 @@ def layer_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: Arra
     return y.reshape(x.shape)
 
 
+@exported_as("jaxrules.nn.group_norm")
 def group_norm(x: ArrayLike, num_groups: int, weight: ArrayLike | None = None, bias: ArrayLike | None = None,
                eps: float | ArrayLike = 1e-5, *, impl: str | None = None) -> Array:
     """Group normalization: ``x`` of shape ``(N, C, *)`` viewed as ``(N, G, C/G * prod(*))``, each
@@ -415,6 +418,7 @@ def _grouped_channels(name, v, channels, groups):
     return partitioning.replicated(v).reshape(groups, -1)
 
 
+@exported_as("jaxrules.nn.batch_norm")
 def batch_norm(
     x: ArrayLike, running_mean: ArrayLike | None, running_var: ArrayLike | None, weight: ArrayLike | None = None,
     bias: ArrayLike | None = None, *, training: bool = False, momentum: float = 0.1, eps: float | ArrayLike = 1e-5,
@@ -524,6 +528,7 @@ def _check_momentum(op, momentum):
     return V.hyperparameter(op, "momentum", momentum)
 
 
+@exported_as("jaxrules.nn.instance_norm")
 def instance_norm(x: ArrayLike, running_mean: ArrayLike | None = None, running_var: ArrayLike | None = None,
                   weight: ArrayLike | None = None, bias: ArrayLike | None = None, use_input_stats: bool = True,
                   momentum: float = 0.1, eps: float | ArrayLike = 1e-5) -> tuple[Array, Array | None, Array | None]:
@@ -605,6 +610,7 @@ def instance_norm(x: ArrayLike, running_mean: ArrayLike | None = None, running_v
     return y, new_mean, new_var
 
 
+@exported_as("jaxrules.nn.rms_norm")
 def rms_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayLike | None = None,
              eps: float | ArrayLike | None = None, *, impl: str | None = None) -> Array:
     """RMS normalization ``y = x rsqrt(E[x^2] + eps) * weight`` with the mean over the trailing

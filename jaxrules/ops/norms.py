@@ -15,6 +15,7 @@ from jax.typing import ArrayLike
 from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import vjp_rules as R
+from jaxrules._namespace import exported_as
 from jaxrules.mechanism import define_op, unsharded_along
 from jaxrules.ops import elementwise, linalg, reductions
 from jaxrules.ops.elementwise import clip
@@ -51,6 +52,7 @@ def _check_ord(op, ord, name="ord"):
     return float(ord) if not float(ord).is_integer() or math.isinf(ord) else int(ord)
 
 
+@exported_as("jaxrules.numpy.linalg.vector_norm", "jaxrules.linalg.vector_norm")
 def vector_norm(x: ArrayLike, /, *, axis: int | tuple[int, ...] | list[int] | None = None, keepdims: bool = False, ord: float = 2) -> Array:
     """The ``ord``-norm over ``axis`` (all axes by default). Derivatives of seed
     ``norm_backward`` / ``norm_jvp`` for every ord (0, 1, 2, +-inf, fractional, > 2): a zero
@@ -85,6 +87,7 @@ def vector_norm(x: ArrayLike, /, *, axis: int | tuple[int, ...] | list[int] | No
     return vector_norm_op(x, ord=ord, axis=axes, keepdims=bool(keepdims))
 
 
+@exported_as("jaxrules.numpy.linalg.norm")
 def norm(x: ArrayLike, ord: int | float | str | None = None, axis: int | tuple[int, ...] | list[int] | None = None, keepdims: bool = False) -> Array:
     """``jax.numpy.linalg.norm``: vector norms (through ``vector_norm``) and the matrix norms
     'fro', 1, -1, inf, -inf (compositions of ``vector_norm``, ``abs``, ``sum``, ``amax``/``amin``),
@@ -154,6 +157,7 @@ def norm(x: ArrayLike, ord: int | float | str | None = None, axis: int | tuple[i
     raise ValueError(f"norm: invalid ord {ord!r} for a matrix norm")
 
 
+@exported_as("jaxrules.linalg.renorm")
 def renorm(input: ArrayLike, p: float, dim: int, maxnorm: float) -> Array:  # noqa: A002 - torch's argument name
     """torch.renorm: each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` is scaled to
     ``maxnorm`` (by ``maxnorm/(norm + 1e-7)``). Seed ``renorm_backward`` / ``renorm_jvp``; an
@@ -181,6 +185,7 @@ def renorm(input: ArrayLike, p: float, dim: int, maxnorm: float) -> Array:  # no
     return renorm_op(x, p=p, axis=others, maxnorm=float(maxnorm))
 
 
+@exported_as("jaxrules.linalg.dist")
 def dist(input: ArrayLike, other: ArrayLike, p: float = 2) -> Array:  # noqa: A002 - torch's argument name
     """torch.dist: the ``p``-norm of ``input - other`` (broadcast); derivatives from
     ``vector_norm``'s rule (zero distance: zero gradient). Mirrors ``torch.dist``.
@@ -198,6 +203,7 @@ def dist(input: ArrayLike, other: ArrayLike, p: float = 2) -> Array:  # noqa: A0
     return vector_norm(x - y, ord=_check_ord("dist", p, "p"))
 
 
+@exported_as("jaxrules.linalg.cdist")
 def cdist(x1: ArrayLike, x2: ArrayLike, p: float = 2.0) -> Array:
     """torch.cdist: ``out[..., i, j] = ||x1[..., i, :] - x2[..., j, :]||_p`` over leading batch
     dims; derivatives from ``vector_norm``'s rule, so coincident points get the zero gradient
@@ -238,6 +244,7 @@ def _eps(op, eps):
     return float(eps)
 
 
+@exported_as("jaxrules.nn.normalize")
 def normalize(x: ArrayLike, p: float = 2.0, axis: int = 1, eps: float = 1e-12) -> Array:
     """torch.nn.functional.normalize: ``x / max(||x||_p, eps)`` over ``axis`` (torch's ``dim``).
     A composition of ``vector_norm`` (zero subgradient at a zero vector) and ``clip`` (torch's
@@ -267,6 +274,7 @@ def normalize(x: ArrayLike, p: float = 2.0, axis: int = 1, eps: float = 1e-12) -
     return x / clip(norm, _eps("normalize", eps), None).astype(x.dtype)
 
 
+@exported_as("jaxrules.nn.pairwise_distance")
 def pairwise_distance(x1: ArrayLike, x2: ArrayLike, p: float = 2.0, eps: float = 1e-6, keepdims: bool = False) -> Array:
     """torch.nn.functional.pairwise_distance: ``||x1 - x2 + eps||_p`` over the last axis
     (``keepdims`` is torch's ``keepdim``); derivatives from ``vector_norm``'s rule, so equal
@@ -290,6 +298,7 @@ def pairwise_distance(x1: ArrayLike, x2: ArrayLike, p: float = 2.0, eps: float =
     return vector_norm(diff, axis=-1, keepdims=bool(keepdims), ord=_check_ord("pairwise_distance", p, "p"))
 
 
+@exported_as("jaxrules.nn.cosine_similarity")
 def cosine_similarity(x1: ArrayLike, x2: ArrayLike, axis: int = 1, eps: float = 1e-8) -> Array:
     """torch.nn.functional.cosine_similarity: ``sum(x1 / max(||x1||, eps) * x2 / max(||x2||, eps))``
     over ``axis`` (torch's ``dim``) of the broadcast inputs. A composition of ``vector_norm`` (zero
@@ -329,6 +338,7 @@ def cosine_similarity(x1: ArrayLike, x2: ArrayLike, axis: int = 1, eps: float = 
     return reductions.sum((x1 / n1) * (x2 / n2), axis=axis)
 
 
+@exported_as("jaxrules.nn.pdist")
 def pdist(x: ArrayLike, p: float = 2.0) -> Array:
     """torch.nn.functional.pdist: the ``p``-norm distances ``||x[i] - x[j]||_p`` of the rows of an
     (N, M) ``x`` for ``i < j`` in row-major order (N (N - 1) / 2 of them). Derivatives from

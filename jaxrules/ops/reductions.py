@@ -19,6 +19,7 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
+from jaxrules._namespace import exported_as
 from jaxrules.mechanism import define_op, unsharded_along
 
 # ----------------------------------------------------------------------------------------------
@@ -213,6 +214,7 @@ def _is_exact(x) -> bool:
     return not jnp.issubdtype(x.dtype, jnp.inexact)
 
 
+@exported_as("jaxrules.numpy.sum")
 def sum(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, keepdims: bool = False, initial: ArrayLike | None = None, where: ArrayLike | None = None, promote_integers: bool = True) -> Array:  # noqa: A001
     """Sum over ``axis``; VJP expands the cotangent (seed ``sum_backward``). Mirrors
     ``torch.sum``.
@@ -242,6 +244,7 @@ def sum(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dty
     return total if initial is None else total + initial
 
 
+@exported_as("jaxrules.numpy.mean")
 def mean(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, keepdims: bool = False, *, where: ArrayLike | None = None) -> Array:
     """Mean over ``axis``; VJP ``expand(ct)/N`` (seed ``mean_backward``). Mirrors
     ``torch.mean``.
@@ -269,6 +272,7 @@ def mean(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dt
     return sum_op(masked, axis=ax, keepdims=bool(keepdims), shape=x.shape) / count.astype(x.dtype)
 
 
+@exported_as("jaxrules.numpy.nansum")
 def nansum(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, keepdims: bool = False, initial: ArrayLike | None = None, where: ArrayLike | None = None) -> Array:
     """Sum ignoring NaNs; VJP zero at the NaNs (seed ``nansum_backward``). Mirrors
     ``torch.nansum``.
@@ -293,6 +297,7 @@ def nansum(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, 
     return total if initial is None else total + initial
 
 
+@exported_as("jaxrules.numpy.prod")
 def prod(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, keepdims: bool = False, initial: ArrayLike | None = None, where: ArrayLike | None = None, promote_integers: bool = True) -> Array:
     """Product over ``axis``; derivative the product of the other entries, exact with zeros and
     branch-free (seed ``prod_backward`` / ``prod_safe_zeros_backward``). Mirrors ``torch.prod``.
@@ -345,6 +350,7 @@ def _scan_input(op, a, axis, dtype, out, exact_fn, scan_op):
     return _scan(op, x, axis, lambda x, ax: exact_fn(x, ax) if _is_exact(x) else scan_op(x, axis=ax))
 
 
+@exported_as("jaxrules.numpy.cumsum")
 def cumsum(a: ArrayLike, axis: int | None = None, dtype: DTypeLike | None = None, out: None = None) -> Array:
     """Cumulative sum (flattened when ``axis`` is None); VJP the reversed cumsum (seed
     ``cumsum_backward``). Mirrors ``torch.cumsum``.
@@ -362,6 +368,7 @@ def cumsum(a: ArrayLike, axis: int | None = None, dtype: DTypeLike | None = None
     return _scan_input("cumsum", a, axis, dtype, out, jnp.cumsum, cumsum_op)
 
 
+@exported_as("jaxrules.numpy.cumprod")
 def cumprod(a: ArrayLike, axis: int | None = None, dtype: DTypeLike | None = None, out: None = None) -> Array:
     """Cumulative product; both derivatives are linear recurrences solved by associative scans,
     exact with zeros and branch-free (torch's ``cumprod_backward`` divides by the input and
@@ -390,6 +397,7 @@ def _correction(op, ddof, correction):
     return correction
 
 
+@exported_as("jaxrules.numpy.var")
 def var(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, ddof: float = 0, keepdims: bool = False, *, where: ArrayLike | None = None, mean: ArrayLike | None = None, correction: float | None = None) -> Array:
     """Variance with ``N - correction`` degrees of freedom; VJP ``2/(N-c) ct (x - mean)``
     (seed ``var_backward``). Mirrors ``torch.var``.
@@ -463,6 +471,7 @@ def _masked_var(x, ax, keepdims, correction, where, given_mean):
     return jnp.where(dof > 0, total / jnp.where(dof > 0, dof, 1).astype(total.dtype), jnp.nan)
 
 
+@exported_as("jaxrules.numpy.std")
 def std(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dtype: DTypeLike | None = None, out: None = None, ddof: float = 0, keepdims: bool = False, *, where: ArrayLike | None = None, mean: ArrayLike | None = None, correction: float | None = None) -> Array:
     """Standard deviation; VJP ``var_backward(ct/(2 std))`` with 0 where std = 0, so a constant
     input has gradient 0 at first and second order (seed ``std_backward``; JAX gives NaN).
@@ -503,6 +512,7 @@ def std(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, dty
     return _in_dtype(jnp.where(positive, jnp.sqrt(jnp.where(positive, v, 1)), v), dtype)
 
 
+@exported_as("jaxrules.numpy.var_mean")
 def var_mean(x: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, *, correction: float | None = 1, keepdims: bool = False) -> tuple[Array, Array]:
     """``(var, mean)`` in one pass, torch.var_mean's defaults (``correction=1``); VJP seed
     ``var_mean_backward``. Mirrors ``torch.var_mean``.
@@ -520,6 +530,7 @@ def var_mean(x: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None
     return var_mean_op(V.array("var_mean", "x", x), axis=ax, keepdims=bool(keepdims), correction=_correction("var_mean", 0, 1 if correction is None else correction))
 
 
+@exported_as("jaxrules.numpy.std_mean")
 def std_mean(x: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, *, correction: float | None = 1, keepdims: bool = False) -> tuple[Array, Array]:
     """``(std, mean)`` in one pass, torch.std_mean's defaults; VJP seed ``std_mean_backward``.
     Mirrors ``torch.std_mean``.
@@ -560,6 +571,7 @@ def _selection(op_name, op, fallback, a, axis, out, keepdims, initial, where):
     return combine(op(_masked(op_name, x, where, initial), axis=ax, keepdims=bool(keepdims)), initial)
 
 
+@exported_as("jaxrules.numpy.amax")
 def amax(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, keepdims: bool = False, initial: ArrayLike | None = None, where: ArrayLike | None = None) -> Array:
     """Maximum; the derivative spreads evenly over ties and NaN counts as the maximum (seed
     ``evenly_distribute_backward``, ``scale_grad_by_count``, ``evenly_read_jvp``). Mirrors
@@ -582,6 +594,7 @@ def amax(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, ou
     return _selection("amax", amax_op, jnp.max, a, axis, out, keepdims, initial, where)
 
 
+@exported_as("jaxrules.numpy.amin")
 def amin(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, keepdims: bool = False, initial: ArrayLike | None = None, where: ArrayLike | None = None) -> Array:
     """Minimum; ties share the derivative evenly, NaN counts as the minimum. Mirrors
     ``torch.amin`` (and ``torch.min()`` without ``dim``).
@@ -626,6 +639,7 @@ def _value_selection(op, kind, a, axis, keepdims, k=0):
     return ValuesIndices(values, indices)
 
 
+@exported_as("jaxrules.numpy.max")
 def max(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, keepdims: bool = False, initial: ArrayLike | None = None, where: ArrayLike | None = None, *, return_indices: bool = False) -> Array | ValuesIndices:  # noqa: A001
     """``jax.numpy.max`` (ties share the derivative evenly, as ``amax``); with
     ``return_indices=True``, torch's ``max(dim)``: ``(values, indices)`` along one ``axis``, the
@@ -651,6 +665,7 @@ def max(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out
     return amax(a, axis, out, keepdims, initial, where)
 
 
+@exported_as("jaxrules.numpy.min")
 def min(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, keepdims: bool = False, initial: ArrayLike | None = None, where: ArrayLike | None = None, *, return_indices: bool = False) -> Array | ValuesIndices:  # noqa: A001
     """``jax.numpy.min``; with ``return_indices=True``, torch's ``min(dim)`` (see ``max``).
     Mirrors ``torch.min``.
@@ -675,6 +690,7 @@ def min(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out
     return amin(a, axis, out, keepdims, initial, where)
 
 
+@exported_as("jaxrules.numpy.kthvalue")
 def kthvalue(a: ArrayLike, k: int, axis: int = -1, keepdims: bool = False) -> ValuesIndices:
     """torch's ``kthvalue``: the ``k``-th smallest (1-based) along ``axis`` and its index (equal
     values ordered by position); the derivative goes to that index only. Mirrors
@@ -703,6 +719,7 @@ def _no_extras(op, **extras):
             raise ValueError(f"{op}: {name} is not supported with return_indices=True")
 
 
+@exported_as("jaxrules.numpy.median")
 def median(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, overwrite_input: bool = False, keepdims: bool = False, *, return_indices: bool = False) -> Array | ValuesIndices:
     """numpy's median (mean of the two middle values for an even count); each middle value's
     derivative spreads evenly over its ties (seed ``evenly_distribute_backward``). With
@@ -744,6 +761,7 @@ def nan_of_empty(x, axes, keepdims) -> Array:
     return jnp.full(shape, jnp.nan, jnp.result_type(x, 1.0))
 
 
+@exported_as("jaxrules.nn.logsumexp", "jaxrules.scipy.special.logsumexp")
 def logsumexp(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, b: ArrayLike | None = None, keepdims: bool = False, return_sign: bool = False, where: ArrayLike | None = None) -> Array | tuple[Array, Array]:
     """``log(sum(exp(a)))``; derivative ``exp(a - out)`` (seed ``logsumexp_backward``, in JAX's
     complex convention), with the softmax's limit where the result is infinite: even weights
@@ -805,6 +823,7 @@ def _weighted_logsumexp(x, b, ax, keepdims, return_sign):
     return (out, sign) if return_sign else out
 
 
+@exported_as("jaxrules.numpy.logcumsumexp")
 def logcumsumexp(x: ArrayLike, axis: int) -> Array:
     """torch.logcumsumexp: ``log(cumsum(exp(x)))`` along ``axis``. Both derivatives solve the
     recurrence ``dy_k = exp(y_{k-1} - y_k) dy_{k-1} + exp(x_k - y_k) t_k``: exact where the

@@ -23,6 +23,7 @@ from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
 from jaxrules import partials as P
+from jaxrules._namespace import exported_as
 from jaxrules.mechanism import define_op, explicit_sharding
 from jaxrules.ops.conv import adaptive_avg_pool_op
 
@@ -447,6 +448,7 @@ def _sizes(op, name, value, dims, kind):
     return values
 
 
+@exported_as("jaxrules.nn.interpolate")
 def interpolate(x: ArrayLike, size: int | Sequence[int] | None = None, scale_factor: float | Sequence[float] | None = None,
                 mode: str = "nearest", align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
                 antialias: bool = False) -> Array:
@@ -536,6 +538,7 @@ def _choice(op, name, value, options):
     return value
 
 
+@exported_as("jaxrules.nn.grid_sample")
 def grid_sample(x: ArrayLike, grid: ArrayLike, mode: str = "bilinear", padding_mode: str = "zeros",
                 align_corners: bool | None = False) -> Array:
     """torch.nn.functional.grid_sample (CPU semantics) for 4-d and 5-d input: ``out[n, c, *p]``
@@ -588,6 +591,7 @@ def grid_sample(x: ArrayLike, grid: ArrayLike, mode: str = "bilinear", padding_m
 # ----------------------------------------------------------------------------------------------
 # Public functions: affine_grid
 
+@exported_as("jaxrules.nn.affine_grid")
 def affine_grid(theta: ArrayLike, size: Sequence[int], align_corners: bool | None = False) -> Array:
     """torch.nn.functional.affine_grid: the sampling grid of the affine maps ``theta``,
     ``grid[n, *p] = theta[n] @ (x_p, y_p[, z_p], 1)`` over the normalized output positions of

@@ -20,6 +20,7 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
+from jaxrules._namespace import exported_as
 from jaxrules.mechanism import concrete_value, define_op, unsharded_along
 from jaxrules.ops import reductions
 
@@ -94,6 +95,7 @@ def _call(op, *arrays, **static):
     return op(*arrays, **static)
 
 
+@exported_as("jaxrules.numpy.concatenate")
 def concatenate(arrays: Sequence[ArrayLike] | ArrayLike, axis: int | None = 0, dtype: DTypeLike | None = None) -> Array:
     """Joins arrays along an existing axis; linear: JVP the concatenated tangents, VJP the
     cotangent split back into the inputs' pieces (seed ``cat_tensors_backward``). Mirrors
@@ -124,6 +126,7 @@ def concatenate(arrays: Sequence[ArrayLike] | ArrayLike, axis: int | None = 0, d
     return _call(concatenate_op, *arrays, axis=ax, shapes=tuple(a.shape for a in arrays))
 
 
+@exported_as("jaxrules.numpy.concat")
 def concat(arrays: Sequence[ArrayLike] | ArrayLike, /, *, axis: int | None = 0) -> Array:
     """The array API's spelling of ``concatenate`` (the same op: VJP the cotangent split back).
     Mirrors ``jax.numpy.concat`` (``torch.concat``).
@@ -141,6 +144,7 @@ def concat(arrays: Sequence[ArrayLike] | ArrayLike, /, *, axis: int | None = 0) 
     return concatenate(arrays, axis=axis)
 
 
+@exported_as("jaxrules.numpy.stack")
 def stack(arrays: Sequence[ArrayLike] | ArrayLike, axis: int = 0, out: None = None, dtype: DTypeLike | None = None) -> Array:
     """Joins arrays of one shape along a new axis; linear: JVP the stacked tangents, VJP the
     cotangent unbound along ``axis`` (seed ``stack_tensors_backward``). Mirrors
@@ -207,6 +211,7 @@ def _check_mode(op, mode, modes):
 _WRAP_NEGATIVE_DEFAULT = inspect.signature(jnp.take_along_axis).parameters["wrap_negative_indices"].default
 
 
+@exported_as("jaxrules.numpy.take_along_axis")
 def take_along_axis(arr: ArrayLike, indices: ArrayLike, axis: int | None = -1, mode: str | None = None, fill_value: ArrayLike | None = None, *, wrap_negative_indices: bool | None = _WRAP_NEGATIVE_DEFAULT) -> Array:
     """``out[..., i, ...] = arr[..., indices[..., i, ...], ...]`` along ``axis``; linear: JVP
     the same gather of the tangent, VJP a scatter-add of the cotangent (duplicates accumulate;
@@ -258,6 +263,7 @@ def take_along_axis(arr: ArrayLike, indices: ArrayLike, axis: int | None = -1, m
     return _fill(op, take_along_axis_op(x, safe, axis=ax, shape=x.shape), bad, fill_value, mode)
 
 
+@exported_as("jaxrules.numpy.masked_fill")
 def masked_fill(x: ArrayLike, mask: ArrayLike, value: ArrayLike) -> Array:
     """torch's ``masked_fill``: ``value`` where ``mask``, else ``x``. ``x`` gets no gradient
     under the mask; an array ``value`` gets the sum of the gradient there (seed
@@ -366,6 +372,7 @@ def _concat3(before, x, after, axis):
     return concatenate_op(before, x, after, axis=axis, shapes=(before.shape, x.shape, after.shape))
 
 
+@exported_as("jaxrules.numpy.pad")
 def pad(array: ArrayLike, pad_width: ArrayLike, mode: str | Callable[..., Any] = "constant", **kwargs: Any) -> Array:
     """Pads an array, every mode of ``jax.numpy.pad``, derivatives included: ``"constant"``
     with one number (seed ``constant_pad_nd_backward``: VJP the cotangent's interior slice) or
@@ -493,6 +500,7 @@ def _sections(op, n, indices_or_sections, even):
     return tuple(max(b - a, 0) for a, b in zip(bounds[:-1], bounds[1:]))
 
 
+@exported_as("jaxrules.numpy.split")
 def split(ary: ArrayLike, indices_or_sections: int | Sequence[int] | ArrayLike, axis: int = 0) -> list[Array]:
     """Splits an array into pieces along ``axis``; linear: JVP the split tangent, VJP the
     cotangents concatenated, zeros for unused pieces (seed ``split_backward``). Mirrors
@@ -517,6 +525,7 @@ def split(ary: ArrayLike, indices_or_sections: int | Sequence[int] | ArrayLike, 
     return list(_call(split_op, x, axis=ax, sizes=_sections("split", x.shape[ax], indices_or_sections, True)))
 
 
+@exported_as("jaxrules.numpy.array_split")
 def array_split(ary: ArrayLike, indices_or_sections: int | Sequence[int] | ArrayLike, axis: int = 0) -> list[Array]:
     """As ``split``, but a number of sections that does not divide the axis gives pieces
     differing in size by one; VJP the cotangents concatenated (seed ``split_backward``).
@@ -539,6 +548,7 @@ def array_split(ary: ArrayLike, indices_or_sections: int | Sequence[int] | Array
     return list(_call(split_op, x, axis=ax, sizes=_sections("array_split", x.shape[ax], indices_or_sections, False)))
 
 
+@exported_as("jaxrules.numpy.unstack")
 def unstack(x: ArrayLike, /, *, axis: int = 0) -> tuple[Array, ...]:
     """The slices of ``x`` along ``axis``; linear: VJP the cotangents stacked (seed
     ``unbind_backward``). Mirrors ``jax.numpy.unstack`` (``torch.unbind``).
@@ -558,6 +568,7 @@ def unstack(x: ArrayLike, /, *, axis: int = 0) -> tuple[Array, ...]:
     return _call(unstack_op, x, axis=V.single_axis("unstack", x.ndim, axis))
 
 
+@exported_as("jaxrules.scipy.linalg.block_diag")
 def block_diag(*arrs: ArrayLike) -> Array:
     """The block-diagonal matrix of the arrays; linear: VJP each input's diagonal block of the
     cotangent (seed ``block_diag_backward``). Mirrors ``jax.scipy.linalg.block_diag``
@@ -580,6 +591,7 @@ def block_diag(*arrs: ArrayLike) -> Array:
     return _call(block_diag_op, *arrays, shapes=tuple(a.shape for a in arrays))
 
 
+@exported_as("jaxrules.numpy.tile")
 def tile(A: ArrayLike, reps: int | Sequence[int]) -> Array:  # noqa: N803 - numpy's argument name
     """Repeats the whole array ``reps`` times along each axis; linear: VJP the copies of the
     cotangent summed (seed ``repeat_backward``). Mirrors ``jax.numpy.tile`` (torch's
@@ -604,6 +616,7 @@ def tile(A: ArrayLike, reps: int | Sequence[int]) -> Array:  # noqa: N803 - nump
     return _call(tile_op, x, reps=tuple(int(r) for r in reps), shape=x.shape)
 
 
+@exported_as("jaxrules.numpy.repeat")
 def repeat(a: ArrayLike, repeats: int | ArrayLike, axis: int | None = None, *, total_repeat_length: int | None = None, out_sharding: None = None) -> Array:
     """Repeats each entry along ``axis``; linear: VJP the copies of each entry's cotangent
     summed (a segment sum with static ``repeats``; a ``take``'s scatter-add with
@@ -655,6 +668,7 @@ def repeat(a: ArrayLike, repeats: int | ArrayLike, axis: int | None = None, *, t
     return _call(repeat_op, x, counts=tuple(int(c) for c in counts), axis=ax)
 
 
+@exported_as("jaxrules.numpy.take")
 def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = None, mode: str | None = None, unique_indices: bool = False, indices_are_sorted: bool = False, fill_value: ArrayLike | None = None) -> Array:
     """Takes entries along ``axis`` at ``indices``; linear: JVP the same gather of the tangent,
     VJP a scatter-add of the cotangent (duplicates accumulate; seeds ``index_select_backward``,

@@ -23,6 +23,7 @@ from jaxrules import _validate as V
 from jaxrules import jvp_rules as J
 from jaxrules import partials as P
 from jaxrules import vjp_rules as R
+from jaxrules._namespace import exported_as
 from jaxrules.mechanism import define_op
 from jaxrules.ops.reductions import ValuesIndices, _real, nan_of_empty
 
@@ -89,6 +90,7 @@ def _sort_input(op, a, axis, kind, order, stable, descending):
     return (x.reshape(1), 0, descending) if x.ndim == 0 else (x, V.single_axis(op, x.ndim, axis), descending)
 
 
+@exported_as("jaxrules.numpy.sort")
 def sort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: None = None, stable: bool = True, descending: bool = False) -> Array:
     """``jax.numpy.sort`` (flattened for ``axis=None``) in torch's order: NaN last (first when
     ``descending``), equal values by position (always stable). VJP: each cotangent back to its
@@ -120,6 +122,7 @@ def sort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: None 
     return out.reshape(shape) if len(shape) == 0 and axis is not None else out  # axis=None: flattened, (1,)
 
 
+@exported_as("jaxrules.numpy.argsort")
 def argsort(a: ArrayLike, axis: int | None = -1, *, kind: None = None, order: None = None, stable: bool = True, descending: bool = False, dtype: DTypeLike | None = None) -> Array:
     """``jax.numpy.argsort``: the permutation ``sort`` applies (torch's order, always stable);
     integer output, no derivative. Mirrors ``torch.argsort(stable=True)``.
@@ -166,6 +169,7 @@ def _scalar_like_input(result, x):
     return ValuesIndices(*(r.reshape(()) for r in result)) if jnp.ndim(x) == 0 else ValuesIndices(*result)
 
 
+@exported_as("jaxrules.numpy.topk")
 def topk(x: ArrayLike, k: int, axis: int = -1, largest: bool = True, sorted: bool = True) -> ValuesIndices:  # noqa: A002
     """torch.topk: the ``k`` largest (``largest=False``: smallest) entries along ``axis`` and
     their indices, always in sorted order (torch's ``sorted=False`` order is unspecified). NaN
@@ -194,6 +198,7 @@ def topk(x: ArrayLike, k: int, axis: int = -1, largest: bool = True, sorted: boo
     return _scalar_like_input(topk_op(x, k=k, axis=ax, largest=largest, shape=x.shape), x_in)
 
 
+@exported_as("jaxrules.numpy.cummax")
 def cummax(x: ArrayLike, axis: int) -> ValuesIndices:
     """torch.cummax: the running maximum along ``axis`` and its index. Among equal values the
     later index (torch's rule); NaN propagates with the index of the latest NaN. The derivative of
@@ -213,6 +218,7 @@ def cummax(x: ArrayLike, axis: int) -> ValuesIndices:
     return _scalar_like_input(cummax_op(x, axis=ax, shape=x.shape), x_in)
 
 
+@exported_as("jaxrules.numpy.cummin")
 def cummin(x: ArrayLike, axis: int) -> ValuesIndices:
     """torch.cummin: the running minimum and its index (later index among equal values; NaN
     propagates with the latest NaN's index); seed ``cummaxmin_backward``. Mirrors
@@ -262,6 +268,7 @@ def _reduce_last(op, x, axis, keepdims):
     return flat, finish
 
 
+@exported_as("jaxrules.numpy.quantile")
 def quantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, overwrite_input: bool = False, method: str = "linear", keepdims: bool = False, *, weights: ArrayLike | None = None) -> Array:
     """``jax.numpy.quantile`` with torch's derivative: torch's ``quantile`` is ``lerp`` of two
     entries of the sorted slice, so the derivative goes to those two order statistics, ``1 - w``
@@ -303,6 +310,7 @@ def quantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int]
     return finish(values, qa.shape)
 
 
+@exported_as("jaxrules.numpy.nanmedian")
 def nanmedian(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, overwrite_input: bool = False, keepdims: bool = False, *, return_indices: bool = False) -> Array | ValuesIndices:
     """``jax.numpy.nanmedian``: the median of the numbers (NaN ignored; all NaN: NaN), the mean
     of the two middle ones for an even count, each getting half the derivative (the middle

@@ -1,5 +1,7 @@
 """Drop-in replacements for ``jax.scipy`` functions."""
 
-from jaxrules.scipy import linalg, special
+from jaxrules import _namespace
+from jaxrules.scipy import linalg as linalg  # the submodules: public names of their own
+from jaxrules.scipy import special as special
 
-__all__ = ["linalg", "special"]
+_namespace.build(globals())

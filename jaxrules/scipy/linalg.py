@@ -3,9 +3,7 @@
 import jax.scipy.linalg as _jax_namespace
 
 from jaxrules import _namespace
-from jaxrules.ops.linalg import cho_solve, expm, lu, lu_factor, lu_solve, solve_triangular
-from jaxrules.ops.shape import block_diag
+from jaxrules.ops import linalg as _linalg
+from jaxrules.ops import shape as _shape
 
-__all__ = ["block_diag", "cho_solve", "expm", "lu", "lu_factor", "lu_solve", "solve_triangular"]
-
-_namespace.forward_jax_names(globals(), _jax_namespace)
+_namespace.build(globals(), (_linalg, _shape), _jax_namespace)

@@ -3,9 +3,7 @@
 import jax.scipy.special as _jax_namespace
 
 from jaxrules import _namespace
-from jaxrules.ops.elementwise import i1, i1e, logit, multigammaln, xlogy
-from jaxrules.ops.reductions import logsumexp
+from jaxrules.ops import elementwise as _elementwise
+from jaxrules.ops import reductions as _reductions
 
-__all__ = ["i1", "i1e", "logit", "logsumexp", "multigammaln", "xlogy"]
-
-_namespace.forward_jax_names(globals(), _jax_namespace)
+_namespace.build(globals(), (_elementwise, _reductions), _jax_namespace)
