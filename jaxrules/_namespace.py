@@ -58,12 +58,13 @@ def exported_as(*names: str) -> Callable[[Callable], Callable]:
         targets.append((namespace, name))
 
     def declare(fn: Callable) -> Callable:
-        for namespace, name in targets:
-            known = EXPORTS.setdefault(namespace, {}).get(name)
+        for namespace, name in targets:  # every name checked before any is recorded
+            known = EXPORTS.get(namespace, {}).get(name)
             if known is not None and known is not fn:
                 raise ValueError(f"exported_as: {namespace}.{name} is declared for both "
                                  f"{_where(known)} and {_where(fn)}")
-            EXPORTS[namespace][name] = fn
+        for namespace, name in targets:
+            EXPORTS.setdefault(namespace, {})[name] = fn
         return fn
 
     return declare
@@ -84,6 +85,7 @@ def build(namespace: dict, families: tuple[types.ModuleType, ...] = (),
     (``forward_jax_names``).
 
     Raises:
+        TypeError: when a family is not a module.
         ValueError: when a family declares nothing for this namespace (an import to drop), a
             declared name is already bound to something else in the module, or the module has
             another public global (an import that would leak into ``__all__``).
@@ -92,6 +94,8 @@ def build(namespace: dict, families: tuple[types.ModuleType, ...] = (),
     declared = EXPORTS.get(name, {})
     exports = {}
     for family in families:
+        if not isinstance(family, types.ModuleType):
+            raise TypeError(f"{name}: families must be ops modules, got {family!r}")
         mine = {n: fn for n, fn in declared.items() if fn.__module__ == family.__name__}
         if not mine:
             raise ValueError(f"{name}: {family.__name__} declares no name for {name} (exported_as); "

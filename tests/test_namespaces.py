@@ -1,8 +1,11 @@
 """The namespaces are complete: every public name of the installed JAX's counterpart resolves, as
-JAX's own object unless jaxrules defines it."""
+JAX's own object unless jaxrules defines it. They are generated: each binds what the ops modules
+declare for it (``_namespace.exported_as``) and derives its ``__all__``; none lists names by hand."""
 
+import ast
 import importlib
 import inspect
+import pathlib
 import subprocess
 import sys
 
@@ -15,13 +18,18 @@ import jax.scipy.special
 import numpy as np
 import pytest
 
+import jaxrules.linalg
 import jaxrules.nn
 import jaxrules.numpy
 import jaxrules.numpy.fft
 import jaxrules.numpy.linalg
+import jaxrules.ops
 import jaxrules.scipy.linalg
 import jaxrules.scipy.special
-from jaxrules._namespace import COUNTERPARTS, namespaces
+from jaxrules import _namespace
+from jaxrules._namespace import COUNTERPARTS, EXPORTS, TARGETS, namespaces
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("name", sorted(COUNTERPARTS))
@@ -173,3 +181,90 @@ def test_jax_style_calls_give_jaxs_result(call):
     ours, theirs = call(jaxrules.numpy), call(jax.numpy)
     assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
     np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-12)
+
+
+# ---- Generated namespaces: declared beside each function, bound by _namespace.build ----
+
+def _families():
+    """Every ops module, imported (each registers its declarations as it loads)."""
+    return [importlib.import_module(f"jaxrules.ops.{family}") for family in jaxrules.ops.__all__]
+
+
+def _own_definitions(module) -> set[str]:
+    """The names a namespace module defines itself: its functions and its submodules."""
+    return {n for n in module.__all__ if not n.startswith("_") and (
+        inspect.ismodule(getattr(module, n)) and getattr(module, n).__name__ == f"{module.__name__}.{n}"
+        or getattr(getattr(module, n), "__module__", None) == module.__name__)}
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_each_namespace_is_exactly_its_declarations_and_own_definitions(name):
+    """Every name an ops module declares for ``name`` is bound there to the declared function,
+    and jaxrules' own names of the namespace are those plus what the module defines itself."""
+    _families()
+    module = importlib.import_module(name)
+    own = namespaces()[name][1] if name in COUNTERPARTS else frozenset(module.__all__)
+    declared = EXPORTS[name]
+    assert {n: getattr(module, n, None) for n in declared} == declared
+    assert set(own) == set(declared) | _own_definitions(module)
+
+
+def test_the_own_definitions_are_the_namespace_wrappers_and_submodules():
+    assert _own_definitions(jaxrules.numpy) == {"fft", "linalg", "matmul"}
+    assert _own_definitions(jaxrules.numpy.linalg) == {"slogdet"}
+    assert all(not _own_definitions(importlib.import_module(n)) for n in TARGETS
+               if n not in ("jaxrules.numpy", "jaxrules.numpy.linalg"))
+
+
+NAMESPACE_FILES = {name: ROOT / (name.replace(".", "/") + ".py") if (ROOT / (name.replace(".", "/") + ".py")).exists()
+                   else ROOT / name.replace(".", "/") / "__init__.py" for name in (*TARGETS, "jaxrules.scipy")}
+
+
+@pytest.mark.parametrize("name", sorted(NAMESPACE_FILES))
+def test_namespace_modules_list_no_names_by_hand(name):
+    """No ``__all__`` written in the module, no name imported from an ops module (only the
+    modules, ``from jaxrules.ops import <family> as _<family>``), and the module ends with its
+    one ``_namespace.build(globals(), ...)`` call."""
+    tree = ast.parse(NAMESPACE_FILES[name].read_text())
+    assigned = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign)
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                if isinstance(target, ast.Name) and target.id == "__all__"]
+    assert assigned == [], f"{name} writes __all__ at lines {assigned}"
+    by_name = [f"{node.module}: {alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+               and (node.module or "").startswith("jaxrules.ops.") for alias in node.names]
+    by_name += [f"jaxrules.ops: {alias.name} as {alias.asname}" for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.module == "jaxrules.ops" for alias in node.names
+                if not (alias.asname or "").startswith("_")]
+    assert by_name == [], f"{name} imports names from the ops modules by hand: {by_name}"
+    builds = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "build" and getattr(node.func.value, "id", None) == "_namespace"]
+    assert len(builds) == 1 and ast.unparse(builds[0].args[0]) == "globals()", name
+    last = tree.body[-1]
+    assert isinstance(last, ast.Expr) and last.value is builds[0], f"{name}: build is not the last statement"
+
+
+def test_exported_as_refuses_bad_names_and_a_second_function():
+    from jaxrules.ops import reductions
+
+    with pytest.raises(ValueError, match="exported_as: names must be"):
+        _namespace.exported_as("jaxrules.nunpy.sum")
+    with pytest.raises(ValueError, match="exported_as: names must be"):
+        _namespace.exported_as("jaxrules.numpy._private")
+    with pytest.raises(ValueError, match="at least one"):
+        _namespace.exported_as()
+    before = {k: dict(v) for k, v in EXPORTS.items()}
+    with pytest.raises(ValueError, match=r"jaxrules\.numpy\.sum is declared for both"):
+        _namespace.exported_as("jaxrules.nn.not_yet_a_name", "jaxrules.numpy.sum")(lambda x: x)
+    assert EXPORTS == before  # nothing recorded from a refused declaration
+    assert _namespace.exported_as("jaxrules.numpy.sum")(reductions.sum) is reductions.sum  # the same function: fine
+
+
+def test_build_refuses_a_stray_public_global_and_a_family_that_declares_nothing():
+    from jaxrules.ops import activations
+
+    with pytest.raises(ValueError, match="public global 'Array' is neither declared"):
+        _namespace.build({"__name__": "jaxrules.linalg", "Array": jax.Array})
+    with pytest.raises(ValueError, match="jaxrules.ops.activations declares no name for jaxrules.linalg"):
+        _namespace.build({"__name__": "jaxrules.linalg"}, (activations,))
+    with pytest.raises(TypeError, match="families must be ops modules"):
+        _namespace.build({"__name__": "jaxrules.linalg"}, ("jaxrules.ops.linalg",))

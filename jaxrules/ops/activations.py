@@ -1,6 +1,7 @@
 """Activations and the softmax family (``jaxrules.nn``, jax.nn's names and signatures, torch's
 extra arguments): primal, residuals and record of each; the derivative factors are in
-``partials``, the formulas in ``jvp_rules`` / ``vjp_rules``."""
+``partials`` (a factor no other formula uses may sit beside its op), the formulas in
+``jvp_rules`` / ``vjp_rules``."""
 
 from __future__ import annotations
 
@@ -55,7 +56,14 @@ _hardtanh = pointwise_op("hardtanh", lambda x, min_val, max_val, **_: jnp.clip(x
                          P.hardtanh_derivatives)
 _leaky_relu = pointwise_op("leaky_relu", lambda x, slope, **_: jnp.where(x > 0, x, x * slope).astype(x.dtype),
                            P.slope_derivatives)
-_hardsigmoid = pointwise_op("hardsigmoid", lambda x, **_: (jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype), P.hardsigmoid_derivative)
+
+
+def _hardsigmoid_derivative(x):
+    """1/6 for -3 < x < 3, else 0 (torch's ``hardsigmoid_backward``: 0 at +-3)."""
+    return jnp.where((x > -3) & (x < 3), 1 / 6, 0).astype(x.dtype)
+
+
+_hardsigmoid = pointwise_op("hardsigmoid", lambda x, **_: (jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype), _hardsigmoid_derivative)
 _hardswish = pointwise_op("hardswish", lambda x, **_: (x * jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype), P.hardswish_derivative)
 _prelu = pointwise_op("prelu", lambda x, w, **_: jnp.where(x > 0, x, w * x).astype(x.dtype), P.slope_derivatives)
 softmax_op = define_op("softmax", lambda x, *, axis: jax.nn.softmax(x, axis=axis), J.softmax_jvp, R.softmax_vjp,

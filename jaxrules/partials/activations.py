@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jax import lax
 
 __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
-    "elu_derivatives", "gelu_derivative", "hardsigmoid_derivative", "hardswish_derivative",
+    "elu_derivatives", "gelu_derivative", "hardswish_derivative",
     "hardtanh_derivatives", "log_sigmoid_derivative", "mish_derivative", "silu_derivative", "slope_derivatives",
     "softplus_derivatives", "threshold_derivatives"
 ]
@@ -31,11 +31,6 @@ def silu_derivative(x):
     """``s (1 + x (1 - s))``, ``s = sigmoid(x)`` (seed ``infinitely_differentiable_silu_backward``)."""
     s = jax.nn.sigmoid(x)
     return s * (1 + x * (1 - s))
-
-
-def hardsigmoid_derivative(x):
-    """1/6 for -3 < x < 3, else 0 (torch's ``hardsigmoid_backward``: 0 at +-3)."""
-    return jnp.where((x > -3) & (x < 3), 1 / 6, 0).astype(x.dtype)
 
 
 def hardswish_derivative(x):
