@@ -2,6 +2,8 @@
 layer does not import the ops built on it."""
 
 import ast
+import importlib
+import inspect
 import pathlib
 import re
 
@@ -196,3 +198,38 @@ def test_every_ops_module_has_the_same_layout():
     factories = _op_factories(trees)
     errors = {name: e for name in OPS_MODULES if (e := _layout_errors(name, factories))}
     assert not errors, "\n".join(f"jaxrules/ops/{name}: {line}" for name, e in errors.items() for line in e)
+
+
+# Public functions of the ops modules that no namespace exports, and why; every other public
+# function declares its public names beside it (``@exported_as("jaxrules.nn.relu")``).
+NOT_EXPORTED = {
+    "jaxrules.ops.linalg.matmul": "the op under jaxrules.numpy.matmul's argument handling (and nested's matmul)",
+    "jaxrules.ops.reductions.nan_of_empty": "reductions' NaN of an empty reduction, shared with sorting's nanmedian",
+}
+
+
+def test_every_public_function_of_the_ops_modules_declares_its_public_names():
+    """Each public function of ``jaxrules/ops`` (not an op factory or formula helper) reaches
+    its namespaces through its ``exported_as`` declaration, or is listed in ``NOT_EXPORTED``;
+    every declared function is an ops module's."""
+    from jaxrules import _namespace
+
+    trees = [ast.parse((PACKAGE / "ops" / name).read_text()) for name in OPS_MODULES]
+    factories = _op_factories(trees)
+    modules = [importlib.import_module(f"jaxrules.ops.{name[:-3]}") for name in OPS_MODULES]
+    declared = {id(fn): fn for names in _namespace.EXPORTS.values() for fn in names.values()}
+    undeclared, listed = [], []
+    for module in modules:
+        for attr, obj in vars(module).items():
+            if (attr.startswith("_") or not inspect.isfunction(obj) or obj.__module__ != module.__name__
+                    or attr in factories or _FORMULA.fullmatch(attr)):
+                continue
+            where = f"{module.__name__}.{attr}"
+            if where in NOT_EXPORTED:
+                listed.append(where)
+                assert id(obj) not in declared, f"{where} is declared: drop it from NOT_EXPORTED"
+            elif id(obj) not in declared:
+                undeclared.append(where)
+    assert undeclared == [], f"public functions without @exported_as(...): {undeclared}"
+    assert sorted(listed) == sorted(NOT_EXPORTED)
+    assert sorted({fn.__module__ for fn in declared.values()}) == sorted(m.__name__ for m in modules)
