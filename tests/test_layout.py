@@ -173,7 +173,9 @@ def _layout_errors(name, factories):
         if public and where != "Public functions":
             errors.append(f"{what}: a public function outside a Public functions section")
         if where is None and not isinstance(node, ast.Import | ast.ImportFrom | ast.Assign | ast.Expr):
-            errors.append(f"{what}: before the first section (only the docstring, imports, __all__ go there)")
+            errors.append(f"{what}: before the first section (only the docstring and imports go there)")
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            errors.append(f"{what}: an __all__: the public names are declared beside each function (exported_as)")
         if (is_def and node.name.startswith("_") and node.name in records_names and not is_op
                 and not any(node.name in _names([other]) for other in tree.body if other is not node)):
             errors.append(f"{what}: used by the records only, so it goes in jaxrules/op_records/{name}")
@@ -190,10 +192,11 @@ def _layout_errors(name, factories):
 
 
 def test_every_ops_module_has_the_same_layout():
-    """Each ``jaxrules/ops`` module: docstring, imports; ``# Ops`` sections (``define_op`` calls,
-    op factories and their private helpers); ``# Public functions`` sections; no record. Its
-    records, and the sample helpers only they use, are in ``jaxrules/op_records/<family>.py``
-    (CONTRIBUTING.md, "Layout of an ops module")."""
+    """Each ``jaxrules/ops`` module: docstring, imports (no ``__all__``); ``# Ops`` sections
+    (``define_op`` calls, op factories and their private helpers); ``# Public functions`` sections
+    (each function with its ``exported_as`` declaration); no record. Its records, and the sample
+    helpers only they use, are in ``jaxrules/op_records/<family>.py`` (CONTRIBUTING.md, "Layout
+    of an ops module")."""
     trees = [ast.parse((PACKAGE / "ops" / name).read_text()) for name in OPS_MODULES]
     factories = _op_factories(trees)
     errors = {name: e for name in OPS_MODULES if (e := _layout_errors(name, factories))}

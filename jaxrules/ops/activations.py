@@ -274,10 +274,6 @@ def hardswish(x: ArrayLike) -> Array:
     return _hardswish(_real("hardswish", x))
 
 
-hard_sigmoid = hardsigmoid
-hard_swish = hardswish
-
-
 @exported_as("jaxrules.nn.prelu")
 def prelu(x: ArrayLike, weight: ArrayLike) -> Array:
     """Parametric ReLU, ``x if x > 0 else weight x``; mirrors ``torch.nn.functional.prelu``.
@@ -320,9 +316,6 @@ def silu(x: ArrayLike) -> Array:
         An array of ``x``'s shape and (floating) dtype.
     """
     return _silu(_real("silu", x))
-
-
-swish = silu
 
 
 @exported_as("jaxrules.nn.mish")

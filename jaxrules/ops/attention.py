@@ -21,9 +21,6 @@ from jaxrules._namespace import exported_as
 from jaxrules.dispatch import CUDNN_DTYPES
 from jaxrules.mechanism import define_op, differentiated_as, explicit_sharding
 
-__all__ = ["bilinear", "scaled_dot_product_attention"]
-
-
 # ----------------------------------------------------------------------------------------------
 # Ops: scaled_dot_product_attention
 #

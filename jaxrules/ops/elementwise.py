@@ -108,9 +108,6 @@ def abs(x: ArrayLike, /) -> Array:  # noqa: A001 - mirrors jax.numpy.abs
     return abs_op(x) if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.abs(x)
 
 
-absolute = abs
-
-
 @exported_as("jaxrules.numpy.sign")
 def sign(x: ArrayLike, /) -> Array:
     """``sign(x)``; complex: ``x/|x|`` (torch.sgn) with the derivative of seed ``sgn_backward``
@@ -281,10 +278,6 @@ def rad2deg(x: ArrayLike, /) -> Array:
         ``x * 180 / pi``.
     """
     return rad2deg_op(V.array("rad2deg", "x", x))
-
-
-radians = deg2rad
-degrees = rad2deg
 
 
 @exported_as("jaxrules.numpy.clip")

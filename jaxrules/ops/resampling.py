@@ -27,9 +27,6 @@ from jaxrules._namespace import exported_as
 from jaxrules.mechanism import define_op, explicit_sharding
 from jaxrules.ops.conv import adaptive_avg_pool_op
 
-__all__ = ["interpolate", "grid_sample", "affine_grid"]
-
-
 # ----------------------------------------------------------------------------------------------
 # Ops
 
