@@ -1,7 +1,7 @@
 """Generated namespaces. An ops module declares each public function's public names beside it
 (``@exported_as("jaxrules.nn.relu")``); each namespace module (``jaxrules.numpy``, ``jaxrules.nn``,
-...) binds what its families declare and derives its ``__all__`` with one call (``build``), so
-adding an op edits no namespace file.
+...) binds what the ops modules declare for it and derives its ``__all__`` with one call
+(``build``), so adding an op edits no namespace file.
 
 Complete namespaces: a jaxrules namespace with a JAX counterpart also exposes every public name of
 that counterpart it does not define itself, as JAX's own object (``jaxrules.numpy.float32 is
@@ -74,33 +74,31 @@ def _where(fn: Callable) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def build(namespace: dict, families: tuple[types.ModuleType, ...] = (),
-          counterpart: types.ModuleType | None = None) -> None:
+def build(namespace: dict, ops: types.ModuleType, counterpart: types.ModuleType | None = None) -> None:
     """Make the module whose ``globals()`` is ``namespace`` a jaxrules namespace.
 
-    Binds every function that the ops modules ``families`` declare for it (``exported_as``), then
-    sets ``__all__`` to those names plus the module's own public definitions: the functions
-    defined in it (``jaxrules.numpy.matmul``) and its submodules (``jaxrules.numpy.linalg``).
-    With a JAX ``counterpart`` it then completes the namespace with JAX's other names
-    (``forward_jax_names``).
+    Loads every ops module of the package ``ops`` (``jaxrules.ops``: each listed in its
+    ``__all__``, loaded on first use), binds every function they declare for this namespace
+    (``exported_as``), then sets ``__all__`` to those names plus the module's own public
+    definitions: the functions defined in it (``jaxrules.numpy.matmul``) and its submodules
+    (``jaxrules.numpy.linalg``). With a JAX ``counterpart`` it then completes the namespace with
+    JAX's other names (``forward_jax_names``).
+
+    Args:
+        namespace: the namespace module's ``globals()``, called as its last statement.
+        ops: the ``jaxrules.ops`` package (handed down: this module sits below it).
+        counterpart: the JAX module it replaces (``jax.numpy``), or None (``jaxrules.linalg``).
 
     Raises:
-        TypeError: when a family is not a module.
-        ValueError: when a family declares nothing for this namespace (an import to drop), a
-            declared name is already bound to something else in the module, or the module has
-            another public global (an import that would leak into ``__all__``).
+        TypeError: when ``ops`` is not a package of ops modules.
+        ValueError: when a declared name is already bound to something else in the module, or
+            the module has another public global (an import that would leak into ``__all__``).
     """
     name = namespace["__name__"]
-    declared = EXPORTS.get(name, {})
-    exports = {}
-    for family in families:
-        if not isinstance(family, types.ModuleType):
-            raise TypeError(f"{name}: families must be ops modules, got {family!r}")
-        mine = {n: fn for n, fn in declared.items() if fn.__module__ == family.__name__}
-        if not mine:
-            raise ValueError(f"{name}: {family.__name__} declares no name for {name} (exported_as); "
-                             "drop it from the families")
-        exports.update(mine)
+    if not isinstance(ops, types.ModuleType) or not isinstance(getattr(ops, "__all__", None), list):
+        raise TypeError(f"{name}: ops must be the jaxrules.ops package, got {ops!r}")
+    families = {getattr(ops, family).__name__ for family in ops.__all__}  # loading each registers its declarations
+    exports = {n: fn for n, fn in EXPORTS.get(name, {}).items() if fn.__module__ in families}
     own = []
     for attr, obj in namespace.items():
         if attr.startswith("_") or attr in exports:

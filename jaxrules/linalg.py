@@ -3,7 +3,6 @@
 ``cholesky_solve(B, L, upper)``)."""
 
 from jaxrules import _namespace
-from jaxrules.ops import linalg as _linalg
-from jaxrules.ops import norms as _norms
+from jaxrules import ops as _ops
 
-_namespace.build(globals(), (_linalg, _norms))
+_namespace.build(globals(), _ops)

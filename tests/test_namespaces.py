@@ -206,7 +206,7 @@ def test_each_namespace_is_exactly_its_declarations_and_own_definitions(name):
     own = namespaces()[name][1] if name in COUNTERPARTS else frozenset(module.__all__)
     declared = EXPORTS[name]
     unbound = sorted(n for n, fn in declared.items() if getattr(module, n, None) is not fn)
-    assert unbound == [], f"declared for {name} but not bound there (is its ops module among build's families?)"
+    assert unbound == [], f"declared for {name} but not bound there"
     assert set(own) == set(declared) | _own_definitions(module)
 
 
@@ -223,9 +223,9 @@ NAMESPACE_FILES = {name: ROOT / (name.replace(".", "/") + ".py") if (ROOT / (nam
 
 @pytest.mark.parametrize("name", sorted(NAMESPACE_FILES))
 def test_namespace_modules_list_no_names_by_hand(name):
-    """No ``__all__`` written in the module, no name imported from an ops module (only the
-    modules, ``from jaxrules.ops import <family> as _<family>``), and the module ends with its
-    one ``_namespace.build(globals(), ...)`` call."""
+    """No ``__all__`` written in the module, no name imported from an ops module (a module the
+    namespace's own functions call is imported under a private name), and the module ends with
+    its one ``_namespace.build(globals(), _ops, ...)`` call."""
     tree = ast.parse(NAMESPACE_FILES[name].read_text())
     assigned = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign)
                 for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
@@ -239,7 +239,7 @@ def test_namespace_modules_list_no_names_by_hand(name):
     assert by_name == [], f"{name} imports names from the ops modules by hand: {by_name}"
     builds = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
               and node.func.attr == "build" and getattr(node.func.value, "id", None) == "_namespace"]
-    assert len(builds) == 1 and ast.unparse(builds[0].args[0]) == "globals()", name
+    assert len(builds) == 1 and [ast.unparse(a) for a in builds[0].args[:2]] == ["globals()", "_ops"], name
     last = tree.body[-1]
     assert isinstance(last, ast.Expr) and last.value is builds[0], f"{name}: build is not the last statement"
 
@@ -260,12 +260,19 @@ def test_exported_as_refuses_bad_names_and_a_second_function():
     assert _namespace.exported_as("jaxrules.numpy.sum")(reductions.sum) is reductions.sum  # the same function: fine
 
 
-def test_build_refuses_a_stray_public_global_and_a_family_that_declares_nothing():
-    from jaxrules.ops import activations
-
+def test_build_refuses_a_stray_public_global_and_a_wrong_ops_package():
     with pytest.raises(ValueError, match="public global 'Array' is neither declared"):
-        _namespace.build({"__name__": "jaxrules.linalg", "Array": jax.Array})
-    with pytest.raises(ValueError, match="jaxrules.ops.activations declares no name for jaxrules.linalg"):
-        _namespace.build({"__name__": "jaxrules.linalg"}, (activations,))
-    with pytest.raises(TypeError, match="families must be ops modules"):
-        _namespace.build({"__name__": "jaxrules.linalg"}, ("jaxrules.ops.linalg",))
+        _namespace.build({"__name__": "jaxrules.linalg", "Array": jax.Array}, jaxrules.ops)
+    with pytest.raises(ValueError, match="'det' is both declared by jaxrules.ops.linalg.det and bound"):
+        _namespace.build({"__name__": "jaxrules.linalg", "det": jax.numpy.linalg.det}, jaxrules.ops)
+    with pytest.raises(TypeError, match="ops must be the jaxrules.ops package"):
+        _namespace.build({"__name__": "jaxrules.linalg"}, "jaxrules.ops")
+
+
+def test_build_binds_what_the_ops_modules_declare_even_when_none_was_imported():
+    """A namespace lists no ops module: ``build`` loads them all, so a new op's declaration
+    reaches its namespace whatever its family (in a fresh interpreter)."""
+    code = ("import sys, jaxrules.linalg as L\n"
+            "print(L.cdist.__module__, L.solve.__name__, 'jaxrules.ops.activations' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert out.split() == ["jaxrules.ops.norms", "torch_solve", "True"]

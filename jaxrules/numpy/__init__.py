@@ -14,14 +14,10 @@ from jax.typing import ArrayLike, DTypeLike
 
 from jaxrules import _namespace
 from jaxrules import _validate as _V
-from jaxrules.numpy import fft as fft  # a submodule: a public name of its own
+from jaxrules import ops as _ops
+from jaxrules.numpy import fft as fft  # the submodules: public names of their own
 from jaxrules.numpy import linalg as linalg
-from jaxrules.ops import elementwise as _elementwise
-from jaxrules.ops import indexing as _indexing
 from jaxrules.ops import linalg as _linalg_ops
-from jaxrules.ops import reductions as _reductions
-from jaxrules.ops import shape as _shape
-from jaxrules.ops import sorting as _sorting
 
 
 def matmul(a: ArrayLike, b: ArrayLike, *, precision: Any = None, preferred_element_type: DTypeLike | None = None,
@@ -109,5 +105,5 @@ def _default_precision(precision) -> bool:
 # the annotations above are evaluated objects: the typing names leave the namespace (JAX's own)
 del Any, Array, ArrayLike, DTypeLike
 
-# The names the families declare for jaxrules.numpy (exported_as), matmul, the submodules, then JAX's others.
-_namespace.build(globals(), (_elementwise, _indexing, _reductions, _shape, _sorting), _jax_namespace)
+# What the ops modules declare for jaxrules.numpy (exported_as), matmul, the submodules, then JAX's other names.
+_namespace.build(globals(), _ops, _jax_namespace)

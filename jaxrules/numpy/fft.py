@@ -3,6 +3,6 @@
 import jax.numpy.fft as _jax_namespace
 
 from jaxrules import _namespace
-from jaxrules.ops import fft as _fft
+from jaxrules import ops as _ops
 
-_namespace.build(globals(), (_fft,), _jax_namespace)
+_namespace.build(globals(), _ops, _jax_namespace)

@@ -5,8 +5,8 @@ from jax import Array
 from jax.typing import ArrayLike
 
 from jaxrules import _namespace
+from jaxrules import ops as _ops
 from jaxrules.ops import linalg as _linalg_ops
-from jaxrules.ops import norms as _norms
 
 
 def slogdet(a: ArrayLike, *, method: str | None = None) -> tuple[Array, Array]:
@@ -36,5 +36,5 @@ def slogdet(a: ArrayLike, *, method: str | None = None) -> tuple[Array, Array]:
 # the annotations above are evaluated objects: the typing names leave the namespace (JAX's own)
 del Array, ArrayLike
 
-# The names the families declare for jaxrules.numpy.linalg (exported_as), slogdet, then JAX's others.
-_namespace.build(globals(), (_linalg_ops, _norms), _jax_namespace)
+# What the ops modules declare for jaxrules.numpy.linalg (exported_as), slogdet, then JAX's other names.
+_namespace.build(globals(), _ops, _jax_namespace)

@@ -3,7 +3,6 @@
 import jax.scipy.linalg as _jax_namespace
 
 from jaxrules import _namespace
-from jaxrules.ops import linalg as _linalg
-from jaxrules.ops import shape as _shape
+from jaxrules import ops as _ops
 
-_namespace.build(globals(), (_linalg, _shape), _jax_namespace)
+_namespace.build(globals(), _ops, _jax_namespace)

@@ -3,7 +3,6 @@
 import jax.scipy.special as _jax_namespace
 
 from jaxrules import _namespace
-from jaxrules.ops import elementwise as _elementwise
-from jaxrules.ops import reductions as _reductions
+from jaxrules import ops as _ops
 
-_namespace.build(globals(), (_elementwise, _reductions), _jax_namespace)
+_namespace.build(globals(), _ops, _jax_namespace)
