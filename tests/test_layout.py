@@ -236,3 +236,19 @@ def test_every_public_function_of_the_ops_modules_declares_its_public_names():
     assert undeclared == [], f"public functions without @exported_as(...): {undeclared}"
     assert sorted(listed) == sorted(NOT_EXPORTED)
     assert sorted({fn.__module__ for fn in declared.values()}) == sorted(m.__name__ for m in modules)
+
+
+def test_the_contributing_walk_through_shows_the_real_op_in_three_places():
+    """CONTRIBUTING.md's table lists three places, none a namespace file, and the code of its
+    walk-through (the op with its factor, the public function with its declaration) is the
+    code of ``jaxrules/ops/activations.py``, line for line (a ``...`` line abbreviates)."""
+    text = (PACKAGE.parent / "CONTRIBUTING.md").read_text()
+    guide = text[:text.index("3. **The record**")]
+    rows = [line for line in guide.splitlines() if re.match(r"\| \d+ \|", line)]
+    assert [row.split("|")[1].strip() for row in rows] == ["1", "2", "3"]
+    assert not any(ns in row for row in rows for ns in ("nn.py", "numpy/", "scipy/", "linalg.py", "partials/"))
+    source = [line.strip() for line in (PACKAGE / "ops" / "activations.py").read_text().splitlines()]
+    for block in re.findall(r"```python\n(.*?)```", guide, re.S):
+        lines = [line.strip() for line in block.splitlines() if line.strip() and "..." not in line]
+        start = source.index(lines[0])
+        assert [line for line in source[start:start + 3 * len(lines)] if line][:len(lines)] == lines, block

@@ -63,7 +63,8 @@ def _hardsigmoid_derivative(x):
     return jnp.where((x > -3) & (x < 3), 1 / 6, 0).astype(x.dtype)
 
 
-_hardsigmoid = pointwise_op("hardsigmoid", lambda x, **_: (jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype), _hardsigmoid_derivative)
+_hardsigmoid = pointwise_op("hardsigmoid", lambda x, **_: (jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype),
+                            _hardsigmoid_derivative)
 _hardswish = pointwise_op("hardswish", lambda x, **_: (x * jnp.clip(x + 3, 0, 6) / 6).astype(x.dtype), P.hardswish_derivative)
 _prelu = pointwise_op("prelu", lambda x, w, **_: jnp.where(x > 0, x, w * x).astype(x.dtype), P.slope_derivatives)
 softmax_op = define_op("softmax", lambda x, *, axis: jax.nn.softmax(x, axis=axis), J.softmax_jvp, R.softmax_vjp,
