@@ -43,6 +43,13 @@ def exported_as(*names: str) -> Callable[[Callable], Callable]:
     ``"jaxrules.nn.hard_sigmoid"``; ``"jaxrules.linalg.solve"`` on ``torch_solve``). It returns
     the function unchanged; the namespace module binds it under those names (``build``).
 
+    Args:
+        *names: the function's public names, at least one; a namespace may appear with several
+            names (an alias: ``"jaxrules.numpy.power"``, ``"jaxrules.numpy.pow"``).
+
+    Returns:
+        The decorator, which records the function under every name and returns it.
+
     Raises:
         ValueError: when no name is given, a name is not ``<one of TARGETS>.<identifier>``, or a
             public name is already declared for another function.
@@ -71,6 +78,7 @@ def exported_as(*names: str) -> Callable[[Callable], Callable]:
 
 
 def _where(fn: Callable) -> str:
+    """``module.qualname`` of ``fn``, for the error messages."""
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
