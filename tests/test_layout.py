@@ -157,6 +157,10 @@ def _layout_errors(name, factories):
     records = ast.parse((PACKAGE / "op_records" / name).read_text())
     records_names = _names([records]) | {alias.asname or alias.name for node in records.body
                                          if isinstance(node, ast.ImportFrom) for alias in node.names}
+    aliases = {alias.asname for node in records.body if isinstance(node, ast.ImportFrom)
+               and node.module == "jaxrules.ops" for alias in node.names if alias.name == name[:-3]}
+    records_names |= {n.attr for n in ast.walk(records) if isinstance(n, ast.Attribute)
+                      and isinstance(n.value, ast.Name) and n.value.id in aliases}  # ops.<name>
 
     for node in tree.body:
         where = next((k for (line, _), k in zip(sections[::-1], kinds[::-1], strict=True) if line < node.lineno),

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrules.ops import activations as ops
 from jaxrules.ops._sampling import f64, normal
 from jaxrules.ops.activations import (
     _SELU_ALPHA,
@@ -19,7 +20,6 @@ from jaxrules.ops.activations import (
     elu,
     gelu,
     glu,
-    hardsigmoid,
     hardswish,
     hardtanh,
     leaky_relu,
@@ -79,7 +79,7 @@ record(
     singular=(SingularPoint("at 0", (f64(0.0, -1.0, 2.0), 0.1), (f64(0.1, 0.1, 1),)),),
 )
 record(
-    "hardsigmoid", fn=hardsigmoid, public=(_NN + "hardsigmoid", _NN + "hard_sigmoid"), formula_ops=("hardsigmoid",),
+    "hardsigmoid", fn=ops.hardsigmoid, public=(_NN + "hardsigmoid", _NN + "hard_sigmoid"), formula_ops=("hardsigmoid",),
     seed=("hardsigmoid_backward (derivatives.yaml)",), samples=_samples(3.0),
     torch_fn=lambda t, x: t.nn.functional.hardsigmoid(x), torch_name=_F + "hardsigmoid",
     low_precision=("float32", "bfloat16"), tolerance={"torch": 1e-7},
