@@ -367,9 +367,18 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
 
 
 def cat(tensors, dim=0, *, out=None):
-    """The tensors joined along ``dim``; mirrors ``torch.cat``."""
+    """The tensors joined along ``dim``; mirrors ``torch.cat``, which skips 1-d tensors of shape
+    ``(0,)`` (its legacy empty tensor) whatever the other tensors' shapes and ``dim``; their dtypes
+    still take part in the result's (all of them skipped: a ``(0,)`` result)."""
     _no_out("cat", out)
-    return _np.concatenate(tensors, axis=dim)
+    arrays = [jnp.asarray(t) for t in tensors]
+    kept = [a for a in arrays if a.shape != (0,)]
+    if len(kept) == len(arrays):
+        return _np.concatenate(tensors, axis=dim)
+    dtype = jnp.result_type(*arrays)
+    if not kept:
+        return _np.concatenate(arrays, axis=0).astype(dtype)
+    return _np.concatenate(kept, axis=dim).astype(dtype)
 
 
 concat = concatenate = cat
@@ -448,8 +457,19 @@ def take_along_dim(input, indices, dim=None, *, out=None):
 
 
 def gather(input, dim, index, *, sparse_grad=False, out=None):
-    """``input[..., index[i, j], ...]`` along ``dim``; mirrors ``torch.gather``."""
+    """``input[..., index[i, j], ...]`` along ``dim``; mirrors ``torch.gather``, which counts a 0-d
+    tensor's dims as 1 (a 0-d ``input`` or ``index`` acts as a 1-element vector: the result has
+    ``index``'s shape) and checks neither the dtype nor the rank of an empty ``index`` (the result:
+    empty, of ``index``'s shape; ``dim`` must still be a dim of ``input``)."""
     _no_out("gather", out)
+    x, idx = jnp.asarray(input), jnp.asarray(index)
+    if idx.size == 0 or (x.ndim <= 1 and idx.ndim <= 1):
+        rank = builtins.max(x.ndim, 1)
+        if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or not -rank <= dim < rank:
+            raise ValueError(f"gather: dim must be an int in [{-rank}, {rank - 1}], got {dim!r}")
+        if idx.size == 0:
+            return jnp.zeros(idx.shape, x.dtype)
+        return _np.take_along_axis(x.reshape(-1), idx.reshape(-1), axis=0).reshape(idx.shape)
     return _np.take_along_axis(input, index, axis=dim)
 
 
