@@ -652,3 +652,17 @@ def test_cosine_similarity_of_0d_inputs_as_torch(x1, x2, dim):
     (at x1 = 0 the clamped norm eps: x2 / (|x2| eps))."""
     _vjp_as_torch(lambda a, b: JF.cosine_similarity(a, b, dim=dim), lambda a, b: TF.cosine_similarity(a, b, dim=dim),
                   np.float64(x1), np.float64(x2))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+def test_scatter_reduce_of_0d_arguments_as_torch(reduce):
+    for include_self in (True, False):
+        _vjp_as_torch(
+            lambda x, s, r=reduce, i=include_self: jaxrules.torch.scatter_reduce(x, 0, jnp.asarray(0), s, r,
+                                                                                 include_self=i),
+            lambda x, s, r=reduce, i=include_self: torch.scatter_reduce(x, 0, torch.tensor(0), s, r, include_self=i),
+            np.float64(1.5), np.float64(-2.0))
+    with pytest.raises(IndexError):
+        torch.scatter_reduce(torch.tensor(1.5), 1, torch.tensor(0), torch.tensor(2.0), reduce)
+    with pytest.raises(ValueError, match="^scatter_reduce: dim"):
+        jaxrules.torch.scatter_reduce(jnp.asarray(1.5), 1, jnp.asarray(0), jnp.asarray(2.0), reduce)

@@ -475,7 +475,15 @@ def gather(input, dim, index, *, sparse_grad=False, out=None):
 
 def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
     """``input`` with ``src`` reduced into the positions ``index`` along ``dim``; mirrors
-    ``torch.scatter_reduce``."""
+    ``torch.scatter_reduce``, which counts a 0-d tensor's dims as 1 (a 0-d ``input``, ``index``
+    or ``src`` among ones of rank at most 1 acts as a 1-element vector; the result has
+    ``input``'s shape)."""
+    x, idx, values = jnp.asarray(input), jnp.asarray(index), jnp.asarray(src)
+    if builtins.min(x.ndim, idx.ndim, values.ndim) == 0 and builtins.max(x.ndim, idx.ndim, values.ndim) <= 1:
+        if isinstance(dim, bool) or dim not in (0, -1):
+            raise ValueError(f"scatter_reduce: dim must be 0 or -1 for arguments of rank 0 or 1, got {dim!r}")
+        out = _np.scatter_reduce(x.reshape(-1), 0, idx.reshape(-1), values.reshape(-1), reduce, include_self)
+        return out.reshape(x.shape)
     return _np.scatter_reduce(input, dim, index, src, reduce, include_self)
 
 
