@@ -666,3 +666,13 @@ def test_scatter_reduce_of_0d_arguments_as_torch(reduce):
         torch.scatter_reduce(torch.tensor(1.5), 1, torch.tensor(0), torch.tensor(2.0), reduce)
     with pytest.raises(ValueError, match="^scatter_reduce: dim"):
         jaxrules.torch.scatter_reduce(jnp.asarray(1.5), 1, jnp.asarray(0), jnp.asarray(2.0), reduce)
+
+
+def test_quantile_takes_torchs_interpolations_only():
+    """numpy's ``inverted_cdf`` (``jaxrules.numpy.quantile`` has it) is not one of torch's."""
+    with pytest.raises(RuntimeError, match="interpolation"):
+        torch.quantile(torch.ones(3), 0.5, interpolation="inverted_cdf")
+    with pytest.raises(ValueError, match="^quantile: interpolation"):
+        jaxrules.torch.quantile(jnp.ones(3), 0.5, interpolation="inverted_cdf")
+    np.testing.assert_array_equal(jaxrules.torch.quantile(jnp.arange(4.0), 0.5, interpolation="lower"),
+                                  torch.quantile(torch.arange(4.0), 0.5, interpolation="lower").numpy())

@@ -335,8 +335,14 @@ def argsort(input, dim=-1, descending=False, stable=False):
     return _np.argsort(input, axis=dim, descending=descending)
 
 
+_TORCH_QUANTILE = ("linear", "lower", "higher", "midpoint", "nearest")  # torch.quantile's interpolations
+
+
 def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
-    """The ``q``-quantiles along ``dim`` (flattened if None); mirrors ``torch.quantile``."""
+    """The ``q``-quantiles along ``dim`` (flattened if None); mirrors ``torch.quantile``, whose
+    ``interpolation`` is one of its five (not numpy's ``inverted_cdf``)."""
+    if interpolation not in _TORCH_QUANTILE:
+        raise ValueError(f"quantile: interpolation must be one of {_TORCH_QUANTILE}, got {interpolation!r}")
     return _np.quantile(input, q, axis=dim, keepdims=keepdim, method=interpolation)
 
 
