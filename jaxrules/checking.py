@@ -3,24 +3,38 @@ NestedTensors with different offsets), and how their errors reach the user.
 
 * ``runtime_check(bad, message)``: raises ``RuntimeCheckError(message)`` (a ``ValueError``) when
   any of ``bad`` is true. Eagerly that is the error itself. Under ``jax.jit`` the check runs as a
-  host callback, and JAX delivers its exception as a ``jax.errors.JaxRuntimeError`` whose text
-  ends with ``RuntimeCheckError: <message>`` (XLA puts the callback's traceback first; nothing in
-  a callback can change that). JAX also logs a failed callback's traceback on stderr; this module
-  drops those log records for the library's own errors only.
+  host callback, and JAX delivers its exception as a ``jax.errors.JaxRuntimeError`` (on a CPU
+  from the call, on a GPU from the call or the next wait on its result), whose status text is
+  XLA's (``INTERNAL: CpuCallback error calling callback: Traceback ...``) and ends with
+  ``RuntimeCheckError: <message>``. Nothing inside a callback can change that text: XLA formats
+  the whole Python stack above the callback before the exception's type and message. So this
+  module (imported with any op) gives ``JaxRuntimeError`` a ``__str__`` that puts the library's
+  message first when the error carries a ``RuntimeCheckError``: ``str(error).splitlines()[0]``
+  is the message naming the op and the argument, then a blank line and XLA's text unchanged
+  (every other ``JaxRuntimeError`` prints as before; ``error.args`` is untouched). This is how
+  the error reads under a plain ``jit`` on every backend, at no run-time cost. JAX also logs a
+  failed callback's traceback on stderr; this module drops those log records for the library's
+  own errors only.
 * ``checked(fn)``: ``fn`` with those errors raised as the library's ``ValueError`` (the message
-  alone, first), also for errors from inside a ``jax.jit``.
+  alone), also for errors from inside a ``jax.jit``.
 * ``checked_only(bad, message)``: a ``runtime_check`` that runs only inside ``checked``, for the
   checks of indices and offsets that are concrete in eager calls (checked on the host there) and
   traced in a jitted training step, where a host callback in every call would stall a GPU at
   each step. Outside ``checked`` a traced bad index makes the op's result NaN instead (each op's
-  docstring says so). The mode is a ``jax.make_user_context``, part of ``jit``'s cache key: a
-  function traced outside ``checked`` is traced again inside it, with the callbacks.
+  docstring says so): under a plain ``jit`` these checks raise nothing. The mode is a
+  ``jax.make_user_context``, part of ``jit``'s cache key: a function traced outside ``checked``
+  is traced again inside it, with the callbacks.
+
+Why not ``checked`` by default: it waits for ``fn``'s result (``jax.block_until_ready``), which
+ends the overlap of the host and an asynchronous device at every call, and it cannot wrap a
+user's own ``jax.jit``; the message-first ``__str__`` needs neither.
 
 Why not ``jax.experimental.checkify``: a ``checkify.check`` inside a user's ``jax.jit`` that is
 not itself wrapped in ``checkify.checkify`` fails to trace, so it cannot be the default; and a
 mode that switched between the two at trace time would be undone by ``jit``'s cache unless it is
 part of the cache key (``checked_only``'s ``jax.make_user_context`` is), while ``checked``
-catches both.
+catches both. JAX's ``error_check`` (``set_error_if``/``raise_if_error``) raises only where the
+user calls ``raise_if_error`` after the computation, and does not support ``vmap``.
 """
 
 from __future__ import annotations
@@ -94,12 +108,36 @@ for _name in CALLBACK_LOGGERS:
     logging.getLogger(_name).addFilter(_DropOwnCallbackErrors())
 
 
+# XLA's status text (kept across a reload of this module, which must not wrap it twice)
+_JAX_STR = getattr(jax.errors.JaxRuntimeError.__str__, "xla_str", jax.errors.JaxRuntimeError.__str__)
+
+
+def _jax_text(error: BaseException) -> str:
+    return _JAX_STR(error) if isinstance(error, jax.errors.JaxRuntimeError) else str(error)
+
+
 def library_message(error: BaseException) -> str | None:
     """The message of the ``RuntimeCheckError`` that ``error`` (a ``JaxRuntimeError``) carries,
-    or None."""
-    text = str(error)
+    or None: the line after the last ``RuntimeCheckError: `` of XLA's text (a library message is
+    one line; whatever a backend appends after it is not part of it)."""
+    text = _jax_text(error)
     at = text.rfind(_MARKER)
-    return None if at < 0 else text[at + len(_MARKER):].strip()
+    if at < 0:
+        return None
+    lines = text[at + len(_MARKER):].strip().splitlines()
+    return lines[0] if lines else None
+
+
+def _message_first(error: jax.errors.JaxRuntimeError) -> str:
+    """``JaxRuntimeError.__str__``: the library's message, a blank line, XLA's text, when the
+    error carries a ``RuntimeCheckError``; XLA's text alone otherwise."""
+    text = _JAX_STR(error)
+    message = library_message(error)
+    return text if message is None else f"{message}\n\n{text}"
+
+
+_message_first.xla_str = _JAX_STR
+jax.errors.JaxRuntimeError.__str__ = _message_first
 
 
 def checked(fn):

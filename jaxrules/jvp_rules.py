@@ -149,7 +149,8 @@ def multigammaln_jvp(a, t, *, d, **_):
 
 def xlogy_jvp(res, tx, ty, **_):
     """``log(y) tx + (x / y) ty`` (seed ``xlogy.Tensor`` in derivatives.yaml): ``log y`` 0 where
-    x = 0 and y <= 0 (torch's mask); ``x / y`` 0 where x = 0 (torch: NaN at x = y = 0)."""
+    x = 0 and y <= 0 (torch's mask); ``x / y`` 0 where x = 0 and y is not NaN (torch: NaN at
+    x = y = 0)."""
     x, y = res
     dx_factor, dy_factor = P.xlogy_factors(x, y)
     return _terms(_times(dx_factor, tx), _times(dy_factor, ty))

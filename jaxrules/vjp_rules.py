@@ -130,7 +130,7 @@ def multigammaln_vjp(a, ct, *, d, **_):
 
 def xlogy_vjp(res, ct, **_):
     """``(log(y) ct, (x/y) ct)`` (seed ``xlogy.Tensor``): ``log y`` 0 where x = 0 and y <= 0
-    (torch's mask), ``x / y`` 0 where x = 0."""
+    (torch's mask), ``x / y`` 0 where x = 0 and y is not NaN."""
     dx_factor, dy_factor = P.xlogy_factors(*res)
     return dx_factor * ct, dy_factor * ct
 

@@ -13,7 +13,8 @@ import jaxrules.numpy as rnp
 import jaxrules.scipy.special as rsp
 
 # ----------------------------------------------------------------------------------------------
-# xlogy at x = 0: d/dx = log y (torch 2.13 and JAX), 0 where y <= 0 (torch's mask)
+# xlogy at x = 0: d/dx = log y (torch 2.13 and JAX), 0 where y <= 0 (torch's mask); d/dy = 0,
+# but NaN where y is NaN (torch's x / y)
 
 
 def test_xlogy_x_derivative_at_zero_is_log_y_as_torch_and_jax():
@@ -49,6 +50,28 @@ def test_xlogy_of_zero_and_nan_is_nan_as_torch_and_jax():
     np.testing.assert_array_equal(jax.jit(rsp.xlogy)(jnp.asarray(x), jnp.asarray(y)), expected)
     assert np.isnan(rsp.xlogy(0.0, np.nan)) and np.isnan(rsp.xlogy(jnp.float32(0), jnp.float32(np.nan)))
 
+
+
+def test_xlogy_derivatives_at_a_nan_y_are_nan_as_torch():
+    """At x = 0, y = NaN the value is NaN and both derivatives are NaN (torch: ``log y`` and
+    ``x / y``); at x = 0 and a number y the y-derivative stays 0 and the x-derivative log y."""
+    x = np.array([0.0, -0.0, 1.0, 0.0, 0.0, 0.0, np.nan])
+    y = np.array([np.nan, np.nan, np.nan, 2.0, -1.0, 0.5, 0.0])
+    tx, ty = torch.tensor(x, requires_grad=True), torch.tensor(y, requires_grad=True)
+    t_dx, t_dy = torch.autograd.grad(torch.xlogy(tx, ty).sum(), [tx, ty])
+    ax, ay = jnp.asarray(x), jnp.asarray(y)
+    dx, dy = jax.grad(lambda a, b: jnp.sum(rsp.xlogy(a, b)), (0, 1))(ax, ay)
+    np.testing.assert_array_equal(dx, t_dx.numpy())
+    np.testing.assert_array_equal(dy, t_dy.numpy())
+    assert np.isnan(dy[:3]).all() and np.isnan(dx[:3]).all()
+    # forward mode: the same factors, one argument at a time
+    jx = jax.jvp(lambda a: rsp.xlogy(a, ay), (ax,), (jnp.ones(7),))[1]
+    jy = jax.jvp(lambda b: rsp.xlogy(ax, b), (ay,), (jnp.ones(7),))[1]
+    np.testing.assert_array_equal(jx, t_dx.numpy())
+    np.testing.assert_array_equal(jy, t_dy.numpy())
+    # float32, under jit
+    gx32, gy32 = jax.jit(jax.grad(rsp.xlogy, (0, 1)))(jnp.float32(0), jnp.float32(np.nan))
+    assert np.isnan(gx32) and np.isnan(gy32)
 
 # ----------------------------------------------------------------------------------------------
 # pinv's derivatives of a wide or tall matrix form no max(m, n)^2 intermediate (JAX's rule does

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from jax.test_util import check_grads
 
 import jaxrules.numpy as rnp
 
@@ -186,6 +187,52 @@ def test_quantile_nan_and_nearest_half_to_even():
     np.testing.assert_array_equal(got, np.quantile(ranks, [0.125, 0.375, 0.625], method="nearest"))
 
 
+def test_quantile_inverted_cdf_values_match_numpy_and_jax_numpy():
+    """numpy's ``inverted_cdf`` without weights: the order statistic at ``ceil(q n) - 1``
+    (clipped to [0, n - 1]); the q grid hits ``q n`` integer, where the CDF steps."""
+    q = np.linspace(0, 1, 41)
+    for n in (1, 2, 3, 5, 8, 10):
+        x = RNG.standard_normal((3, n))
+        ours = rnp.quantile(x, q, axis=1, method="inverted_cdf")
+        np.testing.assert_array_equal(ours, np.quantile(x, q, axis=1, method="inverted_cdf"))
+        np.testing.assert_array_equal(ours, jnp.quantile(jnp.asarray(x), jnp.asarray(q), axis=1, method="inverted_cdf"))
+    y = RNG.standard_normal((2, 3, 4))
+    for axis, keepdims in ((None, False), (1, True), ((0, 2), False), (-1, True)):
+        np.testing.assert_array_equal(rnp.quantile(y, [0.2, 0.75], axis=axis, keepdims=keepdims, method="inverted_cdf"),
+                                      np.quantile(y, [0.2, 0.75], axis=axis, keepdims=keepdims, method="inverted_cdf"))
+    x32 = RNG.standard_normal(7).astype(np.float32)
+    ours32 = rnp.quantile(x32, jnp.asarray(q, jnp.float32), method="inverted_cdf")
+    assert ours32.dtype == jnp.float32
+    expected32 = jnp.quantile(jnp.asarray(x32), jnp.asarray(q, jnp.float32), method="inverted_cdf")
+    np.testing.assert_array_equal(ours32, expected32)
+    with_nan = np.array([3.0, 1.0, NAN, 2.0, 5.0])
+    assert np.isnan(rnp.quantile(with_nan, 0.5, method="inverted_cdf"))
+    assert np.isnan(np.quantile(with_nan, 0.5, method="inverted_cdf"))
+
+
+def test_quantile_inverted_cdf_derivative_goes_to_the_selected_entry():
+    x = np.array([[3.0, 1.0, 4.0, 2.0, 5.0], [0.5, -1.0, 2.5, 7.0, -3.0]])
+    q = [0.0, 0.2, 0.21, 0.5, 1.0]
+    jac = jax.jacobian(lambda a: rnp.quantile(a, q, axis=1, method="inverted_cdf"))(jnp.asarray(x))
+    # row 0 sorted 1 2 3 4 5: positions ceil(5 q) - 1 -> 0 0 1 2 4 -> entries 1 1 3 0 4
+    for i, entry in enumerate([1, 1, 3, 0, 4]):
+        expected = np.zeros_like(x)
+        expected[0, entry] = 1
+        np.testing.assert_array_equal(jac[i, 0], expected)
+    # as jax.numpy's (its sort's derivative) away from ties
+    np.testing.assert_array_equal(
+        jac, jax.jacobian(lambda a: jnp.quantile(a, jnp.asarray(q), axis=1, method="inverted_cdf"))(jnp.asarray(x)))
+    # against central differences, both modes, to second order (piecewise linear: second derivative 0)
+    check_grads(lambda a: rnp.quantile(a, q, axis=1, method="inverted_cdf"), (jnp.asarray(x),),
+                              order=2, modes=("fwd", "rev"), eps=1e-4)
+    tangent = jax.jvp(lambda a: rnp.quantile(a, 0.5, method="inverted_cdf"), (jnp.asarray(x[0]),),
+                      (jnp.arange(5.0) + 1,))[1]
+    assert tangent == 1.0  # the median, 3.0, is entry 0
+    with_nan = np.array([3.0, NAN, 2.0, NAN, 5.0])
+    grad = jax.grad(lambda a: rnp.quantile(a, 0.5, method="inverted_cdf"))(jnp.asarray(with_nan))
+    np.testing.assert_array_equal(grad, [0, 0, 0, 1, 0])  # the last NaN, as the other methods
+
+
 def test_quantile_shapes_follow_jax_numpy():
     y = RNG.standard_normal((2, 3, 4))
     for q in (0.4, [0.2, 0.9], [[0.1], [0.6]]):
@@ -231,7 +278,7 @@ def test_zero_size_input_where_torch_accepts_it():
         (lambda: rnp.nanmedian(np.ones(3), out=np.ones(())), TypeError, ["nanmedian", "out"]),
         (lambda: rnp.quantile(np.ones(3), 1.5), ValueError, ["quantile", "q", "[0, 1]"]),
         (lambda: rnp.quantile(np.ones(3), "half"), TypeError, ["quantile", "q"]),
-        (lambda: rnp.quantile(np.ones(3), 0.5, method="inverted_cdf"), ValueError, ["quantile", "method"]),
+        (lambda: rnp.quantile(np.ones(3), 0.5, method="weibull"), ValueError, ["quantile", "method"]),
         (lambda: rnp.quantile(np.zeros(0), 0.5), ValueError, ["quantile", "zero-size"]),
         (lambda: rnp.quantile(np.ones(3) + 1j, 0.5), TypeError, ["quantile", "'a'", "complex"]),
         (lambda: jax.jit(lambda q: rnp.quantile(np.ones(3), q))(0.5), TypeError, ["quantile", "q", "concrete"]),

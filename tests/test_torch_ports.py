@@ -574,3 +574,105 @@ def test_masked_fill_broadcasts_input_to_the_mask_as_torch():
     np.testing.assert_allclose(pullback(jnp.asarray(cot))[0], tg.numpy(), rtol=1e-12)
     with pytest.raises(ValueError, match="masked_fill: mask"):
         jaxrules.torch.masked_fill(jnp.ones(4), jnp.ones((3, 5), bool), 0.0)
+
+
+def _vjp_as_torch(ours_fn, torch_fn, *arrays):
+    """Values and the VJP of a random cotangent: jaxrules.torch against torch (float64)."""
+    rng = np.random.default_rng(7)
+    tensors = [torch.tensor(a, requires_grad=True) for a in arrays]
+    expected = torch_fn(*tensors)
+    ours, pullback = jax.vjp(ours_fn, *(jnp.asarray(a) for a in arrays))
+    assert ours.shape == tuple(expected.shape) and ours.dtype == jnp.float64
+    np.testing.assert_allclose(ours, expected.detach().numpy(), rtol=1e-12)
+    cot = rng.standard_normal(ours.shape)
+    t_grads = torch.autograd.grad(expected, tensors, torch.tensor(cot), allow_unused=True)
+    for grad, t_grad, a in zip(pullback(jnp.asarray(cot)), t_grads, arrays, strict=True):
+        np.testing.assert_allclose(grad, np.zeros_like(a) if t_grad is None else t_grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("x_shape, index", [
+    ((5,), np.zeros((2, 0), np.uint8)),  # an empty index: neither its dtype nor its rank is checked
+    ((5,), np.zeros((0,), np.float64)),
+    ((3, 4), np.zeros((0, 2), np.int64)),
+    ((), np.array([0])),  # a 0-d input acts as a 1-element vector
+    ((), np.array(0)),
+    ((5,), np.array(3)),  # so does a 0-d index
+])
+def test_gather_of_0d_and_empty_arguments_as_torch(x_shape, index):
+    x = np.random.default_rng(8).standard_normal(x_shape)
+    _vjp_as_torch(lambda a: jaxrules.torch.gather(a, 0, jnp.asarray(index)),
+                  lambda a: torch.gather(a, 0, torch.tensor(index)), x)
+
+
+@pytest.mark.parametrize("call, torch_call", [
+    (lambda m: jaxrules.torch.gather(jnp.ones(()), 1, jnp.array([0])), lambda: torch.gather(torch.ones(()), 1,
+                                                                                              torch.tensor([0]))),
+    (lambda m: jaxrules.torch.gather(jnp.ones(5), 2, jnp.zeros((2, 0, 1), jnp.uint8)),
+     lambda: torch.gather(torch.ones(5), 2, torch.zeros((2, 0, 1), dtype=torch.uint8))),
+    (lambda m: JF.cosine_similarity(jnp.ones(()), jnp.ones(()), dim=1),
+     lambda: TF.cosine_similarity(torch.ones(()), torch.ones(()), dim=1)),
+])
+def test_0d_and_empty_arguments_torch_refuses_raise_the_librarys_error(call, torch_call):
+    with pytest.raises((RuntimeError, IndexError)):
+        torch_call()
+    with pytest.raises(ValueError, match=r"^(gather|take_along_axis|cosine_similarity): "):
+        call(None)
+
+
+def test_cat_skips_legacy_empty_1d_tensors_as_torch():
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((2, 3)), rng.standard_normal((2, 2))
+    empty = np.zeros(0)
+    _vjp_as_torch(lambda e, x: jaxrules.torch.cat([e, x], dim=1), lambda e, x: torch.cat([e, x], dim=1), empty, a)
+    _vjp_as_torch(lambda x, e, y: jaxrules.torch.cat((x, e, y), dim=-1), lambda x, e, y: torch.cat((x, e, y), dim=-1),
+                  a, empty, b)
+    _vjp_as_torch(lambda e, f: jaxrules.torch.cat([e, f], dim=1), lambda e, f: torch.cat([e, f], dim=1), empty, empty)
+    # a skipped tensor's dtype still takes part in the result's
+    mixed = jaxrules.torch.cat([jnp.zeros(0, jnp.float64), jnp.ones((2, 3), jnp.float32)], dim=1)
+    expected = torch.cat([torch.zeros(0, dtype=torch.float64), torch.ones(2, 3, dtype=torch.float32)], dim=1)
+    assert mixed.shape == (2, 3) and str(mixed.dtype) == str(expected.dtype).removeprefix("torch.")
+    with pytest.raises(ValueError, match="concatenate"):  # an empty tensor of shape (0, 2) is not skipped
+        jaxrules.torch.cat([jnp.zeros((0, 2)), jnp.ones((3, 3))], dim=1)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_of_an_empty_1d_input_as_torch(training):
+    empty = np.zeros(0)
+    _vjp_as_torch(lambda x, m, v: JF.batch_norm(x, m, v, training=training),
+                  lambda x, m, v: TF.batch_norm(x, m, v, training=training), empty, empty, empty + 1)
+    with pytest.raises(IndexError):  # weight[0] of an empty weight, as torch
+        TF.batch_norm(torch.zeros(0), None, None, torch.ones(0), training=training)
+    with pytest.raises(IndexError):
+        JF.batch_norm(jnp.zeros(0), None, None, jnp.ones(0), training=training)
+
+
+@pytest.mark.parametrize("x1, x2, dim", [(2.0, -3.0, 0), (0.5, 4.0, -1), (0.0, -3.0, 0)])
+def test_cosine_similarity_of_0d_inputs_as_torch(x1, x2, dim):
+    """A 0-d pair is a 1-element vector along dim 0: the value sign(x1 x2), the derivative torch's
+    (at x1 = 0 the clamped norm eps: x2 / (|x2| eps))."""
+    _vjp_as_torch(lambda a, b: JF.cosine_similarity(a, b, dim=dim), lambda a, b: TF.cosine_similarity(a, b, dim=dim),
+                  np.float64(x1), np.float64(x2))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+def test_scatter_reduce_of_0d_arguments_as_torch(reduce):
+    for include_self in (True, False):
+        _vjp_as_torch(
+            lambda x, s, r=reduce, i=include_self: jaxrules.torch.scatter_reduce(x, 0, jnp.asarray(0), s, r,
+                                                                                 include_self=i),
+            lambda x, s, r=reduce, i=include_self: torch.scatter_reduce(x, 0, torch.tensor(0), s, r, include_self=i),
+            np.float64(1.5), np.float64(-2.0))
+    with pytest.raises(IndexError):
+        torch.scatter_reduce(torch.tensor(1.5), 1, torch.tensor(0), torch.tensor(2.0), reduce)
+    with pytest.raises(ValueError, match="^scatter_reduce: dim"):
+        jaxrules.torch.scatter_reduce(jnp.asarray(1.5), 1, jnp.asarray(0), jnp.asarray(2.0), reduce)
+
+
+def test_quantile_takes_torchs_interpolations_only():
+    """numpy's ``inverted_cdf`` (``jaxrules.numpy.quantile`` has it) is not one of torch's."""
+    with pytest.raises(RuntimeError, match="interpolation"):
+        torch.quantile(torch.ones(3), 0.5, interpolation="inverted_cdf")
+    with pytest.raises(ValueError, match="^quantile: interpolation"):
+        jaxrules.torch.quantile(jnp.ones(3), 0.5, interpolation="inverted_cdf")
+    np.testing.assert_array_equal(jaxrules.torch.quantile(jnp.arange(4.0), 0.5, interpolation="lower"),
+                                  torch.quantile(torch.arange(4.0), 0.5, interpolation="lower").numpy())

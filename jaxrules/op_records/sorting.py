@@ -96,6 +96,11 @@ record(
 
 
 def _torch_quantile(torch, x, q, axis=None, method="linear", keepdims=False):
+    if method == "inverted_cdf":  # torch has none: the sorted slice's entry at ceil(q n) - 1 (an int axis)
+        n = x.shape[axis]
+        pos = np.clip(np.ceil(np.asarray(q, np.float64) * n) - 1, 0, n - 1).astype(np.int64)
+        picked = torch.sort(x, dim=axis).values.index_select(axis, torch.tensor(pos.ravel()))
+        return torch.movedim(picked, axis, 0)
     qt = torch.tensor(q, dtype=x.dtype)
     return torch.quantile(x, qt, dim=axis, keepdim=keepdims, interpolation=method)
 
@@ -110,8 +115,9 @@ record(
         Sample((distinct(rng, dt, 5, 3), [0.2, 0.7]), {"axis": 0, "method": "lower"}),
         Sample((distinct(rng, dt, 5, 3), [0.2, 0.7]), {"axis": 0, "method": "higher"}),
         Sample((distinct(rng, dt, 6, 3), [0.3, 0.9]), {"axis": 0, "method": "nearest"}),
+        Sample((distinct(rng, dt, 6, 3), [0.0, 0.2, 0.5, 0.9]), {"axis": 0, "method": "inverted_cdf"}),
     ],
-    torch_fn=_torch_quantile, torch_name="torch.quantile",
+    torch_fn=_torch_quantile, torch_name="torch.quantile (inverted_cdf: torch.sort, index_select)",
     singular=(
         SingularPoint("linear between ties", (f64(3.0, 1.0, 2.0, 2.0, 5.0), 0.3), (f64(0, 0, 0.8, 0.2, 0),)),
         SingularPoint("NaN: the last NaN", (f64(3.0, 1.0, np.nan, 2.0, np.nan), 0.3), (f64(0, 0, 0, 0, 1),)),

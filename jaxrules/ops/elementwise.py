@@ -389,7 +389,8 @@ def multigammaln(a: ArrayLike, d: int) -> Array:
 def xlogy(x: ArrayLike, y: ArrayLike) -> Array:
     """``x log(y)``, 0 where x = 0; derivatives ``log y`` (also at x = 0, as torch and JAX; 0
     where x = 0 and y <= 0, torch's mask) and ``x/y`` (0 where x = 0: torch's is NaN at x = y =
-    0, where x log y is identically 0 in y). Mirrors ``torch.special.xlogy``.
+    0, where x log y is identically 0 in y; NaN at x = 0, y = NaN, as torch). Mirrors
+    ``torch.special.xlogy``.
 
     Args:
         x: the factor (integer and boolean input is promoted to float).

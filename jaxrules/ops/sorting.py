@@ -273,10 +273,10 @@ def quantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int]
     """``jax.numpy.quantile`` with torch's derivative: torch's ``quantile`` is ``lerp`` of two
     entries of the sorted slice, so the derivative goes to those two order statistics, ``1 - w``
     and ``w`` for ``linear`` (``w`` the rank's fraction; 1/2 each for ``midpoint``; all to one
-    for ``lower``, ``higher`` and ``nearest``). Equal values are ordered by position; a NaN in the
-    slice gives NaN and the derivative goes to its last NaN (torch's rank ``n - 1``). ``q`` is
-    held fixed (no derivative). ``nearest`` rounds half to even as torch and numpy do (jax.numpy
-    0.10 rounds half down). Mirrors ``torch.quantile``.
+    for ``lower``, ``higher``, ``nearest`` and ``inverted_cdf``). Equal values are ordered by
+    position; a NaN in the slice gives NaN and the derivative goes to its last NaN (torch's rank
+    ``n - 1``). ``q`` is held fixed (no derivative). ``nearest`` rounds half to even as torch and
+    numpy do (jax.numpy 0.10 rounds half down). Mirrors ``torch.quantile``.
 
     Args:
         a: the array, real (complex raises ``TypeError``; integer and boolean input is
@@ -287,7 +287,9 @@ def quantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int]
             zero-size (``ValueError``).
         out: not supported: must be None (``TypeError`` otherwise).
         overwrite_input: accepted for NumPy compatibility and ignored.
-        method: ``"linear"``, ``"lower"``, ``"higher"``, ``"midpoint"`` or ``"nearest"``.
+        method: ``"linear"``, ``"lower"``, ``"higher"``, ``"midpoint"``, ``"nearest"`` or
+            ``"inverted_cdf"`` (numpy's and jax.numpy's, which torch lacks: the order statistic
+            at position ``ceil(q n) - 1``, clipped to ``[0, n - 1]``).
         keepdims: keep the reduced axes with length 1.
         weights: None, or per-entry weights: then ``jax.numpy.quantile(..., weights=)`` runs
             (its values, errors and derivatives: JAX's; it takes only ``"inverted_cdf"``, which

@@ -201,11 +201,13 @@ def multigammaln_factor(a, d):
 def xlogy_factors(x, y):
     """``(log y, x / y)``: the x-factor ``log y`` also at x = 0 (torch 2.13's
     ``xlogy(grad, y)``, JAX's), 0 where x = 0 and y <= 0 (torch's ``masked_fill``: x log y is
-    not defined near there); the y-factor 0 where x = 0 (x log y is identically 0 along x = 0)."""
+    not defined near there); the y-factor 0 where x = 0 (x log y is identically 0 along x = 0)
+    unless y is NaN, where it is NaN as torch's ``grad * x / y`` (the value is NaN there)."""
     zero = x == 0
     masked = zero & (y <= 0)
     dx = jnp.where(masked, 0, jnp.log(jnp.where(masked, 1, y)))
-    return dx, jnp.where(zero, 0, x / jnp.where(zero, 1, y))
+    flat = zero & ~jnp.isnan(y)
+    return dx, jnp.where(flat, 0, x / jnp.where(flat, 1, y))
 
 
 def nan_factor(mask, dtype):

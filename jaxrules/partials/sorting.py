@@ -46,7 +46,7 @@ def cummaxmin_select(x, axis, largest):
     return lax.associative_scan(combine, (x, index), axis=axis)
 
 
-QUANTILE_METHODS = ("linear", "lower", "higher", "midpoint", "nearest")
+QUANTILE_METHODS = ("linear", "lower", "higher", "midpoint", "nearest", "inverted_cdf")
 
 
 def quantile_selection(x, q, method, ignore_nan):
@@ -58,8 +58,10 @@ def quantile_selection(x, q, method, ignore_nan):
     of numbers (``ignore_nan``: nanquantile/nanmedian; 0 numbers read position 0) or ``n``, where
     a NaN in the slice moves the rank to the last position (a NaN: the result is NaN). ``linear``
     reads floor and ceil with weight ``rank - floor``; ``midpoint`` weight 1/2; ``lower``,
-    ``higher`` and ``nearest`` (half to even, as torch and numpy) one position. The weight is 0
-    where both positions are one entry."""
+    ``higher`` and ``nearest`` (half to even, as torch and numpy) one position. ``inverted_cdf``
+    (numpy's and jax.numpy's; torch has none) reads the one position ``ceil(q c) - 1`` clipped to
+    ``[0, c - 1]``: the first order statistic whose empirical CDF ``(k + 1) / c`` reaches ``q``.
+    The weight is 0 where both positions are one entry."""
     n = x.shape[-1]
     x = unsharded_along(x, (x.ndim - 1,))  # an Explicit mesh: the sort and reads along the axis
     perm = sort_permutation(x, -1)
@@ -68,7 +70,12 @@ def quantile_selection(x, q, method, ignore_nan):
         count = n - jnp.sum(nan, axis=-1, keepdims=True)
     else:
         count = jnp.full(x.shape[:-1] + (1,), n)
-    rank = with_rank(jnp.asarray(q, x.dtype), count.ndim) * jnp.maximum(count - 1, 0).astype(x.dtype)
+    qs = with_rank(jnp.asarray(q, x.dtype), count.ndim)
+    if method == "inverted_cdf":
+        last = jnp.maximum(count - 1, 0).astype(x.dtype)
+        rank = jnp.clip(jnp.ceil(qs * count.astype(x.dtype)) - 1, 0, last)
+    else:
+        rank = qs * jnp.maximum(count - 1, 0).astype(x.dtype)
     if not ignore_nan:
         rank = jnp.where(jnp.any(nan, axis=-1, keepdims=True), jnp.asarray(n - 1, x.dtype), rank)
     below, above = jnp.floor(rank), jnp.ceil(rank)
@@ -77,7 +84,7 @@ def quantile_selection(x, q, method, ignore_nan):
     elif method == "midpoint":
         weight = jnp.full_like(rank, 0.5)
     else:
-        below = above = {"lower": below, "higher": above, "nearest": jnp.round(rank)}[method]
+        below = above = {"lower": below, "higher": above, "nearest": jnp.round(rank), "inverted_cdf": rank}[method]
         weight = jnp.zeros_like(rank)
     weight = jnp.where(below == above, 0, weight)
     lo = jnp.take_along_axis(perm, below.astype(perm.dtype), axis=-1)

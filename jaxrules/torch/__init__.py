@@ -335,8 +335,14 @@ def argsort(input, dim=-1, descending=False, stable=False):
     return _np.argsort(input, axis=dim, descending=descending)
 
 
+_TORCH_QUANTILE = ("linear", "lower", "higher", "midpoint", "nearest")  # torch.quantile's interpolations
+
+
 def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
-    """The ``q``-quantiles along ``dim`` (flattened if None); mirrors ``torch.quantile``."""
+    """The ``q``-quantiles along ``dim`` (flattened if None); mirrors ``torch.quantile``, whose
+    ``interpolation`` is one of its five (not numpy's ``inverted_cdf``)."""
+    if interpolation not in _TORCH_QUANTILE:
+        raise ValueError(f"quantile: interpolation must be one of {_TORCH_QUANTILE}, got {interpolation!r}")
     return _np.quantile(input, q, axis=dim, keepdims=keepdim, method=interpolation)
 
 
@@ -367,9 +373,18 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
 
 
 def cat(tensors, dim=0, *, out=None):
-    """The tensors joined along ``dim``; mirrors ``torch.cat``."""
+    """The tensors joined along ``dim``; mirrors ``torch.cat``, which skips 1-d tensors of shape
+    ``(0,)`` (its legacy empty tensor) whatever the other tensors' shapes and ``dim``; their dtypes
+    still take part in the result's (all of them skipped: a ``(0,)`` result)."""
     _no_out("cat", out)
-    return _np.concatenate(tensors, axis=dim)
+    arrays = [jnp.asarray(t) for t in tensors]
+    kept = [a for a in arrays if a.shape != (0,)]
+    if len(kept) == len(arrays):
+        return _np.concatenate(tensors, axis=dim)
+    dtype = jnp.result_type(*arrays)
+    if not kept:
+        return _np.concatenate(arrays, axis=0).astype(dtype)
+    return _np.concatenate(kept, axis=dim).astype(dtype)
 
 
 concat = concatenate = cat
@@ -448,14 +463,33 @@ def take_along_dim(input, indices, dim=None, *, out=None):
 
 
 def gather(input, dim, index, *, sparse_grad=False, out=None):
-    """``input[..., index[i, j], ...]`` along ``dim``; mirrors ``torch.gather``."""
+    """``input[..., index[i, j], ...]`` along ``dim``; mirrors ``torch.gather``, which counts a 0-d
+    tensor's dims as 1 (a 0-d ``input`` or ``index`` acts as a 1-element vector: the result has
+    ``index``'s shape) and checks neither the dtype nor the rank of an empty ``index`` (the result:
+    empty, of ``index``'s shape; ``dim`` must still be a dim of ``input``)."""
     _no_out("gather", out)
+    x, idx = jnp.asarray(input), jnp.asarray(index)
+    if idx.size == 0 or (x.ndim <= 1 and idx.ndim <= 1):
+        rank = builtins.max(x.ndim, 1)
+        if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or not -rank <= dim < rank:
+            raise ValueError(f"gather: dim must be an int in [{-rank}, {rank - 1}], got {dim!r}")
+        if idx.size == 0:
+            return jnp.zeros(idx.shape, x.dtype)
+        return _np.take_along_axis(x.reshape(-1), idx.reshape(-1), axis=0).reshape(idx.shape)
     return _np.take_along_axis(input, index, axis=dim)
 
 
 def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
     """``input`` with ``src`` reduced into the positions ``index`` along ``dim``; mirrors
-    ``torch.scatter_reduce``."""
+    ``torch.scatter_reduce``, which counts a 0-d tensor's dims as 1 (a 0-d ``input``, ``index``
+    or ``src`` among ones of rank at most 1 acts as a 1-element vector; the result has
+    ``input``'s shape)."""
+    x, idx, values = jnp.asarray(input), jnp.asarray(index), jnp.asarray(src)
+    if builtins.min(x.ndim, idx.ndim, values.ndim) == 0 and builtins.max(x.ndim, idx.ndim, values.ndim) <= 1:
+        if isinstance(dim, bool) or dim not in (0, -1):
+            raise ValueError(f"scatter_reduce: dim must be 0 or -1 for arguments of rank 0 or 1, got {dim!r}")
+        out = _np.scatter_reduce(x.reshape(-1), 0, idx.reshape(-1), values.reshape(-1), reduce, include_self)
+        return out.reshape(x.shape)
     return _np.scatter_reduce(input, dim, index, src, reduce, include_self)
 
 

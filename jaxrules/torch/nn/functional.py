@@ -294,7 +294,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     ``torch.nn.functional.batch_norm`` and, as it, returns the tensor only.
 
     Args:
-        input: (N, C, ...) array.
+        input: (N, C, ...) array; a zero-size array of rank 0 or 1 is returned as is (times
+            ``weight[0]``, plus ``bias[0]``, where given), as torch returns any empty input.
         running_mean: (C,) running mean, or None; read when not ``training``.
         running_var: (C,) running variance, or None.
         weight: (C,) scale, or None.
@@ -308,6 +309,10 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     Returns:
         The normalized array, in ``input``'s shape.
     """
+    x = jnp.asarray(input)
+    if x.size == 0 and x.ndim < 2:  # torch returns an empty input as is, times weight[0] plus bias[0]
+        out = x if weight is None else x * jnp.asarray(weight)[0]
+        return out if bias is None else out + jnp.asarray(bias)[0]
     return _nn.batch_norm(input, running_mean, running_var, weight, bias, training=training, momentum=momentum,
                           eps=eps)[0]
 
@@ -348,7 +353,13 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
 
 def cosine_similarity(x1, x2, dim=1, eps=1e-08):
     """``<x1, x2> / (max(||x1||, eps) max(||x2||, eps))`` along ``dim``; mirrors
-    ``torch.nn.functional.cosine_similarity``."""
+    ``torch.nn.functional.cosine_similarity``. Two 0-d inputs act as 1-element vectors along
+    ``dim`` 0 (or -1), as in torch: the result is 0-d."""
+    a, b = jnp.asarray(x1), jnp.asarray(x2)
+    if a.ndim == 0 and b.ndim == 0:
+        if isinstance(dim, bool) or dim not in (0, -1):
+            raise ValueError(f"cosine_similarity: dim must be 0 or -1 for 0-d inputs, got {dim!r}")
+        return _nn.cosine_similarity(a[None], b[None], 0, eps)
     return _nn.cosine_similarity(x1, x2, dim, eps)
 
 
