@@ -160,12 +160,16 @@ def main(argv=None):
     parser.add_argument("--form", choices=("train", "grads"), default="train")
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--calls", type=int, default=5)
+    parser.add_argument("--only", default=None,
+                        help="only the points whose name (e.g. 'group_norm 8x1280x8x8 bfloat16') is one of these "
+                             "(comma-separated)")
     parser.add_argument("--out", default=None, help="JSON file of the rows and the run's metadata")
     args = parser.parse_args(argv)
     drawn = shapes.held_out() if (args.seed, args.count) == (shapes.HELD_OUT_SEED, shapes.HELD_OUT_POINTS) else \
         shapes.draw(args.seed, args.count)
     points = [p for p in drawn if p.op in args.ops.split(",")
-              and (args.max_elements is None or np.prod(p.shape) <= args.max_elements)]
+              and (args.max_elements is None or np.prod(p.shape) <= args.max_elements)
+              and (args.only is None or p.name in {name.strip() for name in args.only.split(",")})]
     meta = {"device": jax.devices()[0].device_kind, "jax": jax.__version__, "form": args.form,
             "seed": args.seed, "count": args.count, "repeats": args.repeats, "calls": args.calls,
             "command": "python benchmarks/norms.py " + " ".join(argv if argv is not None else sys.argv[1:])}
