@@ -604,6 +604,32 @@ def test_gather_of_0d_and_empty_arguments_as_torch(x_shape, index):
                   lambda a: torch.gather(a, 0, torch.tensor(index)), x)
 
 
+@pytest.mark.parametrize("dim, index_shape", [(1, (2, 7, 3)), (0, (2, 5, 4)), (2, (3, 1, 6)), (-1, (1, 1, 1))])
+def test_gather_reads_only_the_index_shape_outside_dim_as_torch(dim, index_shape):
+    # torch.gather does not broadcast: outside dim it reads input[:index.shape[d]]
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((3, 5, 4))
+    index = rng.integers(0, x.shape[dim], index_shape)
+    _vjp_as_torch(lambda a: jaxrules.torch.gather(a, dim, jnp.asarray(index)),
+                  lambda a: torch.gather(a, dim, torch.tensor(index)), x)
+
+
+@pytest.mark.parametrize("bad", [-1, 3])
+def test_gather_index_out_of_range_raises_eagerly_and_is_nan_under_jit(bad):
+    x = jnp.arange(6.0).reshape(2, 3)
+    index = np.array([[0, bad], [1, 2]])
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        torch.gather(torch.arange(6.0).reshape(2, 3), 1, torch.tensor(index))
+    with pytest.raises(ValueError, match=r"^gather: index must lie in \[0, 3\)"):
+        jaxrules.torch.gather(x, 1, jnp.asarray(index))
+    gathered = jax.jit(lambda x, i: jaxrules.torch.gather(x, 1, i))(x, jnp.asarray(index))
+    np.testing.assert_array_equal(np.isnan(gathered), index == bad)
+    with pytest.raises(ValueError, match=r"gather: index must lie in \[0, 3\)"):
+        jaxrules.checked(jax.jit(lambda x, i: jaxrules.torch.gather(x, 1, i)))(x, jnp.asarray(index))
+    with pytest.raises(ValueError, match="index's shape"):
+        jaxrules.torch.gather(x, 1, jnp.zeros((3, 1), jnp.int32))
+
+
 @pytest.mark.parametrize("call, torch_call", [
     (lambda m: jaxrules.torch.gather(jnp.ones(()), 1, jnp.array([0])), lambda: torch.gather(torch.ones(()), 1,
                                                                                               torch.tensor([0]))),

@@ -19,6 +19,7 @@ from collections import namedtuple
 import jax.numpy as jnp
 import numpy as np
 
+import jaxrules._validate as _V
 import jaxrules.linalg as _L
 import jaxrules.numpy as _np
 from jaxrules.nn import logsumexp as _logsumexp
@@ -463,7 +464,9 @@ def take_along_dim(input, indices, dim=None, *, out=None):
 
 
 def gather(input, dim, index, *, sparse_grad=False, out=None):
-    """``input[..., index[i, j], ...]`` along ``dim``; mirrors ``torch.gather``, which counts a 0-d
+    """``input[..., index[i, j], ...]`` along ``dim``; mirrors ``torch.gather``: an index outside
+    ``[0, input.shape[dim])`` is a ``ValueError`` (concrete indices; traced ones inside
+    ``jaxrules.checked``, NaN under a plain ``jit``). torch counts a 0-d
     tensor's dims as 1 (a 0-d ``input`` or ``index`` acts as a 1-element vector: the result has
     ``index``'s shape) and checks neither the dtype nor the rank of an empty ``index`` (the result:
     empty, of ``index``'s shape; ``dim`` must still be a dim of ``input``)."""
@@ -475,8 +478,29 @@ def gather(input, dim, index, *, sparse_grad=False, out=None):
             raise ValueError(f"gather: dim must be an int in [{-rank}, {rank - 1}], got {dim!r}")
         if idx.size == 0:
             return jnp.zeros(idx.shape, x.dtype)
+        idx = _in_range_or_past_end("gather", "index", idx, x.size)
         return _np.take_along_axis(x.reshape(-1), idx.reshape(-1), axis=0).reshape(idx.shape)
+    if isinstance(dim, int | np.integer) and not isinstance(dim, bool) and -x.ndim <= dim < x.ndim \
+            and jnp.issubdtype(idx.dtype, jnp.integer) and idx.ndim == x.ndim:
+        dim = int(dim) % x.ndim
+        if any(idx.shape[d] > x.shape[d] for d in range(x.ndim) if d != dim):
+            raise ValueError(f"gather: index's shape {idx.shape} must not exceed input's {x.shape} outside "
+                             f"dim {dim}")
+        idx = _in_range_or_past_end("gather", "index", idx, x.shape[dim])
+        # torch reads input[..., :index.shape[d], ...] outside dim (no broadcasting)
+        x = x[tuple(slice(None) if d == dim else slice(0, idx.shape[d]) for d in range(x.ndim))]
+        return _np.take_along_axis(x, idx, axis=dim)
     return _np.take_along_axis(input, index, axis=dim)
+
+
+def _in_range_or_past_end(op, name, indices, size):
+    """torch's index rule for ``indices`` along an axis of ``size``: a ``ValueError`` for an index
+    outside ``[0, size)`` (``_validate.index_range``); a traced negative index becomes ``size``,
+    past the end, so that the gather fills it with NaN as it does any other index out of range,
+    instead of counting it from the end (jax.numpy's rule, which would give a finite wrong value)."""
+    _V.index_range(op, name, indices, size)
+    wide = _V.wide_indices(indices)
+    return jnp.where(wide < 0, size, wide)
 
 
 def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
