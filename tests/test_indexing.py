@@ -205,7 +205,11 @@ def test_pad_modes_match_jax_numpy(mode, kwargs):
     # widths beyond the axis length exercise the repeated reflections and wraps
     x = RNG.standard_normal((3, 4))
     widths = ((1, 5), (9, 2))
-    _matches_jax(lambda x: rnp.pad(x, widths, mode, **kwargs), lambda x: jnp.pad(x, widths, mode, **kwargs), x)
+    # mode "empty" leaves the padding unset (on a GPU it holds whatever the memory held): compare x's part
+    part = (slice(1, 4), slice(9, 13)) if mode == "empty" else ...
+    assert rnp.pad(x, widths, mode, **kwargs).shape == (9, 15)
+    _matches_jax(lambda x: rnp.pad(x, widths, mode, **kwargs)[part], lambda x: jnp.pad(x, widths, mode, **kwargs)[part],
+                 x)
 
 
 def test_pad_with_a_callable_and_traced_constant_values_match_jax_numpy():
