@@ -4,6 +4,7 @@
 object (``jaxrules.numpy.float32 is jax.numpy.float32``); the array-API aliases ``pow``,
 ``atan2`` are jaxrules' ``power``, ``arctan2``; ``concat`` runs ``concatenate``."""
 
+import typing as _typing
 from typing import Any
 
 import jax as _jax
@@ -104,6 +105,11 @@ def _default_precision(precision) -> bool:
 
 # the annotations above are evaluated objects: the typing names leave the namespace (JAX's own)
 del Any, Array, ArrayLike, DTypeLike
+
+if _typing.TYPE_CHECKING:  # static tools (mypy, pyright) see the names build binds as Any
+
+    def __getattr__(name: str) -> _typing.Any: ...
+
 
 # What the ops modules declare for jaxrules.numpy (exported_as), matmul, the submodules, then JAX's other names.
 _namespace.build(globals(), _ops, _jax_namespace)

@@ -1,5 +1,7 @@
 """Drop-in replacements for ``jax.numpy.linalg`` functions."""
 
+import typing as _typing
+
 import jax.numpy.linalg as _jax_namespace
 from jax import Array
 from jax.typing import ArrayLike
@@ -35,6 +37,11 @@ def slogdet(a: ArrayLike, *, method: str | None = None) -> tuple[Array, Array]:
 
 # the annotations above are evaluated objects: the typing names leave the namespace (JAX's own)
 del Array, ArrayLike
+
+if _typing.TYPE_CHECKING:  # static tools (mypy, pyright) see the names build binds as Any
+
+    def __getattr__(name: str) -> _typing.Any: ...
+
 
 # What the ops modules declare for jaxrules.numpy.linalg (exported_as), slogdet, then JAX's other names.
 _namespace.build(globals(), _ops, _jax_namespace)
