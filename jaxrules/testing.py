@@ -1157,10 +1157,17 @@ def _jax_refuses_too(record, sample, form, args) -> str | None:
 
 
 def _sharded_programs(fn, n):
-    """``(values, (loss, jvp), (loss, grads))`` of ``fn`` under ``jit`` for tangents ``ts``."""
+    """``(values, (loss, jvp), (loss, grads))`` of ``fn`` under ``jit`` for tangents ``ts``: one
+    ``jax.linearize`` of the loss with the values as its auxiliary output (one forward pass, not
+    three), the JVP its linear map, the gradient its transpose (what ``jax.grad`` computes)."""
     def run(args, tangents):
-        loss = lambda *a: _sharded_loss(fn(*a))  # noqa: E731
-        return fn(*args), jax.jvp(loss, args, tangents), jax.value_and_grad(loss, tuple(range(n)))(*args)
+        def loss(*a):
+            out = fn(*a)
+            return _sharded_loss(out), out
+
+        value, lin, out = jax.linearize(loss, *args, has_aux=True)
+        grads = jax.linear_transpose(lin, *args)(jnp.ones_like(value))
+        return out, (value, lin(*tangents)), (value, tuple(grads))
 
     return jax.jit(run)
 
