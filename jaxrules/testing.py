@@ -639,7 +639,11 @@ def _singular(record: OpRecord, index: int) -> tuple[list, dict]:
     point = record.singular[index]
     f, args = _closure(record, point.sample())
     argnums = tuple(range(len(args)))
-    loss = lambda *a: _real_pairing(jax.tree.map(jnp.ones_like, f(*a)), f(*a))  # noqa: E731
+
+    def loss(*a):  # ``sum Re f``, with ``f`` traced once
+        out = f(*a)
+        return _real_pairing(jax.tree.map(jnp.ones_like, out), out)
+
     ones = [_on_device(np.ones(a.shape, a.dtype)) for a in args]
     rng = _rng(record, f"singular/{index}")
     ct = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
