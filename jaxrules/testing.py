@@ -204,33 +204,44 @@ def _derivatives_program(f: Callable, jit: bool = True) -> Callable:
     compares, computed by one jitted program (the checks it replaces compiled about a dozen
     programs per sample): with ``Jt(x) = jvp(f)(x; t)`` and ``Jc(x) = vjp(f)(x)(c)``, their first
     derivatives along ``s`` by JVP, their transposes by VJP, and central differences of ``f``
-    (along ``t``), ``Jt`` and ``Jc`` (along ``s``)."""
+    (along ``t``), ``Jt`` and ``Jc`` (along ``s``). Also ``jax.jit(f)``'s value, JVP along ``t``
+    and VJP of ``c`` at ``args`` (``"jit"``: the ``jit`` check's "grad of jit"), from the same
+    ``lax.map`` as the differences."""
+
+    jitted = jax.jit(f)
 
     def central(args, t, s, c):
         # Fourth-order central differences, (8 (g(x+h) - g(x-h)) - (g(x+2h) - g(x-2h))) / 12h: the
         # truncation error of check_grads' two-point rule, h^2 g^(3) / 6, exceeds the tolerance
         # for ops with large third derivatives (lstsq of a badly conditioned system).
-        # ``f``, ``Jt`` and ``Jc`` from one linearization of ``f`` at each of eight points (four
-        # along ``t`` for ``f``, four along ``s`` for ``Jt`` and ``Jc``), by ``lax.map``: one copy
-        # of ``f``'s forward pass in the program, not eight.
+        # ``f``, ``Jt`` and ``Jc`` from one linearization of ``jax.jit(f)`` at each of nine points
+        # (``args`` itself, four along ``t`` for ``f``, four along ``s`` for ``Jt`` and ``Jc``), by
+        # ``lax.map``: one copy of ``f``'s forward pass in the program, not nine. At ``args`` the
+        # three are the jitted function's value, JVP and VJP: the derivatives of a jitted ``f``
+        # (pjit's JVP and partial evaluation, then the transpose: what ``jax.grad`` of a jitted
+        # function runs), compared with ``f``'s by the ``jit`` check.
         def three(a):
-            value, lin = jax.linearize(f, *a)
+            value, lin = jax.linearize(jitted, *a)
             return value, lin(*t), jax.linear_transpose(lin, *a)(c)
 
         def at(step):
-            h, along_s = step
-            return three([a + (h * along_s).astype(a.real.dtype) * vs + (h * (1 - along_s)).astype(a.real.dtype) * vt
+            h, along_s, here = step
+            return three([jnp.where(here, a, a + (h * along_s).astype(a.real.dtype) * vs
+                                    + (h * (1 - along_s)).astype(a.real.dtype) * vt)
                           for a, vs, vt in zip(args, s, t)])
 
-        along_s = np.array([0.0] * len(_FD_STEPS) + [1.0] * len(_FD_STEPS))
-        values, jts, jcs = jax.lax.map(at, (np.concatenate([_FD_STEPS, _FD_STEPS]), along_s))
+        n = len(_FD_STEPS)
+        steps = np.concatenate([[0.0], _FD_STEPS, _FD_STEPS])
+        along_s = np.array([0.0] * (1 + n) + [1.0] * n)
+        here = np.arange(1 + 2 * n) == 0  # ``args`` exactly (no ``+ 0 * v``, which turns -0.0 into 0.0)
+        values, jts, jcs = jax.lax.map(at, (steps, along_s, here))
 
         def rule(p, first):  # the stencil on points ``first`` .. ``first + 3``
             return (8 * (p[first + 1] - p[first + 2]) - (p[first] - p[first + 3])) / (12 * _FD_EPS)
 
-        along = len(_FD_STEPS)
-        return (jax.tree.map(lambda p: rule(p, 0), values), jax.tree.map(lambda p: rule(p, along), jts),
-                jax.tree.map(lambda p: rule(p, along), jcs))
+        jitted_at_args = jax.tree.map(lambda p: p[0], (values, jts, jcs))
+        return (jax.tree.map(lambda p: rule(p, 1), values), jax.tree.map(lambda p: rule(p, 1 + n), jts),
+                jax.tree.map(lambda p: rule(p, 1 + n), jcs), jitted_at_args)
 
     def program(args, t, s, c):
         args, t, s = tuple(args), tuple(t), tuple(s)
@@ -246,11 +257,12 @@ def _derivatives_program(f: Callable, jit: bool = True) -> Callable:
         # ``Jt(x)`` is ``jax.jvp``'s tangent, ``Jc(x)`` ``jax.vjp``'s cotangent.
         jvp, lin_t, value = jax.linearize(jt, *args, has_aux=True)
         vjp, lin_c = jax.linearize(jc, *args)
-        fd, fd_t, fd_c = central(args, t, s, c)
+        fd, fd_t, fd_c, (jit_value, jit_jvp, jit_vjp) = central(args, t, s, c)
         return {
             "value": value, "jvp": jvp, "jvp_fd": fd, "vjp": vjp,
             "jvp_of_jvp": lin_t(*s), "jvp_fd_of_jvp": fd_t, "vjp_of_jvp": jax.linear_transpose(lin_t, *args)(c),
             "jvp_of_vjp": lin_c(*s), "jvp_fd_of_vjp": fd_c, "vjp_of_vjp": jax.linear_transpose(lin_c, *args)(t),
+            "jit": {"value": jit_value, "jvp": jit_jvp, "vjp": jit_vjp},
         }
 
     return jax.jit(program) if jit else program
@@ -296,10 +308,7 @@ def _shared(record: OpRecord, key: tuple, sample: Sample) -> _Shared:
 
     @jax.jit
     def program(args, t, s, c, loss_ct, t_torch):
-        out = derivatives(args, t, s, c)
-        # The jit check's gradient of a jitted ``f`` (pjit's partial evaluation splits its jaxpr
-        # into known and unknown parts, the same rule as outside a jit).
-        out["grad_of_jit"] = jax.grad(_loss(jax.jit(f), loss_ct), argnums=tuple(range(len(args))))(*args)
+        out = derivatives(args, t, s, c)  # with the jit check's gradient of a jitted ``f`` (``out["jit"]``)
         if record.torch_no_grad_args:
             out["jvp_torch"] = jax.jvp(f, tuple(args), tuple(t_torch))[1]
         return out
@@ -515,7 +524,9 @@ def _check_jit(record: OpRecord) -> float:
                 worst = max(worst, _expect_close(f"{label}: jit {what}", a, e, tol))
         # Differentiating a jitted function (partial evaluation of the jaxpr, where the fixed
         # arguments become literals) must agree too (computed in the shared program).
-        worst = max(worst, _expect_close(f"{label}: grad of jit", shared.out["grad_of_jit"], shared.out["vjp"], tol))
+        for what in ("value", "jvp", "vjp"):
+            name = "grad" if what == "vjp" else what
+            worst = max(worst, _expect_close(f"{label}: {name} of jit", shared.out["jit"][what], shared.out[what], tol))
     return worst
 
 
@@ -628,7 +639,11 @@ def _singular(record: OpRecord, index: int) -> tuple[list, dict]:
     point = record.singular[index]
     f, args = _closure(record, point.sample())
     argnums = tuple(range(len(args)))
-    loss = lambda *a: _real_pairing(jax.tree.map(jnp.ones_like, f(*a)), f(*a))  # noqa: E731
+
+    def loss(*a):  # ``sum Re f``, with ``f`` traced once
+        out = f(*a)
+        return _real_pairing(jax.tree.map(jnp.ones_like, out), out)
+
     ones = [_on_device(np.ones(a.shape, a.dtype)) for a in args]
     rng = _rng(record, f"singular/{index}")
     ct = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
@@ -1146,10 +1161,17 @@ def _jax_refuses_too(record, sample, form, args) -> str | None:
 
 
 def _sharded_programs(fn, n):
-    """``(values, (loss, jvp), (loss, grads))`` of ``fn`` under ``jit`` for tangents ``ts``."""
+    """``(values, (loss, jvp), (loss, grads))`` of ``fn`` under ``jit`` for tangents ``ts``: one
+    ``jax.linearize`` of the loss with the values as its auxiliary output (one forward pass, not
+    three), the JVP its linear map, the gradient its transpose (what ``jax.grad`` computes)."""
     def run(args, tangents):
-        loss = lambda *a: _sharded_loss(fn(*a))  # noqa: E731
-        return fn(*args), jax.jvp(loss, args, tangents), jax.value_and_grad(loss, tuple(range(n)))(*args)
+        def loss(*a):
+            out = fn(*a)
+            return _sharded_loss(out), out
+
+        value, lin, out = jax.linearize(loss, *args, has_aux=True)
+        grads = jax.linear_transpose(lin, *args)(jnp.ones_like(value))
+        return out, (value, lin(*tangents)), (value, tuple(grads))
 
     return jax.jit(run)
 
