@@ -41,7 +41,19 @@ power_scalar_exponent_op = define_op("power_scalar_exponent", lambda x, *, expon
 power_scalar_base_op = define_op("power_scalar_base", lambda y, *, base: jnp.power(jnp.asarray(base, y.dtype), y), J.power_scalar_base_jvp, R.power_scalar_base_vjp, lambda out, y, **_: (y, out))
 P.use_power_ops(power=power_op, power_scalar_exponent=power_scalar_exponent_op)  # their derivative factors
 copysign_op = define_op("copysign", jnp.copysign, J.copysign_jvp, R.copysign_vjp)
-sinc_op = define_op("sinc", jnp.sinc, J.sinc_jvp, R.sinc_vjp)
+
+
+def _sinc_primal(x):
+    """``jax.numpy.sinc`` with NaN at +-inf for real ``x``, as ``torch.sinc`` and ``numpy.sinc``
+    (``sin(pi x)`` is NaN there); ``jax.numpy.sinc`` gives 0 there from jax 0.12, so the value
+    is fixed here rather than left to the installed JAX."""
+    out = jnp.sinc(x)
+    if jnp.iscomplexobj(out):
+        return out
+    return jnp.where(jnp.isinf(x), jnp.nan, out).astype(out.dtype)
+
+
+sinc_op = define_op("sinc", _sinc_primal, J.sinc_jvp, R.sinc_vjp)
 log1p_op = define_op("log1p", jnp.log1p, J.log1p_jvp, R.log1p_vjp)
 deg2rad_op = define_op("deg2rad", jnp.deg2rad, J.deg2rad_jvp, R.deg2rad_vjp, lambda out, x: ())
 rad2deg_op = define_op("rad2deg", jnp.rad2deg, J.rad2deg_jvp, R.rad2deg_vjp, lambda out, x: ())
