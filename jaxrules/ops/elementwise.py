@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import jax
@@ -44,13 +45,14 @@ copysign_op = define_op("copysign", jnp.copysign, J.copysign_jvp, R.copysign_vjp
 
 
 def _sinc_primal(x):
-    """``jax.numpy.sinc`` with NaN at +-inf for real ``x``, as ``torch.sinc`` and ``numpy.sinc``
-    (``sin(pi x)`` is NaN there); ``jax.numpy.sinc`` gives 0 there from jax 0.12, so the value
-    is fixed here rather than left to the installed JAX."""
-    out = jnp.sinc(x)
-    if jnp.iscomplexobj(out):
-        return out
-    return jnp.where(jnp.isinf(x), jnp.nan, out).astype(out.dtype)
+    """``sin(pi x) / (pi x)``, 1 at 0: ``torch.sinc``'s and ``numpy.sinc``'s formula (NaN at
+    +-inf, where sin is NaN). Written out rather than ``jax.numpy.sinc``, whose value at +-inf
+    (0 from jax 0.12) and whose support under ``shard_map`` (jax 0.12's polynomial evaluation
+    refuses an argument varying over a manual axis) depend on the installed JAX."""
+    x = x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(jnp.result_type(float))
+    zero = x == 0
+    pi_x = math.pi * jnp.where(zero, 1, x)
+    return jnp.where(zero, jnp.ones((), x.dtype), jnp.sin(pi_x) / pi_x)
 
 
 sinc_op = define_op("sinc", _sinc_primal, J.sinc_jvp, R.sinc_vjp)
