@@ -572,6 +572,8 @@ class Op:
 
     def __call__(self, *arrays, **static):
         static_items = tuple(sorted((k, _freeze(v)) for k, v in static.items()))
+        if custom_jvp3_enabled():
+            arrays = tuple(_resharded_to_itself(a) for a in arrays)
         return _custom_jvp_function(self, static_items)(*arrays)
 
     def __repr__(self) -> str:
@@ -731,6 +733,19 @@ def ignores_its_arguments(fn: Callable, *args) -> bool:
     """Whether every output leaf of ``fn(*args)`` is computed, in the traced program, without any
     of the argument leaves (a constant of them: its derivative is structurally zero)."""
     return not any(_outputs_moved_by(fn, args, None))
+
+
+def _resharded_to_itself(x):
+    """``x`` resharded to its own explicit sharding (the same array), so that its tangent, by
+    ``reshard``'s JVP, has the primal's sharding. Under ``jax_custom_jvp3`` JAX batches an op's
+    JVP by vmapping it over the primals and the tangents together, and ``vmap`` refuses a batch
+    axis sharded over a mesh axis in one and not in the other (a batch-sharded primal beside a
+    replicated tangent: a constant direction). Anything else (no ``Explicit`` mesh, not an
+    array) is returned as it is."""
+    if not isinstance(x, jax.Array):
+        return x
+    sharding = _explicit_sharding_of_aval(jax.typeof(x))
+    return x if sharding is None else jax.sharding.reshard(x, sharding.spec)
 
 
 def custom_jvp3_enabled() -> bool:

@@ -245,13 +245,18 @@ def test_batched_weights_under_vmap_and_forward_over_reverse(center):
 
 
 def _pallas_calls(jaxpr):
-    """``(x's shape, grid)`` of each ``pallas_call`` in ``jaxpr`` and the jaxprs it holds."""
+    """``(x's shape, grid)`` of each ``pallas_call`` in ``jaxpr`` and the jaxprs it holds (under
+    ``jax_custom_jvp3`` a ``custom_jvp`` call's equation holds its trace, ``jax.stages.Traced``,
+    in an object among its parameters rather than a jaxpr)."""
     from jax.extend import core
 
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "pallas_call":
             yield eqn.invars[0].aval.shape, tuple(eqn.params["grid_mapping"].grid)
         for param in eqn.params.values():
+            traced = getattr(param, "traced", None)
+            if isinstance(traced, jax.stages.Traced):
+                param = traced.jaxpr
             for sub in param if isinstance(param, tuple | list) else (param,):
                 if isinstance(sub, core.ClosedJaxpr | core.Jaxpr):
                     yield from _pallas_calls(getattr(sub, "jaxpr", sub))

@@ -14,6 +14,11 @@ gradients keep the batch sharding (``check_sharded`` raises otherwise).
   channels with a ``lax.reshape`` given no ``out_sharding``: "This reshape is not supported");
   ``partials.conv``'s op batches them per device in a ``shard_map``. The row also records what
   JAX's own vmapped convolution does on the same sharding (the reason for that op).
+* ``conv`` / ``conv_transpose`` with the input's channels and the weight's first axis sharded
+  over a second mesh axis (not vmapped), and vmapped ``conv`` with per-example weights sharded
+  over it: JAX's rule for ``lax.conv_general_dilated`` refuses a sharded weight or input channel
+  axis unless given an ``out_sharding``; ``partials.conv`` passes one, and its batching rule
+  gives the batched output the per-example output's sharding beside the batch.
 * That op's derivatives (calls of itself) to third order against finite differences (one
   device, in this process).
 """
@@ -130,6 +135,41 @@ def _model_sharded_weights_row():
     return {"error": max_gap(got, want), "specs": [str(g.sharding.spec) for g in got]}
 
 
+def _model_sharded_direct_row(name):
+    """conv / conv_transpose (no vmap) with the input's batch and channels and the weight's first
+    axis sharded (x ``P("data", "model")``, w ``P("model")``, Explicit): JAX's rule for
+    ``lax.conv_general_dilated`` refuses a sharded weight or input channel axis without an
+    ``out_sharding``, which ``partials.conv`` passes. The largest difference of the value and both
+    gradients from the unsharded program, and the gradients' shardings."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from jaxrules.nn import conv, conv_transpose
+
+    rng = np.random.default_rng(3)
+    if name == "conv":  # x (N, C_in, L), w (C_out, C_in, k)
+        def fn(x, w):
+            return conv(x, w, stride=2, padding=1)
+        x, w = rng.standard_normal((8, 4, 7)), rng.standard_normal((6, 4, 3))
+    else:  # w (C_in, C_out, k)
+        def fn(x, w):
+            return conv_transpose(x, w, stride=2, padding=1, output_padding=1)
+        x, w = rng.standard_normal((8, 4, 5)), rng.standard_normal((4, 6, 3))
+    program = jax.jit(jax.value_and_grad(lambda x, w: jnp.sum(jnp.sin(fn(x, w))), (0, 1)))
+    want = program(x, w)
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+    with jax.set_mesh(mesh):
+        try:
+            got = program(jax.device_put(x, NamedSharding(mesh, P("data", "model"))),
+                          jax.device_put(w, NamedSharding(mesh, P("model"))))
+        except Exception as err:  # noqa: BLE001 - the row reports it; the test fails on it
+            return {"error": f"{type(err).__name__}: {err}"[:300], "specs": None}
+    return {"error": max_gap(got, want), "specs": [str(g.sharding.spec) for g in got[1]]}
+
+
 def _worker():
     """Runs in the subprocess: one line of JSON per case."""
     from jaxrules.cli import use_fast_compile_flags
@@ -148,6 +188,8 @@ def _worker():
         print(json.dumps({"case": [name, 0, "vmap"], "result": _check(name, 0, ("vmap",))}), flush=True)
         print(json.dumps({"case": [name, 0, "vmap x"], **_vmapped_rows(name)}), flush=True)
     print(json.dumps({"case": ["conv", 0, "model-sharded weights"], **_model_sharded_weights_row()}), flush=True)
+    for name in VMAPPED:
+        print(json.dumps({"case": [name, 0, "model-sharded, direct"], **_model_sharded_direct_row(name)}), flush=True)
 
 
 @pytest.fixture(scope="module")
@@ -203,6 +245,13 @@ def test_gradients_of_per_example_weights_sharded_over_two_mesh_axes_keep_their_
     row = _row(results, "conv", 0, "model-sharded weights")
     assert isinstance(row["error"], float) and row["error"] < 1e-12, row
     assert row["specs"][0].startswith("P('data'") and row["specs"][1].startswith("P('data', 'model'"), row
+
+
+@pytest.mark.parametrize("name", VMAPPED)
+def test_convolutions_of_channel_sharded_inputs_and_weights_equal_the_unsharded_program(results, name):
+    row = _row(results, name, 0, "model-sharded, direct")
+    assert isinstance(row["error"], float) and row["error"] < 1e-12, row
+    assert row["specs"][0].startswith("P('data', 'model'") and row["specs"][1].startswith("P('model'"), row
 
 
 @pytest.mark.parametrize("name", VMAPPED)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import jax
@@ -42,7 +43,20 @@ power_scalar_exponent_op = define_op("power_scalar_exponent", lambda x, *, expon
 power_scalar_base_op = define_op("power_scalar_base", lambda y, *, base: jnp.power(jnp.asarray(base, y.dtype), y), J.power_scalar_base_jvp, R.power_scalar_base_vjp, lambda out, y, **_: (y, out))
 P.use_power_ops(power=power_op, power_scalar_exponent=power_scalar_exponent_op)  # their derivative factors
 copysign_op = define_op("copysign", jnp.copysign, J.copysign_jvp, R.copysign_vjp)
-sinc_op = define_op("sinc", jnp.sinc, J.sinc_jvp, R.sinc_vjp)
+
+
+def _sinc_primal(x):
+    """``sin(pi x) / (pi x)``, 1 at 0: ``torch.sinc``'s and ``numpy.sinc``'s formula (NaN at
+    +-inf, where sin is NaN). Written out rather than ``jax.numpy.sinc``, whose value at +-inf
+    (0 from jax 0.12) and whose support under ``shard_map`` (jax 0.12's polynomial evaluation
+    refuses an argument varying over a manual axis) depend on the installed JAX."""
+    x = x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(jnp.result_type(float))
+    zero = x == 0
+    pi_x = math.pi * jnp.where(zero, 1, x)
+    return jnp.where(zero, jnp.ones((), x.dtype), jnp.sin(pi_x) / pi_x)
+
+
+sinc_op = define_op("sinc", _sinc_primal, J.sinc_jvp, R.sinc_vjp)
 log1p_op = define_op("log1p", jnp.log1p, J.log1p_jvp, R.log1p_vjp)
 deg2rad_op = define_op("deg2rad", jnp.deg2rad, J.deg2rad_jvp, R.deg2rad_vjp, lambda out, x: ())
 rad2deg_op = define_op("rad2deg", jnp.rad2deg, J.rad2deg_jvp, R.rad2deg_vjp, lambda out, x: ())

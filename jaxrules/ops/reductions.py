@@ -41,13 +41,15 @@ def _save_centered(out, x, *, axis, **_):
 
 def _moments(x, axis, keepdims, correction):
     """``(sum |x - mean|^2 / (N - c), mean)``; the variance is NaN where ``N - c <= 0``, as in
-    jax.numpy (never negative; torch: inf)."""
+    jax.numpy (never negative; torch: inf). That NaN is computed from ``x`` (the sum times NaN),
+    so the output depends on ``x`` and its derivative is the formulas' (NaN, as torch's), not a
+    zero tangent for an output computed without the argument (``jax_custom_jvp3``)."""
     mean = jnp.mean(x, axis=axis, keepdims=True)
     centered = x - mean
     sq = (centered * jnp.conj(centered)).real if jnp.iscomplexobj(x) else centered * centered
     total = jnp.sum(sq, axis=axis, keepdims=keepdims)
     dof = math.prod(x.shape[a] for a in axis) - correction
-    var = total / dof if dof > 0 else jnp.full_like(total, jnp.nan)
+    var = total / dof if dof > 0 else total * jnp.nan
     return var, mean if keepdims else jnp.squeeze(mean, axis)
 
 

@@ -34,10 +34,46 @@ def _conv_numbers(ndim, lhs, rhs, out):
                                     out_spec=out + tuple(range(2, ndim)))
 
 
+def _conv_out_sharding(lhs, rhs, numbers, batch_groups=1):
+    """The output sharding to pass as ``lax.conv_general_dilated``'s ``out_sharding``, or ``None``
+    where JAX's own rule decides. Under an ``Explicit`` mesh JAX's rule refuses a sharded ``rhs``
+    or a sharded ``lhs`` feature axis (the contracted one); there the output's batch axis takes
+    ``lhs``' batch sharding (when ``batch_groups`` leaves its size unchanged), its feature axis
+    ``rhs``' output-feature sharding (when that mesh axis is not the batch's already), its spatial
+    axes none: no output axis is split where its operand's is not, and the contraction over a
+    sharded channel axis is a sum across devices that the partitioner inserts."""
+    lhs_sharding, rhs_sharding = explicit_sharding(lhs, rhs), explicit_sharding(rhs, lhs)
+    if lhs_sharding is None:
+        return None
+    lhs_spec = _spec_of(lhs_sharding, lhs.ndim)
+    rhs_spec = _spec_of(rhs_sharding, rhs.ndim)
+    if all(e is None for e in rhs_spec) and lhs_spec[numbers.lhs_spec[1]] is None:
+        return None  # JAX's rule accepts it
+    batch = lhs_spec[numbers.lhs_spec[0]] if batch_groups == 1 else None
+    feature = rhs_spec[numbers.rhs_spec[0]]
+    if feature is not None and batch is not None and set(_mesh_axes(feature)) & set(_mesh_axes(batch)):
+        feature = None
+    spec = [None] * lhs.ndim
+    spec[numbers.out_spec[0]], spec[numbers.out_spec[1]] = batch, feature
+    return jax.sharding.NamedSharding(lhs_sharding.mesh, PartitionSpec(*spec))
+
+
+def _spec_of(sharding, ndim):
+    """``sharding``'s partition spec as a tuple of ``ndim`` entries (trailing ``None``s added)."""
+    spec = tuple(sharding.spec)
+    return spec + (None,) * (ndim - len(spec))
+
+
+def _mesh_axes(entry):
+    """The mesh axis names of one partition-spec entry (a name or a tuple of names)."""
+    return entry if isinstance(entry, tuple) else (entry,)
+
+
 def _conv(x, w, stride, padding, dilation, groups):
+    numbers = _conv_numbers(x.ndim, (0, 1), (0, 1), (0, 1))
     return lax.conv_general_dilated(
         x, w, window_strides=stride, padding=padding, rhs_dilation=dilation, feature_group_count=groups,
-        dimension_numbers=_conv_numbers(x.ndim, (0, 1), (0, 1), (0, 1)),
+        dimension_numbers=numbers, out_sharding=_conv_out_sharding(x, w, numbers),
     )
 
 
@@ -49,9 +85,10 @@ def _conv_input_grad(g, w, in_spatial, stride, padding, dilation, groups):
     for n, k, s, (lo, _), d, out in zip(in_spatial, kernel, stride, padding, dilation, g.shape[2:]):
         span = d * (k - 1) + 1
         pads.append((span - 1 - lo, n - 1 - (out - 1) * s + lo))
+    numbers = _conv_numbers(g.ndim, (0, 1), (0, 1), (0, 1))
     return lax.conv_general_dilated(
         g, flipped, window_strides=(1,) * len(kernel), padding=pads, lhs_dilation=stride, rhs_dilation=dilation,
-        feature_group_count=groups, dimension_numbers=_conv_numbers(g.ndim, (0, 1), (0, 1), (0, 1)),
+        feature_group_count=groups, dimension_numbers=numbers, out_sharding=_conv_out_sharding(g, flipped, numbers),
     )
 
 
@@ -59,9 +96,12 @@ def _conv_weight_grad(x, g, kernel, stride, padding, dilation, groups, out_shard
     pads = []
     for n, k, s, (lo, _), d, out in zip(x.shape[2:], kernel, stride, padding, dilation, g.shape[2:]):
         pads.append((lo, (k - 1) * d + (out - 1) * s + 1 - n - lo))
+    numbers = _conv_numbers(x.ndim, (1, 0), (1, 0), (1, 0))
+    if out_sharding is None:
+        out_sharding = _conv_out_sharding(x, g, numbers, batch_groups=groups)
     return lax.conv_general_dilated(
         x, g, window_strides=dilation, padding=pads, rhs_dilation=stride, batch_group_count=groups,
-        dimension_numbers=_conv_numbers(x.ndim, (1, 0), (1, 0), (1, 0)), out_sharding=out_sharding,
+        dimension_numbers=numbers, out_sharding=out_sharding,
     )
 
 
@@ -121,7 +161,9 @@ def _bilinear_batch(args, dims, *, vmap_axis_name, **static):
     batched argument's vmapped axis is sharded under an ``Explicit`` mesh: then the vmapped
     primal runs per device in a ``shard_map`` (each device convolves its own samples; JAX's rule
     folds the local batch into the channels). The arguments' other axes are gathered there: a
-    batch sharded over a mesh axis, the rest replicated, needs no communication."""
+    batch sharded over a mesh axis, the rest replicated, needs no communication. The result is
+    then resharded to the per-example output's sharding beside the batch axis (the type JAX
+    checks the op's outputs against when it traces the op on one example)."""
     args = [x if d is None else jnp.moveaxis(x, d, 0) for x, d in zip(args, dims)]
     in_axes = tuple(None if d is None else 0 for d in dims)
     primal = functools.partial(_bilinear_primal, **static)
@@ -132,10 +174,34 @@ def _bilinear_batch(args, dims, *, vmap_axis_name, **static):
     axis = sharded.spec[0]
     per_device = functools.partial(_bilinear_primal, **{**static, "out_sharding": None})
     specs = tuple(PartitionSpec() if d is None else PartitionSpec(axis) for d in in_axes)
+    example = _example_out_sharding(primal, args, in_axes)
     args = [jax.sharding.reshard(x, spec) if explicit_sharding(x) is not None else x for x, spec in zip(args, specs)]
     mapped = jax.shard_map(jax.vmap(per_device, in_axes=in_axes), mesh=sharded.mesh, in_specs=specs,
                            out_specs=PartitionSpec(axis))
-    return mapped(*args), 0
+    out = mapped(*args)
+    if example is None:
+        return out, 0
+    return jax.sharding.reshard(out, PartitionSpec(axis, *_spec_of(example, out.ndim - 1))), 0
+
+
+def _example_out_sharding(primal, args, in_axes):
+    """The explicit sharding of ``primal``'s output on one example of ``args`` (batched at 0 where
+    ``in_axes`` says), each example keeping its argument's sharding of the other axes: the batched
+    output must have the type of the per-example output beside the batch axis (JAX traces an op
+    on one example and checks its rules' outputs against that type). Evaluated abstractly."""
+    def one(*batched):
+        examples = []
+        for x, d in zip(batched, in_axes):
+            if d is not None:
+                sharding = explicit_sharding(x)
+                if sharding is not None:  # unshard the batch axis only, so that one example can be cut
+                    x = jax.sharding.reshard(x, PartitionSpec(None, *_spec_of(sharding, x.ndim)[1:]))
+                x = x[0]
+            examples.append(x)
+        return primal(*examples)
+
+    sharding = getattr(jax.eval_shape(one, *args), "sharding", None)
+    return sharding if isinstance(sharding, jax.sharding.NamedSharding) else None
 
 
 _conv_bilinear_op = define_op("conv_bilinear", _bilinear_primal, _bilinear_jvp, _bilinear_vjp, batch=_bilinear_batch)

@@ -146,10 +146,12 @@ def copysign_factor(x, y):
 
 def sinc_derivative(x):
     """``d sinc / dx = (cos(pi x) - sinc(x)) / x``; the Taylor series
-    ``-pi^2 x/3 + pi^4 x^3/30`` for ``|pi x| < 1e-2`` (no cancellation; 0 at 0)."""
+    ``-pi^2 x/3 + pi^4 x^3/30`` for ``|pi x| < 1e-2`` (no cancellation; 0 at 0). ``sinc`` is
+    written out as ``sin(pi x) / (pi x)`` (``x`` is never 0 there), as the op's primal."""
     small = jnp.abs(math.pi * x) < 1e-2
     x_safe = jnp.where(small, 1, x)
-    exact = (jnp.cos(math.pi * x_safe) - jnp.sinc(x_safe)) / x_safe
+    pi_x = math.pi * x_safe
+    exact = (jnp.cos(pi_x) - jnp.sin(pi_x) / pi_x) / x_safe
     series = -(math.pi**2) * x / 3 + math.pi**4 * x**3 / 30
     return jnp.where(small, series, exact)
 
