@@ -11,6 +11,7 @@ import torch
 import jaxrules.linalg as jrl
 import jaxrules.numpy as rnp
 import jaxrules.scipy.linalg as rsl
+import jaxrules.torch.linalg as rtl
 from jaxrules import formula_spy
 
 RNG = np.random.default_rng(11)
@@ -492,3 +493,17 @@ def test_ormqr_of_an_empty_product_is_c_without_the_lapack_kernel(a, tau, c):
     np.testing.assert_array_equal(jrl.ormqr(*args), args[2])
     grads = jax.grad(lambda *x: jnp.sum(jrl.ormqr(*x) ** 2), argnums=(0, 1, 2))(*args)
     np.testing.assert_array_equal(grads[2], 2 * args[2])
+
+
+@pytest.mark.parametrize("axis", [(1, 2), (2, 1), (0, 2), (2, 0), (-1, -2)])
+@pytest.mark.parametrize("order", [1, -1, np.inf, -np.inf])
+def test_matrix_norm_takes_its_axes_in_the_order_given_as_torch_and_numpy(axis, order):
+    # axis=(1, 0) names the transpose: its 1-norm is the inf-norm of the matrix as stored
+    x = RNG.standard_normal((2, 3, 4))
+    expected = torch.linalg.matrix_norm(torch.tensor(x), order, dim=axis)
+    np.testing.assert_allclose(rnp.linalg.norm(x, order, axis=axis), np.linalg.norm(x, order, axis=axis), rtol=1e-12)
+    np.testing.assert_allclose(rtl.matrix_norm(jnp.asarray(x), order, dim=axis), expected.detach().numpy(), rtol=1e-12)
+    grad = jax.grad(lambda a: jnp.sum(rnp.linalg.norm(a, order, axis=axis)))(x)
+    t = torch.tensor(x, requires_grad=True)
+    torch.linalg.matrix_norm(t, order, dim=axis).sum().backward()
+    np.testing.assert_allclose(grad, t.grad.numpy(), rtol=1e-12)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 
 import jax.numpy as jnp
 import numpy as np
@@ -130,13 +131,16 @@ def norm(x: ArrayLike, ord: int | float | str | None = None, axis: int | tuple[i
         raise ValueError(f"norm: axis must name 1 or 2 axes, got {axis!r}")
     if ord in (None, "fro", "f"):
         return vector_norm(x, axis=axes, keepdims=keepdims, ord=2)
+    # (row axis, column axis) in the order given: axis=(1, 0) is the matrix's transpose, whose
+    # 1-norm is the given matrix's inf-norm (numpy, jax.numpy, torch.linalg.matrix_norm)
+    rows, cols = (operator.index(a) % x.ndim for a in axis)
     if ord in (1, -1, math.inf, -math.inf, 2, -2):
         # the maximum (minimum) over an empty axis: of column/row sums (1, inf) or of min(m, n)
         # singular values (2): 0, the least norm, for ord > 0 and refused for ord < 0, as torch
         if ord in (2, -2):
             picked = min(x.shape[a] for a in axes)
         else:
-            picked = x.shape[axes[1] if ord in (1, -1) else axes[0]]
+            picked = x.shape[cols if ord in (1, -1) else rows]
         if picked == 0 and ord < 0:
             raise ValueError(f"norm: ord={ord!r} of an empty matrix (axes {axes} of shape {x.shape}) is a minimum "
                              "over no entries (torch refuses it too)")
@@ -144,7 +148,7 @@ def norm(x: ArrayLike, ord: int | float | str | None = None, axis: int | tuple[i
             shape = tuple(1 if k in axes else n for k, n in enumerate(x.shape) if keepdims or k not in axes)
             return jnp.zeros(shape, jnp.finfo(x.dtype).dtype)
     if ord in (1, -1, math.inf, -math.inf):
-        summed_axis, pick_axis = (axes[0], axes[1]) if ord in (1, -1) else (axes[1], axes[0])
+        summed_axis, pick_axis = (rows, cols) if ord in (1, -1) else (cols, rows)
         sums = reductions.sum(elementwise.abs(x), axis=summed_axis, keepdims=True)
         pick = reductions.amax if ord > 0 else reductions.amin
         out = pick(sums, axis=pick_axis, keepdims=True)
