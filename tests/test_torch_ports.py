@@ -702,3 +702,15 @@ def test_quantile_takes_torchs_interpolations_only():
         jaxrules.torch.quantile(jnp.ones(3), 0.5, interpolation="inverted_cdf")
     np.testing.assert_array_equal(jaxrules.torch.quantile(jnp.arange(4.0), 0.5, interpolation="lower"),
                                   torch.quantile(torch.arange(4.0), 0.5, interpolation="lower").numpy())
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_max_pool_of_an_unbatched_input_as_torch(n):
+    # torch pools a (C, *spatial) input as a batch of one; the indices too
+    x = np.random.default_rng(12).standard_normal((3,) + (5,) * n)
+    ours, theirs = getattr(JF, f"max_pool{n}d"), getattr(TF, f"max_pool{n}d")
+    _vjp_as_torch(lambda a: ours(a, 2, stride=1, padding=1), lambda a: theirs(a, 2, stride=1, padding=1), x)
+    values, indices = ours(jnp.asarray(x), 3, stride=2, return_indices=True)
+    t_values, t_indices = theirs(torch.tensor(x), 3, stride=2, return_indices=True)
+    np.testing.assert_array_equal(values, t_values.numpy())
+    np.testing.assert_array_equal(indices, t_indices.numpy())

@@ -459,9 +459,16 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 
 
 def _max(n, op, fn, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    """torch's max pooling: an unbatched ``(C, *spatial)`` input of rank ``n + 1`` is pooled as a
+    batch of one, the batch dim dropped from the values (and the indices)."""
     e = lambda v: _expand(v, n)  # noqa: E731
-    return fn(input, e(kernel_size), e(stride), e(padding),
-              e(dilation), ceil_mode, return_indices)
+    x = jnp.asarray(input)
+    unbatched = x.ndim == n + 1
+    out = fn(x[None] if unbatched else x, e(kernel_size), e(stride), e(padding), e(dilation), ceil_mode,
+             return_indices)
+    if not unbatched:
+        return out
+    return tuple(o[0] for o in out) if return_indices else out[0]
 
 
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
