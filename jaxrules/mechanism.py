@@ -57,7 +57,7 @@ except ImportError as err:  # pragma: no cover (only on an incompatible JAX)
         "see docs/compatibility.md for the tested JAX versions"
     ) from err
 
-__all__ = ["Op", "concrete_value", "define_op", "differentiated_as", "explicit_sharding", "formula_spy"]
+__all__ = ["Op", "concrete_value", "define_op", "differentiated_as", "explicit_sharding", "formula_spy", "full_spec"]
 
 
 # The loggers through which JAX reports a failed host callback (jax.debug.callback and
@@ -159,7 +159,7 @@ def unsharded_along(x, axes):
     sharding = explicit_sharding(x)
     if sharding is None:
         return x
-    spec = _spec(sharding, jnp.ndim(x))
+    spec = full_spec(sharding, jnp.ndim(x))
     if all(spec[a] is None for a in axes):
         return x
     return jax.sharding.reshard(x, jax.sharding.PartitionSpec(*(None if a in axes else e for a, e in enumerate(spec))))
@@ -173,7 +173,8 @@ def _explicit_sharding_of_aval(aval):
     return sharding
 
 
-def _spec(sharding, ndim: int) -> tuple:
+def full_spec(sharding, ndim: int) -> tuple:
+    """``sharding``'s partition spec as a tuple of ``ndim`` entries (trailing ``None``s added)."""
     spec = tuple(sharding.spec)
     return spec + (None,) * (ndim - len(spec))
 
@@ -185,7 +186,7 @@ def _reshard_like(x, aval):
     if want is None or jnp.ndim(x) != len(aval.shape):
         return x
     have = explicit_sharding(x)
-    if have is not None and _spec(have, jnp.ndim(x)) == _spec(want, jnp.ndim(x)):
+    if have is not None and full_spec(have, jnp.ndim(x)) == full_spec(want, jnp.ndim(x)):
         return x
     return jax.sharding.reshard(x, want.spec)
 

@@ -11,7 +11,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec
 
-from jaxrules.mechanism import define_op, explicit_sharding
+from jaxrules.mechanism import define_op, explicit_sharding, full_spec
 from jaxrules.partials.elementwise import with_rank
 from jaxrules.partials.indexing import zeros_sharded_like
 from jaxrules.partials.normalization import stat_dtype
@@ -45,8 +45,8 @@ def _conv_out_sharding(lhs, rhs, numbers, batch_groups=1):
     lhs_sharding, rhs_sharding = explicit_sharding(lhs, rhs), explicit_sharding(rhs, lhs)
     if lhs_sharding is None:
         return None
-    lhs_spec = _spec_of(lhs_sharding, lhs.ndim)
-    rhs_spec = _spec_of(rhs_sharding, rhs.ndim)
+    lhs_spec = full_spec(lhs_sharding, lhs.ndim)
+    rhs_spec = full_spec(rhs_sharding, rhs.ndim)
     if all(e is None for e in rhs_spec) and lhs_spec[numbers.lhs_spec[1]] is None:
         return None  # JAX's rule accepts it
     batch = lhs_spec[numbers.lhs_spec[0]] if batch_groups == 1 else None
@@ -56,12 +56,6 @@ def _conv_out_sharding(lhs, rhs, numbers, batch_groups=1):
     spec = [None] * lhs.ndim
     spec[numbers.out_spec[0]], spec[numbers.out_spec[1]] = batch, feature
     return jax.sharding.NamedSharding(lhs_sharding.mesh, PartitionSpec(*spec))
-
-
-def _spec_of(sharding, ndim):
-    """``sharding``'s partition spec as a tuple of ``ndim`` entries (trailing ``None``s added)."""
-    spec = tuple(sharding.spec)
-    return spec + (None,) * (ndim - len(spec))
 
 
 def _mesh_axes(entry):
@@ -181,7 +175,7 @@ def _bilinear_batch(args, dims, *, vmap_axis_name, **static):
     out = mapped(*args)
     if example is None:
         return out, 0
-    return jax.sharding.reshard(out, PartitionSpec(axis, *_spec_of(example, out.ndim - 1))), 0
+    return jax.sharding.reshard(out, PartitionSpec(axis, *full_spec(example, out.ndim - 1))), 0
 
 
 def _example_out_sharding(primal, args, in_axes):
@@ -195,7 +189,7 @@ def _example_out_sharding(primal, args, in_axes):
             if d is not None:
                 sharding = explicit_sharding(x)
                 if sharding is not None:  # unshard the batch axis only, so that one example can be cut
-                    x = jax.sharding.reshard(x, PartitionSpec(None, *_spec_of(sharding, x.ndim)[1:]))
+                    x = jax.sharding.reshard(x, PartitionSpec(None, *full_spec(sharding, x.ndim)[1:]))
                 x = x[0]
             examples.append(x)
         return primal(*examples)
