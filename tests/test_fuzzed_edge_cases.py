@@ -347,6 +347,20 @@ def test_complex_logcumsumexp_with_minus_infinite_real_parts_is_torchs():
     np.testing.assert_allclose(np.asarray(grad)[finite], np.conj(xt.grad.resolve_conj().numpy()[finite]), rtol=1e-12)
 
 
+@pytest.mark.parametrize("shape, axis", [((0, 2), 0), ((0, 2), 1), ((2, 0), 0), ((0,), 0)])
+@pytest.mark.parametrize("dtype", [np.complex128, np.float64])
+def test_logcumsumexp_of_an_empty_axis_is_empty_as_torch(shape, axis, dtype):
+    """An empty input scans to an empty output, and both derivatives are empty (the complex
+    branch shifts by one entry, which an empty axis does not have)."""
+    x = np.zeros(shape, dtype)
+    theirs = torch.logcumsumexp(torch.tensor(x), axis)
+    fn = lambda v: jaxrules.numpy.logcumsumexp(v, axis)  # noqa: E731
+    assert fn(x).shape == tuple(theirs.shape) == shape and fn(x).dtype == dtype
+    assert jax.jvp(fn, (x,), (x,))[1].shape == shape
+    assert jax.vjp(fn, x)[1](x)[0].shape == shape
+    assert jax.jit(fn)(x).shape == shape
+
+
 @pytest.mark.parametrize("keepdims", [True, False])
 def test_median_of_a_0d_input_stays_0d(keepdims):
     """median(x, axis=0, keepdims=...) of a 0-d x: x itself, 0-d (torch.median(x, 0, keepdim) keeps

@@ -155,8 +155,8 @@ def _logcumsumexp_primal(x, *, axis):
     """``log(cumsum(exp(x)))``: JAX's ``cumlogsumexp`` for real ``x``; for complex ``x`` an
     associative scan of ``_log_add_exp_complex`` (JAX's gives NaN after a term of real part -inf;
     torch: exp(-inf) = 0), its imaginary part on torch's branch (``_torch_branch``)."""
-    if not jnp.iscomplexobj(x):
-        return lax.cumlogsumexp(x, axis)
+    if not jnp.iscomplexobj(x) or x.shape[axis] == 0:
+        return lax.cumlogsumexp(x, axis) if x.size else x
     out = lax.associative_scan(_log_add_exp_complex, jnp.where(jnp.isneginf(x.real), -jnp.inf, x), axis=axis)
     return _torch_branch(x, out, axis)
 
