@@ -112,6 +112,20 @@ def test_zero_size_input_matches_torch(mode):
     assert out.shape == tuple(F.embedding_bag(torch.zeros((0, 3), dtype=torch.long), torch.tensor(WEIGHT)).shape)
 
 
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_offsets_that_make_no_bag_give_no_row(mode):
+    """include_last_offset with one offset makes no bag: a (0, D) output and a zero gradient
+    (eagerly for an empty input; for a traced one the offsets' check runs only inside
+    ``jaxrules.checked``). torch 2.13 crashes on such offsets (a segfault)."""
+    out = embedding_bag(np.zeros(0, int), WEIGHT, np.array([0]), mode=mode, include_last_offset=True)
+    assert out.shape == (0, 3)
+    f = jax.jit(lambda w, o: embedding_bag(INPUT, w, o, mode=mode, include_last_offset=True))
+    assert f(WEIGHT, np.array([0])).shape == (0, 3)
+    grad = jax.grad(lambda w: jnp.sum(f(w, np.array([0]))))(WEIGHT)
+    np.testing.assert_array_equal(grad, np.zeros_like(WEIGHT))
+    assert jax.jvp(lambda w: f(w, np.array([0])), (WEIGHT,), (WEIGHT,))[1].shape == (0, 3)
+
+
 @pytest.mark.parametrize("kwargs, error, match", [
     ({"max_norm": 1.0}, ValueError, "max_norm"),
     ({"mode": "prod"}, ValueError, "mode"),

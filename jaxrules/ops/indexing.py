@@ -88,7 +88,7 @@ def _bag_max_primal(indices, bags, weight, *, num_bags, num):
     one only when strictly greater (the first maximum wins ties; a NaN first entry stays, later
     NaNs are skipped); an empty bag gives 0 and no row (index ``num``)."""
     n = indices.shape[0]
-    if n == 0:  # every bag empty (jnp.take cannot gather from an empty axis)
+    if n == 0 or num_bags == 0:  # every bag empty, or no bag (jnp.take cannot gather from an empty axis)
         arg = jnp.full((num_bags, weight.shape[1]), num, jnp.int32)
         return jnp.zeros(arg.shape, weight.dtype), arg
     rows = jnp.take(weight, indices, axis=0)  # (n, D)
@@ -359,7 +359,8 @@ def embedding_bag(input: ArrayLike, weight: ArrayLike, offsets: ArrayLike | None
         w, coef = w.astype(dtype), coef.reshape(-1).astype(dtype)
     elif mode == "mean":
         counts = jax.ops.segment_sum(jnp.ones(n, w.dtype), bags, num_segments=num_bags)
-        coef = 1 / jnp.maximum(jnp.take(counts, bags, mode="fill", fill_value=1), 1)
+        # (no bag: no count to take, and no entry is summed)
+        coef = 1 / jnp.maximum(jnp.take(counts, bags, mode="fill", fill_value=1), 1) if num_bags else jnp.ones(n, w.dtype)
     else:
         coef = jnp.ones(n, w.dtype)
     return embedding_bag_sum_op(flat, bags, w, coef, num_bags=num_bags, scale_grad_by_freq=grad_by_freq)
