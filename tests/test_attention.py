@@ -125,6 +125,23 @@ def test_zero_size_inputs_match_torch(shapes):
     assert all(np.all(np.isfinite(g)) for g in grads)
 
 
+@pytest.mark.parametrize("queries, values", [(0, 3), (1, 0), (0, 0)])
+def test_empty_attention_with_broadcast_batch_axes_has_the_broadcast_shape(queries, values):
+    """Batch axes (1, 2) and (2, 1) broadcast to (2, 2) whatever the sizes of L and Ev, as torch's
+    non-empty output does; torch 2.13 returns the query's batch shape (1, 2) when L or Ev is 0."""
+    q, k, v = _normal(1, 2, queries, 2), _normal(2, 1, 4, 2), _normal(2, 1, 4, values)
+    ours = scaled_dot_product_attention(q, k, v)
+    assert ours.shape == (2, 2, queries, values)
+    full = F.scaled_dot_product_attention(torch.tensor(_normal(1, 2, 1, 2)), torch.tensor(k),
+                                          torch.tensor(_normal(2, 1, 4, 3)))
+    assert tuple(full.shape[:2]) == (2, 2)  # torch broadcasts a non-empty one
+    empty = F.scaled_dot_product_attention(*(torch.tensor(a) for a in (q, k, v)))
+    assert tuple(empty.shape[:2]) == (1, 2)  # the deviation: torch keeps the query's batch shape
+    grads = jax.grad(lambda *a: jnp.sum(scaled_dot_product_attention(*a)), argnums=(0, 1, 2))(q, k, v)
+    assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+    assert all(np.all(g == 0) for g in grads)
+
+
 def test_dropout_applies_the_documented_mask_and_formulas_agree():
     q, k, v, mask = _normal(2, 3, 4), _normal(2, 5, 4), _normal(2, 5, 3), _normal(3, 5)
     key = jax.random.key(3)
