@@ -65,7 +65,8 @@ record(
     "flash and math backends agree). A row whose logits are all -inf through infinite query or key entries (no "
     "mask removes its keys) is NaN: its softmax is undefined (the limit depends on how the logits go to -inf); "
     "torch's _safe_softmax gives 0 there, which costs a pass over the logits (pinned in tests/test_attention.py). "
-    "Dropout draws its mask from a keyword-only dropout_key.",
+    "Dropout draws its mask from a keyword-only dropout_key. With no queries or no value features the output has "
+    "the broadcast batch shape, as for any other size (torch 2.13: the query's batch shape).",
 )
 
 
