@@ -56,10 +56,15 @@ on the GPU be suspected of picking different kernels. ``--profile POINT`` (a sub
 point's id, e.g. ``gpt-768``, ``resnet-224x224-bfloat16-b128``) prints, for one point, each side's
 custom calls and fusion count (``benchmarks/hlo_summary.py``), the HLO opcodes whose counts differ and,
 on a GPU, the time per kernel category and the top kernels by device time
-(``benchmarks/device_timeline.py``).
+(``benchmarks/device_timeline.py``). ``--ablate POINT`` says which of jaxrules' pieces costs the
+time at one point: it times, in one process, plain JAX, jaxrules, and plain JAX with each of
+jaxrules' ``nn`` functions the model calls swapped in alone (``PIECES``), plain JAX with
+jaxrules' ``numpy`` only, and jaxrules with every normalization on the direct (two-pass)
+statistics whatever its size.
 
     PYTHONPATH=. python benchmarks/models.py --out models.json            # the full grid (a GPU)
     PYTHONPATH=. python benchmarks/models.py --models gpt --profile gpt-768
+    PYTHONPATH=. python benchmarks/models.py --models unet --ablate unet-224x224-float32-b64
     PYTHONPATH=. python benchmarks/models.py --quick                     # tiny configs, CPU, seconds
 
 ``--quick`` (``tests/test_model_benchmarks.py``): a GPT of width 32 (2 layers, 2 heads, seq 16,
@@ -72,6 +77,7 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -94,6 +100,7 @@ import hlo_summary  # noqa: E402
 
 import jaxrules.nn  # noqa: E402
 import jaxrules.numpy  # noqa: E402
+from jaxrules.partials import normalization  # noqa: E402
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("examples_plain", _ROOT / "examples" / "plain.py")
@@ -539,6 +546,67 @@ def table(rows) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
+# --ablate
+
+# The jaxrules.nn functions each model calls: --ablate swaps them into the plain side one at a time.
+PIECES = {"gpt": ("layer_norm", "scaled_dot_product_attention", "gelu", "cross_entropy"),
+          "resnet": ("conv2d", "batch_norm", "max_pool2d", "relu", "cross_entropy"),
+          "unet": ("conv2d", "group_norm", "silu", "mse_loss")}
+
+
+def ablation_sides(model: str) -> dict:
+    """``label -> (np_, nn_)``: plain JAX, jaxrules, plain JAX with one ``jaxrules.nn`` function of
+    ``PIECES[model]`` in place of its own (``plain+NAME``), and plain JAX with ``jaxrules.numpy``."""
+    plain_np, plain_nn = SIDES["plain JAX"]
+    sides = {"plain JAX": SIDES["plain JAX"], "jaxrules": SIDES["jaxrules"]}
+    for name in PIECES[model]:
+        swapped = types.SimpleNamespace(**{**vars(plain_nn), name: getattr(jaxrules.nn, name)})
+        sides[f"plain+{name}"] = (plain_np, swapped)
+    sides["plain+numpy"] = (jaxrules.numpy, plain_nn)
+    return sides
+
+
+DIRECT_STATISTICS = "jaxrules, direct statistics"
+
+
+@contextlib.contextmanager
+def _direct_statistics(on: bool):
+    """While tracing: every normalization takes the direct (two-pass) statistics' forms whatever
+    its size (``jaxrules.partials.normalization.direct_forms``' thresholds out of reach)."""
+    saved = normalization.ONE_PASS_BYTES, normalization.ONE_PASS_MIN_BYTES
+    if on:
+        normalization.ONE_PASS_BYTES = normalization.ONE_PASS_MIN_BYTES = math.inf
+    try:
+        yield
+    finally:
+        normalization.ONE_PASS_BYTES, normalization.ONE_PASS_MIN_BYTES = saved
+
+
+def ablate(point: Point, repeats: int, calls: int, workers: int) -> list[dict]:
+    """Each of ``ablation_sides(point.model)``, and jaxrules with the direct statistics' forms
+    (``DIRECT_STATISTICS``), compiled (in ``workers`` threads) and timed interleaved in this
+    process: ``[{"side", "ms", "speedup" (plain JAX's ms / this side's), "temp_bytes"}]``, printed
+    as a table."""
+    shapes = abstract_inputs(point)
+    sides = {**ablation_sides(point.model), DIRECT_STATISTICS: SIDES["jaxrules"]}
+    lowered = []
+    for label, ns in sides.items():
+        with _direct_statistics(label == DIRECT_STATISTICS):
+            lowered.append(step(point, *ns).lower(*shapes))
+    with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
+        compiled = dict(zip(sides, pool.map(lambda low: low.compile(), lowered)))
+    args = inputs(point)
+    times = bench.interleaved_median_ms({label: (lambda c=c: c(*args)) for label, c in compiled.items()},
+                                        repeats, warmup=2, calls=calls)
+    rows = [{"side": label, "ms": ms, "speedup": times["plain JAX"] / ms, "temp_bytes": _temp_bytes(compiled[label])}
+            for label, ms in times.items()]
+    print(f"## ablation {point.id}\n\n| side | ms | speed (plain/side) | temp MiB |\n|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['side']} | {r['ms']:.3f} | {r['speedup']:.3f}x | {_mib(r['temp_bytes'])} |")
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
 # --profile
 
 _CATEGORIES = [  # (category, kernel name pattern), first match
@@ -624,6 +692,8 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="compile threads")
     parser.add_argument("--out", help="write the rows as JSON here")
     parser.add_argument("--profile", metavar="POINT", help="profile one point (a substring of its id) instead")
+    parser.add_argument("--ablate", metavar="POINT",
+                        help="time one point (a substring of its id), each jaxrules piece alone in plain JAX, instead")
     parser.add_argument("--points", help="only the points whose id contains one of these (comma-separated substrings)")
     args = parser.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -639,12 +709,15 @@ def main(argv=None) -> list[dict]:
     device = jax.devices()[0]
     print(f"jax {jax.__version__}, {device.platform} {device.device_kind}; points: {', '.join(p.id for p in pts)}",
           flush=True)
-    if args.profile:
-        matches = [p for p in pts if args.profile in p.id]
+    if args.profile or args.ablate:
+        wanted = args.profile or args.ablate
+        matches = [p for p in pts if wanted in p.id]
         if not matches:
-            parser.error(f"no point matches {args.profile!r}; points: {[p.id for p in pts]}")
-        profile(matches[0])
-        return []
+            parser.error(f"no point matches {wanted!r}; points: {[p.id for p in pts]}")
+        if args.profile:
+            profile(matches[0])
+            return []
+        return ablate(matches[0], args.repeats, args.calls, args.workers)
     compiled = compile_all(pts, args.workers)
     rows = []
     for point, programs in zip(pts, compiled):

@@ -71,3 +71,39 @@ def test_the_gradient_check_flags_a_different_model(change):
     error = models.grad_rel_diff(grads, grads_plain)
     print(f"{change}: loss {float(loss):.6f} vs {float(loss_plain):.6f}, grad rel diff {error:.1e}")
     assert error > 3 * GRAD_RTOL
+
+
+def test_ablation_swaps_each_piece_into_the_plain_side_alone(capsys):
+    """``--ablate``: plain JAX, jaxrules, and plain JAX with one jaxrules function at a time; each
+    swapped side runs jaxrules' op it names and no other."""
+    rows = models.main(["--quick", "--models", "unet", "--ablate", "unet", "--repeats", "2", "--calls", "1",
+                        "--workers", "2"])
+    sides = [r["side"] for r in rows]
+    assert sides == ["plain JAX", "jaxrules", *(f"plain+{n}" for n in models.PIECES["unet"]), "plain+numpy",
+                     models.DIRECT_STATISTICS]
+    assert all(r["ms"] > 0 and r["speedup"] > 0 for r in rows)
+    assert "| plain+group_norm |" in capsys.readouterr().out
+    point = next(p for p in models.points(["unet"], quick=True))
+    args = models.abstract_inputs(point)
+    jaxprs = {name: str(jax.make_jaxpr(models.step(point, *ns))(*args))
+              for name, ns in models.ablation_sides("unet").items()}
+    for name, (_, nn_) in models.ablation_sides("unet").items():
+        if name.startswith("plain+") and name != "plain+numpy":
+            others = [p for p in models.PIECES["unet"] if f"plain+{p}" != name]
+            assert getattr(nn_, name[6:]) is getattr(models.jaxrules.nn, name[6:])
+            assert all(getattr(nn_, p) is getattr(models.PLAIN_NN, p) for p in others)
+            assert "custom_jvp" in jaxprs[name] and jaxprs[name] != jaxprs["plain JAX"], name
+    assert "custom_jvp" not in jaxprs["plain JAX"]
+
+
+def test_the_direct_statistics_side_traces_the_two_pass_forms():
+    """Under ``_direct_statistics(True)`` a group norm of 64 MiB (one-pass statistics by default on
+    a GPU) traces no variadic reduction, and the thresholds come back afterwards."""
+    from jaxrules.partials import normalization
+
+    x = jax.ShapeDtypeStruct((64, 64, 64, 64), jax.numpy.float32)  # 64 MiB
+    assert not normalization.direct_forms(x, (2, 3))
+    saved = normalization.ONE_PASS_BYTES
+    with models._direct_statistics(True):
+        assert normalization.direct_forms(x, (2, 3))
+    assert normalization.ONE_PASS_BYTES == saved and not normalization.direct_forms(x, (2, 3))
