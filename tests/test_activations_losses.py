@@ -861,3 +861,17 @@ def test_bce_with_logits_at_an_infinite_logit_is_the_limit():
     np.testing.assert_array_equal(ours, [0.0, 0.0, np.inf, np.inf, -np.inf, -np.inf])
     np.testing.assert_array_equal(ours[3:], torch_value[3:])
     assert np.isnan(torch_value[:3]).all()
+
+
+@pytest.mark.parametrize("input_dtype", [np.float32, np.bool_])
+def test_gaussian_nll_loss_takes_a_python_var_at_the_promoted_dtype(input_dtype):
+    """A Python float ``var`` is weakly typed, as a scalar in JAX: with a float32 (or boolean)
+    input and a float64 target the loss computes with var = 0.7 in float64, not rounded to
+    float32 first (torch takes the input's dtype for it)."""
+    x = np.array([[0.0, 1.0], [1.0, 0.0]]).astype(input_dtype)
+    y = np.array([[-0.25, 1.5], [0.75, 2.0]])
+    ours = rnn.gaussian_nll_loss(x, y, 0.7)
+    exact = F.gaussian_nll_loss(torch.tensor(x.astype(np.float64)), torch.tensor(y), torch.full((2, 2), 0.7,
+                                                                                               dtype=torch.float64))
+    assert ours.dtype == np.float64
+    np.testing.assert_allclose(ours, exact.item(), rtol=1e-14)

@@ -99,8 +99,10 @@ def _torch_quantile(torch, x, q, axis=None, method="linear", keepdims=False):
     if method == "inverted_cdf":  # torch has none: the sorted slice's entry at ceil(q n) - 1 (an int axis)
         n = x.shape[axis]
         pos = np.clip(np.ceil(np.asarray(q, np.float64) * n) - 1, 0, n - 1).astype(np.int64)
-        picked = torch.sort(x, dim=axis).values.index_select(axis, torch.tensor(pos.ravel()))
-        return torch.movedim(picked, axis, 0)
+        picked = torch.movedim(torch.sort(x, dim=axis).values.index_select(axis, torch.tensor(pos.ravel())), axis, 0)
+        if keepdims:  # x's axis kept with length 1, after q's
+            picked = picked.unsqueeze(axis % x.ndim + 1)
+        return picked.reshape(picked.shape[1:]) if np.ndim(q) == 0 else picked
     qt = torch.tensor(q, dtype=x.dtype)
     return torch.quantile(x, qt, dim=axis, keepdim=keepdims, interpolation=method)
 

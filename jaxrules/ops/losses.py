@@ -480,7 +480,8 @@ def gaussian_nll_loss(input: ArrayLike, target: ArrayLike, var: ArrayLike | floa
         target: the samples ``y``, broadcasting against ``input``.
         var: the variances: input's shape, input's shape without the last axis (then unsqueezed),
             the same rank with the mismatched axes of total size 1 (torch's test), or a Python
-            float (a constant). A negative var raises ``ValueError`` when concrete and gives NaN
+            float (a constant, weakly typed: at the dtype of input and target together; torch
+            takes input's dtype). A negative var raises ``ValueError`` when concrete and gives NaN
             when traced (jit, vmap).
         full: add the constant ``log(2 pi) / 2``.
         eps: the clamp's floor, a number, an array or a tracer.
@@ -497,7 +498,7 @@ def gaussian_nll_loss(input: ArrayLike, target: ArrayLike, var: ArrayLike | floa
     if isinstance(var, numbers.Real) and not isinstance(var, bool):
         if var < 0:
             raise ValueError(f"{op}: var must be non-negative, got {var!r}")
-        v = jnp.full(x.shape, float(var), x.dtype)
+        v = jnp.full(x.shape, float(var), jnp.result_type(x, y))  # a Python scalar: weakly typed, as in JAX
     else:
         v = V.array(op, "var", var)
         if v.shape != x.shape:
