@@ -1,4 +1,4 @@
-"""Dense ``scaled_dot_product_attention`` forward + backward over a shape sweep (issue 17: the
+"""Dense ``scaled_dot_product_attention`` forward + backward over a shape sweep (the
 GPU path): jaxrules' default (cuDNN where it applies: half precision, no mask), its XLA formulas
 (``impl="xla"``), jaxrules' fused kernels (``impl="pallas"``, the
 ragged flash kernels of ``jaxrules.nested.dense``), ``jax.nn.dot_product_attention`` with JAX's
@@ -55,7 +55,7 @@ def _variants(dtype, causal, kernel_impl):
 def _mosaic_gpu_attention(q, k, v):
     """JAX's own Pallas Mosaic GPU flash attention (``jax.experimental.pallas.ops.gpu.
     attention_mgpu``: Hopper, half precision, non-causal backward, L a multiple of 64) on (B, H,
-    L, E): what a Mosaic GPU version of the nested kernels could reach (issue 21)."""
+    L, E): what a Mosaic GPU version of the nested kernels could reach."""
     from jax.experimental.pallas.ops.gpu import attention_mgpu
 
     config = attention_mgpu.TuningConfig(block_q=64, block_kv=128, max_concurrent_steps=2, block_q_dkv=64,

@@ -6,7 +6,7 @@ per GPU, one row per operation of a step (median over the steps): its offset fro
 start on that device, its duration, and the name; plus the step's span (the "XLA Modules" event,
 or, in a trace without them as jax 0.11.2's on an H200, the operations between the host's waits,
 ``step_windows``) and the time the GPU did nothing inside it. ``format_timeline`` prints it. Used by
-``benchmarks/multi_device.py --timeline`` to see where a second device's time goes (issue 19).
+``benchmarks/models.py --profile`` to see where a step's time goes.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Training-step time of the examples' models with jaxrules vs the same file with plain JAX swapped
 in (``examples/plain.py``): the GPT of ``examples/gpt.py`` and the CNN of ``examples/cnn.py`` at a
 GPU size, one optax Adam step (forward, backward, update) under ``jit``, the two programs timed
-alternately in one process (``bench.interleaved_median_ms``), medians. Issue 18,
-requirement 6.
+alternately in one process (``bench.interleaved_median_ms``), medians.
 
     PYTHONPATH=. python3 benchmarks/examples_step.py --out step.md
     PYTHONPATH=. python3 benchmarks/examples_step.py --scale 8 --repeats 3   # CPU smoke run

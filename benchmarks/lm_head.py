@@ -22,7 +22,7 @@ head whose temporaries and arguments do not fit the device is skipped ("n/a").
     PYTHONPATH=. python3 benchmarks/lm_head.py --out lm_head.json          # GPU (one H200: ~4 min)
     PYTHONPATH=. python3 benchmarks/lm_head.py --quick                     # CPU smoke run (seconds)
 
-Bars (the issue's): temporary memory <= 0.25x of the unfused head's at vocabularies >= 128k, time
+Bars: temporary memory <= 0.25x of the unfused head's at vocabularies >= 128k, time
 >= 1.0x of both plain heads (speedup = their time / jaxrules' time).
 """
 

@@ -20,7 +20,7 @@ compiled block (``cudnn_calls``). ``--variants`` picks a subset.
 Padded dense is what a JAX user writes without a ragged type: (B, max_len, d) arrays, the
 sequence lengths, ``jax.nn.dot_product_attention`` and JAX's autodiff: ``padded`` lets JAX pick
 the attention (XLA), ``cudnn`` asks for cuDNN's fused flash attention
-(``implementation="cudnn"``, bfloat16/float16 only; issue 20's bar). Each variant also times its
+(``implementation="cudnn"``, bfloat16/float16 only: the strongest padded baseline). Each variant also times its
 attention alone (forward + backward) and reports its TFLOP/s counting only the real, unpadded
 work: ``14 sum_i n_i^2 d`` FLOPs (forward ``4 sum n_i^2 d``, backward 2.5x the forward, the
 FlashAttention convention; causal: ``n_i (n_i + 1) / 2`` for ``n_i^2``). ``--masks none,causal``

@@ -1,4 +1,4 @@
-"""The kernels' partitioning on the GPUs of one host (issue 19), correctness only: on every
+"""The kernels' partitioning on the GPUs of one host, correctness only: on every
 device, with the compiled kernels (``impl="pallas"``), against the same program on one device.
 
 * ``jit`` of layer_norm (forward, JVP, gradient) on arrays on no mesh in a process of several

@@ -1,5 +1,5 @@
 """Hides Pallas' Triton backend from every Python process started with this folder first on
-``PYTHONPATH`` (worker processes included), as a JAX that removed the backend would (issue 21):
+``PYTHONPATH`` (worker processes included), as a JAX that removed the backend would:
 importing ``jax.experimental.pallas.triton`` raises ``ModuleNotFoundError``. Usage, from the
 repository root::
 
