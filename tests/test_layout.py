@@ -1,5 +1,6 @@
-"""The code's layering: formulas are found by explicit references, and the formula
-layer does not import the ops built on it."""
+"""The code's layering: formulas are found by explicit references, the formula layer does not
+import the ops built on it, and each op's JVP and VJP formulas are defined beside it in its
+family's ops module (``jvp_rules`` and ``vjp_rules`` only re-export them)."""
 
 import ast
 import importlib
@@ -10,13 +11,12 @@ import re
 import pytest
 
 PACKAGE = pathlib.Path(__file__).parent.parent / "jaxrules"
-FORMULA_LAYER = ("jvp_rules.py", "vjp_rules.py", "mechanism.py", "batching.py", "dispatch.py", "norm_kernels.py",
-                 "registry.py", "_validate.py",
+FORMULA_LAYER = ("mechanism.py", "batching.py", "dispatch.py", "norm_kernels.py", "registry.py", "_validate.py",
                  *sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "partials").glob("*.py")))
 UPPER = ("jaxrules.ops", "jaxrules.nested", "jaxrules.nn", "jaxrules.numpy", "jaxrules.scipy", "jaxrules.linalg")
 # Known upward imports (late, inside functions), to be removed: a formula
 # calling an op for its own rules at second order. A new one fails the test.
-KNOWN = {("vjp_rules.py", "jaxrules.ops.normalization"), ("partials/elementwise.py", "jaxrules.ops")}
+KNOWN = {("partials/elementwise.py", "jaxrules.ops")}
 
 
 def _imports(path):
@@ -31,6 +31,24 @@ def _imports(path):
 def test_the_formula_layer_imports_no_op_module(name):
     upward = {m for m in _imports(PACKAGE / name) if m.startswith(UPPER)}
     assert {(name, m) for m in upward} <= KNOWN, f"{name} imports {sorted(upward)}"
+
+
+@pytest.mark.parametrize("name", ["jvp_rules", "vjp_rules"])
+def test_the_rules_modules_define_no_formula(name):
+    """``jaxrules/jvp_rules.py`` / ``vjp_rules.py`` define nothing: each formula is defined beside
+    its op in ``jaxrules/ops/<family>.py`` (a building block several families share in
+    ``jaxrules/partials``), and these modules only re-export it under their import path."""
+    tree = ast.parse((PACKAGE / f"{name}.py").read_text())
+    kinds = {type(node).__name__ for node in tree.body[1:]}
+    assert kinds == {"ImportFrom"}, kinds
+    sources = sorted({node.module for node in tree.body[1:]})
+    assert all(m.startswith(("jaxrules.ops.", "jaxrules.partials.")) for m in sources), sources
+    for node in tree.body[1:]:  # each name defined (def or assignment) in the module it comes from
+        source = ast.parse((PACKAGE.parent / (node.module.replace(".", "/") + ".py")).read_text())
+        defined = {n.name for n in source.body if isinstance(n, ast.FunctionDef)}
+        defined |= {t.id for n in source.body if isinstance(n, ast.Assign)
+                    for t in n.targets if isinstance(t, ast.Name)}
+        assert {alias.name for alias in node.names} <= defined, (node.module, {a.name for a in node.names} - defined)
 
 
 def test_no_formula_is_found_by_a_name_lookup():
@@ -212,6 +230,8 @@ def test_every_ops_module_has_the_same_layout():
 NOT_EXPORTED = {
     "jaxrules.ops.linalg.matmul": "the op under jaxrules.numpy.matmul's argument handling (and nested's matmul)",
     "jaxrules.ops.reductions.nan_of_empty": "reductions' NaN of an empty reduction, shared with sorting's nanmedian",
+    "jaxrules.ops.normalization.normalize_backward": "the op the normalizations' VJP formulas call (double backward)",
+    "jaxrules.ops.normalization.rms_norm_backward": "the op rms_norm's VJP formula calls (double backward)",
 }
 
 

@@ -2,8 +2,8 @@
 (N, C, *spatial), 1 to 3 spatial axes): ``jaxrules.nn.conv`` (``conv1d``/``conv2d``/``conv3d``),
 ``conv_transpose`` (``conv_transpose1d``/``2d``/``3d``), ``unfold`` and ``fold`` (im2col and
 col2im, 2 spatial axes), ``max_pool`` and ``avg_pool`` (and their ``1d``/``2d``/``3d``),
-``adaptive_avg_pool1d``/``2d``/``3d`` and ``adaptive_max_pool1d``/``2d``/``3d``. Formulas in ``jvp_rules`` / ``vjp_rules``; the
-convolution and pooling algebra in ``partials``."""
+``adaptive_avg_pool1d``/``2d``/``3d`` and ``adaptive_max_pool1d``/``2d``/``3d``. Formulas beside each op (gathered in
+``jvp_rules`` / ``vjp_rules``); the convolution and pooling algebra in ``partials``."""
 
 from __future__ import annotations
 
@@ -17,11 +17,9 @@ from jax import Array, lax
 from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
-from jaxrules import jvp_rules as J
 from jaxrules import partials as P
-from jaxrules import vjp_rules as R
 from jaxrules._namespace import exported_as
-from jaxrules.mechanism import define_op
+from jaxrules.mechanism import define_op, explicit_sharding
 
 # ----------------------------------------------------------------------------------------------
 # Ops
@@ -30,7 +28,29 @@ def _convolution_primal(x, w, b, *, stride, padding, dilation, groups):
     return P.conv(x, w, stride, padding, dilation, groups) + P.bias_view(b, x.ndim)
 
 
-convolution_op = define_op("convolution", _convolution_primal, J.convolution_jvp, R.convolution_vjp,
+def convolution_jvp(res, tx, tw, tb, *, stride, padding, dilation, groups):
+    """Seed ``convolution_jvp``: ``conv(dx, w) + conv(x, dw) + db``."""
+    x, w = res
+    terms = []
+    if tx is not None:
+        terms.append(P.conv(tx, w, stride, padding, dilation, groups))
+    if tw is not None:
+        terms.append(P.conv(x, tw, stride, padding, dilation, groups))
+    out = P.terms(*terms) if terms else 0
+    return out if tb is None else out + P.bias_view(tb, x.ndim)
+
+
+def convolution_vjp(res, ct, *, stride, padding, dilation, groups):
+    """Seed ``convolution_backward``: grad_input by the transposed convolution, grad_weight by
+    correlating the input with ``ct``, grad_bias the sum over batch and space."""
+    x, w = res
+    gx = P.conv_input_grad(ct, w, x.shape[2:], stride, padding, dilation, groups)
+    gw = P.conv_weight_grad(x, ct, w.shape[2:], stride, padding, dilation, groups, explicit_sharding(w, x, ct))
+    gb = ct.sum(axis=(0, *range(2, ct.ndim)))
+    return gx, gw, gb
+
+
+convolution_op = define_op("convolution", _convolution_primal, convolution_jvp, convolution_vjp,
                            lambda out, x, w, b, **_: (x, w))
 
 
@@ -38,12 +58,63 @@ def _conv_transpose_primal(x, w, b, *, stride, padding, dilation, groups):
     return P.conv_transpose(x, w, stride, padding, dilation, groups) + P.bias_view(b, x.ndim)
 
 
-conv_transpose_op = define_op("conv_transpose", _conv_transpose_primal, J.conv_transpose_jvp, R.conv_transpose_vjp,
+def conv_transpose_jvp(res, tx, tw, tb, *, stride, padding, dilation, groups):
+    """Seed ``convolution_jvp`` with ``transposed=true``: ``conv_transpose(dx, w) +
+    conv_transpose(x, dw) + db``."""
+    x, w = res
+    terms = []
+    if tx is not None:
+        terms.append(P.conv_transpose(tx, w, stride, padding, dilation, groups))
+    if tw is not None:
+        terms.append(P.conv_transpose(x, tw, stride, padding, dilation, groups))
+    out = P.terms(*terms) if terms else 0
+    return out if tb is None else out + P.bias_view(tb, x.ndim)
+
+
+def conv_transpose_vjp(res, ct, *, stride, padding, dilation, groups):
+    """Seed ``convolution_backward`` with ``transposed=true``: grad_input by the (forward)
+    convolution of ``ct`` with ``w``, grad_weight by correlating ``ct`` with the input (the roles
+    of ``convolution_vjp``'s input and cotangent swapped), grad_bias the sum over batch and
+    space."""
+    x, w = res
+    gx = P.conv(ct, w, stride, padding, dilation, groups)
+    gw = P.conv_weight_grad(ct, x, w.shape[2:], stride, padding, dilation, groups, explicit_sharding(w, x, ct))
+    gb = ct.sum(axis=(0, *range(2, ct.ndim)))
+    return gx, gw, gb
+
+
+conv_transpose_op = define_op("conv_transpose", _conv_transpose_primal, conv_transpose_jvp, conv_transpose_vjp,
                               lambda out, x, w, b, **_: (x, w))
+
+
+def unfold_jvp(_, tx, *, kernel, stride, padding, dilation, spatial):
+    """unfold (im2col) is linear: the unfolded tangent."""
+    return P.unfold(tx, kernel, stride, padding, dilation)
+
+
+def unfold_vjp(_, ct, *, kernel, stride, padding, dilation, spatial):
+    """The transpose of unfold (im2col) is fold (col2im; derivatives.yaml ``im2col``:
+    ``col2im(grad, ...)``)."""
+    return (P.fold(ct, spatial, kernel, stride, padding, dilation),)
+
+
 # unfold and fold are linear and each other's transpose: the JVP is the op, the VJP the other op.
-unfold_op = define_op("unfold", lambda x, *, spatial, **static: P.unfold(x, **static), J.unfold_jvp, R.unfold_vjp,
+unfold_op = define_op("unfold", lambda x, *, spatial, **static: P.unfold(x, **static), unfold_jvp, unfold_vjp,
                       lambda out, x, **_: ())
-fold_op = define_op("fold", lambda x, *, spatial, **static: P.fold(x, spatial, **static), J.fold_jvp, R.fold_vjp,
+
+
+def fold_jvp(_, tx, *, kernel, stride, padding, dilation, spatial):
+    """fold (col2im) is linear: the folded tangent."""
+    return P.fold(tx, spatial, kernel, stride, padding, dilation)
+
+
+def fold_vjp(_, ct, *, kernel, stride, padding, dilation, spatial):
+    """The transpose of fold (col2im) is unfold (im2col; derivatives.yaml ``col2im``:
+    ``im2col(grad, ...)``)."""
+    return (P.unfold(ct, kernel, stride, padding, dilation),)
+
+
+fold_op = define_op("fold", lambda x, *, spatial, **static: P.fold(x, spatial, **static), fold_jvp, fold_vjp,
                     lambda out, x, **_: ())
 
 
@@ -94,7 +165,22 @@ def _max_pool_primal(x, *, kernel, stride, padding, dilation, **_):
     return values, element.astype(np.int8 if math.prod(kernel) <= 127 else np.int32)
 
 
-max_pool_op = define_op("max_pool", _max_pool_primal, J.max_pool_jvp, R.max_pool_vjp,
+def max_pool_jvp(element, tx, *, kernel, stride, padding, dilation, shape):
+    """The tangent read at the argmax (seed ``max_pool_double_backward``'s gather), as the
+    tangent's windows read at the argmax's window element ``element`` (``partials.window_read``:
+    no gather); the window elements have no tangent."""
+    return P.window_read(tx, element, kernel, stride, padding, dilation), None
+
+
+def max_pool_vjp(element, ct, *, kernel, stride, padding, dilation, shape):
+    """Seed ``max_pool2d_with_indices_backward``: each cotangent added at its window's argmax
+    (``element``: which element of the window), as the transpose of the window slices
+    (``partials.window_place``: no scatter)."""
+    g, _ = ct
+    return (P.window_place(g, element, shape, kernel, stride, padding, dilation),)
+
+
+max_pool_op = define_op("max_pool", _max_pool_primal, max_pool_jvp, max_pool_vjp,
                         lambda out, x, **_: out[1])
 
 
@@ -108,13 +194,52 @@ def _adaptive_max_pool_primal(x, *, output_size, shape):
     return P.pool_flat_gather(x, index), index
 
 
+def adaptive_max_pool_jvp(index, tx, *, shape, **_):
+    """The tangent read at the argmax (seed ``max_pool_double_backward``'s gather; adaptive windows
+    differ in size, so a gather); the indices have no tangent."""
+    return P.pool_flat_gather(tx, index), None
+
+
+def adaptive_max_pool_vjp(index, ct, *, shape, **_):
+    """Seed ``adaptive_max_pool2d_backward``: each cotangent added at its window's argmax (a
+    scatter: adaptive windows differ in size)."""
+    g, _ = ct
+    return (P.pool_flat_scatter(g, index, shape),)
+
+
 # The gradient goes to the argmax as in max_pool (seed ``adaptive_max_pool2d_backward``).
-adaptive_max_pool_op = define_op("adaptive_max_pool", _adaptive_max_pool_primal, J.adaptive_max_pool_jvp,
-                                 R.adaptive_max_pool_vjp, lambda out, x, **_: out[1])
-avg_pool_op = define_op("avg_pool", lambda x, *, shape, **static: P.avg_pool(x, **static), J.avg_pool_jvp,
-                        R.avg_pool_vjp, lambda out, x, **_: ())
+adaptive_max_pool_op = define_op("adaptive_max_pool", _adaptive_max_pool_primal, adaptive_max_pool_jvp,
+                                 adaptive_max_pool_vjp, lambda out, x, **_: out[1])
+
+
+def avg_pool_jvp(_, tx, *, kernel, stride, padding, count_include_pad, divisor_override, shape):
+    """Average pooling is linear: the pooled tangent (derivatives.yaml: ``result: auto_linear``)."""
+    return P.avg_pool(tx, kernel, stride, padding, count_include_pad, divisor_override)
+
+
+def avg_pool_vjp(_, ct, *, kernel, stride, padding, count_include_pad, divisor_override, shape):
+    """Seed ``avg_pool2d_backward`` / ``avg_pool3d_backward``: each cotangent over its window's
+    divisor, added to every input position of the window (``partials.window_sum_transpose``)."""
+    return (P.avg_pool_transpose(ct, shape, kernel, stride, padding, count_include_pad, divisor_override),)
+
+
+avg_pool_op = define_op("avg_pool", lambda x, *, shape, **static: P.avg_pool(x, **static), avg_pool_jvp,
+                        avg_pool_vjp, lambda out, x, **_: ())
+
+
+def adaptive_avg_pool_jvp(_, tx, *, output_size, shape):
+    """Adaptive average pooling is linear: the pooled tangent (``result: auto_linear``)."""
+    return P.adaptive_avg_pool(tx, output_size)
+
+
+def adaptive_avg_pool_vjp(_, ct, *, output_size, shape):
+    """Seed ``_adaptive_avg_pool2d_backward`` / ``_adaptive_avg_pool3d_backward``: each cotangent
+    shared evenly over its window (the transposed averaging matrices)."""
+    return (P.adaptive_avg_pool_transpose(ct, shape, output_size),)
+
+
 adaptive_avg_pool_op = define_op("adaptive_avg_pool", lambda x, *, output_size, shape: P.adaptive_avg_pool(x, output_size),
-                                 J.adaptive_avg_pool_jvp, R.adaptive_avg_pool_vjp, lambda out, x, **_: ())
+                                 adaptive_avg_pool_jvp, adaptive_avg_pool_vjp, lambda out, x, **_: ())
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Elementwise ops: primal, residuals and record of each; the formulas are in ``jvp_rules`` and
-``vjp_rules``. Public through ``jaxrules.numpy`` and ``jaxrules.scipy.special``."""
+"""Elementwise ops: primal, residuals, JVP and VJP formulas of each, side by side (gathered in
+``jvp_rules`` and ``vjp_rules``). Public through ``jaxrules.numpy`` and ``jaxrules.scipy.special``."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ from jax.scipy import special as jsp_special
 from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
-from jaxrules import jvp_rules as J
 from jaxrules import partials as P
-from jaxrules import vjp_rules as R
 from jaxrules._namespace import exported_as
 from jaxrules.mechanism import define_op
+from jaxrules.partials import real_inner
 
 # ----------------------------------------------------------------------------------------------
 # Ops
@@ -34,15 +33,138 @@ def _save_sign(out, x):
     return (x > 0).astype(jnp.int8) - (x < 0).astype(jnp.int8)
 
 
-abs_op = define_op("abs", lambda x: jnp.abs(x), J.abs_jvp, R.abs_vjp, _save_sign)
-sign_op = define_op("sign", lambda x: jnp.sign(x), J.sign_jvp, R.sign_vjp)
-angle_op = define_op("angle", lambda x: jnp.angle(x), J.angle_jvp, R.angle_vjp)
-arctan2_op = define_op("arctan2", jnp.arctan2, J.arctan2_jvp, R.arctan2_vjp)
-power_op = define_op("power", jnp.power, J.power_jvp, R.power_vjp, lambda out, x, y: (x, y, out))
-power_scalar_exponent_op = define_op("power_scalar_exponent", lambda x, *, exponent: jnp.power(x, exponent), J.power_scalar_exponent_jvp, R.power_scalar_exponent_vjp)
-power_scalar_base_op = define_op("power_scalar_base", lambda y, *, base: jnp.power(jnp.asarray(base, y.dtype), y), J.power_scalar_base_jvp, R.power_scalar_base_vjp, lambda out, y, **_: (y, out))
+def abs_jvp(sign, t, **_):
+    """``Re(conj(sgn x) t)``; 0 at x = 0 (seed ``abs_backward`` via ``sgn``)."""
+    return real_inner(sign.astype(P.promoted_dtype(sign, t)), t, (), False)
+
+
+def abs_vjp(sign, ct, **_):
+    """``conj(sgn x) ct`` (seed ``abs_backward``; JAX convention). ``sign`` is the saved
+    ``sgn(x)`` (int8 for real x: a quarter of the memory of x)."""
+    dtype = P.promoted_dtype(sign, ct)
+    return (jnp.conj(sign.astype(dtype)) * ct.astype(dtype),)
+
+
+abs_op = define_op("abs", lambda x: jnp.abs(x), abs_jvp, abs_vjp, _save_sign)
+
+
+def sign_jvp(x, t, **_):
+    """Real: 0. Complex: ``(t - sgn(x)^2 conj(t)) / (2|x|)``, 0 at x = 0 (seed ``sgn_backward``,
+    which torch uses for both directions)."""
+    if not jnp.iscomplexobj(x):
+        return jnp.zeros_like(t)
+    s, inv = P.sgn_parts(x)
+    return (t - s * s * jnp.conj(t)) * inv.astype(s.dtype)
+
+
+def sign_vjp(x, ct, **_):
+    """Real: 0. Complex: ``(ct - conj(sgn(x)^2 ct)) / (2|x|)``, 0 at x = 0 (transpose of seed
+    ``sgn_backward``)."""
+    if not jnp.iscomplexobj(x):
+        return (None,)
+    s, inv = P.sgn_parts(x)
+    return ((ct - jnp.conj(s * s * ct)) * inv.astype(s.dtype),)
+
+
+sign_op = define_op("sign", lambda x: jnp.sign(x), sign_jvp, sign_vjp)
+
+
+def angle_jvp(x, t, **_):
+    """Real: 0. Complex: ``Im(conj(x) t) / |x|^2``, 0 at x = 0 (seed ``angle_backward``)."""
+    if not jnp.iscomplexobj(x):
+        return jnp.zeros_like(t)
+    return (jnp.conj(x) * t).imag * P.abs2_reciprocal(x)
+
+
+def angle_vjp(x, ct, **_):
+    """Real: 0. Complex: ``-i conj(x) ct / |x|^2``, 0 at x = 0 (seed ``angle_backward``,
+    conjugated)."""
+    if not jnp.iscomplexobj(x):
+        return (None,)
+    return (-1j * jnp.conj(x) * ct.astype(x.dtype) * P.abs2_reciprocal(x).astype(x.dtype),)
+
+
+angle_op = define_op("angle", lambda x: jnp.angle(x), angle_jvp, angle_vjp)
+
+
+def arctan2_jvp(res, ty, tx, **_):
+    """``(x ty - y tx) / (x^2 + y^2)``; 0 at (0, 0) (seed ``atan2_backward``, guarded)."""
+    dy_factor, dx_factor = P.arctan2_factors(*res)
+    return P.terms(P.times(dy_factor, ty), P.times(dx_factor, tx))
+
+
+def arctan2_vjp(res, ct, **_):
+    """``(x ct, -y ct) / (x^2 + y^2)``, 0 at (0, 0) (seed ``atan2_backward``)."""
+    dy_factor, dx_factor = P.arctan2_factors(*res)
+    return dy_factor * ct, dx_factor * ct
+
+
+arctan2_op = define_op("arctan2", jnp.arctan2, arctan2_jvp, arctan2_vjp)
+
+
+def power_jvp(res, tx, ty, **_):
+    """``y x^(y-1) tx + x^y log(x) ty`` with the seed's zero cases (``pow_backward_self``,
+    ``pow_backward_exponent``)."""
+    x, y, out = res
+    dx = None if tx is None else P.pow_base_factor(x, y) * tx
+    dy = None if ty is None else P.pow_exponent_factor(x, y, out) * ty
+    return P.terms(dx, dy)
+
+
+def power_vjp(res, ct, **_):
+    """``(y x^(y-1) ct, x^y log(x) ct)`` with the zero cases of seed ``pow_backward_self`` and
+    ``pow_backward_exponent``."""
+    x, y, out = res
+    return P.pow_base_factor(x, y) * ct, P.pow_exponent_factor(x, y, out) * ct
+
+
+power_op = define_op("power", jnp.power, power_jvp, power_vjp, lambda out, x, y: (x, y, out))
+
+
+def power_scalar_exponent_jvp(x, t, *, exponent, **_):
+    """``e x^(e-1) t``, 0 when e = 0 (seed ``pow_backward``)."""
+    return P.pow_scalar_exponent_factor(x, exponent) * t
+
+
+def power_scalar_exponent_vjp(x, ct, *, exponent, **_):
+    """``e x^(e-1) ct``, 0 when e = 0 (seed ``pow_backward``)."""
+    return (P.pow_scalar_exponent_factor(x, exponent) * ct,)
+
+
+power_scalar_exponent_op = define_op("power_scalar_exponent", lambda x, *, exponent: jnp.power(x, exponent), power_scalar_exponent_jvp, power_scalar_exponent_vjp)
+
+
+def power_scalar_base_jvp(res, t, *, base, **_):
+    """``b^y log(b) t``, 0 where b = 0 and y >= 0 (seed ``pow_backward_exponent``, Scalar base)."""
+    y, out = res
+    return P.pow_exponent_factor(jnp.asarray(base, out.dtype), y, out) * t
+
+
+def power_scalar_base_vjp(res, ct, *, base, **_):
+    """``b^y log(b) ct``, 0 where b = 0 and y >= 0 (seed ``pow_backward_exponent``)."""
+    y, out = res
+    return (P.pow_exponent_factor(jnp.asarray(base, out.dtype), y, out) * ct,)
+
+
+power_scalar_base_op = define_op("power_scalar_base", lambda y, *, base: jnp.power(jnp.asarray(base, y.dtype), y), power_scalar_base_jvp, power_scalar_base_vjp, lambda out, y, **_: (y, out))
 P.use_power_ops(power=power_op, power_scalar_exponent=power_scalar_exponent_op)  # their derivative factors
-copysign_op = define_op("copysign", jnp.copysign, J.copysign_jvp, R.copysign_vjp)
+
+
+def copysign_jvp(res, tx, ty, **_):
+    """``(result / x) tx``, 0 at x = 0; nothing from the sign source (seed
+    ``copysign_tensor_self_backward``)."""
+    x, y = res
+    if tx is None:
+        return jnp.zeros(jnp.broadcast_shapes(x.shape, y.shape), x.dtype)
+    return P.copysign_factor(x, y) * tx
+
+
+def copysign_vjp(res, ct, **_):
+    """``((result / x) ct, 0)``, 0 at x = 0 (seed ``copysign_tensor_self_backward``)."""
+    return P.copysign_factor(*res) * ct, None
+
+
+copysign_op = define_op("copysign", jnp.copysign, copysign_jvp, copysign_vjp)
 
 
 def _sinc_primal(x):
@@ -56,18 +178,152 @@ def _sinc_primal(x):
     return jnp.where(zero, jnp.ones((), x.dtype), jnp.sin(pi_x) / pi_x)
 
 
-sinc_op = define_op("sinc", _sinc_primal, J.sinc_jvp, R.sinc_vjp)
-log1p_op = define_op("log1p", jnp.log1p, J.log1p_jvp, R.log1p_vjp)
-deg2rad_op = define_op("deg2rad", jnp.deg2rad, J.deg2rad_jvp, R.deg2rad_vjp, lambda out, x: ())
-rad2deg_op = define_op("rad2deg", jnp.rad2deg, J.rad2deg_jvp, R.rad2deg_vjp, lambda out, x: ())
+def sinc_jvp(x, t, **_):
+    """``(cos(pi x) - sinc(x)) / x``, its Taylor series near 0 (value 0 at 0)."""
+    return P.sinc_derivative(x) * t
+
+
+def sinc_vjp(x, ct, **_):
+    """``sinc'(x) ct`` (series near 0)."""
+    return (P.sinc_derivative(x) * ct,)
+
+
+sinc_op = define_op("sinc", _sinc_primal, sinc_jvp, sinc_vjp)
+
+
+def log1p_jvp(x, t, **_):
+    """``t / (1 + x)`` (seed ``log1p_backward``)."""
+    return t / (1 + x)
+
+
+def log1p_vjp(x, ct, **_):
+    """``ct / (1 + x)`` (seed ``log1p_backward``; holomorphic, so no conjugate in JAX's
+    convention)."""
+    return (ct / (1 + x),)
+
+
+log1p_op = define_op("log1p", jnp.log1p, log1p_jvp, log1p_vjp)
+
+
+def deg2rad_jvp(res, t, **_):
+    """``t pi / 180`` (seed ``deg2rad_backward``)."""
+    return t * (math.pi / 180)
+
+
+def deg2rad_vjp(res, ct, **_):
+    """``ct pi / 180`` (seed ``deg2rad_backward``)."""
+    return (ct * (math.pi / 180),)
+
+
+deg2rad_op = define_op("deg2rad", jnp.deg2rad, deg2rad_jvp, deg2rad_vjp, lambda out, x: ())
+
+
+def rad2deg_jvp(res, t, **_):
+    """``t 180 / pi`` (seed ``rad2deg_backward``)."""
+    return t * (180 / math.pi)
+
+
+def rad2deg_vjp(res, ct, **_):
+    """``ct 180 / pi`` (seed ``rad2deg_backward``)."""
+    return (ct * (180 / math.pi),)
+
+
+rad2deg_op = define_op("rad2deg", jnp.rad2deg, rad2deg_jvp, rad2deg_vjp, lambda out, x: ())
+
+
+def clip_jvp(res, tx, tlo, thi, **_):
+    """Seed ``clamp_jvp``: ``where(lo > hi, hi_t, where(x < lo, lo_t, where(x > hi, hi_t, x_t)))``."""
+    pick_x, pick_lo, pick_hi = P.clip_masks(*res)
+    return P.terms(
+        None if tx is None else jnp.where(pick_x, tx, 0),
+        None if tlo is None else jnp.where(pick_lo, tlo, 0),
+        None if thi is None else jnp.where(pick_hi, thi, 0),
+    )
+
+
+def clip_vjp(res, ct, **_):
+    """The transpose of seed ``clamp_jvp``: the cotangent goes to whichever of x, lo, hi the
+    output follows (seed ``clamp_backward`` / ``clamp_backward_min_max``, except at lo == hi
+    with x < lo, where torch's backward drops the gradient and its JVP gives it to lo)."""
+    pick_x, pick_lo, pick_hi = P.clip_masks(*res)
+    return jnp.where(pick_x, ct, 0), jnp.where(pick_lo, ct, 0), jnp.where(pick_hi, ct, 0)
+
+
 clip_op = define_op(
-    "clip", lambda x, lo, hi: jnp.minimum(jnp.maximum(x, lo), hi), J.clip_jvp, R.clip_vjp
+    "clip", lambda x, lo, hi: jnp.minimum(jnp.maximum(x, lo), hi), clip_jvp, clip_vjp
 )
-logit_op = define_op("logit", lambda x, *, eps: jsp_special.logit(x if eps is None else jnp.clip(x, eps, 1 - eps)), J.logit_jvp, R.logit_vjp)
-i1_op = define_op("i1", jsp_special.i1, J.i1_jvp, R.i1_vjp, _save_x_and_out)
-i1e_op = define_op("i1e", jsp_special.i1e, J.i1e_jvp, R.i1e_vjp, _save_x_and_out)
-multigammaln_op = define_op("multigammaln", lambda a, *, d: jsp_special.multigammaln(a, d), J.multigammaln_jvp, R.multigammaln_vjp)
-xlogy_op = define_op("xlogy", jsp_special.xlogy, J.xlogy_jvp, R.xlogy_vjp)
+
+
+def logit_jvp(x, t, *, eps, **_):
+    """``t / (x (1 - x))`` inside ``[eps, 1 - eps]``, 0 outside; without eps, NaN outside
+    ``[0, 1]`` (seed ``infinitely_differentiable_logit_backward``)."""
+    return P.logit_factor(x, eps) * t
+
+
+def logit_vjp(x, ct, *, eps, **_):
+    """``ct / (x (1 - x))`` in the eps-window (seed ``infinitely_differentiable_logit_backward``)."""
+    return (P.logit_factor(x, eps) * ct,)
+
+
+logit_op = define_op("logit", lambda x, *, eps: jsp_special.logit(x if eps is None else jnp.clip(x, eps, 1 - eps)), logit_jvp, logit_vjp)
+
+
+def i1_jvp(res, t, **_):
+    """``i0(x) - i1(x)/x``, 1/2 at 0 (torch ``i1_backward``)."""
+    return P.i1_factor(*res) * t
+
+
+def i1_vjp(res, ct, **_):
+    """``(i0(x) - i1(x)/x) ct`` (torch ``i1_backward``)."""
+    return (P.i1_factor(*res) * ct,)
+
+
+i1_op = define_op("i1", jsp_special.i1, i1_jvp, i1_vjp, _save_x_and_out)
+
+
+def i1e_jvp(res, t, **_):
+    """``i0e(x) - i1e(x) (sign(x) + 1/x)``, 1/2 at 0 (torch ``i1e_backward``)."""
+    return P.i1e_factor(*res) * t
+
+
+def i1e_vjp(res, ct, **_):
+    """``(i0e(x) - i1e(x)(sign x + 1/x)) ct`` (torch ``i1e_backward``)."""
+    return (P.i1e_factor(*res) * ct,)
+
+
+i1e_op = define_op("i1e", jsp_special.i1e, i1e_jvp, i1e_vjp, _save_x_and_out)
+
+
+def multigammaln_jvp(a, t, *, d, **_):
+    """``sum_{i<d} digamma(a - i/2) t`` (seed ``mvlgamma_backward``)."""
+    return P.multigammaln_factor(a, d) * t
+
+
+def multigammaln_vjp(a, ct, *, d, **_):
+    """``sum_{i<d} digamma(a - i/2) ct`` (seed ``mvlgamma_backward``)."""
+    return (P.multigammaln_factor(a, d) * ct,)
+
+
+multigammaln_op = define_op("multigammaln", lambda a, *, d: jsp_special.multigammaln(a, d), multigammaln_jvp, multigammaln_vjp)
+
+
+def xlogy_jvp(res, tx, ty, **_):
+    """``log(y) tx + (x / y) ty`` (seed ``xlogy.Tensor`` in derivatives.yaml): ``log y`` 0 where
+    x = 0 and y <= 0 (torch's mask); ``x / y`` 0 where x = 0 and y is not NaN (torch: NaN at
+    x = y = 0)."""
+    x, y = res
+    dx_factor, dy_factor = P.xlogy_factors(x, y)
+    return P.terms(P.times(dx_factor, tx), P.times(dy_factor, ty))
+
+
+def xlogy_vjp(res, ct, **_):
+    """``(log(y) ct, (x/y) ct)`` (seed ``xlogy.Tensor``): ``log y`` 0 where x = 0 and y <= 0
+    (torch's mask), ``x / y`` 0 where x = 0 and y is not NaN."""
+    dx_factor, dy_factor = P.xlogy_factors(*res)
+    return dx_factor * ct, dy_factor * ct
+
+
+xlogy_op = define_op("xlogy", jsp_special.xlogy, xlogy_jvp, xlogy_vjp)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Discrete Fourier transforms (``jaxrules.numpy.fft``, the ``jax.numpy.fft`` signatures): one
-op per transform kind, the formulas in ``jvp_rules.fft_jvp`` / ``vjp_rules.fft_vjp`` (seed
+op per transform kind, the formulas ``fft_jvp`` / ``fft_vjp`` beside them (seed
 ``fft_r2c_backward``, ``fft_c2r_backward``; c2c is its own transpose)."""
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ from jax import Array
 from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
-from jaxrules import jvp_rules as J
 from jaxrules import partials as P
-from jaxrules import vjp_rules as R
 from jaxrules._namespace import exported_as
 from jaxrules.mechanism import define_op
 
@@ -26,11 +24,48 @@ from jaxrules.mechanism import define_op
 _KINDS = ("fft", "ifft", "rfft", "irfft")
 _NORMS = (None, "backward", "ortho", "forward")
 
+
+def fft_jvp(_, t, *, kind, sizes, axes, norm, shape):
+    """The transform of the tangent (seed: fft_r2c / fft_c2r / fft_c2c are linear)."""
+    return P.fft_apply(kind, t, sizes, axes, norm)
+
+
+# The DFT matrix is symmetric, so in JAX's convention (transpose, no conjugate) the VJP of a
+# transform is the same transform of the cotangent, resized to the input.
+def _with_length(shape, axis, n):
+    shape = list(shape)
+    shape[axis] = n
+    return tuple(shape)
+
+
+_FORWARD = {"fft": "fft", "fftn": "fft", "rfft": "fft", "rfftn": "fft", "ifft": "ifft", "ifftn": "ifft",
+            "irfft": "ifft", "irfftn": "ifft"}
+
+
+def fft_vjp(_, ct, *, kind, sizes, axes, norm, shape):
+    """c2c (fft, ifft, fftn, ifftn): the same transform of ``ct``. r2c (rfft, rfftn; seed
+    ``fft_r2c_backward``): ``Re fft(zero-pad(ct))``. c2r (irfft, irfftn; seed
+    ``fft_c2r_backward``): ``w o ifft(ct)`` on the stored half, ``w_j`` = 1 for the DC and
+    Nyquist terms and 2 for the others. The result is cut or zero-padded back to the input."""
+    last = axes[-1]
+    if kind.startswith("r"):  # pad the half spectrum back to the full signal length
+        ct = P.resize(ct, _with_length(ct.shape, last, sizes[-1]), (last,))
+    out = P.fft_apply(_FORWARD[kind], ct, sizes, axes, norm)
+    if kind.startswith("r"):
+        out = out.real
+    if kind.startswith("ir"):
+        m = sizes[-1] // 2 + 1
+        weights = P.hermitian_weights(sizes[-1], m, out.real.dtype)
+        weights = jnp.expand_dims(weights, tuple(range(1, out.ndim - last % out.ndim))).astype(out.dtype)
+        out = P.resize(out, _with_length(out.shape, last, m), (last,)) * P.with_rank(weights, out.ndim)
+    return (P.resize(out, shape, axes),)
+
+
 fft_op = define_op(
     "fft",
     lambda x, *, kind, sizes, axes, norm, shape: P.fft_apply(kind, x, sizes, axes, norm),
-    J.fft_jvp,
-    R.fft_vjp,
+    fft_jvp,
+    fft_vjp,
     lambda out, x, **_: (),
 )
 

@@ -1,7 +1,7 @@
 """Indexing ops with torch's semantics: ``embedding`` and ``embedding_bag`` (``jaxrules.nn``) and
-``scatter_reduce`` (``jaxrules.numpy``, torch's argument order). Formulas in ``jvp_rules`` /
-``vjp_rules`` (section "Indexing"), derivative weights in ``partials.scatter_reduce_weights``;
-embedding_bag's formulas live beside its ops, here."""
+``scatter_reduce`` (``jaxrules.numpy``, torch's argument order). Each op's formulas live beside
+it, here (gathered in ``jvp_rules`` / ``vjp_rules``), derivative weights in
+``partials.scatter_reduce_weights``."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ from jax import Array
 from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
-from jaxrules import jvp_rules as J
 from jaxrules import partials as P
-from jaxrules import vjp_rules as R
 from jaxrules._namespace import exported_as
 from jaxrules.mechanism import concrete_value, define_op, explicit_sharding
 
@@ -27,11 +25,28 @@ def _lookup(indices, weight, **_):
     return jnp.take(weight, indices.reshape(-1), axis=0).reshape(indices.shape + weight.shape[1:])
 
 
+def embedding_jvp(res, ti, tw, *, padding_idx, scale_grad_by_freq, num):
+    """``dW[indices]`` with the ``padding_idx`` rows zero (seed
+    ``embedding_dense_double_backward``); with ``scale_grad_by_freq`` each row is divided by
+    its index's count (the transpose of torch's scaled backward)."""
+    weights = P.embedding_row_weights(res, padding_idx, scale_grad_by_freq, num, tw.real.dtype)
+    return jnp.take(tw, res, axis=0) * weights[..., None]
+
+
+def embedding_vjp(res, ct, *, padding_idx, scale_grad_by_freq, num):
+    """Seed ``embedding_backward``: rows of ``ct`` added into their indices' rows, none into
+    ``padding_idx``, each divided by its index's count when ``scale_grad_by_freq``; the NaN row of
+    an out-of-range index is added into the nearest row (``mode="clip"``), not dropped."""
+    indices = res
+    rows = ct * P.embedding_row_weights(indices, padding_idx, scale_grad_by_freq, num, ct.real.dtype)[..., None]
+    return None, jnp.zeros((num, ct.shape[-1]), ct.dtype).at[indices].add(rows, mode="clip")
+
+
 embedding_op = define_op(
     "embedding",
     _lookup,
-    J.embedding_jvp,
-    R.embedding_vjp,
+    embedding_jvp,
+    embedding_vjp,
     lambda out, indices, weight, **_: indices,
 )
 
@@ -153,10 +168,29 @@ def _save_scatter_reduce(out, x, index, src, *, axis, reduce, include_self):
     return x, index, src, out, prod_weights
 
 
+def scatter_reduce_jvp(res, tx, ti, tsrc, *, axis, reduce, include_self):
+    """Seed ``scatter_reduce_jvp`` (sum, mean: the scatter of the tangents; amax/amin: ties
+    share evenly) and, for prod (which torch leaves undefined), the product rule with zero-safe
+    products of the other members."""
+    x_weight, src_weight, coords = P.scatter_reduce_weights(res, axis=axis, reduce=reduce, include_self=include_self)
+    return P.terms(
+        None if tx is None else tx * x_weight,
+        None if tsrc is None else P.scatter_add(x_weight.shape, coords, tsrc * src_weight),
+    )
+
+
+def scatter_reduce_vjp(res, ct, *, axis, reduce, include_self):
+    """Seed ``scatter_reduce_backward``: ``gx = ct o w_x``, ``gsrc = gather(ct) o w_src`` with the
+    per-member weights of ``partials.scatter_reduce_weights`` (1 for sum, 1/count for mean,
+    1/ties for amax/amin, the product of the others for prod)."""
+    x_weight, src_weight, coords = P.scatter_reduce_weights(res, axis=axis, reduce=reduce, include_self=include_self)
+    return ct * x_weight, None, P.gather_at(ct, coords, src_weight) * src_weight
+
+
 def _scatter_reduce_jvp(res, tx, ti, tsrc, *, axis, reduce, include_self):
     """Seed ``scatter_reduce_jvp`` (``jvp_rules.scatter_reduce_jvp``); amax/amin: NaN at a NaN
     output (the ties mask ``member == out`` is empty there, the seed's ``grad / 0``)."""
-    t = J.scatter_reduce_jvp(res, tx, ti, tsrc, axis=axis, reduce=reduce, include_self=include_self)
+    t = scatter_reduce_jvp(res, tx, ti, tsrc, axis=axis, reduce=reduce, include_self=include_self)
     if reduce not in ("amax", "amin") or t is None:
         return t
     return t * P.nan_factor(jnp.isnan(res[3]), t.dtype)
@@ -166,7 +200,7 @@ def _scatter_reduce_vjp(res, ct, *, axis, reduce, include_self):
     """Seed ``scatter_reduce_backward`` (``vjp_rules.scatter_reduce_vjp``); amax/amin: NaN for
     every member (x's entry where it takes part, each src entry scattered there) of a NaN
     output, as the seed's ``grad / N_to_distribute`` with no ties."""
-    gx, gi, gsrc = R.scatter_reduce_vjp(res, ct, axis=axis, reduce=reduce, include_self=include_self)
+    gx, gi, gsrc = scatter_reduce_vjp(res, ct, axis=axis, reduce=reduce, include_self=include_self)
     if reduce not in ("amax", "amin"):
         return gx, gi, gsrc
     x, index, _, out, _ = res

@@ -1,5 +1,5 @@
-"""Linear algebra: primal, residuals and record of each op; the formulas are in ``jvp_rules``
-and ``vjp_rules`` (section "Linear algebra"). Public through ``jaxrules.numpy`` (``matmul``),
+"""Linear algebra: primal, residuals, JVP and VJP formulas of each op, side by side (gathered in
+``jvp_rules`` and ``vjp_rules``). Public through ``jaxrules.numpy`` (``matmul``),
 ``jaxrules.numpy.linalg``, ``jaxrules.scipy.linalg``, ``jaxrules.linalg`` (torch-only ops and
 torch's signatures) and ``jaxrules.nn`` (``linear``).
 
@@ -11,6 +11,7 @@ check gauge-invariant functions of the outputs, which is all a finite difference
 from __future__ import annotations
 
 import collections
+import functools
 import numbers
 
 import jax
@@ -21,9 +22,7 @@ from jax.numpy.linalg import slogdet as _jnp_slogdet
 from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
-from jaxrules import jvp_rules as J
 from jaxrules import partials as P
-from jaxrules import vjp_rules as R
 from jaxrules._namespace import exported_as
 from jaxrules.batching import leading_batch_rule
 from jaxrules.mechanism import concrete_value, define_op, explicit_sharding, unsharded_along
@@ -31,6 +30,25 @@ from jaxrules.partials.linalg import expm as scaling_and_squaring_expm
 
 # ----------------------------------------------------------------------------------------------
 # Ops
+
+# Formulas batched over leading dims (shapes in comments are per matrix). Holomorphic maps are
+# transposed directly (JAX's convention); the VJP formulas with real parts, conjugates or Hermitian
+# projections are written as torch writes them (the Hermitian adjoint) and wrapped by
+# ``_torch_convention`` (conjugate in, conjugate out).
+
+_mT, _mH, _herm, _diag, _embed = P.mT, P.mH, P.herm, P.diagonal, P.diag_embed
+
+
+def _torch_convention(backward):
+    """JAX's VJP from a torch backward formula: ``conj(backward(conj(ct)))``."""
+
+    @functools.wraps(backward)
+    def vjp(res, ct, **static):
+        cts = backward(res, jax.tree.map(jnp.conj, ct), **static)
+        return tuple(None if c is None else jnp.conj(c) for c in cts)
+
+    return vjp
+
 
 def _matrix(op: str, name: str, x, *, square=False, min_ndim=2, inexact=True):
     x = V.array(op, name, x, inexact=inexact)
@@ -58,7 +76,24 @@ def _same_dtype(*arrays):
 # ----------------------------------------------------------------------------------------------
 # Ops: Products
 
-matmul_op = define_op("matmul", P.matmul, J.matmul_jvp, R.matmul_vjp)
+
+def matmul_jvp(res, ta, tb, **_):
+    """``dA B + A dB`` (seed ``mm_mat1_backward`` / ``mm_mat2_backward``, forward)."""
+    a, b = res
+    return P.terms(None if ta is None else P.matmul(ta, b), None if tb is None else P.matmul(a, tb))
+
+
+def matmul_vjp(res, ct, **_):
+    """``(ct B^T, A^T ct)`` (seed ``mm_mat1_backward`` / ``mm_mat2_backward``, JAX convention),
+    each summed over the leading batch dims its operand lacks inside its product
+    (``partials.matmul_cotangents``); batch dims of size 1 are summed by the mechanism."""
+    a, b = res
+    # b's gradient sums over a's rows, which may be sharded: it is sharded as b (Explicit mesh)
+    out = explicit_sharding(b, a, ct) if a.ndim >= b.ndim else None
+    return P.matmul_cotangents(a, b, ct, out_sharding=out)
+
+
+matmul_op = define_op("matmul", P.matmul, matmul_jvp, matmul_vjp)
 
 
 def _product(spec, precision):
@@ -84,11 +119,30 @@ def _matmul_at_vjp(res, ct, *, precision):
 # of the forward, JVP and VJP at that precision
 matmul_at_op = define_op("matmul", lambda a, b, *, precision: _product("...ij,...jk->...ik", precision)(a, b),
                          _matmul_at_jvp, _matmul_at_vjp)
+
+
+def linear_jvp(res, tx, tw, tb, **_):
+    """``dx W^T + x dW^T + db`` (torch ``linear``)."""
+    x, w = res
+    product = lambda u, v: jnp.einsum("...i,oi->...o", u, v)  # noqa: E731 - x W^T, x may be 1-D
+    return P.terms(None if tx is None else product(tx, w), None if tw is None else product(x, tw), tb)
+
+
+def linear_vjp(res, ct, **_):
+    """``gx = ct W``, ``gW = ct^T x`` (summed over leading dims), ``gb = ct`` (summed by the
+    mechanism). Its derivative (bilinear in ct and the inputs) is seed
+    ``linear_double_backward``."""
+    x, w = res
+    # Contracting a batch-sharded axis: the sum is sharded like w (an Explicit mesh wants it said).
+    gw = jnp.einsum("...o,...i->oi", ct, x, out_sharding=explicit_sharding(w, x, ct))
+    return jnp.einsum("...o,oi->...i", ct, w), gw, ct
+
+
 linear_op = define_op(
     "linear",
     lambda x, w, b: jnp.einsum("...i,oi->...o", x, w) + P.with_rank(b, max(x.ndim, 1)),
-    J.linear_jvp,
-    R.linear_vjp,
+    linear_jvp,
+    linear_vjp,
     lambda out, x, w, b: (x, w),
 )
 
@@ -124,7 +178,17 @@ def _inv_primal(a):
     return _all_nan_where(jnp.isnan, a, lambda a: jnp.linalg.solve(a, eye))
 
 
-inv_op = define_op("inv", _inv_primal, J.inv_jvp, R.inv_vjp, lambda out, a: out, batch=leading_batch_rule(_inv_primal))
+def inv_jvp(x, ta, **_):
+    """``dX = -X dA X`` (X = A^{-1}; derivatives.yaml ``linalg_inv_ex``)."""
+    return -(x @ ta @ x)
+
+
+def inv_vjp(x, ct, **_):
+    """``-X^T ct X^T`` (X = A^{-1})."""
+    return (-(_mT(x) @ ct @ _mT(x)),)
+
+
+inv_op = define_op("inv", _inv_primal, inv_jvp, inv_vjp, lambda out, a: out, batch=leading_batch_rule(_inv_primal))
 
 
 def _adjugate_by_svd(a):
@@ -189,7 +253,30 @@ def _slogdet_primal(a):
     return _all_nan_where(jnp.isnan, a, lambda a: tuple(jnp.linalg.slogdet(a)))
 
 
-adjugate_op = define_op("adjugate", _adjugate_primal, J.adjugate_jvp, R.adjugate_vjp, _save_adjugate)
+def adjugate_jvp(res, ta, **_):
+    """``d adj(A)[E] = c V (diag(Q diag(E~)) - Q o E~) U^H`` with ``A = U S V^H``,
+    ``E~ = U^H E V``, ``c = det(U) det(V^H)`` and ``Q`` the pair products of ``S``
+    (``partials.pair_products``): exact at every rank (adj(A U S V^H) factors through the SVD
+    with U, V held fixed), so det's second derivative is finite at singular matrices."""
+    u, s, vh, c = res
+    e = _mH(u) @ ta @ _mH(vh)
+    q = P.pair_products(s).astype(e.dtype)
+    m = _embed(jnp.einsum("...ik,...k->...i", q, _diag(e))) - q * e
+    return c[..., None, None] * (_mH(vh) @ m @ _mH(u))
+
+
+@_torch_convention
+def adjugate_vjp(res, g, **_):
+    """Adjoint of ``jvp_rules.adjugate_jvp``: ``U M(conj(c) V^H G U) V^H`` (``M`` is
+    self-adjoint)."""
+    u, s, vh, c = res
+    e = jnp.conj(c)[..., None, None] * (vh @ g @ u)
+    q = P.pair_products(s).astype(e.dtype)
+    m = _embed(jnp.einsum("...ik,...k->...i", q, _diag(e))) - q * e
+    return (u @ m @ vh,)
+
+
+adjugate_op = define_op("adjugate", _adjugate_primal, adjugate_jvp, adjugate_vjp, _save_adjugate)
 def _det_primal(a):
     """``jax.numpy.linalg.det``; a 3x3 matrix with an infinite entry whose closed form gives NaN
     (its six Leibniz products meet the entry with both signs): the cofactor expansion along the
@@ -209,8 +296,42 @@ def _det_primal(a):
     return lax.cond(jnp.isnan(jnp.sum(det)), expanded, lambda: det)
 
 
-det_op = define_op("det", _det_primal, J.det_jvp, R.det_vjp, lambda out, a: adjugate_op(a))
-slogdet_op = define_op("slogdet", _slogdet_primal, J.slogdet_jvp, R.slogdet_vjp, lambda out, a: (inv_op(a), out[0]))
+def det_jvp(adj, ta, **_):
+    """``d det = tr(adj(A) dA)`` (seed ``linalg_det_jvp``; the adjugate instead of
+    ``det A^{-1}``, exact at singular A)."""
+    return jnp.einsum("...ij,...ji->...", adj, ta)
+
+
+def det_vjp(adj, ct, **_):
+    """``ct adj(A)^T`` (seed ``linalg_det_backward``): the adjugate, exact at singular A where
+    torch's default (no create_graph) path returns 0."""
+    return (ct[..., None, None] * _mT(adj),)
+
+
+det_op = define_op("det", _det_primal, det_jvp, det_vjp, lambda out, a: adjugate_op(a))
+
+
+def slogdet_jvp(ainv, ta, **_):
+    """``d logabs = Re tr(A^{-1} dA)``, ``d sign = i sign Im tr(A^{-1} dA)`` (0 for real A)
+    (seed ``slogdet_jvp``). Residuals: ``A^{-1}`` and the sign."""
+    ainv, sign = ainv
+    tr = jnp.einsum("...ij,...ji->...", ainv, ta)
+    dsign = 1j * sign * tr.imag.astype(sign.dtype) if jnp.iscomplexobj(tr) else jnp.zeros_like(sign)
+    return dsign, tr.real
+
+
+def slogdet_vjp(res, ct, **_):
+    """``(g_logabs + i Im(g_sign sign)) A^{-T}`` (seed ``slogdet_backward``, JAX convention);
+    real A: ``g_logabs A^{-T}``."""
+    ainv, sign = res
+    g_sign, g_logabs = ct
+    scale = g_logabs.astype(ainv.dtype)
+    if jnp.iscomplexobj(ainv):
+        scale = scale + 1j * (g_sign * sign).imag.astype(scale.dtype)
+    return (scale[..., None, None] * _mT(ainv),)
+
+
+slogdet_op = define_op("slogdet", _slogdet_primal, slogdet_jvp, slogdet_vjp, lambda out, a: (inv_op(a), out[0]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -226,7 +347,29 @@ def _solve_primal(a, b, *, left):
     return _all_nan_where(jnp.isnan, a, solve)
 
 
-solve_op = define_op("solve", _solve_primal, J.solve_jvp, R.solve_vjp, lambda out, a, b, **_: (*P.lu_factor(a), out))
+def solve_jvp(res, ta, tb, *, left, **_):
+    """Left: ``dX = A^{-1}(dB - dA X)``; right (``X A = B``): ``dX = (dB - X dA) A^{-1}``
+    (seed ``linalg_solve_jvp`` / ``generic_solve_jvp``). Residuals: the LU factors of A and X."""
+    lu, piv, x = res
+    if left:
+        rhs = P.terms(tb, None if ta is None else -(ta @ x))
+        return P.lu_solve(lu, piv, rhs, trans=0)
+    rhs = P.terms(tb, None if ta is None else -(x @ ta))
+    return _mT(P.lu_solve(lu, piv, _mT(rhs), trans=1))
+
+
+def solve_vjp(res, ct, *, left, **_):
+    """Left: ``gB = A^{-T} ct``, ``gA = -gB X^T``; right: ``gB = ct A^{-T}``, ``gA = -X^T gB``
+    (seed ``linalg_solve_backward``, JAX convention; the LU factors are reused)."""
+    lu, piv, x = res
+    if left:
+        gb = P.lu_solve(lu, piv, ct, trans=1)
+        return -(gb @ _mT(x)), gb
+    gb = _mT(P.lu_solve(lu, piv, _mT(ct), trans=0))
+    return -(_mT(x) @ gb), gb
+
+
+solve_op = define_op("solve", _solve_primal, solve_jvp, solve_vjp, lambda out, a, b, **_: (*P.lu_factor(a), out))
 
 
 def _tri_flags(op, trans):
@@ -236,18 +379,89 @@ def _tri_flags(op, trans):
     return codes[trans]
 
 
+def solve_triangular_jvp(res, ta, tb, *, lower, unit, transpose, conjugate, left):
+    """``dX = M^{-1}(dB - dM X)`` (``left``) or ``(dB - X dM) M^{-1}`` with ``M = op(A)`` and
+    ``dM = op(P(dA))``, ``P`` the projection on the triangle read (strict if ``unit``) (seed
+    ``linalg_solve_triangular_forward_AD``)."""
+    a, x = res
+    dm = None
+    if ta is not None:
+        dm = P.band(ta, lower, unit)
+        dm = _mT(dm) if transpose else dm
+        dm = jnp.conj(dm) if conjugate else dm
+    rhs = P.terms(tb, None if dm is None else -(dm @ x if left else x @ dm))
+    return P.tri_solve(a, rhs, lower=lower, left=left, transpose=transpose, conjugate=conjugate, unit=unit)
+
+
+def solve_triangular_vjp(res, ct, *, lower, unit, transpose, conjugate, left):
+    """``gB = M^{-T} ct`` (left) or ``ct M^{-T}``, ``gM = -gB X^T`` or ``-X^T gB``, and
+    ``gA = P(op(gM))`` (seed ``linalg_solve_triangular_backward``; the transpose of a
+    conjugation is a conjugation in JAX's convention)."""
+    a, x = res
+    gb = P.tri_solve(a, ct, lower=lower, left=left, transpose=not transpose, conjugate=conjugate, unit=unit)
+    gm = -(gb @ _mT(x) if left else _mT(x) @ gb)
+    gm = _mT(gm) if transpose else gm
+    gm = jnp.conj(gm) if conjugate else gm
+    return P.band(gm, lower, unit), gb
+
+
 solve_triangular_op = define_op("solve_triangular", lambda a, b, *, lower, unit, transpose, conjugate, left: P.tri_solve(
         a, b, lower=lower, left=left, transpose=transpose, conjugate=conjugate, unit=unit
-    ), J.solve_triangular_jvp, R.solve_triangular_vjp, lambda out, a, b, **_: (a, out))
+    ), solve_triangular_jvp, solve_triangular_vjp, lambda out, a, b, **_: (a, out))
 
 
 # ----------------------------------------------------------------------------------------------
 # Ops: Cholesky
 
-cholesky_op = define_op("cholesky", lambda a: jnp.linalg.cholesky(a), J.cholesky_jvp, R.cholesky_vjp, lambda out, a: out)
+
+def cholesky_jvp(factor, ta, **_):
+    """``dL = L Phi(L^{-1} herm(dA) L^{-H})``, ``Phi(X) = tril(X) - diag(X)/2`` (seed
+    ``cholesky_jvp``; the tangent is symmetrized as the primal is, jnp's convention)."""
+    y = P.tri_solve(factor, _herm(ta), lower=True)
+    y = P.tri_solve(factor, y, lower=True, left=False, transpose=True, conjugate=True)
+    return factor @ P.half_diagonal(jnp.tril(y))
 
 
-cho_solve_op = define_op("cho_solve", lambda c, b, *, lower: P.cho_solve(c, lower, b), J.cho_solve_jvp, R.cho_solve_vjp, lambda out, c, b, **_: (c, out))
+@_torch_convention
+def cholesky_vjp(factor, g, **_):
+    """``gA = herm(L^{-H} Phi(L^H gL) L^{-1})``, ``Phi(X) = tril(X) - diag(X)/2`` (seed
+    ``cholesky_backward``)."""
+    y = _mH(factor) @ g
+    y = P.half_diagonal(jnp.tril(y))
+    y = P.tri_solve(factor, y, lower=True, transpose=True, conjugate=True)
+    y = P.tri_solve(factor, y, lower=True, left=False)
+    return (_herm(y),)
+
+
+cholesky_op = define_op("cholesky", lambda a: jnp.linalg.cholesky(a), cholesky_jvp, cholesky_vjp, lambda out, a: out)
+
+
+def cho_solve_jvp(res, tc, tb, *, lower):
+    """``dA = dK + dK^H`` with ``dK = dL L^H`` (lower) or ``dU^H U`` (upper), then
+    ``dX = A^{-1}(dB - dA X)`` (seed ``cholesky_solve_jvp``: the factor's tangent is used whole,
+    torch's convention)."""
+    c, x = res
+    da = None
+    if tc is not None:
+        dk = tc @ _mH(c) if lower else _mH(tc) @ c
+        da = dk + _mH(dk)
+    rhs = P.terms(tb, None if da is None else -(da @ x))
+    return P.cho_solve(c, lower, rhs)
+
+
+@_torch_convention
+def cho_solve_vjp(res, g, *, lower):
+    """``gB = A^{-1} g``, ``C = gB X^H``, factor gradient ``-(C + C^H) L`` (lower) or
+    ``-U (C + C^H)`` (upper), not projected on the triangle (seed
+    ``cholesky_solve_backward``: torch's convention)."""
+    c, x = res
+    gb = P.cho_solve(c, lower, g)
+    cc = gb @ _mH(x)
+    cc = cc + _mH(cc)
+    return -(cc @ c if lower else c @ cc), gb
+
+
+cho_solve_op = define_op("cho_solve", lambda c, b, *, lower: P.cho_solve(c, lower, b), cho_solve_jvp, cho_solve_vjp, lambda out, c, b, **_: (c, out))
 
 
 def _cholesky_inverse_primal(c, *, lower):
@@ -263,7 +477,25 @@ def _cholesky_inverse_primal(c, *, lower):
     return P.matmul(w, P.mH(w))
 
 
-cholesky_inverse_op = define_op("cholesky_inverse", _cholesky_inverse_primal, J.cholesky_inverse_jvp, R.cholesky_inverse_vjp, lambda out, c, **_: (c, out))
+def cholesky_inverse_jvp(res, tc, *, lower):
+    """``dX = K + K^H`` with ``K = -X dL L^H X`` (lower) or ``-X U^H dU X`` (upper). The seed's
+    ``cholesky_inverse_jvp`` uses ``K = -X dL X L^H``, which is wrong (it assumes
+    ``L^{-H} L^{-1} = L^{-1} L^{-H}``; torch 2.13 fails its own forward-AD gradcheck)."""
+    c, x = res
+    k = -(x @ tc @ _mH(c) @ x) if lower else -(x @ _mH(c) @ tc @ x)
+    return k + _mH(k)
+
+
+@_torch_convention
+def cholesky_inverse_vjp(res, g, *, lower):
+    """``-X (G + G^H) X L`` (lower) or ``-U X (G + G^H) X`` (upper) (seed
+    ``cholesky_inverse_backward``; the factor is treated as dense, as torch does)."""
+    c, x = res
+    m = x @ (g + _mH(g)) @ x
+    return (-(m @ c) if lower else -(c @ m),)
+
+
+cholesky_inverse_op = define_op("cholesky_inverse", _cholesky_inverse_primal, cholesky_inverse_jvp, cholesky_inverse_vjp, lambda out, c, **_: (c, out))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -274,14 +506,135 @@ def _eigh_primal(a):
     return w, v
 
 
-eigh_op = define_op("eigh", _eigh_primal, J.eigh_jvp, R.eigh_vjp, lambda out, a: out)
+def eigh_jvp(res, ta, **_):
+    """``dP = V^H herm(dA) V``, ``dw = Re diag(dP)``, ``dV = V (F o dP)`` with
+    ``F_ij = 1/(w_j - w_i)`` (0 for degenerate pairs, ``partials.gap_reciprocal``) (seed
+    ``linalg_eig_jvp``, hermitian branch)."""
+    w, v = res
+    dp = _mH(v) @ _herm(ta) @ v
+    return _diag(dp).real, v @ (P.gap_reciprocal(w).astype(dp.dtype) * dp)
+
+
+@_torch_convention
+def eigh_vjp(res, g, **_):
+    """Seed ``linalg_eig_backward`` (hermitian): ``gA = herm(V (diag gw + F o V^H gV) V^H)``,
+    ``F_ij = 1/(w_j - w_i)`` (0 for degenerate pairs), with torch's gauge check (complex)."""
+    w, v = res
+    gw, gv = g
+    vhgv = _mH(v) @ gv
+    if jnp.iscomplexobj(vhgv):
+        P.check_gauge(_diag(vhgv).imag, "eigh")
+    inner = _embed(gw.astype(vhgv.dtype)) + P.gap_reciprocal(w).astype(vhgv.dtype) * vhgv
+    return (_herm(v @ inner @ _mH(v)),)
+
+
+eigh_op = define_op("eigh", _eigh_primal, eigh_jvp, eigh_vjp, lambda out, a: out)
+
+
+def eigvalsh_jvp(v, ta, **_):
+    """``dw = Re diag(V^H dA V)``."""
+    return _diag(_mH(v) @ ta @ v).real
+
+
+@_torch_convention
+def eigvalsh_vjp(v, g, **_):
+    """``V diag(gw) V^H`` (seed ``linalg_eig_backward``, values only)."""
+    return ((v * g.astype(v.dtype)[..., None, :]) @ _mH(v),)
+
+
 # The values-only ops save vectors computed by the full op, so their second derivatives go through
 # the full op's rules (finite at repeated values).
-eigvalsh_op = define_op("eigvalsh", lambda a: jnp.linalg.eigh(a)[0], J.eigvalsh_jvp, R.eigvalsh_vjp, lambda out, a: eigh_op(a)[1])
+eigvalsh_op = define_op("eigvalsh", lambda a: jnp.linalg.eigh(a)[0], eigvalsh_jvp, eigvalsh_vjp, lambda out, a: eigh_op(a)[1])
+
+
+def svd_jvp(res, ta, *, full_matrices):
+    """Seed ``linalg_svd_jvp``: ``dP = U^H dA V``, ``dS = Re diag dP``,
+    ``dU = U(sym(dP S) o F + i Im diag(dP)/(2S)) (+ (I - UU^H) dA V S^{-1})``, ``dV^H``
+    likewise, ``F_ij = 1/(S_j^2 - S_i^2)`` (0 for degenerate pairs), ``1/S`` taken as 0 at
+    ``S = 0``. ``full_matrices``: the extra columns get ``complement_tangent`` (torch: zeros)."""
+    u, s, vh = res
+    m, n = ta.shape[-2:]
+    k = s.shape[-1]
+    uk, vhk = u[..., :k], vh[..., :k, :]
+    vk = _mH(vhk)
+    dp = _mH(uk) @ ta @ vk
+    ds = _diag(dp).real
+    dp = dp - _embed(ds.astype(dp.dtype))
+    f = P.gap_reciprocal(s, squared=True).astype(dp.dtype)
+    sinv = P.safe_reciprocal(s, s == 0).astype(dp.dtype)
+    sym = lambda x: x + _mH(x)  # noqa: E731
+    sc = s.astype(dp.dtype)
+    du = sym(dp * sc[..., None, :]) * f
+    dvh = sym(dp * -sc[..., :, None]) * f
+    if jnp.iscomplexobj(dp):
+        half = _embed(_diag(dp) * (sinv / 2))
+        du, dvh = du + half, dvh + half
+    du, dvh = uk @ du, dvh @ vhk
+    if m > k:
+        x = ta @ (vk * sinv[..., None, :])
+        du = du + x - uk @ (_mH(uk) @ x)
+    if n > k:
+        x = (_mH(uk) * sinv[..., :, None]) @ ta
+        dvh = dvh + x - (x @ vk) @ vhk
+    if full_matrices and m > k:
+        du = P.complement_tangent(u, du)
+    if full_matrices and n > k:
+        dvh = _mH(P.complement_tangent(_mH(vh), _mH(dvh)))
+    return du, ds, dvh
+
+
+@_torch_convention
+def svd_vjp(res, g, *, full_matrices):
+    """Seed ``svd_backward``: ``gA = U[(skew(U^H gU) S + S skew(V^H gV)) o F + diag gS
+    + i Im diag(U^H gU)/S] V^H`` plus the ``(I - UU^H) gU S^{-1} V^H`` (m > n) or
+    ``U S^{-1} gV^H (I - VV^H)`` (m < n) terms; ``F_ij = 1/(S_j^2 - S_i^2)`` (0 for degenerate
+    pairs), ``1/S`` taken as 0 at ``S = 0``; torch's gauge check (complex). ``full_matrices``:
+    the extra columns' cotangent enters through ``complement_tangent``'s adjoint."""
+    u, s, vh = res
+    gu, gs, gvh = g
+    m, n = u.shape[-2], vh.shape[-1]
+    k = s.shape[-1]
+    uk, vhk = u[..., :k], vh[..., :k, :]
+    gu = P.complement_adjoint(u, gu, k) if full_matrices and m > k else gu[..., :k]
+    gvh = _mH(P.complement_adjoint(_mH(vh), _mH(gvh), k)) if full_matrices and n > k else gvh[..., :k, :]
+    skew = lambda x: x - _mH(x)  # noqa: E731
+    uhgu, vhgv = skew(_mH(uk) @ gu), skew(vhk @ _mH(gvh))
+    if jnp.iscomplexobj(uhgu):
+        P.check_gauge(_diag(uhgu).imag + _diag(vhgv).imag, "svd")
+    f = P.gap_reciprocal(s, squared=True).astype(uhgu.dtype)
+    sinv = P.safe_reciprocal(s, s == 0).astype(uhgu.dtype)
+    sc = s.astype(uhgu.dtype)
+    ret = (uhgu * sc[..., None, :] + sc[..., :, None] * vhgv) * f + _embed(gs.astype(uhgu.dtype))
+    if jnp.iscomplexobj(ret):
+        ret = ret + _embed(_diag(uhgu) * (sinv / 2))
+    if m > k:
+        x = gu * sinv[..., None, :]
+        return ((uk @ ret + x - uk @ (_mH(uk) @ x)) @ vhk,)
+    if n > k:
+        x = gvh * sinv[..., :, None]
+        return (uk @ (ret @ vhk + x - (x @ _mH(vhk)) @ vhk),)
+    return (uk @ ret @ vhk,)
+
+
 # A NaN or infinite entry makes the whole SVD NaN (and so pinv and lstsq, through it): LAPACK
 # leaves some singular vectors finite (a permutation) that belong to no limit; torch: all NaN.
-svd_op = define_op("svd", lambda a, *, full_matrices: _all_nan_where(_nonfinite, a, lambda a: tuple(jnp.linalg.svd(a, full_matrices=full_matrices))), J.svd_jvp, R.svd_vjp, lambda out, a, **_: out)
-svdvals_op = define_op("svdvals", lambda a: _all_nan_where(_nonfinite, a, lambda a: jnp.linalg.svd(a, full_matrices=False)[1]), J.svdvals_jvp, R.svdvals_vjp, lambda out, a: svd_op(a, full_matrices=False)[::2])
+svd_op = define_op("svd", lambda a, *, full_matrices: _all_nan_where(_nonfinite, a, lambda a: tuple(jnp.linalg.svd(a, full_matrices=full_matrices))), svd_jvp, svd_vjp, lambda out, a, **_: out)
+
+
+def svdvals_jvp(res, ta, **_):
+    """``dS = Re diag(U^H dA V)`` (seed ``linalg_svd_jvp``, values only)."""
+    u, vh = res
+    return _diag(_mH(u) @ ta @ _mH(vh)).real
+
+
+@_torch_convention
+def svdvals_vjp(res, g, **_):
+    """``U diag(gS) V^H`` (seed ``svd_backward``'s svdvals fast path)."""
+    u, vh = res
+    return (u @ (g.astype(u.dtype)[..., :, None] * vh),)
+
+
+svdvals_op = define_op("svdvals", lambda a: _all_nan_where(_nonfinite, a, lambda a: jnp.linalg.svd(a, full_matrices=False)[1]), svdvals_jvp, svdvals_vjp, lambda out, a: svd_op(a, full_matrices=False)[::2])
 def _qr_primal(a, *, complete):
     """``jnp.linalg.qr``; under an ``Explicit`` mesh the matrix axes unsharded and the factoring
     run per shard of the leading (batch) axes (JAX's QR lowering builds its triangle mask
@@ -297,9 +650,102 @@ def _qr_primal(a, *, complete):
     return jax.shard_map(factor, mesh=sharding.mesh, in_specs=spec, out_specs=(spec, spec))(a)
 
 
-qr_op = define_op("qr", _qr_primal, J.qr_jvp, R.qr_vjp, lambda out, a, **_: out, batch=leading_batch_rule(_qr_primal))
-eig_op = define_op("eig", lambda a: tuple(jnp.linalg.eig(a)), J.eig_jvp, R.eig_vjp, lambda out, a: out)
-eigvals_op = define_op("eigvals", lambda a: jnp.linalg.eig(a)[0], J.eigvals_jvp, R.eigvals_vjp, lambda out, a: eig_op(a)[1])
+def _pad(x, size, axis):
+    """Zero-pad ``x`` along ``axis`` (-1 or -2) to ``size``."""
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, size - x.shape[axis])
+    return jnp.pad(x, widths)
+
+
+def qr_jvp(res, ta, *, complete):
+    """Seed ``linalg_qr_jvp``. m >= n: ``dR' = syminv(sym(Q^H dA R^{-1}))``,
+    ``dQ = dA R^{-1} - Q dR'``, ``dR = dR' R``; m < n: the ``trilim``/``triliminv`` branch.
+    ``complete`` with m > n (torch raises): the extra columns get ``complement_tangent``."""
+    q, r = res
+    m, n = ta.shape[-2:]
+    if m >= n:
+        qn, rn = q[..., :n], r[..., :n, :]
+        da_rinv = P.tri_solve(rn, ta, lower=False, left=False)
+        x = _mH(qn) @ da_rinv
+        dr = P.half_diagonal(jnp.triu(x + _mH(x)))
+        dq = da_rinv - qn @ dr
+        dr = dr @ rn
+        if complete and m > n:
+            dq, dr = P.complement_tangent(q, dq), _pad(dr, m, -2)
+        return dq, dr
+    qh_da = _mH(q) @ ta
+    x = P.tri_solve(r[..., :m], qh_da[..., :m], lower=False, left=False)
+    d = _diag(x)
+    trilim = jnp.tril(x, -1) + _embed(d - d.real.astype(d.dtype))
+    dq = P.half_diagonal(trilim - _mH(trilim))
+    return q @ dq, qh_da - dq @ r
+
+
+@_torch_convention
+def qr_vjp(res, g, *, complete):
+    """Seed ``linalg_qr_backward`` with ``M = gR R^H - Q^H gQ``. m >= n:
+    ``gA = (Q syminvadj(triu M) + gQ) R^{-H}``; m < n: ``gA = [Q trilImInvAdjSkew(-M) R_1^{-H}, 0]
+    + Q gR``. ``complete`` with m > n: the extra columns' cotangent enters through
+    ``complement_tangent``'s adjoint (torch raises)."""
+    q, r = res
+    gq, gr = g
+    m, n = q.shape[-2], r.shape[-1]
+    if m >= n:
+        if complete and m > n:
+            gq, gr, q, r = P.complement_adjoint(q, gq, n), gr[..., :n, :], q[..., :n], r[..., :n, :]
+        mm = gr @ _mH(r) - _mH(q) @ gq
+        y = jnp.triu(mm)
+        ga = q @ P.half_diagonal(y + _mH(y)) + gq
+        return (P.tri_solve(r, ga, lower=False, left=False, transpose=True, conjugate=True),)
+    mm = gr @ _mH(r) - _mH(q) @ gq
+    y = P.half_diagonal(jnp.tril(-mm - _mH(-mm)))
+    ga = P.tri_solve(r[..., :m], q @ y, lower=False, left=False, transpose=True, conjugate=True)
+    return (jnp.concatenate([ga, jnp.zeros(ga.shape[:-1] + (n - m,), ga.dtype)], axis=-1) + q @ gr,)
+
+
+qr_op = define_op("qr", _qr_primal, qr_jvp, qr_vjp, lambda out, a, **_: out, batch=leading_batch_rule(_qr_primal))
+
+
+def eig_jvp(res, ta, **_):
+    """Seed ``linalg_eig_jvp``: ``dP = V^{-1} dA V``, ``dw = diag dP``,
+    ``dX = V (F o dP)`` (``F_ij = 1/(w_j - w_i)``, 0 for degenerate pairs),
+    ``dV = dX - V Re diag(V^H dX)`` (unit-norm eigenvectors)."""
+    w, v = res
+    dp = jnp.linalg.solve(v, ta.astype(v.dtype) @ v)
+    dx = v @ (P.gap_reciprocal(w) * dp)
+    return _diag(dp), dx - v * _diag(_mH(v) @ dx).real.astype(v.dtype)[..., None, :]
+
+
+@_torch_convention
+def eig_vjp(res, g, **_):
+    """Seed ``linalg_eig_backward``: ``gA = V^{-H} (diag gw + (V^H gV - V^H V Re diag(V^H gV))
+    o conj(F)) V^H`` with ``F_ij = 1/(w_j - w_i)`` (0 for degenerate pairs) and torch's gauge
+    check."""
+    w, v = res
+    gw, gv = g
+    vhgv = _mH(v) @ gv
+    d = _diag(vhgv)
+    P.check_gauge(d.imag, "eig")
+    vhgv = vhgv - _mH(v) @ (v * d.real.astype(v.dtype)[..., None, :])
+    inner = vhgv * jnp.conj(P.gap_reciprocal(w)) + _embed(gw)
+    return (jnp.linalg.solve(_mH(v), inner @ _mH(v)),)
+
+
+eig_op = define_op("eig", lambda a: tuple(jnp.linalg.eig(a)), eig_jvp, eig_vjp, lambda out, a: out)
+
+
+def eigvals_jvp(v, ta, **_):
+    """``dw = diag(V^{-1} dA V)``."""
+    return _diag(jnp.linalg.solve(v, ta.astype(v.dtype) @ v))
+
+
+@_torch_convention
+def eigvals_vjp(v, g, **_):
+    """``V^{-H} diag(gw) V^H`` (seed ``linalg_eig_backward``, values only)."""
+    return (jnp.linalg.solve(_mH(v), g[..., :, None] * _mH(v)),)
+
+
+eigvals_op = define_op("eigvals", lambda a: jnp.linalg.eig(a)[0], eigvals_jvp, eigvals_vjp, lambda out, a: eig_op(a)[1])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -312,8 +758,38 @@ def _pinv_primal(a, rtol):
     return _all_nan_where(_nonfinite, a, lambda a: jnp.linalg.pinv(a, rtol=rtol))
 
 
-pinv_op = define_op("pinv", _pinv_primal, J.pinv_jvp, R.pinv_vjp, lambda out, a, rtol: (a, out))
-lstsq_op = define_op("lstsq", lambda a, b, rtol: _pinv_primal(a, rtol) @ b, J.lstsq_jvp, R.lstsq_vjp, lambda out, a, b, rtol: (a, pinv_op(a, rtol), b))
+def pinv_jvp(res, ta, trtol):
+    """Seed ``pinv_jvp`` (``partials.pinv_tangent``; valid where the rank is locally constant);
+    the cutoff ``rtol`` has derivative 0."""
+    a, x = res
+    return None if ta is None else P.pinv_tangent(a, x, ta)
+
+
+@_torch_convention
+def pinv_vjp(res, g):
+    """Seed ``pinv_backward`` (``partials.pinv_adjoint``); none for ``rtol``."""
+    a, x = res
+    return P.pinv_adjoint(a, x, g), None
+
+
+pinv_op = define_op("pinv", _pinv_primal, pinv_jvp, pinv_vjp, lambda out, a, rtol: (a, out))
+
+
+def lstsq_jvp(res, ta, tb, trtol):
+    """``dX = d(A^+) B + A^+ dB`` (seed ``linalg_lstsq_jvp``); ``rtol``: derivative 0."""
+    a, x, b = res
+    return P.terms(None if ta is None else P.pinv_tangent(a, x, ta) @ b, None if tb is None else x @ tb)
+
+
+@_torch_convention
+def lstsq_vjp(res, g):
+    """``gA = pinv_backward(gX B^H)``, ``gB = A^{+H} gX`` (seed ``linalg_lstsq_backward``, whose
+    translated gB line is damaged; this is upstream's); none for ``rtol``."""
+    a, x, b = res
+    return P.pinv_adjoint(a, x, g @ _mH(b)), _mH(x) @ g, None
+
+
+lstsq_op = define_op("lstsq", lambda a, b, rtol: _pinv_primal(a, rtol) @ b, lstsq_jvp, lstsq_vjp, lambda out, a, b, rtol: (a, pinv_op(a, rtol), b))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -334,15 +810,101 @@ def _lu_primal(a):
     return (_permutation_matrix(perm, a.dtype), *P.lu_parts(lu_))
 
 
-lu_op = define_op("lu", _lu_primal, J.lu_jvp, R.lu_vjp, _save_lu)
-lu_factor_op = define_op("lu_factor", lambda a: tuple(P.lu_factor(a)), J.lu_factor_jvp, R.lu_factor_vjp, _save_lu)
+def _lu_tangent(res, ta):
+    lu, perm = res
+    lower, upper = P.lu_parts(lu)
+    return P.lu_tangent(lower, upper, P.permute_rows(ta, perm))
+
+
+def lu_jvp(res, ta, **_):
+    """``(dP, dL, dU) = (0, ...)`` of ``A = P L U`` (seed ``linalg_lu_jvp``)."""
+    dl, du = _lu_tangent(res, ta)
+    return jnp.zeros(ta.shape[:-1] + (ta.shape[-2],), ta.dtype), dl, du
+
+
+def _lu_cotangent(res, gl, gu):
+    lu, perm = res
+    lower, upper = P.lu_parts(lu)
+    return P.unpermute_rows(P.lu_adjoint(lower, upper, gl, gu), perm)
+
+
+@_torch_convention
+def lu_vjp(res, g, **_):
+    """Seed ``linalg_lu_backward`` (square, wide and tall); P has no derivative."""
+    _, gl, gu = g
+    return (_lu_cotangent(res, gl, gu),)
+
+
+lu_op = define_op("lu", _lu_primal, lu_jvp, lu_vjp, _save_lu)
+
+
+def lu_factor_jvp(res, ta, **_):
+    """The packed ``tril(dL, -1) + triu(dU)`` (seed ``lu_factor_ex_jvp``); pivots: no tangent."""
+    return P.pack_lu(*_lu_tangent(res, ta)), None
+
+
+@_torch_convention
+def lu_factor_vjp(res, g, **_):
+    """Seed ``lu_factor_ex_backward``: unpack, then ``linalg_lu_backward``."""
+    glu, _ = g
+    k = min(glu.shape[-2:])
+    return (_lu_cotangent(res, *P.unpack_lu(glu, k)),)
+
+
+lu_factor_op = define_op("lu_factor", lambda a: tuple(P.lu_factor(a)), lu_factor_jvp, lu_factor_vjp, _save_lu)
 
 
 def _save_lu_solve(out, lu, piv, b, **_):
     return lu, piv, lax.linalg.lu_pivots_to_permutation(piv, lu.shape[-2]), out
 
 
-lu_solve_op = define_op("lu_solve", lambda lu, piv, b, *, trans: P.lu_solve(lu, piv, b, trans), J.lu_solve_jvp, R.lu_solve_vjp, _save_lu_solve)
+def _lu_matrix_tangent(lu, tlu):
+    """``dA' = dL U + L dU`` (``A' = P^T A = L U``) from a tangent of the packed factors."""
+    lower, upper = P.lu_parts(lu)
+    k = lower.shape[-1]
+    return jnp.tril(tlu[..., :, :k], -1) @ upper + lower @ jnp.triu(tlu[..., :k, :])
+
+
+def lu_solve_jvp(res, tlu, tpiv, tb, *, trans):
+    """``X = op(A)^{-1} B`` with ``A = P L U``: ``dX = op(A)^{-1}(dB - op(dA) X)``,
+    ``dA = P (dL U + L dU)`` (seed ``linalg_lu_solve_jvp``)."""
+    lu, piv, perm, x = res
+    dop = None
+    if tlu is not None:
+        da = P.unpermute_rows(_lu_matrix_tangent(lu, tlu), perm)
+        dop = da if trans == 0 else (_mT(da) if trans == 1 else _mH(da))
+    rhs = P.terms(tb, None if dop is None else -(dop @ x))
+    return P.lu_solve(lu, piv, rhs, trans=trans)
+
+
+@_torch_convention
+def lu_solve_vjp(res, g, *, trans):
+    """Seed ``linalg_lu_solve_LU`` in its order of products (``A = P L U``, packed factors'
+    cotangent ``tril(gL, -1) + triu(gU)``). ``trans`` 0: ``W = U^{-H} g``, ``gB = P L^{-H} W``,
+    ``gR = -W X^H``, ``gL = L^{-H} gR U^H``, ``gU = gR``. ``trans`` 2 (``A^H``; 1: ``A^T``, with
+    g and X conjugated): ``V = L^{-1} P^T g``, ``gB = A^{-1} g = U^{-1} V``,
+    ``gR = -P^T X g^H P L^{-H} = -P^T X V^H``, ``gL = gR``, ``gU = L^H gR U^{-H} =
+    -L^H P^T X gB^H``. Each entry then involves only the factor entries and rows of X it depends
+    on: a NaN pivot of U leaves the entries of ``triu(gR)`` finite that torch's are
+    (``P^T gA = -L^{-H} U^{-H} g X^H`` formed first and multiplied back by ``L^H`` spreads it)."""
+    lu, _, perm, x = res
+    lower, upper = P.lu_parts(lu)
+    solve_h = functools.partial(P.tri_solve, lu, transpose=True, conjugate=True)  # op(T) = T^H
+    if trans == 0:
+        w = solve_h(g, lower=False)
+        gb = P.unpermute_rows(solve_h(w, lower=True, unit=True), perm)
+        gr = -(w @ _mH(x))
+        return jnp.tril(solve_h(gr @ _mH(upper), lower=True, unit=True), -1) + jnp.triu(gr), None, gb
+    g, x = (jnp.conj(g), jnp.conj(x)) if trans == 1 else (g, x)
+    v = P.tri_solve(lu, P.permute_rows(g, perm), lower=True, unit=True)  # L^{-1} P^T g
+    gb = P.tri_solve(lu, v, lower=False)  # A^{-1} g
+    px = -P.permute_rows(x, perm)
+    gr = px @ _mH(v)  # -P^T X g^H P L^{-H}
+    gu = jnp.triu((_mH(lower) @ px) @ _mH(gb))  # L^H gR U^{-H} = -L^H P^T X gB^H
+    return jnp.tril(gr, -1) + gu, None, jnp.conj(gb) if trans == 1 else gb
+
+
+lu_solve_op = define_op("lu_solve", lambda lu, piv, b, *, trans: P.lu_solve(lu, piv, b, trans), lu_solve_jvp, lu_solve_vjp, _save_lu_solve)
 
 
 def _lu_unpack_primal(lu, piv, *, k):
@@ -352,20 +914,119 @@ def _lu_unpack_primal(lu, piv, *, k):
     return (_permutation_matrix(perm, lu.dtype), *P.lu_parts(unsharded_along(lu, (lu.ndim - 2, lu.ndim - 1))))
 
 
-lu_unpack_op = define_op("lu_unpack", _lu_unpack_primal, J.lu_unpack_jvp, R.lu_unpack_vjp, lambda out, lu, piv, **_: ())
+def lu_unpack_jvp(res, tlu, tpiv, *, k):
+    """``(0, tril(dLU, -1), triu(dLU))`` restricted to L's and U's shapes (the unpacking is
+    linear; the matrix axes unsharded under an ``Explicit`` mesh, as the primal's)."""
+    m, n = tlu.shape[-2:]
+    tlu = unsharded_along(tlu, (tlu.ndim - 2, tlu.ndim - 1))
+    return jnp.zeros(tlu.shape[:-2] + (m, m), tlu.dtype), jnp.tril(tlu[..., :, :k], -1), jnp.triu(tlu[..., :k, :])
+
+
+def lu_unpack_vjp(res, g, *, k):
+    """``tril(gL, -1) + triu(gU)`` packed (seed ``lu_unpack_backward``)."""
+    _, gl, gu = g
+    return P.pack_lu(gl, gu), None
+
+
+lu_unpack_op = define_op("lu_unpack", _lu_unpack_primal, lu_unpack_jvp, lu_unpack_vjp, lambda out, lu, piv, **_: ())
 
 
 # ----------------------------------------------------------------------------------------------
 # Ops: Matrix exponential, Householder products
 
-expm_op = define_op("expm", scaling_and_squaring_expm, J.expm_jvp, R.expm_vjp)
+
+def _block_exp_corner(a, e):
+    """``scaling_and_squaring_expm([[A, E], [0, A]])[:n, n:]``: the Frechet derivative of expm at A along E (seed
+    ``differential_analytic_matrix_function``)."""
+
+    n = a.shape[-1]
+    top = jnp.concatenate([a, e], axis=-1)
+    bottom = jnp.concatenate([jnp.zeros_like(a), a], axis=-1)
+    return scaling_and_squaring_expm(jnp.concatenate([top, bottom], axis=-2))[..., :n, n:]
+
+
+def expm_jvp(a, ta, **_):
+    """``scaling_and_squaring_expm([[A, dA], [0, A]])_12`` (seed ``linalg_matrix_exp_differential``)."""
+    return _block_exp_corner(a, ta)
+
+
+def expm_vjp(a, ct, **_):
+    """``scaling_and_squaring_expm([[A^T, ct], [0, A^T]])_12`` (seed ``linalg_matrix_exp_differential`` with
+    ``adjoint=True``, JAX convention: transpose, not conjugate transpose)."""
+    return (_block_exp_corner(_mT(a), ct),)
+
+
+expm_op = define_op("expm", scaling_and_squaring_expm, expm_jvp, expm_vjp)
 
 
 def _householder_primal(a, tau):
     return lax.linalg.householder_product(a, tau)
 
 
-householder_product_op = define_op("householder_product", _householder_primal, J.householder_product_jvp, R.householder_product_vjp, lambda out, a, tau: (a, tau, out))
+def _reflector_jvp(a, tau, c, ta, ttau, tc, steps):
+    """Product rule along the reflector sequence: ``Y <- S Y``, ``dY <- dS Y + S dY`` with
+    ``S = I - t v v^H``, ``dS = -dt v v^H - t (dv v^H + v dv^H)``."""
+    y, dy = c, tc
+    for j, conjugate in steps:
+        v = P.reflector(a, j)
+        t = jnp.conj(tau[..., j]) if conjugate else tau[..., j]
+        new_y = P.apply_reflector(t, v, y, j)
+        terms = [] if dy is None else [P.apply_reflector(t, v, dy, j)]
+        vh_y = jnp.conj(v)[..., None, :] @ y
+        if ttau is not None:
+            dt = jnp.conj(ttau[..., j]) if conjugate else ttau[..., j]
+            terms.append(-dt[..., None, None] * (v[..., :, None] * vh_y))
+        if ta is not None:
+            dv = P.reflector(ta, j) - P.with_rank(jnp.where(jnp.arange(v.shape[-1]) == j, 1, 0).astype(v.dtype), v.ndim)
+            dvh_y = jnp.conj(dv)[..., None, :] @ y
+            terms.append(-t[..., None, None] * (dv[..., :, None] * vh_y + v[..., :, None] * dvh_y))
+        y, dy = new_y, (P.terms(*terms) if terms else None)
+    return dy
+
+
+def householder_product_jvp(res, ta, ttau, **_):
+    """Seed ``householder_product_jvp``: ``dQ = sum_i H_1..H_{i-1} dH_i H_{i+1}..H_k`` (first n
+    columns), by the product rule along ``Q = H_1 (H_2 (... (H_k I_{m x n})))``."""
+    a, tau, _ = res
+    m, n = a.shape[-2:]
+    eye = jnp.broadcast_to(jnp.eye(m, n, dtype=a.dtype), a.shape)
+    return _reflector_jvp(a, tau, eye, ta, ttau, None, P.reflector_sequence(a, tau, adjoint=False, reverse=True))
+
+
+def _reflector_adjoint(a, tau, out, g, steps):
+    """Reverse pass along the reflector sequence without stored states (seed
+    ``householder_product_backward``): ``Y_before = S^{-1} Y_after`` with
+    ``S^{-1} = I - s v v^H``, ``s = t / (t |v|^2 - 1)``; ``gS = gY Y_before^H`` gives
+    ``gt = -v^H gS v`` and ``gv = -conj(t) gS v - t gS^H v``; ``gY <- S^H gY``. Torch's
+    (Hermitian) convention."""
+    y, gy = out, g
+    ga = jnp.zeros(a.shape, P.promoted_dtype(a, g))
+    gtau = jnp.zeros(tau.shape, P.promoted_dtype(tau, g))
+    rows = jnp.arange(a.shape[-2])
+    for j, conjugate in reversed(steps):
+        v = P.reflector(a, j)
+        t = jnp.conj(tau[..., j]) if conjugate else tau[..., j]
+        norm2 = jnp.sum((v * jnp.conj(v)).real, axis=-1)
+        y = P.apply_reflector(t / (t * norm2.astype(t.dtype) - 1), v, y, j)
+        gs = gy @ _mH(y)
+        gs_v = (gs @ v[..., :, None])[..., 0]
+        gt = -jnp.sum(jnp.conj(v) * gs_v, axis=-1)
+        gv = -(jnp.conj(t)[..., None] * gs_v) - t[..., None] * (_mH(gs) @ v[..., :, None])[..., 0]
+        ga = ga.at[..., :, j].add(jnp.where(rows > j, gv, 0))
+        gtau = gtau.at[..., j].add(jnp.conj(gt) if conjugate else gt)
+        gy = P.apply_reflector(jnp.conj(t), v, gy, j)
+    return ga, gtau, gy
+
+
+@_torch_convention
+def householder_product_vjp(res, g, **_):
+    """Seed ``householder_product_backward``, starting from the saved output."""
+    a, tau, q = res
+    ga, gtau, _ = _reflector_adjoint(a, tau, q, g, P.reflector_sequence(a, tau, adjoint=False, reverse=True))
+    return ga, gtau
+
+
+householder_product_op = define_op("householder_product", _householder_primal, householder_product_jvp, householder_product_vjp, lambda out, a, tau: (a, tau, out))
 
 
 def _ormqr_primal(a, tau, c, *, left, transpose):
@@ -378,7 +1039,31 @@ def _ormqr_primal(a, tau, c, *, left, transpose):
     return lax.linalg.ormqr(a, tau, c, left=left, transpose=transpose)
 
 
-ormqr_op = define_op("ormqr", _ormqr_primal, J.ormqr_jvp, R.ormqr_vjp, lambda out, a, tau, c, **_: (a, tau, c, out))
+def ormqr_jvp(res, ta, ttau, tc, *, left, transpose):
+    """``d(op(Q) C)`` (seed: the derivative ``ormqr_backward`` transposes): the product rule
+    along the reflectors applied to C; ``C op(Q) = (op(Q)^H C^H)^H``."""
+    a, tau, c, _ = res
+    if left:
+        steps = P.reflector_sequence(a, tau, adjoint=transpose, reverse=not transpose)
+        return _reflector_jvp(a, tau, c, ta, ttau, tc, steps)
+    steps = P.reflector_sequence(a, tau, adjoint=not transpose, reverse=transpose)
+    return _mH(_reflector_jvp(a, tau, _mH(c), ta, ttau, None if tc is None else _mH(tc), steps))
+
+
+@_torch_convention
+def ormqr_vjp(res, g, *, left, transpose):
+    """Seed ``ormqr_backward``: the reverse pass along the reflectors applied to C (``gC`` is
+    ``op(Q)^H g``, i.e. ormqr with the opposite ``transpose``)."""
+    a, tau, c, out = res
+    if left:
+        steps = P.reflector_sequence(a, tau, adjoint=transpose, reverse=not transpose)
+        return _reflector_adjoint(a, tau, out, g, steps)
+    steps = P.reflector_sequence(a, tau, adjoint=not transpose, reverse=transpose)
+    ga, gtau, gc = _reflector_adjoint(a, tau, _mH(out), _mH(g), steps)
+    return ga, gtau, _mH(gc)
+
+
+ormqr_op = define_op("ormqr", _ormqr_primal, ormqr_jvp, ormqr_vjp, lambda out, a, tau, c, **_: (a, tau, c, out))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -14,9 +14,7 @@ from jax import Array
 from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
-from jaxrules import jvp_rules as J
 from jaxrules import partials as P
-from jaxrules import vjp_rules as R
 from jaxrules._namespace import exported_as
 from jaxrules.checking import runtime_check
 from jaxrules.mechanism import define_op
@@ -123,11 +121,56 @@ def _linear_cross_entropy_primal(*arrays, reduction, ignore_index, label_smoothi
     return loss.astype(x.dtype), lse
 
 
+def linear_cross_entropy_jvp(res, *tangents, reduction, ignore_index, label_smoothing, z_loss, chunk, has_bias,
+                             has_class_weight):
+    """``d loss_t = a_t <p_t, dl_t> - b_t dl_t[target] - e_t <w, dl_t>`` (``P.lce_coefficients``)
+    and ``d lse_t = <p_t, dl_t>`` for the logits' tangent ``dl = dx W^T + x dW^T + db``, over the
+    vocabulary's chunks, reduced as the loss (seeds ``_log_softmax_backward_data``,
+    ``nll_loss_backward``; the class weights are held fixed)."""
+    x, weight, target, bias, class_weight, lse = res
+    tx, tw, _, tb, _ = P.lce_unpack(tangents, has_bias, has_class_weight)
+    if tx is None and tw is None and tb is None:
+        return None, None
+    vocab = weight.shape[0]
+    d_lse, d_target, d_weighted = P.lce_tangent(x, weight, bias, target, class_weight, lse, tx, tw, tb, chunk=chunk,
+                                                smoothing=label_smoothing)
+    a, b, e = P.lce_coefficients(target, class_weight, lse, vocab=vocab, ignore_index=ignore_index,
+                                 smoothing=label_smoothing, z_loss=z_loss)
+    d_loss = a * d_lse - b * d_target
+    if e is not None:
+        d_loss = d_loss - e * d_weighted
+    return P.lce_per_token(d_loss, target, class_weight, vocab=vocab, ignore_index=ignore_index,
+                           reduction=reduction), d_lse
+
+
+def linear_cross_entropy_vjp(res, ct, *, reduction, ignore_index, label_smoothing, z_loss, chunk, has_bias,
+                             has_class_weight):
+    """The logits' cotangent ``G_tc = g_t (a_t p_tc - b_t [c = t] - e_t w_c) + g^lse_t p_tc``
+    (``g`` the loss's cotangent per token, ``P.lce_coefficients``; seeds
+    ``_log_softmax_backward_data`` and ``nll_loss_backward``) taken through the linear layer
+    chunk by chunk (torch's ``linear`` backward: ``dx = G W``, ``dW = G^T x``, ``db = sum_t G``),
+    the logits recomputed per chunk from the saved logsumexp. No cotangent for the target and
+    the class weights (held fixed)."""
+    x, weight, target, bias, class_weight, lse = res
+    ct_loss, ct_lse = ct
+    vocab = weight.shape[0]
+    a, b, e = P.lce_coefficients(target, class_weight, lse, vocab=vocab, ignore_index=ignore_index,
+                                 smoothing=label_smoothing, z_loss=z_loss)
+    g = (jnp.zeros_like(lse) if ct_loss is None else
+         P.lce_token_cotangent(ct_loss, target, class_weight, vocab=vocab, ignore_index=ignore_index,
+                               reduction=reduction, dtype=lse.dtype))
+    a, b, e = a * g, b * g, None if e is None else e * g
+    if ct_lse is not None:
+        a = a + ct_lse.astype(lse.dtype)
+    dx, dw, db = P.lce_backward(x, weight, bias, target, class_weight, lse, a, b, e, chunk=chunk)
+    return (dx, dw, None) + ((db,) if has_bias else ()) + ((None,) if has_class_weight else ())
+
+
 _linear_cross_entropy = define_op(
     "linear_cross_entropy",
     _linear_cross_entropy_primal,
-    J.linear_cross_entropy_jvp,
-    R.linear_cross_entropy_vjp,
+    linear_cross_entropy_jvp,
+    linear_cross_entropy_vjp,
     lambda out, *arrays, has_bias, has_class_weight, **_: (*P.lce_unpack(arrays, has_bias, has_class_weight), out[1]),
     none_for_zero_cotangents=True,
 )

@@ -4,7 +4,7 @@ semantics, channels at axis 1).
 All three run one op on the XLA path, ``affine_normalize``: ``y = (x - mean) rstd w + b`` over
 the reduced axes (and over the devices of ``axis_name``) with the statistics as outputs, saving
 what torch saves (input, weight, mean, rstd — not a normalized copy). Its VJP is the native
-backward with weight; the ``dx`` part is computed by the op ``normalize_backward`` (``vjp_rules``), whose own
+backward with weight; the ``dx`` part is computed by the op ``normalize_backward`` (defined here), whose own
 formulas are the seed's double backward, so Hessian-vector products run them. Its vmap rule
 (``jaxrules/batching.py``) folds the vmap dimension into a kept axis, as functorch does.
 
@@ -31,15 +31,94 @@ from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
 from jaxrules import dispatch, partitioning
-from jaxrules import jvp_rules as J
 from jaxrules import partials as P
-from jaxrules import vjp_rules as R
 from jaxrules._namespace import exported_as
 from jaxrules.batching import affine_norm_batch_rule
 from jaxrules.mechanism import concrete_value, define_op, differentiated_as
 
 # ----------------------------------------------------------------------------------------------
 # Ops
+
+# B(g), the ``dx`` of the normalizations' VJP formulas, as an op of its own (called through
+# ``normalize_backward``), so that its own formulas give the double backward under a second
+# reverse pass.
+def _normalize_backward_primal(x, mean, rstd, g, *, axes, eps, axis_name):
+    # In x's dtype (computed in the statistics' dtype): for bfloat16 inputs an intermediate XLA
+    # keeps between fusions is then bfloat16, not float32.
+    return P.norm_projection(x, mean, rstd, g, axes, axis_name).astype(x.dtype)
+
+
+def normalize_backward_jvp(res, tx, tmean, trstd, tg, *, axes, eps, axis_name):
+    """JVP of the backward ``gx = B(g)``: ``B(dg) - rstd (E[dx x_hat] gx + E[g x_hat] B(dx) +
+    x_hat E[gx dx])`` — the forward-mode counterpart of the seed's double backward
+    (``layer_norm_double_backward`` / ``batchnorm_double_backward`` with weight 1). The statistics
+    are recomputed from x (their arguments carry no derivative: see ``normalize_backward``)."""
+    x, _, _, g = res
+    mean, rstd = P.norm_stats(x, axes, eps, axis_name)
+    gx = P.norm_projection(x, mean, rstd, g, axes, axis_name)
+    out = None if tg is None else P.norm_projection(x, mean, rstd, tg, axes, axis_name)
+    if tx is not None:
+        xhat = (x.astype(rstd.dtype) - mean) * rstd
+        tx = tx.astype(rstd.dtype)
+        mean_ = lambda v: P.group_mean(v, axes, axis_name)  # noqa: E731
+        dx_term = -rstd * (
+            mean_(tx * xhat) * gx
+            + mean_(g.astype(rstd.dtype) * xhat) * P.norm_projection(x, mean, rstd, tx, axes, axis_name)
+            + xhat * mean_(gx * tx)
+        )
+        out = dx_term if out is None else out + dx_term
+    return out
+
+
+def normalize_backward_vjp(res, ct, *, axes, eps, axis_name):
+    """The seed's double backward (``layer_norm_double_backward`` / ``batchnorm_double_backward``
+    with weight 1; the weight's terms come from the product rule outside the kernel), given
+    ``h = ggI``: ``g_x = -rstd (x_hat E[h gx] + E[g x_hat] B(h) + E[h x_hat] gx)`` and
+    ``g_gO = B(h)``. The statistics are recomputed from x; their arguments get no cotangent
+    (see ``normalize_backward``)."""
+    x, _, _, g = res
+    mean, rstd = P.norm_stats(x, axes, eps, axis_name)
+    h = ct.astype(rstd.dtype)
+    gx = P.norm_projection(x, mean, rstd, g, axes, axis_name)
+    bh = P.norm_projection(x, mean, rstd, h, axes, axis_name)
+    xhat = (x.astype(rstd.dtype) - mean) * rstd
+    mean_ = lambda v: P.group_mean(v, axes, axis_name)  # noqa: E731
+    g_x = -rstd * (xhat * mean_(h * gx) + mean_(g.astype(rstd.dtype) * xhat) * bh + mean_(h * xhat) * gx)
+    return g_x, None, None, bh
+
+
+normalize_backward_op = define_op(
+    "normalize_backward", _normalize_backward_primal, normalize_backward_jvp, normalize_backward_vjp
+)
+
+
+def normalize_backward_eps_jvp(res, tx, tmean, trstd, tg, teps, *, axes, axis_name):
+    """``normalize_backward_jvp`` with ``eps`` an array argument, plus its term: ``B(g) = rstd (g
+    - E[g]) - rstd^3 (x - mean) E[g (x - mean)]`` depends on eps through ``rstd`` only, so
+    ``dB = ((g - E[g]) - 3 rstd^2 (x - mean) E[g (x - mean)]) (-rstd^3 / 2) deps``."""
+    x, _, _, g, eps = res
+    out = normalize_backward_jvp(res[:4], tx, tmean, trstd, tg, axes=axes, eps=eps, axis_name=axis_name)
+    if teps is not None:
+        out = P.terms(out, P.norm_projection_eps_partial(x, g, eps, axes, axis_name) * teps)
+    return out
+
+
+def normalize_backward_eps_vjp(res, ct, *, axes, axis_name):
+    """``normalize_backward_vjp`` with ``eps`` an array argument, plus eps's cotangent ``sum(h
+    dB/deps)``, ``dB/deps = ((g - E[g]) - 3 rstd^2 (x - mean) E[g (x - mean)]) (-rstd^3 / 2)``."""
+    x, _, _, g, eps = res
+    g_x, _, _, bh = normalize_backward_vjp(res[:4], ct, axes=axes, eps=eps, axis_name=axis_name)
+    partial = P.norm_projection_eps_partial(x, g, eps, axes, axis_name)
+    return g_x, None, None, bh, jnp.sum(ct.astype(partial.dtype) * partial)
+
+
+normalize_backward_eps_op = define_op(
+    "normalize_backward",
+    lambda x, mean, rstd, g, eps, *, axes, axis_name: _normalize_backward_primal(
+        x, mean, rstd, g, axes=axes, eps=eps, axis_name=axis_name),
+    normalize_backward_eps_jvp, normalize_backward_eps_vjp,
+)
+
 
 def _affine_normalize_primal(x, w, b, *, axes, eps, axis_name):
     """``(y, mean, rstd)``: ``y = (x - mean) rstd w + b`` in x's dtype, the statistics over
@@ -54,17 +133,105 @@ def _save_affine_normalize(outs, x, w, b, **_):
     return (x, w, outs[1], outs[2])
 
 
+def affine_normalize_jvp(res, tx, tw, tb, *, axes, eps, axis_name):
+    """Outputs ``(y, mean, rstd)`` of ``y = x_hat w + b``: ``dmean = E[dx]``, ``drstd = -rstd^2
+    E[x_hat dx]``, ``dy = rstd (dx - dmean - x_hat E[x_hat dx]) w + x_hat dw + db`` (seed
+    ``layer_norm_jvp`` / ``batch_norm_jvp`` / ``group_norm_jvp``: ``_norm_jvp`` with
+    ``_invstd_jvp``, then ``_affine_jvp``)."""
+    x, w, mean, rstd = res
+    stat = rstd.dtype
+    xhat = (x.astype(stat) - mean) * rstd
+    dy, dmean, drstd = [], None, None
+    if tx is not None:
+        t = tx.astype(stat)
+        dmean, c = P.group_mean(t, axes, axis_name), P.group_mean(xhat * t, axes, axis_name)
+        dy.append(rstd * (t - dmean - xhat * c) * P.with_rank(w.astype(stat), x.ndim))
+        drstd = -rstd * rstd * c
+    if tw is not None:
+        dy.append(xhat * P.with_rank(tw.astype(stat), x.ndim))
+    if tb is not None:
+        dy.append(jnp.broadcast_to(tb.astype(stat), x.shape))
+    return P.terms(*dy), dmean, drstd
+
+
+def affine_normalize_vjp(res, ct, *, axes, eps, axis_name):
+    """The native backward with weight (seed ``native_layer_norm_backward`` /
+    ``batch_norm_backward`` / ``native_group_norm_backward``): ``dx = B(g w)`` with ``B(v) = rstd
+    (v - E[v] - x_hat E[v x_hat])`` (``w B(g)`` where w is one number per group, batch and instance
+    norm, as torch: an infinite weight then gives +-inf, not inf - inf) computed by the
+    ``normalize_backward`` op (so its own VJP, the
+    seed's double backward, runs under a second reverse pass), plus the statistics outputs'
+    terms ``(g_mean - g_rstd rstd^2 x_hat) / count`` when they are used (the op passes ``None``
+    for a symbolic zero cotangent); ``dw = sum g x_hat``, ``db = sum g`` over the axes where the
+    weight broadcasts. Where those are the normalized axes (batch norm) they are ``count rstd
+    E[g (x - mean)]`` and ``count E[g]``, the means ``B(g)`` takes (``P.projection_means``, the same
+    expressions), with rstd outside the sum: on a batch sharded over devices no all-reduce then
+    waits for the variance's (``sum g x_hat`` did: one more collective in the chain)."""
+    x, w, mean, rstd = res
+    g, g_mean, g_rstd = ct
+    stat = rstd.dtype
+    xhat = (x.astype(stat) - mean) * rstd
+    g = jnp.zeros(x.shape, stat) if g is None else g.astype(stat)
+    ws = P.with_rank(w.astype(stat), x.ndim)
+    if all(w.shape[a] == 1 for a in axes):  # one weight per group (batch, instance norm): B(g w) = w B(g)
+        dx = ws * normalize_backward(x, mean, rstd, g, axes=axes, eps=eps, axis_name=axis_name)
+    else:
+        dx = normalize_backward(x, mean, rstd, g * ws, axes=axes, eps=eps, axis_name=axis_name)
+    count = math.prod(x.shape[a] for a in axes)  # this device's
+    if g_mean is not None or g_rstd is not None:  # None: unused statistics (the usual case)
+        total = count * (1 if axis_name is None else lax.psum(1, axis_name))
+        g_mean = 0 if g_mean is None else g_mean
+        g_rstd = 0 if g_rstd is None else g_rstd
+        dx = dx + (g_mean - g_rstd * rstd * rstd * xhat) / total
+    spread = tuple(a for a in range(x.ndim) if w.shape[a] == 1)
+    if set(spread) == {a % x.ndim for a in axes} and axis_name is None and count:  # batch norm: B(g)'s means
+        mean_g, centered = P.projection_means(x, mean, g, axes, None)
+        return dx, count * rstd * centered, count * mean_g
+    return dx, (g * xhat).sum(spread, keepdims=True), g.sum(spread, keepdims=True)
+
+
 affine_normalize_op = define_op(
-    "affine_normalize", _affine_normalize_primal, J.affine_normalize_jvp, R.affine_normalize_vjp,
+    "affine_normalize", _affine_normalize_primal, affine_normalize_jvp, affine_normalize_vjp,
     _save_affine_normalize, affine_norm_batch_rule(_affine_normalize_primal), none_for_zero_cotangents=True,
 )
 
+
 # The same two ops with ``eps`` an array argument (a traced eps: jit compiles once for every value,
 # vmap maps over it, grad differentiates it): the XLA formulas only, batched by the mechanism.
+def affine_normalize_eps_jvp(res, tx, tw, tb, teps, *, axes, axis_name):
+    """``affine_normalize_jvp`` with ``eps`` an array argument (traced: jit/vmap over it), plus
+    its term: ``drstd = -rstd^3 deps / 2`` (``rstd = rsqrt(var + eps)``), ``dy = (x - mean) w
+    drstd``; the mean does not depend on eps."""
+    x, w, mean, rstd, _ = res
+    dy, dmean, drstd = affine_normalize_jvp((x, w, mean, rstd), tx, tw, tb, axes=axes, eps=None, axis_name=axis_name)
+    if teps is not None:
+        stat = rstd.dtype
+        de = -0.5 * rstd * rstd * rstd * teps.astype(stat)
+        dy = P.terms(dy, (x.astype(stat) - mean) * P.with_rank(w.astype(stat), x.ndim) * de)
+        drstd = P.terms(drstd, de)
+    return dy, dmean, drstd
+
+
+def affine_normalize_eps_vjp(res, ct, *, axes, axis_name):
+    """``affine_normalize_vjp`` with ``eps`` an array argument (its ``normalize_backward`` then
+    takes eps as an argument too), plus eps's cotangent: ``sum((g w (x - mean) + g_rstd)
+    (-rstd^3 / 2))`` (``rstd = rsqrt(var + eps)``; the mean does not depend on eps)."""
+    x, w, mean, rstd, eps = res
+    dx, dw, db = affine_normalize_vjp((x, w, mean, rstd), ct, axes=axes, eps=eps, axis_name=axis_name)
+    g, _, g_rstd = ct
+    stat = rstd.dtype
+    per_group = 0 if g_rstd is None else g_rstd.astype(stat)
+    if g is not None:
+        ws = P.with_rank(w.astype(stat), x.ndim)
+        per_group = per_group + jnp.sum(g.astype(stat) * ws * (x.astype(stat) - mean), axis=axes,
+                                        keepdims=True)
+    return dx, dw, db, jnp.sum(-0.5 * rstd * rstd * rstd * per_group)
+
+
 affine_normalize_eps_op = define_op(
     "affine_normalize",
     lambda x, w, b, eps, *, axes, axis_name: _affine_normalize_primal(x, w, b, axes=axes, eps=eps, axis_name=axis_name),
-    J.affine_normalize_eps_jvp, R.affine_normalize_eps_vjp,
+    affine_normalize_eps_jvp, affine_normalize_eps_vjp,
     lambda outs, x, w, b, eps, **_: (x, w, outs[1], outs[2], eps), none_for_zero_cotangents=True,
 )
 
@@ -110,8 +277,56 @@ def _rows_batch(primal):
     return rule
 
 
+def layer_norm_rows_jvp(res, tx, tw, tb, *, eps, launch):
+    """Layer norm over the last axis with the affine inside (the fused kernel's op), for the
+    outputs ``(y, mean, rstd)``: ``dmean = E[dx]``, ``drstd = -rstd^2 E[x_hat dx]``,
+    ``dy = rstd (dx - dmean - x_hat E[x_hat dx]) w + x_hat dw + db`` (seed ``layer_norm_jvp``)."""
+    x, w, mean, rstd = res
+    stat = rstd.dtype
+    xhat = (x.astype(stat) - mean[:, None]) * rstd[:, None]
+    dy, dmean, drstd = [], 0, 0
+    if tx is not None:
+        t = tx.astype(stat)
+        dmean, c = t.mean(-1), (xhat * t).mean(-1)
+        dy.append(rstd[:, None] * (t - dmean[:, None] - xhat * c[:, None]) * P.with_rank(w.astype(stat), t.ndim))
+        drstd = -rstd * rstd * c
+    if tw is not None:
+        dy.append(xhat * P.with_rank(tw.astype(stat), x.ndim))
+    if tb is not None:
+        dy.append(jnp.broadcast_to(tb.astype(stat), x.shape))
+    return P.terms(*dy), dmean, drstd
+
+
+def layer_norm_rows_reference_vjp(res, ct, eps, launch):
+    """The jnp form of the fused layer-norm backward (what the kernel computes): seed
+    ``layer_norm_backward`` with weight, ``dw = sum g x_hat``, ``db = sum g``, plus the mean and
+    rstd outputs' terms ``(g_mean - g_rstd rstd^2 x_hat) / N``."""
+    x, w, mean, rstd = res
+    g, g_mean, g_rstd = ct
+    stat = rstd.dtype
+    xhat = (x.astype(stat) - mean[:, None]) * rstd[:, None]
+    g = g.astype(stat)
+    ws = P.with_rank(w.astype(stat), x.ndim)
+    dx = P.affine_norm_backward(xhat, rstd[:, None], g, ws, g_mean[:, None], g_rstd[:, None], (1,))
+    return dx.astype(x.dtype), (g * xhat).sum(0).astype(w.dtype), g.sum(0).astype(w.dtype)
+
+
+@differentiated_as(layer_norm_rows_reference_vjp, n_static=2)
+def _layer_norm_rows_kernel_vjp(res, ct, eps, launch):
+    from jaxrules import norm_kernels
+
+    x, w, mean, rstd = res
+    return norm_kernels.backward(x, ct[0], w, mean, rstd, ct[1], ct[2], launch=launch)
+
+
+def layer_norm_rows_vjp(res, ct, *, eps, launch):
+    """The fused backward kernel (``norm_kernels.backward``); its own derivative is that of
+    ``layer_norm_rows_reference_vjp``."""
+    return _layer_norm_rows_kernel_vjp(res, tuple(ct), eps, launch)
+
+
 layer_norm_rows_op = define_op(
-    "layer_norm_rows", _layer_norm_rows_primal, J.layer_norm_rows_jvp, R.layer_norm_rows_vjp,
+    "layer_norm_rows", _layer_norm_rows_primal, layer_norm_rows_jvp, layer_norm_rows_vjp,
     lambda outs, x, w, b, **_: (x, w, outs[1], outs[2]), _rows_batch(_layer_norm_rows_primal),
 )
 
@@ -121,7 +336,7 @@ def _rms_norm_rows_jvp(res, tx, tw, *, eps, launch):
     (``jvp_rules.rms_norm_jvp``: ``drstd = -rstd^2 E[x_hat dx]``, ``dy = rstd (dx - x_hat E[x_hat
     dx]) w + x_hat dw``) over axis 1, rstd (M,) as (M, 1)."""
     x, w, rstd = res
-    dy, drstd = J.rms_norm_jvp((x, w, rstd[:, None]), tx, tw, axes=(1,), eps=eps)
+    dy, drstd = rms_norm_jvp((x, w, rstd[:, None]), tx, tw, axes=(1,), eps=eps)
     return dy, None if drstd is None else drstd[:, 0]
 
 
@@ -132,7 +347,7 @@ def _rms_norm_rows_reference_vjp(res, ct, eps, launch):
     x_hat`` over the rows."""
     x, w, rstd = res
     g, g_rstd = ct
-    dx, g_xhat = R.rms_norm_vjp((x, w, rstd[:, None]), (g, g_rstd[:, None]), axes=(1,), eps=eps)
+    dx, g_xhat = rms_norm_vjp((x, w, rstd[:, None]), (g, g_rstd[:, None]), axes=(1,), eps=eps)
     return dx.astype(x.dtype), g_xhat.sum(0).astype(w.dtype)
 
 
@@ -154,6 +369,78 @@ rms_norm_rows_op = define_op(
 )
 
 
+# B(v), the ``dx`` of the RMS norm's VJP formula, as an op of its own (called through
+# ``rms_norm_backward``), so that its own formulas give the double backward.
+def _rms_norm_backward_primal(x, rstd, v, *, axes, eps):
+    return P.rms_projection(x, rstd, v, axes).astype(x.dtype)
+
+
+def rms_norm_backward_jvp(res, tx, trstd, tv, *, axes, eps):
+    """JVP of the backward ``gx = B(v)``, ``B(v) = rstd (v - x_hat E[v x_hat])``: ``B(dv) - rstd
+    (E[x_hat dx] gx + E[v x_hat] B(dx) + x_hat E[gx dx])`` (the double backward of
+    ``normalize_backward_jvp`` without the mean terms, derived from ``drstd = -rstd^2 E[x_hat
+    dx]``). ``rstd`` is recomputed from x (its argument carries no derivative: see
+    ``rms_norm_backward``)."""
+    x, _, v = res
+    rstd = P.rms_rstd(x, axes, eps)
+    out = None if tv is None else P.rms_projection(x, rstd, tv, axes)
+    if tx is not None:
+        stat = rstd.dtype
+        xhat, t, v = x.astype(stat) * rstd, tx.astype(stat), v.astype(stat)
+        gx = P.rms_projection(x, rstd, v, axes)
+        mean_ = lambda u: jnp.mean(u, axis=axes, keepdims=True)  # noqa: E731
+        dx_term = -rstd * (mean_(xhat * t) * gx + mean_(v * xhat) * P.rms_projection(x, rstd, t, axes)
+                           + xhat * mean_(gx * t))
+        out = dx_term if out is None else out + dx_term
+    return out
+
+
+def rms_norm_backward_vjp(res, ct, *, axes, eps):
+    """Given ``h``: ``g_x = -rstd (x_hat E[h gx] + E[v x_hat] B(h) + E[h x_hat] gx)`` with ``gx =
+    B(v)``, and ``g_v = B(h)`` (B is symmetric): ``normalize_backward_vjp`` without the mean
+    terms. ``rstd`` is recomputed from x; its argument gets no cotangent."""
+    x, _, v = res
+    rstd = P.rms_rstd(x, axes, eps)
+    stat = rstd.dtype
+    h, v = ct.astype(stat), v.astype(stat)
+    gx = P.rms_projection(x, rstd, v, axes)
+    bh = P.rms_projection(x, rstd, h, axes)
+    xhat = x.astype(stat) * rstd
+    mean_ = lambda u: jnp.mean(u, axis=axes, keepdims=True)  # noqa: E731
+    g_x = -rstd * (xhat * mean_(h * gx) + mean_(v * xhat) * bh + mean_(h * xhat) * gx)
+    return g_x, None, bh
+
+
+rms_norm_backward_op = define_op(
+    "rms_norm_backward", _rms_norm_backward_primal, rms_norm_backward_jvp, rms_norm_backward_vjp
+)
+
+
+def rms_norm_backward_eps_jvp(res, tx, trstd, tv, teps, *, axes):
+    """``rms_norm_backward_jvp`` with ``eps`` an array argument, plus its term: ``B(v) = rstd v -
+    rstd^3 x E[v x]`` gives ``dB = (v - 3 rstd^2 x E[v x]) (-rstd^3 / 2) deps``."""
+    x, _, v, eps = res
+    out = rms_norm_backward_jvp(res[:3], tx, trstd, tv, axes=axes, eps=eps)
+    if teps is not None:
+        out = P.terms(out, P.rms_projection_eps_partial(x, v, eps, axes) * teps)
+    return out
+
+
+def rms_norm_backward_eps_vjp(res, ct, *, axes):
+    """``rms_norm_backward_vjp`` with ``eps`` an array argument, plus eps's cotangent ``sum(h
+    dB/deps)``, ``dB/deps = (v - 3 rstd^2 x E[v x]) (-rstd^3 / 2)``."""
+    x, _, v, eps = res
+    g_x, _, bh = rms_norm_backward_vjp(res[:3], ct, axes=axes, eps=eps)
+    partial = P.rms_projection_eps_partial(x, v, eps, axes)
+    return g_x, None, bh, jnp.sum(ct.astype(partial.dtype) * partial)
+
+
+rms_norm_backward_eps_op = define_op(
+    "rms_norm_backward", lambda x, rstd, v, eps, *, axes: _rms_norm_backward_primal(x, rstd, v, axes=axes, eps=eps),
+    rms_norm_backward_eps_jvp, rms_norm_backward_eps_vjp,
+)
+
+
 def _rms_norm_primal(x, w, *, axes, eps):
     """``(y, rstd)``: ``y = x rstd w`` in x's dtype, ``rstd = rsqrt(E[x^2] + eps)`` over ``axes``
     (kept, in ``stat_dtype``); ``w`` broadcasts against x."""
@@ -162,21 +449,104 @@ def _rms_norm_primal(x, w, *, axes, eps):
     return (x.astype(stat) * rstd * P.with_rank(w.astype(stat), x.ndim)).astype(x.dtype), rstd
 
 
+def rms_norm_jvp(res, tx, tw, *, axes, eps):
+    """Outputs ``(y, rstd)`` of ``y = x_hat w``, ``x_hat = x rstd``, ``rstd = rsqrt(E[x^2] +
+    eps)``: ``drstd = -rstd^2 E[x_hat dx]``, ``dy = rstd (dx - x_hat E[x_hat dx]) w + x_hat dw``
+    (seeds ``rms_norm_jvp`` and ``rms_norm_rstd_jvp`` of torch's ``_fused_rms_norm``)."""
+    x, w, rstd = res
+    stat = rstd.dtype
+    xhat = x.astype(stat) * rstd
+    dy, drstd = [], None
+    if tx is not None:
+        t = tx.astype(stat)
+        c = jnp.mean(xhat * t, axis=axes, keepdims=True)
+        dy.append(rstd * (t - xhat * c) * P.with_rank(w.astype(stat), t.ndim))
+        drstd = -rstd * rstd * c
+    if tw is not None:
+        dy.append(xhat * P.with_rank(tw.astype(stat), x.ndim))
+    return P.terms(*dy), drstd
+
+
+def rms_norm_vjp(res, ct, *, axes, eps):
+    """Seed ``_fused_rms_norm_backward`` (with the rstd output's cotangent as in
+    ``infinitely_differentiable_native_rms_norm_backward``): ``dx = B(g w)`` with ``B(v) = rstd
+    (v - x_hat E[v x_hat])`` computed by the ``rms_norm_backward`` op (so its own VJP runs under
+    a second reverse pass), plus the rstd output's term ``-g_rstd rstd^2 x_hat / count`` when it
+    is used (``None``: unused); ``dw = g x_hat`` (summed to the weight's shape by the mechanism)."""
+    x, w, rstd = res
+    g, g_rstd = ct
+    stat = rstd.dtype
+    xhat = x.astype(stat) * rstd
+    g = jnp.zeros(x.shape, stat) if g is None else g.astype(stat)
+    dx = rms_norm_backward(x, rstd, g * P.with_rank(w.astype(stat), g.ndim), axes=axes, eps=eps)
+    if g_rstd is not None:
+        count = math.prod(x.shape[a] for a in axes)
+        dx = dx - g_rstd * rstd * rstd * xhat / count
+    return dx, g * xhat
+
+
 rms_norm_op = define_op(
-    "rms_norm", _rms_norm_primal, J.rms_norm_jvp, R.rms_norm_vjp,
+    "rms_norm", _rms_norm_primal, rms_norm_jvp, rms_norm_vjp,
     lambda outs, x, w, **_: (x, w, outs[1]), none_for_zero_cotangents=True,
 )
 
 
 # The same two ops with ``eps`` an array argument (traced).
+def rms_norm_eps_jvp(res, tx, tw, teps, *, axes):
+    """``rms_norm_jvp`` with ``eps`` an array argument, plus its term: ``drstd = -rstd^3 deps /
+    2`` (``rstd = rsqrt(E[x^2] + eps)``), ``dy = x w drstd``."""
+    x, w, rstd, _ = res
+    dy, drstd = rms_norm_jvp((x, w, rstd), tx, tw, axes=axes, eps=None)
+    if teps is not None:
+        stat = rstd.dtype
+        de = -0.5 * rstd * rstd * rstd * teps.astype(stat)
+        dy, drstd = P.terms(dy, x.astype(stat) * P.with_rank(w.astype(stat), x.ndim) * de), P.terms(drstd, de)
+    return dy, drstd
+
+
+def rms_norm_eps_vjp(res, ct, *, axes):
+    """``rms_norm_vjp`` with ``eps`` an array argument (its ``rms_norm_backward`` then takes eps
+    as an argument too), plus eps's cotangent ``sum((g w x + g_rstd) (-rstd^3 / 2))``."""
+    x, w, rstd, eps = res
+    dx, dw = rms_norm_vjp((x, w, rstd), ct, axes=axes, eps=eps)
+    g, g_rstd = ct
+    stat = rstd.dtype
+    per_row = 0 if g_rstd is None else g_rstd.astype(stat)
+    if g is not None:
+        ws = P.with_rank(w.astype(stat), x.ndim)
+        per_row = per_row + jnp.sum(g.astype(stat) * ws * x.astype(stat), axis=axes, keepdims=True)
+    return dx, dw, jnp.sum(-0.5 * rstd * rstd * rstd * per_row)
+
+
 rms_norm_eps_op = define_op(
-    "rms_norm", lambda x, w, eps, *, axes: _rms_norm_primal(x, w, axes=axes, eps=eps), J.rms_norm_eps_jvp,
-    R.rms_norm_eps_vjp, lambda outs, x, w, eps, **_: (x, w, outs[1], eps), none_for_zero_cotangents=True,
+    "rms_norm", lambda x, w, eps, *, axes: _rms_norm_primal(x, w, axes=axes, eps=eps), rms_norm_eps_jvp,
+    rms_norm_eps_vjp, lambda outs, x, w, eps, **_: (x, w, outs[1], eps), none_for_zero_cotangents=True,
 )
 
 
 # ----------------------------------------------------------------------------------------------
 # Public functions
+
+
+def normalize_backward(x, mean, rstd, g, *, axes, eps, axis_name):
+    """``rstd (g - E[g] - x_hat E[g x_hat])``: the normalization's VJP (the native backward
+    without weight). ``mean``/``rstd`` are x's statistics, passed so that they are not computed
+    again; they carry no derivative of their own (the formulas differentiate through x)."""
+    if not isinstance(eps, float):  # an array (traced)
+        return normalize_backward_eps_op(x, lax.stop_gradient(mean), lax.stop_gradient(rstd), g, eps, axes=axes,
+                                         axis_name=axis_name)
+    return normalize_backward_op(x, lax.stop_gradient(mean), lax.stop_gradient(rstd), g, axes=axes, eps=eps,
+                                 axis_name=axis_name)
+
+
+def rms_norm_backward(x, rstd, v, *, axes, eps):
+    """``rstd (v - x_hat E[v x_hat])``: the RMS normalization's VJP without weight. ``rstd`` is
+    x's statistic, passed so that it is not computed again; it carries no derivative of its own
+    (the formulas differentiate through x)."""
+    if not isinstance(eps, float):  # an array (traced)
+        return rms_norm_backward_eps_op(x, lax.stop_gradient(rstd), v, eps, axes=axes)
+    return rms_norm_backward_op(x, lax.stop_gradient(rstd), v, axes=axes, eps=eps)
+
 
 _ROW_IMPLS = ("xla", "pallas", "pallas_interpret")
 _REMOVED_KERNELS = ("mosaic", "mosaic_interpret")  # layer/RMS norm's Mosaic GPU kernels

@@ -14,12 +14,12 @@ from jax import Array
 from jax.typing import ArrayLike
 
 from jaxrules import _validate as V
-from jaxrules import jvp_rules as J
-from jaxrules import vjp_rules as R
+from jaxrules import partials as P
 from jaxrules._namespace import exported_as
 from jaxrules.mechanism import define_op, unsharded_along
 from jaxrules.ops import elementwise, linalg, reductions
 from jaxrules.ops.elementwise import clip
+from jaxrules.partials import expand_reduced, real_inner
 
 # ----------------------------------------------------------------------------------------------
 # Ops
@@ -28,8 +28,22 @@ def _vector_norm_primal(x, *, ord, axis, keepdims):
     return jnp.linalg.vector_norm(x, axis=axis, keepdims=keepdims, ord=ord)
 
 
+def vector_norm_jvp(res, t, *, ord, axis, keepdims, **_):
+    """``Re sum(conj(w) t)`` with ``w`` the norm's direction (seed ``norm_jvp``)."""
+    x, norm = res
+    w = P.vector_norm_direction(x, norm, ord, axis, keepdims)
+    return real_inner(w, t, axis, keepdims)
+
+
+def vector_norm_vjp(res, ct, *, ord, axis, keepdims, **_):
+    """``conj(w) expand(ct)`` with ``w`` the norm's direction (seed ``norm_backward``)."""
+    x, norm = res
+    w = P.vector_norm_direction(x, norm, ord, axis, keepdims)
+    return (jnp.multiply(*P.promoted(jnp.conj(w), expand_reduced(ct, x.shape, axis, keepdims))),)
+
+
 vector_norm_op = define_op(
-    "vector_norm", _vector_norm_primal, J.vector_norm_jvp, R.vector_norm_vjp, lambda out, x, **_: (x, out)
+    "vector_norm", _vector_norm_primal, vector_norm_jvp, vector_norm_vjp, lambda out, x, **_: (x, out)
 )
 
 
@@ -38,8 +52,30 @@ def _renorm_primal(x, *, p, axis, maxnorm):
     return jnp.where(norm > maxnorm, x * (maxnorm / (norm + 1e-7)).astype(x.dtype), x)
 
 
+def renorm_jvp(res, t, *, p, axis, maxnorm, **_):
+    """Seed ``renorm_jvp``: ``where(norm > maxnorm, s t - x maxnorm/(norm+1e-7)^2 dnorm, t)``
+    with ``s = maxnorm/(norm + 1e-7)``."""
+    x, norm = res
+    w = P.vector_norm_direction(x, norm, p, axis, True)
+    scale, dscale, over = P.renorm_scale(norm, maxnorm)
+    dnorm = real_inner(w, t, axis, True)
+    step = jnp.multiply(*P.promoted(scale, t)) + jnp.multiply(*P.promoted(x, dscale * dnorm))
+    return jnp.where(over, step, t)
+
+
+def renorm_vjp(res, ct, *, p, axis, maxnorm, **_):
+    """Seed ``renorm_backward``: ``where(norm > maxnorm, s ct + conj(w) ds Re sum(x ct), ct)``."""
+    x, norm = res
+    w = P.vector_norm_direction(x, norm, p, axis, True)
+    scale, dscale, over = P.renorm_scale(norm, maxnorm)
+    inner = jnp.sum(x * ct, axis=axis, keepdims=True)
+    inner = inner.real if jnp.iscomplexobj(inner) else inner
+    step = jnp.multiply(*P.promoted(scale, ct)) + jnp.multiply(*P.promoted(jnp.conj(w), dscale * inner))
+    return (jnp.where(over, step, ct),)
+
+
 renorm_op = define_op(
-    "renorm", _renorm_primal, J.renorm_jvp, R.renorm_vjp,
+    "renorm", _renorm_primal, renorm_jvp, renorm_vjp,
     lambda out, x, *, p, axis, **_: (x, vector_norm_op(x, ord=p, axis=axis, keepdims=True)),
 )
 

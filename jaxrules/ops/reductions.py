@@ -1,5 +1,5 @@
-"""Reductions and scans: primal, residuals and record of each; the formulas are in
-``jvp_rules`` and ``vjp_rules``. Public through ``jaxrules.numpy``, ``jaxrules.nn`` and
+"""Reductions and scans: primal, residuals, JVP and VJP formulas of each, side by side
+(gathered in ``jvp_rules`` and ``vjp_rules``). Public through ``jaxrules.numpy``, ``jaxrules.nn`` and
 ``jaxrules.scipy.special``."""
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ from jax import Array, lax
 from jax.typing import ArrayLike, DTypeLike
 
 from jaxrules import _validate as V
-from jaxrules import jvp_rules as J
 from jaxrules import partials as P
-from jaxrules import vjp_rules as R
 from jaxrules._namespace import exported_as
 from jaxrules.mechanism import define_op, unsharded_along
+from jaxrules.partials import expand_reduced, real_inner, reduced_size
 
 # ----------------------------------------------------------------------------------------------
 # Ops
@@ -53,20 +52,180 @@ def _moments(x, axis, keepdims, correction):
     return var, mean if keepdims else jnp.squeeze(mean, axis)
 
 
-sum_op = define_op("sum", lambda x, *, axis, keepdims, shape: jnp.sum(x, axis, keepdims=keepdims), J.sum_jvp, R.sum_vjp, _save_nothing)
-mean_op = define_op("mean", lambda x, *, axis, keepdims, shape: jnp.mean(x, axis, keepdims=keepdims), J.mean_jvp, R.mean_vjp, _save_nothing)
-nansum_op = define_op("nansum", lambda x, *, axis, keepdims: jnp.nansum(x, axis, keepdims=keepdims), J.nansum_jvp, R.nansum_vjp)
-prod_op = define_op("prod", lambda x, *, axis, keepdims: jnp.prod(x, axis, keepdims=keepdims), J.prod_jvp, R.prod_vjp)
-cumsum_op = define_op("cumsum", lambda x, *, axis: jnp.cumsum(x, axis), J.cumsum_jvp, R.cumsum_vjp, lambda out, x, **_: ())
-cumprod_op = define_op("cumprod", lambda x, *, axis: jnp.cumprod(x, axis), J.cumprod_jvp, R.cumprod_vjp)
-var_op = define_op("var", lambda x, *, axis, keepdims, correction: _moments(x, axis, keepdims, correction)[0], J.var_jvp, R.var_vjp, _save_centered)
-std_op = define_op("std", lambda x, *, axis, keepdims, correction: jnp.sqrt(_moments(x, axis, keepdims, correction)[0]), J.std_jvp, R.std_vjp, _save_centered)
-var_mean_op = define_op("var_mean", lambda x, *, axis, keepdims, correction: _moments(x, axis, keepdims, correction), J.var_mean_jvp, R.var_mean_vjp, _save_centered)
+def sum_jvp(res, t, *, axis, keepdims, **_):
+    """``sum(t)`` (seed ``sum_backward``'s forward counterpart)."""
+    return jnp.sum(t, axis=axis, keepdims=keepdims)
+
+
+def sum_vjp(res, ct, *, axis, keepdims, shape, **_):
+    """Unsqueeze the reduced axes and expand (seed ``sum_backward``)."""
+    return (expand_reduced(ct, shape, axis, keepdims),)
+
+
+sum_op = define_op("sum", lambda x, *, axis, keepdims, shape: jnp.sum(x, axis, keepdims=keepdims), sum_jvp, sum_vjp, _save_nothing)
+
+
+def mean_jvp(res, t, *, axis, keepdims, **_):
+    """``mean(t)`` (seed ``mean_backward``)."""
+    return jnp.mean(t, axis=axis, keepdims=keepdims)
+
+
+def mean_vjp(res, ct, *, axis, keepdims, shape, **_):
+    """``expand(ct) / N`` (seed ``mean_backward``)."""
+    return (expand_reduced(ct, shape, axis, keepdims) / reduced_size(shape, axis),)
+
+
+mean_op = define_op("mean", lambda x, *, axis, keepdims, shape: jnp.mean(x, axis, keepdims=keepdims), mean_jvp, mean_vjp, _save_nothing)
+
+
+def nansum_jvp(x, t, *, axis, keepdims, **_):
+    """``sum(t where x is not NaN)`` (seed ``nansum_backward``)."""
+    return jnp.sum(jnp.where(jnp.isnan(x), 0, t), axis=axis, keepdims=keepdims)
+
+
+def nansum_vjp(x, ct, *, axis, keepdims, **_):
+    """``expand(ct) * (x is not NaN)`` (seed ``nansum_backward``)."""
+    return (jnp.where(jnp.isnan(x), 0, expand_reduced(ct, x.shape, axis, keepdims)),)
+
+
+nansum_op = define_op("nansum", lambda x, *, axis, keepdims: jnp.nansum(x, axis, keepdims=keepdims), nansum_jvp, nansum_vjp)
+
+
+def prod_jvp(x, t, *, axis, keepdims, **_):
+    """``sum(prod_{j != i} x_j t_i)``, zero-safe (seed ``prod_safe_zeros_backward``)."""
+    return jnp.sum(P.prod_of_others(x, axis) * t, axis=axis, keepdims=keepdims)
+
+
+def prod_vjp(x, ct, *, axis, keepdims, **_):
+    """``expand(ct) prod_{j != i} x_j``: seed ``prod_safe_zeros_backward``, always (the seed
+    branches on the number of zeros with ``.item()``; this is branch-free)."""
+    return (expand_reduced(ct, x.shape, axis, keepdims) * P.prod_of_others(x, axis),)
+
+
+prod_op = define_op("prod", lambda x, *, axis, keepdims: jnp.prod(x, axis, keepdims=keepdims), prod_jvp, prod_vjp)
+
+
+def cumsum_jvp(res, t, *, axis, **_):
+    """``cumsum(t)`` (seed ``cumsum_backward``)."""
+    return jnp.cumsum(t, axis=axis)
+
+
+def cumsum_vjp(res, ct, *, axis, **_):
+    """``flip(cumsum(flip(ct)))`` (seed ``cumsum_backward``), as one reversed cumsum."""
+    return (lax.cumsum(ct, axis=axis, reverse=True),)
+
+
+cumsum_op = define_op("cumsum", lambda x, *, axis: jnp.cumsum(x, axis), cumsum_jvp, cumsum_vjp, lambda out, x, **_: ())
+
+
+def cumprod_jvp(x, t, *, axis, **_):
+    """``h_k = x_k h_{k-1} + (prod_{i<k} x_i) t_k``: a linear recurrence, no division, so
+    zeros are exact (torch's ``cumprod_backward`` divides and special-cases the first zero)."""
+    return P.linear_recurrence(x, P.exclusive_cumprod(x, axis) * t, axis)
+
+
+def cumprod_vjp(x, ct, *, axis, **_):
+    """``(prod_{i<k} x_i) s_k`` with ``s_k = ct_k + x_{k+1} s_{k+1}``: the transpose of
+    ``jvp_rules.cumprod_jvp``'s recurrence; exact with zeros and branch-free."""
+    s = P.linear_recurrence_transpose(x, ct, axis)
+    return (P.exclusive_cumprod(x, axis) * s,)
+
+
+cumprod_op = define_op("cumprod", lambda x, *, axis: jnp.cumprod(x, axis), cumprod_jvp, cumprod_vjp)
+
+
+def var_jvp(res, t, *, axis, keepdims, correction, **_):
+    """``2/(N - c) Re sum(conj(x - mean) t)`` (seed ``var_backward``'s forward counterpart)."""
+    centered, _ = res
+    scale = P.var_scale(centered, axis, correction)
+    return scale * real_inner(centered, t, axis, keepdims)
+
+
+def var_vjp(res, ct, *, axis, keepdims, correction, **_):
+    """``2/(N - c) ct (x - mean)`` (seed ``var_backward``; conj(x - mean) in JAX's complex
+    convention)."""
+    centered, _ = res
+    scale = P.var_scale(centered, axis, correction)
+    return (jnp.multiply(*P.promoted(scale * expand_reduced(ct, centered.shape, axis, keepdims), jnp.conj(centered))),)
+
+
+var_op = define_op("var", lambda x, *, axis, keepdims, correction: _moments(x, axis, keepdims, correction)[0], var_jvp, var_vjp, _save_centered)
+
+
+def std_jvp(res, t, *, axis, keepdims, correction, **_):
+    """``var_jvp / (2 std)``, 0 where std = 0 (seed ``std_backward``)."""
+    centered, std = res
+    scale = P.var_scale(centered, axis, correction)
+    return scale * real_inner(centered, t, axis, keepdims) * P.half_reciprocal(std)
+
+
+def std_vjp(res, ct, *, axis, keepdims, correction, **_):
+    """``var_vjp(ct / (2 std))``, 0 where std = 0 (seed ``std_backward``)."""
+    centered, std = res
+    return var_vjp(res, ct * P.half_reciprocal(std), axis=axis, keepdims=keepdims, correction=correction)
+
+
+std_op = define_op("std", lambda x, *, axis, keepdims, correction: jnp.sqrt(_moments(x, axis, keepdims, correction)[0]), std_jvp, std_vjp, _save_centered)
+
+
+def var_mean_jvp(res, t, *, axis, keepdims, correction, **_):
+    """``(var_jvp, mean_jvp)`` (seed ``var_mean_backward``)."""
+    return (
+        var_jvp(res, t, axis=axis, keepdims=keepdims, correction=correction),
+        jnp.mean(t, axis=axis, keepdims=keepdims),
+    )
+
+
+def var_mean_vjp(res, ct, *, axis, keepdims, correction, **_):
+    """``var_vjp(ct_var) + mean_vjp(ct_mean)`` (seed ``var_mean_backward``)."""
+    ct_var, ct_mean = ct
+    (g_var,) = var_vjp(res, ct_var, axis=axis, keepdims=keepdims, correction=correction)
+    (g_mean,) = mean_vjp(None, ct_mean, axis=axis, keepdims=keepdims, shape=res[0].shape)
+    return (g_var + g_mean,)
+
+
+var_mean_op = define_op("var_mean", lambda x, *, axis, keepdims, correction: _moments(x, axis, keepdims, correction), var_mean_jvp, var_mean_vjp, _save_centered)
+
+
+def std_mean_jvp(res, t, *, axis, keepdims, correction, **_):
+    """``(std_jvp, mean_jvp)`` (seed ``std_mean_backward``)."""
+    return (
+        std_jvp(res, t, axis=axis, keepdims=keepdims, correction=correction),
+        jnp.mean(t, axis=axis, keepdims=keepdims),
+    )
+
+
+def std_mean_vjp(res, ct, *, axis, keepdims, correction, **_):
+    """``std_vjp(ct_std) + mean_vjp(ct_mean)`` (seed ``std_mean_backward``)."""
+    ct_std, ct_mean = ct
+    (g_std,) = std_vjp(res, ct_std, axis=axis, keepdims=keepdims, correction=correction)
+    (g_mean,) = mean_vjp(None, ct_mean, axis=axis, keepdims=keepdims, shape=res[0].shape)
+    return (g_std + g_mean,)
+
+
 std_mean_op = define_op("std_mean", lambda x, *, axis, keepdims, correction: (
         lambda var, mean: (jnp.sqrt(var), mean)
-    )(*_moments(x, axis, keepdims, correction)), J.std_mean_jvp, R.std_mean_vjp, _save_centered)
-amax_op = define_op("amax", lambda x, *, axis, keepdims: jnp.max(x, axis, keepdims=keepdims), J.selection_jvp, R.selection_vjp, _save_x_and_out)
-amin_op = define_op("amin", lambda x, *, axis, keepdims: jnp.min(x, axis, keepdims=keepdims), J.selection_jvp, R.selection_vjp, _save_x_and_out)
+    )(*_moments(x, axis, keepdims, correction)), std_mean_jvp, std_mean_vjp, _save_centered)
+
+
+def selection_jvp(res, t, *, axis, keepdims, **_):
+    """``sum(mask t) / count`` over the selected entries (seed ``evenly_read_jvp``, with the NaN
+    handling of ``evenly_distribute_backward`` that the seed's JVP lacks). amax and amin."""
+    x, out = res
+    weights, t = P.promoted(P.even_weights(x, out, axis, keepdims), t)
+    return jnp.sum(weights * t, axis=axis, keepdims=keepdims)
+
+
+def selection_vjp(res, ct, *, axis, keepdims, **_):
+    """``expand(ct) mask / count``: ties share evenly, NaN counts as selected (seed
+    ``evenly_distribute_backward`` / ``scale_grad_by_count``). amax and amin."""
+    x, out = res
+    ct, weights = P.promoted(expand_reduced(ct, x.shape, axis, keepdims), P.even_weights(x, out, axis, keepdims))
+    return (ct * weights,)
+
+
+amax_op = define_op("amax", lambda x, *, axis, keepdims: jnp.max(x, axis, keepdims=keepdims), selection_jvp, selection_vjp, _save_x_and_out)
+amin_op = define_op("amin", lambda x, *, axis, keepdims: jnp.min(x, axis, keepdims=keepdims), selection_jvp, selection_vjp, _save_x_and_out)
 def _selected_index(x, *, kind, k, axis, **_):
     """torch's index (keepdims shape): the first maximum/minimum (NaN counts as the maximum and
     the minimum, as in torch), or the ``k``-th smallest in a stable sort (median: the lower middle
@@ -91,12 +250,43 @@ def _value_selection_primal(x, *, kind, k, axis, keepdims, shape):
     return (values, idx) if keepdims else (jnp.squeeze(values, axis), jnp.squeeze(idx, axis))
 
 
+def value_selection_jvp(idx, tx, *, axis, keepdims, **_):
+    """The tangent read at the selected index (seed ``value_selecting_reduction_jvp``); the
+    indices have no tangent."""
+    picked = jnp.take_along_axis(tx, idx, axis=axis)
+    return (picked if keepdims else jnp.squeeze(picked, axis)), None
+
+
+def value_selection_vjp(idx, ct, *, axis, keepdims, shape, **_):
+    """Seed ``value_selecting_reduction_backward``: the cotangent goes to the returned index
+    only (ties do not share it)."""
+    g, _ = ct
+    g = g if keepdims else jnp.expand_dims(g, axis)
+    return (P.scatter_add(shape, P.scatter_coords(idx, axis), g),)
+
+
 value_selection_op = define_op(
-    "value_selection", _value_selection_primal, J.value_selection_jvp, R.value_selection_vjp,
+    "value_selection", _value_selection_primal, value_selection_jvp, value_selection_vjp,
     lambda out, x, **static: _selected_index(x, **static),
 )
+
+
+def median_jvp(x, t, *, axis, keepdims, **_):
+    """``sum(w t)`` with ``w`` the even split over the middle value(s) (seed
+    ``evenly_read_jvp``)."""
+    weights, t = P.promoted(P.median_weights(x, axis, keepdims), t)
+    return jnp.sum(weights * t, axis=axis, keepdims=keepdims)
+
+
+def median_vjp(x, ct, *, axis, keepdims, **_):
+    """``expand(ct) w``, ``w`` the even split over the middle value(s) (seed
+    ``evenly_distribute_backward``)."""
+    ct, weights = P.promoted(expand_reduced(ct, x.shape, axis, keepdims), P.median_weights(x, axis, keepdims))
+    return (ct * weights,)
+
+
 median_op = define_op("median", lambda x, *, axis, keepdims: jnp.median(unsharded_along(x, axis), axis, keepdims=keepdims),
-                      J.median_jvp, R.median_vjp)
+                      median_jvp, median_vjp)
 def _save_softmax(out, x, *, axis, keepdims):
     """``exp(x - out)`` (with its limits at infinite ``out``): what both formulas multiply by,
     the same bytes as ``x``, so the backward is one product instead of an exp (under jit the
@@ -110,7 +300,20 @@ def _logsumexp_primal(x, *, axis, keepdims):
     return out if keepdims else jnp.squeeze(out, axis)
 
 
-logsumexp_op = define_op("logsumexp", _logsumexp_primal, J.logsumexp_jvp, R.logsumexp_vjp, _save_softmax)
+def logsumexp_jvp(weights, t, *, axis, keepdims, **_):
+    """``sum(exp(x - out) t)`` with the saved weights ``exp(x - out)`` (the softmax's limit at
+    infinite ``out``; see ``partials.logsumexp_weights``)."""
+    return jnp.sum(weights * t, axis=axis, keepdims=keepdims)
+
+
+def logsumexp_vjp(weights, ct, *, axis, keepdims, **_):
+    """``expand(ct) exp(x - out)`` with the saved weights (seed ``logsumexp_backward``;
+    holomorphic, so no conjugate in JAX's convention — torch 2.13 conjugates, the seed forgot
+    to)."""
+    return (expand_reduced(ct, weights.shape, axis, keepdims) * weights,)
+
+
+logsumexp_op = define_op("logsumexp", _logsumexp_primal, logsumexp_jvp, logsumexp_vjp, _save_softmax)
 def _log_add_exp_complex(a, b):
     """``log(exp(a) + exp(b))`` of complex ``a``, ``b``, shifted by the one with the larger real
     part; a term whose real part is -inf is exp(-inf) = 0 exactly, so the other is returned as is
@@ -161,7 +364,23 @@ def _logcumsumexp_primal(x, *, axis):
     return _torch_branch(x, out, axis)
 
 
-logcumsumexp_op = define_op("logcumsumexp", _logcumsumexp_primal, J.logcumsumexp_jvp, R.logcumsumexp_vjp, _save_x_and_out)
+def logcumsumexp_jvp(res, t, *, axis, **_):
+    """``dy_k = exp(y_{k-1} - y_k) dy_{k-1} + exp(x_k - y_k) t_k``: coefficients in [0, 1], so
+    exact where the seed's ``logcumsumexp_jvp`` (global max + 1e-13) loses precision, and finite
+    after leading -inf (see ``partials.logcumsumexp_coefficients``)."""
+    a, b = P.logcumsumexp_coefficients(*res, axis)
+    return P.linear_recurrence(a, b * t, axis)
+
+
+def logcumsumexp_vjp(res, ct, *, axis, **_):
+    """``b_k s_k`` with ``s_k = ct_k + a_{k+1} s_{k+1}``: the transpose of
+    ``jvp_rules.logcumsumexp_jvp`` (replaces the seed's log-space ``logcumsumexp_backward``,
+    which is NaN at a leading -inf)."""
+    a, b = P.logcumsumexp_coefficients(*res, axis)
+    return (b * P.linear_recurrence_transpose(a, ct, axis),)
+
+
+logcumsumexp_op = define_op("logcumsumexp", _logcumsumexp_primal, logcumsumexp_jvp, logcumsumexp_vjp, _save_x_and_out)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Shape and indexing ops of ``jaxrules.numpy`` (jax.numpy's names and signatures): each is
-linear, so its JVP is the op applied to the tangents (``jvp_rules.linear_map_jvp``) and its VJP
+linear, so its JVP formula, beside it, is the op applied to the tangents and its VJP formula
 the seed's backward (split, unbind, scatter-add, mask, slice)."""
 
 from __future__ import annotations
@@ -13,15 +13,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import Array
+from jax import Array, lax
 from jax.typing import ArrayLike, DTypeLike
 
 from jaxrules import _validate as V
-from jaxrules import jvp_rules as J
 from jaxrules import partials as P
-from jaxrules import vjp_rules as R
 from jaxrules._namespace import exported_as
-from jaxrules.mechanism import concrete_value, define_op, unsharded_along
+from jaxrules.mechanism import concrete_value, define_op, explicit_sharding, unsharded_along
 from jaxrules.ops import reductions
 
 # ----------------------------------------------------------------------------------------------
@@ -32,26 +30,199 @@ def _save_nothing(out, *arrays, **_):
     return ()
 
 
-concatenate_op = define_op("concatenate", lambda *xs, axis, shapes: jnp.concatenate(xs, axis=axis), J.concatenate_jvp, R.concatenate_vjp, _save_nothing)
-stack_op = define_op("stack", lambda *xs, axis, shape: jnp.stack(xs, axis=axis), J.stack_jvp, R.stack_vjp, _save_nothing)
-take_along_axis_op = define_op("take_along_axis", lambda x, indices, *, axis, shape: jnp.take_along_axis(x, indices, axis=axis), J.take_along_axis_jvp, R.take_along_axis_vjp, lambda out, x, indices, **_: indices)
-masked_fill_op = define_op("masked_fill", lambda x, mask, *, value: jnp.where(mask, jnp.asarray(value, x.dtype), x), J.masked_fill_jvp, R.masked_fill_vjp, lambda out, x, mask, **_: mask)
+def _present_dtype(tangents):
+    return next(t.dtype for t in tangents if t is not None)
+
+
+def concatenate_jvp(_, *tangents, axis, shapes):
+    """The tangents concatenated (zeros for absent ones)."""
+    dtype = _present_dtype(tangents)
+    return jnp.concatenate([jnp.zeros(s, dtype) if t is None else t for t, s in zip(tangents, shapes)], axis=axis)
+
+
+def concatenate_vjp(_, ct, *, axis, shapes):
+    """Seed ``cat_tensors_backward``: ``ct`` split back into the pieces."""
+    bounds = list(itertools.accumulate(s[axis] for s in shapes))[:-1]
+    return tuple(jnp.split(ct, bounds, axis=axis))
+
+
+concatenate_op = define_op("concatenate", lambda *xs, axis, shapes: jnp.concatenate(xs, axis=axis), concatenate_jvp, concatenate_vjp, _save_nothing)
+
+
+def stack_jvp(_, *tangents, axis, shape):
+    """The tangents stacked (zeros for absent ones)."""
+    dtype = _present_dtype(tangents)
+    return jnp.stack([jnp.zeros(shape, dtype) if t is None else t for t in tangents], axis=axis)
+
+
+def stack_vjp(_, ct, *, axis, shape):
+    """Seed ``stack_tensors_backward``: ``ct`` unbound along ``axis``."""
+    return tuple(jnp.take(ct, k, axis=axis) for k in range(ct.shape[axis]))
+
+
+stack_op = define_op("stack", lambda *xs, axis, shape: jnp.stack(xs, axis=axis), stack_jvp, stack_vjp, _save_nothing)
+
+
+def take_along_axis_jvp(indices, tx, _, *, axis, shape):
+    """``take_along_axis(dx, indices)``."""
+    return jnp.take_along_axis(tx, indices, axis=axis)
+
+
+def take_along_axis_vjp(indices, ct, *, axis, shape):
+    """Seed ``gather_backward``: ``ct`` scatter-added at the gathered positions (duplicates
+    accumulate), into ``arr`` broadcast against ``indices`` off ``axis`` (the mechanism sums the
+    broadcast dimensions back, torch's ``sum_to``)."""
+    target = ct.shape[:axis] + (shape[axis],) + ct.shape[axis + 1 :]
+    return P.scatter_add(target, P.scatter_coords(jnp.broadcast_to(indices, ct.shape), axis), ct), None
+
+
+take_along_axis_op = define_op("take_along_axis", lambda x, indices, *, axis, shape: jnp.take_along_axis(x, indices, axis=axis), take_along_axis_jvp, take_along_axis_vjp, lambda out, x, indices, **_: indices)
+
+
+def masked_fill_jvp(mask, tx, _, **__):
+    """``dx`` where the mask is false, 0 under it."""
+    return jnp.where(mask, 0, tx)
+
+
+def masked_fill_vjp(mask, ct, **_):
+    """Seed ``masked_fill`` backward: ``ct`` where the mask is false (the fill value is a
+    constant)."""
+    return jnp.where(mask, 0, ct), None
+
+
+masked_fill_op = define_op("masked_fill", lambda x, mask, *, value: jnp.where(mask, jnp.asarray(value, x.dtype), x), masked_fill_jvp, masked_fill_vjp, lambda out, x, mask, **_: mask)
+
+
+def pad_jvp(_, tx, *, widths, value):
+    """``pad(dx)`` (zero fill; a negative width crops)."""
+    return jax.lax.pad(tx, jnp.zeros((), tx.dtype), [(lo, hi, 0) for lo, hi in widths])
+
+
+def pad_vjp(_, ct, *, widths, value):
+    """Seed ``constant_pad_nd_backward``: ``ct`` padded by the negated widths (the interior slice
+    of ``ct`` for positive widths, zeros where a negative width cropped)."""
+    return (lax.pad(ct, jnp.zeros((), ct.dtype), [(-lo, -hi, 0) for lo, hi in widths]),)
+
+
 # widths of either sign: a negative width crops (torch's constant_pad_nd), which jaxrules.torch's pad uses
 pad_op = define_op("pad", lambda x, *, widths, value: jax.lax.pad(x, jnp.asarray(value, x.dtype), [(lo, hi, 0) for lo, hi in widths]),
-                   J.pad_jvp, R.pad_vjp, _save_nothing)
-split_op = define_op("split", lambda x, *, axis, sizes: tuple(jnp.split(x, list(itertools.accumulate(sizes))[:-1], axis=axis)), J.split_jvp, R.split_vjp, _save_nothing)
-unstack_op = define_op("unstack", lambda x, *, axis: tuple(jnp.moveaxis(x, axis, 0)), J.unstack_jvp, R.unstack_vjp, _save_nothing)
-block_diag_op = define_op("block_diag", lambda *xs, shapes: jax.scipy.linalg.block_diag(*xs), J.block_diag_jvp, R.block_diag_vjp, _save_nothing)
-tile_op = define_op("tile", lambda x, *, reps, shape: jnp.tile(x, reps), J.tile_jvp, R.tile_vjp, _save_nothing)
-repeat_op = define_op("repeat", lambda x, *, counts, axis: P.repeat_along(x, counts, axis), J.repeat_jvp, R.repeat_vjp, _save_nothing)
+                   pad_jvp, pad_vjp, _save_nothing)
+
+
+def split_jvp(_, tx, *, axis, sizes):
+    """The tangent split like ``x``."""
+    return tuple(jnp.split(tx, list(itertools.accumulate(sizes))[:-1], axis=axis))
+
+
+def _piece_shape(ct):
+    return next(c.shape for c in ct if c is not None)
+
+
+def split_vjp(_, ct, *, axis, sizes):
+    """Seed ``split_backward``: the cotangents concatenated (zeros for absent pieces)."""
+    dtype = next(c.dtype for c in ct if c is not None)
+    shape = lambda n: tuple(n if d == axis else s for d, s in enumerate(_piece_shape(ct)))  # noqa: E731
+    return (jnp.concatenate([jnp.zeros(shape(n), dtype) if c is None else c for c, n in zip(ct, sizes)], axis=axis),)
+
+
+split_op = define_op("split", lambda x, *, axis, sizes: tuple(jnp.split(x, list(itertools.accumulate(sizes))[:-1], axis=axis)), split_jvp, split_vjp, _save_nothing)
+
+
+def unstack_jvp(_, tx, *, axis):
+    """The tangent unstacked along ``axis``."""
+    return tuple(jnp.moveaxis(tx, axis, 0))
+
+
+def unstack_vjp(_, ct, *, axis):
+    """Seed ``unbind_backward``: the cotangents stacked (zeros for absent ones)."""
+    like = next(c for c in ct if c is not None)
+    return (jnp.stack([jnp.zeros_like(like) if c is None else c for c in ct], axis=axis),)
+
+
+unstack_op = define_op("unstack", lambda x, *, axis: tuple(jnp.moveaxis(x, axis, 0)), unstack_jvp, unstack_vjp, _save_nothing)
+
+
+def block_diag_jvp(_, *tangents, shapes):
+    """``block_diag`` of the tangents (zero blocks for absent ones)."""
+    dtype = _present_dtype(tangents)
+    return jax.scipy.linalg.block_diag(*(jnp.zeros(s, dtype) if t is None else t for t, s in zip(tangents, shapes)))
+
+
+def block_diag_vjp(_, ct, *, shapes):
+    """Seed ``block_diag_backward``: each input gets its diagonal block of ``ct``."""
+    out, row, col = [], 0, 0
+    for shape in shapes:
+        r, c = (1, shape[0]) if len(shape) == 1 else ((1, 1) if not shape else shape)
+        out.append(ct[row : row + r, col : col + c].reshape(shape))
+        row, col = row + r, col + c
+    return tuple(out)
+
+
+block_diag_op = define_op("block_diag", lambda *xs, shapes: jax.scipy.linalg.block_diag(*xs), block_diag_jvp, block_diag_vjp, _save_nothing)
+
+
+def tile_jvp(_, tx, *, reps, shape):
+    """``tile(dx, reps)``."""
+    return jnp.tile(tx, reps)
+
+
+def tile_vjp(_, ct, *, reps, shape):
+    """Seed ``repeat_backward`` (torch's ``repeat`` is numpy's ``tile``): the tiled copies summed."""
+    full = (1,) * (ct.ndim - len(shape)) + tuple(shape)
+    reps = (1,) * (ct.ndim - len(reps)) + tuple(reps)
+    split_shape = tuple(v for r, s in zip(reps, full) for v in (r, s))
+    sharding = explicit_sharding(ct)
+    spec = None if sharding is None else tuple(sharding.spec) + (None,) * ct.ndim
+    if spec is not None and all(e is None or r == 1 for r, e in zip(reps, spec)):
+        # An Explicit mesh: an axis not tiled keeps its sharding (the copies' axes have none)
+        out = jax.sharding.PartitionSpec(*(v for e in spec[: ct.ndim] for v in (None, e)))
+        split = lax.reshape(ct, split_shape, out_sharding=out)
+    else:
+        split = ct.reshape(split_shape)
+    summed = split.sum(axis=tuple(range(0, split.ndim, 2)))
+    return (summed.reshape(shape),)
+
+
+tile_op = define_op("tile", lambda x, *, reps, shape: jnp.tile(x, reps), tile_jvp, tile_vjp, _save_nothing)
+
+
+def repeat_jvp(_, tx, *, counts, axis):
+    """``repeat(dx, counts, axis)``."""
+    return P.repeat_along(tx, counts, axis)
+
+
+def repeat_vjp(_, ct, *, counts, axis):
+    """Seed ``repeat_interleave`` backward: each entry's copies summed."""
+    return (P.sum_repeats(ct, counts, axis),)
+
+
+repeat_op = define_op("repeat", lambda x, *, counts, axis: P.repeat_along(x, counts, axis), repeat_jvp, repeat_vjp, _save_nothing)
+
+
+def take_jvp(indices, tx, _, *, axis, shape):
+    """``take(dx, indices, axis)`` (``axis`` unsharded first under an ``Explicit`` mesh)."""
+    return jnp.take(unsharded_along(tx, (axis,)), indices, axis=axis)
+
+
+def take_vjp(indices, ct, *, axis, shape):
+    """Seed ``index_select_backward`` / ``take_backward``: ``ct`` scatter-added at the taken
+    positions (duplicates accumulate)."""
+    ct_moved = jnp.moveaxis(ct, tuple(range(axis, axis + indices.ndim)), tuple(range(indices.ndim)))
+    sharding = explicit_sharding(ct_moved)  # an Explicit mesh: the other axes as ct's, axis unsharded
+    spec = None if sharding is None else jax.sharding.PartitionSpec(
+        None, *(tuple(sharding.spec) + (None,) * ct.ndim)[indices.ndim:ct.ndim])
+    moved = jnp.zeros((shape[axis], *shape[:axis], *shape[axis + 1:]), ct.dtype, out_sharding=spec)
+    return jnp.moveaxis(moved.at[indices].add(ct_moved, out_sharding=spec), 0, axis), None
+
+
 take_op = define_op("take", lambda x, indices, *, axis, shape: jnp.take(unsharded_along(x, (axis,)), indices, axis=axis),
-                    J.take_jvp, R.take_vjp, lambda out, x, indices, **_: indices)
+                    take_jvp, take_vjp, lambda out, x, indices, **_: indices)
 
 
 def _masked_fill_array_jvp(mask, tx, _, tvalue):
     """``d value`` under the mask, ``dx`` elsewhere."""
     if tvalue is None:
-        return J.masked_fill_jvp(mask, tx, None)
+        return masked_fill_jvp(mask, tx, None)
     return jnp.where(mask, tvalue, 0 if tx is None else tx)
 
 

@@ -1,7 +1,7 @@
 """Sorting and order statistics with torch's conventions: ``sort``, ``argsort``, ``topk``,
 ``cummax``, ``cummin``, ``nanmedian`` and ``quantile`` (public through ``jaxrules.numpy``).
-Primal, residuals and record of each; the formulas are in ``jvp_rules`` / ``vjp_rules``
-(section "Sorting"), the selection rules in ``partials`` (same section).
+Primal, residuals, JVP and VJP formulas of each, side by side (gathered in ``jvp_rules`` /
+``vjp_rules``), the selection rules in ``partials.sorting``.
 
 torch 2.13's orders, checked on the CPU: NaN sorts after every number (first when descending,
 and as the largest for topk); sort (``stable=True``) keeps equal values in position order;
@@ -20,11 +20,9 @@ from jax import Array, lax
 from jax.typing import ArrayLike, DTypeLike
 
 from jaxrules import _validate as V
-from jaxrules import jvp_rules as J
 from jaxrules import partials as P
-from jaxrules import vjp_rules as R
 from jaxrules._namespace import exported_as
-from jaxrules.mechanism import define_op
+from jaxrules.mechanism import define_op, unsharded_along
 from jaxrules.ops.reductions import ValuesIndices, _real, nan_of_empty
 
 # ----------------------------------------------------------------------------------------------
@@ -49,18 +47,64 @@ def _quantile_primal(x, *, q, method, ignore_nan, shape):
     return P.lerp_selected(x, lo, hi, w), lo
 
 
-sort_op = define_op("sort", _sort_primal, J.sort_jvp, R.sort_vjp, _save_indices)
-topk_op = define_op("topk", _topk_primal, J.sort_jvp, R.sort_vjp, _save_indices)
+def sort_jvp(idx, tx, *, axis, **_):
+    """The tangent read at the selected indices, ``gather(t, axis, idx)`` (seed sort's and
+    topk's ``gather_with_keepdimed_indices``); the indices have no tangent. sort and topk."""
+    return jnp.take_along_axis(tx, idx, axis=axis), None
+
+
+def sort_vjp(idx, ct, *, axis, shape, **_):
+    """Seed ``value_selecting_reduction_backward(grad, dim, indices, sizes, keepdim=true)`` (sort
+    and topk in derivatives.yaml): each cotangent added at its entry's index."""
+    g, _ = ct
+    return (P.scatter_add(shape, P.scatter_coords(idx, axis), g),)
+
+
+sort_op = define_op("sort", _sort_primal, sort_jvp, sort_vjp, _save_indices)
+topk_op = define_op("topk", _topk_primal, sort_jvp, sort_vjp, _save_indices)
+
+
+# cummax/cummin's forward formula in derivatives.yaml, ``t.gather(axis, indices)`` (the transpose
+# of ``cummaxmin_backward``), is sort's.
+cummaxmin_jvp = sort_jvp
+
+
+# Seed ``cummaxmin_backward``, ``zeros.scatter_add(axis, indices, grad)`` (an entry that stays the
+# running extremum collects the cotangents of all the outputs it is), is sort's formula.
+cummaxmin_vjp = sort_vjp
+
+
 cummax_op = define_op(
-    "cummax", lambda x, *, axis, shape: P.cummaxmin_select(x, axis, largest=True), J.cummaxmin_jvp, R.cummaxmin_vjp,
+    "cummax", lambda x, *, axis, shape: P.cummaxmin_select(x, axis, largest=True), cummaxmin_jvp, cummaxmin_vjp,
     _save_indices,
 )
 cummin_op = define_op(
-    "cummin", lambda x, *, axis, shape: P.cummaxmin_select(x, axis, largest=False), J.cummaxmin_jvp, R.cummaxmin_vjp,
+    "cummin", lambda x, *, axis, shape: P.cummaxmin_select(x, axis, largest=False), cummaxmin_jvp, cummaxmin_vjp,
     _save_indices,
 )
+
+
+def quantile_jvp(res, tx, **_):
+    """``(1 - w) t[lo] + w t[hi]`` along the last axis: torch's quantile is ``lerp`` of two sorted
+    entries with a weight that depends on ``q`` and the count only (seed: the derivatives of
+    ``sort`` and ``lerp`` that torch's composite quantile chains); the indices have no tangent.
+    quantile and nanmedian."""
+    lo, hi, w = res
+    tx = unsharded_along(tx, (tx.ndim - 1,))  # an Explicit mesh: reads along the axis
+    return (1 - w) * jnp.take_along_axis(tx, lo, axis=-1) + w * jnp.take_along_axis(tx, hi, axis=-1), None
+
+
+def quantile_vjp(res, ct, *, shape, **_):
+    """The transpose of ``jvp_rules.quantile_jvp``: ``(1 - w) ct`` added at ``lo`` and ``w ct``
+    at ``hi`` (torch: ``lerp``'s backward then sort's ``value_selecting_reduction_backward``)."""
+    lo, hi, w = res
+    g, _ = ct
+    gx = P.scatter_add(shape, P.scatter_coords(lo, lo.ndim - 1), (1 - w) * g)
+    return (gx + P.scatter_add(shape, P.scatter_coords(hi, hi.ndim - 1), w * g),)
+
+
 quantile_op = define_op(
-    "quantile", _quantile_primal, J.quantile_jvp, R.quantile_vjp,
+    "quantile", _quantile_primal, quantile_jvp, quantile_vjp,
     lambda out, x, *, q, method, ignore_nan, shape: P.quantile_selection(x, q, method, ignore_nan),
 )
 

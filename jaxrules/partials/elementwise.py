@@ -14,7 +14,7 @@ __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>
     "abs2_reciprocal", "arctan2_factors", "clip_masks", "copysign_factor", "expand_reduced", "i1_factor",
     "i1e_factor", "logit_factor", "multigammaln_factor", "nan_factor", "pow_base_factor", "pow_exponent_factor",
     "pow_scalar_exponent_factor", "promoted", "promoted_dtype", "reduced_size", "safe_reciprocal", "sgn",
-    "sgn_parts", "sinc_derivative", "use_power_ops", "with_rank", "xlogy_factors"
+    "sgn_parts", "sinc_derivative", "terms", "times", "use_power_ops", "with_rank", "xlogy_factors"
 ]
 
 # ----------------------------------------------------------------------------------------------
@@ -40,6 +40,27 @@ def promoted(*args):
     produce, hence the same results under strict promotion."""
     dtype = promoted_dtype(*args)
     return tuple(jnp.asarray(a).astype(dtype) for a in args)
+
+
+# ----------------------------------------------------------------------------------------------
+# Tangents: a JVP formula's tangent is ``None`` where it is zero.
+
+
+def terms(*terms):
+    """Sum of the non-``None`` terms (a zero tangent contributes nothing, not ``0 * inf``);
+    ``None`` (zero) when there are none."""
+    present = [t for t in terms if t is not None]
+    if not present:
+        return None
+    out = present[0]
+    for t in present[1:]:
+        rank = max(out.ndim, t.ndim)
+        out = with_rank(out, rank) + with_rank(t, rank)
+    return out
+
+
+def times(factor, t):
+    return None if t is None else factor * t
 
 
 # ----------------------------------------------------------------------------------------------

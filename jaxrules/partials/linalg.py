@@ -17,10 +17,11 @@ from jaxrules.partials.elementwise import promoted_dtype, safe_reciprocal, with_
 from jaxrules.partials.reductions import prod_of_others
 
 __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
-    "apply_reflector", "band", "check_gauge", "cho_solve", "diag_embed", "diagonal", "gap_reciprocal",
-    "half_diagonal", "herm", "lu_adjoint", "lu_factor", "lu_parts", "lu_solve", "lu_tangent", "matmul",
-    "matmul_cotangents", "mH", "mT", "pack_lu", "pair_products", "permutation_rows", "permute_rows",
-    "pinv_adjoint", "pinv_tangent", "reflector", "reflector_sequence", "tri_solve", "unpack_lu", "unpermute_rows"
+    "apply_reflector", "band", "check_gauge", "cho_solve", "complement_adjoint", "complement_tangent", "diag_embed",
+    "diagonal", "gap_reciprocal", "half_diagonal", "herm", "lu_adjoint", "lu_factor", "lu_parts", "lu_solve",
+    "lu_tangent", "matmul", "matmul_cotangents", "mH", "mT", "pack_lu", "pair_products", "permutation_rows",
+    "permute_rows", "pinv_adjoint", "pinv_tangent", "reflector", "reflector_sequence", "tri_solve", "unpack_lu",
+    "unpermute_rows"
 ]
 
 # ----------------------------------------------------------------------------------------------
@@ -148,6 +149,24 @@ def check_gauge(im_diag, op):
         "multiplication by e^{i phi}; the loss depends on this phase, so its gradient is "
         "ill-defined (make the loss invariant, e.g. use abs(V) or V @ V^H).",
     )
+
+
+def complement_tangent(q, dq_head):
+    """Tangent of the extra (complement) columns ``Q_e`` of a complete orthonormal basis
+    ``[Q_k, Q_e]`` given ``dQ_k``: ``dQ_e = -Q_k dQ_k^H Q_e`` (the rotation that keeps the basis
+    orthonormal and does not mix the complement with itself). torch pads zeros here (then
+    ``d(Q_e Q_e^H) = 0``, which is wrong); this gauge gets every invariant of ``Q_e`` right."""
+    k = dq_head.shape[-1]
+    q_head, q_extra = q[..., :k], q[..., k:]
+    return jnp.concatenate([dq_head, -(q_head @ (mH(dq_head) @ q_extra))], axis=-1)
+
+
+def complement_adjoint(q, g, k):
+    """Adjoint of ``complement_tangent`` (torch's Hermitian convention) for a complete
+    basis ``q`` whose first ``k`` columns are the head: the head's cotangent becomes
+    ``g_k - Q_e g_e^H Q_k``; returns the head's cotangent only."""
+    q_head, q_extra = q[..., :k], q[..., k:]
+    return g[..., :k] - q_extra @ (mH(g[..., k:]) @ q_head)
 
 
 def lu_solve(lu, piv, b, trans=0):
