@@ -28,16 +28,20 @@ def _convolution_primal(x, w, b, *, stride, padding, dilation, groups):
     return P.conv(x, w, stride, padding, dilation, groups) + P.bias_view(b, x.ndim)
 
 
-def convolution_jvp(res, tx, tw, tb, *, stride, padding, dilation, groups):
-    """Seed ``convolution_jvp``: ``conv(dx, w) + conv(x, dw) + db``."""
+def _bilinear_jvp(conv, res, tx, tw, tb, conv_args):
+    """``conv(dx, w) + conv(x, dw) + db``: the JVP of ``conv(x, w) + b``, linear in each of x, w
+    and b (a ``None`` tangent contributes nothing)."""
     x, w = res
-    terms = []
-    if tx is not None:
-        terms.append(P.conv(tx, w, stride, padding, dilation, groups))
+    terms = [conv(tx, w, *conv_args)] if tx is not None else []
     if tw is not None:
-        terms.append(P.conv(x, tw, stride, padding, dilation, groups))
+        terms.append(conv(x, tw, *conv_args))
     out = P.terms(*terms) if terms else 0
     return out if tb is None else out + P.bias_view(tb, x.ndim)
+
+
+def convolution_jvp(res, tx, tw, tb, *, stride, padding, dilation, groups):
+    """Seed ``convolution_jvp``: ``conv(dx, w) + conv(x, dw) + db``."""
+    return _bilinear_jvp(P.conv, res, tx, tw, tb, (stride, padding, dilation, groups))
 
 
 def convolution_vjp(res, ct, *, stride, padding, dilation, groups):
@@ -61,14 +65,7 @@ def _conv_transpose_primal(x, w, b, *, stride, padding, dilation, groups):
 def conv_transpose_jvp(res, tx, tw, tb, *, stride, padding, dilation, groups):
     """Seed ``convolution_jvp`` with ``transposed=true``: ``conv_transpose(dx, w) +
     conv_transpose(x, dw) + db``."""
-    x, w = res
-    terms = []
-    if tx is not None:
-        terms.append(P.conv_transpose(tx, w, stride, padding, dilation, groups))
-    if tw is not None:
-        terms.append(P.conv_transpose(x, tw, stride, padding, dilation, groups))
-    out = P.terms(*terms) if terms else 0
-    return out if tb is None else out + P.bias_view(tb, x.ndim)
+    return _bilinear_jvp(P.conv_transpose, res, tx, tw, tb, (stride, padding, dilation, groups))
 
 
 def conv_transpose_vjp(res, ct, *, stride, padding, dilation, groups):

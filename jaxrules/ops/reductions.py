@@ -168,20 +168,28 @@ def std_vjp(res, ct, *, axis, keepdims, correction, **_):
 std_op = define_op("std", lambda x, *, axis, keepdims, correction: jnp.sqrt(_moments(x, axis, keepdims, correction)[0]), std_jvp, std_vjp, _save_centered)
 
 
+def _with_mean_jvp(first_jvp, res, t, axis, keepdims, correction):
+    """``(first_jvp, mean_jvp)``: the JVP of ``(var or std, mean)``."""
+    return (first_jvp(res, t, axis=axis, keepdims=keepdims, correction=correction),
+            jnp.mean(t, axis=axis, keepdims=keepdims))
+
+
+def _with_mean_vjp(first_vjp, res, ct, axis, keepdims, correction):
+    """``first_vjp(ct_first) + mean_vjp(ct_mean)``: the VJP of ``(var or std, mean)``."""
+    ct_first, ct_mean = ct
+    (g_first,) = first_vjp(res, ct_first, axis=axis, keepdims=keepdims, correction=correction)
+    (g_mean,) = mean_vjp(None, ct_mean, axis=axis, keepdims=keepdims, shape=res[0].shape)
+    return (g_first + g_mean,)
+
+
 def var_mean_jvp(res, t, *, axis, keepdims, correction, **_):
     """``(var_jvp, mean_jvp)`` (seed ``var_mean_backward``)."""
-    return (
-        var_jvp(res, t, axis=axis, keepdims=keepdims, correction=correction),
-        jnp.mean(t, axis=axis, keepdims=keepdims),
-    )
+    return _with_mean_jvp(var_jvp, res, t, axis, keepdims, correction)
 
 
 def var_mean_vjp(res, ct, *, axis, keepdims, correction, **_):
     """``var_vjp(ct_var) + mean_vjp(ct_mean)`` (seed ``var_mean_backward``)."""
-    ct_var, ct_mean = ct
-    (g_var,) = var_vjp(res, ct_var, axis=axis, keepdims=keepdims, correction=correction)
-    (g_mean,) = mean_vjp(None, ct_mean, axis=axis, keepdims=keepdims, shape=res[0].shape)
-    return (g_var + g_mean,)
+    return _with_mean_vjp(var_vjp, res, ct, axis, keepdims, correction)
 
 
 var_mean_op = define_op("var_mean", lambda x, *, axis, keepdims, correction: _moments(x, axis, keepdims, correction), var_mean_jvp, var_mean_vjp, _save_centered)
@@ -189,18 +197,12 @@ var_mean_op = define_op("var_mean", lambda x, *, axis, keepdims, correction: _mo
 
 def std_mean_jvp(res, t, *, axis, keepdims, correction, **_):
     """``(std_jvp, mean_jvp)`` (seed ``std_mean_backward``)."""
-    return (
-        std_jvp(res, t, axis=axis, keepdims=keepdims, correction=correction),
-        jnp.mean(t, axis=axis, keepdims=keepdims),
-    )
+    return _with_mean_jvp(std_jvp, res, t, axis, keepdims, correction)
 
 
 def std_mean_vjp(res, ct, *, axis, keepdims, correction, **_):
     """``std_vjp(ct_std) + mean_vjp(ct_mean)`` (seed ``std_mean_backward``)."""
-    ct_std, ct_mean = ct
-    (g_std,) = std_vjp(res, ct_std, axis=axis, keepdims=keepdims, correction=correction)
-    (g_mean,) = mean_vjp(None, ct_mean, axis=axis, keepdims=keepdims, shape=res[0].shape)
-    return (g_std + g_mean,)
+    return _with_mean_vjp(std_vjp, res, ct, axis, keepdims, correction)
 
 
 std_mean_op = define_op("std_mean", lambda x, *, axis, keepdims, correction: (
