@@ -96,10 +96,12 @@ record(
 
 
 def _torch_quantile(torch, x, q, axis=None, method="linear", keepdims=False):
-    if method == "inverted_cdf":  # torch has none: the sorted slice's entry at ceil(q n) - 1 (an int axis)
+    if method == "inverted_cdf":  # torch has none: the sorted slice's entry at ceil(q n) - 1 (an int axis), NaN
+        # for a slice with a NaN
         n = x.shape[axis]
         pos = np.clip(np.ceil(np.asarray(q, np.float64) * n) - 1, 0, n - 1).astype(np.int64)
         picked = torch.movedim(torch.sort(x, dim=axis).values.index_select(axis, torch.tensor(pos.ravel())), axis, 0)
+        picked = torch.where(torch.isnan(x).any(dim=axis), torch.nan, picked)  # torch.quantile's NaN rule
         if keepdims:  # x's axis kept with length 1, after q's
             picked = picked.unsqueeze(axis % x.ndim + 1)
         return picked.reshape(picked.shape[1:]) if np.ndim(q) == 0 else picked
