@@ -173,24 +173,26 @@ def wide_indices(indices):
     return indices.astype(jnp.int32) if jnp.dtype(indices.dtype).itemsize < 4 else indices
 
 
-def index_range(op: str, name: str, indices, size: int, *, allowed=None) -> None:
-    """Integer ``indices`` must lie in ``[0, size)`` (or equal ``allowed``, e.g. an
-    ``ignore_index``), torch's rule: ``ValueError`` naming ``op`` when they are concrete; when
-    traced a run-time check inside ``jaxrules.checked`` only (``checking.checked_only``; elsewhere
-    the op makes its result NaN)."""
+def index_range(op: str, name: str, indices, size: int, *, allowed=None, low: int = 0) -> None:
+    """Integer ``indices`` must lie in ``[low, size)`` (or equal ``allowed``, e.g. an
+    ``ignore_index``), torch's rule (``low`` is 0, or ``-size`` where negative indices count from
+    the end): ``ValueError`` naming ``op`` when they are concrete; when traced a run-time check
+    inside ``jaxrules.checked`` only (``checking.checked_only``; elsewhere the op makes its result
+    NaN)."""
 
     host = concrete_value(indices)
     if host is not None:
         host = np.asarray(host).astype(np.int64)
-        bad = (host < 0) | (host >= size)
+        bad = (host < low) | (host >= size)
         if allowed is not None:
             bad &= host != allowed
         if bad.any():
             ignored = "" if allowed is None else f" (or {allowed}, the ignored index)"
-            raise ValueError(f"{op}: {name} must lie in [0, {size}){ignored}, got {host[bad].ravel()[:5].tolist()}")
+            raise ValueError(f"{op}: {name} must lie in [{low}, {size}){ignored}, got "
+                             f"{host[bad].ravel()[:5].tolist()}")
         return
     wide = wide_indices(jnp.asarray(indices))
-    bad = (wide < 0) | (wide >= size)
+    bad = (wide < low) | (wide >= size)
     if allowed is not None:
         bad &= wide != allowed
-    checked_only(bad, f"{op}: {name} must lie in [0, {size}), got an index out of range (traced indices)")
+    checked_only(bad, f"{op}: {name} must lie in [{low}, {size}), got an index out of range (traced indices)")

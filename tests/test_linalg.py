@@ -495,6 +495,67 @@ def test_ormqr_of_an_empty_product_is_c_without_the_lapack_kernel(a, tau, c):
     np.testing.assert_array_equal(grads[2], 2 * args[2])
 
 
+# torch's OpInfo samples of ormqr: geqrf of (*batch, m, n) with m, n in {5, 2, 0}; here the
+# families with m < n or an empty dimension (the others are the records' and the tests' above).
+_ORMQR_BATCHES = [(), (0,), (2,), (2, 1)]
+_ORMQR_SHAPES = [(0, 0), (0, 2), (0, 5), (2, 0), (5, 0), (2, 5)]
+
+
+@pytest.mark.parametrize("batch", _ORMQR_BATCHES)
+@pytest.mark.parametrize("m, n", _ORMQR_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+def test_ormqr_of_empty_and_wide_reflectors_as_torch(batch, m, n, dtype):
+    """Value, VJP (``torch.autograd.grad``) and JVP (against torch's VJP: ``<g, J t> = <J^H g,
+    t>``; torch's ormqr has no forward AD) for every (left, transpose); zero-size gradients of
+    the arguments' shapes where the arguments are empty."""
+    gen = torch.Generator().manual_seed(m * 7 + n + len(batch))
+    reflectors, tau = torch.geqrf(torch.randn(*batch, m, n, dtype=dtype, generator=gen))
+    for left, transpose in ((True, False), (True, True), (False, False), (False, True)):
+        c = torch.randn(*batch, *((m, n) if left else (n, m)), dtype=dtype, generator=gen)
+        leaves = [t.clone().requires_grad_(True) for t in (reflectors, tau, c)]
+        expected = torch.ormqr(*leaves, left=left, transpose=transpose)
+        g = torch.randn(expected.shape, dtype=dtype, generator=gen)
+        expected_grads = torch.autograd.grad(expected, leaves, g, allow_unused=True)
+        expected_grads = [torch.zeros_like(x) if e is None else e for x, e in zip(leaves, expected_grads)]
+
+        def ours(*args, left=left, transpose=transpose):
+            return jrl.ormqr(*args, left=left, transpose=transpose)
+        args = [jnp.asarray(t.numpy()) for t in (reflectors, tau, c)]
+        value, pullback = jax.vjp(ours, *args)
+        assert value.shape == expected.shape
+        np.testing.assert_allclose(value, expected.detach().numpy(), rtol=1e-12, atol=1e-12)
+        # torch's gradient of a real loss is the conjugate of JAX's cotangent pullback
+        grads = pullback(jnp.conj(jnp.asarray(g.numpy())))
+        for ours_grad, theirs, arg in zip(grads, expected_grads, args):
+            assert ours_grad.shape == arg.shape
+            np.testing.assert_allclose(np.conj(ours_grad), theirs.numpy(), rtol=1e-10, atol=1e-12)
+        tangents = [jnp.asarray(torch.randn(t.shape, dtype=dtype, generator=gen).numpy()) for t in (reflectors, tau, c)]
+        _, jvp = jax.jvp(ours, args, tangents)
+        assert jvp.shape == expected.shape
+        lhs = np.real(np.vdot(g.numpy(), jvp))
+        rhs = sum(np.real(np.vdot(e.numpy(), t)) for e, t in zip(expected_grads, tangents))
+        np.testing.assert_allclose(lhs, rhs, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("a, tau, c, words", [
+    ((2, 5), (3,), (2, 2), ["ormqr", "tau", "k <= min(m, n)"]),
+    ((5, 2), (3,), (5, 2), ["ormqr", "tau", "k <= min(m, n)"]),
+    ((0, 2), (1,), (0, 2), ["ormqr", "tau", "k <= min(m, n)"]),
+    ((5, 2), (2,), (4, 2), ["ormqr", "other", "does not match"]),
+    ((3, 5, 2), (2, 2), (3, 5, 2), ["ormqr", "tau", "batch"]),
+    ((3, 5, 2), (3, 2), (2, 5, 2), ["ormqr", "other", "batch"]),
+    ((3, 5, 2), (3, 2), (5, 2), ["ormqr", "other", "batch"]),
+    ((3, 0, 2), (3, 0), (1, 0, 2), ["ormqr", "other", "batch"]),
+])
+def test_ormqr_refuses_the_shapes_torch_refuses(a, tau, c, words):
+    args = [np.ones(s) for s in (a, tau, c)]
+    with pytest.raises(RuntimeError, match="torch.ormqr"):
+        torch.ormqr(*map(torch.from_numpy, args))
+    with pytest.raises(ValueError) as info:
+        jrl.ormqr(*args)
+    assert all(w in str(info.value) for w in words), str(info.value)
+
+
 @pytest.mark.parametrize("axis", [(1, 2), (2, 1), (0, 2), (2, 0), (-1, -2)])
 @pytest.mark.parametrize("order", [1, -1, np.inf, -np.inf])
 def test_matrix_norm_takes_its_axes_in_the_order_given_as_torch_and_numpy(axis, order):

@@ -630,6 +630,55 @@ def test_gather_index_out_of_range_raises_eagerly_and_is_nan_under_jit(bad):
         jaxrules.torch.gather(x, 1, jnp.zeros((3, 1), jnp.int32))
 
 
+def test_take_along_dim_counts_negative_indices_from_the_end_along_dim_as_torch():
+    x = np.arange(12.0).reshape(3, 4)
+    for index, dim in (([[-1], [0], [-4]], 1), ([[0, -3, 2, -1]], 0), ([[-2, 3]], 1)):
+        _vjp_as_torch(lambda a: jaxrules.torch.take_along_dim(a, jnp.asarray(index), dim),
+                      lambda a: torch.take_along_dim(a, torch.tensor(index), dim), x)
+
+
+@pytest.mark.parametrize("index, dim, bound", [
+    ([[4], [0], [1]], 1, r"\[-4, 4\)"),
+    ([[-5], [0], [1]], 1, r"\[-4, 4\)"),
+    ([[0, 3, 1, 2]], 0, r"\[-3, 3\)"),
+    ([[7, 0, 0, 0]], -2, r"\[-3, 3\)"),
+    ([12, 0], None, r"\[0, 12\)"),
+    ([0, -1], None, r"\[0, 12\)"),
+])
+def test_take_along_dim_index_out_of_range_raises_eagerly_and_checked_and_is_nan_under_jit(index, dim, bound):
+    """torch 2.13 raises along the flattened input and, along ``dim``, takes the index modulo
+    the size (an entry of another position); here an error, and NaN under a plain ``jit``."""
+    x = np.arange(12.0).reshape(3, 4)
+    index = np.array(index)
+    if dim is None:
+        with pytest.raises(RuntimeError, match="out of bounds"):
+            torch.take_along_dim(torch.tensor(x), torch.tensor(index))
+    else:
+        size = x.shape[dim]
+        wrapped = torch.take_along_dim(torch.tensor(x), torch.tensor(index % size), dim)
+        torch.testing.assert_close(torch.take_along_dim(torch.tensor(x), torch.tensor(index), dim), wrapped)
+    with pytest.raises(ValueError, match=r"^take_along_dim: indices must lie in " + bound):
+        jaxrules.torch.take_along_dim(jnp.asarray(x), jnp.asarray(index), dim)
+    with pytest.raises(ValueError, match=r"^take_along_dim: indices must lie in " + bound + ".*out of range"):
+        jaxrules.checked(jax.jit(lambda a, i: jaxrules.torch.take_along_dim(a, i, dim)))(x, jnp.asarray(index))
+    taken = np.asarray(jax.jit(lambda a, i: jaxrules.torch.take_along_dim(a, i, dim))(x, jnp.asarray(index)))
+    size = x.size if dim is None else x.shape[dim]
+    bad = np.broadcast_to((index < (0 if dim is None else -size)) | (index >= size), taken.shape)
+    assert bad.any()
+    np.testing.assert_array_equal(np.isnan(taken), bad)
+    in_range = np.where(bad, 0, index)
+    expected = torch.take_along_dim(torch.tensor(x), torch.tensor(in_range), dim).numpy()
+    np.testing.assert_array_equal(taken[~bad], expected[~bad])
+
+
+def test_take_along_dim_from_an_empty_axis_is_nan_under_jit():
+    x, index = jnp.zeros((2, 0)), jnp.zeros((2, 1), jnp.int32)
+    with pytest.raises(ValueError, match=r"take_along_dim: indices must lie in \[0, 0\)"):
+        jaxrules.torch.take_along_dim(x, index, 1)
+    assert np.isnan(jax.jit(lambda a, i: jaxrules.torch.take_along_dim(a, i, 1))(x, index)).all()
+    assert jaxrules.torch.take_along_dim(x, jnp.zeros((2, 0), jnp.int32), 1).shape == (2, 0)
+
+
 @pytest.mark.parametrize("call, torch_call", [
     (lambda m: jaxrules.torch.gather(jnp.ones(()), 1, jnp.array([0])), lambda: torch.gather(torch.ones(()), 1,
                                                                                               torch.tensor([0]))),

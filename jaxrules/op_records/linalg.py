@@ -550,5 +550,7 @@ record(
     "ormqr", fn=ormqr, public=("jaxrules.linalg.ormqr",), formula_ops=("ormqr",), seed=("ormqr_backward",),
     samples=_ormqr_samples,
     torch_fn=lambda torch, a, tau, c, left=True, transpose=False: torch.ormqr(a, tau, c, left, transpose),
-    torch_name="torch.ormqr", dtypes=_C, deviations="Differentiable (JAX has no derivative rule for it).",
+    torch_name="torch.ormqr", dtypes=_C,
+    deviations="Differentiable (JAX has no derivative rule for it). tau may hold k < min(m, n) scales: Q is the "
+               "product of the first k reflectors (LAPACK's ormqr; torch 2.13 requires k = min(m, n)).",
 )

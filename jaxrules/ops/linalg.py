@@ -2008,9 +2008,11 @@ def ormqr(input: ArrayLike, tau: ArrayLike, other: ArrayLike, left: bool = True,
     ``ormqr_backward``). Mirrors ``torch.ormqr``.
 
     Args:
-        input: the reflectors (..., m, n), m >= n, as ``householder_product``'s.
-        tau: the scales (..., k), k <= n.
-        other: C, (..., m, p) when ``left``, else (..., p, m).
+        input: the reflectors (..., m, n): ``v_i`` is column i below the diagonal with an
+            implicit 1 on it (as ``torch.geqrf`` returns, also for m < n).
+        tau: the scales (..., k), k <= min(m, n): Q is the product of the first k reflectors
+            (torch requires k == min(m, n)).
+        other: C, (..., m, p) when ``left``, else (..., p, m), with input's batch dimensions.
         left: multiply from the left (``op(Q) C``) or from the right (``C op(Q)``).
         transpose: use ``Q^H`` instead of Q.
 
@@ -2018,11 +2020,22 @@ def ormqr(input: ArrayLike, tau: ArrayLike, other: ArrayLike, left: bool = True,
         The product, of ``other``'s shape, in the common dtype.
 
     Raises:
-        ValueError: when ``other`` has rank < 2 (as torch) or the shapes do not match.
+        ValueError: when ``other`` has rank < 2 (as torch), k > min(m, n) or the shapes do not
+            match.
     """
-    a, tau = _reflectors("ormqr", input, tau)
+    a = _matrix("ormqr", "input", input)
+    tau = _matrix("ormqr", "tau", tau, min_ndim=1)
     c = _matrix("ormqr", "other", other)
     a, tau, c = _same_dtype(a, tau, c)
-    if c.shape[-2 if left else -1] != a.shape[-2]:
+    (m, n), k = a.shape[-2:], tau.shape[-1]
+    if tau.shape[:-1] != a.shape[:-2] or c.shape[:-2] != a.shape[:-2]:
+        raise ValueError(f"ormqr: the batch dimensions of tau {tau.shape} and other {c.shape} must equal "
+                         f"those of input {a.shape}")
+    if c.shape[-2 if left else -1] != m:
         raise ValueError(f"ormqr: other of shape {c.shape} does not match input of shape {a.shape}")
+    if k > min(m, n):
+        raise ValueError(f"ormqr: tau (..., k) must have k <= min(m, n) for input (..., m, n), got {tau.shape} "
+                         f"and {a.shape}")
+    # Q is built from the first k columns only: with them, the reflectors are (..., m, k), m >= k.
+    a = a[..., :k] if m < n else a
     return ormqr_op(a, tau, c, left=bool(left), transpose=bool(transpose))

@@ -456,11 +456,33 @@ def repeat_interleave(input, repeats, dim=None, *, output_size=None):
 
 def take_along_dim(input, indices, dim=None, *, out=None):
     """``input``'s entries at ``indices`` along ``dim`` (flattened if None); mirrors
-    ``torch.take_along_dim``."""
+    ``torch.take_along_dim``: along ``dim`` an index lies in ``[-n, n)``, a negative one counting
+    from the end; of the flattened input (``dim=None``) in ``[0, numel)``. An index outside is a
+    ``ValueError`` (concrete indices; traced ones inside ``jaxrules.checked``) and NaN under a
+    plain ``jit``, never an entry of another position (torch 2.13 takes an index along ``dim``
+    modulo n; docs/differences.md, Errors)."""
     _no_out("take_along_dim", out)
+    x, idx = jnp.asarray(input), jnp.asarray(indices)
+    integer = jnp.issubdtype(idx.dtype, jnp.integer)
     if dim is None:
-        return _np.take_along_axis(jnp.ravel(input), jnp.ravel(indices), axis=0)
+        x, idx = jnp.ravel(x), jnp.ravel(idx)
+        if integer:
+            idx = _in_range_or_past_end("take_along_dim", "indices", idx, x.size)
+        return _past_end_is_nan(x, idx, _np.take_along_axis(x, idx, axis=0))
+    if integer and isinstance(dim, int | np.integer) and not isinstance(dim, bool) and -x.ndim <= dim < x.ndim \
+            and idx.ndim == x.ndim:
+        size = x.shape[dim]
+        _V.index_range("take_along_dim", "indices", idx, size, low=-size)
+        return _past_end_is_nan(x, idx, _np.take_along_axis(x, idx, axis=dim, wrap_negative_indices=True))
     return _np.take_along_axis(input, indices, axis=dim)
+
+
+def _past_end_is_nan(x, idx, taken):
+    """``taken`` (an inexact gather from ``x`` at ``idx``) is NaN where ``x`` has nothing to take
+    from along the axis (jax.numpy gives zeros there): every such index is out of range."""
+    if x.size == 0 and idx.size != 0 and jnp.issubdtype(taken.dtype, jnp.inexact):
+        return jnp.full_like(taken, jnp.nan)
+    return taken
 
 
 def gather(input, dim, index, *, sparse_grad=False, out=None):
