@@ -280,21 +280,12 @@ def _rows_batch(primal):
 def layer_norm_rows_jvp(res, tx, tw, tb, *, eps, launch):
     """Layer norm over the last axis with the affine inside (the fused kernel's op), for the
     outputs ``(y, mean, rstd)``: ``dmean = E[dx]``, ``drstd = -rstd^2 E[x_hat dx]``,
-    ``dy = rstd (dx - dmean - x_hat E[x_hat dx]) w + x_hat dw + db`` (seed ``layer_norm_jvp``)."""
+    ``dy = rstd (dx - dmean - x_hat E[x_hat dx]) w + x_hat dw + db`` (seed ``layer_norm_jvp``):
+    ``affine_normalize_jvp`` over the last axis, its statistics per row."""
     x, w, mean, rstd = res
-    stat = rstd.dtype
-    xhat = (x.astype(stat) - mean[:, None]) * rstd[:, None]
-    dy, dmean, drstd = [], 0, 0
-    if tx is not None:
-        t = tx.astype(stat)
-        dmean, c = t.mean(-1), (xhat * t).mean(-1)
-        dy.append(rstd[:, None] * (t - dmean[:, None] - xhat * c[:, None]) * P.with_rank(w.astype(stat), t.ndim))
-        drstd = -rstd * rstd * c
-    if tw is not None:
-        dy.append(xhat * P.with_rank(tw.astype(stat), x.ndim))
-    if tb is not None:
-        dy.append(jnp.broadcast_to(tb.astype(stat), x.shape))
-    return P.terms(*dy), dmean, drstd
+    dy, dmean, drstd = affine_normalize_jvp((x, w, mean[:, None], rstd[:, None]), tx, tw, tb, axes=(-1,), eps=eps,
+                                            axis_name=None)
+    return dy, (0 if dmean is None else dmean[:, 0]), (0 if drstd is None else drstd[:, 0])
 
 
 def layer_norm_rows_reference_vjp(res, ct, eps, launch):
