@@ -75,7 +75,8 @@ def test_the_gradient_check_flags_a_different_model(change):
 
 def test_ablation_swaps_each_piece_into_the_plain_side_alone(capsys):
     """``--ablate``: plain JAX, jaxrules, and plain JAX with one jaxrules function at a time; each
-    swapped side runs jaxrules' op it names and no other."""
+    swapped side has jaxrules' function it names and plain JAX's others, and traces another program
+    than plain JAX's."""
     rows = models.main(["--quick", "--models", "unet", "--ablate", "unet", "--repeats", "2", "--calls", "1",
                         "--workers", "2"])
     sides = [r["side"] for r in rows]
@@ -92,8 +93,7 @@ def test_ablation_swaps_each_piece_into_the_plain_side_alone(capsys):
             others = [p for p in models.PIECES["unet"] if f"plain+{p}" != name]
             assert getattr(nn_, name[6:]) is getattr(models.jaxrules.nn, name[6:])
             assert all(getattr(nn_, p) is getattr(models.PLAIN_NN, p) for p in others)
-            assert "custom_jvp" in jaxprs[name] and jaxprs[name] != jaxprs["plain JAX"], name
-    assert "custom_jvp" not in jaxprs["plain JAX"]
+            assert jaxprs[name] != jaxprs["plain JAX"], name  # the swapped function traces another program
 
 
 def test_the_direct_statistics_side_traces_the_two_pass_forms():
