@@ -97,8 +97,9 @@ def test_ablation_swaps_each_piece_into_the_plain_side_alone(capsys):
 
 
 def test_the_direct_statistics_side_traces_the_two_pass_forms():
-    """Under ``_direct_statistics(True)`` a group norm of 64 MiB (one-pass statistics by default on
-    a GPU) traces no variadic reduction, and the thresholds come back afterwards."""
+    """Under ``_direct_statistics(True)`` ``direct_forms`` picks the direct (two-pass) statistics
+    for a group norm of 64 MiB (one-pass by default on a GPU), and afterwards the thresholds and
+    the default choice come back."""
     from jaxrules.partials import normalization
 
     x = jax.ShapeDtypeStruct((64, 64, 64, 64), jax.numpy.float32)  # 64 MiB

@@ -60,6 +60,7 @@ def terms(*terms):
 
 
 def times(factor, t):
+    """``factor * t``; ``None`` (zero) for a ``None`` tangent."""
     return None if t is None else factor * t
 
 

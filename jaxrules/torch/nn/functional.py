@@ -380,10 +380,11 @@ def pdist(input, p=2):
 
 def _unbatched(n, fn, input, *args):
     """``fn`` on a batch of one where ``input`` is an unbatched ``(C, *spatial)`` array of rank
-    ``n + 1`` (torch's convolutions take both ranks), the batch dim dropped from the result."""
+    ``n + 1`` (torch's convolutions and max pooling take both ranks), the batch dim dropped from
+    the result (from each of its arrays: max pooling's values and indices)."""
     x = jnp.asarray(input)
     if x.ndim == n + 1:
-        return fn(x[None], *args)[0]
+        return jax.tree.map(lambda o: o[0], fn(x[None], *args))
     return fn(x, *args)
 
 
@@ -459,16 +460,9 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 
 
 def _max(n, op, fn, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
-    """torch's max pooling: an unbatched ``(C, *spatial)`` input of rank ``n + 1`` is pooled as a
-    batch of one, the batch dim dropped from the values (and the indices)."""
+    """torch's max pooling, of a batched or an unbatched ``(C, *spatial)`` input (``_unbatched``)."""
     e = lambda v: _expand(v, n)  # noqa: E731
-    x = jnp.asarray(input)
-    unbatched = x.ndim == n + 1
-    out = fn(x[None] if unbatched else x, e(kernel_size), e(stride), e(padding), e(dilation), ceil_mode,
-             return_indices)
-    if not unbatched:
-        return out
-    return tuple(o[0] for o in out) if return_indices else out[0]
+    return _unbatched(n, fn, input, e(kernel_size), e(stride), e(padding), e(dilation), ceil_mode, return_indices)
 
 
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
