@@ -8,6 +8,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from jaxrules.mechanism import explicit_sharding
 from jaxrules.partials.elementwise import promoted_dtype, safe_reciprocal, with_rank
 
 __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
@@ -344,7 +345,9 @@ def lce_backward(x, weight, bias, target, class_weight, lse, a, b, e, *, chunk):
             g = g - e[:, None] * _chunk_weights(class_weight, start, size, g)[None, :]
         gc = g.astype(x.dtype)
         dx = jax.lax.dot_general(gc, rows, (((1,), (0,)), ((), ())), preferred_element_type=acc)
-        dw = jax.lax.dot_general(gc, x, (((0,), (0,)), ((), ())), preferred_element_type=acc).astype(weight.dtype)
+        # (the tokens, contracted here, may be sharded under an Explicit mesh: dW takes W's sharding)
+        dw = jax.lax.dot_general(gc, x, (((0,), (0,)), ((), ())), preferred_element_type=acc,
+                                 out_sharding=explicit_sharding(weight, x)).astype(weight.dtype)
         db = None if bias is None else jnp.sum(g, axis=0).astype(bias.dtype)
         return dx, dw, db
 
