@@ -59,8 +59,8 @@ on a GPU, the time per kernel category and the top kernels by device time
 (``benchmarks/device_timeline.py``). ``--ablate POINT`` says which of jaxrules' pieces costs the
 time at one point: it times, in one process, plain JAX, jaxrules, and plain JAX with each of
 jaxrules' ``nn`` functions the model calls swapped in alone (``PIECES``), plain JAX with
-jaxrules' ``numpy`` only, and jaxrules with every normalization on the direct (two-pass)
-statistics whatever its size.
+jaxrules' ``numpy`` only, jaxrules with each of those functions swapped out alone, and jaxrules
+with every normalization on the direct (two-pass) statistics whatever its size.
 
     PYTHONPATH=. python benchmarks/models.py --out models.json            # the full grid (a GPU)
     PYTHONPATH=. python benchmarks/models.py --models gpt --profile gpt-768
@@ -556,13 +556,19 @@ PIECES = {"gpt": ("layer_norm", "scaled_dot_product_attention", "gelu", "cross_e
 
 def ablation_sides(model: str) -> dict:
     """``label -> (np_, nn_)``: plain JAX, jaxrules, plain JAX with one ``jaxrules.nn`` function of
-    ``PIECES[model]`` in place of its own (``plain+NAME``), and plain JAX with ``jaxrules.numpy``."""
+    ``PIECES[model]`` in place of its own (``plain+NAME``), plain JAX with ``jaxrules.numpy``, and
+    jaxrules with plain JAX's function in place of one of its own (``jaxrules-NAME``: what a piece
+    costs beside the others, where pieces interact)."""
     plain_np, plain_nn = SIDES["plain JAX"]
+    ours_np, ours_nn = SIDES["jaxrules"]
     sides = {"plain JAX": SIDES["plain JAX"], "jaxrules": SIDES["jaxrules"]}
     for name in PIECES[model]:
-        swapped = types.SimpleNamespace(**{**vars(plain_nn), name: getattr(jaxrules.nn, name)})
+        swapped = types.SimpleNamespace(**{**vars(plain_nn), name: getattr(ours_nn, name)})
         sides[f"plain+{name}"] = (plain_np, swapped)
-    sides["plain+numpy"] = (jaxrules.numpy, plain_nn)
+    sides["plain+numpy"] = (ours_np, plain_nn)
+    for name in PIECES[model]:
+        removed = types.SimpleNamespace(**{**vars(ours_nn), name: getattr(plain_nn, name)})
+        sides[f"jaxrules-{name}"] = (ours_np, removed)
     return sides
 
 

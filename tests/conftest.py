@@ -1,5 +1,8 @@
+import importlib.util
 import os
 import tempfile
+
+import jax
 
 from jaxrules.cli import configure_check_process
 
@@ -18,6 +21,28 @@ configure_check_process()  # before JAX's backend starts: XLA reads its flags on
 # optimization passes go off for them too (the notebook's kernel: 44 -> 34 CPU s; the forced-device
 # workers that replace XLA_FLAGS call ``configure_check_process`` or ``use_fast_compile_flags``).
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+
+
+def _default_backend_is_a_gpu() -> bool:
+    """Without starting a backend (some tests configure the CPU's device count before it starts):
+    ``JAX_PLATFORMS``' first entry, else whether a CUDA plugin is installed."""
+    platforms = os.environ.get("JAX_PLATFORMS", "").strip()
+    if platforms:
+        return platforms.split(",")[0] in ("cuda", "gpu", "rocm")
+    try:
+        return any(importlib.util.find_spec(f"jax_plugins.xla_{cuda}") for cuda in ("cuda12", "cuda13"))
+    except ModuleNotFoundError:
+        return False
+
+
+# On a GPU JAX's default precision runs float32 matmuls and convolutions in TF32 (a 10-bit
+# mantissa). The tests compare the formulas with float64 references at float32's tolerance, so
+# there they ask for full float32 products: a setting of the platform, not of the formulas (the
+# ``check`` keeps JAX's default; records that need it allow TF32's error). The processes the tests
+# start inherit it through the environment.
+if _default_backend_is_a_gpu():
+    os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+    jax.config.update("jax_default_matmul_precision", os.environ["JAX_DEFAULT_MATMUL_PRECISION"])
 
 
 # The longest items (pytest --durations on 2 cores: 20-66 s each) start first, then the registry's

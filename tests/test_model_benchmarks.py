@@ -74,14 +74,14 @@ def test_the_gradient_check_flags_a_different_model(change):
 
 
 def test_ablation_swaps_each_piece_into_the_plain_side_alone(capsys):
-    """``--ablate``: plain JAX, jaxrules, and plain JAX with one jaxrules function at a time; each
-    swapped side has jaxrules' function it names and plain JAX's others, and traces another program
-    than plain JAX's."""
+    """``--ablate``: plain JAX, jaxrules, plain JAX with one jaxrules function at a time and
+    jaxrules without one; each swapped side has the function it names from the other side and its
+    own others, and traces another program than its own side's."""
     rows = models.main(["--quick", "--models", "unet", "--ablate", "unet", "--repeats", "2", "--calls", "1",
                         "--workers", "2"])
     sides = [r["side"] for r in rows]
     assert sides == ["plain JAX", "jaxrules", *(f"plain+{n}" for n in models.PIECES["unet"]), "plain+numpy",
-                     models.DIRECT_STATISTICS]
+                     *(f"jaxrules-{n}" for n in models.PIECES["unet"]), models.DIRECT_STATISTICS]
     assert all(r["ms"] > 0 and r["speedup"] > 0 for r in rows)
     assert "| plain+group_norm |" in capsys.readouterr().out
     point = next(p for p in models.points(["unet"], quick=True))
@@ -94,6 +94,11 @@ def test_ablation_swaps_each_piece_into_the_plain_side_alone(capsys):
             assert getattr(nn_, name[6:]) is getattr(models.jaxrules.nn, name[6:])
             assert all(getattr(nn_, p) is getattr(models.PLAIN_NN, p) for p in others)
             assert jaxprs[name] != jaxprs["plain JAX"], name  # the swapped function traces another program
+        if name.startswith("jaxrules-"):
+            others = [p for p in models.PIECES["unet"] if f"jaxrules-{p}" != name]
+            assert getattr(nn_, name[9:]) is getattr(models.PLAIN_NN, name[9:])
+            assert all(getattr(nn_, p) is getattr(models.jaxrules.nn, p) for p in others)
+            assert jaxprs[name] != jaxprs["jaxrules"], name
 
 
 def test_the_direct_statistics_side_traces_the_two_pass_forms():

@@ -88,8 +88,8 @@ record(
     public=("jaxrules.nn.scaled_dot_product_attention(impl='pallas')",), formula_ops=("nested_attention_fused",),
     seed=("(flash attention's forward and backward kernels)",), samples=_kernel_attention_samples,
     torch_fn=_torch_attention, torch_name="torch.nn.functional.scaled_dot_product_attention",
-    # the kernels' float32 dots run in TF32 on a GPU (10-bit mantissa): 4.8e-4 on the H100 (stop
-    # 18's GPU check), above the default 2e-4; the nested kernel records allow 2e-3 likewise
+    # the kernels' float32 dots run in TF32 on a GPU (10-bit mantissa): errors of 4.8e-4 were
+    # seen on an H100, above the default 2e-4; the nested kernel records allow 2e-3 likewise
     low_precision=("float32", "bfloat16"), tolerance={"bfloat16": 0.1, "float32": 2e-3},
     no_empty="the kernels need L >= 1 and E >= 16 (the XLA record checks zero sizes)",
     batching="vmapped formulas (the kernels under jax.vmap)",
