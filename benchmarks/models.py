@@ -60,7 +60,8 @@ on a GPU, the time per kernel category and the top kernels by device time
 time at one point: it times, in one process, plain JAX, jaxrules, and plain JAX with each of
 jaxrules' ``nn`` functions the model calls swapped in alone (``PIECES``), plain JAX with
 jaxrules' ``numpy`` only, jaxrules with each of those functions swapped out alone, and jaxrules
-with every normalization on the direct (two-pass) statistics whatever its size.
+with every normalization on the direct (two-pass), then on the one-pass statistics whatever its
+size.
 
     PYTHONPATH=. python benchmarks/models.py --out models.json            # the full grid (a GPU)
     PYTHONPATH=. python benchmarks/models.py --models gpt --profile gpt-768
@@ -572,32 +573,38 @@ def ablation_sides(model: str) -> dict:
     return sides
 
 
-DIRECT_STATISTICS = "jaxrules, direct statistics"
+STATISTICS_SIDES = {"jaxrules+direct statistics": True, "jaxrules+one-pass statistics": False}
 
 
 @contextlib.contextmanager
-def _direct_statistics(on: bool):
-    """While tracing: every normalization takes the direct (two-pass) statistics' forms whatever
-    its size (``jaxrules.partials.normalization.direct_forms``' thresholds out of reach)."""
-    saved = normalization.ONE_PASS_BYTES, normalization.ONE_PASS_MIN_BYTES
-    if on:
-        normalization.ONE_PASS_BYTES = normalization.ONE_PASS_MIN_BYTES = math.inf
+def _statistics_forms(direct: bool | None):
+    """While tracing: every normalization takes the direct (two-pass, ``direct=True``) or the
+    one-pass (``False``) statistics' forms whatever its size, in place of
+    ``jaxrules.partials.normalization.direct_forms``' rule (``None``: the rule)."""
+    rule = normalization.direct_forms
+    if direct is not None:
+        normalization.direct_forms = lambda x, axes: direct
     try:
         yield
     finally:
-        normalization.ONE_PASS_BYTES, normalization.ONE_PASS_MIN_BYTES = saved
+        normalization.direct_forms = rule
 
 
-def ablate(point: Point, repeats: int, calls: int, workers: int) -> list[dict]:
-    """Each of ``ablation_sides(point.model)``, and jaxrules with the direct statistics' forms
-    (``DIRECT_STATISTICS``), compiled (in ``workers`` threads) and timed interleaved in this
+def ablate(point: Point, repeats: int, calls: int, workers: int, only=None) -> list[dict]:
+    """Each of ``ablation_sides(point.model)``, and jaxrules with each statistics' form everywhere
+    (``STATISTICS_SIDES``), compiled (in ``workers`` threads) and timed interleaved in this
     process: ``[{"side", "ms", "speedup" (plain JAX's ms / this side's), "temp_bytes"}]``, printed
-    as a table."""
+    as a table. ``only`` (labels) keeps plain JAX and those sides."""
     shapes = abstract_inputs(point)
-    sides = {**ablation_sides(point.model), DIRECT_STATISTICS: SIDES["jaxrules"]}
+    sides = {**ablation_sides(point.model), **dict.fromkeys(STATISTICS_SIDES, SIDES["jaxrules"])}
+    if only is not None:
+        unknown = set(only) - set(sides)
+        if unknown:
+            raise ValueError(f"ablate: unknown sides {sorted(unknown)}; the sides are {list(sides)}")
+        sides = {label: ns for label, ns in sides.items() if label == "plain JAX" or label in only}
     lowered = []
     for label, ns in sides.items():
-        with _direct_statistics(label == DIRECT_STATISTICS):
+        with _statistics_forms(STATISTICS_SIDES.get(label)):
             lowered.append(step(point, *ns).lower(*shapes))
     with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
         compiled = dict(zip(sides, pool.map(lambda low: low.compile(), lowered)))
@@ -700,6 +707,7 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--profile", metavar="POINT", help="profile one point (a substring of its id) instead")
     parser.add_argument("--ablate", metavar="POINT",
                         help="time one point (a substring of its id), each jaxrules piece alone in plain JAX, instead")
+    parser.add_argument("--sides", help="with --ablate: only plain JAX and these sides (comma-separated labels)")
     parser.add_argument("--points", help="only the points whose id contains one of these (comma-separated substrings)")
     args = parser.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -723,7 +731,8 @@ def main(argv=None) -> list[dict]:
         if args.profile:
             profile(matches[0])
             return []
-        return ablate(matches[0], args.repeats, args.calls, args.workers)
+        only = None if args.sides is None else [w.strip() for w in args.sides.split(",") if w.strip()]
+        return ablate(matches[0], args.repeats, args.calls, args.workers, only)
     compiled = compile_all(pts, args.workers)
     rows = []
     for point, programs in zip(pts, compiled):

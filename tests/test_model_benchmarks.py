@@ -81,7 +81,7 @@ def test_ablation_swaps_each_piece_into_the_plain_side_alone(capsys):
                         "--workers", "2"])
     sides = [r["side"] for r in rows]
     assert sides == ["plain JAX", "jaxrules", *(f"plain+{n}" for n in models.PIECES["unet"]), "plain+numpy",
-                     *(f"jaxrules-{n}" for n in models.PIECES["unet"]), models.DIRECT_STATISTICS]
+                     *(f"jaxrules-{n}" for n in models.PIECES["unet"]), *models.STATISTICS_SIDES]
     assert all(r["ms"] > 0 and r["speedup"] > 0 for r in rows)
     assert "| plain+group_norm |" in capsys.readouterr().out
     point = next(p for p in models.points(["unet"], quick=True))
@@ -101,15 +101,27 @@ def test_ablation_swaps_each_piece_into_the_plain_side_alone(capsys):
             assert jaxprs[name] != jaxprs["jaxrules"], name
 
 
-def test_the_direct_statistics_side_traces_the_two_pass_forms():
-    """Under ``_direct_statistics(True)`` ``direct_forms`` picks the direct (two-pass) statistics
-    for a group norm of 64 MiB (one-pass by default on a GPU), and afterwards the thresholds and
-    the default choice come back."""
+@pytest.mark.parametrize("direct", [True, False])
+def test_the_statistics_sides_trace_one_form_whatever_the_size(direct):
+    """Under ``_statistics_forms(direct)`` ``direct_forms`` gives ``direct`` for a small layer norm
+    (direct by the rule) and for 16384 rows of 64 MiB (one-pass by the rule); afterwards the rule
+    comes back."""
     from jaxrules.partials import normalization
 
-    x = jax.ShapeDtypeStruct((64, 64, 64, 64), jax.numpy.float32)  # 64 MiB
-    assert not normalization.direct_forms(x, (2, 3))
-    saved = normalization.ONE_PASS_BYTES
-    with models._direct_statistics(True):
-        assert normalization.direct_forms(x, (2, 3))
-    assert normalization.ONE_PASS_BYTES == saved and not normalization.direct_forms(x, (2, 3))
+    small = jax.ShapeDtypeStruct((8, 32), jax.numpy.float32)
+    many_rows = jax.ShapeDtypeStruct((16384, 1024), jax.numpy.float32)
+    rule = normalization.direct_forms
+    assert rule(small, (-1,)) and not rule(many_rows, (-1,))
+    with models._statistics_forms(direct):
+        assert normalization.direct_forms(small, (-1,)) == normalization.direct_forms(many_rows, (-1,)) == direct
+    assert normalization.direct_forms is rule
+
+
+def test_ablation_sides_can_be_chosen():
+    """``--sides`` keeps plain JAX and the named sides, in the ablation's order; an unknown label
+    is a ValueError that lists the sides."""
+    argv = ["--quick", "--models", "unet", "--ablate", "unet", "--repeats", "1", "--calls", "1", "--workers", "2"]
+    rows = models.main([*argv, "--sides", "jaxrules+one-pass statistics,jaxrules"])
+    assert [r["side"] for r in rows] == ["plain JAX", "jaxrules", "jaxrules+one-pass statistics"]
+    with pytest.raises(ValueError, match="unknown sides.*plain\\+group_norm"):
+        models.main([*argv, "--sides", "jaxrules+welford"])

@@ -59,7 +59,7 @@ def test_a_gpu_lowering_takes_one_pass_and_a_cpu_lowering_two():
     (count, mean, M2); for the CPU in two single reductions."""
     from jaxrules.nn import layer_norm
 
-    x = jax.ShapeDtypeStruct((2048, P.ONE_PASS_BYTES // 2048 // 4), jnp.float32)  # not small: one pass on a GPU
+    x = jax.ShapeDtypeStruct((16384, 1024), jnp.float32)  # many rows: one pass on a GPU
     f = jax.jit(lambda x: layer_norm(x, x.shape[-1], impl="xla"))
     cuda = f.trace(x).lower(lowering_platforms=("cuda",)).as_text()
     cpu = f.trace(x).lower(lowering_platforms=("cpu",)).as_text()
@@ -72,16 +72,17 @@ def test_a_gpu_lowering_takes_one_pass_and_a_cpu_lowering_two():
 @pytest.mark.parametrize("direct", [True, False])
 def test_both_forms_of_the_backward_sums_stay_precise_under_a_large_offset(direct, monkeypatch):
     """``projection_means``' ``E[v (x - mean)]``, centered on the mean (small arrays) or summed
-    over x minus each row's first element (``ONE_PASS_BYTES`` 0: every array): float32
+    over x minus each row's first element (``direct_forms`` replaced by False: every array): float32
     rows near 4096 on a grid of 1/4 (exact means) within 1e-6 of float64, where the unshifted
     ``E[v x] - mean E[v]`` (torch's kernels' form) is off by more."""
     from jaxrules.partials import normalization
 
-    monkeypatch.setattr(normalization, "ONE_PASS_BYTES", P.ONE_PASS_BYTES if direct else 0)
+    if not direct:
+        monkeypatch.setattr(normalization, "direct_forms", lambda x, axes: False)
     rng = np.random.default_rng(3)
     x = 4096 + rng.integers(-8, 9, (16, 512)) / 4
     v = rng.standard_normal(x.shape)
-    assert P.direct_forms(x, (-1,)) == direct
+    assert normalization.direct_forms(x, (-1,)) == direct
     exact = (v * (x - x.mean(-1, keepdims=True))).mean(-1, keepdims=True)
     x32, v32 = jnp.asarray(x, jnp.float32), jnp.asarray(v, jnp.float32)
     _, centered = P.projection_means(x32, x32.mean(-1, keepdims=True), v32, (-1,), None)
@@ -96,12 +97,16 @@ def test_both_forms_of_the_backward_sums_stay_precise_under_a_large_offset(direc
     ((4096, 6144), jnp.bfloat16, (-1,), True),  # 48 MiB, 4096 rows
     ((16384, 1024), jnp.float16, (-1,), False),  # 32 MiB over 16384 rows: one pass
     ((8192, 4096), jnp.float16, (-1,), False),  # 64 MiB
-    ((4096, 12288), jnp.bfloat16, (-1,), False),  # 96 MiB, whatever the rows
+    ((4096, 12288), jnp.bfloat16, (-1,), True),  # 96 MiB, but 4096 rows
+    ((16384, 320), jnp.float16, (-1,), True),  # 10 MiB over 16384 rows: groups x bytes too few
+    ((32768, 256), jnp.float16, (-1,), False),  # 16 MiB over 32768 rows
     ((1024, 256), jnp.float32, (-1,), True),  # small
     ((16, 256, 14, 14), jnp.bfloat16, (0, 2, 3), True),  # batch norm's statistics over the batch axis too
-    ((256, 64, 112, 112), jnp.bfloat16, (0, 2, 3), False),  # 392 MiB
+    ((256, 64, 112, 112), jnp.bfloat16, (0, 2, 3), True),  # 392 MiB, 64 groups
+    ((64, 32, 2, 112, 112), jnp.float32, (2, 3, 4), True),  # a UNet's group norm: 196 MiB, 2048 groups
 ])
 def test_the_statistics_forms_follow_the_bytes_and_the_groups(shape, dtype, axes, direct):
-    """``direct_forms``: two passes below ``ONE_PASS_MIN_BYTES``, and up to ``ONE_PASS_BYTES``
-    unless the groups are many (groups x bytes >= ``ONE_PASS_MIN_GROUP_BYTES``)."""
+    """``direct_forms``: one pass only for many groups (at least ``ONE_PASS_MIN_GROUPS``) of at
+    least ``ONE_PASS_MIN_BYTES`` in all and groups x bytes at least ``ONE_PASS_MIN_GROUP_BYTES``:
+    never for batch norms nor a UNet's group norms, whatever their size."""
     assert P.direct_forms(jax.ShapeDtypeStruct(shape, dtype), axes) == direct

@@ -182,15 +182,15 @@ def test_half_precision_accumulates_statistics_in_float32(dtype):
 @pytest.fixture
 def forms(request, monkeypatch):
     """``"direct"`` (the library's choice: small arrays take ``partials.direct_forms``) or
-    ``"shifted"`` (``ONE_PASS_BYTES`` 0: every array the forms of large ones); JAX's trace caches
-    are cleared around the change (a traced program does not see the constant)."""
+    ``"shifted"`` (``direct_forms`` replaced by False: every array the one-pass forms of many
+    rows); JAX's trace caches are cleared around the change (a traced program does not see it)."""
     from jaxrules.partials import normalization
 
     if request.param == "direct":
         yield request.param
         return
     jax.clear_caches()
-    monkeypatch.setattr(normalization, "ONE_PASS_BYTES", 0)
+    monkeypatch.setattr(normalization, "direct_forms", lambda x, axes: False)
     yield request.param
     monkeypatch.undo()
     jax.clear_caches()

@@ -16,7 +16,7 @@ from jaxrules.partials.reductions import max_or_neg_inf
 from jaxrules.partitioning import local_shape
 
 __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
-    "ONE_PASS_BYTES", "affine_norm_backward", "defined_mean", "direct_forms", "group_mean",
+    "affine_norm_backward", "defined_mean", "direct_forms", "group_mean",
     "masked_softmax_parts", "norm_projection", "norm_projection_eps_partial", "norm_stats", "projection_means",
     "rms_projection", "rms_projection_eps_partial", "rms_rstd", "softmax_parts", "stat_dtype", "welford_moments"
 ]
@@ -41,27 +41,29 @@ def group_mean(v, axes, axis_name):
 # mean) let XLA's GPU row fusions recompute the statistics inside their consumers, as for plain
 # JAX's layer norm; the one-pass forms (``welford_moments``, sums over data shifted by each group's
 # first element) read x once less but reduce more slowly per element. On an H200 the one-pass forms
-# are 1.2-2x faster than plain JAX once there are many groups or much data, and down to 0.55x of it
-# with a few thousand wide rows (4096x768 float32); the direct forms stay within 0.9-1.1x of plain
-# JAX below that. So the one-pass forms run from ONE_PASS_MIN_BYTES when the groups are many
-# (groups x bytes >= ONE_PASS_MIN_GROUP_BYTES: 16384 rows of 16 MiB, 8192 of 32 MiB) and from
-# ONE_PASS_BYTES whatever the groups (``benchmarks/README.md``, the statistics' forms).
+# are 1.1-1.6x faster than the direct ones for many rows (8192 rows of 32 MiB and more, 16384 of
+# 16 MiB), and down to 0.6x of them with a few thousand wide rows (4096x768); for batch and group
+# norms (a few thousand groups at most) they are 0.7-1.1x of the direct forms alone, and 0.74x
+# in a UNet's whole training step where every group norm holds 64 MiB or more
+# (``benchmarks/README.md``, the statistics' forms). So the one-pass forms run only when the
+# groups are many: at least ONE_PASS_MIN_GROUPS, x at least ONE_PASS_MIN_BYTES, and groups x
+# bytes at least ONE_PASS_MIN_GROUP_BYTES.
+ONE_PASS_MIN_GROUPS = 8192
 ONE_PASS_MIN_BYTES = 10 * 2**20
 ONE_PASS_MIN_GROUP_BYTES = 8192 * 32 * 2**20
-ONE_PASS_BYTES = 64 * 2**20
 
 
 def direct_forms(x, axes) -> bool:
     """Whether ``norm_stats`` / ``projection_means`` take the direct forms for x over ``axes``
-    (see ``ONE_PASS_BYTES``): x's bytes as stored on each device decide
+    (see ``ONE_PASS_MIN_GROUPS``): x's bytes as stored on each device decide
     (``partitioning.local_shape``: its shard where the sharding is known when tracing; under
     ``jax.vmap`` of the primal, as for a traced ``eps``, one example's), with the number of
     groups (statistics) they make."""
     shape = local_shape(x)
     nbytes = math.prod(shape) * np.dtype(x.dtype).itemsize
     groups = math.prod(d for a, d in enumerate(shape) if a not in {b % x.ndim for b in axes})
-    one_pass = nbytes >= ONE_PASS_BYTES or (nbytes >= ONE_PASS_MIN_BYTES
-                                            and groups * nbytes >= ONE_PASS_MIN_GROUP_BYTES)
+    one_pass = (groups >= ONE_PASS_MIN_GROUPS and nbytes >= ONE_PASS_MIN_BYTES
+                and groups * nbytes >= ONE_PASS_MIN_GROUP_BYTES)
     return not one_pass
 
 
