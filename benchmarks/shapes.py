@@ -2,7 +2,7 @@
 
 The held-out draw (``held_out()``: ``HELD_OUT_POINTS`` points from ``HELD_OUT_SEED``) judges the
 normalization defaults at shapes no decision was tuned on; nothing in ``jaxrules`` reads it. The
-one threshold of the XLA formulas (``partials.normalization.ONE_PASS_BYTES`` and its companions)
+one rule of the XLA formulas (``partials.normalization.direct_forms``, its ``ONE_PASS_*`` thresholds)
 was chosen on another draw, ``TUNING_SEED``'s. A point is ``(op, shape, dtype, weight_dtype)``:
 
 * ``layer_norm`` / ``rms_norm`` on ``(tokens, width)``: widths of open transformer models from
