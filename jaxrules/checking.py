@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 
 import jax
 import jax.numpy as jnp
@@ -119,13 +120,17 @@ def _jax_text(error: BaseException) -> str:
 def library_message(error: BaseException) -> str | None:
     """The message of the ``RuntimeCheckError`` that ``error`` (a ``JaxRuntimeError``) carries,
     or None: the line after the last ``RuntimeCheckError: `` of XLA's text (a library message is
-    one line; whatever a backend appends after it is not part of it)."""
+    one line; whatever a backend appends after it is not part of it: the next lines, and the
+    `` [executable_name='...']`` that jax 0.12's CUDA runtime adds to the line itself)."""
     text = _jax_text(error)
     at = text.rfind(_MARKER)
     if at < 0:
         return None
     lines = text[at + len(_MARKER):].strip().splitlines()
-    return lines[0] if lines else None
+    return _EXECUTABLE_NAME.sub("", lines[0]) if lines else None
+
+
+_EXECUTABLE_NAME = re.compile(r" \[executable_name='[^']*'\]$")
 
 
 def _message_first(error: jax.errors.JaxRuntimeError) -> str:

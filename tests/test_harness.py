@@ -121,7 +121,7 @@ def test_cli_check_passes_and_writes_json(tmp_path, capsys):
     assert "deg2rad" in text and "2 passed, 0 failed" in text
     report = json.loads(out.read_text())
     assert {r["check"] for r in report["results"]} == {"jit", "formulas"}
-    assert report["backend"] == "cpu"
+    assert report["backend"] == jax.default_backend()
 
 
 def test_cli_check_counts_skipped_checks_apart_from_passed_ones(capsys):

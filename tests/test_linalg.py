@@ -401,7 +401,8 @@ def test_matmul_precision_reaches_the_forward_and_every_derivative_product(preci
         else:
             assert all("precision = [" in d and "precision = [DEFAULT" not in d for d in dots), dots
     hessian = jax.hessian(lambda a: jnp.sum(f(a, b) ** 2))(a)
-    np.testing.assert_allclose(hessian, jax.hessian(lambda a: jnp.sum(jnp.matmul(a, b) ** 2))(a), rtol=1e-4, atol=1e-4)
+    reference = jax.hessian(lambda a: jnp.sum(jnp.matmul(a, b, precision=precision) ** 2))(a)
+    np.testing.assert_allclose(hessian, reference, rtol=1e-4, atol=1e-4)
 
 
 _BROADCAST_MATMULS = [((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((6, 2, 3, 4), (2, 4, 5)), ((3, 4), (6, 2, 4, 5)),
