@@ -29,7 +29,7 @@ import jaxrules.scipy  # noqa: F401
 from jaxrules import __version__
 from jaxrules._namespace import namespaces
 from jaxrules.registry import OpRecord
-from jaxrules.testing import CHECKS, HOST_DEVICES, OPT_IN_CHECKS, modes_in_use, release_programs, run_check
+from jaxrules.testing import CHECKS, HOST_DEVICES, OPT_IN_CHECKS, CheckResult, modes_in_use, release_programs, run_check
 
 # XLA's CPU compiler options for the harness's many small programs (read when the backend starts,
 # so set before the process's first computation): the older loop emitters compile about a fifth
@@ -299,9 +299,17 @@ def _check(args) -> int:
     backend = jax.default_backend()
     device = jax.devices()[0].device_kind
     start = time.time()
-    workers = min(len(selected), args.workers or os.cpu_count() or 1)
-    order = costliest_first(selected, checks, load_costs(cache_dir))
-    results, interrupted = _run_checks(selected, checks, workers, args.quiet, cache_dir, order)
+    interpreted = set() if backend == "gpu" or args.interpret_kernels else {r.name for r in selected if r.kernel_backed}
+    to_run = [r for r in selected if r.name not in interpreted]
+    workers = max(1, min(len(to_run), args.workers or os.cpu_count() or 1))
+    order = costliest_first(to_run, checks, load_costs(cache_dir))
+    ran, interrupted = _run_checks(to_run, checks, workers, args.quiet, cache_dir, order)
+    by_name: dict = {}
+    for r in ran:
+        by_name.setdefault(r.op, []).append(r)
+    for name in interpreted:
+        by_name[name] = [CheckResult(name, c, True, None, KERNELS_OFF_A_GPU, skipped=True) for c in checks]
+    results = [r for rec in selected for r in by_name.get(rec.name, [])]
     if cache_dir is not None:
         save_costs(cache_dir, results)
         trim_cache(cache_dir)
@@ -336,6 +344,12 @@ def _check(args) -> int:
     if interrupted:
         return 130  # the shell's code of a process ended by SIGINT
     return 1 if failed else 0
+
+
+# Off a GPU the records of the fused Pallas (Triton) kernels would run in Pallas' interpret mode, a
+# path no user takes there; the test suite checks that mode, ``check --interpret-kernels`` too.
+KERNELS_OFF_A_GPU = ("not applicable off a GPU: the fused Triton kernels (--interpret-kernels checks them in "
+                     "Pallas' interpret mode)")
 
 
 # A record's cost guard: ``check`` lists the records whose checks took more CPU seconds than this
@@ -577,6 +591,8 @@ def main(argv=None) -> int:
     check.add_argument("--strict-promotion", action="store_true",
                        help="also run the strict_promotion check: every sample's value, JVP, VJP, vmap and jit under "
                             "jax.numpy_rank_promotion('raise') and jax.numpy_dtype_promotion('strict')")
+    check.add_argument("--interpret-kernels", action="store_true",
+                       help="off a GPU, also check the fused Triton kernels' records in Pallas' interpret mode")
     check.add_argument("--no-cache", action="store_true",
                        help="no compilation cache kept between runs (default: $JAXRULES_CHECK_CACHE or "
                        "~/.cache/jaxrules/check, which makes a second run faster and changes no result)")

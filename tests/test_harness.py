@@ -225,3 +225,20 @@ def test_a_checking_process_leaves_jax_cache_unbounded_and_check_trims_it_once(t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["middle", "new"]
     assert trim_cache(str(tmp_path), max_bytes=250) == 0
     assert trim_cache(str(tmp_path / "absent")) == 0
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="on a GPU the kernels' records run as users run them")
+def test_off_a_gpu_the_kernels_records_are_checked_only_on_request(tmp_path, capsys):
+    """``check`` skips the fused kernels' records off a GPU (Pallas' interpret mode is no user's
+    path there), naming why and the option that checks them; ``--interpret-kernels`` runs them."""
+    argv = ["check", "--ops", "rms_norm", "--checks", "jit", "--quiet", "--workers", "1"]
+    out = tmp_path / "report.json"
+    assert main([*argv, "--json", str(out)]) == 0
+    results = {r["op"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(results) == {"rms_norm", "rms_norm[pallas]"}
+    assert not results["rms_norm"]["skipped"] and results["rms_norm"]["passed"]
+    assert results["rms_norm[pallas]"]["skipped"] and "--interpret-kernels" in results["rms_norm[pallas]"]["detail"]
+    assert main([*argv, "--interpret-kernels", "--json", str(out)]) == 0
+    results = {r["op"]: r for r in json.loads(out.read_text())["results"]}
+    assert not results["rms_norm[pallas]"]["skipped"] and results["rms_norm[pallas]"]["passed"]
+    capsys.readouterr()
