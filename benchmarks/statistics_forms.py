@@ -2,7 +2,9 @@
 layer norm up to a size): ``welford`` (one pass, ``partials.welford_moments`` and sums over data
 shifted by each group's first element), ``direct`` (two passes, sums centred on the mean) and
 plain JAX's autodiff, each in the training-step form and gradients only, interleaved in one
-process. It chose ``partials.normalization``'s ``ONE_PASS_*`` thresholds on the tuning draw.
+process. On the tuning draw it gave ``partials.normalization``'s ``ONE_PASS_*`` thresholds for
+many rows; whole training steps (``models.py --ablate``) gave the rest: no one-pass forms for
+batch and group norms.
 
     PYTHONPATH=. python benchmarks/statistics_forms.py 64 forms.json     # points up to 64 MiB
 """
