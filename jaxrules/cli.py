@@ -342,9 +342,11 @@ def _check(args) -> int:
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=1)
     if interrupted:
-        return 130  # the shell's code of a process ended by SIGINT
+        return INTERRUPTED
     return 1 if failed else 0
 
+
+INTERRUPTED = 130  # the exit code of a check cut short by Ctrl-C: the shell's for a process ended by SIGINT
 
 # Off a GPU the records of the fused Pallas (Triton) kernels would run in Pallas' interpret mode, a
 # path no user takes there; the test suite checks that mode, ``check --interpret-kernels`` too.

@@ -42,7 +42,7 @@ def _alive(pid: int) -> bool:
 def test_ctrl_c_stops_check_at_once_and_prints_what_finished(workers, whole_group):
     """SIGINT once the first record has finished (every record's ``jit`` check: far from done):
     to the parent alone, or to the whole process group as a terminal's Ctrl-C sends it."""
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONFAULTHANDLER="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen(
         [sys.executable, "-m", "jaxrules", "check", "--checks", "jit", "--workers", workers, "--no-cache"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
@@ -63,7 +63,12 @@ def test_ctrl_c_stops_check_at_once_and_prints_what_finished(workers, whole_grou
             os.killpg(proc.pid, signal.SIGINT)
         else:
             proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # where it hangs: faulthandler's dump of every thread
+            proc.send_signal(signal.SIGABRT)
+            err = proc.communicate(timeout=30)[1].decode(errors="replace")
+            raise AssertionError(f"check did not end within 60 s of SIGINT:\n{err[-8000:]}") from None
         took = time.monotonic() - sent
     finally:
         if proc.poll() is None:
@@ -77,7 +82,8 @@ def test_ctrl_c_stops_check_at_once_and_prints_what_finished(workers, whole_grou
     assert summary, out[-2000:]
     finished, total, checks = (int(g) for g in summary.groups())
     assert 1 <= finished < total and checks == finished
-    assert re.search(rf"^{checks} passed, 0 failed", out, re.M), out[-2000:]
+    counts = re.search(r"^(\d+) passed, 0 failed(?:, (\d+) skipped)?$", out, re.M)  # skipped: kernels off a GPU
+    assert counts and int(counts[1]) >= 1 and int(counts[1]) + int(counts[2] or 0) == checks, out[-2000:]
     table = out[: out.index("\njaxrules check on")].strip().splitlines()
     assert table[0].split() == ["op", "jit"] and len(table) == 2 + finished, table
     # The workers' SIGTERM, and the resource tracker's exit once they are gone, take a moment
