@@ -29,7 +29,16 @@ import jaxrules.scipy  # noqa: F401
 from jaxrules import __version__
 from jaxrules._namespace import namespaces
 from jaxrules.registry import OpRecord
-from jaxrules.testing import CHECKS, HOST_DEVICES, OPT_IN_CHECKS, CheckResult, modes_in_use, release_programs, run_check
+from jaxrules.testing import (
+    CHECKS,
+    HOST_DEVICES,
+    OPT_IN_CHECKS,
+    CheckResult,
+    interpreted_kernels,
+    modes_in_use,
+    release_programs,
+    run_check,
+)
 
 # XLA's CPU compiler options for the harness's many small programs (read when the backend starts,
 # so set before the process's first computation): the older loop emitters compile about a fifth
@@ -299,7 +308,7 @@ def _check(args) -> int:
     backend = jax.default_backend()
     device = jax.devices()[0].device_kind
     start = time.time()
-    interpreted = set() if backend == "gpu" or args.interpret_kernels else {r.name for r in selected if r.kernel_backed}
+    interpreted = set() if args.interpret_kernels else {r.name for r in selected if interpreted_kernels(r)}
     to_run = [r for r in selected if r.name not in interpreted]
     workers = max(1, min(len(to_run), args.workers or os.cpu_count() or 1))
     order = costliest_first(to_run, checks, load_costs(cache_dir))

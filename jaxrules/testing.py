@@ -1207,10 +1207,10 @@ def modes_in_use() -> tuple[str, ...]:
     return names
 
 
-def _interpreted_kernels(record) -> bool:
-    """Whether the record runs Pallas kernels in interpret mode here (its ``[pallas]`` /
-    ``[mosaic]`` form off a GPU)."""
-    return record.name.endswith(("[pallas]", "[mosaic]")) and jax.default_backend() != "gpu"
+def interpreted_kernels(record) -> bool:
+    """Whether the record runs the fused Pallas kernels in interpret mode here: a
+    ``kernel_backed`` record off a GPU."""
+    return record.kernel_backed and jax.default_backend() != "gpu"
 
 
 def _check_shard_map(fn, diff, tangents, want, devices) -> float:
@@ -1247,7 +1247,7 @@ def check_sharded(record, forms=("vmap", "direct", "shard_map"), modes=None) -> 
             want = jax.block_until_ready(program(diff, tangents))
         except Exception:  # noqa: BLE001 - the op refuses this form's input (the other checks cover it)
             continue
-        if form == "vmap" and "shard_map" in forms and not _interpreted_kernels(record):
+        if form == "vmap" and "shard_map" in forms and not interpreted_kernels(record):
             worst = max(worst, _check_shard_map(fn, diff, tangents, want, devices))
             ran.append("shard_map")
         if form not in forms:
