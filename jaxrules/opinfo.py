@@ -113,10 +113,14 @@ def _adapter_name(name: str) -> str | None:
 
 def targets(ops: str | None = None) -> list[Target]:
     """The OpInfos with an adapter: by the OpInfo's name, else its aliases' (``arctan2``), else the
-    qualified name of ``op.op`` (``torch.nn.functional.relu``). ``ops``: comma-separated globs or
-    substrings of the OpInfo name or the adapter's name."""
+    qualified name of ``op.op`` (``torch.nn.functional.relu``). OpInfos that support none of
+    ``DTYPES`` on the CPU (``batch_norm.without_cudnn``, a CUDA-only variant) have no sample to
+    check and are left out. ``ops``: comma-separated globs or substrings of the OpInfo name or the
+    adapter's name."""
     found = []
     for op in op_db:
+        if not any(_TORCH_DTYPES[d] in op.supported_dtypes("cpu") for d in DTYPES):
+            continue
         qualified = f"{getattr(op.op, '__module__', '') or ''}.{getattr(op.op, '__name__', '')}"
         qualified = qualified.replace("torch._C._nn.", "torch.nn.functional.").replace("torch._C._linalg.linalg_",
                                                                                       "torch.linalg.")

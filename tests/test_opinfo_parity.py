@@ -91,3 +91,11 @@ def test_cli_prints_the_table(capsys):
 def test_cli_refuses_unknown_ops_checks_and_dtypes(argv, capsys):
     assert cli.main(["opinfo", "--quiet", *argv]) == 2
     assert argv[1] in capsys.readouterr().err
+
+
+def test_every_target_has_a_dtype_to_check_on_the_cpu():
+    """A rotating subset must never draw an OpInfo without samples here (a CUDA-only variant)."""
+    no_dtype = [key for key, t in TARGETS.items()
+                if not any(opinfo._TORCH_DTYPES[d] in t.opinfo.supported_dtypes("cpu") for d in opinfo.DTYPES)]
+    assert no_dtype == []
+    assert "nn.functional.batch_norm" in TARGETS
