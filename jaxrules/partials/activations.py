@@ -22,9 +22,10 @@ __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>
 
 
 def _kink(x, at, value_below, value_above, value_at):
-    """``value_below`` for x < at, ``value_above`` for x > at, ``value_at`` (with zero derivative)
-    at x == at."""
-    return jnp.where(x < at, value_below, jnp.where(x == at, lax.stop_gradient(value_at), value_above))
+    """``value_above`` for x > at, ``value_at`` (with zero derivative) at x == at, ``value_below``
+    for x < at and at a NaN x: the branch computed from x, so a NaN input gives a NaN derivative
+    (as torch's vectorized CPU kernels and JAX's autodiff), never the constant branch's value."""
+    return jnp.where(x > at, value_above, jnp.where(x == at, lax.stop_gradient(value_at), value_below))
 
 
 def silu_derivative(x):
@@ -65,7 +66,7 @@ def elu_derivatives(x, alpha, scale, celu):
     """``(d/dx, d/dalpha)`` of ``scale x`` (x > 0), ``scale alpha (exp(x / a) - 1)`` (x <= 0),
     ``a = alpha`` for celu, 1 for elu and selu. d/dx: ``scale`` for x > 0, ``scale (alpha / a)
     exp(x / a)`` for x <= 0 (torch's ``elu_backward``: the alpha branch at 0), with torch's
-    second derivative 0 at 0 (seed ``elu_double_backward``'s strict mask). d/dalpha: 0 for
+    second derivative 0 at 0 (seed ``elu_double_backward``'s strict mask), NaN at NaN. d/dalpha: 0 for
     x > 0; ``scale (exp(x) - 1)`` (elu) or ``exp(x / alpha) - 1 - (x / alpha) exp(x / alpha)``
     (celu) for x <= 0 (continuous: 0 at x = 0)."""
     neg_x = jnp.minimum(x, 0)
@@ -94,7 +95,7 @@ def softplus_derivatives(x, beta, threshold):
     below = bx <= threshold
     dbeta = jnp.where(below, (x * s - jax.nn.softplus(jnp.minimum(bx, threshold)) / beta) / beta, 0)
     dx = _kink(bx, threshold, s, jnp.ones_like(s), s)
-    return jnp.where(jnp.isnan(bx), bx, dx), dbeta.astype(x.dtype), jnp.zeros_like(x)
+    return dx, dbeta.astype(x.dtype), jnp.zeros_like(x)
 
 
 def log_sigmoid_derivative(x):
