@@ -7,9 +7,13 @@ own environment variables: ``JAX_CUSTOM_JVP3=1 JAX_CUSTOM_VJP3=1 python -m pytes
 (``docs/compatibility.md``)."""
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 import test_function
 import test_mechanism
+
+import jaxrules.numpy as rnp
 
 FLAGS = tuple(f for f in ("jax_custom_jvp3", "jax_custom_vjp3") if f in jax.config.values)
 
@@ -48,3 +52,26 @@ for _module in _MODULES:
     for _name in dir(_module):
         if _name.startswith("test_") and callable(getattr(_module, _name)):
             globals()[_name] = getattr(_module, _name)  # collected here too, with the fixture above
+
+
+def test_logcumsumexp_fails_exactly_where_jaxs_own_custom_jvp_of_it_fails():
+    """jax 0.11's hijax ``custom_jvp`` (the flag) stages ``lax.cumlogsumexp``'s CPU lowering, a
+    ``reduce_window``, as a high primitive it cannot lower ("Primitive 'reduce_window' has
+    is_high=True but no to_lojax lowering rule"), for any ``custom_jvp`` around it, JAX's own
+    included; jax 0.12 lowers it. ``jaxrules.numpy.logcumsumexp`` (a rule around the same
+    primitive) then fails the same way: JAX's behaviour, not the library's
+    (``docs/compatibility.md``)."""
+    if "jax_custom_jvp3" not in FLAGS:
+        pytest.skip("no jax_custom_jvp3 in this JAX")
+    x = jnp.asarray(np.linspace(-1, 1, 15).reshape(3, 5))
+    theirs = jax.custom_jvp(lambda v: jax.lax.cumlogsumexp(v, 1))
+    theirs.defjvp(lambda p, t: (theirs(p[0]), t[0]))
+    try:
+        jax.jvp(theirs, (x,), (x,))
+    except NotImplementedError as err:
+        assert "reduce_window" in str(err)
+        with pytest.raises(NotImplementedError, match="reduce_window"):
+            jax.jvp(lambda v: rnp.logcumsumexp(v, 1), (x,), (x,))
+    else:
+        value, _ = jax.jvp(lambda v: rnp.logcumsumexp(v, 1), (x,), (x,))
+        np.testing.assert_allclose(value, jax.lax.cumlogsumexp(x, 1), rtol=1e-6)

@@ -754,8 +754,23 @@ eigvals_op = define_op("eigvals", lambda a: jnp.linalg.eig(a)[0], eigvals_jvp, e
 # ``rtol`` is an array argument (a number, an array over the batch, a tracer): the cutoff moves
 # no singular value across it under a small change, so its derivative is 0 (the formulas
 # ignore its tangent and give it no cotangent).
+def _pseudo_inverse(a, rtol):
+    """NumPy's pseudo-inverse, as ``jax.numpy.linalg.pinv`` computes it (the same operations, so
+    the same values) but not through its ``custom_jvp``, whose ``rtol`` is a non-differentiable
+    argument that must be static under ``jax_custom_jvp3`` (jax 0.11), where ours is an array:
+    ``V diag(1/s) U^H`` from the SVD of ``conj(a)``, singular values at or below ``rtol max(s)``
+    dropped."""
+    m, n = a.shape[-2:]
+    if m == 0 or n == 0:
+        return jnp.zeros(a.shape[:-2] + (n, m), a.dtype)
+    u, s, vh = jnp.linalg.svd(jnp.conj(a), full_matrices=False)
+    cutoff = jnp.asarray(rtol)[..., None] * s[..., :1]
+    s = jnp.where(s > cutoff, s, jnp.inf).astype(u.dtype)
+    return jnp.matmul(_mT(vh), _mT(u) / s[..., None], precision=lax.Precision.HIGHEST).astype(a.dtype)
+
+
 def _pinv_primal(a, rtol):
-    return _all_nan_where(_nonfinite, a, lambda a: jnp.linalg.pinv(a, rtol=rtol))
+    return _all_nan_where(_nonfinite, a, lambda a: _pseudo_inverse(a, rtol))
 
 
 def pinv_jvp(res, ta, trtol):
