@@ -751,9 +751,6 @@ eigvals_op = define_op("eigvals", lambda a: jnp.linalg.eig(a)[0], eigvals_jvp, e
 # ----------------------------------------------------------------------------------------------
 # Ops: Pseudo-inverse and least squares
 
-# ``rtol`` is an array argument (a number, an array over the batch, a tracer): the cutoff moves
-# no singular value across it under a small change, so its derivative is 0 (the formulas
-# ignore its tangent and give it no cotangent).
 def _pseudo_inverse(a, rtol):
     """NumPy's pseudo-inverse, as ``jax.numpy.linalg.pinv`` computes it (the same operations, so
     the same values) but not through its ``custom_jvp``, whose ``rtol`` is a non-differentiable
@@ -769,6 +766,9 @@ def _pseudo_inverse(a, rtol):
     return jnp.matmul(_mT(vh), _mT(u) / s[..., None], precision=lax.Precision.HIGHEST).astype(a.dtype)
 
 
+# ``rtol`` is an array argument (a number, an array over the batch, a tracer): the cutoff moves
+# no singular value across it under a small change, so its derivative is 0 (the formulas
+# ignore its tangent and give it no cotangent).
 def _pinv_primal(a, rtol):
     return _all_nan_where(_nonfinite, a, lambda a: _pseudo_inverse(a, rtol))
 
