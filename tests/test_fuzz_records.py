@@ -215,6 +215,9 @@ GPU_DIFFERS: dict[str, tuple[Case, str]] = {} if jax.default_backend() != "gpu" 
                                                  "cuSOLVER's product of reflectors spreads a non-finite entry"),
     "conv_transpose/nonfinite/silent nan": (Case("float64", 3, "nonfinite", salt=225),
                                             "cuDNN multiplies the padding's zeros by a non-finite entry: NaN"),
+    "eigvals/nonfinite/crash": (Case("float64", 2, "nonfinite", salt=12662),
+                                "cuSOLVER's geev fails on a non-finite matrix (JAX's INTERNAL error, torch raises "
+                                "too); LAPACK's gives NaN"),
 }
 KNOWN = {**FUZZ_OPEN, **REFERENCE_DIFFERS, **GPU_DIFFERS}
 # Entries whose difference is an order the LAPACK build chooses: another machine's build may agree

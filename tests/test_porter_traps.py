@@ -87,12 +87,16 @@ def test_pinv_derivatives_of_a_wide_or_tall_matrix_stay_small_and_match_torch():
         def loss(m, w=w):
             return jnp.sum(rla.pinv(m) * w)
 
+        # The derivatives add no (max side)^2 temporary to the primal's own: on a CPU that is small,
+        # on a GPU it holds the SVD's workspace (the H200's gradient and JVP took 34 MB alike).
         big = max(shape) ** 2 * 8
         x = jnp.asarray(a)
+        primal_temp = jax.jit(loss).lower(x).compile().memory_analysis().temp_size_in_bytes
         grad_temp = jax.jit(jax.grad(loss)).lower(x).compile().memory_analysis().temp_size_in_bytes
         jvp = jax.jit(lambda m, t: jax.jvp(loss, (m,), (t,)))
         jvp_temp = jvp.lower(x, x).compile().memory_analysis().temp_size_in_bytes
-        assert grad_temp < big / 100 and jvp_temp < big / 100, (grad_temp, jvp_temp, big)
+        assert grad_temp < primal_temp + big / 100 and jvp_temp < primal_temp + big / 100, \
+            (primal_temp, grad_temp, jvp_temp, big)
         ta = torch.tensor(a, requires_grad=True)
         (t_grad,) = torch.autograd.grad((torch.linalg.pinv(ta) * torch.tensor(w)).sum(), ta)
         np.testing.assert_allclose(jax.grad(loss)(x), t_grad.numpy(), rtol=1e-8, atol=1e-12)
