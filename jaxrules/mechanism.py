@@ -48,6 +48,7 @@ try:  # JAX internals (no compatibility promise): a release that moves them fail
     from jax._src import core as jax_core
     from jax._src import dispatch as jax_dispatch
     from jax._src.interpreters import partial_eval as pe
+    from jax._src.interpreters.batching import BatchTracer
     from jax.custom_derivatives import SymbolicZero
     from jax.extend.core import Primitive, Var, jaxprs_in_params, mapped_aval, unmapped_aval
     from jax.interpreters import ad, batching, mlir
@@ -573,6 +574,7 @@ class Op:
 
     def __call__(self, *arrays, **static):
         static_items = tuple(sorted((k, _freeze(v)) for k, v in static.items()))
+        arrays = tuple(_batched_over_a_jax_array(a) for a in arrays)
         if custom_jvp3_enabled():
             arrays = tuple(_resharded_to_itself(a) for a in arrays)
         return _custom_jvp_function(self, static_items)(*arrays)
@@ -734,6 +736,22 @@ def ignores_its_arguments(fn: Callable, *args) -> bool:
     """Whether every output leaf of ``fn(*args)`` is computed, in the traced program, without any
     of the argument leaves (a constant of them: its derivative is structurally zero)."""
     return not any(_outputs_moved_by(fn, args, None))
+
+
+def _batched_over_a_jax_array(x):
+    """``x``, or, for a ``jax.vmap`` tracer that holds a NumPy array (``vmap`` of a NumPy
+    argument), the same tracer holding it as a ``jax.Array`` (each level of nested vmaps). JAX's
+    batching of a ``custom_jvp`` call hands the held values to the trace below unchanged, and a
+    ``jit`` trace there refuses a NumPy constant ("non-canonical constant of type ndarray"): JAX's
+    own ``custom_jvp`` fails so under ``jit(vmap(f))(..., numpy_array)`` (jax 0.10.2 to 0.12.0.1),
+    where every other primitive canonicalizes its operands first."""
+    if not isinstance(x, BatchTracer):
+        return x
+    val = _batched_over_a_jax_array(x.val)
+    if isinstance(val, (np.ndarray, np.generic)):
+        with jax_core.set_current_trace(x._trace.parent_trace):
+            val = jnp.asarray(val)
+    return x if val is x.val else BatchTracer(x._trace, val, x.batch_dim, x.source_info)
 
 
 def _resharded_to_itself(x):

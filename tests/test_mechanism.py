@@ -167,6 +167,18 @@ def test_unbatched_argument_gets_the_batch_summed():
     _close(g, jnp.sin(xs).sum(0))
 
 
+def test_jit_of_vmap_over_a_numpy_argument():
+    """vmap of an op over a NumPy array inside jit (JAX's own custom_jvp refuses it without the
+    hijax flag: "non-canonical constant"), nested vmaps too, and its gradient."""
+    xs, ys = np.stack([np.asarray(X), 2 * np.asarray(X)]), np.stack([np.asarray(Y), -np.asarray(Y)])
+    expected = np.sin(xs) * ys
+    _close(jax.jit(lambda x: jax.vmap(sinmul)(x, ys))(jnp.asarray(xs)), expected)
+    _close(jax.jit(lambda: jax.vmap(sinmul)(xs, ys))(), expected)
+    _close(jax.jit(lambda: jax.vmap(jax.vmap(sinmul))(xs[:, None], ys[:, None]))(), expected[:, None])
+    grad = jax.grad(lambda x: jax.jit(lambda x: jax.vmap(sinmul)(x, ys))(x).sum())(jnp.asarray(xs))
+    _close(grad, np.cos(xs) * ys)
+
+
 def test_residuals_are_what_the_op_saves():
     """Reverse mode keeps exactly the residuals ``save`` picked (here x and y), nothing else."""
     saved = jax.linearize(lambda x: sinmul(x, Y), X)[1]

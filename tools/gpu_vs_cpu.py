@@ -1,0 +1,78 @@
+"""Where a GPU's values leave the CPU's: float64 programs run on the default device and on the CPU
+device of one process, stage by stage; prints each stage's largest difference.
+
+The stages are those of the two programs that give wrong float64 values on jax 0.12.0.1's CUDA
+backend and right ones on 0.11.2's and on 0.12.0.1's CPU (docs/compatibility.md): the CNN of
+``tests/test_torch_ports.py`` in training mode, and ``scaled_dot_product_attention`` under
+``jax.vmap`` with the query unbatched. Each stage runs eagerly and under ``jit``, and its
+gradient, so a difference names the stage, the mode and the direction.
+
+    PYTHONPATH=. python tools/gpu_vs_cpu.py
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+import jaxrules.nn as nn  # noqa: E402
+import jaxrules.torch.nn.functional as F  # noqa: E402
+
+
+def _cnn_stages(rng):
+    """The CNN port's layers, each a function of its input alone (parameters fixed)."""
+    w1, b1 = rng.standard_normal((6, 2, 3, 3)) / 3, rng.standard_normal(6)
+    gamma, beta = 1 + rng.random(6) / 2, rng.standard_normal(6) / 4
+    mean, var = rng.standard_normal(6) / 4, 0.5 + rng.random(6)
+    w2, b2 = rng.standard_normal((5, 6, 3, 3)) / 4, rng.standard_normal(5)
+    return [
+        ("pad replicate", lambda h: F.pad(h, (1, -1, 2, 0), mode="replicate")),
+        ("conv2d 1", lambda h: F.conv2d(h, w1, b1, stride=(1,), padding=(1,))),
+        ("batch_norm eval", lambda h: F.batch_norm(h, mean, var, gamma, beta, training=False)),
+        ("batch_norm training", lambda h: F.batch_norm(h, mean, var, gamma, beta, training=True, momentum=0.1,
+                                                       eps=1e-5)),
+        ("relu + max_pool2d", lambda h: F.max_pool2d(F.relu(h), 2)),
+        ("pad reflect", lambda h: F.pad(h, (1, 1, 1, 1), mode="reflect")),
+        ("conv2d 2", lambda h: F.conv2d(h, w2, b2, padding=0, dilation=(1,))),
+        ("avg_pool2d", lambda h: F.avg_pool2d(h, 3, stride=1, padding=(1,), count_include_pad=False)),
+        ("pad negative", lambda h: F.pad(h, (-1, 0, 0, -1))),
+        ("adaptive_avg_pool2d", lambda h: F.adaptive_avg_pool2d(h, 1)),
+    ]
+
+
+def _on(device, fn, *args):
+    args = [jax.device_put(jnp.asarray(a), device) for a in args]
+    with jax.default_device(device):
+        return np.asarray(fn(*args))
+
+
+def _compare(name, fn, *args):
+    gpu, cpu = jax.devices()[0], jax.devices("cpu")[0]
+    loss = lambda *a: jnp.sum(jnp.sin(fn(*a)))  # noqa: E731 - a generic cotangent
+    modes = (("eager", fn), ("jit", jax.jit(fn)), ("grad", jax.grad(loss)), ("jit grad", jax.jit(jax.grad(loss))))
+    for mode, f in modes:
+        ours, ref = _on(gpu, f, *args), _on(cpu, f, *args)
+        scale = max(1.0, float(np.abs(ref).max(initial=0)))
+        print(f"{name:28s} {mode:9s} max |gpu - cpu| / scale = {np.abs(ours - ref).max(initial=0) / scale:.1e}")
+
+
+def main():
+    print(jax.__version__, jax.devices())
+    rng = np.random.default_rng(1)
+    h = rng.standard_normal((4, 2, 9, 8))
+    for name, stage in _cnn_stages(rng):
+        _compare(name, stage, h)
+        if name != "batch_norm eval":  # the next stage reads the training-mode output
+            h = _on(jax.devices("cpu")[0], stage, h)
+    q, k, v = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 2, 5, 4)), rng.standard_normal((2, 2, 5, 3))
+    attention = jax.vmap(nn.scaled_dot_product_attention, in_axes=(None, 0, 0))
+    _compare("vmap attention, q unbatched", lambda k: attention(q, k, v), k)
+    plain = jax.vmap(lambda q, k, v: jax.nn.softmax(q @ jnp.swapaxes(k, -1, -2) / 2, axis=-1) @ v, in_axes=(None, 0, 0))
+    _compare("the same in jax.numpy", lambda k: plain(q, k, v), k)
+
+
+if __name__ == "__main__":
+    main()
