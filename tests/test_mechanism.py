@@ -179,6 +179,21 @@ def test_jit_of_vmap_over_a_numpy_argument():
     _close(grad, np.cos(xs) * ys)
 
 
+def test_jaxs_own_custom_jvp_still_refuses_a_numpy_argument_under_jit_of_vmap():
+    """What ``mechanism._batched_over_a_jax_array`` works around: once this fails (JAX accepts
+    the call), the workaround can go. Under ``jax_custom_jvp3`` JAX accepts it."""
+    from jaxrules.mechanism import custom_jvp3_enabled
+
+    f = jax.custom_jvp(lambda x, y: x * y)
+    f.defjvp(lambda p, t: (f(*p), t[0] * p[1] + t[1] * p[0]))
+    call = lambda: jax.jit(lambda x: jax.vmap(f)(x, np.ones((2, 3))))(jnp.ones((2, 3)))  # noqa: E731
+    if custom_jvp3_enabled():
+        np.testing.assert_array_equal(call(), np.ones((2, 3)))
+    else:
+        with pytest.raises(AssertionError, match="non-canonical constant"):
+            call()
+
+
 def test_residuals_are_what_the_op_saves():
     """Reverse mode keeps exactly the residuals ``save`` picked (here x and y), nothing else."""
     saved = jax.linearize(lambda x: sinmul(x, Y), X)[1]
