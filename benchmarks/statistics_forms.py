@@ -3,10 +3,12 @@ layer norm up to a size): ``welford`` (one pass, ``partials.welford_moments`` an
 shifted by each group's first element), ``direct`` (two passes, sums centred on the mean) and
 plain JAX's autodiff, each in the training-step form and gradients only, interleaved in one
 process. On the tuning draw it gave ``partials.normalization``'s ``ONE_PASS_*`` thresholds for
-many rows; whole training steps (``models.py --ablate``) gave the rest: no one-pass forms for
-batch and group norms.
+many rows, on the long-rows grid (``shapes.long_rows_grid``: layer norms of 1024-6144 rows of
+4096-16384, the training-step form) the one for long rows; whole training steps (``models.py
+--ablate``) gave the rest: no one-pass forms for batch and group norms.
 
-    PYTHONPATH=. python benchmarks/statistics_forms.py 64 forms.json     # points up to 64 MiB
+    PYTHONPATH=. python benchmarks/statistics_forms.py 64 forms.json              # the tuning draw up to 64 MiB
+    PYTHONPATH=. python benchmarks/statistics_forms.py long-rows long_rows.json   # the long-rows grid
 """
 
 from __future__ import annotations
@@ -38,31 +40,39 @@ def lower(point, variant, form, args):
         forms.direct_forms = original
 
 
-def main(max_mib: float, out: str, seed: int = shapes.TUNING_SEED) -> list:
-    points = [p for p in shapes.draw(seed, shapes.HELD_OUT_POINTS)
-              if p.op != "rms_norm" and shapes.tensor_bytes(p) <= max_mib * 2**20]
+def tuning_points(max_mib: float, seed: int = shapes.TUNING_SEED) -> list:
+    """The tuning draw's batch, group and layer norms of at most ``max_mib`` MiB (RMS norm has no
+    mean: one form)."""
+    return [p for p in shapes.draw(seed, shapes.HELD_OUT_POINTS)
+            if p.op != "rms_norm" and shapes.tensor_bytes(p) <= max_mib * 2**20]
+
+
+def main(points: list, out: str, forms=FORMS) -> list:
     rows = []
     with ThreadPoolExecutor(32) as pool:
         for start in range(0, len(points), 16):
             prepared = []
             for i, p in enumerate(points[start:start + 16]):
                 args = norms.inputs(p, i)
-                lowered = {(f, v): lower(p, v, f, args) for f in FORMS for v in VARIANTS}
+                lowered = {(f, v): lower(p, v, f, args) for f in forms for v in VARIANTS}
                 prepared.append((p, args, {k: pool.submit(low.compile) for k, low in lowered.items()}))
             for p, args, futures in prepared:
                 compiled = {k: f.result() for k, f in futures.items()}
                 row = {"op": p.op, "shape": list(p.shape), "dtype": p.dtype, "weight_dtype": p.weight_dtype,
                        "mb": shapes.tensor_bytes(p) / 2**20}
-                for f in FORMS:
+                for f in forms:
                     times = bench.interleaved_median_ms(
                         {v: (lambda c=compiled[(f, v)]: c(*args)) for v in VARIANTS}, 21, calls=20)
                     row.update({f"{f}_{v}": t for v, t in times.items()})
                 rows.append(row)
-                print(p.name, {k: round(v, 3) for k, v in row.items() if k.startswith(FORMS)}, flush=True)
+                print(p.name, {k: round(v, 3) for k, v in row.items() if k.startswith(forms)}, flush=True)
     with open(out, "w") as fh:
         json.dump(rows, fh, indent=1)
     return rows
 
 
 if __name__ == "__main__":
-    main(float(sys.argv[1]), sys.argv[2])
+    if sys.argv[1] == "long-rows":  # the rule's long-row clause was chosen on the training step
+        main(shapes.long_rows_grid(), sys.argv[2], forms=("train",))
+    else:
+        main(tuning_points(float(sys.argv[1])), sys.argv[2])

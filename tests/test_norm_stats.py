@@ -67,6 +67,18 @@ def test_a_gpu_lowering_takes_one_pass_and_a_cpu_lowering_two():
     assert max(_reduce_operand_counts(cuda)) >= 6 > max(_reduce_operand_counts(cpu))
     small = jax.ShapeDtypeStruct((8, 32), jnp.float32)  # the direct forms (``direct_forms``): two passes
     assert max(_reduce_operand_counts(f.trace(small).lower(lowering_platforms=("cuda",)).as_text())) < 6
+    long_rows = jax.ShapeDtypeStruct((4096, 12288), jnp.float32)  # few rows, but long: one pass
+    assert max(_reduce_operand_counts(f.trace(long_rows).lower(lowering_platforms=("cuda",)).as_text())) >= 6
+
+
+def test_a_group_norms_gpu_lowering_takes_two_passes_at_any_size():
+    """A group norm of a UNet's first stage (groups of 65536 elements, 256 MiB) lowered for CUDA:
+    no variadic reduce, the direct forms."""
+    from jaxrules.nn import group_norm
+
+    x = jax.ShapeDtypeStruct((16, 128, 256, 256), jnp.float32)
+    f = jax.jit(lambda x: group_norm(x, 32))
+    assert max(_reduce_operand_counts(f.trace(x).lower(lowering_platforms=("cuda",)).as_text())) < 6
 
 
 @pytest.mark.parametrize("direct", [True, False])
@@ -97,16 +109,24 @@ def test_both_forms_of_the_backward_sums_stay_precise_under_a_large_offset(direc
     ((4096, 6144), jnp.bfloat16, (-1,), True),  # 48 MiB, 4096 rows
     ((16384, 1024), jnp.float16, (-1,), False),  # 32 MiB over 16384 rows: one pass
     ((8192, 4096), jnp.float16, (-1,), False),  # 64 MiB
-    ((4096, 12288), jnp.bfloat16, (-1,), True),  # 96 MiB, but 4096 rows
+    ((4096, 12288), jnp.bfloat16, (-1,), False),  # 96 MiB, 4096 rows of 12288: long rows
+    ((4096, 12288), jnp.float32, (1,), False),  # the same as a positive axis
+    ((1024, 8192), jnp.float32, (-1,), False),  # 32 MiB, 1024 rows of 8192
+    ((512, 8192), jnp.bfloat16, (-1,), True),  # long rows, but 8 MiB
+    ((4096, 7168), jnp.float32, (-1,), True),  # 112 MiB, rows of 7168
+    ((8, 64, 16384), jnp.float32, (2,), False),  # an instance norm over a long sequence: a row norm
+    ((2, 16384, 1024), jnp.float32, (1,), True),  # long, but not x's last axis: 2048 groups
     ((16384, 320), jnp.float16, (-1,), True),  # 10 MiB over 16384 rows: groups x bytes too few
     ((32768, 256), jnp.float16, (-1,), False),  # 16 MiB over 32768 rows
     ((1024, 256), jnp.float32, (-1,), True),  # small
     ((16, 256, 14, 14), jnp.bfloat16, (0, 2, 3), True),  # batch norm's statistics over the batch axis too
     ((256, 64, 112, 112), jnp.bfloat16, (0, 2, 3), True),  # 392 MiB, 64 groups
-    ((64, 32, 2, 112, 112), jnp.float32, (2, 3, 4), True),  # a UNet's group norm: 196 MiB, 2048 groups
+    ((64, 32, 2, 12544), jnp.float32, (2, 3), True),  # a ResNet stage's group norm: 196 MiB, 2048 groups
+    ((8, 32, 4, 16384), jnp.bfloat16, (2, 3), True),  # a UNet's: groups of 65536 over two axes
 ])
-def test_the_statistics_forms_follow_the_bytes_and_the_groups(shape, dtype, axes, direct):
-    """``direct_forms``: one pass only for many groups (at least ``ONE_PASS_MIN_GROUPS``) of at
-    least ``ONE_PASS_MIN_BYTES`` in all and groups x bytes at least ``ONE_PASS_MIN_GROUP_BYTES``:
-    never for batch norms nor a UNet's group norms, whatever their size."""
+def test_the_statistics_forms_follow_the_bytes_the_groups_and_the_rows(shape, dtype, axes, direct):
+    """``direct_forms``: one pass only for x of at least ``ONE_PASS_MIN_BYTES`` with many groups
+    (at least ``ONE_PASS_MIN_GROUPS``, groups x bytes at least ``ONE_PASS_MIN_GROUP_BYTES``) or
+    statistics over x's last axis alone of at least ``ONE_PASS_MIN_ROW`` elements: never for batch
+    norms nor group norms (whose groups span two axes), whatever their size."""
     assert P.direct_forms(jax.ShapeDtypeStruct(shape, dtype), axes) == direct

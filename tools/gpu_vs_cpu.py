@@ -7,10 +7,19 @@ backend and right ones on 0.11.2's and on 0.12.0.1's CPU (docs/compatibility.md)
 ``jax.vmap`` with the query unbatched. Each stage runs eagerly and under ``jit``, and its
 gradient, so a difference names the stage, the mode and the direction.
 
-    PYTHONPATH=. python tools/gpu_vs_cpu.py
+    PYTHONPATH=. python tools/gpu_vs_cpu.py [--dump DIR]
+
+``--dump DIR`` writes each stage's optimized GPU programs (``jit`` and ``jit grad``) to DIR, to
+read which fusions XLA made of a stage that parts (e.g. a Triton fusion: ``"kind":"__triton"``).
+Run it again under ``XLA_FLAGS`` that turn one of XLA's GPU passes off to see whether that pass
+moves the difference.
 """
 
 from __future__ import annotations
+
+import argparse
+import pathlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -49,7 +58,7 @@ def _on(device, fn, *args):
         return np.asarray(fn(*args))
 
 
-def _compare(name, fn, *args):
+def _compare(name, fn, *args, dump=None):
     gpu, cpu = jax.devices()[0], jax.devices("cpu")[0]
     loss = lambda *a: jnp.sum(jnp.sin(fn(*a)))  # noqa: E731 - a generic cotangent
     modes = (("eager", fn), ("jit", jax.jit(fn)), ("grad", jax.grad(loss)), ("jit grad", jax.jit(jax.grad(loss))))
@@ -57,21 +66,30 @@ def _compare(name, fn, *args):
         ours, ref = _on(gpu, f, *args), _on(cpu, f, *args)
         scale = max(1.0, float(np.abs(ref).max(initial=0)))
         print(f"{name:28s} {mode:9s} max |gpu - cpu| / scale = {np.abs(ours - ref).max(initial=0) / scale:.1e}")
+        if dump is not None and mode.startswith("jit"):
+            placed = [jax.device_put(jnp.asarray(a), gpu) for a in args]
+            text = f.lower(*placed).compile().as_text()
+            (dump / f"{re.sub(r'[^a-z0-9]+', '_', f'{name} {mode}'.lower())}.hlo").write_text(text)
 
 
-def main():
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dump", type=pathlib.Path, help="write the optimized GPU programs here")
+    dump = parser.parse_args(argv).dump
+    if dump is not None:
+        dump.mkdir(parents=True, exist_ok=True)
     print(jax.__version__, jax.devices())
     rng = np.random.default_rng(1)
     h = rng.standard_normal((4, 2, 9, 8))
     for name, stage in _cnn_stages(rng):
-        _compare(name, stage, h)
+        _compare(name, stage, h, dump=dump)
         if name != "batch_norm eval":  # the next stage reads the training-mode output
             h = _on(jax.devices("cpu")[0], stage, h)
     q, k, v = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 2, 5, 4)), rng.standard_normal((2, 2, 5, 3))
     attention = jax.vmap(nn.scaled_dot_product_attention, in_axes=(None, 0, 0))
-    _compare("vmap attention, q unbatched", lambda k: attention(q, k, v), k)
+    _compare("vmap attention, q unbatched", lambda k: attention(q, k, v), k, dump=dump)
     plain = jax.vmap(lambda q, k, v: jax.nn.softmax(q @ jnp.swapaxes(k, -1, -2) / 2, axis=-1) @ v, in_axes=(None, 0, 0))
-    _compare("the same in jax.numpy", lambda k: plain(q, k, v), k)
+    _compare("the same in jax.numpy", lambda k: plain(q, k, v), k, dump=dump)
 
 
 if __name__ == "__main__":

@@ -40,17 +40,27 @@ def group_mean(v, axes, axis_name):
 # The statistics' forms. The direct forms (two-pass statistics, the backward's sums centred on the
 # mean) let XLA's GPU row fusions recompute the statistics inside their consumers, as for plain
 # JAX's layer norm; the one-pass forms (``welford_moments``, sums over data shifted by each group's
-# first element) read x once less but reduce more slowly per element. On an H200 the one-pass forms
-# are 1.1-1.6x faster than the direct ones for many rows (8192 rows of 32 MiB and more, 16384 of
-# 16 MiB), and down to 0.6x of them with a few thousand wide rows (4096x768); for batch and group
-# norms (a few thousand groups at most) they are 0.7-1.1x of the direct forms alone, and 0.74x
-# in a UNet's whole training step where every group norm holds 64 MiB or more
-# (``benchmarks/README.md``, the statistics' forms). So the one-pass forms run only when the
-# groups are many: at least ONE_PASS_MIN_GROUPS, x at least ONE_PASS_MIN_BYTES, and groups x
-# bytes at least ONE_PASS_MIN_GROUP_BYTES.
+# first element) read x once less but reduce more slowly per element. On an H200
+# (``benchmarks/README.md``, the statistics' forms):
+#
+# * many groups: the one-pass forms are 1.1-1.6x faster than the direct ones (8192 rows of 32 MiB
+#   and more, 16384 of 16 MiB), and down to 0.6x of them with a few thousand narrow rows
+#   (4096x768);
+# * long rows of a row norm (statistics over x's last axis alone: layer norm over one axis): from
+#   8192 elements a row the one-pass forms are 1.1-2x faster at every row count from 1024, where
+#   the direct forms run down to 0.8x of plain JAX (4096x12288 float32); below, they are
+#   0.89-1.05x in half precision with up to 4096 rows;
+# * batch and group norms (a few thousand groups at most, a group over several axes): the one-pass
+#   forms are 0.7-1.1x of the direct forms alone, and 0.74x in a UNet's whole training step where
+#   every group norm holds 64 MiB or more.
+#
+# So the one-pass forms run only for x of at least ONE_PASS_MIN_BYTES with either many groups (at
+# least ONE_PASS_MIN_GROUPS, groups x bytes at least ONE_PASS_MIN_GROUP_BYTES) or rows of a row
+# norm at least ONE_PASS_MIN_ROW long.
 ONE_PASS_MIN_GROUPS = 8192
 ONE_PASS_MIN_BYTES = 10 * 2**20
 ONE_PASS_MIN_GROUP_BYTES = 8192 * 32 * 2**20
+ONE_PASS_MIN_ROW = 8192
 
 
 def direct_forms(x, axes) -> bool:
@@ -58,13 +68,14 @@ def direct_forms(x, axes) -> bool:
     (see ``ONE_PASS_MIN_GROUPS``): x's bytes as stored on each device decide
     (``partitioning.local_shape``: its shard where the sharding is known when tracing; under
     ``jax.vmap`` of the primal, as for a traced ``eps``, one example's), with the number of
-    groups (statistics) they make."""
+    groups (statistics) they make and, for statistics over the last axis alone, its length."""
     shape = local_shape(x)
     nbytes = math.prod(shape) * np.dtype(x.dtype).itemsize
-    groups = math.prod(d for a, d in enumerate(shape) if a not in {b % x.ndim for b in axes})
-    one_pass = (groups >= ONE_PASS_MIN_GROUPS and nbytes >= ONE_PASS_MIN_BYTES
-                and groups * nbytes >= ONE_PASS_MIN_GROUP_BYTES)
-    return not one_pass
+    reduced = {b % x.ndim for b in axes}
+    groups = math.prod(d for a, d in enumerate(shape) if a not in reduced)
+    many_groups = groups >= ONE_PASS_MIN_GROUPS and groups * nbytes >= ONE_PASS_MIN_GROUP_BYTES
+    long_rows = reduced == {x.ndim - 1} and shape[-1] >= ONE_PASS_MIN_ROW
+    return not (nbytes >= ONE_PASS_MIN_BYTES and (many_groups or long_rows))
 
 
 def norm_stats(x, axes, eps, axis_name):
