@@ -4,8 +4,10 @@ device of one process, stage by stage; prints each stage's largest difference.
 The stages are those of the two programs that give wrong float64 values on jax 0.12.0.1's CUDA
 backend and right ones on 0.11.2's and on 0.12.0.1's CPU (docs/compatibility.md): the CNN of
 ``tests/test_torch_ports.py`` in training mode, and ``scaled_dot_product_attention`` under
-``jax.vmap`` with the query unbatched. Each stage runs eagerly and under ``jit``, and its
-gradient, so a difference names the stage, the mode and the direction.
+``jax.vmap`` with the query unbatched, beside the same attention in plain jax.numpy. Each stage
+runs eagerly and under ``jit``, and its gradient, so a difference names the stage, the mode and
+the direction. The CNN's stages end with its head (linear and cross-entropy), then the whole CNN
+runs as one function of its input.
 
     PYTHONPATH=. python tools/gpu_vs_cpu.py [--dump DIR]
 
@@ -18,6 +20,7 @@ moves the difference.
 from __future__ import annotations
 
 import argparse
+import functools
 import pathlib
 import re
 
@@ -37,6 +40,7 @@ def _cnn_stages(rng):
     gamma, beta = 1 + rng.random(6) / 2, rng.standard_normal(6) / 4
     mean, var = rng.standard_normal(6) / 4, 0.5 + rng.random(6)
     w2, b2 = rng.standard_normal((5, 6, 3, 3)) / 4, rng.standard_normal(5)
+    wf, bf, target = rng.standard_normal((3, 5)), rng.standard_normal(3), jnp.asarray([0, 2, 1, 2])
     return [
         ("pad replicate", lambda h: F.pad(h, (1, -1, 2, 0), mode="replicate")),
         ("conv2d 1", lambda h: F.conv2d(h, w1, b1, stride=(1,), padding=(1,))),
@@ -49,6 +53,7 @@ def _cnn_stages(rng):
         ("avg_pool2d", lambda h: F.avg_pool2d(h, 3, stride=1, padding=(1,), count_include_pad=False)),
         ("pad negative", lambda h: F.pad(h, (-1, 0, 0, -1))),
         ("adaptive_avg_pool2d", lambda h: F.adaptive_avg_pool2d(h, 1)),
+        ("linear + cross_entropy", lambda h: F.cross_entropy(F.linear(h.reshape(h.shape[0], -1), wf, bf), target)),
     ]
 
 
@@ -81,10 +86,14 @@ def main(argv=None):
     print(jax.__version__, jax.devices())
     rng = np.random.default_rng(1)
     h = rng.standard_normal((4, 2, 9, 8))
-    for name, stage in _cnn_stages(rng):
+    x, stages = h, _cnn_stages(rng)
+    for name, stage in stages:
         _compare(name, stage, h, dump=dump)
         if name != "batch_norm eval":  # the next stage reads the training-mode output
             h = _on(jax.devices("cpu")[0], stage, h)
+    training = [stage for name, stage in stages if name != "batch_norm eval"]
+    _compare("the whole CNN, training", lambda x: functools.reduce(lambda h, stage: stage(h), training, x), x,
+             dump=dump)
     q, k, v = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 2, 5, 4)), rng.standard_normal((2, 2, 5, 3))
     attention = jax.vmap(nn.scaled_dot_product_attention, in_axes=(None, 0, 0))
     _compare("vmap attention, q unbatched", lambda k: attention(q, k, v), k, dump=dump)
