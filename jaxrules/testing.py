@@ -1238,14 +1238,16 @@ def check_sharded(record, forms=("vmap", "direct", "shard_map"), modes=None) -> 
              if f[0] in forms or (f[0] == "vmap" and "shard_map" in forms)]
     if not built:
         return "no sample with a non-empty differentiable argument"
-    worst, ran, refused = 0.0, [], []
+    worst, ran, refused, unsharded_errors = 0.0, [], [], []
     for form, sample, diff, batched in built:
         fn = _sharded_form_function(record, sample, form)
         tangents = [rng.standard_normal(np.shape(d)).astype(np.asarray(d).dtype) for d in diff]
         program = _sharded_programs(fn, len(diff))
         try:
             want = jax.block_until_ready(program(diff, tangents))
-        except Exception:  # noqa: BLE001 - the op refuses this form's input (the other checks cover it)
+        except Exception as err:  # noqa: BLE001 - the op refuses this form's input (the other checks cover it)
+            first_line = (str(err).splitlines() or [""])[0][:200]
+            unsharded_errors.append(f"{form}: {type(err).__name__}: {first_line}")
             continue
         if form == "vmap" and "shard_map" in forms and not interpreted_kernels(record):
             worst = max(worst, _check_shard_map(fn, diff, tangents, want, devices))
@@ -1280,5 +1282,5 @@ def check_sharded(record, forms=("vmap", "direct", "shard_map"), modes=None) -> 
                                           f"sharding ({g.sharding})")
         ran.append(form)
     if not ran:
-        return "the op refuses both forms' inputs unsharded"
+        return f"the op refuses both forms' inputs unsharded ({'; '.join(unsharded_errors)})"
     return (worst, "; ".join(refused)) if refused else worst

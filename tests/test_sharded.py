@@ -95,6 +95,25 @@ def test_the_check_skips_in_a_process_with_one_device():
     assert "needs several devices" in check_sharded(registry.get("relu"))
 
 
+def test_an_op_that_refuses_its_unsharded_inputs_says_why(monkeypatch):
+    """Where the unsharded program of every form fails, the check's result names each form's error
+    (the sharded programs are then not built)."""
+    import dataclasses
+
+    import jax
+
+    from jaxrules import registry, testing
+
+    def refuses(*args):
+        raise TypeError("relu: x is not what this op takes\nmore detail")
+
+    monkeypatch.setattr(jax, "device_count", lambda: 2)
+    record = dataclasses.replace(registry.get("relu"), fn=refuses)
+    result = testing.check_sharded(record, forms=("vmap", "direct"))
+    assert result.startswith("the op refuses both forms' inputs unsharded (vmap: TypeError: relu: x is not")
+    assert "direct: TypeError" in result and "more detail" not in result
+
+
 def test_the_mesh_modes_come_from_the_environment(monkeypatch):
     """``check --sharded-modes`` hands its workers the modes through ``JAXRULES_SHARDED_MODES``."""
     from jaxrules.testing import modes_in_use
