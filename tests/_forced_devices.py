@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
 import pytest
+from _repo_files import subprocess_env
 
 
 def worker_rows(script: str, devices: int = 8, timeout: int = 600, args=()) -> list[dict]:
@@ -20,8 +20,7 @@ def worker_rows(script: str, devices: int = 8, timeout: int = 600, args=()) -> l
     # This process's other XLA flags (tests/conftest.py's fast-compile ones) carry over: without them
     # the workers' compilations took about 40% more CPU time (test_partitioning's: 54 -> 31 s).
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform")]
-    env = dict(os.environ, XLA_FLAGS=" ".join([*flags, f"--xla_force_host_platform_device_count={devices}"]),
-               PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1]))
+    env = subprocess_env(XLA_FLAGS=" ".join([*flags, f"--xla_force_host_platform_device_count={devices}"]))
     done = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env, timeout=timeout)
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

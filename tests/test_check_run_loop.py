@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+from _repo_files import subprocess_env
 
 import jaxrules
 from jaxrules.cli import RECORD_CPU_BUDGET_S, costliest_first, load_costs, main, save_costs
@@ -42,7 +43,7 @@ def _alive(pid: int) -> bool:
 def test_ctrl_c_stops_check_at_once_and_prints_what_finished(workers, whole_group):
     """SIGINT once the first record has finished (every record's ``jit`` check: far from done):
     to the parent alone, or to the whole process group as a terminal's Ctrl-C sends it."""
-    env = dict(os.environ, PYTHONFAULTHANDLER="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = subprocess_env(PYTHONFAULTHANDLER="1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "jaxrules", "check", "--checks", "jit", "--workers", workers, "--no-cache"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)

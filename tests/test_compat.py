@@ -10,6 +10,7 @@ import warnings
 
 import jax
 import pytest
+from _repo_files import subprocess_env
 
 from jaxrules import compat
 
@@ -48,8 +49,7 @@ def test_import_warns_once_on_a_newer_jax():
         "import warnings, jax; jax.__version__ = '99.0'; warnings.simplefilter('always'); {filter}"
         "import jaxrules, jaxrules.compat, importlib; importlib.import_module('jaxrules')"
     )
-    env = {k: v for k, v in os.environ.items() if k != compat._WARNED}
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env = subprocess_env({k: v for k, v in os.environ.items() if k != compat._WARNED})
     for filter_, expected in (("", 1), ("warnings.filterwarnings('ignore', message='jaxrules was tested with');", 0)):
         out = subprocess.run([sys.executable, "-c", code.format(filter=filter_)], env=env, cwd=ROOT,
                              capture_output=True, text=True, timeout=120)
@@ -69,3 +69,17 @@ def test_the_compatibility_page_names_the_newest_tested_jax():
     with open(os.path.join(ROOT, "docs", "compatibility.md")) as f:
         text = f.read()
     assert f"`NEWEST_TESTED_JAX = \"{compat.NEWEST_TESTED_JAX}\"`" in text
+
+
+def test_the_tests_child_processes_keep_this_processs_pythonpath(tmp_path, monkeypatch):
+    """The JAX under test may come from ``PYTHONPATH`` (unpacked wheels): a process the tests start
+    (``_repo_files.subprocess_env``, the forced-device workers' too) finds what this one's
+    ``PYTHONPATH`` holds, and this repository first."""
+    (tmp_path / "marker_on_the_path.py").write_text("WHERE = 'the parent PYTHONPATH'\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    code = "import marker_on_the_path, jaxrules; print(marker_on_the_path.WHERE); print(jaxrules.__file__)"
+    out = subprocess.run([sys.executable, "-c", code], env=subprocess_env(JAX_PLATFORMS="cpu"), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    where, package = out.stdout.splitlines()
+    assert where == "the parent PYTHONPATH" and package.startswith(ROOT)

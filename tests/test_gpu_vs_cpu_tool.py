@@ -1,16 +1,14 @@
 """``tools/gpu_vs_cpu.py`` runs every stage in every mode and writes the compiled programs; on a
 CPU (the default device is the CPU device) every difference is zero."""
 
-import os
-import pathlib
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from _repo_files import ROOT, subprocess_env
 
 
 def test_the_tool_compares_every_stage_and_dumps_its_programs(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+    env = subprocess_env(JAX_PLATFORMS="cpu")
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_vs_cpu.py"), "--dump", str(tmp_path)],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from _repo_files import subprocess_env
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "jaxrules"
@@ -185,6 +186,6 @@ def test_importing_a_namespace_loads_no_pallas(namespace):
             "print(sorted(m for m in sys.modules if m.startswith(('jax.experimental.pallas', 'jaxrules.norm_kernels', "
             "'jaxrules.nested'))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
-                          env={"PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+                          env=subprocess_env({"PATH": "/usr/bin:/bin"}, JAX_PLATFORMS="cpu"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"

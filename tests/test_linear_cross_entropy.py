@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _repo_files import subprocess_env
 
 import jaxrules
 import jaxrules.nn as nn
@@ -254,7 +255,7 @@ def test_the_benchmark_runs_quick():
     root = pathlib.Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, str(root / "benchmarks" / "lm_head.py"), "--quick", "--repeats", "1",
                           "--warmup", "1", "--workers", "2"], cwd=root, capture_output=True, text=True, timeout=300,
-                         env={**__import__("os").environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu"})
+                         env=subprocess_env(JAX_PLATFORMS="cpu"))
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("| 512 | 64 | 16 |")]
     assert rows, out.stdout

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from _repo_files import subprocess_env
 
 from jaxrules import batching, formula_spy
 from jaxrules.nn import batch_norm, group_norm, instance_norm, layer_norm, rms_norm
@@ -220,8 +221,7 @@ def test_float32_backward_does_not_cancel_under_a_large_offset(name, forms):
 def test_cross_device_statistics_match_the_global_batch():
     script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "cross_device_batch_norm.py"
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform")]
-    env = dict(os.environ, XLA_FLAGS=" ".join([*flags, "--xla_force_host_platform_device_count=8"]),  # conftest's too
-               PYTHONPATH=str(script.parents[1]))
+    env = subprocess_env(XLA_FLAGS=" ".join([*flags, "--xla_force_host_platform_device_count=8"]))  # conftest's too
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert '"devices": 8' in done.stdout
