@@ -47,9 +47,9 @@ def group_mean(v, axes, axis_name):
 #   and more, 16384 of 16 MiB), and down to 0.6x of them with a few thousand narrow rows
 #   (4096x768);
 # * long rows of a row norm (statistics over x's last axis alone: layer norm over one axis): from
-#   8192 elements a row the one-pass forms are 1.1-2x faster at every row count from 1024, where
-#   the direct forms run down to 0.8x of plain JAX (4096x12288 float32); below, they are
-#   0.89-1.05x in half precision with up to 4096 rows;
+#   8192 elements a row the one-pass forms are 1.0-2.0x as fast as the direct ones at every row
+#   count from 1024, where the direct forms run down to 0.79x of plain JAX (4096x12288 float32);
+#   below 8192, the one-pass forms are 0.89-0.98x of plain JAX in half precision up to 4096 rows;
 # * batch and group norms (a few thousand groups at most, a group over several axes): the one-pass
 #   forms are 0.7-1.1x of the direct forms alone, and 0.74x in a UNet's whole training step where
 #   every group norm holds 64 MiB or more.
