@@ -13,13 +13,12 @@ import sys
 import time
 
 import pytest
-from _repo_files import subprocess_env
+from _repo_files import ROOT, subprocess_env
 
 import jaxrules
 from jaxrules.cli import RECORD_CPU_BUDGET_S, costliest_first, load_costs, main, save_costs
 from jaxrules.testing import CheckResult
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PROGRESS = re.compile(r"\b([1-9]\d*)/(\d+) \[")  # tqdm's "N/total [": N checks done
 
 

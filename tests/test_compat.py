@@ -10,11 +10,9 @@ import warnings
 
 import jax
 import pytest
-from _repo_files import subprocess_env
+from _repo_files import ROOT, subprocess_env
 
 from jaxrules import compat
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_version_tuples():
@@ -82,4 +80,4 @@ def test_the_tests_child_processes_keep_this_processs_pythonpath(tmp_path, monke
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     where, package = out.stdout.splitlines()
-    assert where == "the parent PYTHONPATH" and package.startswith(ROOT)
+    assert where == "the parent PYTHONPATH" and package.startswith(str(ROOT))

@@ -13,9 +13,8 @@ import subprocess
 import sys
 
 import pytest
-from _repo_files import subprocess_env
+from _repo_files import ROOT, subprocess_env
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "jaxrules"
 
 # Lowest first. A module may import modules of its own layer (the graph has no cycle) and of the
