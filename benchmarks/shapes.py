@@ -4,8 +4,9 @@ The held-out draw (``held_out()``: ``HELD_OUT_POINTS`` points from ``HELD_OUT_SE
 normalization defaults at shapes no decision was tuned on; nothing in ``jaxrules`` reads it. The
 one rule of the XLA formulas (``partials.normalization.direct_forms``, its ``ONE_PASS_*`` thresholds)
 was chosen on the draws of ``SEEN_SEEDS`` (``TUNING_SEED``'s, and one whose results showed the
-long-row clause was needed) and on a grid of long rows (``long_rows_grid()``); the held-out draw
-excludes their points. A point is ``(op, shape, dtype, weight_dtype)``:
+long-row clause was needed) and on grids of long rows (``long_rows_grid()``) and of many rows
+(``many_rows_grid()``, token counts between powers of two); the held-out draw excludes their
+points. A point is ``(op, shape, dtype, weight_dtype)``:
 
 * ``layer_norm`` / ``rms_norm`` on ``(tokens, width)``: widths of open transformer models from
   256 to 16384 (``WIDTHS``: GPT-2's 768-1600, Llama/Mistral/Qwen/Gemma's 2048-16384, ...), token
@@ -117,10 +118,17 @@ def long_rows_grid() -> list[Point]:
             for rows in (1024, 2048, 4096, 6144) for width in (4096, 6144, 8192, 12288, 16384)]
 
 
+def many_rows_grid() -> list[Point]:
+    """Layer norms of 4096-8192 rows, token counts between the powers of two that ``draw`` makes
+    (a batch of 5, 6 or 7 sequences of 1024, or 3 of 2048), of 512-6144, in each dtype."""
+    return [Point("layer_norm", (rows, width), d, d) for d in DTYPES for rows in (4096, 5120, 6144, 7168, 8192)
+            for width in (512, 768, 1024, 1536, 2048, 2560, 3072, 4096, 6144)]
+
+
 def seen() -> list[Point]:
     """The points whose results informed a decision: the draws of ``SEEN_SEEDS``, the long-rows
-    grid."""
-    return [p for s in SEEN_SEEDS for p in draw(s, HELD_OUT_POINTS)] + long_rows_grid()
+    and many-rows grids."""
+    return [p for s in SEEN_SEEDS for p in draw(s, HELD_OUT_POINTS)] + long_rows_grid() + many_rows_grid()
 
 
 def held_out() -> list[Point]:

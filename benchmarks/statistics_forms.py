@@ -3,12 +3,14 @@ layer norm up to a size): ``welford`` (one pass, ``partials.welford_moments`` an
 shifted by each group's first element), ``direct`` (two passes, sums centred on the mean) and
 plain JAX's autodiff, each in the training-step form and gradients only, interleaved in one
 process. On the tuning draw it gave ``partials.normalization``'s ``ONE_PASS_*`` thresholds for
-many rows, on the long-rows grid (``shapes.long_rows_grid``: layer norms of 1024-6144 rows of
-4096-16384, the training-step form) the one for long rows; whole training steps (``models.py
---ablate``) gave the rest: no one-pass forms for batch and group norms.
+many groups, on the long-rows grid (``shapes.long_rows_grid``: layer norms of 1024-6144 rows of
+4096-16384, the training-step form) the one for long rows, on the many-rows grid
+(``shapes.many_rows_grid``: 4096-8192 rows of 512-6144) the one for many rows; whole training
+steps (``models.py --ablate``) gave the rest: no one-pass forms for batch and group norms.
 
     PYTHONPATH=. python benchmarks/statistics_forms.py 64 forms.json              # the tuning draw up to 64 MiB
     PYTHONPATH=. python benchmarks/statistics_forms.py long-rows long_rows.json   # the long-rows grid
+    PYTHONPATH=. python benchmarks/statistics_forms.py many-rows many_rows.json   # the many-rows grid
 """
 
 from __future__ import annotations
@@ -72,7 +74,9 @@ def main(points: list, out: str, forms=FORMS) -> list:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "long-rows":  # the rule's long-row clause was chosen on the training step
-        main(shapes.long_rows_grid(), sys.argv[2], forms=("train",))
+    # the rule's long-rows and many-rows clauses were chosen on the training step
+    grids = {"long-rows": shapes.long_rows_grid, "many-rows": shapes.many_rows_grid}
+    if sys.argv[1] in grids:
+        main(grids[sys.argv[1]](), sys.argv[2], forms=("train",))
     else:
         main(tuning_points(float(sys.argv[1])), sys.argv[2])

@@ -14,13 +14,21 @@ import pytest
 from _repo_files import subprocess_env
 
 
-def worker_rows(script: str, devices: int = 8, timeout: int = 600, args=()) -> list[dict]:
-    """The JSON rows ``python script *args`` prints with ``devices`` host devices (the repository
-    first on the path); fails with its output when it exits non-zero."""
+def forced_devices_env(devices: int = 8) -> dict:
+    """The environment of a process that runs on ``devices`` CPU devices: JAX on its CPU backend
+    alone (``JAX_PLATFORMS=cpu``; where a CUDA plugin is installed JAX would otherwise start on the
+    one GPU), the host split by ``--xla_force_host_platform_device_count``."""
     # This process's other XLA flags (tests/conftest.py's fast-compile ones) carry over: without them
     # the workers' compilations took about 40% more CPU time (test_partitioning's: 54 -> 31 s).
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform")]
-    env = subprocess_env(XLA_FLAGS=" ".join([*flags, f"--xla_force_host_platform_device_count={devices}"]))
+    return subprocess_env(XLA_FLAGS=" ".join([*flags, f"--xla_force_host_platform_device_count={devices}"]),
+                          JAX_PLATFORMS="cpu")
+
+
+def worker_rows(script: str, devices: int = 8, timeout: int = 600, args=()) -> list[dict]:
+    """The JSON rows ``python script *args`` prints with ``devices`` host devices (the repository
+    first on the path); fails with its output when it exits non-zero."""
+    env = forced_devices_env(devices)
     done = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env, timeout=timeout)
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

@@ -10,6 +10,7 @@ import warnings
 
 import jax
 import pytest
+from _forced_devices import forced_devices_env
 from _repo_files import ROOT, subprocess_env
 
 from jaxrules import compat
@@ -81,3 +82,15 @@ def test_the_tests_child_processes_keep_this_processs_pythonpath(tmp_path, monke
     assert out.returncode == 0, out.stderr[-2000:]
     where, package = out.stdout.splitlines()
     assert where == "the parent PYTHONPATH" and package.startswith(str(ROOT))
+
+
+def test_forced_device_workers_run_on_the_cpu_whatever_this_process_runs_on(monkeypatch):
+    """The multi-device workers (``_forced_devices.forced_devices_env``) split the host into CPU
+    devices even where this process runs on a GPU: with a CUDA plugin installed JAX would start
+    them on the one GPU, and every multi-device test would fail for want of devices."""
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda")
+    code = "import jax; print(jax.default_backend(), jax.device_count())"
+    out = subprocess.run([sys.executable, "-c", code], env=forced_devices_env(4), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["cpu", "4"]

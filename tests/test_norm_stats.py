@@ -107,6 +107,13 @@ def test_both_forms_of_the_backward_sums_stay_precise_under_a_large_offset(direc
 @pytest.mark.parametrize("shape, dtype, axes, direct", [
     ((4096, 768), jnp.float32, (-1,), True),  # a few thousand rows of 12 MiB: two passes
     ((4096, 6144), jnp.bfloat16, (-1,), True),  # 48 MiB, 4096 rows
+    ((5120, 1536), jnp.bfloat16, (-1,), False),  # 15 MiB, 5120 rows of 1536: many rows
+    ((6144, 6144), jnp.float32, (-1,), False),  # 144 MiB, 6144 rows
+    ((8192, 1536), jnp.bfloat16, (-1,), False),  # 24 MiB: groups x bytes too few, but many rows
+    ((5120, 1024), jnp.float32, (-1,), True),  # 20 MiB, 5120 rows of 1024: rows too short
+    ((4608, 4096), jnp.float32, (-1,), True),  # 72 MiB, 4608 rows: too few
+    ((5120, 768), jnp.bfloat16, (-1,), True),  # 7.5 MiB
+    ((16, 320, 2048), jnp.float32, (-1,), False),  # a row norm of 5120 rows over two batch axes
     ((16384, 1024), jnp.float16, (-1,), False),  # 32 MiB over 16384 rows: one pass
     ((8192, 4096), jnp.float16, (-1,), False),  # 64 MiB
     ((4096, 12288), jnp.bfloat16, (-1,), False),  # 96 MiB, 4096 rows of 12288: long rows
@@ -127,6 +134,7 @@ def test_both_forms_of_the_backward_sums_stay_precise_under_a_large_offset(direc
 def test_the_statistics_forms_follow_the_bytes_the_groups_and_the_rows(shape, dtype, axes, direct):
     """``direct_forms``: one pass only for x of at least ``ONE_PASS_MIN_BYTES`` with many groups
     (at least ``ONE_PASS_MIN_GROUPS``, groups x bytes at least ``ONE_PASS_MIN_GROUP_BYTES``) or
-    statistics over x's last axis alone of at least ``ONE_PASS_MIN_ROW`` elements: never for batch
+    statistics over x's last axis alone of at least ``ONE_PASS_MIN_ROW`` elements, or of at least
+    ``ONE_PASS_MANY_ROWS`` rows of ``ONE_PASS_MANY_ROWS_MIN_ROW`` elements: never for batch
     norms nor group norms (whose groups span two axes), whatever their size."""
     assert P.direct_forms(jax.ShapeDtypeStruct(shape, dtype), axes) == direct

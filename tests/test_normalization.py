@@ -3,7 +3,6 @@ batching logic (every batched/unbatched combination, against a loop and torch.fu
 running statistics, eval mode, cross-device statistics, bad input."""
 
 import itertools
-import os
 import pathlib
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from _repo_files import subprocess_env
+from _forced_devices import forced_devices_env
 
 from jaxrules import batching, formula_spy
 from jaxrules.nn import batch_norm, group_norm, instance_norm, layer_norm, rms_norm
@@ -220,9 +219,8 @@ def test_float32_backward_does_not_cancel_under_a_large_offset(name, forms):
 
 def test_cross_device_statistics_match_the_global_batch():
     script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "cross_device_batch_norm.py"
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform")]
-    env = subprocess_env(XLA_FLAGS=" ".join([*flags, "--xla_force_host_platform_device_count=8"]))  # conftest's too
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=forced_devices_env(8),
+                          timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert '"devices": 8' in done.stdout
 

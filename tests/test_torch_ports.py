@@ -81,9 +81,16 @@ def _compare(program, data, params, *, fn="loss_fn", rtol=1e-10, **options):
     t_params = [torch.tensor(p, requires_grad=True) for p in params]
     t_loss = t_fn(*(torch.tensor(d) for d in data), *t_params, **options)
     t_grads = torch.autograd.grad(t_loss, t_params)
-    j_data = [jnp.asarray(d) for d in data]
-    j_loss, j_grads = jax.value_and_grad(lambda ps: j_fn(*j_data, *ps, **options))([jnp.asarray(p) for p in params])
-    np.testing.assert_allclose(j_loss, t_loss.detach().numpy(), rtol=rtol)
+    def ported(device=None):
+        with jax.default_device(device):
+            j_data = [jnp.asarray(d) for d in data]
+            return jax.value_and_grad(lambda ps: j_fn(*j_data, *ps, **options))([jnp.asarray(p) for p in params])
+
+    j_loss, j_grads = ported()
+    # On an accelerator a mismatch also reports the CPU device's loss: it says whether the
+    # accelerator's program or the port differs.
+    on_cpu = "" if jax.default_backend() == "cpu" else f"; the CPU device's loss: {ported(jax.devices('cpu')[0])[0]}"
+    np.testing.assert_allclose(j_loss, t_loss.detach().numpy(), rtol=rtol, err_msg=f"loss{on_cpu}")
     for k, (g, tg) in enumerate(zip(j_grads, t_grads)):
         np.testing.assert_allclose(g, tg.numpy(), rtol=rtol, atol=rtol * max(1.0, np.abs(tg.numpy()).max()),
                                    err_msg=f"parameter {k}")

@@ -50,17 +50,24 @@ def group_mean(v, axes, axis_name):
 #   8192 elements a row the one-pass forms are 1.0-2.0x as fast as the direct ones at every row
 #   count from 1024, where the direct forms run down to 0.79x of plain JAX (4096x12288 float32);
 #   below 8192, the one-pass forms are 0.89-0.98x of plain JAX in half precision up to 4096 rows;
+# * many rows of a row norm below many groups (5120-8192 rows of 1536-6144, every dtype): the
+#   one-pass forms are 1.11-1.59x as fast as the direct ones and 1.06x or more of plain JAX, where
+#   the direct forms ran down to 0.85x of it; at 4096 rows they are 0.49-0.91x of the direct ones
+#   below 4096 elements a row, so the step is at 5120 rows;
 # * batch and group norms (a few thousand groups at most, a group over several axes): the one-pass
 #   forms are 0.7-1.1x of the direct forms alone, and 0.74x in a UNet's whole training step where
 #   every group norm holds 64 MiB or more.
 #
 # So the one-pass forms run only for x of at least ONE_PASS_MIN_BYTES with either many groups (at
-# least ONE_PASS_MIN_GROUPS, groups x bytes at least ONE_PASS_MIN_GROUP_BYTES) or rows of a row
-# norm at least ONE_PASS_MIN_ROW long.
+# least ONE_PASS_MIN_GROUPS, groups x bytes at least ONE_PASS_MIN_GROUP_BYTES), or rows of a row
+# norm at least ONE_PASS_MIN_ROW long, or at least ONE_PASS_MANY_ROWS rows of a row norm at least
+# ONE_PASS_MANY_ROWS_MIN_ROW long.
 ONE_PASS_MIN_GROUPS = 8192
 ONE_PASS_MIN_BYTES = 10 * 2**20
 ONE_PASS_MIN_GROUP_BYTES = 8192 * 32 * 2**20
 ONE_PASS_MIN_ROW = 8192
+ONE_PASS_MANY_ROWS = 5120
+ONE_PASS_MANY_ROWS_MIN_ROW = 1536
 
 
 def direct_forms(x, axes) -> bool:
@@ -68,14 +75,17 @@ def direct_forms(x, axes) -> bool:
     (see ``ONE_PASS_MIN_GROUPS``): x's bytes as stored on each device decide
     (``partitioning.local_shape``: its shard where the sharding is known when tracing; under
     ``jax.vmap`` of the primal, as for a traced ``eps``, one example's), with the number of
-    groups (statistics) they make and, for statistics over the last axis alone, its length."""
+    groups (statistics) they make and, for statistics over the last axis alone (a row norm), its
+    length."""
     shape = local_shape(x)
     nbytes = math.prod(shape) * np.dtype(x.dtype).itemsize
     reduced = {b % x.ndim for b in axes}
     groups = math.prod(d for a, d in enumerate(shape) if a not in reduced)
     many_groups = groups >= ONE_PASS_MIN_GROUPS and groups * nbytes >= ONE_PASS_MIN_GROUP_BYTES
-    long_rows = reduced == {x.ndim - 1} and shape[-1] >= ONE_PASS_MIN_ROW
-    return not (nbytes >= ONE_PASS_MIN_BYTES and (many_groups or long_rows))
+    row_norm = reduced == {x.ndim - 1}
+    long_rows = row_norm and shape[-1] >= ONE_PASS_MIN_ROW
+    many_rows = row_norm and groups >= ONE_PASS_MANY_ROWS and shape[-1] >= ONE_PASS_MANY_ROWS_MIN_ROW
+    return not (nbytes >= ONE_PASS_MIN_BYTES and (many_groups or long_rows or many_rows))
 
 
 def norm_stats(x, axes, eps, axis_name):
