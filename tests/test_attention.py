@@ -10,6 +10,7 @@ import pytest
 import torch
 from jax.test_util import check_grads
 
+from jaxrules import compat
 from jaxrules.ops.attention import bilinear, scaled_dot_product_attention
 
 F = torch.nn.functional
@@ -366,7 +367,7 @@ def test_bilinear_bad_input(args, error, match):
 # A pin of a platform bug: when it fails (strict xfail), the JAX release fixed it; then update
 # docs/compatibility.md.
 ON_A_GPU = jax.default_backend() == "gpu"
-JAX_0_12 = tuple(int(p) for p in jax.__version__.split(".")[:2]) == (0, 12)
+JAX_0_12 = compat.jax_version_tuple(jax.__version__)[:2] == (0, 12)
 
 
 @pytest.mark.skipif(not ON_A_GPU, reason="compares a GPU's float64 values with the CPU device's")
@@ -386,4 +387,3 @@ def test_plain_jaxs_float64_attention_under_jit_of_vmap_equals_the_cpus():
         with jax.default_device(jax.devices("cpu")[0]):
             cpu = np.asarray(attention(*(jnp.asarray(a, jnp.float64) for a in (q, k, v))))
     np.testing.assert_allclose(here, cpu, rtol=1e-10, atol=1e-12)
-

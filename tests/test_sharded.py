@@ -9,6 +9,7 @@ limitation, open); each listed record in the subset must still fail, so a fixed 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -98,8 +99,6 @@ def test_the_check_skips_in_a_process_with_one_device():
 def test_an_op_that_refuses_its_unsharded_inputs_says_why(monkeypatch):
     """Where the unsharded program of every form fails, the check's result names each form's error
     (the sharded programs are then not built)."""
-    import dataclasses
-
     import jax
 
     from jaxrules import registry, testing
