@@ -114,9 +114,17 @@ def run(points, variants=VARIANTS, form="train", repeats=21, calls=5, batch=16, 
                 futures = {v: pool.submit(lambda v=v, p=p, a=args: bench.fwd_bwd(variant_fn(p.op, v), with_value)
                                           .lower(*a).compile()) for v in variants}
                 prepared.append((p, args, futures))
+            # every compile of the chunk ends before the first timing: a compile running on the
+            # host's cores beside a timed loop delays its dispatches and idles the device
+            ready = []
             for p, args, futures in prepared:
                 try:
-                    compiled = {v: f.result() for v, f in futures.items()}
+                    ready.append((p, args, {v: f.result() for v, f in futures.items()}))
+                except Exception as err:  # noqa: BLE001 - one failing point must not lose the others
+                    print(f"{p.name}: failed to compile: {type(err).__name__}: {str(err)[:300]}", file=sys.stderr)
+            del prepared
+            for p, args, compiled in ready:
+                try:
                     times = bench.interleaved_median_ms({v: (lambda c=c: c(*args)) for v, c in compiled.items()},
                                                         repeats, calls=calls)
                 except Exception as err:  # noqa: BLE001 - one failing point must not lose the others
@@ -128,7 +136,7 @@ def run(points, variants=VARIANTS, form="train", repeats=21, calls=5, batch=16, 
                 rows.append(row)
                 if on_row:
                     on_row(row)
-            del prepared
+            del ready
     return rows
 
 

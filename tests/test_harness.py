@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import jaxrules
-from jaxrules import OpRecord, Sample, SingularPoint, define_op
+from jaxrules import OpRecord, Sample, SingularPoint, define_op, testing
 from jaxrules.cli import coverage_markdown, main
 from jaxrules.testing import CHECKS, check_op, run_check
 
@@ -106,6 +106,35 @@ def test_low_precision_checks_dtype_and_values():
     upcast = _record("test_upcast", fn=lambda x: define_op("test_up", lambda x: (x * x).astype(jnp.float64),
                                                            _square_jvp, _square_vjp)(x))
     assert not run_check(upcast, "low_precision").passed
+
+
+def test_a_known_platform_bug_skips_its_failure_and_fails_its_pass(monkeypatch):
+    bad = _record("test_bad_batching_platform", fn=lambda x: _wrong_batching(x))
+    bug = (lambda: True, "a platform's wrong batched product")
+    monkeypatch.setitem(testing.PLATFORM_BUGS, (bad.name, "vmap"), bug)
+    monkeypatch.setitem(testing.PLATFORM_BUGS, (GOOD.name, "vmap"), bug)
+    failing = run_check(bad, "vmap")
+    assert failing.passed and failing.skipped and "known platform bug: a platform's" in failing.detail
+    fixed = run_check(GOOD, "vmap")
+    assert not fixed.passed and "no longer shows" in fixed.detail
+    monkeypatch.setitem(testing.PLATFORM_BUGS, (bad.name, "vmap"), (lambda: False, "elsewhere"))
+    assert not run_check(bad, "vmap").passed  # where the bug does not apply, the check is as ever
+
+
+def test_the_triton_gemm_bug_applies_to_jax_0_12s_gpu_alone(monkeypatch):
+    applies = testing.PLATFORM_BUGS[("scaled_dot_product_attention", "vmap")][0]
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "__version__", "0.12.0.1")
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    assert applies()
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_triton_gemm=false")
+    assert not applies()
+    monkeypatch.delenv("XLA_FLAGS")
+    monkeypatch.setattr(jax, "__version__", "0.11.2")
+    assert not applies()
+    monkeypatch.setattr(jax, "__version__", "0.12.0.1")
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+    assert not applies()
 
 
 def test_unknown_check_is_refused():
