@@ -10,7 +10,6 @@ import pytest
 import torch
 from jax.test_util import check_grads
 
-from jaxrules import compat
 from jaxrules.ops.attention import bilinear, scaled_dot_product_attention
 
 F = torch.nn.functional
@@ -362,28 +361,3 @@ def test_bilinear_with_an_infinite_input_entry_has_the_exact_infinite_gradient()
 def test_bilinear_bad_input(args, error, match):
     with pytest.raises(error, match=f"bilinear.*{match}"):
         bilinear(*args)
-
-
-# A pin of a platform bug: when it fails (strict xfail), the JAX release fixed it; then update
-# docs/compatibility.md.
-ON_A_GPU = jax.default_backend() == "gpu"
-JAX_0_12 = compat.jax_version_tuple(jax.__version__)[:2] == (0, 12)
-
-
-@pytest.mark.skipif(not ON_A_GPU, reason="compares a GPU's float64 values with the CPU device's")
-@pytest.mark.xfail(ON_A_GPU and JAX_0_12, strict=True,
-                   reason="jax 0.12.0.1's CUDA backend computes this float64 batched matmul wrongly under jit "
-                          "(relative error 6.5; XLA_FLAGS=--xla_gpu_enable_triton_gemm=false gives the CPU's "
-                          "values): XLA's Triton GEMM, docs/compatibility.md")
-def test_plain_jaxs_float64_attention_under_jit_of_vmap_equals_the_cpus():
-    """``jit(vmap(attention, in_axes=(None, 0, 0)))`` in plain jax.numpy, float64, the query
-    unbatched: the default device's values against the CPU device's."""
-    rng = np.random.default_rng(0)
-    q, k, v = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 2, 5, 4)), rng.standard_normal((2, 2, 5, 3))
-    attention = jax.jit(jax.vmap(lambda q, k, v: jax.nn.softmax(q @ jnp.swapaxes(k, -1, -2) / 2, axis=-1) @ v,
-                                 in_axes=(None, 0, 0)))
-    with jax.enable_x64(True):
-        here = np.asarray(attention(*(jnp.asarray(a, jnp.float64) for a in (q, k, v))))
-        with jax.default_device(jax.devices("cpu")[0]):
-            cpu = np.asarray(attention(*(jnp.asarray(a, jnp.float64) for a in (q, k, v))))
-    np.testing.assert_allclose(here, cpu, rtol=1e-10, atol=1e-12)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
+from _platform_bugs import GPU_REDUCTION_RACE, GPU_REDUCTION_RACE_REASON
 
 import jaxrules.nn
 import jaxrules.torch
@@ -104,7 +105,8 @@ def test_mlp_classifier_port_matches_torch():
     assert _compare(MLP, (x, target), params) > 0
 
 
-@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("training", [pytest.param(True, marks=pytest.mark.xfail(
+    GPU_REDUCTION_RACE, strict=False, reason=f"batch norm's batch statistics: {GPU_REDUCTION_RACE_REASON}")), False])
 def test_cnn_port_matches_torch(training):
     rng = np.random.default_rng(1)
     x, target = rng.standard_normal((4, 2, 9, 8)), rng.integers(0, 3, 4)

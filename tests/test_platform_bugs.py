@@ -1,0 +1,50 @@
+"""Pins of bugs in a JAX release's platform (XLA's compiler for one backend) that give wrong values
+in plain JAX as in jaxrules, and that jaxrules does not work around (docs/compatibility.md, "On a
+GPU"). Each test states the right value; where the bug applies it is expected to fail, so the
+release that fixes the bug shows (then update docs/compatibility.md and the tests that wait on it)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _platform_bugs import GPU_REDUCTION_RACE, GPU_REDUCTION_RACE_REASON, JAX_0_12, ON_A_GPU
+
+
+@pytest.mark.skipif(not ON_A_GPU, reason="compares a GPU's float64 values with the CPU device's")
+@pytest.mark.xfail(ON_A_GPU and JAX_0_12, strict=True,
+                   reason="jax 0.12.0.1's CUDA backend computes this float64 batched matmul wrongly under jit "
+                          "(relative error 6.5; XLA_FLAGS=--xla_gpu_enable_triton_gemm=false gives the CPU's "
+                          "values): XLA's Triton GEMM, docs/compatibility.md")
+def test_plain_jaxs_float64_attention_under_jit_of_vmap_equals_the_cpus():
+    """``jit(vmap(attention, in_axes=(None, 0, 0)))`` in plain jax.numpy, float64, the query
+    unbatched: the default device's values against the CPU device's."""
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 2, 5, 4)), rng.standard_normal((2, 2, 5, 3))
+    attention = jax.jit(jax.vmap(lambda q, k, v: jax.nn.softmax(q @ jnp.swapaxes(k, -1, -2) / 2, axis=-1) @ v,
+                                 in_axes=(None, 0, 0)))
+    with jax.enable_x64(True):
+        here = np.asarray(attention(*(jnp.asarray(a, jnp.float64) for a in (q, k, v))))
+        with jax.default_device(jax.devices("cpu")[0]):
+            cpu = np.asarray(attention(*(jnp.asarray(a, jnp.float64) for a in (q, k, v))))
+    np.testing.assert_allclose(here, cpu, rtol=1e-10, atol=1e-12)
+
+
+def test_plain_jaxs_variance_over_three_axes_equals_numpys():
+    """``jnp.var(x, axis=(0, 2, 3))`` (a batch norm's statistics) of NCHW arrays of a few shapes,
+    float32 and float64, eagerly and under ``jit``, against NumPy's in float64. Where the reduction
+    race applies, a wrong value is an expected failure (xfail); a right one passes, since the
+    race does not show in every compilation."""
+    errors = []
+    with jax.enable_x64(True):
+        for shape in [(4, 6, 10, 8), (4, 6, 9, 8), (8, 6, 10, 8)]:
+            for dtype, rtol in ((np.float64, 1e-12), (np.float32, 1e-5)):
+                x = np.random.default_rng(1).standard_normal(shape).astype(dtype)
+                want = x.astype(np.float64).var((0, 2, 3))
+                for mode, var in (("eager", jnp.var), ("jit", jax.jit(jnp.var, static_argnames="axis"))):
+                    got = np.asarray(var(jnp.asarray(x), axis=(0, 2, 3)), np.float64)
+                    error = float(np.max(np.abs(got - want) / want))
+                    if not error <= rtol:
+                        errors.append(f"{shape} {np.dtype(dtype).name} {mode}: relative error {error:.1e}")
+    if errors and GPU_REDUCTION_RACE:
+        pytest.xfail(f"{GPU_REDUCTION_RACE_REASON}: {errors}")
+    assert not errors, errors
