@@ -121,6 +121,12 @@ def test_a_known_platform_bug_skips_its_failure_and_fails_its_pass(monkeypatch):
     assert not run_check(bad, "vmap").passed  # where the bug does not apply, the check is as ever
 
 
+def test_every_platform_bug_names_a_record_and_a_check():
+    names = {r.name for r in jaxrules.records()}
+    for (record, check), (applies, bug) in testing.PLATFORM_BUGS.items():
+        assert record in names and check in CHECKS and callable(applies) and bug, (record, check)
+
+
 def test_the_triton_gemm_bug_applies_to_jax_0_12s_gpu_alone(monkeypatch):
     applies = testing.PLATFORM_BUGS[("scaled_dot_product_attention", "vmap")][0]
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
