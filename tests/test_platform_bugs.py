@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _platform_bugs import GPU_REDUCTION_RACE, GPU_REDUCTION_RACE_REASON, JAX_0_12, ON_A_GPU
+from _platform_bugs import GPU_REDUCTION_BUG, GPU_REDUCTION_BUG_REASON, JAX_0_12, ON_A_GPU
 
 
 @pytest.mark.skipif(not ON_A_GPU, reason="compares a GPU's float64 values with the CPU device's")
@@ -32,8 +32,8 @@ def test_plain_jaxs_float64_attention_under_jit_of_vmap_equals_the_cpus():
 def test_plain_jaxs_variance_over_three_axes_equals_numpys():
     """``jnp.var(x, axis=(0, 2, 3))`` (a batch norm's statistics) of NCHW arrays of a few shapes,
     float32 and float64, eagerly and under ``jit``, against NumPy's in float64. Where the reduction
-    race applies, a wrong value is an expected failure (xfail); a right one passes, since the
-    race does not show in every compilation."""
+    bug applies, a wrong value is an expected failure (xfail); a right one passes, since the
+    bug does not show in every compilation."""
     errors = []
     with jax.enable_x64(True):
         for shape in [(4, 6, 10, 8), (4, 6, 9, 8), (8, 6, 10, 8)]:
@@ -45,6 +45,6 @@ def test_plain_jaxs_variance_over_three_axes_equals_numpys():
                     error = float(np.max(np.abs(got - want) / want))
                     if not error <= rtol:
                         errors.append(f"{shape} {np.dtype(dtype).name} {mode}: relative error {error:.1e}")
-    if errors and GPU_REDUCTION_RACE:
-        pytest.xfail(f"{GPU_REDUCTION_RACE_REASON}: {errors}")
+    if errors and GPU_REDUCTION_BUG:
+        pytest.xfail(f"{GPU_REDUCTION_BUG_REASON}: {errors}")
     assert not errors, errors

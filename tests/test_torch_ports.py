@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
-from _platform_bugs import GPU_REDUCTION_RACE, GPU_REDUCTION_RACE_REASON
+from _platform_bugs import GPU_REDUCTION_BUG, GPU_REDUCTION_BUG_REASON
 
 import jaxrules.nn
 import jaxrules.torch
@@ -106,7 +106,7 @@ def test_mlp_classifier_port_matches_torch():
 
 
 @pytest.mark.parametrize("training", [pytest.param(True, marks=pytest.mark.xfail(
-    GPU_REDUCTION_RACE, strict=False, reason=f"batch norm's batch statistics: {GPU_REDUCTION_RACE_REASON}")), False])
+    GPU_REDUCTION_BUG, strict=False, reason=f"batch norm's batch statistics: {GPU_REDUCTION_BUG_REASON}")), False])
 def test_cnn_port_matches_torch(training):
     rng = np.random.default_rng(1)
     x, target = rng.standard_normal((4, 2, 9, 8)), rng.integers(0, 3, 4)
