@@ -761,7 +761,8 @@ def _pseudo_inverse(a, rtol):
     if m == 0 or n == 0:
         return jnp.zeros(a.shape[:-2] + (n, m), a.dtype)
     u, s, vh = jnp.linalg.svd(jnp.conj(a), full_matrices=False)
-    cutoff = jnp.asarray(rtol)[..., None] * s[..., :1]
+    # rtol broadcasts against the batch dims explicitly (valid under jax_numpy_rank_promotion="raise")
+    cutoff = jnp.broadcast_to(jnp.asarray(rtol)[..., None], s.shape[:-1] + (1,)) * s[..., :1]
     s = jnp.where(s > cutoff, s, jnp.inf).astype(u.dtype)
     return jnp.matmul(_mT(vh), _mT(u) / s[..., None], precision=lax.Precision.HIGHEST).astype(a.dtype)
 
