@@ -20,7 +20,8 @@ import warnings
 
 import jax
 
-__all__ = ["NEWEST_TESTED_JAX", "OLDEST_SUPPORTED_JAX", "UntestedJaxWarning", "jax_version_tuple", "warn_if_untested"]
+__all__ = ["NEWEST_TESTED_JAX", "OLDEST_SUPPORTED_JAX", "UntestedJaxWarning", "gpu_reduction_bug", "jax_version_tuple",
+           "triton_gemm_float64_bug", "warn_if_untested"]
 
 _WARNED = "JAXRULES_UNTESTED_JAX_WARNED"  # set once warned: the check's worker processes stay quiet
 OLDEST_SUPPORTED_JAX = "0.10.2"  # pyproject.toml's lower bound
@@ -60,3 +61,26 @@ def warn_if_untested(version: str | None = None) -> bool:
             stacklevel=2,
         )
     return newer
+
+
+# Bugs of a JAX release's platform that give wrong values in plain JAX as in jaxrules
+# (docs/compatibility.md, "On a GPU"); the check (``testing.PLATFORM_BUGS``) and the tests ask
+# these whether one applies in this process.
+
+def _on_jax_gpu(release: tuple[int, int], avoided_by: tuple[str, ...]) -> bool:
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    return (jax.default_backend() == "gpu" and jax_version_tuple(jax.__version__)[:2] == release
+            and not any(flag in flags for flag in avoided_by))
+
+
+def triton_gemm_float64_bug() -> bool:
+    """jax 0.12's CUDA backend computes a float64 batched product of an unbatched operand wrongly
+    under ``jit`` (XLA's Triton GEMM), unless ``--xla_gpu_enable_triton_gemm=false``."""
+    return _on_jax_gpu((0, 12), ("--xla_gpu_enable_triton_gemm=false",))
+
+
+def gpu_reduction_bug() -> bool:
+    """jax 0.12's CUDA backend reduces over several non-minor axes (``jnp.var(x, axis=(0, 2, 3))``)
+    off by 0.4-0.8% in some compilations, unless ``--xla_gpu_deterministic_ops=true`` or
+    ``--xla_gpu_autotune_level=0``."""
+    return _on_jax_gpu((0, 12), ("--xla_gpu_deterministic_ops=true", "--xla_gpu_autotune_level=0"))

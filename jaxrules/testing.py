@@ -999,18 +999,13 @@ def run_check(record: OpRecord, check: str) -> CheckResult:
     return result
 
 
-def _triton_gemm_float64_is_wrong() -> bool:
-    return (jax.default_backend() == "gpu" and compat.jax_version_tuple(jax.__version__)[:2] == (0, 12)
-            and "--xla_gpu_enable_triton_gemm=false" not in os.environ.get("XLA_FLAGS", ""))
-
-
 # Checks whose programs a platform computes wrongly outside jaxrules (docs/compatibility.md):
 # (record, check) -> (whether the bug applies here, what it is). Such a check still runs: its
 # failure is reported as skipped with the bug's description, and its pass as a failure, so the
 # entry goes once a release fixes the bug.
 PLATFORM_BUGS: dict[tuple[str, str], tuple[Callable[[], bool], str]] = {
     ("scaled_dot_product_attention", "vmap"): (
-        _triton_gemm_float64_is_wrong,
+        compat.triton_gemm_float64_bug,
         "jax 0.12's CUDA backend computes the float64 batched product of an unbatched query wrongly under jit "
         "(XLA's Triton GEMM; XLA_FLAGS=--xla_gpu_enable_triton_gemm=false avoids it)"),
 }

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import jaxrules
-from jaxrules import OpRecord, Sample, SingularPoint, define_op, testing
+from jaxrules import OpRecord, Sample, SingularPoint, compat, define_op, testing
 from jaxrules.cli import coverage_markdown, main
 from jaxrules.testing import CHECKS, check_op, run_check
 
@@ -127,13 +127,18 @@ def test_every_platform_bug_names_a_record_and_a_check():
         assert record in names and check in CHECKS and callable(applies) and bug, (record, check)
 
 
-def test_the_triton_gemm_bug_applies_to_jax_0_12s_gpu_alone(monkeypatch):
-    applies = testing.PLATFORM_BUGS[("scaled_dot_product_attention", "vmap")][0]
+@pytest.mark.parametrize("applies, avoided_by", [
+    (compat.triton_gemm_float64_bug, "--xla_gpu_enable_triton_gemm=false"),
+    (compat.gpu_reduction_bug, "--xla_gpu_deterministic_ops=true"),
+    (compat.gpu_reduction_bug, "--xla_gpu_autotune_level=0"),
+])
+def test_the_platform_bugs_apply_to_jax_0_12s_gpu_alone(monkeypatch, applies, avoided_by):
+    assert testing.PLATFORM_BUGS[("scaled_dot_product_attention", "vmap")][0] is compat.triton_gemm_float64_bug
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     monkeypatch.setattr(jax, "__version__", "0.12.0.1")
-    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_command_buffer=")
     assert applies()
-    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_triton_gemm=false")
+    monkeypatch.setenv("XLA_FLAGS", f"--xla_gpu_enable_command_buffer= {avoided_by}")
     assert not applies()
     monkeypatch.delenv("XLA_FLAGS")
     monkeypatch.setattr(jax, "__version__", "0.11.2")

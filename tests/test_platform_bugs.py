@@ -7,11 +7,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _platform_bugs import GPU_REDUCTION_BUG, GPU_REDUCTION_BUG_REASON, JAX_0_12, ON_A_GPU
+from _platform_bugs import GPU_REDUCTION_BUG, GPU_REDUCTION_BUG_REASON, ON_A_GPU, TRITON_GEMM_FLOAT64_BUG
 
 
 @pytest.mark.skipif(not ON_A_GPU, reason="compares a GPU's float64 values with the CPU device's")
-@pytest.mark.xfail(ON_A_GPU and JAX_0_12, strict=True,
+@pytest.mark.xfail(TRITON_GEMM_FLOAT64_BUG, strict=True,
                    reason="jax 0.12.0.1's CUDA backend computes this float64 batched matmul wrongly under jit "
                           "(relative error 6.5; XLA_FLAGS=--xla_gpu_enable_triton_gemm=false gives the CPU's "
                           "values): XLA's Triton GEMM, docs/compatibility.md")

@@ -26,7 +26,7 @@ from jaxrules.testing import check_strict_promotion, release_programs, run_check
 
 SUBSET = 16
 # Records that promoted implicitly and are checked every run.
-ALWAYS = ("det", "slogdet", "adjugate", "lu", "lu_factor", "lu_solve", "lu_unpack", "qr", "pad", "matmul")
+ALWAYS = ("det", "slogdet", "adjugate", "lu", "lu_factor", "lu_solve", "lu_unpack", "qr", "pad", "matmul", "pinv")
 
 STRICT_OPEN: dict[str, str] = {}  # record -> the formula that still promotes implicitly
 
