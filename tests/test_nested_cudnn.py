@@ -126,8 +126,10 @@ def test_impl_cudnn_is_refused_off_a_gpu_and_the_default_runs_the_formulas():
         _attend(offsets, "cudnn", False)(values, values, values)
     np.testing.assert_array_equal(_attend(offsets, None, False)(values, values, values),
                                   _attend(offsets, "xla", False)(values, values, values))
-    for layout in ("packed", "padded"):  # JAX refuses without cuDNN
-        assert not C.accepts(9, 4, 2, 16, jnp.bfloat16, 0.25, False, layout, 5)
+    # Off a GPU the dispatch's static gate refuses before JAX is asked (``accepts``): JAX's own
+    # refusal at trace time depends on the machine (jax 0.12 traces its cuDNN call on a CPU backend
+    # where the cuDNN library is installed).
+    assert not C.static_applies(jax.default_backend(), jnp.bfloat16, 16, 16, 2, 9, False)
 
 
 # ----------------------------------------------------------------------------------------------
