@@ -25,7 +25,7 @@ __all__ = ["NEWEST_TESTED_JAX", "OLDEST_SUPPORTED_JAX", "UntestedJaxWarning", "g
 
 _WARNED = "JAXRULES_UNTESTED_JAX_WARNED"  # set once warned: the check's worker processes stay quiet
 OLDEST_SUPPORTED_JAX = "0.10.2"  # pyproject.toml's lower bound
-NEWEST_TESTED_JAX = "0.11.2"  # the newest JAX whose test suite and full check passed (docs/compatibility.md)
+NEWEST_TESTED_JAX = "0.12.0.1"  # the newest JAX whose test suite and full check passed (docs/compatibility.md)
 
 
 class UntestedJaxWarning(UserWarning):
