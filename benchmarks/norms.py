@@ -13,6 +13,10 @@ in the form of a training step (``--form train``: the value and the gradients of
 the bias for a cotangent that waits for the value, ``bench.fwd_bwd(with_value=True)``) or
 gradients only (``--form grads``). Bar: the default at least 0.95x of the faster of ``xla`` and
 ``jax`` (ratio = best / default), or within ``MARGIN_MS`` where the faster is under ``SMALL_MS``.
+Where ``default`` and ``xla`` compile to the same program (``same_program``: their optimized HLO
+texts equal, which the dispatch makes so at every shape), that program was timed twice: its time is
+the mean of the two medians, and the bar compares it with ``jax`` (the faster of two timings of one
+program would favour the baseline by the measurement's spread).
 
     PYTHONPATH=. python benchmarks/norms.py --out norms.json            # the held-out draw
     PYTHONPATH=. python benchmarks/norms.py --count 4 --max-elements 65536   # a small CPU try
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import re
 import statistics
 import sys
 import time
@@ -92,10 +97,27 @@ def inputs(point: shapes.Point, seed: int):
 
 
 def verdict(row: dict) -> tuple[float, bool]:
-    """``(best / default, ok)`` with best the faster of ``xla`` and ``jax``."""
-    best = min(row[f"{v}_ms"] for v in ("xla", "jax") if f"{v}_ms" in row)
+    """``(best / default, ok)`` with best the faster of ``xla`` and ``jax``; where ``default`` and
+    ``xla`` are one program (``row["same_program"]``), default is the mean of its two times."""
     mine = row["default_ms"]
+    rivals = [row[f"{v}_ms"] for v in ("xla", "jax") if f"{v}_ms" in row]
+    if row.get("same_program"):
+        mine = (mine + row["xla_ms"]) / 2
+        rivals = [row["jax_ms"]] if "jax_ms" in row else [mine]
+    best = min(rivals)
     return best / mine, best / mine >= 0.95 or (best < SMALL_MS and mine - best <= MARGIN_MS)
+
+
+def compile_variants(point, variants, with_value: bool, args) -> dict:
+    """Each variant's jitted step at ``point``, compiled one after another (``default`` before
+    ``xla``: a program compiled twice in one process is compiled the second time after the first
+    ended, as a user's would be, not beside it)."""
+    return {v: bench.fwd_bwd(variant_fn(point.op, v), with_value).lower(*args).compile() for v in variants}
+
+
+def program_text(compiled) -> str:
+    """A compiled program's optimized HLO without its source metadata (names of Python frames)."""
+    return re.sub(r", metadata=\{[^}]*\}", "", compiled.as_text())
 
 
 def run(points, variants=VARIANTS, form="train", repeats=21, calls=5, batch=16, on_row=None):
@@ -111,15 +133,13 @@ def run(points, variants=VARIANTS, form="train", repeats=21, calls=5, batch=16, 
             prepared = []
             for i, p in enumerate(chunk):
                 args = inputs(p, start + i)
-                futures = {v: pool.submit(lambda v=v, p=p, a=args: bench.fwd_bwd(variant_fn(p.op, v), with_value)
-                                          .lower(*a).compile()) for v in variants}
-                prepared.append((p, args, futures))
+                prepared.append((p, args, pool.submit(compile_variants, p, variants, with_value, args)))
             # every compile of the chunk ends before the first timing: a compile running on the
             # host's cores beside a timed loop delays its dispatches and idles the device
             ready = []
-            for p, args, futures in prepared:
+            for p, args, future in prepared:
                 try:
-                    ready.append((p, args, {v: f.result() for v, f in futures.items()}))
+                    ready.append((p, args, future.result()))
                 except Exception as err:  # noqa: BLE001 - one failing point must not lose the others
                     print(f"{p.name}: failed to compile: {type(err).__name__}: {str(err)[:300]}", file=sys.stderr)
             del prepared
@@ -132,6 +152,8 @@ def run(points, variants=VARIANTS, form="train", repeats=21, calls=5, batch=16, 
                     continue
                 row = {"op": p.op, "shape": list(p.shape), "dtype": p.dtype, "weight_dtype": p.weight_dtype,
                        **{f"{v}_ms": t for v, t in times.items()}}
+                if "default" in compiled and "xla" in compiled:
+                    row["same_program"] = program_text(compiled["default"]) == program_text(compiled["xla"])
                 row["ratio"], row["ok"] = verdict(row)
                 rows.append(row)
                 if on_row:
@@ -148,7 +170,8 @@ def markdown(rows, meta) -> str:
     ratios = [r["ratio"] for r in rows]
     lines = [f"{meta['device']}, jax {meta['jax']}, form {meta['form']}: {len(rows)} points, "
              f"{sum(not r['ok'] for r in rows)} below the bar; best/default median "
-             f"{statistics.median(ratios):.3f}, min {min(ratios):.3f}", "",
+             f"{statistics.median(ratios):.3f}, min {min(ratios):.3f}; default and xla one program at "
+             f"{sum(bool(r.get('same_program')) for r in rows)}", "",
              "| point | " + " | ".join(f"{c} ms" for c in cols) + " | best/default | ok |",
              "|---|" + "---:|" * (len(cols) + 1) + "---|"]
     for r in sorted(rows, key=lambda r: r["ratio"]):
