@@ -110,3 +110,33 @@ def test_eighs_second_order_runs_its_gauge_check_on_another_array_under_jax_011s
         assert max(seen) > 1e-2, seen
     else:
         assert max(seen) < 1e-10, seen
+
+
+def test_vmapped_rules_under_an_explicit_mesh_linearize_exactly_where_jaxs_own_do():
+    """jax 0.11's hijax rules cannot be linearized when vmapped under an ``Explicit`` mesh ("for
+    linearize support, subclass ... VmapOf must implement `lin` and `linearized`"), for JAX's own
+    ``custom_jvp`` and ``custom_vjp`` alike; jax 0.12 linearizes them. A jaxrules rule then fails
+    the same way (the vmapped sharded tests of ``docs/compatibility.md`` on 0.11 with the flags):
+    JAX's behaviour, not the library's. One device suffices."""
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as Spec
+
+    theirs = jax.custom_jvp(lambda v: v * 0.5)
+    theirs.defjvp(lambda p, t: (theirs(p[0]), t[0] * 0.5))
+    mesh = jax.make_mesh((1,), ("data",), axis_types=(AxisType.Explicit,))
+    with jax.set_mesh(mesh):
+        x = jax.device_put(jnp.asarray(np.linspace(-1, 1, 12).reshape(4, 3)), NamedSharding(mesh, Spec("data")))
+
+        def linearized(fn):
+            return jax.linearize(jax.jit(lambda v: jnp.sum(jax.vmap(fn)(v))), x)
+
+        try:
+            linearized(theirs)
+        except NotImplementedError as err:
+            assert "VmapOf" in str(err)
+            with pytest.raises(NotImplementedError, match="VmapOf"):
+                linearized(rnp.deg2rad)
+        else:
+            value, lin = linearized(rnp.deg2rad)
+            np.testing.assert_allclose(value, jnp.sum(jnp.deg2rad(x)), rtol=1e-12)
+            np.testing.assert_allclose(lin(jnp.ones_like(x)), 12 * np.pi / 180, rtol=1e-12)
