@@ -26,7 +26,7 @@ import jaxrules.torch.linalg as TL  # noqa: E402
 import jaxrules.torch.nn.functional as TF  # noqa: E402
 from jaxrules import cli, opinfo  # noqa: E402
 
-ROTATION = 16
+ROTATION = 12
 MAX_SAMPLES = 2
 
 TARGETS = {t.key: t for t in opinfo.targets()}
