@@ -25,3 +25,13 @@ def commit_seed(variable: str = "JAXRULES_TEST_SEED") -> int:
 def rotating_subset(names: list[str], count: int, seed: int, salt: str = "") -> list[str]:
     """``count`` of ``names``, ordered by a hash of the seed, ``salt`` and the name."""
     return sorted(names, key=lambda name: zlib.crc32(f"{seed}/{salt}/{name}".encode()))[:count]
+
+
+def rotating_share(records: list, share: int, salt: str, everything: str) -> list:
+    """The records a run checks, in their order: every one where the environment sets the variable
+    ``everything`` (e.g. ``JAXRULES_EMPTY_ALL=1``), else ``len(records) // share`` of them
+    (``rotating_subset`` of their names, seeded by the commit)."""
+    if os.environ.get(everything):
+        return list(records)
+    chosen = set(rotating_subset([r.name for r in records], len(records) // share, commit_seed(), salt))
+    return [r for r in records if r.name in chosen]

@@ -11,14 +11,13 @@ check still fails (a fixed op must leave the list) and are reported as xfail wit
 skipped."""
 
 import dataclasses
-import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from _rotation import commit_seed, rotating_subset
+from _rotation import rotating_share
 
 import jaxrules.nn as rnn
 from jaxrules import OpRecord, Sample, define_op, records
@@ -31,8 +30,8 @@ RECORDS = records()
 
 EMPTY_OPEN: dict[str, str] = {}  # every record passes; a record that fails again goes here with its reason
 EMPTY_SHARE = 4
-_CHOSEN = set(rotating_subset([r.name for r in RECORDS], len(RECORDS) // EMPTY_SHARE, commit_seed(), "empty"))
-CHECKED = [r for r in RECORDS if os.environ.get("JAXRULES_EMPTY_ALL") or r.name in _CHOSEN or r.name in EMPTY_OPEN]
+_SHARED = {r.name for r in rotating_share(RECORDS, EMPTY_SHARE, "empty", "JAXRULES_EMPTY_ALL")}
+CHECKED = [r for r in RECORDS if r.name in _SHARED or r.name in EMPTY_OPEN]
 
 
 def test_every_open_entry_is_a_registered_record():

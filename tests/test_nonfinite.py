@@ -22,14 +22,13 @@ compares every record. ``test_every_listed_case_exists`` reads every record's ca
 
 import dataclasses
 import fnmatch
-import os
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _rotation import commit_seed, rotating_subset
+from _rotation import rotating_share
 
 import jaxrules.nn
 from jaxrules import records
@@ -38,8 +37,7 @@ from jaxrules.testing import _closure, _loss, _samples, _torch, _torch_grads
 
 RECORDS = records()
 NONFINITE_SHARE = 2
-_CHOSEN = set(rotating_subset([r.name for r in RECORDS], len(RECORDS) // NONFINITE_SHARE, commit_seed(), "nonfinite"))
-COMPARED = [r for r in RECORDS if os.environ.get("JAXRULES_NONFINITE_ALL") or r.name in _CHOSEN]
+COMPARED = rotating_share(RECORDS, NONFINITE_SHARE, "nonfinite", "JAXRULES_NONFINITE_ALL")
 POISONS = {"nan": np.nan, "+inf": np.inf, "-inf": -np.inf}
 RTOL = 1e-6  # finite entries: |ours - torch| <= RTOL max(1, |torch|)
 

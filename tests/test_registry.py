@@ -10,10 +10,9 @@ for all 189 on 2 cores), so a CI run checks a rotating sixteenth of the records 
 the commit, ``tests/_rotation.py``); ``JAXRULES_REGISTRY_ALL=1`` checks every record, as ``python
 -m jaxrules check`` (the first command of the README's Quick start) always does."""
 
-import os
 
 import pytest
-from _rotation import commit_seed, rotating_subset
+from _rotation import rotating_share
 
 from jaxrules import records
 from jaxrules.testing import CHECKS, check_op, release_programs
@@ -22,8 +21,7 @@ ALL_RECORDS = records()
 # A CI run checks len(ALL_RECORDS) // SHARE records: an eighth took 133 CPU s of the suite's 2,290 (CI's
 # whole run then 18-20 minutes on 2 cores, over its 15; with a twelfth and the other shares cut, 17).
 SHARE = 16
-_CHOSEN = set(rotating_subset([r.name for r in ALL_RECORDS], len(ALL_RECORDS) // SHARE, commit_seed(), "registry"))
-RECORDS = [r for r in ALL_RECORDS if os.environ.get("JAXRULES_REGISTRY_ALL") or r.name in _CHOSEN]
+RECORDS = rotating_share(ALL_RECORDS, SHARE, "registry", "JAXRULES_REGISTRY_ALL")
 # ``empty`` (zero-size inputs) runs in tests/test_empty.py, beside the records still open there.
 REGISTRY_CHECKS = tuple(c for c in CHECKS if c not in ("empty", "sharded"))  # tests/test_empty.py, test_sharded.py
 
