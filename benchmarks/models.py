@@ -624,7 +624,7 @@ def ablate(point: Point, repeats: int, calls: int, workers: int, only=None) -> l
 
 _CATEGORIES = [  # (category, kernel name pattern), first match
     ("attention (cuDNN)", r"fmha|flash|cudnn.*(attn|sdpa)|sdpa"),
-    ("convolution", r"conv|implicit_gemm|cudnn|xmma_fprop|xmma_dgrad|xmma_wgrad|fprop|dgrad|wgrad"),
+    ("convolution", r"conv(?!ert)|implicit_gemm|cudnn|xmma_fprop|xmma_dgrad|xmma_wgrad|fprop|dgrad|wgrad"),
     ("gemm", r"gemm|cutlass|cublas|xmma|sm\d+_|matmul|dot"),
     ("pallas/triton", r"triton|pallas|rows_|grouped_"),
     ("copy/transpose", r"copy|transpose|memcpy|memset"),

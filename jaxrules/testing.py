@@ -53,8 +53,8 @@ from jaxrules import compat, dispatch
 from jaxrules.mechanism import formula_spy, ignores_its_arguments
 from jaxrules.registry import OpRecord, Sample
 
-__all__ = ["CHECKS", "OPT_IN_CHECKS", "CheckResult", "check_op", "check_strict_promotion", "release_programs",
-           "run_check", "strict_promotion"]
+__all__ = ["CHECKS", "OPT_IN_CHECKS", "CheckResult", "check_derivatives", "check_op", "check_strict_promotion",
+           "release_programs", "run_check", "strict_promotion"]
 
 HOST_DEVICES = 8  # the JAX devices a CPU is split into for the sharded check (``check --host-devices``)
 CHECKS = ("gradients", "jvp_vjp", "formulas", "vmap", "jit", "torch", "singular", "low_precision", "empty", "sharded")
@@ -318,37 +318,71 @@ def _shared(record: OpRecord, key: tuple, sample: Sample) -> _Shared:
     return result
 
 
-def _fd_close(what: str, actual, expected) -> float:
+def _fd_close(what: str, actual, expected, atol: float = _FD_TOL, rtol: float = _FD_TOL) -> float:
     """``actual`` within check_grads' tolerance of ``expected`` (NaNs in the same places)."""
     for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
         try:
-            np.testing.assert_allclose(np.asarray(a), np.asarray(e), atol=_FD_TOL, rtol=_FD_TOL)
+            np.testing.assert_allclose(np.asarray(a), np.asarray(e), atol=atol, rtol=rtol)
         except AssertionError as err:
             raise CheckFailure(f"{what}: {str(err).strip().splitlines()[-1].strip()}") from None
     return _error(actual, expected)
 
 
+def _derivative_comparisons(d: dict, t, s, c) -> list:
+    """``(what, actual, expected)`` for each comparison of ``check_grads(order=2, modes=("fwd",
+    "rev"))`` (without its derivatives with respect to the tangent itself, linear by construction)
+    among ``_derivatives_program``'s outputs ``d`` in the directions ``t``, ``s``, ``c``."""
+    pair = _host_pairing
+    return [
+        ("jvp vs finite differences", d["jvp"], d["jvp_fd"]),
+        ("<vjp(c), t> vs <c, finite differences>", pair(d["vjp"], t), pair(c, d["jvp_fd"])),
+        ("jvp of jvp vs finite differences", d["jvp_of_jvp"], d["jvp_fd_of_jvp"]),
+        ("<vjp of jvp (c), s> vs <c, finite differences of jvp>", pair(d["vjp_of_jvp"], s),
+         pair(c, d["jvp_fd_of_jvp"])),
+        ("jvp of vjp vs finite differences", d["jvp_of_vjp"], d["jvp_fd_of_vjp"]),
+        ("<vjp of vjp (t), s> vs <t, finite differences of vjp>", pair(d["vjp_of_vjp"], s),
+         pair(t, d["jvp_fd_of_vjp"])),
+    ]
+
+
+def check_derivatives(f: Callable, args, atol: float = _FD_TOL, rtol: float = _FD_TOL, seed: int = 0) -> float:
+    """``jax.test_util.check_grads(f, args, order=2, modes=("fwd", "rev"))`` from one compiled
+    program: ``f``'s JVP, VJP and their JVPs and VJPs (second order) against fourth-order central
+    differences with step ``1e-4`` (float64 arguments), in random directions drawn from ``seed``.
+
+    Returns the largest error ``|a - e| / max(1, |e|)``; raises ``AssertionError`` naming the
+    first comparison outside ``|a - e| <= atol + rtol |e|``, ``TypeError`` for an argument that
+    is not float64 or complex128.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from jaxrules.testing import check_derivatives
+    >>> with jax.enable_x64(True):
+    ...     print(check_derivatives(jnp.sin, (jnp.linspace(0.0, 1.0, 4),)) < 1e-8)
+    True
+    """
+    rng = np.random.default_rng(seed)
+    args = [_on_device(a) for a in args]
+    for i, a in enumerate(args):
+        if a.dtype not in (np.float64, np.complex128):
+            raise TypeError(f"check_derivatives: argument {i} is {a.dtype}; finite differences of step "
+                            f"{_FD_EPS} need float64 or complex128 (turn on jax_enable_x64)")
+    t, s = [_like(rng, a) for a in args], [_like(rng, a) for a in args]
+    c = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
+    d = _derivatives_program(f)(args, t, s, c)
+    worst = 0.0
+    for what, actual, expected in _derivative_comparisons(d, t, s, c):
+        worst = max(worst, _fd_close(what, actual, expected, atol, rtol))
+    return worst
+
+
 def _check_gradients(record: OpRecord) -> float:
     """First and second derivatives against central differences, and the transposes against
-    the JVPs, in random directions: ``jax.test_util.check_grads(order=2, modes=("fwd", "rev"))``'s
-    comparisons (without its derivatives with respect to the tangent itself, linear by
-    construction), from one compiled program per sample."""
+    the JVPs, in random directions (``_derivative_comparisons``), from one compiled program per
+    sample."""
     worst = 0.0
     for label, key, sample in _each_sample(record, with_key=True):
         shared = _shared(record, key, sample)
-        d, t, s, c = shared.out, shared.t, shared.s, shared.c
-        pair = _host_pairing
-        checks = [
-            ("jvp vs finite differences", d["jvp"], d["jvp_fd"]),
-            ("<vjp(c), t> vs <c, finite differences>", pair(d["vjp"], t), pair(c, d["jvp_fd"])),
-            ("jvp of jvp vs finite differences", d["jvp_of_jvp"], d["jvp_fd_of_jvp"]),
-            ("<vjp of jvp (c), s> vs <c, finite differences of jvp>", pair(d["vjp_of_jvp"], s),
-             pair(c, d["jvp_fd_of_jvp"])),
-            ("jvp of vjp vs finite differences", d["jvp_of_vjp"], d["jvp_fd_of_vjp"]),
-            ("<vjp of vjp (t), s> vs <t, finite differences of vjp>", pair(d["vjp_of_vjp"], s),
-             pair(t, d["jvp_fd_of_vjp"])),
-        ]
-        for what, actual, expected in checks:
+        for what, actual, expected in _derivative_comparisons(shared.out, shared.t, shared.s, shared.c):
             worst = max(worst, _fd_close(f"{label} {sample.kwargs}: {what}", actual, expected))
     return worst
 

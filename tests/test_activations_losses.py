@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import jaxrules.nn as rnn
+from jaxrules.testing import check_derivatives
 
 POINTS = np.array([-800.0, -3.0, -0.5, 0.0, 0.7, 3.0, 20.0])
 
@@ -570,7 +571,7 @@ def test_masked_softmax_runs_the_masked_formulas_and_matches_torch_and_finite_di
     np.testing.assert_allclose(y, ty.detach().numpy(), rtol=1e-14)
     np.testing.assert_allclose(g, tx.grad.numpy(), rtol=1e-12, atol=1e-15)
     # second order (the formulas differentiated) against finite differences
-    check_grads(lambda x: rnn.softmax(x, where=mask) * ct, (x,), order=2, modes=("fwd", "rev"), eps=1e-4)
+    check_derivatives(lambda x: rnn.softmax(x, where=mask) * ct, (x,))
     check_grads(lambda x: jnp.where(mask, rnn.log_softmax(x, where=mask), 0) * ct, (x,), order=2, modes=("rev",),
                 eps=1e-4)
 
@@ -614,8 +615,6 @@ def test_learned_hyperparameter_jit_once_vmap_and_derivatives_match_finite_diffe
     """The hyperparameter as a traced argument: one compilation for two values, vmap over it
     equals the loop, and the JVP and VJP formulas' derivatives (first and second order, mixed
     with x) match central finite differences."""
-    from jax.test_util import check_grads
-
     f, a = LEARNED[name]
     traces = []
     jitted = jax.jit(lambda x, a: (traces.append(1), f(x, a))[1])
@@ -630,7 +629,7 @@ def test_learned_hyperparameter_jit_once_vmap_and_derivatives_match_finite_diffe
     assert np.abs(fd).max() > 1e-3, "the hyperparameter must matter at this point"
     np.testing.assert_allclose(jax.jacrev(f, 1)(_X, jnp.asarray(a)), fd, rtol=1e-6, atol=1e-8)
     if name not in COMPOSED:  # the hand-written factors: JVP and VJP, first and second order
-        check_grads(lambda x, a: f(x, a), (_X, a), order=2, modes=("fwd", "rev"), eps=1e-5)
+        check_derivatives(f, (_X, a))
 
 
 def test_other_hyperparameters_may_be_traced_and_concrete_checks_still_run():

@@ -4,6 +4,7 @@
 import dataclasses
 import json
 import pathlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -99,6 +100,32 @@ def test_each_check_catches_its_failure(broken, failing):
     results = {r.check: r for r in check_op(broken, sorted(failing))}
     for check in failing:
         assert not results[check].passed, f"{check} did not catch {broken.name}"
+
+
+_X3 = np.linspace(-1.0, 1.0, 3)
+_WRONG_SECOND_ORDER = define_op("test_wrong_second_order", lambda x: x * x,
+                                lambda x, t: 2 * jax.lax.stop_gradient(x) * t,  # d/dx of the JVP lost
+                                lambda x, ct: (2 * jax.lax.stop_gradient(x) * ct,))
+
+
+@pytest.mark.parametrize("f, wrong", [
+    (define_op("test_square_right", lambda x: x * x, _square_jvp, _square_vjp), None),
+    (define_op("test_wrong_jvp", lambda x: x * x, lambda x, t: 3 * x * t, _square_vjp), "jvp vs finite differences"),
+    (define_op("test_wrong_vjp", lambda x: x * x, _square_jvp, lambda x, ct: (3 * x * ct,)),
+     "<vjp(c), t> vs <c, finite differences>"),
+    (_WRONG_SECOND_ORDER, "jvp of jvp vs finite differences"),
+])
+def test_check_derivatives_passes_right_formulas_and_names_the_first_wrong_one(f, wrong):
+    if wrong is None:
+        assert testing.check_derivatives(f, (_X3,)) < 1e-8
+    else:
+        with pytest.raises(AssertionError, match=re.escape(wrong)):
+            testing.check_derivatives(f, (_X3,))
+
+
+def test_check_derivatives_refuses_arguments_below_float64():
+    with pytest.raises(TypeError, match="check_derivatives: argument 1 is float32"):
+        testing.check_derivatives(jnp.multiply, (_X3, _X3.astype(np.float32)))
 
 
 def test_low_precision_checks_dtype_and_values():

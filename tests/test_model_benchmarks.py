@@ -125,3 +125,15 @@ def test_ablation_sides_can_be_chosen():
     assert [r["side"] for r in rows] == ["plain JAX", "jaxrules", "jaxrules+one-pass statistics"]
     with pytest.raises(ValueError, match="unknown sides.*plain\\+group_norm"):
         models.main([*argv, "--sides", "jaxrules+welford"])
+
+
+@pytest.mark.parametrize("kernel, category", [
+    ("loop_convert_multiply_fusion_1", "elementwise fusion"),  # "convert" is no convolution
+    ("input_reduce_convert_fusion", "reduction fusion"),
+    ("sm90_xmma_fprop_implicit_gemm_bf16", "convolution"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma", "attention (cuDNN)"),
+    ("nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NTT", "gemm"),
+    ("gemm_fusion_dot_12", "gemm"),
+])
+def test_profile_categories_of_kernel_names(kernel, category):
+    assert models._category(kernel) == category
