@@ -511,30 +511,40 @@ def test_ormqr_of_empty_and_wide_reflectors_as_torch(batch, m, n, dtype):
     the arguments' shapes where the arguments are empty."""
     gen = torch.Generator().manual_seed(m * 7 + n + len(batch))
     reflectors, tau = torch.geqrf(torch.randn(*batch, m, n, dtype=dtype, generator=gen))
-    for left, transpose in ((True, False), (True, True), (False, False), (False, True)):
+    sides = ((True, False), (True, True), (False, False), (False, True))
+    cases = []
+    for left, transpose in sides:
         c = torch.randn(*batch, *((m, n) if left else (n, m)), dtype=dtype, generator=gen)
         leaves = [t.clone().requires_grad_(True) for t in (reflectors, tau, c)]
         expected = torch.ormqr(*leaves, left=left, transpose=transpose)
         g = torch.randn(expected.shape, dtype=dtype, generator=gen)
         expected_grads = torch.autograd.grad(expected, leaves, g, allow_unused=True)
         expected_grads = [torch.zeros_like(x) if e is None else e for x, e in zip(leaves, expected_grads)]
+        tangents = [torch.randn(t.shape, dtype=dtype, generator=gen).numpy() for t in (reflectors, tau, c)]
+        args = [t.numpy() for t in (reflectors, tau, c)]
+        cases.append((args, g.numpy(), tangents, expected.detach().numpy(), [e.numpy() for e in expected_grads]))
 
-        def ours(*args, left=left, transpose=transpose):
-            return jrl.ormqr(*args, left=left, transpose=transpose)
-        args = [jnp.asarray(t.numpy()) for t in (reflectors, tau, c)]
-        value, pullback = jax.vjp(ours, *args)
+    @jax.jit  # the four sides' value, VJP and JVP in one program
+    def derivatives(inputs):
+        out = []
+        for (left, transpose), (args, g, tangents) in zip(sides, inputs):
+            def ours(*a, left=left, transpose=transpose):
+                return jrl.ormqr(*a, left=left, transpose=transpose)
+            value, pullback = jax.vjp(ours, *args)
+            # torch's gradient of a real loss is the conjugate of JAX's cotangent pullback
+            out.append((value, pullback(jnp.conj(g)), jax.jvp(ours, args, tangents)[1]))
+        return out
+
+    results = derivatives([(args, g, tangents) for args, g, tangents, _, _ in cases])
+    for (args, g, tangents, expected, expected_grads), (value, grads, jvp) in zip(cases, results):
         assert value.shape == expected.shape
-        np.testing.assert_allclose(value, expected.detach().numpy(), rtol=1e-12, atol=1e-12)
-        # torch's gradient of a real loss is the conjugate of JAX's cotangent pullback
-        grads = pullback(jnp.conj(jnp.asarray(g.numpy())))
+        np.testing.assert_allclose(value, expected, rtol=1e-12, atol=1e-12)
         for ours_grad, theirs, arg in zip(grads, expected_grads, args):
             assert ours_grad.shape == arg.shape
-            np.testing.assert_allclose(np.conj(ours_grad), theirs.numpy(), rtol=1e-10, atol=1e-12)
-        tangents = [jnp.asarray(torch.randn(t.shape, dtype=dtype, generator=gen).numpy()) for t in (reflectors, tau, c)]
-        _, jvp = jax.jvp(ours, args, tangents)
+            np.testing.assert_allclose(np.conj(ours_grad), theirs, rtol=1e-10, atol=1e-12)
         assert jvp.shape == expected.shape
-        lhs = np.real(np.vdot(g.numpy(), jvp))
-        rhs = sum(np.real(np.vdot(e.numpy(), t)) for e, t in zip(expected_grads, tangents))
+        lhs = np.real(np.vdot(g, jvp))
+        rhs = sum(np.real(np.vdot(e, t)) for e, t in zip(expected_grads, tangents))
         np.testing.assert_allclose(lhs, rhs, rtol=1e-10, atol=1e-12)
 
 

@@ -2,6 +2,7 @@
 batching logic (every batched/unbatched combination, against a loop and torch.func.vmap),
 running statistics, eval mode, cross-device statistics, bad input."""
 
+import functools
 import itertools
 import pathlib
 import subprocess
@@ -102,15 +103,23 @@ def test_vmap_matches_loop_and_torch_func_vmap(name, in_axes, monkeypatch):
     folds = []
     fold = batching.fold_batch
     monkeypatch.setattr(batching, "fold_batch", lambda *a, **k: folds.append(1) or fold(*a, **k))
-    got = jax.vmap(ours, in_axes=in_axes)(*map(jnp.asarray, args))
-    _close(got, _loop(ours, list(map(jnp.asarray, args)), in_axes))
+    value, grad = _unbatched_programs(name)
+    got = jax.jit(jax.vmap(ours, in_axes=in_axes))(*args)
+    _close(got, _loop(value, args, in_axes))
     expected = torch.func.vmap(theirs, in_dims=in_axes)(*map(torch.tensor, args))
     _close(got, expected.numpy())
     assert bool(folds) == (in_axes[0] == 0), "the fold rule runs exactly when the input is batched"
     # Gradients under vmap: per-example gradients of every argument.
-    loss = lambda *a: jnp.sum(ours(*a) ** 2)  # noqa: E731
-    grads = jax.vmap(jax.grad(loss, argnums=(0, 1, 2)), in_axes=in_axes)(*map(jnp.asarray, args))
-    _close(grads, _loop(jax.grad(loss, argnums=(0, 1, 2)), list(map(jnp.asarray, args)), in_axes))
+    grads = jax.jit(jax.vmap(grad, in_axes=in_axes))(*args)
+    _close(grads, _loop(grad, args, in_axes))
+
+
+@functools.cache
+def _unbatched_programs(name):
+    """The op's value and the gradient of ``sum(value ** 2)`` (every argument), each jitted once
+    for the loops over the batch."""
+    ours = OPS[name][0]
+    return jax.jit(ours), jax.jit(jax.grad(lambda *a: jnp.sum(ours(*a) ** 2), argnums=(0, 1, 2)))
 
 
 _BN_AXES = [d for d in itertools.product([0, None], repeat=5) if any(a == 0 for a in d) and d[1] == d[2]]
