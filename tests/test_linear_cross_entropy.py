@@ -137,15 +137,20 @@ def test_z_loss_matches_a_plain_jnp_reference(reduction):
     def ref(x, w, b):
         return _reference_z_loss(x, w, b, t, 1e-2, reduction, **kw)
 
-    np.testing.assert_allclose(np.ravel(ours(x, w, b)), np.ravel(ref(x, w, b)), rtol=1e-12)
+    t_in = jax.tree.map(np.ones_like, (x, w, b))
+
+    def derivatives(f):  # value, gradient of the sum, JVP along ones: one program
+        return jax.jit(lambda: (f(x, w, b), jax.grad(lambda *a: jnp.sum(f(*a)), (0, 1, 2))(x, w, b),
+                                jax.jvp(f, (x, w, b), t_in)[1]))()
+
+    (value, grads, jvp), (want, want_grads, want_jvp) = derivatives(ours), derivatives(ref)
+    np.testing.assert_allclose(np.ravel(ours(x, w, b)), np.ravel(want), rtol=1e-12)  # eager
+    np.testing.assert_allclose(np.ravel(value), np.ravel(want), rtol=1e-12)
     # the z-term matters: without it the value differs
-    assert not np.allclose(np.ravel(ours(x, w, b)), np.ravel(_reference_z_loss(x, w, b, t, 0.0, reduction, **kw)))
-    for g, e in zip(jax.grad(lambda *a: jnp.sum(ours(*a)), (0, 1, 2))(x, w, b),
-                    jax.grad(lambda *a: jnp.sum(ref(*a)), (0, 1, 2))(x, w, b)):
+    assert not np.allclose(np.ravel(value), np.ravel(_reference_z_loss(x, w, b, t, 0.0, reduction, **kw)))
+    for g, e in zip(grads, want_grads, strict=True):
         np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12)
-    t_in = jax.tree.map(jnp.ones_like, (x, w, b))
-    np.testing.assert_allclose(np.ravel(jax.jvp(ours, (x, w, b), t_in)[1]), np.ravel(jax.jvp(ref, (x, w, b), t_in)[1]),
-                               rtol=1e-10)
+    np.testing.assert_allclose(np.ravel(jvp), np.ravel(want_jvp), rtol=1e-10)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
