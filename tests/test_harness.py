@@ -5,6 +5,7 @@ import dataclasses
 import json
 import pathlib
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -309,3 +310,13 @@ def test_off_a_gpu_the_kernels_records_are_checked_only_on_request(tmp_path, cap
     results = {r["op"]: r for r in json.loads(out.read_text())["results"]}
     assert not results["rms_norm[pallas]"]["skipped"] and results["rms_norm[pallas]"]["passed"]
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("op, check", [("var", "empty"), ("kl_div", "torch"), ("index_reduce", "torch")])
+def test_the_torch_references_advice_stays_out_of_the_checks_output(op, check):
+    """torch warns at the samples' edges (var's zero degrees of freedom, kl_div's 'mean', a beta
+    op); the check compares, it does not pass torch's advice on to the user."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        assert run_check(jaxrules.registry.get(op), check).passed
+    assert not [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
