@@ -10,7 +10,6 @@ for all 189 on 2 cores), so a CI run checks a rotating sixteenth of the records 
 the commit, ``tests/_rotation.py``); ``JAXRULES_REGISTRY_ALL=1`` checks every record, as ``python
 -m jaxrules check`` (the first command of the README's Quick start) always does."""
 
-
 import pytest
 from _rotation import rotating_share
 
