@@ -211,12 +211,13 @@ def median_ms(call: Callable, repeats: int, warmup: int = 3, calls: int = CALLS_
     return interleaved_median_ms({"": call}, repeats, warmup, calls, wait)[""]
 
 
-def interleaved_median_ms(calls_by_label: dict, repeats: int, warmup: int = 3, calls: int = CALLS_PER_RUN,
-                          wait: Callable = jax.block_until_ready) -> dict:
-    """``median_ms`` of each callable, their timed runs alternating, so that a drift of the
-    machine's speed during the measurement (seen on a shared 2-core CPU) hits all alike. The
-    order rotates from one repeat to the next (repeat ``r`` starts at the ``r``-th callable), so
-    that none always runs right after the same other one."""
+def interleaved_times_ms(calls_by_label: dict, repeats: int, warmup: int = 3, calls: int = CALLS_PER_RUN,
+                         wait: Callable = jax.block_until_ready) -> dict:
+    """``{label: [milliseconds per call of each run]}``: the callables' timed runs alternating, so
+    that a drift of the machine's speed during the measurement (seen on a shared 2-core CPU) hits
+    all alike. The order rotates from one repeat to the next (repeat ``r`` starts at the ``r``-th
+    callable), so that none always runs right after the same other one. Run ``r`` of every label
+    belongs to the same repeat (``paired_ratio``)."""
     for call in calls_by_label.values():
         for _ in range(warmup):
             wait(call())
@@ -230,7 +231,33 @@ def interleaved_median_ms(calls_by_label: dict, repeats: int, warmup: int = 3, c
                 call()
             wait(call())
             times[label].append((time.perf_counter() - start) * 1e3 / calls)
+    return times
+
+
+def interleaved_median_ms(calls_by_label: dict, repeats: int, warmup: int = 3, calls: int = CALLS_PER_RUN,
+                          wait: Callable = jax.block_until_ready) -> dict:
+    """``median_ms`` of each callable, their runs interleaved (``interleaved_times_ms``)."""
+    times = interleaved_times_ms(calls_by_label, repeats, warmup, calls, wait)
     return {label: statistics.median(t) for label, t in times.items()}
+
+
+def paired_ratio(numerator: list, denominator: list, level: float = 0.95) -> tuple[float, float, float]:
+    """``(median, low, high)`` of the per-repeat ratios ``numerator[r] / denominator[r]`` (two
+    labels' runs of one repeat, ``interleaved_times_ms``: adjacent in time, so a slow phase of the
+    machine moves both), with a distribution-free confidence interval for that median at
+    ``level``: the order statistics ``k`` and ``n + 1 - k`` of the ``n`` ratios, ``k`` the largest
+    with ``P(Binomial(n, 1/2) < k) <= (1 - level) / 2``. Fewer than 6 ratios give no 95% interval
+    (``low`` and ``high`` are the extremes, at a lower level)."""
+    ratios = sorted(a / b for a, b in zip(numerator, denominator, strict=True))
+    n = len(ratios)
+    if n == 0:
+        raise ValueError("paired_ratio: no runs")
+    tail, k, below = (1 - level) / 2, 0, 0.0
+    while k < n and below + math.comb(n, k) / 2 ** n <= tail:  # below = P(Binomial(n, 1/2) < k + 1)
+        below += math.comb(n, k) / 2 ** n
+        k += 1
+    k = max(k, 1)
+    return statistics.median(ratios), ratios[k - 1], ratios[n - k]
 
 
 def fwd_bwd(fn: Callable, with_value: bool = False, cotangent_after_value: bool = True):

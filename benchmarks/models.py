@@ -50,9 +50,11 @@ Per point: both programs lowered, compiled in a thread pool (both sides of a poi
 so that the second finds XLA's autotuning results of the first's identical GEMMs/convolutions),
 ``compiled.memory_analysis().temp_size_in_bytes``, both losses and the largest relative gradient
 difference (per leaf ``max |g - g_plain| / max |g_plain|``), then the step times, interleaved
-(``bench.interleaved_median_ms``: the median over ``--repeats`` runs of ``--calls``
-back-to-back calls). ``--workers 1`` compiles one point at a time, should concurrent autotuning
-on the GPU be suspected of picking different kernels. ``--profile POINT`` (a substring of a
+(``bench.interleaved_times_ms``: ``--repeats`` runs of ``--calls`` back-to-back calls per
+side; the speed is the ratio of the medians, and the per-run speed the median of each repeat's
+plain/jaxrules ratio with its 95% confidence interval, ``bench.paired_ratio``). ``--workers 1``
+compiles one point at a time, should concurrent autotuning on the GPU be suspected of picking
+different kernels. ``--profile POINT`` (a substring of a
 point's id, e.g. ``gpt-768``, ``resnet-224x224-bfloat16-b128``) prints, for one point, each side's
 custom calls and fusion count (``benchmarks/hlo_summary.py``), the HLO opcodes whose counts differ and,
 on a GPU, the time per kernel category and the top kernels by device time
@@ -86,6 +88,7 @@ import math
 import os
 import pathlib
 import re
+import statistics
 import sys
 import time
 import types
@@ -517,11 +520,14 @@ def measure(point: Point, compiled: dict, repeats: int, calls: int) -> dict:
            "loss_rel_diff": abs(float(loss) - float(loss_ref)) / abs(float(loss_ref)),
            "grad_rel_diff": grad_rel_diff(grads, grads_ref)}
     del outs, grads, grads_ref
-    times = bench.interleaved_median_ms({label: (lambda c=c: c(*args)) for label, c in compiled.items()},
-                                        repeats, warmup=2, calls=calls)
+    runs = bench.interleaved_times_ms({label: (lambda c=c: c(*args)) for label, c in compiled.items()},
+                                      repeats, warmup=2, calls=calls)
+    times = {label: statistics.median(t) for label, t in runs.items()}
+    paired, low, high = bench.paired_ratio(runs["plain JAX"], runs["jaxrules"])
     temps = {label: _temp_bytes(c) for label, c in compiled.items()}
     row.update({"ms_jaxrules": times["jaxrules"], "ms_plain": times["plain JAX"],
                 "speedup": times["plain JAX"] / times["jaxrules"],
+                "speedup_paired": paired, "speedup_paired_95": [low, high],
                 "temp_bytes_jaxrules": temps["jaxrules"], "temp_bytes_plain": temps["plain JAX"],
                 "temp_ratio": (temps["jaxrules"] / temps["plain JAX"]) if temps["jaxrules"] is not None
                 and temps["plain JAX"] else None})
@@ -536,12 +542,14 @@ def _mib(b):
 
 def table(rows) -> str:
     lines = ["| model | config | dtype | batch | jaxrules ms | plain JAX ms | speed (plain/jaxrules) | "
-             "temp MiB jaxrules | temp MiB plain | temp ratio | loss rel diff | grad rel diff |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "per-run speed [95%] | temp MiB jaxrules | temp MiB plain | temp ratio | loss rel diff | grad rel diff |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         ratio = "-" if r["temp_ratio"] is None else f"{r['temp_ratio']:.3f}"
         lines.append(f"| {r['model']} | {r['config']} | {r['dtype']} | {r['batch']} | {r['ms_jaxrules']:.3f} | "
-                     f"{r['ms_plain']:.3f} | {r['speedup']:.3f}x | {_mib(r['temp_bytes_jaxrules'])} | "
+                     f"{r['ms_plain']:.3f} | {r['speedup']:.3f}x | {r['speedup_paired']:.4f}x "
+                     f"[{r['speedup_paired_95'][0]:.4f}, {r['speedup_paired_95'][1]:.4f}] | "
+                     f"{_mib(r['temp_bytes_jaxrules'])} | "
                      f"{_mib(r['temp_bytes_plain'])} | {ratio} | {r['loss_rel_diff']:.1e} | {r['grad_rel_diff']:.1e} |")
     return "\n".join(lines)
 
@@ -740,7 +748,9 @@ def main(argv=None) -> list[dict]:
         row = measure(point, programs, args.repeats, args.calls)
         rows.append(row)
         print(f"{point.id}: jaxrules {row['ms_jaxrules']:.3f} ms, plain {row['ms_plain']:.3f} ms "
-              f"({row['speedup']:.3f}x), temp {_mib(row['temp_bytes_jaxrules'])} vs {_mib(row['temp_bytes_plain'])} "
+              f"({row['speedup']:.3f}x; per run {row['speedup_paired']:.4f}x, 95% "
+              f"{row['speedup_paired_95'][0]:.4f}-{row['speedup_paired_95'][1]:.4f}), "
+              f"temp {_mib(row['temp_bytes_jaxrules'])} vs {_mib(row['temp_bytes_plain'])} "
               f"MiB, loss {row['loss_jaxrules']:.6g} vs {row['loss_plain']:.6g} (rel {row['loss_rel_diff']:.1e}), "
               f"grad rel diff {row['grad_rel_diff']:.1e} [{time.perf_counter() - start:.1f} s]", flush=True)
     print()

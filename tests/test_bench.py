@@ -32,6 +32,29 @@ def test_interleaved_medians_time_every_callable_per_call():
     assert counts == {"a": 1 + 3 * 4, "b": 1 + 3 * 4}
 
 
+def test_interleaved_runs_pair_up_by_repeat():
+    clock = iter(range(1000))
+    out = bench.interleaved_times_ms({"a": lambda: next(clock), "b": lambda: next(clock)}, repeats=5, warmup=0,
+                                     calls=1, wait=lambda x: x)
+    assert len(out["a"]) == len(out["b"]) == 5 and all(t >= 0 for t in out["a"] + out["b"])
+
+
+def test_paired_ratio_gives_the_median_and_binomial_order_statistics():
+    # Ten ratios 1..10: P(Binomial(10, 1/2) <= 1) = 11/1024 <= 0.025 < P(<= 2) = 56/1024, so the
+    # 95% interval runs from the 2nd to the 9th smallest ratio.
+    assert bench.paired_ratio([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [1] * 10) == (5.5, 2.0, 9.0)
+    assert bench.paired_ratio([4.0, 9.0], [2.0, 3.0]) == (2.5, 2.0, 3.0)  # too few: the extremes
+    rng = np.random.default_rng(0)
+    covered = 0
+    for _ in range(400):  # equal sides: the interval holds 1 at least 95% of the time
+        a, b = rng.lognormal(0, 0.01, 40), rng.lognormal(0, 0.01, 40)
+        _, low, high = bench.paired_ratio(list(a), list(b))
+        covered += low <= 1.0 <= high
+    assert covered >= 0.93 * 400
+    with pytest.raises(ValueError, match="paired_ratio"):
+        bench.paired_ratio([], [])
+
+
 def test_run_reports_both_timings_and_the_table():
     case = bench.Case("abs", rnp.abs, jnp.abs, None, {"cpu": [(8, 8)], "gpu": [(8, 8)]})
     for with_value in (False, True):

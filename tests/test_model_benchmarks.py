@@ -32,6 +32,8 @@ def test_quick_run_both_sides_compute_the_same_models(tmp_path, capsys):
         print(f"{r['id']}: loss {r['loss_jaxrules']:.6f} vs {r['loss_plain']:.6f}, "
               f"grad rel diff {r['grad_rel_diff']:.1e}, {r['ms_jaxrules']:.2f} vs {r['ms_plain']:.2f} ms")
         assert r["ms_jaxrules"] > 0 and r["ms_plain"] > 0 and r["speedup"] > 0
+        low, high = r["speedup_paired_95"]
+        assert 0 < low <= r["speedup_paired"] <= high
         if r["dtype"] == "float32":
             assert r["loss_rel_diff"] < 1e-5, r
             assert r["grad_rel_diff"] < GRAD_RTOL, r
