@@ -37,6 +37,7 @@ import dataclasses
 import importlib
 import itertools
 import os
+import re
 import time
 import traceback
 import types
@@ -991,10 +992,11 @@ def _strict_program(f: Callable) -> Callable:
 def check_strict_promotion(record: OpRecord) -> float | str:
     """The record's samples under ``strict_promotion()``: the eager value and the jitted value,
     JVP, VJP and their vmap equal the same computations under JAX's default promotion (relative
-    error 1e-12): the op promotes nothing implicitly, and making that explicit changed no result."""
+    error 1e-12), or the jitted ones compile to the same program under both: the op promotes
+    nothing implicitly, and making that explicit changed no result."""
     rng = _rng(record, "strict_promotion")
     dtypes = tuple(record.dtypes) + (("float32",) if "float32" in record.low_precision else ())
-    worst, count = 0.0, 0
+    worst, count, same_program = 0.0, 0, []
     for label, sample in _each_sample(record, dtypes):
         if label.startswith("float32") and not _first_of_dtype(label):
             continue  # float32: the first sample (the code paths are float64's)
@@ -1003,14 +1005,39 @@ def check_strict_promotion(record: OpRecord) -> float | str:
         t = [_like(rng, a) for a in args]
         c = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
         batch = ([_batch(a) for a in args], [_batch(v) for v in t], jax.tree.map(_batch, c))
-        expected, eager_expected = _strict_program(f)(args, t, c, *batch), f(*args)
+        inputs = (args, t, c, *batch)
+        expected, eager_expected = _strict_program(f)(*inputs), f(*args)
         with strict_promotion():
             eager = f(*args)
-            got = _strict_program(f)(args, t, c, *batch)
-        for what, a, e in (("eager value", eager, eager_expected), ("value, jvp, vjp and their vmap", got, expected)):
-            worst = max(worst, _expect_close(f"{label} under strict promotion: {what}", a, e, 1e-12))
+            got = _strict_program(f)(*inputs)
+        worst = max(worst, _expect_close(f"{label} under strict promotion: eager value", eager, eager_expected, 1e-12))
+        try:
+            worst = max(worst, _expect_close(f"{label} under strict promotion: value, jvp, vjp and their vmap",
+                                             got, expected, 1e-12))
+        except CheckFailure:
+            # One compiled program under both promotions computes the same thing; its values may
+            # still differ from run to run where the platform's kernels are not deterministic
+            # (a GPU's atomic accumulations).
+            default = _program_text(_strict_program(f).lower(*inputs).compile())
+            with strict_promotion():
+                strict = _program_text(_strict_program(f).lower(*inputs).compile())
+            if strict != default:
+                raise
+            same_program.append(f"{label} ({_error(got, expected):.1g})")
         count += 1
-    return (worst, f"{count} samples") if count else "skipped: no sample with differentiable arguments"
+    if not count:
+        return "skipped: no sample with differentiable arguments"
+    if same_program:
+        return worst, (f"{count} samples; one compiled program under both promotions, whose values differ from "
+                       f"run to run at {', '.join(same_program)}")
+    return worst, f"{count} samples"
+
+
+def _program_text(compiled) -> str:
+    """A compiled program's optimized HLO computations without their source metadata (the Python
+    frames that staged each operation, which differ between two call sites of one program)."""
+    text = re.sub(r", metadata=\{[^}]*\}", "", compiled.as_text())
+    return "\n".join(line for line in text.splitlines() if line.startswith(("HloModule", "%", "ENTRY", "}", " ")))
 
 
 _RUNNERS = {

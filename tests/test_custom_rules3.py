@@ -21,7 +21,12 @@ pytestmark = pytest.mark.skipif(not FLAGS, reason="this JAX has neither jax_cust
 
 
 @pytest.fixture(autouse=True)
-def _next_custom_rules():
+def _next_custom_rules(request):
+    if jax.__version__.startswith("0.11.") and request.node.name.startswith(
+            "test_an_eager_call_compiles_the_primal_and_the_formula_once[vjp]"):
+        request.applymarker(pytest.mark.xfail(
+            strict=True, reason="jax 0.11's hijax custom_vjp compiles an eager VJP in more programs (4 on the "
+                                "H200, jax 0.11.2): docs/compatibility.md, known failures with the flags on 0.11"))
     before = {f: jax.config.values[f] for f in FLAGS}
     for f in FLAGS:
         jax.config.update(f, True)

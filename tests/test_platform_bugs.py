@@ -48,3 +48,24 @@ def test_plain_jaxs_variance_over_three_axes_equals_numpys():
     if errors and GPU_REDUCTION_BUG:
         pytest.xfail(f"{GPU_REDUCTION_BUG_REASON}: {errors}")
     assert not errors, errors
+
+
+def test_plain_jaxs_matrix_one_norm_derivatives_equal_the_column_sums():
+    """``jnp.linalg.norm(x, ord=1)`` (the largest column sum of ``|x|``), float64, eagerly: its JVP
+    is ``sum_i sign(x[i, j]) t[i, j]`` over the largest column ``j``, its VJP ``sign(x)`` in that
+    column and 0 elsewhere. Where they are not, on a GPU, it is an expected failure (observed:
+    NaN on jax 0.11.2's CUDA backend, where ``jnp.max(jnp.sum(jnp.abs(x), axis=0))`` is right)."""
+    x = np.arange(12.0).reshape(3, 4) * 0.37 - 1.3 + 0.01 * np.arange(12.0).reshape(3, 4) ** 2
+    t = np.random.default_rng(0).standard_normal((3, 4))
+    column = int(np.argmax(np.abs(x).sum(0)))
+    want_vjp = np.zeros_like(x)
+    want_vjp[:, column] = np.sign(x[:, column])
+    with jax.enable_x64(True):
+        norm = lambda a: jnp.linalg.norm(a, ord=1)  # noqa: E731
+        jvp = float(jax.jvp(norm, (jnp.asarray(x),), (jnp.asarray(t),))[1])
+        vjp = np.asarray(jax.vjp(norm, jnp.asarray(x))[1](1.0)[0])
+    wrong = not (np.isclose(jvp, np.sum(want_vjp * t), rtol=1e-12) and np.array_equal(vjp, want_vjp))
+    if wrong and ON_A_GPU:
+        pytest.xfail(f"a GPU's jnp.linalg.norm(x, ord=1) derivatives: JVP {jvp}, VJP {vjp.ravel()} "
+                     "(docs/compatibility.md, 'On a GPU')")
+    assert not wrong, (jvp, vjp)

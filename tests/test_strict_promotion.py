@@ -127,3 +127,43 @@ def test_the_check_fails_on_an_op_that_promotes():
                       torch_fn=None, torch_name="", low_precision=("float32",))
     with pytest.raises(jax.dtypes.TypePromotionError, match="float32"):
         check_strict_promotion(record)
+
+
+def _probe_record(name, fn):
+    return OpRecord(name, fn=fn, public=("probe",), formula_ops=(name,), seed=("none",),
+                    samples=lambda rng, dt: [Sample((rng.standard_normal(3).astype(dt),))],
+                    torch_fn=None, torch_name="")
+
+
+def test_the_check_passes_one_program_whose_values_vary_from_run_to_run(monkeypatch):
+    """A program whose values differ between two runs (as a GPU's atomic accumulations may) but that
+    compiles to the same program under both promotions passes, saying so; the same difference from
+    two different programs fails."""
+    import jaxrules.testing as harness
+
+    real = harness._strict_program
+    runs = iter(range(1, 1000))
+
+    class Noisy:  # the real program; each call's values moved by a different tiny amount on the host
+        def __init__(self, f):
+            self.jitted = real(f)
+
+        def __call__(self, *inputs):
+            nudge = 1 + 1e-9 * next(runs)
+            return jax.tree.map(lambda x: np.asarray(x) * nudge, self.jitted(*inputs))
+
+        def lower(self, *inputs):
+            return self.jitted.lower(*inputs)
+
+    monkeypatch.setattr(harness, "_strict_program", Noisy)
+    record = _probe_record("strict_promotion_noisy", rnp.sin)
+    worst, detail = check_strict_promotion(record)
+    assert "one compiled program under both promotions" in detail and "float64" in detail, detail
+
+    def promotion_dependent(x):  # traced under strict promotion: another constant, another program
+        strict = jax.config.jax_numpy_dtype_promotion == "strict" and isinstance(x, jax.core.Tracer)
+        return rnp.sin(x) * (1 + 1e-9 if strict else 1.0)
+
+    monkeypatch.setattr(harness, "_strict_program", real)
+    with pytest.raises(harness.CheckFailure, match="value, jvp, vjp and their vmap"):
+        check_strict_promotion(_probe_record("strict_promotion_other_program", promotion_dependent))
