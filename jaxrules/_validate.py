@@ -173,6 +173,23 @@ def wide_indices(indices):
     return indices.astype(jnp.int32) if jnp.dtype(indices.dtype).itemsize < 4 else indices
 
 
+def unit_interval(op: str, name: str, values, hint: str = "") -> None:
+    """Every element of ``values`` in ``[0, 1]`` (a NaN is not), torch's check of probabilities
+    ("all elements of input should be between 0 and 1"): ``ValueError`` naming ``op`` when they are
+    concrete (eagerly, also under an eager ``grad``); when traced a run-time check inside
+    ``jaxrules.checked`` only (elsewhere the op's result is NaN there)."""
+    host = concrete_value(values)
+    if host is not None:
+        host = np.asarray(host)
+        bad = ~((host >= 0) & (host <= 1))
+        if bad.any():
+            raise ValueError(f"{op}: all elements of {name} must be between 0 and 1, got "
+                             f"{host[bad].ravel()[:5].tolist()}{hint}")
+        return
+    arr = jnp.asarray(values)
+    checked_only(~((arr >= 0) & (arr <= 1)), f"{op}: all elements of {name} must be between 0 and 1 (traced values)")
+
+
 def index_range(op: str, name: str, indices, size: int, *, allowed=None, low: int = 0) -> None:
     """Integer ``indices`` must lie in ``[low, size)`` (or equal ``allowed``, e.g. an
     ``ignore_index``), torch's rule (``low`` is 0, or ``-size`` where negative indices count from

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import jaxrules
 import jaxrules.nn as rnn
 from jaxrules.testing import check_derivatives
 
@@ -125,6 +126,39 @@ def test_dropout_semantics():
         (lambda: rnn.smooth_l1_loss(jnp.ones(3), jnp.ones(3), beta=-1), ValueError, ["smooth_l1_loss", "beta"]),
         (lambda: rnn.binary_cross_entropy(jnp.ones(3) / 2, jnp.ones(3), weight=jnp.ones(2)), ValueError,
          ["binary_cross_entropy", "weight"]),
+        # torch: "output with shape [3] doesn't match the broadcast shape [2, 3]"
+        (lambda: rnn.binary_cross_entropy(jnp.ones(3) / 2, jnp.ones(3), weight=jnp.ones((2, 3)), reduction="none"),
+         ValueError, ["binary_cross_entropy", "weight", "widen"]),
+        (lambda: rnn.binary_cross_entropy_with_logits(jnp.ones(3), jnp.ones(3), weight=jnp.ones((2, 3))),
+         ValueError, ["binary_cross_entropy_with_logits", "weight", "widen"]),
+        # torch: "all elements of input should be between 0 and 1" (logits passed by mistake, a NaN)
+        (lambda: rnn.binary_cross_entropy(jnp.array([2.3, -1.2, 0.4]), jnp.ones(3)), ValueError,
+         ["binary_cross_entropy", "input", "between 0 and 1", "with_logits"]),
+        (lambda: rnn.binary_cross_entropy(jnp.array([0.5, jnp.nan]), jnp.ones(2)), ValueError,
+         ["binary_cross_entropy", "input", "nan"]),
+        (lambda: rnn.binary_cross_entropy(jnp.ones(2) / 2, jnp.array([1.0, 2.0])), ValueError,
+         ["binary_cross_entropy", "target", "between 0 and 1"]),
+        (lambda: jax.grad(rnn.binary_cross_entropy)(jnp.array([1.5, 0.5]), jnp.ones(2)), ValueError,
+         ["binary_cross_entropy", "input"]),
+        (lambda: jaxrules.checked(jax.jit(rnn.binary_cross_entropy))(jnp.array([1.5, 0.5]), jnp.ones(2)),
+         ValueError, ["binary_cross_entropy", "input", "traced"]),
+        # torch: "All input tensors should have same dimension"
+        (lambda: rnn.margin_ranking_loss(jnp.zeros((3, 4)), jnp.zeros(4), jnp.ones((3, 4))), ValueError,
+         ["margin_ranking_loss", "input1", "input2", "dimensions"]),
+        (lambda: rnn.margin_ranking_loss(jnp.zeros((3, 4)), jnp.zeros((2, 4)), jnp.ones((3, 4))), ValueError,
+         ["margin_ranking_loss", "input1", "input2", "broadcast"]),
+        # torch: "argument 'ignore_index' must be int, not float"
+        (lambda: rnn.cross_entropy(jnp.zeros((3, 4)), jnp.array([0, 1, 2]), ignore_index=1.5), TypeError,
+         ["cross_entropy", "ignore_index"]),
+        (lambda: rnn.nll_loss(jnp.zeros((3, 4)), jnp.array([0, 1, 2]), ignore_index=1.5), TypeError,
+         ["nll_loss", "ignore_index"]),
+        # torch: "ignore_index is not supported for floating point target"
+        (lambda: rnn.cross_entropy(jnp.zeros((3, 4)), jnp.full((3, 4), 0.25), ignore_index=1), ValueError,
+         ["cross_entropy", "ignore_index", "probability"]),
+        # torch: "argument 'normalized_shape' must be tuple of ints, not float"; "'num_groups' must be int"
+        (lambda: rnn.layer_norm(jnp.zeros((3, 4)), 4.0), TypeError, ["layer_norm", "normalized_shape"]),
+        (lambda: rnn.layer_norm(jnp.zeros((3, 4)), (4.0,)), TypeError, ["layer_norm", "normalized_shape"]),
+        (lambda: rnn.group_norm(jnp.zeros((2, 6)), 2.0), TypeError, ["group_norm", "num_groups", "int"]),
     ],
 )
 def test_bad_input(call, error, words):
@@ -877,3 +911,20 @@ def test_gaussian_nll_loss_takes_a_python_var_at_the_promoted_dtype(input_dtype)
                                                                                                dtype=torch.float64))
     assert ours.dtype == np.float64
     np.testing.assert_allclose(ours, exact.item(), rtol=1e-14)
+
+
+def test_margin_ranking_loss_broadcasts_as_torch():
+    """torch broadcasts the two scores and the target when they have the same number of
+    dimensions: values and the scores' gradients, every reduction."""
+    rng = np.random.default_rng(3)
+    x1, x2 = rng.standard_normal((3, 1)), rng.standard_normal((1, 4))
+    y = np.sign(rng.standard_normal((3, 4)))
+    for reduction in ("none", "mean", "sum"):
+        def loss(a, b):
+            return jnp.sum(rnn.margin_ranking_loss(a, b, y, 0.3, reduction=reduction))
+        t1, t2 = torch.tensor(x1, requires_grad=True), torch.tensor(x2, requires_grad=True)
+        expected = F.margin_ranking_loss(t1, t2, torch.tensor(y), 0.3, reduction=reduction).sum()
+        expected.backward()
+        np.testing.assert_allclose(loss(x1, x2), expected.detach().numpy(), rtol=1e-12)
+        for got, want in zip(jax.grad(loss, argnums=(0, 1))(x1, x2), (t1.grad, t2.grad)):
+            np.testing.assert_allclose(got, want.numpy(), rtol=1e-12, atol=1e-15)

@@ -209,11 +209,17 @@ def _pair(op, input, target, reduction):
     return x.astype(dtype), y.astype(dtype)
 
 
-def _weighted(op, loss, weight):
+def _weighted(op, loss, weight, *, keep_shape=False):
+    """``loss * weight``; with ``keep_shape`` the weight must broadcast to the losses' shape, not
+    widen it (torch's BCE losses weigh in place: "output with shape [3, 4] doesn't match the
+    broadcast shape [2, 3, 4]")."""
     if weight is None:
         return loss
     w = V.array(op, "weight", weight)
-    V.broadcast(op, loss=loss, weight=w)
+    shape = V.broadcast(op, loss=loss, weight=w)
+    if keep_shape and tuple(shape) != loss.shape:
+        raise ValueError(f"{op}: weight of shape {w.shape} must broadcast to the losses' shape {loss.shape}, "
+                         f"not widen it to {tuple(shape)}")
     rank = max(loss.ndim, w.ndim)
     return P.with_rank(loss, rank) * P.with_rank(w, rank)
 
@@ -227,8 +233,12 @@ def binary_cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike 
     infinite at x in {0, 1}; its input gradient divides by ``max(x (1 - x), 1e-12)``).
 
     Args:
-        input: the probabilities ``x``.
-        target: the targets, ``input``'s shape (``ValueError`` otherwise); the dtypes are promoted.
+        input: the probabilities ``x``, in [0, 1]. An element outside (or NaN), as in ``target``:
+            ``ValueError`` when concrete (torch's error; logits belong to
+            ``binary_cross_entropy_with_logits``) and inside ``jaxrules.checked``; under plain
+            ``jit`` (no check runs) the loss is NaN.
+        target: the targets in [0, 1], ``input``'s shape (``ValueError`` otherwise); the dtypes
+            are promoted.
         weight: per-element weights broadcasting against the losses, or None.
         reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
             ``apply_loss_reduction``; anything else: ``ValueError``).
@@ -243,7 +253,10 @@ def binary_cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike 
         [0.6931 0.2877]
     """
     x, y = _pair("binary_cross_entropy", input, target, reduction)
-    return _reduce("binary_cross_entropy", _weighted("binary_cross_entropy", _bce(x, y), weight), reduction)
+    V.unit_interval("binary_cross_entropy", "input", x, " (for logits: binary_cross_entropy_with_logits)")
+    V.unit_interval("binary_cross_entropy", "target", y)
+    return _reduce("binary_cross_entropy", _weighted("binary_cross_entropy", _bce(x, y), weight, keep_shape=True),
+                   reduction)
 
 
 @exported_as("jaxrules.nn.binary_cross_entropy_with_logits")
@@ -278,7 +291,7 @@ def binary_cross_entropy_with_logits(input: ArrayLike, target: ArrayLike, weight
     pw = jnp.ones((), x.dtype) if pos_weight is None else V.array(op, "pos_weight", pos_weight).astype(x.dtype)
     V.broadcast(op, input=x, pos_weight=pw)
     pw = P.with_rank(pw, x.ndim) if pw.ndim else pw  # the formulas broadcast pw against x at equal ranks
-    return _reduce(op, _weighted(op, _bce_logits(x, y, pw), weight), reduction)
+    return _reduce(op, _weighted(op, _bce_logits(x, y, pw), weight, keep_shape=True), reduction)
 
 
 @exported_as("jaxrules.nn.mse_loss")
@@ -382,20 +395,28 @@ def margin_ranking_loss(input1: ArrayLike, input2: ArrayLike, target: ArrayLike,
 
     Args:
         input1: the first scores ``x1``.
-        input2: the second scores ``x2``, ``input1``'s shape.
-        target: the labels ``y`` (1 or -1), broadcasting against ``input1``.
+        input2: the second scores ``x2``.
+        target: the labels ``y`` (1 or -1). The three broadcast together and have the same
+            number of dimensions (torch's rule; ``ValueError`` otherwise).
         margin: a number, an array or a tracer; its derivative is 1 where the hinge is active.
         reduction: ``"none"`` (the pointwise losses), ``"mean"`` or ``"sum"`` (torch's
             ``apply_loss_reduction``; anything else: ``ValueError``).
 
     Returns:
-        The pointwise losses (the inputs' shape) for ``"none"``, else a 0-d array.
+        The pointwise losses (the broadcast shape) for ``"none"``, else a 0-d array.
     """
-    x1, x2 = _pair("margin_ranking_loss", input1, input2, reduction)
-    margin = _margin("margin_ranking_loss", margin, x1)
-    y = V.array("margin_ranking_loss", "target", target)
-    V.broadcast("margin_ranking_loss", input=x1, target=y)
-    return _reduce("margin_ranking_loss", _margin_ranking(x1, x2, y.astype(x1.dtype), margin), reduction)
+    op = "margin_ranking_loss"
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    x1, x2, y = V.array(op, "input1", input1), V.array(op, "input2", input2), V.array(op, "target", target)
+    if not x1.ndim == x2.ndim == y.ndim:
+        raise ValueError(f"{op}: input1, input2 and target must have the same number of dimensions (torch's rule), "
+                         f"got shapes {x1.shape}, {x2.shape} and {y.shape}")
+    V.broadcast(op, input1=x1, input2=x2, target=y)
+    dtype = P.promoted_dtype(x1, x2)
+    x1, x2 = x1.astype(dtype), x2.astype(dtype)
+    margin = _margin(op, margin, x1)
+    return _reduce(op, _margin_ranking(x1, x2, y.astype(dtype), margin), reduction)
 
 
 @exported_as("jaxrules.nn.hinge_embedding_loss")
@@ -704,11 +725,16 @@ def triplet_margin_loss(anchor: ArrayLike, positive: ArrayLike, negative: ArrayL
     hinge = margin.astype(dist_pos.dtype) + dist_pos - dist_neg
     return _reduce(op, clip(hinge, jnp.zeros((), hinge.dtype), None), reduction)
 
-def _class_inputs(op, input, target, weight, reduction):
+def _class_inputs(op, input, target, weight, reduction, ignore_index):
     """``(x, target, weight)`` checked for the class-index losses: x (C,) with a 0-d target, or
-    ``(N, C, *)`` with target ``(N, *)``; weight (C,) (ones when None; differentiable here, where torch refuses a gradient for it)."""
+    ``(N, C, *)`` with target ``(N, *)``; weight (C,) (ones when None; differentiable here, where
+    torch refuses a gradient for it); ``ignore_index`` an integer (torch's ``TypeError`` otherwise)."""
     if reduction not in _REDUCTIONS:
         raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    integral = isinstance(ignore_index, numbers.Integral) or (
+        jnp.ndim(ignore_index) == 0 and jnp.issubdtype(jnp.result_type(ignore_index), jnp.integer))
+    if isinstance(ignore_index, bool | np.bool_) or not integral:
+        raise TypeError(f"{op}: ignore_index must be an integer, got {ignore_index!r}")
     x = V.array(op, "input", input)
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise TypeError(f"{op}: input must be floating point, got {x.dtype}")
@@ -793,7 +819,7 @@ def nll_loss(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = Non
         >>> print(nn.nll_loss(logp, jnp.array([1, 0]), reduction="none").round(4))  # -log p[target]
         [0.2877 0.6931]
     """
-    x, t, w = _class_inputs("nll_loss", input, target, weight, reduction)
+    x, t, w = _class_inputs("nll_loss", input, target, weight, reduction, ignore_index)
     _check_targets("nll_loss", x, t)
     _check_target_range("nll_loss", x, t, ignore_index)
     return _nll(x, t, w, ignore_index, reduction)
@@ -817,7 +843,8 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
             ``jit`` (no check runs) that element's loss, the reduced loss and the gradient of its
             row are NaN.
         weight: (C,) class weights, or None (ones); differentiable (torch refuses a gradient).
-        ignore_index: a class index that contributes nothing (class-index targets).
+        ignore_index: an integer, a class index that contributes nothing (class-index targets;
+            with probability targets only its default, -100: torch's rule).
         reduction: ``"none"``, ``"mean"`` or ``"sum"`` (``ValueError`` otherwise).
         label_smoothing: in [0, 1] (checked when concrete; at run time when traced), a number, an
             array or a tracer (differentiated through the composition).
@@ -834,7 +861,7 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
         [-0.375  0.125  0.125  0.125]
     """
 
-    x, t, w = _class_inputs("cross_entropy", input, target, weight, reduction)
+    x, t, w = _class_inputs("cross_entropy", input, target, weight, reduction, ignore_index)
     # (a number, an array or a tracer: jit, vmap, grad through the composition below)
     fixed = not isinstance(label_smoothing, jax.core.Tracer)  # no tangent: a 0 can drop the smoothing term
     host = V.host_value(label_smoothing)
@@ -851,6 +878,9 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
     if jnp.issubdtype(t.dtype, jnp.floating):  # class probabilities
         if t.shape != x.shape:
             raise ValueError(f"cross_entropy: probability targets must have input's shape {x.shape}, got {t.shape}")
+        if not isinstance(ignore_index, jax.core.Tracer) and int(ignore_index) != -100:
+            raise ValueError(f"cross_entropy: ignore_index ({ignore_index}) is not supported for probability "
+                             "targets (torch's rule)")
         p = t.astype(x.dtype) * (1 - label_smoothing) + label_smoothing / classes
         losses = -reductions.sum(logp * p * P.with_rank(w.reshape(view), logp.ndim), axis=axis)
         if reduction == "none":

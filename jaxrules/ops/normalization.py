@@ -654,7 +654,16 @@ def _affine(op, y, weight, bias, channel_shape, channel_axis, keep_dtype=True):
 def _trailing_shape(op: str, x: Array, normalized_shape) -> tuple[int, ...]:
     """``normalized_shape`` as a tuple, checked: at least one axis (torch: "Expected
     normalized_shape to be at least 1-dimensional"), equal to x's trailing axes."""
-    shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
+    if isinstance(normalized_shape, numbers.Integral):
+        shape = (normalized_shape,)
+    else:
+        try:
+            shape = tuple(normalized_shape)
+        except TypeError:
+            shape = None
+        if shape is None or not all(isinstance(n, numbers.Integral) for n in shape):
+            raise TypeError(f"{op}: normalized_shape must be an int or a sequence of ints (torch's rule), "
+                            f"got {normalized_shape!r}")
     if not shape:
         raise ValueError(f"{op}: normalized_shape must name at least one axis, got () (x of shape {x.shape})")
     if x.ndim < len(shape) or tuple(x.shape[x.ndim - len(shape):]) != shape:
@@ -694,7 +703,7 @@ def layer_norm(x: ArrayLike, normalized_shape: int | Sequence[int], weight: Arra
     Raises:
         ValueError: ``normalized_shape`` does not match x's trailing axes, a weight/bias of
             another shape or an unknown ``impl``.
-        TypeError: a non-real or non-finite ``eps``.
+        TypeError: a ``normalized_shape`` that is not an int or ints, a non-real or non-finite ``eps``.
 
     Example:
         >>> import jax.numpy as jnp, jaxrules.nn as nn
@@ -744,7 +753,7 @@ def group_norm(x: ArrayLike, num_groups: int, weight: ArrayLike | None = None, b
     Raises:
         ValueError: x of rank < 2, a ``num_groups`` that does not divide C, weight/bias not of
             shape (C,) or an unknown ``impl``.
-        TypeError: a non-real or non-finite ``eps``.
+        TypeError: a ``num_groups`` that is not an int, a non-real or non-finite ``eps``.
 
     Example:
         >>> import jax.numpy as jnp, jaxrules.nn as nn
@@ -755,7 +764,9 @@ def group_norm(x: ArrayLike, num_groups: int, weight: ArrayLike | None = None, b
     x = V.array("group_norm", "x", x)
     if x.ndim < 2:
         raise ValueError(f"group_norm: x must have shape (N, C, *), got {x.shape}")
-    if not isinstance(num_groups, numbers.Integral) or num_groups < 1 or x.shape[1] % num_groups:
+    if isinstance(num_groups, bool) or not isinstance(num_groups, numbers.Integral):
+        raise TypeError(f"group_norm: num_groups must be an int, got {num_groups!r}")
+    if num_groups < 1 or x.shape[1] % num_groups:
         raise ValueError(f"group_norm: num_groups={num_groups!r} must be a positive divisor of C={x.shape[1]}")
     eps = _check_eps("group_norm", eps)
     _grouped_impl("group_norm", impl)
