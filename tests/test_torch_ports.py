@@ -352,6 +352,7 @@ _IMG = _R.standard_normal((2, 4, 3, 5))
 
 # every positional argument in torch's order: the adapters' translation of the order is what fails
 @pytest.mark.parametrize("name, args", [
+    ("sigmoid", (_A,)), ("tanh", (_A,)), ("softsign", (_A,)),
     ("relu", (_A,)), ("relu6", (3 * _A,)), ("elu", (_A, 0.7)), ("celu", (_A, 0.7)), ("selu", (_A,)),
     ("leaky_relu", (_A, 0.2)), ("hardtanh", (_A, -0.5, 0.8)), ("hardsigmoid", (3 * _A,)), ("hardswish", (3 * _A,)),
     ("silu", (_A,)), ("mish", (_A,)), ("threshold", (_A, 0.1, -2.0)), ("softplus", (_A, 2.0, 1.5)),
@@ -772,3 +773,18 @@ def test_max_pool_of_an_unbatched_input_as_torch(n):
     t_values, t_indices = theirs(torch.tensor(x), 3, stride=2, return_indices=True)
     np.testing.assert_array_equal(values, t_values.numpy())
     np.testing.assert_array_equal(indices, t_indices.numpy())
+
+
+def test_one_hot_as_torch():
+    """torch's integer rows, ``num_classes=-1`` read from the indices, its refusals."""
+    t = np.array([[0, 2], [1, 3]])
+    for n in (-1, 5):
+        np.testing.assert_array_equal(JF.one_hot(t, n), TF.one_hot(torch.tensor(t), n).numpy())
+    assert jnp.issubdtype(JF.one_hot(t).dtype, jnp.integer)
+    np.testing.assert_array_equal(jax.jit(lambda v: JF.one_hot(v, 4))(t), TF.one_hot(torch.tensor(t), 4).numpy())
+    with pytest.raises(ValueError, match=r"one_hot: class values must lie in \[0, 3\)"):
+        JF.one_hot(t, 3)  # torch: "Class values must be smaller than num_classes"
+    with pytest.raises(ValueError, match="one_hot: num_classes=-1 .* concrete"):
+        jax.jit(JF.one_hot)(t)
+    with pytest.raises(TypeError, match="one_hot: tensor must hold integer"):
+        JF.one_hot(np.array([0.5]))

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import jaxrules.nn as _nn
 from jaxrules.ops import shape as _shape
@@ -31,10 +32,10 @@ __all__ = [
     "gaussian_nll_loss", "gelu", "glu", "grid_sample", "group_norm", "hardsigmoid", "hardswish", "hardtanh",
     "hinge_embedding_loss", "huber_loss", "instance_norm", "interpolate", "kl_div", "l1_loss", "layer_norm",
     "leaky_relu", "linear", "log_softmax", "logsigmoid", "margin_ranking_loss", "max_pool1d", "max_pool2d",
-    "max_pool3d", "mish", "mse_loss", "multilabel_soft_margin_loss", "nll_loss", "normalize", "pad",
+    "max_pool3d", "mish", "mse_loss", "multilabel_soft_margin_loss", "nll_loss", "normalize", "one_hot", "pad",
     "pairwise_distance", "pdist", "poisson_nll_loss", "prelu", "relu", "relu6", "rms_norm",
-    "scaled_dot_product_attention", "selu", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softmin",
-    "softplus", "threshold", "triplet_margin_loss", "unfold",
+    "scaled_dot_product_attention", "selu", "sigmoid", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax",
+    "softmin", "softplus", "softsign", "tanh", "threshold", "triplet_margin_loss", "unfold",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -227,6 +228,41 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     ``softmax``. Mirrors ``torch.nn.functional.log_softmax``."""
     x = _cast(input, dtype)
     return _nn.log_softmax(x, axis=_softmax_dim("log_softmax", x.ndim) if dim is None else dim)
+
+
+def sigmoid(input):
+    """``1 / (1 + exp(-input))``; mirrors ``torch.nn.functional.sigmoid`` (``jaxrules.nn.sigmoid``)."""
+    return _nn.sigmoid(input)
+
+
+def tanh(input):
+    """``tanh(input)``; mirrors ``torch.nn.functional.tanh`` (``jax.numpy.tanh``)."""
+    return jnp.tanh(input)
+
+
+def softsign(input):
+    """``input / (1 + |input|)``; mirrors ``torch.nn.functional.softsign`` (``jaxrules.nn.soft_sign``)."""
+    return _nn.soft_sign(input)
+
+
+def one_hot(tensor, num_classes=-1):
+    """Integer class indices to one-hot integer rows; mirrors ``torch.nn.functional.one_hot``.
+    ``num_classes=-1`` takes ``max(tensor) + 1``, which needs concrete indices (under ``jit`` pass
+    ``num_classes``); indices outside ``[0, num_classes)`` are a ``ValueError`` when concrete (torch's
+    "Class values must be smaller than num_classes"). The result has the indices' integer dtype
+    widened to at least 32 bits (torch: int64, JAX's default integers 32 bits without x64)."""
+    indices = jnp.asarray(tensor)
+    if not jnp.issubdtype(indices.dtype, jnp.integer):
+        raise TypeError(f"one_hot: tensor must hold integer class indices, got {indices.dtype}")
+    host = None if isinstance(tensor, jax.core.Tracer) else np.asarray(indices)
+    if num_classes == -1:
+        if host is None:
+            raise ValueError("one_hot: num_classes=-1 reads max(tensor) + 1, which needs concrete indices; "
+                             "under jit pass num_classes")
+        num_classes = int(host.max()) + 1 if host.size else 0
+    if host is not None and host.size and (host.min() < 0 or host.max() >= num_classes):
+        raise ValueError(f"one_hot: class values must lie in [0, {num_classes}), got {host.min()}..{host.max()}")
+    return _nn.one_hot(indices, num_classes, dtype=jnp.promote_types(indices.dtype, jnp.int32))
 
 
 def softmin(input, dim=None, _stacklevel=3, dtype=None):
