@@ -42,6 +42,18 @@ def array(op: str, name: str, x, *, inexact: bool = True):
     return x
 
 
+def inexact_arrays(op: str, **named) -> tuple:
+    """The named arguments as JAX arrays of one inexact dtype: jax.numpy's promotion of them as
+    given, under the user's promotion mode (a Python scalar is weakly typed: ``clip(x_bf16, 0,
+    6)`` stays bfloat16; mixed strong dtypes raise under strict promotion, as jax.numpy), and an
+    integer or boolean result promoted to a float (``float_for``)."""
+    arrays = [array(op, name, value, inexact=False) for name, value in named.items()]
+    dtype = jnp.result_type(*arrays)
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        dtype = float_for(dtype)
+    return tuple(a.astype(dtype) for a in arrays)
+
+
 def float_for(dtype):
     """jax.numpy's float dtype for integer or boolean input (its ``to_inexact_dtype``): float64
     for a 64-bit integer (under ``jax_enable_x64``), float32 for the narrower ones and booleans,

@@ -325,3 +325,22 @@ def test_var_and_std_with_a_complex_dtype_match_jax_numpy(name):
     grad = jax.grad(lambda v: jnp.real(getattr(rnp, name)(v, dtype=jnp.complex128)))(x)
     expected = jax.grad(lambda v: jnp.real(getattr(jnp, name)(v, dtype=jnp.complex128)))(x)
     np.testing.assert_allclose(grad, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_python_scalar_operands_keep_jax_numpys_result_dtype(x64):
+    """A Python int or float operand is weakly typed, as in jax.numpy: ``clip(h_bf16, -6, 6)``
+    stays bfloat16 (a model's dtype and loss must not change with the import), integer arrays
+    become jax.numpy's float; values equal jax.numpy's."""
+    calls = [(rnp.clip, jnp.clip, (0, 6)), (rnp.clip, jnp.clip, (-1.5, None)), (rnp.clip, jnp.clip, (None, 2)),
+             (rnp.arctan2, jnp.arctan2, (2,)), (rnp.arctan2, jnp.arctan2, (2.0,)),
+             (rnp.copysign, jnp.copysign, (-2,))]
+    with jax.enable_x64(x64):
+        for dtype in (jnp.bfloat16, jnp.float16, jnp.float32, jnp.int32):
+            x = jnp.arange(-3, 4).astype(dtype)
+            for ours, theirs, rest in calls:
+                got, want = ours(x, *rest), theirs(x, *rest)
+                assert got.dtype == want.dtype, (ours.__name__, dtype, rest, got.dtype, want.dtype)
+                np.testing.assert_array_equal(np.asarray(got, np.float64), np.asarray(want, np.float64))
+        with pytest.raises(ValueError, match="clip: complex"):
+            rnp.clip(jnp.array([2 + 3j]), 0.0, 1.0)  # jax.numpy's clip refuses complex input too

@@ -425,7 +425,7 @@ def arctan2(x1: ArrayLike, x2: ArrayLike, /) -> Array:
     Returns:
         The angle of the point ``(x2, x1)`` in ``[-pi, pi]``, of the broadcast shape.
     """
-    x1, x2 = V.array("arctan2", "x1", x1), V.array("arctan2", "x2", x2)
+    x1, x2 = V.inexact_arrays("arctan2", x1=x1, x2=x2)
     V.broadcast("arctan2", x1=x1, x2=x2)
     return arctan2_op(x1, x2)
 
@@ -489,7 +489,7 @@ def copysign(x1: ArrayLike, x2: ArrayLike, /) -> Array:
     Returns:
         ``|x1|`` with ``x2``'s sign (signed zeros included), of the broadcast shape.
     """
-    x1, x2 = V.array("copysign", "x1", x1), V.array("copysign", "x2", x2)
+    x1, x2 = V.inexact_arrays("copysign", x1=x1, x2=x2)
     V.broadcast("copysign", x1=x1, x2=x2)
     return copysign_op(x1, x2)
 
@@ -582,8 +582,13 @@ def clip(arr: ArrayLike | None = None, /, min: ArrayLike | None = None, max: Arr
         return x
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         return jnp.clip(x, min, max)
-    lo = jnp.asarray(-jnp.inf, x.dtype) if min is None else V.array("clip", "min", min)
-    hi = jnp.asarray(jnp.inf, x.dtype) if max is None else V.array("clip", "max", max)
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        raise ValueError("clip: complex input is not supported (jax.numpy's clip refuses it too)")
+    bounds = {name: v for name, v in (("min", min), ("max", max)) if v is not None}
+    x, *given = V.inexact_arrays("clip", arr=x, **bounds)
+    given = dict(zip(bounds, given))
+    lo = given.get("min", jnp.asarray(-jnp.inf, x.dtype))
+    hi = given.get("max", jnp.asarray(jnp.inf, x.dtype))
     V.broadcast("clip", arr=x, min=lo, max=hi)
     return clip_op(x, lo, hi)
 
