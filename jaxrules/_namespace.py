@@ -22,6 +22,7 @@ COUNTERPARTS = {
     "jaxrules.numpy.linalg": "jax.numpy.linalg",
     "jaxrules.numpy.fft": "jax.numpy.fft",
     "jaxrules.nn": "jax.nn",
+    "jaxrules.scipy": "jax.scipy",
     "jaxrules.scipy.special": "jax.scipy.special",
     "jaxrules.scipy.linalg": "jax.scipy.linalg",
 }
