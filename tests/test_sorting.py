@@ -340,3 +340,23 @@ def test_zero_dimensional_input_keeps_the_references_shapes():
     for ours, theirs in [(rnp.topk(x, 1), torch.topk(t, 1)), (rnp.cummax(x, 0), torch.cummax(t, 0)),
                          (rnp.cummin(x, 0), torch.cummin(t, 0))]:
         assert ours.values.shape == ours.indices.shape == tuple(theirs.values.shape) == ()
+
+
+@pytest.mark.parametrize("values, q, expected", [
+    ([1.0, np.inf], 0.5, np.inf), ([1.0, np.inf], 0.75, np.inf), ([-np.inf, 1.0], 0.25, -np.inf),
+    ([np.inf, np.inf], 0.5, np.inf), ([1.0, 2.0, np.inf], 0.6, np.inf), ([-np.inf, np.inf], 0.5, np.nan),
+    ([1.0, np.inf], 0.0, 1.0),
+])
+def test_quantile_with_an_infinite_end_is_the_interpolations_limit(values, q, expected):
+    """Between a finite and an infinite value the interpolation's limit is that infinity (as
+    jax.numpy gives); torch's and NumPy's ``b - (b - a)(1 - w)`` give ``inf - inf = NaN`` for
+    ``w >= 1/2``. Opposite infinities stay NaN."""
+    x = jnp.asarray(values)
+    for method in ("linear", "midpoint"):
+        if method == "midpoint" and q == 0.0:
+            continue
+        np.testing.assert_array_equal(rnp.quantile(x, q, method=method), expected)
+    if values == [1.0, np.inf] and q == 0.5:
+        assert np.isnan(float(torch.quantile(torch.tensor(values), q)))  # torch's inf - inf
+    if len(values) == 2 and q == 0.5:
+        np.testing.assert_array_equal(rnp.nanmedian(x), expected)

@@ -94,9 +94,14 @@ def quantile_selection(x, q, method, ignore_nan):
 
 def lerp_selected(x, lo, hi, weight):
     """``x[lo] + weight (x[hi] - x[lo])`` along the last axis (torch's ``lerp``: from the upper
-    end for weights >= 1/2), exactly ``x[lo]`` where ``lo == hi`` (no ``inf - inf``)."""
+    end for weights >= 1/2), exactly ``x[lo]`` where the two ends are equal. With one infinite
+    end the limit of ``(1 - w) a + w b``: that end's infinity for ``0 < w < 1``, the end itself
+    at ``w`` 0 or 1 (torch's and NumPy's forms give ``inf - inf = NaN`` there; NaN stays for
+    ends of opposite infinities)."""
     x = unsharded_along(x, (x.ndim - 1,))  # an Explicit mesh: reads along the axis
     a = jnp.take_along_axis(x, lo, axis=-1)
     b = jnp.take_along_axis(x, hi, axis=-1)
     mixed = jnp.where(weight < 0.5, a + weight * (b - a), b - (b - a) * (1 - weight))
-    return jnp.where(lo == hi, a, mixed)
+    limit = jnp.where(weight == 0, a, jnp.where(weight == 1, b, a * (1 - weight) + b * weight))
+    mixed = jnp.where(jnp.isinf(a) | jnp.isinf(b), limit, mixed)
+    return jnp.where((lo == hi) | (a == b), a, mixed)
