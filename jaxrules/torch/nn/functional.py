@@ -18,9 +18,9 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import jaxrules.nn as _nn
+from jaxrules import _validate as _V
 from jaxrules.ops import shape as _shape
 
 __all__ = [
@@ -248,20 +248,20 @@ def softsign(input):
 def one_hot(tensor, num_classes=-1):
     """Integer class indices to one-hot integer rows; mirrors ``torch.nn.functional.one_hot``.
     ``num_classes=-1`` takes ``max(tensor) + 1``, which needs concrete indices (under ``jit`` pass
-    ``num_classes``); indices outside ``[0, num_classes)`` are a ``ValueError`` when concrete (torch's
-    "Class values must be smaller than num_classes"). The result has the indices' integer dtype
-    widened to at least 32 bits (torch: int64, JAX's default integers 32 bits without x64)."""
+    ``num_classes``); indices outside ``[0, num_classes)``: ``ValueError`` when concrete and inside
+    ``jaxrules.checked`` (torch's "Class values must be smaller than num_classes"), a zero row
+    under a plain ``jit``. The result has the indices' integer dtype widened to at least 32 bits
+    (torch: int64, JAX's default integers 32 bits without x64)."""
     indices = jnp.asarray(tensor)
     if not jnp.issubdtype(indices.dtype, jnp.integer):
         raise TypeError(f"one_hot: tensor must hold integer class indices, got {indices.dtype}")
-    host = None if isinstance(tensor, jax.core.Tracer) else np.asarray(indices)
     if num_classes == -1:
+        host = _V.host_value(indices)
         if host is None:
             raise ValueError("one_hot: num_classes=-1 reads max(tensor) + 1, which needs concrete indices; "
                              "under jit pass num_classes")
         num_classes = int(host.max()) + 1 if host.size else 0
-    if host is not None and host.size and (host.min() < 0 or host.max() >= num_classes):
-        raise ValueError(f"one_hot: class values must lie in [0, {num_classes}), got {host.min()}..{host.max()}")
+    _V.index_range("one_hot", "class values", indices, num_classes)
     return _nn.one_hot(indices, num_classes, dtype=jnp.promote_types(indices.dtype, jnp.int32))
 
 
