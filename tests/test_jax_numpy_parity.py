@@ -344,3 +344,37 @@ def test_python_scalar_operands_keep_jax_numpys_result_dtype(x64):
                 np.testing.assert_array_equal(np.asarray(got, np.float64), np.asarray(want, np.float64))
         with pytest.raises(ValueError, match="clip: complex"):
             rnp.clip(jnp.array([2 + 3j]), 0.0, 1.0)  # jax.numpy's clip refuses complex input too
+
+
+def test_argument_forms_jax_numpy_accepts_are_accepted_alike():
+    """Forms a jax.numpy program passes: ``tile`` with a concrete integer array (or 0-d arrays)
+    as ``reps``, ``take`` with boolean indices (read as 0 and 1), ``vector_norm(ord=None)`` (the
+    2-norm), ``cumsum``/``cumprod`` with a boolean ``dtype`` (jax.numpy's boolean result). Values,
+    dtypes and gradients equal jax.numpy's; a traced ``reps`` is refused naming the argument."""
+    x = jnp.arange(6.0).reshape(2, 3) - 2.5
+    for reps in (jnp.array([2, 1]), np.array([3]), (jnp.int32(2), 1), np.int64(2), jnp.array(2)):
+        _same(lambda reps=reps: rnp.tile(x, reps), lambda reps=reps: jnp.tile(x, reps))
+        g = jax.grad(lambda v, reps=reps: jnp.sum(rnp.tile(v, reps) ** 2))(x)
+        np.testing.assert_allclose(g, jax.grad(lambda v, reps=reps: jnp.sum(jnp.tile(v, reps) ** 2))(x))
+    for bad in (-1, (1.5,), (True, 1), jnp.array([1.0])):
+        with pytest.raises(ValueError, match="^tile: reps must be concrete non-negative integers"):
+            rnp.tile(x, bad)
+    with pytest.raises(ValueError, match="^tile: reps must be concrete"):
+        jax.jit(lambda r: rnp.tile(x, r))(jnp.array([2, 1]))
+
+    mask = jnp.array([True, False, True])
+    _same(lambda: rnp.take(x, mask, axis=1), lambda: jnp.take(x, mask, axis=1))
+    g = jax.grad(lambda v: jnp.sum(rnp.take(v, mask, axis=1) * jnp.arange(6.0).reshape(2, 3)))(x)
+    # indices (1, 0, 1): column 1 gets the weights' columns 0 and 2, column 0 gets column 1
+    np.testing.assert_array_equal(g, [[1.0, 0.0 + 2.0, 0.0], [4.0, 3.0 + 5.0, 0.0]])
+
+    for v in (x, jnp.zeros(3)):
+        _same(lambda v=v: rnp.linalg.vector_norm(v, ord=None), lambda v=v: jnp.linalg.vector_norm(v, ord=None))
+    np.testing.assert_array_equal(jax.grad(lambda v: rnp.linalg.vector_norm(v, ord=None))(jnp.zeros(3)), 0.0)
+
+    for a in (jnp.array([0, 2, 0, 1]), jnp.array([0.0, 2.0, 0.0, 1.5]), jnp.array([True, False, True])):
+        for name in ("cumsum", "cumprod"):
+            for dtype in (bool, jnp.int32, jnp.float32, None):
+                _same(lambda a=a, name=name, dtype=dtype: getattr(rnp, name)(a, dtype=dtype),
+                      lambda a=a, name=name, dtype=dtype: getattr(jnp, name)(a, dtype=dtype))
+    assert rnp.cumsum(jnp.array([0, 2, 0, 1]), dtype=bool).tolist() == [False, True, True, True]

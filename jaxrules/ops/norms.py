@@ -90,7 +90,7 @@ def _check_ord(op, ord, name="ord"):
 
 
 @exported_as("jaxrules.numpy.linalg.vector_norm", "jaxrules.linalg.vector_norm")
-def vector_norm(x: ArrayLike, /, *, axis: int | tuple[int, ...] | list[int] | None = None, keepdims: bool = False, ord: float = 2) -> Array:
+def vector_norm(x: ArrayLike, /, *, axis: int | tuple[int, ...] | list[int] | None = None, keepdims: bool = False, ord: float | None = 2) -> Array:
     """The ``ord``-norm over ``axis`` (all axes by default). Derivatives of seed
     ``norm_backward`` / ``norm_jvp`` for every ord (0, 1, 2, +-inf, fractional, > 2): a zero
     vector (and, for ord != 2, a zero entry) has the zero subgradient at first and second order;
@@ -103,7 +103,8 @@ def vector_norm(x: ArrayLike, /, *, axis: int | tuple[int, ...] | list[int] | No
             flattened array's norm).
         keepdims: keep the reduced axes with length 1.
         ord: the order, a Python or NumPy real number: 0 (the count of non-zeros), +-inf, or
-            any other real (``sum(|x|^ord)^(1/ord)``); not NaN or a bool (``ValueError``).
+            any other real (``sum(|x|^ord)^(1/ord)``); None is 2 (as jax.numpy); not NaN or a
+            bool (``ValueError``).
 
     Returns:
         The norm (real), with the reduced axes removed (length 1 with ``keepdims``).
@@ -115,7 +116,7 @@ def vector_norm(x: ArrayLike, /, *, axis: int | tuple[int, ...] | list[int] | No
         >>> print(jax.grad(lambda x: rnp.linalg.vector_norm(x, ord=1))(jnp.array([-2.0, 0.0, 2.0])))
         [-1.  0.  1.]
     """
-    ord = _check_ord("vector_norm", ord)
+    ord = _check_ord("vector_norm", 2 if ord is None else ord)
     x = V.array("vector_norm", "x", x)
     axes = V.axes("vector_norm", x.ndim, axis)
     if ord == -np.inf and any(x.shape[d] == 0 for d in axes):

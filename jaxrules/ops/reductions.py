@@ -570,7 +570,7 @@ def _scan_input(op, a, axis, dtype, out, exact_fn, scan_op):
         x = x.astype(dtype)
     if axis is None:
         x, axis = x.ravel(), 0
-    return _scan(op, x, axis, lambda x, ax: exact_fn(x, ax) if _is_exact(x) else scan_op(x, axis=ax))
+    return _scan(op, x, axis, lambda x, ax: exact_fn(x, ax, dtype=dtype) if _is_exact(x) else scan_op(x, axis=ax))
 
 
 @exported_as("jaxrules.numpy.cumsum")
@@ -579,7 +579,8 @@ def cumsum(a: ArrayLike, axis: int | None = None, dtype: DTypeLike | None = None
     ``cumsum_backward``). Mirrors ``torch.cumsum``.
 
     Args:
-        a: the array. Integer and boolean input goes to ``jax.numpy.cumsum`` (no rule).
+        a: the array. Integer and boolean input goes to ``jax.numpy.cumsum`` (no rule; a
+            boolean ``dtype`` gives its boolean running "or", as jax.numpy's).
         axis: one axis (an int; 0 or -1 for a 0-d ``a``, as torch); None: over the flattened
             array.
         dtype: cast ``a`` to this dtype first; None keeps its dtype.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import numbers
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -781,10 +782,24 @@ def tile(A: ArrayLike, reps: int | Sequence[int]) -> Array:  # noqa: N803 - nump
         ValueError: when a repetition is negative or not an int.
     """
     x = V.array("tile", "A", A, inexact=False)
-    reps = (reps,) if isinstance(reps, numbers.Integral) else tuple(reps)
-    if not all(isinstance(r, numbers.Integral) and r >= 0 for r in reps):
-        raise ValueError(f"tile: reps must be non-negative integers, got {reps!r}")
-    return _call(tile_op, x, reps=tuple(int(r) for r in reps), shape=x.shape)
+    return _call(tile_op, x, reps=_repetitions(reps), shape=x.shape)
+
+
+def _repetitions(reps) -> tuple[int, ...]:
+    """``tile``'s ``reps`` as Python ints: an int, a sequence of ints or a concrete integer array
+    (jax.numpy's forms, each entry read by ``operator.index``); a traced, non-integer, boolean or
+    negative repetition is a ``ValueError``."""
+    values = []
+    for r in [reps] if np.ndim(reps) == 0 else list(reps):
+        try:
+            if isinstance(r, bool | np.bool_) or np.result_type(r) == np.bool_:
+                raise TypeError
+            values.append(operator.index(r))
+        except Exception:  # noqa: BLE001 - a float, a bool, a tracer (TracerIntegerConversionError)
+            raise ValueError(f"tile: reps must be concrete non-negative integers, got {reps!r}") from None
+        if values[-1] < 0:
+            raise ValueError(f"tile: reps must be concrete non-negative integers, got {reps!r}")
+    return tuple(values)
 
 
 @exported_as("jaxrules.numpy.repeat")
@@ -849,7 +864,8 @@ def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = 
     Args:
         a: the array. Integer and boolean input keeps its dtype (jax.numpy's result; no
             derivative).
-        indices: integer indices, any shape; no derivative.
+        indices: integer indices, any shape (booleans read as 0 and 1, as jax.numpy's); no
+            derivative.
         axis: the axis to take along; None takes from the flattened array.
         out: must be None (``ValueError`` otherwise).
         mode: out-of-bound indices, as JAX's: ``"fill"`` (None, the default: negative indices
@@ -882,6 +898,8 @@ def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: None = 
         x, axis = x.reshape(-1), 0
     ax = V.single_axis(op, x.ndim, axis)
     indices = jnp.asarray(indices)
+    if indices.dtype == jnp.bool_:  # jax.numpy's and NumPy's take read booleans as 0 and 1
+        indices = indices.astype(jnp.int32)
     if not jnp.issubdtype(indices.dtype, jnp.integer):
         raise TypeError(f"{op}: indices must be integers, got {indices.dtype}")
     n = x.shape[ax]
