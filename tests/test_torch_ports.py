@@ -352,7 +352,10 @@ _IMG = _R.standard_normal((2, 4, 3, 5))
 
 # every positional argument in torch's order: the adapters' translation of the order is what fails
 @pytest.mark.parametrize("name, args", [
-    ("sigmoid", (_A,)), ("tanh", (_A,)), ("softsign", (_A,)),
+    ("sigmoid", (_A,)), ("tanh", (_A,)), ("softsign", (_A,)), ("hardshrink", (_A, 0.3)), ("softshrink", (_A, 0.3)),
+    ("tanhshrink", (_A,)), ("pixel_shuffle", (_R.standard_normal((2, 8, 3, 5)), 2)),
+    ("pixel_unshuffle", (_R.standard_normal((2, 2, 4, 6)), 2)), ("dropout1d", (_IMG[0], 0.5, False)),
+    ("dropout2d", (_IMG, 0.5, False)), ("dropout3d", (_IMG[None], 0.5, False)),
     ("relu", (_A,)), ("relu6", (3 * _A,)), ("elu", (_A, 0.7)), ("celu", (_A, 0.7)), ("selu", (_A,)),
     ("leaky_relu", (_A, 0.2)), ("hardtanh", (_A, -0.5, 0.8)), ("hardsigmoid", (3 * _A,)), ("hardswish", (3 * _A,)),
     ("silu", (_A,)), ("mish", (_A,)), ("threshold", (_A, 0.1, -2.0)), ("softplus", (_A, 2.0, 1.5)),
@@ -788,3 +791,124 @@ def test_one_hot_as_torch():
         jax.jit(JF.one_hot)(t)
     with pytest.raises(TypeError, match="one_hot: tensor must hold integer"):
         JF.one_hot(np.array([0.5]))
+
+
+# ----------------------------------------------------------------------------------------------
+# F's functions without a jaxrules op: jax.numpy compositions whose JAX derivatives are torch's
+
+
+@pytest.mark.parametrize("name, lambd", [("hardshrink", 0.5), ("hardshrink", -0.25), ("softshrink", 0.5),
+                                         ("softshrink", 0.0), ("tanhshrink", None)])
+def test_shrinks_match_torch_at_their_ends_and_between(name, lambd):
+    """Values and gradients against torch's in float64, at the band's ends (``+-lambd``: inside,
+    gradient 0), just outside them, at zeros and at random points. At NaN the value is NaN and
+    the gradient that of torch's formula, ``grad`` outside the band (torch's own kernels give 1
+    or 0 there, by code path: not compared)."""
+    x = np.concatenate([[-0.5, 0.5, -0.25, 0.25, -0.5 - 1e-9, 0.5 + 1e-9, 0.0, -0.0, 0.7, -2.0],
+                        np.random.default_rng(3).standard_normal(40)])
+    kw = {} if lambd is None else {"lambd": lambd}
+    tx = torch.tensor(x, requires_grad=True)
+    getattr(TF, name)(tx, **kw).sum().backward()
+    ours = getattr(JF, name)
+    with jax.enable_x64(True):
+        value = ours(jnp.asarray(x), **kw)
+        grad = jax.grad(lambda v: ours(v, **kw).sum())(jnp.asarray(x))
+        np.testing.assert_allclose(value, getattr(TF, name)(tx, **kw).detach().numpy(), rtol=1e-14, atol=1e-16)
+        np.testing.assert_allclose(grad, tx.grad.numpy(), rtol=1e-12, atol=1e-15)  # 1 - tanh^2: rounding
+        nan_value, nan_grad = ours(jnp.asarray(np.nan), **kw), jax.grad(lambda v: ours(v, **kw))(jnp.asarray(np.nan))
+    assert np.isnan(nan_value)
+    assert np.isnan(nan_grad) if name == "tanhshrink" else nan_grad == 1.0
+
+
+def test_shrinks_refuse_what_torch_refuses():
+    with pytest.raises(ValueError, match="^softshrink: lambd must be >= 0"):
+        JF.softshrink(jnp.ones(3), -0.1)
+    with pytest.raises(TypeError, match="^hardshrink: lambd must be a static number"):
+        JF.hardshrink(jnp.ones(3), "0.5")
+
+
+@pytest.mark.parametrize("shape, r", [((1, 8, 3, 5), 2), ((2, 3, 18, 2, 4), 3), ((9, 2, 2), 3), ((4, 1, 1), 1)])
+def test_pixel_shuffles_match_torch_with_gradients(shape, r):
+    """``pixel_shuffle`` and ``pixel_unshuffle`` against torch's: values (any leading batch axes)
+    and the gradient of ``sum(w * out)``, a permutation of ``w``."""
+    x = np.random.default_rng(4).standard_normal(shape)
+    for name, arg in (("pixel_shuffle", x), ("pixel_unshuffle", TF.pixel_shuffle(torch.tensor(x), r).numpy())):
+        tx = torch.tensor(arg, requires_grad=True)
+        tout = getattr(TF, name)(tx, r)
+        w = np.random.default_rng(5).standard_normal(tout.shape)
+        (tout * torch.tensor(w)).sum().backward()
+        ours = getattr(JF, name)
+        np.testing.assert_array_equal(ours(jnp.asarray(arg), r), tout.detach().numpy())
+        grad = jax.grad(lambda v, ours=ours, w=w: jnp.sum(ours(v, r) * w))(jnp.asarray(arg))
+        np.testing.assert_array_equal(grad, tx.grad.numpy())
+
+
+def test_pixel_shuffle_of_zero_channels_has_an_empty_gradient():
+    """Zero channels: torch's value (empty) and an empty gradient of the input's shape, where torch
+    2.13's backward raises ("PixelShuffleBackward0 returned an invalid gradient": it reshapes to
+    the output's shape)."""
+    x = np.zeros((2, 0, 2, 2))
+    assert JF.pixel_shuffle(jnp.asarray(x), 2).shape == TF.pixel_shuffle(torch.tensor(x), 2).shape == (2, 0, 4, 4)
+    grad = jax.grad(lambda v: jnp.sum(JF.pixel_shuffle(v, 2)))(jnp.asarray(x))
+    assert grad.shape == x.shape
+    tx = torch.tensor(x, requires_grad=True)
+    with pytest.raises(RuntimeError, match="invalid gradient"):  # torch's bug: when it is fixed, compare
+        TF.pixel_shuffle(tx, 2).sum().backward()
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: JF.pixel_shuffle(jnp.ones((8, 3)), 2), "^pixel_shuffle: input must have at least 3 dimensions"),
+    (lambda: JF.pixel_shuffle(jnp.ones((1, 6, 3, 3)), 2), r"^pixel_shuffle: input's channels \(6\) must be divisible"),
+    (lambda: JF.pixel_shuffle(jnp.ones((1, 4, 3, 3)), 0), "^pixel_shuffle: upscale_factor must be a positive int"),
+    (lambda: JF.pixel_shuffle(jnp.ones((1, 4, 3, 3)), 2.0), "^pixel_shuffle: upscale_factor must be a positive int"),
+    (lambda: JF.pixel_unshuffle(jnp.ones((1, 1, 3, 4)), 2), "^pixel_unshuffle: input's height \\(3\\) and width"),
+])
+def test_pixel_shuffles_refuse_what_torch_refuses(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+@pytest.mark.parametrize("name, shape, mask_shape", [
+    ("dropout1d", (6, 5, 7), (6, 5, 1)), ("dropout1d", (5, 7), (5, 1)), ("dropout2d", (6, 5, 3, 4), (6, 5, 1, 1)),
+    ("dropout3d", (6, 5, 2, 3, 2), (6, 5, 1, 1, 1)), ("dropout3d", (5, 2, 3, 2), (5, 1, 1, 1)),
+])
+def test_channel_dropout_drops_whole_channels(name, shape, mask_shape):
+    """torch's feature dropout: each channel (of each example) is all zeros or all ``x / (1 - p)``;
+    the gradient is that mask; about ``p`` of the channels dropped; not training, the identity; a
+    dropped NaN stays NaN (torch multiplies by the mask too)."""
+    fn = getattr(JF, name)
+    x = np.random.default_rng(6).standard_normal(shape) + 3.0  # no zero entries
+    key = jax.random.key(1)
+    out = np.asarray(fn(jnp.asarray(x), 0.4, key=key))
+    ratio = out / x
+    channels = ratio.reshape(int(np.prod(mask_shape)), -1)  # one row per mask entry (example, channel)
+    np.testing.assert_allclose(channels, channels[:, :1] * np.ones_like(channels), rtol=1e-6)
+    assert set(np.round(channels[:, 0], 5)) <= {0.0, round(1 / 0.6, 5)}
+    dropped = np.mean(channels[:, 0] == 0)
+    assert 0.15 < dropped < 0.65, dropped
+    grad = jax.grad(lambda v: jnp.sum(fn(v, 0.4, key=key)))(jnp.asarray(x))
+    np.testing.assert_allclose(grad, ratio, rtol=1e-6)
+    np.testing.assert_array_equal(fn(jnp.asarray(x), 0.4, training=False), x)
+    with_nan = x.copy()
+    with_nan[(0,) * len(shape)] = np.nan
+    assert np.isnan(np.asarray(fn(jnp.asarray(with_nan), 0.4, key=key))[(0,) * len(shape)])
+
+
+def test_channel_dropout_follows_torchs_rank_rules_and_refusals():
+    x = jnp.ones((2, 3, 4))
+    with pytest.warns(UserWarning, match="dropout2d: a 3-D input is read as \\(N, C, L\\)"):
+        out = JF.dropout2d(x, 0.5, key=jax.random.key(0))
+    channels = np.asarray(out).reshape(6, 4)
+    assert all(len(set(row)) == 1 for row in channels)  # (N, C, L): one mask entry per (n, c)
+    with pytest.warns(UserWarning, match="dropout3d: received a 3-D input"):
+        JF.dropout3d(x, 0.5, training=False)
+    with pytest.raises(ValueError, match="^dropout1d: input must be 2-D or 3-D, got 4-D"):
+        JF.dropout1d(jnp.ones((1, 2, 3, 4)), key=jax.random.key(0))
+    with pytest.raises(ValueError, match="^dropout2d: p must be a probability in \\[0, 1\\]"):
+        JF.dropout2d(jnp.ones((1, 2, 3, 4)), 1.5, key=jax.random.key(0))
+    with pytest.raises(ValueError, match="^dropout2d: key \\(a jax.random key\\) is required"):
+        JF.dropout2d(jnp.ones((1, 2, 3, 4)))
+    with pytest.raises(ValueError, match="^dropout2d: inplace=True cannot be mirrored"):
+        JF.dropout2d(jnp.ones((1, 2, 3, 4)), 0.5, True, True, key=jax.random.key(0))
+    np.testing.assert_array_equal(JF.dropout2d(jnp.ones((1, 2, 3, 4)), 0.0), 1.0)  # p = 0 needs no key
+    np.testing.assert_array_equal(JF.dropout2d(jnp.ones((1, 2, 3, 4)), 1.0, key=jax.random.key(0)), 0.0)

@@ -6,7 +6,9 @@ defaults (``gelu``'s exact form, ``softmax``'s implicit ``dim``), positional ord
 deprecated ``size_average`` and ``reduce`` of the losses), return values (``batch_norm`` returns
 the normalized tensor) and argument forms (one-element tuples for 2-d and 3-d pooling and
 convolution, ``pad``'s last-dimension-first list with negative widths cropping). It computes
-nothing of its own. What cannot be mirrored (``inplace=True``, ``out=``, the in-place update of
+nothing of its own, but for a few functions without a jaxrules op, written with jax.numpy so that
+JAX's derivatives are torch's (the shrinks, the pixel shuffles, channel dropout's mask). What
+cannot be mirrored (``inplace=True``, ``out=``, the in-place update of
 running statistics) is listed in ``docs/differences.md``, "Which namespace to use when".
 """
 
@@ -18,6 +20,7 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import jaxrules.nn as _nn
 from jaxrules import _validate as _V
@@ -28,14 +31,15 @@ __all__ = [
     "adaptive_max_pool2d", "adaptive_max_pool3d", "affine_grid", "avg_pool1d", "avg_pool2d", "avg_pool3d",
     "batch_norm", "bilinear", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu", "conv1d",
     "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "cosine_embedding_loss",
-    "cosine_similarity", "cross_entropy", "dropout", "elu", "embedding", "embedding_bag", "fold",
-    "gaussian_nll_loss", "gelu", "glu", "grid_sample", "group_norm", "hardsigmoid", "hardswish", "hardtanh",
-    "hinge_embedding_loss", "huber_loss", "instance_norm", "interpolate", "kl_div", "l1_loss", "layer_norm",
-    "leaky_relu", "linear", "log_softmax", "logsigmoid", "margin_ranking_loss", "max_pool1d", "max_pool2d",
-    "max_pool3d", "mish", "mse_loss", "multilabel_soft_margin_loss", "nll_loss", "normalize", "one_hot", "pad",
-    "pairwise_distance", "pdist", "poisson_nll_loss", "prelu", "relu", "relu6", "rms_norm",
-    "scaled_dot_product_attention", "selu", "sigmoid", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax",
-    "softmin", "softplus", "softsign", "tanh", "threshold", "triplet_margin_loss", "unfold",
+    "cosine_similarity", "cross_entropy", "dropout", "dropout1d", "dropout2d", "dropout3d", "elu", "embedding",
+    "embedding_bag", "fold", "gaussian_nll_loss", "gelu", "glu", "grid_sample", "group_norm", "hardshrink",
+    "hardsigmoid", "hardswish", "hardtanh", "hinge_embedding_loss", "huber_loss", "instance_norm", "interpolate",
+    "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax", "logsigmoid", "margin_ranking_loss",
+    "max_pool1d", "max_pool2d", "max_pool3d", "mish", "mse_loss", "multilabel_soft_margin_loss", "nll_loss",
+    "normalize", "one_hot", "pad", "pairwise_distance", "pdist", "pixel_shuffle", "pixel_unshuffle",
+    "poisson_nll_loss", "prelu", "relu", "relu6", "rms_norm", "scaled_dot_product_attention", "selu", "sigmoid",
+    "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softmin", "softplus", "softshrink", "softsign",
+    "tanh", "tanhshrink", "threshold", "triplet_margin_loss", "unfold",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -245,6 +249,33 @@ def softsign(input):
     return _nn.soft_sign(input)
 
 
+def hardshrink(input, lambd=0.5):
+    """``input`` outside ``[-lambd, lambd]``, 0 inside (the ends included); mirrors
+    ``torch.nn.functional.hardshrink``. The derivative is torch's: 0 inside, 1 outside and at NaN
+    (which passes through)."""
+    x = _V.array("hardshrink", "input", input)
+    lambd = _V.static_scalar("hardshrink", "lambd", lambd)
+    return jnp.where((x >= -lambd) & (x <= lambd), jnp.zeros_like(x), x)
+
+
+def softshrink(input, lambd=0.5):
+    """``input - sign(input) lambd`` outside ``[-lambd, lambd]``, 0 inside (``input * 0``: -0.0 for
+    negative input, as torch); mirrors ``torch.nn.functional.softshrink``. The derivative is
+    torch's: 0 inside, 1 outside and at NaN. ``lambd < 0``: ``ValueError`` (torch's
+    ``RuntimeError``)."""
+    x = _V.array("softshrink", "input", input)
+    lambd = _V.static_scalar("softshrink", "lambd", lambd)
+    if not lambd >= 0:
+        raise ValueError(f"softshrink: lambd must be >= 0, got {lambd!r}")
+    return jnp.where((x >= -lambd) & (x <= lambd), x * 0, x - jnp.sign(x) * lambd)
+
+
+def tanhshrink(input):
+    """``input - tanh(input)``; mirrors ``torch.nn.functional.tanhshrink``."""
+    x = _V.array("tanhshrink", "input", input)
+    return x - jnp.tanh(x)
+
+
 def one_hot(tensor, num_classes=-1):
     """Integer class indices to one-hot integer rows; mirrors ``torch.nn.functional.one_hot``.
     ``num_classes=-1`` takes ``max(tensor) + 1``, which needs concrete indices (under ``jit`` pass
@@ -277,6 +308,61 @@ def dropout(input, p=0.5, training=True, inplace=False, *, key=None):
     ``training`` and ``p > 0`` pass a ``jax.random`` key as ``key=`` (``jaxrules.nn.dropout``)."""
     _no_inplace("dropout", inplace)
     return _nn.dropout(input, p, training, key=key)
+
+
+def _channel_dropout(op, input, p, training, inplace, key, batched):
+    """torch's ``feature_dropout`` of ``input`` (batched: ``(N, C, ...)``; else ``(C, ...)``):
+    each channel of each example zeroed with probability ``p`` as a whole, the rest scaled by
+    ``1 / (1 - p)``: ``input * mask`` with ``mask = jaxrules.nn.dropout(ones(N, C, 1, ...))``, so
+    a dropped NaN stays NaN (torch multiplies too) and the gradient is the mask."""
+    _no_inplace(op, inplace)
+    x = _V.array(op, "input", input)
+    host = _V.host_value(p)
+    if host is not None and not (np.ndim(host) == 0 and 0 <= host <= 1):
+        raise ValueError(f"{op}: p must be a probability in [0, 1], got {p!r}")
+    if training and key is None and (host is None or host > 0):
+        raise ValueError(f"{op}: key (a jax.random key) is required when training with p > 0")
+    if not batched:
+        x = x[None]
+    if x.ndim < 2:
+        raise ValueError(f"{op}: input must have a channel axis, got shape {jnp.shape(input)}")
+    mask = _nn.dropout(jnp.ones(x.shape[:2] + (1,) * (x.ndim - 2), x.dtype), p, training, key=key)
+    out = x * mask
+    return out if batched else out[0]
+
+
+def dropout1d(input, p=0.5, training=True, inplace=False, *, key=None):
+    """Channel-wise dropout of ``(N, C, L)`` or ``(C, L)`` input (``_channel_dropout``); mirrors
+    ``torch.nn.functional.dropout1d``. Other ranks: ``ValueError`` (torch's ``RuntimeError``)."""
+    ndim = jnp.ndim(input)
+    if ndim not in (2, 3):
+        raise ValueError(f"dropout1d: input must be 2-D or 3-D, got {ndim}-D")
+    return _channel_dropout("dropout1d", input, p, training, inplace, key, batched=ndim == 3)
+
+
+def dropout2d(input, p=0.5, training=True, inplace=False, *, key=None):
+    """Channel-wise dropout of ``(N, C, H, W)`` input (``_channel_dropout``); mirrors
+    ``torch.nn.functional.dropout2d``, whose warnings it gives: a 3-D input is read as ``(N, C,
+    L)`` (torch's historical behaviour, not ``(C, H, W)``), other ranks are deprecated there."""
+    ndim = jnp.ndim(input)
+    if ndim not in (3, 4):
+        warnings.warn(f"dropout2d: received a {ndim}-D input, which torch deprecates; it expects (N, C, H, W) "
+                      "or (C, H, W)", UserWarning, stacklevel=2)
+    if ndim == 3:
+        warnings.warn("dropout2d: a 3-D input is read as (N, C, L), channel-wise 1-D dropout, as torch does; "
+                      "use dropout1d for that", UserWarning, stacklevel=2)
+    return _channel_dropout("dropout2d", input, p, training, inplace, key, batched=True)
+
+
+def dropout3d(input, p=0.5, training=True, inplace=False, *, key=None):
+    """Channel-wise dropout of ``(N, C, D, H, W)`` or ``(C, D, H, W)`` input
+    (``_channel_dropout``); mirrors ``torch.nn.functional.dropout3d``, which warns on other ranks
+    (deprecated there) and reads them as unbatched."""
+    ndim = jnp.ndim(input)
+    if ndim not in (4, 5):
+        warnings.warn(f"dropout3d: received a {ndim}-D input, which torch deprecates; it expects (N, C, D, H, W) "
+                      "or (C, D, H, W)", UserWarning, stacklevel=2)
+    return _channel_dropout("dropout3d", input, p, training, inplace, key, batched=ndim == 5)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -540,6 +626,50 @@ def affine_grid(theta, size, align_corners=None):
     """The sampling grid of the affine maps ``theta``; mirrors ``torch.nn.functional.affine_grid``
     (``align_corners=None`` is False, as torch)."""
     return _nn.affine_grid(theta, size, bool(align_corners))
+
+
+# ---------------------------------------------------------------------------------------------
+# Pixel shuffles
+
+
+def _shuffle_factor(op, name, factor):
+    if isinstance(factor, bool) or not isinstance(factor, int | np.integer) or factor < 1:
+        raise ValueError(f"{op}: {name} must be a positive int, got {factor!r}")
+    return int(factor)
+
+
+def pixel_shuffle(input, upscale_factor):
+    """``(*, C r^2, H, W)`` to ``(*, C, H r, W r)``: output ``[c, h r + i, w r + j]`` is input
+    ``[c r^2 + i r + j, h, w]`` (a reshape and a transpose; their derivatives are JAX's, exact);
+    mirrors ``torch.nn.functional.pixel_shuffle``."""
+    x = jnp.asarray(input)
+    r = _shuffle_factor("pixel_shuffle", "upscale_factor", upscale_factor)
+    if x.ndim < 3:
+        raise ValueError(f"pixel_shuffle: input must have at least 3 dimensions, got shape {x.shape}")
+    *batch, c, h, w = x.shape
+    if c % (r * r):
+        raise ValueError(f"pixel_shuffle: input's channels ({c}) must be divisible by upscale_factor^2 ({r * r})")
+    n = len(batch)
+    y = x.reshape(*batch, c // (r * r), r, r, h, w)
+    y = jnp.transpose(y, (*range(n), n, n + 3, n + 1, n + 4, n + 2))
+    return y.reshape(*batch, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input, downscale_factor):
+    """``(*, C, H r, W r)`` to ``(*, C r^2, H, W)``, the inverse of ``pixel_shuffle``; mirrors
+    ``torch.nn.functional.pixel_unshuffle``."""
+    x = jnp.asarray(input)
+    r = _shuffle_factor("pixel_unshuffle", "downscale_factor", downscale_factor)
+    if x.ndim < 3:
+        raise ValueError(f"pixel_unshuffle: input must have at least 3 dimensions, got shape {x.shape}")
+    *batch, c, h, w = x.shape
+    if h % r or w % r:
+        raise ValueError(f"pixel_unshuffle: input's height ({h}) and width ({w}) must be divisible by "
+                         f"downscale_factor ({r})")
+    n = len(batch)
+    y = x.reshape(*batch, c, h // r, r, w // r, r)
+    y = jnp.transpose(y, (*range(n), n, n + 2, n + 4, n + 1, n + 3))
+    return y.reshape(*batch, c * r * r, h // r, w // r)
 
 
 # ---------------------------------------------------------------------------------------------
