@@ -67,9 +67,6 @@ DEVIATIONS: dict[tuple[str, str, str], str] = {
        for name in ("median", "nanmedian")},
     ("cholesky_inverse", "jvp", "*"): "torch's JVP is wrong; jaxrules uses the correct formula "
                                       "(docs/differences.md, Where torch is wrong)",
-    **{("quantile", check, "float64"): "q is held fixed: its samples with a differentiable q tensor are refused "
-                                       "(a TypeError naming q; docs/differences.md, quantile)"
-       for check in ("vjp", "jvp")},
     ("logcumsumexp", "jvp", "*"): "torch's forward AD is NaN on complex input and off by 2e-6 at |x| = 1e4 in "
                              "float64 (a long-double reference: jaxrules' JVP within 5e-13; docs/differences.md, "
                              "Where torch is wrong)",

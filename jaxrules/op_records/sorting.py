@@ -130,7 +130,8 @@ record(
         SingularPoint("rank on an entry", (f64(4.0, 3.0, 2.0, 1.0, 0.0), 0.5), (f64(0, 0, 1, 0, 0),)),
     ),
     deviations="method='nearest' rounds half to even, as torch and numpy (jax.numpy 0.10.2 rounds half down). "
-    "q is held fixed (no derivative with respect to q; torch's composite quantile would give one).",
+    "A traced q's derivative is torch's and jax.numpy's ((n - 1)(x[hi] - x[lo]) for linear; "
+    "tests/test_sorting.py), not this record's: its q is a static number.",
 )
 
 

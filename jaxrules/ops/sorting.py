@@ -22,6 +22,7 @@ from jax.typing import ArrayLike, DTypeLike
 from jaxrules import _validate as V
 from jaxrules import partials as P
 from jaxrules._namespace import exported_as
+from jaxrules.checking import runtime_check
 from jaxrules.mechanism import define_op, unsharded_along
 from jaxrules.ops.reductions import ValuesIndices, _real, nan_of_empty
 
@@ -42,7 +43,7 @@ def _topk_primal(x, *, k, axis, largest, shape):
     return jnp.take_along_axis(x, idx, axis=axis), idx
 
 
-def _quantile_primal(x, *, q, method, ignore_nan, shape):
+def _quantile_primal(x, q, *, method, ignore_nan, shape):
     lo, hi, w = P.quantile_selection(x, q, method, ignore_nan)
     return P.lerp_selected(x, lo, hi, w), lo
 
@@ -84,29 +85,39 @@ cummin_op = define_op(
 )
 
 
-def quantile_jvp(res, tx, **_):
-    """``(1 - w) t[lo] + w t[hi]`` along the last axis: torch's quantile is ``lerp`` of two sorted
-    entries with a weight that depends on ``q`` and the count only (seed: the derivatives of
-    ``sort`` and ``lerp`` that torch's composite quantile chains); the indices have no tangent.
-    quantile and nanmedian."""
-    lo, hi, w = res
-    tx = unsharded_along(tx, (tx.ndim - 1,))  # an Explicit mesh: reads along the axis
-    return (1 - w) * jnp.take_along_axis(tx, lo, axis=-1) + w * jnp.take_along_axis(tx, hi, axis=-1), None
+def quantile_jvp(res, tx, tq, **_):
+    """``(1 - w) t[lo] + w t[hi] + s tq`` along the last axis: torch's quantile is ``lerp`` of two
+    sorted entries with a weight that depends on ``q`` and the count only (seed: the derivatives
+    of ``sort`` and ``lerp`` that torch's composite quantile chains); ``s`` is the derivative with
+    respect to ``q`` (``partials.quantile_q_slope``: a traced ``q``; torch's ``q`` takes none);
+    the indices have no tangent. quantile and nanmedian."""
+    lo, hi, w, slope = res
+    out = None
+    if tx is not None:
+        tx = unsharded_along(tx, (tx.ndim - 1,))  # an Explicit mesh: reads along the axis
+        out = (1 - w) * jnp.take_along_axis(tx, lo, axis=-1) + w * jnp.take_along_axis(tx, hi, axis=-1)
+    if tq is not None:
+        out = slope * tq if out is None else out + slope * tq
+    return out, None
 
 
 def quantile_vjp(res, ct, *, shape, **_):
-    """The transpose of ``jvp_rules.quantile_jvp``: ``(1 - w) ct`` added at ``lo`` and ``w ct``
-    at ``hi`` (torch: ``lerp``'s backward then sort's ``value_selecting_reduction_backward``)."""
-    lo, hi, w = res
+    """The transpose of ``quantile_jvp``: ``(1 - w) ct`` added at ``lo`` and ``w ct`` at ``hi``
+    (torch: ``lerp``'s backward then sort's ``value_selecting_reduction_backward``), and
+    ``sum(s ct)`` over the rows for ``q``."""
+    lo, hi, w, slope = res
     g, _ = ct
     gx = P.scatter_add(shape, P.scatter_coords(lo, lo.ndim - 1), (1 - w) * g)
-    return (gx + P.scatter_add(shape, P.scatter_coords(hi, hi.ndim - 1), w * g),)
+    gq = jnp.sum(slope * g, axis=tuple(range(g.ndim - 1)))
+    return gx + P.scatter_add(shape, P.scatter_coords(hi, hi.ndim - 1), w * g), gq
 
 
-quantile_op = define_op(
-    "quantile", _quantile_primal, quantile_jvp, quantile_vjp,
-    lambda out, x, *, q, method, ignore_nan, shape: P.quantile_selection(x, q, method, ignore_nan),
-)
+def _quantile_residuals(out, x, q, *, method, ignore_nan, shape):
+    lo, hi, w = P.quantile_selection(x, q, method, ignore_nan)
+    return lo, hi, w, P.quantile_q_slope(x, lo, hi, method, ignore_nan)
+
+
+quantile_op = define_op("quantile", _quantile_primal, quantile_jvp, quantile_vjp, _quantile_residuals)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -283,9 +294,13 @@ def cummin(x: ArrayLike, axis: int) -> ValuesIndices:
 
 
 def _quantiles(op, q):
-    """``q`` as a concrete numpy array of numbers in [0, 1] (held fixed: no derivative)."""
+    """``q``, numbers in [0, 1]: a NumPy array when concrete (checked), else the traced array (its
+    range checked at run time: ``jaxrules.checked`` raises)."""
     if isinstance(q, jax.core.Tracer):
-        raise TypeError(f"{op}: q must be concrete (no derivative or vmap with respect to q), got a traced value")
+        if not (jnp.issubdtype(q.dtype, jnp.integer) or jnp.issubdtype(q.dtype, jnp.floating)):
+            raise TypeError(f"{op}: q must be real numbers, got {q.dtype}")
+        runtime_check(~((q >= 0) & (q <= 1)), f"{op}: q must be in [0, 1] (a traced value)")
+        return q
     try:
         qa = np.asarray(q, dtype=np.float64)
     except (TypeError, ValueError):
@@ -319,14 +334,16 @@ def quantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int]
     and ``w`` for ``linear`` (``w`` the rank's fraction; 1/2 each for ``midpoint``; all to one
     for ``lower``, ``higher``, ``nearest`` and ``inverted_cdf``). Equal values are ordered by
     position; a NaN in the slice gives NaN and the derivative goes to its last NaN (torch's rank
-    ``n - 1``). ``q`` is held fixed (no derivative). ``nearest`` rounds half to even as torch and
-    numpy do (jax.numpy 0.10 rounds half down). Mirrors ``torch.quantile``.
+    ``n - 1``). A traced ``q`` (``jit``, ``vmap``, ``grad``) has the derivative of torch's and
+    jax.numpy's composite forms, ``(n - 1)(x[hi] - x[lo])`` for ``linear`` (0 at an integer rank)
+    and 0 for the other methods. ``nearest`` rounds half to even as torch and numpy do (jax.numpy
+    0.10 rounds half down). Mirrors ``torch.quantile``.
 
     Args:
         a: the array, real (complex raises ``TypeError``; integer and boolean input is
             promoted to float).
-        q: the quantile(s), a number or an array of numbers in ``[0, 1]``; concrete (a traced
-            ``q`` raises ``TypeError``).
+        q: the quantile(s), a number or an array of numbers in ``[0, 1]`` (``ValueError``
+            otherwise); a traced ``q`` is checked at run time (``jaxrules.checking.runtime_check``).
         axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes); not
             zero-size (``ValueError``).
         out: not supported: must be None (``TypeError`` otherwise).
@@ -352,7 +369,7 @@ def quantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int]
     x = _real("quantile", a)
     x = V.array("quantile", "a", x)
     flat, finish = _reduce_last("quantile", x, axis, bool(keepdims))
-    values, _ = quantile_op(flat, q=tuple(float(v) for v in qa.ravel()), method=method, ignore_nan=False, shape=flat.shape)
+    values, _ = quantile_op(flat, jnp.ravel(qa).astype(flat.dtype), method=method, ignore_nan=False, shape=flat.shape)
     return finish(values, qa.shape)
 
 
@@ -388,14 +405,15 @@ def nanmedian(a: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = Non
         if x.size == 0:
             return nan_of_empty(x, V.axes("nanmedian", x.ndim, axis), keepdims)
         flat, finish = _reduce_last("nanmedian", x, axis, bool(keepdims))
-        values, _ = quantile_op(flat, q=(0.5,), method="linear", ignore_nan=True, shape=flat.shape)
+        values, _ = quantile_op(flat, jnp.full(1, 0.5, flat.dtype), method="linear", ignore_nan=True, shape=flat.shape)
         return finish(values, ())
     scalar = x.ndim == 0  # torch: a 0-d input's axis 0 has length 1, and the result stays 0-d
     x, ax = _single_axis_input("nanmedian", x, axis, "a")
     if x.shape[ax] == 0:
         raise ValueError(f"nanmedian: axis {axis} has length 0")
     moved = jnp.moveaxis(x, ax, -1)
-    values, indices = quantile_op(moved, q=(0.5,), method="lower", ignore_nan=True, shape=moved.shape)
+    values, indices = quantile_op(moved, jnp.full(1, 0.5, moved.dtype), method="lower", ignore_nan=True,
+                                  shape=moved.shape)
     values, indices = jnp.moveaxis(values, -1, ax), jnp.moveaxis(indices, -1, ax)
     if not keepdims or scalar:
         values, indices = jnp.squeeze(values, ax), jnp.squeeze(indices, ax)

@@ -9,7 +9,8 @@ from jaxrules.mechanism import explicit_sharding, unsharded_along
 from jaxrules.partials.elementwise import with_rank
 
 __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
-    "QUANTILE_METHODS", "cummaxmin_select", "lerp_selected", "quantile_selection", "sort_permutation"
+    "QUANTILE_METHODS", "cummaxmin_select", "lerp_selected", "quantile_q_slope", "quantile_selection",
+    "sort_permutation",
 ]
 
 # ----------------------------------------------------------------------------------------------
@@ -51,7 +52,8 @@ QUANTILE_METHODS = ("linear", "lower", "higher", "midpoint", "nearest", "inverte
 
 def quantile_selection(x, q, method, ignore_nan):
     """The two order statistics each quantile reads and the weight of the upper one, for ``x``
-    with the reduced axis last, ``(..., n)``, and ``q`` a tuple of ``m`` numbers in [0, 1]:
+    with the reduced axis last, ``(..., n)``, and ``q`` ``m`` numbers in [0, 1] (a tuple or a
+    1-d array, traced or not):
     ``(lower index, upper index, weight)``, each ``(..., m)``, indices into ``x``'s last axis.
 
     torch's ``quantile_compute``: rank ``q (c - 1)`` in the stable NaN-last order, ``c`` the count
@@ -90,6 +92,21 @@ def quantile_selection(x, q, method, ignore_nan):
     lo = jnp.take_along_axis(perm, below.astype(perm.dtype), axis=-1)
     hi = jnp.take_along_axis(perm, above.astype(perm.dtype), axis=-1)
     return lo, hi, weight
+
+
+def quantile_q_slope(x, lo, hi, method, ignore_nan):
+    """The derivative of each quantile with respect to its ``q``, ``(..., m)``, for ``x`` with the
+    reduced axis last and ``quantile_selection``'s ``lo``, ``hi``: for ``linear``, ``(c - 1)
+    (x[hi] - x[lo])`` (the rank is ``q (c - 1)``, ``c`` the count of numbers), 0 where both
+    ends are one entry (an integer rank, as jax.numpy's derivative there, or a NaN in the slice);
+    0 for the other methods, which are piecewise constant in ``q``."""
+    if method != "linear":
+        return jnp.zeros(lo.shape, x.dtype)
+    x = unsharded_along(x, (x.ndim - 1,))  # an Explicit mesh: reads along the axis
+    n = x.shape[-1]
+    count = n - jnp.sum(jnp.isnan(x), axis=-1, keepdims=True) if ignore_nan else jnp.full(x.shape[:-1] + (1,), n)
+    a, b = jnp.take_along_axis(x, lo, axis=-1), jnp.take_along_axis(x, hi, axis=-1)
+    return jnp.where(lo == hi, 0, jnp.maximum(count - 1, 0).astype(x.dtype) * (b - a))
 
 
 def lerp_selected(x, lo, hi, weight):
