@@ -61,6 +61,8 @@ _RANDOM = ("random: the op needs an explicit jax.random key where torch draws fr
 DEVIATIONS: dict[tuple[str, str, str], str] = {
     ("nn.functional.silu.complex", "*", "complex128"): _REAL_ONLY,
     ("nn.functional.dropout", "*", "*"): _RANDOM,
+    ("nn.functional.dropout2d", "*", "*"): _RANDOM,
+    ("nn.functional.dropout3d", "*", "*"): _RANDOM,
     ("nn.functional.scaled_dot_product_attention", "*", "*"): _RANDOM,
     **{(name, "*", "float64"): "of an even count: the mean of the two middle values, as numpy; torch takes the "
                                "lower one (docs/differences.md, Where torch is wrong)"

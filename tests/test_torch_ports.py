@@ -912,3 +912,34 @@ def test_channel_dropout_follows_torchs_rank_rules_and_refusals():
         JF.dropout2d(jnp.ones((1, 2, 3, 4)), 0.5, True, True, key=jax.random.key(0))
     np.testing.assert_array_equal(JF.dropout2d(jnp.ones((1, 2, 3, 4)), 0.0), 1.0)  # p = 0 needs no key
     np.testing.assert_array_equal(JF.dropout2d(jnp.ones((1, 2, 3, 4)), 1.0, key=jax.random.key(0)), 0.0)
+
+
+@pytest.mark.parametrize("name, shape, args", [
+    ("lp_pool1d", (2, 3, 9), (2.0, 3)), ("lp_pool1d", (2, 3, 9), (1.5, 2, 2, True)),
+    ("lp_pool2d", (2, 3, 6, 7), (2, (2, 3))), ("lp_pool2d", (2, 3, 6, 7), (3.0, 2, 1, True)),
+    ("lp_pool2d", (2, 3, 6, 7), (float("inf"), 2)), ("lp_pool2d", (3, 6, 7), (-float("inf"), 2)),
+    ("lp_pool3d", (1, 2, 4, 5, 6), (2.0, 2)),
+    ("local_response_norm", (2, 5, 7), (3,)), ("local_response_norm", (2, 6, 4, 5), (4, 1e-2, 0.6, 2.0)),
+    ("local_response_norm", (1, 4, 2, 3, 3), (2,)),
+])
+def test_lp_pool_and_local_response_norm_match_torch(name, shape, args):
+    """torch's composite forms over the library's pools and pad: values and the gradient of
+    ``sum(w * out)`` against torch's, positive input (``x^p`` of a negative entry is NaN in both)."""
+    x = np.abs(np.random.default_rng(7).standard_normal(shape)) + 0.1
+    tx = torch.tensor(x, requires_grad=True)
+    tout = getattr(TF, name)(tx, *args)
+    w = np.random.default_rng(8).standard_normal(tout.shape)
+    (tout * torch.tensor(w)).sum().backward()
+    with jax.enable_x64(True):
+        ours = getattr(JF, name)
+        np.testing.assert_allclose(ours(jnp.asarray(x), *args), tout.detach().numpy(), rtol=1e-13)
+        grad = jax.grad(lambda v: jnp.sum(ours(v, *args) * w))(jnp.asarray(x))
+    np.testing.assert_allclose(grad, tx.grad.numpy(), rtol=1e-12, atol=1e-15)
+
+
+def test_lp_pool_and_local_response_norm_refuse_what_torch_refuses():
+    assert JF.local_response_norm(jnp.zeros((0, 4, 3)), 2).shape == (0, 4, 3)  # torch returns it as is
+    with pytest.raises(ValueError, match="^local_response_norm: input must have 3 or more dimensions"):
+        JF.local_response_norm(jnp.ones((2, 3)), 2)
+    with pytest.raises(ValueError, match="^lp_pool2d: norm_type must be a non-zero real number"):
+        JF.lp_pool2d(jnp.ones((1, 1, 4, 4)), 0, 2)

@@ -34,12 +34,13 @@ __all__ = [
     "cosine_similarity", "cross_entropy", "dropout", "dropout1d", "dropout2d", "dropout3d", "elu", "embedding",
     "embedding_bag", "fold", "gaussian_nll_loss", "gelu", "glu", "grid_sample", "group_norm", "hardshrink",
     "hardsigmoid", "hardswish", "hardtanh", "hinge_embedding_loss", "huber_loss", "instance_norm", "interpolate",
-    "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax", "logsigmoid", "margin_ranking_loss",
-    "max_pool1d", "max_pool2d", "max_pool3d", "mish", "mse_loss", "multilabel_soft_margin_loss", "nll_loss",
-    "normalize", "one_hot", "pad", "pairwise_distance", "pdist", "pixel_shuffle", "pixel_unshuffle",
-    "poisson_nll_loss", "prelu", "relu", "relu6", "rms_norm", "scaled_dot_product_attention", "selu", "sigmoid",
-    "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softmin", "softplus", "softshrink", "softsign",
-    "tanh", "tanhshrink", "threshold", "triplet_margin_loss", "unfold",
+    "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear", "local_response_norm", "log_softmax", "logsigmoid",
+    "lp_pool1d", "lp_pool2d", "lp_pool3d", "margin_ranking_loss", "max_pool1d", "max_pool2d", "max_pool3d", "mish",
+    "mse_loss", "multilabel_soft_margin_loss", "nll_loss", "normalize", "one_hot", "pad", "pairwise_distance",
+    "pdist", "pixel_shuffle", "pixel_unshuffle", "poisson_nll_loss", "prelu", "relu", "relu6", "rms_norm",
+    "scaled_dot_product_attention", "selu", "sigmoid", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax",
+    "softmin", "softplus", "softshrink", "softsign", "tanh", "tanhshrink", "threshold", "triplet_margin_loss",
+    "unfold",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -603,6 +604,63 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     """The maximum of each window; mirrors ``torch.nn.functional.max_pool3d`` (one-element tuples accepted)."""
     return _max(3, "max_pool3d", _nn.max_pool3d, input, kernel_size, stride, padding, dilation, ceil_mode,
                 return_indices)
+
+
+def _lp_pool(dims, op, input, norm_type, kernel_size, stride, ceil_mode):
+    """torch's composite ``lp_pool``: ``(sign(a) relu(|a|) K)^(1/p)`` with ``a`` the average pool
+    of ``input^p`` over windows of ``K`` entries (the windows' sums of ``input^p``, their ``p``-th
+    root); ``p = +-inf``: the max pool of ``|input|`` (its negated min for ``-inf``). The
+    derivatives are this composition's, as torch's."""
+    p = _V.static_scalar(op, "norm_type", norm_type)
+    if isinstance(p, complex) or p == 0 or p != p:
+        raise ValueError(f"{op}: norm_type must be a non-zero real number, got {norm_type!r}")
+    avg, pool = {1: (avg_pool1d, max_pool1d), 2: (avg_pool2d, max_pool2d), 3: (avg_pool3d, max_pool3d)}[dims]
+    x = jnp.asarray(input)
+    if p == float("inf"):
+        return pool(jnp.abs(x), kernel_size, stride, 0, 1, ceil_mode)
+    if p == -float("inf"):
+        return -pool(-jnp.abs(x), kernel_size, stride, 0, 1, ceil_mode)
+    sizes = tuple(kernel_size) if isinstance(kernel_size, tuple | list) else (kernel_size,)
+    window = int(np.prod(sizes * dims if len(sizes) == 1 else sizes))
+    out = avg(x ** p, kernel_size, stride, 0, ceil_mode)
+    return (jnp.sign(out) * _nn.relu(jnp.abs(out)) * window) ** (1.0 / p)
+
+
+def lp_pool1d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    """The ``norm_type``-norm of each window (``_lp_pool``); mirrors ``torch.nn.functional.lp_pool1d``."""
+    return _lp_pool(1, "lp_pool1d", input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool2d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    """The ``norm_type``-norm of each window (``_lp_pool``); mirrors ``torch.nn.functional.lp_pool2d``."""
+    return _lp_pool(2, "lp_pool2d", input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    """The ``norm_type``-norm of each window (``_lp_pool``); mirrors ``torch.nn.functional.lp_pool3d``."""
+    return _lp_pool(3, "lp_pool3d", input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """``input / (k + alpha mean(input^2 over size neighbouring channels))^beta``, the channels
+    zero-padded by ``size // 2`` before and ``(size - 1) // 2`` after (torch's composite of
+    ``pad`` and ``avg_pool2d``/``avg_pool3d``, whose derivatives these are); mirrors
+    ``torch.nn.functional.local_response_norm``. Input of fewer than 3 dims: ``ValueError``."""
+    x = jnp.asarray(input)
+    if x.ndim < 3:
+        raise ValueError(f"local_response_norm: input must have 3 or more dimensions, got {x.ndim}")
+    size = operator.index(size)
+    if x.size == 0:
+        return x
+    div = x * x
+    if x.ndim == 3:
+        div = pad(div[:, None], (0, 0, size // 2, (size - 1) // 2))
+        div = avg_pool2d(div, (size, 1), stride=1)[:, 0]
+    else:
+        div = div.reshape(x.shape[0], 1, x.shape[1], x.shape[2], -1)
+        div = pad(div, (0, 0, 0, 0, size // 2, (size - 1) // 2))
+        div = avg_pool3d(div, (size, 1, 1), stride=1)[:, 0].reshape(x.shape)
+    return x / (div * alpha + k) ** beta
 
 
 adaptive_avg_pool1d = _nn.adaptive_avg_pool1d
