@@ -411,3 +411,42 @@ def test_quantile_of_a_traced_q_at_an_integer_rank_and_out_of_range():
     assert jax.jit(lambda q: rnp.quantile(x, q))(jnp.asarray(1)) == 4.0
     with pytest.raises(TypeError, match="^quantile: q must be real numbers"):
         jax.jit(lambda q: rnp.quantile(x, q))(jnp.asarray(0.5 + 0j))
+
+
+@pytest.mark.parametrize("method", ["linear", "lower", "higher", "midpoint", "nearest", "inverted_cdf"])
+def test_nanquantile_and_percentiles_are_quantiles_of_the_numbers(method):
+    """``nanquantile`` ignores NaN (an all-NaN row gives NaN), ``percentile`` and ``nanpercentile``
+    take ``q`` in [0, 100]: values as numpy's (jax.numpy's but for ``nearest`` at a half rank, which
+    jax.numpy 0.10 rounds down), gradients as torch's ``nanquantile``/``quantile`` (at q / 100),
+    a traced ``q``'s derivative ``1 / 100`` of quantile's."""
+    x = RNG.standard_normal((4, 9))
+    x[1, [2, 5]], x[2, :], x[3, 4] = NAN, NAN, NAN
+    q, ct = np.array([0.1, 0.5, 0.9]), RNG.standard_normal((3, 4))
+    with jax.enable_x64(True):
+        forms = (("nanquantile", q, True), ("percentile", 100 * q, False), ("nanpercentile", 100 * q, True))
+        for name, qq, nan in forms:
+            got = getattr(rnp, name)(jnp.asarray(x), qq, axis=1, method=method)
+            want = getattr(np, name)(x, qq, axis=1, method=method)
+            np.testing.assert_allclose(got, want, rtol=1e-14, equal_nan=True)
+            if method not in ("nearest", "inverted_cdf"):
+                np.testing.assert_allclose(got, getattr(jnp, name)(x, qq, axis=1, method=method), rtol=1e-14,
+                                           equal_nan=True)
+            if method == "inverted_cdf":  # torch has none
+                continue
+            grad = jax.grad(lambda v, name=name, qq=qq: jnp.sum(getattr(rnp, name)(v, qq, axis=1, method=method) * ct))
+            tx = torch.tensor(x, requires_grad=True)
+            reference = torch.nanquantile if nan else torch.quantile
+            (reference(tx, torch.tensor(q), dim=1, interpolation=method) * torch.tensor(ct)).sum().backward()
+            np.testing.assert_allclose(grad(jnp.asarray(x)), tx.grad.numpy(), rtol=1e-13, atol=1e-15)
+        dq = jax.grad(lambda p: jnp.sum(rnp.percentile(jnp.asarray(x[0]), p, method=method)))(jnp.asarray(37.0))
+        dq_quantile = jax.grad(lambda p: jnp.sum(rnp.quantile(jnp.asarray(x[0]), p, method=method)))(jnp.asarray(0.37))
+        np.testing.assert_allclose(dq, dq_quantile / 100, rtol=1e-12)
+
+
+def test_percentile_refuses_q_outside_0_to_100():
+    with pytest.raises(ValueError, match=r"^percentile: q must be in \[0, 100\]"):
+        rnp.percentile(np.ones(3), 101.0)
+    with pytest.raises(ValueError, match=r"^nanquantile: q must be in \[0, 1\]"):
+        rnp.nanquantile(np.ones(3), 50.0)
+    with pytest.raises(ValueError, match="^percentile: argument 'out_sharding' must be None"):
+        rnp.percentile(np.ones(3), 50.0, out_sharding="x")

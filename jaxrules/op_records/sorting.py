@@ -110,7 +110,7 @@ def _torch_quantile(torch, x, q, axis=None, method="linear", keepdims=False):
 
 
 record(
-    "quantile", fn=quantile, public=(_NP + "quantile",), formula_ops=("quantile",),
+    "quantile", fn=quantile, public=(_NP + "quantile", _NP + "percentile"), formula_ops=("quantile",),
     seed=("lerp and sort backward (torch's composite quantile)",),
     samples=lambda rng, dt: [
         Sample((distinct(rng, dt, 3, 5), 0.3)),

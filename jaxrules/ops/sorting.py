@@ -293,20 +293,21 @@ def cummin(x: ArrayLike, axis: int) -> ValuesIndices:
     return _scalar_like_input(cummin_op(x, axis=ax, shape=x.shape), x_in)
 
 
-def _quantiles(op, q):
-    """``q``, numbers in [0, 1]: a NumPy array when concrete (checked), else the traced array (its
-    range checked at run time: ``jaxrules.checked`` raises)."""
+def _quantiles(op, q, top=1):
+    """``q``, numbers in ``[0, top]`` (1 for quantiles, 100 for percentiles): a NumPy array when
+    concrete (checked), else the traced array (its range checked at run time:
+    ``jaxrules.checked`` raises)."""
     if isinstance(q, jax.core.Tracer):
         if not (jnp.issubdtype(q.dtype, jnp.integer) or jnp.issubdtype(q.dtype, jnp.floating)):
             raise TypeError(f"{op}: q must be real numbers, got {q.dtype}")
-        runtime_check(~((q >= 0) & (q <= 1)), f"{op}: q must be in [0, 1] (a traced value)")
+        runtime_check(~((q >= 0) & (q <= top)), f"{op}: q must be in [0, {top}] (a traced value)")
         return q
     try:
         qa = np.asarray(q, dtype=np.float64)
     except (TypeError, ValueError):
         raise TypeError(f"{op}: q must be a number or an array of numbers, got {q!r}") from None
-    if not np.all((qa >= 0) & (qa <= 1)):
-        raise ValueError(f"{op}: q must be in [0, 1], got {q!r}")
+    if not np.all((qa >= 0) & (qa <= top)):
+        raise ValueError(f"{op}: q must be in [0, {top}], got {q!r}")
     return qa
 
 
@@ -359,18 +360,53 @@ def quantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int]
     Returns:
         The quantiles, of shape ``q.shape`` followed by the reduced shape of ``a``.
     """
-    V.unsupported("quantile", out=out)
+    return _quantile_family("quantile", a, q, axis, out, method, keepdims, weights, ignore_nan=False, top=1)
+
+
+def _quantile_family(op, a, q, axis, out, method, keepdims, weights, *, ignore_nan, top):
+    """``quantile`` (``top`` 1) and ``percentile`` (``top`` 100, ``q / 100``), their ``nan``
+    forms with ``ignore_nan``: the quantile op over the reduced axes; with ``weights``,
+    jax.numpy's ``op`` as is."""
+    V.unsupported(op, out=out)
     if weights is not None:  # no torch counterpart: jax.numpy's weighted quantile as is
-        return jnp.quantile(a, q, tuple(axis) if isinstance(axis, list) else axis, method=method,
-                            keepdims=keepdims, weights=weights)
+        return getattr(jnp, op)(a, q, tuple(axis) if isinstance(axis, list) else axis, method=method,
+                                keepdims=keepdims, weights=weights)
     if method not in P.QUANTILE_METHODS:
-        raise ValueError(f"quantile: method must be one of {P.QUANTILE_METHODS}, got {method!r}")
-    qa = _quantiles("quantile", q)
-    x = _real("quantile", a)
-    x = V.array("quantile", "a", x)
-    flat, finish = _reduce_last("quantile", x, axis, bool(keepdims))
-    values, _ = quantile_op(flat, jnp.ravel(qa).astype(flat.dtype), method=method, ignore_nan=False, shape=flat.shape)
+        raise ValueError(f"{op}: method must be one of {P.QUANTILE_METHODS}, got {method!r}")
+    qa = _quantiles(op, q, top)
+    x = V.array(op, "a", _real(op, a))
+    flat, finish = _reduce_last(op, x, axis, bool(keepdims))
+    qs = jnp.ravel(qa).astype(flat.dtype)
+    values, _ = quantile_op(flat, qs if top == 1 else qs / top, method=method, ignore_nan=ignore_nan, shape=flat.shape)
     return finish(values, qa.shape)
+
+
+@exported_as("jaxrules.numpy.nanquantile")
+def nanquantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, overwrite_input: bool = False, method: str = "linear", keepdims: bool = False, *, weights: ArrayLike | None = None) -> Array:
+    """``quantile`` of the numbers, NaN ignored (an all-NaN slice gives NaN): ranks ``q (c - 1)``
+    among the ``c`` numbers, the derivative to the two order statistics read (``quantile``'s).
+    Mirrors ``torch.nanquantile``; ``jax.numpy.nanquantile``'s arguments.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxrules.numpy as rnp
+        >>> print(rnp.nanquantile(jnp.array([3.0, jnp.nan, 1.0, 2.0]), 0.5))
+        2.0
+    """
+    return _quantile_family("nanquantile", a, q, axis, out, method, keepdims, weights, ignore_nan=True, top=1)
+
+
+@exported_as("jaxrules.numpy.percentile")
+def percentile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, overwrite_input: bool = False, method: str = "linear", keepdims: bool = False, *, weights: ArrayLike | None = None, out_sharding: None = None) -> Array:
+    """``quantile(a, q / 100)``, ``q`` in ``[0, 100]`` (its derivatives, torch's); mirrors
+    ``jax.numpy.percentile``. ``out_sharding`` must be None (``ValueError``)."""
+    V.unhonoured("percentile", out_sharding=out_sharding)
+    return _quantile_family("percentile", a, q, axis, out, method, keepdims, weights, ignore_nan=False, top=100)
+
+
+@exported_as("jaxrules.numpy.nanpercentile")
+def nanpercentile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, overwrite_input: bool = False, method: str = "linear", keepdims: bool = False, *, weights: ArrayLike | None = None) -> Array:
+    """``nanquantile(a, q / 100)``, ``q`` in ``[0, 100]``; mirrors ``jax.numpy.nanpercentile``."""
+    return _quantile_family("nanpercentile", a, q, axis, out, method, keepdims, weights, ignore_nan=True, top=100)
 
 
 @exported_as("jaxrules.numpy.nanmedian")
