@@ -943,3 +943,20 @@ def test_lp_pool_and_local_response_norm_refuse_what_torch_refuses():
         JF.local_response_norm(jnp.ones((2, 3)), 2)
     with pytest.raises(ValueError, match="^lp_pool2d: norm_type must be a non-zero real number"):
         JF.lp_pool2d(jnp.ones((1, 1, 4, 4)), 0, 2)
+
+
+@pytest.mark.parametrize("interpolation", ["linear", "lower", "higher", "midpoint", "nearest"])
+def test_nanquantile_matches_torch(interpolation):
+    x = np.random.default_rng(9).standard_normal((3, 6))
+    x[0, [1, 4]], x[2, :] = np.nan, np.nan
+    q = np.array([0.2, 0.5, 0.75])
+    tx = torch.tensor(x, requires_grad=True)
+    tout = torch.nanquantile(tx, torch.tensor(q), dim=1, keepdim=True, interpolation=interpolation)
+    ct = np.random.default_rng(10).standard_normal(tout.shape)
+    (tout * torch.tensor(ct)).sum().backward()
+    with jax.enable_x64(True):
+        fn = lambda v: jaxrules.torch.nanquantile(v, q, 1, True, interpolation=interpolation)  # noqa: E731
+        np.testing.assert_allclose(fn(jnp.asarray(x)), tout.detach().numpy(), rtol=1e-14)
+        np.testing.assert_allclose(jax.grad(lambda v: jnp.sum(fn(v) * ct))(jnp.asarray(x)), tx.grad.numpy(), rtol=1e-13)
+    with pytest.raises(ValueError, match="^nanquantile: interpolation must be one of"):
+        jaxrules.torch.nanquantile(jnp.asarray(x), 0.5, interpolation="inverted_cdf")

@@ -30,9 +30,9 @@ __all__ = [
     "cholesky_solve", "clamp", "clip", "concat", "concatenate", "copysign", "cummax", "cummin", "cumprod", "cumsum",
     "deg2rad", "det", "dist", "gather", "index_reduce", "kthvalue", "linalg", "log1p", "log_softmax",
     "logcumsumexp", "logsumexp", "lu_unpack", "masked_fill", "matmul", "matrix_exp", "max", "mean", "median", "min",
-    "nanmedian", "nansum", "nn", "norm", "ormqr", "polar", "pow", "prod", "quantile", "rad2deg", "renorm",
-    "repeat_interleave", "scatter_reduce", "sgn", "sign", "sinc", "softmax", "sort", "split", "stack", "std",
-    "std_mean", "sum", "take_along_dim", "tensor_split", "tile", "topk", "unbind", "var", "var_mean",
+    "nanmedian", "nanquantile", "nansum", "nn", "norm", "ormqr", "polar", "pow", "prod", "quantile", "rad2deg",
+    "renorm", "repeat_interleave", "scatter_reduce", "sgn", "sign", "sinc", "softmax", "sort", "split", "stack",
+    "std", "std_mean", "sum", "take_along_dim", "tensor_split", "tile", "topk", "unbind", "var", "var_mean",
 ]
 
 # torch's named results: ``torch.sort(x).values``, ``torch.max(x, 0).indices``
@@ -345,6 +345,14 @@ def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
     if interpolation not in _TORCH_QUANTILE:
         raise ValueError(f"quantile: interpolation must be one of {_TORCH_QUANTILE}, got {interpolation!r}")
     return _np.quantile(input, q, axis=dim, keepdims=keepdim, method=interpolation)
+
+
+def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
+    """``quantile`` of the numbers, NaN ignored (an all-NaN slice: NaN); mirrors
+    ``torch.nanquantile``."""
+    if interpolation not in _TORCH_QUANTILE:
+        raise ValueError(f"nanquantile: interpolation must be one of {_TORCH_QUANTILE}, got {interpolation!r}")
+    return _np.nanquantile(input, q, axis=dim, keepdims=keepdim, method=interpolation)
 
 
 def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
