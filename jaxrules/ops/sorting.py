@@ -387,6 +387,21 @@ def nanquantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[i
     among the ``c`` numbers, the derivative to the two order statistics read (``quantile``'s).
     Mirrors ``torch.nanquantile``; ``jax.numpy.nanquantile``'s arguments.
 
+    Args:
+        a: the array, real (complex raises ``TypeError``; integer and boolean input is
+            promoted to float).
+        q: the quantile(s), numbers in ``[0, 1]``, concrete or traced (as ``quantile``'s).
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes); not
+            zero-size (``ValueError``).
+        out: not supported: must be None (``TypeError`` otherwise).
+        overwrite_input: accepted for NumPy compatibility and ignored.
+        method: as ``quantile``'s.
+        keepdims: keep the reduced axes with length 1.
+        weights: None, or per-entry weights: then jax.numpy's function runs, as in ``quantile``.
+
+    Returns:
+        The quantiles of the numbers, of shape ``q.shape`` followed by the reduced shape of ``a``.
+
     Example:
         >>> import jax.numpy as jnp, jaxrules.numpy as rnp
         >>> print(rnp.nanquantile(jnp.array([3.0, jnp.nan, 1.0, 2.0]), 0.5))
@@ -398,14 +413,48 @@ def nanquantile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[i
 @exported_as("jaxrules.numpy.percentile")
 def percentile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, overwrite_input: bool = False, method: str = "linear", keepdims: bool = False, *, weights: ArrayLike | None = None, out_sharding: None = None) -> Array:
     """``quantile(a, q / 100)``, ``q`` in ``[0, 100]`` (its derivatives, torch's); mirrors
-    ``jax.numpy.percentile``. ``out_sharding`` must be None (``ValueError``)."""
+    ``jax.numpy.percentile``.
+
+    Args:
+        a: the array, real (complex raises ``TypeError``; integer and boolean input is
+            promoted to float).
+        q: the percentile(s), numbers in ``[0, 100]``, concrete or traced.
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes); not
+            zero-size (``ValueError``).
+        out: not supported: must be None (``TypeError`` otherwise).
+        overwrite_input: accepted for NumPy compatibility and ignored.
+        method: as ``quantile``'s.
+        keepdims: keep the reduced axes with length 1.
+        weights: None, or per-entry weights: then jax.numpy's function runs, as in ``quantile``.
+        out_sharding: must be None (``ValueError`` otherwise).
+
+    Returns:
+        The percentiles, of shape ``q.shape`` followed by the reduced shape of ``a``.
+    """
     V.unhonoured("percentile", out_sharding=out_sharding)
     return _quantile_family("percentile", a, q, axis, out, method, keepdims, weights, ignore_nan=False, top=100)
 
 
 @exported_as("jaxrules.numpy.nanpercentile")
 def nanpercentile(a: ArrayLike, q: ArrayLike, axis: int | tuple[int, ...] | list[int] | None = None, out: None = None, overwrite_input: bool = False, method: str = "linear", keepdims: bool = False, *, weights: ArrayLike | None = None) -> Array:
-    """``nanquantile(a, q / 100)``, ``q`` in ``[0, 100]``; mirrors ``jax.numpy.nanpercentile``."""
+    """``nanquantile(a, q / 100)``, ``q`` in ``[0, 100]``; mirrors ``jax.numpy.nanpercentile``.
+
+    Args:
+        a: the array, real (complex raises ``TypeError``; integer and boolean input is
+            promoted to float).
+        q: the percentile(s), numbers in ``[0, 100]``, concrete or traced.
+        axis: the axes to reduce: an int, a tuple or list of ints, or None (all axes); not
+            zero-size (``ValueError``).
+        out: not supported: must be None (``TypeError`` otherwise).
+        overwrite_input: accepted for NumPy compatibility and ignored.
+        method: as ``quantile``'s.
+        keepdims: keep the reduced axes with length 1.
+        weights: None, or per-entry weights: then jax.numpy's function runs, as in ``quantile``.
+
+    Returns:
+        The percentiles of the numbers, of shape ``q.shape`` followed by the reduced shape of
+        ``a``.
+    """
     return _quantile_family("nanpercentile", a, q, axis, out, method, keepdims, weights, ignore_nan=True, top=100)
 
 
