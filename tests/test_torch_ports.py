@@ -4,6 +4,7 @@ widths, one-element tuples, gelu's exact default, softmax's dim, the tensor func
 behave as torch's."""
 
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -379,6 +380,7 @@ _IMG = _R.standard_normal((2, 4, 3, 5))
     ("gaussian_nll_loss", (_A, _B, _P, True, 1e-3, "sum")),
     ("multilabel_soft_margin_loss", (_A, (_Y > 0.5) * 1.0, _R.random(6), None, None, "sum")),
     ("hinge_embedding_loss", (_A, np.sign(_B), 0.5, None, None, "sum")),
+    ("multi_margin_loss", (_A, np.array([0, 5, 2, 1]), 2, 0.5, _R.random(6), None, None, "sum")),
     ("margin_ranking_loss", (_A[:, 0], _B[:, 0], _SIGN, 0.3, None, None, "sum")),
     ("cosine_embedding_loss", (_A, _B, _SIGN, 0.2, None, None, "sum")),
     ("triplet_margin_loss", (_A, _B, _P, 0.5, 3, 1e-5, True, None, None, "sum")),
@@ -960,3 +962,52 @@ def test_nanquantile_matches_torch(interpolation):
         np.testing.assert_allclose(jax.grad(lambda v: jnp.sum(fn(v) * ct))(jnp.asarray(x)), tx.grad.numpy(), rtol=1e-13)
     with pytest.raises(ValueError, match="^nanquantile: interpolation must be one of"):
         jaxrules.torch.nanquantile(jnp.asarray(x), 0.5, interpolation="inverted_cdf")
+
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"p": 2}, {"margin": 0.3}, {"weight": "w"},
+                                    {"p": 2, "weight": "w", "reduction": "sum"}, {"reduction": "none"},
+                                    {"size_average": False}, {"reduce": False}])
+def test_multi_margin_loss_matches_torch(kwargs):
+    """Values and gradients against torch's (including a hinge exactly at 0: derivative 0, as
+    torch's), every ``p``, ``margin``, ``weight``, reduction and the legacy flags."""
+    rng = np.random.default_rng(11)
+    x, t, w = rng.standard_normal((5, 4)), np.array([0, 3, 1, 1, 2]), rng.random(4)
+    x[0, 1] = x[0, 0] - kwargs.get("margin", 1.0)  # z = 0 at (0, 1)
+    kw = {k: (w if v == "w" else v) for k, v in kwargs.items()}
+    tx = torch.tensor(x, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's legacy-flag deprecation
+        tout = TF.multi_margin_loss(tx, torch.tensor(t), **{k: torch.tensor(v) if k == "weight" else v
+                                                             for k, v in kw.items()})
+    ct = rng.standard_normal(tout.shape)
+    (tout * torch.tensor(ct)).sum().backward()
+    with jax.enable_x64(True):
+        fn = lambda v: JF.multi_margin_loss(v, jnp.asarray(t), **kw)  # noqa: E731
+        np.testing.assert_allclose(fn(jnp.asarray(x)), tout.detach().numpy(), rtol=1e-14)
+        np.testing.assert_allclose(jax.grad(lambda v: jnp.sum(fn(v) * ct))(jnp.asarray(x)), tx.grad.numpy(),
+                                   rtol=1e-13, atol=1e-16)
+
+
+def test_multi_margin_loss_of_a_vector_and_its_refusals():
+    for x, label in ((np.random.default_rng(12).standard_normal(5), 2), (np.array(0.7), 0)):  # a 0-d input: one class
+        for target in (np.array(label), np.array([label])):
+            for reduction in ("none", "mean"):
+                want = TF.multi_margin_loss(torch.tensor(x), torch.tensor(target), reduction=reduction).numpy()
+                got = JF.multi_margin_loss(jnp.asarray(x), jnp.asarray(target), reduction=reduction)
+                assert got.shape == want.shape
+                np.testing.assert_allclose(got, want, rtol=1e-6)
+    m = jnp.ones((2, 3))
+    with pytest.raises(ValueError, match=r"^multi_margin_loss: target must lie in \[0, 3\)"):
+        JF.multi_margin_loss(m, jnp.asarray([0, 3]))
+    with pytest.raises(ValueError, match="^multi_margin_loss: p must be 1 or 2"):
+        JF.multi_margin_loss(m, jnp.asarray([0, 1]), p=3)
+    with pytest.raises(ValueError, match="^multi_margin_loss: weight must be one-dimensional with 3 entries"):
+        JF.multi_margin_loss(m, jnp.asarray([0, 1]), weight=jnp.ones(2))
+    with pytest.raises(TypeError, match="^multi_margin_loss: target must hold integer class indices"):
+        JF.multi_margin_loss(m, jnp.asarray([0.0, 1.0]))
+    # an empty batch: the mean of nothing is NaN (torch 2.13 returns uninitialized memory)
+    assert np.isnan(JF.multi_margin_loss(jnp.ones((0, 3)), jnp.zeros(0, jnp.int32)))
+    # a traced out-of-range target: that example's loss is NaN outside jaxrules.checked
+    out = jax.jit(lambda t: JF.multi_margin_loss(m, t, reduction="none"))(jnp.asarray([0, 7]))
+    assert not np.isnan(out[0]) and np.isnan(out[1])

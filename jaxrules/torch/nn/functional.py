@@ -36,11 +36,11 @@ __all__ = [
     "hardsigmoid", "hardswish", "hardtanh", "hinge_embedding_loss", "huber_loss", "instance_norm", "interpolate",
     "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear", "local_response_norm", "log_softmax", "logsigmoid",
     "lp_pool1d", "lp_pool2d", "lp_pool3d", "margin_ranking_loss", "max_pool1d", "max_pool2d", "max_pool3d", "mish",
-    "mse_loss", "multilabel_soft_margin_loss", "nll_loss", "normalize", "one_hot", "pad", "pairwise_distance",
-    "pdist", "pixel_shuffle", "pixel_unshuffle", "poisson_nll_loss", "prelu", "relu", "relu6", "rms_norm",
-    "scaled_dot_product_attention", "selu", "sigmoid", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax",
-    "softmin", "softplus", "softshrink", "softsign", "tanh", "tanhshrink", "threshold", "triplet_margin_loss",
-    "unfold",
+    "mse_loss", "multi_margin_loss", "multilabel_soft_margin_loss", "nll_loss", "normalize", "one_hot", "pad",
+    "pairwise_distance", "pdist", "pixel_shuffle", "pixel_unshuffle", "poisson_nll_loss", "prelu", "relu", "relu6",
+    "rms_norm", "scaled_dot_product_attention", "selu", "sigmoid", "silu", "smooth_l1_loss", "soft_margin_loss",
+    "softmax", "softmin", "softplus", "softshrink", "softsign", "tanh", "tanhshrink", "threshold",
+    "triplet_margin_loss", "unfold",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -912,6 +912,47 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """``log(1 + exp(-target input))``; mirrors ``torch.nn.functional.soft_margin_loss``."""
     return _nn.soft_margin_loss(input, target, _reduction("soft_margin_loss", size_average, reduce, reduction))
+
+
+def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None,
+                      reduction="mean"):
+    """The multi-class hinge loss: per example ``sum_{d != y} w[y] max(0, margin - x[y] + x[d])^p
+    / C`` (``y`` the target class, ``C`` the classes, ``p`` 1 or 2), then ``reduction``; mirrors
+    ``torch.nn.functional.multi_margin_loss``. The derivative is torch's: 0 where the hinge is
+    exactly 0. ``input`` is ``(N, C)``, ``(C,)`` or 0-d (one class; with a 0-d or one-element
+    target); a target
+    outside ``[0, C)`` is a ``ValueError`` when concrete (inside ``jaxrules.checked`` when traced;
+    elsewhere that example's loss is NaN). The mean over an empty batch is NaN (torch 2.13
+    returns uninitialized memory)."""
+    op = "multi_margin_loss"
+    reduction = _reduction(op, size_average, reduce, reduction)
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"{op}: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+    if isinstance(p, bool) or p not in (1, 2):
+        raise ValueError(f"{op}: p must be 1 or 2 (torch's only p), got {p!r}")
+    x = _V.array(op, "input", input)
+    if x.ndim > 2 or (x.ndim and x.shape[-1] == 0):
+        raise ValueError(f"{op}: input must be a non-empty vector or matrix, got shape {x.shape}")
+    t = jnp.asarray(target)
+    if not jnp.issubdtype(t.dtype, jnp.integer):
+        raise TypeError(f"{op}: target must hold integer class indices, got {t.dtype}")
+    rows = x.reshape(-1, x.shape[-1] if x.ndim else 1)
+    classes = rows.shape[1]
+    if t.size != rows.shape[0] or (x.ndim == 2 and t.ndim != 1) or t.ndim > 1:
+        raise ValueError(f"{op}: target of shape {t.shape} does not match input of shape {x.shape}")
+    _V.index_range(op, "target", t, classes)
+    labels = t.reshape(-1)
+    z = margin - jnp.take_along_axis(rows, jnp.clip(labels, 0, classes - 1)[:, None], axis=1) + rows
+    hinge = jnp.where(z > 0, z if p == 1 else z * z, 0)
+    hinge = jnp.where(jnp.arange(classes) == labels[:, None], 0, hinge)
+    if weight is not None:
+        w = _V.array(op, "weight", weight)
+        if w.shape != (classes,):
+            raise ValueError(f"{op}: weight must be one-dimensional with {classes} entries, got shape {w.shape}")
+        hinge = hinge * w[jnp.clip(labels, 0, classes - 1)][:, None]
+    per = jnp.sum(hinge, axis=1) / classes
+    per = jnp.where((labels < 0) | (labels >= classes), jnp.nan, per).reshape(t.shape)
+    return per if reduction == "none" else jnp.mean(per) if reduction == "mean" else jnp.sum(per)
 
 
 def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
