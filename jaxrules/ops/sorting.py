@@ -376,8 +376,8 @@ def _quantile_family(op, a, q, axis, out, method, keepdims, weights, *, ignore_n
     qa = _quantiles(op, q, top)
     x = V.array(op, "a", _real(op, a))
     flat, finish = _reduce_last(op, x, axis, bool(keepdims))
-    qs = jnp.ravel(qa).astype(flat.dtype)
-    values, _ = quantile_op(flat, qs if top == 1 else qs / top, method=method, ignore_nan=ignore_nan, shape=flat.shape)
+    qs = jnp.ravel(qa).astype(flat.dtype) / top
+    values, _ = quantile_op(flat, qs, method=method, ignore_nan=ignore_nan, shape=flat.shape)
     return finish(values, qa.shape)
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 import jaxrules.nn as _nn
 from jaxrules import _validate as _V
+from jaxrules.ops import losses as _losses
 from jaxrules.ops import shape as _shape
 
 __all__ = [
@@ -620,8 +621,8 @@ def _lp_pool(dims, op, input, norm_type, kernel_size, stride, ceil_mode):
         return pool(jnp.abs(x), kernel_size, stride, 0, 1, ceil_mode)
     if p == -float("inf"):
         return -pool(-jnp.abs(x), kernel_size, stride, 0, 1, ceil_mode)
-    sizes = tuple(kernel_size) if isinstance(kernel_size, tuple | list) else (kernel_size,)
-    window = int(np.prod(sizes * dims if len(sizes) == 1 else sizes))
+    sizes = _expand(kernel_size, dims)
+    window = int(np.prod(sizes if isinstance(sizes, Sequence) else (sizes,) * dims))
     out = avg(x ** p, kernel_size, stride, 0, ceil_mode)
     return (jnp.sign(out) * _nn.relu(jnp.abs(out)) * window) ** (1.0 / p)
 
@@ -920,14 +921,13 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
     / C`` (``y`` the target class, ``C`` the classes, ``p`` 1 or 2), then ``reduction``; mirrors
     ``torch.nn.functional.multi_margin_loss``. The derivative is torch's: 0 where the hinge is
     exactly 0. ``input`` is ``(N, C)``, ``(C,)`` or 0-d (one class; with a 0-d or one-element
-    target); a target
-    outside ``[0, C)`` is a ``ValueError`` when concrete (inside ``jaxrules.checked`` when traced;
+    target); a target outside ``[0, C)`` is a ``ValueError`` when concrete (inside ``jaxrules.checked`` when traced;
     elsewhere that example's loss is NaN). The mean over an empty batch is NaN (torch 2.13
     returns uninitialized memory)."""
     op = "multi_margin_loss"
     reduction = _reduction(op, size_average, reduce, reduction)
-    if reduction not in ("none", "mean", "sum"):
-        raise ValueError(f"{op}: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+    if reduction not in _losses._REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of {_losses._REDUCTIONS}, got {reduction!r}")
     if isinstance(p, bool) or p not in (1, 2):
         raise ValueError(f"{op}: p must be 1 or 2 (torch's only p), got {p!r}")
     x = _V.array(op, "input", input)
@@ -952,7 +952,7 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
         hinge = hinge * w[jnp.clip(labels, 0, classes - 1)][:, None]
     per = jnp.sum(hinge, axis=1) / classes
     per = jnp.where((labels < 0) | (labels >= classes), jnp.nan, per).reshape(t.shape)
-    return per if reduction == "none" else jnp.mean(per) if reduction == "mean" else jnp.sum(per)
+    return _losses._reduce(op, per, reduction)
 
 
 def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
