@@ -6,6 +6,7 @@ the ``jaxrules.torch`` adapters (``jaxrules/opinfo.py``); ``--version``."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import gc
 import importlib.metadata
@@ -15,6 +16,7 @@ import re
 import signal
 import sys
 import textwrap
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
@@ -152,6 +154,29 @@ def _init_worker(cache_dir: str | None) -> None:
     configure_check_process(cache_dir)
 
 
+@contextlib.contextmanager
+def _sigint_noted():
+    """While inside: a SIGINT sets the yielded event as well as raising KeyboardInterrupt. JAX
+    catches every exception in places (bare ``except:`` around calls into C++ that may run
+    Python's signal handlers), so a KeyboardInterrupt can be dropped; the event is not, and the run
+    loop stops at the next record. A SIGINT that is ignored, or handled by the caller, stays so."""
+    sigint = threading.Event()
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield sigint
+        return
+
+    def handler(signum, frame):
+        sigint.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield sigint
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _end_workers(pool) -> None:
     """Stop ``pool``'s worker processes now, their running records abandoned:
     ``ProcessPoolExecutor.terminate_workers`` where Python has it (3.14), else SIGTERM to each
@@ -244,11 +269,15 @@ def _run_checks(selected, checks, workers: int, quiet: bool, cache_dir: str | No
             bar.update(len(results))
 
         if workers <= 1:  # this process (configured by the caller)
-            try:
-                for record in selected:
-                    done(record.name, _check_record(record, checks))
-            except KeyboardInterrupt:
-                interrupted = True
+            with _sigint_noted() as sigint:
+                try:
+                    for record in selected:
+                        if sigint.is_set():  # a KeyboardInterrupt that JAX's code caught and dropped
+                            interrupted = True
+                            break
+                        done(record.name, _check_record(record, checks))
+                except KeyboardInterrupt:
+                    interrupted = True
         else:
             os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # workers share a GPU
             pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init_worker,

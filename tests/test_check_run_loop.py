@@ -16,6 +16,7 @@ import pytest
 from _repo_files import ROOT, subprocess_env
 
 import jaxrules
+from jaxrules import cli
 from jaxrules.cli import RECORD_CPU_BUDGET_S, costliest_first, load_costs, main, save_costs
 from jaxrules.testing import CheckResult
 
@@ -146,3 +147,24 @@ def test_check_with_a_cache_keeps_the_records_costs(tmp_path, monkeypatch, capsy
     costs = load_costs(str(tmp_path))
     assert sorted(costs) == ["deg2rad", "rad2deg"] and all(c["jit"] > 0 for c in costs.values())
     assert "2 passed, 0 failed" in capsys.readouterr().out
+
+
+def test_in_process_run_stops_after_a_keyboard_interrupt_that_was_dropped(monkeypatch):
+    """JAX catches every exception in places, so a Ctrl-C's KeyboardInterrupt can be dropped
+    inside a record's check: the run still stops before the next record and says it was cut."""
+    ran = []
+
+    def check_record(record, checks):
+        ran.append(record.name)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler runs here
+        except KeyboardInterrupt:
+            pass  # dropped, as a bare ``except:`` does
+        return [CheckResult(record.name, check, True, 0.0) for check in checks]
+
+    monkeypatch.setattr(cli, "_check_record", check_record)
+    selected = jaxrules.records()[:3]
+    results, interrupted = cli._run_checks(selected, ("jit",), workers=1, quiet=True)
+    assert interrupted and ran == [selected[0].name] and [r.op for r in results] == [selected[0].name]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
