@@ -64,6 +64,18 @@ DEVIATIONS: dict[tuple[str, str, str], str] = {
     ("nn.functional.dropout2d", "*", "*"): _RANDOM,
     ("nn.functional.dropout3d", "*", "*"): _RANDOM,
     ("nn.functional.scaled_dot_product_attention", "*", "*"): _RANDOM,
+    ("nn.functional.rrelu", "*", "*"): _RANDOM,
+    ("nn.functional.alpha_dropout", "*", "*"): _RANDOM,
+    ("nn.functional.feature_alpha_dropout.with_train", "*", "*"): _RANDOM,
+    ("nn.functional.triplet_margin_with_distance_loss", "*", "*"): (
+        "the samples' distance_function is a torch function, which cannot take JAX arrays; jaxrules' takes a "
+        "JAX one (tests/test_torch_ports.py compares one distance written for each library)"),
+    **{(f"nn.functional.max_unpool{n}d", "vjp", "float64"): (
+        "where overlapping windows chose one position twice, the output keeps one value and only it has a "
+        "gradient; torch's backward gathers the gradient into both (docs/differences.md)") for n in (1, 2, 3)},
+    ("nn.functional.max_unpool2d", "jvp", "float64"): (
+        "where overlapping windows chose one position twice, which of the two is kept is unspecified (torch's "
+        "loop keeps the last, XLA's scatter may keep the other) and the JVP is the kept one's tangent"),
     **{(name, "*", "float64"): "of an even count: the mean of the two middle values, as numpy; torch takes the "
                                "lower one (docs/differences.md, Where torch is wrong)"
        for name in ("median", "nanmedian")},

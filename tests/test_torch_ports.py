@@ -1011,3 +1011,327 @@ def test_multi_margin_loss_of_a_vector_and_its_refusals():
     # a traced out-of-range target: that example's loss is NaN outside jaxrules.checked
     out = jax.jit(lambda t: JF.multi_margin_loss(m, t, reduction="none"))(jnp.asarray([0, 7]))
     assert not np.isnan(out[0]) and np.isnan(out[1])
+
+
+def _torch_value_and_grads(fn, args, ct_rng, diff=None):
+    """torch's value of ``fn(*args)`` and the gradients of ``sum(value * ct)`` with respect to
+    the floating arguments (or those listed in ``diff``); returns ``(value, grads, ct)``."""
+    diff = [i for i, a in enumerate(args) if np.issubdtype(np.asarray(a).dtype, np.floating)] if diff is None else diff
+    targs = [torch.tensor(np.asarray(a), requires_grad=i in diff) for i, a in enumerate(args)]
+    out = fn(*targs)
+    ct = ct_rng.standard_normal(tuple(out.shape))
+    (out * torch.tensor(ct)).sum().backward()
+    return out.detach().numpy(), [targs[i].grad.numpy() for i in diff], ct
+
+
+def _assert_value_and_grads(fn, args, want, want_grads, ct, diff=None, rtol=1e-12):
+    diff = [i for i, a in enumerate(args) if np.issubdtype(np.asarray(a).dtype, np.floating)] if diff is None else diff
+    with jax.enable_x64(True):
+        jargs = [jnp.asarray(a) for a in args]
+        np.testing.assert_allclose(fn(*jargs), want, rtol=rtol, atol=1e-14)
+
+        def loss(*d):
+            full = list(jargs)
+            for i, v in zip(diff, d):
+                full[i] = v
+            return jnp.sum(fn(*full) * ct)
+
+        grads = jax.grad(loss, argnums=tuple(range(len(diff))))(*[jargs[i] for i in diff])
+        for g, w in zip(grads, want_grads):
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-14)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"reduction": "sum", "label_smoothing": 0.2}, {"reduction": "none"},
+                                    {"weight": "cw", "ignore_index": 2}, {"linear_bias": "b"}])
+def test_linear_cross_entropy_matches_torchs_function(kwargs):
+    """torch 2.13's ``F.linear_cross_entropy`` (class indices, -100 ignored by default), by the
+    fused head: values and the gradients of input, linear weight and bias."""
+    rng = np.random.default_rng(20)
+    x, w, b, cw = rng.standard_normal((6, 4)), rng.standard_normal((7, 4)), rng.standard_normal(7), rng.random(7)
+    t = np.array([0, 1, kwargs.get("ignore_index", -100), 3, 6, 2])
+    kw = {k: {"cw": cw, "b": b}.get(v, v) if isinstance(v, str) else v for k, v in kwargs.items()}
+    with_bias = "linear_bias" in kw
+    args = [x, w, t] + ([b] if with_bias else [])
+    kw.pop("linear_bias", None)
+
+    def torch_fn(x, w, t, *bias):
+        tkw = {k: torch.tensor(v) if k == "weight" else v for k, v in kw.items()}
+        return TF.linear_cross_entropy(x, w, t, linear_bias=bias[0] if bias else None, **tkw)
+
+    def ours(x, w, t, *bias):
+        return JF.linear_cross_entropy(x, w, t, linear_bias=bias[0] if bias else None, **kw)
+
+    want, grads, ct = _torch_value_and_grads(torch_fn, args, rng)
+    _assert_value_and_grads(ours, args, want, grads, ct)
+
+
+def test_linear_cross_entropy_of_probabilities_and_a_vector_and_its_refusals():
+    rng = np.random.default_rng(21)
+    x, w = rng.standard_normal((5, 3)), rng.standard_normal((4, 3))
+    probs = rng.dirichlet(np.ones(4), 5)
+    want, grads, ct = _torch_value_and_grads(lambda a, b, p: TF.linear_cross_entropy(a, b, p), [x, w, probs], rng,
+                                             diff=[0, 1])
+    _assert_value_and_grads(lambda a, b, p: JF.linear_cross_entropy(a, b, p), [x, w, probs], want, grads, ct,
+                            diff=[0, 1])
+    want = TF.linear_cross_entropy(torch.tensor(x[0]), torch.tensor(w), torch.tensor(2)).item()
+    with jax.enable_x64(True):
+        assert float(JF.linear_cross_entropy(jnp.asarray(x[0]), jnp.asarray(w), jnp.asarray(2))) == pytest.approx(
+            want, rel=1e-13)
+    with pytest.raises(ValueError, match="linear_cross_entropy: input must be 1-D or 2-D"):
+        JF.linear_cross_entropy(jnp.ones((2, 3, 3)), jnp.ones((4, 3)), jnp.zeros((2, 3), int))
+    with pytest.raises(RuntimeError, match="dimensionality 1 or 2"):  # torch's rule, mirrored
+        TF.linear_cross_entropy(torch.ones(2, 3, 3), torch.ones(4, 3), torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="linear_weight must be"):
+        JF.linear_cross_entropy(jnp.ones((2, 3)), jnp.ones((4, 3, 1)), jnp.zeros(2, int))
+    with pytest.raises(ValueError, match="target must lie in"):
+        JF.linear_cross_entropy(jnp.ones((2, 3)), jnp.ones((4, 3)), jnp.array([0, 4]))
+
+
+@pytest.mark.parametrize("shape, reduction", [((3, 4), "none"), ((3, 4), "mean"), ((4,), "sum"), ((), "none"),
+                                              ((0, 4), "sum")])
+def test_multilabel_margin_loss_matches_torch(shape, reduction):
+    """Values and gradients against torch's, with targets ended by -1, a repeated class (counted
+    twice, as torch), no target, and a hinge exactly at 0 (derivative 0, torch's ``z > 0``)."""
+    rng = np.random.default_rng(22)
+    x = rng.standard_normal(shape)
+    rows = [[3, 0, -1, 1], [0, 0, 2, 2], [-1, 1, 2, 3]]
+    t = np.array(rows[: x.shape[0]] if len(shape) == 2 else rows[0] if shape else 0, dtype=np.int64).reshape(shape)
+    if len(shape) == 2 and shape[0]:
+        x[0, 2] = x[0, 3] - 1  # z = 1 - x[3] + x[2] = 0 for the target 3 and the class 2
+    args = [x, t]
+    want, grads, ct = _torch_value_and_grads(lambda a, b: TF.multilabel_margin_loss(a, b, reduction=reduction),
+                                             args, rng)
+    _assert_value_and_grads(lambda a, b: JF.multilabel_margin_loss(a, b, reduction=reduction), args, want, grads,
+                            ct)
+
+
+@pytest.mark.parametrize("bad", [[4, 0, -1, 1], [3, -2, 1, 1], [-1, 5, 5, 5]])
+def test_multilabel_margin_loss_target_out_of_range_raises_and_is_nan_under_jit(bad):
+    """torch checks every entry (also after the -1) against ``[-1, C)``."""
+    x = jnp.array([0.1, 0.2, 0.4, 0.8])
+    with pytest.raises(RuntimeError, match="out of range"):
+        TF.multilabel_margin_loss(torch.tensor(np.asarray(x)), torch.tensor(bad))
+    with pytest.raises(ValueError, match=r"multilabel_margin_loss: target must lie in \[-1, 4\)"):
+        JF.multilabel_margin_loss(x, jnp.array(bad))
+    assert np.isnan(jax.jit(JF.multilabel_margin_loss)(x, jnp.array(bad)))
+    with pytest.raises(TypeError, match="integer class indices"):
+        JF.multilabel_margin_loss(x, jnp.zeros(4))
+    with pytest.raises(ValueError, match="target of its shape"):
+        JF.multilabel_margin_loss(x, jnp.zeros(3, int))
+
+
+@pytest.mark.parametrize("n, shape, kernel, output_size", [
+    (1, (2, 3, 9), 2, None), (2, (2, 3, 4, 6), 2, None), (2, (3, 5, 5), 2, (5, 5)),
+    (2, (1, 2, 5, 4), 2, (1, 2, 5, 4)), (3, (1, 2, 4, 4, 5), 2, (4, 4, 5))])
+def test_max_unpool_matches_torch(n, shape, kernel, output_size):
+    """``max_unpool*d`` of ``max_pool*d``'s values and indices: torch's values and gradients
+    (input and the indices' positions), batched and unbatched, with an ``output_size`` (also
+    naming the batch and channel axes) or torch's default."""
+    rng = np.random.default_rng(23)
+    x = torch.tensor(rng.standard_normal(shape))
+    pool, unpool = getattr(TF, f"max_pool{n}d"), f"max_unpool{n}d"
+    values, indices = pool(x, kernel, return_indices=True)
+    want, grads, ct = _torch_value_and_grads(
+        lambda v, i: getattr(TF, unpool)(v, i, kernel, output_size=output_size), [values.numpy(), indices.numpy()],
+        rng)
+    _assert_value_and_grads(lambda v, i: getattr(JF, unpool)(v, i, kernel, output_size=output_size),
+                            [values.numpy(), indices.numpy()], want, grads, ct)
+    ours_values, ours_indices = getattr(JF, f"max_pool{n}d_with_indices")(jnp.asarray(x.numpy()), kernel)
+    np.testing.assert_array_equal(ours_indices, indices.numpy())
+    np.testing.assert_array_equal(ours_values, values.numpy())
+
+
+def test_max_unpool_of_a_repeated_index_keeps_one_value_and_differentiates_it_alone():
+    """Overlapping windows can choose one position twice: the output holds one of the two
+    (equal) values, so its derivative reaches one of them; torch's backward gathers the gradient
+    into both, counting that position twice (a deliberate difference, docs/differences.md)."""
+    x = np.array([[[1.0, 5.0, 2.0, 0.0]]])
+    values, indices = TF.max_pool1d(torch.tensor(x), 3, stride=1, return_indices=True)
+    assert indices.tolist() == [[[1, 1]]]
+    want = TF.max_unpool1d(values, indices, 3, stride=1).numpy()
+    got = JF.max_unpool1d(jnp.asarray(values.numpy()), jnp.asarray(indices.numpy()), 3, stride=1)
+    np.testing.assert_array_equal(got, want)
+    grad = jax.grad(lambda v: jnp.sum(JF.max_unpool1d(v, jnp.asarray(indices.numpy()), 3, stride=1)))(
+        jnp.asarray(values.numpy()))
+    assert sorted(np.asarray(grad).ravel().tolist()) == [0.0, 1.0]
+    tv = values.clone().requires_grad_(True)
+    TF.max_unpool1d(tv, indices, 3, stride=1).sum().backward()
+    assert tv.grad.numpy().ravel().tolist() == [1.0, 1.0]  # torch's: the one output counted twice
+
+
+def test_max_unpool_refuses_what_torch_refuses_and_is_nan_under_jit():
+    values, indices = TF.max_pool2d(torch.randn(1, 1, 4, 4, dtype=torch.float64), 2, return_indices=True)
+    v, i = jnp.asarray(values.numpy()), jnp.asarray(indices.numpy())
+    with pytest.raises(RuntimeError, match="invalid max index"):
+        TF.max_unpool2d(values, indices + 12, 2)
+    with pytest.raises(ValueError, match=r"max_unpool2d: indices must lie in \[0, 16\)"):
+        JF.max_unpool2d(v, i + 12, 2)
+    out = jax.jit(lambda a, b: JF.max_unpool2d(a, b, 2))(v, i + 12)
+    assert out.shape == (1, 1, 4, 4) and np.isnan(out).all()
+    with pytest.raises(ValueError, match="between 2 and 6"):
+        TF.max_unpool2d(values, indices, 2, output_size=(7, 7))
+    with pytest.raises(ValueError, match=r"max_unpool2d: invalid output_size \(7, 7\) \(dim 0 must be between 2 and 6"):
+        JF.max_unpool2d(v, i, 2, output_size=(7, 7))
+    with pytest.raises(ValueError, match="indices must have input's shape"):
+        JF.max_unpool2d(v, i[..., :1], 2)
+    with pytest.raises(TypeError, match="indices must be integers"):
+        JF.max_unpool2d(v, i.astype(float), 2)
+    with pytest.raises(ValueError, match="output_size should be a sequence containing 1 or 3 elements"):
+        TF.max_unpool2d(values, indices, (2,), output_size=(4, 4))  # torch reads (2,) as one spatial axis
+    with pytest.raises(ValueError, match="max_unpool2d: kernel_size must be an int >= 1 or 2 of them"):
+        JF.max_unpool2d(v, i, (2,), output_size=(4, 4))
+
+
+@pytest.mark.parametrize("shape, groups", [((2, 6, 3, 3), 3), ((2, 6, 5), 2), ((1, 4, 2, 2, 2), 4), ((3, 5, 2), 1)])
+def test_channel_shuffle_matches_torch_and_its_gradient_is_the_inverse_permutation(shape, groups):
+    rng = np.random.default_rng(24)
+    x = rng.standard_normal(shape)
+    want, grads, ct = _torch_value_and_grads(lambda a: TF.channel_shuffle(a, groups), [x], rng)
+    _assert_value_and_grads(lambda a: JF.channel_shuffle(a, groups), [x], want, grads, ct)
+    assert JF.native_channel_shuffle is JF.channel_shuffle
+
+
+@pytest.mark.parametrize("shape, groups, match", [((2, 6, 3), 4, "divisible by groups"), ((2, 6, 3), 0, "positive"),
+                                                  ((2, 6), 3, "more than 2 dimensions")])
+def test_channel_shuffle_refuses_what_torch_refuses(shape, groups, match):
+    with pytest.raises(RuntimeError):
+        TF.channel_shuffle(torch.ones(shape), groups)
+    with pytest.raises(ValueError, match=f"channel_shuffle: .*{match}"):
+        JF.channel_shuffle(jnp.ones(shape), groups)
+
+
+@pytest.mark.parametrize("name, kwargs", [("upsample", {"scale_factor": 2, "mode": "bilinear",
+                                                        "align_corners": False}),
+                                          ("upsample", {"size": (5, 7)}), ("upsample_nearest", {"scale_factor": 3}),
+                                          ("upsample_bilinear", {"size": (5, 7)})])
+def test_deprecated_upsample_functions_warn_and_equal_torchs(name, kwargs):
+    """``upsample_bilinear`` aligns corners, as torch's."""
+    rng = np.random.default_rng(25)
+    x = rng.standard_normal((2, 3, 4, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want, grads, ct = _torch_value_and_grads(lambda a: getattr(TF, name)(a, **kwargs), [x], rng)
+    with pytest.warns(UserWarning, match=f"{name} is deprecated"):
+        _assert_value_and_grads(lambda a: getattr(JF, name)(a, **kwargs), [x], want, grads, ct)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_adaptive_max_pool_with_indices_matches_torch(n):
+    x = np.random.default_rng(26).standard_normal((2, 3) + (7,) * n)
+    want = getattr(TF, f"adaptive_max_pool{n}d_with_indices")(torch.tensor(x), 3)
+    got = getattr(JF, f"adaptive_max_pool{n}d_with_indices")(jnp.asarray(x), 3)
+    np.testing.assert_array_equal(got[0], want[0].numpy())
+    np.testing.assert_array_equal(got[1], want[1].numpy())
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"swap": True}, {"margin": 0.5, "reduction": "none"},
+                                    {"distance": "cosine", "reduction": "sum"}])
+def test_triplet_margin_with_distance_loss_matches_torch(kwargs):
+    """Values and gradients, with a hinge exactly at 0 (torch's ``clamp_min`` passes the
+    gradient there) and a user distance function."""
+    rng = np.random.default_rng(27)
+    a, p, n = (rng.standard_normal((4, 3)) for _ in range(3))
+    kw = dict(kwargs)
+    cosine = kw.pop("distance", None) == "cosine"
+    if not cosine and not kw.get("swap"):  # a zero hinge at row 0: d(a, n) = d(a, p) + margin
+        a[0], p[0] = 0.0, [0.6, 0.8, 0.0]
+        n[0] = [1.0 + kw.get("margin", 1.0) + 1e-6, 0.0, 0.0]  # pairwise_distance adds eps = 1e-6
+
+    def torch_fn(x, y, z):
+        dist = (lambda u, v: 1 - TF.cosine_similarity(u, v)) if cosine else None
+        return TF.triplet_margin_with_distance_loss(x, y, z, distance_function=dist, **kw)
+
+    def ours(x, y, z):
+        dist = (lambda u, v: 1 - JF.cosine_similarity(u, v)) if cosine else None
+        return JF.triplet_margin_with_distance_loss(x, y, z, distance_function=dist, **kw)
+
+    want, grads, ct = _torch_value_and_grads(torch_fn, [a, p, n], rng)
+    _assert_value_and_grads(ours, [a, p, n], want, grads, ct)
+
+
+def test_triplet_margin_with_distance_loss_refuses_what_torch_refuses():
+    a = jnp.ones((3, 4))
+    with pytest.raises(ValueError, match="margin must be greater than 0"):
+        JF.triplet_margin_with_distance_loss(a, a, a, margin=0.0)
+    with pytest.raises(ValueError, match="same number of dimensions"):
+        JF.triplet_margin_with_distance_loss(a, a[0], a)
+
+
+def test_rrelu_evaluates_as_torch_and_trains_with_random_slopes():
+    rng = np.random.default_rng(28)
+    x = rng.standard_normal((5, 6))
+    x[0, 0] = 0.0
+    want, grads, ct = _torch_value_and_grads(lambda v: TF.rrelu(v, 0.1, 0.3), [x], rng)
+    _assert_value_and_grads(lambda v: JF.rrelu(v, 0.1, 0.3), [x], want, grads, ct)
+    with jax.enable_x64(True):
+        xj, key = jnp.asarray(x), jax.random.PRNGKey(3)
+        out = JF.rrelu(xj, 0.1, 0.3, training=True, key=key)
+        slope = np.asarray(jax.grad(lambda v: jnp.sum(JF.rrelu(v, 0.1, 0.3, training=True, key=key)))(xj))
+    positive = x > 0
+    np.testing.assert_array_equal(np.asarray(out)[positive], x[positive])
+    np.testing.assert_array_equal(slope[positive], 1.0)
+    assert np.all((slope[~positive] >= 0.1) & (slope[~positive] <= 0.3)) and np.unique(slope[~positive]).size > 1
+    np.testing.assert_allclose(np.asarray(out)[~positive], x[~positive] * slope[~positive], rtol=1e-15)
+    with pytest.raises(ValueError, match="rrelu: lower .* must be less than or equal to upper"):
+        JF.rrelu(xj, 0.5, 0.1)
+    with pytest.raises(ValueError, match="key"):
+        JF.rrelu(xj, training=True)
+
+
+def test_gumbel_softmax_samples_and_the_straight_through_gradient():
+    """Soft samples are distributions; hard ones are the one-hot of the soft sample's argmax with
+    the soft sample's gradient (torch's straight-through estimator); ``eps`` warns as torch."""
+    logits = jnp.asarray(np.random.default_rng(29).standard_normal((8, 5)))
+    key = jax.random.PRNGKey(4)
+    soft = JF.gumbel_softmax(logits, tau=0.5, key=key)
+    hard = JF.gumbel_softmax(logits, tau=0.5, hard=True, key=key)
+    np.testing.assert_allclose(jnp.sum(soft, axis=-1), 1.0, rtol=1e-6)
+    np.testing.assert_array_equal(hard, jax.nn.one_hot(jnp.argmax(soft, axis=-1), 5))
+    w = jnp.arange(5.0)
+    grad_soft = jax.grad(lambda v: jnp.sum(JF.gumbel_softmax(v, tau=0.5, key=key) * w))(logits)
+    grad_hard = jax.grad(lambda v: jnp.sum(JF.gumbel_softmax(v, tau=0.5, hard=True, key=key) * w))(logits)
+    np.testing.assert_allclose(grad_hard, grad_soft, rtol=1e-6)
+    along0 = JF.gumbel_softmax(logits, hard=True, dim=0, key=key)
+    np.testing.assert_array_equal(jnp.sum(along0, axis=0), 1.0)
+    with pytest.warns(UserWarning, match="eps"):
+        JF.gumbel_softmax(logits, eps=1e-3, key=key)
+    with pytest.raises(ValueError, match="key"):
+        JF.gumbel_softmax(logits)
+
+
+@pytest.mark.parametrize("name", ["alpha_dropout", "feature_alpha_dropout"])
+def test_alpha_dropout_keeps_selus_mean_and_variance_with_torchs_affine_map(name):
+    """Every entry is ``a x + alpha a p`` (kept) or ``alpha a (p - 1)`` (dropped), whole channels
+    at once for the feature form, with torch's ``a``; mean 0 and variance 1 stay so; the
+    derivative is ``a`` where kept, 0 where dropped; identity in evaluation, zeros at p = 1."""
+    p, alpha = 0.2, 1.7580993408473766
+    a = 1 / math.sqrt((alpha**2 * p + 1) * (1 - p))
+    fn = getattr(JF, name)
+    with jax.enable_x64(True):
+        x = jnp.asarray(np.random.default_rng(30).standard_normal((400, 50, 6)))
+        key = jax.random.PRNGKey(5)
+        out = np.asarray(fn(x, p, training=True, key=key))
+        grad = np.asarray(jax.grad(lambda v: jnp.sum(fn(v, p, training=True, key=key)))(x))
+    kept = np.isclose(out, a * np.asarray(x) + alpha * a * p, rtol=0, atol=1e-12)
+    dropped = np.isclose(out, alpha * a * (p - 1), rtol=0, atol=1e-12)
+    assert np.all(kept | dropped) and abs(dropped.mean() - p) < 0.02
+    np.testing.assert_allclose(grad, np.where(kept, a, 0.0), rtol=1e-14)
+    if name == "feature_alpha_dropout":
+        assert np.all(kept == kept[:, :, :1])  # one draw per channel of each example
+    assert abs(out.mean()) < 0.02 and abs(out.std() - 1) < 0.02
+    x = jnp.array([[1.0, np.nan], [2.0, 3.0]])
+    np.testing.assert_array_equal(fn(x, 0.5), x)  # training=False by default, as torch's
+    np.testing.assert_array_equal(fn(x, 1.0, training=True), [[0.0, np.nan], [0.0, 0.0]])
+    torch_p1 = getattr(TF, name)(torch.tensor(np.asarray(x)), 1.0, training=True).numpy()
+    np.testing.assert_array_equal(torch_p1, [[0.0, np.nan], [0.0, 0.0]])
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        fn(x, 1.5, training=True, key=key)
+    with pytest.raises(ValueError, match="key"):
+        fn(x, 0.5, training=True)
+
+
+def test_feature_alpha_dropout_needs_a_channel_axis_as_torch():
+    with pytest.raises(RuntimeError, match="at least 2 dimensions"):
+        TF.feature_alpha_dropout(torch.ones(4), 0.5, True)
+    with pytest.raises(ValueError, match="feature_alpha_dropout: feature dropout requires at least 2 dimensions"):
+        JF.feature_alpha_dropout(jnp.ones(4), 0.5, True, key=jax.random.PRNGKey(0))

@@ -14,6 +14,7 @@ running statistics) is listed in ``docs/differences.md``, "Which namespace to us
 
 from __future__ import annotations
 
+import math
 import operator
 import warnings
 from collections.abc import Sequence
@@ -24,24 +25,30 @@ import numpy as np
 
 import jaxrules.nn as _nn
 from jaxrules import _validate as _V
+from jaxrules.ops import conv as _conv_ops
 from jaxrules.ops import losses as _losses
 from jaxrules.ops import shape as _shape
 
 __all__ = [
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
-    "adaptive_max_pool2d", "adaptive_max_pool3d", "affine_grid", "avg_pool1d", "avg_pool2d", "avg_pool3d",
-    "batch_norm", "bilinear", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu", "conv1d",
-    "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "cosine_embedding_loss",
-    "cosine_similarity", "cross_entropy", "dropout", "dropout1d", "dropout2d", "dropout3d", "elu", "embedding",
-    "embedding_bag", "fold", "gaussian_nll_loss", "gelu", "glu", "grid_sample", "group_norm", "hardshrink",
+    "adaptive_max_pool1d_with_indices", "adaptive_max_pool2d", "adaptive_max_pool2d_with_indices",
+    "adaptive_max_pool3d", "adaptive_max_pool3d_with_indices", "affine_grid", "alpha_dropout", "avg_pool1d",
+    "avg_pool2d", "avg_pool3d", "batch_norm", "bilinear", "binary_cross_entropy",
+    "binary_cross_entropy_with_logits", "celu", "channel_shuffle", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+    "conv_transpose2d", "conv_transpose3d", "cosine_embedding_loss", "cosine_similarity", "cross_entropy",
+    "dropout", "dropout1d", "dropout2d", "dropout3d", "elu", "embedding", "embedding_bag", "feature_alpha_dropout",
+    "fold", "gaussian_nll_loss", "gelu", "glu", "grid_sample", "group_norm", "gumbel_softmax", "hardshrink",
     "hardsigmoid", "hardswish", "hardtanh", "hinge_embedding_loss", "huber_loss", "instance_norm", "interpolate",
-    "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear", "local_response_norm", "log_softmax", "logsigmoid",
-    "lp_pool1d", "lp_pool2d", "lp_pool3d", "margin_ranking_loss", "max_pool1d", "max_pool2d", "max_pool3d", "mish",
-    "mse_loss", "multi_margin_loss", "multilabel_soft_margin_loss", "nll_loss", "normalize", "one_hot", "pad",
-    "pairwise_distance", "pdist", "pixel_shuffle", "pixel_unshuffle", "poisson_nll_loss", "prelu", "relu", "relu6",
-    "rms_norm", "scaled_dot_product_attention", "selu", "sigmoid", "silu", "smooth_l1_loss", "soft_margin_loss",
-    "softmax", "softmin", "softplus", "softshrink", "softsign", "tanh", "tanhshrink", "threshold",
-    "triplet_margin_loss", "unfold",
+    "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear", "linear_cross_entropy", "local_response_norm",
+    "log_softmax", "logsigmoid", "lp_pool1d", "lp_pool2d", "lp_pool3d", "margin_ranking_loss", "max_pool1d",
+    "max_pool1d_with_indices", "max_pool2d", "max_pool2d_with_indices", "max_pool3d", "max_pool3d_with_indices",
+    "max_unpool1d", "max_unpool2d", "max_unpool3d", "mish", "mse_loss", "multi_margin_loss",
+    "multilabel_margin_loss", "multilabel_soft_margin_loss", "native_channel_shuffle", "nll_loss", "normalize",
+    "one_hot", "pad", "pairwise_distance", "pdist", "pixel_shuffle", "pixel_unshuffle", "poisson_nll_loss", "prelu",
+    "relu", "relu6", "rms_norm", "rrelu", "scaled_dot_product_attention", "selu", "sigmoid", "silu",
+    "smooth_l1_loss", "soft_margin_loss", "softmax", "softmin", "softplus", "softshrink", "softsign", "tanh",
+    "tanhshrink", "threshold", "triplet_margin_loss", "triplet_margin_with_distance_loss", "unfold", "upsample",
+    "upsample_bilinear", "upsample_nearest",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -166,6 +173,28 @@ def threshold(input, threshold, value, inplace=False):
     ``torch.nn.functional.threshold``."""
     _no_inplace("threshold", inplace)
     return _nn.threshold(input, threshold, value)
+
+
+def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False, *, key=None):
+    """The randomized leaky ReLU: ``x`` for ``x > 0``, ``a x`` otherwise, with ``a`` drawn per
+    entry from ``U(lower, upper)`` when ``training`` (a ``jax.random`` key as ``key=``), and
+    ``a = (lower + upper) / 2`` (``leaky_relu``) when not; mirrors
+    ``torch.nn.functional.rrelu``. The derivative is ``a`` for ``x <= 0`` (torch's saved noise),
+    1 above. ``lower > upper`` is a ``ValueError`` (torch's ``RuntimeError``)."""
+    op = "rrelu"
+    _no_inplace(op, inplace)
+    low, high = _V.host_value(lower), _V.host_value(upper)
+    if low is None or high is None or np.ndim(low) or np.ndim(high):
+        raise TypeError(f"{op}: lower and upper must be numbers, got {lower!r} and {upper!r}")
+    if low > high:
+        raise ValueError(f"{op}: lower ({lower}) must be less than or equal to upper ({upper}), as torch")
+    if not training:
+        return _nn.leaky_relu(input, (float(low) + float(high)) / 2)
+    if key is None:
+        raise ValueError(f"{op}: key (a jax.random key) is required when training")
+    x = _V.array(op, "input", input)
+    slope = jax.random.uniform(key, x.shape, x.dtype, float(low), float(high))
+    return jnp.where(x > 0, x, x * slope)
 
 
 def logsigmoid(input):
@@ -304,6 +333,29 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None):
     return _nn.softmax(-x, axis=_softmax_dim("softmin", x.ndim) if dim is None else dim)
 
 
+def gumbel_softmax(logits, tau=1, hard=False, eps=1e-10, dim=-1, *, key=None):
+    """A sample of the Gumbel-softmax distribution: ``y = softmax((logits + g) / tau, dim)`` with
+    ``g`` standard Gumbel noise from ``key`` (a ``jax.random`` key, required); with ``hard``, the
+    one-hot of ``argmax(y)`` in the forward pass and ``y``'s derivative (``one_hot - stop_gradient(y)
+    + y``, torch's straight-through estimator). Mirrors ``torch.nn.functional.gumbel_softmax``;
+    ``eps`` has no effect (deprecated in torch, which warns when it is set, as here)."""
+    op = "gumbel_softmax"
+    if eps != 1e-10:
+        warnings.warn(f"{op}: `eps` parameter is deprecated and has no effect (as in torch)", UserWarning,
+                      stacklevel=2)
+    if key is None:
+        raise ValueError(f"{op}: key (a jax.random key) is required: JAX has no global generator")
+    x = _V.array(op, "logits", logits)
+    gumbels = jax.random.gumbel(key, x.shape, x.dtype)
+    y = _nn.softmax((x + gumbels) / tau, axis=dim)
+    if not hard:
+        return y
+    axis = dim % max(y.ndim, 1)
+    index = jnp.expand_dims(jnp.argmax(y, axis=axis), axis)
+    one_hot = (jnp.arange(y.shape[axis]).reshape((-1,) + (1,) * (y.ndim - axis - 1)) == index).astype(y.dtype)
+    return one_hot - jax.lax.stop_gradient(y) + y
+
+
 def dropout(input, p=0.5, training=True, inplace=False, *, key=None):
     """Zeroes each entry with probability ``p`` and scales the rest by ``1 / (1 - p)`` when
     ``training``; mirrors ``torch.nn.functional.dropout``. JAX has no global generator: with
@@ -365,6 +417,52 @@ def dropout3d(input, p=0.5, training=True, inplace=False, *, key=None):
         warnings.warn(f"dropout3d: received a {ndim}-D input, which torch deprecates; it expects (N, C, D, H, W) "
                       "or (C, D, H, W)", UserWarning, stacklevel=2)
     return _channel_dropout("dropout3d", input, p, training, inplace, key, batched=ndim == 5)
+
+
+# SELU's ``scale * alpha``: the value alpha dropout gives a dropped entry before its affine map.
+_SELU_ALPHA_SCALE = 1.7580993408473766
+
+
+def _alpha_dropout(op, input, p, training, inplace, key, feature):
+    """torch's ``_dropout_impl`` with ``alpha_dropout``: with ``keep`` a Bernoulli(1 - p) mask (per
+    entry; per channel of each example for ``feature``) and ``a = ((alpha^2 p + 1)(1 - p))^(-1/2)``,
+    ``a x keep + alpha a (keep - 1) + alpha a p``: ``a x + alpha a p`` where kept, ``alpha a (p -
+    1)`` where dropped (zero mean and unit variance in, the same out; ``alpha = 1.7580993...``).
+    The derivative is ``a keep``. The identity when not ``training``, for ``p = 0`` and zero-size input;
+    ``x * 0`` for ``p = 1`` (NaN stays NaN, as torch)."""
+    _no_inplace(op, inplace)
+    x = _V.array(op, "input", input)
+    host = _V.host_value(p)
+    if host is None or np.ndim(host):
+        raise TypeError(f"{op}: p must be a number, got {p!r}")
+    if not 0 <= host <= 1:
+        raise ValueError(f"{op}: dropout probability has to be between 0 and 1, but got {p}")
+    if not training or host == 0 or x.size == 0:
+        return x
+    if host == 1:
+        return x * jnp.zeros((), x.dtype)
+    if feature and x.ndim < 2:  # checked where the mask is drawn, as torch
+        raise ValueError(f"{op}: feature dropout requires at least 2 dimensions in the input, got {x.ndim}-D")
+    if key is None:
+        raise ValueError(f"{op}: key (a jax.random key) is required when training with 0 < p < 1")
+    p = float(host)
+    shape = x.shape[:2] + (1,) * (x.ndim - 2) if feature else x.shape
+    keep = jax.random.bernoulli(key, 1 - p, shape).astype(x.dtype)
+    a = 1 / np.sqrt((_SELU_ALPHA_SCALE**2 * p + 1) * (1 - p))
+    return x * (keep * a) + (keep - 1) * (_SELU_ALPHA_SCALE * a) + _SELU_ALPHA_SCALE * a * p
+
+
+def alpha_dropout(input, p=0.5, training=False, inplace=False, *, key=None):
+    """Dropout for SELU networks (``_alpha_dropout``): dropped entries take SELU's negative
+    saturation value, then an affine map restores the mean and variance; mirrors
+    ``torch.nn.functional.alpha_dropout`` (``training`` defaults to False, as torch's)."""
+    return _alpha_dropout("alpha_dropout", input, p, training, inplace, key, feature=False)
+
+
+def feature_alpha_dropout(input, p=0.5, training=False, inplace=False, *, key=None):
+    """Alpha dropout of whole channels of ``(N, C, ...)`` input (``_alpha_dropout``); mirrors
+    ``torch.nn.functional.feature_alpha_dropout``."""
+    return _alpha_dropout("feature_alpha_dropout", input, p, training, inplace, key, feature=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -607,6 +705,99 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
                 return_indices)
 
 
+def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=False):
+    """``max_pool1d(..., return_indices=True)``: the maxima and their flat indices in each
+    channel's input, whatever ``return_indices`` says; mirrors
+    ``torch.nn.functional.max_pool1d_with_indices``."""
+    return max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=False):
+    """``max_pool2d(..., return_indices=True)``; mirrors
+    ``torch.nn.functional.max_pool2d_with_indices``."""
+    return max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=False):
+    """``max_pool3d(..., return_indices=True)``; mirrors
+    ``torch.nn.functional.max_pool3d_with_indices``."""
+    return max_pool3d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def _unpool_output_size(op, n, shape, kernel_size, stride, padding, output_size):
+    """torch's ``_unpool_output_size``: ``(in - 1) stride + kernel - 2 padding`` per spatial axis,
+    or ``output_size`` (its last ``n`` entries when it also names the batch and channel axes),
+    which must lie strictly within ``stride`` of that default."""
+    default = [(shape[d - n] - 1) * stride[d] + kernel_size[d] - 2 * padding[d] for d in range(n)]
+    if output_size is None:
+        return default
+    size = list(output_size)
+    if len(size) == n + 2:
+        size = size[2:]
+    if len(size) != n:
+        raise ValueError(f"{op}: output_size must have {n} or {n + 2} elements, got {len(size)}")
+    for d in range(n):
+        low, high = default[d] - stride[d], default[d] + stride[d]
+        if not low < size[d] < high:
+            raise ValueError(f"{op}: invalid output_size {tuple(output_size)} (dim {d} must be between {low} and "
+                             f"{high}, exclusive)")
+    return [int(v) for v in size]
+
+
+def _max_unpool(n, op, input, indices, kernel_size, stride, padding, output_size):
+    """torch's max unpooling: each channel's output is zero but at ``indices`` (flat positions in
+    the channel's ``output_size``, as ``max_pool*d(return_indices=True)`` gives them), which take
+    ``input``'s values. Where indices repeat (overlapping windows that chose one position), one of
+    their values is kept, unspecified which (as torch); the derivative reaches that value only: the
+    output does not depend on the others, whose gradient is 0 (torch's backward gathers the
+    gradient into every one of them). An index outside the output is a ``ValueError`` when
+    concrete (torch's ``RuntimeError``), checked inside ``jaxrules.checked`` when traced; elsewhere
+    that channel's output is NaN."""
+    x = _V.array(op, "input", input)
+    idx = jnp.asarray(indices)
+    if not jnp.issubdtype(idx.dtype, jnp.integer):
+        raise TypeError(f"{op}: indices must be integers, got {idx.dtype}")
+    if idx.shape != x.shape:
+        raise ValueError(f"{op}: indices must have input's shape {x.shape}, got {idx.shape}")
+    if x.ndim not in (n + 1, n + 2):
+        raise ValueError(f"{op}: input must be {n + 1}-D or {n + 2}-D, got {x.ndim}-D")
+    # torch's unpooling reads as many spatial axes as ``kernel_size`` has entries: a one-element
+    # tuple is not expanded here (torch then refuses it), unlike pooling's.
+    kernel = _conv_ops._per_axis(op, "kernel_size", kernel_size, n, 1)
+    step = kernel if stride is None else _conv_ops._per_axis(op, "stride", stride, n, 1)
+    pad = _conv_ops._per_axis(op, "padding", padding, n, 0)
+    size = _unpool_output_size(op, n, x.shape, kernel, step, pad, output_size)
+    plane = math.prod(size)
+    _V.index_range(op, "indices", idx, plane)
+    rows = x.reshape(-1, math.prod(x.shape[-n:]))
+    cols = idx.reshape(rows.shape)
+    out = jnp.zeros((rows.shape[0], plane), x.dtype).at[jnp.arange(rows.shape[0])[:, None], cols].set(
+        rows, mode="drop")
+    bad = jnp.any((cols < 0) | (cols >= plane), axis=1, keepdims=True)
+    return jnp.where(bad, jnp.nan, out).reshape(x.shape[:-n] + tuple(size))
+
+
+def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """The partial inverse of ``max_pool1d`` (``_max_unpool``); mirrors
+    ``torch.nn.functional.max_unpool1d``."""
+    return _max_unpool(1, "max_unpool1d", input, indices, kernel_size, stride, padding, output_size)
+
+
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """The partial inverse of ``max_pool2d`` (``_max_unpool``); mirrors
+    ``torch.nn.functional.max_unpool2d``."""
+    return _max_unpool(2, "max_unpool2d", input, indices, kernel_size, stride, padding, output_size)
+
+
+def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """The partial inverse of ``max_pool3d`` (``_max_unpool``); mirrors
+    ``torch.nn.functional.max_unpool3d``."""
+    return _max_unpool(3, "max_unpool3d", input, indices, kernel_size, stride, padding, output_size)
+
+
 def _lp_pool(dims, op, input, norm_type, kernel_size, stride, ceil_mode):
     """torch's composite ``lp_pool``: ``(sign(a) relu(|a|) K)^(1/p)`` with ``a`` the average pool
     of ``input^p`` over windows of ``K`` entries (the windows' sums of ``input^p``, their ``p``-th
@@ -670,9 +861,56 @@ adaptive_avg_pool3d = _nn.adaptive_avg_pool3d
 adaptive_max_pool1d = _nn.adaptive_max_pool1d
 adaptive_max_pool2d = _nn.adaptive_max_pool2d
 adaptive_max_pool3d = _nn.adaptive_max_pool3d
+
+
+def adaptive_max_pool1d_with_indices(input, output_size, return_indices=False):
+    """``adaptive_max_pool1d(..., return_indices=True)``; mirrors
+    ``torch.nn.functional.adaptive_max_pool1d_with_indices``."""
+    return adaptive_max_pool1d(input, output_size, True)
+
+
+def adaptive_max_pool2d_with_indices(input, output_size, return_indices=False):
+    """``adaptive_max_pool2d(..., return_indices=True)``; mirrors
+    ``torch.nn.functional.adaptive_max_pool2d_with_indices``."""
+    return adaptive_max_pool2d(input, output_size, True)
+
+
+def adaptive_max_pool3d_with_indices(input, output_size, return_indices=False):
+    """``adaptive_max_pool3d(..., return_indices=True)``; mirrors
+    ``torch.nn.functional.adaptive_max_pool3d_with_indices``."""
+    return adaptive_max_pool3d(input, output_size, True)
+
+
 fold = _nn.fold
 unfold = _nn.unfold
 interpolate = _nn.interpolate
+
+
+def _deprecated_upsample(op):
+    warnings.warn(f"nn.functional.{op} is deprecated (as in torch); use nn.functional.interpolate instead",
+                  UserWarning, stacklevel=3)
+
+
+def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    """``interpolate(input, size, scale_factor, mode, align_corners)`` with torch's deprecation
+    warning; mirrors ``torch.nn.functional.upsample``."""
+    _deprecated_upsample("upsample")
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    """``interpolate(input, size, scale_factor, mode="nearest")`` with torch's deprecation
+    warning; mirrors ``torch.nn.functional.upsample_nearest``."""
+    _deprecated_upsample("upsample_nearest")
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    """``interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)`` (corners
+    aligned, as torch's) with torch's deprecation warning; mirrors
+    ``torch.nn.functional.upsample_bilinear``."""
+    _deprecated_upsample("upsample_bilinear")
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
 
 
 def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
@@ -735,6 +973,29 @@ def pixel_unshuffle(input, downscale_factor):
 # Padding
 
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+def channel_shuffle(input, groups):
+    """ShuffleNet's channel shuffle of ``(N, C, *spatial)`` input: the channels split into
+    ``groups`` groups of ``C / groups``, read out group-index fastest (``reshape(N, groups, C /
+    groups, ...)``, swap those axes, reshape back); mirrors ``torch.nn.functional.channel_shuffle``
+    (and ``native_channel_shuffle``). Its derivative is the inverse permutation."""
+    op = "channel_shuffle"
+    x = _V.array(op, "input", input, inexact=False)
+    if isinstance(groups, bool) or not isinstance(groups, int | np.integer):
+        raise TypeError(f"{op}: groups must be an int, got {groups!r}")
+    if groups <= 0:
+        raise ValueError(f"{op}: the number of groups must be positive, got {groups}")
+    if x.ndim <= 2:
+        raise ValueError(f"{op}: input must have more than 2 dimensions (N, C, *spatial), got shape {x.shape}")
+    channels = x.shape[1]
+    if channels % groups:
+        raise ValueError(f"{op}: the number of channels ({channels}) must be divisible by groups ({groups})")
+    split = x.reshape(x.shape[0], groups, channels // groups, *x.shape[2:])
+    return jnp.swapaxes(split, 1, 2).reshape(x.shape)
+
+
+native_channel_shuffle = channel_shuffle
 
 
 def pad(input, pad, mode="constant", value=None):
@@ -843,6 +1104,50 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     """
     return _nn.cross_entropy(input, target, weight, ignore_index,
                              _reduction("cross_entropy", size_average, reduce, reduction), label_smoothing)
+
+
+def linear_cross_entropy(input, linear_weight, target, *, linear_bias=None, weight=None, reduction="mean",
+                         ignore_index=None, label_smoothing=0.0, options=None):
+    """``cross_entropy(linear(input, linear_weight, linear_bias), target, weight, ...)``; mirrors
+    ``torch.nn.functional.linear_cross_entropy`` (torch 2.13). ``input`` is ``(N, in_features)``
+    or ``(in_features,)``; ``linear_weight`` is ``(C, in_features)``, or ``(C, d_1, ..., d_K,
+    in_features)`` for a K-dimensional loss over logits ``(N, C, d_1, ..., d_K)``. A ``target``
+    of the logits' shape holds probabilities (torch's rule; ``ignore_index`` must then be None),
+    any other class indices (``ignore_index`` None means -100). Class indices with a 2-D
+    ``linear_weight`` run the fused head, ``jaxrules.nn.linear_cross_entropy``, which never holds
+    the logits (and takes any leading axes); the other cases run the two functions composed,
+    torch's reference path. ``options`` (torch's chunking strategy) is accepted and has no
+    effect: the fused head always works in chunks of the vocabulary."""
+    op = "linear_cross_entropy"
+    x = _V.array(op, "input", input)
+    w = _V.array(op, "linear_weight", linear_weight)
+    if x.ndim not in (1, 2):
+        raise ValueError(f"{op}: input must be 1-D or 2-D, as torch's, got {x.ndim}-D "
+                         "(jaxrules.nn.linear_cross_entropy takes any leading axes)")
+    if w.ndim < 2 or w.shape[-1] != x.shape[-1]:
+        raise ValueError(f"{op}: linear_weight must be (classes, ..., in_features) with in_features = "
+                         f"{x.shape[-1]} (input's last axis), got shape {w.shape}")
+    classes, out_features = w.shape[0], w.shape[1:-1]
+    if linear_bias is not None and jnp.shape(linear_bias) != (classes, *out_features):
+        raise ValueError(f"{op}: linear_bias must have shape {(classes, *out_features)}, got "
+                         f"{jnp.shape(linear_bias)}")
+    if out_features and x.ndim == 1:
+        raise ValueError(f"{op}: a K-dimensional loss (linear_weight of shape {w.shape}) needs batched "
+                         f"(N, {x.shape[-1]}) input, got shape {x.shape}")
+    t = jnp.asarray(target)
+    logits_shape = (*x.shape[:-1], classes, *out_features)
+    probabilities = t.shape == logits_shape
+    if probabilities and ignore_index is not None:
+        raise ValueError(f"{op}: ignore_index cannot be given when target holds probabilities (target of the "
+                         f"logits' shape {logits_shape})")
+    index = -100 if ignore_index is None else ignore_index
+    if not probabilities and not out_features:
+        return _nn.linear_cross_entropy(x, w, t, linear_bias, class_weight=weight, ignore_index=index,
+                                        label_smoothing=label_smoothing, reduction=reduction)
+    rows = math.prod(w.shape[:-1])
+    bias = None if linear_bias is None else jnp.reshape(linear_bias, rows)
+    logits = linear(x, w.reshape(rows, w.shape[-1]), bias).reshape(logits_shape)
+    return cross_entropy(logits, t, weight, ignore_index=index, reduction=reduction, label_smoothing=label_smoothing)
 
 
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
@@ -955,6 +1260,37 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
     return _losses._reduce(op, per, reduction)
 
 
+def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """The multi-class multi-label hinge loss: per example ``sum_j sum_{i not a target}
+    max(0, 1 - (x[y_j] - x[i])) / C`` over the target classes ``y_j``, the entries of ``target``
+    before its first -1 (a repeated class counts twice, as torch), then ``reduction``; mirrors
+    ``torch.nn.functional.multilabel_margin_loss``. ``input`` is ``(N, C)``, ``(C,)`` or 0-d;
+    ``target`` has its shape and integer entries in ``[-1, C)``: others are a ``ValueError`` when
+    concrete (inside ``jaxrules.checked`` when traced; elsewhere that example's loss is NaN). The
+    derivative is torch's: 0 where a hinge is exactly 0."""
+    op = "multilabel_margin_loss"
+    reduction = _reduction(op, size_average, reduce, reduction)
+    if reduction not in _losses._REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of {_losses._REDUCTIONS}, got {reduction!r}")
+    x = _V.array(op, "input", input)
+    t = jnp.asarray(target)
+    if not jnp.issubdtype(t.dtype, jnp.integer):
+        raise TypeError(f"{op}: target must hold integer class indices, got {t.dtype}")
+    if x.ndim > 2 or t.shape != x.shape:
+        raise ValueError(f"{op}: input must be 0-D, 1-D or 2-D and target of its shape, got {x.shape} and {t.shape}")
+    classes = x.shape[-1] if x.ndim else 1
+    _V.index_range(op, "target", t, classes, low=-1)
+    rows, labels = x.reshape(-1, classes), t.reshape(-1, classes)
+    listed = jnp.cumprod(labels >= 0, axis=1).astype(bool)  # the entries before the first -1
+    safe = jnp.clip(labels, 0, classes - 1)
+    is_target = jnp.any(listed[:, :, None] & (safe[:, :, None] == jnp.arange(classes)), axis=1)
+    z = 1 - jnp.take_along_axis(rows, safe, axis=1)[:, :, None] + rows[:, None, :]
+    counted = listed[:, :, None] & ~is_target[:, None, :] & (z > 0)
+    per = jnp.sum(jnp.where(counted, z, 0), axis=(1, 2)) / classes
+    per = jnp.where(jnp.any((labels < -1) | (labels >= classes), axis=1), jnp.nan, per)
+    return _losses._reduce(op, per.reshape(x.shape[:-1]), reduction)
+
+
 def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
     """The mean over classes of the binary cross entropy with logits; mirrors
     ``torch.nn.functional.multilabel_soft_margin_loss``."""
@@ -989,3 +1325,30 @@ def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-06, 
     ``torch.nn.functional.triplet_margin_loss``."""
     r = _reduction("triplet_margin_loss", size_average, reduce, reduction)
     return _nn.triplet_margin_loss(anchor, positive, negative, margin, p, eps, swap, r)
+
+
+def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_function=None, margin=1.0, swap=False,
+                                      reduction="mean"):
+    """``max(d(a, p) - d(a, n) + margin, 0)`` with ``d = distance_function`` (default
+    ``pairwise_distance``; with ``swap``, ``d(a, n)`` is ``min(d(a, n), d(p, n))``), then
+    ``reduction``; mirrors ``torch.nn.functional.triplet_margin_with_distance_loss``, whose
+    composite form it is: the derivative at a zero hinge passes (torch's ``clamp_min``), at a tie
+    of the swap's ``minimum`` it is split evenly. ``margin <= 0`` and arguments of different
+    ranks are a ``ValueError``, as torch."""
+    op = "triplet_margin_with_distance_loss"
+    if reduction not in _losses._REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of {_losses._REDUCTIONS}, got {reduction!r}")
+    host = _V.host_value(margin)
+    if host is not None and not np.all(host > 0):
+        raise ValueError(f"{op}: margin must be greater than 0, got {margin!r}")
+    a, p, n = (_V.array(op, name, v) for name, v in (("anchor", anchor), ("positive", positive),
+                                                       ("negative", negative)))
+    if not a.ndim == p.ndim == n.ndim:
+        raise ValueError(f"{op}: anchor, positive and negative must have the same number of dimensions, got "
+                         f"{a.ndim}-D, {p.ndim}-D and {n.ndim}-D")
+    distance = pairwise_distance if distance_function is None else distance_function
+    d_pos, d_neg = distance(a, p), distance(a, n)
+    if swap:
+        d_neg = jnp.minimum(d_neg, distance(p, n))
+    z = margin + d_pos - d_neg
+    return _losses._reduce(op, jnp.where(z >= 0, z, 0), reduction)
