@@ -1350,3 +1350,26 @@ def test_feature_alpha_dropout_needs_a_channel_axis_as_torch():
         TF.feature_alpha_dropout(torch.ones(4), 0.5, True)
     with pytest.raises(ValueError, match="feature_alpha_dropout: feature dropout requires at least 2 dimensions"):
         JF.feature_alpha_dropout(jnp.ones(4), 0.5, True, key=jax.random.PRNGKey(0))
+
+
+@_NO_TORCH_LCE
+def test_linear_cross_entropy_k_dimensional_weight_and_probability_rules_as_torch():
+    """A ``(C, d, in_features)`` weight gives logits ``(N, C, d)`` (a K-dimensional loss, torch's
+    reference path); a target of the logits' shape is probabilities, with which ``ignore_index``
+    is refused; an unbatched input with a K-dimensional weight is refused."""
+    rng = np.random.default_rng(31)
+    x, w, b = rng.standard_normal((5, 3)), rng.standard_normal((4, 2, 3)), rng.standard_normal((4, 2))
+    t = np.array([[0, 3], [1, 1], [2, -100], [3, 0], [0, 2]])
+    fn_t = lambda a, c, bias: TF.linear_cross_entropy(a, c, torch.tensor(t), linear_bias=bias)  # noqa: E731
+    want, grads, ct = _torch_value_and_grads(fn_t, [x, w, b], rng)
+    _assert_value_and_grads(lambda a, c, bias: JF.linear_cross_entropy(a, c, jnp.asarray(t), linear_bias=bias),
+                            [x, w, b], want, grads, ct)
+    probs = rng.dirichlet(np.ones(4), 5)
+    with pytest.raises(RuntimeError, match="ignore_index cannot be specified"):
+        TF.linear_cross_entropy(torch.tensor(x), torch.tensor(w[:, 0]), torch.tensor(probs), ignore_index=1)
+    with pytest.raises(ValueError, match="linear_cross_entropy: ignore_index cannot be given when target holds"):
+        JF.linear_cross_entropy(jnp.asarray(x), jnp.asarray(w[:, 0]), jnp.asarray(probs), ignore_index=1)
+    with pytest.raises(ValueError, match="needs batched"):
+        JF.linear_cross_entropy(jnp.asarray(x[0]), jnp.asarray(w), jnp.asarray(t[0]))
+    with pytest.raises(ValueError, match="linear_bias must have shape"):
+        JF.linear_cross_entropy(jnp.asarray(x), jnp.asarray(w[:, 0]), jnp.zeros(5, int), linear_bias=jnp.ones(3))
