@@ -1327,6 +1327,11 @@ def test_alpha_dropout_keeps_selus_mean_and_variance_with_torchs_affine_map(name
         key = jax.random.PRNGKey(5)
         out = np.asarray(fn(x, p, training=True, key=key))
         grad = np.asarray(jax.grad(lambda v: jnp.sum(fn(v, p, training=True, key=key)))(x))
+    # torch's own outputs take exactly these two forms (its draws differ from ours).
+    tx = torch.tensor(np.asarray(x))
+    tout = getattr(TF, name)(tx, p, training=True).numpy()
+    t_kept = np.isclose(tout, a * tx.numpy() + alpha * a * p, rtol=0, atol=1e-12)
+    assert np.all(t_kept | np.isclose(tout, alpha * a * (p - 1), rtol=0, atol=1e-12)) and 0 < t_kept.mean() < 1
     kept = np.isclose(out, a * np.asarray(x) + alpha * a * p, rtol=0, atol=1e-12)
     dropped = np.isclose(out, alpha * a * (p - 1), rtol=0, atol=1e-12)
     assert np.all(kept | dropped) and abs(dropped.mean() - p) < 0.02

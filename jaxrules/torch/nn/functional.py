@@ -6,8 +6,10 @@ defaults (``gelu``'s exact form, ``softmax``'s implicit ``dim``), positional ord
 deprecated ``size_average`` and ``reduce`` of the losses), return values (``batch_norm`` returns
 the normalized tensor) and argument forms (one-element tuples for 2-d and 3-d pooling and
 convolution, ``pad``'s last-dimension-first list with negative widths cropping). It computes
-nothing of its own, but for a few functions without a jaxrules op, written with jax.numpy so that
-JAX's derivatives are torch's (the shrinks, the pixel shuffles, channel dropout's mask). What
+nothing of its own, but for the functions without a jaxrules op, written with jax.numpy so that
+JAX's derivatives are torch's (the shrinks, pixel and channel shuffles, the dropouts' masks, lp
+pooling, unpooling, the margin losses of several classes; ``max_unpool*`` differs on purpose at a
+repeated index, ``docs/differences.md``). What
 cannot be mirrored (``inplace=True``, ``out=``, the in-place update of
 running statistics) is listed in ``docs/differences.md``, "Which namespace to use when".
 """
@@ -350,10 +352,8 @@ def gumbel_softmax(logits, tau=1, hard=False, eps=1e-10, dim=-1, *, key=None):
     y = _nn.softmax((x + gumbels) / tau, axis=dim)
     if not hard:
         return y
-    axis = dim % max(y.ndim, 1)
-    index = jnp.expand_dims(jnp.argmax(y, axis=axis), axis)
-    one_hot = (jnp.arange(y.shape[axis]).reshape((-1,) + (1,) * (y.ndim - axis - 1)) == index).astype(y.dtype)
-    return one_hot - jax.lax.stop_gradient(y) + y
+    hot = jax.nn.one_hot(jnp.argmax(y, axis=dim), y.shape[dim], dtype=y.dtype, axis=dim)
+    return hot - jax.lax.stop_gradient(y) + y
 
 
 def dropout(input, p=0.5, training=True, inplace=False, *, key=None):
@@ -1231,8 +1231,7 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
     returns uninitialized memory)."""
     op = "multi_margin_loss"
     reduction = _reduction(op, size_average, reduce, reduction)
-    if reduction not in _losses._REDUCTIONS:
-        raise ValueError(f"{op}: reduction must be one of {_losses._REDUCTIONS}, got {reduction!r}")
+    _losses._check_reduction(op, reduction)
     if isinstance(p, bool) or p not in (1, 2):
         raise ValueError(f"{op}: p must be 1 or 2 (torch's only p), got {p!r}")
     x = _V.array(op, "input", input)
@@ -1270,8 +1269,7 @@ def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduct
     derivative is torch's: 0 where a hinge is exactly 0."""
     op = "multilabel_margin_loss"
     reduction = _reduction(op, size_average, reduce, reduction)
-    if reduction not in _losses._REDUCTIONS:
-        raise ValueError(f"{op}: reduction must be one of {_losses._REDUCTIONS}, got {reduction!r}")
+    _losses._check_reduction(op, reduction)
     x = _V.array(op, "input", input)
     t = jnp.asarray(target)
     if not jnp.issubdtype(t.dtype, jnp.integer):
@@ -1336,8 +1334,7 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
     of the swap's ``minimum`` it is split evenly. ``margin <= 0`` and arguments of different
     ranks are a ``ValueError``, as torch."""
     op = "triplet_margin_with_distance_loss"
-    if reduction not in _losses._REDUCTIONS:
-        raise ValueError(f"{op}: reduction must be one of {_losses._REDUCTIONS}, got {reduction!r}")
+    _losses._check_reduction(op, reduction)
     host = _V.host_value(margin)
     if host is not None and not np.all(host > 0):
         raise ValueError(f"{op}: margin must be greater than 0, got {margin!r}")
