@@ -137,12 +137,13 @@ def default_cache_dir() -> str:
     return os.path.join(base, "jaxrules", "check")
 
 
-def _check_record(record, checks: tuple) -> list:
-    """Every check of one record (a record, or its name in a worker process)."""
+def _check_record(record, checks: tuple, full: bool = False) -> list:
+    """Every check of one record (a record, or its name in a worker process); ``full``:
+    ``run_check``'s."""
 
     if isinstance(record, str):
         (record,) = [r for r in jaxrules.records() if r.name == record]
-    results = [run_check(record, check) for check in checks]
+    results = [run_check(record, check, full) for check in checks]
     release_programs()  # memory stays flat over a worker's records
     return results
 
@@ -246,15 +247,16 @@ def costliest_first(selected, checks, costs: dict) -> list:
 
 
 def _run_checks(selected, checks, workers: int, quiet: bool, cache_dir: str | None = None,
-                order: list | None = None) -> tuple[list, bool]:
+                order: list | None = None, full: bool = False) -> tuple[list, bool]:
     """``run_check`` of every selected record and check, in ``workers`` processes (records are
     handed out one at a time, so slow records do not hold up the rest); failures are printed at
     once, so a run cut short still shows them. ``cache_dir``: the workers' compilation cache
     (``None``: none; a fresh one shared by the workers cost more than it saved, the programs of
     different records being different). ``order``: the order the worker processes take the records
-    in (default ``selected``'s; ``costliest_first``). Returns the results of the records that finished (in
-    ``selected``'s order) and whether a KeyboardInterrupt (Ctrl-C, SIGINT) cut the run short: it
-    ends the worker processes at once and keeps what finished."""
+    in (default ``selected``'s; ``costliest_first``). ``full``: ``run_check``'s. Returns the
+    results of the records that finished (in ``selected``'s order) and whether a
+    KeyboardInterrupt (Ctrl-C, SIGINT) cut the run short: it ends the worker processes at once
+    and keeps what finished."""
 
 
     by_name = {}
@@ -275,7 +277,7 @@ def _run_checks(selected, checks, workers: int, quiet: bool, cache_dir: str | No
                         if sigint.is_set():  # a KeyboardInterrupt that JAX's code caught and dropped
                             interrupted = True
                             break
-                        done(record.name, _check_record(record, checks))
+                        done(record.name, _check_record(record, checks, full))
                 except KeyboardInterrupt:
                     interrupted = True
         else:
@@ -288,7 +290,7 @@ def _run_checks(selected, checks, workers: int, quiet: bool, cache_dir: str | No
                 # interrupts a worker's start-up with a traceback of its own.
                 handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
                 try:
-                    futures = {pool.submit(_check_record, r.name, checks): r.name for r in order or selected}
+                    futures = {pool.submit(_check_record, r.name, checks, full): r.name for r in order or selected}
                 finally:
                     signal.signal(signal.SIGINT, handler)
                 for future in as_completed(futures):
@@ -341,7 +343,7 @@ def _check(args) -> int:
     to_run = [r for r in selected if r.name not in interpreted]
     workers = max(1, min(len(to_run), args.workers or os.cpu_count() or 1))
     order = costliest_first(to_run, checks, load_costs(cache_dir))
-    ran, interrupted = _run_checks(to_run, checks, workers, args.quiet, cache_dir, order)
+    ran, interrupted = _run_checks(to_run, checks, workers, args.quiet, cache_dir, order, args.full)
     by_name: dict = {}
     for r in ran:
         by_name.setdefault(r.op, []).append(r)
@@ -359,7 +361,8 @@ def _check(args) -> int:
     ops = f"{len(finished)} of {len(selected)} ops (interrupted)" if interrupted else f"{len(selected)} ops"
     print(
         f"\njaxrules check on {backend} ({device}), jax {jax.__version__}: "
-        f"{ops}, {len(results)} checks in {time.time() - start:.0f} s ({workers} worker processes)"
+        f"{ops}, {len(results)} checks in {time.time() - start:.0f} s ({workers} worker processes"
+        + (", full depth)" if args.full else ")")
     )
     print(f"{passed} passed, {len(failed)} failed" + (f", {skipped} skipped" if skipped else ""))
     costs = _record_costs(results)
@@ -373,6 +376,7 @@ def _check(args) -> int:
             "device": device,
             "jax": jax.__version__,
             "interrupted": interrupted,
+            "full": args.full,
             "record_cpu_budget_s": RECORD_CPU_BUDGET_S,
             "records": costs,
             "results": [r.__dict__ for r in results],
@@ -631,6 +635,10 @@ def main(argv=None) -> int:
     check.add_argument("--strict-promotion", action="store_true",
                        help="also run the strict_promotion check: every sample's value, JVP, VJP, vmap and jit under "
                             "jax.numpy_rank_promotion('raise') and jax.numpy_dtype_promotion('strict')")
+    check.add_argument("--full", action="store_true",
+                       help="every composition on every sample: second derivatives, batched derivatives and the "
+                            "derivatives of a jitted function on every sample, not on each dtype's first (about 1.4x "
+                            "the time; the registry tests run this depth)")
     check.add_argument("--interpret-kernels", action="store_true",
                        help="off a GPU, also check the fused Triton kernels' records in Pallas' interpret mode")
     check.add_argument("--no-cache", action="store_true",

@@ -3,18 +3,23 @@ op's record. Usable on your own ops: build an ``OpRecord`` and call ``check_op(r
 
 Checks (names used by the CLI, the tests and the JSON report):
 
-* ``gradients``   first and second derivatives (forward and reverse, each order) against central
-  differences on every sample (``jax.test_util.check_grads(order=2)``'s comparisons);
+* ``gradients``   first derivatives (forward and reverse) against central differences on every
+  sample; second derivatives (``jax.test_util.check_grads(order=2)``'s comparisons) on the
+  record's first sample (every sample with ``full=True``);
 * ``jvp_vjp``     the two formulas agree: ``Re<ct, jvp(t)> == Re<vjp(ct), t>``;
 * ``formulas``    ``jax.jvp`` ran a JVP formula and no VJP formula; ``jax.vjp`` the converse;
-* ``vmap``        every subset of arguments batched, a batch axis other than 0, nested vmap,
-  vmap of grad, grad of vmap, vmap of jvp — each equal to a loop over the slices (``lax.map``);
-* ``jit``         jit of the value, the gradient and the JVP equal eager (the record's first
-  sample), the gradient of a jitted function equals the gradient (every sample);
+* ``vmap``        every subset of arguments batched (every sample); vmap of grad, grad of vmap,
+  vmap of jvp, a batch axis other than 0 and nested vmap (the record's first sample; with
+  ``full=True`` the first three on every sample, the last two on each dtype's first) — each
+  equal to a loop over the slices;
+* ``jit``         jit of the value, the gradient and the JVP equal eager, the gradient of a
+  jitted function equals the gradient (the record's first sample; the second on every sample
+  with ``full=True``);
 * ``torch``       values, gradients (conjugated for complex) and JVPs against torch;
 * ``singular``    the record's expected derivatives at its singular points, finite second
   derivatives (forward-over-reverse, reverse-over-reverse, forward-over-forward);
-* ``low_precision`` float32/bfloat16 values and gradients against float64;
+* ``low_precision`` float32/bfloat16 values and gradients against float64 (the record's first
+  sample; every float64 one with ``full=True``);
 * ``empty``       zero-size inputs (the record's ``empty_samples``, else derived from its samples:
   ``registry.derive_empty_samples``): the value, JVP and VJP, jitted and vmapped over a batch of
   two, run; shapes and dtypes as the primal's, ``<ct, jvp(t)> == <vjp(ct), t>``; value, dtype and
@@ -23,11 +28,20 @@ Checks (names used by the CLI, the tests and the JSON report):
 
 Everything runs in float64: enable it first (``jax.config.update("jax_enable_x64", True)``).
 
-Cost (``docs/design.md`` §4): compiling XLA programs is most of the time, so each sample's
+Cost (``docs/design.md`` §4): building programs (tracing, lowering, compiling) is most of the
+time, so each sample's
 derivatives are compiled once, in one program that ``gradients``, ``jvp_vjp``, ``torch``,
 ``jit`` and ``low_precision`` share (``_shared``; run a record's checks one after the other, as
 ``check_op`` does, to share it), and repeated evaluations inside a program (the finite-difference
 points, the vmap check's slices) are a ``lax.map`` over one copy of the function.
+
+Depth: every sample gets its value, its first derivatives against finite differences and
+torch, the formulas that ran, and every subset of its arguments batched. The compositions run on
+the record's first sample (float64): second derivatives, the derivatives of a jitted function,
+batched derivatives, another batch axis and nesting, low precision (eager evaluation runs there
+at every depth). ``full=True`` (``python -m jaxrules check --full``, the registry tests) runs
+every composition on every sample and the ``sharded`` check's every program (``check_sharded``'s
+``full``), about 1.5 times the work.
 """
 
 from __future__ import annotations
@@ -201,14 +215,23 @@ _FD_TOL = 1e-5
 _FD_STEPS = np.array([2, 1, -1, -2]) * _FD_EPS
 
 
-def _derivatives_program(f: Callable, jit: bool = True) -> Callable:
+def _stencil(p, first: int):
+    """The fourth-order central difference on the stacked points ``p[first] .. p[first + 3]``
+    (``f`` at ``x + h`` for ``h`` in ``_FD_STEPS``)."""
+    return (8 * (p[first + 1] - p[first + 2]) - (p[first] - p[first + 3])) / (12 * _FD_EPS)
+
+
+def _derivatives_program(f: Callable, jit: bool = True, full: bool = True) -> Callable:
     """``program(args, t, s, c)``: everything ``check_grads(f, order=2, modes=("fwd", "rev"))``
     compares, computed by one jitted program (the checks it replaces compiled about a dozen
     programs per sample): with ``Jt(x) = jvp(f)(x; t)`` and ``Jc(x) = vjp(f)(x)(c)``, their first
     derivatives along ``s`` by JVP, their transposes by VJP, and central differences of ``f``
     (along ``t``), ``Jt`` and ``Jc`` (along ``s``). Also ``jax.jit(f)``'s value, JVP along ``t``
     and VJP of ``c`` at ``args`` (``"jit"``: the ``jit`` check's "grad of jit"), from the same
-    ``lax.map`` as the differences."""
+    ``lax.map`` as the differences.
+
+    ``full=False``: the first order alone (``value``, ``jvp``, ``vjp`` and the differences of
+    ``f`` along ``t``), about half the program to trace, lower and compile."""
 
     jitted = jax.jit(f)
 
@@ -237,16 +260,20 @@ def _derivatives_program(f: Callable, jit: bool = True) -> Callable:
         along_s = np.array([0.0] * (1 + n) + [1.0] * n)
         here = np.arange(1 + 2 * n) == 0  # ``args`` exactly (no ``+ 0 * v``, which turns -0.0 into 0.0)
         values, jts, jcs = jax.lax.map(at, (steps, along_s, here))
-
-        def rule(p, first):  # the stencil on points ``first`` .. ``first + 3``
-            return (8 * (p[first + 1] - p[first + 2]) - (p[first] - p[first + 3])) / (12 * _FD_EPS)
-
         jitted_at_args = jax.tree.map(lambda p: p[0], (values, jts, jcs))
-        return (jax.tree.map(lambda p: rule(p, 1), values), jax.tree.map(lambda p: rule(p, 1 + n), jts),
-                jax.tree.map(lambda p: rule(p, 1 + n), jcs), jitted_at_args)
+        return (jax.tree.map(lambda p: _stencil(p, 1), values), jax.tree.map(lambda p: _stencil(p, 1 + n), jts),
+                jax.tree.map(lambda p: _stencil(p, 1 + n), jcs), jitted_at_args)
+
+    def first_order(args, t, c):
+        value, jvp = jax.jvp(f, args, t)
+        values = jax.lax.map(lambda h: f(*[a + h.astype(a.real.dtype) * v for a, v in zip(args, t)]), _FD_STEPS)
+        fd = jax.tree.map(lambda p: _stencil(p, 0), values)
+        return {"value": value, "jvp": jvp, "jvp_fd": fd, "vjp": jax.vjp(f, *args)[1](c)}
 
     def program(args, t, s, c):
         args, t, s = tuple(args), tuple(t), tuple(s)
+        if not full:
+            return first_order(args, t, c)
 
         def jt(*a):  # ``Jt``, with ``f`` as the auxiliary output
             value, tangent = jax.jvp(f, a, t)
@@ -290,14 +317,24 @@ class _Shared:
     t_torch: list  # ``t`` with zeros for the arguments torch cannot differentiate
     out: dict
     program: Callable  # the compiled program, ``out = program(args, t, s, c, loss_ct, t_torch)``
+    full: bool  # ``_derivatives_program``'s full program (second derivatives, "grad of jit"), or the first order
 
 
-def _shared(record: OpRecord, key: tuple, sample: Sample) -> _Shared:
-    """The shared program's inputs and outputs for ``sample`` (``key``: its dtype and index)."""
+def _representative(record: OpRecord, key: tuple) -> bool:
+    """Whether the sample of ``key`` (its dtype and index) is the record's first: the sample on
+    which every check runs every composition, whatever the depth asked for (``run_check``)."""
+    return key == (record.dtypes[0], 0)
+
+
+def _shared(record: OpRecord, key: tuple, sample: Sample, full: bool = False) -> _Shared:
+    """The shared program's inputs and outputs for ``sample`` (``key``: its dtype and index): the
+    full derivatives program where ``full`` or the sample is the record's first, else the first
+    order."""
     if _SHARED.get("record") is not record:
         _SHARED.clear()
         _SHARED["record"] = record
-    if key in _SHARED:
+    full = full or _representative(record, key)
+    if key in _SHARED and _SHARED[key].full >= full:
         return _SHARED[key]
     rng = _rng(record, f"shared/{key[0]}/{key[1]}")
     f, args = _closure(record, sample)
@@ -305,7 +342,7 @@ def _shared(record: OpRecord, key: tuple, sample: Sample) -> _Shared:
     c = jax.tree.map(lambda o: _like(rng, o), jax.eval_shape(f, *args))
     t_torch = [_on_device(np.zeros(a.shape, a.dtype)) if i in record.torch_no_grad_args else v
                for i, a, v in zip(sample.diff_argnums(), args, t)]
-    derivatives = _derivatives_program(f, jit=False)
+    derivatives = _derivatives_program(f, jit=False, full=full)
     loss_ct = jax.tree.map(lambda x: _on_device(np.conj(np.asarray(x))), c)
 
     @jax.jit
@@ -316,7 +353,7 @@ def _shared(record: OpRecord, key: tuple, sample: Sample) -> _Shared:
         return out
 
     out = program(args, t, s, c, loss_ct, t_torch)
-    _SHARED[key] = result = _Shared(args, t, s, c, loss_ct, t_torch, out, program)
+    _SHARED[key] = result = _Shared(args, t, s, c, loss_ct, t_torch, out, program, full)
     return result
 
 
@@ -335,9 +372,13 @@ def _derivative_comparisons(d: dict, t, s, c) -> list:
     "rev"))`` (without its derivatives with respect to the tangent itself, linear by construction)
     among ``_derivatives_program``'s outputs ``d`` in the directions ``t``, ``s``, ``c``."""
     pair = _host_pairing
-    return [
+    first = [
         ("jvp vs finite differences", d["jvp"], d["jvp_fd"]),
         ("<vjp(c), t> vs <c, finite differences>", pair(d["vjp"], t), pair(c, d["jvp_fd"])),
+    ]
+    if "jvp_of_jvp" not in d:  # the first-order program (``_derivatives_program(full=False)``)
+        return first
+    return first + [
         ("jvp of jvp vs finite differences", d["jvp_of_jvp"], d["jvp_fd_of_jvp"]),
         ("<vjp of jvp (c), s> vs <c, finite differences of jvp>", pair(d["vjp_of_jvp"], s),
          pair(c, d["jvp_fd_of_jvp"])),
@@ -377,24 +418,24 @@ def check_derivatives(f: Callable, args, atol: float = _FD_TOL, rtol: float = _F
     return worst
 
 
-def _check_gradients(record: OpRecord) -> float:
-    """First and second derivatives against central differences, and the transposes against
-    the JVPs, in random directions (``_derivative_comparisons``), from one compiled program per
-    sample."""
+def _check_gradients(record: OpRecord, full: bool = False) -> float:
+    """First (every sample) and second derivatives (where the shared program is full) against
+    central differences, and the transposes against the JVPs, in random directions
+    (``_derivative_comparisons``), from one compiled program per sample."""
     worst = 0.0
     for label, key, sample in _each_sample(record, with_key=True):
-        shared = _shared(record, key, sample)
+        shared = _shared(record, key, sample, full)
         for what, actual, expected in _derivative_comparisons(shared.out, shared.t, shared.s, shared.c):
             worst = max(worst, _fd_close(f"{label} {sample.kwargs}: {what}", actual, expected))
     return worst
 
 
-def _check_jvp_vjp(record: OpRecord) -> float:
+def _check_jvp_vjp(record: OpRecord, full: bool = False) -> float:
     worst = 0.0
     for label, key, sample in _each_sample(record, with_key=True):
         # The JVP and VJP of the sample's shared program (compiled: eager dispatch of every
         # formula op dominates otherwise; jit vs eager is the ``jit`` check).
-        shared = _shared(record, key, sample)
+        shared = _shared(record, key, sample, full)
         lhs, rhs = _host_pairing(shared.c, shared.out["jvp"]), _host_pairing(shared.out["vjp"], shared.t)
         err = abs(lhs - rhs) / max(1.0, abs(lhs))
         if not err <= _tol(record, "jvp_vjp", 1e-10):
@@ -480,12 +521,13 @@ class _Reference:
         return _stack(outs)
 
 
-def _vmap_cases(label, f, shared: _Shared) -> list:
+def _vmap_cases(label, f, shared: _Shared, compositions: bool) -> list:
     """``(what, batched function, its arguments, the expected result)`` for every vmap the check
-    compares: every non-empty subset of the arguments batched at axis 0, another axis and
-    nesting (a dtype's first sample), vmap of grad, grad of vmap (the last argument unbatched
-    when there are several), vmap of jvp. The expected results are loops over the slices
-    (``_Reference``)."""
+    compares: every non-empty subset of the arguments batched at axis 0; with ``compositions``
+    (the record's first sample; every sample at full depth), vmap of grad, grad of vmap (the last
+    argument unbatched when there are several), vmap of jvp, and on a dtype's first sample another
+    axis and nesting. The expected results are loops over
+    the slices (``_Reference``)."""
     args, ref = shared.args, _Reference(shared)
     cases = []
     for r in range(1, len(args) + 1):
@@ -494,7 +536,7 @@ def _vmap_cases(label, f, shared: _Shared) -> list:
             batched = [_batch(a) if d == 0 else a for a, d in zip(args, in_axes)]
             cases.append((f"vmap in_axes={in_axes}", jax.vmap(f, in_axes=in_axes), batched,
                           ref.loop("value", batched, in_axes)))
-    if _first_of_dtype(label):
+    if compositions and _first_of_dtype(label):
         # A batch axis other than 0 (the last) on the first argument.
         last = args[0].ndim
         in_axes = [last] + [None] * (len(args) - 1)
@@ -508,6 +550,8 @@ def _vmap_cases(label, f, shared: _Shared) -> list:
         expected = jax.tree.map(lambda x: x.reshape(nested.shape[:2] + x.shape[1:]), expected)
         rest = lambda b: f(b, *args[1:])  # noqa: E731
         cases.append(("nested vmap", jax.vmap(jax.vmap(rest)), [nested], expected))
+    if not compositions:
+        return cases
     loss = _loss(f, shared.loss_ct)  # its gradient is the shared program's ``vjp``
     grad = jax.jit(jax.grad(loss, argnums=tuple(range(len(args)))))  # traced once, called many times
     every = [0] * len(args)
@@ -527,13 +571,13 @@ def _vmap_cases(label, f, shared: _Shared) -> list:
     return cases
 
 
-def _check_vmap(record: OpRecord) -> float:
+def _check_vmap(record: OpRecord, full: bool = False) -> float:
     tol = _tol(record, "vmap", 1e-10)
     worst = 0.0
     for label, key, sample in _each_sample(record, with_key=True):
-        shared = _shared(record, key, sample)
+        shared = _shared(record, key, sample, full)
         f = jax.jit(_closure(record, sample)[0])  # compiled once, evaluated many times
-        cases = _vmap_cases(label, f, shared)
+        cases = _vmap_cases(label, f, shared, full or _representative(record, key))
         # Every batched function of the sample in one compiled program.
         fns = [fn for _, fn, _, _ in cases]
         results = jax.jit(lambda arglists: [fn(*a) for fn, a in zip(fns, arglists)])([a for _, _, a, _ in cases])
@@ -542,13 +586,13 @@ def _check_vmap(record: OpRecord) -> float:
     return worst
 
 
-def _check_jit(record: OpRecord) -> float:
+def _check_jit(record: OpRecord, full: bool = False) -> float:
     tol = _tol(record, "jit", 1e-10)
     worst = 0.0
     first = None
     for label, key, sample in _each_sample(record, with_key=True):
         first = first or label
-        shared = _shared(record, key, sample)
+        shared = _shared(record, key, sample, full)
         if label == first:  # eager evaluation is slow: jit vs eager on the record's first sample
             # The shared program's jitted value, gradient and JVP against eager evaluation.
             # The eager gradient is ``jax.vjp``'s pullback of ``c`` (the gradient of the loss,
@@ -559,8 +603,9 @@ def _check_jit(record: OpRecord) -> float:
             for what, a, e in zip(("value", "grad", "jvp"), jitted, eager):
                 worst = max(worst, _expect_close(f"{label}: jit {what}", a, e, tol))
         # Differentiating a jitted function (partial evaluation of the jaxpr, where the fixed
-        # arguments become literals) must agree too (computed in the shared program).
-        for what in ("value", "jvp", "vjp"):
+        # arguments become literals) must agree too (computed in the shared program where it is
+        # full: the record's first sample, every sample at full depth).
+        for what in ("value", "jvp", "vjp") if "jit" in shared.out else ():
             name = "grad" if what == "vjp" else what
             worst = max(worst, _expect_close(f"{label}: {name} of jit", shared.out["jit"][what], shared.out[what], tol))
     return worst
@@ -628,7 +673,7 @@ def _torch_jvp(torch, record, sample, tangents):
     return _from_torch(torch.func.jvp(fn, primals, tans)[1])
 
 
-def _check_torch(record: OpRecord) -> float | str:
+def _check_torch(record: OpRecord, full: bool = False) -> float | str:
     torch = _torch()
     if torch is None:
         return "skipped: torch is not installed"
@@ -642,7 +687,7 @@ def _check_torch(record: OpRecord) -> float | str:
     ]
     for label, key, sample in points:
         if isinstance(key, tuple):  # the sample's shared program (value, gradients and JVP)
-            shared = _shared(record, key, sample)
+            shared = _shared(record, key, sample, full)
             ct, tangents = shared.loss_ct, shared.t_torch
             out, grads = shared.out["value"], shared.out["vjp"]
             jvp_out = shared.out["jvp_torch" if record.torch_no_grad_args else "jvp"]
@@ -757,12 +802,14 @@ def _as_real(loss, args):
     return real_loss, real_args
 
 
-def _check_low_precision(record: OpRecord) -> float | str:
+def _check_low_precision(record: OpRecord, full: bool = False) -> float | str:
     if not record.low_precision:
         return "skipped: no low-precision dtypes listed"
     worst = 0.0
     for label, key, sample in _each_sample(record, ("float64",), with_key=True):
-        shared = _shared(record, key, sample)  # the float64 value and VJP
+        if not (full or _representative(record, key)):
+            continue
+        shared = _shared(record, key, sample, full)  # the float64 value and VJP
         f, args = _closure(record, sample)[0], shared.args
         ct, out, grads = shared.c, shared.out["value"], shared.out["vjp"]
 
@@ -924,12 +971,12 @@ def _check_empty(record: OpRecord) -> float | str | tuple:
     return worst, summary
 
 
-def _check_sharded(record: OpRecord) -> float | str:
+def _check_sharded(record: OpRecord, full: bool = False) -> float | str:
     """``check_sharded``: the op on batch-sharded inputs over every device,
     in both mesh modes, equals it unsharded (skipped in a process with one device: ``python -m
     jaxrules check --checks sharded --host-devices 8`` on a CPU)."""
     try:
-        return check_sharded(record)
+        return check_sharded(record, full=full)
     except ShardedMismatch as err:
         raise CheckFailure(str(err)) from None
 
@@ -1053,18 +1100,21 @@ _RUNNERS = {
     "sharded": _check_sharded,
     "strict_promotion": check_strict_promotion,
 }
+# The checks that read a sample's shared program, whose depth ``run_check``'s ``full`` sets.
+_DEPTH_CHECKS = ("gradients", "jvp_vjp", "vmap", "jit", "torch", "low_precision", "sharded")
 # Checks run only on request (``check --strict-promotion``, ``--checks``): not part of ``CHECKS``.
 OPT_IN_CHECKS = ("strict_promotion",)
 
 
-def run_check(record: OpRecord, check: str) -> CheckResult:
-    """Run one check on one record; failures come back as a result, never raise."""
+def run_check(record: OpRecord, check: str, full: bool = False) -> CheckResult:
+    """Run one check on one record; failures come back as a result, never raise. ``full``:
+    every composition on every sample (the module docstring's "Depth")."""
     if check not in _RUNNERS:
         raise ValueError(f"run_check: unknown check {check!r}; choose from {CHECKS}")
     if not jax.config.jax_enable_x64:
         raise RuntimeError('run_check: enable float64 first: jax.config.update("jax_enable_x64", True)')
     start, cpu = time.perf_counter(), time.process_time()
-    result = _run(record, check)
+    result = _run(record, check, full)
     result.seconds = time.perf_counter() - start
     result.cpu_seconds = time.process_time() - cpu
     return result
@@ -1082,8 +1132,8 @@ PLATFORM_BUGS: dict[tuple[str, str], tuple[Callable[[], bool], str]] = {
 }
 
 
-def _run(record: OpRecord, check: str) -> CheckResult:
-    result = _run_unguarded(record, check)
+def _run(record: OpRecord, check: str, full: bool) -> CheckResult:
+    result = _run_unguarded(record, check, full)
     applies, bug = PLATFORM_BUGS.get((record.name, check), (lambda: False, ""))
     if not applies() or result.skipped:
         return result
@@ -1094,14 +1144,14 @@ def _run(record: OpRecord, check: str) -> CheckResult:
                        skipped=True)
 
 
-def _run_unguarded(record: OpRecord, check: str) -> CheckResult:
+def _run_unguarded(record: OpRecord, check: str, full: bool) -> CheckResult:
     if record.needs_gpu and jax.default_backend() != "gpu":
         return CheckResult(record.name, check, True, None, f"not applicable: {record.needs_gpu}", skipped=True)
     if record.kernel_backed:
         if missing := dispatch.triton_backend_missing():
             return CheckResult(record.name, check, True, None, f"not applicable: {missing}", skipped=True)
     try:
-        outcome = _RUNNERS[check](record)
+        outcome = _RUNNERS[check](record, full) if check in _DEPTH_CHECKS else _RUNNERS[check](record)
     except CheckFailure as err:
         return CheckResult(record.name, check, False, None, str(err))
     except Exception as err:  # a crash is a failure too, reported with where it happened
@@ -1124,9 +1174,10 @@ def release_programs() -> None:
     jax.clear_caches()
 
 
-def check_op(record: OpRecord, checks: Iterable[str] = CHECKS) -> list[CheckResult]:
-    """Run ``checks`` (all by default) on ``record``."""
-    return [run_check(record, c) for c in checks]
+def check_op(record: OpRecord, checks: Iterable[str] = CHECKS, full: bool = False) -> list[CheckResult]:
+    """Run ``checks`` (all by default) on ``record``; ``full``: every composition on every
+    sample (the module docstring's "Depth")."""
+    return [run_check(record, c, full) for c in checks]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1318,11 +1369,13 @@ def _check_shard_map(fn, diff, tangents, want, devices) -> float:
     return _sharded_compare("vmap form under jax.shard_map", jax.block_until_ready(got), want)
 
 
-def check_sharded(record, forms=("vmap", "direct", "shard_map"), modes=None) -> float | str:
+def check_sharded(record, forms=("vmap", "direct", "shard_map"), modes=None, full: bool = True) -> float | str:
     """The worst relative difference between the sharded and unsharded programs over ``forms``
     and ``modes`` (default: ``modes_in_use()``, both unless told otherwise), or why the check does
     not apply; raises ``ShardedMismatch`` (or the sharded program's own error) on a failure. Each
-    form compiles one unsharded program and one per mode."""
+    form compiles one unsharded program and one per mode. ``full=False`` leaves out the
+    ``shard_map`` form and the direct form under an ``Auto`` mesh (where only the values are
+    compared: XLA's propagation picks the gradients' shardings there)."""
     modes = modes_in_use() if modes is None else tuple(modes)
     devices = jax.device_count()
     if devices < 2:
@@ -1344,12 +1397,14 @@ def check_sharded(record, forms=("vmap", "direct", "shard_map"), modes=None) -> 
             first_line = (str(err).splitlines() or [""])[0][:200]
             unsharded_errors.append(f"{form}: {type(err).__name__}: {first_line}")
             continue
-        if form == "vmap" and "shard_map" in forms and not interpreted_kernels(record):
+        if form == "vmap" and "shard_map" in forms and full and not interpreted_kernels(record):
             worst = max(worst, _check_shard_map(fn, diff, tangents, want, devices))
             ran.append("shard_map")
         if form not in forms:
             continue
         for mode in modes:
+            if form == "direct" and mode == "auto" and not full:
+                continue
             kind = _SHARDED_MODES[mode]
             label = f"{form} form, {mode} mesh"
             mesh = jax.make_mesh((devices,), ("data",), axis_types=(kind,))

@@ -154,7 +154,7 @@ def test_in_process_run_stops_after_a_keyboard_interrupt_that_was_dropped(monkey
     inside a record's check: the run still stops before the next record and says it was cut."""
     ran = []
 
-    def check_record(record, checks):
+    def check_record(record, checks, full=False):
         ran.append(record.name)
         try:
             os.kill(os.getpid(), signal.SIGINT)

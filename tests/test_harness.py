@@ -103,6 +103,71 @@ def test_each_check_catches_its_failure(broken, failing):
         assert not results[check].passed, f"{check} did not catch {broken.name}"
 
 
+def _two_samples(name, jvp=_square_jvp, vjp=_square_vjp):
+    """A square with two float64 samples: a matrix (sample 0) and a vector (sample 1)."""
+    return dataclasses.replace(
+        _record(name, jvp, vjp),
+        samples=lambda rng, dt: [Sample((rng.standard_normal((2, 3)).astype(dt),)),
+                                 Sample((rng.standard_normal(4).astype(dt),))])
+
+
+def _on_vectors(wrong, right):
+    """A formula that is ``wrong`` for a vector argument and ``right`` otherwise."""
+    return lambda x, *rest: (wrong if x.ndim == 1 else right)(x, *rest)
+
+
+_LOST = lambda x, ct: (2 * jax.lax.stop_gradient(x) * ct,)  # noqa: E731 - right first, wrong second derivative
+
+
+def test_second_derivatives_run_on_the_records_first_sample_and_on_every_sample_at_full_depth():
+    """Default depth: second derivatives on sample 0 alone (a break there is caught), first
+    derivatives on every sample; ``full=True``: second derivatives on every sample too."""
+    on_first = _two_samples("test_second_on_first", vjp=_on_vectors(_square_vjp, _LOST))
+    assert not run_check(on_first, "gradients").passed
+    on_second = _two_samples("test_second_on_second", vjp=_on_vectors(_LOST, _square_vjp))
+    assert run_check(on_second, "gradients").passed
+    failed = run_check(on_second, "gradients", full=True)
+    assert not failed.passed and "float64 sample 1 {}: jvp of vjp vs finite differences" in failed.detail
+    first_order = _two_samples("test_first_on_second", vjp=_on_vectors(lambda x, ct: (3 * x * ct,), _square_vjp))
+    failed = run_check(first_order, "gradients")
+    assert not failed.passed and "float64 sample 1" in failed.detail and "<vjp(c), t>" in failed.detail
+
+
+@jax.custom_batching.custom_vmap
+def _vector_batching_wrong(x):
+    return x * x
+
+
+@_vector_batching_wrong.def_vmap
+def _vector_batching_wrong_rule(axis_size, in_batched, x):
+    return x * x + (1.0 if x.ndim == 2 else 0.0), in_batched[0]  # wrong for a batch of vectors
+
+
+def test_batched_values_run_on_every_sample_at_the_default_depth():
+    op = define_op("test_vector_batching", lambda x: _vector_batching_wrong(x), _square_jvp, _square_vjp)
+    bad = dataclasses.replace(_two_samples("test_vector_batching"), fn=op)
+    failed = run_check(bad, "vmap")
+    assert not failed.passed and "float64 sample 1: vmap in_axes=[0]" in failed.detail
+
+
+def test_cli_check_full_runs_every_composition(monkeypatch, tmp_path, capsys):
+    seen = []
+    real = testing.run_check
+
+    def spy(record, check, full=False):
+        seen.append(full)
+        return real(record, check, full)
+
+    monkeypatch.setattr("jaxrules.cli.run_check", spy)
+    out = tmp_path / "report.json"
+    assert main(["check", "--ops", "deg2rad", "--checks", "jit", "--workers", "1", "--full", "--quiet",
+                 "--json", str(out)]) == 0
+    assert seen == [True] and json.loads(out.read_text())["full"] is True
+    assert "full depth" in capsys.readouterr().out
+    assert main(["check", "--ops", "deg2rad", "--checks", "jit", "--workers", "1", "--quiet"]) == 0
+    assert seen == [True, False]
+
+
 _X3 = np.linspace(-1.0, 1.0, 3)
 _WRONG_SECOND_ORDER = define_op("test_wrong_second_order", lambda x: x * x,
                                 lambda x, t: 2 * jax.lax.stop_gradient(x) * t,  # d/dx of the JVP lost

@@ -8,7 +8,9 @@ check alone.
 Budget: a record takes 7 CPU s on average (0.5-58 s; 1,394 of the suite's 2,946 worker-seconds
 for all 189 on 2 cores), so a CI run checks a rotating sixteenth of the records (``SHARE``, chosen by
 the commit, ``tests/_rotation.py``); ``JAXRULES_REGISTRY_ALL=1`` checks every record, as ``python
--m jaxrules check`` (the first command of the README's Quick start) always does."""
+-m jaxrules check`` (the first command of the README's Quick start) always does. The records
+run at full depth (every composition on every sample, ``check --full``), where ``check`` runs
+the compositions on each record's first sample: over the rotation CI checks every sample's."""
 
 import pytest
 from _rotation import rotating_share
@@ -27,7 +29,7 @@ REGISTRY_CHECKS = tuple(c for c in CHECKS if c not in ("empty", "sharded"))  # t
 
 @pytest.mark.parametrize("record", RECORDS, ids=[r.name for r in RECORDS])
 def test_op(record):
-    results = check_op(record, REGISTRY_CHECKS)
+    results = check_op(record, REGISTRY_CHECKS, full=True)
     release_programs()  # each xdist worker's memory stays flat over its records
     assert [r.check for r in results] == list(REGISTRY_CHECKS)
     failed = [f"{r.check}: {r.detail}" for r in results if not r.passed]

@@ -113,6 +113,23 @@ def test_an_op_that_refuses_its_unsharded_inputs_says_why(monkeypatch):
     assert "direct: TypeError" in result and "more detail" not in result
 
 
+def test_the_shard_map_form_runs_at_full_depth_alone(monkeypatch):
+    """``python -m jaxrules check`` (``full=False``) leaves the ``shard_map`` form to ``--full``
+    and to this file's registry test (``check_sharded``'s default)."""
+    import jax
+
+    from jaxrules import registry, testing
+
+    monkeypatch.setattr(jax, "device_count", lambda: 2)
+    calls = []
+    monkeypatch.setattr(testing, "_check_shard_map", lambda *args: calls.append(args) or 0.0)
+    record = registry.get("relu")
+    assert testing.check_sharded(record, forms=("vmap", "shard_map"), modes=(), full=False) == 0.0
+    assert calls == []
+    assert testing.check_sharded(record, forms=("vmap", "shard_map"), modes=()) == 0.0
+    assert len(calls) == 1
+
+
 def test_the_mesh_modes_come_from_the_environment(monkeypatch):
     """``check --sharded-modes`` hands its workers the modes through ``JAXRULES_SHARDED_MODES``."""
     from jaxrules.testing import modes_in_use
