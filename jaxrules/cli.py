@@ -631,7 +631,8 @@ def main(argv=None) -> int:
                        help=f"on a CPU, split it into this many JAX devices (default {HOST_DEVICES}, for the sharded "
                             "check; 1: one device, the sharded check skipped)")
     check.add_argument("--sharded-modes",
-                       help="the sharded check's mesh modes, comma-separated: auto, explicit (default: both)")
+                       help="the sharded check's mesh modes, comma-separated: auto, explicit (default: explicit; "
+                            "both with --full)")
     check.add_argument("--strict-promotion", action="store_true",
                        help="also run the strict_promotion check: every sample's value, JVP, VJP, vmap and jit under "
                             "jax.numpy_rank_promotion('raise') and jax.numpy_dtype_promotion('strict')")

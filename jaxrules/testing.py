@@ -40,8 +40,8 @@ torch, the formulas that ran, and every subset of its arguments batched. The com
 the record's first sample (float64): second derivatives, the derivatives of a jitted function,
 batched derivatives, another batch axis and nesting, low precision (eager evaluation runs there
 at every depth). ``full=True`` (``python -m jaxrules check --full``, the registry tests) runs
-every composition on every sample and the ``sharded`` check's every program (``check_sharded``'s
-``full``), about 1.5 times the work.
+every composition on every sample and the ``sharded`` check's ``Auto`` mesh and ``shard_map``
+form (``check_sharded``'s ``full``), about 1.5 times the work.
 """
 
 from __future__ import annotations
@@ -972,9 +972,10 @@ def _check_empty(record: OpRecord) -> float | str | tuple:
 
 
 def _check_sharded(record: OpRecord, full: bool = False) -> float | str:
-    """``check_sharded``: the op on batch-sharded inputs over every device,
-    in both mesh modes, equals it unsharded (skipped in a process with one device: ``python -m
-    jaxrules check --checks sharded --host-devices 8`` on a CPU)."""
+    """``check_sharded``: the op on batch-sharded inputs over every device, under an
+    ``Explicit`` mesh (both modes and ``shard_map`` with ``full``), equals it unsharded (skipped
+    in a process with one device: ``python -m jaxrules check --checks sharded --host-devices 8``
+    on a CPU)."""
     try:
         return check_sharded(record, full=full)
     except ShardedMismatch as err:
@@ -1342,10 +1343,12 @@ def _sharded_compare(label, got, want) -> float:
     return worst
 
 
-def modes_in_use() -> tuple[str, ...]:
+def modes_in_use(full: bool = True) -> tuple[str, ...]:
     """The mesh modes ``check_sharded`` uses by default: ``$JAXRULES_SHARDED_MODES`` (comma-separated;
-    ``python -m jaxrules check --sharded-modes`` sets it for its workers), else both."""
-    names = tuple(m for m in os.environ.get("JAXRULES_SHARDED_MODES", "").split(",") if m) or tuple(_SHARDED_MODES)
+    ``python -m jaxrules check --sharded-modes`` sets it for its workers), else both (``full``) or
+    ``explicit`` alone, the kind of mesh ``jax.make_mesh`` makes by default."""
+    default = tuple(_SHARDED_MODES) if full else ("explicit",)
+    names = tuple(m for m in os.environ.get("JAXRULES_SHARDED_MODES", "").split(",") if m) or default
     unknown = set(names) - set(_SHARDED_MODES)
     if unknown:
         raise ValueError(f"check_sharded: unknown mesh modes {sorted(unknown)}; choose from "
@@ -1371,12 +1374,11 @@ def _check_shard_map(fn, diff, tangents, want, devices) -> float:
 
 def check_sharded(record, forms=("vmap", "direct", "shard_map"), modes=None, full: bool = True) -> float | str:
     """The worst relative difference between the sharded and unsharded programs over ``forms``
-    and ``modes`` (default: ``modes_in_use()``, both unless told otherwise), or why the check does
+    and ``modes`` (default: ``modes_in_use(full)``, both unless told otherwise), or why the check does
     not apply; raises ``ShardedMismatch`` (or the sharded program's own error) on a failure. Each
     form compiles one unsharded program and one per mode. ``full=False`` leaves out the
-    ``shard_map`` form and the direct form under an ``Auto`` mesh (where only the values are
-    compared: XLA's propagation picks the gradients' shardings there)."""
-    modes = modes_in_use() if modes is None else tuple(modes)
+    ``shard_map`` form and the ``Auto`` mesh unless asked for (``modes_in_use``)."""
+    modes = modes_in_use(full) if modes is None else tuple(modes)
     devices = jax.device_count()
     if devices < 2:
         return (f"needs several devices ({devices} here); `python -m jaxrules check` splits a CPU into "
@@ -1403,8 +1405,6 @@ def check_sharded(record, forms=("vmap", "direct", "shard_map"), modes=None, ful
         if form not in forms:
             continue
         for mode in modes:
-            if form == "direct" and mode == "auto" and not full:
-                continue
             kind = _SHARDED_MODES[mode]
             label = f"{form} form, {mode} mesh"
             mesh = jax.make_mesh((devices,), ("data",), axis_types=(kind,))

@@ -136,6 +136,9 @@ def test_the_mesh_modes_come_from_the_environment(monkeypatch):
 
     monkeypatch.delenv("JAXRULES_SHARDED_MODES", raising=False)
     assert modes_in_use() == ("auto", "explicit")
+    assert modes_in_use(full=False) == ("explicit",)  # ``check``'s default depth: jax.make_mesh's kind
+    monkeypatch.setenv("JAXRULES_SHARDED_MODES", "auto,explicit")
+    assert modes_in_use(full=False) == ("auto", "explicit")
     monkeypatch.setenv("JAXRULES_SHARDED_MODES", "explicit")
     assert modes_in_use() == ("explicit",)
     monkeypatch.setenv("JAXRULES_SHARDED_MODES", "explicit,manual")
