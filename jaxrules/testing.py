@@ -35,7 +35,8 @@ derivatives are compiled once, in one program that ``gradients``, ``jvp_vjp``, `
 ``check_op`` does, to share it), and repeated evaluations inside a program (the finite-difference
 points, the vmap check's slices) are a ``lax.map`` over one copy of the function.
 
-Depth: every sample gets its value, its first derivatives against finite differences and
+Depth (``python -m jaxrules check`` runs ``full=False``; ``run_check`` and ``check_op`` default to
+``full=True``): every sample gets its value, its first derivatives against finite differences and
 torch, the formulas that ran, and every subset of its arguments batched. The compositions run on
 the record's first sample (float64): second derivatives, the derivatives of a jitted function,
 batched derivatives, another batch axis and nesting, low precision (eager evaluation runs there
@@ -1107,9 +1108,10 @@ _DEPTH_CHECKS = ("gradients", "jvp_vjp", "vmap", "jit", "torch", "low_precision"
 OPT_IN_CHECKS = ("strict_promotion",)
 
 
-def run_check(record: OpRecord, check: str, full: bool = False) -> CheckResult:
+def run_check(record: OpRecord, check: str, full: bool = True) -> CheckResult:
     """Run one check on one record; failures come back as a result, never raise. ``full``:
-    every composition on every sample (the module docstring's "Depth")."""
+    every composition on every sample, else the compositions on the record's first sample (the
+    module docstring's "Depth"; ``python -m jaxrules check`` without ``--full``)."""
     if check not in _RUNNERS:
         raise ValueError(f"run_check: unknown check {check!r}; choose from {CHECKS}")
     if not jax.config.jax_enable_x64:
@@ -1175,9 +1177,10 @@ def release_programs() -> None:
     jax.clear_caches()
 
 
-def check_op(record: OpRecord, checks: Iterable[str] = CHECKS, full: bool = False) -> list[CheckResult]:
+def check_op(record: OpRecord, checks: Iterable[str] = CHECKS, full: bool = True) -> list[CheckResult]:
     """Run ``checks`` (all by default) on ``record``; ``full``: every composition on every
-    sample (the module docstring's "Depth")."""
+    sample, else the compositions on the record's first sample (the module docstring's
+    "Depth")."""
     return [run_check(record, c, full) for c in checks]
 
 

@@ -123,13 +123,13 @@ def test_second_derivatives_run_on_the_records_first_sample_and_on_every_sample_
     """Default depth: second derivatives on sample 0 alone (a break there is caught), first
     derivatives on every sample; ``full=True``: second derivatives on every sample too."""
     on_first = _two_samples("test_second_on_first", vjp=_on_vectors(_square_vjp, _LOST))
-    assert not run_check(on_first, "gradients").passed
+    assert not run_check(on_first, "gradients", full=False).passed
     on_second = _two_samples("test_second_on_second", vjp=_on_vectors(_LOST, _square_vjp))
-    assert run_check(on_second, "gradients").passed
-    failed = run_check(on_second, "gradients", full=True)
+    assert run_check(on_second, "gradients", full=False).passed
+    failed = run_check(on_second, "gradients")  # full by default
     assert not failed.passed and "float64 sample 1 {}: jvp of vjp vs finite differences" in failed.detail
     first_order = _two_samples("test_first_on_second", vjp=_on_vectors(lambda x, ct: (3 * x * ct,), _square_vjp))
-    failed = run_check(first_order, "gradients")
+    failed = run_check(first_order, "gradients", full=False)
     assert not failed.passed and "float64 sample 1" in failed.detail and "<vjp(c), t>" in failed.detail
 
 
@@ -146,7 +146,7 @@ def _vector_batching_wrong_rule(axis_size, in_batched, x):
 def test_batched_values_run_on_every_sample_at_the_default_depth():
     op = define_op("test_vector_batching", lambda x: _vector_batching_wrong(x), _square_jvp, _square_vjp)
     bad = dataclasses.replace(_two_samples("test_vector_batching"), fn=op)
-    failed = run_check(bad, "vmap")
+    failed = run_check(bad, "vmap", full=False)
     assert not failed.passed and "float64 sample 1: vmap in_axes=[0]" in failed.detail
 
 
@@ -154,7 +154,7 @@ def test_cli_check_full_runs_every_composition(monkeypatch, tmp_path, capsys):
     seen = []
     real = testing.run_check
 
-    def spy(record, check, full=False):
+    def spy(record, check, full=True):
         seen.append(full)
         return real(record, check, full)
 
