@@ -21,6 +21,9 @@ configure_check_process()  # before JAX's backend starts: XLA reads its flags on
 # optimization passes go off for them too (the notebook's kernel: 44 -> 34 CPU s; the forced-device
 # workers that replace XLA_FLAGS call ``configure_check_process`` or ``use_fast_compile_flags``).
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+# On a GPU the xdist workers share the device: with XLA's default each preallocates 75% of its
+# memory, and the later workers abort.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 def _default_backend_is_a_gpu() -> bool:
