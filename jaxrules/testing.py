@@ -327,7 +327,7 @@ def _representative(record: OpRecord, key: tuple) -> bool:
     return key == (record.dtypes[0], 0)
 
 
-def _shared(record: OpRecord, key: tuple, sample: Sample, full: bool = False) -> _Shared:
+def _shared(record: OpRecord, key: tuple, sample: Sample, full: bool) -> _Shared:
     """The shared program's inputs and outputs for ``sample`` (``key``: its dtype and index): the
     full derivatives program where ``full`` or the sample is the record's first, else the first
     order."""
@@ -419,7 +419,7 @@ def check_derivatives(f: Callable, args, atol: float = _FD_TOL, rtol: float = _F
     return worst
 
 
-def _check_gradients(record: OpRecord, full: bool = False) -> float:
+def _check_gradients(record: OpRecord, full: bool) -> float:
     """First (every sample) and second derivatives (where the shared program is full) against
     central differences, and the transposes against the JVPs, in random directions
     (``_derivative_comparisons``), from one compiled program per sample."""
@@ -431,7 +431,7 @@ def _check_gradients(record: OpRecord, full: bool = False) -> float:
     return worst
 
 
-def _check_jvp_vjp(record: OpRecord, full: bool = False) -> float:
+def _check_jvp_vjp(record: OpRecord, full: bool) -> float:
     worst = 0.0
     for label, key, sample in _each_sample(record, with_key=True):
         # The JVP and VJP of the sample's shared program (compiled: eager dispatch of every
@@ -572,7 +572,7 @@ def _vmap_cases(label, f, shared: _Shared, compositions: bool) -> list:
     return cases
 
 
-def _check_vmap(record: OpRecord, full: bool = False) -> float:
+def _check_vmap(record: OpRecord, full: bool) -> float:
     tol = _tol(record, "vmap", 1e-10)
     worst = 0.0
     for label, key, sample in _each_sample(record, with_key=True):
@@ -587,7 +587,7 @@ def _check_vmap(record: OpRecord, full: bool = False) -> float:
     return worst
 
 
-def _check_jit(record: OpRecord, full: bool = False) -> float:
+def _check_jit(record: OpRecord, full: bool) -> float:
     tol = _tol(record, "jit", 1e-10)
     worst = 0.0
     first = None
@@ -674,7 +674,7 @@ def _torch_jvp(torch, record, sample, tangents):
     return _from_torch(torch.func.jvp(fn, primals, tans)[1])
 
 
-def _check_torch(record: OpRecord, full: bool = False) -> float | str:
+def _check_torch(record: OpRecord, full: bool) -> float | str:
     torch = _torch()
     if torch is None:
         return "skipped: torch is not installed"
@@ -803,7 +803,7 @@ def _as_real(loss, args):
     return real_loss, real_args
 
 
-def _check_low_precision(record: OpRecord, full: bool = False) -> float | str:
+def _check_low_precision(record: OpRecord, full: bool) -> float | str:
     if not record.low_precision:
         return "skipped: no low-precision dtypes listed"
     worst = 0.0
@@ -972,7 +972,7 @@ def _check_empty(record: OpRecord) -> float | str | tuple:
     return worst, summary
 
 
-def _check_sharded(record: OpRecord, full: bool = False) -> float | str:
+def _check_sharded(record: OpRecord, full: bool) -> float | str:
     """``check_sharded``: the op on batch-sharded inputs over every device, under an
     ``Explicit`` mesh (both modes and ``shard_map`` with ``full``), equals it unsharded (skipped
     in a process with one device: ``python -m jaxrules check --checks sharded --host-devices 8``
