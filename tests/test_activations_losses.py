@@ -886,6 +886,25 @@ def test_exact_gelu_at_inf_is_inf_as_torchs_float64_kernel():
     assert rnn.gelu(jnp.asarray(x, jnp.float64), approximate=False)[0] == np.inf
 
 
+def test_exact_gelu_is_torchs_erf_form_in_value_and_tail():
+    """``x (1 + erf(x / sqrt 2)) / 2`` as torch's kernels: in float32 it gives torch's values,
+    0 in the far negative tail where jax.nn.gelu's erfc form keeps a tiny negative value; in
+    half precision it computes in float32 and rounds once, as torch's (within one ulp: the two
+    erf implementations round differently)."""
+    x = np.array([-12.0, -8.0, -6.0, -4.0, -1.0, -0.25, 0.0, 0.5, 2.0, 9.0], np.float32)
+    ours = np.asarray(rnn.gelu(jnp.asarray(x), approximate=False))
+    theirs = F.gelu(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(ours, theirs, rtol=2e-6, atol=5e-7)  # 1 + erf near -1: a few ulps of erf, times |x|
+    assert np.all(theirs[:3] == 0)
+    assert np.all(ours[:3] == 0) and np.all(np.asarray(jax.nn.gelu(x[:3], approximate=False)) < 0)
+    np.testing.assert_allclose(ours[3:], jax.nn.gelu(x[3:], approximate=False), rtol=1e-3, atol=1e-7)
+    grid = np.linspace(-6, 6, 4001, dtype=np.float32)
+    for dtype, tdtype, ulp in [(jnp.bfloat16, torch.bfloat16, 2**-7), (jnp.float16, torch.float16, 2**-10)]:
+        half = np.asarray(rnn.gelu(jnp.asarray(grid, dtype), approximate=False), np.float32)
+        theirs = F.gelu(torch.tensor(grid).to(tdtype)).float().numpy()
+        np.testing.assert_allclose(half, theirs, rtol=ulp, atol=1e-6)
+
+
 def test_bce_with_logits_at_an_infinite_logit_is_the_limit():
     # The limit x -> +-inf at fixed y: 0 for a confident right prediction (x = -inf, y = 0; x = +inf, y = 1),
     # +inf for a confident wrong one, (1 - y) x at x = +inf for other y (torch's value where it has one); torch's
