@@ -544,8 +544,9 @@ def test_weight_gradient_multiplies_x_hat_by_the_cotangent_in_that_order(name):
     """``dw = sum x_hat g`` with x_hat the product's first operand: XLA's GPU fusion of the
     product (which recomputes the statistics from x) ran 3-8% faster that way than as ``g x_hat``
     at 3072-4096 rows of 2304-7168 in half precision on an H200 (``benchmarks/README.md``).
-    The cotangent (converted to float32, reshaped) is the second operand of every product that the
-    weight gradient sums."""
+    The cotangent (converted to float32, reshaped, passed through layer norm's weight sums'
+    ``optimization_barrier``) is the second operand of every product that the weight gradient
+    sums (``reduce_sum``, or layer norm's variadic ``reduce`` of ``(x_hat g, g)``)."""
     shape = (4, 8, 3, 3) if name == "group_norm" else (8, 16)
     x = jnp.ones(shape, jnp.float16)
     w = jnp.ones(shape[1] if name == "group_norm" else shape[-1], jnp.float16)
@@ -553,13 +554,31 @@ def test_weight_gradient_multiplies_x_hat_by_the_cotangent_in_that_order(name):
             "rms_norm": lambda w: rms_norm(x, 16, w),
             "group_norm": lambda w: group_norm(x, 2, w, w)}[name]
     jaxpr = jax.make_jaxpr(lambda ct: jax.vjp(ours, w)[1](ct))(x).jaxpr
-    cotangent = set(jaxpr.invars)  # ct and its views: reshaped, converted
+    cotangent = set(jaxpr.invars)  # ct and its views: reshaped, converted, through the barrier
     for e in jaxpr.eqns:
         if e.primitive.name in ("reshape", "convert_element_type") and e.invars[0] in cotangent:
             cotangent.add(e.outvars[0])
+        if e.primitive.name == "optimization_barrier":
+            cotangent.update(o for i, o in zip(e.invars, e.outvars) if i in cotangent)
     made_by = {out: eqn for eqn in jaxpr.eqns for out in eqn.outvars}
-    summed = [made_by.get(e.invars[0]) for e in jaxpr.eqns if e.primitive.name == "reduce_sum"]
+    sums = [e for e in jaxpr.eqns if e.primitive.name == "reduce_sum" or (  # or the variadic reduce, in a custom JVP
+        e.primitive.name == "custom_jvp_call" and [q.primitive.name for q in e.params["call_jaxpr"].jaxpr.eqns
+                                                   if q.primitive.name == "reduce"])]
+    summed = [made_by.get(v) for e in sums for v in e.invars if not hasattr(v, "val")]
     products = [p for p in summed if p is not None and p.primitive.name == "mul"]
     with_ct = [p for p in products if cotangent & set(p.invars)]
     assert with_ct, jaxpr
     assert all(p.invars[1] in cotangent and p.invars[0] not in cotangent for p in with_ct), jaxpr
+
+
+def test_a_row_norms_weight_gradients_lower_to_one_reduction_over_the_rows_behind_a_barrier():
+    """The weight and bias gradients of a layer norm, lowered for CUDA: one variadic reduce of
+    two values over the rows (dimension 0), whose inputs pass an ``optimization_barrier`` (see
+    ``partials.weight_sums``)."""
+    x = jax.ShapeDtypeStruct((4096, 8192), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((8192,), jnp.bfloat16)
+    grads = jax.jit(lambda x, w, b, ct: jax.vjp(lambda w, b: layer_norm(x, 8192, w, b), w, b)[1](ct))
+    text = grads.trace(x, w, w, x).lower(lowering_platforms=("cuda",)).as_text()
+    over_rows = [line for line in text.splitlines() if "stablehlo.reduce(" in line and "dimensions = [0]" in line]
+    assert len(over_rows) == 1 and over_rows[0].count(" init: ") == 2, over_rows
+    assert "stablehlo.optimization_barrier %arg0, %arg3" in text
