@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import jaxrules.numpy as rnp
+from jaxrules.nn import cross_entropy as rnn_cross_entropy
 from jaxrules.nn import embedding
 from jaxrules.numpy import scatter_reduce
 from jaxrules.scipy.linalg import block_diag
@@ -34,6 +35,24 @@ def test_embedding_conventions_match_torch_and_formulas_agree(padding_idx, scale
     np.testing.assert_allclose(np.sum(ct * tangent), np.sum(ours * t), rtol=1e-12)  # JVP = transpose of VJP
     if padding_idx is not None:
         assert np.all(ours[padding_idx] == 0)
+
+
+def test_a_picks_gradient_is_elementwise_and_other_gathers_scatter():
+    """One index per line (cross_entropy's pick of the target class): the VJP is ``where(position
+    == index, ct, 0)``, no scatter (XLA fuses it into the log-softmax's backward); several
+    indices per line, where duplicates accumulate, keep the scatter-add. Both match jax.numpy's
+    autodiff, duplicates included."""
+    logits = jnp.asarray(RNG.standard_normal((4, 6)))
+    target = jnp.array([5, 0, 0, 3])
+    pick = jax.make_jaxpr(jax.grad(lambda x: rnn_cross_entropy(x, target)))(logits)
+    assert "scatter" not in str(pick)
+    x = jnp.asarray(RNG.standard_normal((3, 5, 2)))
+    for idx in (RNG.integers(0, 5, (3, 1, 2)), np.array([[[1, 1], [1, 4], [1, 1]]]).repeat(3, 0)):
+        ours = jax.grad(lambda x: jnp.sum(jnp.cos(rnp.take_along_axis(x, idx, axis=1))))(x)
+        theirs = jax.grad(lambda x: jnp.sum(jnp.cos(jnp.take_along_axis(x, idx, axis=1))))(x)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+        text = str(jax.make_jaxpr(jax.grad(lambda x: jnp.sum(rnp.take_along_axis(x, idx, axis=1))))(x))
+        assert ("scatter" in text) == (idx.shape[1] > 1)
 
 
 def test_scatter_prod_with_zeros_second_order_matches_finite_differences():
