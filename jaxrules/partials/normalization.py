@@ -19,7 +19,7 @@ __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>
     "affine_norm_backward", "defined_mean", "direct_forms", "group_mean",
     "masked_softmax_parts", "norm_projection", "norm_projection_eps_partial", "norm_stats", "projection_means",
     "rms_projection", "rms_projection_eps_partial", "rms_rstd", "softmax_parts", "stat_dtype", "weight_sums",
-    "welford_moments"
+    "welford_moments", "WEIGHT_SUMS_MIN_ROWS"
 ]
 
 # ----------------------------------------------------------------------------------------------
@@ -179,18 +179,25 @@ def _welford_moments_jvp(axes, primals, tangents):
     return (mean, var), (dmean, 2 * jnp.mean((x - mean) * dx, axis=axes, keepdims=True))
 
 
+# ``weight_sums`` serves a layer norm of at least this many rows (on each device). In whole GPT
+# steps on an H200 (``benchmarks/README.md``) it ran 4.5% faster than the two sums at 8192 rows
+# of 768 and as fast at 8192 rows of 4096; on the held-out draw it is as fast as the two sums
+# from 8192 rows, and up to 13% slower at 2048-4096 rows of 1280-5120.
+WEIGHT_SUMS_MIN_ROWS = 8192
+
+
 def weight_sums(x, mean, rstd, g, axes):
     """``(sum g x_hat, sum g)`` over ``axes`` (kept), ``x_hat = (x - mean) rstd``, in ``rstd``'s
-    dtype: the weight and bias gradients of a layer norm (the sums run over the rows).
+    dtype: the weight and bias gradients of a layer norm (the sums run over the rows), for
+    ``WEIGHT_SUMS_MIN_ROWS`` rows or more.
 
     Both sums are one variadic reduction over the rows, computed from x and g behind an
     ``optimization_barrier``. As two sums of expressions of x and g, XLA's GPU fusion computes
     ``g x_hat`` inside the row fusion that computes dx and writes it out in float32 for a
-    separate column sum. In whole GPT training steps on an H200 (``benchmarks/README.md``) this
-    form ran 4.5% (width 768) and 0.3% (width 8192) faster than the two sums, and as fast at
-    width 4096; XLA still writes the product out at width 8192 (a barrier on the statistics
-    too avoided that write, not the time). RMS norm keeps its plain sum: no benchmarked model
-    has one, and on the held-out draw's RMS norms alone the barrier changed nothing."""
+    separate column sum; the barrier changes that choice at 8192 rows of 768 (a width of 8192
+    still writes the product out, and a barrier on the statistics too, which avoids that write,
+    gained no time). RMS norm keeps its plain sum: no benchmarked model has one, and on the
+    held-out draw's RMS norms alone the barrier changed nothing."""
     x, g = lax.optimization_barrier((x, g))
     stat = rstd.dtype
     xhat = (x.astype(stat) - mean) * rstd
