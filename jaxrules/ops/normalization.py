@@ -187,11 +187,11 @@ def affine_normalize_vjp(res, ct, *, axes, eps, axis_name):
     if set(spread) == {a % x.ndim for a in axes} and axis_name is None and count:  # batch norm: B(g)'s means
         mean_g, centered = P.projection_means(x, mean, g, axes, None)
         return dx, count * rstd * centered, count * mean_g
-    # x_hat before g in every weight gradient's product: XLA's GPU fusion of it (which recomputes the
-    # statistics) runs 3-8% faster in this order at rows of 2304-7168 in half precision (an H200)
     rows = math.prod(partitioning.local_shape(x)[a] for a in spread)  # on this device
     if spread == tuple(range(len(spread))) and g_out is not None and rows >= P.WEIGHT_SUMS_MIN_ROWS:  # layer norm
         return (dx, *P.weight_sums(x, mean, rstd, g_out, spread))
+    # x_hat before g in every weight gradient's product: XLA's GPU fusion of it (which recomputes the
+    # statistics) runs 3-8% faster in this order at rows of 2304-7168 in half precision (an H200)
     return dx, (xhat * g).sum(spread, keepdims=True), g.sum(spread, keepdims=True)
 
 

@@ -76,11 +76,11 @@ def take_along_axis_vjp(indices, ct, *, axis, shape):
 
     With one index per line along ``axis`` (a pick, as ``nll_loss``'s and ``cross_entropy``'s of
     the target class) no two entries of ``ct`` meet, and the scatter is the elementwise
-    ``where(position == index, ct, 0)``: XLA fuses it into its consumers (the log-softmax's
-    backward of a cross entropy) where the scatter writes zeros the size of ``arr`` and scatters
-    into them first (on an H200, three passes over the float32 logits of a GPT's unfused head,
-    about 0.5 ms at 4096 tokens of a 32768 vocabulary). Not under an ``Explicit`` mesh (the
-    scatter's sharding rules)."""
+    ``where(position == index, ct, 0)``, which XLA fuses into its consumers (the log-softmax's
+    backward of a cross entropy), where a scatter first writes zeros the size of ``arr`` (a GPT's
+    head at 4096 tokens of a 32768 vocabulary on an H200: its backward outside the matmuls took
+    0.53 ms in three passes over float32 logits, 0.26 ms in two with the select). Not under an
+    ``Explicit`` mesh (there the scatter's sharding rules place the result)."""
     target = ct.shape[:axis] + (shape[axis],) + ct.shape[axis + 1 :]
     if ct.shape[axis] == 1 and explicit_sharding(ct) is None:
         position = lax.broadcasted_iota(indices.dtype, target, axis)
