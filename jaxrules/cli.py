@@ -137,7 +137,7 @@ def default_cache_dir() -> str:
     return os.path.join(base, "jaxrules", "check")
 
 
-def _check_record(record, checks: tuple, full: bool = False) -> list:
+def _check_record(record, checks: tuple, full: bool) -> list:
     """Every check of one record (a record, or its name in a worker process); ``full``:
     ``run_check``'s."""
 
@@ -247,7 +247,7 @@ def costliest_first(selected, checks, costs: dict) -> list:
 
 
 def _run_checks(selected, checks, workers: int, quiet: bool, cache_dir: str | None = None,
-                order: list | None = None, full: bool = False) -> tuple[list, bool]:
+                order: list | None = None, *, full: bool) -> tuple[list, bool]:
     """``run_check`` of every selected record and check, in ``workers`` processes (records are
     handed out one at a time, so slow records do not hold up the rest); failures are printed at
     once, so a run cut short still shows them. ``cache_dir``: the workers' compilation cache
@@ -343,7 +343,7 @@ def _check(args) -> int:
     to_run = [r for r in selected if r.name not in interpreted]
     workers = max(1, min(len(to_run), args.workers or os.cpu_count() or 1))
     order = costliest_first(to_run, checks, load_costs(cache_dir))
-    ran, interrupted = _run_checks(to_run, checks, workers, args.quiet, cache_dir, order, args.full)
+    ran, interrupted = _run_checks(to_run, checks, workers, args.quiet, cache_dir, order, full=args.full)
     by_name: dict = {}
     for r in ran:
         by_name.setdefault(r.op, []).append(r)

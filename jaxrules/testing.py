@@ -18,7 +18,7 @@ Checks (names used by the CLI, the tests and the JSON report):
 * ``torch``       values, gradients (conjugated for complex) and JVPs against torch;
 * ``singular``    the record's expected derivatives at its singular points, finite second
   derivatives (forward-over-reverse, reverse-over-reverse, forward-over-forward);
-* ``low_precision`` float32/bfloat16 values and gradients against float64 (the record's first
+* ``low_precision`` float32/bfloat16 values and gradients against float64 (the first float64
   sample; every float64 one with ``full=True``);
 * ``empty``       zero-size inputs (the record's ``empty_samples``, else derived from its samples:
   ``registry.derive_empty_samples``): the value, JVP and VJP, jitted and vmapped over a batch of
@@ -38,10 +38,11 @@ points, the vmap check's slices) are a ``lax.map`` over one copy of the function
 Depth (``python -m jaxrules check`` runs ``full=False``; ``run_check`` and ``check_op`` default to
 ``full=True``): every sample gets its value, its first derivatives against finite differences and
 torch, the formulas that ran, and every subset of its arguments batched. The compositions run on
-the record's first sample (float64): second derivatives, the derivatives of a jitted function,
-batched derivatives, another batch axis and nesting, low precision (eager evaluation runs there
-at every depth). ``full=True`` (``python -m jaxrules check --full``, the registry tests) runs
-every composition on every sample and the ``sharded`` check's ``Auto`` mesh and ``shard_map``
+the record's first sample with a differentiable argument (of its first dtype): second
+derivatives, the derivatives of a jitted function, batched derivatives, another batch axis and
+nesting (eager evaluation runs there at every depth); low precision on the first float64
+sample. ``full=True`` (``python -m jaxrules check --full``, the registry tests) runs every
+composition on every sample and the ``sharded`` check's ``Auto`` mesh and ``shard_map``
 form (``check_sharded``'s ``full``), about 1.5 times the work.
 """
 
@@ -322,9 +323,10 @@ class _Shared:
 
 
 def _representative(record: OpRecord, key: tuple) -> bool:
-    """Whether the sample of ``key`` (its dtype and index) is the record's first: the sample on
-    which every check runs every composition, whatever the depth asked for (``run_check``)."""
-    return key == (record.dtypes[0], 0)
+    """Whether the sample of ``key`` (its dtype and index) is the record's first sample with a
+    differentiable argument (the first ``_each_sample`` yields): the sample on which every check
+    runs every composition, whatever the depth asked for (``run_check``)."""
+    return key == next((k for _, k, _ in _each_sample(record, with_key=True)), None)
 
 
 def _shared(record: OpRecord, key: tuple, sample: Sample, full: bool) -> _Shared:
@@ -807,8 +809,8 @@ def _check_low_precision(record: OpRecord, full: bool) -> float | str:
     if not record.low_precision:
         return "skipped: no low-precision dtypes listed"
     worst = 0.0
-    for label, key, sample in _each_sample(record, ("float64",), with_key=True):
-        if not (full or _representative(record, key)):
+    for i, (label, key, sample) in enumerate(_each_sample(record, ("float64",), with_key=True)):
+        if not (full or i == 0):  # the first float64 sample at the default depth
             continue
         shared = _shared(record, key, sample, full)  # the float64 value and VJP
         f, args = _closure(record, sample)[0], shared.args

@@ -165,6 +165,6 @@ def test_in_process_run_stops_after_a_keyboard_interrupt_that_was_dropped(monkey
 
     monkeypatch.setattr(cli, "_check_record", check_record)
     selected = jaxrules.records()[:3]
-    results, interrupted = cli._run_checks(selected, ("jit",), workers=1, quiet=True)
+    results, interrupted = cli._run_checks(selected, ("jit",), workers=1, quiet=True, full=False)
     assert interrupted and ran == [selected[0].name] and [r.op for r in results] == [selected[0].name]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

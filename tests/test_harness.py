@@ -133,6 +133,16 @@ def test_second_derivatives_run_on_the_records_first_sample_and_on_every_sample_
     assert not failed.passed and "float64 sample 1" in failed.detail and "<vjp(c), t>" in failed.detail
 
 
+def test_the_compositions_run_on_the_first_sample_with_a_differentiable_argument():
+    """A record whose sample 0 has no differentiable argument (integers): its first
+    differentiable sample gets the second derivatives at the default depth."""
+    record = _two_samples("test_second_after_integers", vjp=_on_vectors(_LOST, _square_vjp))
+    record = dataclasses.replace(record, samples=lambda rng, dt: [Sample((np.arange(3),)),
+                                                                 Sample((rng.standard_normal(4).astype(dt),))])
+    failed = run_check(record, "gradients", full=False)
+    assert not failed.passed and "float64 sample 1 {}: jvp of vjp vs finite differences" in failed.detail
+
+
 @jax.custom_batching.custom_vmap
 def _vector_batching_wrong(x):
     return x * x

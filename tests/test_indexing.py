@@ -39,7 +39,7 @@ def test_embedding_conventions_match_torch_and_formulas_agree(padding_idx, scale
 
 def test_a_picks_gradient_is_elementwise_and_other_gathers_scatter():
     """One index per line (cross_entropy's pick of the target class): the VJP is ``where(position
-    == index, ct, 0)``, no scatter (XLA fuses it into the log-softmax's backward); several
+    == index, ct, 0)`` (``partials.scatter_add``), no scatter (XLA fuses it into the log-softmax's backward); several
     indices per line, where duplicates accumulate, keep the scatter-add. Both match jax.numpy's
     autodiff, duplicates included."""
     logits = jnp.asarray(RNG.standard_normal((4, 6)))

@@ -69,7 +69,7 @@ def _gelu_primal(x, *, approximate, **_):
     where the erfc form stays relatively accurate."""
     if approximate:
         return jax.nn.gelu(x, approximate=True)
-    xf = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    xf = x.astype(P.stat_dtype(x.dtype))
     return (0.5 * xf * (1 + lax.erf(xf * (1 / math.sqrt(2))))).astype(x.dtype)
 
 

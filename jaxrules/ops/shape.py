@@ -72,19 +72,9 @@ def take_along_axis_jvp(indices, tx, _, *, axis, shape):
 def take_along_axis_vjp(indices, ct, *, axis, shape):
     """Seed ``gather_backward``: ``ct`` scatter-added at the gathered positions (duplicates
     accumulate), into ``arr`` broadcast against ``indices`` off ``axis`` (the mechanism sums the
-    broadcast dimensions back, torch's ``sum_to``).
-
-    With one index per line along ``axis`` (a pick, as ``nll_loss``'s and ``cross_entropy``'s of
-    the target class) no two entries of ``ct`` meet, and the scatter is the elementwise
-    ``where(position == index, ct, 0)``, which XLA fuses into its consumers (the log-softmax's
-    backward of a cross entropy), where a scatter first writes zeros the size of ``arr`` (a GPT's
-    head at 4096 tokens of a 32768 vocabulary on an H200: its backward outside the matmuls took
-    0.53 ms in three passes over float32 logits, 0.26 ms in two with the select). Not under an
-    ``Explicit`` mesh (there the scatter's sharding rules place the result)."""
+    broadcast dimensions back, torch's ``sum_to``; one index per line: a select,
+    ``P.scatter_add``)."""
     target = ct.shape[:axis] + (shape[axis],) + ct.shape[axis + 1 :]
-    if ct.shape[axis] == 1 and explicit_sharding(ct) is None:
-        position = lax.broadcasted_iota(indices.dtype, target, axis)
-        return jnp.where(position == jnp.broadcast_to(indices, ct.shape), ct, jnp.zeros((), ct.dtype)), None
     return P.scatter_add(target, P.scatter_coords(jnp.broadcast_to(indices, ct.shape), axis), ct), None
 
 

@@ -55,9 +55,20 @@ def gather_at(a, coords, like):
 
 
 def scatter_add(shape, coords, values):
-    """``zeros(shape).at[coords].add(values)``."""
+    """``zeros(shape).at[coords].add(values)`` (indices along the axis in range).
+
+    With one index per line along the axis (the backward of a pick: ``nll_loss``'s and
+    ``cross_entropy``'s target class, a max with its indices) no two values meet, and the
+    scatter is the elementwise ``where(position == index, values, 0)``, which XLA fuses into
+    its consumers where a scatter first writes zeros of the target's size (a GPT's head at 4096
+    tokens of a 32768 vocabulary on an H200: the cross entropy's backward outside the matmuls
+    took 0.53 ms in three passes over float32 logits, 0.26 ms in two with the select). Not
+    under an ``Explicit`` mesh (there the scatter's sharding rules place the result)."""
     if isinstance(coords, _CoordsAlong) and values.shape == coords.index.shape and all(
             n == m for a, (n, m) in enumerate(zip(shape, values.shape)) if a != coords.axis):
+        if values.shape[coords.axis] == 1 and explicit_sharding(values) is None:
+            position = lax.broadcasted_iota(coords.index.dtype, shape, coords.axis)
+            return jnp.where(position == coords.index, values, jnp.zeros((), values.dtype))
         # One scatter per line along the axis, vmapped: the other axes become the scatter's
         # batching dimensions, which XLA's partitioner keeps sharded (it replicates a scatter of
         # sparse iotas into replicated zeros) and which an Explicit mesh resolves.
