@@ -1,6 +1,8 @@
 """Sorting ops beyond the registry harness: torch 2.13's orders (indices with ties and NaN),
 gradients against torch with ties and NaN, zero-size input, bad input."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -66,6 +68,53 @@ def test_sort_flattens_for_axis_none_and_keeps_integer_input():
         expected = torch.sort(torch.tensor(x), descending=True, stable=True)
         np.testing.assert_array_equal(rnp.sort(x, descending=True), expected.values.numpy())
         np.testing.assert_array_equal(rnp.argsort(x, descending=True), expected.indices.numpy())
+
+
+def _every_value(dtype, count=None):
+    """Every bit pattern of a 16-bit float dtype (NaN of both signs, subnormals, signed zeros), or
+    ``count`` random patterns of a wider one with those specials added."""
+    if count is None:
+        return jnp.arange(2**16, dtype=jnp.uint32).astype(jnp.uint16).view(dtype)
+    bits = np.random.default_rng(3).integers(0, 2**32, count, dtype=np.uint64).astype(np.uint32)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-45, -1e-45, 1.0, 1.0], np.float32)
+    return jnp.asarray(np.concatenate([bits.view(np.float32), specials]))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_and_topk_order_every_float_as_torch(dtype, descending):
+    """``sort`` orders every value of a dtype as torch's stable sort, and ``topk``'s indices are
+    the first k of that order: NaN of either sign after the numbers (before, descending), -0.0
+    and 0.0 equal, subnormals in place."""
+    x = _every_value(jnp.dtype(dtype), None if dtype != "float32" else 50_000)
+    x = jnp.stack([x, x[::-1]])
+    theirs = torch.sort(torch.from_numpy(np.asarray(x.astype(jnp.float32))).to(getattr(torch, dtype)),
+                        dim=1, descending=descending, stable=True).indices.numpy()
+    np.testing.assert_array_equal(rnp.argsort(x, axis=1, descending=descending), theirs)
+    for k in (8, 300):  # a GPU selects up to 16 in a kernel of its own, more by a sort
+        top = rnp.topk(x, k, axis=1, largest=descending)
+        np.testing.assert_array_equal(top.indices, theirs[:, :k])
+        np.testing.assert_array_equal(np.asarray(top.values.astype(jnp.float32)),
+                                      np.take_along_axis(np.asarray(x.astype(jnp.float32)), theirs[:, :k], 1))
+    zeros = jnp.asarray(np.array([[0.0, -0.0, 1e-40, -0.0, 0.0, -1e-40, 0.0]], np.float32)).astype(x.dtype)
+    for k in (1, 3, 7):  # ties of the two zeros: positions in order
+        expected = torch.sort(torch.tensor(np.asarray(zeros.astype(jnp.float32))).to(getattr(torch, dtype)),
+                              dim=1, descending=descending, stable=True).indices.numpy()[:, :k]
+        np.testing.assert_array_equal(rnp.topk(zeros, k, axis=1, largest=descending).indices, expected)
+
+
+def test_topk_selects_without_sorting_and_sort_compares_one_key():
+    """``topk`` is ``lax.top_k`` of x's canonical values (a selection, a fraction of a whole
+    sort's time), ``sort`` a stable sort of one integer key and the positions: one integer
+    comparison a step."""
+    x = jnp.ones((4, 64), jnp.bfloat16)
+    top = str(jax.make_jaxpr(lambda a: rnp.topk(a, 5))(x))
+    assert "top_k[" in top and "sort[" not in top
+    # on bfloat16 (a sort of half the bytes of a 32-bit key), never the GPU's TopK kernel of k <= 16
+    assert re.search(r"bf16\[4,17\] [a-z]+:i32\[4,17\] = top_k\[[^\]]*\bk=17\b", top)
+    ordered = str(jax.make_jaxpr(lambda a: rnp.sort(a))(x))
+    assert ordered.count("sort[") == 1 and "num_keys=1" in ordered
+    assert re.search(r"i16\[4,64\] [a-z]+:i(32|64)\[4,64\] = sort\[", ordered)  # (bfloat16's bits, positions)
 
 
 def test_topk_values_match_torch_indices_are_the_earliest_among_ties():

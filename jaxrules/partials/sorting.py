@@ -10,25 +10,78 @@ from jaxrules.partials.elementwise import with_rank
 
 __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
     "QUANTILE_METHODS", "cummaxmin_select", "lerp_selected", "quantile_q_slope", "quantile_selection",
-    "sort_permutation",
+    "order_key", "sort_permutation", "top_k_indices",
 ]
 
 # ----------------------------------------------------------------------------------------------
 # Sorting (sort, topk, cummax/cummin, nanmedian, quantile)
 
 
+def _canonical_bits(x):
+    """A float array's bits as signed integers of its width, with ``-0.0`` as ``0.0`` and every
+    NaN as the positive quiet NaN; and the integer dtype. Computed on the bits: a float
+    comparison could flush subnormals to zero (XLA's CPU does)."""
+    int_dtype = jnp.dtype(f"int{8 * x.dtype.itemsize}")
+    info = jnp.iinfo(int_dtype)
+    magnitude = jnp.array(info.max, int_dtype)
+    infinity, nan = (lax.bitcast_convert_type(jnp.array(v, x.dtype), int_dtype) for v in (jnp.inf, jnp.nan))
+    bits = lax.bitcast_convert_type(x, int_dtype)
+    bits = jnp.where(bits == info.min, jnp.zeros((), int_dtype), bits)
+    return jnp.where((bits & magnitude) > infinity, nan & magnitude, bits), int_dtype
+
+
+def order_key(x, descending=False):
+    """An integer array whose ascending order is torch's order of ``x``: NaN after every number
+    (before, when ``descending``), ``-0.0 == 0.0``, subnormals by value. A float's canonical bits
+    (``_canonical_bits``) as a signed integer order the positive floats and NaN above them;
+    flipping every bit but the sign of a negative one orders the negatives below them. ``~``
+    reverses any integer order without overflow. One integer comparison a step, where JAX's float
+    comparator canonicalizes both operands on every comparison."""
+    if x.dtype == jnp.bool_:
+        key = x.astype(jnp.uint8)
+    elif jnp.issubdtype(x.dtype, jnp.inexact):
+        bits, int_dtype = _canonical_bits(x)
+        key = jnp.where(bits < 0, bits ^ jnp.array(jnp.iinfo(int_dtype).max, int_dtype), bits)
+    else:
+        key = x
+    return ~key if descending else key
+
+
 def sort_permutation(x, axis, descending=False):
     """torch's stable sort order along ``axis`` (default-int indices): NaN after every number
-    (before, when ``descending``), equal values (``-0.0 == 0.0``) in their positions' order."""
+    (before, when ``descending``), equal values (``-0.0 == 0.0``) in their positions' order. One
+    integer key (``order_key``) and the positions: a pair sort."""
     axis = axis % x.ndim
     x = unsharded_along(x, (axis,))  # an Explicit mesh: XLA sorts along unsharded axes only
-    nan = jnp.isnan(x)
-    value = jnp.where(nan | (x == 0), jnp.zeros((), x.dtype), x)  # XLA's total order splits -0.0 and 0.0
-    if descending:  # ~ reverses integer and boolean order without overflow
-        value = -value if jnp.issubdtype(x.dtype, jnp.inexact) else ~value
-    first, second = (~nan, value) if descending else (nan, value)
     iota = lax.broadcasted_iota(jnp.zeros((), int).dtype, x.shape, axis, out_sharding=explicit_sharding(x))
-    return lax.sort((first, second, iota), dimension=axis, num_keys=2, is_stable=True)[2]
+    return lax.sort((order_key(x, descending), iota), dimension=axis, num_keys=1, is_stable=True)[1]
+
+
+GPU_TOP_K_KERNEL_MAX_K = 16  # XLA's GPU TopK kernel, taken up to this k, does not order NaN
+
+
+def top_k_indices(x, k, axis, largest=True):
+    """The positions of the first ``k`` entries of ``sort_permutation(x, axis, descending=largest)``
+    (default-int indices) by ``lax.top_k``. A float input goes in as its canonical value
+    (``_canonical_bits``), with the sign flipped for the smallest: ``lax.top_k``'s sort orders
+    floats by their bits with the positive NaN last, and for 16-bit floats moves half the bytes
+    of an integer key of 32 bits. It asks for at least ``GPU_TOP_K_KERNEL_MAX_K + 1`` entries,
+    so that a GPU sorts instead of taking its TopK kernel, and keeps the first ``k``; a line of
+    no more entries takes the integer key's sort. ``lax.top_k`` puts the lower position first
+    among equal values, as the stable sort does."""
+    axis = axis % x.ndim
+    x = unsharded_along(x, (axis,))  # an Explicit mesh: XLA selects along unsharded axes only
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        key, selected = order_key(x, descending=not largest), k
+    elif x.shape[axis] <= GPU_TOP_K_KERNEL_MAX_K:
+        return lax.slice_in_dim(sort_permutation(x, axis, descending=largest), 0, k, axis=axis)
+    else:
+        bits, int_dtype = _canonical_bits(x)
+        if not largest:
+            bits = bits ^ jnp.array(jnp.iinfo(int_dtype).min, int_dtype)
+        key, selected = lax.bitcast_convert_type(bits, x.dtype), max(k, GPU_TOP_K_KERNEL_MAX_K + 1)
+    _, idx = lax.top_k(key, selected, axis=axis)
+    return lax.slice_in_dim(idx, 0, k, axis=axis).astype(jnp.zeros((), int).dtype)
 
 
 def cummaxmin_select(x, axis, largest):
