@@ -138,7 +138,7 @@ def test_the_norms_benchmark_times_every_variant_at_small_points(tmp_path, capsy
     rows = norms.main(["--count", "240", "--max-elements", "90000", "--repeats", "2", "--calls", "1",
                        "--out", str(out)])
     small = [p for p in load("benchmarks/shapes.py").held_out() if np.prod(p.shape) <= 90000]
-    assert len(rows) == len(small) == 1
+    assert len(rows) == len(small) >= 1
     for row, point in zip(rows, small, strict=True):
         assert (row["op"], tuple(row["shape"]), row["dtype"]) == (point.op, point.shape, point.dtype)
         variants = ("default", "xla", "jax", *(("pallas",) if jax.default_backend() == "gpu" else ()))

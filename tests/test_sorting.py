@@ -103,6 +103,22 @@ def test_sort_and_topk_order_every_float_as_torch(dtype, descending):
         np.testing.assert_array_equal(rnp.topk(zeros, k, axis=1, largest=descending).indices, expected)
 
 
+def test_kthvalue_and_median_order_subnormals_and_signed_zeros_as_torch():
+    """The k-th smallest of subnormals, zeros of both signs and NaN: torch's values, and the
+    k-th index of torch's stable sort (the earliest position among ties; torch's own kthvalue
+    picks among tied zeros by its selection). A CPU's float comparison would take the
+    subnormals for zeros."""
+    x = np.array([[1e-40, -1e-40, 0.0, -1e-39, -0.0, 2.0], [NAN, 1e-40, -0.0, 0.0, -1e-40, 1e-39]], np.float32)
+    order = torch.sort(torch.tensor(x), dim=1, stable=True).indices.numpy()
+    for k in range(1, 7):
+        ours, theirs = rnp.kthvalue(x, k, axis=1), torch.kthvalue(torch.tensor(x), k, dim=1)
+        np.testing.assert_array_equal(ours.values, theirs.values.numpy())
+        np.testing.assert_array_equal(ours.indices, order[:, k - 1])
+    ours, theirs = rnp.median(x, axis=1, return_indices=True), torch.median(torch.tensor(x), dim=1)
+    np.testing.assert_array_equal(ours.values, theirs.values.numpy())
+    np.testing.assert_array_equal(ours.indices, [order[0, 2], 0])  # the lower middle; the NaN's
+
+
 def test_topk_selects_without_sorting_and_sort_compares_one_key():
     """``topk`` is ``lax.top_k`` of x's canonical values (a selection, a fraction of a whole
     sort's time), ``sort`` a stable sort of one integer key and the positions: one integer

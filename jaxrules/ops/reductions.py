@@ -240,7 +240,7 @@ def _selected_index(x, *, kind, k, axis, **_):
         idx = jnp.argmin(jnp.where(jnp.isnan(x), -jnp.inf, x), axis=axis)
         idx = jnp.where(jnp.any(jnp.isnan(x), axis), jnp.argmax(jnp.isnan(x), axis), idx)
     else:
-        idx = jnp.take(jnp.argsort(x, axis=axis, stable=True), k, axis=axis)
+        idx = jnp.take(P.sort_permutation(x, axis), k, axis=axis)
         if kind == "median":
             idx = jnp.where(jnp.any(jnp.isnan(x), axis), jnp.argmax(jnp.isnan(x), axis), idx)
     return jnp.expand_dims(idx, axis)
