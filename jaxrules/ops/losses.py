@@ -176,6 +176,34 @@ _linear_cross_entropy = define_op(
 )
 
 
+def _ctc_primal(lp, ext, skip, input_lengths, target_lengths, **_):
+    """The loss per sequence, ``-log p(target | lp)`` (``P.ctc_alpha_beta``), ``(N,)``."""
+    return P.ctc_alpha_beta(lp, ext, skip, input_lengths, target_lengths)[2]
+
+
+def _ctc_save(out, lp, ext, skip, input_lengths, target_lengths, *, zero_infinity):
+    """The occupancy ``(T, N, C)`` (``P.ctc_occupancy``; 0 for a sequence without a path with
+    ``zero_infinity``)."""
+    nll, occupancy = P.ctc_occupancy(lp, ext, skip, input_lengths, target_lengths)
+    return jnp.where(zero_infinity & jnp.isinf(nll)[None, :, None], 0, occupancy)
+
+
+def ctc_jvp(occupancy, tlp, *_, **__):
+    """``d nll_n = -sum_{t,c} occupancy[t, n, c] tlp[t, n, c]``: the derivative with respect to
+    the log-probabilities themselves. torch's ``ctc_loss_backward`` adds ``exp(lp[t, n, c])``
+    for ``t < T_n``, the part of the derivative that a ``log_softmax`` before the loss removes
+    (its backward maps ``exp(lp)`` to 0), so the logits' gradients agree."""
+    return None if tlp is None else -jnp.sum(occupancy * tlp, axis=(0, 2))
+
+
+def ctc_vjp(occupancy, ct, **_):
+    """``d lp = -occupancy ct_n`` (the transpose of ``ctc_jvp``); the labels and lengths take none."""
+    return -occupancy * ct[None, :, None], None, None, None, None
+
+
+_ctc_nll = define_op("ctc_loss", _ctc_primal, ctc_jvp, ctc_vjp, _ctc_save)
+
+
 # ----------------------------------------------------------------------------------------------
 # Public functions
 

@@ -12,7 +12,8 @@ from jaxrules.mechanism import explicit_sharding
 from jaxrules.partials.elementwise import promoted_dtype, safe_reciprocal, with_rank
 
 __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
-    "bce_derivatives", "bce_with_logits_derivatives", "clamped_var", "gaussian_nll_derivatives",
+    "bce_derivatives", "bce_with_logits_derivatives", "clamped_var", "ctc_alpha_beta", "ctc_extended",
+    "ctc_occupancy", "gaussian_nll_derivatives",
     "hinge_embedding_derivatives", "huber_derivatives", "kl_div_derivatives", "l1_derivatives",
     "lce_accumulation", "lce_backward", "lce_chunk_size", "lce_coefficients", "lce_forward", "lce_per_token",
     "lce_tangent", "lce_token_cotangent", "lce_token_weights", "lce_unpack", "margin_ranking_derivatives",
@@ -400,3 +401,92 @@ def lce_token_cotangent(ct, target, class_weight, *, vocab, ignore_index, reduct
         denominator = jnp.sum(w_t)
         ct = ct / jnp.where(denominator == 0, 1, denominator)
     return jnp.broadcast_to(ct, target.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# Connectionist temporal classification (ctc_loss): the forward and backward variables of the
+# extended label sequence (a blank before, between and after the labels), in log space.
+
+
+def _log_sum3(a, b, c):
+    """``log(e^a + e^b + e^c)``, -inf where all three are -inf, with finite derivatives of every
+    order there (0: the log reads 1 where the sum is 0; the shift ``m`` cancels, so it carries no
+    derivative)."""
+    m = jax.lax.stop_gradient(jnp.maximum(jnp.maximum(a, b), c))
+    m = jnp.where(jnp.isfinite(m), m, 0)
+    total = jnp.exp(a - m) + jnp.exp(b - m) + jnp.exp(c - m)
+    return jnp.where(total > 0, m + jnp.log(jnp.where(total > 0, total, 1)), -jnp.inf)
+
+
+def _shifted(a, by, fill):
+    """``a`` moved ``by`` places along its last axis (right for ``by > 0``), ``fill`` entering."""
+    pad = jnp.full(a.shape[:-1] + (abs(by),), fill, a.dtype)
+    return jnp.concatenate([pad, a[..., :-by]] if by > 0 else [a[..., -by:], pad], axis=-1)
+
+
+def ctc_extended(targets, target_lengths, blank):
+    """The extended labels ``(N, 2 S + 1)`` (blank, y_1, blank, ..., y_S, blank) of padded targets
+    ``(N, S)``, and where a path may skip from ``s - 2`` to ``s`` (``s`` a label, not the one two
+    places back)."""
+    n, s = targets.shape
+    ext = jnp.full((n, 2 * s + 1), blank, targets.dtype).at[:, 1::2].set(targets)
+    skip = jnp.zeros(ext.shape, bool).at[:, 2:].set((ext[:, 2:] != blank) & (ext[:, 2:] != ext[:, :-2]))
+    return ext, skip & (jnp.arange(2 * s + 1) < 2 * target_lengths[:, None] + 1)
+
+
+def ctc_alpha_beta(lp, ext, skip, input_lengths, target_lengths):
+    """``(log_alpha, log_beta, nll)`` of log-probabilities ``lp`` ``(T, N, C)``: ``alpha_t(s)`` the
+    probability of the paths through extended state ``s`` at time ``t`` over ``0..t``,
+    ``beta_t(s)`` over ``t..T_n - 1``, both including ``lp[t, ext[s]]`` (Graves et al. 2006;
+    torch's ``ctc_loss_cpu_template`` / ``ctc_loss_backward_cpu_template``), ``-inf`` outside
+    ``t < T_n``; ``nll = -log(alpha_{T_n-1}(2 S_n) + alpha_{T_n-1}(2 S_n - 1))`` (0 for ``T_n = S_n = 0``)."""
+    t_max, n, _ = lp.shape
+    length = ext.shape[1]
+    emit = jnp.take_along_axis(lp, jnp.broadcast_to(ext[None], (t_max, n, length)), axis=2)  # (T, N, L)
+    ninf = jnp.array(-jnp.inf, lp.dtype)
+    state = jnp.arange(length)
+    final = (state == 2 * target_lengths[:, None]) | (state == 2 * target_lengths[:, None] - 1)
+    start = jnp.where(state == 0, 0, ninf) * jnp.ones((n, 1), lp.dtype)  # a virtual step before t = 0
+
+    def forward(a, step):
+        t, e = step
+        moved = e + _log_sum3(a, _shifted(a, 1, ninf), jnp.where(skip, _shifted(a, 2, ninf), ninf))
+        live = (t < input_lengths)[:, None]
+        return jnp.where(live, moved, a), jnp.where(live, moved, ninf)
+
+    last, log_alpha = jax.lax.scan(forward, start, (jnp.arange(t_max), emit))
+    top = jnp.max(jnp.where(final, last, ninf), axis=1, keepdims=True)
+    top = jnp.where(jnp.isfinite(top), top, 0)
+    nll = -(top[:, 0] + jnp.log(jnp.sum(jnp.where(final, jnp.exp(last - top), 0), axis=1)))  # +inf: no path
+    end = jnp.where(final, 0, ninf).astype(lp.dtype)
+    skip_to = _shifted(skip, -2, False)  # from s, a skip to s + 2
+
+    def backward(b, step):
+        t, e = step
+        nxt = jnp.where((t == input_lengths - 1)[:, None], end,
+                        _log_sum3(b, _shifted(b, -1, ninf), jnp.where(skip_to, _shifted(b, -2, ninf), ninf)))
+        live = (t < input_lengths)[:, None]
+        moved = e + nxt
+        return jnp.where(live, moved, end), jnp.where(live, moved, ninf)
+
+    _, log_beta = jax.lax.scan(backward, end, (jnp.arange(t_max), emit), reverse=True)
+    return log_alpha, log_beta, nll, emit
+
+
+def ctc_occupancy(lp, ext, skip, input_lengths, target_lengths):
+    """``(nll, occupancy)``: the loss per sequence and ``d nll / d lp = -occupancy`` ``(T, N, C)``,
+    ``occupancy[t, c] = sum_{s: ext[s] = c} alpha_t(s) beta_t(s) / (y_t(c) p)`` (the expected
+    number of paths' visits to class c at time t; torch's ``ctc_loss_backward_cpu_template``
+    without its ``exp(lp)`` term). NaN at the steps ``t < T_n`` of a sequence whose loss is
+    infinite (no path), as torch."""
+    log_alpha, log_beta, nll, emit = ctc_alpha_beta(lp, ext, skip, input_lengths, target_lengths)
+    through = log_alpha + log_beta
+    visits = jnp.where(jnp.isfinite(through), jnp.exp(through - jnp.where(jnp.isfinite(through), emit, 0)
+                                                      + nll[None, :, None]), 0)  # (T, N, L); 0 off the paths
+    inside = jnp.arange(lp.shape[0])[:, None, None] < input_lengths[None, :, None]
+    visits = jnp.where(jnp.isinf(nll)[None, :, None] & inside, jnp.nan, visits)
+    index = jnp.broadcast_to(ext[None], visits.shape)
+    occupancy = jnp.zeros(lp.shape, visits.dtype)
+    t_idx = jnp.arange(lp.shape[0])[:, None, None]
+    n_idx = jnp.arange(lp.shape[1])[None, :, None]
+    return nll, occupancy.at[t_idx, n_idx, index].add(visits)

@@ -27,6 +27,7 @@ import numpy as np
 
 import jaxrules.nn as _nn
 from jaxrules import _validate as _V
+from jaxrules import partials as _P
 from jaxrules.ops import conv as _conv_ops
 from jaxrules.ops import losses as _losses
 from jaxrules.ops import shape as _shape
@@ -1218,6 +1219,100 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """``log(1 + exp(-target input))``; mirrors ``torch.nn.functional.soft_margin_loss``."""
     return _nn.soft_margin_loss(input, target, _reduction("soft_margin_loss", size_average, reduce, reduction))
+
+
+def _lengths(op, name, value, count):
+    """``input_lengths`` / ``target_lengths`` as an integer vector of ``count`` entries."""
+    v = jnp.asarray(value)
+    if not jnp.issubdtype(v.dtype, jnp.integer):
+        raise TypeError(f"{op}: {name} must hold integers, got {v.dtype}")
+    if v.size != count or v.ndim > 1:
+        raise ValueError(f"{op}: {name} must have one entry per sequence ({count}), got shape {v.shape}")
+    return v.reshape(count)
+
+
+def _padded_targets(op, targets, target_lengths, count):
+    """Targets ``(N, S)`` from padded ones (as they are) or from torch's concatenated 1-D form
+    (split at the concrete ``target_lengths``)."""
+    t = jnp.asarray(targets)
+    if not jnp.issubdtype(t.dtype, jnp.integer):
+        raise TypeError(f"{op}: targets must hold integer class indices, got {t.dtype}")
+    if t.ndim == 2:
+        if t.shape[0] != count:
+            raise ValueError(f"{op}: targets of shape {t.shape} must have one row per sequence ({count})")
+        return t
+    if t.ndim != 1:
+        raise ValueError(f"{op}: targets must be (N, S) or the concatenated 1-D targets, got shape {t.shape}")
+    lengths = np.asarray(target_lengths) if isinstance(target_lengths, list | tuple) else \
+        _V.host_value(target_lengths)
+    if lengths is None:
+        raise TypeError(f"{op}: concatenated 1-D targets need concrete target_lengths (pass (N, S) padded "
+                        "targets under jit)")
+    lengths = np.asarray(lengths, np.int64).reshape(-1)
+    if lengths.sum() != t.shape[0]:
+        raise ValueError(f"{op}: the target lengths sum to {int(lengths.sum())}, but targets has {t.shape[0]} entries")
+    width = int(lengths.max()) if lengths.size else 0
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    index = np.minimum(offsets[:, None] + np.arange(width)[None], max(t.shape[0] - 1, 0))
+    return jnp.where(np.arange(width)[None] < lengths[:, None], t[index] if t.shape[0] else 0, 0).astype(t.dtype)
+
+
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean", zero_infinity=False):
+    """The connectionist temporal classification loss: per sequence ``-log p(target | x)``, the
+    probability summed over every alignment of the target (blanks between, repeats merged) to
+    ``input_lengths[n]`` steps of ``log_probs``, then ``reduction`` (``"mean"``: each loss over
+    its target length, at least 1, then the mean; torch's). Mirrors
+    ``torch.nn.functional.ctc_loss``.
+
+    The derivative with respect to ``log_probs`` is the derivative of this function: minus the
+    expected visits of each class at each step (``partials.ctc_occupancy``). torch's backward
+    adds ``exp(log_probs)`` at the steps inside each sequence, which is not part of the
+    derivative with respect to ``log_probs``; after a ``log_softmax`` (its usual input) the two
+    give the same gradient of the logits. A sequence without an alignment (a target too long for
+    its input) has an infinite loss and NaN gradients, or 0 and 0 with ``zero_infinity`` (torch's).
+
+    Args:
+        log_probs: ``(T, N, C)`` log-probabilities (``(T, C)``: one sequence); half precision
+            computes in float32.
+        targets: ``(N, S)`` class indices padded past each target's length, or the targets
+            concatenated (1-D, with concrete ``target_lengths``); in ``[0, C)``.
+        input_lengths: ``(N,)`` integers in ``[0, T]``.
+        target_lengths: ``(N,)`` integers in ``[0, S]``.
+        blank: the blank class, in ``[0, C)``.
+        reduction: ``"none"`` (``(N,)``), ``"mean"`` or ``"sum"``.
+        zero_infinity: infinite losses and their gradients become 0.
+    """
+    op = "ctc_loss"
+    reduction = _reduction(op, None, None, reduction)
+    _losses._check_reduction(op, reduction)
+    zero_infinity = _V.flag(op, "zero_infinity", zero_infinity)
+    lp = _V.array(op, "log_probs", log_probs)
+    if lp.ndim not in (2, 3):
+        raise ValueError(f"{op}: log_probs must be (T, N, C) or (T, C), got shape {lp.shape}")
+    unbatched = lp.ndim == 2
+    if unbatched:
+        lp = lp[:, None]
+        targets = jnp.asarray(targets)[None] if jnp.ndim(targets) == 1 else targets
+    steps, count, classes = lp.shape
+    if isinstance(blank, bool) or not isinstance(blank, int | np.integer) or not 0 <= blank < classes:
+        raise ValueError(f"{op}: blank must be an int in [0, {classes}), got {blank!r}")
+    input_lengths = _lengths(op, "input_lengths", input_lengths, count)
+    target_lengths = _lengths(op, "target_lengths", target_lengths, count)
+    padded = _padded_targets(op, targets, target_lengths, count)
+    _V.index_range(op, "input_lengths", input_lengths, steps + 1)
+    _V.index_range(op, "target_lengths", target_lengths, padded.shape[1] + 1)
+    _V.index_range(op, "targets", jnp.where(jnp.arange(padded.shape[1]) < target_lengths[:, None], padded, 0),
+                   classes)
+    compute = jnp.promote_types(lp.dtype, jnp.float32)
+    ext, skip = _P.ctc_extended(padded, target_lengths, blank)
+    nll = _losses._ctc_nll(lp.astype(compute), ext, skip, input_lengths, target_lengths, zero_infinity=zero_infinity)
+    if zero_infinity:
+        nll = jnp.where(jnp.isinf(nll), 0, nll)
+    if reduction == "mean":
+        nll = nll / jnp.maximum(target_lengths, 1).astype(compute)
+    elif unbatched:
+        nll = nll[0]
+    return _losses._reduce(op, nll, reduction).astype(lp.dtype)
 
 
 def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None,
