@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxrules.nn as _nn
+import jaxrules.numpy as _rnp
 from jaxrules import _validate as _V
 from jaxrules import partials as _P
 from jaxrules.ops import conv as _conv_ops
@@ -39,13 +40,14 @@ __all__ = [
     "avg_pool2d", "avg_pool3d", "batch_norm", "bilinear", "binary_cross_entropy",
     "binary_cross_entropy_with_logits", "celu", "channel_shuffle", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
     "conv_transpose2d", "conv_transpose3d", "cosine_embedding_loss", "cosine_similarity", "cross_entropy",
-    "dropout", "dropout1d", "dropout2d", "dropout3d", "elu", "embedding", "embedding_bag", "feature_alpha_dropout",
-    "fold", "gaussian_nll_loss", "gelu", "glu", "grid_sample", "group_norm", "gumbel_softmax", "hardshrink",
-    "hardsigmoid", "hardswish", "hardtanh", "hinge_embedding_loss", "huber_loss", "instance_norm", "interpolate",
-    "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear", "linear_cross_entropy", "local_response_norm",
-    "log_softmax", "logsigmoid", "lp_pool1d", "lp_pool2d", "lp_pool3d", "margin_ranking_loss", "max_pool1d",
-    "max_pool1d_with_indices", "max_pool2d", "max_pool2d_with_indices", "max_pool3d", "max_pool3d_with_indices",
-    "max_unpool1d", "max_unpool2d", "max_unpool3d", "mish", "mse_loss", "multi_margin_loss",
+    "ctc_loss", "dropout", "dropout1d", "dropout2d", "dropout3d", "elu", "embedding", "embedding_bag",
+    "feature_alpha_dropout", "fold", "gaussian_nll_loss", "gelu", "glu", "grid_sample", "group_norm",
+    "gumbel_softmax", "hardshrink", "hardsigmoid", "hardswish", "hardtanh", "hinge_embedding_loss", "huber_loss",
+    "instance_norm", "interpolate", "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear",
+    "linear_cross_entropy", "local_response_norm", "log_softmax", "logsigmoid", "lp_pool1d", "lp_pool2d",
+    "lp_pool3d", "margin_ranking_loss", "max_pool1d", "max_pool1d_with_indices", "max_pool2d",
+    "max_pool2d_with_indices", "max_pool3d", "max_pool3d_with_indices", "max_unpool1d", "max_unpool2d",
+    "max_unpool3d", "mish", "mse_loss", "multi_head_attention_forward", "multi_margin_loss",
     "multilabel_margin_loss", "multilabel_soft_margin_loss", "native_channel_shuffle", "nll_loss", "normalize",
     "one_hot", "pad", "pairwise_distance", "pdist", "pixel_shuffle", "pixel_unshuffle", "poisson_nll_loss", "prelu",
     "relu", "relu6", "rms_norm", "rrelu", "scaled_dot_product_attention", "selu", "sigmoid", "silu",
@@ -506,6 +508,154 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     ``jax.random`` key as ``dropout_key=``."""
     return _nn.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
                                             enable_gqa=enable_gqa, dropout_key=dropout_key)
+
+
+def _additive_mask(op, name, mask, dtype):
+    """An attention mask as torch's ``_canonical_mask`` makes it: a boolean one (True: not
+    attended) as ``-inf`` / 0 in ``dtype``, a float one added as it is."""
+    if mask is None:
+        return None
+    m = jnp.asarray(mask)
+    if m.dtype == jnp.bool_:
+        return jnp.where(m, -jnp.inf, 0).astype(dtype)
+    if not jnp.issubdtype(m.dtype, jnp.floating):
+        raise TypeError(f"{op}: {name} must be boolean or floating, got {m.dtype}")
+    return m
+
+
+def _heads_first(x, heads, head_dim):
+    """``(L, N, heads * head_dim)`` -> ``(N * heads, L, head_dim)`` (torch's view and transpose)."""
+    return jnp.swapaxes(x.reshape(x.shape[0], x.shape[1] * heads, head_dim), 0, 1)
+
+
+def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
+                                 bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias,
+                                 training=True, key_padding_mask=None, need_weights=True, attn_mask=None,
+                                 use_separate_proj_weight=False, q_proj_weight=None, k_proj_weight=None,
+                                 v_proj_weight=None, static_k=None, static_v=None, average_attn_weights=True,
+                                 is_causal=False, *, dropout_key=None):
+    """Multi-head attention (``torch.nn.MultiheadAttention``'s forward): the inputs projected
+    (``in_proj_weight`` split in three, or the separate weights), split into ``num_heads`` heads,
+    ``softmax(q k^T / sqrt(head_dim) + mask) v`` per head, the heads joined and projected by
+    ``out_proj_weight``. Mirrors ``torch.nn.functional.multi_head_attention_forward``: sequence-
+    first ``(L, N, E)`` inputs (``(L, E)``: one sequence), boolean masks marking the positions
+    *not* attended (float masks are added), ``bias_k``/``bias_v`` and ``add_zero_attn`` appending
+    one key position, ``static_k``/``static_v`` ``(N * num_heads, S, head_dim)`` replacing the
+    projected keys/values. With ``need_weights`` the weights are computed and returned (averaged
+    over the heads with ``average_attn_weights``), else ``scaled_dot_product_attention`` runs and
+    the weights are None. A composition of ``jaxrules.nn``'s ``linear``, ``softmax``,
+    ``scaled_dot_product_attention`` and ``dropout`` and ``jaxrules.numpy.matmul``, so its
+    derivatives are theirs. JAX has no global generator: with ``training`` and ``dropout_p > 0``
+    pass a ``jax.random`` key as ``dropout_key=``. Argument errors torch raises as
+    ``AssertionError`` / ``RuntimeError`` are ``ValueError`` here.
+
+    Returns:
+        ``(attn_output, attn_weights)``: ``(L, N, E_out)`` and ``(N, L, S)`` (averaged) or
+        ``(N, num_heads, L, S)``, or None without ``need_weights``.
+    """
+    op = "multi_head_attention_forward"
+    q_in, k_in, v_in = (_V.array(op, n, a) for n, a in (("query", query), ("key", key), ("value", value)))
+    if q_in.ndim not in (2, 3) or k_in.ndim != q_in.ndim or v_in.ndim != q_in.ndim:
+        raise ValueError(f"{op}: query, key and value must all be (L, N, E) or all (L, E), got shapes "
+                         f"{q_in.shape}, {k_in.shape}, {v_in.shape}")
+    batched = q_in.ndim == 3
+    if not batched:
+        q_in, k_in, v_in = q_in[:, None], k_in[:, None], v_in[:, None]
+        if key_padding_mask is not None:
+            key_padding_mask = jnp.asarray(key_padding_mask)[None]
+    tgt_len, bsz, embed_dim = q_in.shape
+    dtype = q_in.dtype
+    if key_padding_mask is not None and attn_mask is not None and \
+            jnp.asarray(key_padding_mask).dtype != jnp.asarray(attn_mask).dtype:
+        warnings.warn("Support for mismatched key_padding_mask and attn_mask is deprecated. Use same type for "
+                      "both instead.", UserWarning, stacklevel=2)
+    key_padding_mask = _additive_mask(op, "key_padding_mask", key_padding_mask, dtype)
+    if is_causal and attn_mask is None:
+        raise ValueError(f"{op}: is_causal needs attn_mask (torch's hint; pass the causal mask too)")
+    attn_mask = _additive_mask(op, "attn_mask", attn_mask, dtype)
+    if is_causal and key_padding_mask is None and not need_weights:
+        attn_mask = None  # scaled_dot_product_attention's is_causal
+    else:
+        is_causal = False
+    if embed_dim != embed_dim_to_check:
+        raise ValueError(f"{op}: expected embedding dimension {embed_dim_to_check}, got {embed_dim}")
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int | np.integer) or num_heads < 1 \
+            or embed_dim % num_heads:
+        raise ValueError(f"{op}: num_heads must be a positive divisor of the embedding dimension {embed_dim}, "
+                         f"got {num_heads!r}")
+    head_dim = embed_dim // num_heads
+    if (k_in.shape[:2] != v_in.shape[:2]) if use_separate_proj_weight else (k_in.shape != v_in.shape):
+        raise ValueError(f"{op}: key of shape {k_in.shape} does not match value of shape {v_in.shape}")
+    biases = (None,) * 3 if in_proj_bias is None else jnp.split(_V.array(op, "in_proj_bias", in_proj_bias), 3)
+    if use_separate_proj_weight:
+        weights = (q_proj_weight, k_proj_weight, v_proj_weight)
+        if any(w is None for w in weights):
+            raise ValueError(f"{op}: use_separate_proj_weight needs q_proj_weight, k_proj_weight and v_proj_weight")
+    else:
+        if in_proj_weight is None:
+            raise ValueError(f"{op}: in_proj_weight is None (and use_separate_proj_weight is False)")
+        weights = jnp.split(_V.array(op, "in_proj_weight", in_proj_weight), 3)
+    q, k, v = (_nn.linear(x, w, b) for x, w, b in zip((q_in, k_in, v_in), weights, biases, strict=True))
+    src_len = k_in.shape[0]
+    if attn_mask is not None:
+        if attn_mask.ndim == 2 and attn_mask.shape == (tgt_len, src_len):
+            attn_mask = attn_mask[None]
+        elif attn_mask.ndim != 3 or attn_mask.shape != (bsz * num_heads, tgt_len, src_len):
+            raise ValueError(f"{op}: attn_mask must be ({tgt_len}, {src_len}) or ({bsz * num_heads}, {tgt_len}, "
+                             f"{src_len}), got shape {attn_mask.shape}")
+
+    def one_more_key(mask):  # a key position appended: attended (0) by every query
+        return None if mask is None else jnp.pad(mask, [(0, 0)] * (mask.ndim - 1) + [(0, 1)])
+
+    if (bias_k is None) != (bias_v is None):
+        raise ValueError(f"{op}: bias_k and bias_v must be given together")
+    if bias_k is not None:
+        if static_k is not None or static_v is not None:
+            raise ValueError(f"{op}: bias_k and bias_v cannot be added to static_k / static_v")
+        k = jnp.concatenate([k, jnp.broadcast_to(_V.array(op, "bias_k", bias_k), (1, bsz, embed_dim))])
+        v = jnp.concatenate([v, jnp.broadcast_to(_V.array(op, "bias_v", bias_v), (1, bsz, embed_dim))])
+        attn_mask, key_padding_mask = one_more_key(attn_mask), one_more_key(key_padding_mask)
+    q = _heads_first(q, num_heads, head_dim)
+    k, v = (_heads_first(x, num_heads, head_dim) if static is None else _V.array(op, name, static)
+            for x, static, name in ((k, static_k, "static_k"), (v, static_v, "static_v")))
+    for x, name in ((k, "static_k"), (v, "static_v")):
+        if x.ndim != 3 or x.shape[0] != bsz * num_heads or x.shape[2] != head_dim:
+            raise ValueError(f"{op}: {name} must be ({bsz * num_heads}, S, {head_dim}), got shape {x.shape}")
+    if add_zero_attn:
+        k, v = (jnp.concatenate([x, jnp.zeros((bsz * num_heads, 1, head_dim), x.dtype)], axis=1) for x in (k, v))
+        attn_mask, key_padding_mask = one_more_key(attn_mask), one_more_key(key_padding_mask)
+    src_len = k.shape[1]
+    if key_padding_mask is not None:
+        if key_padding_mask.shape != (bsz, src_len):
+            raise ValueError(f"{op}: key_padding_mask must be ({bsz}, {src_len}), got shape {key_padding_mask.shape}")
+        per_head = jnp.repeat(key_padding_mask[:, None, None, :], num_heads, axis=1).reshape(bsz * num_heads, 1,
+                                                                                              src_len)
+        attn_mask = per_head if attn_mask is None else attn_mask + per_head
+    if not training:
+        dropout_p = 0.0
+    if need_weights:
+        scores = _rnp.matmul(q * math.sqrt(1.0 / head_dim), jnp.swapaxes(k, -2, -1))
+        probs = _nn.softmax(scores if attn_mask is None else scores + attn_mask, axis=-1)
+        if dropout_p > 0.0:
+            probs = _nn.dropout(probs, dropout_p, True, key=dropout_key)
+        out = jnp.swapaxes(_rnp.matmul(probs, v), 0, 1).reshape(tgt_len * bsz, embed_dim)
+        attn_weights = probs.reshape(bsz, num_heads, tgt_len, src_len)
+        if average_attn_weights:
+            attn_weights = _rnp.mean(attn_weights, axis=1)
+    else:
+        if attn_mask is not None:
+            attn_mask = attn_mask[None] if attn_mask.shape[0] == 1 else attn_mask.reshape(bsz, num_heads, -1, src_len)
+        heads = [x.reshape(bsz, num_heads, x.shape[1], head_dim) for x in (q, k, v)]
+        out = _nn.scaled_dot_product_attention(*heads, attn_mask, dropout_p, is_causal, dropout_key=dropout_key)
+        out = jnp.transpose(out, (2, 0, 1, 3)).reshape(bsz * tgt_len, embed_dim)
+        attn_weights = None
+    out = _nn.linear(out, _V.array(op, "out_proj_weight", out_proj_weight),
+                     None if out_proj_bias is None else _V.array(op, "out_proj_bias", out_proj_bias))
+    out = out.reshape(tgt_len, bsz, out.shape[-1])
+    if not batched:
+        out = out[:, 0]
+        attn_weights = None if attn_weights is None else attn_weights[0]
+    return out, attn_weights
 
 
 # ---------------------------------------------------------------------------------------------
