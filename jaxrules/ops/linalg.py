@@ -147,6 +147,97 @@ linear_op = define_op(
 )
 
 
+def _rows_grouped(x, w, group_sizes, preferred):
+    """``out[rows of group g] = x[rows of group g] @ w[g]``: ``x`` ``(M, K)``, ``w`` ``(G, K, N)``;
+    rows past the groups give 0 (``lax.ragged_dot``)."""
+    return lax.ragged_dot(x, w, group_sizes, preferred_element_type=preferred)
+
+
+def _contraction_grouped(x, y, group_sizes, preferred):
+    """``out[g] = x[:, k in group g] @ y[k in group g, :]``: ``x`` ``(M, K)``, ``y`` ``(K, N)``,
+    out ``(G, M, N)`` (``lax.ragged_dot_general`` with a ragged contracting dimension)."""
+    numbers = lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(([1], [0]), ([], [])),
+                                            lhs_ragged_dimensions=[1], rhs_group_dimensions=[])
+    return lax.ragged_dot_general(x, y, group_sizes, numbers, preferred_element_type=preferred)
+
+
+def rows_grouped_jvp(res, tx, tw, _, *, preferred):
+    """``d(x W_g) = dx W_g + x dW_g`` per row group (bilinear)."""
+    x, w, sizes = res
+    return P.terms(None if tx is None else rows_grouped_op(tx, w, sizes, preferred=preferred),
+                   None if tw is None else rows_grouped_op(x, tw, sizes, preferred=preferred))
+
+
+def rows_grouped_vjp(res, ct, *, preferred):
+    """``gx = ct W_g^T`` per row group, ``gW_g = x_g^T ct_g`` (the rows of group g contracted: a
+    ragged contraction); rows past the groups get 0."""
+    x, w, sizes = res
+    gx = rows_grouped_op(ct, jnp.swapaxes(w, 1, 2), sizes, preferred=None).astype(x.dtype)
+    gw = contraction_grouped_op(x.T, ct, sizes, preferred=None).astype(w.dtype)
+    return gx, gw, None
+
+
+def contraction_grouped_jvp(res, tx, ty, _, *, preferred):
+    """``d(x_g y_g) = dx_g y_g + x_g dy_g`` per contraction group (bilinear)."""
+    x, y, sizes = res
+    return P.terms(None if tx is None else contraction_grouped_op(tx, y, sizes, preferred=preferred),
+                   None if ty is None else contraction_grouped_op(x, ty, sizes, preferred=preferred))
+
+
+def contraction_grouped_vjp(res, ct, *, preferred):
+    """``gx[:, k] = ct_g y[k, :]^T`` and ``gy[k, :] = x[:, k]^T ct_g`` for ``k`` in group ``g``:
+    row-grouped products over ``K`` (``y`` and ``x^T`` with rows grouped, ``ct`` per group)."""
+    x, y, sizes = res
+    gx = rows_grouped_op(y, jnp.swapaxes(ct, 1, 2), sizes, preferred=None).T.astype(x.dtype)
+    gy = rows_grouped_op(x.T, ct, sizes, preferred=None).astype(y.dtype)
+    return gx, gy, None
+
+
+def _with_filler_groups(sizes, length):
+    """``(B, G)`` group sizes of ``length`` entries per batch -> ``(B * (G + 1),)``: after each
+    batch's groups, a filler group of its remaining entries, so that the batches' groups tile
+    their concatenation."""
+    filler = length - jnp.sum(sizes, axis=1, keepdims=True)
+    return jnp.concatenate([sizes, filler], axis=1).reshape(-1)
+
+
+def _batched(args, dims):
+    size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
+    return [jnp.moveaxis(a, d, 0) if d is not None else jnp.broadcast_to(a, (size, *a.shape))
+            for a, d in zip(args, dims, strict=True)]
+
+
+def _rows_grouped_batch(args, dims, *, vmap_axis_name, preferred):
+    """vmap of the row-grouped product as one row-grouped product (the op again, so an outer
+    vmap batches it by this rule too): the batches' rows stacked, each batch's groups followed
+    by a filler group that multiplies zeros."""
+    x, w, sizes = _batched(args, dims)
+    batch, rows, groups = x.shape[0], x.shape[1], w.shape[1]
+    w_all = jnp.concatenate([w, jnp.zeros((batch, 1, *w.shape[2:]), w.dtype)], axis=1)
+    out = rows_grouped_op(x.reshape(batch * rows, x.shape[2]), w_all.reshape(batch * (groups + 1), *w.shape[2:]),
+                          _with_filler_groups(sizes, rows), preferred=preferred)
+    return out.reshape(batch, rows, out.shape[-1]), 0
+
+
+def _contraction_grouped_batch(args, dims, *, vmap_axis_name, preferred):
+    """vmap of the contraction-grouped product as one (the op again): the batches' contractions
+    concatenated, each batch's groups followed by a filler group, whose product is dropped."""
+    x, y, sizes = _batched(args, dims)
+    batch, rows, depth = x.shape
+    groups = sizes.shape[1]
+    x_all = jnp.moveaxis(x, 0, 1).reshape(rows, batch * depth)
+    out = contraction_grouped_op(x_all, y.reshape(batch * depth, y.shape[2]), _with_filler_groups(sizes, depth),
+                                 preferred=preferred)
+    return out.reshape(batch, groups + 1, rows, out.shape[-1])[:, :groups], 0
+
+
+rows_grouped_op = define_op("grouped_mm", lambda x, w, sizes, *, preferred: _rows_grouped(x, w, sizes, preferred),
+                            rows_grouped_jvp, rows_grouped_vjp, batch=_rows_grouped_batch)
+contraction_grouped_op = define_op(
+    "grouped_mm", lambda x, y, sizes, *, preferred: _contraction_grouped(x, y, sizes, preferred),
+    contraction_grouped_jvp, contraction_grouped_vjp, batch=_contraction_grouped_batch)
+
+
 # ----------------------------------------------------------------------------------------------
 # Ops: Inverse, determinants
 

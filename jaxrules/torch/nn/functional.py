@@ -30,6 +30,7 @@ import jaxrules.numpy as _rnp
 from jaxrules import _validate as _V
 from jaxrules import partials as _P
 from jaxrules.ops import conv as _conv_ops
+from jaxrules.ops import linalg as _linalg_ops
 from jaxrules.ops import losses as _losses
 from jaxrules.ops import shape as _shape
 
@@ -41,7 +42,7 @@ __all__ = [
     "binary_cross_entropy_with_logits", "celu", "channel_shuffle", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
     "conv_transpose2d", "conv_transpose3d", "cosine_embedding_loss", "cosine_similarity", "cross_entropy",
     "ctc_loss", "dropout", "dropout1d", "dropout2d", "dropout3d", "elu", "embedding", "embedding_bag",
-    "feature_alpha_dropout", "fold", "gaussian_nll_loss", "gelu", "glu", "grid_sample", "group_norm",
+    "feature_alpha_dropout", "fold", "gaussian_nll_loss", "gelu", "glu", "grid_sample", "group_norm", "grouped_mm",
     "gumbel_softmax", "hardshrink", "hardsigmoid", "hardswish", "hardtanh", "hinge_embedding_loss", "huber_loss",
     "instance_norm", "interpolate", "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear",
     "linear_cross_entropy", "local_response_norm", "log_softmax", "logsigmoid", "lp_pool1d", "lp_pool2d",
@@ -480,6 +481,59 @@ def linear(input, weight, bias=None):
 def bilinear(input1, input2, weight, bias=None):
     """``x1^T A x2 + b`` per output feature; mirrors ``torch.nn.functional.bilinear``."""
     return _nn.bilinear(input1, input2, weight, bias)
+
+
+def grouped_mm(mat_a, mat_b, *, offs=None, bias=None, out_dtype=None):
+    """Matrix products of groups (a mixture of experts' layers): ``offs`` (int32, increasing)
+    ends each group along the jagged dimension of a 2-D operand. Mirrors
+    ``torch.nn.functional.grouped_mm``:
+
+    * ``(M, K) x (G, K, N)``: rows ``offs[g-1]:offs[g]`` of ``mat_a`` times ``mat_b[g]``, ``(M, N)``;
+      rows past ``offs[-1]`` are 0 (torch leaves them unwritten);
+    * ``(G, M, K) x (K, N)``: ``mat_a[g]`` times the columns ``offs[g-1]:offs[g]`` of ``mat_b``, ``(M, N)``;
+    * ``(M, K) x (K, N)``: the contraction split at ``offs``, one product per group, ``(G, M, N)``;
+    * ``(G, M, K) x (G, K, N)`` (no ``offs``): a batch of products.
+
+    The derivatives are grouped products again (``ops.linalg``'s grouped ops, both formulas),
+    of every order, under ``vmap`` too. ``bias`` is refused as torch refuses it;
+    ``out_dtype`` is ``mat_a``'s dtype or float32 (accumulation and result).
+    """
+    op = "grouped_mm"
+    a, b = _V.array(op, "mat_a", mat_a), _V.array(op, "mat_b", mat_b)
+    if bias is not None:
+        raise ValueError(f"{op}: bias is not supported (torch: 'Bias not supported yet')")
+    if a.dtype != b.dtype:
+        raise TypeError(f"{op}: mat_a and mat_b must have one dtype, got {a.dtype} and {b.dtype}")
+    if out_dtype is not None and jnp.dtype(out_dtype) not in (a.dtype, jnp.dtype(jnp.float32)):
+        raise TypeError(f"{op}: out_dtype must be mat_a's dtype or float32, got {out_dtype}")
+    preferred = None if out_dtype is None else jnp.dtype(out_dtype)
+    if a.ndim not in (2, 3) or b.ndim not in (2, 3):
+        raise ValueError(f"{op}: mat_a and mat_b must be 2-D or 3-D, got shapes {a.shape} and {b.shape}")
+    if a.shape[-1] != b.shape[-2] or (a.ndim == b.ndim == 3 and a.shape[0] != b.shape[0]):
+        raise ValueError(f"{op}: shapes {a.shape} and {b.shape} do not multiply")
+    if a.ndim == b.ndim == 3:
+        if offs is not None:
+            raise ValueError(f"{op}: offs must be None when both operands are 3-D")
+        out = _rnp.matmul(a, b)
+        return out if preferred is None else out.astype(preferred)
+    if offs is None:
+        raise ValueError(f"{op}: offs is required when an operand is 2-D")
+    ends = jnp.asarray(offs)
+    if ends.dtype != jnp.int32 or ends.ndim != 1:
+        raise TypeError(f"{op}: offs must be a 1-D int32 array (torch's), got {ends.dtype} of shape {ends.shape}")
+    groups = b.shape[0] if b.ndim == 3 else a.shape[0] if a.ndim == 3 else ends.shape[0]
+    jagged = a.shape[0] if b.ndim == 3 else b.shape[1] if a.ndim == 3 else a.shape[1]
+    if ends.shape[0] != groups:
+        raise ValueError(f"{op}: offs must have one end per group ({groups}), got {ends.shape[0]}")
+    host = _V.host_value(ends)
+    if host is not None and (np.any(np.diff(host) < 0) or np.any(host < 0) or np.any(host > jagged)):
+        raise ValueError(f"{op}: offs must increase within [0, {jagged}], got {host.tolist()}")
+    sizes = jnp.diff(ends, prepend=jnp.zeros((1,), jnp.int32))
+    if b.ndim == 3:
+        return _linalg_ops.rows_grouped_op(a, b, sizes, preferred=preferred)
+    if a.ndim == 3:  # columns of b grouped: the transposed row-grouped product
+        return _linalg_ops.rows_grouped_op(b.T, jnp.swapaxes(a, 1, 2), sizes, preferred=preferred).T
+    return _linalg_ops.contraction_grouped_op(a, b, sizes, preferred=preferred)
 
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
