@@ -1378,3 +1378,31 @@ def test_linear_cross_entropy_k_dimensional_weight_and_probability_rules_as_torc
         JF.linear_cross_entropy(jnp.asarray(x[0]), jnp.asarray(w), jnp.asarray(t[0]))
     with pytest.raises(ValueError, match="linear_bias must have shape"):
         JF.linear_cross_entropy(jnp.asarray(x), jnp.asarray(w[:, 0]), jnp.zeros(5, int), linear_bias=jnp.ones(3))
+
+
+@pytest.mark.parametrize("pad", [0, 2, -1])
+def test_conv_tbc_matches_torch_in_value_and_gradients(pad):
+    """Time-batch-channel convolution: torch's values and the gradients of input, weight and
+    bias, a negative pad cropping as torch's."""
+    rng = np.random.default_rng(31)
+    x, w, b = rng.standard_normal((7, 2, 3)), rng.standard_normal((3, 3, 4)), rng.standard_normal(4)
+    leaves = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    theirs = TF.conv_tbc(*leaves, pad)
+    ct = rng.standard_normal(tuple(theirs.shape))
+    t_grads = torch.autograd.grad(theirs, leaves, torch.tensor(ct))
+    ours, pullback = jax.vjp(lambda *a: JF.conv_tbc(*a, pad), *(jnp.asarray(a) for a in (x, w, b)))
+    np.testing.assert_allclose(ours, theirs.detach().numpy(), rtol=1e-12, atol=1e-12)
+    for got, want in zip(pullback(jnp.asarray(ct)), t_grads, strict=True):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("shapes", "pad", "error", "words"), [
+    (((7, 2, 3), (3, 2, 4), (4,)), 0, ValueError, "channels"),
+    (((7, 2, 3), (3, 3, 4), (5,)), 0, ValueError, "bias"),
+    (((2, 2, 3), (9, 3, 4), (4,)), 0, ValueError, "does not fit"),
+    (((7, 2, 3), (3, 3, 4), (4,)), 0.5, TypeError, "pad"),
+    (((7, 3), (3, 3, 4), (4,)), 0, ValueError, "3-D"),
+])
+def test_conv_tbc_refusals_name_the_op_and_the_argument(shapes, pad, error, words):
+    with pytest.raises(error, match=f"conv_tbc: .*{words}"):
+        JF.conv_tbc(*(jnp.zeros(s) for s in shapes), pad)

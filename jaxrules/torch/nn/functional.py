@@ -39,14 +39,14 @@ __all__ = [
     "adaptive_max_pool1d_with_indices", "adaptive_max_pool2d", "adaptive_max_pool2d_with_indices",
     "adaptive_max_pool3d", "adaptive_max_pool3d_with_indices", "affine_grid", "alpha_dropout", "avg_pool1d",
     "avg_pool2d", "avg_pool3d", "batch_norm", "bilinear", "binary_cross_entropy",
-    "binary_cross_entropy_with_logits", "celu", "channel_shuffle", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
-    "conv_transpose2d", "conv_transpose3d", "cosine_embedding_loss", "cosine_similarity", "cross_entropy",
-    "ctc_loss", "dropout", "dropout1d", "dropout2d", "dropout3d", "elu", "embedding", "embedding_bag",
-    "feature_alpha_dropout", "fold", "gaussian_nll_loss", "gelu", "glu", "grid_sample", "group_norm", "grouped_mm",
-    "gumbel_softmax", "hardshrink", "hardsigmoid", "hardswish", "hardtanh", "hinge_embedding_loss", "huber_loss",
-    "instance_norm", "interpolate", "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear",
-    "linear_cross_entropy", "local_response_norm", "log_softmax", "logsigmoid", "lp_pool1d", "lp_pool2d",
-    "lp_pool3d", "margin_ranking_loss", "max_pool1d", "max_pool1d_with_indices", "max_pool2d",
+    "binary_cross_entropy_with_logits", "celu", "channel_shuffle", "conv1d", "conv2d", "conv3d", "conv_tbc",
+    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "cosine_embedding_loss", "cosine_similarity",
+    "cross_entropy", "ctc_loss", "dropout", "dropout1d", "dropout2d", "dropout3d", "elu", "embedding",
+    "embedding_bag", "feature_alpha_dropout", "fold", "gaussian_nll_loss", "gelu", "glu", "grid_sample",
+    "group_norm", "grouped_mm", "gumbel_softmax", "hardshrink", "hardsigmoid", "hardswish", "hardtanh",
+    "hinge_embedding_loss", "huber_loss", "instance_norm", "interpolate", "kl_div", "l1_loss", "layer_norm",
+    "leaky_relu", "linear", "linear_cross_entropy", "local_response_norm", "log_softmax", "logsigmoid", "lp_pool1d",
+    "lp_pool2d", "lp_pool3d", "margin_ranking_loss", "max_pool1d", "max_pool1d_with_indices", "max_pool2d",
     "max_pool2d_with_indices", "max_pool3d", "max_pool3d_with_indices", "max_unpool1d", "max_unpool2d",
     "max_unpool3d", "mish", "mse_loss", "multi_head_attention_forward", "multi_margin_loss",
     "multilabel_margin_loss", "multilabel_soft_margin_loss", "native_channel_shuffle", "nll_loss", "normalize",
@@ -823,6 +823,31 @@ def _conv(n, op, fn, input, weight, bias, stride, padding, dilation, groups):
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """1-d cross-correlation; mirrors ``torch.nn.functional.conv1d``."""
     return _conv(1, "conv1d", _nn.conv1d, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv_tbc(input, weight, bias, pad=0):
+    """1-d cross-correlation of time-batch-channel input: ``input`` ``(T, B, C_in)``, ``weight``
+    ``(K, C_in, C_out)``, ``bias`` ``(C_out,)``, ``pad`` steps of zeros at both ends (a negative
+    ``pad`` crops, as torch), output ``(T + 2 pad - K + 1, B, C_out)``. Mirrors
+    ``torch.conv_tbc`` / ``torch.nn.functional.conv_tbc``: ``conv1d`` on the transposed operands,
+    whose derivatives are ``jaxrules.nn.conv1d``'s."""
+    op = "conv_tbc"
+    x, w, b = (_V.array(op, n, a) for n, a in (("input", input), ("weight", weight), ("bias", bias)))
+    if x.ndim != 3 or w.ndim != 3 or b.ndim != 1:
+        raise ValueError(f"{op}: input, weight and bias must be 3-D, 3-D and 1-D, got shapes {x.shape}, {w.shape}, "
+                         f"{b.shape}")
+    if x.shape[2] != w.shape[1]:
+        raise ValueError(f"{op}: input has {x.shape[2]} channels, weight's dim 1 is {w.shape[1]}")
+    if b.shape[0] != w.shape[2]:
+        raise ValueError(f"{op}: bias has {b.shape[0]} entries, weight's dim 2 (output channels) is {w.shape[2]}")
+    if isinstance(pad, bool) or not isinstance(pad, int | np.integer):
+        raise TypeError(f"{op}: pad must be an int, got {pad!r}")
+    if x.shape[0] + 2 * pad - w.shape[0] + 1 < 0:
+        raise ValueError(f"{op}: a kernel of {w.shape[0]} steps does not fit {x.shape[0]} steps padded by {pad}")
+    if pad < 0:
+        x, pad = x[-pad:x.shape[0] + pad], 0
+    out = _nn.conv1d(jnp.transpose(x, (1, 2, 0)), jnp.transpose(w, (2, 1, 0)), b, padding=int(pad))
+    return jnp.transpose(out, (2, 0, 1))
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
