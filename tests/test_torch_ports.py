@@ -1406,3 +1406,65 @@ def test_conv_tbc_matches_torch_in_value_and_gradients(pad):
 def test_conv_tbc_refusals_name_the_op_and_the_argument(shapes, pad, error, words):
     with pytest.raises(error, match=f"conv_tbc: .*{words}"):
         JF.conv_tbc(*(jnp.zeros(s) for s in shapes), pad)
+
+
+@pytest.mark.parametrize(("spatial", "shape", "kernel", "kwargs"), [
+    (2, (2, 3, 9, 13), (2, 3), {"output_size": (4, 5)}),
+    (2, (2, 3, 9, 13), 3, {"output_ratio": (0.5, 0.7)}),
+    (2, (3, 8, 8), (2, 2), {"output_size": 1}),  # unbatched
+    (2, (1, 2, 6, 6), (2, 2), {"output_size": 5}),  # overlapping windows: their cotangents add
+    (3, (2, 2, 7, 9, 11), (2, 2, 3), {"output_size": (3, 4, 5)}),
+    (3, (2, 6, 7, 8), 2, {"output_ratio": 0.5}),  # unbatched
+])
+def test_fractional_max_pool_matches_torch_given_its_samples(spatial, shape, kernel, kwargs):
+    """Values, indices and input gradients equal torch's for the same ``_random_samples``;
+    ties, a NaN and a window of -inf follow torch's scan (first maximum, the last NaN, the
+    window's first entry)."""
+    rng = np.random.default_rng(41)
+    x = np.round(rng.standard_normal(shape), 1)  # ties
+    x.reshape(-1)[5] = np.nan
+    x.reshape(-1)[-12:] = -np.inf
+    batch = shape[:2] if len(shape) == spatial + 2 else (1, shape[0])
+    samples = rng.uniform(0, 1, (*batch, spatial))
+    t_fn = getattr(TF, f"fractional_max_pool{spatial}d")
+    tx = torch.tensor(x, requires_grad=True)
+    tv, ti = t_fn(tx, kernel, return_indices=True, _random_samples=torch.tensor(samples), **kwargs)
+    ct = rng.standard_normal(tuple(tv.shape))
+    (t_grad,) = torch.autograd.grad(tv, tx, torch.tensor(ct))
+    j_fn = getattr(JF, f"fractional_max_pool{spatial}d")
+
+    def f(a):
+        return j_fn(a, kernel, return_indices=True, _random_samples=jnp.asarray(samples), **kwargs)
+
+    values, indices = f(jnp.asarray(x))
+    np.testing.assert_array_equal(indices, ti.numpy())
+    np.testing.assert_array_equal(values, tv.detach().numpy())
+    _, pullback = jax.vjp(lambda a: f(a)[0], jnp.asarray(x))
+    np.testing.assert_array_equal(pullback(jnp.asarray(ct))[0], t_grad.numpy())
+
+
+def test_fractional_max_pool_draws_its_samples_from_a_key():
+    x = jnp.asarray(np.random.default_rng(43).standard_normal((2, 3, 10, 10)))
+    with pytest.raises(ValueError, match="fractional_max_pool2d: .*key"):
+        JF.fractional_max_pool2d(x, 2, output_size=4)
+    a = JF.fractional_max_pool2d(x, 2, output_size=4, return_indices=True, key=jax.random.key(0))
+    b = JF.fractional_max_pool2d(x, 2, output_size=4, return_indices=True, key=jax.random.key(0))
+    c = JF.fractional_max_pool2d(x, 2, output_size=4, return_indices=True, key=jax.random.key(1))
+    np.testing.assert_array_equal(a[1], b[1])
+    assert a[0].shape == (2, 3, 4, 4) and np.any(np.asarray(a[1]) != np.asarray(c[1]))
+    out = jax.jit(lambda v, k: JF.fractional_max_pool2d(v, 2, output_size=4, key=k))(x, jax.random.key(0))
+    np.testing.assert_array_equal(out, a[0])
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"output_size": 4, "output_ratio": 0.5}, "exactly one"),
+    ({}, "exactly one"),
+    ({"output_size": 7}, "does not fit"),  # torch: "pool height 2 too large relative to input height 7"
+    ({"output_ratio": 1.5}, "output_ratio"),
+    ({"output_size": 4, "_random_samples": np.zeros((2, 3, 3))}, "_random_samples"),
+])
+def test_fractional_max_pool_refusals_name_the_op_and_the_argument(kwargs, words):
+    x = jnp.zeros((2, 3, 7, 7))
+    with pytest.raises(ValueError, match=f"fractional_max_pool2d: .*{words}"):
+        JF.fractional_max_pool2d(x, 2, key=jax.random.key(0),
+                                 **{k: jnp.asarray(v) if k == "_random_samples" else v for k, v in kwargs.items()})

@@ -17,6 +17,7 @@ running statistics) is listed in ``docs/differences.md``, "Which namespace to us
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 import warnings
 from collections.abc import Sequence
@@ -42,19 +43,19 @@ __all__ = [
     "binary_cross_entropy_with_logits", "celu", "channel_shuffle", "conv1d", "conv2d", "conv3d", "conv_tbc",
     "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "cosine_embedding_loss", "cosine_similarity",
     "cross_entropy", "ctc_loss", "dropout", "dropout1d", "dropout2d", "dropout3d", "elu", "embedding",
-    "embedding_bag", "feature_alpha_dropout", "fold", "gaussian_nll_loss", "gelu", "glu", "grid_sample",
-    "group_norm", "grouped_mm", "gumbel_softmax", "hardshrink", "hardsigmoid", "hardswish", "hardtanh",
-    "hinge_embedding_loss", "huber_loss", "instance_norm", "interpolate", "kl_div", "l1_loss", "layer_norm",
-    "leaky_relu", "linear", "linear_cross_entropy", "local_response_norm", "log_softmax", "logsigmoid", "lp_pool1d",
-    "lp_pool2d", "lp_pool3d", "margin_ranking_loss", "max_pool1d", "max_pool1d_with_indices", "max_pool2d",
-    "max_pool2d_with_indices", "max_pool3d", "max_pool3d_with_indices", "max_unpool1d", "max_unpool2d",
-    "max_unpool3d", "mish", "mse_loss", "multi_head_attention_forward", "multi_margin_loss",
-    "multilabel_margin_loss", "multilabel_soft_margin_loss", "native_channel_shuffle", "nll_loss", "normalize",
-    "one_hot", "pad", "pairwise_distance", "pdist", "pixel_shuffle", "pixel_unshuffle", "poisson_nll_loss", "prelu",
-    "relu", "relu6", "rms_norm", "rrelu", "scaled_dot_product_attention", "selu", "sigmoid", "silu",
-    "smooth_l1_loss", "soft_margin_loss", "softmax", "softmin", "softplus", "softshrink", "softsign", "tanh",
-    "tanhshrink", "threshold", "triplet_margin_loss", "triplet_margin_with_distance_loss", "unfold", "upsample",
-    "upsample_bilinear", "upsample_nearest",
+    "embedding_bag", "feature_alpha_dropout", "fold", "fractional_max_pool2d", "fractional_max_pool3d",
+    "gaussian_nll_loss", "gelu", "glu", "grid_sample", "group_norm", "grouped_mm", "gumbel_softmax", "hardshrink",
+    "hardsigmoid", "hardswish", "hardtanh", "hinge_embedding_loss", "huber_loss", "instance_norm", "interpolate",
+    "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear", "linear_cross_entropy", "local_response_norm",
+    "log_softmax", "logsigmoid", "lp_pool1d", "lp_pool2d", "lp_pool3d", "margin_ranking_loss", "max_pool1d",
+    "max_pool1d_with_indices", "max_pool2d", "max_pool2d_with_indices", "max_pool3d", "max_pool3d_with_indices",
+    "max_unpool1d", "max_unpool2d", "max_unpool3d", "mish", "mse_loss", "multi_head_attention_forward",
+    "multi_margin_loss", "multilabel_margin_loss", "multilabel_soft_margin_loss", "native_channel_shuffle",
+    "nll_loss", "normalize", "one_hot", "pad", "pairwise_distance", "pdist", "pixel_shuffle", "pixel_unshuffle",
+    "poisson_nll_loss", "prelu", "relu", "relu6", "rms_norm", "rrelu", "scaled_dot_product_attention", "selu",
+    "sigmoid", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softmin", "softplus", "softshrink",
+    "softsign", "tanh", "tanhshrink", "threshold", "triplet_margin_loss", "triplet_margin_with_distance_loss",
+    "unfold", "upsample", "upsample_bilinear", "upsample_nearest",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -933,6 +934,103 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     """The maximum of each window; mirrors ``torch.nn.functional.max_pool3d`` (one-element tuples accepted)."""
     return _max(3, "max_pool3d", _nn.max_pool3d, input, kernel_size, stride, padding, dilation, ceil_mode,
                 return_indices)
+
+
+def _fractional_starts(sample, size, out, pool):
+    """torch's ``generate_intervals``: the window starts ``floor((i + u) a) - floor(u a)`` for
+    ``i < out - 1`` with ``a = (size - pool) / (out - 1)``, and ``size - pool`` last; ``sample``
+    (``u`` in [0, 1)) is ``(N, C)``, the starts ``(N, C, out)``."""
+    if out == 1:
+        return jnp.full(sample.shape + (1,), size - pool, jnp.int32)
+    alpha = (size - pool) / (out - 1)
+    steps = jnp.arange(out - 1, dtype=sample.dtype)
+    starts = (jnp.floor((steps + sample[..., None]) * alpha) - jnp.floor(sample[..., None] * alpha)).astype(jnp.int32)
+    return jnp.concatenate([starts, jnp.full(sample.shape + (1,), size - pool, jnp.int32)], axis=-1)
+
+
+def _fractional_max_pool(spatial, op, input, kernel_size, output_size, output_ratio, return_indices, samples, key):
+    """torch's fractional max pooling in ``spatial`` (2 or 3) dims: per plane, windows of
+    ``kernel_size`` at pseudo-random increasing starts (``_fractional_starts``; sample ``d`` of
+    a plane drives dim ``d`` in 3-d, and in 2-d sample 0 the width, 1 the height, as torch),
+    each giving its maximum and its flat index in the plane (the first maximum; a NaN wins, the
+    last one; a window of -inf gives its first entry). The values are read at those indices
+    (``jaxrules.numpy.take_along_axis``, whose VJP adds overlapping windows' cotangents)."""
+    x = _V.array(op, "input", input)
+    if x.ndim not in (spatial + 1, spatial + 2):
+        raise ValueError(f"{op}: input must be {spatial + 1}-D or {spatial + 2}-D, got shape {x.shape}")
+    unbatched = x.ndim == spatial + 1
+    if unbatched:
+        x = x[None]
+    sizes = x.shape[2:]
+    pool = _expand(kernel_size, spatial)
+    pool = (pool,) * spatial if isinstance(pool, int | np.integer) else tuple(pool)
+    if len(pool) != spatial or any(isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1 for k in pool):
+        raise ValueError(f"{op}: kernel_size must be {spatial} positive ints, got {kernel_size!r}")
+    if (output_size is None) == (output_ratio is None):
+        raise ValueError(f"{op}: give exactly one of output_size and output_ratio")
+    if output_size is not None:
+        out = _expand(output_size, spatial)
+        out = (out,) * spatial if isinstance(out, int | np.integer) else tuple(out)
+    else:
+        ratio = _expand(output_ratio, spatial)
+        ratio = (ratio,) * spatial if isinstance(ratio, numbers.Real) else tuple(ratio)
+        if len(ratio) != spatial or not all(0 < r < 1 for r in ratio):
+            raise ValueError(f"{op}: output_ratio must lie in (0, 1), got {output_ratio!r}")
+        out = tuple(int(n * r) for n, r in zip(sizes, ratio, strict=True))
+    if len(out) != spatial or any(o < 1 or o + k - 1 > n for o, k, n in zip(out, pool, sizes, strict=True)):
+        raise ValueError(f"{op}: output_size {out} with kernel_size {pool} does not fit the input's {sizes}")
+    batch, channels = x.shape[:2]
+    if samples is None:
+        if key is None:
+            raise ValueError(f"{op}: JAX has no global generator: pass a jax.random key as key= "
+                             "(or torch's _random_samples)")
+        samples = jax.random.uniform(key, (batch, channels, spatial), x.dtype)
+    u = _V.array(op, "_random_samples", samples)
+    if u.shape != (batch, channels, spatial):
+        raise ValueError(f"{op}: _random_samples must be ({batch}, {channels}, {spatial}), got shape {u.shape}")
+    order = (1, 0) if spatial == 2 else (0, 1, 2)
+    starts = [_fractional_starts(u[..., s], n, o, k) for s, n, o, k in zip(order, sizes, out, pool, strict=True)]
+    # every window's entries: (N, C, *out, *pool) flat indices into the plane
+    flat = jnp.zeros((batch, channels) + out + pool, jnp.int32)
+    for d in range(spatial):
+        position = starts[d].reshape((batch, channels) + tuple(o if e == d else 1 for e, o in enumerate(out))
+                                     + (1,) * spatial)
+        position = position + jnp.arange(pool[d]).reshape((1,) * (2 + spatial) + tuple(
+            k if e == d else 1 for e, k in enumerate(pool)))
+        flat = flat * sizes[d] + position
+    windows = flat.reshape((batch, channels) + out + (-1,))
+    plane = x.reshape(batch, channels, -1)
+    entries = jnp.take_along_axis(jax.lax.stop_gradient(plane), windows.reshape(batch, channels, -1), axis=2)
+    entries = entries.reshape(windows.shape)
+    nan = jnp.isnan(entries)
+    last_nan = entries.shape[-1] - 1 - jnp.argmax(nan[..., ::-1], axis=-1)
+    chosen = jnp.where(jnp.any(nan, axis=-1), last_nan, jnp.argmax(entries, axis=-1))
+    indices = jnp.take_along_axis(windows, chosen[..., None], axis=-1)[..., 0]
+    values = _rnp.take_along_axis(plane, indices.reshape(batch, channels, -1), axis=2).reshape(indices.shape)
+    indices = indices.astype(jnp.zeros((), int).dtype)
+    if unbatched:
+        values, indices = values[0], indices[0]
+    return (values, indices) if return_indices else values
+
+
+def fractional_max_pool2d(input, kernel_size, output_size=None, output_ratio=None, return_indices=False,
+                          _random_samples=None, *, key=None):
+    """Fractional max pooling (Graham 2014) over the last two dims of ``(N, C, H, W)`` or
+    ``(C, H, W)``; mirrors ``torch.nn.functional.fractional_max_pool2d`` given the same
+    ``_random_samples`` ``(N, C, 2)`` in [0, 1). JAX has no global generator: without
+    ``_random_samples`` pass a ``jax.random`` key as ``key=``. ``return_indices``: also the flat
+    index ``h W + w`` of each maximum (for ``max_unpool2d``)."""
+    return _fractional_max_pool(2, "fractional_max_pool2d", input, kernel_size, output_size, output_ratio,
+                                return_indices, _random_samples, key)
+
+
+def fractional_max_pool3d(input, kernel_size, output_size=None, output_ratio=None, return_indices=False,
+                          _random_samples=None, *, key=None):
+    """Fractional max pooling over the last three dims of ``(N, C, T, H, W)`` or ``(C, T, H, W)``;
+    mirrors ``torch.nn.functional.fractional_max_pool3d`` given the same ``_random_samples``
+    ``(N, C, 3)``; without them pass a ``jax.random`` key as ``key=``."""
+    return _fractional_max_pool(3, "fractional_max_pool3d", input, kernel_size, output_size, output_ratio,
+                                return_indices, _random_samples, key)
 
 
 def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
