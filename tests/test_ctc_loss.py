@@ -119,11 +119,19 @@ def test_a_target_without_an_alignment(zero_infinity):
 
 
 def test_empty_input_and_target_lengths():
-    """No steps and no target: probability 1, loss 0; no steps and a target: infinite (torch's)."""
+    """No steps and no target: probability 1, loss 0; no steps and a target: infinite (torch's);
+    targets of no columns (every target empty); empty log_probs refused as torch refuses them."""
     lp = np.asarray(torch.log_softmax(torch.tensor(_logits()), -1))
     il, tl = np.array([0, 0, 8, 8]), np.array([0, 1, 0, 3])
     np.testing.assert_allclose(_ours(lp, il=il, tl=tl, reduction="none"),
                                _theirs(torch.tensor(lp), il=il, tl=tl, reduction="none").numpy(), rtol=1e-12)
+    none, zero = np.zeros((N, 0), np.int64), np.zeros(N, np.int64)
+    np.testing.assert_allclose(_ours(lp, none, tl=zero, reduction="none"),
+                               _theirs(torch.tensor(lp), none, tl=zero, reduction="none").numpy(), rtol=1e-12)
+    with pytest.raises(RuntimeError, match="must not be empty"):
+        _theirs(torch.zeros(T, 0, C), none[:0], zero[:0], zero[:0])
+    with pytest.raises(ValueError, match="ctc_loss: log_probs must not be empty"):
+        _ours(np.zeros((T, 0, C)), none[:0], zero[:0], zero[:0])
 
 
 @pytest.mark.parametrize(("kwargs", "error", "words"), [

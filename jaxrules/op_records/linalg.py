@@ -42,6 +42,7 @@ from jaxrules.ops.linalg import (
     torch_solve_triangular,
 )
 from jaxrules.registry import Sample, SingularPoint, record
+from jaxrules.torch.nn import functional as F
 
 
 def well_conditioned(rng, dt, *shape):
@@ -553,4 +554,48 @@ record(
     torch_name="torch.ormqr", dtypes=_C,
     deviations="Differentiable (JAX has no derivative rule for it). tau may hold k < min(m, n) scales: Q is the "
                "product of the first k reflectors (LAPACK's ormqr; torch 2.13 requires k = min(m, n)).",
+)
+
+
+_GROUP_ENDS = np.array([2, 2, 5, 6], np.int32)  # an empty group; the 7th row / column past the last group
+
+
+def _grouped_mm_samples(rng, dt):
+    """The four layouts of ``grouped_mm``: rows, columns and contraction grouped at
+    ``_GROUP_ENDS``, and a batch."""
+    return [Sample((normal(rng, dt, 7, 3), normal(rng, dt, 4, 3, 2)), {"offs": _GROUP_ENDS}),
+            Sample((normal(rng, dt, 4, 2, 3), normal(rng, dt, 3, 7)), {"offs": _GROUP_ENDS}),
+            Sample((normal(rng, dt, 2, 6), normal(rng, dt, 6, 3)), {"offs": _GROUP_ENDS}),
+            Sample((normal(rng, dt, 4, 2, 3), normal(rng, dt, 4, 3, 2)))]
+
+
+def _grouped_mm_empty(rng, dt):
+    """No rows, no contraction, every group empty."""
+    none = np.zeros(4, np.int32)
+    return [Sample((normal(rng, dt, 0, 3), normal(rng, dt, 4, 3, 2)), {"offs": none}),
+            Sample((normal(rng, dt, 2, 0), normal(rng, dt, 0, 3)), {"offs": none}),
+            Sample((normal(rng, dt, 5, 3), normal(rng, dt, 4, 3, 2)), {"offs": none})]
+
+
+def _torch_grouped_mm(t, a, b, offs=None):
+    """One ``torch.matmul`` per group (torch's ``grouped_mm`` runs float32/bfloat16 only and its
+    CPU backward fails); rows or columns past the last group are 0."""
+    if offs is None:
+        return a @ b
+    ends = [int(e) for e in offs]
+    starts = [0, *ends[:-1]]
+    if b.ndim == 3:
+        return t.cat([a[s:e] @ b[g] for g, (s, e) in enumerate(zip(starts, ends))] + [0 * a[ends[-1]:] @ b[0]])
+    if a.ndim == 3:
+        return t.cat([a[g] @ b[:, s:e] for g, (s, e) in enumerate(zip(starts, ends))] + [a[0] @ (0 * b[:, ends[-1]:])],
+                     1)
+    return t.stack([a[:, s:e] @ b[s:e] for s, e in zip(starts, ends)])
+
+
+record(
+    "grouped_mm", fn=F.grouped_mm, public=("jaxrules.torch.nn.functional.grouped_mm",),
+    formula_ops=("grouped_mm", "matmul"), seed=("mm_mat1_backward", "mm_mat2_backward"),
+    samples=_grouped_mm_samples, empty_samples=_grouped_mm_empty, torch_fn=_torch_grouped_mm,
+    torch_name="torch.nn.functional.grouped_mm (float64: one torch.matmul per group)",
+    deviations="Rows (columns) past the last group are 0; torch leaves them unwritten.",
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxrules.ops._sampling import f64, normal, uniform
+from jaxrules.ops.activations import log_softmax
 from jaxrules.ops.losses import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
@@ -28,6 +29,7 @@ from jaxrules.ops.losses import (
     triplet_margin_loss,
 )
 from jaxrules.registry import Sample, SingularPoint, record
+from jaxrules.torch.nn import functional as F
 
 _NN = "jaxrules.nn."
 _F = "torch.nn.functional."
@@ -406,4 +408,40 @@ record(
         [[1.0, 0.0], [0.5, -0.5], [0.0, 2.0]]), np.array([-100, -100])), (np.zeros((2, 2)), np.zeros((3, 2)))),),
     deviations="z_loss (torch has none). The loss is NaN when every target is ignored (torch's 0 / 0) with zero "
     "gradients (as torch).",
+)
+
+
+def _ctc_of_logits(logits, targets, input_lengths, target_lengths, **kwargs):
+    """``ctc_loss`` of ``log_softmax(logits)``, its usual input: there torch's backward (which
+    adds ``exp(log_probs)`` to the derivative with respect to ``log_probs``) gives the logits the
+    same gradient (``tests/test_ctc_loss.py`` pins the ``log_probs`` derivative)."""
+    return F.ctc_loss(log_softmax(logits, axis=-1), targets, input_lengths, target_lengths, **kwargs)
+
+
+def _ctc_samples(rng, dt):
+    """(T, N, C) logits; padded targets with a repeat (a blank between) and an empty one, one
+    sequence shorter than T; another blank; one sequence. (Concatenated targets need concrete
+    lengths, which the harness traces: ``tests/test_ctc_loss.py`` covers them.)"""
+    logits, targets = normal(rng, dt, 6, 3, 4), np.array([[1, 2, 2], [3, 1, 0], [0, 0, 0]])
+    lengths, target_lengths = np.array([6, 4, 5]), np.array([3, 2, 0])
+    return [Sample((logits, targets, lengths, target_lengths)),
+            Sample((logits, targets, lengths, target_lengths), {"reduction": "sum"}),
+            Sample((logits, np.where(targets == 3, 1, targets), lengths, target_lengths),
+                   {"reduction": "none", "blank": 3}),
+            Sample((logits[:, 0], targets[0], np.array(6), np.array(3)), {"reduction": "none"})]
+
+
+def _torch_ctc_of_logits(t, logits, targets, input_lengths, target_lengths, **kwargs):
+    return t.nn.functional.ctc_loss(t.log_softmax(logits, -1), targets, input_lengths, target_lengths, **kwargs)
+
+
+record(
+    "ctc_loss", fn=_ctc_of_logits, public=("jaxrules.torch.nn.functional.ctc_loss",),
+    formula_ops=("ctc_loss", "log_softmax"),
+    seed=("ctc_loss_cpu_template / ctc_loss_backward_cpu_template (LossCTC.cpp)", "_log_softmax_backward_data"),
+    samples=_ctc_samples, torch_fn=_torch_ctc_of_logits,
+    torch_name=_F + "ctc_loss(log_softmax(logits))", low_precision=("float32",),
+    no_empty="torch refuses empty log_probs ('log_probs tensor must not be empty'), and so does jaxrules",
+    deviations="The derivative with respect to log_probs is the function's; torch's backward adds exp(log_probs) "
+    "at each sequence's steps (the same logits' gradient after log_softmax).",
 )

@@ -25,7 +25,7 @@ from jaxrules import _validate as V
 from jaxrules import partials as P
 from jaxrules._namespace import exported_as
 from jaxrules.batching import leading_batch_rule
-from jaxrules.mechanism import concrete_value, define_op, explicit_sharding, unsharded_along
+from jaxrules.mechanism import concrete_value, define_op, explicit_sharding, full_spec, unsharded_along
 from jaxrules.partials.linalg import expm as scaling_and_squaring_expm
 
 # ----------------------------------------------------------------------------------------------
@@ -147,18 +147,46 @@ linear_op = define_op(
 )
 
 
+def _split_by_batch(x, operands, batch_at, nb, groups_first):
+    """Under an ``Explicit`` mesh (XLA infers no sharding for a ragged product): every operand
+    resharded to ``x``'s sharding of its ``nb`` batch dims (replicated where only another
+    operand is on the mesh) (at ``batch_at``) and nothing else,
+    and the output's sharding (its batch dims after the group dim when ``groups_first``, then
+    two unsharded dims); else the operands as they are and ``None``."""
+    pspec = jax.sharding.PartitionSpec
+    sharding = explicit_sharding(x, *operands)
+    if sharding is None:
+        context = jax.sharding.get_abstract_mesh()
+        explicit = not context.empty and jax.sharding.AxisType.Explicit in tuple(context.axis_types)
+        return operands, pspec() if explicit else None  # traced from shapes inside an Explicit mesh
+    batch = full_spec(sharding, x.ndim)[:nb]
+    placed = tuple(jax.sharding.reshard(a, pspec(*(None,) * at, *batch, *(None,) * (a.ndim - at - nb)))
+                   for a, at in zip(operands, batch_at, strict=True))
+    return placed, jax.sharding.NamedSharding(sharding.mesh, pspec(*(None,) * groups_first, *batch, None, None))
+
+
 def _rows_grouped(x, w, group_sizes, preferred):
-    """``out[rows of group g] = x[rows of group g] @ w[g]``: ``x`` ``(M, K)``, ``w`` ``(G, K, N)``;
-    rows past the groups give 0 (``lax.ragged_dot``)."""
-    return lax.ragged_dot(x, w, group_sizes, preferred_element_type=preferred)
+    """``out[..., rows of group g, :] = x[..., rows of group g, :] @ w[g, ...]``: ``x``
+    ``(*b, M, K)``, ``w`` ``(G, *b, K, N)``, group sizes ``(*b, G)``, out ``(*b, M, N)``; rows
+    past the groups give 0 (``lax.ragged_dot_general``, ``b`` its batch dims)."""
+    nb = x.ndim - 2
+    numbers = lax.RaggedDotDimensionNumbers(
+        dot_dimension_numbers=(([nb + 1], [nb + 1]), (list(range(nb)), list(range(1, nb + 1)))),
+        lhs_ragged_dimensions=[nb], rhs_group_dimensions=[0])
+    (x, w, group_sizes), out = _split_by_batch(x, (x, w, group_sizes), (0, 1, 0), nb, False)
+    return lax.ragged_dot_general(x, w, group_sizes, numbers, preferred_element_type=preferred, out_sharding=out)
 
 
 def _contraction_grouped(x, y, group_sizes, preferred):
-    """``out[g] = x[:, k in group g] @ y[k in group g, :]``: ``x`` ``(M, K)``, ``y`` ``(K, N)``,
-    out ``(G, M, N)`` (``lax.ragged_dot_general`` with a ragged contracting dimension)."""
-    numbers = lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(([1], [0]), ([], [])),
-                                            lhs_ragged_dimensions=[1], rhs_group_dimensions=[])
-    return lax.ragged_dot_general(x, y, group_sizes, numbers, preferred_element_type=preferred)
+    """``out[g, ...] = x[..., :, k in group g] @ y[..., k in group g, :]``: ``x`` ``(*b, M, K)``,
+    ``y`` ``(*b, K, N)``, group sizes ``(*b, G)``, out ``(G, *b, M, N)`` (a ragged contracting
+    dimension)."""
+    nb = x.ndim - 2
+    numbers = lax.RaggedDotDimensionNumbers(
+        dot_dimension_numbers=(([nb + 1], [nb]), (list(range(nb)), list(range(nb)))),
+        lhs_ragged_dimensions=[nb + 1], rhs_group_dimensions=[])
+    (x, y, group_sizes), out = _split_by_batch(x, (x, y, group_sizes), (0, 0, 0), nb, True)
+    return lax.ragged_dot_general(x, y, group_sizes, numbers, preferred_element_type=preferred, out_sharding=out)
 
 
 def rows_grouped_jvp(res, tx, tw, _, *, preferred):
@@ -172,8 +200,8 @@ def rows_grouped_vjp(res, ct, *, preferred):
     """``gx = ct W_g^T`` per row group, ``gW_g = x_g^T ct_g`` (the rows of group g contracted: a
     ragged contraction); rows past the groups get 0."""
     x, w, sizes = res
-    gx = rows_grouped_op(ct, jnp.swapaxes(w, 1, 2), sizes, preferred=None).astype(x.dtype)
-    gw = contraction_grouped_op(x.T, ct, sizes, preferred=None).astype(w.dtype)
+    gx = rows_grouped_op(ct, jnp.swapaxes(w, -1, -2), sizes, preferred=None).astype(x.dtype)
+    gw = contraction_grouped_op(jnp.swapaxes(x, -1, -2), ct, sizes, preferred=None).astype(w.dtype)
     return gx, gw, None
 
 
@@ -185,57 +213,42 @@ def contraction_grouped_jvp(res, tx, ty, _, *, preferred):
 
 
 def contraction_grouped_vjp(res, ct, *, preferred):
-    """``gx[:, k] = ct_g y[k, :]^T`` and ``gy[k, :] = x[:, k]^T ct_g`` for ``k`` in group ``g``:
-    row-grouped products over ``K`` (``y`` and ``x^T`` with rows grouped, ``ct`` per group)."""
+    """``gx[..., :, k] = ct_g y[..., k, :]^T`` and ``gy[..., k, :] = x[..., :, k]^T ct_g`` for
+    ``k`` in group ``g``: row-grouped products over ``K`` (``y`` and ``x^T`` with rows grouped,
+    ``ct`` per group)."""
     x, y, sizes = res
-    gx = rows_grouped_op(y, jnp.swapaxes(ct, 1, 2), sizes, preferred=None).T.astype(x.dtype)
-    gy = rows_grouped_op(x.T, ct, sizes, preferred=None).astype(y.dtype)
+    gx = jnp.swapaxes(rows_grouped_op(y, jnp.swapaxes(ct, -1, -2), sizes, preferred=None), -1, -2).astype(x.dtype)
+    gy = rows_grouped_op(jnp.swapaxes(x, -1, -2), ct, sizes, preferred=None).astype(y.dtype)
     return gx, gy, None
 
 
-def _with_filler_groups(sizes, length):
-    """``(B, G)`` group sizes of ``length`` entries per batch -> ``(B * (G + 1),)``: after each
-    batch's groups, a filler group of its remaining entries, so that the batches' groups tile
-    their concatenation."""
-    filler = length - jnp.sum(sizes, axis=1, keepdims=True)
-    return jnp.concatenate([sizes, filler], axis=1).reshape(-1)
+def _batch_at(a, dim, at, size):
+    """``a`` with its vmap dimension ``dim`` at ``at`` (broadcast there when unbatched)."""
+    if dim is not None:
+        return jnp.moveaxis(a, dim, at)
+    return jnp.broadcast_to(jnp.expand_dims(a, at), a.shape[:at] + (size,) + a.shape[at:])
 
 
-def _batched(args, dims):
-    size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
-    return [jnp.moveaxis(a, d, 0) if d is not None else jnp.broadcast_to(a, (size, *a.shape))
-            for a, d in zip(args, dims, strict=True)]
+def _grouped_batch_rule(weight_batch_axis, out_batch_axis):
+    """vmap of a grouped product: one more batch dimension of the op itself (the op again, so an
+    outer vmap batches it by this rule too): leading on x and the group sizes, at
+    ``weight_batch_axis`` on the second operand."""
+    def rule(args, dims, *, vmap_axis_name, preferred):
+        size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
+        (x, dx), (w, dw), (sizes, ds) = zip(args, dims, strict=True)
+        op = rows_grouped_op if weight_batch_axis == 1 else contraction_grouped_op
+        out = op(_batch_at(x, dx, 0, size), _batch_at(w, dw, weight_batch_axis, size), _batch_at(sizes, ds, 0, size),
+                 preferred=preferred)
+        return out, out_batch_axis
 
-
-def _rows_grouped_batch(args, dims, *, vmap_axis_name, preferred):
-    """vmap of the row-grouped product as one row-grouped product (the op again, so an outer
-    vmap batches it by this rule too): the batches' rows stacked, each batch's groups followed
-    by a filler group that multiplies zeros."""
-    x, w, sizes = _batched(args, dims)
-    batch, rows, groups = x.shape[0], x.shape[1], w.shape[1]
-    w_all = jnp.concatenate([w, jnp.zeros((batch, 1, *w.shape[2:]), w.dtype)], axis=1)
-    out = rows_grouped_op(x.reshape(batch * rows, x.shape[2]), w_all.reshape(batch * (groups + 1), *w.shape[2:]),
-                          _with_filler_groups(sizes, rows), preferred=preferred)
-    return out.reshape(batch, rows, out.shape[-1]), 0
-
-
-def _contraction_grouped_batch(args, dims, *, vmap_axis_name, preferred):
-    """vmap of the contraction-grouped product as one (the op again): the batches' contractions
-    concatenated, each batch's groups followed by a filler group, whose product is dropped."""
-    x, y, sizes = _batched(args, dims)
-    batch, rows, depth = x.shape
-    groups = sizes.shape[1]
-    x_all = jnp.moveaxis(x, 0, 1).reshape(rows, batch * depth)
-    out = contraction_grouped_op(x_all, y.reshape(batch * depth, y.shape[2]), _with_filler_groups(sizes, depth),
-                                 preferred=preferred)
-    return out.reshape(batch, groups + 1, rows, out.shape[-1])[:, :groups], 0
+    return rule
 
 
 rows_grouped_op = define_op("grouped_mm", lambda x, w, sizes, *, preferred: _rows_grouped(x, w, sizes, preferred),
-                            rows_grouped_jvp, rows_grouped_vjp, batch=_rows_grouped_batch)
+                            rows_grouped_jvp, rows_grouped_vjp, batch=_grouped_batch_rule(1, 0))
 contraction_grouped_op = define_op(
     "grouped_mm", lambda x, y, sizes, *, preferred: _contraction_grouped(x, y, sizes, preferred),
-    contraction_grouped_jvp, contraction_grouped_vjp, batch=_contraction_grouped_batch)
+    contraction_grouped_jvp, contraction_grouped_vjp, batch=_grouped_batch_rule(0, 1))
 
 
 # ----------------------------------------------------------------------------------------------

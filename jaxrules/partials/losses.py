@@ -8,7 +8,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from jaxrules.mechanism import explicit_sharding
+from jaxrules.mechanism import explicit_sharding, unsharded_along
 from jaxrules.partials.elementwise import promoted_dtype, safe_reciprocal, with_rank
 
 __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
@@ -419,9 +419,12 @@ def _log_sum3(a, b, c):
 
 
 def _shifted(a, by, fill):
-    """``a`` moved ``by`` places along its last axis (right for ``by > 0``), ``fill`` entering."""
-    pad = jnp.full(a.shape[:-1] + (abs(by),), fill, a.dtype)
-    return jnp.concatenate([pad, a[..., :-by]] if by > 0 else [a[..., -by:], pad], axis=-1)
+    """``a`` moved ``by`` places along its last axis (right for ``by > 0``), ``fill`` entering;
+    its length kept (a shift past the end leaves only ``fill``)."""
+    length = a.shape[-1]
+    step = min(abs(by), length)
+    pad = jnp.full(a.shape[:-1] + (step,), fill, a.dtype)
+    return jnp.concatenate([pad, a[..., :length - step]] if by > 0 else [a[..., step:], pad], axis=-1)
 
 
 def ctc_extended(targets, target_lengths, blank):
@@ -440,13 +443,16 @@ def ctc_alpha_beta(lp, ext, skip, input_lengths, target_lengths):
     ``beta_t(s)`` over ``t..T_n - 1``, both including ``lp[t, ext[s]]`` (Graves et al. 2006;
     torch's ``ctc_loss_cpu_template`` / ``ctc_loss_backward_cpu_template``), ``-inf`` outside
     ``t < T_n``; ``nll = -log(alpha_{T_n-1}(2 S_n) + alpha_{T_n-1}(2 S_n - 1))`` (0 for ``T_n = S_n = 0``)."""
+    lp = unsharded_along(lp, (0, 2))  # an Explicit mesh: the scans walk T, each step reads all classes
     t_max, n, _ = lp.shape
     length = ext.shape[1]
     emit = jnp.take_along_axis(lp, jnp.broadcast_to(ext[None], (t_max, n, length)), axis=2)  # (T, N, L)
     ninf = jnp.array(-jnp.inf, lp.dtype)
     state = jnp.arange(length)
     final = (state == 2 * target_lengths[:, None]) | (state == 2 * target_lengths[:, None] - 1)
-    start = jnp.where(state == 0, 0, ninf) * jnp.ones((n, 1), lp.dtype)  # a virtual step before t = 0
+    # zeros (N, 1) derived from lp: under shard_map the scans' carries then vary as lp does
+    zeros = jnp.zeros_like(jnp.sum(lp[:1], axis=(0, 2)))[:, None]
+    start = jnp.where(state == 0, 0, ninf) + zeros  # a virtual step before t = 0
 
     def forward(a, step):
         t, e = step
@@ -458,7 +464,7 @@ def ctc_alpha_beta(lp, ext, skip, input_lengths, target_lengths):
     top = jnp.max(jnp.where(final, last, ninf), axis=1, keepdims=True)
     top = jnp.where(jnp.isfinite(top), top, 0)
     nll = -(top[:, 0] + jnp.log(jnp.sum(jnp.where(final, jnp.exp(last - top), 0), axis=1)))  # +inf: no path
-    end = jnp.where(final, 0, ninf).astype(lp.dtype)
+    end = jnp.where(final, 0, ninf).astype(lp.dtype) + zeros
     skip_to = _shifted(skip, -2, False)  # from s, a skip to s + 2
 
     def backward(b, step):

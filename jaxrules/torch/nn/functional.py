@@ -1616,6 +1616,8 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     lp = _V.array(op, "log_probs", log_probs)
     if lp.ndim not in (2, 3):
         raise ValueError(f"{op}: log_probs must be (T, N, C) or (T, C), got shape {lp.shape}")
+    if lp.size == 0:
+        raise ValueError(f"{op}: log_probs must not be empty (torch's refusal), got shape {lp.shape}")
     unbatched = lp.ndim == 2
     if unbatched:
         lp = lp[:, None]
