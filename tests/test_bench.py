@@ -175,3 +175,16 @@ def test_the_norms_benchmarks_plain_jax_is_the_same_math(op):
     _, x, w, b = norms.inputs(point, 0)
     np.testing.assert_allclose(norms.plain_norm(op, x, w, b), norms.variant_fn(op, "default")(x, w, b), rtol=2e-5,
                                atol=2e-5)
+
+
+def test_the_selections_benchmark_times_both_sides_at_small_shapes(tmp_path):
+    """``benchmarks/selections.py --small``: a row per case with both sides' times and their
+    ratio, written with the run's metadata."""
+    selections = load("benchmarks/selections.py")
+    out = tmp_path / "selections.json"
+    assert selections.main(["--small", "--repeats", "2", "--out", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert len(saved["rows"]) == len(selections.CASES) and saved["meta"]["command"].endswith(str(out))
+    for row in saved["rows"]:
+        assert row["jaxrules_ms"] > 0 and row["plain_ms"] > 0
+        assert row["speed"] == pytest.approx(row["plain_ms"] / row["jaxrules_ms"])
