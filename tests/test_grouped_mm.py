@@ -55,10 +55,12 @@ def test_values_match_torch_and_gradients_match_a_per_group_reference(layout):
     t_offs = None if offs is None else torch.tensor(offs)
     theirs = TF.grouped_mm(torch.tensor(a), torch.tensor(b), offs=t_offs).numpy()
     ours = JF.grouped_mm(jnp.asarray(a), jnp.asarray(b), offs=None if offs is None else jnp.asarray(offs))
-    valid = theirs.shape[0] if layout != "rows" else offs[-1]  # torch leaves rows past the groups unwritten
-    np.testing.assert_allclose(np.asarray(ours)[:valid], theirs[:valid], rtol=1e-5, atol=1e-5)
-    if layout == "rows":
-        assert not np.asarray(ours)[valid:].any()
+    ours = np.asarray(ours)
+    if layout in ("rows", "columns"):  # torch leaves the rows / columns past the groups unwritten
+        ours, theirs = (np.moveaxis(v, 1, 0) if layout == "columns" else v for v in (ours, theirs))
+        assert not ours[offs[-1]:].any()
+        ours, theirs = ours[:offs[-1]], theirs[:offs[-1]]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
 
     a, b = a.astype(np.float64), b.astype(np.float64)
     ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
@@ -105,6 +107,11 @@ def test_float32_accumulation_of_bfloat16_and_jit():
     np.testing.assert_allclose(wide, _reference(jnp, "rows", x.astype(jnp.float32), y.astype(jnp.float32), offs),
                                rtol=1e-5, atol=1e-5)
     assert JF.grouped_mm(x, y, offs=jnp.asarray(offs)).dtype == jnp.bfloat16
+    a3, b3, _ = _layouts(np.float32)["batched"]  # the batch of products accumulates in float32 too
+    x3, y3 = jnp.asarray(a3, jnp.bfloat16), jnp.asarray(b3, jnp.bfloat16)
+    wide = JF.grouped_mm(x3, y3, out_dtype=jnp.float32)
+    assert wide.dtype == jnp.float32
+    np.testing.assert_allclose(wide, np.asarray(x3, np.float64) @ np.asarray(y3, np.float64), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(("args", "kwargs", "error", "words"), [

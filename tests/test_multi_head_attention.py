@@ -152,6 +152,7 @@ def test_dropout_needs_a_key_and_keeps_the_expectation():
     (dict(is_causal=True), "is_causal"),
     (dict(attn_mask=np.zeros((L, S), np.int32)), "attn_mask"),
     (dict(bias_k=np.zeros((1, 1, E))), "bias_k"),
+    (dict(attn_mask=np.zeros((L, S), np.float32)), "dtype"),  # torch: 'Input dtypes must be the same'
 ])
 def test_refusals_name_the_op_and_the_argument(change, words):  # torch: AssertionError / RuntimeError
     base, _ = _config("plain")

@@ -1404,6 +1404,8 @@ def test_conv_tbc_matches_torch_in_value_and_gradients(pad):
     (((7, 3), (3, 3, 4), (4,)), 0, ValueError, "3-D"),
 ])
 def test_conv_tbc_refusals_name_the_op_and_the_argument(shapes, pad, error, words):
+    """Shapes torch refuses (its messages name the dims); a kernel longer than the padded input
+    leaves a negative length (torch: 'negative dimension')."""
     with pytest.raises(error, match=f"conv_tbc: .*{words}"):
         JF.conv_tbc(*(jnp.zeros(s) for s in shapes), pad)
 
@@ -1468,3 +1470,24 @@ def test_fractional_max_pool_refusals_name_the_op_and_the_argument(kwargs, words
     with pytest.raises(ValueError, match=f"fractional_max_pool2d: .*{words}"):
         JF.fractional_max_pool2d(x, 2, key=jax.random.key(0),
                                  **{k: jnp.asarray(v) if k == "_random_samples" else v for k, v in kwargs.items()})
+
+
+def test_conv_tbc_of_no_output_steps_is_empty_as_torchs():
+    x, w, b = np.ones((3, 2, 3)), np.ones((4, 3, 5)), np.ones(5)
+    theirs = TF.conv_tbc(*(torch.tensor(a) for a in (x, w, b)))
+    ours = JF.conv_tbc(*(jnp.asarray(a) for a in (x, w, b)))
+    assert ours.shape == tuple(theirs.shape) == (0, 2, 5)
+
+
+def test_fractional_max_pool_half_precision_starts_round_as_torchs():
+    """torch computes the window starts in the samples' dtype, each step rounded: bfloat16 and
+    float16 give its indices (a float32 chain would differ at many starts)."""
+    rng = np.random.default_rng(47)
+    for jdt, tdt in ((jnp.bfloat16, torch.bfloat16), (jnp.float16, torch.float16)):
+        for _ in range(10):
+            u, x = rng.uniform(0, 1, (1, 1, 2)), rng.standard_normal((1, 1, 1, 600))
+            _, theirs = TF.fractional_max_pool2d(torch.tensor(x).to(tdt), (1, 1), output_size=(1, 400),
+                                                 return_indices=True, _random_samples=torch.tensor(u).to(tdt))
+            _, ours = JF.fractional_max_pool2d(jnp.asarray(x, jdt), (1, 1), output_size=(1, 400), return_indices=True,
+                                               _random_samples=jnp.asarray(u, jdt))
+            np.testing.assert_array_equal(ours, theirs.numpy())

@@ -432,17 +432,19 @@ def ctc_extended(targets, target_lengths, blank):
     ``(N, S)``, and where a path may skip from ``s - 2`` to ``s`` (``s`` a label, not the one two
     places back)."""
     n, s = targets.shape
+    targets = jnp.where(jnp.arange(s) < target_lengths[:, None], targets, blank)  # the padding is never read
     ext = jnp.full((n, 2 * s + 1), blank, targets.dtype).at[:, 1::2].set(targets)
     skip = jnp.zeros(ext.shape, bool).at[:, 2:].set((ext[:, 2:] != blank) & (ext[:, 2:] != ext[:, :-2]))
     return ext, skip & (jnp.arange(2 * s + 1) < 2 * target_lengths[:, None] + 1)
 
 
 def ctc_alpha_beta(lp, ext, skip, input_lengths, target_lengths):
-    """``(log_alpha, log_beta, nll)`` of log-probabilities ``lp`` ``(T, N, C)``: ``alpha_t(s)`` the
+    """``(log_alpha, log_beta, nll, emit)`` of log-probabilities ``lp`` ``(T, N, C)``: ``alpha_t(s)`` the
     probability of the paths through extended state ``s`` at time ``t`` over ``0..t``,
     ``beta_t(s)`` over ``t..T_n - 1``, both including ``lp[t, ext[s]]`` (Graves et al. 2006;
     torch's ``ctc_loss_cpu_template`` / ``ctc_loss_backward_cpu_template``), ``-inf`` outside
-    ``t < T_n``; ``nll = -log(alpha_{T_n-1}(2 S_n) + alpha_{T_n-1}(2 S_n - 1))`` (0 for ``T_n = S_n = 0``)."""
+    ``t < T_n``; ``nll = -log(alpha_{T_n-1}(2 S_n) + alpha_{T_n-1}(2 S_n - 1))`` (0 for ``T_n = S_n = 0``);
+    ``emit[t, n, s] = lp[t, n, ext[n, s]]``."""
     lp = unsharded_along(lp, (0, 2))  # an Explicit mesh: the scans walk T, each step reads all classes
     t_max, n, _ = lp.shape
     length = ext.shape[1]

@@ -65,22 +65,22 @@ def top_k_indices(x, k, axis, largest=True):
     (default-int indices) by ``lax.top_k``. A float input goes in as its canonical value
     (``_canonical_bits``), with the sign flipped for the smallest: ``lax.top_k``'s sort orders
     floats by their bits with the positive NaN last, and for 16-bit floats moves half the bytes
-    of an integer key of 32 bits. It asks for at least ``GPU_TOP_K_KERNEL_MAX_K + 1`` entries,
-    so that a GPU sorts instead of taking its TopK kernel, and keeps the first ``k``; a line of
-    no more entries takes the integer key's sort. ``lax.top_k`` puts the lower position first
-    among equal values, as the stable sort does."""
+    of an integer key of 32 bits; an integer input goes in as ``order_key``. It asks for at
+    least ``GPU_TOP_K_KERNEL_MAX_K + 1`` entries, so that a GPU sorts instead of taking its TopK
+    kernel, and keeps the first ``k``; a line of no more entries takes the integer key's sort.
+    ``lax.top_k`` puts the lower position first among equal values, as the stable sort does."""
     axis = axis % x.ndim
-    x = unsharded_along(x, (axis,))  # an Explicit mesh: XLA selects along unsharded axes only
-    if not jnp.issubdtype(x.dtype, jnp.inexact):
-        key, selected = order_key(x, descending=not largest), k
-    elif x.shape[axis] <= GPU_TOP_K_KERNEL_MAX_K:
+    if x.shape[axis] <= GPU_TOP_K_KERNEL_MAX_K:
         return lax.slice_in_dim(sort_permutation(x, axis, descending=largest), 0, k, axis=axis)
-    else:
+    x = unsharded_along(x, (axis,))  # an Explicit mesh: XLA selects along unsharded axes only
+    if jnp.issubdtype(x.dtype, jnp.inexact):
         bits, int_dtype = _canonical_bits(x)
         if not largest:
             bits = bits ^ jnp.array(jnp.iinfo(int_dtype).min, int_dtype)
-        key, selected = lax.bitcast_convert_type(bits, x.dtype), max(k, GPU_TOP_K_KERNEL_MAX_K + 1)
-    _, idx = lax.top_k(key, selected, axis=axis)
+        key = lax.bitcast_convert_type(bits, x.dtype)
+    else:
+        key = order_key(x, descending=not largest)
+    _, idx = lax.top_k(key, max(k, GPU_TOP_K_KERNEL_MAX_K + 1), axis=axis)
     return lax.slice_in_dim(idx, 0, k, axis=axis).astype(jnp.zeros((), int).dtype)
 
 

@@ -497,7 +497,8 @@ def grouped_mm(mat_a, mat_b, *, offs=None, bias=None, out_dtype=None):
 
     The derivatives are grouped products again (``ops.linalg``'s grouped ops, both formulas),
     of every order, under ``vmap`` too. ``bias`` is refused as torch refuses it;
-    ``out_dtype`` is ``mat_a``'s dtype or float32 (accumulation and result).
+    ``out_dtype`` is ``mat_a``'s dtype or float32 (accumulation and result). ``offs`` is checked
+    when concrete; traced ``offs`` past the jagged length are not.
     """
     op = "grouped_mm"
     a, b = _V.array(op, "mat_a", mat_a), _V.array(op, "mat_b", mat_b)
@@ -515,8 +516,9 @@ def grouped_mm(mat_a, mat_b, *, offs=None, bias=None, out_dtype=None):
     if a.ndim == b.ndim == 3:
         if offs is not None:
             raise ValueError(f"{op}: offs must be None when both operands are 3-D")
-        out = _rnp.matmul(a, b)
-        return out if preferred is None else out.astype(preferred)
+        if preferred is not None:  # float32 products of the (exactly widened) operands
+            a, b = a.astype(preferred), b.astype(preferred)
+        return _rnp.matmul(a, b)
     if offs is None:
         raise ValueError(f"{op}: offs is required when an operand is 2-D")
     ends = jnp.asarray(offs)
@@ -575,6 +577,9 @@ def _additive_mask(op, name, mask, dtype):
         return jnp.where(m, -jnp.inf, 0).astype(dtype)
     if not jnp.issubdtype(m.dtype, jnp.floating):
         raise TypeError(f"{op}: {name} must be boolean or floating, got {m.dtype}")
+    if m.dtype != dtype:
+        raise TypeError(f"{op}: a float {name} must have the query's dtype {dtype}, got {m.dtype} (torch: "
+                        "'Input dtypes must be the same')")
     return m
 
 
@@ -843,8 +848,11 @@ def conv_tbc(input, weight, bias, pad=0):
         raise ValueError(f"{op}: bias has {b.shape[0]} entries, weight's dim 2 (output channels) is {w.shape[2]}")
     if isinstance(pad, bool) or not isinstance(pad, int | np.integer):
         raise TypeError(f"{op}: pad must be an int, got {pad!r}")
-    if x.shape[0] + 2 * pad - w.shape[0] + 1 < 0:
+    steps = x.shape[0] + 2 * pad - w.shape[0] + 1
+    if steps < 0:
         raise ValueError(f"{op}: a kernel of {w.shape[0]} steps does not fit {x.shape[0]} steps padded by {pad}")
+    if steps == 0:  # torch's empty output
+        return jnp.zeros((0, x.shape[1], w.shape[2]), jnp.result_type(x, w, b))
     if pad < 0:
         x, pad = x[-pad:x.shape[0] + pad], 0
     out = _nn.conv1d(jnp.transpose(x, (1, 2, 0)), jnp.transpose(w, (2, 1, 0)), b, padding=int(pad))
@@ -937,14 +945,27 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
 
 
 def _fractional_starts(sample, size, out, pool):
-    """torch's ``generate_intervals``: the window starts ``floor((i + u) a) - floor(u a)`` for
+    """torch's ``generate_intervals``: the window starts ``int((i + u) a) - int(u a)`` for
     ``i < out - 1`` with ``a = (size - pool) / (out - 1)``, and ``size - pool`` last; ``sample``
-    (``u`` in [0, 1)) is ``(N, C)``, the starts ``(N, C, out)``."""
+    (``u`` in [0, 1)) is ``(N, C)``, the starts ``(N, C, out)``. Each step is rounded to the
+    samples' dtype, as torch computes them in it (XLA would keep a half-precision chain in
+    float32)."""
     if out == 1:
         return jnp.full(sample.shape + (1,), size - pool, jnp.int32)
-    alpha = (size - pool) / (out - 1)
-    steps = jnp.arange(out - 1, dtype=sample.dtype)
-    starts = (jnp.floor((steps + sample[..., None]) * alpha) - jnp.floor(sample[..., None] * alpha)).astype(jnp.int32)
+    dtype = sample.dtype
+    if dtype in (jnp.bfloat16, jnp.float16):
+        info = jnp.finfo(dtype)
+
+        def rounded(v):
+            return jax.lax.reduce_precision(v, exponent_bits=info.nexp, mantissa_bits=info.nmant)
+    else:
+        def rounded(v):
+            return v
+    wide = jnp.promote_types(dtype, jnp.float32)
+    u = sample.astype(wide)[..., None]
+    alpha = rounded(rounded(jnp.asarray(size - pool, wide)) / rounded(jnp.asarray(out - 1, wide)))
+    steps = rounded(jnp.arange(out - 1, dtype=wide))
+    starts = (jnp.trunc(rounded(rounded(steps + u) * alpha)) - jnp.trunc(rounded(u * alpha))).astype(jnp.int32)
     return jnp.concatenate([starts, jnp.full(sample.shape + (1,), size - pool, jnp.int32)], axis=-1)
 
 
@@ -1597,6 +1618,9 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     derivative with respect to ``log_probs``; after a ``log_softmax`` (its usual input) the two
     give the same gradient of the logits. A sequence without an alignment (a target too long for
     its input) has an infinite loss and NaN gradients, or 0 and 0 with ``zero_infinity`` (torch's).
+    Lengths and targets out of range (or a target holding the blank) are a ``ValueError`` when
+    concrete; traced, they are checked inside ``jaxrules.checked`` only (elsewhere an input length
+    past T counts as T, and an out-of-range target or length gives a NaN or infinite loss).
 
     Args:
         log_probs: ``(T, N, C)`` log-probabilities (``(T, C)``: one sequence); half precision
@@ -1630,8 +1654,11 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     padded = _padded_targets(op, targets, target_lengths, count)
     _V.index_range(op, "input_lengths", input_lengths, steps + 1)
     _V.index_range(op, "target_lengths", target_lengths, padded.shape[1] + 1)
-    _V.index_range(op, "targets", jnp.where(jnp.arange(padded.shape[1]) < target_lengths[:, None], padded, 0),
-                   classes)
+    read = jnp.arange(padded.shape[1]) < target_lengths[:, None]  # the entries of each target
+    _V.index_range(op, "targets", jnp.where(read, padded, 0), classes)
+    blanks = _V.host_value(read & (padded == blank))
+    if blanks is not None and np.any(blanks):
+        raise ValueError(f"{op}: targets must not contain the blank class {blank} (torch's documented rule)")
     compute = jnp.promote_types(lp.dtype, jnp.float32)
     ext, skip = _P.ctc_extended(padded, target_lengths, blank)
     nll = _losses._ctc_nll(lp.astype(compute), ext, skip, input_lengths, target_lengths, zero_infinity=zero_infinity)
