@@ -70,6 +70,9 @@ TORCH_WRONG: dict[str, str] = {
                     "i result, NaN there",
     "nested.dropout/arg0/*": "a dropped entry is 0 (a select, as jaxrules.nn.dropout), also when it is NaN or "
                              "infinite; torch's x * mask / (1 - p) is NaN there (gradients agree)",
+    "ctc_loss/arg0/-inf": "a logit of -inf is a class of probability 0 at that step: the gradient is the limit, "
+                          "torch's own gradient at a logit of -1000; torch's backward reads exp(-inf - -inf) = NaN "
+                          "at that step",
     "copysign/arg0/?inf": "d copysign(x, y)/dx = +-1 at x = +-inf; torch's result/x is inf/inf = NaN",
     "i1/arg0/nan": "torch's |x| <= eps branch (false comparisons at NaN) gives the x = 0 value 0.5",
     "i1e/arg0/nan": "torch's |x| <= eps branch (false comparisons at NaN) gives the x = 0 value 0.5",
@@ -157,12 +160,21 @@ def _lax_conv1d(x, w, b, stride, padding):
     return out + b[:, None]
 
 
+def _lax_grouped_mm(a, b, offs):
+    """The grouped_mm record's first sample (rows grouped) through lax."""
+    return jax.lax.ragged_dot(a, b, jnp.diff(offs, prepend=0).astype(jnp.int32))
+
+
 # torch differs, and jaxrules gives what JAX's own op gives: a non-finite entry meeting an XLA
 # primitive's arithmetic, which no formula of ours can change.
 FOLLOWS_JAX: dict[str, FollowsJax] = {
     "conv/arg1/*": FollowsJax("XLA's convolution (jax.lax.conv_general_dilated) skips the zero-padding taps, so an "
                               "output where a non-finite weight tap meets only padding stays finite; torch multiplies "
                               "the padding zeros (0 inf = NaN)", _lax_conv1d),
+    "grouped_mm/arg1/*": FollowsJax("XLA's ragged product (jax.lax.ragged_dot) on a CPU multiplies every group's "
+                                    "weights with every row and masks the products: a non-finite weight of one "
+                                    "group reaches the other groups' rows (0 inf = NaN); torch's grouped GEMM reads "
+                                    "each row's own group only", _lax_grouped_mm),
     "irfft/arg0/?inf": FollowsJax("jaxrules.numpy.fft follows jax.numpy.fft (XLA's FFT): NaN (inf - inf in the "
                                   "butterflies) at 3 of 14 outputs whose exact value is +-inf, as numpy.fft.irfft; "
                                   "torch's pocketfft: +-inf there", jnp.fft.irfft, np.fft.irfft),
@@ -307,6 +319,9 @@ def _check_right_answer(record, sample, argnum, value, reason, out, grads, ct) -
         ours, clean = np.asarray(grads[j]).reshape(-1)[k], np.asarray(t_grads[j]).reshape(-1)[k]
         if not abs(ours - clean) <= RTOL * max(1.0, abs(clean)):
             return [f"the poisoned entry's gradient {ours} is not torch's at the clean input, {clean}"]
+    if record.name == "ctc_loss":  # the limit: torch's gradient where the logit is -1000 (exp underflows to 0)
+        _, t_grads = _torch_grads(_torch(), record, _poisoned(sample, argnum, -1000.0), ct)
+        return _differences("gradient vs torch's at a logit of -1000", grads[0], t_grads[0])
     if record.name in ("adjugate", "det"):  # the cofactors, from numpy's determinants of the minors
         a = np.asarray(_poisoned(sample, argnum, value).args[0])
         n = a.shape[-1]

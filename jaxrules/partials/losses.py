@@ -409,13 +409,14 @@ def lce_token_cotangent(ct, target, class_weight, *, vocab, ignore_index, reduct
 
 
 def _log_sum3(a, b, c):
-    """``log(e^a + e^b + e^c)``, -inf where all three are -inf, with finite derivatives of every
+    """``log(e^a + e^b + e^c)``: -inf where all three are -inf, with finite derivatives of every
     order there (0: the log reads 1 where the sum is 0; the shift ``m`` cancels, so it carries no
-    derivative)."""
+    derivative); NaN where one is NaN."""
     m = jax.lax.stop_gradient(jnp.maximum(jnp.maximum(a, b), c))
     m = jnp.where(jnp.isfinite(m), m, 0)
     total = jnp.exp(a - m) + jnp.exp(b - m) + jnp.exp(c - m)
-    return jnp.where(total > 0, m + jnp.log(jnp.where(total > 0, total, 1)), -jnp.inf)
+    positive = total > 0
+    return jnp.where(positive, m + jnp.log(jnp.where(positive, total, 1)), jnp.where(total == 0, -jnp.inf, jnp.nan))
 
 
 def _shifted(a, by, fill):
@@ -432,10 +433,10 @@ def ctc_extended(targets, target_lengths, blank):
     ``(N, S)``, and where a path may skip from ``s - 2`` to ``s`` (``s`` a label, not the one two
     places back)."""
     n, s = targets.shape
-    targets = jnp.where(jnp.arange(s) < target_lengths[:, None], targets, blank)  # the padding is never read
+    targets = jnp.where(jnp.arange(s)[None] < target_lengths[:, None], targets, blank)  # the padding is never read
     ext = jnp.full((n, 2 * s + 1), blank, targets.dtype).at[:, 1::2].set(targets)
     skip = jnp.zeros(ext.shape, bool).at[:, 2:].set((ext[:, 2:] != blank) & (ext[:, 2:] != ext[:, :-2]))
-    return ext, skip & (jnp.arange(2 * s + 1) < 2 * target_lengths[:, None] + 1)
+    return ext, skip & (jnp.arange(2 * s + 1)[None] < 2 * target_lengths[:, None] + 1)
 
 
 def ctc_alpha_beta(lp, ext, skip, input_lengths, target_lengths):
@@ -450,7 +451,7 @@ def ctc_alpha_beta(lp, ext, skip, input_lengths, target_lengths):
     length = ext.shape[1]
     emit = jnp.take_along_axis(lp, jnp.broadcast_to(ext[None], (t_max, n, length)), axis=2)  # (T, N, L)
     ninf = jnp.array(-jnp.inf, lp.dtype)
-    state = jnp.arange(length)
+    state = jnp.arange(length)[None]  # (1, L)
     final = (state == 2 * target_lengths[:, None]) | (state == 2 * target_lengths[:, None] - 1)
     # zeros (N, 1) derived from lp: under shard_map the scans' carries then vary as lp does
     zeros = jnp.zeros_like(jnp.sum(lp[:1], axis=(0, 2)))[:, None]
@@ -486,13 +487,13 @@ def ctc_occupancy(lp, ext, skip, input_lengths, target_lengths):
     ``occupancy[t, c] = sum_{s: ext[s] = c} alpha_t(s) beta_t(s) / (y_t(c) p)`` (the expected
     number of paths' visits to class c at time t; torch's ``ctc_loss_backward_cpu_template``
     without its ``exp(lp)`` term). NaN at the steps ``t < T_n`` of a sequence whose loss is
-    infinite (no path), as torch."""
+    infinite (no path) or NaN (a NaN log-probability on its steps), as torch."""
     log_alpha, log_beta, nll, emit = ctc_alpha_beta(lp, ext, skip, input_lengths, target_lengths)
     through = log_alpha + log_beta
     visits = jnp.where(jnp.isfinite(through), jnp.exp(through - jnp.where(jnp.isfinite(through), emit, 0)
                                                       + nll[None, :, None]), 0)  # (T, N, L); 0 off the paths
     inside = jnp.arange(lp.shape[0])[:, None, None] < input_lengths[None, :, None]
-    visits = jnp.where(jnp.isinf(nll)[None, :, None] & inside, jnp.nan, visits)
+    visits = jnp.where(~jnp.isfinite(nll)[None, :, None] & inside, jnp.nan, visits)
     index = jnp.broadcast_to(ext[None], visits.shape)
     occupancy = jnp.zeros(lp.shape, visits.dtype)
     t_idx = jnp.arange(lp.shape[0])[:, None, None]

@@ -1654,12 +1654,12 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     padded = _padded_targets(op, targets, target_lengths, count)
     _V.index_range(op, "input_lengths", input_lengths, steps + 1)
     _V.index_range(op, "target_lengths", target_lengths, padded.shape[1] + 1)
-    read = jnp.arange(padded.shape[1]) < target_lengths[:, None]  # the entries of each target
+    read = jnp.arange(padded.shape[1])[None] < target_lengths[:, None]  # the entries of each target
     _V.index_range(op, "targets", jnp.where(read, padded, 0), classes)
     blanks = _V.host_value(read & (padded == blank))
     if blanks is not None and np.any(blanks):
         raise ValueError(f"{op}: targets must not contain the blank class {blank} (torch's documented rule)")
-    compute = jnp.promote_types(lp.dtype, jnp.float32)
+    compute = _P.stat_dtype(lp.dtype)  # float32 for half precision
     ext, skip = _P.ctc_extended(padded, target_lengths, blank)
     nll = _losses._ctc_nll(lp.astype(compute), ext, skip, input_lengths, target_lengths, zero_infinity=zero_infinity)
     if zero_infinity:
