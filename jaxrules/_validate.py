@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrules.checking import checked_only, runtime_check
-from jaxrules.mechanism import concrete_value
+from jaxrules.mechanism import concrete_entries, concrete_value
 
 
 class ShapeTypeError(TypeError, ValueError):
@@ -188,9 +188,9 @@ def wide_indices(indices):
 def unit_interval(op: str, name: str, values, hint: str = "") -> None:
     """Every element of ``values`` in ``[0, 1]`` (a NaN is not), torch's check of probabilities
     ("all elements of input should be between 0 and 1"): ``ValueError`` naming ``op`` when they are
-    concrete (eagerly, also under an eager ``grad``); when traced a run-time check inside
+    concrete (eagerly, also under an eager ``grad`` or ``vmap``); when traced a run-time check inside
     ``jaxrules.checked`` only (elsewhere the op's result is NaN there)."""
-    host = concrete_value(values)
+    host = concrete_entries(values)
     if host is not None:
         host = np.asarray(host)
         bad = ~((host >= 0) & (host <= 1))
@@ -205,11 +205,11 @@ def unit_interval(op: str, name: str, values, hint: str = "") -> None:
 def index_range(op: str, name: str, indices, size: int, *, allowed=None, low: int = 0) -> None:
     """Integer ``indices`` must lie in ``[low, size)`` (or equal ``allowed``, e.g. an
     ``ignore_index``), torch's rule (``low`` is 0, or ``-size`` where negative indices count from
-    the end): ``ValueError`` naming ``op`` when they are concrete; when traced a run-time check
-    inside ``jaxrules.checked`` only (``checking.checked_only``; elsewhere the op makes its result
-    NaN)."""
+    the end): ``ValueError`` naming ``op`` when they are concrete (also under an eager ``vmap``);
+    when traced a run-time check inside ``jaxrules.checked`` only (``checking.checked_only``;
+    elsewhere the op makes its result NaN)."""
 
-    host = concrete_value(indices)
+    host = concrete_entries(indices)
     if host is not None:
         host = np.asarray(host).astype(np.int64)
         bad = (host < low) | (host >= size)

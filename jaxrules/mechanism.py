@@ -58,7 +58,8 @@ except ImportError as err:  # pragma: no cover (only on an incompatible JAX)
         "see docs/compatibility.md for the tested JAX versions"
     ) from err
 
-__all__ = ["Op", "concrete_value", "define_op", "differentiated_as", "explicit_sharding", "formula_spy", "full_spec"]
+__all__ = ["Op", "concrete_entries", "concrete_value", "define_op", "differentiated_as", "explicit_sharding",
+           "formula_spy", "full_spec"]
 
 
 # The loggers through which JAX reports a failed host callback (jax.debug.callback and
@@ -112,6 +113,15 @@ def concrete_value(x):
         return None
     value = jax_core.to_concrete_value(x)
     return None if value is None else np.asarray(value)
+
+
+def concrete_entries(x):
+    """``concrete_value`` of ``x``, or under an eager ``vmap`` (``x`` a batch tracer over known
+    values) the whole batch's values: every example's entries, for checks of each entry
+    (an index's range, a probability's interval), never for a value whose shape matters."""
+    while isinstance(x, BatchTracer):
+        x = x.val
+    return concrete_value(x)
 
 
 def differentiated_as(reference: Callable, n_static: int = 0):

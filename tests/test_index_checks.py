@@ -1,5 +1,6 @@
 """Out-of-range indices and invalid offsets: where torch raises, a ``ValueError`` naming the op
-with concrete inputs and inside ``jaxrules.checked`` (also under ``jit``); under plain ``jit``,
+with concrete inputs (also under an eager ``vmap``) and inside ``jaxrules.checked`` (also under
+``jit``); under plain ``jit``,
 where no check runs, NaN, never a finite wrong value."""
 
 import jax
@@ -61,6 +62,22 @@ def test_out_of_range_index_raises_eagerly_and_checked_and_is_nan_under_jit(name
     with pytest.raises(ValueError):
         jaxrules.checked(jitted)(jnp.asarray(x), i)
     assert np.isnan(jitted(jnp.asarray(x), i)).any()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_out_of_range_index_raises_under_an_eager_vmap(name):
+    """torch.func.vmap raises where torch does; so does an eager ``jax.vmap`` (each example's
+    indices are known on the host), one vmap or two; an in-range batch gives the row-by-row
+    values."""
+    ours, _, x, index = CASES[name]
+    batch = jnp.stack([jnp.asarray(index)] * 3)
+    with pytest.raises(ValueError, match=r"^(nll_loss|cross_entropy|embedding|scatter_reduce|index_reduce): "):
+        jax.vmap(lambda i: ours(jnp.asarray(x), i))(batch)
+    with pytest.raises(ValueError):
+        jax.vmap(jax.vmap(lambda i: ours(jnp.asarray(x), i)))(batch[None])
+    good = jnp.zeros_like(batch)
+    np.testing.assert_allclose(jax.vmap(lambda i: ours(jnp.asarray(x), i))(good),
+                               jnp.stack([ours(jnp.asarray(x), g) for g in good]), rtol=1e-12)
 
 
 def test_in_range_indices_pass_checked_under_jit_as_torch():
