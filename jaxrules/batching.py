@@ -78,6 +78,19 @@ def fold_batch(primal, x, x_dim, w, b, params):
     return tuple(unfold(v) for v in primal(folded, w, b, **params))
 
 
+def vmap_size(args, dims) -> int:
+    """The size of a batching rule's vmap dimension (the first batched argument's)."""
+    return next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+
+
+def batch_axis_at(a, dim, size: int, at: int = 0):
+    """A batching rule's argument ``a`` with its vmap dimension ``dim`` moved to axis ``at``;
+    an unbatched one (``dim`` None) broadcast to ``size`` there."""
+    if dim is not None:
+        return jnp.moveaxis(a, dim, at)
+    return jnp.broadcast_to(jnp.expand_dims(a, at), (*jnp.shape(a)[:at], size, *jnp.shape(a)[at:]))
+
+
 def leading_batch_rule(primal):
     """The vmap rule of a primal that treats every leading axis of its (batched) arguments as a
     batch axis (stacks of matrices): one call with the vmap dimension moved to 0, unbatched
@@ -85,10 +98,8 @@ def leading_batch_rule(primal):
     axis and its sharding (``jax.vmap`` would hide them from what it builds from scratch)."""
 
     def rule(args, dims, *, vmap_axis_name, **static):
-        size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-        args = [jnp.moveaxis(a, d, 0) if d is not None else jnp.broadcast_to(a, (size, *jnp.shape(a)))
-                for a, d in zip(args, dims)]
-        out = primal(*args, **static)
+        size = vmap_size(args, dims)
+        out = primal(*(batch_axis_at(a, d, size) for a, d in zip(args, dims)), **static)
         return out, jax.tree_util.tree_map(lambda _: 0, out)
 
     return rule

@@ -668,7 +668,9 @@ jax_dispatch.prim_requires_devices_during_lowering.add(primal_on_devices_p)
 def _primal_primitive(op: Op, static: dict, arrays) -> tuple[Primitive, Any]:
     """The primitive binding ``op``'s primal on ``arrays``, and the primal's output tree: the
     primal traced once to see whether it lowers a primitive that needs the devices."""
-    shapes = [jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)) for a in arrays]
+    # under an Explicit mesh the probe sees the arrays' shardings, as the primal's real trace does
+    shapes = [jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a), sharding=_explicit_sharding_of_aval(jax.typeof(a)))
+              for a in arrays]
     jaxpr, out_shape = jax.make_jaxpr(lambda *a: op.primal(*a, **static), return_shape=True)(*shapes)
     prim = primal_on_devices_p if jax_dispatch.jaxpr_has_prim_requiring_devices(jaxpr.jaxpr) else primal_p
     return prim, jax.tree_util.tree_structure(out_shape)

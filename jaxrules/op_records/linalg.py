@@ -598,4 +598,6 @@ record(
     samples=_grouped_mm_samples, empty_samples=_grouped_mm_empty, torch_fn=_torch_grouped_mm,
     torch_name="torch.nn.functional.grouped_mm (float64: one torch.matmul per group)",
     deviations="Rows (columns) past the last group are 0; torch leaves them unwritten.",
+    singular=(SingularPoint("every group empty", (np.arange(6.0).reshape(3, 2), np.ones((4, 2, 5))),
+                            (np.zeros((3, 2)), np.zeros((4, 2, 5))), {"offs": np.zeros(4, np.int32)}),),
 )

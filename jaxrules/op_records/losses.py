@@ -418,6 +418,25 @@ def _ctc_of_logits(logits, targets, input_lengths, target_lengths, **kwargs):
     return F.ctc_loss(log_softmax(logits, axis=-1), targets, input_lengths, target_lengths, **kwargs)
 
 
+_CTC_ONE_PATH_LOGITS = np.array([[[0.5, 2.0, -1.0]], [[1.0, 0.0, 0.5]], [[-0.5, 1.5, 0.0]]])
+
+
+def _ctc_singular_points():
+    """Targets that fix the alignment or forbid every one: three steps for the target ``[1, 1]``
+    leave one path (1, blank, 1), so the loss is ``-sum_t log softmax(z_t)[path_t]`` and its
+    gradient ``softmax(z_t) - onehot(path_t)`` (from NumPy's softmax, not the recursion); with two
+    steps no path exists, and ``zero_infinity`` makes the loss the constant 0."""
+    z = _CTC_ONE_PATH_LOGITS
+    softmax = np.exp(z) / np.exp(z).sum(-1, keepdims=True)
+    path = np.eye(3)[[1, 0, 1]][:, None, :]
+    return (
+        SingularPoint("one alignment (a repeat filling every step)", (z, np.array([[1, 1]]), np.array([3]),
+                      np.array([2])), (softmax - path,), {"reduction": "sum"}),
+        SingularPoint("no alignment, zero_infinity", (z[:2], np.array([[1, 1]]), np.array([2]), np.array([2])),
+                      (np.zeros((2, 1, 3)),), {"reduction": "sum", "zero_infinity": True}),
+    )
+
+
 def _ctc_samples(rng, dt):
     """(T, N, C) logits; padded targets with a repeat (a blank between) and an empty one, one
     sequence shorter than T; another blank; one sequence. (Concatenated targets need concrete
@@ -440,7 +459,7 @@ record(
     formula_ops=("ctc_loss", "log_softmax"),
     seed=("ctc_loss_cpu_template / ctc_loss_backward_cpu_template (LossCTC.cpp)", "_log_softmax_backward_data"),
     samples=_ctc_samples, torch_fn=_torch_ctc_of_logits,
-    torch_name=_F + "ctc_loss(log_softmax(logits))", low_precision=("float32",),
+    torch_name=_F + "ctc_loss(log_softmax(logits))", low_precision=("float32",), singular=_ctc_singular_points(),
     no_empty="torch refuses empty log_probs ('log_probs tensor must not be empty'), and so does jaxrules",
     deviations="The derivative with respect to log_probs is the function's; torch's backward adds exp(log_probs) "
     "at each sequence's steps (the same logits' gradient after log_softmax).",

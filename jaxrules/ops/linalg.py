@@ -24,7 +24,7 @@ from jax.typing import ArrayLike
 from jaxrules import _validate as V
 from jaxrules import partials as P
 from jaxrules._namespace import exported_as
-from jaxrules.batching import leading_batch_rule
+from jaxrules.batching import batch_axis_at, leading_batch_rule, vmap_size
 from jaxrules.mechanism import concrete_value, define_op, explicit_sharding, full_spec, unsharded_along
 from jaxrules.partials.linalg import expm as scaling_and_squaring_expm
 
@@ -156,9 +156,7 @@ def _split_by_batch(x, operands, batch_at, nb, groups_first):
     pspec = jax.sharding.PartitionSpec
     sharding = explicit_sharding(x, *operands)
     if sharding is None:
-        context = jax.sharding.get_abstract_mesh()
-        explicit = not context.empty and jax.sharding.AxisType.Explicit in tuple(context.axis_types)
-        return operands, pspec() if explicit else None  # traced from shapes inside an Explicit mesh
+        return operands, None
     batch = full_spec(sharding, x.ndim)[:nb]
     placed = tuple(jax.sharding.reshard(a, pspec(*(None,) * at, *batch, *(None,) * (a.ndim - at - nb)))
                    for a, at in zip(operands, batch_at, strict=True))
@@ -222,24 +220,16 @@ def contraction_grouped_vjp(res, ct, *, preferred):
     return gx, gy, None
 
 
-def _batch_at(a, dim, at, size):
-    """``a`` with its vmap dimension ``dim`` at ``at`` (broadcast there when unbatched)."""
-    if dim is not None:
-        return jnp.moveaxis(a, dim, at)
-    return jnp.broadcast_to(jnp.expand_dims(a, at), a.shape[:at] + (size,) + a.shape[at:])
-
-
 def _grouped_batch_rule(weight_batch_axis, out_batch_axis):
     """vmap of a grouped product: one more batch dimension of the op itself (the op again, so an
     outer vmap batches it by this rule too): leading on x and the group sizes, at
     ``weight_batch_axis`` on the second operand."""
     def rule(args, dims, *, vmap_axis_name, preferred):
-        size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
-        (x, dx), (w, dw), (sizes, ds) = zip(args, dims, strict=True)
+        size = vmap_size(args, dims)
+        x, w, sizes = (batch_axis_at(a, d, size, at) for a, d, at in zip(args, dims, (0, weight_batch_axis, 0),
+                                                                          strict=True))
         op = rows_grouped_op if weight_batch_axis == 1 else contraction_grouped_op
-        out = op(_batch_at(x, dx, 0, size), _batch_at(w, dw, weight_batch_axis, size), _batch_at(sizes, ds, 0, size),
-                 preferred=preferred)
-        return out, out_batch_axis
+        return op(x, w, sizes, preferred=preferred), out_batch_axis
 
     return rule
 

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from jaxrules.mechanism import explicit_sharding, unsharded_along
 from jaxrules.partials.elementwise import promoted_dtype, safe_reciprocal, with_rank
+from jaxrules.partials.reductions import logsumexp_parts
 
 __all__ = [  # the helpers jaxrules.partials re-exports (formulas write P.<name>)
     "bce_derivatives", "bce_with_logits_derivatives", "clamped_var", "ctc_alpha_beta", "ctc_extended",
@@ -464,9 +465,8 @@ def ctc_alpha_beta(lp, ext, skip, input_lengths, target_lengths):
         return jnp.where(live, moved, a), jnp.where(live, moved, ninf)
 
     last, log_alpha = jax.lax.scan(forward, start, (jnp.arange(t_max), emit))
-    top = jnp.max(jnp.where(final, last, ninf), axis=1, keepdims=True)
-    top = jnp.where(jnp.isfinite(top), top, 0)
-    nll = -(top[:, 0] + jnp.log(jnp.sum(jnp.where(final, jnp.exp(last - top), 0), axis=1)))  # +inf: no path
+    top, _, total = logsumexp_parts(jnp.where(final, last, ninf), 1)
+    nll = -(top + jnp.log(total))[:, 0]  # +inf: no path
     end = jnp.where(final, 0, ninf).astype(lp.dtype) + zeros
     skip_to = _shifted(skip, -2, False)  # from s, a skip to s + 2
 
@@ -489,11 +489,14 @@ def ctc_occupancy(lp, ext, skip, input_lengths, target_lengths):
     without its ``exp(lp)`` term). NaN at the steps ``t < T_n`` of a sequence whose loss is
     infinite (no path) or NaN (a NaN log-probability on its steps), as torch."""
     log_alpha, log_beta, nll, emit = ctc_alpha_beta(lp, ext, skip, input_lengths, target_lengths)
-    through = log_alpha + log_beta
-    visits = jnp.where(jnp.isfinite(through), jnp.exp(through - jnp.where(jnp.isfinite(through), emit, 0)
-                                                      + nll[None, :, None]), 0)  # (T, N, L); 0 off the paths
+    # every exponent finite where it is selected and where it is not (both branches of a where
+    # are differentiated: an inf or NaN in the other one would reach the second derivatives)
+    through, lost = log_alpha + log_beta, ~jnp.isfinite(nll)[None, :, None]
+    on_path = jnp.isfinite(through) & ~lost
+    exponent = jnp.where(on_path, through - emit + nll[None, :, None], 0)
+    visits = jnp.where(on_path, jnp.exp(exponent), 0)  # (T, N, L); 0 off the paths
     inside = jnp.arange(lp.shape[0])[:, None, None] < input_lengths[None, :, None]
-    visits = jnp.where(~jnp.isfinite(nll)[None, :, None] & inside, jnp.nan, visits)
+    visits = jnp.where(lost & inside, jnp.nan, visits)
     index = jnp.broadcast_to(ext[None], visits.shape)
     occupancy = jnp.zeros(lp.shape, visits.dtype)
     t_idx = jnp.arange(lp.shape[0])[:, None, None]

@@ -979,27 +979,27 @@ def _fractional_max_pool(spatial, op, input, kernel_size, output_size, output_ra
     x = _V.array(op, "input", input)
     if x.ndim not in (spatial + 1, spatial + 2):
         raise ValueError(f"{op}: input must be {spatial + 1}-D or {spatial + 2}-D, got shape {x.shape}")
-    unbatched = x.ndim == spatial + 1
-    if unbatched:
-        x = x[None]
-    sizes = x.shape[2:]
-    pool = _expand(kernel_size, spatial)
-    pool = (pool,) * spatial if isinstance(pool, int | np.integer) else tuple(pool)
-    if len(pool) != spatial or any(isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1 for k in pool):
-        raise ValueError(f"{op}: kernel_size must be {spatial} positive ints, got {kernel_size!r}")
+    pool = _conv_ops._per_axis(op, "kernel_size", _expand(kernel_size, spatial), spatial, 1)
     if (output_size is None) == (output_ratio is None):
         raise ValueError(f"{op}: give exactly one of output_size and output_ratio")
+    sizes = x.shape[-spatial:]
     if output_size is not None:
-        out = _expand(output_size, spatial)
-        out = (out,) * spatial if isinstance(out, int | np.integer) else tuple(out)
+        out = _conv_ops._per_axis(op, "output_size", _expand(output_size, spatial), spatial, 1)
     else:
         ratio = _expand(output_ratio, spatial)
         ratio = (ratio,) * spatial if isinstance(ratio, numbers.Real) else tuple(ratio)
         if len(ratio) != spatial or not all(0 < r < 1 for r in ratio):
             raise ValueError(f"{op}: output_ratio must lie in (0, 1), got {output_ratio!r}")
         out = tuple(int(n * r) for n, r in zip(sizes, ratio, strict=True))
-    if len(out) != spatial or any(o < 1 or o + k - 1 > n for o, k, n in zip(out, pool, sizes, strict=True)):
+    if any(o < 1 or o + k - 1 > n for o, k, n in zip(out, pool, sizes, strict=True)):
         raise ValueError(f"{op}: output_size {out} with kernel_size {pool} does not fit the input's {sizes}")
+    values, indices = _unbatched(spatial, lambda v: _fractional_windows_max(op, v, pool, out, samples, key), x)
+    return (values, indices) if return_indices else values
+
+
+def _fractional_windows_max(op, x, pool, out, samples, key):
+    """``_fractional_max_pool``'s values and indices of a batched ``(N, C, *spatial)`` input."""
+    sizes, spatial = x.shape[2:], x.ndim - 2
     batch, channels = x.shape[:2]
     if samples is None:
         if key is None:
@@ -1028,10 +1028,7 @@ def _fractional_max_pool(spatial, op, input, kernel_size, output_size, output_ra
     chosen = jnp.where(jnp.any(nan, axis=-1), last_nan, jnp.argmax(entries, axis=-1))
     indices = jnp.take_along_axis(windows, chosen[..., None], axis=-1)[..., 0]
     values = _rnp.take_along_axis(plane, indices.reshape(batch, channels, -1), axis=2).reshape(indices.shape)
-    indices = indices.astype(jnp.zeros((), int).dtype)
-    if unbatched:
-        values, indices = values[0], indices[0]
-    return (values, indices) if return_indices else values
+    return values, indices.astype(jnp.zeros((), int).dtype)
 
 
 def fractional_max_pool2d(input, kernel_size, output_size=None, output_ratio=None, return_indices=False,
